@@ -1,0 +1,89 @@
+# ctrain build. `make` builds build/ctrain; `make test` runs every test this machine can run.
+# CUDA=auto compiles the CUDA backend when nvcc is found (PATH or /usr/local/cuda/bin); CUDA=0 does not.
+VERSION   := 0.1.0
+PREFIX    ?= /usr/local
+BUILD     ?= build
+CUDA      ?= auto
+WERROR    ?= 0
+
+CC        ?= cc
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
+               -pthread -MMD -MP -I. -DCT_VERSION=\"$(VERSION)\"
+ifeq ($(WERROR),1)
+CFLAGS_BASE += -Werror
+endif
+# Per-module SIMD: the CPU kernels are compiled for the host's ISA only when asked (portable default).
+CFLAGS    ?=
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) $(shell pkg-config --cflags libcjson libpng zlib 2>/dev/null) -I/usr/include/openblas
+LDLIBS    = -lcjson -lpng -lz -lopenblas -lm -pthread
+
+NVCC := $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA),0)
+  NVCC :=
+endif
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+
+CORE_SRC  := $(sort $(wildcard core/*.c core/cpu/*.c core/layers/*.c core/data/*.c))
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
+CUDA_SRC  := $(sort $(wildcard cuda/*.cu))
+ifneq ($(NVCC),)
+  CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+  ALL_CFLAGS += -DCT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+endif
+TEST_SRC  := $(sort $(wildcard test/test_*.c))
+TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
+
+.PHONY: all deps run test test-unit test-e2e test-cuda install uninstall clean fuzz bundle check-deps
+all: $(BUILD)/ctrain
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/libctrain.a: $(CORE_OBJ) $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
+	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
+
+# deps: install what the build and tests need from Debian packages; does nothing when all is present.
+DEB_PKGS := libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check libsubunit-dev libopenmpi-dev \
+            openmpi-bin pkg-config dataset-fashion-mnist python3 python3-numpy
+deps:
+	@sh datasets/deps.sh $(DEB_PKGS)
+
+check-deps:
+	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+
+run: check-deps all
+	$(BUILD)/ctrain --config configs/fmnist_mlp.json
+
+test: check-deps all $(TEST_BIN)
+	@sh test/run_tests.sh $(BUILD)
+
+test-cuda: all $(TEST_BIN)
+	@sh test/run_tests.sh $(BUILD) cuda
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
+	install -m 644 docs/ctrain.1 $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ctrain $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

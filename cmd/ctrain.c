@@ -1,0 +1,335 @@
+/* ctrain.c: the command line. Argument parsing, subcommands, signals and exit codes; no training
+ * logic lives here (core/train.c has it). Every failure path prints one "ctrain: error:" message
+ * and exits with the documented code (README.md, docs/ctrain.1). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/backend.h"
+#include "core/common.h"
+#include "core/config.h"
+#include "core/train.h"
+
+static const char USAGE[] =
+    "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
+    "       ctrain config check FILE [--world-size N]\n"
+    "       ctrain pack|eval|export|info|plot ...   (not implemented yet)\n"
+    "\n"
+    "Train a neural network from a DeepSpeed-style JSON config.\n"
+    "\n"
+    "options:\n"
+    "  --config FILE        the config (DeepSpeed keys plus \"model\", \"data\", \"train\")\n"
+    "  --set KEY=VALUE      override a config value; KEY is a dotted path, VALUE is JSON or a\n"
+    "                       string (repeatable). Also accepted as --KEY=VALUE and as KEY=VALUE.\n"
+    "  --model FILE         take the \"model\" section from FILE\n"
+    "  --data FILE          take the \"data\" section from FILE\n"
+    "  --print-config       print the fully resolved config as JSON and exit\n"
+    "  --dry-run            validate, build the model, open the data, print the plan and exit\n"
+    "  --device DEV         auto, cpu, cuda or cuda:N (same as --set train.device=DEV)\n"
+    "  --seed N             random seed (same as --set train.seed=N)\n"
+    "  --resume auto|DIR    resume from the latest checkpoint (or start fresh) or from DIR\n"
+    "  --summary FILE       also write the final JSON summary line to FILE\n"
+    "  --quiet              print only errors, warnings and the summary\n"
+    "  --world-size N       data-parallel ranks for the batch rule (default: from the launcher)\n"
+    "  --version            print the version and the compiled-in backends\n"
+    "  --help               print this help\n"
+    "  --local_rank=N       accepted and ignored (added by DeepSpeed's launcher)\n"
+    "\n"
+    "exit codes: 0 ok, 1 runtime failure, 2 usage or config error, 3 data error,\n"
+    "            4 training diverged, 130/143 interrupted by SIGINT/SIGTERM.\n";
+
+/* The only process-wide state: the signal that asked us to stop. Written by the handler only. */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+    if (g_stop_signal == SIGINT && sig == SIGINT) _exit(CT_EXIT_SIGINT); /* second ^C: now */
+    g_stop_signal = sig;
+}
+
+static void print_error(const char *msg) {
+    /* First line after the prefix; following lines as written (already indented by the caller). */
+    fprintf(stderr, "ctrain: error: %s\n", msg);
+}
+
+static void print_warnings(const ct_warnings *w) {
+    for (int i = 0; i < w->n; i++) fprintf(stderr, "ctrain: warning: %s\n", w->items[i]);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "ctrain: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n  Run 'ctrain --help' for the options.\n");
+    return CT_ERR_CONFIG;
+}
+
+static void print_version(void) {
+    printf("ctrain %s\n", CT_VERSION);
+#ifdef CT_HAVE_CUDA
+    printf("backends: cpu, cuda\n");
+#else
+    printf("backends: cpu\n");
+#endif
+}
+
+/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style). */
+static int world_size_from_env(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
+    for (int i = 0; i < CT_ARRAY_LEN(vars); i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end == '\0' && n >= 1 && n <= 1 << 20) return (int)n;
+        }
+    }
+    return 1;
+}
+
+static int parse_world_size(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long n = strtol(s, &end, 10);
+    if (errno || *end || n < 1 || n > 1 << 20) return usage_error("--world-size: expected a positive integer, got \"%s\"", s);
+    *out = (int)n;
+    return CT_OK;
+}
+
+typedef struct cli_args {
+    const char *config, *model, *data, *resume, *summary;
+    const char **overrides;
+    int n_overrides;
+    char **owned;               /* override strings built here (--device, --seed) */
+    int n_owned;
+    bool print_config, dry_run, quiet;
+    int world_size;
+} cli_args;
+
+static void add_override(cli_args *a, const char *kv) {
+    a->overrides = ct_xrealloc(a->overrides, (size_t)(a->n_overrides + 1) * sizeof *a->overrides);
+    a->overrides[a->n_overrides++] = kv;
+}
+
+static void add_owned_override(cli_args *a, const char *key, const char *value) {
+    size_t n = strlen(key) + strlen(value) + 2;
+    char *s = ct_xmalloc(n);
+    snprintf(s, n, "%s=%s", key, value);
+    a->owned = ct_xrealloc(a->owned, (size_t)(a->n_owned + 1) * sizeof *a->owned);
+    a->owned[a->n_owned++] = s;
+    add_override(a, s);
+}
+
+/* An override KEY=VALUE is well formed when KEY is a non-empty dotted path. */
+static bool is_override(const char *s) {
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s) return false;
+    for (const char *p = s; p < eq; p++)
+        if (!(*p == '.' || *p == '_' || *p == '-' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= 'A' && *p <= 'Z')))
+            return false;
+    return s[0] != '.' && eq[-1] != '.';
+}
+
+/* Options that take a value: "--opt VALUE" or "--opt=VALUE". Returns the value or NULL. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL;
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+}
+
+static int parse_args(int argc, char **argv, cli_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            fputs(USAGE, stdout);
+            exit(0);
+        } else if (!strcmp(arg, "--version")) {
+            print_version();
+            exit(0);
+        } else if (!strcmp(arg, "--print-config")) {
+            a->print_config = true;
+        } else if (!strcmp(arg, "--dry-run")) {
+            a->dry_run = true;
+        } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
+            a->quiet = true;
+        } else if (!strncmp(arg, "--local_rank", 12) && (arg[12] == '=' || arg[12] == '\0')) {
+            if (arg[12] == '\0' && i + 1 < argc) i++; /* "--local_rank N": skip the value too */
+        } else if ((v = option_value(argc, argv, &i, "--config"))) {
+            if (!*v) return usage_error("%s needs a file", "--config");
+            a->config = v;
+        } else if ((v = option_value(argc, argv, &i, "--model"))) {
+            if (!*v) return usage_error("%s needs a file", "--model");
+            a->model = v;
+        } else if ((v = option_value(argc, argv, &i, "--data"))) {
+            if (!*v) return usage_error("%s needs a file", "--data");
+            a->data = v;
+        } else if ((v = option_value(argc, argv, &i, "--resume"))) {
+            if (!*v) return usage_error("%s needs \"auto\" or a checkpoint directory", "--resume");
+            a->resume = v;
+        } else if ((v = option_value(argc, argv, &i, "--summary"))) {
+            if (!*v) return usage_error("%s needs a file", "--summary");
+            a->summary = v;
+        } else if ((v = option_value(argc, argv, &i, "--device"))) {
+            if (!*v) return usage_error("%s needs auto, cpu, cuda or cuda:N", "--device");
+            /* Quote it: the override value must be a JSON string. */
+            char quoted[96];
+            if (strlen(v) > 64) return usage_error("--device: \"%s\" is not a device (auto, cpu, cuda, cuda:N)", v);
+            snprintf(quoted, sizeof quoted, "\"%s\"", v);
+            add_owned_override(a, "train.device", quoted);
+        } else if ((v = option_value(argc, argv, &i, "--seed"))) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 10);
+            if (!*v || *end || errno || v[0] == '-') return usage_error("--seed: expected a non-negative integer, got \"%s\"", v);
+            (void)s;
+            add_owned_override(a, "train.seed", v);
+        } else if ((v = option_value(argc, argv, &i, "--world-size"))) {
+            int rc = parse_world_size(v, &a->world_size);
+            if (rc) return rc;
+        } else if ((v = option_value(argc, argv, &i, "--set"))) {
+            if (!is_override(v)) return usage_error("--set: expected KEY=VALUE with a dotted KEY, got \"%s\"", v);
+            add_override(a, v);
+        } else if (arg[0] == '-' && arg[1] == '-' && is_override(arg + 2)) {
+            add_override(a, arg + 2); /* --optimizer.params.lr=3e-4, as sweep agents write it */
+        } else if (arg[0] != '-' && is_override(arg)) {
+            add_override(a, arg);     /* optimizer.params.lr=3e-4 */
+        } else if (arg[0] == '-') {
+            return usage_error("unknown option \"%s\"", arg);
+        } else {
+            return usage_error("unexpected argument \"%s\" (overrides are KEY=VALUE)", arg);
+        }
+    }
+    return CT_OK;
+}
+
+static int cmd_config(int argc, char **argv) {
+    if (argc < 3 || strcmp(argv[2], "check") != 0)
+        return usage_error("%s", "usage: ctrain config check FILE [--world-size N]");
+    const char *file = NULL;
+    int world = world_size_from_env();
+    for (int i = 3; i < argc; i++) {
+        const char *v;
+        if ((v = option_value(argc, argv, &i, "--world-size"))) {
+            int rc = parse_world_size(v, &world);
+            if (rc) return rc;
+        } else if (argv[i][0] == '-') {
+            return usage_error("config check: unknown option \"%s\"", argv[i]);
+        } else if (!file) {
+            file = argv[i];
+        } else {
+            return usage_error("config check: unexpected argument \"%s\"", argv[i]);
+        }
+    }
+    if (!file) return usage_error("%s", "config check needs a FILE");
+    ct_warnings warn = {0};
+    ct_err err = {0};
+    int rc = ct_config_check(file, world, stdout, &warn, &err);
+    print_warnings(&warn);
+    ct_warnings_free(&warn);
+    if (rc) print_error(err.msg);
+    return rc;
+}
+
+static int run_training(cli_args *a) {
+    ct_config_opts opts = {
+        .path = a->config,
+        .model_path = a->model,
+        .data_path = a->data,
+        .overrides = a->overrides,
+        .n_overrides = a->n_overrides,
+        .world_size = a->world_size ? a->world_size : world_size_from_env(),
+        .has_gpu = ct_cuda_available(),
+        .gpu_supports_bf16 = ct_cuda_available(),
+    };
+    ct_warnings warn = {0};
+    ct_err err = {0};
+    ct_config *cfg = NULL;
+    ct_summary summary;
+    ct_summary_init(&summary);
+    bool is_run = !a->print_config && !a->dry_run;
+
+    int rc = ct_config_load(&opts, &cfg, &warn, &err);
+    print_warnings(&warn);
+    ct_warnings_free(&warn);
+    if (rc) {
+        print_error(err.msg);
+        if (is_run) {
+            snprintf(summary.status, sizeof summary.status, "error");
+            snprintf(summary.error, sizeof summary.error, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
+            ct_summary_write(&summary, stdout);
+        }
+        return rc;
+    }
+    if (a->print_config) {
+        char *json = ct_config_to_json(cfg);
+        puts(json);
+        free(json);
+        ct_config_free(cfg);
+        return CT_OK;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    ct_run_opts ro = {
+        .resume = a->resume,
+        .summary_path = a->summary,
+        .quiet = a->quiet,
+        .dry_run = a->dry_run,
+        .stop_signal = (volatile int *)&g_stop_signal,
+    };
+    rc = ct_train_run(cfg, &ro, &summary, &err);
+    if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM) print_error(err.msg);
+    if (is_run) {
+        ct_summary_write(&summary, stdout);
+        if (a->summary) {
+            FILE *f = fopen(a->summary, "w");
+            if (!f) {
+                fprintf(stderr, "ctrain: error: cannot write --summary %s: %s\n", a->summary, strerror(errno));
+                if (!rc) rc = CT_ERR_RUNTIME;
+            } else {
+                ct_summary_write(&summary, f);
+                if (fclose(f) != 0 && !rc) rc = CT_ERR_RUNTIME;
+            }
+        }
+    }
+    ct_config_free(cfg);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
+        static const char *later[] = {"pack", "eval", "export", "info", "plot"};
+        if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
+        for (int i = 0; i < CT_ARRAY_LEN(later); i++) {
+            if (!strcmp(argv[1], later[i])) {
+                fprintf(stderr, "ctrain: error: '%s' is not implemented yet in ctrain %s\n", argv[1], CT_VERSION);
+                return CT_ERR_CONFIG;
+            }
+        }
+        return usage_error("unknown command \"%s\" (commands: config check; or --config FILE to train)", argv[1]);
+    }
+    cli_args a = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc == CT_OK) {
+        if (!a.config) {
+            rc = usage_error("%s", "no config given: ctrain --config FILE");
+        } else {
+            rc = run_training(&a);
+        }
+    }
+    for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
+    free(a.owned);
+    free(a.overrides);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* common.h: status codes, error messages and the warning list shared by every module.
+ *
+ * Functions that can fail on user input return a status (CT_OK or one of the exit codes below)
+ * and fill a ct_err; only cmd/ctrain.c decides to print and exit. */
+#ifndef CT_COMMON_H
+#define CT_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CT_VERSION
+#define CT_VERSION "0.0.0"
+#endif
+
+/* Exit codes, documented in README.md and the man page. */
+enum {
+    CT_OK = 0,
+    CT_ERR_RUNTIME = 1,   /* internal or system failure (I/O, out of memory, CUDA) */
+    CT_ERR_CONFIG = 2,    /* usage or configuration error */
+    CT_ERR_DATA = 3,      /* unreadable or corrupt data / checkpoint */
+    CT_ERR_DIVERGED = 4,  /* NaN loss, loss scale at its minimum */
+    CT_EXIT_SIGINT = 130,
+    CT_EXIT_SIGTERM = 143,
+};
+
+#define CT_ERR_MSG 2048
+typedef struct ct_err {
+    int code;             /* CT_OK when no error */
+    char msg[CT_ERR_MSG]; /* one or more lines, no trailing newline, no "ctrain: error:" prefix */
+} ct_err;
+
+/* Set err (if not NULL) and return code. printf-style. */
+int ct_errf(ct_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Append a line ("\n" + text) to an existing message. */
+void ct_err_append(ct_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Warnings collected while loading a config or building a model; the CLI prints each once. */
+typedef struct ct_warnings {
+    char **items;
+    int n, cap;
+} ct_warnings;
+void ct_warnf(ct_warnings *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ct_warnings_free(ct_warnings *w);
+
+/* Checked allocation for internal buffers: aborts with file:line on failure (not user input). */
+void *ct_xmalloc_at(size_t n, const char *file, int line);
+void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line);
+void *ct_xrealloc_at(void *p, size_t n, const char *file, int line);
+char *ct_xstrdup_at(const char *s, const char *file, int line);
+#define ct_xmalloc(n) ct_xmalloc_at((n), __FILE__, __LINE__)
+#define ct_xcalloc(n, sz) ct_xcalloc_at((n), (sz), __FILE__, __LINE__)
+#define ct_xrealloc(p, n) ct_xrealloc_at((p), (n), __FILE__, __LINE__)
+#define ct_xstrdup(s) ct_xstrdup_at((s), __FILE__, __LINE__)
+
+/* Monotonic seconds. */
+double ct_now(void);
+
+/* Edit distance for "did you mean" suggestions (Damerau-Levenshtein, optimal string alignment). */
+int ct_edit_distance(const char *a, const char *b);
+/* Closest of `n` candidates to `word`, or NULL when none is close enough to suggest. */
+const char *ct_suggest(const char *word, const char *const *candidates, int n);
+
+#define CT_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#endif

@@ -1,0 +1,60 @@
+/* cpu_internal.h: what the CPU backend's files share (not part of the public op table).
+ *
+ * Threading: one pool of persistent workers runs element-wise, reduction, im2col, pooling and
+ * norm ops; GEMM runs on OpenBLAS's own threads and is never called from a pool task, so the two
+ * never nest. Work is split into ranges whose boundaries may depend on the thread count, so every
+ * op is written so that its result does not: element-wise ops are independent per element, and
+ * reductions sum fixed-size chunks (CT_CPU_CHUNK elements, in double) and then the chunk results
+ * in chunk order. */
+#ifndef CT_CPU_INTERNAL_H
+#define CT_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "core/backend.h"
+
+/* Elements per reduction chunk: fixed, so sums have the same bits for any thread count. */
+#define CT_CPU_CHUNK 4096
+/* Below this many elements an element-wise op is not worth waking the workers. */
+#define CT_CPU_GRAIN 32768
+
+typedef struct ct_cpu_pool ct_cpu_pool;
+ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started */
+void ct_cpu_pool_destroy(ct_cpu_pool *p);
+
+/* fn(ctx, begin, end) over a partition of [0, n) into at most `threads` contiguous ranges of at
+ * least `grain` items (one range on the calling thread when n <= grain). Returns when all ranges
+ * are done. Safe to call from several threads: a call that finds the pool busy runs serially. */
+typedef void (*ct_cpu_range_fn)(void *ctx, int64_t begin, int64_t end);
+void ct_cpu_parallel(ct_cpu_pool *p, int64_t n, int64_t grain, ct_cpu_range_fn fn, void *ctx);
+
+/* Deterministic chunked reduction: fn(ctx, chunk, out) writes k partial values (double) for chunk
+ * `chunk` of [0, n_chunks); total[k] = sum over chunks in chunk order. */
+typedef void (*ct_cpu_chunk_fn)(void *ctx, int64_t chunk, double *out);
+void ct_cpu_reduce_chunks(ct_cpu_pool *p, int64_t n_chunks, int k, ct_cpu_chunk_fn fn, void *ctx,
+                          double *total);
+
+/* Backend-private state behind ct_backend.impl. */
+typedef struct ct_cpu {
+    ct_cpu_pool *pool;
+    int threads;
+} ct_cpu;
+
+static inline ct_cpu_pool *ct_cpu_pool_of(ct_backend *be) { return ((ct_cpu *)be->impl)->pool; }
+
+static inline int64_t ct_cpu_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Each file fills its part of the op table. */
+void ct_cpu_gemm_install(ct_backend *be);
+void ct_cpu_eltwise_install(ct_backend *be);
+void ct_cpu_conv_install(ct_backend *be);
+void ct_cpu_pool2d_install(ct_backend *be);
+void ct_cpu_norm_install(ct_backend *be);
+void ct_cpu_loss_install(ct_backend *be);
+void ct_cpu_optim_install(ct_backend *be);
+void ct_cpu_reduce_install(ct_backend *be);
+
+/* OpenBLAS thread count (cpu_gemm.c); the backend sets it once at creation. */
+void ct_cpu_gemm_set_threads(int threads);
+
+#endif

@@ -1,0 +1,37 @@
+/* dataset.h: the dataset seam. A format is one file implementing this interface; the loader
+ * (threads, shuffling, prefetch, pinned slots) works on any dataset.
+ *
+ * A dataset is: a count, a per-sample shape and dtype for the input and the target, and
+ * "decode sample i into these buffers". decode must be thread-safe (called from many workers). */
+#ifndef CT_DATASET_H
+#define CT_DATASET_H
+
+#include <cjson/cJSON.h>
+
+#include "core/common.h"
+#include "core/config.h"
+#include "core/tensor.h"
+
+typedef struct ct_dataset ct_dataset;
+struct ct_dataset {
+    const char *format;          /* "idx", "image_folder", ... */
+    char source[1024];           /* main file/dir, for messages */
+    int64_t count;
+    ct_shape sample_shape;       /* input, per sample */
+    ct_dtype sample_dtype;       /* dtype written by decode (CT_F32 after normalisation) */
+    ct_shape target_shape;       /* per sample; ndim 0 for a class index */
+    ct_dtype target_dtype;       /* CT_I32 class index, or CT_F32 */
+    int64_t classes;             /* classification: number of classes (0 if not) */
+    void *impl;
+    /* Decode sample i into input (sample_shape, sample_dtype) and target. Returns CT_OK, or
+     * CT_ERR_DATA with err naming the file and record. */
+    int (*decode)(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err);
+    void (*close)(ct_dataset *ds);
+};
+
+/* Open data.train or data.eval (`which` = "train" | "eval"). Returns CT_OK and *out == NULL when
+ * the section has no such entry. Errors: config (CT_ERR_CONFIG) or data (CT_ERR_DATA). */
+int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err);
+void ct_dataset_close(ct_dataset *ds);
+
+#endif

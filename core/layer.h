@@ -1,0 +1,129 @@
+/* layer.h: the Layer seam. One layer type = one file in core/layers/ + one line in registry.c.
+ *
+ * A layer type provides: its name, the config fields it accepts, a parser that validates them,
+ * shape inference (per sample, without the batch dimension N), parameter specs, the bytes of
+ * state it saves between forward and backward (aux) and of scratch it needs (workspace), forward,
+ * backward and a FLOP count. Layers compute only through the ct_backend op table; they know
+ * nothing of devices, precision policy, ZeRO or checkpointing (the executor's hooks do).
+ *
+ * Gradient convention (as in backend.h): backward ACCUMULATES into parameter gradients and WRITES
+ * input gradients. An input gradient pointer is NULL when nothing upstream needs it (the model
+ * input): the layer then skips that work. */
+#ifndef CT_LAYER_H
+#define CT_LAYER_H
+
+#include <cjson/cJSON.h>
+
+#include "core/backend.h"
+#include "core/common.h"
+#include "core/config.h"
+#include "core/graph.h"
+#include "core/tensor.h"
+
+#define CT_LAYER_MAX_IN 8      /* add / concat inputs */
+#define CT_LAYER_MAX_PARAMS 4  /* parameter and buffer tensors per layer */
+
+typedef struct ct_layer ct_layer;
+
+/* One parameter (trainable) or buffer (running statistics) a layer owns. */
+typedef struct ct_param_spec {
+    const char *suffix;        /* "weight" -> view name "<layer>.weight" */
+    ct_shape shape;
+    ct_init_spec init;         /* the layer's default; the graph applies "init"/"bias_init" over it */
+    bool weight_decay;
+    bool trainable;
+    bool is_bias;              /* "bias_init" applies to it; "init" applies to the non-bias weight */
+} ct_param_spec;
+
+/* Pointers a layer computes with, for one micro-batch of n samples (all in backend memory). */
+typedef struct ct_layer_io {
+    ct_backend *be;
+    int64_t n;                          /* samples in this micro-batch (<= build batch) */
+    const float *x[CT_LAYER_MAX_IN];    /* inputs [n, in[i]] */
+    const int32_t *ids;                 /* token ids [n, in[0]] when the input is CT_I32 */
+    float *y;                           /* output [n, out] */
+    float *dx[CT_LAYER_MAX_IN];         /* input grads (written), NULL when not needed */
+    const float *dy;                    /* output grad [n, out] */
+    float *p[CT_LAYER_MAX_PARAMS];      /* parameters/buffers, in the order of the layer's specs */
+    float *dp[CT_LAYER_MAX_PARAMS];     /* parameter grads (accumulated); NULL for buffers */
+    void *aux;                          /* aux_bytes saved from forward for backward */
+    void *ws;                           /* shared workspace, workspace_bytes */
+    bool train;
+    uint64_t seed, stream;              /* dropout: ct_rng stream for this (step, layer) */
+} ct_layer_io;
+
+typedef struct ct_layer_type {
+    const char *name;                   /* "linear" */
+    const char *const *fields;          /* fields besides the common ones; NULL-terminated */
+    int min_inputs, max_inputs;         /* usually 1, 1 */
+    size_t cfg_size;                    /* bytes of the type's parsed config (l->cfg) */
+
+    /* Read and validate the type's fields from l->node into l->cfg (zeroed, cfg_size bytes). */
+    int (*parse)(ct_layer *l, ct_err *err);
+    /* l->in[0..n_in) are known: check them and set l->out. */
+    int (*infer)(ct_layer *l, ct_err *err);
+    /* Fill specs (at most CT_LAYER_MAX_PARAMS); return how many. NULL: no parameters. */
+    int (*params)(const ct_layer *l, ct_param_spec *specs);
+    /* Bytes saved between forward and backward, and shared scratch, for `batch` samples. */
+    size_t (*aux_bytes)(const ct_layer *l, int64_t batch);
+    size_t (*workspace_bytes)(const ct_layer *l, int64_t batch);
+    void (*forward)(const ct_layer *l, const ct_layer_io *io);
+    void (*backward)(const ct_layer *l, const ct_layer_io *io);
+    /* Forward FLOPs per sample (multiply-add = 2). */
+    double (*flops)(const ct_layer *l);
+} ct_layer_type;
+
+struct ct_layer {
+    const ct_layer_type *type;
+    char name[96];
+    char path[96];                      /* "model.layers[3]" or "model.layers[2].layers[0]" */
+    int index;                          /* position in the expanded layer list */
+    const cJSON *node;                  /* the layer's JSON object */
+    const ct_config *cfg;               /* for FILE:L:C in messages */
+    void *cfg_data;                     /* the type's parsed fields (cfg_size bytes) */
+    int n_in;
+    int in_from[CT_LAYER_MAX_IN];       /* producing layer index, -1 for the model input */
+    ct_shape in[CT_LAYER_MAX_IN];       /* per-sample input shapes */
+    ct_dtype in_dtype;                  /* CT_I32 only for an embedding fed by token ids */
+    ct_shape out;                       /* per-sample output shape */
+    const char *in_name[CT_LAYER_MAX_IN]; /* producing layer's name, or "the model input" */
+};
+
+/* ---- registry (core/layers/registry.c) ---- */
+const ct_layer_type *ct_layer_type_find(const char *name);
+/* All registered type names (for suggestions and docs); returns the count. */
+int ct_layer_type_names(const char *const **names);
+
+/* ---- messages and field readers (core/layers/fields.c) ----
+ * Errors are CT_ERR_CONFIG and read `FILE:L:C: model.layers[3] "fc2" (linear): <text>`.
+ * `node` is where to point (NULL: the layer itself). */
+/* "FILE:L:C" of a node of cfg->model, or "" when the config has no document (built by hand). */
+const char *ct_model_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n);
+int ct_layer_errf(const ct_layer *l, ct_err *err, const cJSON *node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Integer field >= min. Missing: error when required, else *out = def. */
+int ct_layer_int(const ct_layer *l, const char *key, bool required, int64_t def, int64_t min,
+                 int64_t *out, ct_err *err);
+/* An integer or a pair [h, w], each >= min (kernel, stride, padding, dilation). */
+int ct_layer_int2(const ct_layer *l, const char *key, bool required, int64_t def, int64_t min,
+                  int64_t out[2], ct_err *err);
+/* Number in [lo, hi] (hi_open: hi excluded). */
+int ct_layer_num(const ct_layer *l, const char *key, double def, double lo, double hi, bool hi_open,
+                 double *out, ct_err *err);
+int ct_layer_bool(const ct_layer *l, const char *key, bool def, bool *out, ct_err *err);
+/* A string among choices[0..n); *out = its index; missing: def_index. */
+int ct_layer_choice(const ct_layer *l, const char *key, const char *const *choices, int n,
+                    int def_index, int *out, ct_err *err);
+
+/* Elements per sample of input i / of the output. */
+static inline int64_t ct_layer_in_numel(const ct_layer *l, int i) { return ct_shape_numel(&l->in[i]); }
+static inline int64_t ct_layer_out_numel(const ct_layer *l) { return ct_shape_numel(&l->out); }
+
+/* Shared by conv/pool layers: output size of one spatial dim; <= 0 means the window does not fit. */
+static inline int64_t ct_conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+    return span < 0 ? 0 : span / stride + 1;
+}
+
+#endif

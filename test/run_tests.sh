@@ -1,0 +1,42 @@
+#!/bin/sh
+# Run every test this machine can run: the Check unit tests (build/test/test_*) and the
+# end-to-end scripts (test/e2e_*.sh). Usage: run_tests.sh BUILD_DIR [cuda]
+# A test exiting 77 is reported as skipped, never as passed. Ends with "N passed, N failed, N skipped".
+BUILD=${1:-build}
+MODE=${2:-cpu}
+passed=0; failed=0; skipped=0; failures=""
+run_one() {
+    name=$1; shift
+    start=$(date +%s)
+    "$@" > "$BUILD/test/$name.log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1)); echo "PASS  $name (${secs}s)"
+        grep -E '^[0-9]+%: Checks: ' "$BUILD/test/$name.log" | sed 's/^/      /'
+    elif [ $rc -eq 77 ]; then
+        skipped=$((skipped + 1)); echo "SKIP  $name: $(tail -n 1 "$BUILD/test/$name.log")"
+    else
+        failed=$((failed + 1)); failures="$failures $name"; echo "FAIL  $name (exit $rc, ${secs}s)"
+        tail -n 40 "$BUILD/test/$name.log" | sed 's/^/      /'
+    fi
+}
+mkdir -p "$BUILD/test"
+if [ "$MODE" = "cuda" ]; then
+    export CT_TEST_CUDA=1
+    for t in "$BUILD"/test/test_cuda*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
+    for s in test/e2e_cuda*.sh; do [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"; done
+else
+    for t in "$BUILD"/test/test_*; do
+        case "$t" in *.log) continue ;; esac
+        [ -x "$t" ] && run_one "$(basename "$t")" "$t"
+    done
+    for s in test/e2e_*.sh; do
+        case "$s" in test/e2e_cuda*) continue ;; esac
+        [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"
+    done
+fi
+echo
+[ -n "$failures" ] && echo "failed:$failures"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]
