@@ -9,8 +9,9 @@ WERROR    ?= 0
 CC        ?= cc
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -fno-strict-aliasing \
                -pthread -MMD -MP -I. -DCT_VERSION=\"$(VERSION)\"
+# -Werror changes no object code, so it stays out of the flags stamp below.
 ifeq ($(WERROR),1)
-CFLAGS_BASE += -Werror
+WERROR_FLAG := -Werror
 endif
 # Per-module SIMD: the CPU kernels are compiled for the host's ISA only when asked (portable default).
 CFLAGS    ?=
@@ -38,13 +39,19 @@ TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 .PHONY: all deps run test test-unit test-e2e test-cuda install uninstall clean fuzz bundle check-deps
 all: $(BUILD)/ctrain
 
-$(BUILD)/%.o: %.c
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+# Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
+FLAGS_STAMP := $(BUILD)/.cflags
+CUFLAGS_STAMP := $(BUILD)/.cuflags
+$(shell mkdir -p $(BUILD); echo '$(ALL_CFLAGS)' | cmp -s - $(FLAGS_STAMP) || echo '$(ALL_CFLAGS)' > $(FLAGS_STAMP))
+$(shell echo '$(NVCC) $(CUDA_ARCH)' | cmp -s - $(CUFLAGS_STAMP) || echo '$(NVCC) $(CUDA_ARCH)' > $(CUFLAGS_STAMP))
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(CUFLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(if $(WERROR_FLAG),-Werror all-warnings -Xcompiler -Werror) -c $< -o $@
 
 $(BUILD)/libctrain.a: $(CORE_OBJ) $(CUDA_OBJ)
 	@rm -f $@
@@ -55,7 +62,7 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 
 $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
+	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
 # deps: install what the build and tests need from Debian packages; does nothing when all is present.
 DEB_PKGS := libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check libsubunit-dev libopenmpi-dev \

@@ -122,42 +122,53 @@ struct ct_backend {
     void (*cast)(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n);
 
     /* x[rows, cols] += bias[cols] broadcast over rows; then the activation in place.
-     * With "inner" > 1 the layout is [rows, cols, inner] (bias per channel of NCHW). */
+     * With "inner" > 1 the layout is [rows, cols, inner] (bias per channel of NCHW).
+     * bias may be NULL (activation only). */
     void (*bias_act_forward)(ct_backend *be, float *x, const float *bias, int64_t rows, int64_t cols,
                              int64_t inner, ct_act act, float alpha);
     /* db[cols] += sum over rows (and inner) of dy. */
     void (*bias_backward)(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
                           int64_t inner);
     /* y = act(x); dx = dy * act'(x) (y is act(x), given because some derivatives use it).
-     * dx may alias dy. */
+     * dx may alias dy; y may alias x in the forward. In the backward, x may be NULL for
+     * relu, leaky_relu (alpha > 0), tanh and sigmoid, and y may be NULL for every other. */
     void (*act_forward)(ct_backend *be, float *y, const float *x, int64_t n, ct_act act, float alpha);
     void (*act_backward)(ct_backend *be, float *dx, const float *dy, const float *x, const float *y,
                          int64_t n, ct_act act, float alpha);
 
     /* Dropout: y = x * mask / (1 - p); mask bit i drawn from ct_rng_at(seed, CT_RNG_DROPOUT,
-     * stream, i) < p * 2^32 -> dropped. mask (uint8) is stored for backward. */
+     * stream, i) < p * 2^32 -> dropped. mask (uint8) is stored for backward (1 = kept).
+     * p >= 1 drops everything (y = 0). */
     void (*dropout_forward)(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
                             float p, uint64_t seed, uint64_t stream);
     void (*dropout_backward)(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
                              int64_t n, float p);
 
     /* ---- convolution support ---- */
-    /* col[(c/groups per group) * kh * kw, oh * ow] for one image and one group. */
+    /* col[(c/groups per group) * kh * kw, oh * ow] for one image and one group.
+     * img points at the image [c, h, w] (all channels); group selects channels
+     * group * c/groups onwards. Row (ci * kh + ky) * kw + kx, column oy * ow + ox. */
     void (*im2col)(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g, int64_t group);
     /* img += col2im(col) for one image and one group (img must be zeroed by the caller first). */
     void (*col2im)(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g, int64_t group);
 
     /* ---- pooling ---- */
+    /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be
+     * NULL in eval. Padding counts as -inf, the first maximum in window order wins, NaN wins. */
     void (*maxpool2d_forward)(ct_backend *be, float *y, int32_t *argmax, const float *x,
                               const ct_pool2d_geom *g);
     void (*maxpool2d_backward)(ct_backend *be, float *dx, const float *dy, const int32_t *argmax,
                                const ct_pool2d_geom *g);             /* dx written (zeroed first) */
     void (*avgpool2d_forward)(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);
-    void (*avgpool2d_backward)(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g);
+    void (*avgpool2d_backward)(ct_backend *be, float *dx, const float *dy,
+                               const ct_pool2d_geom *g);             /* dx written (zeroed first) */
 
     /* ---- normalization (statistics in fp32/fp64 internally) ---- */
     /* BatchNorm over [N, C, HW]. train: batch statistics, saves mean and inv_std[C], updates
-     * running stats with momentum (PyTorch: unbiased variance in running_var). eval: uses running. */
+     * running stats with momentum (PyTorch: unbiased variance in running_var). eval: uses running.
+     * gamma/beta may be NULL (affine off); running stats may be NULL in train (not tracked);
+     * save_* may be NULL in eval. Backward: dgamma/dbeta accumulate, either may be NULL, and dx
+     * may be NULL (parameter gradients only). */
     void (*batchnorm_forward)(ct_backend *be, float *y, const float *x, const float *gamma,
                               const float *beta, float *running_mean, float *running_var,
                               float *save_mean, float *save_invstd, int64_t n, int64_t c, int64_t hw,
@@ -165,7 +176,9 @@ struct ct_backend {
     void (*batchnorm_backward)(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy,
                                const float *x, const float *gamma, const float *save_mean,
                                const float *save_invstd, int64_t n, int64_t c, int64_t hw);
-    /* LayerNorm over the last dimension d of [rows, d]; saves mean and rstd[rows]. */
+    /* LayerNorm over the last dimension d of [rows, d]; saves mean and rstd[rows].
+     * gamma/beta may be NULL; backward: dgamma/dbeta accumulate (either may be NULL), dx may be
+     * NULL. */
     void (*layernorm_forward)(ct_backend *be, float *y, float *save_mean, float *save_rstd,
                               const float *x, const float *gamma, const float *beta, int64_t rows,
                               int64_t d, float eps);
@@ -176,13 +189,19 @@ struct ct_backend {
     /* ---- embedding ---- */
     void (*embedding_forward)(ct_backend *be, float *y, const int32_t *ids, const float *table,
                               int64_t n_ids, int64_t dim);
-    /* dtable += scatter(dy); deterministic (no atomics). */
+    /* dtable += scatter(dy); deterministic (no atomics). An id outside [0, vocab) reads as a
+     * zero row and receives no gradient (the data pipeline validates ids). */
     void (*embedding_backward)(ct_backend *be, float *dtable, const float *dy, const int32_t *ids,
                                int64_t n_ids, int64_t vocab, int64_t dim);
 
     /* ---- losses: mean over the batch; write dlogits = d(loss_mean)/dlogits * grad_scale.
      * Returns nothing; loss (fp32 scalar) and, for cross entropy, the number of correct argmax
-     * predictions are written to *loss_host / *correct_host after completion. */
+     * predictions are written to *loss_host / *correct_host after completion.
+     * softmax_xent = torch.nn.functional.cross_entropy(label_smoothing=eps): per row
+     * (1 - eps) * -log p[label] + eps * mean_j(-log p[j]); a label < 0 (or >= classes) is
+     * ignored like ignore_index: no loss, no gradient, not counted in the mean. MSE and BCE
+     * average over all n_rows * n_cols elements. dlogits/dpred may be NULL (loss only), and so
+     * may correct_host. */
     void (*softmax_xent)(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host,
                          const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
                          float label_smoothing, float grad_scale);

@@ -15,8 +15,13 @@
 #define CT_CONFIG_H
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
 #include "core/common.h"
+
+/* Micro-batch used when every batch key is "auto" or absent but at least one is "auto" (the value
+ * Hugging Face's per_device_train_batch_size defaults to). docs/config.md. */
+#define CT_CONFIG_DEFAULT_MICRO_BATCH 8
 
 /* Where a value came from, for messages ("train_batch_size was set in the file; micro ... --set"). */
 typedef enum { CT_SRC_DEFAULT = 0, CT_SRC_FILE, CT_SRC_OVERRIDE, CT_SRC_DERIVED, CT_SRC_AUTO } ct_source;
@@ -55,7 +60,8 @@ typedef struct ct_scheduler_cfg {
     double warmup_min_lr, warmup_max_lr;
     long warmup_num_steps;
     ct_warmup_type warmup_type;
-    long total_num_steps;              /* WarmupDecayLR, WarmupCosineLR */
+    long total_num_steps;              /* WarmupDecayLR, WarmupCosineLR; -1 ("auto") = the run's
+                                          total optimizer steps, filled in by the trainer */
     /* WarmupCosineLR */
     double warmup_min_ratio, cos_min_ratio;
     /* OneCycle */
@@ -150,6 +156,7 @@ typedef struct ct_config {
     cJSON *resolved;            /* the whole resolved config (defaults filled, "auto" resolved) */
     struct ct_json_doc *doc;    /* the parsed file(s), for positions */
     struct ct_json_doc *model_doc, *data_doc; /* when taken from other files */
+    cJSON *retired;             /* nodes replaced after parsing, kept alive so positions stay valid */
 } ct_config;
 
 /* Inputs of ct_config_load(): the file and what the command line adds. */
@@ -175,5 +182,13 @@ const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, 
 
 /* Resolve a data path relative to the config file's directory unless absolute. */
 void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n);
+
+/* `ctrain config check FILE [--world-size N]`: load FILE (no overrides, no GPU assumed) and print
+ * a short summary to `out`: batch triple with sources, precision, optimizer, scheduler, ZeRO stage.
+ * Returns CT_OK or the load error (err filled; warnings in warn). */
+int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err);
+
+/* "file", "--set", "derived", "default", "auto": for messages. */
+const char *ct_source_name(ct_source s);
 
 #endif

@@ -104,4 +104,11 @@ int ct_graph_forward(ct_graph *g, const float *params, float *buffers, ct_step_i
 int ct_graph_backward(ct_graph *g, const float *params, float *grads, ct_step_io *io,
                       const ct_exec_hooks *hooks, ct_err *err);
 
+/* Inspection (tests, debugging, profilers): layer j's name and type, and its output activation and
+ * gradient buffers [build batch, out] in backend memory, valid after forward / backward. */
+const char *ct_graph_layer_name(const ct_graph *g, int layer);
+const char *ct_graph_layer_type(const ct_graph *g, int layer);
+float *ct_graph_activation(const ct_graph *g, int layer);
+float *ct_graph_activation_grad(const ct_graph *g, int layer);
+
 #endif

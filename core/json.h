@@ -15,6 +15,10 @@
  *   - nesting deeper than CT_JSON_MAX_DEPTH
  *   - numbers that overflow a double (1e999) and NaN/Infinity literals
  *   - anything else that is not JSON, with what was expected.
+ * Errors inside a value also name its JSON path ("FILE:3:22: zero_optimization.stage: ...").
+ * Not accepted although Hjson has them: quoteless keys and strings, single quotes, ''' strings;
+ * "\u0000" is rejected too (cJSON strings end at NUL). A UTF-8 byte order mark is skipped; UTF-16
+ * is an error. Columns count bytes (a tab is one column). Files are capped at 64 MiB.
  * Never crashes or reads out of bounds on any input (fuzzed: test/fuzz/fuzz_json.c). */
 #ifndef CT_JSON_H
 #define CT_JSON_H
@@ -42,11 +46,18 @@ const char *ct_json_filename(const ct_json_doc *doc);
  * document does not know (e.g. inserted by an override). */
 bool ct_json_pos(const ct_json_doc *doc, const cJSON *node, int *line, int *col);
 
+/* Position of the value itself (for a member, where its value starts rather than its key). */
+bool ct_json_value_pos(const ct_json_doc *doc, const cJSON *node, int *line, int *col);
+
 /* Record a position for a node created after parsing (e.g. a --set override), so messages about it
  * can say where it came from. `origin` is a short text such as "--set" (copied). */
 void ct_json_set_origin(ct_json_doc *doc, const cJSON *node, const char *origin);
 /* Origin text of a node ("--set", or NULL when it came from the file). */
 const char *ct_json_origin(const ct_json_doc *doc, const cJSON *node);
+
+/* Drop what the document knows about node and its children, before they are deleted: positions
+ * are keyed by address, and a node allocated later at the same address must not inherit them. */
+void ct_json_forget(ct_json_doc *doc, const cJSON *node);
 
 /* "FILE:LINE:COL" for the node (or "FILE" when unknown, or the origin text). Writes to buf. */
 const char *ct_json_where(const ct_json_doc *doc, const cJSON *node, char *buf, size_t n);

@@ -44,7 +44,8 @@ typedef struct ct_layer_io {
     float *y;                           /* output [n, out] */
     float *dx[CT_LAYER_MAX_IN];         /* input grads (written), NULL when not needed */
     const float *dy;                    /* output grad [n, out] */
-    float *p[CT_LAYER_MAX_PARAMS];      /* parameters/buffers, in the order of the layer's specs */
+    float *p[CT_LAYER_MAX_PARAMS];      /* parameters/buffers, in the order of the layer's specs;
+                                           buffers are NULL in backward (only params needed) */
     float *dp[CT_LAYER_MAX_PARAMS];     /* parameter grads (accumulated); NULL for buffers */
     void *aux;                          /* aux_bytes saved from forward for backward */
     void *ws;                           /* shared workspace, workspace_bytes */
@@ -56,9 +57,9 @@ typedef struct ct_layer_type {
     const char *name;                   /* "linear" */
     const char *const *fields;          /* fields besides the common ones; NULL-terminated */
     int min_inputs, max_inputs;         /* usually 1, 1 */
-    size_t cfg_size;                    /* bytes of the type's parsed config (l->cfg) */
+    size_t cfg_size;                    /* bytes of the type's parsed config (l->cfg_data) */
 
-    /* Read and validate the type's fields from l->node into l->cfg (zeroed, cfg_size bytes). */
+    /* Read and validate the type's fields from l->node into l->cfg_data (zeroed, cfg_size bytes). */
     int (*parse)(ct_layer *l, ct_err *err);
     /* l->in[0..n_in) are known: check them and set l->out. */
     int (*infer)(ct_layer *l, ct_err *err);
@@ -86,7 +87,7 @@ struct ct_layer {
     ct_shape in[CT_LAYER_MAX_IN];       /* per-sample input shapes */
     ct_dtype in_dtype;                  /* CT_I32 only for an embedding fed by token ids */
     ct_shape out;                       /* per-sample output shape */
-    const char *in_name[CT_LAYER_MAX_IN]; /* producing layer's name, or "the model input" */
+    char in_name[CT_LAYER_MAX_IN][104]; /* for messages: "\"fc1\"" (quoted) or "the model input" */
 };
 
 /* ---- registry (core/layers/registry.c) ---- */
@@ -115,6 +116,14 @@ int ct_layer_bool(const ct_layer *l, const char *key, bool def, bool *out, ct_er
 /* A string among choices[0..n); *out = its index; missing: def_index. */
 int ct_layer_choice(const ct_layer *l, const char *key, const char *const *choices, int n,
                     int def_index, int *out, ct_err *err);
+
+/* Sizes beyond 2^40 elements are refused at build, so no element count can overflow int64. */
+#define CT_MAX_NUMEL ((int64_t)1 << 40)
+static inline bool ct_shape_too_big(const ct_shape *s) {
+    double n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= (double)s->d[i];
+    return n > (double)CT_MAX_NUMEL;
+}
 
 /* Elements per sample of input i / of the output. */
 static inline int64_t ct_layer_in_numel(const ct_layer *l, int i) { return ct_shape_numel(&l->in[i]); }

@@ -16,4 +16,8 @@ double ct_sched_lr(const ct_scheduler_cfg *s, double base_lr, long t);
  * schedule overrides them (beta2 forced to 0.99, as DeepSpeed does); false otherwise. */
 bool ct_sched_betas(const ct_scheduler_cfg *s, long t, double *beta1, double *beta2);
 
+/* total_num_steps "auto" is stored as -1 by the config: the trainer calls this once it knows the
+ * run's total optimizer steps (epochs x steps per epoch, or max_steps). No-op when already set. */
+void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps);
+
 #endif

@@ -36,6 +36,7 @@ typedef struct ct_summary {
     long skipped_steps;
     char run_dir[1024];
     char error[512];             /* first line of the error when status is "error" */
+    double first_step_s;         /* process age when the first training step began; NAN if none */
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);
@@ -44,5 +45,22 @@ void ct_summary_write(const ct_summary *s, FILE *f);
 
 /* Train (or, with opts->dry_run, print the plan and return). Fills summary in every case. */
 int ct_train_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err);
+
+/* The same run in three parts, for tests and tools that need the model between them:
+ * open (backend, datasets, graph, flat buffers, parameters initialised from the seed; prints the
+ * start block), fit (the loop; fills the summary), close. ct_train_run = open + fit + close.
+ * open sets *out even when it fails (the summary says why): close it in every case. */
+typedef struct ct_trainer ct_trainer;
+struct ct_optim;
+struct ct_graph;
+int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                    ct_trainer **out, ct_err *err);
+int ct_trainer_fit(ct_trainer *t, ct_err *err);
+void ct_trainer_close(ct_trainer *t);
+/* The optimizer owns the flat fp32 parameters (o->params), gradients and state. */
+struct ct_optim *ct_trainer_optim(ct_trainer *t);
+const struct ct_graph *ct_trainer_graph(const ct_trainer *t);
+/* Called after every optimizer step with its 1-based number and mean loss. */
+void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx);
 
 #endif

@@ -1,11 +1,11 @@
 /* cpu_internal.h: what the CPU backend's files share (not part of the public op table).
  *
- * Threading: one pool of persistent workers runs element-wise, reduction, im2col, pooling and
- * norm ops; GEMM runs on OpenBLAS's own threads and is never called from a pool task, so the two
- * never nest. Work is split into ranges whose boundaries may depend on the thread count, so every
- * op is written so that its result does not: element-wise ops are independent per element, and
- * reductions sum fixed-size chunks (CT_CPU_CHUNK elements, in double) and then the chunk results
- * in chunk order. */
+ * Threading: one pool of persistent workers runs every op, GEMM included: OpenBLAS stays at one
+ * thread and a large GEMM is cut into fixed tiles computed by pool workers (cpu_gemm.c says why),
+ * so there is exactly one set of threads. Work is split into ranges whose boundaries may depend
+ * on the thread count, so every op is written so that its result does not: element-wise ops are
+ * independent per element, GEMM tiles depend on the shape only, and reductions sum fixed-size
+ * chunks (CT_CPU_CHUNK elements, in double) and then the chunk results in chunk order. */
 #ifndef CT_CPU_INTERNAL_H
 #define CT_CPU_INTERNAL_H
 
@@ -13,10 +13,18 @@
 
 #include "core/backend.h"
 
+/* The build is -O2, where gcc 12 runs its vectoriser with the "very cheap" cost model: a loop
+ * whose trip count is not a known multiple of the vector width stays scalar, which is every loop
+ * here. The kernels are written as simple restrict-pointer loops for the vectoriser, so the CPU
+ * backend's files ask for the ordinary cost model (measured: docs/BENCHMARKS.md). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
+
 /* Elements per reduction chunk: fixed, so sums have the same bits for any thread count. */
 #define CT_CPU_CHUNK 4096
 /* Below this many elements an element-wise op is not worth waking the workers. */
-#define CT_CPU_GRAIN 32768
+#define CT_CPU_GRAIN 65536
 
 typedef struct ct_cpu_pool ct_cpu_pool;
 ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started */
@@ -54,7 +62,7 @@ void ct_cpu_loss_install(ct_backend *be);
 void ct_cpu_optim_install(ct_backend *be);
 void ct_cpu_reduce_install(ct_backend *be);
 
-/* OpenBLAS thread count (cpu_gemm.c); the backend sets it once at creation. */
-void ct_cpu_gemm_set_threads(int threads);
+/* Keeps OpenBLAS at one thread (cpu_gemm.c); called at backend creation. */
+void ct_cpu_gemm_init(void);
 
 #endif

@@ -56,6 +56,8 @@ int ct_layer_int(const ct_layer *l, const char *key, bool required, int64_t def,
                                               json_kind(v));
     if (x < min) return ct_layer_errf(l, err, v, "%s: expected an integer >= %lld, got %lld", key,
                                       (long long)min, (long long)x);
+    if (x > INT32_MAX) return ct_layer_errf(l, err, v, "%s: %lld is too large (at most %d)", key,
+                                            (long long)x, INT32_MAX);
     *out = x;
     return CT_OK;
 }
@@ -74,7 +76,7 @@ int ct_layer_int2(const ct_layer *l, const char *key, bool required, int64_t def
                              key, cJSON_GetArraySize(v));
     for (int i = 0; i < 2; i++) {
         const cJSON *e = cJSON_GetArrayItem(v, i);
-        if (!json_int(e, &out[i]) || out[i] < min)
+        if (!json_int(e, &out[i]) || out[i] < min || out[i] > INT32_MAX)
             return ct_layer_errf(l, err, e, "%s[%d]: expected an integer >= %lld", key, i,
                                  (long long)min);
     }

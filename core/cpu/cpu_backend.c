@@ -1,0 +1,106 @@
+/* cpu_backend.c: the CPU backend's table, creation and memory.
+ *
+ * Host memory is the device memory here: copies are memcpy, "pinned" memory is ordinary
+ * 64-byte-aligned memory, and every op completes before it returns (sync is a no-op). */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/cpu/cpu_internal.h"
+
+static void *cpu_alloc(ct_backend *be, size_t bytes) {
+    /* aligned_alloc wants a multiple of the alignment; 0 bytes still yields a unique pointer */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void cpu_free(ct_backend *be, void *p) { free(p); }
+
+static void cpu_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_memset0(ct_backend *be, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_sync(ct_backend *be) {}
+
+static size_t cpu_peak_bytes(ct_backend *be) { return 0; }
+
+static void cpu_destroy(ct_backend *be) {
+    if (!be) return;
+    ct_cpu *cpu = be->impl;
+    ct_cpu_pool_destroy(cpu->pool);
+    free(cpu);
+    free(be);
+}
+
+/* "Intel(R) Xeon(R) Processor" from /proc/cpuinfo, or the architecture when unavailable. */
+static void cpu_model(char *buf, size_t n) {
+    snprintf(buf, n, "%s", "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(buf, n, "%s", v);
+        buf[strcspn(buf, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+ct_backend *ct_cpu_backend_create(int threads) {
+    if (threads <= 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = online > 0 ? (int)online : 1;
+    }
+    ct_backend *be = ct_xcalloc(1, sizeof *be);
+    ct_cpu *cpu = ct_xcalloc(1, sizeof *cpu);
+    cpu->threads = threads;
+    cpu->pool = ct_cpu_pool_create(threads);
+    if (!cpu->pool) {
+        free(cpu);
+        free(be);
+        return NULL;
+    }
+    be->name = "cpu";
+    be->impl = cpu;
+    be->threads = threads;
+    ct_cpu_gemm_init();
+
+    char model[96];
+    cpu_model(model, sizeof model);
+    const char *blas = openblas_get_config();
+    snprintf(be->device_desc, sizeof be->device_desc, "%s, %d thread%s, %s", model, threads,
+             threads == 1 ? "" : "s", blas ? blas : "OpenBLAS");
+
+    be->destroy = cpu_destroy;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->alloc_host_pinned = cpu_alloc;
+    be->free_host_pinned = cpu_free;
+    be->copy_h2d = cpu_copy;
+    be->copy_d2h = cpu_copy;
+    be->copy_d2d = cpu_copy;
+    be->memset0 = cpu_memset0;
+    be->sync = cpu_sync;
+    be->peak_bytes = cpu_peak_bytes;
+
+    ct_cpu_gemm_install(be);
+    ct_cpu_eltwise_install(be);
+    ct_cpu_conv_install(be);
+    ct_cpu_pool2d_install(be);
+    ct_cpu_norm_install(be);
+    ct_cpu_loss_install(be);
+    ct_cpu_optim_install(be);
+    ct_cpu_reduce_install(be);
+    return be;
+}

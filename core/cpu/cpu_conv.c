@@ -1,0 +1,111 @@
+/* cpu_conv.c: im2col / col2im for convolution as GEMM.
+ *
+ * col has one row per (channel in group, ky, kx) and one column per output pixel:
+ *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
+ * (zero outside the image). img points at one image [C, H, W]; `group` selects channels
+ * c0 = group * C/groups onwards. */
+#include <string.h>
+
+#include "core/cpu/cpu_internal.h"
+
+typedef struct {
+    float *col;
+    float *img;
+    const float *ccol;
+    const float *cimg;
+    const ct_conv2d_geom *g;
+    int64_t c0; /* first channel of the group */
+} conv_ctx;
+
+/* Output columns [ox0, ox1) whose input column ix = ox*sw - pw + kx*dw lies inside [0, w). */
+static void valid_cols(const ct_conv2d_geom *g, int64_t kx, int64_t *ox0, int64_t *ox1) {
+    int64_t off = kx * g->dil_w - g->pad_w;
+    int64_t lo = off >= 0 ? 0 : ct_cpu_ceil_div(-off, g->stride_w);
+    int64_t hi = g->w - off <= 0 ? 0 : ct_cpu_ceil_div(g->w - off, g->stride_w);
+    if (hi > g->ow) hi = g->ow;
+    if (lo > hi) lo = hi;
+    *ox0 = lo;
+    *ox1 = hi;
+}
+
+static void im2col_range(void *c, int64_t r0, int64_t r1) {
+    conv_ctx *k = c;
+    const ct_conv2d_geom *g = k->g;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t kx = r % g->kw, ky = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);
+        const float *plane = k->cimg + (k->c0 + ch) * g->h * g->w;
+        float *out = k->col + r * g->oh * g->ow;
+        int64_t ox0, ox1;
+        valid_cols(g, kx, &ox0, &ox1);
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            float *o = out + oy * g->ow;
+            int64_t iy = oy * g->stride_h - g->pad_h + ky * g->dil_h;
+            if (iy < 0 || iy >= g->h) {
+                memset(o, 0, (size_t)g->ow * sizeof(float));
+                continue;
+            }
+            const float *in = plane + iy * g->w;
+            int64_t off = kx * g->dil_w - g->pad_w;
+            for (int64_t ox = 0; ox < ox0; ox++) o[ox] = 0.0f;
+            if (g->stride_w == 1) {
+                const float *restrict src = in + off;
+                for (int64_t ox = ox0; ox < ox1; ox++) o[ox] = src[ox];
+            } else
+                for (int64_t ox = ox0; ox < ox1; ox++) o[ox] = in[ox * g->stride_w + off];
+            for (int64_t ox = ox1; ox < g->ow; ox++) o[ox] = 0.0f;
+        }
+    }
+}
+
+/* Channels [c0, c1) of the group: each channel's kh*kw rows are added in a fixed order, and no
+ * two threads touch the same channel. */
+static void col2im_range(void *c, int64_t ch0, int64_t ch1) {
+    conv_ctx *k = c;
+    const ct_conv2d_geom *g = k->g;
+    for (int64_t ch = ch0; ch < ch1; ch++) {
+        float *plane = k->img + (k->c0 + ch) * g->h * g->w;
+        for (int64_t ky = 0; ky < g->kh; ky++) {
+            for (int64_t kx = 0; kx < g->kw; kx++) {
+                const float *src = k->ccol + ((ch * g->kh + ky) * g->kw + kx) * g->oh * g->ow;
+                int64_t ox0, ox1;
+                valid_cols(g, kx, &ox0, &ox1);
+                for (int64_t oy = 0; oy < g->oh; oy++) {
+                    int64_t iy = oy * g->stride_h - g->pad_h + ky * g->dil_h;
+                    if (iy < 0 || iy >= g->h) continue;
+                    float *dst = plane + iy * g->w;
+                    int64_t off = kx * g->dil_w - g->pad_w;
+                    const float *s = src + oy * g->ow;
+                    if (g->stride_w == 1) {
+                        float *restrict d = dst + off; /* unit stride: a loop the compiler vectorises */
+                        for (int64_t ox = ox0; ox < ox1; ox++) d[ox] += s[ox];
+                    } else {
+                        for (int64_t ox = ox0; ox < ox1; ox++) dst[ox * g->stride_w + off] += s[ox];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void cpu_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g,
+                       int64_t group) {
+    int64_t cg = g->c / g->groups;
+    conv_ctx c = {.col = col, .cimg = img, .g = g, .c0 = group * cg};
+    int64_t rows = cg * g->kh * g->kw, per_row = g->oh * g->ow;
+    ct_cpu_parallel(ct_cpu_pool_of(be), rows, ct_cpu_ceil_div(CT_CPU_GRAIN, per_row > 0 ? per_row : 1),
+                    im2col_range, &c);
+}
+
+static void cpu_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g,
+                       int64_t group) {
+    int64_t cg = g->c / g->groups;
+    conv_ctx c = {.img = img, .ccol = col, .g = g, .c0 = group * cg};
+    int64_t per_ch = g->kh * g->kw * g->oh * g->ow;
+    ct_cpu_parallel(ct_cpu_pool_of(be), cg, ct_cpu_ceil_div(CT_CPU_GRAIN, per_ch > 0 ? per_ch : 1),
+                    col2im_range, &c);
+}
+
+void ct_cpu_conv_install(ct_backend *be) {
+    be->im2col = cpu_im2col;
+    be->col2im = cpu_col2im;
+}

@@ -1,0 +1,477 @@
+/* cpu_eltwise.c: element-wise ops, activations, casts, dropout and embedding lookups.
+ *
+ * Every op here is independent per output element (or per output row), so splitting the work
+ * over threads cannot change a single bit of the result. */
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu/cpu_internal.h"
+#include "core/rng.h"
+
+/* ---- fill / scale / axpy / add ---- */
+
+typedef struct {
+    float *y;
+    const float *a, *b;
+    float s;
+} vec_ctx;
+
+static void fill_range(void *c, int64_t i0, int64_t i1) {
+    vec_ctx *v = c;
+    for (int64_t i = i0; i < i1; i++) v->y[i] = v->s;
+}
+static void scale_range(void *c, int64_t i0, int64_t i1) {
+    vec_ctx *v = c;
+    for (int64_t i = i0; i < i1; i++) v->y[i] *= v->s;
+}
+static void axpy_range(void *c, int64_t i0, int64_t i1) {
+    vec_ctx *v = c;
+    float *restrict y = v->y;
+    const float *restrict x = v->a;
+    for (int64_t i = i0; i < i1; i++) y[i] += v->s * x[i];
+}
+static void add_range(void *c, int64_t i0, int64_t i1) {
+    vec_ctx *v = c;
+    for (int64_t i = i0; i < i1; i++) v->y[i] = v->a[i] + v->b[i];
+}
+
+static void cpu_fill(ct_backend *be, float *x, float v, int64_t n) {
+    vec_ctx c = {.y = x, .s = v};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, fill_range, &c);
+}
+static void cpu_scale(ct_backend *be, float *x, float s, int64_t n) {
+    vec_ctx c = {.y = x, .s = s};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, scale_range, &c);
+}
+static void cpu_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n) {
+    vec_ctx c = {.y = y, .a = x, .s = a};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, axpy_range, &c);
+}
+static void cpu_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    vec_ctx c = {.y = y, .a = a, .b = b};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, add_range, &c);
+}
+
+/* ---- strided row copy ---- */
+
+typedef struct {
+    float *y;
+    const float *x;
+    int64_t ldy, ldx, cols;
+    bool accumulate;
+} rows_ctx;
+
+static void copy_rows_range(void *c, int64_t r0, int64_t r1) {
+    rows_ctx *k = c;
+    for (int64_t r = r0; r < r1; r++) {
+        float *restrict y = k->y + r * k->ldy;
+        const float *restrict x = k->x + r * k->ldx;
+        if (k->accumulate)
+            for (int64_t j = 0; j < k->cols; j++) y[j] += x[j];
+        else
+            memcpy(y, x, (size_t)k->cols * sizeof(float));
+    }
+}
+
+static void cpu_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                          int64_t rows, int64_t cols, bool accumulate) {
+    if (cols <= 0) return;
+    rows_ctx c = {y, x, ldy, ldx, cols, accumulate};
+    ct_cpu_parallel(ct_cpu_pool_of(be), rows, ct_cpu_ceil_div(CT_CPU_GRAIN, cols), copy_rows_range, &c);
+}
+
+/* ---- casts ---- */
+
+typedef struct {
+    void *y;
+    const void *x;
+    ct_dtype y_dt, x_dt;
+} cast_ctx;
+
+static float load_any(const void *x, ct_dtype dt, int64_t i) {
+    switch (dt) {
+    case CT_F32: return ((const float *)x)[i];
+    case CT_F16: return ct_f16_to_f32(((const uint16_t *)x)[i]);
+    case CT_BF16: return ct_bf16_to_f32(((const uint16_t *)x)[i]);
+    case CT_I32: return (float)((const int32_t *)x)[i];
+    case CT_I64: return (float)((const int64_t *)x)[i];
+    case CT_U8: return (float)((const uint8_t *)x)[i];
+    case CT_U16: return (float)((const uint16_t *)x)[i];
+    default: return 0.0f;
+    }
+}
+
+static void store_any(void *y, ct_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case CT_F32: ((float *)y)[i] = v; break;
+    case CT_F16: ((uint16_t *)y)[i] = ct_f32_to_f16(v); break;
+    case CT_BF16: ((uint16_t *)y)[i] = ct_f32_to_bf16(v); break;
+    case CT_I32: ((int32_t *)y)[i] = (int32_t)lrintf(v); break;
+    case CT_I64: ((int64_t *)y)[i] = (int64_t)llrintf(v); break;
+    case CT_U8: ((uint8_t *)y)[i] = (uint8_t)lrintf(v); break;
+    case CT_U16: ((uint16_t *)y)[i] = (uint16_t)lrintf(v); break;
+    default: break;
+    }
+}
+
+static void cast_range(void *c, int64_t i0, int64_t i1) {
+    cast_ctx *k = c;
+    if (k->x_dt == k->y_dt) {
+        size_t es = ct_dtype_size(k->x_dt);
+        memmove((char *)k->y + (size_t)i0 * es, (const char *)k->x + (size_t)i0 * es,
+                (size_t)(i1 - i0) * es);
+        return;
+    }
+    /* the mixed-precision paths get their own loops; everything else goes through float */
+    if (k->x_dt == CT_F32 && k->y_dt == CT_F16) {
+        const float *x = k->x;
+        uint16_t *y = k->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = ct_f32_to_f16(x[i]);
+    } else if (k->x_dt == CT_F32 && k->y_dt == CT_BF16) {
+        const float *x = k->x;
+        uint16_t *y = k->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = ct_f32_to_bf16(x[i]);
+    } else if (k->x_dt == CT_F16 && k->y_dt == CT_F32) {
+        const uint16_t *x = k->x;
+        float *y = k->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = ct_f16_to_f32(x[i]);
+    } else if (k->x_dt == CT_BF16 && k->y_dt == CT_F32) {
+        const uint16_t *x = k->x;
+        float *y = k->y;
+        for (int64_t i = i0; i < i1; i++) y[i] = ct_bf16_to_f32(x[i]);
+    } else {
+        for (int64_t i = i0; i < i1; i++) store_any(k->y, k->y_dt, i, load_any(k->x, k->x_dt, i));
+    }
+}
+
+static void cpu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n) {
+    cast_ctx c = {y, x, y_dt, x_dt};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, cast_range, &c);
+}
+
+/* ---- activations ---- */
+
+#define CT_SQRT1_2 0.70710678118654752f
+#define CT_INV_SQRT_2PI 0.39894228040143268f
+#define CT_SQRT_2_PI 0.79788456080286536f
+#define CT_GELU_C 0.044715f
+
+/* y = act(x) for n elements; y may equal x. */
+static void act_apply(float *y, const float *x, int64_t n, ct_act act, float alpha) {
+    switch (act) {
+    case CT_ACT_NONE:
+        if (y != x) memmove(y, x, (size_t)n * sizeof(float));
+        break;
+    case CT_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = v > 0.0f ? v : 0.0f;
+        }
+        break;
+    case CT_ACT_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = v > 0.0f ? v : alpha * v;
+        }
+        break;
+    case CT_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CT_SQRT1_2));
+        break;
+    case CT_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(CT_SQRT_2_PI * (v + CT_GELU_C * v * v * v)));
+        }
+        break;
+    case CT_ACT_SILU:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
+    case CT_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+        break;
+    case CT_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    }
+}
+
+/* dx = dy * act'(x); x or y may be NULL where the derivative does not need it (see below). */
+static void act_grad(float *dx, const float *dy, const float *x, const float *y, int64_t n,
+                     ct_act act, float alpha) {
+    /* relu / leaky relu (alpha > 0) have the same sign test on x and y */
+    const float *sx = x ? x : y;
+    switch (act) {
+    case CT_ACT_NONE:
+        if (dx != dy) memmove(dx, dy, (size_t)n * sizeof(float));
+        break;
+    /* dy is loaded unconditionally: a conditional load would keep these loops scalar */
+    case CT_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) {
+            float d = dy[i];
+            dx[i] = sx[i] > 0.0f ? d : 0.0f;
+        }
+        break;
+    case CT_ACT_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) {
+            float d = dy[i];
+            dx[i] = sx[i] > 0.0f ? d : alpha * d;
+        }
+        break;
+    case CT_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * CT_SQRT1_2));
+            float pdf = CT_INV_SQRT_2PI * expf(-0.5f * v * v);
+            dx[i] = dy[i] * (cdf + v * pdf);
+        }
+        break;
+    case CT_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i];
+            float t = tanhf(CT_SQRT_2_PI * (v + CT_GELU_C * v * v * v));
+            float dinner = CT_SQRT_2_PI * (1.0f + 3.0f * CT_GELU_C * v * v);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+        }
+        break;
+    case CT_ACT_SILU:
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + expf(-x[i]));
+            dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+        }
+        break;
+    case CT_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float t = y ? y[i] : tanhf(x[i]);
+            dx[i] = dy[i] * (1.0f - t * t);
+        }
+        break;
+    case CT_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float s = y ? y[i] : 1.0f / (1.0f + expf(-x[i]));
+            dx[i] = dy[i] * s * (1.0f - s);
+        }
+        break;
+    }
+}
+
+typedef struct {
+    float *y;
+    const float *x, *dy, *xin, *yin;
+    ct_act act;
+    float alpha;
+} act_ctx;
+
+static void act_fwd_range(void *c, int64_t i0, int64_t i1) {
+    act_ctx *k = c;
+    act_apply(k->y + i0, k->x + i0, i1 - i0, k->act, k->alpha);
+}
+
+static void act_bwd_range(void *c, int64_t i0, int64_t i1) {
+    act_ctx *k = c;
+    act_grad(k->y + i0, k->dy + i0, k->xin ? k->xin + i0 : NULL, k->yin ? k->yin + i0 : NULL,
+             i1 - i0, k->act, k->alpha);
+}
+
+static void cpu_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act, float alpha) {
+    act_ctx c = {.y = y, .x = x, .act = act, .alpha = alpha};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, act_fwd_range, &c);
+}
+
+static void cpu_act_backward(ct_backend *be, float *dx, const float *dy, const float *x,
+                             const float *y, int64_t n, ct_act act, float alpha) {
+    act_ctx c = {.y = dx, .dy = dy, .xin = x, .yin = y, .act = act, .alpha = alpha};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, act_bwd_range, &c);
+}
+
+/* ---- bias + activation ---- */
+
+typedef struct {
+    float *x;
+    const float *bias;
+    double *acc;        /* bias_backward: unused */
+    int64_t rows, cols, inner;
+    ct_act act;
+    float alpha;
+} bias_ctx;
+
+/* inner == 1: items are rows of [rows, cols]; inner > 1: items are (row, col) lines of length inner */
+static void bias_act_range(void *c, int64_t i0, int64_t i1) {
+    bias_ctx *k = c;
+    for (int64_t it = i0; it < i1; it++) {
+        if (k->inner == 1) {
+            float *restrict x = k->x + it * k->cols;
+            if (k->bias)
+                for (int64_t j = 0; j < k->cols; j++) x[j] += k->bias[j];
+            act_apply(x, x, k->cols, k->act, k->alpha);
+        } else {
+            float *restrict x = k->x + it * k->inner;
+            if (k->bias) {
+                float b = k->bias[it % k->cols];
+                for (int64_t j = 0; j < k->inner; j++) x[j] += b;
+            }
+            act_apply(x, x, k->inner, k->act, k->alpha);
+        }
+    }
+}
+
+static void cpu_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows,
+                                 int64_t cols, int64_t inner, ct_act act, float alpha) {
+    if (inner < 1) inner = 1;
+    bias_ctx c = {.x = x, .bias = bias, .rows = rows, .cols = cols, .inner = inner, .act = act, .alpha = alpha};
+    int64_t items = inner == 1 ? rows : rows * cols, len = inner == 1 ? cols : inner;
+    if (len <= 0) return;
+    ct_cpu_parallel(ct_cpu_pool_of(be), items, ct_cpu_ceil_div(CT_CPU_GRAIN / 4, len), bias_act_range, &c);
+}
+
+/* Column range [j0, j1) of db: each column is summed over rows (and inner) in a fixed order. */
+static void bias_bwd_range(void *c, int64_t j0, int64_t j1) {
+    bias_ctx *k = c;
+    const float *dy = k->x;
+    float *db = (float *)k->bias;
+    if (k->inner == 1) {
+        double acc[256];
+        for (int64_t b0 = j0; b0 < j1; b0 += 256) {
+            int64_t bn = j1 - b0 < 256 ? j1 - b0 : 256;
+            for (int64_t j = 0; j < bn; j++) acc[j] = 0.0;
+            for (int64_t r = 0; r < k->rows; r++) {
+                const float *row = dy + r * k->cols + b0;
+                for (int64_t j = 0; j < bn; j++) acc[j] += row[j];
+            }
+            for (int64_t j = 0; j < bn; j++) db[b0 + j] += (float)acc[j];
+        }
+        return;
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        double acc = 0.0;
+        for (int64_t r = 0; r < k->rows; r++) {
+            const float *line = dy + (r * k->cols + j) * k->inner;
+            for (int64_t i = 0; i < k->inner; i++) acc += line[i];
+        }
+        db[j] += (float)acc;
+    }
+}
+
+static void cpu_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
+                              int64_t inner) {
+    if (inner < 1) inner = 1;
+    /* x carries dy and bias carries db: the context is shared with the forward */
+    bias_ctx c = {.x = (float *)dy, .bias = db, .rows = rows, .cols = cols, .inner = inner};
+    int64_t per_col = rows * inner;
+    ct_cpu_parallel(ct_cpu_pool_of(be), cols, ct_cpu_ceil_div(CT_CPU_GRAIN, per_col > 0 ? per_col : 1),
+                    bias_bwd_range, &c);
+}
+
+/* ---- dropout ---- */
+
+typedef struct {
+    float *y;
+    uint8_t *mask;
+    const float *x;
+    const uint8_t *mask_in;
+    uint64_t threshold; /* draws below it are dropped: p * 2^32 */
+    float keep_scale;   /* 1 / (1 - p), 0 when everything is dropped */
+    uint64_t seed, stream;
+} drop_ctx;
+
+static void dropout_fwd_range(void *c, int64_t i0, int64_t i1) {
+    drop_ctx *k = c;
+    /* word i of the stream is ct_rng_at(seed, DROPOUT, stream, i): seek to i0 and read on */
+    ct_rng r;
+    ct_rng_init(&r, k->seed, CT_RNG_DROPOUT, k->stream);
+    ct_rng_seek(&r, (uint64_t)i0 >> 2);
+    for (int64_t s = 0; s < (i0 & 3); s++) (void)ct_rng_u32(&r);
+    for (int64_t i = i0; i < i1; i++) {
+        uint8_t keep = (uint64_t)ct_rng_u32(&r) >= k->threshold;
+        k->mask[i] = keep;
+        k->y[i] = keep ? k->x[i] * k->keep_scale : 0.0f;
+    }
+}
+
+static void dropout_bwd_range(void *c, int64_t i0, int64_t i1) {
+    drop_ctx *k = c;
+    float *restrict dx = k->y;
+    const float *restrict dy = k->x;
+    const uint8_t *restrict mask = k->mask_in;
+    for (int64_t i = i0; i < i1; i++) dx[i] = dy[i] * ((float)mask[i] * k->keep_scale);
+}
+
+static float dropout_keep_scale(float p) { return p >= 1.0f ? 0.0f : 1.0f / (1.0f - p); }
+
+static void cpu_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
+                                float p, uint64_t seed, uint64_t stream) {
+    double t = (double)p * 4294967296.0;
+    drop_ctx c = {.y = y, .mask = mask, .x = x, .keep_scale = dropout_keep_scale(p), .seed = seed,
+                  .stream = stream, .threshold = t <= 0.0 ? 0 : (uint64_t)t};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 8, dropout_fwd_range, &c);
+}
+
+static void cpu_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
+                                 int64_t n, float p) {
+    drop_ctx c = {.y = dx, .x = dy, .mask_in = mask, .keep_scale = dropout_keep_scale(p)};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, dropout_bwd_range, &c);
+}
+
+/* ---- embedding ---- */
+
+typedef struct {
+    float *out;
+    const float *in;
+    const int32_t *ids;
+    int64_t n_ids, vocab, dim;
+} embed_ctx;
+
+static void embed_fwd_range(void *c, int64_t i0, int64_t i1) {
+    embed_ctx *k = c;
+    for (int64_t i = i0; i < i1; i++) {
+        float *y = k->out + i * k->dim;
+        int32_t id = k->ids[i];
+        /* ids are validated by the data pipeline; an id outside the table reads as zeros */
+        if (id < 0 || id >= k->vocab)
+            memset(y, 0, (size_t)k->dim * sizeof(float));
+        else
+            memcpy(y, k->in + (int64_t)id * k->dim, (size_t)k->dim * sizeof(float));
+    }
+}
+
+/* Vocabulary rows [v0, v1) are owned by one thread, which scans every id in order: no two threads
+ * write the same row and each row's sum has a fixed order. */
+static void embed_bwd_range(void *c, int64_t v0, int64_t v1) {
+    embed_ctx *k = c;
+    for (int64_t i = 0; i < k->n_ids; i++) {
+        int64_t id = k->ids[i];
+        if (id < v0 || id >= v1) continue;
+        float *restrict dt = k->out + id * k->dim;
+        const float *restrict g = k->in + i * k->dim;
+        for (int64_t j = 0; j < k->dim; j++) dt[j] += g[j];
+    }
+}
+
+static void cpu_embedding_forward(ct_backend *be, float *y, const int32_t *ids, const float *table,
+                                  int64_t n_ids, int64_t dim) {
+    embed_ctx c = {.out = y, .in = table, .ids = ids, .n_ids = n_ids, .vocab = INT32_MAX, .dim = dim};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n_ids, ct_cpu_ceil_div(CT_CPU_GRAIN, dim > 0 ? dim : 1),
+                    embed_fwd_range, &c);
+}
+
+static void cpu_embedding_backward(ct_backend *be, float *dtable, const float *dy, const int32_t *ids,
+                                   int64_t n_ids, int64_t vocab, int64_t dim) {
+    embed_ctx c = {.out = dtable, .in = dy, .ids = ids, .n_ids = n_ids, .vocab = vocab, .dim = dim};
+    ct_cpu_parallel(ct_cpu_pool_of(be), vocab, ct_cpu_ceil_div(vocab, 64), embed_bwd_range, &c);
+}
+
+void ct_cpu_eltwise_install(ct_backend *be) {
+    be->fill = cpu_fill;
+    be->scale = cpu_scale;
+    be->axpy = cpu_axpy;
+    be->add = cpu_add;
+    be->copy_rows = cpu_copy_rows;
+    be->cast = cpu_cast;
+    be->bias_act_forward = cpu_bias_act_forward;
+    be->bias_backward = cpu_bias_backward;
+    be->act_forward = cpu_act_forward;
+    be->act_backward = cpu_act_backward;
+    be->dropout_forward = cpu_dropout_forward;
+    be->dropout_backward = cpu_dropout_backward;
+    be->embedding_forward = cpu_embedding_forward;
+    be->embedding_backward = cpu_embedding_backward;
+}

@@ -1,0 +1,173 @@
+/* cpu_gemm.c: GEMM through OpenBLAS's cblas_sgemm (row-major), run on the backend's pool.
+ *
+ * OpenBLAS is kept at one thread and a large GEMM is cut into fixed tiles (a block of rows or
+ * columns of C, chosen from the shape alone) that pool workers compute with independent
+ * single-threaded cblas_sgemm calls. Measured on the 2-core machine (docs/BENCHMARKS.md,
+ * "CPU backend threading"): OpenBLAS's own threads give different bits for 1 and 2 threads
+ * (K = 784), and after every call they spin in sched_yield for ~150 ms, taking a core from the
+ * pool and the data loader. Fixed tiles give the same bits for any thread count and never spin.
+ * This is not a nested pool: the tiles run on the pool, OpenBLAS itself never starts threads.
+ *
+ * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
+ * is computed in fp32 and rounded once at the end. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "core/cpu/cpu_internal.h"
+
+/* Tiling. A tile repacks the operand it does not split (A for column tiles, B for row tiles),
+ * which measured ~12/edge of the tile's own time (16 tiles of 32 columns: +40% CPU for
+ * 128x512x784); so tiles keep an edge of at least MIN_EDGE, carry at least TILE_MACS
+ * multiply-adds, and come in powers of two so that 2 or 4 threads share them evenly. */
+#define TILE_MACS (1 << 20)
+#define MIN_EDGE 96
+#define MAX_TILES 8
+#define TILE_ALIGN 8
+
+void ct_cpu_gemm_init(void) { openblas_set_num_threads(1); }
+
+typedef struct {
+    bool ta, tb, split_rows;
+    int64_t m, n, k, lda, ldb, ldc, tile; /* tile: rows (or columns) of C per tile */
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+static void gemm_tiles(void *ctx, int64_t t0, int64_t t1) {
+    gemm_job *j = ctx;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t lo = t * j->tile, total = j->split_rows ? j->m : j->n;
+        int64_t hi = lo + j->tile < total ? lo + j->tile : total;
+        const float *a = j->a, *b = j->b;
+        float *c = j->c;
+        int64_t m = j->m, n = j->n;
+        if (j->split_rows) { /* rows lo..hi of op(A) and C */
+            a += j->ta ? lo : lo * j->lda;
+            c += lo * j->ldc;
+            m = hi - lo;
+        } else {             /* columns lo..hi of op(B) and C */
+            b += j->tb ? lo * j->ldb : lo;
+            c += lo;
+            n = hi - lo;
+        }
+        cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
+                    (blasint)m, (blasint)n, (blasint)j->k, j->alpha, a, (blasint)j->lda, b,
+                    (blasint)j->ldb, j->beta, c, (blasint)j->ldc);
+    }
+}
+
+/* Number of tiles for an m x n x k GEMM along its longer side of C: from the shape alone. */
+static int64_t tile_count(int64_t m, int64_t n, int64_t k) {
+    int64_t edge = m >= n ? m : n;
+    int64_t limit = (m * n * k) / TILE_MACS;
+    if (limit > edge / MIN_EDGE) limit = edge / MIN_EDGE;
+    int64_t tiles = 1;
+    while (tiles * 2 <= limit && tiles * 2 <= MAX_TILES) tiles *= 2;
+    return tiles;
+}
+
+/* fp32 GEMM: the tiling depends on (m, n, k) only, never on the thread count. */
+static void sgemm_tiled(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                        float beta, float *c, int64_t ldc) {
+    gemm_job j = {ta, tb, m >= n, m, n, k, lda, ldb, ldc, 0, alpha, beta, a, b, c};
+    int64_t edge = j.split_rows ? m : n, tiles = tile_count(m, n, k);
+    j.tile = ct_cpu_ceil_div(ct_cpu_ceil_div(edge, tiles), TILE_ALIGN) * TILE_ALIGN;
+    tiles = ct_cpu_ceil_div(edge, j.tile);
+    ct_cpu_parallel(ct_cpu_pool_of(be), tiles, 1, gemm_tiles, &j);
+}
+
+/* Rows x cols of a row-major matrix with leading dimension ld, as dense fp32 [rows, cols]. */
+static float *widen(ct_backend *be, const void *x, ct_dtype dt, int64_t rows, int64_t cols,
+                    int64_t ld) {
+    float *w = ct_xmalloc((size_t)(rows * cols) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        const char *row = (const char *)x + (size_t)(r * ld) * ct_dtype_size(dt);
+        be->cast(be, w + r * cols, CT_F32, row, dt, cols);
+    }
+    return w;
+}
+
+static void narrow(ct_backend *be, void *y, ct_dtype dt, const float *w, int64_t rows, int64_t cols,
+                   int64_t ld) {
+    for (int64_t r = 0; r < rows; r++) {
+        char *row = (char *)y + (size_t)(r * ld) * ct_dtype_size(dt);
+        be->cast(be, row, dt, w + r * cols, CT_F32, cols);
+    }
+}
+
+static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const void *a, ct_dtype a_dt, int64_t lda, const void *b, ct_dtype b_dt,
+                     int64_t ldb, float beta, void *c, ct_dtype c_dt, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    float *aw = NULL, *bw = NULL, *cw = NULL;
+    const float *af = a, *bf = b;
+    float *cf = c;
+    int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+    int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+    if (a_dt != CT_F32) {
+        af = aw = widen(be, a, a_dt, a_rows, a_cols, lda);
+        lda = a_cols;
+    }
+    if (b_dt != CT_F32) {
+        bf = bw = widen(be, b, b_dt, b_rows, b_cols, ldb);
+        ldb = b_cols;
+    }
+    int64_t ldc_f = ldc;
+    if (c_dt != CT_F32) {
+        cf = cw = widen(be, c, c_dt, m, n, ldc);
+        ldc_f = n;
+    }
+    if (k <= 0) {
+        /* BLAS leaves C untouched when alpha*AB vanishes only for beta == 1; do it explicitly */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) cf[i * ldc_f + j] = beta == 0.0f ? 0.0f : beta * cf[i * ldc_f + j];
+    } else {
+        sgemm_tiled(be, ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc_f);
+    }
+    if (cw) narrow(be, c, c_dt, cw, m, n, ldc);
+    free(aw);
+    free(bw);
+    free(cw);
+}
+
+typedef struct {
+    gemm_job g;
+    int64_t sa, sb, sc;
+} batch_job;
+
+/* Batch items [i0, i1): one single-threaded GEMM each. */
+static void gemm_batch_items(void *ctx, int64_t i0, int64_t i1) {
+    batch_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        gemm_job one = j->g;
+        one.a += i * j->sa;
+        one.b += i * j->sb;
+        one.c += i * j->sc;
+        one.tile = one.split_rows ? one.m : one.n;
+        gemm_tiles(&one, 0, 1);
+    }
+}
+
+static void cpu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             float alpha, const float *a, int64_t lda, int64_t sa, const float *b,
+                             int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc, int64_t sc,
+                             int64_t batch) {
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k <= 0 || tile_count(m, n, k) > 1) {
+        /* each GEMM is big enough to be tiled by itself */
+        for (int64_t i = 0; i < batch; i++)
+            cpu_gemm(be, ta, tb, m, n, k, alpha, a + i * sa, CT_F32, lda, b + i * sb, CT_F32, ldb,
+                     beta, c + i * sc, CT_F32, ldc);
+        return;
+    }
+    /* small GEMMs (attention heads): the batch items themselves are the parallel work */
+    batch_job j = {{ta, tb, true, m, n, k, lda, ldb, ldc, m, alpha, beta, a, b, c}, sa, sb, sc};
+    ct_cpu_parallel(ct_cpu_pool_of(be), batch, ct_cpu_ceil_div(TILE_MACS, m * n * k), gemm_batch_items, &j);
+}
+
+void ct_cpu_gemm_install(ct_backend *be) {
+    be->gemm = cpu_gemm;
+    be->gemm_batched = cpu_gemm_batched;
+}

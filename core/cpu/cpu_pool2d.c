@@ -1,0 +1,168 @@
+/* cpu_pool2d.c: max and average pooling over NCHW, one (n, c) plane per work item.
+ *
+ * Max pooling pads with -inf and keeps the first maximum in window order (ties), propagating NaN
+ * as PyTorch does; argmax is the index inside the input plane (iy * w + ix). Average pooling
+ * follows PyTorch's divisor rule: the window is clipped to the padded input for
+ * count_include_pad, and to the real input otherwise. */
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu/cpu_internal.h"
+
+typedef struct {
+    float *out;
+    const float *in;
+    int32_t *argmax;
+    const int32_t *cargmax;
+    const ct_pool2d_geom *g;
+} pool_ctx;
+
+/* Window of output (oy, ox): input rows [y0, y1), cols [x0, x1) and the avgpool divisor. */
+typedef struct {
+    int64_t y0, y1, x0, x1;
+    float divisor;
+} window;
+
+static window pool_window(const ct_pool2d_geom *g, int64_t oy, int64_t ox) {
+    window w;
+    w.y0 = oy * g->stride_h - g->pad_h;
+    w.x0 = ox * g->stride_w - g->pad_w;
+    w.y1 = w.y0 + g->kh;
+    w.x1 = w.x0 + g->kw;
+    if (w.y1 > g->h + g->pad_h) w.y1 = g->h + g->pad_h;
+    if (w.x1 > g->w + g->pad_w) w.x1 = g->w + g->pad_w;
+    int64_t padded = (w.y1 - w.y0) * (w.x1 - w.x0);
+    if (w.y0 < 0) w.y0 = 0;
+    if (w.x0 < 0) w.x0 = 0;
+    if (w.y1 > g->h) w.y1 = g->h;
+    if (w.x1 > g->w) w.x1 = g->w;
+    int64_t inside = (w.y1 - w.y0) * (w.x1 - w.x0);
+    int64_t div = g->count_include_pad ? padded : inside;
+    w.divisor = div > 0 ? (float)div : 1.0f;
+    return w;
+}
+
+static void maxpool_fwd_range(void *c, int64_t p0, int64_t p1) {
+    pool_ctx *k = c;
+    /* geometry in locals: the stores below could alias *k->g as far as the compiler knows.
+     * (A row-at-a-time vectorised variant measured 1.5x slower on 2x2 windows: too short.) */
+    const ct_pool2d_geom g = *k->g;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *x = k->in + p * g.h * g.w;
+        float *y = k->out + p * g.oh * g.ow;
+        int32_t *am = k->argmax ? k->argmax + p * g.oh * g.ow : NULL;
+        for (int64_t oy = 0; oy < g.oh; oy++) {
+            int64_t y0 = oy * g.stride_h - g.pad_h, y1 = y0 + g.kh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > g.h ? g.h : y1;
+            for (int64_t ox = 0; ox < g.ow; ox++) {
+                int64_t x0 = ox * g.stride_w - g.pad_w, x1 = x0 + g.kw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > g.w ? g.w : x1;
+                /* the window's first element starts the search, so an all -inf window still
+                 * names an input (-1 only for a window entirely in the padding) */
+                float best = -INFINITY;
+                int64_t best_i = -1;
+                if (y0 < y1 && x0 < x1) {
+                    best_i = y0 * g.w + x0;
+                    best = x[best_i];
+                }
+                for (int64_t iy = y0; iy < y1; iy++) {
+                    const float *row = x + iy * g.w;
+                    for (int64_t ix = x0; ix < x1; ix++) {
+                        float v = row[ix];
+                        if (v > best || v != v) { /* NaN propagates, as in torch */
+                            best = v;
+                            best_i = iy * g.w + ix;
+                        }
+                    }
+                }
+                y[oy * g.ow + ox] = best;
+                if (am) am[oy * g.ow + ox] = (int32_t)best_i;
+            }
+        }
+    }
+}
+
+static void maxpool_bwd_range(void *c, int64_t p0, int64_t p1) {
+    pool_ctx *k = c;
+    const ct_pool2d_geom *g = k->g;
+    for (int64_t p = p0; p < p1; p++) {
+        float *dx = k->out + p * g->h * g->w;
+        const float *dy = k->in + p * g->oh * g->ow;
+        const int32_t *am = k->cargmax + p * g->oh * g->ow;
+        memset(dx, 0, (size_t)(g->h * g->w) * sizeof(float));
+        for (int64_t o = 0; o < g->oh * g->ow; o++)
+            if (am[o] >= 0) dx[am[o]] += dy[o];
+    }
+}
+
+static void avgpool_fwd_range(void *c, int64_t p0, int64_t p1) {
+    pool_ctx *k = c;
+    const ct_pool2d_geom *g = k->g;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *x = k->in + p * g->h * g->w;
+        float *y = k->out + p * g->oh * g->ow;
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                window w = pool_window(g, oy, ox);
+                float sum = 0.0f;
+                for (int64_t iy = w.y0; iy < w.y1; iy++)
+                    for (int64_t ix = w.x0; ix < w.x1; ix++) sum += x[iy * g->w + ix];
+                y[oy * g->ow + ox] = sum / w.divisor;
+            }
+        }
+    }
+}
+
+static void avgpool_bwd_range(void *c, int64_t p0, int64_t p1) {
+    pool_ctx *k = c;
+    const ct_pool2d_geom *g = k->g;
+    for (int64_t p = p0; p < p1; p++) {
+        float *dx = k->out + p * g->h * g->w;
+        const float *dy = k->in + p * g->oh * g->ow;
+        memset(dx, 0, (size_t)(g->h * g->w) * sizeof(float));
+        for (int64_t oy = 0; oy < g->oh; oy++) {
+            for (int64_t ox = 0; ox < g->ow; ox++) {
+                window w = pool_window(g, oy, ox);
+                float d = dy[oy * g->ow + ox] / w.divisor;
+                for (int64_t iy = w.y0; iy < w.y1; iy++)
+                    for (int64_t ix = w.x0; ix < w.x1; ix++) dx[iy * g->w + ix] += d;
+            }
+        }
+    }
+}
+
+static int64_t plane_grain(const ct_pool2d_geom *g) {
+    int64_t work = g->h * g->w + g->oh * g->ow * g->kh * g->kw;
+    return ct_cpu_ceil_div(CT_CPU_GRAIN, work > 0 ? work : 1);
+}
+
+static void cpu_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x,
+                                  const ct_pool2d_geom *g) {
+    pool_ctx c = {.out = y, .in = x, .argmax = argmax, .g = g};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), maxpool_fwd_range, &c);
+}
+
+static void cpu_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax,
+                                   const ct_pool2d_geom *g) {
+    pool_ctx c = {.out = dx, .in = dy, .cargmax = argmax, .g = g};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), maxpool_bwd_range, &c);
+}
+
+static void cpu_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g) {
+    pool_ctx c = {.out = y, .in = x, .g = g};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), avgpool_fwd_range, &c);
+}
+
+static void cpu_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g) {
+    pool_ctx c = {.out = dx, .in = dy, .g = g};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), avgpool_bwd_range, &c);
+}
+
+void ct_cpu_pool2d_install(ct_backend *be) {
+    be->maxpool2d_forward = cpu_maxpool2d_forward;
+    be->maxpool2d_backward = cpu_maxpool2d_backward;
+    be->avgpool2d_forward = cpu_avgpool2d_forward;
+    be->avgpool2d_backward = cpu_avgpool2d_backward;
+}

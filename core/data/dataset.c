@@ -1,0 +1,124 @@
+/* dataset.c: open data.<which> by its "format"; shared transform parsing. */
+#include "core/data/dataset.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/data/formats.h"
+
+/* Formats named by DESIGN.md; those without an opener come with later issues. */
+static const struct {
+    const char *name;
+    int (*open)(const ct_config *, const cJSON *, const char *, ct_dataset **, ct_err *);
+} formats[] = {
+    {"idx", ct_idx_open},
+    {"image_folder", NULL},
+    {"shard", NULL},
+    {"tokens", NULL},
+    {"csv", NULL},
+};
+
+int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
+    *out = NULL;
+    char path[64], where[1200];
+    snprintf(path, sizeof path, "data.%s", which);
+    const cJSON *entry = cfg->data ? cJSON_GetObjectItemCaseSensitive(cfg->data, which) : NULL;
+    if (!entry) return CT_OK;
+    ct_config_where(cfg, entry, where, sizeof where);
+    if (!cJSON_IsObject(entry))
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s: expected an object with \"format\" and its files",
+                       where, path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(entry, "format");
+    if (!fmt)
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv)",
+                       where, path);
+    ct_config_where(cfg, fmt, where, sizeof where);
+    if (!cJSON_IsString(fmt))
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.format: expected a string such as \"idx\"", where, path);
+    const char *names[CT_ARRAY_LEN(formats)];
+    for (int i = 0; i < CT_ARRAY_LEN(formats); i++) {
+        names[i] = formats[i].name;
+        if (strcmp(fmt->valuestring, formats[i].name) != 0) continue;
+        if (!formats[i].open)
+            return ct_errf(err, CT_ERR_CONFIG,
+                           "%s: %s.format: format \"%s\" is not implemented yet (available now: idx)",
+                           where, path, fmt->valuestring);
+        return formats[i].open(cfg, entry, path, out, err);
+    }
+    const char *s = ct_suggest(fmt->valuestring, names, CT_ARRAY_LEN(formats));
+    ct_errf(err, CT_ERR_CONFIG,
+            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, got \"%s\"", where,
+            path, fmt->valuestring);
+    if (s) ct_err_append(err, "did you mean \"%s\"?", s);
+    return CT_ERR_CONFIG;
+}
+
+void ct_dataset_close(ct_dataset *ds) {
+    if (ds && ds->close) ds->close(ds);
+}
+
+/* Read a number array of 1 or `channels` entries into out. */
+static int read_channels(const ct_config *cfg, const cJSON *arr, const char *key, int64_t channels,
+                         bool positive, float *out, ct_err *err) {
+    char where[1200];
+    ct_config_where(cfg, arr, where, sizeof where);
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (cJSON_IsNumber(arr)) n = 1;
+    if (n != 1 && n != channels)
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "%s: data.transform.normalize.%s: expected a number or an array of 1 or %lld "
+                       "numbers (one per channel)", where, key, (long long)channels);
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_IsNumber(arr) ? arr : cJSON_GetArrayItem(arr, i);
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || (positive && v->valuedouble <= 0))
+            return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform.normalize.%s[%d]: expected a %s number",
+                           where, key, i, positive ? "positive" : "finite");
+        out[i] = (float)v->valuedouble;
+    }
+    for (int64_t c = n; c < channels; c++) out[c] = out[0];
+    return CT_OK;
+}
+
+int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean, float *std,
+                            ct_err *err) {
+    for (int64_t c = 0; c < channels; c++) {
+        mean[c] = 0.0f;
+        std[c] = 1.0f;
+    }
+    const cJSON *tr = cfg->data ? cJSON_GetObjectItemCaseSensitive(cfg->data, "transform") : NULL;
+    if (!tr) return CT_OK;
+    char where[1200];
+    ct_config_where(cfg, tr, where, sizeof where);
+    if (!cJSON_IsObject(tr))
+        return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform: expected an object", where);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, tr) {
+        if (strcmp(item->string, "normalize") != 0) {
+            ct_config_where(cfg, item, where, sizeof where);
+            return ct_errf(err, CT_ERR_CONFIG,
+                           "%s: data.transform.%s: not implemented yet (available now: normalize)",
+                           where, item->string);
+        }
+    }
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tr, "normalize");
+    if (!norm) return CT_OK;
+    ct_config_where(cfg, norm, where, sizeof where);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(norm, "mean");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(norm, "std");
+    if (!cJSON_IsObject(norm) || !m || !s)
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "%s: data.transform.normalize: expected {\"mean\": [..], \"std\": [..]}", where);
+    cJSON_ArrayForEach(item, norm) {
+        if (strcmp(item->string, "mean") != 0 && strcmp(item->string, "std") != 0) {
+            ct_config_where(cfg, item, where, sizeof where);
+            return ct_errf(err, CT_ERR_CONFIG,
+                           "%s: data.transform.normalize.%s: unknown key (expected mean, std)", where,
+                           item->string);
+        }
+    }
+    int rc = read_channels(cfg, m, "mean", channels, false, mean, err);
+    if (rc == CT_OK) rc = read_channels(cfg, s, "std", channels, true, std, err);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* formats.h: the openers of the dataset formats, called by ct_dataset_open (dataset.c).
+ * One format = one file in core/data/ + one line here and in dataset.c's table. */
+#ifndef CT_DATA_FORMATS_H
+#define CT_DATA_FORMATS_H
+
+#include <cjson/cJSON.h>
+
+#include "core/config.h"
+#include "core/data/dataset.h"
+
+/* entry: the data.<which> object; path: "data.train" for messages. */
+int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                ct_err *err);
+
+/* data.transform.normalize {"mean": [..], "std": [..]}: per-channel, after scaling pixels to
+ * [0, 1]. Fills mean/std (channels entries; a single value is broadcast). No "normalize": mean 0,
+ * std 1. */
+int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean, float *std,
+                            ct_err *err);
+
+#endif

@@ -1,0 +1,123 @@
+/* graph_memory.c: one backend allocation per graph, carved into activations, output gradients
+ * (shared by lifetime), forward-to-backward state, the shared workspace and fan-out scratch. */
+#include <stdlib.h>
+
+#include "core/graph_impl.h"
+
+/* Decide, once, where each input gradient goes during backward. Walking layers in reverse, the
+ * first consumer of an activation to run writes its gradient straight into the producer's dy; any
+ * later one writes to scratch that the executor then adds in. A layer whose output no gradient
+ * reaches (a dead end that is not the last layer) is skipped. Returns the scratch floats needed. */
+static int64_t plan_backward(ct_graph *g, int64_t batch) {
+    bool *ready = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
+    int64_t need = 0;
+    ready[g->n_nodes - 1] = true;
+    g->nodes[g->n_nodes - 1].grad_start = -1;   /* written from the loss before the walk */
+    for (int j = g->n_nodes - 1; j >= 0; j--) {
+        ct_gnode *gn = &g->nodes[j];
+        gn->runs_backward = ready[j];
+        int64_t off = 0;
+        for (int i = 0; i < gn->l.n_in; i++) {
+            int src = gn->l.in_from[i];
+            gn->tmp_off[i] = -1;
+            if (src < 0 || !ready[j]) continue;
+            if (ready[src]) {
+                gn->tmp_off[i] = off;
+                off += batch * ct_layer_in_numel(&gn->l, i);
+            } else {
+                g->nodes[src].grad_start = g->n_nodes - 1 - j;
+            }
+            ready[src] = true;
+        }
+        if (off > need) need = off;
+    }
+    free(ready);
+    return need;
+}
+
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Output gradients live only from the backward step that first writes them to the step of their
+ * own layer, so they share memory: each gets a slot free by then (best fit, else the largest free
+ * slot grown to fit, else a new one). A chain needs two slots instead of one per layer. Writes
+ * each node's slot into slot_of[] and slot sizes into size[]; returns the number of slots. */
+static int plan_grad_slots(const ct_graph *g, int64_t batch, int *slot_of, size_t *size) {
+    int n = g->n_nodes, n_slots = 0;
+    int *order = ct_xmalloc(sizeof(int) * (size_t)n), *busy_until = ct_xmalloc(sizeof(int) * (size_t)n);
+    int m = 0;
+    for (int k = 0; k < n; k++) {
+        slot_of[k] = -1;
+        if (!g->nodes[k].runs_backward) continue;
+        int at = m++;   /* insertion sort by grad_start */
+        while (at > 0 && g->nodes[order[at - 1]].grad_start > g->nodes[k].grad_start) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = k;
+    }
+    for (int i = 0; i < m; i++) {
+        int k = order[i], best = -1;
+        size_t need = align64((size_t)(batch * ct_layer_out_numel(&g->nodes[k].l)) * sizeof(float));
+        for (int s = 0; s < n_slots; s++) {
+            if (busy_until[s] >= g->nodes[k].grad_start) continue;
+            bool fits = size[s] >= need, best_fits = best >= 0 && size[best] >= need;
+            if (best < 0 || (fits && (!best_fits || size[s] < size[best])) || (!fits && !best_fits && size[s] > size[best]))
+                best = s;
+        }
+        if (best < 0) size[best = n_slots++] = 0;
+        if (size[best] < need) size[best] = need;
+        busy_until[best] = n - 1 - k;
+        slot_of[k] = best;
+    }
+    free(order);
+    free(busy_until);
+    return n_slots;
+}
+
+int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
+    size_t act = 0, aux = 0, ws = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ct_layer *l = &g->nodes[i].l;
+        act += align64((size_t)(batch * ct_layer_out_numel(l)) * sizeof(float));
+        if (l->type->aux_bytes) aux += align64(l->type->aux_bytes(l, batch));
+        size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch) : 0;
+        if (w > ws) ws = w;
+        g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
+    }
+    size_t tmp = align64((size_t)plan_backward(g, batch) * sizeof(float));
+    int *slot_of = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
+    size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), grads = 0;
+    int n_slots = plan_grad_slots(g, batch, slot_of, slot_size);
+    for (int s = 0; s < n_slots; s++) grads += slot_size[s];
+    act += grads;
+    const ct_layer *last = &g->nodes[g->n_nodes - 1].l;
+    size_t dloss = align64((size_t)(batch * ct_layer_out_numel(last)) * sizeof(float));
+    ws = align64(ws);
+    size_t total = act + aux + ws + tmp + dloss;
+    g->info.activation_bytes = act + aux + tmp + dloss;
+    g->info.workspace_bytes = ws;
+    g->block = g->be->alloc(g->be, total ? total : 64);
+    if (!g->block) {
+        free(slot_of), free(slot_size);
+        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "
+                       "micro-batch %lld on %s)", (double)total / 1048576.0, (long long)batch,
+                       g->be->name);
+    }
+    char *p = g->block, *slots = p;
+    for (int s = 0; s < n_slots; s++) p += slot_size[s];
+    for (int i = 0; i < g->n_nodes; i++) {
+        ct_gnode *gn = &g->nodes[i];
+        gn->y = (float *)p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * sizeof(float));
+        if (gn->l.type->aux_bytes) gn->aux = p, p += align64(gn->l.type->aux_bytes(&gn->l, batch));
+        if (slot_of[i] >= 0) {
+            size_t off = 0;
+            for (int s = 0; s < slot_of[i]; s++) off += slot_size[s];
+            gn->dy = (float *)(slots + off);
+        }
+    }
+    free(slot_of), free(slot_size);
+    g->ws = p, p += ws;
+    g->dtmp = (float *)p, p += tmp;
+    g->dloss = (float *)p;
+    return CT_OK;
+}

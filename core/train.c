@@ -1,0 +1,272 @@
+/* train.c: setting up a run (backend, datasets, graph, flat buffers), the plan printout, and
+ * ct_train_run. The loop itself is in train_loop.c. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/train_impl.h"
+
+/* ---- data options ---- */
+
+static int data_bool(const ct_config *cfg, const char *key, bool def, bool *out, ct_err *err) {
+    const cJSON *v = cfg->data ? cJSON_GetObjectItemCaseSensitive(cfg->data, key) : NULL;
+    *out = def;
+    if (!v) return CT_OK;
+    if (!cJSON_IsBool(v)) {
+        char where[1200];
+        ct_config_where(cfg, v, where, sizeof where);
+        return ct_errf(err, CT_ERR_CONFIG, "%s: data.%s: expected true or false", where, key);
+    }
+    *out = cJSON_IsTrue(v);
+    return CT_OK;
+}
+
+/* Both datasets are opened on threads of their own (reading them is mostly decompression, the
+ * longest part of start-up) while the main thread creates the backend, builds the graph and
+ * initialises the parameters. */
+typedef struct open_job {
+    const ct_config *cfg;
+    const char *which;
+    ct_dataset *ds;
+    ct_err err;
+    int rc;
+    pthread_t th;
+    bool threaded;
+} open_job;
+
+static void *open_one(void *arg) {
+    open_job *j = arg;
+    j->rc = ct_dataset_open(j->cfg, j->which, &j->ds, &j->err);
+    return NULL;
+}
+
+static void open_start(open_job *j, const ct_config *cfg, const char *which) {
+    *j = (open_job){.cfg = cfg, .which = which};
+    j->threaded = pthread_create(&j->th, NULL, open_one, j) == 0;
+    if (!j->threaded) open_one(j);
+}
+
+/* Wait for both; the trainer owns whatever opened, so close() frees it on any error. err may be
+ * NULL when an earlier error is already being reported. */
+static int open_finish(ct_trainer *t, open_job jobs[2], ct_err *err) {
+    for (int i = 0; i < 2; i++)
+        if (jobs[i].threaded) pthread_join(jobs[i].th, NULL);
+    t->train_ds = jobs[0].ds;
+    t->eval_ds = jobs[1].ds;
+    for (int i = 0; i < 2; i++)
+        if (jobs[i].rc) {
+            if (err) *err = jobs[i].err;
+            return jobs[i].rc;
+        }
+    if (!t->train_ds)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: data.train: missing (expected {\"format\": \"idx\", "
+                       "\"images\": ..., \"labels\": ...})", t->cfg->path);
+    return CT_OK;
+}
+
+/* The dataset must produce what the model consumes. */
+static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *which, ct_err *err) {
+    const ct_graph_info *gi = t->info;
+    char a[96], b[96];
+    if (ds->sample_dtype != gi->input_dtype ||
+        ct_shape_numel(&ds->sample_shape) != ct_shape_numel(&gi->input_shape))
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "data.%s (%s): samples are %s %s (%lld values) but model.input is %s %s "
+                       "(%lld values)", which, ds->source, ct_dtype_name(ds->sample_dtype),
+                       ct_shape_str(&ds->sample_shape, a, sizeof a),
+                       (long long)ct_shape_numel(&ds->sample_shape), ct_dtype_name(gi->input_dtype),
+                       ct_shape_str(&gi->input_shape, b, sizeof b),
+                       (long long)ct_shape_numel(&gi->input_shape));
+    if (ds->target_dtype != gi->target_dtype ||
+        ct_shape_numel(&ds->target_shape) != ct_shape_numel(&gi->target_shape))
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
+                       ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
+                       ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    if (gi->classes > 0 && ds->classes > gi->classes)
+        return ct_errf(err, CT_ERR_DATA,
+                       "data.%s (%s): labels go up to %lld but the model has %lld classes "
+                       "(its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                       (long long)gi->classes);
+    return CT_OK;
+}
+
+/* Features this version does not have yet: refuse them rather than train something else. */
+static int check_supported(const ct_config *cfg, ct_err *err) {
+    if (cfg->fp16.enabled || cfg->bf16)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.enabled: mixed precision is not implemented yet "
+                       "in this version; train in fp32 (remove the section or set enabled false)",
+                       cfg->path, cfg->fp16.enabled ? "fp16" : "bf16");
+    if (cfg->world_size > 1)
+        return ct_errf(err, CT_ERR_CONFIG, "world size %d: data-parallel training is not implemented "
+                       "yet in this version; run one process", cfg->world_size);
+    return CT_OK;
+}
+
+static int plan_steps(ct_trainer *t, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    int64_t n = t->train_ds->count, gb = cfg->train_batch_size;
+    t->steps_per_epoch = t->drop_last ? n / gb : (n + gb - 1) / gb;
+    if (t->steps_per_epoch == 0)
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "data.train has %lld samples, fewer than one batch of %lld (train_batch_size) "
+                       "with data.drop_last true; use a smaller batch or set data.drop_last false",
+                       (long long)n, (long long)gb);
+    /* max_steps, when set, decides the length (as in Hugging Face's Trainer); else epochs. */
+    t->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
+                                              : (long)cfg->train.epochs * t->steps_per_epoch;
+    t->epochs_planned = (int)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch);
+    return CT_OK;
+}
+
+/* ---- the start block and the plan ---- */
+
+static void print_start(ct_trainer *t) {
+    const ct_config *cfg = t->cfg;
+    const ct_graph_info *gi = t->info;
+    ct_report *r = &t->rep;
+    char a[48], b[48], c[48], d[48], desc[512];
+    ct_report_line(r, "ctrain %s · %s (%s) · fp32 · %d rank%s", CT_VERSION, t->be->name,
+                   t->be->device_desc, cfg->world_size, cfg->world_size == 1 ? "" : "s");
+    ct_graph_describe(t->g, desc, sizeof desc);
+    ct_report_line(r, "model  %s: %s params, %s", cfg->name, ct_fmt_count((double)gi->n_params, a, sizeof a),
+                   desc);
+    ct_report_line(r, "batch  %ld = micro %ld × accumulation %ld × world %d · %ld steps/epoch · %ld steps%s",
+                   cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
+                   t->steps_per_epoch, t->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
+    size_t pbytes = ct_optim_param_bytes(t->opt) + (size_t)gi->n_buffers * sizeof(float);
+    ct_report_line(r, "memory plan: params %s, grads %s, optimizer state %s, activations %s",
+                   ct_fmt_bytes((double)pbytes, a, sizeof a),
+                   ct_fmt_bytes((double)ct_optim_param_bytes(t->opt), b, sizeof b),
+                   ct_fmt_bytes((double)ct_optim_state_bytes(t->opt), c, sizeof c),
+                   ct_fmt_bytes((double)(gi->activation_bytes + gi->workspace_bytes), d, sizeof d));
+    char ev[160] = "no eval set";
+    if (t->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)t->eval_ds->count);
+    ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", t->train_ds->format,
+                   (long long)t->train_ds->count, t->train_ds->source, ev, t->shuffle ? "on" : "off");
+}
+
+/* ---- open / close ---- */
+
+void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err) {
+    snprintf(t->sum->status, sizeof t->sum->status, "%s", status);
+    if (!err) return;
+    const char *nl = strchr(err->msg, '\n');
+    size_t len = nl ? (size_t)(nl - err->msg) : strlen(err->msg);
+    if (len >= sizeof t->sum->error) len = sizeof t->sum->error - 1;
+    memcpy(t->sum->error, err->msg, len);
+    t->sum->error[len] = '\0';
+}
+
+void ct_trainer_finish(ct_trainer *t) {
+    ct_summary *s = t->sum;
+    s->wall_s = ct_now() - t->t_open;
+    s->peak_host_bytes = ct_peak_rss_bytes();
+    if (t->be && t->be->peak_bytes) s->peak_device_bytes = t->be->peak_bytes(t->be);
+}
+
+/* Parameters, gradients, optimizer state and buffers, initialised from the seed. */
+static int alloc_params(ct_trainer *t, ct_err *err) {
+    t->info = ct_graph_info_get(t->g);
+    t->opt = ct_optim_create_for_graph(t->cfg, t->be, t->g);
+    size_t nb = (size_t)(t->info->n_buffers ? t->info->n_buffers : 1) * sizeof(float);
+    t->buffers = t->be->alloc(t->be, nb);
+    if (!t->opt || !t->buffers)
+        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %s parameters and optimizer state",
+                       t->be->name);
+    t->be->memset0(t->be, t->buffers, nb);
+    ct_graph_init_params(t->g, t->opt->params, t->buffers, t->cfg->train.seed);
+    return CT_OK;
+}
+
+static int setup_data(ct_trainer *t, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    int rc = check_dataset(t, t->train_ds, "train", err);
+    if (!rc && t->eval_ds) rc = check_dataset(t, t->eval_ds, "eval", err);
+    if (!rc) rc = plan_steps(t, err);
+    int64_t classes = t->info->classes;
+    if (!rc) rc = ct_batch_init(&t->train_b, t->be, t->train_ds, cfg->micro_batch, classes, err);
+    if (!rc && t->eval_ds) rc = ct_batch_init(&t->eval_b, t->be, t->eval_ds, cfg->micro_batch, classes, err);
+    if (rc) return rc;
+    t->order = ct_xmalloc((size_t)t->train_ds->count * sizeof *t->order);
+    if (t->eval_ds) {
+        t->eval_order = ct_xmalloc((size_t)t->eval_ds->count * sizeof *t->eval_order);
+        for (int64_t i = 0; i < t->eval_ds->count; i++) t->eval_order[i] = (uint32_t)i;
+    }
+    return CT_OK;
+}
+
+static int setup(ct_trainer *t, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    int rc = check_supported(cfg, err);
+    if (!rc) rc = data_bool(cfg, "shuffle", true, &t->shuffle, err);
+    if (!rc) rc = data_bool(cfg, "drop_last", true, &t->drop_last, err);
+    if (rc) return rc;
+    open_job jobs[2];
+    open_start(&jobs[0], cfg, "train");
+    open_start(&jobs[1], cfg, "eval");
+    rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
+    if (!rc) rc = ct_graph_build(cfg, cfg->micro_batch, t->be, &t->g, err);
+    if (!rc) rc = alloc_params(t, err);
+    int data_rc = open_finish(t, jobs, rc ? NULL : err);
+    if (rc) return rc;
+    return data_rc ? data_rc : setup_data(t, err);
+}
+
+int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                    ct_trainer **out, ct_err *err) {
+    ct_trainer *t = ct_xcalloc(1, sizeof *t);
+    t->t_open = ct_now();
+    t->cfg = cfg;
+    if (opts) t->opts = *opts;
+    t->sum = summary;
+    ct_summary_init(summary);
+    snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
+    ct_report_init(&t->rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    *out = t;
+    int rc = setup(t, err);
+    if (rc) ct_trainer_set_status(t, "error", err);
+    if (rc) return rc;
+    print_start(t);
+    return CT_OK;
+}
+
+void ct_trainer_close(ct_trainer *t) {
+    if (!t) return;
+    ct_batch_free(&t->train_b);
+    ct_batch_free(&t->eval_b);
+    free(t->order);
+    free(t->eval_order);
+    if (t->buffers) t->be->free(t->be, t->buffers);
+    ct_optim_free(t->opt);
+    ct_graph_free(t->g);
+    ct_dataset_close(t->train_ds);
+    ct_dataset_close(t->eval_ds);
+    if (t->be) ct_backend_destroy(t->be);
+    free(t);
+}
+
+struct ct_optim *ct_trainer_optim(ct_trainer *t) { return t->opt; }
+const struct ct_graph *ct_trainer_graph(const ct_trainer *t) { return t->g; }
+
+void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx) {
+    t->on_step = fn;
+    t->on_step_ctx = ctx;
+}
+
+int ct_train_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
+    ct_trainer *t = NULL;
+    int rc = ct_trainer_open(cfg, opts, summary, &t, err);
+    if (!rc && !(opts && opts->dry_run)) {
+        rc = ct_trainer_fit(t, err); /* fills the rest of the summary */
+    } else {
+        if (!rc) {
+            ct_trainer_set_status(t, "ok", NULL);
+            ct_report_line(&t->rep, "dry run: configuration, model and data are valid; nothing trained");
+        }
+        ct_trainer_finish(t);
+    }
+    ct_trainer_close(t);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* cuda_backend.h: the CUDA backend's entry points (C linkage; included by C and CUDA code).
+ *
+ * Compiled only when nvcc exists (the build defines CT_HAVE_CUDA). core/backend.h declares the
+ * first two as well; the declarations here match them exactly. */
+#ifndef CT_CUDA_BACKEND_H
+#define CT_CUDA_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True when the CUDA runtime finds a driver and at least one device. Never aborts: any error
+ * from cudaGetDeviceCount (no driver, driver too old, no device) means false. */
+bool ct_cuda_probe(void);
+
+/* The CUDA backend on device `device`. NULL with err filled (CT_ERR_RUNTIME) when the device is
+ * not usable: no driver, no such device, or a stream/cuBLASLt handle cannot be created. */
+ct_backend *ct_cuda_backend_create(int device, ct_err *err);
+
+/* TF32 tensor cores for fp32 GEMMs: off by default (bit-comparable with the CPU within 1e-5);
+ * the config turns it on explicitly. `be` must be a CUDA backend. */
+void ct_cuda_set_tf32(ct_backend *be, bool on);
+
+/* Device memory accounting of the caching allocator, in bytes. live: handed out now; reserved:
+ * obtained from cudaMalloc (live + cached free blocks); n_cuda_malloc: cudaMalloc calls so far
+ * (a steady-state training step must not raise it). */
+typedef struct ct_cuda_mem_stats {
+    size_t live_bytes, peak_live_bytes;
+    size_t reserved_bytes, peak_reserved_bytes;
+    uint64_t n_cuda_malloc;
+} ct_cuda_mem_stats;
+void ct_cuda_get_mem_stats(ct_backend *be, ct_cuda_mem_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,312 @@
+/* cuda_eltwise.cu: element-wise ops, casts, bias + activation, dropout.
+ *
+ * Kernels are grid-stride loops over int64 indices, so any n works with any grid. */
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_reduce.cuh"
+#include "cuda/cuda_rng.cuh"
+
+extern "C" {
+#include "core/rng.h"
+}
+
+#define GRID_STRIDE(i, n)                                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+#define LAUNCH(be, n, kernel, ...)                                                               \
+    do {                                                                                         \
+        if ((n) > 0) {                                                                           \
+            kernel<<<ct_cuda_grid((be), (n), CT_CUDA_THREADS), CT_CUDA_THREADS, 0,               \
+                     ct_cuda_stream(be)>>>(__VA_ARGS__);                                         \
+            CT_CUDA_LAUNCH_CHECK();                                                              \
+        }                                                                                        \
+    } while (0)
+
+/* ---- basic element-wise ---- */
+
+__global__ void k_fill(float *x, float v, int64_t n) { GRID_STRIDE(i, n) x[i] = v; }
+__global__ void k_scale(float *x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void k_axpy(float *y, float a, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
+__global__ void k_add(float *y, const float *a, const float *b, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+}
+
+static void cu_fill(ct_backend *be, float *x, float v, int64_t n) { LAUNCH(be, n, k_fill, x, v, n); }
+static void cu_scale(ct_backend *be, float *x, float s, int64_t n) { LAUNCH(be, n, k_scale, x, s, n); }
+static void cu_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n) {
+    LAUNCH(be, n, k_axpy, y, a, x, n);
+}
+static void cu_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    LAUNCH(be, n, k_add, y, a, b, n);
+}
+
+__global__ void k_copy_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+                            int64_t cols, bool accumulate) {
+    GRID_STRIDE(idx, rows * cols) {
+        int64_t r = idx / cols, j = idx - r * cols;
+        float v = x[r * ldx + j];
+        if (accumulate) y[r * ldy + j] += v;
+        else y[r * ldy + j] = v;
+    }
+}
+
+static void cu_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                         int64_t rows, int64_t cols, bool accumulate) {
+    LAUNCH(be, rows * cols, k_copy_rows, y, ldy, x, ldx, rows, cols, accumulate);
+}
+
+/* ---- casts ---- */
+
+__global__ void k_cast_2d(void *y, int y_dt, int64_t ldy, int64_t sy, const void *x, int x_dt,
+                          int64_t ldx, int64_t sx, int64_t rows, int64_t cols, int64_t batch) {
+    int64_t per = rows * cols;
+    GRID_STRIDE(idx, per * batch) {
+        int64_t b = idx / per, rem = idx - b * per;
+        int64_t r = rem / cols, j = rem - r * cols;
+        ct_dev_store(y, y_dt, b * sy + r * ldy + j, ct_dev_load(x, x_dt, b * sx + r * ldx + j));
+    }
+}
+
+void ct_cuda_cast_2d(ct_backend *be, void *y, ct_dtype y_dt, int64_t ldy, int64_t sy, const void *x,
+                     ct_dtype x_dt, int64_t ldx, int64_t sx, int64_t rows, int64_t cols,
+                     int64_t batch) {
+    CT_CUDA_REQUIRE(ct_cuda_float_dtype(y_dt) && ct_cuda_float_dtype(x_dt),
+                    "cast supports f32, f16 and bf16 only");
+    LAUNCH(be, rows * cols * batch, k_cast_2d, y, (int)y_dt, ldy, sy, x, (int)x_dt, ldx, sx, rows,
+           cols, batch);
+}
+
+__global__ void k_scale_2d(void *c, int c_dt, int64_t ldc, int64_t sc, float beta, int64_t rows,
+                           int64_t cols, int64_t batch) {
+    int64_t per = rows * cols;
+    GRID_STRIDE(idx, per * batch) {
+        int64_t b = idx / per, rem = idx - b * per;
+        int64_t r = rem / cols, j = rem - r * cols;
+        int64_t at = b * sc + r * ldc + j;
+        ct_dev_store(c, c_dt, at, beta == 0.0f ? 0.0f : beta * ct_dev_load(c, c_dt, at));
+    }
+}
+
+void ct_cuda_scale_2d(ct_backend *be, void *c, ct_dtype c_dt, int64_t ldc, int64_t sc, float beta,
+                      int64_t rows, int64_t cols, int64_t batch) {
+    CT_CUDA_REQUIRE(ct_cuda_float_dtype(c_dt), "scale supports f32, f16 and bf16 only");
+    LAUNCH(be, rows * cols * batch, k_scale_2d, c, (int)c_dt, ldc, sc, beta, rows, cols, batch);
+}
+
+/* Contiguous casts: typed kernels for the hot path (master fp32 -> compute copy each step). */
+__global__ void k_cast_f32_to_f16(uint16_t *y, const float *x, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_dev_f32_to_f16(x[i]);
+}
+__global__ void k_cast_f32_to_bf16(uint16_t *y, const float *x, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_dev_f32_to_bf16(x[i]);
+}
+__global__ void k_cast_f16_to_f32(float *y, const uint16_t *x, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_dev_f16_to_f32(x[i]);
+}
+__global__ void k_cast_bf16_to_f32(float *y, const uint16_t *x, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_dev_bf16_to_f32(x[i]);
+}
+
+static void cu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n) {
+    CT_CUDA_REQUIRE((unsigned)y_dt < CT_DTYPE_COUNT && (unsigned)x_dt < CT_DTYPE_COUNT,
+                    "cast: unknown dtype");
+    if (n <= 0) return;
+    if (y_dt == x_dt) {
+        if (y != x)
+            CT_CUDA_CHECK(cudaMemcpyAsync(y, x, (size_t)n * ct_dtype_size(x_dt),
+                                          cudaMemcpyDeviceToDevice, ct_cuda_stream(be)));
+    } else if (x_dt == CT_F32 && y_dt == CT_F16) {
+        LAUNCH(be, n, k_cast_f32_to_f16, (uint16_t *)y, (const float *)x, n);
+    } else if (x_dt == CT_F32 && y_dt == CT_BF16) {
+        LAUNCH(be, n, k_cast_f32_to_bf16, (uint16_t *)y, (const float *)x, n);
+    } else if (x_dt == CT_F16 && y_dt == CT_F32) {
+        LAUNCH(be, n, k_cast_f16_to_f32, (float *)y, (const uint16_t *)x, n);
+    } else if (x_dt == CT_BF16 && y_dt == CT_F32) {
+        LAUNCH(be, n, k_cast_bf16_to_f32, (float *)y, (const uint16_t *)x, n);
+    } else { /* every other pair goes through float, as the host does */
+        LAUNCH(be, n, k_cast_2d, y, (int)y_dt, n, 0, x, (int)x_dt, n, 0, 1, n, 1);
+    }
+}
+
+/* ---- activations ---- */
+
+#define CT_SQRT1_2 0.70710678118654752f
+#define CT_INV_SQRT_2PI 0.39894228040143268f
+#define CT_GELU_K0 0.79788456080286536f /* sqrt(2/pi) */
+#define CT_GELU_K1 0.044715f
+
+__device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float act_f(float x, int act, float alpha) {
+    switch (act) {
+    case CT_ACT_RELU: return x > 0.0f ? x : 0.0f; /* as the CPU backend: NaN -> 0 */
+    case CT_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
+    case CT_ACT_GELU: return 0.5f * x * (1.0f + erff(x * CT_SQRT1_2));
+    case CT_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(CT_GELU_K0 * (x + CT_GELU_K1 * x * x * x)));
+    case CT_ACT_SILU: return x * dev_sigmoid(x);
+    case CT_ACT_TANH: return tanhf(x);
+    case CT_ACT_SIGMOID: return dev_sigmoid(x);
+    default: return x;
+    }
+}
+
+/* dy * act'(x); y = act(x) where the derivative is cheaper from it (y may be NULL: recomputed). */
+__device__ __forceinline__ float act_grad(float dy, const float *x, const float *y, int64_t i,
+                                          int act, float alpha) {
+    switch (act) {
+    case CT_ACT_RELU: {
+        float v = x ? x[i] : y[i];
+        return v > 0.0f ? dy : 0.0f;
+    }
+    case CT_ACT_LEAKY_RELU: {
+        float v = x ? x[i] : y[i];
+        return v > 0.0f ? dy : alpha * dy;
+    }
+    case CT_ACT_GELU: {
+        float v = x[i];
+        float cdf = 0.5f * (1.0f + erff(v * CT_SQRT1_2));
+        float pdf = CT_INV_SQRT_2PI * expf(-0.5f * v * v);
+        return dy * (cdf + v * pdf);
+    }
+    case CT_ACT_GELU_TANH: {
+        float v = x[i];
+        float t = tanhf(CT_GELU_K0 * (v + CT_GELU_K1 * v * v * v));
+        float du = CT_GELU_K0 * (1.0f + 3.0f * CT_GELU_K1 * v * v);
+        return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+    case CT_ACT_SILU: {
+        float v = x[i];
+        float s = dev_sigmoid(v);
+        return dy * s * (1.0f + v * (1.0f - s));
+    }
+    case CT_ACT_TANH: {
+        float t = y ? y[i] : tanhf(x[i]);
+        return dy * (1.0f - t * t);
+    }
+    case CT_ACT_SIGMOID: {
+        float s = y ? y[i] : dev_sigmoid(x[i]);
+        return dy * s * (1.0f - s);
+    }
+    default: return dy;
+    }
+}
+
+__global__ void k_act_forward(float *y, const float *x, int64_t n, int act, float alpha) {
+    GRID_STRIDE(i, n) y[i] = act_f(x[i], act, alpha);
+}
+
+__global__ void k_act_backward(float *dx, const float *dy, const float *x, const float *y, int64_t n,
+                               int act, float alpha) {
+    GRID_STRIDE(i, n) dx[i] = act_grad(dy[i], x, y, i, act, alpha);
+}
+
+static bool act_needs_x(ct_act act) {
+    return act == CT_ACT_GELU || act == CT_ACT_GELU_TANH || act == CT_ACT_SILU;
+}
+
+static void cu_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act,
+                           float alpha) {
+    LAUNCH(be, n, k_act_forward, y, x, n, (int)act, alpha);
+}
+
+static void cu_act_backward(ct_backend *be, float *dx, const float *dy, const float *x,
+                            const float *y, int64_t n, ct_act act, float alpha) {
+    CT_CUDA_REQUIRE(x || (y && !act_needs_x(act)), "act_backward needs x for this activation");
+    LAUNCH(be, n, k_act_backward, dx, dy, x, y, n, (int)act, alpha);
+}
+
+/* x[rows, cols, inner] += bias[cols]; then act in place. */
+__global__ void k_bias_act(float *x, const float *bias, int64_t total, int64_t cols, int64_t inner,
+                           int act, float alpha) {
+    GRID_STRIDE(idx, total) {
+        float v = x[idx];
+        if (bias) v += bias[(idx / inner) % cols];
+        x[idx] = act_f(v, act, alpha);
+    }
+}
+
+static void cu_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows,
+                                int64_t cols, int64_t inner, ct_act act, float alpha) {
+    if (inner < 1) inner = 1; /* as the CPU backend: no inner dimension */
+    if (!bias && act == CT_ACT_NONE) return;
+    int64_t total = rows * cols * inner;
+    LAUNCH(be, total, k_bias_act, x, bias, total, cols, inner, (int)act, alpha);
+}
+
+/* db[c] += sum over rows and inner of dy[r, c, i]. */
+struct bias_grad_f {
+    const float *dy;
+    int64_t cols, inner;
+    __device__ void operator()(int64_t r, int64_t c, int64_t i, double *out) const {
+        out[0] = dy[(r * cols + c) * inner + i];
+    }
+};
+/* dst[c] += (float)sum, rounded as the CPU backend rounds it */
+struct add_into_f {
+    float *dst;
+    __device__ void operator()(int64_t c, const double *s) const { dst[c] += (float)s[0]; }
+};
+
+static void cu_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
+                             int64_t inner) {
+    if (inner < 1) inner = 1;
+    bias_grad_f f = {dy, cols, inner};
+    add_into_f g = {db};
+    ct_cuda_reduce_rci<1>(be, rows, cols, inner, f, g);
+}
+
+/* ---- dropout ---- */
+
+/* One thread per Philox block: elements 4b .. 4b+3 use the block's 4 words, as ct_rng_at does. */
+__global__ void k_dropout_forward(float *y, uint8_t *mask, const float *x, int64_t n, uint64_t thresh,
+                                  float keep_scale, uint64_t key, uint64_t stream) {
+    int64_t n_blocks = (n + 3) / 4;
+    GRID_STRIDE(b, n_blocks) {
+        uint4 w = ct_dev_philox_block(key, stream, (uint64_t)b);
+        uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        for (int k = 0; k < 4; k++) {
+            int64_t i = b * 4 + k;
+            if (i >= n) break;
+            bool keep = (uint64_t)words[k] >= thresh;
+            mask[i] = keep ? 1 : 0;
+            y[i] = keep ? x[i] * keep_scale : 0.0f;
+        }
+    }
+}
+
+__global__ void k_dropout_backward(float *dx, const float *dy, const uint8_t *mask, int64_t n,
+                                   float keep_scale) {
+    GRID_STRIDE(i, n) dx[i] = mask[i] ? dy[i] * keep_scale : 0.0f;
+}
+
+static float keep_scale_of(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+static void cu_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
+                               float p, uint64_t seed, uint64_t stream) {
+    /* dropped when word < floor(p * 2^32), exactly as the CPU backend computes it */
+    double t = (double)p * 4294967296.0;
+    uint64_t thresh = t <= 0.0 ? 0 : (uint64_t)t;
+    uint64_t key = ct_cuda_rng_key(seed, CT_RNG_DROPOUT);
+    LAUNCH(be, (n + 3) / 4, k_dropout_forward, y, mask, x, n, thresh, keep_scale_of(p), key, stream);
+}
+
+static void cu_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
+                                int64_t n, float p) {
+    LAUNCH(be, n, k_dropout_backward, dx, dy, mask, n, keep_scale_of(p));
+}
+
+void ct_cuda_eltwise_install(ct_backend *be) {
+    be->fill = cu_fill;
+    be->scale = cu_scale;
+    be->axpy = cu_axpy;
+    be->add = cu_add;
+    be->copy_rows = cu_copy_rows;
+    be->cast = cu_cast;
+    be->bias_act_forward = cu_bias_act_forward;
+    be->bias_backward = cu_bias_backward;
+    be->act_forward = cu_act_forward;
+    be->act_backward = cu_act_backward;
+    be->dropout_forward = cu_dropout_forward;
+    be->dropout_backward = cu_dropout_backward;
+}

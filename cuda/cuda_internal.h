@@ -1,0 +1,266 @@
+/* cuda_internal.h: what the CUDA backend's files share (not part of the public op table).
+ *
+ * Every op is queued on the backend's compute stream; host-visible results (losses, norms,
+ * finite checks) are reduced on the device into a small buffer and copied to pinned host memory
+ * before the op returns. Reductions are deterministic: partial sums over fixed chunks whose
+ * boundaries depend only on the problem size (never on the SM count), combined by fixed-order tree
+ * reductions; no floating-point atomics anywhere.
+ *
+ * Errors: an internal CUDA/cuBLAS failure cannot be a user error, and the op table returns void,
+ * so the check macros print the call, file and line and exit with CT_ERR_RUNTIME. */
+#ifndef CT_CUDA_INTERNAL_H
+#define CT_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/backend.h"
+}
+
+/* ---- checks ---- */
+void ct_cuda_fail_at(const char *what, const char *detail, const char *call, const char *file,
+                     int line);
+void ct_cuda_check_at(cudaError_t e, const char *call, const char *file, int line);
+void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line);
+#define CT_CUDA_CHECK(call) ct_cuda_check_at((call), #call, __FILE__, __LINE__)
+#define CT_CUBLAS_CHECK(call) ct_cublas_check_at((call), #call, __FILE__, __LINE__)
+/* After every kernel launch: catches bad launch configurations at the launch site. */
+#define CT_CUDA_LAUNCH_CHECK() ct_cuda_check_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+/* A precondition the caller (not the user) broke: unsupported dtype, negative size. */
+#define CT_CUDA_REQUIRE(cond, msg)                                                               \
+    do {                                                                                         \
+        if (!(cond)) ct_cuda_fail_at("internal", (msg), #cond, __FILE__, __LINE__);              \
+    } while (0)
+
+/* ---- caching device allocator ----
+ * Blocks are rounded up to size classes (8 per power of two, at least 512 bytes) and kept on a
+ * free list per class when freed, so a training step that repeats its allocations never calls
+ * cudaMalloc/cudaFree after the first step. Every op runs on the compute stream, so a block freed
+ * by the host and handed out again is only touched by later work on that stream. */
+typedef struct ct_cuda_block {
+    void *ptr;
+    size_t bytes;                 /* rounded size (the class) */
+} ct_cuda_block;
+
+typedef struct ct_cuda_alloc {
+    pthread_mutex_t mu;
+    ct_cuda_block *live;          /* open-addressing table keyed by ptr: live blocks */
+    size_t live_cap, live_n;
+    ct_cuda_block *free_blocks;   /* cached free blocks, unsorted */
+    size_t free_cap, free_n;
+    size_t live_bytes, peak_live_bytes;
+    size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
+    uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
+} ct_cuda_alloc;
+
+/* ---- GEMM plan cache (cuBLASLt descriptors and the heuristic's algorithm per shape) ---- */
+#define CT_CUDA_GEMM_CACHE 64
+typedef struct ct_cuda_gemm_key {
+    int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+    int ta, tb, a_dt, b_dt, c_dt, align, tf32;
+} ct_cuda_gemm_key;
+
+typedef struct ct_cuda_gemm_plan {
+    ct_cuda_gemm_key key;
+    int used;
+    int has_algo;                 /* 0: the heuristic found nothing (the caller falls back) */
+    uint64_t last_use;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} ct_cuda_gemm_plan;
+
+/* Pinned staging ring for uploads: copy_h2d copies the caller's bytes into a slot and queues the
+ * DMA from there, so it returns at once and the caller may reuse its buffer; a slot is reused only
+ * after its event says the previous upload from it finished (it always has, a few steps later). */
+#define CT_CUDA_STAGES 4
+#define CT_CUDA_STAGE_MAX ((size_t)64 << 20) /* larger uploads (checkpoints) go direct, waiting */
+typedef struct ct_cuda_stage {
+    void *buf;
+    size_t cap;
+    cudaEvent_t done;
+    bool pending;                 /* an upload from buf may still be running */
+} ct_cuda_stage;
+
+/* Backend-private state behind ct_backend.impl. */
+typedef struct ct_cuda {
+    int device;
+    int sm_count;
+    cudaStream_t compute;         /* every kernel, GEMM, memset and D2D/D2H copy */
+    cudaStream_t copy;            /* host-to-device uploads */
+    cudaEvent_t ev_compute;       /* compute stream reached this point (copy waits: dst free) */
+    cudaEvent_t ev_copy;          /* upload finished (compute waits: dst ready) */
+    cublasLtHandle_t lt;
+    void *lt_workspace;           /* cuBLASLt workspace, allocated once */
+    size_t lt_workspace_bytes;
+    bool tf32;                    /* TF32 tensor cores for fp32 GEMMs (off unless asked) */
+    ct_cuda_gemm_plan plans[CT_CUDA_GEMM_CACHE];
+    uint64_t plan_clock;
+    void *host_scratch;           /* pinned, CT_CUDA_HOST_SCRATCH bytes: reduction results */
+    ct_cuda_stage stage[CT_CUDA_STAGES];
+    int stage_next;
+    ct_cuda_alloc mem;
+} ct_cuda;
+
+#define CT_CUDA_HOST_SCRATCH 4096
+
+static inline ct_cuda *ct_cuda_of(ct_backend *be) { return (ct_cuda *)be->impl; }
+static inline cudaStream_t ct_cuda_stream(ct_backend *be) { return ct_cuda_of(be)->compute; }
+
+/* Device scratch from the caching allocator; exits on failure (internal buffers, small). */
+void *ct_cuda_scratch(ct_backend *be, size_t bytes, const char *file, int line);
+#define CT_CUDA_SCRATCH(be, bytes) ct_cuda_scratch((be), (bytes), __FILE__, __LINE__)
+void ct_cuda_scratch_free(ct_backend *be, void *p);
+/* Copy `bytes` (<= CT_CUDA_HOST_SCRATCH) from the device to host memory and wait for it. */
+void ct_cuda_read_result(ct_backend *be, void *dst_host, const void *src_dev, size_t bytes);
+
+/* ---- launch helpers ---- */
+#define CT_CUDA_THREADS 256
+/* Grid for a grid-stride loop over n items: enough blocks to fill the device, never more than
+ * needed. Results of element-wise kernels do not depend on it. */
+static inline unsigned ct_cuda_grid(ct_backend *be, int64_t n, int threads) {
+    int64_t want = (n + threads - 1) / threads;
+    int64_t cap = (int64_t)ct_cuda_of(be)->sm_count * 32;
+    if (want > cap) want = cap;
+    if (want < 1) want = 1;
+    return (unsigned)want;
+}
+
+/* Fixed-size chunks for deterministic two-pass reductions: the chunk count depends only on n. */
+#define CT_CUDA_RED_THREADS 256
+#define CT_CUDA_RED_CHUNK 16384
+#define CT_CUDA_RED_MAX_CHUNKS 1024
+static inline int64_t ct_cuda_red_chunks(int64_t n) {
+    int64_t c = (n + CT_CUDA_RED_CHUNK - 1) / CT_CUDA_RED_CHUNK;
+    if (c > CT_CUDA_RED_MAX_CHUNKS) c = CT_CUDA_RED_MAX_CHUNKS;
+    return c < 1 ? 1 : c;
+}
+
+/* ---- device helpers shared by the kernels ---- */
+#ifdef __CUDACC__
+/* Fixed-order sum over a warp (butterfly): every lane ends with the same bits. */
+template <typename T>
+__device__ __forceinline__ T ct_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float ct_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Fixed-order sum over a block (blockDim.x a multiple of 32, <= 1024); `sh` holds 32 T.
+ * Every thread gets the result. Callers that reuse `sh` must __syncthreads() first. */
+template <typename T>
+__device__ __forceinline__ T ct_block_sum(T v, T *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ct_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    T r = lane < nw ? sh[lane] : T(0);
+    r = ct_warp_sum(r);
+    return r;
+}
+__device__ __forceinline__ float ct_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ct_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    return ct_warp_max(r);
+}
+#endif
+
+/* ---- fp16 / bf16 storage on the device: the same bits as core/tensor.h's host conversions ---- */
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+__device__ __forceinline__ uint16_t ct_dev_f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+__device__ __forceinline__ float ct_dev_bf16_to_f32(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+/* __float2half_rn rounds to nearest even with overflow to Inf at 65520, as the host code does;
+ * only NaN needs care (the host writes sign | 0x7e00). */
+__device__ __forceinline__ uint16_t ct_dev_f32_to_f16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u);
+    return __half_as_ushort(__float2half_rn(f));
+}
+/* Bit for bit the host's conversion (hardware cvt may canonicalise NaN payloads). */
+__device__ __forceinline__ float ct_dev_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) {
+        float v = (float)mant * (1.0f / 16777216.0f); /* subnormal: mant * 2^-24, exact */
+        return sign ? -v : v;
+    }
+    if (exp == 31) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+/* Element i of an array of any ct_dtype as float, and back (cold paths: dtype known at run time).
+ * Integer stores round to nearest even, as the host's lrintf does. */
+__device__ __forceinline__ float ct_dev_load(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case CT_F32: return ((const float *)p)[i];
+    case CT_F16: return ct_dev_f16_to_f32(((const uint16_t *)p)[i]);
+    case CT_BF16: return ct_dev_bf16_to_f32(((const uint16_t *)p)[i]);
+    case CT_I32: return (float)((const int32_t *)p)[i];
+    case CT_I64: return (float)((const int64_t *)p)[i];
+    case CT_U8: return (float)((const uint8_t *)p)[i];
+    case CT_U16: return (float)((const uint16_t *)p)[i];
+    default: return 0.0f;
+    }
+}
+__device__ __forceinline__ void ct_dev_store(void *p, int dt, int64_t i, float v) {
+    switch (dt) {
+    case CT_F32: ((float *)p)[i] = v; break;
+    case CT_F16: ((uint16_t *)p)[i] = ct_dev_f32_to_f16(v); break;
+    case CT_BF16: ((uint16_t *)p)[i] = ct_dev_f32_to_bf16(v); break;
+    case CT_I32: ((int32_t *)p)[i] = (int32_t)__float2ll_rn(v); break;
+    case CT_I64: ((int64_t *)p)[i] = (int64_t)__float2ll_rn(v); break;
+    case CT_U8: ((uint8_t *)p)[i] = (uint8_t)__float2ll_rn(v); break;
+    case CT_U16: ((uint16_t *)p)[i] = (uint16_t)__float2ll_rn(v); break;
+    default: break;
+    }
+}
+#endif
+static inline bool ct_cuda_float_dtype(ct_dtype t) { return t == CT_F32 || t == CT_F16 || t == CT_BF16; }
+
+/* y[r * ldy + j] = x[r * ldx + j] converted between float dtypes, for every batch item
+ * (element strides sy, sx), r < rows, j < cols (cuda_eltwise.cu). */
+void ct_cuda_cast_2d(ct_backend *be, void *y, ct_dtype y_dt, int64_t ldy, int64_t sy, const void *x,
+                     ct_dtype x_dt, int64_t ldx, int64_t sx, int64_t rows, int64_t cols,
+                     int64_t batch);
+/* c[b * sc + r * ldc + j] *= beta (beta == 0 writes 0 whatever c held) (cuda_eltwise.cu). */
+void ct_cuda_scale_2d(ct_backend *be, void *c, ct_dtype c_dt, int64_t ldc, int64_t sc, float beta,
+                      int64_t rows, int64_t cols, int64_t batch);
+
+/* Each file fills its part of the op table. */
+void ct_cuda_mem_install(ct_backend *be);
+void ct_cuda_gemm_install(ct_backend *be);
+void ct_cuda_eltwise_install(ct_backend *be);
+void ct_cuda_conv_install(ct_backend *be);
+void ct_cuda_norm_install(ct_backend *be);
+void ct_cuda_loss_install(ct_backend *be);
+void ct_cuda_optim_install(ct_backend *be);
+
+/* Allocator lifecycle (cuda_mem.cu). */
+void ct_cuda_alloc_init(ct_cuda_alloc *a);
+void ct_cuda_alloc_release_all(ct_cuda_alloc *a);   /* cudaFree every block; at destroy */
+/* Upload staging ring: events created at init; buffers and events released at destroy
+ * (strict: report failures; otherwise ignore them, for unwinding a failed creation). */
+bool ct_cuda_stages_init(ct_cuda *cu);
+void ct_cuda_stages_release(ct_cuda *cu, bool strict);
+/* GEMM plan cache teardown (cuda_gemm.cu). */
+void ct_cuda_gemm_plans_destroy(ct_cuda *cu);
+
+#endif

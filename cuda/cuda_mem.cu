@@ -1,0 +1,359 @@
+/* cuda_mem.cu: caching device allocator, pinned host memory, copies, streams.
+ *
+ * Uploads run on the copy stream, ordered after the compute work queued before them (so a buffer
+ * still being read is never overwritten) and before the compute work queued after them (events,
+ * no device-wide synchronization). copy_h2d returns as soon as the caller's buffer may be reused:
+ * the bytes are first copied into a pinned staging slot (a host memcpy, ~40 us for a 128-image
+ * batch), and the DMA runs from there while the host goes on queueing work. */
+#include "cuda/cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
+
+/* ---- size classes ---- */
+
+#define CT_CUDA_MIN_BLOCK 512
+
+/* 8 classes per power of two (waste <= 12.5%), at least 512 bytes. */
+static size_t size_class(size_t bytes) {
+    if (bytes <= CT_CUDA_MIN_BLOCK) return CT_CUDA_MIN_BLOCK;
+    size_t p = (size_t)1 << (63 - __builtin_clzll((unsigned long long)bytes));
+    size_t step = p / 8;
+    return (bytes + step - 1) / step * step;
+}
+
+/* ---- live-block table: open addressing keyed by pointer, backward-shift deletion ---- */
+
+static size_t ptr_hash(const void *p, size_t cap) {
+    uint64_t x = (uint64_t)(uintptr_t)p >> 9;
+    x *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 20) & (cap - 1);
+}
+
+static void live_insert_raw(ct_cuda_block *t, size_t cap, ct_cuda_block b) {
+    size_t i = ptr_hash(b.ptr, cap);
+    while (t[i].ptr) i = (i + 1) & (cap - 1);
+    t[i] = b;
+}
+
+static void live_grow(ct_cuda_alloc *a) {
+    size_t cap = a->live_cap ? a->live_cap * 2 : 1024;
+    ct_cuda_block *t = (ct_cuda_block *)ct_xcalloc(cap, sizeof *t);
+    for (size_t i = 0; i < a->live_cap; i++)
+        if (a->live[i].ptr) live_insert_raw(t, cap, a->live[i]);
+    free(a->live);
+    a->live = t;
+    a->live_cap = cap;
+}
+
+static void live_insert(ct_cuda_alloc *a, ct_cuda_block b) {
+    if ((a->live_n + 1) * 2 > a->live_cap) live_grow(a);
+    live_insert_raw(a->live, a->live_cap, b);
+    a->live_n++;
+}
+
+/* Removes p from the table; returns its block (ptr NULL when p was not allocated here). */
+static ct_cuda_block live_remove(ct_cuda_alloc *a, const void *p) {
+    ct_cuda_block none = {NULL, 0};
+    if (!a->live_cap) return none;
+    size_t mask = a->live_cap - 1, i = ptr_hash(p, a->live_cap);
+    while (a->live[i].ptr && a->live[i].ptr != p) i = (i + 1) & mask;
+    if (!a->live[i].ptr) return none;
+    ct_cuda_block found = a->live[i];
+    /* backward shift: move later entries of the probe run into the hole when their home allows */
+    size_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!a->live[j].ptr) break;
+        size_t home = ptr_hash(a->live[j].ptr, a->live_cap);
+        bool movable = hole <= j ? (home <= hole || home > j) : (home <= hole && home > j);
+        if (movable) {
+            a->live[hole] = a->live[j];
+            hole = j;
+        }
+    }
+    a->live[hole].ptr = NULL;
+    a->live[hole].bytes = 0;
+    a->live_n--;
+    return found;
+}
+
+void ct_cuda_alloc_init(ct_cuda_alloc *a) {
+    memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->mu, NULL);
+}
+
+/* cudaFree every cached free block (caller holds the lock; the device must be idle). */
+static void release_cached(ct_cuda_alloc *a) {
+    for (size_t i = 0; i < a->free_n; i++) {
+        CT_CUDA_CHECK(cudaFree(a->free_blocks[i].ptr));
+        a->reserved_bytes -= a->free_blocks[i].bytes;
+    }
+    a->free_n = 0;
+}
+
+void ct_cuda_alloc_release_all(ct_cuda_alloc *a) {
+    pthread_mutex_lock(&a->mu);
+    release_cached(a);
+    for (size_t i = 0; i < a->live_cap; i++)
+        if (a->live[i].ptr) CT_CUDA_CHECK(cudaFree(a->live[i].ptr));
+    free(a->live);
+    free(a->free_blocks);
+    a->live = NULL;
+    a->free_blocks = NULL;
+    a->live_cap = a->live_n = a->free_cap = 0;
+    a->live_bytes = a->reserved_bytes = 0;
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_destroy(&a->mu);
+}
+
+static void *alloc_locked(ct_cuda_alloc *a, size_t bytes) {
+    size_t cls = size_class(bytes);
+    ct_cuda_block b = {NULL, cls};
+    for (size_t i = 0; i < a->free_n; i++) {
+        if (a->free_blocks[i].bytes == cls) {
+            b = a->free_blocks[i];
+            a->free_blocks[i] = a->free_blocks[--a->free_n];
+            break;
+        }
+    }
+    if (!b.ptr) {
+        cudaError_t e = cudaMalloc(&b.ptr, cls);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* out-of-memory is not sticky; clear it and retry once */
+            CT_CUDA_CHECK(cudaDeviceSynchronize());
+            release_cached(a);
+            e = cudaMalloc(&b.ptr, cls);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                return NULL;
+            }
+        }
+        a->n_cuda_malloc++;
+        a->reserved_bytes += cls;
+        if (a->reserved_bytes > a->peak_reserved_bytes) a->peak_reserved_bytes = a->reserved_bytes;
+    }
+    live_insert(a, b);
+    a->live_bytes += cls;
+    if (a->live_bytes > a->peak_live_bytes) a->peak_live_bytes = a->live_bytes;
+    return b.ptr;
+}
+
+static void free_locked(ct_cuda_alloc *a, void *p) {
+    ct_cuda_block b = live_remove(a, p);
+    if (!b.ptr) {
+        ct_cuda_fail_at("internal", "free of a pointer this backend did not allocate", "free",
+                        __FILE__, __LINE__);
+    }
+    a->live_bytes -= b.bytes;
+    if (a->free_n == a->free_cap) {
+        a->free_cap = a->free_cap ? a->free_cap * 2 : 256;
+        a->free_blocks =
+            (ct_cuda_block *)ct_xrealloc(a->free_blocks, a->free_cap * sizeof *a->free_blocks);
+    }
+    a->free_blocks[a->free_n++] = b;
+}
+
+static void *cu_alloc(ct_backend *be, size_t bytes) {
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    pthread_mutex_lock(&a->mu);
+    void *p = alloc_locked(a, bytes);
+    pthread_mutex_unlock(&a->mu);
+    return p;
+}
+
+static void cu_free(ct_backend *be, void *p) {
+    if (!p) return;
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    pthread_mutex_lock(&a->mu);
+    free_locked(a, p);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void *ct_cuda_scratch(ct_backend *be, size_t bytes, const char *file, int line) {
+    void *p = cu_alloc(be, bytes);
+    if (!p) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "out of device memory for %zu bytes of scratch", bytes);
+        ct_cuda_fail_at("CUDA", msg, "ct_cuda_scratch", file, line);
+    }
+    return p;
+}
+
+void ct_cuda_scratch_free(ct_backend *be, void *p) { cu_free(be, p); }
+
+/* Peak of what the allocator obtained from cudaMalloc, plus the fixed cuBLASLt workspace: the
+ * device memory this backend held at its peak (the CUDA context itself is not counted). */
+static size_t cu_peak_bytes(ct_backend *be) {
+    ct_cuda *cu = ct_cuda_of(be);
+    pthread_mutex_lock(&cu->mem.mu);
+    size_t peak = cu->mem.peak_reserved_bytes;
+    pthread_mutex_unlock(&cu->mem.mu);
+    return peak + cu->lt_workspace_bytes;
+}
+
+extern "C" void ct_cuda_get_mem_stats(ct_backend *be, ct_cuda_mem_stats *out) {
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    pthread_mutex_lock(&a->mu);
+    out->live_bytes = a->live_bytes;
+    out->peak_live_bytes = a->peak_live_bytes;
+    out->reserved_bytes = a->reserved_bytes;
+    out->peak_reserved_bytes = a->peak_reserved_bytes;
+    out->n_cuda_malloc = a->n_cuda_malloc;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- pinned host memory ---- */
+
+static void *cu_alloc_host_pinned(ct_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free_host_pinned(ct_backend *be, void *p) {
+    if (p) CT_CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* ---- copies ---- */
+
+bool ct_cuda_stages_init(ct_cuda *cu) {
+    for (int i = 0; i < CT_CUDA_STAGES; i++)
+        if (cudaEventCreateWithFlags(&cu->stage[i].done, cudaEventDisableTiming) != cudaSuccess) {
+            cu->stage[i].done = NULL;
+            (void)cudaGetLastError();
+            return false;
+        }
+    return true;
+}
+
+void ct_cuda_stages_release(ct_cuda *cu, bool strict) {
+    for (int i = 0; i < CT_CUDA_STAGES; i++) {
+        ct_cuda_stage *s = &cu->stage[i];
+        if (s->buf) {
+            if (strict) CT_CUDA_CHECK(cudaFreeHost(s->buf));
+            else (void)cudaFreeHost(s->buf);
+        }
+        if (s->done) {
+            if (strict) CT_CUDA_CHECK(cudaEventDestroy(s->done));
+            else (void)cudaEventDestroy(s->done);
+        }
+        s->buf = NULL;
+        s->done = NULL;
+        s->cap = 0;
+        s->pending = false;
+    }
+}
+
+/* Queue dst <- src on the copy stream after the compute work queued so far (which may still read
+ * dst), and make later compute work wait for it. `done` is recorded when the copy finishes. */
+static void queue_upload(ct_cuda *cu, void *dst, const void *src, size_t bytes, cudaEvent_t done) {
+    CT_CUDA_CHECK(cudaEventRecord(cu->ev_compute, cu->compute));
+    CT_CUDA_CHECK(cudaStreamWaitEvent(cu->copy, cu->ev_compute, 0));
+    CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu->copy));
+    CT_CUDA_CHECK(cudaEventRecord(done, cu->copy));
+    CT_CUDA_CHECK(cudaStreamWaitEvent(cu->compute, done, 0));
+}
+
+/* A staging slot holding at least `bytes`, its previous upload finished; NULL when pinned memory
+ * for it cannot be had (the caller then uploads directly). */
+static ct_cuda_stage *stage_get(ct_cuda *cu, size_t bytes) {
+    ct_cuda_stage *s = &cu->stage[cu->stage_next];
+    cu->stage_next = (cu->stage_next + 1) % CT_CUDA_STAGES;
+    if (s->pending) {
+        CT_CUDA_CHECK(cudaEventSynchronize(s->done));
+        s->pending = false;
+    }
+    if (s->cap < bytes) {
+        if (s->buf) CT_CUDA_CHECK(cudaFreeHost(s->buf));
+        s->buf = NULL;
+        s->cap = 0;
+        size_t cap = bytes < ((size_t)1 << 20) ? ((size_t)1 << 20) : bytes + bytes / 4;
+        if (cap > CT_CUDA_STAGE_MAX) cap = CT_CUDA_STAGE_MAX;
+        if (cudaHostAlloc(&s->buf, cap, cudaHostAllocDefault) != cudaSuccess) {
+            (void)cudaGetLastError();
+            s->buf = NULL;
+            return NULL;
+        }
+        s->cap = cap;
+    }
+    return s;
+}
+
+static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t bytes) {
+    if (!bytes) return;
+    ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_stage *s = bytes <= CT_CUDA_STAGE_MAX ? stage_get(cu, bytes) : NULL;
+    if (s) {
+        memcpy(s->buf, src_host, bytes);
+        queue_upload(cu, dst, s->buf, bytes, s->done);
+        s->pending = true;
+        return;
+    }
+    /* large or unstageable: upload straight from the caller's memory and wait, so that the caller
+     * may reuse it when we return */
+    queue_upload(cu, dst, src_host, bytes, cu->ev_copy);
+    CT_CUDA_CHECK(cudaEventSynchronize(cu->ev_copy));
+}
+
+static void cu_copy_d2h(ct_backend *be, void *dst_host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    ct_cuda *cu = ct_cuda_of(be);
+    CT_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cu->compute));
+    CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
+}
+
+static void cu_copy_d2d(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    if (d < s + bytes && s < d + bytes) {
+        /* overlapping ranges (the CPU backend's memmove allows them; cudaMemcpy does not) */
+        void *tmp = CT_CUDA_SCRATCH(be, bytes);
+        CT_CUDA_CHECK(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, ct_cuda_stream(be)));
+        CT_CUDA_CHECK(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, ct_cuda_stream(be)));
+        ct_cuda_scratch_free(be, tmp);
+        return;
+    }
+    CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ct_cuda_stream(be)));
+}
+
+static void cu_memset0(ct_backend *be, void *p, size_t bytes) {
+    if (!bytes) return;
+    CT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ct_cuda_stream(be)));
+}
+
+static void cu_sync(ct_backend *be) {
+    ct_cuda *cu = ct_cuda_of(be);
+    CT_CUDA_CHECK(cudaStreamSynchronize(cu->copy));
+    CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
+}
+
+void ct_cuda_read_result(ct_backend *be, void *dst_host, const void *src_dev, size_t bytes) {
+    ct_cuda *cu = ct_cuda_of(be);
+    CT_CUDA_REQUIRE(bytes <= CT_CUDA_HOST_SCRATCH, "result larger than the host scratch buffer");
+    CT_CUDA_CHECK(cudaMemcpyAsync(cu->host_scratch, src_dev, bytes, cudaMemcpyDeviceToHost,
+                                  cu->compute));
+    CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
+    memcpy(dst_host, cu->host_scratch, bytes);
+}
+
+void ct_cuda_mem_install(ct_backend *be) {
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->alloc_host_pinned = cu_alloc_host_pinned;
+    be->free_host_pinned = cu_free_host_pinned;
+    be->copy_h2d = cu_copy_h2d;
+    be->copy_d2h = cu_copy_d2h;
+    be->copy_d2d = cu_copy_d2d;
+    be->memset0 = cu_memset0;
+    be->sync = cu_sync;
+    be->peak_bytes = cu_peak_bytes;
+}

@@ -1,0 +1,69 @@
+#!/bin/sh
+# End-to-end checks of the command line: exit codes, override forms, help/man page in sync.
+# Usage: e2e_cli.sh BUILD_DIR
+set -u
+B=${1:-build}/ctrain
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+ok()   { echo "ok   $1"; }
+bad()  { echo "FAIL $1"; fails=$((fails + 1)); }
+# expect CODE DESCRIPTION -- command...: run, compare the exit code, keep output in $T/out, $T/err
+expect() {
+    code=$1; what=$2; shift 3
+    "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/err" | head -5; fi
+}
+has() { # has FILE PATTERN DESCRIPTION
+    if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2' in output"; sed 's/^/     /' "$1" | head -5; fi
+}
+
+expect 0 "--version" -- "$B" --version
+has "$T/out" "^ctrain [0-9]" "--version prints the version"
+has "$T/out" "backends: cpu" "--version lists backends"
+expect 0 "--help" -- "$B" --help
+# Every long option in --help appears in the man page (kept in sync).
+for opt in $(grep -o -- '--[a-z][a-z_-]*' "$T/out" | sort -u); do
+    manopt=$(printf '%s' "$opt" | sed 's/-/\\\\-/g')
+    grep -q -- "$manopt" docs/ctrain.1 || bad "man page lacks $opt"
+done
+ok "help and man page list the same options"
+
+expect 2 "no arguments" -- "$B"
+expect 2 "unknown option" -- "$B" --config x.json --frobnicate
+has "$T/err" "unknown option" "unknown option is named"
+for sub in pack eval export info plot; do
+    expect 2 "$sub not implemented yet" -- "$B" $sub
+    has "$T/err" "not implemented yet" "$sub says not implemented yet"
+done
+expect 2 "unknown command" -- "$B" frobnicate
+expect 2 "missing config file" -- "$B" --config "$T/nope.json" --print-config
+has "$T/err" "nope.json" "missing config names the path"
+expect 2 "--set without =" -- "$B" --config x.json --set foo
+
+cat > "$T/c.json" <<'JSON'
+{
+  "train_micro_batch_size_per_gpu": 8,
+  "gradient_accumulation_steps": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}
+}
+JSON
+expect 0 "--print-config" -- "$B" --config "$T/c.json" --print-config
+has "$T/out" '"train_batch_size":[[:space:]]*16' "batch derived in --print-config"
+expect 0 "three override forms" -- "$B" --config "$T/c.json" --print-config \
+    --set optimizer.params.lr=0.25 --gradient_accumulation_steps=4 train_micro_batch_size_per_gpu=3 --local_rank=1
+has "$T/out" '"lr":[[:space:]]*0.25' "--set applied"
+has "$T/out" '"gradient_accumulation_steps":[[:space:]]*4' "--KEY=VALUE applied"
+has "$T/out" '"train_micro_batch_size_per_gpu":[[:space:]]*3' "KEY=VALUE applied"
+expect 2 "bad stage" -- "$B" --config "$T/c.json" --print-config --set zero_optimization.stage=4
+has "$T/err" "zero_optimization.stage" "bad stage names the JSON path"
+
+CORPUS=test/conformance/ds_configs
+if [ -d "$CORPUS" ]; then
+    expect 0 "config check (corpus file)" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__cifar_ds_config.json" --world-size 8
+    expect 2 "config check rejects W=8 batch" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json" --world-size 8
+fi
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,91 @@
+#!/bin/sh
+# End-to-end training runs on the CPU: Fashion-MNIST MLP and CNN for a few hundred steps, the
+# summary JSON, --dry-run, and the exit codes of bad data, divergence and SIGINT.
+# Usage: e2e_train.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+set -u
+B=${1:-build}/ctrain
+D=/usr/share/datasets/fashion-mnist
+[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+ok()  { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+# run CODE DESCRIPTION ARGS...: run ctrain --quiet --summary $T/s.json ARGS, check the exit code
+run() {
+    code=$1; what=$2; shift 2
+    rm -f "$T/s.json"
+    "$B" --quiet --summary "$T/s.json" "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/err" | head -5; fi
+}
+# summary EXPR DESCRIPTION: a Python expression over the summary dict s must be true
+summary() {
+    if python3 -c "import json,sys; s=json.load(open('$T/s.json')); sys.exit(0 if ($1) else 1)" 2>/dev/null; then
+        ok "$2"
+    else
+        bad "$2: $(cat "$T/s.json" 2>/dev/null || echo 'no summary')"
+    fi
+}
+has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | head -5; fi; }
+
+# MLP: 300 steps (0.64 epoch), eval on 2000 test images.
+run 0 "fmnist_mlp trains" --config configs/fmnist_mlp.json --set train.max_steps=300 \
+    --set data.eval.limit=2000
+summary "s['status'] == 'ok' and s['steps'] == 300 and s['epochs'] == 1" "mlp summary: status, steps, epochs"
+summary "s['eval_accuracy'] > 0.80 and s['eval_loss'] < 0.6" "mlp accuracy > 80% after 300 steps"
+summary "s['train_loss'] < 0.8 and s['samples_per_s'] > 0 and s['peak_host_bytes'] > 0" "mlp summary numbers"
+summary "s['first_step_s'] is not None and s['first_step_s'] < 5" "mlp first step time recorded"
+summary "s['tokens_per_s'] is None and s['loss_scale'] is None" "mlp: absent metrics are null"
+has "$T/out" '^{"status":"ok"' "summary line on stdout"
+
+# CNN: 100 steps with gradient accumulation (micro 64 x 2).
+run 0 "fmnist_cnn trains with accumulation" --config configs/fmnist_cnn.json --set train.max_steps=100 \
+    --set train_micro_batch_size_per_gpu=64 --set gradient_accumulation_steps=2 --set data.eval.limit=1000
+summary "s['status'] == 'ok' and s['steps'] == 100 and s['eval_accuracy'] > 0.70" "cnn accuracy > 70% after 100 steps"
+
+# Dry run: the plan, nothing trained.
+"$B" --config configs/fmnist_mlp.json --dry-run >"$T/out" 2>"$T/err"
+[ $? -eq 0 ] && ok "--dry-run exits 0" || bad "--dry-run exit code"
+has "$T/err" "batch  128 = micro 128 × accumulation 1 × world 1" "dry run prints the batch arithmetic"
+has "$T/err" "memory plan: params" "dry run prints the memory plan"
+has "$T/err" "669.7 k params" "dry run prints the parameter count"
+
+# A truncated images file: data error naming the file and the offset.
+head -c 100000 "$D/train-images-idx3-ubyte.gz" >"$T/train-images.gz"
+cat >"$T/bad.json" <<EOF
+{"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {}},
+ "model": {"input": [1, 28, 28], "layers": [{"type": "flatten"}, {"type": "linear", "out": 10}],
+           "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "idx", "images": "train-images.gz",
+                    "labels": "$D/train-labels-idx1-ubyte.gz"}}}
+EOF
+run 3 "truncated IDX file exits 3" --config "$T/bad.json"
+has "$T/err" "train-images.gz: truncated at byte offset" "truncated file named with its offset"
+summary "s['status'] == 'error' and 'truncated' in s.get('error', '')" "summary written on data error"
+
+# A format that is not implemented yet: config error.
+sed 's|"format": "idx", "images": "train-images.gz",|"format": "csv", "path": "train.csv",|; s|"labels": "[^"]*"|"label_column": "y"|' \
+    "$T/bad.json" >"$T/csv.json"
+run 2 "unimplemented format exits 2" --config "$T/csv.json"
+has "$T/err" 'format "csv" is not implemented yet' "unimplemented format named"
+
+# Divergence: NaN loss exits 4 with status diverged.
+run 4 "divergence exits 4" --config configs/fmnist_mlp.json --set optimizer.params.lr=1e30 \
+    --set train.max_steps=50
+summary "s['status'] == 'diverged'" "summary status diverged"
+has "$T/err" "diverged" "divergence message"
+
+# SIGINT stops after the current step: exit 130, status interrupted.
+"$B" --config configs/fmnist_mlp.json --summary "$T/s.json" --set steps_per_print=1 >"$T/out" 2>"$T/err" &
+pid=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q "^step 2" "$T/err"; do sleep 0.1; i=$((i + 1)); done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "SIGINT exits 130" || bad "SIGINT exit code $rc"
+summary "s['status'] == 'interrupted' and s['steps'] >= 2" "summary status interrupted"
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]

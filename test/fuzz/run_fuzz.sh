@@ -1,0 +1,50 @@
+#!/bin/sh
+# run_fuzz.sh TARGET SECONDS: build test/fuzz/TARGET.c as a libFuzzer binary (clang, with
+# AddressSanitizer and UndefinedBehaviorSanitizer) and fuzz it for SECONDS on one core.
+# Independent of the Makefile: it compiles the core sources the target needs directly.
+#   FUZZ_SRCS   core sources to compile (default: per target, below)
+#   FUZZ_FLAGS  extra libFuzzer flags, e.g. "-jobs=2 -workers=2"
+# Seed corpus: the DeepSpeed configs in ../shared/conformance/ds_configs plus configs/*.json,
+# copied into test/fuzz/corpus-TARGET/ (kept between runs, so later runs start where this ended).
+# Crashes are written as test/fuzz/crash-<sha1>; reproduce one with: build/fuzz/TARGET FILE
+set -eu
+if [ $# -ne 2 ]; then
+    echo "usage: $0 TARGET SECONDS   (e.g. $0 fuzz_json 600)" >&2
+    exit 2
+fi
+target=$1
+seconds=$2
+cd "$(dirname "$0")/../.."
+src=test/fuzz/$target.c
+[ -f "$src" ] || { echo "run_fuzz.sh: no $src" >&2; exit 2; }
+
+case $target in
+fuzz_json) default_srcs="core/common.c core/json.c" ;;
+*) default_srcs=$(ls core/*.c) ;;
+esac
+srcs=${FUZZ_SRCS:-$default_srcs}
+
+CLANG=${CLANG:-clang}
+command -v "$CLANG" >/dev/null 2>&1 || { echo "run_fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
+cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I. $(pkg-config --cflags libcjson 2>/dev/null || true)"
+libs="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -lz -lopenblas -lm -pthread"
+mkdir -p build/fuzz
+bin=build/fuzz/$target
+echo "run_fuzz.sh: building $bin from $src $srcs"
+# shellcheck disable=SC2086
+if ! "$CLANG" $cflags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+        "$src" $srcs -o "$bin" $libs; then
+    echo "run_fuzz.sh: build failed; if -fsanitize=fuzzer does not link, install the runtime:" >&2
+    echo "  apt-get install libclang-rt-14-dev   (or: apt-get install llvm clang)" >&2
+    exit 1
+fi
+
+corpus=test/fuzz/corpus-$target
+mkdir -p "$corpus"
+for f in ../shared/conformance/ds_configs/*.json configs/*.json; do
+    [ -f "$f" ] && cp -f "$f" "$corpus/seed-$(basename "$f")"
+done
+echo "run_fuzz.sh: fuzzing $target for $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) files)"
+# shellcheck disable=SC2086
+exec nice -n 10 "./$bin" "$corpus" -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix=test/fuzz/ -max_len=8192 ${FUZZ_FLAGS:-}

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Write PyTorch reference values for every ctrain layer type and loss to test/ref/layers/*.bin.
+
+Run from the repo root with Debian's torch:  /usr/bin/python3 test/ref/gen_layer_refs.py
+test/test_layers.c reads the files (committed, so the tests need no PyTorch).
+
+File format (little endian):
+  "CTRF"  u32 version (1)  u32 json_len  json bytes (the case: layer config, batch, mode)
+  u32 n_arrays, then per array: u32 name_len, name, u32 ndim, i32 dims[ndim], f32 data[prod(dims)]
+Integer tensors (token ids, class labels) are stored as f32 (exact for small values).
+Array names: x0, x1, ... inputs; p0, p1, ... parameters and buffers in the layer's spec order
+(before forward); y output; dy upstream gradient; dx0, ... input gradients; dp0, ... parameter
+gradients; r2, r3 batchnorm running statistics after the forward.
+Losses: logits, target, loss (scalar, mean), dlogits (gradient of the mean loss)."""
+import json
+import os
+import struct
+
+import torch
+import torch.nn.functional as F
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers")
+torch.manual_seed(1234)
+
+
+def write(name, case, arrays):
+    text = json.dumps(case, sort_keys=True).encode()
+    with open(os.path.join(OUT, name + ".bin"), "wb") as f:
+        f.write(b"CTRF" + struct.pack("<II", 1, len(text)) + text)
+        f.write(struct.pack("<I", len(arrays)))
+        for key, t in arrays:
+            t = t.detach().to(torch.float32).contiguous()
+            f.write(struct.pack("<I", len(key)) + key.encode())
+            f.write(struct.pack("<I", t.dim()) + struct.pack("<%di" % t.dim(), *t.shape))
+            f.write(t.numpy().tobytes())
+
+
+def rand(*shape):
+    # never zeros: uniform in [-1.5, 1.5] away from 0 so relu-like kinks are not hit
+    t = torch.rand(*shape) * 1.5 + 0.05
+    return t * torch.where(torch.rand(*shape) < 0.5, -1.0, 1.0)
+
+
+def run_layer(name, layer, xs, fn, params, buffers=(), train=True, mode="train"):
+    """fn(xs, params, buffers) -> y. Saves inputs, params, outputs and all gradients."""
+    xs = [x.clone().requires_grad_(x.dtype == torch.float32) for x in xs]
+    ps = [p.clone().requires_grad_(True) for p in params]
+    bs = [b.clone() for b in buffers]
+    arrays = [("x%d" % i, x) for i, x in enumerate(xs)]
+    arrays += [("p%d" % i, p.detach().clone()) for i, p in enumerate(ps + bs)]
+    y = fn(xs, ps, bs)
+    dy = rand(*y.shape)
+    y.backward(dy)
+    arrays += [("y", y), ("dy", dy)]
+    arrays += [("dx%d" % i, x.grad) for i, x in enumerate(xs) if x.grad is not None]
+    arrays += [("dp%d" % i, p.grad) for i, p in enumerate(ps)]
+    arrays += [("r%d" % (len(ps) + i), b) for i, b in enumerate(bs)]
+    write(name, {"layer": layer, "mode": mode}, arrays)
+
+
+def linear_cases():
+    x = rand(3, 5)
+    w, b = rand(4, 5) * 0.5, rand(4)
+    run_layer("linear", {"type": "linear", "out": 4}, [x], lambda xs, p, _: F.linear(xs[0], p[0], p[1]), [w, b])
+    x = rand(2, 3, 5)
+    run_layer("linear_rank3_nobias", {"type": "linear", "out": 4, "bias": False}, [x],
+              lambda xs, p, _: F.linear(xs[0], p[0]), [w])
+
+
+def conv_cases():
+    x = rand(2, 3, 6, 5)
+    w, b = rand(4, 3, 3, 3) * 0.3, rand(4)
+    run_layer("conv2d", {"type": "conv2d", "out": 4, "kernel": 3, "stride": 2, "padding": 1}, [x],
+              lambda xs, p, _: F.conv2d(xs[0], p[0], p[1], stride=2, padding=1), [w, b])
+    x = rand(2, 4, 7, 6)
+    w, b = rand(6, 2, 3, 2) * 0.3, rand(6)
+    cfg = {"type": "conv2d", "out": 6, "kernel": [3, 2], "stride": [1, 2], "padding": [1, 0],
+           "dilation": 2, "groups": 2}
+    run_layer("conv2d_groups", cfg, [x],
+              lambda xs, p, _: F.conv2d(xs[0], p[0], p[1], stride=(1, 2), padding=(1, 0), dilation=2, groups=2),
+              [w, b])
+
+
+def pool_cases():
+    x = rand(2, 3, 6, 6)
+    run_layer("maxpool2d", {"type": "maxpool2d", "kernel": 3, "stride": 2, "padding": 1}, [x],
+              lambda xs, p, _: F.max_pool2d(xs[0], 3, 2, 1), [])
+    run_layer("avgpool2d", {"type": "avgpool2d", "kernel": 2, "stride": 1, "padding": 1}, [x],
+              lambda xs, p, _: F.avg_pool2d(xs[0], 2, 1, 1), [])
+    run_layer("avgpool2d_nopad", {"type": "avgpool2d", "kernel": [3, 2], "count_include_pad": False,
+                                  "padding": 1}, [x],
+              lambda xs, p, _: F.avg_pool2d(xs[0], (3, 2), (3, 2), 1, count_include_pad=False), [])
+    run_layer("global_avgpool", {"type": "global_avgpool"}, [x],
+              lambda xs, p, _: xs[0].mean(dim=(2, 3)), [])
+
+
+def norm_cases():
+    x = rand(4, 3, 3, 3) * 2 + 0.5
+    g, b = rand(3), rand(3)
+    rm, rv = rand(3) * 0.1, torch.rand(3) + 0.5
+    run_layer("batchnorm2d", {"type": "batchnorm2d", "momentum": 0.2}, [x],
+              lambda xs, p, bs: F.batch_norm(xs[0], bs[0], bs[1], p[0], p[1], True, 0.2, 1e-5),
+              [g, b], [rm, rv])
+    run_layer("batchnorm2d_eval", {"type": "batchnorm2d"}, [x],
+              lambda xs, p, bs: F.batch_norm(xs[0], bs[0], bs[1], p[0], p[1], False, 0.1, 1e-5),
+              [g, b], [rm, rv], mode="eval")
+    x = rand(3, 4, 6)
+    g, b = rand(6), rand(6)
+    run_layer("layernorm", {"type": "layernorm", "eps": 1e-4}, [x],
+              lambda xs, p, _: F.layer_norm(xs[0], (6,), p[0], p[1], 1e-4), [g, b])
+
+
+def activation_cases():
+    x = rand(3, 7) * 2
+    acts = {
+        "relu": ({"type": "relu"}, F.relu),
+        "leaky_relu": ({"type": "leaky_relu", "negative_slope": 0.2}, lambda t: F.leaky_relu(t, 0.2)),
+        "gelu": ({"type": "gelu"}, F.gelu),
+        "gelu_tanh": ({"type": "gelu", "approximate": "tanh"}, lambda t: F.gelu(t, approximate="tanh")),
+        "silu": ({"type": "silu"}, F.silu),
+        "tanh": ({"type": "tanh"}, torch.tanh),
+        "sigmoid": ({"type": "sigmoid"}, torch.sigmoid),
+    }
+    for name, (cfg, f) in acts.items():
+        run_layer(name, cfg, [x], lambda xs, p, _, f=f: f(xs[0]), [])
+    run_layer("dropout_eval", {"type": "dropout", "p": 0.3}, [x], lambda xs, p, _: F.dropout(xs[0], 0.3, False),
+              [], mode="eval")
+
+
+def shape_cases():
+    x = rand(2, 3, 2, 2)
+    run_layer("flatten", {"type": "flatten"}, [x], lambda xs, p, _: xs[0].flatten(1), [])
+    run_layer("reshape", {"type": "reshape", "shape": [3, -1]}, [x], lambda xs, p, _: xs[0].reshape(2, 3, 4), [])
+    a, b, c = rand(2, 5), rand(2, 5), rand(2, 5)
+    run_layer("add", {"type": "add"}, [a, b, c], lambda xs, p, _: xs[0] + xs[1] + xs[2], [])
+    a, b = rand(2, 3, 2, 2), rand(2, 1, 2, 2)
+    run_layer("concat", {"type": "concat"}, [a, b], lambda xs, p, _: torch.cat(xs, 1), [])
+    a, b = rand(2, 3, 2), rand(2, 3, 4)
+    run_layer("concat_last", {"type": "concat", "axis": -1}, [a, b], lambda xs, p, _: torch.cat(xs, 2), [])
+    ids = torch.tensor([[1, 3, 3, 6], [0, 2, 6, 1]])
+    w = rand(7, 3)
+    run_layer("embedding", {"type": "embedding", "vocab": 7, "dim": 3}, [ids],
+              lambda xs, p, _: F.embedding(xs[0], p[0]), [w])
+
+
+def loss_case(name, loss, logits, target, fn):
+    logits = logits.clone().requires_grad_(True)
+    value = fn(logits, target)
+    value.backward()
+    write(name, {"loss": loss}, [("logits", logits), ("target", target), ("loss", value.reshape(1)),
+                                 ("dlogits", logits.grad)])
+
+
+def loss_cases():
+    logits, labels = rand(5, 4) * 2, torch.tensor([0, 3, 1, 1, 2])
+    loss_case("cross_entropy", {"type": "cross_entropy"}, logits, labels, lambda l, t: F.cross_entropy(l, t))
+    loss_case("cross_entropy_smooth", {"type": "cross_entropy", "label_smoothing": 0.1}, logits, labels,
+              lambda l, t: F.cross_entropy(l, t, label_smoothing=0.1))
+    pred, target = rand(3, 4), rand(3, 4)
+    loss_case("mse", {"type": "mse"}, pred, target, F.mse_loss)
+    loss_case("bce_with_logits", {"type": "bce_with_logits"}, pred * 2, torch.rand(3, 4),
+              F.binary_cross_entropy_with_logits)
+
+
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases):
+        make()
+    print("wrote", len(os.listdir(OUT)), "files to", OUT)

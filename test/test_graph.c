@@ -1,0 +1,534 @@
+/* test_graph.c: building graphs from config.model: parameter counts, named inputs, repeat,
+ * concat, reshape -1, the executor's gradient bookkeeping, and every bad-input case (each a
+ * CT_ERR_CONFIG naming the layer and the place in the file). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph.h"
+#include "core/json.h"
+#include "core/rng.h"
+
+typedef struct {
+    ct_config cfg;
+    ct_json_doc *doc;
+    ct_backend *be;
+    ct_graph *g;
+    ct_err err;
+    int rc;
+} built;
+
+/* Parse `text` as the model section of a file called "m.json" and build at `batch`. */
+static void build(built *b, const char *text, int64_t batch) {
+    memset(b, 0, sizeof *b);
+    ct_warnings w = {0};
+    b->doc = ct_json_parse(text, strlen(text), "m.json", &w, &b->err);
+    ct_warnings_free(&w);
+    ck_assert_msg(b->doc, "test JSON does not parse: %s", b->err.msg);
+    snprintf(b->cfg.path, sizeof b->cfg.path, "m.json");
+    b->cfg.doc = b->doc;
+    b->cfg.model = ct_json_root(b->doc);
+    b->be = ct_cpu_backend_create(1);
+    b->rc = ct_graph_build(&b->cfg, batch, b->be, &b->g, &b->err);
+}
+
+static void unbuild(built *b) {
+    ct_graph_free(b->g);
+    ct_backend_destroy(b->be);
+    ct_json_free(b->doc);
+}
+
+static void expect_ok(const char *text, built *b) {
+    build(b, text, 4);
+    ck_assert_msg(b->rc == CT_OK, "build failed: %s", b->err.msg);
+}
+
+/* The build fails with CT_ERR_CONFIG and the message contains every one of `parts`. */
+static void expect_error(const char *text, const char *const *parts, int n) {
+    built b;
+    build(&b, text, 4);
+    ck_assert_msg(b.rc == CT_ERR_CONFIG, "expected a config error, got %d (%s) for %s", b.rc, b.err.msg, text);
+    ck_assert_ptr_null(b.g);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(strstr(b.err.msg, parts[i]), "message \"%s\" lacks \"%s\"", b.err.msg, parts[i]);
+    unbuild(&b);
+}
+#define EXPECT_ERROR(text, ...)                                                                    \
+    do {                                                                                           \
+        const char *const parts_[] = {__VA_ARGS__};                                                \
+        expect_error(text, parts_, (int)(sizeof parts_ / sizeof parts_[0]));                       \
+    } while (0)
+
+static const char *mlp =
+    "{\"input\": [1, 28, 28], \"layers\": [{\"type\": \"flatten\"},"
+    " {\"type\": \"linear\", \"out\": 512}, {\"type\": \"relu\"},"
+    " {\"type\": \"linear\", \"out\": 512}, {\"type\": \"relu\"},"
+    " {\"type\": \"linear\", \"out\": 10}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+static const char *cnn =
+    "{\"input\": [1, 28, 28], \"layers\": ["
+    " {\"type\": \"conv2d\", \"out\": 32, \"kernel\": 3, \"padding\": 1}, {\"type\": \"relu\"},"
+    " {\"type\": \"maxpool2d\", \"kernel\": 2},"
+    " {\"type\": \"conv2d\", \"out\": 64, \"kernel\": 3, \"padding\": 1}, {\"type\": \"relu\"},"
+    " {\"type\": \"maxpool2d\", \"kernel\": 2}, {\"type\": \"flatten\"},"
+    " {\"type\": \"linear\", \"out\": 128}, {\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 10}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}";
+
+START_TEST(mlp_param_count) {
+    built b;
+    expect_ok(mlp, &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->n_params, 669706);
+    ck_assert_int_eq(in->n_buffers, 0);
+    ck_assert_int_eq(in->n_layers, 6);
+    ck_assert_int_eq(in->classes, 10);
+    ck_assert_int_eq(in->target_dtype, CT_I32);
+    ck_assert_int_eq(in->target_shape.ndim, 0);
+    ck_assert_int_eq(ct_graph_num_views(b.g), 6);
+    ck_assert_str_eq(ct_graph_view(b.g, 0)->name, "linear1.weight");
+    ck_assert_int_eq(ct_graph_view(b.g, 1)->offset, 784 * 512);
+    ck_assert(!ct_graph_view(b.g, 1)->weight_decay);
+    ck_assert(ct_graph_view(b.g, 0)->weight_decay);
+    /* forward FLOPs: 2 * (784*512 + 512*512 + 512*10) plus the element-wise layers */
+    ck_assert(in->flops_per_sample >= 2.0 * 669706 - 2 * 1034 && in->flops_per_sample < 1.4e6);
+    char desc[512];
+    ct_graph_describe(b.g, desc, sizeof desc);
+    ck_assert_msg(strstr(desc, "linear([784]->[512])"), "%s", desc);
+    unbuild(&b);
+}
+END_TEST
+
+START_TEST(cnn_param_count) {
+    built b;
+    expect_ok(cnn, &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->n_params, 421642);
+    ck_assert_int_eq(in->output_shape.d[0], 10);
+    ck_assert_int_eq(in->input_dtype, CT_F32);
+    /* output gradients share memory by lifetime: without sharing this would be 2.83 MiB */
+    ck_assert_msg(in->activation_bytes < (size_t)(2.4 * 1048576), "%zu bytes", in->activation_bytes);
+    unbuild(&b);
+}
+END_TEST
+
+START_TEST(init_defaults_and_override) {
+    built b;
+    expect_ok("{\"input\": [100], \"layers\": [{\"type\": \"linear\", \"out\": 50},"
+              " {\"type\": \"linear\", \"out\": 40, \"init\": {\"type\": \"normal\", \"std\": 0.5},"
+              "  \"bias_init\": {\"type\": \"constant\", \"value\": 0.25}},"
+              " {\"type\": \"layernorm\"}], \"loss\": {\"type\": \"mse\"}}", &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    float *p = malloc(sizeof(float) * (size_t)in->n_params);
+    ct_graph_init_params(b.g, p, NULL, 7);
+    const ct_param_view *w0 = ct_graph_view(b.g, 0), *b0 = ct_graph_view(b.g, 1);
+    const ct_param_view *w1 = ct_graph_view(b.g, 2), *b1 = ct_graph_view(b.g, 3);
+    const ct_param_view *g2 = ct_graph_view(b.g, 4), *be2 = ct_graph_view(b.g, 5);
+    double bound = 1.0 / sqrt(100.0), mx = 0, ss = 0;
+    for (int64_t i = 0; i < w0->numel; i++) mx = fmax(mx, fabs(p[w0->offset + i]));
+    ck_assert_msg(mx <= bound && mx > 0.9 * bound, "kaiming(a=sqrt5) bound %g, max %g", bound, mx);
+    mx = 0;
+    for (int64_t i = 0; i < b0->numel; i++) mx = fmax(mx, fabs(p[b0->offset + i]));
+    ck_assert(mx <= bound && mx > 0.5 * bound);
+    for (int64_t i = 0; i < w1->numel; i++) ss += (double)p[w1->offset + i] * p[w1->offset + i];
+    double sd = sqrt(ss / (double)w1->numel);
+    ck_assert_msg(fabs(sd - 0.5) < 0.03, "normal std 0.5: got %g", sd);
+    for (int64_t i = 0; i < b1->numel; i++) ck_assert_float_eq(p[b1->offset + i], 0.25f);
+    for (int64_t i = 0; i < g2->numel; i++) ck_assert_float_eq(p[g2->offset + i], 1.0f);
+    for (int64_t i = 0; i < be2->numel; i++) ck_assert_float_eq(p[be2->offset + i], 0.0f);
+    /* same seed, same values; another seed, others */
+    float *q = malloc(sizeof(float) * (size_t)in->n_params);
+    ct_graph_init_params(b.g, q, NULL, 7);
+    ck_assert(memcmp(p, q, sizeof(float) * (size_t)in->n_params) == 0);
+    ct_graph_init_params(b.g, q, NULL, 8);
+    ck_assert(memcmp(p, q, sizeof(float) * (size_t)w0->numel) != 0);
+    free(p);
+    free(q);
+    unbuild(&b);
+}
+END_TEST
+
+/* ---- running a built graph: loss and finite-difference gradients through the whole graph ---- */
+
+typedef struct {
+    built b;
+    float *params, *grads, *buffers, *input;
+    void *target;
+    ct_step_io io;
+} runner;
+
+static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) {
+    build(&r->b, text, n);
+    ck_assert_msg(r->b.rc == CT_OK, "build failed: %s", r->b.err.msg);
+    const ct_graph_info *in = ct_graph_info_get(r->b.g);
+    r->params = calloc((size_t)in->n_params + 1, sizeof(float));
+    r->grads = calloc((size_t)in->n_params + 1, sizeof(float));
+    r->buffers = calloc((size_t)in->n_buffers + 1, sizeof(float));
+    ct_graph_init_params(r->b.g, r->params, r->buffers, seed);
+    int64_t ni = n * ct_shape_numel(&in->input_shape), nt = n * ct_shape_numel(&in->target_shape);
+    r->input = malloc(sizeof(float) * (size_t)ni);
+    r->target = malloc(sizeof(float) * (size_t)nt);
+    ct_rng rng;
+    ct_rng_init(&rng, seed, CT_RNG_AUGMENT, 99);
+    for (int64_t i = 0; i < ni; i++) r->input[i] = 2.0f * ct_rng_uniform(&rng) - 1.0f;
+    for (int64_t i = 0; i < nt; i++) {
+        if (in->target_dtype == CT_I32) ((int32_t *)r->target)[i] = (int32_t)ct_rng_below(&rng, (uint32_t)in->classes);
+        else ((float *)r->target)[i] = ct_rng_uniform(&rng);
+    }
+    r->io = (ct_step_io){.input = r->input, .target = r->target, .n = n, .train = true, .seed = seed,
+                         .loss_grad_scale = 1.0f};
+}
+
+static double runner_loss(runner *r) {
+    ct_err err;
+    ck_assert_int_eq(ct_graph_forward(r->b.g, r->params, r->buffers, &r->io, NULL, &err), CT_OK);
+    return r->io.loss;
+}
+
+static void runner_stop(runner *r) {
+    free(r->params), free(r->grads), free(r->buffers), free(r->input), free(r->target);
+    unbuild(&r->b);
+}
+
+/* Analytic parameter gradients against central differences of the fp32 loss. */
+static void check_graph_grads(const char *text, int64_t n, double eps, double tol) {
+    runner r;
+    runner_start(&r, text, n, 3);
+    const ct_graph_info *in = ct_graph_info_get(r.b.g);
+    ct_err err;
+    runner_loss(&r);
+    ck_assert_int_eq(ct_graph_backward(r.b.g, r.params, r.grads, &r.io, NULL, &err), CT_OK);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < in->n_params; i += 1 + in->n_params / 200) {
+        float keep = r.params[i];
+        r.params[i] = keep + (float)eps;
+        double lp = runner_loss(&r);
+        r.params[i] = keep - (float)eps;
+        double lm = runner_loss(&r);
+        r.params[i] = keep;
+        double fd = (lp - lm) / (2 * eps);
+        num += (fd - r.grads[i]) * (fd - r.grads[i]);
+        den += fd * fd;
+    }
+    ck_assert_msg(den > 0, "all sampled gradients are zero");
+    ck_assert_msg(sqrt(num / den) < tol, "relative gradient error %g >= %g", sqrt(num / den), tol);
+    runner_stop(&r);
+}
+
+static const char *residual =
+    "{\"input\": [6], \"layers\": ["
+    " {\"type\": \"linear\", \"name\": \"a\", \"out\": 8}, {\"type\": \"tanh\", \"name\": \"t\"},"
+    " {\"type\": \"linear\", \"name\": \"b\", \"out\": 8},"
+    " {\"type\": \"add\", \"name\": \"sum\", \"inputs\": [\"b\", \"a\"]},"
+    " {\"type\": \"concat\", \"inputs\": [\"sum\", \"t\", \"sum\"]},"
+    " {\"type\": \"linear\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+START_TEST(residual_add_and_concat) {
+    built b;
+    expect_ok(residual, &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->n_layers, 6);
+    ck_assert_int_eq(in->n_params, 6 * 8 + 8 + 8 * 8 + 8 + 24 * 5 + 5);
+    unbuild(&b);
+    /* "a" feeds tanh and add, "sum" feeds concat twice: the executor must add both gradients */
+    check_graph_grads(residual, 3, 1e-2, 2e-2);
+}
+END_TEST
+
+START_TEST(repeat_expansion) {
+    const char *text =
+        "{\"input\": [16], \"layers\": [{\"type\": \"linear\", \"name\": \"stem\", \"out\": 16},"
+        " {\"type\": \"repeat\", \"times\": 3, \"layers\": ["
+        "   {\"type\": \"linear\", \"name\": \"h\", \"out\": 16}, {\"type\": \"silu\"},"
+        "   {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"prev\", \"h\"]}]},"
+        " {\"type\": \"add\", \"inputs\": [\"res.2\", \"stem\"]},"
+        " {\"type\": \"linear\", \"out\": 4}], \"loss\": {\"type\": \"mse\"}}";
+    built b;
+    expect_ok(text, &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->n_layers, 1 + 9 + 2);
+    ck_assert_int_eq(in->n_params, 5 * (16 * 16 + 16) - 16 * 16 - 16 + 16 * 4 + 4);
+    ck_assert_str_eq(ct_graph_view(b.g, 2)->name, "h.0.weight");
+    ck_assert_str_eq(ct_graph_view(b.g, 6)->name, "h.2.weight");
+    ck_assert_int_eq(in->target_dtype, CT_F32);
+    unbuild(&b);
+    check_graph_grads(text, 3, 1e-2, 2e-2);
+}
+END_TEST
+
+START_TEST(reshape_infers_minus_one) {
+    const char *text =
+        "{\"input\": [784], \"layers\": [{\"type\": \"reshape\", \"shape\": [1, 28, -1]},"
+        " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"stride\": 2},"
+        " {\"type\": \"batchnorm2d\"}, {\"type\": \"global_avgpool\"}, {\"type\": \"linear\", \"out\": 3}],"
+        " \"loss\": {\"type\": \"bce_with_logits\"}}";
+    built b;
+    expect_ok(text, &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->n_buffers, 8);
+    ck_assert_int_eq(in->output_shape.d[0], 3);
+    ck_assert_int_eq(in->workspace_bytes > 0, 1);
+    unbuild(&b);
+    check_graph_grads(text, 4, 1e-2, 3e-2);
+}
+END_TEST
+
+/* Norm layers fed by the model input write their (unused) input gradient to scratch. */
+START_TEST(norms_on_model_input) {
+    check_graph_grads("{\"input\": [2, 3, 3], \"layers\": [{\"type\": \"batchnorm2d\"}, {\"type\": \"flatten\"},"
+                      " {\"type\": \"linear\", \"out\": 4}], \"loss\": {\"type\": \"mse\"}}", 5, 1e-2, 3e-2);
+    check_graph_grads("{\"input\": [3, 6], \"layers\": [{\"type\": \"layernorm\", \"name\": \"ln\"},"
+                      " {\"type\": \"linear\", \"out\": 6}, {\"type\": \"add\", \"inputs\": [\"prev\", \"ln\"]},"
+                      " {\"type\": \"dropout\", \"p\": 0.2}, {\"type\": \"linear\", \"out\": 3}],"
+                      " \"loss\": {\"type\": \"cross_entropy\"}}", 2, 1e-2, 3e-2);
+}
+END_TEST
+
+/* Hooks fire around every layer, forward in order and backward in reverse. */
+typedef struct { int log[64]; int n; } hook_log;
+static void hook_bf(void *c, int l) { hook_log *h = c; h->log[h->n++] = 100 + l; }
+static void hook_af(void *c, int l) { hook_log *h = c; h->log[h->n++] = 200 + l; }
+static void hook_bb(void *c, int l) { hook_log *h = c; h->log[h->n++] = 300 + l; }
+static void hook_ab(void *c, int l) { hook_log *h = c; h->log[h->n++] = 400 + l; }
+
+START_TEST(hooks_and_accumulation) {
+    runner r;
+    runner_start(&r, mlp, 2, 5);
+    hook_log h = {.n = 0};
+    ct_exec_hooks hooks = {&h, hook_bf, hook_af, hook_bb, hook_ab};
+    ct_err err;
+    ck_assert_int_eq(ct_graph_forward(r.b.g, r.params, r.buffers, &r.io, &hooks, &err), CT_OK);
+    ck_assert_int_eq(ct_graph_backward(r.b.g, r.params, r.grads, &r.io, &hooks, &err), CT_OK);
+    ck_assert_int_eq(h.n, 24);
+    for (int j = 0; j < 6; j++) {
+        ck_assert_int_eq(h.log[2 * j], 100 + j);
+        ck_assert_int_eq(h.log[2 * j + 1], 200 + j);
+        ck_assert_int_eq(h.log[12 + 2 * j], 300 + 5 - j);
+        ck_assert_int_eq(h.log[13 + 2 * j], 400 + 5 - j);
+    }
+    /* backward accumulates, scaled by loss_grad_scale */
+    int64_t np = ct_graph_info_get(r.b.g)->n_params;
+    float *g1 = malloc(sizeof(float) * (size_t)np);
+    memcpy(g1, r.grads, sizeof(float) * (size_t)np);
+    r.io.loss_grad_scale = 2.0f;
+    ck_assert_int_eq(ct_graph_backward(r.b.g, r.params, r.grads, &r.io, NULL, &err), CT_OK);
+    for (int64_t i = 0; i < np; i += 97) ck_assert_float_eq_tol(r.grads[i], 3.0f * g1[i], 1e-6f + 1e-5f * fabsf(g1[i]));
+    /* more samples than the build batch: a runtime error, not a crash */
+    r.io.n = 3;
+    ck_assert_int_eq(ct_graph_forward(r.b.g, r.params, r.buffers, &r.io, NULL, &err), CT_ERR_RUNTIME);
+    free(g1);
+    runner_stop(&r);
+}
+END_TEST
+
+START_TEST(embedding_tokens) {
+    built b;
+    expect_ok("{\"input\": [5], \"layers\": [{\"type\": \"embedding\", \"vocab\": 11, \"dim\": 6},"
+              " {\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 11}],"
+              " \"loss\": {\"type\": \"cross_entropy\", \"label_smoothing\": 0.1}}", &b);
+    const ct_graph_info *in = ct_graph_info_get(b.g);
+    ck_assert_int_eq(in->input_dtype, CT_I32);
+    ck_assert_int_eq(in->target_shape.ndim, 1);
+    ck_assert_int_eq(in->target_shape.d[0], 5);
+    ck_assert_int_eq(in->classes, 11);
+    unbuild(&b);
+}
+END_TEST
+
+/* ---- bad input ---- */
+
+START_TEST(bad_layer_types_and_fields) {
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3},\n"
+                 "  {\"type\": \"lnear\", \"name\": \"fc2\", \"out\": 2}]}",
+                 "m.json:2:", "model.layers[1] \"fc2\"", "unknown layer type \"lnear\"",
+                 "did you mean \"linear\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\"}]}",
+                 "model.layers[0] \"linear0\" (linear)", "missing field \"out\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": \"512\"}]}",
+                 "model.layers[0]", "out: expected an integer, got a string");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 2.5}]}",
+                 "out: expected an integer");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"outt\": 3}]}",
+                 "unknown field \"outt\"", "did you mean \"out\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"bias\": 1}]}",
+                 "bias: expected true or false");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"out\": 3}]}", "model.layers[0]", "missing field \"type\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": 3}]}", "model.layers[0]", "\"type\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [3]}", "model.layers[0]", "expected an object");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": []}", "model.layers", "non-empty");
+    EXPECT_ERROR("{\"input\": [4]}", "model.layers", "missing");
+    EXPECT_ERROR("{\"input\": [4], \"layer\": []}", "unknown key \"layer\"", "did you mean \"layers\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"gelu\", \"approximate\": \"tan\"}]}",
+                 "approximate", "did you mean \"tanh\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"dropout\", \"p\": 1.0}]}", "p: expected a number in [0, 1)");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"init\": {\"type\": \"normall\"}}]}",
+                 "unknown init \"normall\"", "did you mean \"normal\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"mae\"}}",
+                 "model.loss.type", "unknown loss \"mae\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 0, \"layers\": [{\"type\": \"relu\"}]},"
+                 " {\"type\": \"linear\", \"out\": 2}]}", "model.layers[0] (repeat): times");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"reshape\", \"shape\": [-1, -1]}]}",
+                 "only one entry may be -1");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"relu\", \"init\": {\"type\": \"zeros\"}}]}",
+                 "(relu)", "init: this layer has no weight");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"bias\": false,"
+                 " \"bias_init\": {\"type\": \"zeros\"}}]}", "bias_init: this layer has no bias");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"checkpoint\": 1}]}",
+                 "checkpoint: expected true or false");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"embedding\", \"vocab\": 5, \"dim\": 4},"
+                 " {\"type\": \"concat\", \"inputs\": [\"prev\", \"input\"]}]}", "(concat)", "token ids");
+}
+END_TEST
+
+START_TEST(bad_shapes_and_dims) {
+    /* the UX example, with the position of the offending layer */
+    EXPECT_ERROR("{\"input\": [640], \"layers\": [{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 640},\n"
+                 " {\"type\": \"relu\"}, {\"type\": \"dropout\", \"p\": 0.1, \"inputs\": [\"fc1\"]},\n"
+                 "   {\"type\": \"linear\", \"name\": \"fc2\", \"in\": 512, \"out\": 10}]}",
+                 "m.json:3:4: model.layers[3] \"fc2\" (linear): input has 640 features, expected 512 (from \"dropout2\")");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 3},"
+                 " {\"type\": \"linear\", \"name\": \"b\", \"out\": 5, \"inputs\": [\"input\"]},"
+                 " {\"type\": \"add\", \"inputs\": [\"a\", \"b\"]}]}",
+                 "model.layers[2] \"add2\" (add)", "input 1 is [5] (from \"b\"), expected [3]");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"add\"}]}", "add", "takes 2 to 8 inputs");
+    EXPECT_ERROR("{\"input\": [2, 3], \"layers\": [{\"type\": \"linear\", \"out\": 2, \"name\": \"a\"},"
+                 " {\"type\": \"concat\", \"inputs\": [\"a\", \"input\"], \"axis\": 1}]}",
+                 "concat", "except on axis 1");
+    EXPECT_ERROR("{\"input\": [784], \"layers\": [{\"type\": \"conv2d\", \"out\": 8, \"kernel\": 3}]}",
+                 "(conv2d)", "expected [C, H, W]", "the model input");
+    EXPECT_ERROR("{\"input\": [1, 4, 4], \"layers\": [{\"type\": \"conv2d\", \"out\": 8, \"kernel\": 5}]}",
+                 "does not fit");
+    EXPECT_ERROR("{\"input\": [3, 4, 4], \"layers\": [{\"type\": \"conv2d\", \"out\": 8, \"kernel\": 1, \"groups\": 2}]}",
+                 "not divisible by groups");
+    EXPECT_ERROR("{\"input\": [1, 4, 4], \"layers\": [{\"type\": \"maxpool2d\", \"kernel\": 2, \"padding\": 2}]}",
+                 "more than half");
+    EXPECT_ERROR("{\"input\": [12], \"layers\": [{\"type\": \"reshape\", \"shape\": [5, -1]}]}",
+                 "cannot reshape [12]");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 0}]}", "out: expected an integer >= 1, got 0");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": -3}]}", "got -3");
+    EXPECT_ERROR("{\"input\": [0, 28], \"layers\": [{\"type\": \"relu\"}]}", "model.input[0]", "positive integer");
+    EXPECT_ERROR("{\"input\": [], \"layers\": [{\"type\": \"relu\"}]}", "model.input");
+    EXPECT_ERROR("{\"layers\": [{\"type\": \"relu\"}]}", "model.input", "missing");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 1}]}", "at least 2 classes");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3}, {\"type\": \"embedding\","
+                 " \"vocab\": 5, \"dim\": 2}]}", "(embedding)", "token ids");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"embedding\", \"vocab\": 5, \"dim\": 2},"
+                 " {\"type\": \"linear\", \"out\": 3, \"inputs\": [\"input\"]}]}", "(linear)", "token ids");
+}
+END_TEST
+
+START_TEST(bad_graph_references) {
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 3, \"inputs\": [\"b\"]},"
+                 " {\"type\": \"linear\", \"name\": \"b\", \"out\": 3}]}",
+                 "model.layers[0] \"a\"", "\"b\" is defined after this layer", "cycle");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 3, \"inputs\": [\"a\"]}]}",
+                 "\"a\" is this layer itself");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"fc1\", \"out\": 3},"
+                 " {\"type\": \"linear\", \"out\": 3, \"inputs\": [\"fc2\"]}]}",
+                 "model.layers[1] \"linear1\"", "no layer named \"fc2\"", "did you mean \"fc1\"");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"fc\", \"out\": 3},"
+                 " {\"type\": \"linear\", \"name\": \"fc\", \"out\": 3}]}",
+                 "model.layers[1] \"fc\"", "duplicate name", "model.layers[0]");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"inputs\": \"prev\"}]}",
+                 "inputs: expected an array");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"inputs\": [7]}]}",
+                 "inputs[0]: expected a layer name");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"relu\", \"name\": \"prev\"}]}", "reserved");
+    /* a name inside a repeat refers to the same iteration; "h.1" from outside is fine, "h" is ambiguous
+       only inside: outside the block, plain "h" does not exist */
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+                 " {\"type\": \"linear\", \"name\": \"h\", \"out\": 4}]}, {\"type\": \"add\", \"inputs\": [\"h\", \"prev\"]}]}",
+                 "no layer named \"h\"");
+}
+END_TEST
+
+/* Malformed values anywhere: an error, never a crash. */
+START_TEST(never_crashes) {
+    const char *cases[] = {
+        "[]", "{\"input\": 4, \"layers\": [{\"type\": \"relu\"}]}", "{\"input\": [4], \"layers\": {}}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"conv2d\", \"out\": 2, \"kernel\": [3]}]}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 1e300}]}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3, \"init\": 5}]}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3}], \"loss\": \"mse\"}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"mse\", \"label_smoothing\": 0.1}}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"concat\", \"inputs\": [\"input\", \"input\"], \"axis\": 9}]}",
+        "{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 2}]}",
+    };
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        built b;
+        build(&b, cases[i], 2);
+        ck_assert_msg(b.rc == CT_ERR_CONFIG && b.err.msg[0], "case %d: rc %d", i, b.rc);
+        unbuild(&b);
+    }
+}
+END_TEST
+
+/* Random mutations of a valid model: every build either succeeds or fails with a message; a
+ * failure is a config error (or out of memory for absurd sizes), never a crash. */
+START_TEST(mutations_never_crash) {
+    static const char *const values[] = {"-1", "0", "1", "3", "2.5", "\"x\"", "\"prev\"", "[]", "{}", "true",
+                                         "null", "[1, 2]", "[0]", "[\"a\", \"prev\"]", "100000"};
+    static const char *const keys[] = {"type", "out", "kernel", "stride", "padding", "inputs", "name",
+                                       "shape", "axis", "p", "groups", "dilation", "init", "bias"};
+    ct_rng r;
+    ct_rng_init(&r, 77, CT_RNG_AUGMENT, 0);
+    int ok = 0;
+    for (int it = 0; it < 400; it++) {
+        cJSON *m = cJSON_Parse("{\"input\": [2, 8, 8], \"layers\": [{\"type\": \"conv2d\", \"name\": \"c\", \"out\": 4,"
+                              " \"kernel\": 3, \"padding\": 1}, {\"type\": \"batchnorm2d\"}, {\"type\": \"maxpool2d\", \"kernel\": 2},"
+                              " {\"type\": \"concat\", \"inputs\": [\"prev\", \"prev\"]}, {\"type\": \"reshape\", \"shape\": [8, -1]},"
+                              " {\"type\": \"layernorm\"}, {\"type\": \"flatten\", \"name\": \"f\"}, {\"type\": \"dropout\", \"p\": 0.1},"
+                              " {\"type\": \"linear\", \"out\": 5}]}");
+        cJSON *layers = cJSON_GetObjectItem(m, "layers");
+        for (int k = 0; k < 1 + (int)ct_rng_below(&r, 3); k++) {
+            cJSON *l = cJSON_GetArrayItem(layers, (int)ct_rng_below(&r, 9));
+            const char *key = keys[ct_rng_below(&r, CT_ARRAY_LEN(keys))];
+            cJSON_DeleteItemFromObject(l, key);
+            if (ct_rng_below(&r, 4)) cJSON_AddItemToObject(l, key, cJSON_Parse(values[ct_rng_below(&r, CT_ARRAY_LEN(values))]));
+        }
+        ct_config cfg = {0};
+        cfg.model = m;
+        ct_backend *be = ct_cpu_backend_create(1);
+        ct_graph *g = NULL;
+        ct_err err = {0};
+        int rc = ct_graph_build(&cfg, 2, be, &g, &err);
+        char *txt = cJSON_PrintUnformatted(m);
+        ck_assert_msg(rc == CT_OK || ((rc == CT_ERR_CONFIG || rc == CT_ERR_RUNTIME) && err.msg[0] && !g),
+                      "rc %d for %s", rc, txt);
+        if (rc == CT_ERR_CONFIG) ck_assert_msg(strstr(err.msg, "model"), "%s", err.msg);
+        ok += rc == CT_OK;
+        free(txt);
+        ct_graph_free(g);
+        ct_backend_destroy(be);
+        cJSON_Delete(m);
+    }
+    ck_assert_msg(ok > 10 && ok < 390, "%d of 400 mutated models built", ok);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("graph");
+    TCase *tc = tcase_create("graph");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, mlp_param_count);
+    tcase_add_test(tc, cnn_param_count);
+    tcase_add_test(tc, init_defaults_and_override);
+    tcase_add_test(tc, residual_add_and_concat);
+    tcase_add_test(tc, repeat_expansion);
+    tcase_add_test(tc, reshape_infers_minus_one);
+    tcase_add_test(tc, norms_on_model_input);
+    tcase_add_test(tc, hooks_and_accumulation);
+    tcase_add_test(tc, embedding_tokens);
+    tcase_add_test(tc, bad_layer_types_and_fields);
+    tcase_add_test(tc, bad_shapes_and_dims);
+    tcase_add_test(tc, bad_graph_references);
+    tcase_add_test(tc, never_crashes);
+    tcase_add_test(tc, mutations_never_crash);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,233 @@
+/* test_sched.c: the five DeepSpeed schedules against the worked sequences of the reference (§4,
+ * produced by DeepSpeed's own lr_schedules.py) and against values computed by hand from its
+ * formulas. Sequences start at t = -1 (the LR written at construction). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/sched.h"
+
+#define TOL 1e-6
+
+/* Compare ct_sched_lr(t) for t = -1, 0, 1, ... with want[]. */
+static void check_seq(const ct_scheduler_cfg *s, double base_lr, const double *want, int n) {
+    for (int i = 0; i < n; i++) {
+        double got = ct_sched_lr(s, base_lr, i - 1);
+        ck_assert_msg(fabs(got - want[i]) < TOL, "t=%d: got %.9g want %.9g", i - 1, got, want[i]);
+    }
+}
+
+static void check_at(const ct_scheduler_cfg *s, double base_lr, long t, double want) {
+    double got = ct_sched_lr(s, base_lr, t);
+    ck_assert_msg(fabs(got - want) < TOL, "t=%ld: got %.9g want %.9g", t, got, want);
+}
+
+static ct_scheduler_cfg warmup(ct_sched_type type, double lo, double hi, long n, ct_warmup_type wt, long total) {
+    ct_scheduler_cfg s = {0};
+    s.type = type;
+    s.warmup_min_lr = lo;
+    s.warmup_max_lr = hi;
+    s.warmup_num_steps = n;
+    s.warmup_type = wt;
+    s.total_num_steps = total;
+    return s;
+}
+
+START_TEST(warmup_lr_worked) {
+    ct_scheduler_cfg s = warmup(CT_SCHED_WARMUP_LR, 0, 1, 4, CT_WARMUP_LOG, 0);
+    const double log_seq[] = {0, 0, 0.5, 0.792481, 1, 1, 1};
+    check_seq(&s, 123.0, log_seq, 7); /* the optimizer's lr is ignored */
+    s.warmup_type = CT_WARMUP_LINEAR;
+    const double lin_seq[] = {0, 0, 0.25, 0.5, 0.75, 1, 1};
+    check_seq(&s, 123.0, lin_seq, 7);
+}
+END_TEST
+
+START_TEST(warmup_lr_by_hand) {
+    ct_scheduler_cfg s = warmup(CT_SCHED_WARMUP_LR, 0.2, 0.6, 10, CT_WARMUP_LOG, 0);
+    check_at(&s, 1, -1, 0.2);
+    check_at(&s, 1, 4, 0.2 + 0.4 * log(5.0) / log(10.0)); /* 0.479588 */
+    check_at(&s, 1, 9, 0.2 + 0.4 * log(10.0) / log(10.0));
+    check_at(&s, 1, 10, 0.6);
+    check_at(&s, 1, 1000, 0.6);
+    /* warmup_num_steps below 2 counts as 2 */
+    s.warmup_num_steps = 1;
+    check_at(&s, 1, 0, 0.2);
+    check_at(&s, 1, 1, 0.6);
+}
+END_TEST
+
+START_TEST(warmup_decay_worked) {
+    ct_scheduler_cfg s = warmup(CT_SCHED_WARMUP_DECAY_LR, 0, 1, 2, CT_WARMUP_LINEAR, 6);
+    const double seq[] = {0, 0, 0.5, 1, 0.75, 0.5, 0.25, 0, 0};
+    check_seq(&s, 9.0, seq, 9);
+}
+END_TEST
+
+START_TEST(warmup_decay_after_total) {
+    ct_scheduler_cfg s = warmup(CT_SCHED_WARMUP_DECAY_LR, 0.1, 1.1, 3, CT_WARMUP_LINEAR, 7);
+    check_at(&s, 1, -1, 0.1);
+    check_at(&s, 1, 1, 0.1 + 1.0 / 3.0);
+    check_at(&s, 1, 2, 0.1 + 2.0 / 3.0);
+    check_at(&s, 1, 3, 1.1);
+    check_at(&s, 1, 5, 0.6);
+    check_at(&s, 1, 7, 0.1);
+    check_at(&s, 1, 9, 0.1);     /* clamped at min after total */
+    check_at(&s, 1, 100000, 0.1);
+    /* "auto" total (-1) holds at max until the trainer resolves it */
+    s.total_num_steps = -1;
+    check_at(&s, 1, 50, 1.1);
+    ct_sched_resolve_total(&s, 7);
+    ck_assert_int_eq(s.total_num_steps, 7);
+    check_at(&s, 1, 5, 0.6);
+    ct_sched_resolve_total(&s, 99); /* already set: unchanged */
+    ck_assert_int_eq(s.total_num_steps, 7);
+}
+END_TEST
+
+START_TEST(warmup_cosine_worked) {
+    ct_scheduler_cfg s = {0};
+    s.type = CT_SCHED_WARMUP_COSINE_LR;
+    s.warmup_num_steps = 2;
+    s.total_num_steps = 6;
+    s.warmup_type = CT_WARMUP_LINEAR;
+    s.cos_min_ratio = 0;
+    const double seq[] = {0, 0, 0.5, 0.853553, 0.5, 0.146447, 0, 0.146447, 0.5, 0.853553};
+    check_seq(&s, 1.0, seq, 10);
+}
+END_TEST
+
+START_TEST(warmup_cosine_by_hand) {
+    ct_scheduler_cfg s = {0};
+    s.type = CT_SCHED_WARMUP_COSINE_LR;
+    s.warmup_num_steps = 4;
+    s.total_num_steps = 8;
+    s.warmup_type = CT_WARMUP_LINEAR;
+    s.cos_min_ratio = 0.1;
+    s.warmup_min_ratio = 0.2;
+    check_at(&s, 0.5, -1, 0.0);
+    check_at(&s, 0.5, 1, 0.5 * 0.4);
+    check_at(&s, 0.5, 4, 0.5 * (0.1 + 0.9 * 0.853553390593)); /* 0.434099 */
+    check_at(&s, 0.5, 7, 0.05);                                /* minimum at total - 1 */
+    check_at(&s, 0.5, 9, 0.5 * 0.55);                          /* rises again past total */
+    check_at(&s, 0.5, 11, 0.5);
+    /* log warmup */
+    s.warmup_type = CT_WARMUP_LOG;
+    check_at(&s, 0.5, 2, 0.5 * (0.2 + 0.8 * log(3.0) / log(4.0)));
+}
+END_TEST
+
+static ct_scheduler_cfg one_cycle(double lo, double hi, long first, long second, double rate, long dstep) {
+    ct_scheduler_cfg s = {0};
+    s.type = CT_SCHED_ONE_CYCLE;
+    s.cycle_min_lr = lo;
+    s.cycle_max_lr = hi;
+    s.cycle_first_step_size = first;
+    s.cycle_second_step_size = second;
+    s.decay_lr_rate = rate;
+    s.decay_step_size = dstep;
+    s.cycle_momentum = true;
+    s.cycle_min_mom = 0.8;
+    s.cycle_max_mom = 0.9;
+    return s;
+}
+
+START_TEST(one_cycle_worked) {
+    ct_scheduler_cfg s = one_cycle(0.1, 1, 2, 2, 0.5, 1);
+    const double seq[] = {0.1, 0.55, 1, 0.55, 0.1, 0.0666667, 0.05, 0.04, 0.0333333};
+    check_seq(&s, 7.0, seq, 9);
+    const double mom[] = {0.8, 0.85, 0.8, 0.85, 0.9, 0.9};
+    for (int i = 0; i < 6; i++) {
+        double b1 = -1, b2 = -1;
+        ck_assert(ct_sched_betas(&s, i - 1, &b1, &b2));
+        ck_assert_msg(fabs(b1 - mom[i]) < TOL, "t=%d: beta1 %.9g want %.9g", i - 1, b1, mom[i]);
+        ck_assert_msg(fabs(b2 - 0.99) < TOL, "beta2 %.9g", b2);
+    }
+}
+END_TEST
+
+START_TEST(one_cycle_decay_by_hand) {
+    ct_scheduler_cfg s = one_cycle(0.01, 0.1, 3, 1, 0.2, 2);
+    s.cycle_min_mom = 0.85;
+    s.cycle_max_mom = 0.95;
+    s.decay_mom_rate = 0.1;
+    check_at(&s, 1, 0, 0.04);
+    check_at(&s, 1, 2, 0.1);
+    check_at(&s, 1, 3, 0.01);
+    check_at(&s, 1, 4, 0.01 / 1.1);
+    check_at(&s, 1, 7, 0.01 / 1.4);
+    double b1, b2;
+    ck_assert(ct_sched_betas(&s, 0, &b1, &b2));
+    ck_assert(fabs(b1 - (0.95 - 0.1 / 3.0)) < TOL);
+    ck_assert(ct_sched_betas(&s, 4, &b1, &b2));
+    ck_assert(fabs(b1 - 0.95 * 1.05) < TOL);
+    ck_assert(ct_sched_betas(&s, 7, &b1, &b2));
+    ck_assert(fabs(b1 - 0.95 * 1.2) < TOL);
+    /* no decay configured: lr stays at min after the cycle */
+    s.decay_lr_rate = 0;
+    check_at(&s, 1, 50, 0.01);
+    /* momentum cycling off, or another schedule: betas untouched */
+    s.cycle_momentum = false;
+    ck_assert(!ct_sched_betas(&s, 3, &b1, &b2));
+    ct_scheduler_cfg w = warmup(CT_SCHED_WARMUP_LR, 0, 1, 4, CT_WARMUP_LOG, 0);
+    ck_assert(!ct_sched_betas(&w, 3, &b1, &b2));
+}
+END_TEST
+
+START_TEST(range_test_worked) {
+    ct_scheduler_cfg s = {0};
+    s.type = CT_SCHED_LR_RANGE_TEST;
+    s.lr_range_test_min_lr = 0.01;
+    s.lr_range_test_step_size = 2;
+    s.lr_range_test_step_rate = 1;
+    const double seq[] = {0.01, 0.015, 0.02, 0.025, 0.03, 0.035};
+    check_seq(&s, 5.0, seq, 6);
+    s.lr_range_test_staircase = true;
+    const double stair[] = {0.01, 0.01, 0.02, 0.02, 0.03, 0.03};
+    check_seq(&s, 5.0, stair, 6);
+}
+END_TEST
+
+START_TEST(range_test_by_hand) {
+    ct_scheduler_cfg s = {0};
+    s.type = CT_SCHED_LR_RANGE_TEST;
+    s.lr_range_test_min_lr = 0.02;
+    s.lr_range_test_step_size = 3;
+    s.lr_range_test_step_rate = 0.5;
+    s.lr_range_test_staircase = true;
+    check_at(&s, 1, 1, 0.02);
+    check_at(&s, 1, 2, 0.03);
+    check_at(&s, 1, 7, 0.04);
+    s.lr_range_test_staircase = false;
+    check_at(&s, 1, 7, 0.02 * (1 + 0.5 * 8.0 / 3.0));
+}
+END_TEST
+
+START_TEST(no_scheduler_is_constant) {
+    ct_scheduler_cfg s = {0};
+    double lr = 0.001 + (double)(rand() % 1000) * 1e-6;
+    for (long t = -1; t < 50; t++) check_at(&s, lr, t, lr);
+}
+END_TEST
+
+int main(void) {
+    Suite *su = suite_create("sched");
+    TCase *tc = tcase_create("sched");
+    tcase_add_test(tc, warmup_lr_worked);
+    tcase_add_test(tc, warmup_lr_by_hand);
+    tcase_add_test(tc, warmup_decay_worked);
+    tcase_add_test(tc, warmup_decay_after_total);
+    tcase_add_test(tc, warmup_cosine_worked);
+    tcase_add_test(tc, warmup_cosine_by_hand);
+    tcase_add_test(tc, one_cycle_worked);
+    tcase_add_test(tc, one_cycle_decay_by_hand);
+    tcase_add_test(tc, range_test_worked);
+    tcase_add_test(tc, range_test_by_hand);
+    tcase_add_test(tc, no_scheduler_is_constant);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
