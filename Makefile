@@ -31,7 +31,8 @@ ifneq ($(NVCC),)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
   ALL_CFLAGS += -DCT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+  # nvcc-generated launch code and CUB need the C++ runtime.
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)

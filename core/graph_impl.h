@@ -9,7 +9,8 @@ typedef struct ct_gnode {
     ct_layer l;
     int n_specs;
     int view[CT_LAYER_MAX_PARAMS];      /* index into g->views of each spec */
-    float *y, *dy;                      /* [batch, out] activation and its gradient */
+    float *y, *dy;                      /* [batch, out] activation and its gradient; y may be the
+                                           producer's buffer when this layer runs in place */
     void *aux;                          /* forward -> backward state */
     /* Backward plan, fixed at build (see plan_backward): where input i's gradient goes. */
     int64_t tmp_off[CT_LAYER_MAX_IN];   /* -1: straight into the producer's dy; else offset in

@@ -1,5 +1,6 @@
-/* graph_memory.c: one backend allocation per graph, carved into activations, output gradients
- * (shared by lifetime), forward-to-backward state, the shared workspace and fan-out scratch. */
+/* graph_memory.c: one backend allocation per graph, carved into activations (relu-like layers
+ * overwrite their input in place), output gradients (shared by lifetime), forward-to-backward
+ * state, the shared workspace and fan-out scratch. */
 #include <stdlib.h>
 
 #include "core/graph_impl.h"
@@ -74,11 +75,27 @@ static int plan_grad_slots(const ct_graph *g, int64_t batch, int *slot_of, size_
     return n_slots;
 }
 
+/* A layer runs in place (its output replaces its input) when its type allows it, its input is an
+ * earlier layer's output that nothing else reads (one consumer) and whose own backward does not
+ * read it. Returns the producer whose buffer layer j reuses, or -1. */
+static int in_place_source(const ct_graph *g, int j) {
+    const ct_layer *l = &g->nodes[j].l;
+    if (!l->type->in_place || l->n_in != 1 || l->in_from[0] < 0 || !l->type->in_place(l)) return -1;
+    int src = l->in_from[0];
+    if (g->nodes[src].l.type->backward_reads_output) return -1;
+    for (int k = src + 1; k < g->n_nodes; k++)
+        for (int i = 0; i < g->nodes[k].l.n_in; i++)
+            if (g->nodes[k].l.in_from[i] == src && k != j) return -1;
+    return src;
+}
+
 int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
     size_t act = 0, aux = 0, ws = 0;
+    int *alias = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const ct_layer *l = &g->nodes[i].l;
-        act += align64((size_t)(batch * ct_layer_out_numel(l)) * sizeof(float));
+        alias[i] = in_place_source(g, i);
+        if (alias[i] < 0) act += align64((size_t)(batch * ct_layer_out_numel(l)) * sizeof(float));
         if (l->type->aux_bytes) aux += align64(l->type->aux_bytes(l, batch));
         size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch) : 0;
         if (w > ws) ws = w;
@@ -98,7 +115,7 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
     g->info.workspace_bytes = ws;
     g->block = g->be->alloc(g->be, total ? total : 64);
     if (!g->block) {
-        free(slot_of), free(slot_size);
+        free(slot_of), free(slot_size), free(alias);
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "
                        "micro-batch %lld on %s)", (double)total / 1048576.0, (long long)batch,
                        g->be->name);
@@ -107,7 +124,10 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
     for (int s = 0; s < n_slots; s++) p += slot_size[s];
     for (int i = 0; i < g->n_nodes; i++) {
         ct_gnode *gn = &g->nodes[i];
-        gn->y = (float *)p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * sizeof(float));
+        if (alias[i] >= 0)
+            gn->y = g->nodes[alias[i]].y;
+        else
+            gn->y = (float *)p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * sizeof(float));
         if (gn->l.type->aux_bytes) gn->aux = p, p += align64(gn->l.type->aux_bytes(&gn->l, batch));
         if (slot_of[i] >= 0) {
             size_t off = 0;
@@ -115,7 +135,7 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
             gn->dy = (float *)(slots + off);
         }
     }
-    free(slot_of), free(slot_size);
+    free(slot_of), free(slot_size), free(alias);
     g->ws = p, p += ws;
     g->dtmp = (float *)p, p += tmp;
     g->dloss = (float *)p;

@@ -72,6 +72,13 @@ typedef struct ct_layer_type {
     void (*backward)(const ct_layer *l, const ct_layer_io *io);
     /* Forward FLOPs per sample (multiply-add = 2). */
     double (*flops)(const ct_layer *l);
+    /* Memory planning hints (both optional):
+     * in_place: this layer may write its output over its input (y == x) and still compute its
+     *   backward, e.g. relu, whose derivative reads the same from y as from x.
+     * backward_reads_output: backward reads this layer's own output y, so no later layer may
+     *   overwrite it in place. */
+    bool (*in_place)(const ct_layer *l);
+    bool backward_reads_output;
 } ct_layer_type;
 
 struct ct_layer {

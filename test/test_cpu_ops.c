@@ -420,6 +420,13 @@ START_TEST(im2col_col2im) {
          .pad_h = 0, .pad_w = 0, .dil_h = 1, .dil_w = 1, .groups = 1},
         {.n = 1, .c = 6, .h = 28, .w = 28, .oc = 6, .kh = 5, .kw = 5, .stride_h = 1, .stride_w = 2,
          .pad_h = 2, .pad_w = 2, .dil_h = 1, .dil_w = 1, .groups = 3},
+        /* "same" unit-stride shapes (the shifted-copy path), incl. dilation and uneven padding */
+        {.n = 1, .c = 2, .h = 6, .w = 5, .oc = 3, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+         .pad_h = 2, .pad_w = 2, .dil_h = 2, .dil_w = 2, .groups = 1},
+        {.n = 1, .c = 3, .h = 4, .w = 7, .oc = 2, .kh = 2, .kw = 3, .stride_h = 1, .stride_w = 1,
+         .pad_h = 0, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1},
+        {.n = 1, .c = 1, .h = 3, .w = 3, .oc = 1, .kh = 7, .kw = 7, .stride_h = 1, .stride_w = 1,
+         .pad_h = 3, .pad_w = 3, .dil_h = 1, .dil_w = 1, .groups = 1},
     };
     for (size_t gi = 0; gi < CT_ARRAY_LEN(geoms); gi++) {
         ct_conv2d_geom *g = &geoms[gi];
@@ -492,6 +499,8 @@ START_TEST(maxpool) {
         {.n = 2, .c = 3, .h = 8, .w = 8, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2},
         {.n = 1, .c = 5, .h = 7, .w = 9, .kh = 3, .kw = 3, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 1},
         {.n = 1, .c = 1, .h = 1, .w = 1, .kh = 1, .kw = 1, .stride_h = 1, .stride_w = 1},
+        {.n = 3, .c = 2, .h = 7, .w = 9, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2},
+        {.n = 2, .c = 3, .h = 9, .w = 9, .kh = 3, .kw = 3, .stride_h = 3, .stride_w = 3},
     };
     for (size_t gi = 0; gi < CT_ARRAY_LEN(geoms); gi++) {
         ct_pool2d_geom *g = &geoms[gi];
@@ -527,6 +536,14 @@ START_TEST(maxpool) {
                 }
         expect_close("maxpool", y, want, out, 0, 0);
         expect_close("maxpool backward", dx, dwant, in, 1e-6, 1e-6);
+        /* NaN wins its window, as in torch: put one at the last element of output 0's window */
+        if (g->pad_h == 0 && g->pad_w == 0) {
+            int64_t at = (g->kh - 1) * g->w + (g->kw - 1);
+            x[at] = NAN;
+            be2->maxpool2d_forward(be2, y, am, x, g);
+            ck_assert(isnan(y[0]));
+            ck_assert_int_eq(am[0], at);
+        }
         free(x), free(y), free(dy), free(dx), free(dx1), free(am), free(want), free(dwant);
     }
 }

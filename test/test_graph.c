@@ -285,6 +285,25 @@ START_TEST(norms_on_model_input) {
 }
 END_TEST
 
+/* relu overwrites its input when nothing else reads it; gradients stay right either way. */
+START_TEST(in_place_relu) {
+    const char *text =
+        "{\"input\": [2, 6, 6], \"layers\": [{\"type\": \"conv2d\", \"name\": \"c\", \"out\": 3, \"kernel\": 3},"
+        " {\"type\": \"relu\"}, {\"type\": \"maxpool2d\", \"kernel\": 2}, {\"type\": \"flatten\", \"name\": \"f\"},"
+        " {\"type\": \"linear\", \"out\": 8, \"name\": \"l\"}, {\"type\": \"leaky_relu\", \"negative_slope\": 0.2},"
+        " {\"type\": \"add\", \"inputs\": [\"prev\", \"l\"]}, {\"type\": \"tanh\"}, {\"type\": \"relu\"},"
+        " {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    built b;
+    expect_ok(text, &b);
+    ck_assert_ptr_eq(ct_graph_activation(b.g, 1), ct_graph_activation(b.g, 0));   /* relu on conv */
+    ck_assert_ptr_ne(ct_graph_activation(b.g, 5), ct_graph_activation(b.g, 4));   /* "l" feeds add too */
+    ck_assert_ptr_ne(ct_graph_activation(b.g, 8), ct_graph_activation(b.g, 7));   /* tanh needs its y */
+    unbuild(&b);
+    /* small steps: relu after tanh puts kinks near zero, where a 1e-2 step would cross them */
+    check_graph_grads(text, 3, 1e-3, 2e-2);
+}
+END_TEST
+
 /* Hooks fire around every layer, forward in order and backward in reverse. */
 typedef struct { int log[64]; int n; } hook_log;
 static void hook_bf(void *c, int l) { hook_log *h = c; h->log[h->n++] = 100 + l; }
@@ -518,6 +537,7 @@ int main(void) {
     tcase_add_test(tc, repeat_expansion);
     tcase_add_test(tc, reshape_infers_minus_one);
     tcase_add_test(tc, norms_on_model_input);
+    tcase_add_test(tc, in_place_relu);
     tcase_add_test(tc, hooks_and_accumulation);
     tcase_add_test(tc, embedding_tokens);
     tcase_add_test(tc, bad_layer_types_and_fields);

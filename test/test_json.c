@@ -10,7 +10,8 @@
 
 #include "core/json.h"
 
-#define CORPUS_DIR "../shared/conformance/ds_configs"
+/* A byte-for-byte copy of the shared corpus, kept in the repository so a fresh clone can test it. */
+#define CORPUS_DIR "test/conformance/ds_configs"
 
 /* Parse exactly len bytes from a heap copy with no terminator, so any read past len is a bug
  * that AddressSanitizer (or the fuzzer build) reports. */

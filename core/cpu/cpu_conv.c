@@ -4,6 +4,7 @@
  *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
  * (zero outside the image). img points at one image [C, H, W]; `group` selects channels
  * c0 = group * C/groups onwards. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "core/cpu/cpu_internal.h"
@@ -28,13 +29,52 @@ static void valid_cols(const ct_conv2d_geom *g, int64_t kx, int64_t *ox0, int64_
     *ox1 = hi;
 }
 
+/* Output rows [oy0, oy1) whose input row iy = oy*sh - ph + ky*dh lies inside [0, h). */
+static void valid_rows(const ct_conv2d_geom *g, int64_t ky, int64_t *oy0, int64_t *oy1) {
+    int64_t off = ky * g->dil_h - g->pad_h;
+    int64_t lo = off >= 0 ? 0 : ct_cpu_ceil_div(-off, g->stride_h);
+    int64_t hi = g->h - off <= 0 ? 0 : ct_cpu_ceil_div(g->h - off, g->stride_h);
+    if (hi > g->oh) hi = g->oh;
+    if (lo > hi) lo = hi;
+    *oy0 = lo;
+    *oy1 = hi;
+}
+
+/* "Same"-shaped unit-stride convolutions (ow == w, stride 1): col row (ky, kx) is the input
+ * plane shifted by (ky*dh - ph) rows and (kx*dw - pw) columns, so it is one long copy followed by
+ * zeroing what fell outside the image. Per output row, the general loop spent more time on loop
+ * setup than on its 14 or 28 floats (perf: 12% of a CNN step). */
+static void im2col_row_shifted(const ct_conv2d_geom *g, const float *plane, float *out, int64_t ky,
+                               int64_t kx) {
+    int64_t n = g->oh * g->ow, oy0, oy1, ox0, ox1;
+    valid_rows(g, ky, &oy0, &oy1);
+    valid_cols(g, kx, &ox0, &ox1);
+    int64_t shift = (ky * g->dil_h - g->pad_h) * g->w + (kx * g->dil_w - g->pad_w);
+    int64_t lo = oy0 * g->ow, hi = oy1 * g->ow; /* output span of the valid rows */
+    /* the linear copy may not read outside the plane: clip, the clipped ends are zeroed below */
+    int64_t a = lo + shift < 0 ? -shift : lo, b = hi + shift > g->h * g->w ? g->h * g->w - shift : hi;
+    memset(out, 0, (size_t)lo * sizeof(float));
+    if (b > a) memcpy(out + a, plane + a + shift, (size_t)(b - a) * sizeof(float));
+    memset(out + hi, 0, (size_t)(n - hi) * sizeof(float));
+    for (int64_t oy = oy0; oy < oy1; oy++) {
+        float *o = out + oy * g->ow;
+        for (int64_t ox = 0; ox < ox0; ox++) o[ox] = 0.0f;
+        for (int64_t ox = ox1; ox < g->ow; ox++) o[ox] = 0.0f;
+    }
+}
+
 static void im2col_range(void *c, int64_t r0, int64_t r1) {
     conv_ctx *k = c;
     const ct_conv2d_geom *g = k->g;
+    bool shifted = g->stride_h == 1 && g->stride_w == 1 && g->ow == g->w;
     for (int64_t r = r0; r < r1; r++) {
         int64_t kx = r % g->kw, ky = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);
         const float *plane = k->cimg + (k->c0 + ch) * g->h * g->w;
         float *out = k->col + r * g->oh * g->ow;
+        if (shifted) {
+            im2col_row_shifted(g, plane, out, ky, kx);
+            continue;
+        }
         int64_t ox0, ox1;
         valid_cols(g, kx, &ox0, &ox1);
         for (int64_t oy = 0; oy < g->oh; oy++) {

@@ -294,22 +294,26 @@ typedef struct {
     float alpha;
 } bias_ctx;
 
+/* x[i] += b for a line of n floats (a function of its own so the loop sees no aliasing). */
+static void add_scalar(float *restrict x, float b, int64_t n) {
+    for (int64_t j = 0; j < n; j++) x[j] += b;
+}
+static void add_vector(float *restrict x, const float *restrict b, int64_t n) {
+    for (int64_t j = 0; j < n; j++) x[j] += b[j];
+}
+
 /* inner == 1: items are rows of [rows, cols]; inner > 1: items are (row, col) lines of length inner */
 static void bias_act_range(void *c, int64_t i0, int64_t i1) {
-    bias_ctx *k = c;
+    const bias_ctx k = *(const bias_ctx *)c;
     for (int64_t it = i0; it < i1; it++) {
-        if (k->inner == 1) {
-            float *restrict x = k->x + it * k->cols;
-            if (k->bias)
-                for (int64_t j = 0; j < k->cols; j++) x[j] += k->bias[j];
-            act_apply(x, x, k->cols, k->act, k->alpha);
+        if (k.inner == 1) {
+            float *x = k.x + it * k.cols;
+            if (k.bias) add_vector(x, k.bias, k.cols);
+            act_apply(x, x, k.cols, k.act, k.alpha);
         } else {
-            float *restrict x = k->x + it * k->inner;
-            if (k->bias) {
-                float b = k->bias[it % k->cols];
-                for (int64_t j = 0; j < k->inner; j++) x[j] += b;
-            }
-            act_apply(x, x, k->inner, k->act, k->alpha);
+            float *x = k.x + it * k.inner;
+            if (k.bias) add_scalar(x, k.bias[it % k.cols], k.inner);
+            act_apply(x, x, k.inner, k.act, k.alpha);
         }
     }
 }
@@ -343,10 +347,7 @@ static void bias_bwd_range(void *c, int64_t j0, int64_t j1) {
     }
     for (int64_t j = j0; j < j1; j++) {
         double acc = 0.0;
-        for (int64_t r = 0; r < k->rows; r++) {
-            const float *line = dy + (r * k->cols + j) * k->inner;
-            for (int64_t i = 0; i < k->inner; i++) acc += line[i];
-        }
+        for (int64_t r = 0; r < k->rows; r++) acc += ct_cpu_sum(dy + (r * k->cols + j) * k->inner, k->inner);
         db[j] += (float)acc;
     }
 }

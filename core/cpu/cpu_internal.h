@@ -42,6 +42,10 @@ typedef void (*ct_cpu_chunk_fn)(void *ctx, int64_t chunk, double *out);
 void ct_cpu_reduce_chunks(ct_cpu_pool *p, int64_t n_chunks, int k, ct_cpu_chunk_fn fn, void *ctx,
                           double *total);
 
+/* Sum (of squares) of n floats in double with a fixed summation order (cpu_reduce.c). */
+double ct_cpu_sum(const float *x, int64_t n);
+double ct_cpu_sum_squares(const float *x, int64_t n);
+
 /* Backend-private state behind ct_backend.impl. */
 typedef struct ct_cpu {
     ct_cpu_pool *pool;

@@ -43,16 +43,36 @@ typedef struct {
     int64_t n;
 } vec_ctx;
 
+/* Sums in double over 8 interleaved lanes, lanes added in a fixed order at the end: the same bits
+ * on every machine, and the compiler turns the lane loop into vector adds (one accumulator would
+ * be a serial chain it may not reorder). */
+#define LANES 8
+static double lanes_total(const double *acc) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+double ct_cpu_sum(const float *x, int64_t n) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += x[i];
+    return lanes_total(acc);
+}
+
+double ct_cpu_sum_squares(const float *x, int64_t n) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += (double)x[i + l] * x[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += (double)x[i] * x[i];
+    return lanes_total(acc);
+}
+
 static void sumsq_chunk(void *c, int64_t chunk, double *out) {
     vec_ctx *v = c;
     int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < v->n ? i0 + CT_CPU_CHUNK : v->n;
-    /* four interleaved accumulators: a fixed order that still lets the loads pipeline */
-    double acc[4] = {0, 0, 0, 0};
-    int64_t i = i0;
-    for (; i + 4 <= i1; i += 4)
-        for (int j = 0; j < 4; j++) acc[j] += (double)v->x[i + j] * v->x[i + j];
-    for (; i < i1; i++) acc[0] += (double)v->x[i] * v->x[i];
-    out[0] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    out[0] = ct_cpu_sum_squares(v->x + i0, i1 - i0);
 }
 
 static void finite_chunk(void *c, int64_t chunk, double *out) {

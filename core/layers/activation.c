@@ -51,11 +51,18 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 
 static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }
 
+/* relu and leaky_relu with a slope >= 0: y > 0 exactly where x > 0, so backward can read the sign
+ * from y after y has replaced x. */
+static bool in_place(const ct_layer *l) {
+    const act_cfg *c = l->cfg_data;
+    return c->act == CT_ACT_RELU || (c->act == CT_ACT_LEAKY_RELU && c->alpha >= 0);
+}
+
 #define CT_ACT_LAYER(sym, type_name, field_list)                                                   \
     const ct_layer_type sym = {.name = type_name, .fields = field_list, .min_inputs = 1,             \
                                .max_inputs = 1, .cfg_size = sizeof(act_cfg), .parse = parse,       \
                                .infer = infer, .forward = forward, .backward = backward,           \
-                               .flops = flops}
+                               .flops = flops, .in_place = in_place, .backward_reads_output = true}
 CT_ACT_LAYER(ct_layer_relu, "relu", no_fields);
 CT_ACT_LAYER(ct_layer_leaky_relu, "leaky_relu", leaky_fields);
 CT_ACT_LAYER(ct_layer_gelu, "gelu", gelu_fields);

@@ -4,8 +4,9 @@
  * rebuilds it instead of keeping one per image, which keeps activation memory at one copy of x.
  * Measured against the alternative (im2col of the whole batch side by side [kg, n * oh * ow] via
  * copy_rows, one GEMM per group, scatter back) on the fmnist CNN at batch 128, 2-core box:
- * per image took less CPU (84-105 vs 121-165 ms/step, 1 thread) and less wall time (2 threads),
- * with a 0.4 MiB instead of 34 MiB workspace; the copies cost more than the bigger GEMMs gain. */
+ * per image took 66-81 ms per forward+backward step against 93-109 (2 threads) and 84-105 ms
+ * CPU against 121-165 (1 thread), with a 0.4 MiB instead of a 34 MiB workspace: the copies cost
+ * more than the bigger GEMMs gain. */
 #include <math.h>
 
 #include "core/layer.h"
