@@ -17,6 +17,8 @@ endif
 CFLAGS    ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) $(shell pkg-config --cflags libcjson libpng zlib 2>/dev/null) -I/usr/include/openblas
 LDLIBS    = -lcjson -lpng -lz -lopenblas -lm -pthread
+# `make bundle` puts the non-system libraries next to the binaries: look there first.
+LDLIBS   += -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib'
 
 NVCC := $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 ifeq ($(CUDA),0)
@@ -37,7 +39,7 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps run test test-unit test-e2e test-cuda install uninstall clean fuzz bundle check-deps
+.PHONY: all deps run test test-cuda install uninstall clean bundle check-deps
 all: $(BUILD)/ctrain
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
@@ -83,6 +85,11 @@ test: check-deps all $(TEST_BIN)
 test-cuda: all $(TEST_BIN)
 	@sh test/run_tests.sh $(BUILD) cuda
 
+# bundle/: build/ctrain, the test binaries and scripts, configs, and the shared libraries they link
+# that a GPU machine with only the CUDA toolkit and driver lacks (cJSON, OpenBLAS, ...).
+bundle: all $(TEST_BIN)
+	@sh test/bundle.sh $(BUILD) bundle
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
@@ -92,6 +99,6 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ctrain $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) bundle
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -24,7 +24,7 @@
 /* Elements per reduction chunk: fixed, so sums have the same bits for any thread count. */
 #define CT_CPU_CHUNK 4096
 /* Below this many elements an element-wise op is not worth waking the workers. */
-#define CT_CPU_GRAIN 65536
+#define CT_CPU_GRAIN 16384
 
 typedef struct ct_cpu_pool ct_cpu_pool;
 ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started */

@@ -13,7 +13,7 @@ static const struct {
     int (*open)(const ct_config *, const cJSON *, const char *, ct_dataset **, ct_err *);
 } formats[] = {
     {"idx", ct_idx_open},
-    {"image_folder", NULL},
+    {"image_folder", ct_image_folder_open},
     {"shard", NULL},
     {"tokens", NULL},
     {"csv", NULL},

@@ -12,6 +12,10 @@
 int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                 ct_err *err);
 
+/* image_folder.c, shard.c, tokens.c, csv.c: the data-pipeline formats (same contract). */
+int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                         ct_err *err);
+
 /* data.transform.normalize {"mean": [..], "std": [..]}: per-channel, after scaling pixels to
  * [0, 1]. Fills mean/std (channels entries; a single value is broadcast). No "normalize": mean 0,
  * std 1. */

@@ -4,7 +4,7 @@
 # Independent of the Makefile: it compiles the core sources the target needs directly.
 #   FUZZ_SRCS   core sources to compile (default: per target, below)
 #   FUZZ_FLAGS  extra libFuzzer flags, e.g. "-jobs=2 -workers=2"
-# Seed corpus: the DeepSpeed configs in ../shared/conformance/ds_configs plus configs/*.json,
+# Seed corpus: the DeepSpeed configs in test/conformance/ds_configs plus configs/*.json,
 # copied into test/fuzz/corpus-TARGET/ (kept between runs, so later runs start where this ended).
 # Crashes are written as test/fuzz/crash-<sha1>; reproduce one with: build/fuzz/TARGET FILE
 set -eu
@@ -20,6 +20,7 @@ src=test/fuzz/$target.c
 
 case $target in
 fuzz_json) default_srcs="core/common.c core/json.c" ;;
+fuzz_config) default_srcs="core/common.c core/json.c $(ls core/config*.c) core/sched.c" ;;
 *) default_srcs=$(ls core/*.c) ;;
 esac
 srcs=${FUZZ_SRCS:-$default_srcs}
@@ -41,7 +42,7 @@ fi
 
 corpus=test/fuzz/corpus-$target
 mkdir -p "$corpus"
-for f in ../shared/conformance/ds_configs/*.json configs/*.json; do
+for f in test/conformance/ds_configs/*.json configs/*.json; do
     [ -f "$f" ] && cp -f "$f" "$corpus/seed-$(basename "$f")"
 done
 echo "run_fuzz.sh: fuzzing $target for $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) files)"

@@ -1,0 +1,197 @@
+/* png.c: PNG decoding with libpng's transforms (see pngdec.h).
+ *
+ * libpng reports errors by longjmp. Everything that must be freed after a jump lives in a
+ * png_job owned by the caller's frame (png_run), so no local of the function calling setjmp is
+ * modified between setjmp and longjmp: the cleanup in png_decode_job reads only the job. */
+#include "core/data/pngdec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct png_job {
+    const uint8_t *buf;
+    size_t len, pos;
+    const char *name;
+    int want;                    /* requested channels, 0 = native */
+    size_t max_bytes;
+    bool info_only;
+    ct_image8 *out;
+    png_structp png;
+    png_infop info;
+    png_bytep *rows;             /* interlaced images: one pointer per row */
+    char msg[256];               /* libpng's error text */
+    int h, w, native;            /* from the header */
+} png_job;
+
+static void job_error(png_structp png, png_const_charp msg) {
+    png_job *job = png_get_error_ptr(png);
+    snprintf(job->msg, sizeof job->msg, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+static void job_warning(png_structp png, png_const_charp msg) {
+    (void)png;
+    (void)msg; /* ancillary problems (bad gAMA, unknown chunks) do not affect the pixels */
+}
+
+static void job_read(png_structp png, png_bytep data, size_t n) {
+    png_job *job = png_get_io_ptr(png);
+    if (n > job->len - job->pos) png_error(png, "file truncated");
+    memcpy(data, job->buf + job->pos, n);
+    job->pos += n;
+}
+
+static int native_channels(int color_type, bool trns) {
+    switch (color_type) {
+    case PNG_COLOR_TYPE_GRAY: return trns ? 2 : 1;
+    case PNG_COLOR_TYPE_GRAY_ALPHA: return 2;
+    case PNG_COLOR_TYPE_RGB: return trns ? 4 : 3;
+    case PNG_COLOR_TYPE_RGB_ALPHA: return 4;
+    default: return trns ? 4 : 3; /* palette */
+    }
+}
+
+/* Ask libpng to convert whatever is stored to `want` 8-bit channels. */
+static void set_transforms(png_structp png, png_infop info, int color_type, int depth, int want) {
+    bool trns = png_get_valid(png, info, PNG_INFO_tRNS) != 0;
+    bool want_color = want >= 3, want_alpha = want == 2 || want == 4;
+    bool src_color = (color_type & PNG_COLOR_MASK_COLOR) != 0;
+    bool src_alpha = (color_type & PNG_COLOR_MASK_ALPHA) != 0;
+    if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (color_type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    /* Expanding a palette also turns its tRNS into alpha, wanted or not. */
+    if (trns && color_type == PNG_COLOR_TYPE_PALETTE) src_alpha = true;
+    if (trns && want_alpha) {
+        png_set_tRNS_to_alpha(png);
+        src_alpha = true;
+    }
+    if (depth == 16) png_set_scale_16(png);
+    if (src_color && !want_color) png_set_rgb_to_gray_fixed(png, 1, -1, -1);
+    if (!src_color && want_color) png_set_gray_to_rgb(png);
+    if (src_alpha && !want_alpha) png_set_strip_alpha(png);
+    if (!src_alpha && want_alpha) png_set_add_alpha(png, 0xff, PNG_FILLER_AFTER);
+}
+
+/* Runs under setjmp; returns CT_OK or CT_ERR_DATA with job->msg set. */
+static int png_decode_job(png_job *job) {
+    if (setjmp(png_jmpbuf(job->png))) return CT_ERR_DATA;
+    png_set_read_fn(job->png, job, job_read);
+    png_set_user_limits(job->png, 1u << 20, 1u << 20);
+    png_read_info(job->png, job->info);
+    png_uint_32 w, h;
+    int depth, color_type, interlace;
+    png_get_IHDR(job->png, job->info, &w, &h, &depth, &color_type, &interlace, NULL, NULL);
+    job->h = (int)h;
+    job->w = (int)w;
+    job->native = native_channels(color_type, png_get_valid(job->png, job->info, PNG_INFO_tRNS) != 0);
+    if (job->info_only) return CT_OK;
+    int want = job->want ? job->want : job->native;
+    if ((uint64_t)w * h * (uint64_t)want > job->max_bytes)
+        png_error(job->png, "image too large to decode");
+    set_transforms(job->png, job->info, color_type, depth, want);
+    int passes = png_set_interlace_handling(job->png);
+    png_read_update_info(job->png, job->info);
+    size_t row = (size_t)w * (size_t)want;
+    if (png_get_rowbytes(job->png, job->info) != row || png_get_channels(job->png, job->info) != want)
+        png_error(job->png, "unsupported pixel layout after conversion");
+    ct_image8 *im = job->out;
+    size_t bytes = row * h;
+    if (im->cap < bytes) {
+        uint8_t *p = realloc(im->px, bytes);
+        if (!p) png_error(job->png, "out of memory");
+        im->px = p;
+        im->cap = bytes;
+    }
+    im->h = (int)h;
+    im->w = (int)w;
+    im->c = want;
+    if (passes > 1) {
+        job->rows = malloc(h * sizeof *job->rows);
+        if (!job->rows) png_error(job->png, "out of memory");
+        for (png_uint_32 y = 0; y < h; y++) job->rows[y] = im->px + y * row;
+        png_read_image(job->png, job->rows);
+    } else {
+        for (png_uint_32 y = 0; y < h; y++) png_read_row(job->png, im->px + y * row, NULL);
+    }
+    return CT_OK;
+}
+
+static int png_run(png_job *job, ct_err *err) {
+    if (job->len < 8 || png_sig_cmp(job->buf, 0, 8) != 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: not a PNG file (bad signature in the first 8 bytes)",
+                       job->name);
+    job->png = png_create_read_struct(PNG_LIBPNG_VER_STRING, job, job_error, job_warning);
+    if (job->png) job->info = png_create_info_struct(job->png);
+    int rc = job->info ? png_decode_job(job) : CT_ERR_RUNTIME;
+    free(job->rows);
+    png_destroy_read_struct(job->png ? &job->png : NULL, job->info ? &job->info : NULL, NULL);
+    if (rc == CT_ERR_RUNTIME) return ct_errf(err, rc, "%s: out of memory creating a PNG decoder", job->name);
+    if (rc) return ct_errf(err, rc, "%s: corrupt PNG: %s", job->name, job->msg);
+    return CT_OK;
+}
+
+int ct_png_info(const void *buf, size_t len, const char *name, int *h, int *w, int *channels,
+                ct_err *err) {
+    png_job job = {.buf = buf, .len = len, .name = name, .info_only = true};
+    int rc = png_run(&job, err);
+    *h = job.h;
+    *w = job.w;
+    *channels = job.native;
+    return rc;
+}
+
+int ct_png_decode(const void *buf, size_t len, const char *name, int channels, size_t max_bytes,
+                  ct_image8 *out, ct_err *err) {
+    if (channels < 0 || channels > 4)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: cannot decode to %d channels (expected 1..4)", name,
+                       channels);
+    png_job job = {.buf = buf, .len = len, .name = name, .want = channels, .max_bytes = max_bytes,
+                   .out = out};
+    return png_run(&job, err);
+}
+
+void ct_image8_free(ct_image8 *im) {
+    free(im->px);
+    memset(im, 0, sizeof *im);
+}
+
+int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return ct_errf(err, CT_ERR_DATA, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    if (*cap < n + 1) {
+        uint8_t *p = realloc(*buf, n + 1);
+        if (!p) {
+            close(fd);
+            return ct_errf(err, CT_ERR_RUNTIME, "%s: out of memory reading %zu bytes", path, n);
+        }
+        *buf = p;
+        *cap = n + 1;
+    }
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = read(fd, *buf + done, n - done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = errno;
+            close(fd);
+            return ct_errf(err, CT_ERR_DATA, "%s: read failed at byte offset %zu: %s", path, done,
+                           got < 0 ? strerror(e) : "file shrank while reading");
+        }
+        done += (size_t)got;
+    }
+    close(fd);
+    *len = n;
+    return CT_OK;
+}

@@ -1,0 +1,29 @@
+#!/bin/sh
+# bundle.sh BUILD OUT: copy build/ctrain, the test binaries, the test scripts and data, configs and
+# the shared libraries they need that are not part of glibc, the CUDA driver or the CUDA toolkit
+# into OUT, so `make test-cuda`-style runs work on a GPU machine that has only the driver and the
+# toolkit. The binaries carry the rpath $ORIGIN/lib and $ORIGIN/../lib (see the Makefile).
+# Run there as:  cd OUT && sh test/run_tests.sh . cuda
+set -eu
+BUILD=$1
+OUT=$2
+rm -rf "$OUT"
+mkdir -p "$OUT/lib" "$OUT/test" "$OUT/bench"
+cp "$BUILD/ctrain" "$OUT/"
+for t in "$BUILD"/test/test_*; do [ -x "$t" ] && cp "$t" "$OUT/test/"; done
+cp test/*.sh "$OUT/test/"
+cp -r test/ref test/conformance configs docs "$OUT/" 2>/dev/null || true
+mv "$OUT/ref" "$OUT/test/ref"; mv "$OUT/conformance" "$OUT/test/conformance"
+cp bench/* "$OUT/bench/" 2>/dev/null || true
+# Debug info is not needed there and would push the bundle past what a device run can carry.
+strip --strip-debug "$OUT/ctrain" "$OUT"/test/test_* 2>/dev/null || true
+# Libraries: everything ldd resolves, minus glibc, the CUDA driver and the CUDA toolkit.
+for bin in "$OUT/ctrain" "$OUT"/test/test_*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+    sort -u | while read -r lib; do
+        case "$(basename "$lib")" in
+        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libresolv.so*) continue ;;
+        esac
+        case "$lib" in /usr/local/cuda*) continue ;; esac
+        cp -L "$lib" "$OUT/lib/"
+    done
+echo "bundle: $OUT ($(du -sh "$OUT" | cut -f1)); libraries: $(ls "$OUT/lib" | tr '\n' ' ')"
