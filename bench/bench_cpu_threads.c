@@ -7,8 +7,10 @@
  *   serial     pool 1 thread, OpenBLAS 1 thread
  *   blas       pool 2 threads for element-wise ops, GEMM on OpenBLAS with 2 threads
  *   pool       pool 2 threads for everything, GEMM cut into tiles on the pool (the backend's)
- * Build: make build/libctrain.a && cc -O2 -std=c11 -D_GNU_SOURCE -I. bench/bench_cpu_threads.c \
- *        build/libctrain.a -lopenblas -lm -pthread -o build/bench_cpu_threads */
+ * Build (docs/BENCHMARKS.md, "CPU backend threading", has the numbers):
+ *   make CUDA=0 BUILD=build-cpu build-cpu/libctrain.a
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -I. -I/usr/include/openblas bench/bench_cpu_threads.c \
+ *      build-cpu/libctrain.a -lopenblas -lm -pthread -o build-cpu/bench_cpu_threads */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/ckpt_cli.h"
+#include "core/data/pack.h"
 #include "core/common.h"
 #include "core/config.h"
 #include "core/train.h"
@@ -16,7 +18,10 @@
 static const char USAGE[] =
     "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
     "       ctrain config check FILE [--world-size N]\n"
-    "       ctrain pack|eval|export|info|plot ...   (not implemented yet)\n"
+    "       ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress]\n"
+    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR\n"
+    "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
+    "       ctrain eval|plot ...   (not implemented yet)\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
     "\n"
@@ -236,6 +241,14 @@ static int cmd_config(int argc, char **argv) {
     return rc;
 }
 
+/* A subcommand implemented in core/: it returns a status and fills err; we print and exit. */
+static int run_subcommand(int (*fn)(int, char **, ct_err *), int argc, char **argv) {
+    ct_err err = {0};
+    int rc = fn(argc, argv, &err);
+    if (rc) print_error(err.msg[0] ? err.msg : "failed");
+    return rc;
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
@@ -309,8 +322,11 @@ static int run_training(cli_args *a) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
-        static const char *later[] = {"pack", "eval", "export", "info", "plot"};
+        static const char *later[] = {"eval", "plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
+        if (!strcmp(argv[1], "pack")) return run_subcommand(ct_pack_main, argc - 1, argv + 1);
+        if (!strcmp(argv[1], "info")) return run_subcommand(ct_info_main, argc - 1, argv + 1);
+        if (!strcmp(argv[1], "export")) return run_subcommand(ct_export_main, argc - 1, argv + 1);
         for (int i = 0; i < CT_ARRAY_LEN(later); i++) {
             if (!strcmp(argv[1], later[i])) {
                 fprintf(stderr, "ctrain: error: '%s' is not implemented yet in ctrain %s\n", argv[1], CT_VERSION);

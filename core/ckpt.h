@@ -59,15 +59,21 @@ typedef struct ct_ckpt_state {
     long sched_t;                /* scheduler last_batch_iteration */
     long skipped_steps;          /* overflow-skipped steps */
     int epoch;                   /* epoch in progress, 0-based */
-    long epoch_batches;          /* loader position: micro-batches consumed in this epoch */
+    long epoch_step;             /* loader position: optimizer steps done in this epoch (the
+                                  * epoch's permutation is a function of (seed, epoch); the next
+                                  * sample is order[epoch_step * train_batch_size]) */
+    double epoch_loss_sum;       /* running sum of step losses in this epoch (summary train_loss) */
+    long epoch_loss_n;           /* steps in that sum */
+    long last_eval_step;         /* step of the last eval (-1: none) */
     long samples_seen;
     long micro_step;             /* dropout RNG counter (ct_step_io.step) */
     uint64_t seed;               /* train.seed of the run (all RNG streams derive from it) */
     double loss_scale;           /* dynamic loss scaler: current scale (1 when not fp16) */
     long scaler_good_steps;      /* steps since the last overflow */
     int scaler_hysteresis;       /* remaining hysteresis */
-    double best_value;           /* best value of train.best_metric so far (NAN: none yet) */
+    double best_value;           /* best/: best value of train.best_metric so far (NAN: none) */
     long best_step;              /* step of best_value (-1: none) */
+    double es_best;              /* early stopping: best value of its metric (NAN: none yet) */
     int es_bad_evals;            /* early stopping: evals without improvement */
     double train_loss;           /* last reported train loss (NAN: none) */
     char config_hash[17];        /* ct_ckpt_config_hash of the resolved config */

@@ -338,7 +338,7 @@ static int parse_loss(builder *b) {
 /* ---- entry points ---- */
 
 static int build(builder *b, int64_t batch) {
-    static const char *const keys[] = {"input", "layers", "loss", "init_from"};
+    static const char *const keys[] = {"input", "layers", "loss", "init_from", "init_strict"};
     int rc;
     if (!cJSON_IsObject(b->model))
         return model_errf(b, b->model, "model: expected an object with \"input\", \"layers\" and \"loss\"");

@@ -1,6 +1,5 @@
 /* train.c: setting up a run (backend, datasets, graph, flat buffers), the plan printout, and
  * ct_train_run. The loop itself is in train_loop.c. */
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,19 +7,6 @@
 #include "core/train_impl.h"
 
 /* ---- data options ---- */
-
-static int data_bool(const ct_config *cfg, const char *key, bool def, bool *out, ct_err *err) {
-    const cJSON *v = cfg->data ? cJSON_GetObjectItemCaseSensitive(cfg->data, key) : NULL;
-    *out = def;
-    if (!v) return CT_OK;
-    if (!cJSON_IsBool(v)) {
-        char where[1200];
-        ct_config_where(cfg, v, where, sizeof where);
-        return ct_errf(err, CT_ERR_CONFIG, "%s: data.%s: expected true or false", where, key);
-    }
-    *out = cJSON_IsTrue(v);
-    return CT_OK;
-}
 
 /* Both datasets are opened on threads of their own (reading them is mostly decompression, the
  * longest part of start-up) while the main thread creates the backend, builds the graph and
@@ -104,20 +90,18 @@ static int check_supported(const ct_config *cfg, ct_err *err) {
     return CT_OK;
 }
 
-static int plan_steps(ct_trainer *t, ct_err *err) {
+/* Called once the train loader knows the epoch (the loader rejects an epoch with no full step). */
+static void plan_steps(ct_trainer *t) {
     const ct_config *cfg = t->cfg;
-    int64_t n = t->train_ds->count, gb = cfg->train_batch_size;
-    t->steps_per_epoch = t->drop_last ? n / gb : (n + gb - 1) / gb;
-    if (t->steps_per_epoch == 0)
-        return ct_errf(err, CT_ERR_CONFIG,
-                       "data.train has %lld samples, fewer than one batch of %lld (train_batch_size) "
-                       "with data.drop_last true; use a smaller batch or set data.drop_last false",
-                       (long long)n, (long long)gb);
+    int64_t gb = cfg->train_batch_size;
+    int64_t micro_per_epoch = ct_loader_batches_per_epoch(t->train_l);
+    t->epoch_samples = micro_per_epoch * cfg->micro_batch < t->train_ds->count
+                           ? micro_per_epoch * cfg->micro_batch : t->train_ds->count;
+    t->steps_per_epoch = (t->epoch_samples + gb - 1) / gb;
     /* max_steps, when set, decides the length (as in Hugging Face's Trainer); else epochs. */
     t->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
                                               : (long)cfg->train.epochs * t->steps_per_epoch;
     t->epochs_planned = (int)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch);
-    return CT_OK;
 }
 
 /* ---- the start block and the plan ---- */
@@ -180,28 +164,27 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     return CT_OK;
 }
 
+/* A loader for one dataset; train: shuffled (data.shuffle), drop_last, augmented. */
+static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
+    ct_loader_opts o;
+    int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->info->classes, &o, err);
+    if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->warn, err);
+    if (!rc && train) t->shuffle = o.shuffle;
+    return rc;
+}
+
 static int setup_data(ct_trainer *t, ct_err *err) {
-    const ct_config *cfg = t->cfg;
     int rc = check_dataset(t, t->train_ds, "train", err);
     if (!rc && t->eval_ds) rc = check_dataset(t, t->eval_ds, "eval", err);
-    if (!rc) rc = plan_steps(t, err);
-    int64_t classes = t->info->classes;
-    if (!rc) rc = ct_batch_init(&t->train_b, t->be, t->train_ds, cfg->micro_batch, classes, err);
-    if (!rc && t->eval_ds) rc = ct_batch_init(&t->eval_b, t->be, t->eval_ds, cfg->micro_batch, classes, err);
-    if (rc) return rc;
-    t->order = ct_xmalloc((size_t)t->train_ds->count * sizeof *t->order);
-    if (t->eval_ds) {
-        t->eval_order = ct_xmalloc((size_t)t->eval_ds->count * sizeof *t->eval_order);
-        for (int64_t i = 0; i < t->eval_ds->count; i++) t->eval_order[i] = (uint32_t)i;
-    }
-    return CT_OK;
+    if (!rc) rc = start_loader(t, t->train_ds, true, &t->train_l, err);
+    if (!rc && t->eval_ds) rc = start_loader(t, t->eval_ds, false, &t->eval_l, err);
+    if (!rc) plan_steps(t);
+    return rc;
 }
 
 static int setup(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
     int rc = check_supported(cfg, err);
-    if (!rc) rc = data_bool(cfg, "shuffle", true, &t->shuffle, err);
-    if (!rc) rc = data_bool(cfg, "drop_last", true, &t->drop_last, err);
     if (rc) return rc;
     open_job jobs[2];
     open_start(&jobs[0], cfg, "train");
@@ -226,18 +209,20 @@ int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *s
     ct_report_init(&t->rep, stderr, t->opts.quiet, cfg->steps_per_print);
     *out = t;
     int rc = setup(t, err);
-    if (rc) ct_trainer_set_status(t, "error", err);
-    if (rc) return rc;
+    for (int i = 0; i < t->warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", t->warn.items[i]);
+    if (rc) {
+        ct_trainer_set_status(t, "error", err);
+        return rc;
+    }
     print_start(t);
     return CT_OK;
 }
 
 void ct_trainer_close(ct_trainer *t) {
     if (!t) return;
-    ct_batch_free(&t->train_b);
-    ct_batch_free(&t->eval_b);
-    free(t->order);
-    free(t->eval_order);
+    ct_loader_free(t->train_l);
+    ct_loader_free(t->eval_l);
+    ct_warnings_free(&t->warn);
     if (t->buffers) t->be->free(t->be, t->buffers);
     ct_optim_free(t->opt);
     ct_graph_free(t->g);

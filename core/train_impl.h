@@ -3,7 +3,7 @@
 #define CT_TRAIN_IMPL_H
 
 #include "core/backend.h"
-#include "core/data/batch.h"
+#include "core/data/loader.h"
 #include "core/data/dataset.h"
 #include "core/graph.h"
 #include "core/optim.h"
@@ -23,10 +23,10 @@ struct ct_trainer {
     float *buffers;              /* [n_buffers] running statistics */
 
     ct_dataset *train_ds, *eval_ds;
-    ct_batch train_b, eval_b;
-    uint32_t *order;             /* [train count] sample order of the current epoch */
-    uint32_t *eval_order;        /* [eval count] 0..n-1 */
-    bool shuffle, drop_last;
+    ct_loader *train_l, *eval_l; /* threaded loaders: micro-batches in order (loader.h) */
+    ct_warnings warn;            /* run-time warnings (the loader's), printed after set-up */
+    int64_t epoch_samples;       /* train samples used per epoch (drop_last cuts to whole steps) */
+    bool shuffle;
 
     long steps_per_epoch, total_steps; /* total_steps: planned optimizer steps */
     int epochs_planned;          /* epochs the planned steps touch */

@@ -4,30 +4,34 @@
  * data.drop_last is false) as micro-batches of at most train_micro_batch_size_per_gpu. Each
  * micro-batch's loss gradient is weighted by its share of the step's samples (n_i / n, which is
  * 1 / gradient_accumulation_steps for full steps), so k micro-batches of b give the gradient of
- * one batch of k*b up to float rounding. */
+ * one batch of k*b up to float rounding. Micro-batches come in order from the threaded loaders
+ * (core/data/loader.h): the train stream runs on across epochs, reshuffled per epoch. */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "core/train_impl.h"
 
+/* One pass over the eval set: the eval loader's stream is unshuffled, so every pass (one of its
+ * epochs) sees the same batches. */
 int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err) {
-    int64_t n = t->eval_ds->count, mb = t->cfg->micro_batch, correct = 0;
+    int64_t n = 0, correct = 0;
     double sum = 0;
-    for (int64_t start = 0; start < n; start += mb) {
-        int64_t k = n - start < mb ? n - start : mb;
-        int rc = ct_batch_load(&t->eval_b, t->eval_order + start, k, err);
+    ct_loader_batch b = {0};
+    do {
+        int rc = ct_loader_next(t->eval_l, &b, err);
         if (rc) return rc;
-        ct_step_io io = {.input = t->eval_b.input, .target = t->eval_b.target, .n = k, .train = false,
+        if (b.n == 0) continue; /* every record of the batch skipped as corrupt */
+        ct_step_io io = {.input = b.input, .target = b.target, .n = b.n, .train = false,
                          .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
         rc = ct_graph_forward(t->g, t->opt->params, t->buffers, &io, NULL, err);
         if (rc) return rc;
-        sum += (double)io.loss * (double)k;
+        sum += (double)io.loss * (double)b.n;
         correct += io.correct;
-    }
-    *loss = sum / (double)n;
-    *accuracy = t->info->classes > 0 ? (double)correct / (double)n : NAN;
+        n += b.n;
+    } while (!b.last_of_epoch);
+    *loss = n ? sum / (double)n : NAN;
+    *accuracy = t->info->classes > 0 && n ? (double)correct / (double)n : NAN;
     return CT_OK;
 }
 
@@ -45,18 +49,22 @@ typedef struct loop_state {
     long last_eval_step;
 } loop_state;
 
-/* One optimizer step over samples order[0..n). Returns CT_OK or an error; *loss = mean loss. */
-static int train_step(ct_trainer *t, loop_state *ls, const uint32_t *order, int64_t n, double *loss,
-                      ct_optim_stats *st, ct_err *err) {
+/* One optimizer step over the next n samples (ceil(n / micro) micro-batches of the loader).
+ * Returns CT_OK or an error; *loss = mean loss. */
+static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct_optim_stats *st,
+                      ct_err *err) {
     const ct_config *cfg = t->cfg;
-    int64_t mb = cfg->micro_batch;
+    int64_t mb = cfg->micro_batch, seen = 0;
     double sum = 0;
     ct_optim_zero_grad(t->opt);
     for (int64_t start = 0; start < n; start += mb) {
-        int64_t k = n - start < mb ? n - start : mb;
-        int rc = ct_batch_load(&t->train_b, order + start, k, err);
+        ct_loader_batch b;
+        int rc = ct_loader_next(t->train_l, &b, err);
         if (rc) return rc;
-        ct_step_io io = {.input = t->train_b.input, .target = t->train_b.target, .n = k, .train = true,
+        int64_t k = b.n;
+        if (k == 0) continue; /* every record of the batch skipped as corrupt */
+        seen += k;
+        ct_step_io io = {.input = b.input, .target = b.target, .n = k, .train = true,
                          .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n};
         rc = ct_graph_forward(t->g, t->opt->params, t->buffers, &io, NULL, err);
@@ -71,7 +79,7 @@ static int train_step(ct_trainer *t, loop_state *ls, const uint32_t *order, int6
         sum += (double)io.loss * (double)k;
     }
     ct_optim_step(t->opt, 1.0f, st);
-    *loss = sum / (double)n;
+    *loss = seen ? sum / (double)seen : NAN;
     return CT_OK;
 }
 
@@ -147,12 +155,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
 
 /* One epoch: steps, the epoch line, and the end-of-epoch (or end-of-run) eval. */
 static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
-    int64_t n = t->train_ds->count, gb = t->cfg->train_batch_size;
-    if (t->shuffle) {
-        ct_rng_permutation(t->cfg->train.seed, (uint64_t)ls->epoch, t->order, (uint32_t)n);
-    } else {
-        for (int64_t i = 0; i < n; i++) t->order[i] = (uint32_t)i;
-    }
+    int64_t n = t->epoch_samples, gb = t->cfg->train_batch_size;
     ls->epoch_loss = 0;
     ls->epoch_n = 0;
     t->sum->epochs = ls->epoch + 1;
@@ -168,7 +171,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         }
         double ts = ct_now(), loss = 0;
         ct_optim_stats st;
-        int rc = train_step(t, ls, t->order + start, k, &loss, &st, err);
+        int rc = train_step(t, ls, k, &loss, &st, err);
         ls->train_s += ct_now() - ts;
         if (rc) return rc;
         end = after_step(t, ls, loss, &st, k, err);

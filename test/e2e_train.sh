@@ -39,10 +39,10 @@ summary "s['first_step_s'] is not None and s['first_step_s'] < 5" "mlp first ste
 summary "s['tokens_per_s'] is None and s['loss_scale'] is None" "mlp: absent metrics are null"
 has "$T/out" '^{"status":"ok"' "summary line on stdout"
 
-# CNN: 100 steps with gradient accumulation (micro 64 x 2).
-run 0 "fmnist_cnn trains with accumulation" --config configs/fmnist_cnn.json --set train.max_steps=100 \
+# CNN: 50 steps (still in the LR warm-up) with gradient accumulation (micro 64 x 2).
+run 0 "fmnist_cnn trains with accumulation" --config configs/fmnist_cnn.json --set train.max_steps=50 \
     --set train_micro_batch_size_per_gpu=64 --set gradient_accumulation_steps=2 --set data.eval.limit=1000
-summary "s['status'] == 'ok' and s['steps'] == 100 and s['eval_accuracy'] > 0.70" "cnn accuracy > 70% after 100 steps"
+summary "s['status'] == 'ok' and s['steps'] == 50 and s['eval_accuracy'] > 0.60" "cnn accuracy > 60% after 50 steps"
 
 # Dry run: the plan, nothing trained.
 "$B" --config configs/fmnist_mlp.json --dry-run >"$T/out" 2>"$T/err"
@@ -63,12 +63,6 @@ EOF
 run 3 "truncated IDX file exits 3" --config "$T/bad.json"
 has "$T/err" "train-images.gz: truncated at byte offset" "truncated file named with its offset"
 summary "s['status'] == 'error' and 'truncated' in s.get('error', '')" "summary written on data error"
-
-# A format that is not implemented yet: config error.
-sed 's|"format": "idx", "images": "train-images.gz",|"format": "csv", "path": "train.csv",|; s|"labels": "[^"]*"|"label_column": "y"|' \
-    "$T/bad.json" >"$T/csv.json"
-run 2 "unimplemented format exits 2" --config "$T/csv.json"
-has "$T/err" 'format "csv" is not implemented yet' "unimplemented format named"
 
 # Divergence: NaN loss exits 4 with status diverged.
 run 4 "divergence exits 4" --config configs/fmnist_mlp.json --set optimizer.params.lr=1e30 \

@@ -251,6 +251,11 @@ START_TEST(gemm_16bit_and_batched) {
         expect_close("gemm_batched", C + i * sc, want, m * n, 1e-4, 1e-4);
         free(want);
     }
+    /* k = 0: C = beta * C */
+    float *c2 = rnd(m * n, 46, -1, 1), *c2_0 = copyf(c2, m * n);
+    be2->gemm(be2, false, false, m, n, 0, 1.0f, a, CT_F32, 1, b, CT_F32, n, 0.5f, c2, CT_F32, n);
+    for (int64_t i = 0; i < m * n; i++) ck_assert(c2[i] == 0.5f * c2_0[i]);
+    free(c2), free(c2_0);
     free(a), free(b), free(c0), free(ah), free(bh), free(ch), free(A), free(B), free(C), free(C0);
 }
 END_TEST
@@ -391,6 +396,17 @@ START_TEST(dropout_mask_and_threads) {
         be2->dropout_backward(be2, dx, dy, m1, n, p);
         for (int64_t i = 0; i < n; i++) ck_assert(dx[i] == (m1[i] ? dy[i] * (1.0f / (1.0f - p)) : 0.0f));
         free(x), free(y1), free(y2), free(m1), free(m2), free(dy), free(dx);
+    }
+    /* p = 0 keeps everything unchanged, p = 1 drops everything */
+    {
+        int64_t n = 777;
+        float *x = rnd(n, 93, -1, 1), *y = malloc((size_t)n * 4);
+        uint8_t *m = malloc((size_t)n);
+        be2->dropout_forward(be2, y, m, x, n, 0.0f, 7, 1);
+        ck_assert(memcmp(x, y, (size_t)n * 4) == 0);
+        be2->dropout_forward(be2, y, m, x, n, 1.0f, 7, 1);
+        for (int64_t i = 0; i < n; i++) ck_assert(y[i] == 0.0f && m[i] == 0);
+        free(x), free(y), free(m);
     }
     /* another stream gives another mask */
     int64_t n = 1000;
@@ -1008,6 +1024,11 @@ START_TEST(backend_create_and_memory) {
     ck_assert_int_eq(ct_backend_create("cuda", 1, &be, &err), CT_ERR_RUNTIME);
     ck_assert(strstr(err.msg, "without CUDA") != NULL);
 #endif
+    if (!ct_cuda_available()) {
+        ck_assert_int_eq(ct_backend_create("auto", 1, &be, &err), CT_OK);
+        ck_assert_str_eq(be->name, "cpu");
+        ct_backend_destroy(be);
+    }
     /* 0 threads = every online core */
     ck_assert_int_eq(ct_backend_create("cpu", 0, &be, &err), CT_OK);
     ck_assert_int_ge(be->threads, 1);

@@ -450,9 +450,9 @@ END_TEST
 START_TEST(dataset_format_errors) {
     char path[512];
     snprintf(path, sizeof path, "%s/fmt.json", tmpdir);
-    const char *fmts[] = {"csv", "idxx"};
-    const char *want[] = {"format \"csv\" is not implemented yet", "did you mean \"idx\""};
-    for (int i = 0; i < 2; i++) {
+    const char *fmts[] = {"idxx"};
+    const char *want[] = {"did you mean \"idx\""};
+    for (int i = 0; i < CT_ARRAY_LEN(fmts); i++) {
         char text[1024];
         snprintf(text, sizeof text,
                  "{\"train_batch_size\": 4, \"model\": %s, \"data\": {\"train\": {\"format\": \"%s\", "

@@ -286,13 +286,18 @@ static void cpu_act_backward(ct_backend *be, float *dx, const float *dy, const f
 /* ---- bias + activation ---- */
 
 typedef struct {
-    float *x;
+    float *x;           /* forward: x, in place */
     const float *bias;
-    double *acc;        /* bias_backward: unused */
     int64_t rows, cols, inner;
     ct_act act;
     float alpha;
 } bias_ctx;
+
+typedef struct {
+    float *db;          /* [cols] */
+    const float *dy;    /* [rows, cols, inner] */
+    int64_t rows, cols, inner;
+} bias_bwd_ctx;
 
 /* x[i] += b for a line of n floats (a function of its own so the loop sees no aliasing). */
 static void add_scalar(float *restrict x, float b, int64_t n) {
@@ -329,35 +334,33 @@ static void cpu_bias_act_forward(ct_backend *be, float *x, const float *bias, in
 
 /* Column range [j0, j1) of db: each column is summed over rows (and inner) in a fixed order. */
 static void bias_bwd_range(void *c, int64_t j0, int64_t j1) {
-    bias_ctx *k = c;
-    const float *dy = k->x;
-    float *db = (float *)k->bias;
-    if (k->inner == 1) {
-        double acc[256];
-        for (int64_t b0 = j0; b0 < j1; b0 += 256) {
-            int64_t bn = j1 - b0 < 256 ? j1 - b0 : 256;
-            for (int64_t j = 0; j < bn; j++) acc[j] = 0.0;
-            for (int64_t r = 0; r < k->rows; r++) {
-                const float *row = dy + r * k->cols + b0;
-                for (int64_t j = 0; j < bn; j++) acc[j] += row[j];
-            }
-            for (int64_t j = 0; j < bn; j++) db[b0 + j] += (float)acc[j];
+    const bias_bwd_ctx k = *(const bias_bwd_ctx *)c;
+    if (k.inner > 1) {
+        for (int64_t j = j0; j < j1; j++) {
+            double acc = 0.0;
+            for (int64_t r = 0; r < k.rows; r++) acc += ct_cpu_sum(k.dy + (r * k.cols + j) * k.inner, k.inner);
+            k.db[j] += (float)acc;
         }
         return;
     }
-    for (int64_t j = j0; j < j1; j++) {
-        double acc = 0.0;
-        for (int64_t r = 0; r < k->rows; r++) acc += ct_cpu_sum(dy + (r * k->cols + j) * k->inner, k->inner);
-        db[j] += (float)acc;
+    /* [rows, cols]: walk rows in order, a block of columns at a time, so reads stay contiguous */
+    enum { BLOCK = 256 };
+    double acc[BLOCK];
+    for (int64_t b0 = j0; b0 < j1; b0 += BLOCK) {
+        int64_t bn = j1 - b0 < BLOCK ? j1 - b0 : BLOCK;
+        for (int64_t j = 0; j < bn; j++) acc[j] = 0.0;
+        for (int64_t r = 0; r < k.rows; r++) {
+            const float *row = k.dy + r * k.cols + b0;
+            for (int64_t j = 0; j < bn; j++) acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < bn; j++) k.db[b0 + j] += (float)acc[j];
     }
 }
 
 static void cpu_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
                               int64_t inner) {
-    if (inner < 1) inner = 1;
-    /* x carries dy and bias carries db: the context is shared with the forward */
-    bias_ctx c = {.x = (float *)dy, .bias = db, .rows = rows, .cols = cols, .inner = inner};
-    int64_t per_col = rows * inner;
+    bias_bwd_ctx c = {db, dy, rows, cols, inner < 1 ? 1 : inner};
+    int64_t per_col = rows * c.inner;
     ct_cpu_parallel(ct_cpu_pool_of(be), cols, ct_cpu_ceil_div(CT_CPU_GRAIN, per_col > 0 ? per_col : 1),
                     bias_bwd_range, &c);
 }

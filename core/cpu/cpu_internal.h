@@ -23,16 +23,17 @@
 
 /* Elements per reduction chunk: fixed, so sums have the same bits for any thread count. */
 #define CT_CPU_CHUNK 4096
-/* Below this many elements an element-wise op is not worth waking the workers. */
+/* Below this many elements an element-wise op is not worth handing to the workers. */
 #define CT_CPU_GRAIN 16384
 
 typedef struct ct_cpu_pool ct_cpu_pool;
 ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started */
 void ct_cpu_pool_destroy(ct_cpu_pool *p);
 
-/* fn(ctx, begin, end) over a partition of [0, n) into at most `threads` contiguous ranges of at
- * least `grain` items (one range on the calling thread when n <= grain). Returns when all ranges
- * are done. Safe to call from several threads: a call that finds the pool busy runs serially. */
+/* fn(ctx, begin, end) over a partition of [0, n) into contiguous pieces of at least `grain` items
+ * (at most 4 per thread; the whole range on the calling thread when n <= grain), claimed by
+ * whichever thread is free. Returns when all pieces are done. Safe to call from several
+ * threads and from inside fn: a call that finds the pool busy runs serially. */
 typedef void (*ct_cpu_range_fn)(void *ctx, int64_t begin, int64_t end);
 void ct_cpu_parallel(ct_cpu_pool *p, int64_t n, int64_t grain, ct_cpu_range_fn fn, void *ctx);
 
@@ -45,6 +46,7 @@ void ct_cpu_reduce_chunks(ct_cpu_pool *p, int64_t n_chunks, int k, ct_cpu_chunk_
 /* Sum (of squares) of n floats in double with a fixed summation order (cpu_reduce.c). */
 double ct_cpu_sum(const float *x, int64_t n);
 double ct_cpu_sum_squares(const float *x, int64_t n);
+double ct_cpu_sum_sq_dev(const float *x, int64_t n, double mean); /* sum of (x - mean)^2 */
 
 /* Backend-private state behind ct_backend.impl. */
 typedef struct ct_cpu {
@@ -55,6 +57,12 @@ typedef struct ct_cpu {
 static inline ct_cpu_pool *ct_cpu_pool_of(ct_backend *be) { return ((ct_cpu *)be->impl)->pool; }
 
 static inline int64_t ct_cpu_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Elements [*i0, *i1) of reduction chunk `chunk` over n elements. */
+static inline void ct_cpu_chunk_bounds(int64_t chunk, int64_t n, int64_t *i0, int64_t *i1) {
+    *i0 = chunk * CT_CPU_CHUNK;
+    *i1 = *i0 + CT_CPU_CHUNK < n ? *i0 + CT_CPU_CHUNK : n;
+}
 
 /* Each file fills its part of the op table. */
 void ct_cpu_gemm_install(ct_backend *be);

@@ -82,7 +82,8 @@ static void cpu_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, i
 
 static void mse_chunk(void *c, int64_t chunk, double *out) {
     loss_ctx *k = c;
-    int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < k->n ? i0 + CT_CPU_CHUNK : k->n;
+    int64_t i0, i1;
+    ct_cpu_chunk_bounds(chunk, k->n, &i0, &i1);
     double sum = 0.0;
     for (int64_t i = i0; i < i1; i++) {
         float d = k->x[i] - k->target[i];
@@ -94,7 +95,8 @@ static void mse_chunk(void *c, int64_t chunk, double *out) {
 
 static void bce_chunk(void *c, int64_t chunk, double *out) {
     loss_ctx *k = c;
-    int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < k->n ? i0 + CT_CPU_CHUNK : k->n;
+    int64_t i0, i1;
+    ct_cpu_chunk_bounds(chunk, k->n, &i0, &i1);
     double sum = 0.0;
     for (int64_t i = i0; i < i1; i++) {
         float x = k->x[i], t = k->target[i];

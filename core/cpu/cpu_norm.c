@@ -28,15 +28,10 @@ static void bn_fwd_range(void *ctxp, int64_t c0, int64_t c1) {
         float mean, invstd;
         if (k->train) {
             double sum = 0.0;
-            for (int64_t i = 0; i < k->n; i++) {
-                const float *x = k->x + (i * k->c + ch) * k->hw;
-                for (int64_t j = 0; j < k->hw; j++) sum += x[j];
-            }
+            for (int64_t i = 0; i < k->n; i++) sum += ct_cpu_sum(k->x + (i * k->c + ch) * k->hw, k->hw);
             double dmean = sum / (double)m, sq = 0.0;
-            for (int64_t i = 0; i < k->n; i++) {
-                const float *x = k->x + (i * k->c + ch) * k->hw;
-                for (int64_t j = 0; j < k->hw; j++) sq += (x[j] - dmean) * (x[j] - dmean);
-            }
+            for (int64_t i = 0; i < k->n; i++)
+                sq += ct_cpu_sum_sq_dev(k->x + (i * k->c + ch) * k->hw, k->hw, dmean);
             double var = sq / (double)m;
             mean = (float)dmean;
             invstd = (float)(1.0 / sqrt(var + (double)k->eps));
@@ -135,10 +130,8 @@ static void ln_fwd_range(void *ctxp, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *x = k->x + r * k->d;
         float *y = k->out + r * k->d;
-        double sum = 0.0, sq = 0.0;
-        for (int64_t j = 0; j < k->d; j++) sum += x[j];
-        double mean = sum / (double)k->d;
-        for (int64_t j = 0; j < k->d; j++) sq += (x[j] - mean) * (x[j] - mean);
+        double mean = ct_cpu_sum(x, k->d) / (double)k->d;
+        double sq = ct_cpu_sum_sq_dev(x, k->d, mean);
         float fmean = (float)mean;
         float rstd = (float)(1.0 / sqrt(sq / (double)k->d + (double)k->eps));
         if (k->save_mean) k->save_mean[r] = fmean;

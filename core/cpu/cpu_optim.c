@@ -3,7 +3,7 @@
  * Adam/AdamW follow DeepSpeed's FusedAdam (multi_tensor_adam):
  *   g = grad * grad_scale;  L2 mode: g += wd * p
  *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
- *   update = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps);  adam_w_mode: update += wd * p
+ *   update = (m / bc1) / (sqrt(v / bc2) + eps);  adam_w_mode: update += wd * p
  *   p -= lr * update
  * SGD follows torch.optim.SGD (weight decay into the gradient, dampening, nesterov, and a momentum
  * buffer that starts as a copy of the first gradient). Lamb writes FusedLamb's direction
@@ -46,8 +46,8 @@ static void adam_range(void *c, int64_t i0, int64_t i1) {
     float *restrict p = k->param, *restrict m = k->m, *restrict v = k->v;
     const float *restrict g = k->grad;
     float l2 = a->decoupled ? 0.0f : a->weight_decay, wd = a->decoupled ? a->weight_decay : 0.0f;
-    float sqrt_bc2 = sqrtf(a->bias_c2), b1 = a->beta1, b2 = a->beta2, scale = a->grad_scale;
-    float denom[OPT_BLOCK];
+    float b1 = a->beta1, b2 = a->beta2, scale = a->grad_scale;
+    float denom[OPT_BLOCK]; /* sqrt(v_hat) */
     for (int64_t s = i0; s < i1; s += OPT_BLOCK) {
         int64_t n = i1 - s < OPT_BLOCK ? i1 - s : OPT_BLOCK;
         for (int64_t j = 0; j < n; j++) {
@@ -55,11 +55,12 @@ static void adam_range(void *c, int64_t i0, int64_t i1) {
             float gi = g[i] * scale + l2 * p[i];
             m[i] = b1 * m[i] + (1.0f - b1) * gi;
             v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+            denom[j] = v[i] / a->bias_c2;
         }
-        sqrt_block(denom, v + s, n);
+        sqrt_block(denom, denom, n);
         for (int64_t j = 0; j < n; j++) {
             int64_t i = s + j;
-            float update = (m[i] / a->bias_c1) / (denom[j] / sqrt_bc2 + a->eps) + wd * p[i];
+            float update = (m[i] / a->bias_c1) / (denom[j] + a->eps) + wd * p[i];
             p[i] -= a->lr * update;
         }
     }
@@ -97,7 +98,8 @@ static void cpu_sgd_step(ct_backend *be, float *param, const float *grad, float 
 static void lamb_chunk(void *c, int64_t chunk, double *out) {
     opt_ctx *k = c;
     const ct_lamb_args *a = k->lamb;
-    int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < k->n ? i0 + CT_CPU_CHUNK : k->n;
+    int64_t i0, i1;
+    ct_cpu_chunk_bounds(chunk, k->n, &i0, &i1);
     float *restrict m = k->m, *restrict v = k->v, *restrict upd = k->upd;
     const float *restrict g = k->grad, *restrict p = k->param;
     float b1 = a->beta1, b2 = a->beta2, scale = a->grad_scale;

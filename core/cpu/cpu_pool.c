@@ -24,8 +24,9 @@
 
 /* Pieces per thread: a few more pieces than threads lets the fastest thread take up the slack. */
 #define PIECES_PER_THREAD 4
-/* How long an idle worker (and a waiting caller) polls before sleeping. */
-#define SPIN_NS 100000
+/* How long an idle worker (and a waiting caller) polls before sleeping: ops within a training
+ * step follow each other within microseconds; longer gaps are serial work that polling wastes. */
+#define SPIN_NS 50000
 
 typedef struct {
     ct_cpu_range_fn fn;

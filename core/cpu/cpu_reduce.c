@@ -69,15 +69,26 @@ double ct_cpu_sum_squares(const float *x, int64_t n) {
     return lanes_total(acc);
 }
 
+double ct_cpu_sum_sq_dev(const float *x, int64_t n, double mean) {
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += (x[i + l] - mean) * (x[i + l] - mean);
+    for (int l = 0; i < n; i++, l++) acc[l] += (x[i] - mean) * (x[i] - mean);
+    return lanes_total(acc);
+}
+
 static void sumsq_chunk(void *c, int64_t chunk, double *out) {
     vec_ctx *v = c;
-    int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < v->n ? i0 + CT_CPU_CHUNK : v->n;
+    int64_t i0, i1;
+    ct_cpu_chunk_bounds(chunk, v->n, &i0, &i1);
     out[0] = ct_cpu_sum_squares(v->x + i0, i1 - i0);
 }
 
 static void finite_chunk(void *c, int64_t chunk, double *out) {
     vec_ctx *v = c;
-    int64_t i0 = chunk * CT_CPU_CHUNK, i1 = i0 + CT_CPU_CHUNK < v->n ? i0 + CT_CPU_CHUNK : v->n;
+    int64_t i0, i1;
+    ct_cpu_chunk_bounds(chunk, v->n, &i0, &i1);
     /* x * 0 is 0 for finite x and NaN for Inf/NaN: a branch-free test the compiler can vectorise */
     float acc = 0.0f;
     for (int64_t i = i0; i < i1; i++) acc += v->x[i] * 0.0f;

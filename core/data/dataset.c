@@ -14,9 +14,9 @@ static const struct {
 } formats[] = {
     {"idx", ct_idx_open},
     {"image_folder", ct_image_folder_open},
-    {"shard", NULL},
-    {"tokens", NULL},
-    {"csv", NULL},
+    {"shard", ct_shard_open},
+    {"tokens", ct_tokens_open},
+    {"csv", ct_csv_open},
 };
 
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
@@ -93,13 +93,19 @@ int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean,
     ct_config_where(cfg, tr, where, sizeof where);
     if (!cJSON_IsObject(tr))
         return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform: expected an object", where);
+    /* The augmentations are parsed by the loader (loader.c); anything else is an error here. */
+    static const char *const known[] = {"normalize", "random_crop", "hflip"};
     const cJSON *item;
     cJSON_ArrayForEach(item, tr) {
-        if (strcmp(item->string, "normalize") != 0) {
+        bool ok = false;
+        for (int i = 0; i < CT_ARRAY_LEN(known); i++) ok |= strcmp(item->string, known[i]) == 0;
+        if (!ok) {
             ct_config_where(cfg, item, where, sizeof where);
-            return ct_errf(err, CT_ERR_CONFIG,
-                           "%s: data.transform.%s: not implemented yet (available now: normalize)",
-                           where, item->string);
+            const char *sug = ct_suggest(item->string, known, CT_ARRAY_LEN(known));
+            ct_errf(err, CT_ERR_CONFIG, "%s: data.transform.%s: unknown transform (expected normalize, "
+                    "random_crop, hflip)", where, item->string);
+            if (sug) ct_err_append(err, "did you mean \"%s\"?", sug);
+            return CT_ERR_CONFIG;
         }
     }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(tr, "normalize");

@@ -15,10 +15,16 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
 /* image_folder.c, shard.c, tokens.c, csv.c: the data-pipeline formats (same contract). */
 int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                          ct_err *err);
+int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                  ct_err *err);
+int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                   ct_err *err);
+int ct_csv_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                ct_err *err);
 
 /* data.transform.normalize {"mean": [..], "std": [..]}: per-channel, after scaling pixels to
  * [0, 1]. Fills mean/std (channels entries; a single value is broadcast). No "normalize": mean 0,
- * std 1. */
+ * std 1. Rejects unknown data.transform keys (the augmentations belong to the loader). */
 int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean, float *std,
                             ct_err *err);
 

@@ -160,7 +160,12 @@ static void to_planes(const folder_impl *im, const ct_image8 *img, float *x) {
             for (size_t j = 0; j < plane; j++) dst[j] = base + dst[j] * (scale / 255.0f);
             continue;
         }
-        int oy = (img->h - im->h) / 2, ox = (img->w - im->w) / 2; /* 0 when sizes match */
+        if (img->h == im->h && img->w == im->w) {
+            const uint8_t *src = img->px + ch;
+            for (size_t j = 0; j < plane; j++) dst[j] = lut[src[j * (size_t)img->c]];
+            continue;
+        }
+        int oy = (img->h - im->h) / 2, ox = (img->w - im->w) / 2;
         for (int y = 0; y < im->h; y++) {
             int sy = y + oy;
             for (int xx = 0; xx < im->w; xx++) {

@@ -4,7 +4,7 @@
 # Independent of the Makefile: it compiles the core sources the target needs directly.
 #   FUZZ_SRCS   core sources to compile (default: per target, below)
 #   FUZZ_FLAGS  extra libFuzzer flags, e.g. "-jobs=2 -workers=2"
-# Seed corpus: the DeepSpeed configs in test/conformance/ds_configs plus configs/*.json,
+# Seed corpus (data targets: test/fuzz/seeds-TARGET/): the DeepSpeed configs in test/conformance/ds_configs plus configs/*.json,
 # copied into test/fuzz/corpus-TARGET/ (kept between runs, so later runs start where this ended).
 # Crashes are written as test/fuzz/crash-<sha1>; reproduce one with: build/fuzz/TARGET FILE
 set -eu
@@ -20,6 +20,9 @@ src=test/fuzz/$target.c
 
 case $target in
 fuzz_json) default_srcs="core/common.c core/json.c" ;;
+fuzz_safetensors) default_srcs="core/common.c core/tensor.c core/safetensors.c" ;;
+fuzz_png) default_srcs="core/common.c core/data/png.c" ;;
+fuzz_idx | fuzz_shard) default_srcs=$(ls core/*.c core/data/*.c core/cpu/*.c core/layers/*.c) ;;
 fuzz_config) default_srcs="core/common.c core/json.c $(ls core/config*.c) core/sched.c" ;;
 *) default_srcs=$(ls core/*.c) ;;
 esac
@@ -42,7 +45,11 @@ fi
 
 corpus=test/fuzz/corpus-$target
 mkdir -p "$corpus"
-for f in test/conformance/ds_configs/*.json configs/*.json; do
+case $target in
+fuzz_json) seeds="test/conformance/ds_configs/*.json configs/*.json" ;;
+*) seeds="test/fuzz/seeds-$target/*" ;; # small valid files (see the fuzz_*.c headers)
+esac
+for f in $seeds; do
     [ -f "$f" ] && cp -f "$f" "$corpus/seed-$(basename "$f")"
 done
 echo "run_fuzz.sh: fuzzing $target for $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) files)"

@@ -1,0 +1,74 @@
+/* loader.h: the threaded, prefetching batch loader (replaces batch.h in the training loop).
+ *
+ * data.workers threads each assemble WHOLE batches (read, decode, augment, collate) into a ring
+ * of data.prefetch slots; the trainer takes them in order with ct_loader_next. Batch g of the
+ * stream (epoch g / batches_per_epoch) holds the same bytes whatever the worker count or timing:
+ * its samples come from ct_rng_permutation(seed, epoch) (or 0..n-1 without shuffle) and its
+ * augmentation from Philox (seed, CT_RNG_AUGMENT, epoch * count + sample). The stream runs on
+ * across epochs; ct_loader_seek restarts it anywhere (resume).
+ *
+ * Slots are backend->alloc_host_pinned memory. On the CPU backend the graph reads the slot
+ * directly; on a device backend ct_loader_next copies it into one device buffer. */
+#ifndef CT_DATA_LOADER_H
+#define CT_DATA_LOADER_H
+
+#include "core/backend.h"
+#include "core/common.h"
+#include "core/config.h"
+#include "core/data/dataset.h"
+
+/* data.transform augmentations (train set only) and normalisation constants for padding. */
+typedef struct ct_augment {
+    int crop_pad;                /* random crop with this much zero padding per side (0: off) */
+    bool hflip;                  /* horizontal flip with probability 1/2 */
+} ct_augment;
+
+typedef struct ct_loader_opts {
+    int64_t batch;               /* samples per batch (the micro-batch) */
+    int64_t step_samples;        /* drop_last cuts each epoch to a multiple of this (train_batch_size);
+                                    0 = batch */
+    int workers;                 /* 0 = number of online cores */
+    int prefetch;                /* ring slots; 0 = 4 */
+    bool shuffle, drop_last, cache, skip_corrupt;
+    uint64_t seed;
+    int64_t classes;             /* class-index targets must be < classes (0: not checked) */
+    ct_augment aug;
+    float pad_value[4];          /* per channel: what a zero pixel normalises to (-mean/std) */
+} ct_loader_opts;
+
+/* Options for data.<which> from the config: data.workers/prefetch/shuffle (train only, default
+ * true)/drop_last/cache/skip_corrupt, data.transform.random_crop {"padding": P} and
+ * data.transform.hflip (train only), train.seed. batch = micro-batch, step_samples =
+ * train_batch_size. Returns CT_OK or CT_ERR_CONFIG. */
+int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool train,
+                               int64_t classes, ct_loader_opts *o, ct_err *err);
+
+typedef struct ct_loader ct_loader;
+
+/* A batch handed to the trainer: valid until the next ct_loader_next / seek / free. */
+typedef struct ct_loader_batch {
+    void *input, *target;        /* backend memory: [n, sample] and [n, target] */
+    int64_t n;                   /* samples (fewer than opts.batch at an epoch's end or when
+                                    skip_corrupt dropped records; may be 0 then) */
+    int64_t epoch, index;        /* position of this batch */
+    bool last_of_epoch;
+} ct_loader_batch;
+
+/* Start the workers at (epoch 0, batch 0). Warnings (cache does not fit) go to warn. */
+int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const ct_loader_opts *o,
+                   ct_warnings *warn, ct_err *err);
+/* Take the next batch in order, waiting for it if needed. Data errors: CT_ERR_DATA naming the
+ * file and record (without skip_corrupt). */
+int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err);
+/* Position of the batch the next ct_loader_next returns; seek there (resume). */
+void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *batch);
+void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch);
+int64_t ct_loader_batches_per_epoch(const ct_loader *l);
+/* Seconds the caller waited in ct_loader_next: the last call and the total. */
+double ct_loader_last_wait(const ct_loader *l);
+double ct_loader_total_wait(const ct_loader *l);
+/* Distinct records skipped as corrupt so far (data.skip_corrupt). */
+int64_t ct_loader_skipped(const ct_loader *l);
+void ct_loader_free(ct_loader *l);
+
+#endif

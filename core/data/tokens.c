@@ -1,0 +1,199 @@
+/* tokens.c: token files (see tokens.h), read through mmap.
+ *
+ * Entry fields: {"format": "tokens", "path": FILE, "seq_len": T, "limit": N}. Samples are
+ * [T] int32 inputs and [T] int32 targets (the next token at each position); ds->classes is the
+ * vocabulary size. A token >= the vocabulary size is reported as corrupt data at decode. */
+#include "core/data/tokens.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/data/dataset.h"
+#include "core/data/formats.h"
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Header: magic[8], u32 version, u32 width, u64 count, u32 vocab, u32 reserved, u32 crc, u32 0. */
+static void make_header(uint8_t h[CT_TOKENS_HEADER], int width, uint64_t n, uint32_t vocab) {
+    memset(h, 0, CT_TOKENS_HEADER);
+    memcpy(h, CT_TOKENS_MAGIC, 8);
+    put32(h + 8, CT_TOKENS_VERSION);
+    put32(h + 12, (uint32_t)width);
+    put32(h + 16, (uint32_t)n);
+    put32(h + 20, (uint32_t)(n >> 32));
+    put32(h + 24, vocab);
+    put32(h + 28, (uint32_t)crc32(0, h, 28));
+}
+
+int ct_tokens_write(const char *path, const uint32_t *tokens, uint64_t n, int width, uint32_t vocab,
+                    ct_err *err) {
+    if (width != 2 && width != 4) return ct_errf(err, CT_ERR_CONFIG, "%s: token width must be 2 or 4", path);
+    FILE *f = fopen(path, "wb");
+    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    uint8_t h[CT_TOKENS_HEADER];
+    make_header(h, width, n, vocab);
+    bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    uint8_t buf[4096];
+    size_t k = 0;
+    for (uint64_t i = 0; i < n && ok; i++) {
+        for (int b = 0; b < width; b++) buf[k++] = (uint8_t)(tokens[i] >> (8 * b));
+        if (k + 4 > sizeof buf || i + 1 == n) {
+            ok = fwrite(buf, 1, k, f) == k;
+            k = 0;
+        }
+    }
+    ok &= fclose(f) == 0;
+    if (!ok) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    return CT_OK;
+}
+
+typedef struct tok_impl {
+    const uint8_t *map;
+    size_t size;
+    int width;
+    uint32_t vocab;
+    int64_t seq_len;
+} tok_impl;
+
+static void tok_close(ct_dataset *ds) {
+    tok_impl *im = ds->impl;
+    if (im && im->map) munmap((void *)im->map, im->size);
+    free(im);
+    free(ds);
+}
+
+static int tok_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    const tok_impl *im = ds->impl;
+    if (i < 0 || i >= ds->count)
+        return ct_errf(err, CT_ERR_DATA, "%s: window %lld out of range", ds->source, (long long)i);
+    const uint8_t *p = im->map + CT_TOKENS_HEADER + (size_t)(i * im->seq_len) * (size_t)im->width;
+    int32_t *x = input, *y = target;
+    for (int64_t t = 0; t <= im->seq_len; t++) {
+        const uint8_t *q = p + t * im->width;
+        uint32_t v = im->width == 2 ? (uint32_t)(q[0] | q[1] << 8) : get32(q);
+        if (v >= im->vocab)
+            return ct_errf(err, CT_ERR_DATA, "%s: token %lld (byte offset %llu) is %u, outside the "
+                           "vocabulary of %u", ds->source, (long long)(i * im->seq_len + t),
+                           (unsigned long long)(q - im->map), v, im->vocab);
+        if (t < im->seq_len) x[t] = (int32_t)v;
+        if (t > 0 && y) y[t - 1] = (int32_t)v;
+    }
+    return CT_OK;
+}
+
+static int check_header(ct_dataset *ds, tok_impl *im, ct_err *err) {
+    const uint8_t *h = im->map;
+    const char *f = ds->source;
+    if (im->size < CT_TOKENS_HEADER)
+        return ct_errf(err, CT_ERR_DATA, "%s: truncated: %zu bytes, the header alone is %u", f, im->size,
+                       CT_TOKENS_HEADER);
+    if (memcmp(h, CT_TOKENS_MAGIC, 8) != 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: not a ctrain token file (wrong magic number; write one "
+                       "with ctrain pack --from text)", f);
+    if (get32(h + 28) != (uint32_t)crc32(0, h, 28))
+        return ct_errf(err, CT_ERR_DATA, "%s: header checksum mismatch: the file is corrupt", f);
+    if (get32(h + 8) != CT_TOKENS_VERSION)
+        return ct_errf(err, CT_ERR_DATA, "%s: version %u, this ctrain reads version %u", f, get32(h + 8),
+                       CT_TOKENS_VERSION);
+    im->width = (int)get32(h + 12);
+    uint64_t n = get32(h + 16) | (uint64_t)get32(h + 20) << 32;
+    im->vocab = get32(h + 24);
+    if ((im->width != 2 && im->width != 4) || im->vocab == 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: bad header (token width %d, vocabulary %u)", f, im->width,
+                       im->vocab);
+    if (n > (uint64_t)1 << 40 || im->size != CT_TOKENS_HEADER + n * (uint64_t)im->width)
+        return ct_errf(err, CT_ERR_DATA, "%s: %zu bytes, but the header gives %llu tokens of %d bytes "
+                       "(%llu bytes): truncated or corrupt", f, im->size, (unsigned long long)n, im->width,
+                       (unsigned long long)(CT_TOKENS_HEADER + n * (uint64_t)im->width));
+    ds->count = n > (uint64_t)im->seq_len ? (int64_t)((n - 1) / (uint64_t)im->seq_len) : 0;
+    if (ds->count == 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: %llu tokens make no window of seq_len + 1 = %lld", f,
+                       (unsigned long long)n, (long long)im->seq_len + 1);
+    return CT_OK;
+}
+
+static int read_entry(const ct_config *cfg, const cJSON *entry, const char *path, char *file, size_t n,
+                      int64_t *seq_len, int64_t *limit, ct_err *err) {
+    char where[1200];
+    const cJSON *it;
+    *limit = 0;
+    *seq_len = 0;
+    file[0] = 0;
+    cJSON_ArrayForEach(it, entry) {
+        ct_config_where(cfg, it, where, sizeof where);
+        const char *k = it->string;
+        bool num = cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble) && it->valuedouble >= 1;
+        if (strcmp(k, "path") == 0 && cJSON_IsString(it) && it->valuestring[0])
+            ct_config_resolve_path(cfg, it->valuestring, file, n);
+        else if (strcmp(k, "seq_len") == 0 && num && it->valuedouble <= 1 << 24)
+            *seq_len = (int64_t)it->valuedouble;
+        else if (strcmp(k, "limit") == 0 && num)
+            *limit = (int64_t)it->valuedouble;
+        else if (strcmp(k, "format") != 0)
+            return ct_errf(err, CT_ERR_CONFIG, "%s: %s.%s: %s", where, path, k,
+                           strcmp(k, "path") == 0 ? "expected a file path (string)"
+                           : strcmp(k, "seq_len") == 0 || strcmp(k, "limit") == 0
+                               ? "expected a positive integer"
+                               : "unknown key for format tokens (expected path, seq_len, limit)");
+    }
+    ct_config_where(cfg, entry, where, sizeof where);
+    if (!file[0] || !*seq_len)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s: format tokens needs \"path\" and \"seq_len\"", where, path);
+    return CT_OK;
+}
+
+int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                   ct_err *err) {
+    *out = NULL;
+    char file[1024];
+    int64_t seq_len, limit;
+    int rc = read_entry(cfg, entry, path, file, sizeof file, &seq_len, &limit, err);
+    if (rc) return rc;
+    ct_dataset *ds = ct_xcalloc(1, sizeof *ds);
+    tok_impl *im = ct_xcalloc(1, sizeof *im);
+    ds->impl = im;
+    ds->format = "tokens";
+    ds->decode = tok_decode;
+    ds->close = tok_close;
+    snprintf(ds->source, sizeof ds->source, "%s", file);
+    im->seq_len = seq_len;
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        rc = ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", file, strerror(errno));
+    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", file);
+    } else {
+        im->size = (size_t)st.st_size;
+        void *p = im->size ? mmap(NULL, im->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        if (p != MAP_FAILED) im->map = p;
+        rc = im->map ? check_header(ds, im, err)
+                     : ct_errf(err, CT_ERR_DATA, "%s: empty or unmappable file", file);
+    }
+    if (fd >= 0) close(fd);
+    if (rc) {
+        tok_close(ds);
+        return rc;
+    }
+    if (limit && limit < ds->count) ds->count = limit;
+    ds->sample_shape = (ct_shape){.ndim = 1, .d = {seq_len}};
+    ds->sample_dtype = CT_I32;
+    ds->target_shape = ds->sample_shape;
+    ds->target_dtype = CT_I32;
+    ds->classes = im->vocab;
+    *out = ds;
+    return CT_OK;
+}

@@ -1,0 +1,610 @@
+/* test_ckpt.c: checkpoint directories: bitwise round trip, latest, keep_last, crash safety (fault
+ * hook and a real kill -9 during a save), incomplete directories ignored, shape mismatches named,
+ * best/, init_from strict and partial, config diff, export and info. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/ckpt.h"
+#include "core/ckpt_cli.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+
+static char tmpdir[256], save_dir[300];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_ckpt_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(save_dir, sizeof save_dir, "%s/ckpts", tmpdir);
+}
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A small model: fc1 [4,3] + [4], fc2 [2,4] (params 24), bn running mean [4] (buffer). */
+enum { NP = 24, NB = 4 };
+typedef struct model {
+    ct_param_view views[4];
+    float params[NP], buffers[NB], m[NP], v[NP];
+    ct_ckpt_tensors t;
+} model;
+
+static ct_param_view mkview(const char *name, int nd, int64_t d0, int64_t d1, int64_t off,
+                            bool trainable) {
+    ct_param_view v = {0};
+    snprintf(v.name, sizeof v.name, "%s", name);
+    int64_t d[] = {d0, d1};
+    v.shape = ct_shape_make(nd, d);
+    v.offset = off;
+    v.numel = ct_shape_numel(&v.shape);
+    v.trainable = trainable;
+    v.weight_decay = nd == 2;
+    return v;
+}
+
+static void fill(float *p, int n, uint64_t seed) {
+    ct_rng r;
+    ct_rng_init(&r, seed, 77, 0);
+    for (int i = 0; i < n; i++) p[i] = ct_rng_uniform(&r) * 2.0f - 1.0f;
+}
+
+static void model_init(model *md, uint64_t seed) {
+    memset(md, 0, sizeof *md);
+    md->views[0] = mkview("fc1.weight", 2, 4, 3, 0, true);
+    md->views[1] = mkview("fc1.bias", 1, 4, 0, 12, true);
+    md->views[2] = mkview("bn.running_mean", 1, 4, 0, 0, false);
+    md->views[3] = mkview("fc2.weight", 2, 2, 4, 16, true);
+    if (seed) {
+        fill(md->params, NP, seed);
+        fill(md->buffers, NB, seed + 1);
+        fill(md->m, NP, seed + 2);
+        fill(md->v, NP, seed + 3);
+    }
+    ct_ckpt_tensors *t = &md->t;
+    t->views = md->views;
+    t->n_views = 4;
+    t->params = md->params;
+    t->buffers = md->buffers;
+    t->n_params = NP;
+    t->n_buffers = NB;
+    t->n_slots = 2;
+    t->slot_name[0] = "exp_avg";
+    t->slot_name[1] = "exp_avg_sq";
+    t->slot[0] = md->m;
+    t->slot[1] = md->v;
+    snprintf(t->optimizer, sizeof t->optimizer, "AdamW");
+}
+
+static ct_ckpt_state mkstate(long step) {
+    ct_ckpt_state s;
+    ct_ckpt_state_init(&s);
+    s.step = step;
+    s.applied = step - 1;
+    s.sched_t = step - 2;
+    s.skipped_steps = 1;
+    s.epoch = 2;
+    s.epoch_step = 17;
+    s.samples_seen = step * 32;
+    s.micro_step = step * 4;
+    s.seed = 0xfedcba9876543210ull;
+    s.loss_scale = 32768.0;
+    s.scaler_good_steps = 123;
+    s.scaler_hysteresis = 2;
+    s.best_value = 0.1 + 0.2; /* 0.30000000000000004: cJSON's 15-digit printing would lose it */
+    s.best_step = step / 2;
+    s.es_bad_evals = 1;
+    s.es_best = 0.7 * 3.0;
+    s.train_loss = 1.0 / 3.0;
+    s.epoch_loss_sum = 12.345678901234567;
+    s.epoch_loss_n = 5;
+    s.last_eval_step = step - 3;
+    snprintf(s.config_hash, sizeof s.config_hash, "0123456789abcdef");
+    return s;
+}
+
+static cJSON *mkconfig(double lr) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON *o = cJSON_AddObjectToObject(c, "optimizer");
+    cJSON_AddStringToObject(o, "type", "AdamW");
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "params"), "lr", lr);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(c, "train"), "epochs", 3);
+    return c;
+}
+
+static void save(const model *md, long step, int keep_last) {
+    ct_ckpt_state s = mkstate(step);
+    cJSON *c = mkconfig(1e-3);
+    ct_ckpt_save_opts o = {.keep_last = keep_last};
+    ct_err err = {0};
+    char out[1024];
+    ck_assert_msg(ct_ckpt_save(save_dir, &md->t, &s, c, &o, out, sizeof out, &err) == CT_OK, "%s",
+                  err.msg);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/global_step%ld", save_dir, step);
+    ck_assert_str_eq(out, want);
+    cJSON_Delete(c);
+}
+
+static void read_latest(char *buf, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/latest", save_dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = 0;
+    fclose(f);
+}
+
+static void resolve_auto(char *out, size_t n) {
+    ct_err err = {0};
+    ct_warnings w = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, out, n, &w, &err), CT_OK);
+    ct_warnings_free(&w);
+}
+
+static bool models_equal(const model *a, const model *b) {
+    return !memcmp(a->params, b->params, sizeof a->params) &&
+           !memcmp(a->buffers, b->buffers, sizeof a->buffers) && !memcmp(a->m, b->m, sizeof a->m) &&
+           !memcmp(a->v, b->v, sizeof a->v);
+}
+
+START_TEST(roundtrip_bitwise) {
+    model a, b;
+    model_init(&a, 1);
+    model_init(&b, 0);
+    save(&a, 10, 0);
+    char dir[1024];
+    resolve_auto(dir, sizeof dir);
+    ct_ckpt_state s;
+    cJSON *cfg = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, &s, &cfg, &err) == CT_OK, "%s", err.msg);
+    ck_assert(models_equal(&a, &b));
+    ct_ckpt_state w = mkstate(10);
+    ck_assert_int_eq(s.step, 10);
+    ck_assert_int_eq(s.applied, w.applied);
+    ck_assert_int_eq(s.sched_t, w.sched_t);
+    ck_assert_int_eq(s.epoch, 2);
+    ck_assert_int_eq(s.epoch_step, 17);
+    ck_assert_int_eq(s.micro_step, 40);
+    ck_assert(s.seed == w.seed);
+    ck_assert(s.loss_scale == w.loss_scale && s.best_value == w.best_value &&
+              s.train_loss == w.train_loss);
+    ck_assert_int_eq(s.scaler_good_steps, 123);
+    ck_assert_int_eq(s.scaler_hysteresis, 2);
+    ck_assert_int_eq(s.es_bad_evals, 1);
+    ck_assert(s.es_best == w.es_best);
+    ck_assert(s.epoch_loss_sum == w.epoch_loss_sum);
+    ck_assert_int_eq(s.epoch_loss_n, 5);
+    ck_assert_int_eq(s.last_eval_step, 7);
+    ck_assert_str_eq(s.config_hash, w.config_hash);
+    ck_assert_str_eq(s.version, CT_VERSION);
+    cJSON *c = mkconfig(1e-3);
+    ck_assert(cJSON_Compare(cfg, c, 1));
+    cJSON_Delete(c);
+    cJSON_Delete(cfg);
+    /* model only (eval): optimizer state untouched */
+    model e;
+    model_init(&e, 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &e.t, CT_CKPT_LOAD_MODEL, NULL, NULL, &err), CT_OK);
+    ck_assert(!memcmp(e.params, a.params, sizeof a.params));
+    ck_assert(e.m[3] == 0.0f);
+}
+END_TEST
+
+START_TEST(latest_and_keep_last) {
+    model a;
+    model_init(&a, 2);
+    for (long s = 1; s <= 5; s++) save(&a, s * 10, 2);
+    char buf[64], dir[1024];
+    read_latest(buf, sizeof buf);
+    ck_assert_str_eq(buf, "global_step50"); /* no trailing newline, as DeepSpeed writes it */
+    resolve_auto(dir, sizeof dir);
+    ck_assert_ptr_nonnull(strstr(dir, "global_step50"));
+    for (long s = 1; s <= 5; s++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/global_step%ld", save_dir, s * 10);
+        ck_assert_int_eq(access(p, F_OK) == 0, s >= 4);
+    }
+    /* keep_last 0 keeps everything */
+    save(&a, 60, 0);
+    save(&a, 70, 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/global_step40", save_dir);
+    ck_assert_int_eq(access(p, F_OK), 0);
+    /* re-saving the same step replaces it */
+    a.params[0] = 42.0f;
+    save(&a, 70, 0);
+    model b;
+    model_init(&b, 0);
+    ct_err err = {0};
+    resolve_auto(dir, sizeof dir);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+    ck_assert(b.params[0] == 42.0f);
+    /* nothing found: start fresh */
+    char none[600];
+    ct_warnings w = {0};
+    snprintf(none, sizeof none, "%s/nothing", tmpdir);
+    ck_assert_int_eq(ct_ckpt_resolve("auto", none, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_str_eq(dir, "");
+}
+END_TEST
+
+static int fail_at(void *ctx, const char *stage) { return strcmp(stage, (const char *)ctx) == 0; }
+
+static int count_entries(const char *prefix) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -c '^%s' > %s/count", save_dir, prefix, tmpdir);
+    if (system(cmd) < 0) return -1;
+    snprintf(cmd, sizeof cmd, "%s/count", tmpdir);
+    FILE *f = fopen(cmd, "r");
+    int n = -1;
+    if (fscanf(f, "%d", &n) != 1) n = -1;
+    fclose(f);
+    return n;
+}
+
+START_TEST(interrupted_save_keeps_previous) {
+    model a, b, c;
+    model_init(&a, 3);
+    model_init(&b, 4);
+    save(&a, 1, 3);
+    static const char *stages[] = {"model.safetensors", "optimizer.safetensors", "state.json",
+                                   "config.json", "COMPLETE", "rename"};
+    for (int i = 0; i < (int)(sizeof stages / sizeof stages[0]); i++) {
+        ct_ckpt_state s = mkstate(2);
+        ct_ckpt_save_opts o = {.keep_last = 1, .fault = fail_at, .fault_ctx = (void *)stages[i]};
+        ct_err err = {0};
+        ck_assert_int_eq(ct_ckpt_save(save_dir, &b.t, &s, NULL, &o, NULL, 0, &err), CT_ERR_RUNTIME);
+        char buf[64], dir[1024];
+        read_latest(buf, sizeof buf);
+        ck_assert_str_eq(buf, "global_step1");
+        resolve_auto(dir, sizeof dir);
+        ck_assert_msg(strstr(dir, "global_step1") != NULL, "stage %s: %s", stages[i], dir);
+        model_init(&c, 0);
+        ck_assert_int_eq(ct_ckpt_load(dir, &c.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+        ck_assert(models_equal(&a, &c));
+    }
+    /* the next good save cleans up what the failed ones left */
+    save(&b, 3, 0);
+    ck_assert_int_eq(count_entries(".tmp-"), 0);
+}
+END_TEST
+
+START_TEST(failed_save_cleans_up) {
+    model a;
+    model_init(&a, 17);
+    save(&a, 1, 0);
+    a.views[3].offset = 20; /* runs past the 24 parameters: the writer refuses */
+    ct_ckpt_state s = mkstate(2);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &s, NULL, NULL, NULL, 0, &err), CT_ERR_RUNTIME);
+    ck_assert_ptr_nonnull(strstr(err.msg, "fc2.weight"));
+    ck_assert_int_eq(count_entries(".tmp-"), 0);
+    char buf[64];
+    read_latest(buf, sizeof buf);
+    ck_assert_str_eq(buf, "global_step1");
+}
+END_TEST
+
+static int kill_self(void *ctx, const char *stage) {
+    if (strcmp(stage, (const char *)ctx) == 0) raise(SIGKILL);
+    return 0;
+}
+
+START_TEST(kill9_during_save) {
+    model a, b, c;
+    model_init(&a, 5);
+    model_init(&b, 6);
+    save(&a, 100, 2);
+    static const char *stages[] = {"optimizer.safetensors", "COMPLETE"};
+    for (int i = 0; i < 2; i++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            ct_ckpt_state s = mkstate(200);
+            ct_ckpt_save_opts o = {.keep_last = 1, .fault = kill_self, .fault_ctx = (void *)stages[i]};
+            ct_err err = {0};
+            ct_ckpt_save(save_dir, &b.t, &s, NULL, &o, NULL, 0, &err);
+            _exit(0); /* not reached */
+        }
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+        ck_assert_int_eq(count_entries(".tmp-"), 1); /* the dead save's directory */
+        char buf[64], dir[1024];
+        read_latest(buf, sizeof buf);
+        ck_assert_str_eq(buf, "global_step100");
+        resolve_auto(dir, sizeof dir);
+        model_init(&c, 0);
+        ct_err err = {0};
+        ck_assert_int_eq(ct_ckpt_load(dir, &c.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+        ck_assert(models_equal(&a, &c));
+        save(&a, 150 + i, 5); /* removes the dead process's leftovers */
+        ck_assert_int_eq(count_entries(".tmp-"), 0);
+        save(&a, 100, 0);
+    }
+}
+END_TEST
+
+START_TEST(incomplete_is_never_loaded) {
+    model a, b;
+    model_init(&a, 7);
+    model_init(&b, 8);
+    save(&a, 5, 0);
+    save(&b, 9, 0);
+    char p[700], dir[1024];
+    snprintf(p, sizeof p, "%s/global_step9/COMPLETE", save_dir);
+    ck_assert_int_eq(unlink(p), 0); /* latest still says global_step9 */
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_ptr_nonnull(strstr(dir, "global_step5"));
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_ptr_nonnull(strstr(w.items[0], "incomplete"));
+    ct_warnings_free(&w);
+    snprintf(p, sizeof p, "%s/global_step9", save_dir);
+    model c;
+    model_init(&c, 0);
+    ck_assert_int_eq(ct_ckpt_load(p, &c.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_ptr_nonnull(strstr(err.msg, "incomplete"));
+    ck_assert(c.params[0] == 0.0f);
+    ck_assert_int_eq(ct_ckpt_resolve(p, NULL, dir, sizeof dir, NULL, &err), CT_ERR_DATA);
+    ck_assert_ptr_nonnull(strstr(err.msg, "global_step9"));
+    /* a save_dir given as --resume resolves through latest / fallback */
+    ck_assert_int_eq(ct_ckpt_resolve(save_dir, NULL, dir, sizeof dir, NULL, &err), CT_OK);
+    ck_assert_ptr_nonnull(strstr(dir, "global_step5"));
+}
+END_TEST
+
+START_TEST(corrupt_files_named) {
+    model a, b;
+    model_init(&a, 9);
+    model_init(&b, 0);
+    save(&a, 3, 0);
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s/global_step3", save_dir);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    ct_err err = {0};
+    /* same size, broken header: the safetensors reader names the file */
+    FILE *f = fopen(p, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fputc('x', f);
+    fclose(f);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, p) != NULL, "%s", err.msg);
+    /* truncated: caught by the marker's sizes */
+    ck_assert_int_eq(truncate(p, 50), 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "model.safetensors") && strstr(err.msg, "truncated"), "%s",
+                  err.msg);
+    ck_assert(b.params[1] == 0.0f);
+    /* state.json with a wrong type */
+    save(&a, 4, 0);
+    snprintf(dir, sizeof dir, "%s/global_step4", save_dir);
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    f = fopen(p, "r+b");
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    char *at = strstr(text, "\"epoch\":");
+    ck_assert_ptr_nonnull(at);
+    at[9] = '"'; /* "epoch": "... keeps the size, breaks the type or the JSON */
+    fseek(f, 0, SEEK_SET);
+    fwrite(text, 1, n, f);
+    fclose(f);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "state.json") != NULL, "%s", err.msg);
+}
+END_TEST
+
+START_TEST(shape_mismatch_names_tensor) {
+    model a, b;
+    model_init(&a, 10);
+    save(&a, 1, 0);
+    model_init(&b, 0);
+    b.views[0] = mkview("fc1.weight", 2, 3, 4, 0, true); /* same size, other shape */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/global_step1", save_dir);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "fc1.weight: [4, 3]") && strstr(err.msg, "[3, 4] in the model"),
+                  "%s", err.msg);
+    ck_assert(b.params[0] == 0.0f && b.m[0] == 0.0f); /* nothing loaded */
+    /* a renamed layer: missing and extra both listed */
+    model_init(&b, 0);
+    snprintf(b.views[3].name, sizeof b.views[3].name, "head.weight");
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_MODEL, NULL, NULL, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "head.weight [2, 4]: in the model") &&
+                  strstr(err.msg, "fc2.weight: in "), "%s", err.msg);
+    /* another optimizer */
+    model_init(&b, 0);
+    b.t.n_slots = 1;
+    b.t.slot_name[0] = "momentum_buffer";
+    snprintf(b.t.optimizer, sizeof b.t.optimizer, "SGD");
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "AdamW") && strstr(err.msg, "momentum_buffer"), "%s", err.msg);
+    ck_assert(b.params[0] == 0.0f);
+}
+END_TEST
+
+START_TEST(best_dir) {
+    model a, b, c;
+    model_init(&a, 11);
+    model_init(&b, 12);
+    ct_ckpt_state s = mkstate(7);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_save_best(save_dir, &a.t, &s, NULL, &err), CT_OK);
+    s.step = 9;
+    ck_assert_int_eq(ct_ckpt_save_best(save_dir, &b.t, &s, NULL, &err), CT_OK);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/best", save_dir);
+    ck_assert(ct_ckpt_is_complete(dir));
+    model_init(&c, 0);
+    ct_ckpt_state r;
+    ck_assert_int_eq(ct_ckpt_load(dir, &c.t, CT_CKPT_LOAD_ALL, &r, NULL, &err), CT_OK);
+    ck_assert(models_equal(&b, &c));
+    ck_assert_int_eq(r.step, 9);
+    ck_assert_int_eq(count_entries(".old-"), 0);
+    ck_assert_int_eq(access(save_dir, F_OK), 0);
+    char p[700];
+    snprintf(p, sizeof p, "%s/latest", save_dir);
+    ck_assert_int_ne(access(p, F_OK), 0); /* best does not move latest */
+}
+END_TEST
+
+static void write_init_file(const char *path, const float *w) {
+    int64_t d1[] = {4, 3}, d2[] = {5}, d3[] = {2};
+    float other[5] = {1, 2, 3, 4, 5};
+    ct_st_entry e[] = {
+        {.name = "fc1.weight", .dtype = CT_BF16, .shape = ct_shape_make(2, d1), .from_f32 = w},
+        {.name = "fc1.bias", .dtype = CT_F32, .shape = ct_shape_make(1, d2), .data = other},
+        {.name = "extra.weight", .dtype = CT_F32, .shape = ct_shape_make(1, d3), .data = other}};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_st_write(path, e, 3, NULL, NULL, 0, &err), CT_OK);
+}
+
+START_TEST(init_from_strict_and_partial) {
+    model a;
+    model_init(&a, 13);
+    float w[12];
+    fill(w, 12, 99);
+    char path[600];
+    snprintf(path, sizeof path, "%s/init.safetensors", tmpdir);
+    write_init_file(path, w);
+    float before[NP];
+    memcpy(before, a.params, sizeof before);
+    ct_err err = {0};
+    ct_warnings warn = {0};
+    int n = -1;
+    ck_assert_int_eq(ct_ckpt_init_from(path, &a.t, true, &n, &warn, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "fc1.bias: [5] in") && strstr(err.msg, "fc2.weight [2, 4]") &&
+                  strstr(err.msg, "extra.weight: in") && strstr(err.msg, "init_strict"),
+                  "%s", err.msg);
+    ck_assert_int_eq(n, 0);
+    ck_assert(!memcmp(before, a.params, sizeof before));
+    ck_assert_int_eq(ct_ckpt_init_from(path, &a.t, false, &n, &warn, &err), CT_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(warn.n, 4); /* fc1.bias, bn.running_mean, fc2.weight, extra.weight */
+    for (int i = 0; i < 12; i++) ck_assert(a.params[i] == ct_bf16_to_f32(ct_f32_to_bf16(w[i])));
+    ck_assert(!memcmp(before + 12, a.params + 12, sizeof(float) * 12));
+    ct_warnings_free(&warn);
+    /* nothing matching at all is an error even when not strict */
+    model_init(&a, 14);
+    for (int i = 0; i < 4; i++) snprintf(a.views[i].name, sizeof a.views[i].name, "z%d", i);
+    ck_assert_int_eq(ct_ckpt_init_from(path, &a.t, false, &n, &warn, &err), CT_ERR_CONFIG);
+    ct_warnings_free(&warn);
+    /* a checkpoint's model file round-trips through init_from */
+    model b, c;
+    model_init(&b, 15);
+    model_init(&c, 0);
+    save(&b, 1, 0);
+    snprintf(path, sizeof path, "%s/global_step1/model.safetensors", save_dir);
+    ck_assert_int_eq(ct_ckpt_init_from(path, &c.t, true, &n, &warn, &err), CT_OK);
+    ck_assert_int_eq(n, 4);
+    ck_assert(!memcmp(b.params, c.params, sizeof b.params));
+    ck_assert(!memcmp(b.buffers, c.buffers, sizeof b.buffers));
+}
+END_TEST
+
+START_TEST(config_diff_lists_changes) {
+    cJSON *a = mkconfig(1e-3), *b = mkconfig(3e-4);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(b, "train"), "max_steps", 100);
+    char buf[1024];
+    ck_assert_int_eq(ct_ckpt_config_diff(a, a, buf, sizeof buf), 0);
+    ck_assert_int_eq(ct_ckpt_config_diff(a, b, buf, sizeof buf), 2);
+    ck_assert_msg(strstr(buf, "optimizer.params.lr: 0.001 -> 0.0003") &&
+                  strstr(buf, "train.max_steps: (absent) -> 100"), "%s", buf);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    char h1[17], h2[17];
+    a = mkconfig(1e-3);
+    b = mkconfig(1e-3);
+    ct_ckpt_config_hash(a, h1);
+    ct_ckpt_config_hash(b, h2);
+    ck_assert_str_eq(h1, h2);
+    cJSON_Delete(b);
+    b = mkconfig(2e-3);
+    ct_ckpt_config_hash(b, h2);
+    ck_assert_str_ne(h1, h2);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+}
+END_TEST
+
+START_TEST(export_and_info) {
+    model a;
+    model_init(&a, 16);
+    save(&a, 8, 0);
+    char out[600];
+    snprintf(out, sizeof out, "%s/exp.safetensors", tmpdir);
+    char *argv[] = {"export", "--checkpoint", save_dir, "--out", out, "--dtype=bf16", NULL};
+    ct_err err = {0};
+    ck_assert_msg(ct_export_main(6, argv, &err) == CT_OK, "%s", err.msg);
+    ct_st_file *f = ct_st_open(out, &err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(f->n_tensors, 4);
+    const ct_st_tensor *t = ct_st_find(f, "fc2.weight");
+    ck_assert_str_eq(t->dtype, "BF16");
+    float back[8];
+    ck_assert(ct_st_read_f32(t, back, 8));
+    for (int i = 0; i < 8; i++) ck_assert(back[i] == ct_bf16_to_f32(ct_f32_to_bf16(a.params[16 + i])));
+    ck_assert_str_eq(ct_st_meta(f, "dtype"), "BF16");
+    ct_st_close(f);
+    char *bad[] = {"export", "--checkpoint", save_dir, "--out", out, "--dtype", "fp8", NULL};
+    ck_assert_int_eq(ct_export_main(7, bad, &err), CT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "fp8"));
+    char *noout[] = {"export", "--checkpoint", save_dir, NULL};
+    ck_assert_int_eq(ct_export_main(3, noout, &err), CT_ERR_CONFIG);
+
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/global_step8", save_dir);
+    char *i1[] = {"info", out, NULL}, *i2[] = {"info", dir, NULL}, *i3[] = {"info", save_dir, NULL};
+    int r1 = ct_info_main(2, i1, &err), r2 = ct_info_main(2, i2, &err),
+        r3 = ct_info_main(2, i3, &err);
+    ck_assert_int_eq(truncate(out, 30), 0);
+    int r4 = ct_info_main(2, i1, &err);
+    fclose(stdout);
+    stdout = saved;
+    ck_assert_int_eq(r1, CT_OK);
+    ck_assert_int_eq(r2, CT_OK);
+    ck_assert_int_eq(r3, CT_OK);
+    ck_assert_int_eq(r4, CT_ERR_DATA);
+    ck_assert_ptr_nonnull(strstr(err.msg, "exp.safetensors"));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("ckpt");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, roundtrip_bitwise);
+    tcase_add_test(tc, latest_and_keep_last);
+    tcase_add_test(tc, interrupted_save_keeps_previous);
+    tcase_add_test(tc, failed_save_cleans_up);
+    tcase_add_test(tc, kill9_during_save);
+    tcase_add_test(tc, incomplete_is_never_loaded);
+    tcase_add_test(tc, corrupt_files_named);
+    tcase_add_test(tc, shape_mismatch_names_tensor);
+    tcase_add_test(tc, best_dir);
+    tcase_add_test(tc, init_from_strict_and_partial);
+    tcase_add_test(tc, config_diff_lists_changes);
+    tcase_add_test(tc, export_and_info);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

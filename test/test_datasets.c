@@ -1,0 +1,497 @@
+/* test_datasets.c: image_folder, shard (via ctrain pack, plain and compressed), tokens and csv
+ * on small random files in a temp directory; every corruption case (truncated, bad checksum,
+ * wrong magic, label out of range, corrupt PNG, wrong size) with the file/record in the message;
+ * skip_corrupt counting through the loader. */
+#include <check.h>
+#include <png.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/config.h"
+#include "core/data/dataset.h"
+#include "core/data/formats.h"
+#include "core/data/loader.h"
+#include "core/data/pack.h"
+#include "core/data/shard.h"
+#include "core/data/tokens.h"
+
+static char tmp[256];
+
+static void setup(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/ct_test_datasets_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static ct_config empty_cfg(void) {
+    ct_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.path, sizeof c.path, "test.json");
+    return c;
+}
+
+/* Open `json` (a dataset entry) with the format's opener through ct_dataset_open. */
+static int open_entry(const char *json, ct_dataset **ds, ct_err *err) {
+    ct_config cfg = empty_cfg();
+    cJSON *data = cJSON_CreateObject();
+    cJSON_AddItemToObject(data, "train", cJSON_Parse(json));
+    cfg.data = data;
+    int rc = ct_dataset_open(&cfg, "train", ds, err);
+    cJSON_Delete(data);
+    return rc;
+}
+
+static void write_png(const char *path, int h, int w, int c, const uint8_t *px) {
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    ck_assert(png_image_write_to_file(&im, path, 0, px, 0, NULL));
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static uint8_t *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(*n + 1);
+    ck_assert_uint_eq(fread(p, 1, *n, f), *n);
+    fclose(f);
+    return p;
+}
+
+enum { IH = 6, IW = 8, PER_CLASS = 5 };
+
+/* root/{cat,ant,bee}/NN.png, 6x8 gray; pixels[class][k] kept for comparison. */
+static uint8_t pixels[3][PER_CLASS][IH * IW];
+static const char *const class_names[3] = {"cat", "ant", "bee"}; /* sorted: ant=0, bee=1, cat=2 */
+
+static void make_folder(const char *root) {
+    char p[512];
+    mkdir(root, 0777);
+    srand(42);
+    for (int c = 0; c < 3; c++) {
+        snprintf(p, sizeof p, "%s/%s", root, class_names[c]);
+        mkdir(p, 0777);
+        for (int k = 0; k < PER_CLASS; k++) {
+            for (int j = 0; j < IH * IW; j++) pixels[c][k][j] = (uint8_t)(rand() & 255);
+            snprintf(p, sizeof p, "%s/%s/%02d.png", root, class_names[c], k);
+            write_png(p, IH, IW, 1, pixels[c][k]);
+        }
+        snprintf(p, sizeof p, "%s/%s/notes.txt", root, class_names[c]);
+        write_bytes(p, "ignored", 7);
+    }
+}
+
+static int sorted_class(int c) { return c == 1 ? 0 : c == 2 ? 1 : 2; }
+
+START_TEST(test_image_folder) {
+    char root[300], json[600];
+    snprintf(root, sizeof root, "%s/img", tmp);
+    make_folder(root);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 15);
+    ck_assert_int_eq(ds->classes, 3);
+    ck_assert(ds->sample_shape.ndim == 3 && ds->sample_shape.d[0] == 1 && ds->sample_shape.d[1] == IH &&
+              ds->sample_shape.d[2] == IW);
+    float x[IH * IW];
+    int32_t y;
+    for (int i = 0; i < 15; i++) {
+        ck_assert_int_eq(ds->decode(ds, i, x, &y, &err), CT_OK);
+        int c = i / PER_CLASS, k = i % PER_CLASS, orig = c == 0 ? 1 : c == 1 ? 2 : 0;
+        ck_assert_int_eq(y, c);
+        ck_assert_int_eq(sorted_class(orig), c);
+        for (int j = 0; j < IH * IW; j++) ck_assert_float_eq_tol(x[j], pixels[orig][k][j] / 255.0f, 1e-6);
+    }
+    ct_dataset_close(ds);
+
+    /* 3 channels from gray; crop to 4x4 (center); bilinear to 3x4 (exact 2x2 averages). */
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"size\": [4, 4], "
+             "\"channels\": 3, \"resize\": \"crop\"}", root);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x3[3 * 16];
+    ck_assert_int_eq(ds->decode(ds, 0, x3, &y, &err), CT_OK);
+    for (int ch = 0; ch < 3; ch++)
+        for (int r = 0; r < 4; r++)
+            for (int cc = 0; cc < 4; cc++)
+                ck_assert_float_eq_tol(x3[ch * 16 + r * 4 + cc], pixels[1][0][(r + 1) * IW + cc + 2] / 255.0f, 1e-6);
+    ct_dataset_close(ds);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"size\": [3, 4], "
+             "\"resize\": \"bilinear\"}", root);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    const uint8_t *s = pixels[1][0];
+    for (int r = 0; r < 3; r++)
+        for (int cc = 0; cc < 4; cc++) {
+            float avg = (s[2 * r * IW + 2 * cc] + s[2 * r * IW + 2 * cc + 1] + s[(2 * r + 1) * IW + 2 * cc] +
+                         s[(2 * r + 1) * IW + 2 * cc + 1]) / 4.0f / 255.0f;
+            ck_assert_float_eq_tol(x[r * 4 + cc], avg, 1e-5);
+        }
+    ct_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_image_folder_errors) {
+    char root[300], json[600], p[600];
+    snprintf(root, sizeof root, "%s/img", tmp);
+    make_folder(root);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[IH * IW];
+    int32_t y;
+    /* Wrong size without resizing: names the file. */
+    uint8_t small[4 * 4] = {1, 2, 3};
+    snprintf(p, sizeof p, "%s/bee/02.png", root);
+    write_png(p, 4, 4, 1, small);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 7, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "bee/02.png: image is 4x4 (HxW), expected 6x8"), "%s", err.msg);
+    /* Corrupt PNG: truncated file. */
+    snprintf(p, sizeof p, "%s/cat/03.png", root);
+    size_t n;
+    uint8_t *b = read_all(p, &n);
+    write_bytes(p, b, n - 20);
+    free(b);
+    ck_assert_int_eq(ds->decode(ds, 13, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "cat/03.png: corrupt PNG"), "%s", err.msg);
+    /* A file that vanished after the scan. */
+    snprintf(p, sizeof p, "%s/ant/00.png", root);
+    unlink(p);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "ant/00.png: cannot open"), "%s", err.msg);
+    /* skip_corrupt through the loader: the three bad files are skipped and counted. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 4, .workers = 2, .skip_corrupt = true, .classes = 3};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int64_t got = 0;
+    for (int i = 0; i < 4; i++) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        got += bt.n;
+    }
+    ck_assert_int_eq(got, 12);
+    ck_assert_int_eq(ct_loader_skipped(l), 3);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    ct_dataset_close(ds);
+    /* Missing root. */
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s/nope\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "/nope: cannot read directory"), "%s", err.msg);
+}
+END_TEST
+
+static int pack(const char *from, const char *src, const char *out, bool compress, const char *mb) {
+    char *argv[] = {"pack", "--from", (char *)from, (char *)src, "--out", (char *)out, "--shard-size",
+                    (char *)mb, compress ? "--compress" : NULL, NULL};
+    ct_err err = {0};
+    int rc = ct_pack_main(compress ? 9 : 8, argv, &err);
+    ck_assert_msg(rc == CT_OK, "%s", err.msg);
+    return rc;
+}
+
+/* Every sample of a and b decodes to the same bytes. */
+static void same_samples(ct_dataset *a, ct_dataset *b) {
+    ck_assert_int_eq(a->count, b->count);
+    ck_assert(ct_shape_eq(&a->sample_shape, &b->sample_shape));
+    size_t n = (size_t)ct_shape_numel(&a->sample_shape);
+    float *x = malloc(n * 4), *z = malloc(n * 4);
+    ct_err err;
+    for (int64_t i = 0; i < a->count; i++) {
+        int32_t ya, yb;
+        ck_assert_int_eq(a->decode(a, i, x, &ya, &err), CT_OK);
+        ck_assert_msg(b->decode(b, i, z, &yb, &err) == CT_OK, "%s", err.msg);
+        ck_assert(memcmp(x, z, n * 4) == 0);
+        ck_assert_int_eq(ya, yb);
+    }
+    free(x);
+    free(z);
+}
+
+START_TEST(test_shard_roundtrip) {
+    char root[300], out[300], json[700];
+    snprintf(root, sizeof root, "%s/img", tmp);
+    make_folder(root);
+    ct_dataset *a, *b;
+    ct_err err = {0};
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_entry(json, &a, &err), CT_OK);
+    for (int comp = 0; comp < 2; comp++) {
+        snprintf(out, sizeof out, "%s/packed%d", tmp, comp);
+        pack("image_folder", root, out, comp, "0.0002"); /* ~200 bytes: several shards */
+        snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s\"}", out);
+        ck_assert_msg(open_entry(json, &b, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(b->classes, 3);
+        same_samples(a, b);
+        ct_dataset_close(b);
+    }
+    /* Packing into a directory that already holds shards is refused. */
+    char *argv[] = {"pack", "--from", "image_folder", root, "--out", out};
+    ck_assert_int_eq(ct_pack_main(6, argv, &err), CT_ERR_CONFIG);
+    ct_dataset_close(a);
+
+    /* IDX (u8 images 3x5x4, labels) -> shard. */
+    uint8_t img[16 + 3 * 20] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 4};
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 2, 0, 1};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    char ip[300], lp[300];
+    snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte", tmp);
+    snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    snprintf(out, sizeof out, "%s/idxpack", tmp);
+    pack("idx", ip, out, true, "1");
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    ck_assert_int_eq(open_entry(json, &a, &err), CT_OK);
+    snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s/shard-000000.cts\"}", out);
+    ck_assert_msg(open_entry(json, &b, &err) == CT_OK, "%s", err.msg);
+    same_samples(a, b);
+    ct_dataset_close(a);
+    ct_dataset_close(b);
+}
+END_TEST
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static void set_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A one-shard file of 4 u8 records [1, 2, 3] ([1, 8, 8] of 7s when compressed) with labels 0..3 (classes 3: label 3 is bad). */
+static void small_shard(const char *dir, bool compress) {
+    ct_shard_writer w;
+    ct_err err;
+    ct_shape s = {.ndim = 3, .d = {1, compress ? 8 : 2, compress ? 8 : 3}}; /* 64 bytes compress */
+    ck_assert_int_eq(ct_shard_writer_open(&w, dir, CT_SHARD_U8, &s, 3, 1 << 20, compress, &err), CT_OK);
+    for (int r = 0; r < 4; r++) {
+        uint8_t rec[64];
+        for (int k = 0; k < 64; k++) rec[k] = compress ? 7 : (uint8_t)(rand() & 255);
+        ck_assert_int_eq(ct_shard_write(&w, rec, r, &err), CT_OK);
+    }
+    ck_assert_int_eq(ct_shard_writer_close(&w, &err), CT_OK);
+}
+
+static int open_shard(const char *file, ct_dataset **ds, ct_err *err) {
+    char json[600];
+    snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s\"}", file);
+    return open_entry(json, ds, err);
+}
+
+START_TEST(test_shard_corruption) {
+    char dir[300], file[400];
+    snprintf(dir, sizeof dir, "%s/s", tmp);
+    small_shard(dir, false);
+    snprintf(file, sizeof file, "%s/shard-000000.cts", dir);
+    size_t n;
+    uint8_t *good = read_all(file, &n), *bad = malloc(n);
+    ck_assert_uint_eq(n, 64 + 4 * 6 + 4 * 32);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[64];
+    int32_t y;
+    /* Label out of range (record 3 has label 3 of 3 classes). */
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000000.cts: record 3: label 3 is outside"), "%s", err.msg);
+    ct_dataset_close(ds);
+    /* Every truncation is detected at open. */
+    for (size_t cut = 0; cut < n; cut += 5) {
+        write_bytes(file, good, cut);
+        ck_assert_int_eq(open_shard(file, &ds, &err), CT_ERR_DATA);
+        ck_assert_msg(strstr(err.msg, "shard-000000.cts: "), "%s", err.msg);
+    }
+    write_bytes(file, good, n - 1);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "truncated"), "%s", err.msg);
+    /* Wrong magic. */
+    memcpy(bad, good, n);
+    bad[1] = 'X';
+    write_bytes(file, bad, n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "wrong magic"), "%s", err.msg);
+    /* A flipped bit in the header, in the index, in a record. */
+    memcpy(bad, good, n);
+    bad[20] ^= 1;
+    write_bytes(file, bad, n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "header checksum mismatch"), "%s", err.msg);
+    memcpy(bad, good, n);
+    bad[n - 40] ^= 4;
+    write_bytes(file, bad, n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "index checksum mismatch"), "%s", err.msg);
+    memcpy(bad, good, n);
+    bad[64 + 6 + 2] ^= 0x10; /* record 1 */
+    write_bytes(file, bad, n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000000.cts: record 1 at offset 70: checksum mismatch"), "%s", err.msg);
+    /* skip_corrupt: records 1 (checksum) and 3 (label) skipped, counted once each. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 2, .workers = 2, .skip_corrupt = true, .classes = 3};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int64_t got = 0;
+    for (int i = 0; i < 6; i++) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        got += bt.n;
+    }
+    ck_assert_int_eq(got, 6);
+    ck_assert_int_eq(ct_loader_skipped(l), 2);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    ct_dataset_close(ds);
+    free(good);
+    free(bad);
+    /* Compressed record with a consistent CRC but bad zlib data is still caught. */
+    snprintf(dir, sizeof dir, "%s/z", tmp);
+    small_shard(dir, true);
+    snprintf(file, sizeof file, "%s/shard-000000.cts", dir);
+    good = read_all(file, &n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    ck_assert_float_eq_tol(x[5], 7 / 255.0f, 1e-6);
+    ct_dataset_close(ds);
+    uint32_t ioff = le32(good + 24), stored = le32(good + ioff + 8);
+    ck_assert_uint_eq(le32(good + ioff + 24), CT_SHARD_ZLIB);
+    good[64 + stored - 3] ^= 0x21; /* inside the deflate stream */
+    set_le32(good + ioff + 16, (uint32_t)crc32(0, good + 64, stored));
+    set_le32(good + 56, (uint32_t)crc32(0, good + ioff, 4 * 32));
+    set_le32(good + 60, (uint32_t)crc32(0, good, 60));
+    write_bytes(file, good, n);
+    ck_assert_int_eq(open_shard(file, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "record 0: zlib data does not decompress"), "%s", err.msg);
+    ct_dataset_close(ds);
+    free(good);
+}
+END_TEST
+
+START_TEST(test_tokens) {
+    char src[300], out[300], json[600], file[400];
+    snprintf(src, sizeof src, "%s/text.txt", tmp);
+    const char *text = "The quick brown fox jumps over the lazy dog.";
+    write_bytes(src, text, strlen(text));
+    snprintf(out, sizeof out, "%s/tok", tmp);
+    char *argv[] = {"pack", "--from", "text", src, "--out", out};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_pack_main(6, argv, &err), CT_OK);
+    snprintf(file, sizeof file, "%s/tokens.bin", out);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 5}", file);
+    ct_dataset *ds;
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, (44 - 1) / 5);
+    ck_assert_int_eq(ds->classes, 256);
+    int32_t x[5], y[5];
+    for (int64_t i = 0; i < ds->count; i++) {
+        ck_assert_int_eq(ds->decode(ds, i, x, y, &err), CT_OK);
+        for (int t = 0; t < 5; t++) {
+            ck_assert_int_eq(x[t], (uint8_t)text[i * 5 + t]);
+            ck_assert_int_eq(y[t], (uint8_t)text[i * 5 + t + 1]);
+        }
+    }
+    ct_dataset_close(ds);
+    size_t n;
+    uint8_t *b = read_all(file, &n);
+    write_bytes(file, b, n - 1);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "tokens.bin: ") && strstr(err.msg, "truncated"), "%s", err.msg);
+    b[0] = 'X';
+    write_bytes(file, b, n);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "wrong magic"), "%s", err.msg);
+    /* A token outside the vocabulary (uint32 file, vocab 10). */
+    uint32_t toks[12];
+    for (int i = 0; i < 12; i++) toks[i] = (uint32_t)(i % 10);
+    toks[7] = 10;
+    ck_assert_int_eq(ct_tokens_write(file, toks, 12, 4, 10, &err), CT_OK);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 3}", file);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 0, x, y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 2, x, y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "token 7 (byte offset 60) is 10"), "%s", err.msg);
+    ct_dataset_close(ds);
+    free(b);
+}
+END_TEST
+
+START_TEST(test_csv) {
+    char file[300], json[600];
+    snprintf(file, sizeof file, "%s/t.csv", tmp);
+    const char *csv = "a, species ,b\n1.5,2,-3\n\n4,0,5e-1\r\n7,1,8\n";
+    write_bytes(file, csv, strlen(csv));
+    snprintf(json, sizeof json, "{\"format\": \"csv\", \"path\": \"%s\", \"label_column\": \"species\"}", file);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 3);
+    ck_assert_int_eq(ds->classes, 3);
+    ck_assert_int_eq(ds->sample_shape.d[0], 2);
+    float x[2];
+    int32_t y;
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_OK);
+    ck_assert(x[0] == 4.0f && x[1] == 0.5f && y == 0);
+    ct_dataset_close(ds);
+    /* No header, label = last column, float labels -> regression targets. */
+    write_bytes(file, "1,2,0.25\n3,4,1.5\n", 17);
+    snprintf(json, sizeof json, "{\"format\": \"csv\", \"path\": \"%s\"}", file);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_OK);
+    ck_assert_int_eq(ds->target_dtype, CT_F32);
+    float fy;
+    ck_assert_int_eq(ds->decode(ds, 1, x, &fy, &err), CT_OK);
+    ck_assert(x[0] == 3 && fy == 1.5f);
+    ct_dataset_close(ds);
+    write_bytes(file, "1,2,0\n3,x4,1\n", 13);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "t.csv:2: column 2: \"x4\" is not a number"), "%s", err.msg);
+    write_bytes(file, "1,2,0\n3,1\n", 10);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "t.csv:2: 2 fields, the first row has 3"), "%s", err.msg);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("datasets");
+    TCase *tc = tcase_create("datasets");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_image_folder);
+    tcase_add_test(tc, test_image_folder_errors);
+    tcase_add_test(tc, test_shard_roundtrip);
+    tcase_add_test(tc, test_shard_corruption);
+    tcase_add_test(tc, test_tokens);
+    tcase_add_test(tc, test_csv);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed != 0;
+}
