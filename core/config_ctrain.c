@@ -55,7 +55,7 @@ static const struct {
     const char *keys[4];
 } ds_formats[] = {
     {"idx", {"images", "labels"}},
-    {"image_folder", {"root", "size", "channels"}},
+    {"image_folder", {"root", "size", "channels", "resize"}},
     {"shard", {"path"}},
     {"tokens", {"path", "seq_len"}},
     {"csv", {"path", "label_column"}},

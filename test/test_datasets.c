@@ -125,6 +125,15 @@ START_TEST(test_image_folder) {
         for (int j = 0; j < IH * IW; j++) ck_assert_float_eq_tol(x[j], pixels[orig][k][j] / 255.0f, 1e-6);
     }
     ct_dataset_close(ds);
+    /* limit spreads over the classes: 5 of 15 files are 0, 3, 6, 9, 12. */
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"limit\": 5}", root);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(ds->decode(ds, i, x, &y, &err), CT_OK);
+        ck_assert_int_eq(y, 3 * i / PER_CLASS);
+    }
+    ct_dataset_close(ds);
 
     /* 3 channels from gray; crop to 4x4 (center); bilinear to 3x4 (exact 2x2 averages). */
     snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"size\": [4, 4], "

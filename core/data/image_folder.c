@@ -8,7 +8,7 @@
  * Entry fields: {"format": "image_folder", "root": DIR, "size": [H, W] (default: the first
  * image's), "channels": 1 | 2 | 3 | 4 (default: the first image's), "resize": "none" (default:
  * a differently sized image is an error) | "bilinear" | "crop" (center crop, zero padding where
- * the image is smaller), "limit": N}. Decoded samples are [channels, H, W] float, scaled to [0, 1]
+ * the image is smaller), "limit": N (N files spread evenly over the sorted list)}. Decoded samples are [channels, H, W] float, scaled to [0, 1]
  * and normalised with data.transform.normalize. */
 #include <dirent.h>
 #include <errno.h>
@@ -99,13 +99,13 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
                        im->root);
     int64_t n = 0, cap = 0;
     char dir[2048];
-    for (int64_t k = 0; k < im->n_classes && (limit == 0 || n < limit); k++) {
+    for (int64_t k = 0; k < im->n_classes; k++) {
         snprintf(dir, sizeof dir, "%s/%s", im->root, im->classes[k]);
         char **names;
         int64_t m;
         rc = list_dir(dir, false, &names, &m, err);
         if (rc) return rc;
-        for (int64_t j = 0; j < m && (limit == 0 || n < limit); j++) {
+        for (int64_t j = 0; j < m; j++) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 1024;
                 im->files = ct_xrealloc(im->files, (size_t)cap * sizeof *im->files);
@@ -118,6 +118,23 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
             im->n_alloc = n;
         }
         free_names(names, m);
+    }
+    if (limit > 0 && limit < n) { /* spread over the classes, not the first classes only */
+        char **files = ct_xmalloc((size_t)limit * sizeof *files);
+        int32_t *labels = ct_xmalloc((size_t)limit * sizeof *labels);
+        for (int64_t i = 0, next = 0; i < n; i++) {
+            if (next < limit && i == next * n / limit) {
+                files[next] = im->files[i];
+                labels[next++] = im->labels[i];
+            } else {
+                free(im->files[i]);
+            }
+        }
+        free(im->files);
+        free(im->labels);
+        im->files = files;
+        im->labels = labels;
+        im->n_alloc = n = limit;
     }
     *count = n;
     if (n == 0)

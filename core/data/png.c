@@ -184,6 +184,7 @@ static bool fast_decode(png_job *job) {
         (uint64_t)w * h * (uint64_t)ch > job->max_bytes || rd32(p + 29) != (uint32_t)crc32(0, p + 12, 17))
         return false;
     size_t row = (size_t)w * (size_t)ch, raw_n = (size_t)h * (row + 1);
+    if (raw_n + row >= UINT32_MAX) return false; /* zlib counts in 32 bits */
     uint8_t *raw = malloc(raw_n + row); /* + a zero row for the first row's "up" */
     z_stream z;
     memset(&z, 0, sizeof z);
@@ -216,8 +217,11 @@ static bool fast_decode(png_job *job) {
             ok = zr == Z_OK || zr == Z_STREAM_END || (zr == Z_BUF_ERROR && z.avail_in == 0 && z.avail_out > 0);
             ended = zr == Z_STREAM_END;
             ok &= ended ? z.avail_in == 0 : true;
-        } else if (in_idat || memcmp(type, "tRNS", 4) == 0 || (!(type[0] & 0x20) && memcmp(type, "PLTE", 4))) {
-            ok = false; /* data after IDAT ended early, transparency, or an unknown critical chunk */
+        } else if (in_idat || memcmp(type, "tRNS", 4) == 0 ||
+                   (!(type[0] & 0x20) && (memcmp(type, "PLTE", 4) || ch < 3))) {
+            /* IDATs not consecutive, transparency, or a critical chunk other than a colour
+             * image's suggested palette: libpng decides */
+            ok = false;
         }
         in_idat |= idat;
         off += 12 + (size_t)len;
