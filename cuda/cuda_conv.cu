@@ -7,19 +7,6 @@
  * bits match the reference. */
 #include "cuda/cuda_internal.h"
 
-#define GRID_STRIDE(i, n)                                                                        \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-#define LAUNCH(be, n, kernel, ...)                                                               \
-    do {                                                                                         \
-        if ((n) > 0) {                                                                           \
-            kernel<<<ct_cuda_grid((be), (n), CT_CUDA_THREADS), CT_CUDA_THREADS, 0,               \
-                     ct_cuda_stream(be)>>>(__VA_ARGS__);                                         \
-            CT_CUDA_LAUNCH_CHECK();                                                              \
-        }                                                                                        \
-    } while (0)
-
 /* ct_conv2d_geom / ct_pool2d_geom are passed by value: host pointers are not readable here. */
 
 __global__ void k_im2col(float *col, const float *img, ct_conv2d_geom g, int64_t c0, int64_t total) {

@@ -9,19 +9,6 @@ extern "C" {
 #include "core/rng.h"
 }
 
-#define GRID_STRIDE(i, n)                                                                        \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-#define LAUNCH(be, n, kernel, ...)                                                               \
-    do {                                                                                         \
-        if ((n) > 0) {                                                                           \
-            kernel<<<ct_cuda_grid((be), (n), CT_CUDA_THREADS), CT_CUDA_THREADS, 0,               \
-                     ct_cuda_stream(be)>>>(__VA_ARGS__);                                         \
-            CT_CUDA_LAUNCH_CHECK();                                                              \
-        }                                                                                        \
-    } while (0)
-
 /* ---- basic element-wise ---- */
 
 __global__ void k_fill(float *x, float v, int64_t n) { GRID_STRIDE(i, n) x[i] = v; }

@@ -129,6 +129,21 @@ static inline unsigned ct_cuda_grid(ct_backend *be, int64_t n, int threads) {
     return (unsigned)want;
 }
 
+/* Element-wise kernels loop over their items with a grid stride, so any grid size is correct. */
+#define GRID_STRIDE(i, n)                                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Launch `kernel` over n items on the compute stream (nothing when n is 0), then check the launch. */
+#define LAUNCH(be, n, kernel, ...)                                                               \
+    do {                                                                                         \
+        if ((n) > 0) {                                                                           \
+            kernel<<<ct_cuda_grid((be), (n), CT_CUDA_THREADS), CT_CUDA_THREADS, 0,               \
+                     ct_cuda_stream(be)>>>(__VA_ARGS__);                                         \
+            CT_CUDA_LAUNCH_CHECK();                                                              \
+        }                                                                                        \
+    } while (0)
+
 /* Fixed-size chunks for deterministic two-pass reductions: the chunk count depends only on n. */
 #define CT_CUDA_RED_THREADS 256
 #define CT_CUDA_RED_CHUNK 16384

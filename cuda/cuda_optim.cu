@@ -8,10 +8,6 @@
 
 #include <math.h>
 
-#define GRID_STRIDE(i, n)                                                                        \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
-         i += (int64_t)gridDim.x * blockDim.x)
-
 __global__ void k_adam(float *p, const float *grad, float *m, float *v, int64_t n, ct_adam_args a,
                        float inv_bc1, float inv_sqrt_bc2) {
     float l2 = a.decoupled ? 0.0f : a.weight_decay, wd = a.decoupled ? a.weight_decay : 0.0f;
