@@ -25,28 +25,37 @@ ifeq ($(CUDA),0)
   NVCC :=
 endif
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
 
 CORE_SRC  := $(sort $(wildcard core/*.c core/cpu/*.c core/layers/*.c core/data/*.c))
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CUDA_SRC  := $(sort $(wildcard cuda/*.cu))
+# The CUDA backend is a shared library, build/libctrain_cuda.so, that ctrain loads with dlopen only
+# when an NVIDIA driver is present: linking cuBLASLt into ctrain itself costs every CPU run ~210 MB
+# of resident memory and ~0.1 s of start-up (measured: docs/DESIGN-NOTES.md, "CUDA backend loading").
+# It resolves ct_errf & co. from the executable, which therefore exports its symbols (-rdynamic).
+CUDA_LIB  :=
 ifneq ($(NVCC),)
   CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
   CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
-  ALL_CFLAGS += -DCT_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  CUDA_LIB  := $(BUILD)/libctrain_cuda.so
+  CUDA_TEST_LINK := -L$(BUILD) -lctrain_cuda -Wl,-rpath,'$$ORIGIN/..'
+  ALL_CFLAGS += -DCT_HAVE_CUDA=1
+  LDLIBS    += -ldl -rdynamic
   # nvcc-generated launch code and CUB need the C++ runtime.
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
 .PHONY: all deps run test test-cuda install uninstall clean bundle check-deps
-all: $(BUILD)/ctrain
+all: $(BUILD)/ctrain $(CUDA_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
 FLAGS_STAMP := $(BUILD)/.cflags
 CUFLAGS_STAMP := $(BUILD)/.cuflags
 $(shell mkdir -p $(BUILD); echo '$(ALL_CFLAGS)' | cmp -s - $(FLAGS_STAMP) || echo '$(ALL_CFLAGS)' > $(FLAGS_STAMP))
-$(shell echo '$(NVCC) $(CUDA_ARCH)' | cmp -s - $(CUFLAGS_STAMP) || echo '$(NVCC) $(CUDA_ARCH)' > $(CUFLAGS_STAMP))
+$(shell echo '$(NVCC) $(NVCC_FLAGS)' | cmp -s - $(CUFLAGS_STAMP) || echo '$(NVCC) $(NVCC_FLAGS)' > $(CUFLAGS_STAMP))
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -54,14 +63,22 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/%.o: %.cu $(CUFLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(if $(WERROR_FLAG),-Werror all-warnings -Xcompiler -Werror) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) $(if $(WERROR_FLAG),-Werror all-warnings -Xcompiler -Werror) -c $< -o $@
 
-$(BUILD)/libctrain.a: $(CORE_OBJ) $(CUDA_OBJ)
+$(BUILD)/libctrain.a: $(CORE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
+	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
+
+# test_cuda* call the CUDA backend's own entry points, so they link the library directly.
+$(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) $< $(BUILD)/libctrain.a -o $@ $(CUDA_TEST_LINK) $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
 $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
@@ -93,10 +110,12 @@ bundle: all $(TEST_BIN)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
+	$(if $(CUDA_LIB),install -d $(DESTDIR)$(PREFIX)/lib/ctrain && install -m 755 $(CUDA_LIB) $(DESTDIR)$(PREFIX)/lib/ctrain/)
 	install -m 644 docs/ctrain.1 $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ctrain $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
+	rm -rf $(DESTDIR)$(PREFIX)/lib/ctrain
 
 clean:
 	rm -rf $(BUILD) bundle

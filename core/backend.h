@@ -120,6 +120,11 @@ struct ct_backend {
                       int64_t rows, int64_t cols, bool accumulate);
     /* y = x (float) -> dtype, and back. n elements. */
     void (*cast)(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n);
+    /* x[n] rounded in place to the nearest value of dt (CT_F16 or CT_BF16; CT_F32: nothing):
+     * round to nearest even, overflow -> +-inf, underflow -> subnormal or signed zero, NaN stays
+     * NaN. Mixed precision calls it on activations and their gradients, so fp32 storage holds
+     * exactly the 16-bit values a GPU would hold (docs/DESIGN-NOTES.md, "Precision"). */
+    void (*round_to)(ct_backend *be, float *x, int64_t n, ct_dtype dt);
 
     /* x[rows, cols] += bias[cols] broadcast over rows; then the activation in place.
      * With "inner" > 1 the layout is [rows, cols, inner] (bias per channel of NCHW).
@@ -151,6 +156,17 @@ struct ct_backend {
     void (*im2col)(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g, int64_t group);
     /* img += col2im(col) for one image and one group (img must be zeroed by the caller first). */
     void (*col2im)(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g, int64_t group);
+    /* Optional whole-batch convolution; NULL (the CUDA backend) makes the conv2d layer run
+     * im2col + gemm per image and group instead. The CPU backend runs whole images in parallel
+     * (a training step of small per-image ops spent its time handing each one to the threads).
+     *   forward:  y [n, oc, oh, ow] = conv(x [n, c, h, w], w [oc, c/groups, kh, kw]) + bias[oc]
+     *             (bias may be NULL)
+     *   backward: dw += dL/dw (summed over the batch in a fixed order); dx = dL/dx, overwritten
+     *             (dx may be NULL). Bias gradients stay with bias_backward. */
+    void (*conv2d_forward)(ct_backend *be, float *y, const float *x, const float *w,
+                           const float *bias, const ct_conv2d_geom *g);
+    void (*conv2d_backward)(ct_backend *be, float *dx, float *dw, const float *dy, const float *x,
+                            const float *w, const ct_conv2d_geom *g);
 
     /* ---- pooling ---- */
     /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be

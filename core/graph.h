@@ -104,6 +104,14 @@ int ct_graph_forward(ct_graph *g, const float *params, float *buffers, ct_step_i
 int ct_graph_backward(ct_graph *g, const float *params, float *grads, ct_step_io *io,
                       const ct_exec_hooks *hooks, ct_err *err);
 
+/* Mixed precision: with CT_F16 or CT_BF16 the executor rounds every layer's output activation
+ * (forward) and every input gradient (backward, including d(loss)/d(output) times
+ * loss_grad_scale) to that dtype's values with be->round_to; the loss itself, softmax and norm
+ * statistics stay fp32. CT_F32 (the default) rounds nothing. Parameters are the caller's: pass a
+ * copy already holding 16-bit values (core/amp.h). */
+void ct_graph_set_compute_dtype(ct_graph *g, ct_dtype dt);
+ct_dtype ct_graph_compute_dtype(const ct_graph *g);
+
 /* Inspection (tests, debugging, profilers): layer j's name and type, and its output activation and
  * gradient buffers [build batch, out] in backend memory, valid after forward / backward. */
 const char *ct_graph_layer_name(const ct_graph *g, int layer);

@@ -48,6 +48,16 @@ static void compute_loss(ct_graph *g, ct_step_io *io) {
     }
 }
 
+void ct_graph_set_compute_dtype(ct_graph *g, ct_dtype dt) {
+    g->compute_dtype = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
+}
+ct_dtype ct_graph_compute_dtype(const ct_graph *g) { return g->compute_dtype; }
+
+/* Mixed precision: x[n] now holds exactly the values a 16-bit tensor would (graph.h). */
+static void round_values(const ct_graph *g, float *x, int64_t n) {
+    if (g->compute_dtype != CT_F32) g->be->round_to(g->be, x, n, g->compute_dtype);
+}
+
 static int check_n(const ct_graph *g, const ct_step_io *io, ct_err *err) {
     if (io->n < 1 || io->n > g->batch)
         return ct_errf(err, CT_ERR_RUNTIME, "micro-batch of %lld samples, graph built for 1..%lld",
@@ -64,6 +74,7 @@ int ct_graph_forward(ct_graph *g, const float *params, float *buffers, ct_step_i
         layer_io(g, j, params, buffers, NULL, io, &lio);
         if (hooks && hooks->before_forward) hooks->before_forward(hooks->ctx, j);
         g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        round_values(g, g->nodes[j].y, io->n * ct_layer_out_numel(&g->nodes[j].l));
         if (hooks && hooks->after_forward) hooks->after_forward(hooks->ctx, j);
     }
     compute_loss(g, io);
@@ -84,6 +95,7 @@ int ct_graph_backward(ct_graph *g, const float *params, float *grads, ct_step_io
     /* dy_last = loss_grad_scale * d(mean loss)/d(out); forward left the unscaled gradient. */
     be->memset0(be, last->dy, (size_t)n_out * sizeof(float));
     be->axpy(be, last->dy, io->loss_grad_scale, g->dloss, n_out);
+    round_values(g, last->dy, n_out);  /* the loss is fp32; the gradient it hands back is not */
     for (int j = g->n_nodes - 1; j >= 0; j--) {
         ct_gnode *gn = &g->nodes[j];
         if (!gn->runs_backward) continue;
@@ -96,11 +108,17 @@ int ct_graph_backward(ct_graph *g, const float *params, float *grads, ct_step_io
         }
         if (hooks && hooks->before_backward) hooks->before_backward(hooks->ctx, j);
         gn->l.type->backward(&gn->l, &lio);
-        /* A second consumer of an activation adds its gradient to the first one's. */
-        for (int i = 0; i < gn->l.n_in; i++)
-            if (gn->l.in_from[i] >= 0 && gn->tmp_off[i] >= 0)
-                be->axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i],
-                         io->n * ct_layer_in_numel(&gn->l, i));
+        /* A second consumer of an activation adds its gradient to the first one's (a 16-bit add:
+         * both terms and the sum are rounded). */
+        for (int i = 0; i < gn->l.n_in; i++) {
+            if (gn->l.in_from[i] < 0) continue;
+            int64_t numel = io->n * ct_layer_in_numel(&gn->l, i);
+            round_values(g, lio.dx[i], numel);
+            if (gn->tmp_off[i] < 0) continue;
+            float *dst = g->nodes[gn->l.in_from[i]].dy;
+            be->axpy(be, dst, 1.0f, lio.dx[i], numel);
+            round_values(g, dst, numel);
+        }
         if (hooks && hooks->after_backward) hooks->after_backward(hooks->ctx, j);
     }
     return CT_OK;

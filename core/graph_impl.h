@@ -32,6 +32,8 @@ struct ct_graph {
     void *ws;                           /* shared workspace */
     float *dtmp;                        /* fan-out gradient scratch */
     float *dloss;                       /* [batch, out] d(mean loss)/d(output), unscaled */
+    ct_dtype compute_dtype;             /* CT_F32, or CT_F16/CT_BF16: activations and their
+                                           gradients rounded to it after every layer */
 };
 
 /* Shared by the build steps (graph_build.c, graph_params.c, graph_memory.c). */

@@ -197,8 +197,8 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
     }
 }
 
-void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
-    double norm = sqrt(o->be->sum_squares(o->be, o->grads, o->n)) * grad_scale;
+/* The update, given the global norm of the gradients times grad_scale. */
+static void step_with_norm(ct_optim *o, float grad_scale, double norm, ct_optim_stats *stats) {
     double coef = 1.0;
     /* torch.nn.utils.clip_grad_norm_ and DeepSpeed: max_norm / (norm + 1e-6), only when < 1. */
     if (o->clip > 0) {
@@ -224,4 +224,21 @@ void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
     o->applied++;
     o->sched_t++;
     if (stats) *stats = (ct_optim_stats){.grad_norm = norm, .clip_coef = coef, .lr = lr};
+}
+
+void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
+    step_with_norm(o, grad_scale, sqrt(o->be->sum_squares(o->be, o->grads, o->n)) * grad_scale, stats);
+}
+
+bool ct_optim_step_finite(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
+    /* Squares summed in double cannot overflow from finite floats, so the sum is finite exactly
+     * when every gradient is: the overflow check costs no pass of its own. */
+    double ss = o->be->sum_squares(o->be, o->grads, o->n);
+    if (!isfinite(ss)) {
+        if (stats) *stats = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0,
+                                             .lr = ct_optim_next_lr(o)};
+        return false;
+    }
+    step_with_norm(o, grad_scale, sqrt(ss) * grad_scale, stats);
+    return true;
 }

@@ -92,5 +92,10 @@ double ct_optim_next_lr(const ct_optim *o);
 /* One update. grad_scale multiplies the gradients before anything else (1 / loss_scale, 1 for
  * fp32). The clip coefficient is computed on the scaled gradients. */
 void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats);
+/* The same update when every gradient is finite; otherwise nothing changes (parameters, state,
+ * applied count, schedule), stats gets grad_norm NAN and the LR the next update will use, and the
+ * result is false. The overflow check and the global norm are one pass over the gradients
+ * (mixed precision: grad_scale = 1 / loss_scale; the clip coefficient is folded in too). */
+bool ct_optim_step_finite(ct_optim *o, float grad_scale, ct_optim_stats *stats);
 
 #endif

@@ -34,6 +34,7 @@ typedef struct ct_step_event {
     double loss;                 /* mean loss of this step */
     double lr, grad_norm;
     int64_t samples;             /* samples in this step */
+    double loss_scale;           /* fp16: the loss scale the next step uses; 0 when not fp16 */
 } ct_step_event;
 
 void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);

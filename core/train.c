@@ -80,10 +80,6 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
 
 /* Features this version does not have yet: refuse them rather than train something else. */
 static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (cfg->fp16.enabled || cfg->bf16)
-        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.enabled: mixed precision is not implemented yet "
-                       "in this version; train in fp32 (remove the section or set enabled false)",
-                       cfg->path, cfg->fp16.enabled ? "fp16" : "bf16");
     if (cfg->world_size > 1)
         return ct_errf(err, CT_ERR_CONFIG, "world size %d: data-parallel training is not implemented "
                        "yet in this version; run one process", cfg->world_size);
@@ -111,8 +107,10 @@ static void print_start(ct_trainer *t) {
     const ct_graph_info *gi = t->info;
     ct_report *r = &t->rep;
     char a[48], b[48], c[48], d[48], desc[512];
-    ct_report_line(r, "ctrain %s · %s (%s) · fp32 · %d rank%s", CT_VERSION, t->be->name,
-                   t->be->device_desc, cfg->world_size, cfg->world_size == 1 ? "" : "s");
+    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, t->be->name,
+                   t->be->device_desc, ct_amp_compute_dtype(cfg) == CT_F32 ? "fp32"
+                   : ct_amp_compute_dtype(cfg) == CT_F16 ? "fp16" : "bf16",
+                   cfg->world_size, cfg->world_size == 1 ? "" : "s");
     ct_graph_describe(t->g, desc, sizeof desc);
     ct_report_line(r, "model  %s: %s params, %s", cfg->name, ct_fmt_count((double)gi->n_params, a, sizeof a),
                    desc);
@@ -156,7 +154,9 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     t->opt = ct_optim_create_for_graph(t->cfg, t->be, t->g);
     size_t nb = (size_t)(t->info->n_buffers ? t->info->n_buffers : 1) * sizeof(float);
     t->buffers = t->be->alloc(t->be, nb);
-    if (!t->opt || !t->buffers)
+    t->amp = ct_amp_create(t->cfg, t->be, t->info->n_params);
+    if (t->amp) ct_graph_set_compute_dtype(t->g, t->amp->compute);
+    if (!t->opt || !t->buffers || !t->amp)
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %s parameters and optimizer state",
                        t->be->name);
     t->be->memset0(t->be, t->buffers, nb);
@@ -197,8 +197,9 @@ static int setup(ct_trainer *t, ct_err *err) {
     return data_rc ? data_rc : setup_data(t, err);
 }
 
-int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
-                    ct_trainer **out, ct_err *err) {
+/* with_ckpt: also run the checkpoint step (resume, init_from, run_dir/config.json). */
+static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                        bool with_ckpt, ct_trainer **out, ct_err *err) {
     ct_trainer *t = ct_xcalloc(1, sizeof *t);
     t->t_open = ct_now();
     t->cfg = cfg;
@@ -210,12 +211,23 @@ int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *s
     *out = t;
     int rc = setup(t, err);
     for (int i = 0; i < t->warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", t->warn.items[i]);
+    if (!rc) print_start(t);
+    if (!rc && with_ckpt) rc = ct_trainer_ckpt_start(t, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
         return rc;
     }
-    print_start(t);
     return CT_OK;
+}
+
+int ct_trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                    ct_trainer **out, ct_err *err) {
+    return trainer_open(cfg, opts, summary, true, out, err);
+}
+
+int ct_trainer_open_bare(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                         ct_trainer **out, ct_err *err) {
+    return trainer_open(cfg, opts, summary, false, out, err);
 }
 
 void ct_trainer_close(ct_trainer *t) {
@@ -223,8 +235,10 @@ void ct_trainer_close(ct_trainer *t) {
     ct_loader_free(t->train_l);
     ct_loader_free(t->eval_l);
     ct_warnings_free(&t->warn);
+    ct_trainer_ckpt_close(t);
     if (t->buffers) t->be->free(t->be, t->buffers);
     ct_optim_free(t->opt);
+    ct_amp_free(t->amp);
     ct_graph_free(t->g);
     ct_dataset_close(t->train_ds);
     ct_dataset_close(t->eval_ds);

@@ -2,7 +2,9 @@
 #ifndef CT_TRAIN_IMPL_H
 #define CT_TRAIN_IMPL_H
 
+#include "core/amp.h"
 #include "core/backend.h"
+#include "core/ckpt.h"
 #include "core/data/loader.h"
 #include "core/data/dataset.h"
 #include "core/graph.h"
@@ -21,6 +23,7 @@ struct ct_trainer {
     const ct_graph_info *info;
     ct_optim *opt;               /* params, grads, optimizer state */
     float *buffers;              /* [n_buffers] running statistics */
+    ct_amp *amp;                 /* precision policy: 16-bit parameter copy, loss scaler */
 
     ct_dataset *train_ds, *eval_ds;
     ct_loader *train_l, *eval_l; /* threaded loaders: micro-batches in order (loader.h) */
@@ -34,6 +37,15 @@ struct ct_trainer {
 
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
+
+    /* Checkpoints (train_ckpt.c). ck addresses host memory: the optimizer's buffers on the CPU
+     * backend, host staging copies of them on a device backend. */
+    ct_ckpt_tensors ck;
+    bool ck_staged;              /* ck points at staging buffers (device backend) */
+    bool resumed;                /* resume_state holds the checkpoint this run continues */
+    ct_ckpt_state resume_state;
+    char config_hash[17];        /* of cfg->resolved, recorded in every checkpoint */
+    char last_ckpt[4096];        /* the newest checkpoint this run saved or resumed from ("": none) */
 };
 
 /* Set the summary's status and, when err is given, its error field (the message's first line). */
@@ -43,5 +55,21 @@ void ct_trainer_finish(ct_trainer *t);
 
 /* Whole-eval-set loss and accuracy (accuracy NAN when not classification). */
 int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err);
+
+/* ---- checkpoints (train_ckpt.c) ---- */
+
+/* Open without the checkpoint step below (ctrain eval loads its own weights). */
+int ct_trainer_open_bare(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                         ct_trainer **out, ct_err *err);
+/* After set-up: address the tensors, write <run_dir>/config.json, then resume (opts.resume) or,
+ * when nothing was resumed, load model.init_from. Sets t->resumed and t->resume_state. */
+int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err);
+/* Save <save_dir>/global_step<st->step> (keep_last applied) and remember it in last_ckpt. */
+int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err);
+/* Save <save_dir>/best. */
+int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err);
+/* Load a checkpoint's model weights only (ctrain eval); *st receives its state. */
+int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st, ct_err *err);
+void ct_trainer_ckpt_close(ct_trainer *t);
 
 #endif

@@ -18,13 +18,14 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
     int64_t n = 0, correct = 0;
     double sum = 0;
     ct_loader_batch b = {0};
+    const float *params = ct_amp_refresh_params(t->amp, t->opt->params);
     do {
         int rc = ct_loader_next(t->eval_l, &b, err);
         if (rc) return rc;
         if (b.n == 0) continue; /* every record of the batch skipped as corrupt */
         ct_step_io io = {.input = b.input, .target = b.target, .n = b.n, .train = false,
                          .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
-        rc = ct_graph_forward(t->g, t->opt->params, t->buffers, &io, NULL, err);
+        rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
         if (rc) return rc;
         sum += (double)io.loss * (double)b.n;
         correct += io.correct;
@@ -49,6 +50,42 @@ typedef struct loop_state {
     long last_eval_step;
 } loop_state;
 
+/* The update closing a step. fp32/bf16: the optimizer step. fp16: one pass over the gradients
+ * gives the overflow check and the global norm; 1/scale and the clip coefficient go into the
+ * update's grad_scale; an overflow skips the update (weights, optimizer state and schedule stay as
+ * they are) and the scaler lowers the scale (core/amp.h). step: the 1-based step number. */
+static int apply_update(ct_trainer *t, long step, ct_optim_stats *st, ct_err *err) {
+    ct_amp *a = t->amp;
+    if (!a->scaling) {
+        ct_optim_step(t->opt, 1.0f, st);
+        return CT_OK;
+    }
+    double tried = a->scaler.scale;
+    bool ok = ct_optim_step_finite(t->opt, (float)(1.0 / tried), st);
+    ct_scale_event ev = ct_scaler_update(&a->scaler, !ok);
+    t->sum->loss_scale = a->scaler.scale;
+    if (ok) return CT_OK;
+    t->sum->skipped_steps = ++a->skipped;
+    if (ev == CT_SCALE_AT_MIN) {
+        return ct_errf(err, CT_ERR_DIVERGED,
+                       "loss scale at its minimum (%g) and gradients still overflow at step %ld.\n"
+                       "  fp16 cannot represent this model's gradients; use \"bf16\": {\"enabled\": "
+                       "true}. %s%s", tried, step,
+                       t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was saved in this run.",
+                       t->last_ckpt);
+    }
+    if (ev == CT_SCALE_HALVED)
+        ct_report_line(&t->rep, "step %ld: gradient overflow at loss scale %g; step skipped, scale "
+                       "lowered to %g", step, tried, a->scaler.scale);
+    else if (ev == CT_SCALE_HYSTERESIS)
+        ct_report_line(&t->rep, "step %ld: gradient overflow at loss scale %g; step skipped, scale "
+                       "kept (hysteresis %d left)", step, tried, a->scaler.budget);
+    else
+        ct_report_line(&t->rep, "step %ld: gradient overflow at static loss scale %g; step skipped",
+                       step, tried);
+    return CT_OK;
+}
+
 /* One optimizer step over the next n samples (ceil(n / micro) micro-batches of the loader).
  * Returns CT_OK or an error; *loss = mean loss. */
 static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct_optim_stats *st,
@@ -57,6 +94,9 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     int64_t mb = cfg->micro_batch, seen = 0;
     double sum = 0;
     ct_optim_zero_grad(t->opt);
+    /* Mixed precision: forward/backward read the 16-bit copy of the master; the loss is scaled. */
+    const float *params = ct_amp_refresh_params(t->amp, t->opt->params);
+    float scale = ct_amp_loss_scale(t->amp);
     for (int64_t start = 0; start < n; start += mb) {
         ct_loader_batch b;
         int rc = ct_loader_next(t->train_l, &b, err);
@@ -66,21 +106,22 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         seen += k;
         ct_step_io io = {.input = b.input, .target = b.target, .n = k, .train = true,
                          .seed = cfg->train.seed, .step = ls->micro++,
-                         .loss_grad_scale = (float)k / (float)n};
-        rc = ct_graph_forward(t->g, t->opt->params, t->buffers, &io, NULL, err);
+                         .loss_grad_scale = (float)k / (float)n * scale};
+        rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
         if (rc) return rc;
         if (!isfinite(io.loss))
             return ct_errf(err, CT_ERR_DIVERGED,
                            "training diverged: loss is %s at step %ld (epoch %d). Lower the learning "
-                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).",
-                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1);
-        rc = ct_graph_backward(t->g, t->opt->params, t->opt->grads, &io, NULL, err);
+                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).%s",
+                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1,
+                           t->amp->compute == CT_F16 ? "\n  In fp16, activations above 65504 "
+                           "overflow; \"bf16\": {\"enabled\": true} has fp32's range." : "");
+        rc = ct_graph_backward(t->g, params, t->opt->grads, &io, NULL, err);
         if (rc) return rc;
         sum += (double)io.loss * (double)k;
     }
-    ct_optim_step(t->opt, 1.0f, st);
     *loss = seen ? sum / (double)seen : NAN;
-    return CT_OK;
+    return apply_update(t, ls->step + 1, st, err);
 }
 
 /* Eval now; update the summary and early stopping. *stop set when patience ran out. */
@@ -128,7 +169,8 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .epochs = t->epochs_planned,
                        .epoch_step = (ls->step - 1) % t->steps_per_epoch + 1,
                        .epoch_steps = t->steps_per_epoch, .loss = loss, .lr = st->lr,
-                       .grad_norm = st->grad_norm, .samples = n};
+                       .grad_norm = st->grad_norm, .samples = n,
+                       .loss_scale = t->amp->scaling ? t->amp->scaler.scale : 0};
     ct_report_step(&t->rep, &e);
 
     bool stop = false;
@@ -198,6 +240,8 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
 int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     loop_state ls = {.best = NAN, .last_eval_step = -1};
     ct_trainer_set_status(t, "ok", NULL);
+    t->sum->loss_scale = ct_amp_report_scale(t->amp);
+    t->sum->skipped_steps = t->amp->skipped;
     ct_report_train_start(&t->rep);
     int rc = CT_OK;
     for (ls.epoch = 0; rc == CT_OK; ls.epoch++) rc = run_epoch(t, &ls, err);

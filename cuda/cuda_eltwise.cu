@@ -94,6 +94,19 @@ __global__ void k_cast_bf16_to_f32(float *y, const uint16_t *x, int64_t n) {
     GRID_STRIDE(i, n) y[i] = ct_dev_bf16_to_f32(x[i]);
 }
 
+/* Mixed precision: fp32 storage holding exactly 16-bit values (round trip through the hardware's
+ * round-to-nearest-even conversions; overflow gives inf, NaN stays NaN). */
+__global__ void k_round_f16(float *x, int64_t n) { GRID_STRIDE(i, n) x[i] = __half2float(__float2half_rn(x[i])); }
+__global__ void k_round_bf16(float *x, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+static void cu_round_to(ct_backend *be, float *x, int64_t n, ct_dtype dt) {
+    if (n <= 0) return;
+    if (dt == CT_F16) LAUNCH(be, n, k_round_f16, x, n);
+    else if (dt == CT_BF16) LAUNCH(be, n, k_round_bf16, x, n);
+}
+
 static void cu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n) {
     CT_CUDA_REQUIRE((unsigned)y_dt < CT_DTYPE_COUNT && (unsigned)x_dt < CT_DTYPE_COUNT,
                     "cast: unknown dtype");
@@ -290,6 +303,7 @@ void ct_cuda_eltwise_install(ct_backend *be) {
     be->add = cu_add;
     be->copy_rows = cu_copy_rows;
     be->cast = cu_cast;
+    be->round_to = cu_round_to;
     be->bias_act_forward = cu_bias_act_forward;
     be->bias_backward = cu_bias_backward;
     be->act_forward = cu_act_forward;

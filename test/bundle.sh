@@ -10,20 +10,22 @@ OUT=$2
 rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/test" "$OUT/bench"
 cp "$BUILD/ctrain" "$OUT/"
+# The CUDA backend, which ctrain dlopens from lib/ beside itself.
+if [ -f "$BUILD/libctrain_cuda.so" ]; then cp "$BUILD/libctrain_cuda.so" "$OUT/lib/"; fi
 for t in "$BUILD"/test/test_*; do [ -x "$t" ] && cp "$t" "$OUT/test/"; done
 cp test/*.sh "$OUT/test/"
 cp -r test/ref test/conformance configs docs "$OUT/" 2>/dev/null || true
 mv "$OUT/ref" "$OUT/test/ref"; mv "$OUT/conformance" "$OUT/test/conformance"
 cp bench/* "$OUT/bench/" 2>/dev/null || true
 # Debug info is not needed there and would push the bundle past what a device run can carry.
-strip --strip-debug "$OUT/ctrain" "$OUT"/test/test_* 2>/dev/null || true
+strip --strip-debug "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/*.so 2>/dev/null || true
 # Libraries: everything ldd resolves, minus glibc, the CUDA driver and the CUDA toolkit.
-for bin in "$OUT/ctrain" "$OUT"/test/test_*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+for bin in "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/libctrain_cuda.so; do [ -f "$bin" ] && ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     sort -u | while read -r lib; do
         case "$(basename "$lib")" in
         libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libresolv.so*) continue ;;
         esac
-        case "$lib" in /usr/local/cuda*) continue ;; esac
+        case "$lib" in /usr/local/cuda*|*/libctrain_cuda.so) continue ;; esac
         cp -L "$lib" "$OUT/lib/"
     done
 echo "bundle: $OUT ($(du -sh "$OUT" | cut -f1)); libraries: $(ls "$OUT/lib" | tr '\n' ' ')"

@@ -4,9 +4,12 @@
  *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
  * (zero outside the image). img points at one image [C, H, W]; `group` selects channels
  * c0 = group * C/groups onwards. */
+#include <cblas.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/common.h"
 #include "core/cpu/cpu_internal.h"
 
 typedef struct {
@@ -145,7 +148,119 @@ static void cpu_col2im(ct_backend *be, float *img, const float *col, const ct_co
                     col2im_range, &c);
 }
 
+/* ---- whole-batch convolution: images in parallel ----
+ * Each piece of work is a run of whole images, done by one thread with serial im2col/col2im and
+ * single-threaded GEMMs on its own column buffer. Per image and op, handing the work to the pool
+ * cost more than the work itself (conv1's GEMM is 32x784x9). Forward and dx are per image, so
+ * their bits do not depend on who computes them; dw sums over the batch, in fixed blocks of
+ * CONV_DW_IMAGES images (one partial per block, then the partials in block order), so it has the
+ * same bits for any thread count. */
+#define CONV_DW_IMAGES 8
+
+typedef struct {
+    const ct_conv2d_geom *g;
+    float *y, *dx, *partial;     /* partial: [blocks, oc * kg] dw of each block of images */
+    const float *x, *w, *bias, *dy;
+    float *dw;
+    int64_t blocks;
+} batch_ctx;
+
+static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
+
+/* col [kg, p] = im2col of image x for one group, on the calling thread. */
+static void im2col_serial(float *col, const float *x, const ct_conv2d_geom *g, int64_t group) {
+    conv_ctx c = {.col = col, .cimg = x, .g = g, .c0 = group * (g->c / g->groups)};
+    im2col_range(&c, 0, conv_kg(g));
+}
+
+static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
+    batch_ctx *k = ctx;
+    const ct_conv2d_geom *g = k->g;
+    int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups;
+    float *col = ct_xmalloc((size_t)(kg * p) * sizeof(float));   /* [kg, p] */
+    for (int64_t i = i0; i < i1; i++) {
+        const float *x = k->x + i * g->c * g->h * g->w;
+        float *y = k->y + i * g->oc * p;
+        for (int64_t grp = 0; grp < g->groups; grp++) {
+            im2col_serial(col, x, g, grp);
+            /* y_grp [ocg, p] = w_grp [ocg, kg] col [kg, p] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)p,
+                        (blasint)kg, 1.0f, k->w + grp * ocg * kg, (blasint)kg, col, (blasint)p,
+                        0.0f, y + grp * ocg * p, (blasint)p);
+        }
+        if (k->bias) /* while the image's output is still in cache */
+            for (int64_t o = 0; o < g->oc; o++) {
+                float *restrict row = y + o * p;
+                float b = k->bias[o];
+                for (int64_t j = 0; j < p; j++) row[j] += b;
+            }
+    }
+    free(col);
+}
+
+static void cpu_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w,
+                               const float *bias, const ct_conv2d_geom *g) {
+    batch_ctx c = {.g = g, .y = y, .x = x, .w = w, .bias = bias};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
+}
+
+/* Blocks [b0, b1) of CONV_DW_IMAGES images: the block's dw partial, and dx of its images. */
+static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
+    batch_ctx *k = ctx;
+    const ct_conv2d_geom *g = k->g;
+    int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups, in_sz = g->c * g->h * g->w;
+    float *col = ct_xmalloc((size_t)(2 * kg * p) * sizeof(float)), *dcol = col + kg * p;
+    for (int64_t b = b0; b < b1; b++) {
+        float *part = k->partial + b * g->oc * kg;               /* [oc, kg] */
+        int64_t i_end = (b + 1) * CONV_DW_IMAGES < g->n ? (b + 1) * CONV_DW_IMAGES : g->n;
+        for (int64_t i = b * CONV_DW_IMAGES; i < i_end; i++) {
+            const float *dy = k->dy + i * g->oc * p;
+            float *dx = k->dx ? k->dx + i * in_sz : NULL;
+            if (dx) memset(dx, 0, (size_t)in_sz * sizeof(float));
+            for (int64_t grp = 0; grp < g->groups; grp++) {
+                const float *dy_g = dy + grp * ocg * p, *w_g = k->w + grp * ocg * kg;
+                im2col_serial(col, k->x + i * in_sz, g, grp);
+                /* part_grp [ocg, kg] (+)= dy_grp [ocg, p] col^T [p, kg] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)kg,
+                            (blasint)p, 1.0f, dy_g, (blasint)p, col, (blasint)p,
+                            i == b * CONV_DW_IMAGES ? 0.0f : 1.0f, part + grp * ocg * kg, (blasint)kg);
+                if (!dx) continue;
+                /* dcol [kg, p] = w_grp^T [kg, ocg] dy_grp [ocg, p] */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kg, (blasint)p,
+                            (blasint)ocg, 1.0f, w_g, (blasint)kg, dy_g, (blasint)p, 0.0f, dcol,
+                            (blasint)p);
+                conv_ctx c = {.img = dx, .ccol = dcol, .g = g, .c0 = grp * (g->c / g->groups)};
+                col2im_range(&c, 0, g->c / g->groups);
+            }
+        }
+    }
+    free(col);
+}
+
+/* dw[e] += the blocks' partials in block order, for elements [e0, e1). */
+static void conv_dw_sum(void *ctx, int64_t e0, int64_t e1) {
+    batch_ctx *k = ctx;
+    int64_t stride = k->g->oc * conv_kg(k->g);
+    for (int64_t b = 0; b < k->blocks; b++) {
+        float *restrict dw = k->dw;
+        const float *restrict part = k->partial + b * stride;
+        for (int64_t e = e0; e < e1; e++) dw[e] += part[e];
+    }
+}
+
+static void cpu_conv2d_backward(ct_backend *be, float *dx, float *dw, const float *dy,
+                                const float *x, const float *w, const ct_conv2d_geom *g) {
+    int64_t blocks = ct_cpu_ceil_div(g->n, CONV_DW_IMAGES), wsz = g->oc * conv_kg(g);
+    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .dy = dy, .x = x, .w = w, .blocks = blocks};
+    c.partial = ct_xmalloc((size_t)(blocks * wsz) * sizeof(float));
+    ct_cpu_parallel(ct_cpu_pool_of(be), blocks, 1, conv_bwd_blocks, &c);
+    ct_cpu_parallel(ct_cpu_pool_of(be), wsz, CT_CPU_GRAIN / blocks + 1, conv_dw_sum, &c);
+    free(c.partial);
+}
+
 void ct_cpu_conv_install(ct_backend *be) {
     be->im2col = cpu_im2col;
     be->col2im = cpu_col2im;
+    be->conv2d_forward = cpu_conv2d_forward;
+    be->conv2d_backward = cpu_conv2d_backward;
 }

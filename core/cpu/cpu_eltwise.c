@@ -80,6 +80,39 @@ static void cpu_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x,
     ct_cpu_parallel(ct_cpu_pool_of(be), rows, ct_cpu_ceil_div(CT_CPU_GRAIN, cols), copy_rows_range, &c);
 }
 
+/* ---- F16C: 8 floats per instruction, round to nearest even, overflow to inf and subnormal
+ * results, bit for bit what ct_f32_to_f16 / ct_f16_to_f32 compute (NaN payloads aside). Each
+ * returns where the scalar tail starts; without F16C nothing is done. ---- */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+__attribute__((target("avx,f16c"))) static int64_t f16c_to_f16(uint16_t *y, const float *x, int64_t i0,
+                                                                int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+__attribute__((target("avx,f16c"))) static int64_t f16c_from_f16(float *y, const uint16_t *x, int64_t i0,
+                                                                  int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    return i;
+}
+__attribute__((target("avx,f16c"))) static int64_t f16c_round(float *x, int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    return i;
+}
+static bool cpu_has_f16c(void) { return __builtin_cpu_supports("f16c"); }
+#else
+static int64_t f16c_to_f16(uint16_t *y, const float *x, int64_t i0, int64_t i1) { return i0; }
+static int64_t f16c_from_f16(float *y, const uint16_t *x, int64_t i0, int64_t i1) { return i0; }
+static int64_t f16c_round(float *x, int64_t i0, int64_t i1) { return i0; }
+static bool cpu_has_f16c(void) { return false; }
+#endif
+
 /* ---- casts ---- */
 
 typedef struct {
@@ -126,7 +159,8 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
     if (k->x_dt == CT_F32 && k->y_dt == CT_F16) {
         const float *x = k->x;
         uint16_t *y = k->y;
-        for (int64_t i = i0; i < i1; i++) y[i] = ct_f32_to_f16(x[i]);
+        int64_t i = cpu_has_f16c() ? f16c_to_f16(y, x, i0, i1) : i0;
+        for (; i < i1; i++) y[i] = ct_f32_to_f16(x[i]);
     } else if (k->x_dt == CT_F32 && k->y_dt == CT_BF16) {
         const float *x = k->x;
         uint16_t *y = k->y;
@@ -134,7 +168,8 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
     } else if (k->x_dt == CT_F16 && k->y_dt == CT_F32) {
         const uint16_t *x = k->x;
         float *y = k->y;
-        for (int64_t i = i0; i < i1; i++) y[i] = ct_f16_to_f32(x[i]);
+        int64_t i = cpu_has_f16c() ? f16c_from_f16(y, x, i0, i1) : i0;
+        for (; i < i1; i++) y[i] = ct_f16_to_f32(x[i]);
     } else if (k->x_dt == CT_BF16 && k->y_dt == CT_F32) {
         const uint16_t *x = k->x;
         float *y = k->y;
@@ -147,6 +182,31 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
 static void cpu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n) {
     cast_ctx c = {y, x, y_dt, x_dt};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, cast_range, &c);
+}
+
+/* ---- rounding fp32 values to 16-bit values in place (mixed precision) ---- */
+
+typedef struct {
+    float *x;
+    ct_dtype dt;
+    bool f16c;
+} round_ctx;
+
+static void round_range(void *c, int64_t i0, int64_t i1) {
+    round_ctx *k = c;
+    float *x = k->x;
+    if (k->dt == CT_F16) {
+        int64_t i = k->f16c ? f16c_round(x, i0, i1) : i0;
+        for (; i < i1; i++) x[i] = ct_f16_to_f32(ct_f32_to_f16(x[i]));
+    } else {
+        for (int64_t i = i0; i < i1; i++) x[i] = ct_bf16_to_f32(ct_f32_to_bf16(x[i]));
+    }
+}
+
+static void cpu_round_to(ct_backend *be, float *x, int64_t n, ct_dtype dt) {
+    if (dt != CT_F16 && dt != CT_BF16) return;
+    round_ctx c = {x, dt, dt == CT_F16 && cpu_has_f16c()};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, round_range, &c);
 }
 
 /* ---- activations ---- */
@@ -470,6 +530,7 @@ void ct_cpu_eltwise_install(ct_backend *be) {
     be->add = cpu_add;
     be->copy_rows = cpu_copy_rows;
     be->cast = cpu_cast;
+    be->round_to = cpu_round_to;
     be->bias_act_forward = cpu_bias_act_forward;
     be->bias_backward = cpu_bias_backward;
     be->act_forward = cpu_act_forward;

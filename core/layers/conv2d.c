@@ -1,4 +1,5 @@
-/* conv2d: 2-D convolution, NCHW, per image and group: im2col then one GEMM.
+/* conv2d: 2-D convolution, NCHW. A backend with whole-batch conv2d ops (the CPU's) gets the batch
+ * in one call; otherwise per image and group: im2col then one GEMM.
  *   x [n, c, h, w]   W [oc, c/groups, kh, kw]   b [oc]   y [n, oc, oh, ow]
  * The column matrix col [c/groups * kh * kw, oh * ow] lives in the shared workspace; backward
  * rebuilds it instead of keeping one per image, which keeps activation memory at one copy of x.
@@ -97,6 +98,10 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
     float *col = io->ws;                                   /* [kg, p] */
+    if (be->conv2d_forward) {
+        be->conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g);
+        return;
+    }
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
             be->im2col(be, col, io->x[0] + i * in_sz, &g, grp);
@@ -115,6 +120,10 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
     float *col = io->ws, *dcol = col + kg * p;            /* [kg, p] each */
     if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p);
+    if (be->conv2d_backward) {
+        be->conv2d_backward(be, io->dx[0], io->dp[0], io->dy, io->x[0], io->p[0], &g);
+        return;
+    }
     if (io->dx[0]) be->memset0(be, io->dx[0], (size_t)(io->n * in_sz) * sizeof(float));
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
