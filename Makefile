@@ -48,7 +48,7 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps run test test-cuda install uninstall clean bundle check-deps
+.PHONY: all deps run test tests test-cuda install uninstall clean bundle check-deps
 all: $(BUILD)/ctrain $(CUDA_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
@@ -93,11 +93,17 @@ deps:
 check-deps:
 	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
 
-run: check-deps all
+# run and test install missing packages first, then build in a fresh make (so pkg-config and the
+# libraries it reports are seen), then run: never compiling while apt-get is still installing.
+run: check-deps
+	@$(MAKE) --no-print-directory all
 	$(BUILD)/ctrain --config configs/fmnist_mlp.json
 
-test: check-deps all $(TEST_BIN)
+test: check-deps
+	@$(MAKE) --no-print-directory all tests
 	@sh test/run_tests.sh $(BUILD)
+
+tests: $(TEST_BIN)
 
 test-cuda: all $(TEST_BIN)
 	@sh test/run_tests.sh $(BUILD) cuda

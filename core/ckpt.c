@@ -64,6 +64,7 @@ void ct_ckpt_state_init(ct_ckpt_state *s) {
     s->best_value = NAN;
     s->es_best = NAN;
     s->best_step = -1;
+    s->es_best_step = -1;
     s->last_eval_step = -1;
     s->train_loss = NAN;
     snprintf(s->version, sizeof s->version, "%s", CT_VERSION);
@@ -125,6 +126,7 @@ static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
     cJSON_AddNumberToObject(j, "best_step", (double)s->best_step);
     add_exact(j, "es_best", s->es_best);
     cJSON_AddNumberToObject(j, "es_bad_evals", s->es_bad_evals);
+    cJSON_AddNumberToObject(j, "es_best_step", (double)s->es_best_step);
     add_exact(j, "train_loss", s->train_loss);
     add_exact(j, "epoch_loss_sum", s->epoch_loss_sum);
     cJSON_AddNumberToObject(j, "epoch_loss_n", (double)s->epoch_loss_n);
@@ -182,6 +184,9 @@ static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, c
     int rc = state_long(j, "epoch", &epoch, file, err);
     if (!rc) rc = state_long(j, "scaler_hysteresis", &hyst, file, err);
     if (!rc) rc = state_long(j, "es_bad_evals", &bad, file, err);
+    /* Added after the first checkpoints were written: optional. */
+    if (!rc && cJSON_GetObjectItemCaseSensitive(j, "es_best_step"))
+        rc = state_long(j, "es_best_step", &s->es_best_step, file, err);
     if (!rc) rc = state_double(j, "loss_scale", &s->loss_scale, file, err);
     if (!rc) rc = state_double(j, "best_value", &s->best_value, file, err);
     if (!rc) rc = state_double(j, "es_best", &s->es_best, file, err);

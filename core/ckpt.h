@@ -75,6 +75,7 @@ typedef struct ct_ckpt_state {
     long best_step;              /* step of best_value (-1: none) */
     double es_best;              /* early stopping: best value of its metric (NAN: none yet) */
     int es_bad_evals;            /* early stopping: evals without improvement */
+    long es_best_step;           /* early stopping: step of es_best (-1: none; optional on load) */
     double train_loss;           /* last reported train loss (NAN: none) */
     char config_hash[17];        /* ct_ckpt_config_hash of the resolved config */
     char version[32];            /* ctrain version that wrote it */

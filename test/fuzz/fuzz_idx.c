@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/config.h"
 #include "core/data/dataset.h"
@@ -20,10 +21,44 @@ static void dump(const char *path, const uint8_t *p, size_t n) {
     fclose(f);
 }
 
+/* Bytes the IDX header at p (plain or gzip) declares; 0 when it cannot tell. */
+static uint64_t declared_bytes(const uint8_t *p, size_t n) {
+    uint8_t h[4 + 4 * 255];
+    size_t got = 0;
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b) {
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return 0;
+        z.next_in = (Bytef *)p;
+        z.avail_in = (uInt)n;
+        z.next_out = h;
+        z.avail_out = sizeof h;
+        inflate(&z, Z_SYNC_FLUSH);
+        got = sizeof h - z.avail_out;
+        inflateEnd(&z);
+    } else {
+        got = n < sizeof h ? n : sizeof h;
+        memcpy(h, p, got);
+    }
+    if (got < 4) return 0;
+    uint64_t total = h[2] == 0x08 || h[2] == 0x09 ? 1 : h[2] == 0x0B ? 2 : h[2] == 0x0E ? 8 : 4;
+    for (int d = 0; d < h[3] && 4 + 4 * (size_t)d + 4 <= got; d++) {
+        const uint8_t *q = h + 4 + 4 * d;
+        total *= (uint64_t)q[0] << 24 | (uint64_t)q[1] << 16 | (uint64_t)q[2] << 8 | q[3];
+        if (total > ((uint64_t)1 << 40)) return total;
+    }
+    return total;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     size_t li = (size_t)data[0] << 8 | data[1];
     if (li > size - 2) li = size - 2;
+    /* idx.c allocates what the header declares before reading it (up to 2^38 elements), so a
+     * tiny file can make it allocate gigabytes (test/fuzz/regress/idx-oom-huge-header.bin).
+     * Skip those inputs so the fuzzer explores the rest instead of stalling on ASan's shadow. */
+    if (declared_bytes(data + 2, li) > (1u << 24) || declared_bytes(data + 2 + li, size - 2 - li) > (1u << 24))
+        return 0;
     char ip[64], lp[64];
     snprintf(ip, sizeof ip, "/tmp/fuzz_idx_%d_images", (int)getpid());
     snprintf(lp, sizeof lp, "/tmp/fuzz_idx_%d_labels", (int)getpid());
@@ -38,11 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ct_dataset *ds = NULL;
     ct_err err = {0};
     int rc = ct_idx_open(&cfg, e, "data.train", &ds, &err);
-    /* idx.c allocates what the header declares before reading (up to 2^38 elements), so a tiny
-     * file can ask for terabytes: run with ASAN_OPTIONS=allocator_may_return_null=1 and
-     * FUZZ_FLAGS="-rss_limit_mb=0 -malloc_limit_mb=0"; that failure is "out of memory". */
-    if (rc != CT_OK && rc != CT_ERR_DATA && !(rc == CT_ERR_RUNTIME && strstr(err.msg, "out of memory")))
-        abort();
+    if (rc != CT_OK && rc != CT_ERR_DATA) abort();
     if (ds) {
         int64_t numel = ct_shape_numel(&ds->sample_shape);
         float *x = malloc((size_t)numel * sizeof *x);
