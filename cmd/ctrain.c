@@ -13,6 +13,7 @@
 #include "core/data/pack.h"
 #include "core/common.h"
 #include "core/config.h"
+#include "core/eval.h"
 #include "core/train.h"
 
 static const char USAGE[] =
@@ -21,7 +22,8 @@ static const char USAGE[] =
     "       ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress]\n"
     "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR\n"
     "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
-    "       ctrain eval|plot ...   (not implemented yet)\n"
+    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--summary FILE]\n"
+    "       ctrain plot ...   (not implemented yet)\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
     "\n"
@@ -322,11 +324,12 @@ static int run_training(cli_args *a) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
-        static const char *later[] = {"eval", "plot"};
+        static const char *later[] = {"plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
         if (!strcmp(argv[1], "pack")) return run_subcommand(ct_pack_main, argc - 1, argv + 1);
         if (!strcmp(argv[1], "info")) return run_subcommand(ct_info_main, argc - 1, argv + 1);
         if (!strcmp(argv[1], "export")) return run_subcommand(ct_export_main, argc - 1, argv + 1);
+        if (!strcmp(argv[1], "eval")) return run_subcommand(ct_eval_main, argc - 1, argv + 1);
         for (int i = 0; i < CT_ARRAY_LEN(later); i++) {
             if (!strcmp(argv[1], later[i])) {
                 fprintf(stderr, "ctrain: error: '%s' is not implemented yet in ctrain %s\n", argv[1], CT_VERSION);

@@ -60,6 +60,16 @@ ct_scale_event ct_scaler_update(ct_loss_scaler *s, bool overflow) {
     return ev;
 }
 
+long ct_scaler_good_steps(const ct_loss_scaler *s) { return s->iter - s->last_overflow_iter - 1; }
+
+void ct_scaler_restore(ct_loss_scaler *s, double scale, long good_steps, int budget) {
+    if (!s->dynamic) return;
+    s->scale = scale;
+    s->budget = budget;
+    s->iter = good_steps;        /* iter - last_overflow_iter - 1 == good_steps */
+    s->last_overflow_iter = -1;
+}
+
 ct_dtype ct_amp_compute_dtype(const ct_config *cfg) {
     if (cfg->fp16.enabled) return CT_F16;
     return cfg->bf16 ? CT_BF16 : CT_F32;

@@ -61,6 +61,12 @@ void ct_scaler_init_config(ct_loss_scaler *s, const ct_fp16_cfg *c);
 /* One optimizer update (overflow or not) at the gradient-accumulation boundary. */
 ct_scale_event ct_scaler_update(ct_loss_scaler *s, bool overflow);
 
+/* Checkpoints (ct_ckpt_state loss_scale, scaler_good_steps, scaler_hysteresis): the doubling
+ * depends only on the clean updates since the last overflow, so three numbers restore a dynamic
+ * scaler exactly. Restoring a static scaler changes nothing (its scale comes from the config). */
+long ct_scaler_good_steps(const ct_loss_scaler *s);
+void ct_scaler_restore(ct_loss_scaler *s, double scale, long good_steps, int budget);
+
 /* The dtype parameters and activations use in forward/backward under cfg: CT_F16, CT_BF16 or
  * CT_F32. */
 ct_dtype ct_amp_compute_dtype(const ct_config *cfg);

@@ -161,12 +161,13 @@ struct ct_backend {
      * (a training step of small per-image ops spent its time handing each one to the threads).
      *   forward:  y [n, oc, oh, ow] = conv(x [n, c, h, w], w [oc, c/groups, kh, kw]) + bias[oc]
      *             (bias may be NULL)
-     *   backward: dw += dL/dw (summed over the batch in a fixed order); dx = dL/dx, overwritten
-     *             (dx may be NULL). Bias gradients stay with bias_backward. */
+     *   backward: dw += dL/dw and db += dL/dbias (summed over the batch in a fixed order, db
+     *             in double as bias_backward does; db may be NULL); dx = dL/dx, overwritten (dx
+     *             may be NULL). */
     void (*conv2d_forward)(ct_backend *be, float *y, const float *x, const float *w,
                            const float *bias, const ct_conv2d_geom *g);
-    void (*conv2d_backward)(ct_backend *be, float *dx, float *dw, const float *dy, const float *x,
-                            const float *w, const ct_conv2d_geom *g);
+    void (*conv2d_backward)(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+                            const float *x, const float *w, const ct_conv2d_geom *g);
 
     /* ---- pooling ---- */
     /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be

@@ -38,11 +38,26 @@ static int64_t plan_backward(ct_graph *g, int64_t batch) {
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* A layer that ran in place over its producer (alias[j] = src) also runs its backward in place:
+ * in-place layers are element-wise (relu-like), and their backward (act_backward) reads dy[i]
+ * before it writes dx[i], so the producer's dy can be the layer's own dy. True when node k's dy
+ * is its in-place consumer's. */
+static bool grad_in_place(const ct_graph *g, const int *alias, int k, int *consumer) {
+    for (int j = k + 1; j < g->n_nodes; j++)
+        if (alias[j] == k) {
+            *consumer = j;
+            return g->nodes[j].runs_backward && g->nodes[k].runs_backward && g->nodes[j].tmp_off[0] < 0;
+        }
+    return false;
+}
+
 /* Output gradients live only from the backward step that first writes them to the step of their
  * own layer, so they share memory: each gets a slot free by then (best fit, else the largest free
- * slot grown to fit, else a new one). A chain needs two slots instead of one per layer. Writes
- * each node's slot into slot_of[] and slot sizes into size[]; returns the number of slots. */
-static int plan_grad_slots(const ct_graph *g, int64_t batch, int *slot_of, size_t *size) {
+ * slot grown to fit, else a new one). A chain needs two slots instead of one per layer, and a
+ * layer that runs in place shares its producer's slot (relu after conv: one conv-sized slot, not
+ * two). Writes each node's slot into slot_of[] and slot sizes into size[]; returns the number of
+ * slots. */
+static int plan_grad_slots(const ct_graph *g, const int *alias, int64_t batch, int *slot_of, size_t *size) {
     int n = g->n_nodes, n_slots = 0;
     int *order = ct_xmalloc(sizeof(int) * (size_t)n), *busy_until = ct_xmalloc(sizeof(int) * (size_t)n);
     int m = 0;
@@ -57,7 +72,13 @@ static int plan_grad_slots(const ct_graph *g, int64_t batch, int *slot_of, size_
         order[at] = k;
     }
     for (int i = 0; i < m; i++) {
-        int k = order[i], best = -1;
+        int k = order[i], best = -1, consumer, last = k;
+        if (grad_in_place(g, alias, k, &consumer)) {   /* the consumer's slot, reserved below */
+            slot_of[k] = slot_of[consumer];
+            continue;
+        }
+        /* the slot stays busy until the last producer sharing it has run its backward */
+        while (alias[last] >= 0 && grad_in_place(g, alias, alias[last], &consumer)) last = alias[last];
         size_t need = align64((size_t)(batch * ct_layer_out_numel(&g->nodes[k].l)) * sizeof(float));
         for (int s = 0; s < n_slots; s++) {
             if (busy_until[s] >= g->nodes[k].grad_start) continue;
@@ -67,7 +88,7 @@ static int plan_grad_slots(const ct_graph *g, int64_t batch, int *slot_of, size_
         }
         if (best < 0) size[best = n_slots++] = 0;
         if (size[best] < need) size[best] = need;
-        busy_until[best] = n - 1 - k;
+        busy_until[best] = n - 1 - last;
         slot_of[k] = best;
     }
     free(order);
@@ -104,7 +125,7 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
     size_t tmp = align64((size_t)plan_backward(g, batch) * sizeof(float));
     int *slot_of = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), grads = 0;
-    int n_slots = plan_grad_slots(g, batch, slot_of, slot_size);
+    int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
     for (int s = 0; s < n_slots; s++) grads += slot_size[s];
     act += grads;
     const ct_layer *last = &g->nodes[g->n_nodes - 1].l;

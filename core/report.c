@@ -112,8 +112,11 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
     if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
     if (r->steps_per_print > 0 && e->step % r->steps_per_print == 0) {
         double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
-        char scale[40] = "";
-        if (e->loss_scale > 0) snprintf(scale, sizeof scale, "  scale %g", e->loss_scale);
+        char scale[80] = "";
+        if (e->loss_scale > 0 && e->skipped_steps > 0)
+            snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
+        else if (e->loss_scale > 0)
+            snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
         ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %.0f samples/s  ETA %s",
                        e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr,
                        e->grad_norm, scale, rate, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));

@@ -35,6 +35,7 @@ typedef struct ct_step_event {
     double lr, grad_norm;
     int64_t samples;             /* samples in this step */
     double loss_scale;           /* fp16: the loss scale the next step uses; 0 when not fp16 */
+    long skipped_steps;          /* fp16: steps skipped for gradient overflow so far */
 } ct_step_event;
 
 void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);

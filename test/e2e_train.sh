@@ -15,7 +15,7 @@ bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 run() {
     code=$1; what=$2; shift 2
     rm -f "$T/s.json"
-    "$B" --quiet --summary "$T/s.json" "$@" >"$T/out" 2>"$T/err"
+    "$B" --quiet --summary "$T/s.json" --set train.run_dir="$T/run" "$@" >"$T/out" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/err" | head -5; fi
 }
@@ -71,7 +71,7 @@ summary "s['status'] == 'diverged'" "summary status diverged"
 has "$T/err" "diverged" "divergence message"
 
 # SIGINT stops after the current step: exit 130, status interrupted.
-"$B" --config configs/fmnist_mlp.json --summary "$T/s.json" --set steps_per_print=1 >"$T/out" 2>"$T/err" &
+"$B" --config configs/fmnist_mlp.json --summary "$T/s.json" --set steps_per_print=1 --set train.run_dir="$T/run2" >"$T/out" 2>"$T/err" &
 pid=$!
 i=0
 while [ $i -lt 100 ] && ! grep -q "^step 2" "$T/err"; do sleep 0.1; i=$((i + 1)); done

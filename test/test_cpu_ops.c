@@ -503,6 +503,95 @@ START_TEST(im2col_col2im) {
 }
 END_TEST
 
+/* Whole-batch conv2d ops against per-image im2col + GEMM in double; 1 and 2 threads give the same
+ * bits. 19 images: dw's fixed blocks of 8 images end in a partial block. */
+static void conv_batch_reference(const ct_conv2d_geom *g, const float *x, const float *w,
+                                 const float *bias, const float *dy, double *y, double *dx, double *dw) {
+    int64_t cg = g->c / g->groups, ocg = g->oc / g->groups, kg = cg * g->kh * g->kw, p = g->oh * g->ow;
+    int64_t in_sz = g->c * g->h * g->w;
+    float *col = malloc((size_t)(kg * p) * 4), *one = calloc((size_t)in_sz, 4);
+    double *dcol = dalloc(kg * p);
+    for (int64_t i = 0; i < g->n; i++)
+        for (int64_t grp = 0; grp < g->groups; grp++) {
+            be1->im2col(be1, col, x + i * in_sz, g, grp);
+            const float *wg = w + grp * ocg * kg, *dyg = dy + (i * g->oc + grp * ocg) * p;
+            for (int64_t o = 0; o < ocg; o++)
+                for (int64_t q = 0; q < p; q++) {
+                    double s = bias ? bias[grp * ocg + o] : 0.0;
+                    for (int64_t r = 0; r < kg; r++) s += (double)wg[o * kg + r] * col[r * p + q];
+                    y[(i * g->oc + grp * ocg + o) * p + q] = s;
+                }
+            for (int64_t o = 0; o < ocg; o++)
+                for (int64_t r = 0; r < kg; r++)
+                    for (int64_t q = 0; q < p; q++) dw[(grp * ocg + o) * kg + r] += (double)dyg[o * p + q] * col[r * p + q];
+            for (int64_t r = 0; r < kg; r++)
+                for (int64_t q = 0; q < p; q++) {
+                    double s = 0;
+                    for (int64_t o = 0; o < ocg; o++) s += (double)wg[o * kg + r] * dyg[o * p + q];
+                    dcol[r * p + q] = s;
+                }
+            /* col2im is linear: push each dcol entry through it with a one-hot column */
+            for (int64_t r = 0; r < kg * p; r++) col[r] = 0.0f;
+            for (int64_t r = 0; r < kg * p; r++) {
+                col[r] = 1.0f;
+                memset(one, 0, (size_t)in_sz * 4);
+                be1->col2im(be1, one, col, g, grp);
+                for (int64_t e = 0; e < in_sz; e++)
+                    if (one[e] != 0.0f) dx[i * in_sz + e] += dcol[r] * one[e];
+                col[r] = 0.0f;
+            }
+        }
+    free(col), free(one), free(dcol);
+}
+
+START_TEST(conv2d_batch_ops) {
+    ct_conv2d_geom geoms[] = {
+        {.n = 19, .c = 3, .h = 7, .w = 6, .oc = 4, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1},
+        {.n = 19, .c = 4, .h = 9, .w = 8, .oc = 6, .kh = 3, .kw = 2, .stride_h = 2, .stride_w = 1,
+         .pad_h = 2, .pad_w = 1, .dil_h = 2, .dil_w = 1, .groups = 2},
+    };
+    for (size_t gi = 0; gi < CT_ARRAY_LEN(geoms); gi++) {
+        ct_conv2d_geom *g = &geoms[gi];
+        fill_out_dims(g);
+        int64_t kg = g->c / g->groups * g->kh * g->kw, p = g->oh * g->ow, in_sz = g->c * g->h * g->w;
+        int64_t nx = g->n * in_sz, ny = g->n * g->oc * p, nw = g->oc * kg;
+        float *x = rnd(nx, 200 + gi, -1, 1), *w = rnd(nw, 210 + gi, -1, 1), *b = rnd(g->oc, 220 + gi, -1, 1);
+        float *dy = rnd(ny, 230 + gi, -1, 1), *dw0 = rnd(nw, 240 + gi, -1, 1);
+        float *y1 = malloc((size_t)ny * 4), *y2 = malloc((size_t)ny * 4);
+        float *dx1 = rnd(nx, 250, -1, 1), *dx2 = rnd(nx, 251, -1, 1);   /* overwritten */
+        float *dw1 = copyf(dw0, nw), *dw2 = copyf(dw0, nw), *dw3 = copyf(dw0, nw);
+        double *yr = dalloc(ny), *dxr = dalloc(nx), *dwr = dalloc(nw);
+        for (int64_t e = 0; e < nw; e++) dwr[e] = dw0[e];
+        conv_batch_reference(g, x, w, b, dy, yr, dxr, dwr);
+        be1->conv2d_forward(be1, y1, x, w, b, g);
+        be2->conv2d_forward(be2, y2, x, w, b, g);
+        expect_close("conv2d_forward", y2, yr, ny, 1e-5, 1e-5);
+        expect_bits("conv2d_forward threads", y1, y2, (size_t)ny * 4);
+        float *db1 = copyf(b, g->oc), *db2 = copyf(b, g->oc);   /* db accumulates too */
+        double *dbr = dalloc(g->oc);
+        for (int64_t e = 0; e < ny; e++) dbr[(e / p) % g->oc] += dy[e];
+        for (int64_t o = 0; o < g->oc; o++) dbr[o] += b[o];
+        be1->conv2d_backward(be1, dx1, dw1, db1, dy, x, w, g);
+        be2->conv2d_backward(be2, dx2, dw2, db2, dy, x, w, g);
+        expect_close("conv2d_backward dx", dx2, dxr, nx, 1e-5, 1e-5);
+        expect_close("conv2d_backward dw", dw2, dwr, nw, 1e-4, 1e-4);
+        expect_close("conv2d_backward db", db2, dbr, g->oc, 1e-5, 1e-5);
+        expect_bits("conv2d_backward dx threads", dx1, dx2, (size_t)nx * 4);
+        expect_bits("conv2d_backward dw threads", dw1, dw2, (size_t)nw * 4);
+        expect_bits("conv2d_backward db threads", db1, db2, (size_t)g->oc * 4);
+        be2->conv2d_backward(be2, NULL, dw3, NULL, dy, x, w, g);    /* no dx, no db: same dw */
+        expect_bits("conv2d_backward dw without dx", dw3, dw2, (size_t)nw * 4);
+        free(db1), free(db2), free(dbr);
+        be2->conv2d_forward(be2, y2, x, w, NULL, g);           /* no bias */
+        for (int64_t e = 0; e < ny; e++) yr[e] -= b[(e / p) % g->oc];
+        expect_close("conv2d_forward without bias", y2, yr, ny, 1e-5, 1e-5);
+        free(x), free(w), free(b), free(dy), free(dw0), free(y1), free(y2), free(dx1), free(dx2);
+        free(dw1), free(dw2), free(dw3), free(yr), free(dxr), free(dwr);
+    }
+}
+END_TEST
+
 /* ---- pooling ---- */
 
 static void pool_dims(ct_pool2d_geom *g) {
@@ -1053,6 +1142,7 @@ int main(void) {
     tcase_add_test(tc, bias_act_and_bias_backward);
     tcase_add_test(tc, dropout_mask_and_threads);
     tcase_add_test(tc, im2col_col2im);
+    tcase_add_test(tc, conv2d_batch_ops);
     tcase_add_test(tc, maxpool);
     tcase_add_test(tc, avgpool);
     tcase_add_test(tc, batchnorm);

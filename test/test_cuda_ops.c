@@ -331,6 +331,26 @@ START_TEST(cast_op) {
 }
 END_TEST
 
+START_TEST(round_to_op) {
+    /* Mixed precision's rounding in place: bit-exact with the CPU (NaN payloads aside, so none). */
+    int64_t n = 70001;
+    float *x = hrand(n, -70000, 70000);
+    x[1] = 1e-6f, x[2] = -3e-8f, x[3] = INFINITY, x[4] = 65520.0f, x[5] = 1.0f + 0x1p-11f, x[6] = 0x1.8p-24f;
+    for (int64_t i = 7; i < n; i += 3) x[i] *= 1e-9f;   /* fp16 subnormals */
+    const ct_dtype dts[2] = {CT_F16, CT_BF16};
+    for (int i = 0; i < 2; i++) {
+        float *want = hcopy(x, n);
+        cpu->round_to(cpu, want, n, dts[i]);
+        float *d = up(x, (size_t)n * sizeof(float));
+        gpu->round_to(gpu, d, n, dts[i]);
+        expect_same_bytes(dts[i] == CT_F16 ? "round_to f16" : "round_to bf16", d, want, (size_t)n * sizeof(float));
+        gfree(d);
+        free(want);
+    }
+    free(x);
+}
+END_TEST
+
 START_TEST(activations) {
     int64_t n = 50021;
     float *x = hrand(n, -6, 6), *dyv = hrand(n, -1, 1);
@@ -779,6 +799,7 @@ int main(void) {
     tcase_add_test(tc, gemm_batched_op);
     tcase_add_test(tc, vector_ops);
     tcase_add_test(tc, cast_op);
+    tcase_add_test(tc, round_to_op);
     tcase_add_test(tc, activations);
     tcase_add_test(tc, bias_act_and_bias_backward);
     tcase_add_test(tc, dropout_op);

@@ -403,6 +403,26 @@ START_TEST(test_shard_corruption) {
 }
 END_TEST
 
+/* Fuzzer finding (test/fuzz/regress/idx-oom-huge-header.bin): a 44-byte IDX file whose header
+ * declares 4 x 2 x 589505315 bytes is reported as truncated, naming the file and offset. */
+START_TEST(test_idx_huge_header) {
+    uint8_t img[12 + 20] = {0, 0, 8, 3, 0, 0, 0, 4, 0, 0, 0, 2};
+    memset(img + 12, 0x23, 20);
+    uint8_t lab[8 + 4] = {0, 0, 8, 1, 0, 0, 0, 4, 1, 2, 3, 4};
+    char ip[300], lp[300], json[700];
+    snprintf(ip, sizeof ip, "%s/huge-images", tmp);
+    snprintf(lp, sizeof lp, "%s/huge-labels", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    int rc = open_entry(json, &ds, &err);
+    ck_assert_msg(rc == CT_ERR_DATA || (rc == CT_ERR_RUNTIME && strstr(err.msg, "out of memory")), "%d %s", rc, err.msg);
+    if (rc == CT_ERR_DATA) ck_assert_msg(strstr(err.msg, "huge-images: truncated at byte offset 32"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_tokens) {
     char src[300], out[300], json[600], file[400];
     snprintf(src, sizeof src, "%s/text.txt", tmp);
@@ -495,6 +515,7 @@ int main(void) {
     tcase_add_test(tc, test_image_folder_errors);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
+    tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_csv);
     suite_add_tcase(s, tc);

@@ -83,9 +83,15 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-/* Load a config file with optional --set overrides; fails the test on error. */
+/* Load a config file with optional --set overrides; fails the test on error. Runs write their
+ * run directory (config.json, checkpoints) under tmpdir unless an override says otherwise. */
 static ct_config *load_config(const char *path, const char *const *sets, int n_sets) {
-    ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = n_sets, .world_size = 1};
+    char run_dir[400];
+    snprintf(run_dir, sizeof run_dir, "train.run_dir=\"%s/runs\"", tmpdir);
+    const char *all[16] = {run_dir};
+    ck_assert_int_lt(n_sets, 15);
+    for (int i = 0; i < n_sets; i++) all[i + 1] = sets[i];
+    ct_config_opts o = {.path = path, .overrides = all, .n_overrides = n_sets + 1, .world_size = 1};
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};
@@ -595,6 +601,77 @@ START_TEST(early_stopping_on_flat_eval_loss) {
 }
 END_TEST
 
+/* ---- checkpoints: stop, save, resume ---- */
+
+typedef struct stop_at {
+    volatile int sig;            /* the trainer's stop_signal */
+    long at;                     /* raise SIGTERM after this step */
+    losses loss;
+} stop_at;
+
+static void stop_after(void *ctx, long step, double loss) {
+    stop_at *s = ctx;
+    record_loss(&s->loss, step, loss);
+    if (step == s->at) s->sig = SIGTERM;
+}
+
+/* One run with the given options; the final parameters are copied into params (n_params). */
+static int fit_with(ct_config *cfg, const ct_run_opts *opts, stop_at *s, float *params, int64_t n_params,
+                    ct_summary *sum) {
+    ct_trainer *t = NULL;
+    ct_err err = {0};
+    int rc = ct_trainer_open(cfg, opts, sum, &t, &err);
+    ck_assert_msg(rc == CT_OK, "open: %s", err.msg);
+    ct_trainer_on_step(t, stop_after, s);
+    rc = ct_trainer_fit(t, &err);
+    ck_assert_msg(rc == CT_OK || rc == CT_EXIT_SIGTERM, "fit: %s", err.msg);
+    if (rc == CT_EXIT_SIGTERM)
+        ck_assert_msg(strstr(err.msg, "saved ") && strstr(err.msg, "global_step"), "%s", err.msg);
+    ct_optim *o = ct_trainer_optim(t);
+    ck_assert_int_eq(o->n, n_params);
+    memcpy(params, o->params, (size_t)n_params * sizeof(float)); /* CPU backend: host memory */
+    ct_trainer_close(t);
+    return rc;
+}
+
+START_TEST(resume_after_stop_is_bitwise) {
+    /* A run stopped by SIGTERM after step 7 (mid-epoch, between evals) and resumed from its
+     * checkpoint gives the uninterrupted run's losses, weights and eval loss bit for bit. */
+    const char *opt = "{\"type\": \"Adam\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}}";
+    char run_b[300];
+    snprintf(run_b, sizeof run_b, "train.run_dir=\"%s/b\"", tmpdir);
+    const char *sets[] = {"train.epochs=3", "train_micro_batch_size_per_gpu=16", "train.eval_interval=4",
+                          run_b};
+    ct_config *a = small_run(cnn_json, opt, NULL, sets, 3);
+    ct_config *b = small_run(cnn_json, opt, NULL, sets, 4);
+    run_result ra = run(a, NULL, NULL, NULL);
+    ck_assert_int_eq(ra.rc, CT_OK);
+    ck_assert_int_eq(ra.loss.n, 18); /* 200 samples, 32 per step, drop_last: 6 steps x 3 epochs */
+    float *pb = malloc((size_t)ra.n_params * sizeof(float));
+    stop_at sb = {.at = 7};
+    ct_run_opts ob = {.quiet = true, .stop_signal = &sb.sig, .resume = "auto"}; /* nothing saved yet */
+    ct_summary sum;
+    ck_assert_int_eq(fit_with(b, &ob, &sb, pb, ra.n_params, &sum), CT_EXIT_SIGTERM);
+    ck_assert_str_eq(sum.status, "interrupted");
+    ck_assert_int_eq(sb.loss.n, 7);
+    ck_assert_mem_eq(sb.loss.v, ra.loss.v, 7 * sizeof(double));
+    stop_at sc = {.at = -1};
+    ct_run_opts oc = {.quiet = true, .stop_signal = &sc.sig, .resume = "auto"};
+    ck_assert_int_eq(fit_with(b, &oc, &sc, pb, ra.n_params, &sum), CT_OK);
+    ck_assert_str_eq(sum.status, "ok");
+    ck_assert_int_eq(sum.steps, 18);
+    ck_assert_int_eq(sc.loss.n, 11);
+    ck_assert_mem_eq(sc.loss.v, ra.loss.v + 7, 11 * sizeof(double));
+    ck_assert_mem_eq(pb, ra.params, (size_t)ra.n_params * sizeof(float));
+    ck_assert_mem_eq(&sum.eval_loss, &ra.sum.eval_loss, sizeof(double));
+    ck_assert_mem_eq(&sum.train_loss, &ra.sum.train_loss, sizeof(double));
+    free(pb);
+    free(ra.params);
+    ct_config_free(a);
+    ct_config_free(b);
+}
+END_TEST
+
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_train_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
@@ -624,6 +701,7 @@ int main(void) {
     tcase_add_test(tc, dry_run_and_summary);
     tcase_add_test(tc, full_epoch_with_eval_learns);
     tcase_add_test(tc, early_stopping_on_flat_eval_loss);
+    tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

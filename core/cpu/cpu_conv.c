@@ -1,4 +1,5 @@
-/* cpu_conv.c: im2col / col2im for convolution as GEMM.
+/* cpu_conv.c: im2col / col2im for convolution as GEMM, and whole-batch conv2d forward/backward
+ * built from them (images in parallel, see below).
  *
  * col has one row per (channel in group, ky, kx) and one column per output pixel:
  *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
@@ -19,6 +20,7 @@ typedef struct {
     const float *cimg;
     const ct_conv2d_geom *g;
     int64_t c0; /* first channel of the group */
+    int64_t ld; /* floats from one col row to the next: oh * ow, or more for several images */
 } conv_ctx;
 
 /* Output columns [ox0, ox1) whose input column ix = ox*sw - pw + kx*dw lies inside [0, w). */
@@ -73,7 +75,7 @@ static void im2col_range(void *c, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t kx = r % g->kw, ky = (r / g->kw) % g->kh, ch = r / (g->kw * g->kh);
         const float *plane = k->cimg + (k->c0 + ch) * g->h * g->w;
-        float *out = k->col + r * g->oh * g->ow;
+        float *out = k->col + r * k->ld;
         if (shifted) {
             im2col_row_shifted(g, plane, out, ky, kx);
             continue;
@@ -109,7 +111,7 @@ static void col2im_range(void *c, int64_t ch0, int64_t ch1) {
         float *plane = k->img + (k->c0 + ch) * g->h * g->w;
         for (int64_t ky = 0; ky < g->kh; ky++) {
             for (int64_t kx = 0; kx < g->kw; kx++) {
-                const float *src = k->ccol + ((ch * g->kh + ky) * g->kw + kx) * g->oh * g->ow;
+                const float *src = k->ccol + ((ch * g->kh + ky) * g->kw + kx) * k->ld;
                 int64_t ox0, ox1;
                 valid_cols(g, kx, &ox0, &ox1);
                 for (int64_t oy = 0; oy < g->oh; oy++) {
@@ -130,10 +132,34 @@ static void col2im_range(void *c, int64_t ch0, int64_t ch1) {
     }
 }
 
+/* The adjoint of im2col_row_shifted for col row (ky, kx): plane += the row shifted back, as one
+ * long add. The row's entries that im2col would zero (their input lies outside the image) are
+ * zeroed in col first, so the add may run across the ends of rows: col is scratch here. Every
+ * input element gets at most one term per (ky, kx) row, in the order col2im_range adds them, so
+ * the result has the same bits. */
+static void col2im_row_shifted(const ct_conv2d_geom *g, float *plane, float *col, int64_t ky,
+                               int64_t kx) {
+    int64_t oy0, oy1, ox0, ox1;
+    valid_rows(g, ky, &oy0, &oy1);
+    valid_cols(g, kx, &ox0, &ox1);
+    int64_t shift = (ky * g->dil_h - g->pad_h) * g->w + (kx * g->dil_w - g->pad_w);
+    int64_t lo = oy0 * g->ow, hi = oy1 * g->ow;
+    int64_t a = lo + shift < 0 ? -shift : lo, b = hi + shift > g->h * g->w ? g->h * g->w - shift : hi;
+    for (int64_t oy = oy0; oy < oy1; oy++) {
+        float *o = col + oy * g->ow;
+        for (int64_t ox = 0; ox < ox0; ox++) o[ox] = 0.0f;
+        for (int64_t ox = ox1; ox < g->ow; ox++) o[ox] = 0.0f;
+    }
+    if (b <= a) return;
+    float *restrict d = plane + a + shift;
+    const float *restrict s = col + a;
+    for (int64_t q = 0; q < b - a; q++) d[q] += s[q];
+}
+
 static void cpu_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g,
                        int64_t group) {
     int64_t cg = g->c / g->groups;
-    conv_ctx c = {.col = col, .cimg = img, .g = g, .c0 = group * cg};
+    conv_ctx c = {.col = col, .cimg = img, .g = g, .c0 = group * cg, .ld = g->oh * g->ow};
     int64_t rows = cg * g->kh * g->kw, per_row = g->oh * g->ow;
     ct_cpu_parallel(ct_cpu_pool_of(be), rows, ct_cpu_ceil_div(CT_CPU_GRAIN, per_row > 0 ? per_row : 1),
                     im2col_range, &c);
@@ -142,7 +168,7 @@ static void cpu_im2col(ct_backend *be, float *col, const float *img, const ct_co
 static void cpu_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g,
                        int64_t group) {
     int64_t cg = g->c / g->groups;
-    conv_ctx c = {.img = img, .ccol = col, .g = g, .c0 = group * cg};
+    conv_ctx c = {.img = img, .ccol = col, .g = g, .c0 = group * cg, .ld = g->oh * g->ow};
     int64_t per_ch = g->kh * g->kw * g->oh * g->ow;
     ct_cpu_parallel(ct_cpu_pool_of(be), cg, ct_cpu_ceil_div(CT_CPU_GRAIN, per_ch > 0 ? per_ch : 1),
                     col2im_range, &c);
@@ -160,17 +186,34 @@ static void cpu_col2im(ct_backend *be, float *img, const float *col, const ct_co
 typedef struct {
     const ct_conv2d_geom *g;
     float *y, *dx, *partial;     /* partial: [blocks, oc * kg] dw of each block of images */
+    double *bpartial;            /* [blocks, oc] db of each block, or NULL */
     const float *x, *w, *bias, *dy;
-    float *dw;
+    float *dw, *db;
     int64_t blocks;
 } batch_ctx;
 
 static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
 
 /* col [kg, p] = im2col of image x for one group, on the calling thread. */
-static void im2col_serial(float *col, const float *x, const ct_conv2d_geom *g, int64_t group) {
-    conv_ctx c = {.col = col, .cimg = x, .g = g, .c0 = group * (g->c / g->groups)};
+static void im2col_serial(float *col, int64_t ld, const float *x, const ct_conv2d_geom *g,
+                          int64_t group) {
+    conv_ctx c = {.col = col, .cimg = x, .g = g, .c0 = group * (g->c / g->groups), .ld = ld};
     im2col_range(&c, 0, conv_kg(g));
+}
+
+/* img += col2im(col) for one group, on the calling thread; col [kg, p] is scratch (modified). */
+static void col2im_serial(float *img, float *col, int64_t ld, const ct_conv2d_geom *g, int64_t group) {
+    int64_t cg = g->c / g->groups, c0 = group * cg;
+    if (!(g->stride_h == 1 && g->stride_w == 1 && g->ow == g->w)) {
+        conv_ctx c = {.img = img, .ccol = col, .g = g, .c0 = c0, .ld = ld};
+        col2im_range(&c, 0, cg);
+        return;
+    }
+    for (int64_t ch = 0; ch < cg; ch++)
+        for (int64_t ky = 0; ky < g->kh; ky++)
+            for (int64_t kx = 0; kx < g->kw; kx++)
+                col2im_row_shifted(g, img + (c0 + ch) * g->h * g->w,
+                                   col + ((ch * g->kh + ky) * g->kw + kx) * ld, ky, kx);
 }
 
 static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
@@ -182,7 +225,7 @@ static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
         const float *x = k->x + i * g->c * g->h * g->w;
         float *y = k->y + i * g->oc * p;
         for (int64_t grp = 0; grp < g->groups; grp++) {
-            im2col_serial(col, x, g, grp);
+            im2col_serial(col, p, x, g, grp);
             /* y_grp [ocg, p] = w_grp [ocg, kg] col [kg, p] */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)p,
                         (blasint)kg, 1.0f, k->w + grp * ocg * kg, (blasint)kg, col, (blasint)p,
@@ -204,22 +247,27 @@ static void cpu_conv2d_forward(ct_backend *be, float *y, const float *x, const f
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
 }
 
-/* Blocks [b0, b1) of CONV_DW_IMAGES images: the block's dw partial, and dx of its images. */
+/* Blocks [b0, b1) of CONV_DW_IMAGES images: the block's dw and db partials, and dx of its images.
+ * Per image, not with the block's images side by side in one GEMM: that measured slower here
+ * (the copy of dy into [oc, block * p] cost more than the longer K gained). */
 static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
     batch_ctx *k = ctx;
     const ct_conv2d_geom *g = k->g;
     int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups, in_sz = g->c * g->h * g->w;
     float *col = ct_xmalloc((size_t)(2 * kg * p) * sizeof(float)), *dcol = col + kg * p;
     for (int64_t b = b0; b < b1; b++) {
-        float *part = k->partial + b * g->oc * kg;               /* [oc, kg] */
+        float *part = k->partial + b * g->oc * kg;                       /* [oc, kg] */
+        double *bpart = k->bpartial ? k->bpartial + b * g->oc : NULL;   /* [oc] */
+        for (int64_t o = 0; bpart && o < g->oc; o++) bpart[o] = 0.0;
         int64_t i_end = (b + 1) * CONV_DW_IMAGES < g->n ? (b + 1) * CONV_DW_IMAGES : g->n;
         for (int64_t i = b * CONV_DW_IMAGES; i < i_end; i++) {
             const float *dy = k->dy + i * g->oc * p;
             float *dx = k->dx ? k->dx + i * in_sz : NULL;
             if (dx) memset(dx, 0, (size_t)in_sz * sizeof(float));
+            for (int64_t o = 0; bpart && o < g->oc; o++) bpart[o] += ct_cpu_sum(dy + o * p, p);
             for (int64_t grp = 0; grp < g->groups; grp++) {
                 const float *dy_g = dy + grp * ocg * p, *w_g = k->w + grp * ocg * kg;
-                im2col_serial(col, k->x + i * in_sz, g, grp);
+                im2col_serial(col, p, k->x + i * in_sz, g, grp);
                 /* part_grp [ocg, kg] (+)= dy_grp [ocg, p] col^T [p, kg] */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)kg,
                             (blasint)p, 1.0f, dy_g, (blasint)p, col, (blasint)p,
@@ -229,8 +277,7 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kg, (blasint)p,
                             (blasint)ocg, 1.0f, w_g, (blasint)kg, dy_g, (blasint)p, 0.0f, dcol,
                             (blasint)p);
-                conv_ctx c = {.img = dx, .ccol = dcol, .g = g, .c0 = grp * (g->c / g->groups)};
-                col2im_range(&c, 0, g->c / g->groups);
+                col2im_serial(dx, dcol, p, g, grp);
             }
         }
     }
@@ -248,14 +295,21 @@ static void conv_dw_sum(void *ctx, int64_t e0, int64_t e1) {
     }
 }
 
-static void cpu_conv2d_backward(ct_backend *be, float *dx, float *dw, const float *dy,
+static void cpu_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
                                 const float *x, const float *w, const ct_conv2d_geom *g) {
     int64_t blocks = ct_cpu_ceil_div(g->n, CONV_DW_IMAGES), wsz = g->oc * conv_kg(g);
-    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .dy = dy, .x = x, .w = w, .blocks = blocks};
+    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w, .blocks = blocks};
     c.partial = ct_xmalloc((size_t)(blocks * wsz) * sizeof(float));
+    if (db) c.bpartial = ct_xmalloc((size_t)(blocks * g->oc) * sizeof(double));
     ct_cpu_parallel(ct_cpu_pool_of(be), blocks, 1, conv_bwd_blocks, &c);
     ct_cpu_parallel(ct_cpu_pool_of(be), wsz, CT_CPU_GRAIN / blocks + 1, conv_dw_sum, &c);
+    for (int64_t o = 0; db && o < g->oc; o++) {   /* the blocks' bias sums in block order */
+        double acc = 0.0;
+        for (int64_t b = 0; b < blocks; b++) acc += c.bpartial[b * g->oc + o];
+        db[o] += (float)acc;
+    }
     free(c.partial);
+    free(c.bpartial);
 }
 
 void ct_cpu_conv_install(ct_backend *be) {

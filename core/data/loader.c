@@ -19,7 +19,7 @@
 #include "core/rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
-enum { CACHE_EMPTY, CACHE_READY, CACHE_WRITING, CACHE_CORRUPT };
+enum { CACHE_EMPTY, CACHE_READY, CACHE_WRITING };
 
 typedef struct slot {
     void *in, *tgt;              /* pinned host: [batch, sample], [batch, target] */

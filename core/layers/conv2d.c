@@ -119,11 +119,12 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
     float *col = io->ws, *dcol = col + kg * p;            /* [kg, p] each */
-    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p);
     if (be->conv2d_backward) {
-        be->conv2d_backward(be, io->dx[0], io->dp[0], io->dy, io->x[0], io->p[0], &g);
+        be->conv2d_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->x[0],
+                            io->p[0], &g);
         return;
     }
+    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p);
     if (io->dx[0]) be->memset0(be, io->dx[0], (size_t)(io->n * in_sz) * sizeof(float));
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {

@@ -1,0 +1,205 @@
+#!/bin/sh
+# End-to-end checkpoints on the CPU, on a generated IDX data set (random 16x16 images, 4 classes):
+#  - kill -9 at a random step once a checkpoint exists, then --resume auto: final weights,
+#    optimizer state and state.json (17-digit loss sums) byte-identical to an uninterrupted run;
+#  - SIGINT and SIGTERM: exit 130/143, "saved DIR", a loadable checkpoint, and the resume also
+#    ends byte-identical;
+#  - keep_last, best/ (matches the best eval), early stopping, export -> model.init_from and
+#    ctrain eval round trips, a shape change on resume (exit 2 naming the tensor), a truncated
+#    model.safetensors (exit 3 naming the file), --resume auto with nothing saved starts fresh.
+# Usage: e2e_resume.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
+set -u
+B=${1:-build}/ctrain
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+[ -n "$PY" ] || { echo "python3 not found"; exit 77; }
+[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+ok()  { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
+# summary FILE EXPR DESCRIPTION: a Python expression over the summary dict s must be true
+summary() {
+    if "$PY" -c "import json,sys; s=json.load(open('$1')); sys.exit(0 if ($2) else 1)" 2>/dev/null; then
+        ok "$3"
+    else
+        bad "$3: $(cat "$1" 2>/dev/null || echo 'no summary')"
+    fi
+}
+# same DIR_A DIR_B DESCRIPTION: the two checkpoints hold the same bytes (state.json but for the
+# config hash: the runs differ in train.run_dir)
+same() {
+    for f in model.safetensors optimizer.safetensors; do
+        if ! cmp -s "$1/$f" "$2/$f"; then bad "$3: $f differs"; return; fi
+    done
+    grep -v config_hash "$1/state.json" >"$T/s1"
+    grep -v config_hash "$2/state.json" >"$T/s2"
+    if cmp -s "$T/s1" "$T/s2"; then ok "$3"; else bad "$3: state.json differs"; diff "$T/s1" "$T/s2" | head -6; fi
+}
+
+"$PY" - "$T" <<'EOF'
+import gzip, random, struct, sys
+r = random.Random(11)
+def write(stem, n):
+    with gzip.open(f"{sys.argv[1]}/{stem}-images.gz", "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 16, 16) + r.randbytes(n * 256))
+    with gzip.open(f"{sys.argv[1]}/{stem}-labels.gz", "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + bytes(r.randrange(4) for _ in range(n)))
+write("train", 2000)
+write("eval", 200)
+EOF
+# mlp HIDDEN: the config with a hidden layer of HIDDEN (dropout keys its stream by micro-step, so
+# a resume that got the counters wrong would differ).
+mlp() {
+    cat <<EOF
+{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 16,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.002, "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 250, "warmup_num_steps": 20}},
+ "steps_per_print": 1,
+ "model": {"input": [1, 16, 16], "layers": [{"type": "flatten", "name": "flat"},
+   {"type": "linear", "name": "fc1", "out": $1}, {"type": "relu", "name": "r1"},
+   {"type": "dropout", "name": "drop", "p": 0.1},
+   {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "idx", "images": "train-images.gz", "labels": "train-labels.gz"},
+          "eval": {"format": "idx", "images": "eval-images.gz", "labels": "eval-labels.gz"},
+          "workers": 2, "transform": {"normalize": {"mean": [0.5], "std": [0.25]}}},
+ "train": {"epochs": 4, "seed": 5, "device": "cpu", "eval_interval": 40, "save_interval": 25,
+           "keep_last": 2}}
+EOF
+}
+mlp 768 >"$T/c.json"
+mlp 96 >"$T/c_shape.json"
+C="$T/c.json"
+final=global_step248   # 2000 samples, 32 per step, drop_last: 62 steps/epoch x 4
+
+# --- uninterrupted reference run
+"$B" --config "$C" --set train.run_dir=\""$T/a"\" --summary "$T/a.json" >/dev/null 2>"$T/a.err"
+rc=$?
+[ $rc -eq 0 ] && ok "reference run exits 0" || { bad "reference run (exit $rc)"; tail -5 "$T/a.err"; }
+summary "$T/a.json" "s['status'] == 'ok' and s['steps'] == 248" "reference run: 248 steps"
+[ -f "$T/a/config.json" ] && ok "run_dir/config.json written" || bad "no run_dir/config.json"
+n=$(ls -d "$T"/a/checkpoints/global_step* | wc -l)
+[ "$n" -eq 2 ] && ok "keep_last 2 leaves 2 checkpoints" || bad "keep_last 2 left $n checkpoints"
+[ "$(cat "$T/a/checkpoints/latest")" = "$final" ] && ok "latest names $final" || bad "latest: $(cat "$T/a/checkpoints/latest")"
+
+# best/: its step and value are those of the lowest eval loss printed
+"$PY" - "$T/a.err" "$T/a/checkpoints/best/state.json" <<'EOF' && ok "best/ holds the best eval" || bad "best/ does not match the best eval"
+import json, re, sys
+evals = [(float(l.split()[6]), int(l.split()[2])) for l in open(sys.argv[1]) if l.startswith("eval  step")]
+st = json.load(open(sys.argv[2]))
+best = min(evals)
+sys.exit(0 if len(evals) >= 6 and abs(st["best_value"] - best[0]) < 6e-5 and st["best_step"] == best[1] else 1)
+EOF
+
+# --- kill -9 at a random step after the first checkpoint, then resume auto
+"$B" --config "$C" --set train.run_dir=\""$T/k"\" >/dev/null 2>"$T/k.err" &
+pid=$!
+# a random step K between the first checkpoint (25) and the last one (225)
+K=$(awk 'BEGIN { srand(); printf "%d", 26 + rand() * 150 }')
+i=0
+while [ $i -lt 1000 ] && ! grep -q "^step $K/" "$T/k.err"; do sleep 0.01; i=$((i + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid
+rc=$?
+at=$(grep -c '^step ' "$T/k.err")
+if [ $rc -eq 137 ]; then ok "killed with -9 after step $at"; else bad "run was not killed (exit $rc)"; fi
+"$B" --config "$C" --set train.run_dir=\""$T/k"\" --resume auto --summary "$T/k.json" >/dev/null 2>"$T/k2.err"
+rc=$?
+[ $rc -eq 0 ] && ok "resume after kill -9 exits 0" || { bad "resume after kill -9 (exit $rc)"; tail -5 "$T/k2.err"; }
+has "$T/k2.err" "resuming from .*global_step" "resume names the checkpoint"
+same "$T/a/checkpoints/$final" "$T/k/checkpoints/$final" "kill -9 + resume: weights, optimizer and state bitwise equal"
+# the printed losses of the steps after the resume equal the reference run's
+grep '^step ' "$T/k2.err" | sed 's/ETA.*//; s/[0-9.]* samples\/s//' >"$T/k2.steps"
+grep '^step ' "$T/a.err" | sed 's/ETA.*//; s/[0-9.]* samples\/s//' | grep -F -x -f "$T/k2.steps" | wc -l >"$T/k2.n"
+[ "$(cat "$T/k2.n")" -eq "$(wc -l <"$T/k2.steps")" ] && [ "$(cat "$T/k2.n")" -gt 0 ] \
+    && ok "resumed steps print the reference run's losses" || bad "resumed step losses differ"
+summary "$T/k.json" "s['status'] == 'ok' and s['steps'] == 248" "resumed summary: ok, 248 steps"
+
+# --- SIGINT and SIGTERM: finish the step, save, exit 130/143; the resume ends equal
+for sig in INT TERM; do
+    code=130; [ $sig = TERM ] && code=143
+    "$B" --config "$C" --set train.run_dir=\""$T/$sig"\" --summary "$T/$sig.json" >/dev/null 2>"$T/$sig.err" &
+    pid=$!
+    i=0
+    while [ $i -lt 400 ] && ! grep -q '^step 3' "$T/$sig.err"; do sleep 0.02; i=$((i + 1)); done
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    [ $rc -eq $code ] && ok "SIG$sig exits $code" || bad "SIG$sig exit code $rc"
+    has "$T/$sig.err" "interrupted by SIG$sig after step [0-9]*; saved .*global_step" "SIG$sig message names the checkpoint"
+    summary "$T/$sig.json" "s['status'] == 'interrupted'" "SIG$sig summary status interrupted"
+    "$B" info "$T/$sig/checkpoints" >/dev/null 2>&1 && ok "SIG$sig checkpoint loads (ctrain info)" || bad "SIG$sig checkpoint unreadable"
+    "$B" --config "$C" --set train.run_dir=\""$T/$sig"\" --resume auto --quiet >/dev/null 2>"$T/$sig.2.err"
+    rc=$?
+    [ $rc -eq 0 ] && ok "SIG$sig resume exits 0" || { bad "SIG$sig resume (exit $rc)"; tail -3 "$T/$sig.2.err"; }
+    same "$T/a/checkpoints/$final" "$T/$sig/checkpoints/$final" "SIG$sig + resume: bitwise equal"
+done
+
+# --- fp16 with a loss scale that overflows (skipped steps, halvings, hysteresis): stop at
+# max_steps 98 (inside a doubling window: the scaler's phase matters), resume with max_steps
+# removed (a hyperparameter change, reported), end equal
+F16="--set fp16.enabled=true --set fp16.initial_scale_power=32 --set fp16.loss_scale_window=4 --set fp16.hysteresis=2"
+# shellcheck disable=SC2086
+"$B" --config "$C" --set train.run_dir=\""$T/h"\" $F16 --quiet --summary "$T/h.json" >/dev/null 2>"$T/h.err"
+# shellcheck disable=SC2086
+"$B" --config "$C" --set train.run_dir=\""$T/i"\" $F16 --set train.max_steps=98 --quiet >/dev/null 2>"$T/i.err"
+# shellcheck disable=SC2086
+"$B" --config "$C" --set train.run_dir=\""$T/i"\" $F16 --resume auto >/dev/null 2>"$T/i2.err"
+rc=$?
+[ $rc -eq 0 ] && ok "fp16 resume exits 0" || { bad "fp16 resume (exit $rc)"; tail -3 "$T/i2.err"; }
+summary "$T/h.json" "s['skipped_steps'] > 5" "fp16 reference run skipped overflowing steps"
+has "$T/i2.err" "train.max_steps: 98 -> 0" "resume lists the changed hyperparameter"
+same "$T/h/checkpoints/$final" "$T/i/checkpoints/$final" "fp16 stop + resume: bitwise equal (loss scaler restored)"
+
+# --- resume errors: a shape change exits 2 naming the tensor; a truncated file exits 3 naming it
+"$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/a"\" --resume auto --quiet >/dev/null 2>"$T/shape.err"
+rc=$?
+[ $rc -eq 2 ] && ok "shape change on resume exits 2" || bad "shape change on resume: exit $rc"
+has "$T/shape.err" "fc1.weight: \[768, 256\] in .*, \[96, 256\] in the model" "shape change names the tensor and both shapes"
+cp -r "$T/a/checkpoints/$final" "$T/cut"
+head -c 1000 "$T/a/checkpoints/$final/model.safetensors" >"$T/cut/model.safetensors"
+"$B" --config "$C" --set train.run_dir=\""$T/x"\" --resume "$T/cut" --quiet >/dev/null 2>"$T/cut.err"
+rc=$?
+[ $rc -eq 3 ] && ok "truncated model.safetensors exits 3" || bad "truncated checkpoint: exit $rc"
+has "$T/cut.err" "cut/model.safetensors" "truncated checkpoint names the file"
+"$B" eval --config "$C" --checkpoint "$T/cut" --quiet >/dev/null 2>"$T/cut2.err"
+rc=$?
+[ $rc -eq 3 ] && ok "ctrain eval of a truncated checkpoint exits 3" || bad "eval of truncated checkpoint: exit $rc"
+
+# --- ctrain eval, export and model.init_from give the reference run's eval loss
+"$B" eval --config "$C" --checkpoint "$T/a/checkpoints" --quiet --summary "$T/ev.json" >/dev/null 2>"$T/ev.err"
+rc=$?
+[ $rc -eq 0 ] && ok "ctrain eval exits 0" || { bad "ctrain eval (exit $rc)"; tail -3 "$T/ev.err"; }
+summary "$T/ev.json" "s['status'] == 'ok' and s['steps'] == 248 and s['eval_loss'] == json.load(open('$T/a.json'))['eval_loss']" \
+    "ctrain eval: the reference run's eval loss"
+"$B" export --checkpoint "$T/a/checkpoints" --out "$T/w.safetensors" >/dev/null 2>"$T/ex.err" \
+    && ok "export" || bad "export: $(cat "$T/ex.err")"
+# one step at lr 0 (AdamW moves nothing) from the exported weights, then the end-of-run eval
+"$B" --config "$C" --set train.run_dir=\""$T/f"\" --set model.init_from=\""$T/w.safetensors"\" \
+    --set optimizer.params.lr=0 --set train.max_steps=1 --summary "$T/f.json" >/dev/null 2>"$T/f.err"
+rc=$?
+[ $rc -eq 0 ] && ok "init_from run exits 0" || { bad "init_from run (exit $rc)"; tail -3 "$T/f.err"; }
+has "$T/f.err" "4 of 4 tensors loaded" "init_from reports the tensors loaded"
+summary "$T/f.json" "s['eval_loss'] == json.load(open('$T/a.json'))['eval_loss']" "export + init_from: same eval loss"
+"$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/g"\" --set model.init_from=\""$T/w.safetensors"\" \
+    --quiet >/dev/null 2>"$T/g.err"
+rc=$?
+[ $rc -eq 2 ] && ok "init_from with other shapes exits 2 (init_strict)" || bad "strict init_from mismatch: exit $rc"
+has "$T/g.err" "fc1.weight" "init_from mismatch lists the tensor"
+
+# --- early stopping (lr 0: eval loss never improves) and --resume auto with nothing saved
+"$B" --config "$C" --set train.run_dir=\""$T/e"\" --set optimizer.params.lr=0 \
+    --set train.early_stopping='{"metric": "eval_loss", "patience": 2}' --set train.eval_interval=5 \
+    --resume auto --summary "$T/e.json" >/dev/null 2>"$T/e.err"
+rc=$?
+[ $rc -eq 0 ] && ok "early-stopped run exits 0" || { bad "early stopping run (exit $rc)"; tail -3 "$T/e.err"; }
+has "$T/e.err" "no checkpoint in .* yet; starting fresh" "--resume auto with nothing saved starts fresh"
+summary "$T/e.json" "s['status'] == 'early_stopped' and s['steps'] == 15" "early stopping: status early_stopped at step 15"
+has "$T/e.err" "early stopping: eval_loss did not improve by 0 for 2 evals; best .* at step 5" "early stopping says why"
+[ "$(cat "$T/e/checkpoints/latest")" = global_step15 ] && ok "early-stopped run saved its last step" \
+    || bad "early stop checkpoint: latest $(cat "$T/e/checkpoints/latest" 2>/dev/null)"
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
