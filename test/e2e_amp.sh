@@ -16,7 +16,7 @@ bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 # run CODE NAME DESCRIPTION ARGS...: ctrain --summary $T/NAME.json ARGS; check the exit code
 run() {
     code=$1; name=$2; what=$3; shift 3
-    "$B" --summary "$T/$name.json" "$@" >"$T/$name.out" 2>"$T/$name.err"
+    "$B" --summary "$T/$name.json" --set train.run_dir="$T/run_$name" "$@" >"$T/$name.out" 2>"$T/$name.err"
     rc=$?
     if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/$name.err" | tail -5; fi
 }

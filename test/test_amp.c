@@ -282,8 +282,9 @@ static ct_config *regression_config(const char *fp16, double lr, int steps) {
              " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"fc\", \"out\": 1, "
              "\"bias\": false}], \"loss\": {\"type\": \"mse\"}},\n"
              " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"%s\"}},\n"
-             " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"cpu\", \"threads\": 2}}\n",
-             lr, lr, fp16, csv, steps);
+             " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"cpu\", \"threads\": 2, "
+             "\"run_dir\": \"%s/run\"}}\n",
+             lr, lr, fp16, csv, steps, tmpdir);
     write_text(path, text);
     return load_config(path, NULL, 0);
 }

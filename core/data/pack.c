@@ -115,8 +115,8 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
     } else {
         cJSON_AddStringToObject(e, "root", a->src);
     }
-    int rc = strcmp(a->from, "idx") == 0 ? ct_idx_open(&cfg, e, "pack --from", ds, err)
-                                         : ct_image_folder_open(&cfg, e, "pack --from", ds, err);
+    int rc = strcmp(a->from, "idx") == 0 ? ct_idx_open(&cfg, e, "pack", ds, err)
+                                         : ct_image_folder_open(&cfg, e, "pack", ds, err);
     cJSON_Delete(e);
     return rc;
 }
