@@ -10,6 +10,7 @@
 
 #include "core/backend.h"
 #include "core/ckpt_cli.h"
+#include "core/data/bench_data.h"
 #include "core/data/pack.h"
 #include "core/common.h"
 #include "core/config.h"
@@ -20,9 +21,10 @@ static const char USAGE[] =
     "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
     "       ctrain config check FILE [--world-size N]\n"
     "       ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress]\n"
-    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR\n"
+    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR\n"
     "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
     "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--summary FILE]\n"
+    "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
     "       ctrain plot ...   (not implemented yet)\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
@@ -330,6 +332,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "info")) return run_subcommand(ct_info_main, argc - 1, argv + 1);
         if (!strcmp(argv[1], "export")) return run_subcommand(ct_export_main, argc - 1, argv + 1);
         if (!strcmp(argv[1], "eval")) return run_subcommand(ct_eval_main, argc - 1, argv + 1);
+        if (!strcmp(argv[1], "bench-data")) return run_subcommand(ct_bench_data_main, argc - 1, argv + 1);
         for (int i = 0; i < CT_ARRAY_LEN(later); i++) {
             if (!strcmp(argv[1], later[i])) {
                 fprintf(stderr, "ctrain: error: '%s' is not implemented yet in ctrain %s\n", argv[1], CT_VERSION);

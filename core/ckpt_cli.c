@@ -13,6 +13,7 @@
 
 #include "core/ckpt.h"
 #include "core/ckpt_fs.h"
+#include "core/data/shard.h"
 #include "core/safetensors.h"
 
 #define CLI_PATH 4096
@@ -142,13 +143,35 @@ static int info_save_dir(const char *dir, FILE *out, ct_err *err) {
     return info_checkpoint(chosen, out, err);
 }
 
+/* A shard file (by its magic number) or a directory holding *.cts shard files. */
+static bool is_shard(const char *p, const struct stat *st) {
+    if (S_ISDIR(st->st_mode)) {
+        DIR *d = opendir(p);
+        if (!d) return false;
+        bool found = false;
+        for (struct dirent *e; !found && (e = readdir(d));) {
+            size_t n = strlen(e->d_name);
+            found = n > 4 && strcmp(e->d_name + n - 4, ".cts") == 0;
+        }
+        closedir(d);
+        return found;
+    }
+    char magic[8];
+    FILE *f = fopen(p, "rb");
+    if (!f) return false;
+    bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, CT_SHARD_MAGIC, 8) == 0;
+    fclose(f);
+    return ok;
+}
+
 int ct_info_main(int argc, char **argv, ct_err *err) {
     if (argc != 2 || argv[1][0] == '-')
         return ct_errf(err, CT_ERR_CONFIG,
-                       "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR");
+                       "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR");
     const char *p = argv[1];
     struct stat st;
     if (stat(p, &st) != 0) return ct_errf(err, CT_ERR_DATA, "%s: %s", p, strerror(errno));
+    if (is_shard(p, &st)) return ct_shard_info(p, stdout, err);
     if (!S_ISDIR(st.st_mode)) return info_file(p, stdout, err);
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);

@@ -65,5 +65,15 @@ if [ -d "$CORPUS" ]; then
     expect 2 "config check rejects W=8 batch" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json" --world-size 8
 fi
 
+FM=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
+if [ -f "$FM" ]; then
+    expect 0 "pack idx into a shard" -- "$B" pack --from idx "$FM" --out "$T/shards"
+    expect 0 "info on a shard directory" -- "$B" info "$T/shards"
+    has "$T/out" "records  10000" "info counts the records"
+    head -c 1000 "$T"/shards/*.cts > "$T/bad.cts"
+    expect 3 "info on a truncated shard" -- "$B" info "$T/bad.cts"
+    has "$T/err" "bad.cts: truncated" "truncated shard named"
+fi
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

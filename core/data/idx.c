@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "core/data/dataset.h"
@@ -144,6 +145,21 @@ static int idx_read(const char *path, const char *field, idx_file *out, ct_err *
     }
     out->per_item = (int64_t)(total / (uint64_t)out->dims[0]);
     size_t bytes = (size_t)total * (size_t)out->elem;
+    /* Never trust the header with an allocation: the data must fit in the file. Deflate expands
+     * at most ~1032:1, so a .gz file bounds its content too (a 44-byte file cannot claim 4 GB). */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        uint64_t fsize = (uint64_t)st.st_size, header = 4 + 4 * (uint64_t)out->ndim;
+        bool gz = gzdirect(f) == 0;
+        uint64_t limit = gz ? fsize * 1032 + 4096 : (fsize > header ? fsize - header : 0);
+        if ((uint64_t)bytes > limit) {
+            rc = ct_errf(err, CT_ERR_DATA,
+                         "%s: truncated or not an IDX file: the header declares %llu bytes of data but "
+                         "the %sfile is %llu bytes", path, (unsigned long long)bytes, gz ? "compressed " : "",
+                         (unsigned long long)fsize);
+            goto fail;
+        }
+    }
     out->data = malloc(bytes);
     if (!out->data) {
         rc = ct_errf(err, CT_ERR_RUNTIME, "%s: out of memory reading %zu bytes", path, bytes);

@@ -430,3 +430,36 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
     *out = ds;
     return CT_OK;
 }
+
+/* `ctrain info` on a shard file or directory: validate headers and indexes (not the records'
+ * checksums, which a full read checks) and print the geometry and counts. */
+int ct_shard_info(const char *path, FILE *out, ct_err *err) {
+    ct_dataset *ds = ct_xcalloc(1, sizeof *ds);
+    shard_impl *im = ct_xcalloc(1, sizeof *im);
+    ds->impl = im;
+    ds->close = shard_close;
+    int rc = list_shards(path, im, err);
+    int64_t total = 0;
+    uint64_t bytes = 0, compressed = 0;
+    for (int i = 0; !rc && i < im->nfiles; i++) {
+        rc = map_file(&im->files[i], err);
+        if (!rc) rc = check_shard(&im->files[i], ds, im, i == 0, err);
+        if (rc) break;
+        shard_file *f = &im->files[i];
+        total += f->count;
+        bytes += f->size;
+        const uint8_t *idx = f->map + get64(f->map + 24);
+        for (int64_t r = 0; r < f->count; r++)
+            if (get32(idx + r * CT_SHARD_ENTRY + 24) & CT_SHARD_ZLIB) compressed++;
+    }
+    if (!rc) {
+        char shape[96];
+        fprintf(out, "shard dataset %s\n", path);
+        fprintf(out, "  files    %d (%.1f MiB)\n", im->nfiles, (double)bytes / (1 << 20));
+        fprintf(out, "  records  %lld (%llu zlib-compressed)\n", (long long)total, (unsigned long long)compressed);
+        fprintf(out, "  sample   %s %s, %lld classes\n", ct_shape_str(&ds->sample_shape, shape, sizeof shape),
+                im->encoding == CT_SHARD_U8 ? "u8" : "f32", (long long)ds->classes);
+    }
+    shard_close(ds);
+    return rc;
+}

@@ -48,4 +48,8 @@ void ct_shard_writer_discard(ct_shard_writer *w);
 /* Finish the last shard. Returns CT_OK or an I/O error; the writer is released either way. */
 int ct_shard_writer_close(ct_shard_writer *w, ct_err *err);
 
+/* `ctrain info` for a shard file or a directory of shards: checks headers and indexes, prints
+ * files, records and sample geometry to out. CT_ERR_DATA naming the file when one is corrupt. */
+int ct_shard_info(const char *path, FILE *out, ct_err *err);
+
 #endif
