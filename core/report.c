@@ -106,8 +106,11 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
     r->win_loss += e->loss;
     r->win_n++;
     r->win_samples += e->samples;
+    r->win_wait += e->data_wait_s;
+    r->epoch_wait += e->data_wait_s;
     if (r->quiet) return;
     double now = ct_now();
+    double wait_pct = 100 * r->win_wait / fmax(now - r->win_t0, 1e-9);
     char eta[32], total[32] = "";
     if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
     if (r->steps_per_print > 0 && e->step % r->steps_per_print == 0) {
@@ -117,18 +120,20 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
             snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
         else if (e->loss_scale > 0)
             snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
-        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %.0f samples/s  ETA %s",
+        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %.0f samples/s  "
+                       "data %.1f%%  ETA %s",
                        e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr,
-                       e->grad_norm, scale, rate, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+                       e->grad_norm, scale, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         r->win_loss = 0;
         r->win_n = 0;
         r->win_samples = 0;
+        r->win_wait = 0;
         r->win_t0 = now;
     } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
         double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
-        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %.0f samples/s  ETA %s",
+        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %.0f samples/s  data %.1f%%  ETA %s",
                 e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
-                e->lr, rate, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+                e->lr, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         fflush(r->out);
         r->redrawn = true;
         r->last_draw = now;
@@ -149,11 +154,14 @@ void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double trai
         r->win_loss = 0;
         r->win_n = 0;
         r->win_samples = 0;
+        r->win_wait = 0;
         r->win_t0 = ct_now();
     }
     char d[32];
-    ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %.0f samples/s", epoch, epochs,
-                   step, train_loss, ct_fmt_duration(secs, d, sizeof d), samples_per_s);
+    ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %.0f samples/s  data wait %.1f%%",
+                   epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d), samples_per_s,
+                   100 * r->epoch_wait / fmax(secs, 1e-9));
+    r->epoch_wait = 0;
 }
 
 void ct_report_end(ct_report *r, const ct_summary *s) {
@@ -163,6 +171,8 @@ void ct_report_end(ct_report *r, const ct_summary *s) {
     const char *what = strcmp(s->status, "ok") == 0 ? "done" : s->status;
     ct_report_line(r, "%s in %s · %ld steps%s%s", what, ct_fmt_duration(s->wall_s, d, sizeof d),
                    s->steps, ev, acc);
+    if (isfinite(s->data_wait_share))
+        ct_report_line(r, "data wait %.1f%% of training-step time", 100 * s->data_wait_share);
 }
 
 /* ---- summary ---- */
@@ -173,6 +183,7 @@ void ct_summary_init(ct_summary *s) {
     s->train_loss = s->eval_loss = s->eval_accuracy = NAN;
     s->tokens_per_s = s->loss_scale = s->samples_per_s = NAN;
     s->first_step_s = NAN;
+    s->data_wait_share = NAN;
 }
 
 static void put_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -209,6 +220,7 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     fprintf(f, ",\"skipped_steps\":%ld,\"run_dir\":", s->skipped_steps);
     put_str(f, s->run_dir);
     put_num(f, "first_step_s", s->first_step_s, "%.3f");
+    put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
     if (s->error[0]) {
         fputs(",\"error\":", f);
         put_str(f, s->error);

@@ -24,6 +24,8 @@ typedef struct ct_report {
     long win_n;
     double win_t0;               /* ct_now() at the window start */
     int64_t win_samples;
+    double win_wait;             /* seconds the loop waited for data in the window */
+    double epoch_wait;           /* ... in the current epoch */
 } ct_report;
 
 /* One optimizer step, as the loop saw it. */
@@ -36,6 +38,7 @@ typedef struct ct_step_event {
     int64_t samples;             /* samples in this step */
     double loss_scale;           /* fp16: the loss scale the next step uses; 0 when not fp16 */
     long skipped_steps;          /* fp16: steps skipped for gradient overflow so far */
+    double data_wait_s;          /* seconds this step waited for its batches */
 } ct_step_event;
 
 void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);

@@ -37,6 +37,7 @@ typedef struct ct_summary {
     char run_dir[1024];
     char error[512];             /* first line of the error when status is "error" */
     double first_step_s;         /* process age when the first training step began; NAN if none */
+    double data_wait_share;      /* fraction of training-step time spent waiting for the loader */
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);

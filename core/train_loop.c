@@ -44,6 +44,8 @@ typedef struct loop_state {
     double epoch_loss;           /* sum of step losses in this epoch */
     long epoch_n;
     double train_s;              /* seconds spent in training steps (not eval) */
+    double wait_s;               /* of which waiting for the loader */
+    double step_wait_s;          /* waiting for the loader in the last step */
     int64_t samples;             /* training samples processed */
     double best;                 /* early stopping: best metric so far */
     int bad_evals;
@@ -100,6 +102,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     int64_t mb = cfg->micro_batch, seen = 0;
     double sum = 0;
     ct_optim_zero_grad(t->opt);
+    ls->step_wait_s = 0;
     /* Mixed precision: forward/backward read the 16-bit copy of the master; the loss is scaled. */
     const float *params = ct_amp_refresh_params(t->amp, t->opt->params);
     float scale = ct_amp_loss_scale(t->amp);
@@ -107,6 +110,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         ct_loader_batch b;
         int rc = ct_loader_next(t->train_l, &b, err);
         if (rc) return rc;
+        ls->step_wait_s += ct_loader_last_wait(t->train_l);
         int64_t k = b.n;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;
@@ -275,7 +279,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .epoch_steps = t->steps_per_epoch, .loss = loss, .lr = st->lr,
                        .grad_norm = st->grad_norm, .samples = n,
                        .loss_scale = t->amp->scaling ? t->amp->scaler.scale : 0,
-                       .skipped_steps = t->amp->skipped};
+                       .skipped_steps = t->amp->skipped, .data_wait_s = ls->step_wait_s};
     ct_report_step(&t->rep, &e);
 
     bool stop = false;
@@ -327,6 +331,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ct_optim_stats st;
         int rc = train_step(t, ls, k, &loss, &st, err);
         ls->train_s += ct_now() - ts;
+        ls->wait_s += ls->step_wait_s;
         if (rc) return rc;
         end = after_step(t, ls, loss, &st, k, err);
     }
@@ -386,6 +391,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
         ct_err_append(err, "  %s%s", t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was "
                       "saved in this run.", t->last_ckpt);
     t->sum->samples_per_s = ls.train_s > 0 ? (double)ls.samples / ls.train_s : NAN;
+    t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);
     ct_trainer_finish(t);
