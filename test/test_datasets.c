@@ -420,7 +420,7 @@ START_TEST(test_idx_huge_header) {
     ct_err err = {0};
     int rc = open_entry(json, &ds, &err);
     ck_assert_msg(rc == CT_ERR_DATA, "%d %s", rc, err.msg);
-    ck_assert_msg(strstr(err.msg, "huge-images: truncated or not an IDX file: the header declares 4716042520 bytes"),
+    ck_assert_msg(strstr(err.msg, "huge-images: truncated at byte offset 32: the header declares 4716042520 bytes"),
                   "%s", err.msg);
 }
 END_TEST

@@ -152,11 +152,18 @@ static int idx_read(const char *path, const char *field, idx_file *out, ct_err *
         uint64_t fsize = (uint64_t)st.st_size, header = 4 + 4 * (uint64_t)out->ndim;
         bool gz = gzdirect(f) == 0;
         uint64_t limit = gz ? fsize * 1032 + 4096 : (fsize > header ? fsize - header : 0);
+        if ((uint64_t)bytes > limit && gz) {
+            rc = ct_errf(err, CT_ERR_DATA,
+                         "%s: truncated or not an IDX file: the header declares %llu bytes of data, more "
+                         "than %llu compressed bytes can hold", path, (unsigned long long)bytes,
+                         (unsigned long long)fsize);
+            goto fail;
+        }
         if ((uint64_t)bytes > limit) {
             rc = ct_errf(err, CT_ERR_DATA,
-                         "%s: truncated or not an IDX file: the header declares %llu bytes of data but "
-                         "the %sfile is %llu bytes", path, (unsigned long long)bytes, gz ? "compressed " : "",
-                         (unsigned long long)fsize);
+                         "%s: truncated at byte offset %llu: the header declares %llu bytes of data after "
+                         "its %llu header bytes", path, (unsigned long long)fsize, (unsigned long long)bytes,
+                         (unsigned long long)header);
             goto fail;
         }
     }
