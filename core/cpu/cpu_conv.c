@@ -194,14 +194,15 @@ typedef struct {
 
 static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
 
-/* col [kg, p] = im2col of image x for one group, on the calling thread. */
+/* col [kg, p] (rows ld floats apart) = im2col of image x for one group, on the calling thread. */
 static void im2col_serial(float *col, int64_t ld, const float *x, const ct_conv2d_geom *g,
                           int64_t group) {
     conv_ctx c = {.col = col, .cimg = x, .g = g, .c0 = group * (g->c / g->groups), .ld = ld};
     im2col_range(&c, 0, conv_kg(g));
 }
 
-/* img += col2im(col) for one group, on the calling thread; col [kg, p] is scratch (modified). */
+/* img += col2im(col) for one group, on the calling thread; col [kg, p] (rows ld floats apart) is
+ * scratch (modified). */
 static void col2im_serial(float *img, float *col, int64_t ld, const ct_conv2d_geom *g, int64_t group) {
     int64_t cg = g->c / g->groups, c0 = group * cg;
     if (!(g->stride_h == 1 && g->stride_w == 1 && g->ow == g->w)) {
