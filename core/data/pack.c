@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/ckpt_fs.h"
 #include "core/config.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
@@ -67,9 +68,10 @@ static int pack_text(const pack_args *a, ct_err *err) {
     size_t cap = 0, len = 0;
     int rc = ct_read_file(a->src, &text, &cap, &len, err);
     if (rc) return rc;
-    if (mkdir(a->out, 0777) != 0 && errno != EEXIST) {
+    rc = ct_fs_mkdirs(a->out, err); /* like mkdir -p: --out may name a new nested folder */
+    if (rc) {
         free(text);
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create directory: %s", a->out, strerror(errno));
+        return rc;
     }
     uint32_t *tok = ct_xmalloc((len ? len : 1) * sizeof *tok);
     for (size_t i = 0; i < len; i++) tok[i] = text[i];

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/ckpt_fs.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 
@@ -109,8 +110,8 @@ int ct_shard_writer_open(ct_shard_writer *w, const char *dir, uint32_t encoding,
     w->raw_bytes = (size_t)ct_shape_numel(shape) * encoding_size(encoding);
     w->shard_bytes = shard_bytes ? shard_bytes : (size_t)256 << 20;
     w->compress = compress;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create directory: %s", dir, strerror(errno));
+    int rc = ct_fs_mkdirs(dir, err); /* like mkdir -p: --out may name a new nested folder */
+    if (rc) return rc;
     if (has_shards(dir))
         return ct_errf(err, CT_ERR_CONFIG, "%s already holds .cts shards; remove them or choose "
                        "another --out directory", dir);
