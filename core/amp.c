@@ -32,7 +32,7 @@ void ct_scaler_init_config(ct_loss_scaler *s, const ct_fp16_cfg *c) {
 
 static ct_scale_event on_overflow(ct_loss_scaler *s) {
     ct_scale_event ev;
-    if (s->hysteresis == 1 || s->budget == 1) {
+    if (s->hysteresis <= 1 || s->budget <= 1) { /* <= : a restored budget of 0 must not spin */
         if (s->scale == s->min_scale) return CT_SCALE_AT_MIN; /* DeepSpeed raises here */
         s->scale = fmax(s->scale / 2, s->min_scale);
         ev = CT_SCALE_HALVED;

@@ -103,8 +103,10 @@ static double eta_s(const ct_report *r, const ct_step_event *e, double now) {
 }
 
 void ct_report_step(ct_report *r, const ct_step_event *e) {
-    r->win_loss += e->loss;
-    r->win_n++;
+    if (!isnan(e->loss)) { /* NaN: every record of the step was skipped as corrupt */
+        r->win_loss += e->loss;
+        r->win_n++;
+    }
     r->win_samples += e->samples;
     r->win_wait += e->data_wait_s;
     r->epoch_wait += e->data_wait_s;

@@ -173,8 +173,24 @@ static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_load
     return rc;
 }
 
+/* Early stopping and best/ act on eval metrics: say so at start instead of never acting. */
+static int check_eval_metrics(const ct_trainer *t, ct_err *err) {
+    const ct_train_cfg *tc = &t->cfg->train;
+    const char *es = tc->early_stopping.enabled ? tc->early_stopping.metric : NULL;
+    if (es && strncmp(es, "eval_", 5) == 0 && !t->eval_ds)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: train.early_stopping.metric is %s but data.eval is not "
+                       "set; add an eval set or use \"metric\": \"train_loss\"", t->cfg->path, es);
+    const char *acc_user = es && strcmp(es, "eval_accuracy") == 0 ? "train.early_stopping.metric"
+                           : strcmp(tc->best_metric, "eval_accuracy") == 0 ? "train.best_metric" : NULL;
+    if (acc_user && t->info->classes == 0)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s is eval_accuracy but the model's loss is not a "
+                       "classification loss (no accuracy); use eval_loss", t->cfg->path, acc_user);
+    return CT_OK;
+}
+
 static int setup_data(ct_trainer *t, ct_err *err) {
-    int rc = check_dataset(t, t->train_ds, "train", err);
+    int rc = check_eval_metrics(t, err);
+    if (!rc) rc = check_dataset(t, t->train_ds, "train", err);
     if (!rc && t->eval_ds) rc = check_dataset(t, t->eval_ds, "eval", err);
     if (!rc) rc = start_loader(t, t->train_ds, true, &t->train_l, err);
     if (!rc && t->eval_ds) rc = start_loader(t, t->eval_ds, false, &t->eval_l, err);

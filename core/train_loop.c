@@ -62,14 +62,14 @@ typedef struct loop_state {
  * gives the overflow check and the global norm; 1/scale and the clip coefficient go into the
  * update's grad_scale; an overflow skips the update (weights, optimizer state and schedule stay as
  * they are) and the scaler lowers the scale (core/amp.h). step: the 1-based step number. */
-static int apply_update(ct_trainer *t, long step, ct_optim_stats *st, ct_err *err) {
+static int apply_update(ct_trainer *t, long step, float grad_scale, ct_optim_stats *st, ct_err *err) {
     ct_amp *a = t->amp;
     if (!a->scaling) {
-        ct_optim_step(t->opt, 1.0f, st);
+        ct_optim_step(t->opt, grad_scale, st);
         return CT_OK;
     }
     double tried = a->scaler.scale;
-    bool ok = ct_optim_step_finite(t->opt, (float)(1.0 / tried), st);
+    bool ok = ct_optim_step_finite(t->opt, (float)(grad_scale / tried), st);
     ct_scale_event ev = ct_scaler_update(&a->scaler, !ok);
     t->sum->loss_scale = a->scaler.scale;
     if (ok) return CT_OK;
@@ -130,8 +130,15 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         if (rc) return rc;
         sum += (double)io.loss * (double)k;
     }
-    *loss = seen ? sum / (double)seen : NAN;
-    return apply_update(t, ls->step + 1, st, err);
+    if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
+        *loss = NAN;
+        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
+        return CT_OK;
+    }
+    *loss = sum / (double)seen;
+    /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
+     * gradient is the mean over the samples actually seen. */
+    return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), st, err);
 }
 
 /* ---- checkpoints: the loop's state <-> state.json ---- */
@@ -242,7 +249,9 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     if (es->enabled) {
         double m = metric_value(t, es->metric, loss, acc);
         double gain = es->mode_max ? m - ls->best : ls->best - m;
-        if (isnan(ls->best) || gain > es->min_delta) {
+        if (isnan(m)) {
+            /* no value this time (every eval record skipped): neither better nor worse */
+        } else if (isnan(ls->best) || gain > es->min_delta) {
             ls->best = m;
             ls->best_at = ls->step;
             ls->bad_evals = 0;
@@ -267,8 +276,10 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                       int64_t n, ct_err *err) {
     ls->step++;
     ls->epoch_step++;
-    ls->epoch_loss += loss;
-    ls->epoch_n++;
+    if (!isnan(loss)) { /* NaN: a step whose records were all skipped as corrupt */
+        ls->epoch_loss += loss;
+        ls->epoch_n++;
+    }
     ls->samples += n;
     t->sum->steps = ls->step;
     t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
@@ -299,9 +310,9 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     }
     if (t->opts.stop_signal && *t->opts.stop_signal) {
         int sig = *t->opts.stop_signal;
-        ct_trainer_set_status(t, "interrupted", NULL);
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
-        if (rc) return rc;
+        if (rc) return rc; /* a failed save is an error, not an interruption */
+        ct_trainer_set_status(t, "interrupted", NULL);
         ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s",
                 sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->last_ckpt);
         ct_report_line(&t->rep, "%s", err->msg);
@@ -337,7 +348,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
     }
     if (end > 0) return end; /* error or signal: no eval */
     double secs = ct_now() - t0;
-    if (ls->epoch_step == t->steps_per_epoch && ls->epoch_n > 0)
+    if (ls->epoch_step == t->steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
         ct_report_epoch(&t->rep, ls->epoch + 1, t->epochs_planned, ls->step,
                         ls->epoch_loss / (double)ls->epoch_n, secs,
                         (double)(ls->samples - s0) / fmax(secs, 1e-9));

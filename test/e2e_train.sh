@@ -81,5 +81,17 @@ rc=$?
 [ $rc -eq 130 ] && ok "SIGINT exits 130" || bad "SIGINT exit code $rc"
 summary "s['status'] == 'interrupted' and s['steps'] >= 2" "summary status interrupted"
 
+# Early stopping and best/ act on eval metrics: a config where they never could is an error.
+FM=/usr/share/datasets/fashion-mnist
+cat >"$T/noeval.json" <<JSON
+{"train": {"format": "idx", "images": "$FM/train-images-idx3-ubyte.gz", "labels": "$FM/train-labels-idx1-ubyte.gz"}}
+JSON
+run 2 "early stopping on eval_loss without data.eval" --config configs/fmnist_mlp.json --data "$T/noeval.json" \
+    --set 'train.early_stopping={"metric": "eval_loss"}' --set train.max_steps=1
+has "$T/err" "data.eval is not set" "early stopping without eval set says why"
+run 2 "best_metric eval_accuracy without accuracy" --config configs/fmnist_mlp.json \
+    --set 'model.loss={"type": "mse"}' --set train.best_metric=eval_accuracy --set train.max_steps=1
+has "$T/err" "not a classification loss" "eval_accuracy on a regression loss says why"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -346,9 +346,9 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     l->threads = ct_xcalloc((size_t)l->o.workers, sizeof *l->threads);
     for (int i = 0; i < l->o.workers; i++) {
         if (pthread_create(&l->threads[i], NULL, worker_main, l) != 0) {
+            int wanted = l->o.workers; /* resolved count (o->workers may be 0 = auto) */
             ct_loader_free(l);
-            return ct_errf(err, CT_ERR_RUNTIME, "cannot start data loader thread %d of %d", i + 1,
-                           o->workers);
+            return ct_errf(err, CT_ERR_RUNTIME, "cannot start data loader thread %d of %d", i + 1, wanted);
         }
         l->nthreads++;
     }
