@@ -327,26 +327,45 @@ static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_st
     return rc;
 }
 
+/* A stale ".tmp-<name>-<pid>" or ".old-<name>-<pid>" whose <name> is missing: a save died between
+ * moving the old checkpoint aside and renaming the new one into place. Put a complete one back
+ * instead of deleting the only copy. Returns true when it was moved into place. */
+static bool recover_stale(const char *save_dir, const char *nm) {
+    const char *start = nm + 5, *dash = strrchr(nm, '-');
+    if (!dash || dash <= start) return false;
+    char name[256], final[CKPT_PATH], path[CKPT_PATH];
+    snprintf(name, sizeof name, "%.*s", (int)(dash - start), start);
+    if (snprintf(final, sizeof final, "%s/%s", save_dir, name) >= (int)sizeof final ||
+        snprintf(path, sizeof path, "%s/%s", save_dir, nm) >= (int)sizeof path)
+        return false;
+    if (ct_fs_exists(final) || !ct_ckpt_is_complete(path) || rename(path, final) != 0) return false;
+    ct_fs_sync_dir(save_dir, NULL);
+    return true;
+}
+
 /* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*" with a pid that is ours or
- * no longer running) are removed before a new save. */
+ * no longer running) are removed before a new save, after recover_stale() had its chance: the new
+ * copy (".tmp-") first, then the one moved aside (".old-"). */
 static void remove_stale(const char *save_dir) {
-    DIR *d = opendir(save_dir);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *nm = de->d_name;
-        if (strncmp(nm, ".tmp-", 5) != 0 && strncmp(nm, ".old-", 5) != 0 &&
-            strncmp(nm, "latest.tmp-", 11) != 0)
-            continue;
-        const char *dash = strrchr(nm, '-');
-        long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
-        if (pid <= 0 || (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
-            continue;
-        char path[CKPT_PATH];
-        if (snprintf(path, sizeof path, "%s/%s", save_dir, nm) < (int)sizeof path)
-            ct_fs_remove_tree(path);
+    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-"};
+    for (int pass = 0; pass < CT_ARRAY_LEN(passes); pass++) {
+        DIR *d = opendir(save_dir);
+        if (!d) return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            const char *nm = de->d_name;
+            if (strncmp(nm, passes[pass], strlen(passes[pass])) != 0) continue;
+            const char *dash = strrchr(nm, '-');
+            long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
+            if (pid <= 0 || (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
+                continue;
+            if (pass < 2 && recover_stale(save_dir, nm)) continue;
+            char path[CKPT_PATH];
+            if (snprintf(path, sizeof path, "%s/%s", save_dir, nm) < (int)sizeof path)
+                ct_fs_remove_tree(path);
+        }
+        closedir(d);
     }
-    closedir(d);
 }
 
 /* Rename tmp to <save_dir>/<name>, moving an existing one aside first (rename(2) cannot replace

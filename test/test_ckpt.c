@@ -335,6 +335,28 @@ START_TEST(kill9_during_save) {
 }
 END_TEST
 
+/* A save that died between moving the old checkpoint aside (".old-<tag>-<pid>") and renaming the
+ * new one into place leaves no <tag>; the next save must put the complete copy back, never
+ * delete it as a leftover. */
+START_TEST(dead_save_between_renames_recovered) {
+    model a;
+    model_init(&a, 3);
+    a.params[0] = 7.0f;
+    save(&a, 10, 0);
+    char final[600], aside[600];
+    snprintf(final, sizeof final, "%s/global_step10", save_dir);
+    snprintf(aside, sizeof aside, "%s/.old-global_step10-999999", save_dir); /* a dead pid */
+    ck_assert_int_eq(rename(final, aside), 0);
+    save(&a, 20, 0);
+    ck_assert_int_eq(access(aside, F_OK), -1);
+    model b;
+    model_init(&b, 0);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_load(final, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+    ck_assert(b.params[0] == 7.0f);
+}
+END_TEST
+
 START_TEST(incomplete_is_never_loaded) {
     model a, b;
     model_init(&a, 7);
@@ -594,6 +616,7 @@ int main(void) {
     tcase_add_test(tc, interrupted_save_keeps_previous);
     tcase_add_test(tc, failed_save_cleans_up);
     tcase_add_test(tc, kill9_during_save);
+    tcase_add_test(tc, dead_save_between_renames_recovered);
     tcase_add_test(tc, incomplete_is_never_loaded);
     tcase_add_test(tc, corrupt_files_named);
     tcase_add_test(tc, shape_mismatch_names_tensor);
