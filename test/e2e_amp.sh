@@ -10,9 +10,7 @@ D=/usr/share/datasets/fashion-mnist
 [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-ok()  { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+. test/lib_e2e.sh
 # run CODE NAME DESCRIPTION ARGS...: ctrain --summary $T/NAME.json ARGS; check the exit code
 run() {
     code=$1; name=$2; what=$3; shift 3
@@ -31,7 +29,6 @@ sys.exit(0 if ($1) else 1)" 2>"$T/py.err"; then
         bad "$2"; cat "$T"/*.json 2>/dev/null | sed 's/^/     /'; sed 's/^/     /' "$T/py.err"
     fi
 }
-has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
 
 MLP="--config configs/fmnist_mlp.json --set train.max_steps=300 --set data.eval.limit=2000 --set steps_per_print=100"
 run 0 fp32 "fmnist_mlp fp32, 300 steps" $MLP

@@ -5,18 +5,13 @@ set -u
 B=${1:-build}/ctrain
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-ok()   { echo "ok   $1"; }
-bad()  { echo "FAIL $1"; fails=$((fails + 1)); }
+. test/lib_e2e.sh
 # expect CODE DESCRIPTION -- command...: run, compare the exit code, keep output in $T/out, $T/err
 expect() {
     code=$1; what=$2; shift 3
     "$@" >"$T/out" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/err" | head -5; fi
-}
-has() { # has FILE PATTERN DESCRIPTION
-    if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2' in output"; sed 's/^/     /' "$1" | head -5; fi
 }
 
 expect 0 "--version" -- "$B" --version

@@ -10,9 +10,7 @@ D=/usr/share/datasets/fashion-mnist
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { echo "no CUDA device: skipped"; exit 77; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-ok()  { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+. test/lib_e2e.sh
 # train NAME CONFIG ARGS...: a cuda run with its summary in $T/NAME.json
 train() {
     name=$1; cfg=$2; shift 2

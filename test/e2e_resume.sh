@@ -16,10 +16,7 @@ PY=/usr/bin/python3
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-ok()  { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
-has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
+. test/lib_e2e.sh
 # summary FILE EXPR DESCRIPTION: a Python expression over the summary dict s must be true
 summary() {
     if "$PY" -c "import json,sys; s=json.load(open('$1')); sys.exit(0 if ($2) else 1)" 2>/dev/null; then

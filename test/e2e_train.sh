@@ -8,9 +8,7 @@ D=/usr/share/datasets/fashion-mnist
 [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-ok()  { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+. test/lib_e2e.sh
 # run CODE DESCRIPTION ARGS...: run ctrain --quiet --summary $T/s.json ARGS, check the exit code
 run() {
     code=$1; what=$2; shift 2
@@ -27,7 +25,6 @@ summary() {
         bad "$2: $(cat "$T/s.json" 2>/dev/null || echo 'no summary')"
     fi
 }
-has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | head -5; fi; }
 
 # MLP: 300 steps (0.64 epoch), eval on 2000 test images.
 run 0 "fmnist_mlp trains" --config configs/fmnist_mlp.json --set train.max_steps=300 \
