@@ -141,17 +141,6 @@ static bool is_override(const char *s) {
     return s[0] != '.' && eq[-1] != '.';
 }
 
-/* Options that take a value: "--opt VALUE" or "--opt=VALUE". Returns the value or NULL. */
-static const char *option_value(int argc, char **argv, int *i, const char *name) {
-    size_t n = strlen(name);
-    const char *arg = argv[*i];
-    if (strncmp(arg, name, n) != 0) return NULL;
-    if (arg[n] == '=') return arg + n + 1;
-    if (arg[n] != '\0') return NULL;
-    if (*i + 1 >= argc) return "";
-    return argv[++*i];
-}
-
 static int parse_args(int argc, char **argv, cli_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v;
@@ -169,39 +158,39 @@ static int parse_args(int argc, char **argv, cli_args *a) {
             a->quiet = true;
         } else if (!strncmp(arg, "--local_rank", 12) && (arg[12] == '=' || arg[12] == '\0')) {
             if (arg[12] == '\0' && i + 1 < argc) i++; /* "--local_rank N": skip the value too */
-        } else if ((v = option_value(argc, argv, &i, "--config"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--config"))) {
             if (!*v) return usage_error("%s needs a file", "--config");
             a->config = v;
-        } else if ((v = option_value(argc, argv, &i, "--model"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--model"))) {
             if (!*v) return usage_error("%s needs a file", "--model");
             a->model = v;
-        } else if ((v = option_value(argc, argv, &i, "--data"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--data"))) {
             if (!*v) return usage_error("%s needs a file", "--data");
             a->data = v;
-        } else if ((v = option_value(argc, argv, &i, "--resume"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--resume"))) {
             if (!*v) return usage_error("%s needs \"auto\" or a checkpoint directory", "--resume");
             a->resume = v;
-        } else if ((v = option_value(argc, argv, &i, "--summary"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             if (!*v) return usage_error("%s needs a file", "--summary");
             a->summary = v;
-        } else if ((v = option_value(argc, argv, &i, "--device"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--device"))) {
             if (!*v) return usage_error("%s needs auto, cpu, cuda or cuda:N", "--device");
             /* Quote it: the override value must be a JSON string. */
             char quoted[96];
             if (strlen(v) > 64) return usage_error("--device: \"%s\" is not a device (auto, cpu, cuda, cuda:N)", v);
             snprintf(quoted, sizeof quoted, "\"%s\"", v);
             add_owned_override(a, "train.device", quoted);
-        } else if ((v = option_value(argc, argv, &i, "--seed"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--seed"))) {
             char *end;
             errno = 0;
             unsigned long long s = strtoull(v, &end, 10);
             if (!*v || *end || errno || v[0] == '-') return usage_error("--seed: expected a non-negative integer, got \"%s\"", v);
             (void)s;
             add_owned_override(a, "train.seed", v);
-        } else if ((v = option_value(argc, argv, &i, "--world-size"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
-        } else if ((v = option_value(argc, argv, &i, "--set"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
             if (!is_override(v)) return usage_error("--set: expected KEY=VALUE with a dotted KEY, got \"%s\"", v);
             add_override(a, v);
         } else if (arg[0] == '-' && arg[1] == '-' && is_override(arg + 2)) {
@@ -224,7 +213,7 @@ static int cmd_config(int argc, char **argv) {
     int world = world_size_from_env();
     for (int i = 3; i < argc; i++) {
         const char *v;
-        if ((v = option_value(argc, argv, &i, "--world-size"))) {
+        if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &world);
             if (rc) return rc;
         } else if (argv[i][0] == '-') {
@@ -261,9 +250,10 @@ static int run_training(cli_args *a) {
         .overrides = a->overrides,
         .n_overrides = a->n_overrides,
         .world_size = a->world_size ? a->world_size : world_size_from_env(),
-        .has_gpu = ct_cuda_available(),
-        .gpu_supports_bf16 = ct_cuda_available(),
     };
+    /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built
+     * for (sm_80 and newer) has bf16. */
+    opts.has_gpu = opts.gpu_supports_bf16 = ct_cuda_available();
     ct_warnings warn = {0};
     ct_err err = {0};
     ct_config *cfg = NULL;

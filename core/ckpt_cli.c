@@ -190,22 +190,13 @@ typedef struct export_args {
 static const char *export_usage =
     "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]";
 
-/* "--name VALUE" or "--name=VALUE"; advances *i past what it consumed. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
-    size_t l = strlen(name);
-    if (strncmp(argv[*i], name, l) != 0) return NULL;
-    if (argv[*i][l] == '=') return argv[*i] + l + 1;
-    if (argv[*i][l] == 0 && *i + 1 < argc) return argv[++*i];
-    return NULL;
-}
-
 static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     a->dtype = CT_F32;
     for (int i = 1; i < argc; i++) {
         const char *v;
-        if ((v = opt_value(argc, argv, &i, "--checkpoint"))) a->checkpoint = v;
-        else if ((v = opt_value(argc, argv, &i, "--out"))) a->out = v;
-        else if ((v = opt_value(argc, argv, &i, "--dtype"))) {
+        if ((v = ct_cli_option_value(argc, argv, &i, "--checkpoint"))) a->checkpoint = v;
+        else if ((v = ct_cli_option_value(argc, argv, &i, "--out"))) a->out = v;
+        else if ((v = ct_cli_option_value(argc, argv, &i, "--dtype"))) {
             if (strcmp(v, "fp32") == 0) a->dtype = CT_F32;
             else if (strcmp(v, "fp16") == 0) a->dtype = CT_F16;
             else if (strcmp(v, "bf16") == 0) a->dtype = CT_BF16;
@@ -216,9 +207,9 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
                            export_usage);
         }
     }
-    if (!a->checkpoint || !a->out)
+    if (!a->checkpoint || !*a->checkpoint || !a->out || !*a->out)
         return ct_errf(err, CT_ERR_CONFIG, "export: %s is required\n%s",
-                       a->checkpoint ? "--out" : "--checkpoint", export_usage);
+                       a->checkpoint && *a->checkpoint ? "--out" : "--checkpoint", export_usage);
     return CT_OK;
 }
 

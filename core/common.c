@@ -83,6 +83,15 @@ char *ct_xstrdup_at(const char *s, const char *file, int line) {
     return d;
 }
 
+const char *ct_cli_option_value(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL; /* a longer option that starts with name */
+    return *i + 1 < argc ? argv[++*i] : "";
+}
+
 double ct_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -53,6 +53,10 @@ char *ct_xstrdup_at(const char *s, const char *file, int line);
 #define ct_xrealloc(p, n) ct_xrealloc_at((p), (n), __FILE__, __LINE__)
 #define ct_xstrdup(s) ct_xstrdup_at((s), __FILE__, __LINE__)
 
+/* A command-line option with a value, "--name VALUE" or "--name=VALUE": returns the value ("" when
+ * it is missing), or NULL when argv[*i] is not this option. Advances *i past a separate value. */
+const char *ct_cli_option_value(int argc, char **argv, int *i, const char *name);
+
 /* Monotonic seconds. */
 double ct_now(void);
 

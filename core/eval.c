@@ -19,27 +19,18 @@ typedef struct eval_args {
     bool quiet;
 } eval_args;
 
-/* "--name VALUE" or "--name=VALUE": the value, or NULL when argv[*i] is another option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0') return NULL;
-    return *i + 1 < argc ? argv[++*i] : "";
-}
-
 static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             a->quiet = true;
-        } else if ((v = opt_value(argc, argv, &i, "--config"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--config"))) {
             a->config = v;
-        } else if ((v = opt_value(argc, argv, &i, "--checkpoint"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--checkpoint"))) {
             a->checkpoint = v;
-        } else if ((v = opt_value(argc, argv, &i, "--summary"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             a->summary = v;
-        } else if ((v = opt_value(argc, argv, &i, "--set"))) {
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
             if (!strchr(v, '='))
                 return ct_errf(err, CT_ERR_CONFIG, "eval: --set: expected KEY=VALUE, got \"%s\"", v);
             a->sets = ct_xrealloc(a->sets, (size_t)(a->n_sets + 1) * sizeof *a->sets);
@@ -99,9 +90,9 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
         free(a.sets);
         return rc;
     }
+    bool gpu = ct_cuda_available(); /* probed once; every GPU the backend builds for has bf16 */
     ct_config_opts co = {.path = a.config, .overrides = a.sets, .n_overrides = a.n_sets,
-                         .world_size = 1, .has_gpu = ct_cuda_available(),
-                         .gpu_supports_bf16 = ct_cuda_available()};
+                         .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
     ct_warnings warn = {0};
     ct_config *cfg = NULL;
     ct_summary s;
