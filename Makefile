@@ -63,7 +63,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/%.o: %.cu $(CUFLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(if $(WERROR_FLAG),-Werror all-warnings -Xcompiler -Werror) -c $< -o $@
+	$(NVCC) $(NVCC_FLAGS) $(if $(WERROR_FLAG),-Werror all-warnings -Xcompiler -Werror) -MMD -MP -c $< -o $@
 
 $(BUILD)/libctrain.a: $(CORE_OBJ)
 	@rm -f $@

@@ -173,7 +173,7 @@ def run_torch(model, mode, precision, workers, epochs, max_steps):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_ctrain(build, model, precision, epochs):
+def run_ctrain(build, model, precision, epochs, extra):
     with tempfile.TemporaryDirectory() as d:
         summary = os.path.join(d, "summary.json")
         cmd = [os.path.join(build, "ctrain"), "--config", f"configs/fmnist_{model}.json",
@@ -183,6 +183,8 @@ def run_ctrain(build, model, precision, epochs):
             cmd += ["--set", "bf16.enabled=true"]
         elif precision == "fp16":
             cmd += ["--set", "fp16.enabled=true"]
+        for kv in extra:
+            cmd += ["--set", kv]
         t = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t
@@ -194,7 +196,8 @@ def run_ctrain(build, model, precision, epochs):
     samples_per_epoch = (60000 // BATCH) * BATCH
     return {"epoch_s": samples_per_epoch / s["samples_per_s"], "samples_per_s": s["samples_per_s"],
             "peak_device_bytes": s["peak_device_bytes"], "loss": s.get("train_loss"),
-            "eval_accuracy": s.get("eval_accuracy"), "wall_s": wall}
+            "eval_accuracy": s.get("eval_accuracy"), "wall_s": wall,
+            "peak_bytes_by_category": s.get("peak_bytes_by_category")}
 
 
 def rounded(d):
@@ -209,6 +212,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the last one is timed")
     ap.add_argument("--workers", default="0,1,2,4,8", help="DataLoader worker counts to try")
     ap.add_argument("--probe-steps", type=int, default=150, help="steps per worker-count probe")
+    ap.add_argument("--ctrain-set", action="append",
+                    default=["data.transform.on_device=true", "train.cuda_graph=auto"],
+                    help="extra KEY=VALUE overrides for the ctrain runs (repeatable)")
     # child mode
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -239,7 +245,7 @@ def main():
                 res[mode] = r
                 emit(framework="pytorch", model=model, mode=mode, precision=precision,
                      workers=best_w, **rounded(r), **common)
-            c = run_ctrain(a.build, model, precision, a.epochs)
+            c = run_ctrain(a.build, model, precision, a.epochs, a.ctrain_set)
             emit(framework="ctrain", model=model, precision=precision, **rounded(c), **common)
             eager = res["eager"]
             if "error" in c or "error" in eager:

@@ -77,9 +77,7 @@ ct_dtype ct_amp_compute_dtype(const ct_config *cfg) {
 
 size_t ct_amp_param_copy_bytes(ct_dtype compute, int64_t n_params) {
     if (compute == CT_F32) return 0;
-    /* 16-bit copy rounded up to 64 bytes, then the fp32 expansion */
-    size_t half = ((size_t)n_params * sizeof(uint16_t) + 63) & ~(size_t)63;
-    return half + (size_t)n_params * sizeof(float);
+    return ((size_t)n_params * sizeof(uint16_t) + 63) & ~(size_t)63;
 }
 
 ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params) {
@@ -92,29 +90,24 @@ ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params) {
     else ct_scaler_init_static(&a->scaler, 1.0);
     size_t bytes = ct_amp_param_copy_bytes(a->compute, n_params);
     if (bytes == 0) return a;
-    a->block = be->alloc(be, bytes);
-    if (!a->block) {
+    a->half = be->alloc(be, bytes, CT_MEM_PARAMS);
+    if (!a->half) {
         free(a);
         return NULL;
     }
-    size_t half = bytes - (size_t)n_params * sizeof(float);
-    a->half = a->block;
-    a->params = (float *)((char *)a->block + half);
     return a;
 }
 
 void ct_amp_free(ct_amp *a) {
     if (!a) return;
-    if (a->block) a->be->free(a->be, a->block);
+    if (a->half) a->be->free(a->be, a->half);
     free(a);
 }
 
-const float *ct_amp_refresh_params(ct_amp *a, const float *master) {
+const void *ct_amp_refresh_params(ct_amp *a, const float *master) {
     if (a->compute == CT_F32) return master;
-    /* The round trip goes through real 16-bit storage: what a GPU's half model holds. */
     a->be->cast(a->be, a->half, a->compute, master, CT_F32, a->n);
-    a->be->cast(a->be, a->params, CT_F32, a->half, a->compute, a->n);
-    return a->params;
+    return a->half;
 }
 
 float ct_amp_loss_scale(const ct_amp *a) { return a->scaling ? (float)a->scaler.scale : 1.0f; }

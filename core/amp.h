@@ -3,10 +3,11 @@
  * Policy (fp16.enabled or bf16.enabled in the config; both is a config error):
  *  - master weights, gradients (accumulated over micro-batches) and optimizer state: fp32;
  *  - parameters as forward/backward use them: a real 16-bit copy of the master (CT_F16 or
- *    CT_BF16, round to nearest even), refreshed from the master before each step, expanded back
- *    to fp32 arrays for the ops;
- *  - activations and activation gradients: rounded to 16-bit values after every layer by the
- *    executor (ct_graph_set_compute_dtype); losses, softmax and norm statistics stay fp32.
+ *    CT_BF16, round to nearest even), refreshed from the master after each update; the ops read
+ *    it directly (GEMMs on 16-bit operands, fp32 accumulation);
+ *  - activations and activation gradients: stored in 16 bits by the graph (ct_graph_build's dt);
+ *    losses, softmax and norm statistics are computed in fp32; parameter gradients accumulate in
+ *    fp32.
  *  - fp16 only: the loss is scaled before backward (loss x scale / accumulation) and the scale
  *    follows the scaler below; bf16 has fp32's range and needs no scaling (scale 1).
  *
@@ -78,19 +79,17 @@ typedef struct ct_amp {
     long skipped;                /* updates skipped for overflow */
     ct_backend *be;
     int64_t n;                   /* parameters */
-    void *block;                 /* the one backend allocation below (NULL for fp32) */
-    uint16_t *half;              /* [n] the compute-dtype parameter copy, 16-bit values */
-    float *params;               /* [n] the same values as fp32, what the ops read */
+    uint16_t *half;              /* [n] the compute-dtype parameter copy (NULL for fp32) */
 } ct_amp;
 
 /* The policy for cfg over n_params parameters on be. NULL only when memory runs out. */
 ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params);
 void ct_amp_free(ct_amp *a);
-/* Bytes ct_amp_create allocates on the backend (the 16-bit copy and its fp32 expansion). */
+/* Bytes ct_amp_create allocates on the backend (the 16-bit copy; 0 for fp32). */
 size_t ct_amp_param_copy_bytes(ct_dtype compute, int64_t n_params);
-/* The parameters forward/backward should read: master itself in fp32, else master cast to the
- * 16-bit copy and expanded back (call after every change of the master). */
-const float *ct_amp_refresh_params(ct_amp *a, const float *master);
+/* The parameters forward/backward read, in the compute dtype: master itself in fp32, else the
+ * 16-bit copy refreshed from master (call after every change of the master). */
+const void *ct_amp_refresh_params(ct_amp *a, const float *master);
 /* Loss multiplier for backward: the current scale (fp16), 1 otherwise. */
 float ct_amp_loss_scale(const ct_amp *a);
 /* For the report and the summary: the current scale under fp16, NAN otherwise. */

@@ -131,3 +131,9 @@ int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err 
 void ct_backend_destroy(ct_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }
+
+const char *ct_mem_cat_name(ct_mem_cat c) {
+    static const char *const names[CT_MEM_CAT_COUNT] = {"params", "master", "grads", "optim",
+                                                        "activations", "workspace", "loader"};
+    return (unsigned)c < CT_MEM_CAT_COUNT ? names[c] : "unknown";
+}

@@ -53,26 +53,26 @@ void ct_warnings_free(ct_warnings *w) {
     w->n = w->cap = 0;
 }
 
-static void die_oom(size_t n, const char *file, int line) {
+void ct_die_oom_at(size_t n, const char *file, int line) {
     fprintf(stderr, "ctrain: error: out of host memory allocating %zu bytes (%s:%d)\n", n, file, line);
     exit(CT_ERR_RUNTIME);
 }
 
 void *ct_xmalloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
-    if (!p) die_oom(n, file, line);
+    if (!p) ct_die_oom_at(n, file, line);
     return p;
 }
 
 void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line) {
     void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) die_oom(n * sz, file, line);
+    if (!p) ct_die_oom_at(n * sz, file, line);
     return p;
 }
 
 void *ct_xrealloc_at(void *p, size_t n, const char *file, int line) {
     void *q = realloc(p, n ? n : 1);
-    if (!q) die_oom(n, file, line);
+    if (!q) ct_die_oom_at(n, file, line);
     return q;
 }
 

@@ -48,6 +48,9 @@ void *ct_xmalloc_at(size_t n, const char *file, int line);
 void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line);
 void *ct_xrealloc_at(void *p, size_t n, const char *file, int line);
 char *ct_xstrdup_at(const char *s, const char *file, int line);
+/* Exit with CT_ERR_RUNTIME naming the size and the place: host memory ran out. */
+void ct_die_oom_at(size_t n, const char *file, int line) __attribute__((noreturn));
+#define ct_die_oom(n) ct_die_oom_at((n), __FILE__, __LINE__)
 #define ct_xmalloc(n) ct_xmalloc_at((n), __FILE__, __LINE__)
 #define ct_xcalloc(n, sz) ct_xcalloc_at((n), (sz), __FILE__, __LINE__)
 #define ct_xrealloc(p, n) ct_xrealloc_at((p), (n), __FILE__, __LINE__)

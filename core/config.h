@@ -125,7 +125,11 @@ typedef struct ct_train_cfg {
     char best_metric[32];       /* "eval_loss" */
     ct_early_stop_cfg early_stopping;
     int threads;                /* CPU worker threads; 0 = number of cores */
+    int cuda_graph;             /* CT_CUDA_GRAPH_AUTO (default), _OFF or _ON */
 } ct_train_cfg;
+
+/* train.cuda_graph: "auto" replays captured steps when the backend and model allow it. */
+enum { CT_CUDA_GRAPH_AUTO = -1, CT_CUDA_GRAPH_OFF = 0, CT_CUDA_GRAPH_ON = 1 };
 
 typedef struct ct_config {
     char path[1024];            /* the config file as given */

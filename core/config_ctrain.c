@@ -124,7 +124,7 @@ static const ct_field train_fields[] = {
     CT_F_STR(ct_train_cfg, best_metric, "eval_loss"),
     CT_F_INT(ct_train_cfg, threads, 0, 0, 4096),
 };
-static const char *const train_custom[] = {"early_stopping"};
+static const char *const train_custom[] = {"early_stopping", "cuda_graph"};
 static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom, 1, true, false,
                                      false};
 
@@ -160,10 +160,23 @@ static bool valid_device(const char *d) {
     return strlen(d + 5) < 4;
 }
 
+/* train.cuda_graph: true, false or "auto". */
+static int read_cuda_graph(ct_rd *r, const cJSON *sec, int *out) {
+    const cJSON *v = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "cuda_graph") : NULL;
+    *out = CT_CUDA_GRAPH_AUTO;
+    if (!ct_rd_given(v) || (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0)) return CT_OK;
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? CT_CUDA_GRAPH_ON : CT_CUDA_GRAPH_OFF;
+        return CT_OK;
+    }
+    return ct_rd_fail(r, v, "train.cuda_graph", "expected true, false or \"auto\"");
+}
+
 int ct_rd_train(ct_rd *r, const cJSON *root) {
     ct_train_cfg *t = &r->cfg->train;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "train");
     int rc = ct_rd_section(r, sec, "train", &train_sec, t);
+    if (!rc) rc = read_cuda_graph(r, sec, &t->cuda_graph);
     if (rc) return rc;
     if (!valid_device(t->device))
         return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(sec, "device"), "train.device",
@@ -201,6 +214,8 @@ int ct_rd_train(ct_rd *r, const cJSON *root) {
 
 cJSON *ct_rd_emit_train(const ct_train_cfg *t) {
     cJSON *out = ct_rd_emit(&train_sec, t, NULL);
+    if (t->cuda_graph == CT_CUDA_GRAPH_AUTO) cJSON_AddStringToObject(out, "cuda_graph", "auto");
+    else cJSON_AddBoolToObject(out, "cuda_graph", t->cuda_graph == CT_CUDA_GRAPH_ON);
     if (t->early_stopping.enabled) {
         cJSON *es = cJSON_CreateObject();
         cJSON_AddStringToObject(es, "metric", t->early_stopping.metric);

@@ -58,8 +58,11 @@ typedef struct ct_graph_info {
     ct_shape target_shape;       /* per sample */
 } ct_graph_info;
 
-/* Build for a maximum micro-batch of `batch` samples on backend `be` (activations allocated there). */
-int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_graph **out, ct_err *err);
+/* Build for a maximum micro-batch of `batch` samples on backend `be` (activations allocated
+ * there), storing activations, their gradients and the parameters forward/backward read in `dt`
+ * (CT_F32, or CT_F16/CT_BF16 under mixed precision; core/amp.h). */
+int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_dtype dt, ct_graph **out,
+                   ct_err *err);
 void ct_graph_free(ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
@@ -85,38 +88,42 @@ typedef struct ct_exec_hooks {
 
 /* One micro-batch. `input` and `target` are in backend memory, n <= build batch. */
 typedef struct ct_step_io {
-    const void *input;           /* [n, input_shape] of input_dtype */
+    const void *input;           /* [n, input_shape] of input_dtype; a float input may be fp32 or
+                                    already in the graph's dtype (input_dt) */
+    ct_dtype input_dt;           /* CT_F32 (0, the default) or the graph's compute dtype */
     const void *target;          /* [n, target_shape] of target_dtype */
     int64_t n;
     bool train;                  /* train mode: dropout on, batchnorm batch stats + running update */
     uint64_t seed;               /* for dropout */
     uint64_t step;               /* micro-step counter, keys the dropout stream */
     float loss_grad_scale;       /* backward of (loss * this): loss_scale / grad_accum */
+    bool defer_loss;             /* forward leaves loss/correct in backend memory: read them with
+                                    ct_graph_read_loss (lets a step be queued or captured whole) */
     /* outputs */
     float loss;                  /* mean loss of the micro-batch (unscaled) */
     int64_t correct;             /* classification: correct argmax predictions */
 } ct_step_io;
 
-/* Forward (and the loss). params/buffers: the flat buffers. */
-int ct_graph_forward(ct_graph *g, const float *params, float *buffers, ct_step_io *io,
+/* Forward (and the loss). params: the n_params parameters in the graph's dtype (the fp32 master,
+ * or amp's 16-bit copy); buffers: n_buffers fp32 running statistics. */
+int ct_graph_forward(ct_graph *g, const void *params, float *buffers, ct_step_io *io,
                      const ct_exec_hooks *hooks, ct_err *err);
-/* Backward from the loss: ACCUMULATES parameter gradients into grads (n_params floats). */
-int ct_graph_backward(ct_graph *g, const float *params, float *grads, ct_step_io *io,
+/* Backward from the loss: ACCUMULATES parameter gradients into grads (n_params fp32). */
+int ct_graph_backward(ct_graph *g, const void *params, float *grads, ct_step_io *io,
                       const ct_exec_hooks *hooks, ct_err *err);
+/* Fill io->loss and io->correct from the last forward (waits for it); forward does this itself
+ * unless io->defer_loss. */
+void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
 
-/* Mixed precision: with CT_F16 or CT_BF16 the executor rounds every layer's output activation
- * (forward) and every input gradient (backward, including d(loss)/d(output) times
- * loss_grad_scale) to that dtype's values with be->round_to; the loss itself, softmax and norm
- * statistics stay fp32. CT_F32 (the default) rounds nothing. Parameters are the caller's: pass a
- * copy already holding 16-bit values (core/amp.h). */
-void ct_graph_set_compute_dtype(ct_graph *g, ct_dtype dt);
+/* The dtype activations and parameters are stored in (ct_graph_build's dt). */
 ct_dtype ct_graph_compute_dtype(const ct_graph *g);
 
 /* Inspection (tests, debugging, profilers): layer j's name and type, and its output activation and
- * gradient buffers [build batch, out] in backend memory, valid after forward / backward. */
+ * gradient buffers [build batch, out] in backend memory and the graph's dtype, valid after
+ * forward / backward. */
 const char *ct_graph_layer_name(const ct_graph *g, int layer);
 const char *ct_graph_layer_type(const ct_graph *g, int layer);
-float *ct_graph_activation(const ct_graph *g, int layer);
-float *ct_graph_activation_grad(const ct_graph *g, int layer);
+void *ct_graph_activation(const ct_graph *g, int layer);
+void *ct_graph_activation_grad(const ct_graph *g, int layer);
 
 #endif

@@ -357,7 +357,8 @@ static int build(builder *b, int64_t batch) {
     return ct_graph_plan_memory(b->g, batch, b->err);
 }
 
-int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_graph **out, ct_err *err) {
+int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_dtype dt, ct_graph **out,
+                   ct_err *err) {
     *out = NULL;
     if (!cfg || !cfg->model) return ct_errf(err, CT_ERR_CONFIG, "model: missing; the config needs a "
                                             "\"model\" section (input, layers, loss)");
@@ -365,6 +366,7 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_graph
     ct_graph *g = ct_xcalloc(1, sizeof *g);
     g->be = be;
     g->batch = batch;
+    g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
     builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g};
     int rc = build(&b, batch);
     if (rc) {

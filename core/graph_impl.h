@@ -9,8 +9,8 @@ typedef struct ct_gnode {
     ct_layer l;
     int n_specs;
     int view[CT_LAYER_MAX_PARAMS];      /* index into g->views of each spec */
-    float *y, *dy;                      /* [batch, out] activation and its gradient; y may be the
-                                           producer's buffer when this layer runs in place */
+    void *y, *dy;                       /* [batch, out] activation and its gradient (g->dt); y may
+                                           be the producer's buffer when this layer runs in place */
     void *aux;                          /* forward -> backward state */
     /* Backward plan, fixed at build (see plan_backward): where input i's gradient goes. */
     int64_t tmp_off[CT_LAYER_MAX_IN];   /* -1: straight into the producer's dy; else offset in
@@ -30,10 +30,12 @@ struct ct_graph {
     double label_smoothing;
     void *block;                        /* the one backend allocation carved below */
     void *ws;                           /* shared workspace */
-    float *dtmp;                        /* fan-out gradient scratch */
-    float *dloss;                       /* [batch, out] d(mean loss)/d(output), unscaled */
-    ct_dtype compute_dtype;             /* CT_F32, or CT_F16/CT_BF16: activations and their
-                                           gradients rounded to it after every layer */
+    void *dtmp;                         /* fan-out gradient scratch (dt) */
+    void *input;                        /* [batch, input] model input converted to dt (NULL when
+                                           dt is fp32 or the input is token ids) */
+    float *loss_result;                 /* [2] mean loss, correct count: the loss ops' result */
+    ct_dtype dt;                        /* storage of activations, their gradients, parameters */
+    float loss_grad_scale;              /* the scale the last backward used (see backward) */
 };
 
 /* Shared by the build steps (graph_build.c, graph_params.c, graph_memory.c). */

@@ -1,6 +1,7 @@
 /* graph_memory.c: one backend allocation per graph, carved into activations (relu-like layers
  * overwrite their input in place), output gradients (shared by lifetime), forward-to-backward
- * state, the shared workspace and fan-out scratch. */
+ * state, the shared workspace and fan-out scratch. Activations, their gradients and the scratch
+ * are stored in the graph's dtype (2 bytes per element under mixed precision). */
 #include <stdlib.h>
 
 #include "core/graph_impl.h"
@@ -79,7 +80,7 @@ static int plan_grad_slots(const ct_graph *g, const int *alias, int64_t batch, i
         }
         /* the slot stays busy until the last producer sharing it has run its backward */
         while (alias[last] >= 0 && grad_in_place(g, alias, alias[last], &consumer)) last = alias[last];
-        size_t need = align64((size_t)(batch * ct_layer_out_numel(&g->nodes[k].l)) * sizeof(float));
+        size_t need = align64((size_t)(batch * ct_layer_out_numel(&g->nodes[k].l)) * ct_dtype_size(g->dt));
         for (int s = 0; s < n_slots; s++) {
             if (busy_until[s] >= g->nodes[k].grad_start) continue;
             bool fits = size[s] >= need, best_fits = best >= 0 && size[best] >= need;
@@ -111,30 +112,32 @@ static int in_place_source(const ct_graph *g, int j) {
 }
 
 int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
-    size_t act = 0, aux = 0, ws = 0;
+    size_t act = 0, aux = 0, ws = 0, esz = ct_dtype_size(g->dt);
     int *alias = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const ct_layer *l = &g->nodes[i].l;
         alias[i] = in_place_source(g, i);
-        if (alias[i] < 0) act += align64((size_t)(batch * ct_layer_out_numel(l)) * sizeof(float));
-        if (l->type->aux_bytes) aux += align64(l->type->aux_bytes(l, batch));
-        size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch) : 0;
+        if (alias[i] < 0) act += align64((size_t)(batch * ct_layer_out_numel(l)) * esz);
+        if (l->type->aux_bytes) aux += align64(l->type->aux_bytes(l, batch, g->dt));
+        size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch, g->dt) : 0;
         if (w > ws) ws = w;
         g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
     }
-    size_t tmp = align64((size_t)plan_backward(g, batch) * sizeof(float));
+    size_t tmp = align64((size_t)plan_backward(g, batch) * esz);
     int *slot_of = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), grads = 0;
     int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
     for (int s = 0; s < n_slots; s++) grads += slot_size[s];
     act += grads;
-    const ct_layer *last = &g->nodes[g->n_nodes - 1].l;
-    size_t dloss = align64((size_t)(batch * ct_layer_out_numel(last)) * sizeof(float));
+    /* A float model input is converted to a 16-bit copy the first layers read. */
+    bool converts_input = g->dt != CT_F32 && g->info.input_dtype != CT_I32;
+    size_t input = converts_input ? align64((size_t)(batch * ct_shape_numel(&g->info.input_shape)) * esz) : 0;
+    size_t result = 64;   /* loss_result[2] */
     ws = align64(ws);
-    size_t total = act + aux + ws + tmp + dloss;
-    g->info.activation_bytes = act + aux + tmp + dloss;
+    size_t total = act + aux + ws + tmp + input + result;
+    g->info.activation_bytes = act + aux + tmp + input;
     g->info.workspace_bytes = ws;
-    g->block = g->be->alloc(g->be, total ? total : 64);
+    g->block = g->be->alloc(g->be, total, CT_MEM_ACTIVATIONS);
     if (!g->block) {
         free(slot_of), free(slot_size), free(alias);
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "
@@ -148,17 +151,18 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
         if (alias[i] >= 0)
             gn->y = g->nodes[alias[i]].y;
         else
-            gn->y = (float *)p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * sizeof(float));
-        if (gn->l.type->aux_bytes) gn->aux = p, p += align64(gn->l.type->aux_bytes(&gn->l, batch));
+            gn->y = p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * esz);
+        if (gn->l.type->aux_bytes) gn->aux = p, p += align64(gn->l.type->aux_bytes(&gn->l, batch, g->dt));
         if (slot_of[i] >= 0) {
             size_t off = 0;
             for (int s = 0; s < slot_of[i]; s++) off += slot_size[s];
-            gn->dy = (float *)(slots + off);
+            gn->dy = slots + off;
         }
     }
     free(slot_of), free(slot_size), free(alias);
     g->ws = p, p += ws;
-    g->dtmp = (float *)p, p += tmp;
-    g->dloss = (float *)p;
+    g->dtmp = p, p += tmp;
+    g->input = converts_input ? p : NULL, p += input;
+    g->loss_result = (float *)p;
     return CT_OK;
 }

@@ -35,18 +35,23 @@ typedef struct ct_param_spec {
     bool is_bias;              /* "bias_init" applies to it; "init" applies to the non-bias weight */
 } ct_param_spec;
 
-/* Pointers a layer computes with, for one micro-batch of n samples (all in backend memory). */
+/* Pointers a layer computes with, for one micro-batch of n samples (all in backend memory).
+ * Activations (x, y, dx, dy) and trainable parameters (p of a trainable spec) are stored in
+ * io->dt, the compute dtype (fp32, or fp16/bf16 under mixed precision); parameter gradients
+ * (dp), buffers (running statistics: p of a non-trainable spec), aux and ws are the layer's own
+ * business and fp32 unless the layer says otherwise. Pass io->dt to every op (backend.h). */
 typedef struct ct_layer_io {
     ct_backend *be;
     int64_t n;                          /* samples in this micro-batch (<= build batch) */
-    const float *x[CT_LAYER_MAX_IN];    /* inputs [n, in[i]] */
+    ct_dtype dt;                        /* storage dtype of activations and parameters */
+    const void *x[CT_LAYER_MAX_IN];     /* inputs [n, in[i]] */
     const int32_t *ids;                 /* token ids [n, in[0]] when the input is CT_I32 */
-    float *y;                           /* output [n, out] */
-    float *dx[CT_LAYER_MAX_IN];         /* input grads (written), NULL when not needed */
-    const float *dy;                    /* output grad [n, out] */
-    float *p[CT_LAYER_MAX_PARAMS];      /* parameters/buffers, in the order of the layer's specs;
-                                           buffers are NULL in backward (only params needed) */
-    float *dp[CT_LAYER_MAX_PARAMS];     /* parameter grads (accumulated); NULL for buffers */
+    void *y;                            /* output [n, out] */
+    void *dx[CT_LAYER_MAX_IN];          /* input grads (written), NULL when not needed */
+    const void *dy;                     /* output grad [n, out] */
+    void *p[CT_LAYER_MAX_PARAMS];       /* parameters (dt) / buffers (fp32), in the order of the
+                                           layer's specs; buffers are NULL in backward */
+    float *dp[CT_LAYER_MAX_PARAMS];     /* parameter grads (fp32, accumulated); NULL for buffers */
     void *aux;                          /* aux_bytes saved from forward for backward */
     void *ws;                           /* shared workspace, workspace_bytes */
     bool train;
@@ -65,9 +70,10 @@ typedef struct ct_layer_type {
     int (*infer)(ct_layer *l, ct_err *err);
     /* Fill specs (at most CT_LAYER_MAX_PARAMS); return how many. NULL: no parameters. */
     int (*params)(const ct_layer *l, ct_param_spec *specs);
-    /* Bytes saved between forward and backward, and shared scratch, for `batch` samples. */
-    size_t (*aux_bytes)(const ct_layer *l, int64_t batch);
-    size_t (*workspace_bytes)(const ct_layer *l, int64_t batch);
+    /* Bytes saved between forward and backward, and shared scratch, for `batch` samples with
+     * activations in dtype dt. */
+    size_t (*aux_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
+    size_t (*workspace_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
     void (*forward)(const ct_layer *l, const ct_layer_io *io);
     void (*backward)(const ct_layer *l, const ct_layer_io *io);
     /* Forward FLOPs per sample (multiply-add = 2). */

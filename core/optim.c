@@ -57,23 +57,23 @@ ct_optim *ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *
     for (int i = 0; i < n_tensors; i++)
         if (tensors[i].numel > max_numel) max_numel = tensors[i].numel;
 
-    /* Layout: params | grads | m | v  (or | mom)  | Lamb scratch. */
+    /* Three allocations so memory reports can tell them apart: master params, grads, and the
+     * state: m | v (or mom) | Lamb scratch. */
     int64_t n16 = round16(n_params);
     int64_t state = (int64_t)(ct_optim_state_bytes_for(ocfg->type, ocfg->momentum, n_params) / sizeof(float));
     int64_t scratch = ocfg->type == CT_OPT_LAMB ? round16(max_numel) : 0;
-    size_t bytes = (size_t)(2 * n16 + state + scratch) * sizeof(float);
-    o->block = be->alloc(be, bytes);
-    if (!o->block) {
-        free(o->tensors);
-        free(o->runs);
-        free(o);
+    size_t pbytes = (size_t)n16 * sizeof(float), sbytes = (size_t)(state + scratch) * sizeof(float);
+    o->params = be->alloc(be, pbytes ? pbytes : 64, CT_MEM_MASTER);
+    o->grads = be->alloc(be, pbytes ? pbytes : 64, CT_MEM_GRADS);
+    o->block = sbytes ? be->alloc(be, sbytes, CT_MEM_OPTIM) : NULL;
+    if (!o->params || !o->grads || (sbytes && !o->block)) {
+        ct_optim_free(o);
         return NULL;
     }
-    be->memset0(be, o->block, bytes);
+    be->memset0(be, o->params, pbytes);
+    be->memset0(be, o->grads, pbytes);
+    if (sbytes) be->memset0(be, o->block, sbytes);
     float *p = o->block;
-    o->params = p;
-    o->grads = p + n16;
-    p += 2 * n16;
     if (uses_moments(ocfg->type)) {
         o->m = p;
         o->v = p + n16;
@@ -109,6 +109,8 @@ ct_optim *ct_optim_create_for_graph(const ct_config *cfg, ct_backend *be, const 
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
+    if (o->params) o->be->free(o->be, o->params);
+    if (o->grads) o->be->free(o->be, o->grads);
     if (o->block) o->be->free(o->be, o->block);
     free(o->tensors);
     free(o->runs);
@@ -193,7 +195,8 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
             if (trust > c->max_coeff) trust = c->max_coeff;
             if (trust < c->min_coeff) trust = c->min_coeff;
         }
-        o->be->axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel);
+        o->be->axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel,
+                    CT_F32);
     }
 }
 

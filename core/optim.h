@@ -46,7 +46,7 @@ typedef struct ct_optim {
     ct_backend *be;
 
     int64_t n;                   /* trainable elements */
-    void *block;                 /* the one backend allocation */
+    void *block;                 /* optimizer state (m, v or mom, Lamb scratch); NULL for plain SGD */
     float *params;               /* [n] fp32 master weights */
     float *grads;                /* [n] accumulated gradients */
     float *m, *v;                /* [n] each: Adam/AdamW/Lamb moments (NULL for SGD) */

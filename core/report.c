@@ -223,6 +223,12 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_str(f, s->run_dir);
     put_num(f, "first_step_s", s->first_step_s, "%.3f");
     put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
+    if (s->has_mem_stats) {
+        fputs(",\"peak_bytes_by_category\":{", f);
+        for (int c = 0; c < CT_MEM_CAT_COUNT; c++)
+            fprintf(f, "%s\"%s\":%zu", c ? "," : "", ct_mem_cat_name((ct_mem_cat)c), s->peak_by_cat[c]);
+        fputc('}', f);
+    }
     if (s->error[0]) {
         fputs(",\"error\":", f);
         put_str(f, s->error);

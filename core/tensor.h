@@ -43,6 +43,16 @@ const char *ct_shape_str(const ct_shape *s, char *buf, size_t n);
 
 typedef enum { CT_HOST = 0, CT_DEVICE } ct_memspace;
 
+/* Address of element i of an array of dtype dt (activations and 16-bit parameters are not
+ * float*), and the bytes of n elements. */
+static inline void *ct_elem(void *p, int64_t i, ct_dtype dt) {
+    return (char *)p + i * (int64_t)ct_dtype_size(dt);
+}
+static inline const void *ct_celem(const void *p, int64_t i, ct_dtype dt) {
+    return (const char *)p + i * (int64_t)ct_dtype_size(dt);
+}
+static inline size_t ct_nbytes(int64_t n, ct_dtype dt) { return (size_t)n * ct_dtype_size(dt); }
+
 typedef struct ct_tensor {
     void *data;
     ct_dtype dtype;

@@ -106,7 +106,7 @@ static void print_start(ct_trainer *t) {
     const ct_config *cfg = t->cfg;
     const ct_graph_info *gi = t->info;
     ct_report *r = &t->rep;
-    char a[48], b[48], c[48], d[48], desc[512];
+    char a[48], b[48], c[48], d[48], e[48], desc[512];
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, t->be->name,
                    t->be->device_desc, ct_amp_compute_dtype(cfg) == CT_F32 ? "fp32"
                    : ct_amp_compute_dtype(cfg) == CT_F16 ? "fp16" : "bf16",
@@ -118,11 +118,18 @@ static void print_start(ct_trainer *t) {
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    t->steps_per_epoch, t->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
     size_t pbytes = ct_optim_param_bytes(t->opt) + (size_t)gi->n_buffers * sizeof(float);
-    ct_report_line(r, "memory plan: params %s, grads %s, optimizer state %s, activations %s",
-                   ct_fmt_bytes((double)pbytes, a, sizeof a),
+    ct_dtype dt = ct_graph_compute_dtype(t->g);
+    char copy[80] = "";
+    if (dt != CT_F32)
+        snprintf(copy, sizeof copy, " + %s %s copy",
+                 ct_fmt_bytes((double)ct_amp_param_copy_bytes(dt, gi->n_params), e, sizeof e),
+                 dt == CT_F16 ? "fp16" : "bf16");
+    ct_report_line(r, "memory plan: params %s%s, grads %s, optimizer state %s, activations %s (%s)",
+                   ct_fmt_bytes((double)pbytes, a, sizeof a), copy,
                    ct_fmt_bytes((double)ct_optim_param_bytes(t->opt), b, sizeof b),
                    ct_fmt_bytes((double)ct_optim_state_bytes(t->opt), c, sizeof c),
-                   ct_fmt_bytes((double)(gi->activation_bytes + gi->workspace_bytes), d, sizeof d));
+                   ct_fmt_bytes((double)(gi->activation_bytes + gi->workspace_bytes), d, sizeof d),
+                   dt == CT_F32 ? "fp32" : dt == CT_F16 ? "fp16" : "bf16");
     char ev[160] = "no eval set";
     if (t->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)t->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", t->train_ds->format,
@@ -141,11 +148,31 @@ void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err)
     t->sum->error[len] = '\0';
 }
 
+/* memory_breakdown: one line with the peak of every category. */
+static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
+    char line[512];
+    size_t used = (size_t)snprintf(line, sizeof line, "peak %s memory (MiB):",
+                                   strcmp(t->be->name, "cpu") == 0 ? "host" : "device");
+    for (int c = 0; c < CT_MEM_CAT_COUNT && used < sizeof line; c++)
+        used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f", ct_mem_cat_name((ct_mem_cat)c),
+                                 (double)m->peak[c] / 1048576.0);
+    if (used < sizeof line)
+        snprintf(line + used, sizeof line - used, "; all %.1f", (double)m->peak_total / 1048576.0);
+    ct_report_line(&t->rep, "%s", line);
+}
+
 void ct_trainer_finish(ct_trainer *t) {
     ct_summary *s = t->sum;
     s->wall_s = ct_now() - t->t_open;
     s->peak_host_bytes = ct_peak_rss_bytes();
     if (t->be && t->be->peak_bytes) s->peak_device_bytes = t->be->peak_bytes(t->be);
+    if (t->be && t->be->mem_stats) {
+        ct_mem_stats m;
+        t->be->mem_stats(t->be, &m);
+        memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
+        s->has_mem_stats = true;
+        if (t->cfg->memory_breakdown) report_memory(t, &m);
+    }
 }
 
 /* Parameters, gradients, optimizer state and buffers, initialised from the seed. */
@@ -153,9 +180,8 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     t->info = ct_graph_info_get(t->g);
     t->opt = ct_optim_create_for_graph(t->cfg, t->be, t->g);
     size_t nb = (size_t)(t->info->n_buffers ? t->info->n_buffers : 1) * sizeof(float);
-    t->buffers = t->be->alloc(t->be, nb);
+    t->buffers = t->be->alloc(t->be, nb, CT_MEM_MASTER);
     t->amp = ct_amp_create(t->cfg, t->be, t->info->n_params);
-    if (t->amp) ct_graph_set_compute_dtype(t->g, t->amp->compute);
     if (!t->opt || !t->buffers || !t->amp)
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %s parameters and optimizer state",
                        t->be->name);
@@ -164,10 +190,20 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     return CT_OK;
 }
 
+/* Capture and replay of micro-batches (train.cuda_graph). */
+static int start_step_runner(ct_trainer *t, ct_err *err) {
+    char notice[256];
+    int rc = ct_step_runner_init(&t->runner, t->be, t->g, t->cfg->train.cuda_graph, notice,
+                                 sizeof notice, err);
+    if (!rc && notice[0]) ct_warnf(&t->warn, "%s", notice);
+    return rc;
+}
+
 /* A loader for one dataset; train: shuffled (data.shuffle), drop_last, augmented. */
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
     int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->info->classes, &o, err);
+    o.device_dtype = ct_graph_compute_dtype(t->g);   /* data.transform.on_device writes this */
     if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->warn, err);
     if (!rc && train) t->shuffle = o.shuffle;
     return rc;
@@ -206,8 +242,9 @@ static int setup(ct_trainer *t, ct_err *err) {
     open_start(&jobs[0], cfg, "train");
     open_start(&jobs[1], cfg, "eval");
     rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
-    if (!rc) rc = ct_graph_build(cfg, cfg->micro_batch, t->be, &t->g, err);
+    if (!rc) rc = ct_graph_build(cfg, cfg->micro_batch, t->be, ct_amp_compute_dtype(cfg), &t->g, err);
     if (!rc) rc = alloc_params(t, err);
+    if (!rc) rc = start_step_runner(t, err);
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
     if (rc) return rc;
     return data_rc ? data_rc : setup_data(t, err);
@@ -252,6 +289,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_loader_free(t->eval_l);
     ct_warnings_free(&t->warn);
     ct_trainer_ckpt_close(t);
+    if (t->be) ct_step_runner_reset(&t->runner);
     if (t->buffers) t->be->free(t->be, t->buffers);
     ct_optim_free(t->opt);
     ct_amp_free(t->amp);
@@ -264,6 +302,7 @@ void ct_trainer_close(ct_trainer *t) {
 
 struct ct_optim *ct_trainer_optim(ct_trainer *t) { return t->opt; }
 const struct ct_graph *ct_trainer_graph(const ct_trainer *t) { return t->g; }
+ct_backend *ct_trainer_backend(ct_trainer *t) { return t->be; }
 
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx) {
     t->on_step = fn;

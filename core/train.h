@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "core/common.h"
+#include "core/backend.h"
 #include "core/config.h"
 
 typedef struct ct_run_opts {
@@ -38,6 +39,10 @@ typedef struct ct_summary {
     char error[512];             /* first line of the error when status is "error" */
     double first_step_s;         /* process age when the first training step began; NAN if none */
     double data_wait_share;      /* fraction of training-step time spent waiting for the loader */
+    /* Peak bytes per memory category (backend.h ct_mem_cat: device memory on a GPU, the
+     * backend's host allocations on the CPU); written as "peak_bytes_by_category". */
+    size_t peak_by_cat[CT_MEM_CAT_COUNT];
+    bool has_mem_stats;
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);
@@ -61,6 +66,8 @@ void ct_trainer_close(ct_trainer *t);
 /* The optimizer owns the flat fp32 parameters (o->params), gradients and state. */
 struct ct_optim *ct_trainer_optim(ct_trainer *t);
 const struct ct_graph *ct_trainer_graph(const ct_trainer *t);
+/* The backend the trainer's buffers live on (copy_d2h/copy_h2d to read or write them). */
+ct_backend *ct_trainer_backend(ct_trainer *t);
 /* Called after every optimizer step with its 1-based number and mean loss. */
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx);
 

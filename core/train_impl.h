@@ -11,6 +11,7 @@
 #include "core/optim.h"
 #include "core/report.h"
 #include "core/train.h"
+#include "core/train_graph.h"
 
 struct ct_trainer {
     const ct_config *cfg;
@@ -24,6 +25,7 @@ struct ct_trainer {
     ct_optim *opt;               /* params, grads, optimizer state */
     float *buffers;              /* [n_buffers] running statistics */
     ct_amp *amp;                 /* precision policy: 16-bit parameter copy, loss scaler */
+    ct_step_runner runner;       /* micro-batch forward + backward, captured when it can be */
 
     ct_dataset *train_ds, *eval_ds;
     ct_loader *train_l, *eval_l; /* threaded loaders: micro-batches in order (loader.h) */

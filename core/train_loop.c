@@ -18,13 +18,13 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
     int64_t n = 0, correct = 0;
     double sum = 0;
     ct_loader_batch b = {0};
-    const float *params = ct_amp_refresh_params(t->amp, t->opt->params);
+    const void *params = ct_amp_refresh_params(t->amp, t->opt->params);
     do {
         int rc = ct_loader_next(t->eval_l, &b, err);
         if (rc) return rc;
         if (b.n == 0) continue; /* every record of the batch skipped as corrupt */
-        ct_step_io io = {.input = b.input, .target = b.target, .n = b.n, .train = false,
-                         .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
+        ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = b.n,
+                         .train = false, .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
         rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
         if (rc) return rc;
         sum += (double)io.loss * (double)b.n;
@@ -61,36 +61,43 @@ typedef struct loop_state {
 /* The update closing a step. fp32/bf16: the optimizer step. fp16: one pass over the gradients
  * gives the overflow check and the global norm; 1/scale and the clip coefficient go into the
  * update's grad_scale; an overflow skips the update (weights, optimizer state and schedule stay as
- * they are) and the scaler lowers the scale (core/amp.h). step: the 1-based step number. */
-static int apply_update(ct_trainer *t, long step, float grad_scale, ct_optim_stats *st, ct_err *err) {
+ * they are) and the scaler lowers the scale (core/amp.h). forward_overflow: a micro-batch's loss
+ * was inf or NaN in fp16 (an activation overflowed), which DeepSpeed treats like a gradient
+ * overflow. step: the 1-based step number. */
+static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward_overflow,
+                        ct_optim_stats *st, ct_err *err) {
     ct_amp *a = t->amp;
     if (!a->scaling) {
         ct_optim_step(t->opt, grad_scale, st);
         return CT_OK;
     }
     double tried = a->scaler.scale;
-    bool ok = ct_optim_step_finite(t->opt, (float)(grad_scale / tried), st);
+    bool ok = !forward_overflow && ct_optim_step_finite(t->opt, (float)(grad_scale / tried), st);
+    if (forward_overflow)
+        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
     ct_scale_event ev = ct_scaler_update(&a->scaler, !ok);
     t->sum->loss_scale = a->scaler.scale;
     if (ok) return CT_OK;
+    const char *what = forward_overflow ? "fp16 overflow in the forward pass (loss not finite)"
+                                        : "gradient overflow";
     if (ev == CT_SCALE_AT_MIN) {
         return ct_errf(err, CT_ERR_DIVERGED,
-                       "loss scale at its minimum (%.10g) and gradients still overflow at step %ld.\n"
-                       "  fp16 cannot represent this model's gradients; use \"bf16\": {\"enabled\": "
-                       "true}. %s%s", tried, step,
+                       "loss scale at its minimum (%.10g) and still %s at step %ld.\n"
+                       "  fp16 cannot represent this model's values; use \"bf16\": {\"enabled\": "
+                       "true}. %s%s", tried, what, step,
                        t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was saved in this run.",
                        t->last_ckpt);
     }
     t->sum->skipped_steps = ++a->skipped;   /* the step counts (global step) but did not update */
     if (ev == CT_SCALE_HALVED)
-        ct_report_line(&t->rep, "step %ld: gradient overflow at loss scale %.10g; step skipped, scale "
-                       "lowered to %.10g", step, tried, a->scaler.scale);
+        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale lowered to "
+                       "%.10g", step, what, tried, a->scaler.scale);
     else if (ev == CT_SCALE_HYSTERESIS)
-        ct_report_line(&t->rep, "step %ld: gradient overflow at loss scale %.10g; step skipped, scale "
-                       "kept (hysteresis %d left)", step, tried, a->scaler.budget);
+        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale kept "
+                       "(hysteresis %d left)", step, what, tried, a->scaler.budget);
     else
-        ct_report_line(&t->rep, "step %ld: gradient overflow at static loss scale %.10g; step skipped",
-                       step, tried);
+        ct_report_line(&t->rep, "step %ld: %s at static loss scale %.10g; step skipped", step, what,
+                       tried);
     return CT_OK;
 }
 
@@ -104,8 +111,9 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     ct_optim_zero_grad(t->opt);
     ls->step_wait_s = 0;
     /* Mixed precision: forward/backward read the 16-bit copy of the master; the loss is scaled. */
-    const float *params = ct_amp_refresh_params(t->amp, t->opt->params);
+    const void *params = ct_amp_refresh_params(t->amp, t->opt->params);
     float scale = ct_amp_loss_scale(t->amp);
+    bool overflow = false;
     for (int64_t start = 0; start < n; start += mb) {
         ct_loader_batch b;
         int rc = ct_loader_next(t->train_l, &b, err);
@@ -114,20 +122,20 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         int64_t k = b.n;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;
-        ct_step_io io = {.input = b.input, .target = b.target, .n = k, .train = true,
-                         .seed = cfg->train.seed, .step = ls->micro++,
+        ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = k,
+                         .train = true, .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n * scale};
-        rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
+        rc = ct_step_run(&t->runner, params, t->buffers, t->opt->grads, &io, err);
         if (rc) return rc;
+        if (!isfinite(io.loss) && t->amp->scaling) {
+            overflow = true;     /* skipped like a gradient overflow; keep reading the step */
+            continue;
+        }
         if (!isfinite(io.loss))
             return ct_errf(err, CT_ERR_DIVERGED,
                            "training diverged: loss is %s at step %ld (epoch %d). Lower the learning "
-                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).%s",
-                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1,
-                           t->amp->compute == CT_F16 ? "\n  In fp16, activations above 65504 "
-                           "overflow; \"bf16\": {\"enabled\": true} has fp32's range." : "");
-        rc = ct_graph_backward(t->g, params, t->opt->grads, &io, NULL, err);
-        if (rc) return rc;
+                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).",
+                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1);
         sum += (double)io.loss * (double)k;
     }
     if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
@@ -135,10 +143,10 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
         return CT_OK;
     }
-    *loss = sum / (double)seen;
+    *loss = overflow ? NAN : sum / (double)seen;   /* a skipped step adds nothing to the mean */
     /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
      * gradient is the mean over the samples actually seen. */
-    return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), st, err);
+    return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
 }
 
 /* ---- checkpoints: the loop's state <-> state.json ---- */

@@ -68,6 +68,7 @@ static void teardown(ct_cuda *cu, bool strict) {
     if (cu->host_scratch) CT_TEARDOWN(cudaFreeHost(cu->host_scratch));
     ct_cuda_alloc_release_all(&cu->mem);
     ct_cuda_stages_release(cu, strict);
+    ct_cuda_upload_ring_release(cu, strict);
     if (cu->ev_compute) CT_TEARDOWN(cudaEventDestroy(cu->ev_compute));
     if (cu->ev_copy) CT_TEARDOWN(cudaEventDestroy(cu->ev_copy));
     if (cu->compute) CT_TEARDOWN(cudaStreamDestroy(cu->compute));
@@ -121,7 +122,7 @@ static bool init_state(ct_cuda *cu, int device, ct_err *err) {
         !setup_ok(cudaMalloc(&cu->lt_workspace, CT_CUDA_LT_WORKSPACE),
                   "cudaMalloc (cuBLASLt workspace)", err))
         return false;
-    if (!ct_cuda_stages_init(cu)) {
+    if (!ct_cuda_stages_init(cu) || !ct_cuda_upload_ring_init(cu)) {
         ct_errf(err, CT_ERR_RUNTIME, "CUDA device setup failed: cudaEventCreate (upload ring)");
         return false;
     }
@@ -193,5 +194,6 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     ct_cuda_norm_install(be);
     ct_cuda_loss_install(be);
     ct_cuda_optim_install(be);
+    ct_cuda_graph_install(be);
     return be;
 }

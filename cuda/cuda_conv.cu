@@ -5,33 +5,46 @@
  * Backward passes gather instead of scatter: one thread owns one input pixel and adds the
  * contributions in the order the CPU's scatter loop adds them, so no atomics are needed and the
  * bits match the reference. */
+#include "cuda/cuda_dtype.cuh"
 #include "cuda/cuda_internal.h"
 
 /* ct_conv2d_geom / ct_pool2d_geom are passed by value: host pointers are not readable here. */
 
-__global__ void k_im2col(float *col, const float *img, ct_conv2d_geom g, int64_t c0, int64_t total) {
-    int64_t pix = g.oh * g.ow;
+/* Batched layout: col[row, b * ldb_img + p] for images b < nb, row < ch_rows * kh * kw counted
+ * from channel c0; one image (ldb_img = 0 unused) is the op table's im2col. img points at image 0,
+ * images are c * h * w apart. */
+template <typename T>
+__global__ void k_im2col(T *col, const T *img, ct_conv2d_geom g, int64_t c0, int64_t rows,
+                         int64_t nb) {
+    int64_t pix = g.oh * g.ow, total = rows * nb * pix;
     GRID_STRIDE(idx, total) {
-        int64_t row = idx / pix, p = idx - row * pix;
+        int64_t row = idx / (nb * pix), q = idx - row * (nb * pix);
+        int64_t b = q / pix, p = q - b * pix;
         int64_t kx = row % g.kw, ky = (row / g.kw) % g.kh, ch = row / (g.kw * g.kh);
         int64_t oy = p / g.ow, ox = p - oy * g.ow;
         int64_t iy = oy * g.stride_h - g.pad_h + ky * g.dil_h;
         int64_t ix = ox * g.stride_w - g.pad_w + kx * g.dil_w;
-        float v = 0.0f;
-        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) v = img[((c0 + ch) * g.h + iy) * g.w + ix];
+        T v = ct_st<T>(0.0f);
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+            v = img[((b * g.c + c0 + ch) * g.h + iy) * g.w + ix];
         col[idx] = v;
     }
 }
 
-/* One thread per pixel of the group's channels: img += sum over (ky, kx) in order of the column
- * entry that read this pixel (at most one per (ky, kx) since strides are >= 1). */
-__global__ void k_col2im(float *img, const float *col, ct_conv2d_geom g, int64_t c0, int64_t total) {
-    int64_t plane = g.h * g.w, pix = g.oh * g.ow;
+/* One thread per input pixel of channels [c0, c0 + chans) of nb images: img (+)= the sum over
+ * (ky, kx) in order of the column entries that read this pixel (at most one per (ky, kx) since
+ * strides are >= 1), formed in fp32 and stored once. col is laid out as k_im2col writes it, in
+ * any float type C. accumulate = false overwrites img (whole-batch backward). */
+template <typename T, typename C>
+__global__ void k_col2im(T *img, const C *col, ct_conv2d_geom g, int64_t c0, int64_t chans,
+                         int64_t nb, bool accumulate) {
+    int64_t plane = g.h * g.w, pix = g.oh * g.ow, total = nb * chans * plane;
     GRID_STRIDE(idx, total) {
-        int64_t ch = idx / plane, rem = idx - ch * plane;
+        int64_t b = idx / (chans * plane), rem0 = idx - b * (chans * plane);
+        int64_t ch = rem0 / plane, rem = rem0 - ch * plane;
         int64_t iy = rem / g.w, ix = rem - iy * g.w;
-        float *dst = img + (c0 + ch) * plane + rem;
-        float acc = *dst;
+        T *dst = img + (b * g.c + c0 + ch) * plane + rem;
+        float acc = accumulate ? ct_ld(*dst) : 0.0f;
         for (int64_t ky = 0; ky < g.kh; ky++) {
             int64_t ty = iy + g.pad_h - ky * g.dil_h;
             if (ty < 0 || ty % g.stride_h) continue;
@@ -42,10 +55,11 @@ __global__ void k_col2im(float *img, const float *col, ct_conv2d_geom g, int64_t
                 if (tx < 0 || tx % g.stride_w) continue;
                 int64_t ox = tx / g.stride_w;
                 if (ox >= g.ow) continue;
-                acc += col[((ch * g.kh + ky) * g.kw + kx) * pix + oy * g.ow + ox];
+                acc += ct_ld(col[((ch * g.kh + ky) * g.kw + kx) * (nb * pix) + b * pix +
+                                 oy * g.ow + ox]);
             }
         }
-        *dst = acc;
+        *dst = ct_st<T>(acc);
     }
 }
 
@@ -56,20 +70,145 @@ static void check_conv(const ct_conv2d_geom *g, int64_t group) {
                     "conv geometry: stride and dilation must be >= 1");
 }
 
-static void cu_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g,
-                      int64_t group) {
+static void cu_im2col(ct_backend *be, void *col, const void *img, const ct_conv2d_geom *g,
+                      int64_t group, ct_dtype dt) {
     check_conv(g, group);
-    int64_t cg = g->c / g->groups;
-    int64_t total = cg * g->kh * g->kw * g->oh * g->ow;
-    LAUNCH(be, total, k_im2col, col, img, *g, group * cg, total);
+    int64_t cg = g->c / g->groups, rows = cg * g->kh * g->kw;
+    int64_t total = rows * g->oh * g->ow;
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, total, k_im2col<T>, (T *)col, (const T *)img, *g, group * cg, rows,
+                          (int64_t)1));
 }
 
-static void cu_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g,
-                      int64_t group) {
+static void cu_col2im(ct_backend *be, void *img, const void *col, const ct_conv2d_geom *g,
+                      int64_t group, ct_dtype dt) {
     check_conv(g, group);
     int64_t cg = g->c / g->groups;
     int64_t total = cg * g->h * g->w;
-    LAUNCH(be, total, k_col2im, img, col, *g, group * cg, total);
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, total, (k_col2im<T, T>), (T *)img, (const T *)col, *g, group * cg, cg,
+                          (int64_t)1, true));
+}
+
+/* ---- whole-batch convolution ----
+ * Images are processed in chunks of nb (scratch bounded by CT_CONV_SCRATCH). For a chunk:
+ *   col [c*kh*kw, nb*P] (dt)  = im2col of every image side by side (P = oh*ow); rows of group gi
+ *                               are gi*K .. (gi+1)*K - 1 with K = c/groups * kh * kw
+ *   forward:  yr[oc, nb*P] (fp32) = W[gi] [ocg, K] col[gi]     one GEMM batched over groups
+ *             y[b, o, p] = yr[o, b*P + p] + bias[o]              one kernel, one rounding
+ *   backward: dyr[oc, nb*P] (dt) = dy rearranged
+ *             dw[gi] += dyr[gi] col[gi]^T (fp32, beta 1)       chunks add in order: deterministic
+ *             dcol[gi] (fp32) = W[gi]^T dyr[gi]; dx = col2im(dcol)
+ *             db via bias_backward over the whole batch. */
+#define CT_CONV_SCRATCH ((int64_t)256 << 20)
+
+/* y[b, o, p] = rd(yr[o, b*P + p] + bias[o]) (and the reverse rearrangement for dy below). */
+template <typename T>
+__global__ void k_conv_out(T *y, const float *yr, const T *bias, int64_t oc, int64_t pix,
+                           int64_t nb) {
+    GRID_STRIDE(idx, nb * oc * pix) {
+        int64_t b = idx / (oc * pix), rem = idx - b * (oc * pix);
+        int64_t o = rem / pix, p = rem - o * pix;
+        float v = yr[o * (nb * pix) + b * pix + p];
+        if (bias) v += ct_ld(bias[o]);
+        y[idx] = ct_st<T>(v);
+    }
+}
+
+/* dyr[o, b*P + p] = dy[b, o, p] */
+template <typename T>
+__global__ void k_conv_dy_rearrange(T *dyr, const T *dy, int64_t oc, int64_t pix, int64_t nb) {
+    GRID_STRIDE(idx, nb * oc * pix) {
+        int64_t b = idx / (oc * pix), rem = idx - b * (oc * pix);
+        int64_t o = rem / pix, p = rem - o * pix;
+        dyr[o * (nb * pix) + b * pix + p] = dy[idx];
+    }
+}
+
+/* Images per chunk: bytes_per_image * nb <= CT_CONV_SCRATCH, at least 1. */
+static int64_t conv_chunk(const ct_conv2d_geom *g, int64_t bytes_per_image) {
+    int64_t nb = bytes_per_image > 0 ? CT_CONV_SCRATCH / bytes_per_image : g->n;
+    if (nb > g->n) nb = g->n;
+    return nb < 1 ? 1 : nb;
+}
+
+static void cu_conv2d_forward(ct_backend *be, void *y, const void *x, const void *w,
+                              const void *bias, const ct_conv2d_geom *g, ct_dtype dt) {
+    check_conv(g, 0);
+    CT_CUDA_REQUIRE(g->oc % g->groups == 0, "conv geometry: out channels not divisible by groups");
+    CT_CUDA_REQUIRE(ct_cuda_float_dtype(dt), "conv2d: dtype must be f32, f16 or bf16");
+    int64_t pix = g->oh * g->ow, rows = g->c * g->kh * g->kw;
+    int64_t kg = rows / g->groups, ocg = g->oc / g->groups;
+    if (g->n <= 0 || pix <= 0 || g->oc <= 0) return;
+    size_t es = ct_dtype_size(dt);
+    int64_t nb = conv_chunk(g, pix * (rows * (int64_t)es + g->oc * 4));
+    void *col = CT_CUDA_SCRATCH(be, (size_t)(rows * nb * pix) * es);
+    float *yr = (float *)CT_CUDA_SCRATCH(be, (size_t)(g->oc * nb * pix) * sizeof(float));
+    for (int64_t b0 = 0; b0 < g->n; b0 += nb) {
+        int64_t cnt = g->n - b0 < nb ? g->n - b0 : nb;
+        int64_t np = cnt * pix;
+        const char *xb = (const char *)x + (size_t)(b0 * g->c * g->h * g->w) * es;
+        char *yb = (char *)y + (size_t)(b0 * g->oc * pix) * es;
+        CT_DT_DISPATCH(dt, T,
+                       LAUNCH(be, rows * np, k_im2col<T>, (T *)col, (const T *)xb, *g, (int64_t)0,
+                              rows, cnt));
+        /* yr[gi] [ocg, np] = W[gi] [ocg, kg] col[gi] [kg, np] */
+        ct_cuda_gemm_strided(be, false, false, ocg, np, kg, 1.0f, w, dt, kg, ocg * kg, col, dt, np,
+                             kg * np, 0.0f, yr, CT_F32, np, ocg * np, g->groups);
+        CT_DT_DISPATCH(dt, T,
+                       LAUNCH(be, cnt * g->oc * pix, k_conv_out<T>, (T *)yb, yr, (const T *)bias,
+                              g->oc, pix, cnt));
+    }
+    ct_cuda_scratch_free(be, yr);
+    ct_cuda_scratch_free(be, col);
+}
+
+static void cu_conv2d_backward(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
+                               const void *x, const void *w, const ct_conv2d_geom *g, ct_dtype dt) {
+    check_conv(g, 0);
+    CT_CUDA_REQUIRE(g->oc % g->groups == 0, "conv geometry: out channels not divisible by groups");
+    CT_CUDA_REQUIRE(ct_cuda_float_dtype(dt), "conv2d: dtype must be f32, f16 or bf16");
+    int64_t pix = g->oh * g->ow, rows = g->c * g->kh * g->kw;
+    int64_t kg = rows / g->groups, ocg = g->oc / g->groups;
+    if (g->n <= 0) return;
+    if (pix <= 0 || g->oc <= 0) { /* empty output: no gradient reaches x */
+        if (dx)
+            CT_CUDA_CHECK(cudaMemsetAsync(dx, 0, (size_t)(g->n * g->c * g->h * g->w) *
+                                                     ct_dtype_size(dt), ct_cuda_stream(be)));
+        return;
+    }
+    if (db) be->bias_backward(be, db, dy, g->n, g->oc, pix, dt);
+    size_t es = ct_dtype_size(dt);
+    int64_t per_image = pix * (rows * (int64_t)es + g->oc * (int64_t)es + (dx ? rows * 4 : 0));
+    int64_t nb = conv_chunk(g, per_image);
+    void *col = CT_CUDA_SCRATCH(be, (size_t)(rows * nb * pix) * es);
+    void *dyr = CT_CUDA_SCRATCH(be, (size_t)(g->oc * nb * pix) * es);
+    float *dcol = dx ? (float *)CT_CUDA_SCRATCH(be, (size_t)(rows * nb * pix) * sizeof(float)) : NULL;
+    for (int64_t b0 = 0; b0 < g->n; b0 += nb) {
+        int64_t cnt = g->n - b0 < nb ? g->n - b0 : nb;
+        int64_t np = cnt * pix;
+        const char *xb = (const char *)x + (size_t)(b0 * g->c * g->h * g->w) * es;
+        const char *dyb = (const char *)dy + (size_t)(b0 * g->oc * pix) * es;
+        CT_DT_DISPATCH(dt, T, {
+            LAUNCH(be, cnt * g->oc * pix, k_conv_dy_rearrange<T>, (T *)dyr, (const T *)dyb, g->oc,
+                   pix, cnt);
+            LAUNCH(be, rows * np, k_im2col<T>, (T *)col, (const T *)xb, *g, (int64_t)0, rows, cnt);
+        });
+        /* dw[gi] [ocg, kg] += dyr[gi] [ocg, np] col[gi]^T [np, kg] */
+        ct_cuda_gemm_strided(be, false, true, ocg, kg, np, 1.0f, dyr, dt, np, ocg * np, col, dt, np,
+                             kg * np, 1.0f, dw, CT_F32, kg, ocg * kg, g->groups);
+        if (!dx) continue;
+        /* dcol[gi] [kg, np] = W[gi]^T [kg, ocg] dyr[gi] [ocg, np] */
+        ct_cuda_gemm_strided(be, true, false, kg, np, ocg, 1.0f, w, dt, kg, ocg * kg, dyr, dt, np,
+                             ocg * np, 0.0f, dcol, CT_F32, np, kg * np, g->groups);
+        char *dxb = (char *)dx + (size_t)(b0 * g->c * g->h * g->w) * es;
+        CT_DT_DISPATCH(dt, T,
+                       LAUNCH(be, cnt * g->c * g->h * g->w, (k_col2im<T, float>), (T *)dxb, dcol, *g,
+                              (int64_t)0, g->c, cnt, false));
+    }
+    if (dcol) ct_cuda_scratch_free(be, dcol);
+    ct_cuda_scratch_free(be, dyr);
+    ct_cuda_scratch_free(be, col);
 }
 
 /* ---- pooling ---- */
@@ -111,37 +250,39 @@ __device__ __forceinline__ void covering(int64_t i, int64_t pad, int64_t k, int6
     *hi = h;
 }
 
-__global__ void k_maxpool_fwd(float *y, int32_t *argmax, const float *x, ct_pool2d_geom g,
+template <typename T>
+__global__ void k_maxpool_fwd(T *y, int32_t *argmax, const T *x, ct_pool2d_geom g,
                               int64_t total) {
     int64_t opix = g.oh * g.ow;
     GRID_STRIDE(idx, total) {
         int64_t p = idx / opix, o = idx - p * opix;
         int64_t oy = o / g.ow, ox = o - oy * g.ow;
-        const float *xp = x + p * g.h * g.w;
+        const T *xp = x + p * g.h * g.w;
         pool_win w = pool_window(g, oy, ox);
         float best = -INFINITY;
         int64_t best_i = -1;
         for (int64_t iy = w.y0; iy < w.y1; iy++) {
             for (int64_t ix = w.x0; ix < w.x1; ix++) {
-                float v = xp[iy * g.w + ix];
+                float v = ct_ld(xp[iy * g.w + ix]);
                 if (v > best || isnan(v) || best_i < 0) {
                     best = v;
                     best_i = iy * g.w + ix;
                 }
             }
         }
-        y[idx] = best;
+        y[idx] = ct_st<T>(best);
         if (argmax) argmax[idx] = (int32_t)best_i;
     }
 }
 
-__global__ void k_maxpool_bwd(float *dx, const float *dy, const int32_t *argmax, ct_pool2d_geom g,
+template <typename T>
+__global__ void k_maxpool_bwd(T *dx, const T *dy, const int32_t *argmax, ct_pool2d_geom g,
                               int64_t total) {
     int64_t plane = g.h * g.w, opix = g.oh * g.ow;
     GRID_STRIDE(idx, total) {
         int64_t p = idx / plane, i = idx - p * plane;
         int64_t iy = i / g.w, ix = i - iy * g.w;
-        const float *dyp = dy + p * opix;
+        const T *dyp = dy + p * opix;
         const int32_t *am = argmax + p * opix;
         int64_t oy0, oy1, ox0, ox1;
         covering(iy, g.pad_h, g.kh, g.stride_h, g.oh, &oy0, &oy1);
@@ -150,32 +291,34 @@ __global__ void k_maxpool_bwd(float *dx, const float *dy, const int32_t *argmax,
         for (int64_t oy = oy0; oy <= oy1; oy++)
             for (int64_t ox = ox0; ox <= ox1; ox++) {
                 int64_t o = oy * g.ow + ox;
-                if (am[o] == i) acc += dyp[o];
+                if (am[o] == i) acc += ct_ld(dyp[o]);
             }
-        dx[idx] = acc;
+        dx[idx] = ct_st<T>(acc);
     }
 }
 
-__global__ void k_avgpool_fwd(float *y, const float *x, ct_pool2d_geom g, int64_t total) {
+template <typename T>
+__global__ void k_avgpool_fwd(T *y, const T *x, ct_pool2d_geom g, int64_t total) {
     int64_t opix = g.oh * g.ow;
     GRID_STRIDE(idx, total) {
         int64_t p = idx / opix, o = idx - p * opix;
         int64_t oy = o / g.ow, ox = o - oy * g.ow;
-        const float *xp = x + p * g.h * g.w;
+        const T *xp = x + p * g.h * g.w;
         pool_win w = pool_window(g, oy, ox);
         float sum = 0.0f;
         for (int64_t iy = w.y0; iy < w.y1; iy++)
-            for (int64_t ix = w.x0; ix < w.x1; ix++) sum += xp[iy * g.w + ix];
-        y[idx] = sum / w.divisor;
+            for (int64_t ix = w.x0; ix < w.x1; ix++) sum += ct_ld(xp[iy * g.w + ix]);
+        y[idx] = ct_st<T>(sum / w.divisor);
     }
 }
 
-__global__ void k_avgpool_bwd(float *dx, const float *dy, ct_pool2d_geom g, int64_t total) {
+template <typename T>
+__global__ void k_avgpool_bwd(T *dx, const T *dy, ct_pool2d_geom g, int64_t total) {
     int64_t plane = g.h * g.w, opix = g.oh * g.ow;
     GRID_STRIDE(idx, total) {
         int64_t p = idx / plane, i = idx - p * plane;
         int64_t iy = i / g.w, ix = i - iy * g.w;
-        const float *dyp = dy + p * opix;
+        const T *dyp = dy + p * opix;
         int64_t oy0, oy1, ox0, ox1;
         covering(iy, g.pad_h, g.kh, g.stride_h, g.oh, &oy0, &oy1);
         covering(ix, g.pad_w, g.kw, g.stride_w, g.ow, &ox0, &ox1);
@@ -186,9 +329,9 @@ __global__ void k_avgpool_bwd(float *dx, const float *dy, ct_pool2d_geom g, int6
                 /* the clipped window may exclude this pixel only through padding; it never does
                  * for a real pixel, but keep the CPU's exact membership test */
                 if (iy < w.y0 || iy >= w.y1 || ix < w.x0 || ix >= w.x1) continue;
-                acc += dyp[oy * g.ow + ox] / w.divisor;
+                acc += ct_ld(dyp[oy * g.ow + ox]) / w.divisor;
             }
-        dx[idx] = acc;
+        dx[idx] = ct_st<T>(acc);
     }
 }
 
@@ -198,36 +341,41 @@ static void check_pool(const ct_pool2d_geom *g) {
                     "pool geometry: kernel and stride must be >= 1, padding >= 0");
 }
 
-static void cu_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x,
-                                 const ct_pool2d_geom *g) {
+static void cu_maxpool2d_forward(ct_backend *be, void *y, int32_t *argmax, const void *x,
+                                 const ct_pool2d_geom *g, ct_dtype dt) {
     check_pool(g);
     int64_t total = g->n * g->c * g->oh * g->ow;
-    LAUNCH(be, total, k_maxpool_fwd, y, argmax, x, *g, total);
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, total, k_maxpool_fwd<T>, (T *)y, argmax, (const T *)x, *g, total));
 }
 
-static void cu_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax,
-                                  const ct_pool2d_geom *g) {
+static void cu_maxpool2d_backward(ct_backend *be, void *dx, const void *dy, const int32_t *argmax,
+                                  const ct_pool2d_geom *g, ct_dtype dt) {
     check_pool(g);
     int64_t total = g->n * g->c * g->h * g->w;
-    LAUNCH(be, total, k_maxpool_bwd, dx, dy, argmax, *g, total);
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, total, k_maxpool_bwd<T>, (T *)dx, (const T *)dy, argmax, *g, total));
 }
 
-static void cu_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g) {
+static void cu_avgpool2d_forward(ct_backend *be, void *y, const void *x, const ct_pool2d_geom *g,
+                                 ct_dtype dt) {
     check_pool(g);
     int64_t total = g->n * g->c * g->oh * g->ow;
-    LAUNCH(be, total, k_avgpool_fwd, y, x, *g, total);
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, total, k_avgpool_fwd<T>, (T *)y, (const T *)x, *g, total));
 }
 
-static void cu_avgpool2d_backward(ct_backend *be, float *dx, const float *dy,
-                                  const ct_pool2d_geom *g) {
+static void cu_avgpool2d_backward(ct_backend *be, void *dx, const void *dy, const ct_pool2d_geom *g,
+                                  ct_dtype dt) {
     check_pool(g);
     int64_t total = g->n * g->c * g->h * g->w;
-    LAUNCH(be, total, k_avgpool_bwd, dx, dy, *g, total);
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, total, k_avgpool_bwd<T>, (T *)dx, (const T *)dy, *g, total));
 }
 
 void ct_cuda_conv_install(ct_backend *be) {
     be->im2col = cu_im2col;
     be->col2im = cu_col2im;
+    be->conv2d_forward = cu_conv2d_forward;
+    be->conv2d_backward = cu_conv2d_backward;
     be->maxpool2d_forward = cu_maxpool2d_forward;
     be->maxpool2d_backward = cu_maxpool2d_backward;
     be->avgpool2d_forward = cu_avgpool2d_forward;

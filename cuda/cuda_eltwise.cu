@@ -2,6 +2,7 @@
  *
  * Kernels are grid-stride loops over int64 indices, so any n works with any grid. */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_dtype.cuh"
 #include "cuda/cuda_reduce.cuh"
 #include "cuda/cuda_rng.cuh"
 
@@ -9,37 +10,51 @@ extern "C" {
 #include "core/rng.h"
 }
 
-/* ---- basic element-wise ---- */
+/* ---- basic element-wise (storage T, fp32 arithmetic) ---- */
 
-__global__ void k_fill(float *x, float v, int64_t n) { GRID_STRIDE(i, n) x[i] = v; }
-__global__ void k_scale(float *x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *= s; }
-__global__ void k_axpy(float *y, float a, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
-__global__ void k_add(float *y, const float *a, const float *b, int64_t n) {
-    GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+template <typename T> __global__ void k_fill(T *x, float v, int64_t n) {
+    T s = ct_st<T>(v);
+    GRID_STRIDE(i, n) x[i] = s;
+}
+template <typename T> __global__ void k_scale(T *x, float s, int64_t n) {
+    GRID_STRIDE(i, n) x[i] = ct_st<T>(ct_ld(x[i]) * s);
+}
+template <typename T> __global__ void k_axpy(T *y, float a, const T *x, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_st<T>(ct_ld(y[i]) + a * ct_ld(x[i]));
+}
+template <typename T> __global__ void k_add(T *y, const T *a, const T *b, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = ct_st<T>(ct_ld(a[i]) + ct_ld(b[i]));
 }
 
-static void cu_fill(ct_backend *be, float *x, float v, int64_t n) { LAUNCH(be, n, k_fill, x, v, n); }
-static void cu_scale(ct_backend *be, float *x, float s, int64_t n) { LAUNCH(be, n, k_scale, x, s, n); }
-static void cu_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n) {
-    LAUNCH(be, n, k_axpy, y, a, x, n);
+static void cu_fill(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, n, k_fill<T>, (T *)x, v, n));
 }
-static void cu_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n) {
-    LAUNCH(be, n, k_add, y, a, b, n);
+static void cu_scale(ct_backend *be, void *x, float s, int64_t n, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, n, k_scale<T>, (T *)x, s, n));
+}
+static void cu_axpy(ct_backend *be, void *y, float a, const void *x, int64_t n, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, n, k_axpy<T>, (T *)y, a, (const T *)x, n));
+}
+static void cu_add(ct_backend *be, void *y, const void *a, const void *b, int64_t n, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, n, k_add<T>, (T *)y, (const T *)a, (const T *)b, n));
 }
 
-__global__ void k_copy_rows(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
-                            int64_t cols, bool accumulate) {
+template <typename T>
+__global__ void k_copy_rows(T *y, int64_t ldy, const T *x, int64_t ldx, int64_t rows, int64_t cols,
+                            bool accumulate) {
     GRID_STRIDE(idx, rows * cols) {
         int64_t r = idx / cols, j = idx - r * cols;
-        float v = x[r * ldx + j];
-        if (accumulate) y[r * ldy + j] += v;
+        T v = x[r * ldx + j];
+        if (accumulate) y[r * ldy + j] = ct_st<T>(ct_ld(y[r * ldy + j]) + ct_ld(v));
         else y[r * ldy + j] = v;
     }
 }
 
-static void cu_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
-                         int64_t rows, int64_t cols, bool accumulate) {
-    LAUNCH(be, rows * cols, k_copy_rows, y, ldy, x, ldx, rows, cols, accumulate);
+static void cu_copy_rows(ct_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                         int64_t rows, int64_t cols, bool accumulate, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, rows * cols, k_copy_rows<T>, (T *)y, ldy, (const T *)x, ldx, rows,
+                          cols, accumulate));
 }
 
 /* ---- casts ---- */
@@ -151,95 +166,106 @@ __device__ __forceinline__ float act_f(float x, int act, float alpha) {
     }
 }
 
-/* dy * act'(x); y = act(x) where the derivative is cheaper from it (y may be NULL: recomputed). */
-__device__ __forceinline__ float act_grad(float dy, const float *x, const float *y, int64_t i,
-                                          int act, float alpha) {
+/* dy * act'(x) with v = x[i] (or y[i] = act(x) where the derivative is cheaper from it; the
+ * other may be NULL, see backend.h). */
+template <typename T>
+__device__ __forceinline__ float act_grad(float dy, const T *x, const T *y, int64_t i, int act,
+                                          float alpha) {
     switch (act) {
     case CT_ACT_RELU: {
-        float v = x ? x[i] : y[i];
+        float v = x ? ct_ld(x[i]) : ct_ld(y[i]);
         return v > 0.0f ? dy : 0.0f;
     }
     case CT_ACT_LEAKY_RELU: {
-        float v = x ? x[i] : y[i];
+        float v = x ? ct_ld(x[i]) : ct_ld(y[i]);
         return v > 0.0f ? dy : alpha * dy;
     }
     case CT_ACT_GELU: {
-        float v = x[i];
+        float v = ct_ld(x[i]);
         float cdf = 0.5f * (1.0f + erff(v * CT_SQRT1_2));
         float pdf = CT_INV_SQRT_2PI * expf(-0.5f * v * v);
         return dy * (cdf + v * pdf);
     }
     case CT_ACT_GELU_TANH: {
-        float v = x[i];
+        float v = ct_ld(x[i]);
         float t = tanhf(CT_GELU_K0 * (v + CT_GELU_K1 * v * v * v));
         float du = CT_GELU_K0 * (1.0f + 3.0f * CT_GELU_K1 * v * v);
         return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
     }
     case CT_ACT_SILU: {
-        float v = x[i];
+        float v = ct_ld(x[i]);
         float s = dev_sigmoid(v);
         return dy * s * (1.0f + v * (1.0f - s));
     }
     case CT_ACT_TANH: {
-        float t = y ? y[i] : tanhf(x[i]);
+        float t = y ? ct_ld(y[i]) : tanhf(ct_ld(x[i]));
         return dy * (1.0f - t * t);
     }
     case CT_ACT_SIGMOID: {
-        float s = y ? y[i] : dev_sigmoid(x[i]);
+        float s = y ? ct_ld(y[i]) : dev_sigmoid(ct_ld(x[i]));
         return dy * s * (1.0f - s);
     }
     default: return dy;
     }
 }
 
-__global__ void k_act_forward(float *y, const float *x, int64_t n, int act, float alpha) {
-    GRID_STRIDE(i, n) y[i] = act_f(x[i], act, alpha);
+template <typename T>
+__global__ void k_act_forward(T *y, const T *x, int64_t n, int act, float alpha) {
+    GRID_STRIDE(i, n) y[i] = ct_st<T>(act_f(ct_ld(x[i]), act, alpha));
 }
 
-__global__ void k_act_backward(float *dx, const float *dy, const float *x, const float *y, int64_t n,
-                               int act, float alpha) {
-    GRID_STRIDE(i, n) dx[i] = act_grad(dy[i], x, y, i, act, alpha);
+template <typename T>
+__global__ void k_act_backward(T *dx, const T *dy, const T *x, const T *y, int64_t n, int act,
+                               float alpha) {
+    GRID_STRIDE(i, n) dx[i] = ct_st<T>(act_grad(ct_ld(dy[i]), x, y, i, act, alpha));
 }
 
 static bool act_needs_x(ct_act act) {
-    return act == CT_ACT_GELU || act == CT_ACT_GELU_TANH || act == CT_ACT_SILU;
+    return act == CT_ACT_GELU || act == CT_ACT_GELU_TANH || act == CT_ACT_SILU ||
+           act == CT_ACT_LEAKY_RELU; /* alpha <= 0: the sign of y does not give the sign of x */
 }
 
-static void cu_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act,
+static void cu_act_forward(ct_backend *be, void *y, const void *x, int64_t n, ct_act act,
+                           float alpha, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T, LAUNCH(be, n, k_act_forward<T>, (T *)y, (const T *)x, n, (int)act, alpha));
+}
+
+static void cu_act_backward(ct_backend *be, void *dx, const void *dy, const void *x, const void *y,
+                            int64_t n, ct_act act, float alpha, ct_dtype dt) {
+    bool y_ok = y && (!act_needs_x(act) || (act == CT_ACT_LEAKY_RELU && alpha > 0.0f));
+    CT_CUDA_REQUIRE(x || y_ok, "act_backward needs x for this activation");
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, n, k_act_backward<T>, (T *)dx, (const T *)dy, (const T *)x,
+                          (const T *)y, n, (int)act, alpha));
+}
+
+/* x[rows, cols, inner] += bias[cols]; then act in place (one rounding). */
+template <typename T>
+__global__ void k_bias_act(T *x, const T *bias, int64_t total, int64_t cols, int64_t inner, int act,
                            float alpha) {
-    LAUNCH(be, n, k_act_forward, y, x, n, (int)act, alpha);
-}
-
-static void cu_act_backward(ct_backend *be, float *dx, const float *dy, const float *x,
-                            const float *y, int64_t n, ct_act act, float alpha) {
-    CT_CUDA_REQUIRE(x || (y && !act_needs_x(act)), "act_backward needs x for this activation");
-    LAUNCH(be, n, k_act_backward, dx, dy, x, y, n, (int)act, alpha);
-}
-
-/* x[rows, cols, inner] += bias[cols]; then act in place. */
-__global__ void k_bias_act(float *x, const float *bias, int64_t total, int64_t cols, int64_t inner,
-                           int act, float alpha) {
     GRID_STRIDE(idx, total) {
-        float v = x[idx];
-        if (bias) v += bias[(idx / inner) % cols];
-        x[idx] = act_f(v, act, alpha);
+        float v = ct_ld(x[idx]);
+        if (bias) v += ct_ld(bias[(idx / inner) % cols]);
+        x[idx] = ct_st<T>(act_f(v, act, alpha));
     }
 }
 
-static void cu_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows,
-                                int64_t cols, int64_t inner, ct_act act, float alpha) {
+static void cu_bias_act_forward(ct_backend *be, void *x, const void *bias, int64_t rows,
+                                int64_t cols, int64_t inner, ct_act act, float alpha, ct_dtype dt) {
     if (inner < 1) inner = 1; /* as the CPU backend: no inner dimension */
     if (!bias && act == CT_ACT_NONE) return;
     int64_t total = rows * cols * inner;
-    LAUNCH(be, total, k_bias_act, x, bias, total, cols, inner, (int)act, alpha);
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, total, k_bias_act<T>, (T *)x, (const T *)bias, total, cols, inner,
+                          (int)act, alpha));
 }
 
 /* db[c] += sum over rows and inner of dy[r, c, i]. */
-struct bias_grad_f {
-    const float *dy;
+template <typename T> struct bias_grad_f {
+    const T *dy;
     int64_t cols, inner;
     __device__ void operator()(int64_t r, int64_t c, int64_t i, double *out) const {
-        out[0] = dy[(r * cols + c) * inner + i];
+        out[0] = ct_ld(dy[(r * cols + c) * inner + i]);
     }
 };
 /* dst[c] += (float)sum, rounded as the CPU backend rounds it */
@@ -248,18 +274,21 @@ struct add_into_f {
     __device__ void operator()(int64_t c, const double *s) const { dst[c] += (float)s[0]; }
 };
 
-static void cu_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
-                             int64_t inner) {
+static void cu_bias_backward(ct_backend *be, float *db, const void *dy, int64_t rows, int64_t cols,
+                             int64_t inner, ct_dtype dt) {
     if (inner < 1) inner = 1;
-    bias_grad_f f = {dy, cols, inner};
     add_into_f g = {db};
-    ct_cuda_reduce_rci<1>(be, rows, cols, inner, f, g);
+    CT_DT_DISPATCH(dt, T, {
+        bias_grad_f<T> f = {(const T *)dy, cols, inner};
+        ct_cuda_reduce_rci<1>(be, rows, cols, inner, f, g);
+    });
 }
 
 /* ---- dropout ---- */
 
 /* One thread per Philox block: elements 4b .. 4b+3 use the block's 4 words, as ct_rng_at does. */
-__global__ void k_dropout_forward(float *y, uint8_t *mask, const float *x, int64_t n, uint64_t thresh,
+template <typename T>
+__global__ void k_dropout_forward(T *y, uint8_t *mask, const T *x, int64_t n, uint64_t thresh,
                                   float keep_scale, uint64_t key, uint64_t stream) {
     int64_t n_blocks = (n + 3) / 4;
     GRID_STRIDE(b, n_blocks) {
@@ -270,30 +299,35 @@ __global__ void k_dropout_forward(float *y, uint8_t *mask, const float *x, int64
             if (i >= n) break;
             bool keep = (uint64_t)words[k] >= thresh;
             mask[i] = keep ? 1 : 0;
-            y[i] = keep ? x[i] * keep_scale : 0.0f;
+            y[i] = ct_st<T>(keep ? ct_ld(x[i]) * keep_scale : 0.0f);
         }
     }
 }
 
-__global__ void k_dropout_backward(float *dx, const float *dy, const uint8_t *mask, int64_t n,
+template <typename T>
+__global__ void k_dropout_backward(T *dx, const T *dy, const uint8_t *mask, int64_t n,
                                    float keep_scale) {
-    GRID_STRIDE(i, n) dx[i] = mask[i] ? dy[i] * keep_scale : 0.0f;
+    GRID_STRIDE(i, n) dx[i] = ct_st<T>(mask[i] ? ct_ld(dy[i]) * keep_scale : 0.0f);
 }
 
 static float keep_scale_of(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-static void cu_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
-                               float p, uint64_t seed, uint64_t stream) {
+static void cu_dropout_forward(ct_backend *be, void *y, uint8_t *mask, const void *x, int64_t n,
+                               float p, uint64_t seed, uint64_t stream, ct_dtype dt) {
     /* dropped when word < floor(p * 2^32), exactly as the CPU backend computes it */
     double t = (double)p * 4294967296.0;
     uint64_t thresh = t <= 0.0 ? 0 : (uint64_t)t;
     uint64_t key = ct_cuda_rng_key(seed, CT_RNG_DROPOUT);
-    LAUNCH(be, (n + 3) / 4, k_dropout_forward, y, mask, x, n, thresh, keep_scale_of(p), key, stream);
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, (n + 3) / 4, k_dropout_forward<T>, (T *)y, mask, (const T *)x, n,
+                          thresh, keep_scale_of(p), key, stream));
 }
 
-static void cu_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
-                                int64_t n, float p) {
-    LAUNCH(be, n, k_dropout_backward, dx, dy, mask, n, keep_scale_of(p));
+static void cu_dropout_backward(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
+                                int64_t n, float p, ct_dtype dt) {
+    CT_DT_DISPATCH(dt, T,
+                   LAUNCH(be, n, k_dropout_backward<T>, (T *)dx, (const T *)dy, mask, n,
+                          keep_scale_of(p)));
 }
 
 void ct_cuda_eltwise_install(ct_backend *be) {
@@ -310,4 +344,5 @@ void ct_cuda_eltwise_install(ct_backend *be) {
     be->act_backward = cu_act_backward;
     be->dropout_forward = cu_dropout_forward;
     be->dropout_backward = cu_dropout_backward;
+    be->normalize_u8 = ct_cuda_normalize_u8;
 }

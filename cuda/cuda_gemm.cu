@@ -69,10 +69,20 @@ static cublasLtMatrixLayout_t make_layout(ct_dtype dt, int64_t rows, int64_t col
     return l;
 }
 
-static void plan_build(ct_cuda *cu, ct_cuda_gemm_plan *p, const ct_cuda_gemm_key *k) {
+/* bias: the epilogue's bias vector (NULL without one); the heuristic reads its alignment. */
+static void plan_build(ct_cuda *cu, ct_cuda_gemm_plan *p, const ct_cuda_gemm_key *k,
+                       const void *bias) {
     p->key = *k;
     cublasComputeType_t ct = k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
+    if (k->epi != 0) {
+        /* bias elements have D's type (cublasLt.h, BIAS_DATA_TYPE default), i.e. the op's dt */
+        cublasLtEpilogue_t epi = (cublasLtEpilogue_t)k->epi;
+        CT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                       sizeof epi));
+        CT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bias, sizeof bias));
+    }
     cublasOperation_t op_a = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
     cublasOperation_t op_b = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's B is our A */
     CT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
@@ -114,7 +124,7 @@ static void plan_build(ct_cuda *cu, ct_cuda_gemm_plan *p, const ct_cuda_gemm_key
     if (p->has_algo) p->algo = res.algo;
 }
 
-static ct_cuda_gemm_plan *plan_get(ct_cuda *cu, const ct_cuda_gemm_key *k) {
+static ct_cuda_gemm_plan *plan_get(ct_cuda *cu, const ct_cuda_gemm_key *k, const void *bias) {
     ct_cuda_gemm_plan *victim = &cu->plans[0];
     cu->plan_clock++;
     for (int i = 0; i < CT_CUDA_GEMM_CACHE; i++) {
@@ -127,7 +137,7 @@ static ct_cuda_gemm_plan *plan_get(ct_cuda *cu, const ct_cuda_gemm_key *k) {
         else if (victim->used && p->last_use < victim->last_use) victim = p;
     }
     plan_release(victim);
-    plan_build(cu, victim, k);
+    plan_build(cu, victim, k, bias);
     victim->last_use = cu->plan_clock;
     return victim;
 }
@@ -143,11 +153,13 @@ static void check_dims(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_
 }
 
 /* One cuBLASLt call with every operand in a native combination. False (nothing queued) when the
- * heuristic has no algorithm for this shape, dtype and alignment. */
-static bool lt_matmul(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const void *a, ct_dtype a_dt, int64_t lda, int64_t sa, const void *b,
-                      ct_dtype b_dt, int64_t ldb, int64_t sb, float beta, void *c, ct_dtype c_dt,
-                      int64_t ldc, int64_t sc, int64_t batch) {
+ * heuristic has no algorithm for this shape, dtype and alignment. epi (a cublasLtEpilogue_t, 0 for
+ * none) with bias: the fused epilogue of linear_forward (bias per column of our row-major C). */
+static bool lt_matmul_epi(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void *a, ct_dtype a_dt, int64_t lda, int64_t sa,
+                          const void *b, ct_dtype b_dt, int64_t ldb, int64_t sb, float beta, void *c,
+                          ct_dtype c_dt, int64_t ldc, int64_t sc, int64_t batch, int epi,
+                          const void *bias) {
     ct_cuda *cu = ct_cuda_of(be);
     ct_cuda_gemm_key key;
     memset(&key, 0, sizeof key); /* padding takes part in memcmp */
@@ -158,14 +170,35 @@ static bool lt_matmul(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, in
     int al = ptr_align(a);
     if (ptr_align(b) < al) al = ptr_align(b);
     if (ptr_align(c) < al) al = ptr_align(c);
+    if (bias && ptr_align(bias) < al) al = ptr_align(bias);
+    if (batch > 1) { /* every item's matrix must be as aligned as the first (conv's group views) */
+        const int64_t off[3] = {sa * (int64_t)ct_dtype_size(a_dt), sb * (int64_t)ct_dtype_size(b_dt),
+                                sc * (int64_t)ct_dtype_size(c_dt)};
+        for (int i = 0; i < 3; i++) {
+            int oa = off[i] == 0 ? 16 : ptr_align((const void *)(uintptr_t)off[i]);
+            if (oa < al) al = oa;
+        }
+    }
     key.align = al;
     key.tf32 = cu->tf32 && a_dt == CT_F32 && b_dt == CT_F32 && c_dt == CT_F32;
-    ct_cuda_gemm_plan *p = plan_get(cu, &key);
+    key.epi = epi;
+    ct_cuda_gemm_plan *p = plan_get(cu, &key, bias);
     if (!p->has_algo) return false;
+    if (epi != 0) /* the cached descriptor holds the previous call's bias */
+        CT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bias, sizeof bias));
     CT_CUBLAS_CHECK(cublasLtMatmul(cu->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, c, p->lc, c,
                                    p->lc, &p->algo, cu->lt_workspace, cu->lt_workspace_bytes,
                                    cu->compute));
     return true;
+}
+
+static bool lt_matmul(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void *a, ct_dtype a_dt, int64_t lda, int64_t sa, const void *b,
+                      ct_dtype b_dt, int64_t ldb, int64_t sb, float beta, void *c, ct_dtype c_dt,
+                      int64_t ldc, int64_t sc, int64_t batch) {
+    return lt_matmul_epi(be, ta, tb, m, n, k, alpha, a, a_dt, lda, sa, b, b_dt, ldb, sb, beta, c,
+                         c_dt, ldc, sc, batch, 0, NULL);
 }
 
 /* fp32 copy of a strided operand in scratch (rows x cols per batch item, packed). */
@@ -176,7 +209,7 @@ static float *promote(ct_backend *be, const void *x, ct_dtype dt, int64_t rows, 
     return t;
 }
 
-static void gemm_any(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+void ct_cuda_gemm_strided(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const void *a, ct_dtype a_dt, int64_t lda, int64_t sa, const void *b,
                      ct_dtype b_dt, int64_t ldb, int64_t sb, float beta, void *c, ct_dtype c_dt,
                      int64_t ldc, int64_t sc, int64_t batch) {
@@ -216,18 +249,58 @@ static void gemm_any(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
 static void cu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                     const void *a, ct_dtype a_dt, int64_t lda, const void *b, ct_dtype b_dt,
                     int64_t ldb, float beta, void *c, ct_dtype c_dt, int64_t ldc) {
-    gemm_any(be, ta, tb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0, beta, c, c_dt, ldc, 0, 1);
+    ct_cuda_gemm_strided(be, ta, tb, m, n, k, alpha, a, a_dt, lda, 0, b, b_dt, ldb, 0, beta, c,
+                         c_dt, ldc, 0, 1);
 }
 
 static void cu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                             float alpha, const float *a, int64_t lda, int64_t sa, const float *b,
                             int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc, int64_t sc,
                             int64_t batch) {
-    gemm_any(be, ta, tb, m, n, k, alpha, a, CT_F32, lda, sa, b, CT_F32, ldb, sb, beta, c, CT_F32, ldc,
-             sc, batch);
+    ct_cuda_gemm_strided(be, ta, tb, m, n, k, alpha, a, CT_F32, lda, sa, b, CT_F32, ldb, sb, beta, c,
+                         CT_F32, ldc, sc, batch);
+}
+
+/* y[rows, out] = act(x[rows, in] w[out, in]^T + bias[out]), all in dt. The bias and the
+ * activation ride in a cuBLASLt epilogue where one computes ours: BIAS, RELU(_BIAS), and, for
+ * 16-bit outputs only, GELU(_BIAS) for the tanh form (cuBLASLt's GELU is the tanh approximation;
+ * its fast tanh is well inside 16-bit rounding but not inside fp32's 1e-5 budget). Otherwise, or
+ * when the heuristic has no fused kernel, a plain GEMM followed by bias_act_forward. In cuBLASLt's
+ * column-major view D is [out, rows], so the bias runs along D's rows as the epilogue requires. */
+static bool linear_act_fused(ct_act act, ct_dtype dt) {
+    return act == CT_ACT_NONE || act == CT_ACT_RELU || (act == CT_ACT_GELU_TANH && dt != CT_F32);
+}
+
+static int linear_epilogue(ct_act act, ct_dtype dt, bool has_bias) {
+    if (!linear_act_fused(act, dt)) act = CT_ACT_NONE; /* bias only; the activation follows */
+    switch (act) {
+    case CT_ACT_NONE: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case CT_ACT_RELU: return has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case CT_ACT_GELU_TANH: return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    }
+}
+
+static void cu_linear_forward(ct_backend *be, void *y, const void *x, const void *w,
+                              const void *bias, int64_t rows, int64_t in, int64_t out, ct_act act,
+                              float alpha, ct_dtype dt) {
+    CT_CUDA_REQUIRE(ct_cuda_float_dtype(dt), "linear_forward: dtype must be f32, f16 or bf16");
+    check_dims(false, true, rows, out, in, in, in, out, 1);
+    if (rows == 0 || out == 0) return;
+    if (in > 0) {
+        int epi = linear_epilogue(act, dt, bias != NULL);
+        if (lt_matmul_epi(be, false, true, rows, out, in, 1.0f, x, dt, in, 0, w, dt, in, 0, 0.0f, y,
+                          dt, out, 0, 1, epi, bias)) {
+            if (!linear_act_fused(act, dt)) be->bias_act_forward(be, y, NULL, rows, out, 1, act, alpha, dt);
+            return;
+        }
+    }
+    cu_gemm(be, false, true, rows, out, in, 1.0f, x, dt, in, w, dt, in, 0.0f, y, dt, out);
+    be->bias_act_forward(be, y, bias, rows, out, 1, act, alpha, dt);
 }
 
 void ct_cuda_gemm_install(ct_backend *be) {
     be->gemm = cu_gemm;
     be->gemm_batched = cu_gemm_batched;
+    be->linear_forward = cu_linear_forward;
 }

@@ -42,8 +42,15 @@ void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, in
  * by the host and handed out again is only touched by later work on that stream. */
 typedef struct ct_cuda_block {
     void *ptr;
-    size_t bytes;                 /* rounded size (the class) */
+    size_t bytes;                 /* rounded size (the class); 0: a phantom (failed capture) */
+    int cat;                      /* ct_mem_cat it is counted under while live */
 } ct_cuda_block;
+
+/* A growable list of blocks (free list, blocks a capture owns). */
+typedef struct ct_cuda_blocks {
+    ct_cuda_block *v;
+    size_t n, cap;
+} ct_cuda_blocks;
 
 typedef struct ct_cuda_alloc {
     pthread_mutex_t mu;
@@ -52,15 +59,26 @@ typedef struct ct_cuda_alloc {
     ct_cuda_block *free_blocks;   /* cached free blocks, unsorted */
     size_t free_cap, free_n;
     size_t live_bytes, peak_live_bytes;
+    size_t cat_bytes[CT_MEM_CAT_COUNT], cat_peak[CT_MEM_CAT_COUNT];
+    /* Graph capture (cuda_graph.cu): blocks freed while capturing may be reused by the same
+     * capture only (the graph's kernels keep their addresses), so they go to `captured`, which the
+     * graph owns from capture_end until graph_free. A capture never calls cudaMalloc: without a
+     * cached block it hands out a phantom address (kernels are only recorded, never run, during a
+     * capture) and capture_end fails cleanly. */
+    bool capturing;
+    ct_cuda_blocks captured;
+    size_t capture_missing;       /* bytes a capture could not get from the cache */
+    uint64_t phantom_next;
     size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
     uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
 } ct_cuda_alloc;
 
 /* ---- GEMM plan cache (cuBLASLt descriptors and the heuristic's algorithm per shape) ---- */
-#define CT_CUDA_GEMM_CACHE 64
+#define CT_CUDA_GEMM_CACHE 256   /* conv layers use up to 3 plans per shape, plus a last chunk */
 typedef struct ct_cuda_gemm_key {
     int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
     int ta, tb, a_dt, b_dt, c_dt, align, tf32;
+    int epi;                      /* cublasLtEpilogue_t (linear_forward); 0: plain GEMM */
 } ct_cuda_gemm_key;
 
 typedef struct ct_cuda_gemm_plan {
@@ -85,6 +103,17 @@ typedef struct ct_cuda_stage {
     bool pending;                 /* an upload from buf may still be running */
 } ct_cuda_stage;
 
+/* be->upload tickets: ticket t is recorded in event t % CT_CUDA_UPLOAD_EVENTS; an event is reused
+ * only after the upload it marked is known to be finished. Used from the trainer's thread only
+ * (as every op), so it has no lock. Graphs must be freed (graph_free) before destroy. */
+#define CT_CUDA_UPLOAD_EVENTS 16
+typedef struct ct_cuda_upload_ring {
+    cudaEvent_t ev[CT_CUDA_UPLOAD_EVENTS];
+    uint64_t ticket[CT_CUDA_UPLOAD_EVENTS];  /* ticket last recorded in ev[i] (0: none) */
+    uint64_t next;                /* the last ticket handed out */
+    uint64_t done;                /* every ticket <= done has finished */
+} ct_cuda_upload_ring;
+
 /* Backend-private state behind ct_backend.impl. */
 typedef struct ct_cuda {
     int device;
@@ -102,6 +131,7 @@ typedef struct ct_cuda {
     void *host_scratch;           /* pinned, CT_CUDA_HOST_SCRATCH bytes: reduction results */
     ct_cuda_stage stage[CT_CUDA_STAGES];
     int stage_next;
+    ct_cuda_upload_ring up;
     ct_cuda_alloc mem;
 } ct_cuda;
 
@@ -267,6 +297,7 @@ void ct_cuda_conv_install(ct_backend *be);
 void ct_cuda_norm_install(ct_backend *be);
 void ct_cuda_loss_install(ct_backend *be);
 void ct_cuda_optim_install(ct_backend *be);
+void ct_cuda_graph_install(ct_backend *be);         /* capture_* (cuda_graph.cu) */
 
 /* Allocator lifecycle (cuda_mem.cu). */
 void ct_cuda_alloc_init(ct_cuda_alloc *a);
@@ -275,7 +306,30 @@ void ct_cuda_alloc_release_all(ct_cuda_alloc *a);   /* cudaFree every block; at 
  * (strict: report failures; otherwise ignore them, for unwinding a failed creation). */
 bool ct_cuda_stages_init(ct_cuda *cu);
 void ct_cuda_stages_release(ct_cuda *cu, bool strict);
+/* Allocator side of graph capture (cuda_mem.cu). begin: start routing frees to the capture;
+ * end: stop, move the capture's blocks to *owned and return the bytes the capture could not get
+ * from the cache (non-zero: the capture is unusable). give_back: return a graph's blocks to the
+ * free list (graph_free, or a failed capture). */
+void ct_cuda_alloc_capture_begin(ct_cuda_alloc *a);
+size_t ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned);
+void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned);
+/* Upload ticket events: created at init, destroyed at teardown (strict as for the stages). */
+bool ct_cuda_upload_ring_init(ct_cuda *cu);
+void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict);
+/* A host-synchronizing or copy-stream call while capturing is a caller bug: fail loudly. */
+void ct_cuda_require_not_capturing(ct_backend *be, const char *what);
 /* GEMM plan cache teardown (cuda_gemm.cu). */
 void ct_cuda_gemm_plans_destroy(ct_cuda *cu);
+
+/* ---- op table v2 helpers (cuda_gemm.cu, cuda_transform.cu) ---- */
+/* Strided-batched C = alpha op(A) op(B) + beta C for any float dtypes (cuBLASLt where native,
+ * fp32 copies otherwise); element strides sa, sb, sc (0: the same matrix for every item). */
+void ct_cuda_gemm_strided(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          float alpha, const void *a, ct_dtype a_dt, int64_t lda, int64_t sa,
+                          const void *b, ct_dtype b_dt, int64_t ldb, int64_t sb, float beta, void *c,
+                          ct_dtype c_dt, int64_t ldc, int64_t sc, int64_t batch);
+/* The op table's normalize_u8 (cuda_transform.cu). */
+void ct_cuda_normalize_u8(ct_backend *be, void *y, const uint8_t *x, const uint8_t *flip,
+                          const ct_u8_normalize *p, ct_dtype dt);
 
 #endif

@@ -1,5 +1,8 @@
 /* cuda_mem.cu: caching device allocator, pinned host memory, copies, streams.
  *
+ * be->upload is the loader's path: a DMA straight from its pinned slot, with a ticket the loader
+ * polls (upload_done) before handing the slot back to its workers.
+ *
  * Uploads run on the copy stream, ordered after the compute work queued before them (so a buffer
  * still being read is never overwritten) and before the compute work queued after them (events,
  * no device-wide synchronization). copy_h2d returns as soon as the caller's buffer may be reused:
@@ -59,7 +62,7 @@ static void live_insert(ct_cuda_alloc *a, ct_cuda_block b) {
 
 /* Removes p from the table; returns its block (ptr NULL when p was not allocated here). */
 static ct_cuda_block live_remove(ct_cuda_alloc *a, const void *p) {
-    ct_cuda_block none = {NULL, 0};
+    ct_cuda_block none = {NULL, 0, 0};
     if (!a->live_cap) return none;
     size_t mask = a->live_cap - 1, i = ptr_hash(p, a->live_cap);
     while (a->live[i].ptr && a->live[i].ptr != p) i = (i + 1) & mask;
@@ -101,9 +104,11 @@ void ct_cuda_alloc_release_all(ct_cuda_alloc *a) {
     pthread_mutex_lock(&a->mu);
     release_cached(a);
     for (size_t i = 0; i < a->live_cap; i++)
-        if (a->live[i].ptr) CT_CUDA_CHECK(cudaFree(a->live[i].ptr));
+        if (a->live[i].ptr && a->live[i].bytes) CT_CUDA_CHECK(cudaFree(a->live[i].ptr));
     free(a->live);
     free(a->free_blocks);
+    free(a->captured.v);
+    memset(&a->captured, 0, sizeof a->captured);
     a->live = NULL;
     a->free_blocks = NULL;
     a->live_cap = a->live_n = a->free_cap = 0;
@@ -112,35 +117,98 @@ void ct_cuda_alloc_release_all(ct_cuda_alloc *a) {
     pthread_mutex_destroy(&a->mu);
 }
 
-static void *alloc_locked(ct_cuda_alloc *a, size_t bytes) {
-    size_t cls = size_class(bytes);
-    ct_cuda_block b = {NULL, cls};
-    for (size_t i = 0; i < a->free_n; i++) {
-        if (a->free_blocks[i].bytes == cls) {
-            b = a->free_blocks[i];
-            a->free_blocks[i] = a->free_blocks[--a->free_n];
+/* Append b to a block list. */
+static void blocks_push(ct_cuda_blocks *l, ct_cuda_block b) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 256;
+        l->v = (ct_cuda_block *)ct_xrealloc(l->v, l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = b;
+}
+
+/* Takes a block of class cls out of l (ptr NULL when it holds none). */
+static ct_cuda_block blocks_take(ct_cuda_blocks *l, size_t cls) {
+    ct_cuda_block b = {NULL, cls, 0};
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i].bytes == cls) {
+            b = l->v[i];
+            l->v[i] = l->v[--l->n];
             break;
         }
-    }
-    if (!b.ptr) {
-        cudaError_t e = cudaMalloc(&b.ptr, cls);
+    return b;
+}
+
+static ct_cuda_block free_take(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_blocks l = {a->free_blocks, a->free_n, a->free_cap};
+    ct_cuda_block b = blocks_take(&l, cls);
+    a->free_n = l.n;
+    return b;
+}
+
+static void free_push(ct_cuda_alloc *a, ct_cuda_block b) {
+    ct_cuda_blocks l = {a->free_blocks, a->free_n, a->free_cap};
+    blocks_push(&l, b);
+    a->free_blocks = l.v;
+    a->free_n = l.n;
+    a->free_cap = l.cap;
+}
+
+/* A fresh block from cudaMalloc (ptr NULL when the device is out of memory). */
+static ct_cuda_block device_malloc(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_block b = {NULL, cls, 0};
+    cudaError_t e = cudaMalloc(&b.ptr, cls);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* out-of-memory is not sticky; clear it and retry once */
+        CT_CUDA_CHECK(cudaDeviceSynchronize());
+        release_cached(a);
+        e = cudaMalloc(&b.ptr, cls);
         if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* out-of-memory is not sticky; clear it and retry once */
-            CT_CUDA_CHECK(cudaDeviceSynchronize());
-            release_cached(a);
-            e = cudaMalloc(&b.ptr, cls);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                return NULL;
-            }
+            (void)cudaGetLastError();
+            b.ptr = NULL;
+            return b;
         }
-        a->n_cuda_malloc++;
-        a->reserved_bytes += cls;
-        if (a->reserved_bytes > a->peak_reserved_bytes) a->peak_reserved_bytes = a->reserved_bytes;
     }
+    a->n_cuda_malloc++;
+    a->reserved_bytes += cls;
+    if (a->reserved_bytes > a->peak_reserved_bytes) a->peak_reserved_bytes = a->reserved_bytes;
+    return b;
+}
+
+/* While capturing: the capture's own freed blocks first, then the cache; never cudaMalloc (not
+ * allowed inside a capture). Missing memory yields a phantom address, never dereferenced because
+ * captured work is only recorded, and makes capture_end fail. */
+static ct_cuda_block capture_take(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_block b = blocks_take(&a->captured, cls);
+    if (!b.ptr) b = free_take(a, cls);
+    if (!b.ptr) {
+        a->capture_missing += cls;
+        b.ptr = (void *)(uintptr_t)(((uint64_t)1 << 12) + (a->phantom_next++ << 12));
+        b.bytes = 0;
+    }
+    return b;
+}
+
+static void count_live(ct_cuda_alloc *a, const ct_cuda_block *b, bool add) {
+    size_t *cur = &a->cat_bytes[b->cat];
+    if (add) {
+        *cur += b->bytes;
+        a->live_bytes += b->bytes;
+        if (*cur > a->cat_peak[b->cat]) a->cat_peak[b->cat] = *cur;
+        if (a->live_bytes > a->peak_live_bytes) a->peak_live_bytes = a->live_bytes;
+    } else {
+        *cur -= b->bytes;
+        a->live_bytes -= b->bytes;
+    }
+}
+
+static void *alloc_locked(ct_cuda_alloc *a, size_t bytes, ct_mem_cat cat) {
+    size_t cls = size_class(bytes);
+    ct_cuda_block b = a->capturing ? capture_take(a, cls) : free_take(a, cls);
+    if (!b.ptr) b = device_malloc(a, cls);
+    if (!b.ptr) return NULL;
+    b.cat = (int)cat;
     live_insert(a, b);
-    a->live_bytes += cls;
-    if (a->live_bytes > a->peak_live_bytes) a->peak_live_bytes = a->live_bytes;
+    count_live(a, &b, true);
     return b.ptr;
 }
 
@@ -150,19 +218,45 @@ static void free_locked(ct_cuda_alloc *a, void *p) {
         ct_cuda_fail_at("internal", "free of a pointer this backend did not allocate", "free",
                         __FILE__, __LINE__);
     }
-    a->live_bytes -= b.bytes;
-    if (a->free_n == a->free_cap) {
-        a->free_cap = a->free_cap ? a->free_cap * 2 : 256;
-        a->free_blocks =
-            (ct_cuda_block *)ct_xrealloc(a->free_blocks, a->free_cap * sizeof *a->free_blocks);
-    }
-    a->free_blocks[a->free_n++] = b;
+    count_live(a, &b, false);
+    if (!b.bytes) return;                        /* phantom of a failed capture */
+    if (a->capturing) blocks_push(&a->captured, b);
+    else free_push(a, b);
 }
 
-static void *cu_alloc(ct_backend *be, size_t bytes) {
-    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+void ct_cuda_alloc_capture_begin(ct_cuda_alloc *a) {
     pthread_mutex_lock(&a->mu);
-    void *p = alloc_locked(a, bytes);
+    a->capturing = true;
+    a->capture_missing = 0;
+    a->captured.n = 0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+size_t ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned) {
+    pthread_mutex_lock(&a->mu);
+    a->capturing = false;
+    *owned = a->captured;
+    memset(&a->captured, 0, sizeof a->captured);
+    size_t missing = a->capture_missing;
+    a->capture_missing = 0;
+    pthread_mutex_unlock(&a->mu);
+    return missing;
+}
+
+/* Every later user of a block runs on the compute stream, after the work queued before it. */
+void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned) {
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < owned->n; i++) free_push(a, owned->v[i]);
+    pthread_mutex_unlock(&a->mu);
+    free(owned->v);
+    memset(owned, 0, sizeof *owned);
+}
+
+static void *cu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    CT_CUDA_REQUIRE((int)cat >= 0 && cat < CT_MEM_CAT_COUNT, "memory category out of range");
+    pthread_mutex_lock(&a->mu);
+    void *p = alloc_locked(a, bytes, cat);
     pthread_mutex_unlock(&a->mu);
     return p;
 }
@@ -176,7 +270,7 @@ static void cu_free(ct_backend *be, void *p) {
 }
 
 void *ct_cuda_scratch(ct_backend *be, size_t bytes, const char *file, int line) {
-    void *p = cu_alloc(be, bytes);
+    void *p = cu_alloc(be, bytes, CT_MEM_WORKSPACE);
     if (!p) {
         char msg[128];
         snprintf(msg, sizeof msg, "out of device memory for %zu bytes of scratch", bytes);
@@ -195,6 +289,23 @@ static size_t cu_peak_bytes(ct_backend *be) {
     size_t peak = cu->mem.peak_reserved_bytes;
     pthread_mutex_unlock(&cu->mem.mu);
     return peak + cu->lt_workspace_bytes;
+}
+
+/* Per-category accounting; the fixed cuBLASLt workspace counts as workspace (and reserved). */
+static void cu_mem_stats(ct_backend *be, ct_mem_stats *out) {
+    ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_alloc *a = &cu->mem;
+    size_t ws = cu->lt_workspace_bytes;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&a->mu);
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) {
+        out->current[c] = a->cat_bytes[c] + (c == CT_MEM_WORKSPACE ? ws : 0);
+        out->peak[c] = a->cat_peak[c] + (c == CT_MEM_WORKSPACE ? ws : 0);
+    }
+    out->current_total = a->live_bytes + ws;
+    out->peak_total = a->peak_live_bytes + ws;
+    out->reserved = a->reserved_bytes + ws;
+    pthread_mutex_unlock(&a->mu);
 }
 
 extern "C" void ct_cuda_get_mem_stats(ct_backend *be, ct_cuda_mem_stats *out) {
@@ -288,9 +399,88 @@ static ct_cuda_stage *stage_get(ct_cuda *cu, size_t bytes) {
     return s;
 }
 
+void ct_cuda_require_not_capturing(ct_backend *be, const char *what) {
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    pthread_mutex_lock(&a->mu);
+    bool capturing = a->capturing;
+    pthread_mutex_unlock(&a->mu);
+    if (capturing)
+        ct_cuda_fail_at("internal", "called while a CUDA graph is being captured (uploads, copies "
+                        "to the host and syncs belong outside the captured step)", what, __FILE__,
+                        __LINE__);
+}
+
+/* ---- asynchronous uploads from pinned memory (be->upload) ---- */
+
+bool ct_cuda_upload_ring_init(ct_cuda *cu) {
+    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++)
+        if (cudaEventCreateWithFlags(&cu->up.ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            cu->up.ev[i] = NULL;
+            (void)cudaGetLastError();
+            return false;
+        }
+    return true;
+}
+
+void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict) {
+    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++) {
+        if (!cu->up.ev[i]) continue;
+        if (strict) CT_CUDA_CHECK(cudaEventDestroy(cu->up.ev[i]));
+        else (void)cudaEventDestroy(cu->up.ev[i]);
+        cu->up.ev[i] = NULL;
+    }
+}
+
+/* Uploads finish in ticket order (one copy stream), so `done` only moves forward. */
+static void upload_mark_done(ct_cuda_upload_ring *r, uint64_t ticket) {
+    if (ticket > r->done) r->done = ticket;
+}
+
+/* No DMA is staged here: the copy engine reads the caller's pinned buffer directly, and the
+ * caller keeps it untouched until upload_done says so. */
+static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, size_t bytes) {
+    ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_upload_ring *r = &cu->up;
+    ct_cuda_require_not_capturing(be, "upload");
+    uint64_t t = ++r->next;
+    int k = (int)(t % CT_CUDA_UPLOAD_EVENTS);
+    if (r->ticket[k] > r->done) { /* the event still marks an older upload: let it finish first */
+        CT_CUDA_CHECK(cudaEventSynchronize(r->ev[k]));
+        upload_mark_done(r, r->ticket[k]);
+    }
+    r->ticket[k] = t;
+    if (bytes) {
+        queue_upload(cu, dst, src_pinned, bytes, r->ev[k]);
+    } else {
+        CT_CUDA_CHECK(cudaEventRecord(r->ev[k], cu->copy));
+    }
+    return t;
+}
+
+static bool cu_upload_done(ct_backend *be, uint64_t ticket, bool wait) {
+    ct_cuda_upload_ring *r = &ct_cuda_of(be)->up;
+    if (ticket <= r->done) return true;
+    CT_CUDA_REQUIRE(ticket <= r->next, "upload_done for a ticket never handed out");
+    int k = (int)(ticket % CT_CUDA_UPLOAD_EVENTS);
+    if (r->ticket[k] != ticket) { /* reused: that only happens after this ticket finished */
+        upload_mark_done(r, ticket);
+        return true;
+    }
+    if (wait) {
+        CT_CUDA_CHECK(cudaEventSynchronize(r->ev[k]));
+    } else {
+        cudaError_t e = cudaEventQuery(r->ev[k]);
+        if (e == cudaErrorNotReady) return false;
+        CT_CUDA_CHECK(e);
+    }
+    upload_mark_done(r, ticket);
+    return true;
+}
+
 static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t bytes) {
     if (!bytes) return;
     ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_require_not_capturing(be, "copy_h2d");
     ct_cuda_stage *s = bytes <= CT_CUDA_STAGE_MAX ? stage_get(cu, bytes) : NULL;
     if (s) {
         memcpy(s->buf, src_host, bytes);
@@ -307,6 +497,7 @@ static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t 
 static void cu_copy_d2h(ct_backend *be, void *dst_host, const void *src, size_t bytes) {
     if (!bytes) return;
     ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_require_not_capturing(be, "copy_d2h");
     CT_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cu->compute));
     CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
 }
@@ -332,6 +523,7 @@ static void cu_memset0(ct_backend *be, void *p, size_t bytes) {
 
 static void cu_sync(ct_backend *be) {
     ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_require_not_capturing(be, "sync");
     CT_CUDA_CHECK(cudaStreamSynchronize(cu->copy));
     CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
 }
@@ -339,6 +531,7 @@ static void cu_sync(ct_backend *be) {
 void ct_cuda_read_result(ct_backend *be, void *dst_host, const void *src_dev, size_t bytes) {
     ct_cuda *cu = ct_cuda_of(be);
     CT_CUDA_REQUIRE(bytes <= CT_CUDA_HOST_SCRATCH, "result larger than the host scratch buffer");
+    ct_cuda_require_not_capturing(be, "a host-visible result (reduction, norm, finite check)");
     CT_CUDA_CHECK(cudaMemcpyAsync(cu->host_scratch, src_dev, bytes, cudaMemcpyDeviceToHost,
                                   cu->compute));
     CT_CUDA_CHECK(cudaStreamSynchronize(cu->compute));
@@ -356,4 +549,7 @@ void ct_cuda_mem_install(ct_backend *be) {
     be->memset0 = cu_memset0;
     be->sync = cu_sync;
     be->peak_bytes = cu_peak_bytes;
+    be->mem_stats = cu_mem_stats;
+    be->upload = cu_upload;
+    be->upload_done = cu_upload_done;
 }

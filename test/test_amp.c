@@ -8,8 +8,11 @@
  *    were (optimizer alone, and a whole fp16 run under a huge static scale);
  *  - an overflow at the minimum scale ends the run with CT_ERR_DIVERGED and says what to do;
  *  - a model whose fp16 gradients underflow: with loss scale 1 nothing moves, with the dynamic
- *    scaler it learns.
- * Run from the repository root. */
+ *    scaler it learns;
+ *  - an fp16 forward that overflows (inputs above 65504) skips steps like a gradient overflow
+ *    instead of ending the run as diverged; bf16 trains on the same data.
+ * The trainer and optimizer tests run on CT_TEST_DEVICE ("cpu" unless set; `make test-cuda` runs
+ * this binary again with "cuda"). Run from the repository root. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +28,12 @@
 #include "core/train.h"
 
 static char tmpdir[256];
+
+/* The device of the trainer and optimizer tests. */
+static const char *test_device(void) {
+    const char *d = getenv("CT_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
 
 /* ---- the scaler ---- */
 
@@ -269,24 +278,48 @@ static void write_tiny_regression(const char *path) {
     fclose(f);
 }
 
-/* fp16: the "fp16" object; steps: max_steps. */
-static ct_config *regression_config(const char *fp16, double lr, int steps) {
+/* Features around 7e4, beyond fp16's largest finite value (65504): the 16-bit copy of the input
+ * is infinite. Targets are small. 512 samples. */
+static void write_huge_inputs(const char *path) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("x0,x1,x2,x3,y\n", f);
+    ct_rng r;
+    ct_rng_init(&r, 22, CT_RNG_AUGMENT, 3);
+    for (int i = 0; i < 512; i++) {
+        for (int j = 0; j < 4; j++) fprintf(f, "%.9g,", 7e4 * (1 + ct_rng_uniform(&r)));
+        fprintf(f, "%.9g\n", ct_rng_uniform(&r));
+    }
+    fclose(f);
+}
+
+/* fp16: the "fp16" object ("bf16": ... too when it starts with "X"); steps: max_steps. */
+static ct_config *regression_config_on(const char *csv_name, const char *fp16, double lr, int steps) {
     char csv[512], path[512], text[2048];
-    snprintf(csv, sizeof csv, "%s/tiny.csv", tmpdir);
-    if (access(csv, R_OK) != 0) write_tiny_regression(csv);
+    snprintf(csv, sizeof csv, "%s/%s", tmpdir, csv_name);
+    if (access(csv, R_OK) != 0) {
+        if (strcmp(csv_name, "huge.csv") == 0) write_huge_inputs(csv);
+        else write_tiny_regression(csv);
+    }
     snprintf(path, sizeof path, "%s/reg.json", tmpdir);
     snprintf(text, sizeof text,
              "{\"train_batch_size\": 512, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": %g}},\n"
              " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10, \"warmup_max_lr\": %g}},\n"
-             " \"fp16\": %s,\n"
+             " %s,\n"
              " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"fc\", \"out\": 1, "
              "\"bias\": false}], \"loss\": {\"type\": \"mse\"}},\n"
              " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"%s\"}},\n"
-             " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"cpu\", \"threads\": 2, "
+             " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"%s\", \"threads\": 2, "
              "\"run_dir\": \"%s/run\"}}\n",
-             lr, lr, fp16, csv, steps, tmpdir);
+             lr, lr, fp16, csv, steps, test_device(), tmpdir);
     write_text(path, text);
     return load_config(path, NULL, 0);
+}
+
+static ct_config *regression_config(const char *fp16, double lr, int steps) {
+    char sec[256];
+    snprintf(sec, sizeof sec, "\"fp16\": %s", fp16);
+    return regression_config_on("tiny.csv", sec, lr, steps);
 }
 
 typedef struct run_out {
@@ -307,9 +340,10 @@ static void on_step(void *ctx, long step, double loss) {
     o->last_loss = loss;
 }
 
-static float *copy_of(const float *x, int64_t n) {
+/* A host copy of n floats of backend memory. */
+static float *copy_of(ct_backend *be, const float *x, int64_t n) {
     float *y = malloc((size_t)n * sizeof *y);
-    memcpy(y, x, (size_t)n * sizeof *y);
+    be->copy_d2h(be, y, x, (size_t)n * sizeof *y);
     return y;
 }
 
@@ -322,15 +356,16 @@ static run_out run_trainer(const ct_config *cfg, bool zero_init) {
     int rc = ct_trainer_open(cfg, &opts, &o.sum, &t, &err);
     ck_assert_msg(rc == CT_OK, "open: %s", err.msg);
     ct_optim *opt = ct_trainer_optim(t);
-    if (zero_init) memset(opt->params, 0, (size_t)opt->n * sizeof(float));
+    ct_backend *be = ct_trainer_backend(t);
+    if (zero_init) be->memset0(be, opt->params, (size_t)opt->n * sizeof(float));
     o.n = opt->n;
-    o.p0 = copy_of(opt->params, opt->n);
+    o.p0 = copy_of(be, opt->params, opt->n);
     ct_trainer_on_step(t, on_step, &o);
     o.rc = ct_trainer_fit(t, &err);
     snprintf(o.msg, sizeof o.msg, "%s", err.msg);
-    o.p1 = copy_of(opt->params, opt->n);
-    o.m1 = copy_of(opt->m, opt->n);
-    o.v1 = copy_of(opt->v, opt->n);
+    o.p1 = copy_of(be, opt->params, opt->n);
+    o.m1 = copy_of(be, opt->m, opt->n);
+    o.v1 = copy_of(be, opt->v, opt->n);
     o.applied = opt->applied;
     o.sched_t = opt->sched_t;
     o.next_lr = ct_optim_next_lr(opt);
@@ -411,46 +446,89 @@ START_TEST(overflow_at_minimum_exits) {
 }
 END_TEST
 
+START_TEST(forward_overflow_skips) {
+    /* fp16, static scale: every micro-batch's input overflows, the loss is inf: every step is
+     * skipped (the run ends "ok", nothing changed), not "diverged". */
+    ct_config *cfg = regression_config_on("huge.csv", "\"fp16\": {\"enabled\": true, \"loss_scale\": 128}",
+                                          1e-3, 4);
+    run_out o = run_trainer(cfg, false);
+    ck_assert_msg(o.rc == CT_OK, "%s", o.msg);
+    ck_assert_str_eq(o.sum.status, "ok");
+    ck_assert_int_eq(o.sum.skipped_steps, 4);
+    ck_assert_int_eq(o.applied, 0);
+    ck_assert(memcmp(o.p0, o.p1, (size_t)o.n * sizeof(float)) == 0);
+    run_free(&o);
+    ct_config_free(cfg);
+    /* Dynamic scale: halving cannot help a forward overflow; at the minimum the run ends with
+     * the bf16 hint, saying it was the forward pass. */
+    cfg = regression_config_on("huge.csv", "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 2, "
+                               "\"hysteresis\": 1}", 1e-3, 20);
+    o = run_trainer(cfg, false);
+    ck_assert_int_eq(o.rc, CT_ERR_DIVERGED);
+    ck_assert_msg(strstr(o.msg, "forward pass") && strstr(o.msg, "bf16"), "message: %s", o.msg);
+    ck_assert_int_eq(o.sum.skipped_steps, 2);   /* 4 -> 2 -> 1 (min), then fatal */
+    run_free(&o);
+    ct_config_free(cfg);
+    /* bf16 has fp32's range: the same data trains. */
+    cfg = regression_config_on("huge.csv", "\"bf16\": {\"enabled\": true}", 1e-3, 4);
+    o = run_trainer(cfg, false);
+    ck_assert_msg(o.rc == CT_OK, "%s", o.msg);
+    ck_assert_int_eq(o.sum.skipped_steps, 0);
+    ck_assert_int_eq(o.applied, 4);
+    run_free(&o);
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* n random normals times s into backend memory x (host scratch h). */
+static void upload_normal(ct_backend *be, float *x, float *h, int64_t n, ct_rng *r, float s) {
+    for (int64_t i = 0; i < n; i++) h[i] = (float)ct_rng_normal(r) * s;
+    be->copy_h2d(be, x, h, (size_t)n * sizeof *h);
+}
+
 START_TEST(optimizer_overflow_bitwise) {
     /* After two real updates (non-zero state, a schedule under way) an inf or a NaN gradient
      * changes nothing; the next finite update uses the LR the skipped one would have used. */
     ct_config *cfg = regression_config("{\"enabled\": true}", 1e-3, 5);
-    ct_backend *be = ct_cpu_backend_create(2);
+    ct_backend *be = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_backend_create(test_device(), 2, &be, &err) == CT_OK, "%s", err.msg);
     int64_t n = 5003;
     ct_optim_tensor ten = {0, n, true};
     ct_optim *o = ct_optim_create(&cfg->optimizer, &cfg->scheduler, 1.0, be, &ten, 1, n);
+    float *h = malloc((size_t)n * sizeof *h);
     ct_rng r;
     ct_rng_init(&r, 9, CT_RNG_AUGMENT, 3);
-    for (int64_t i = 0; i < n; i++) o->params[i] = (float)ct_rng_normal(&r);
+    upload_normal(be, o->params, h, n, &r, 1.0f);
     for (int step = 0; step < 3; step++) {
         ct_optim_zero_grad(o);
-        for (int64_t i = 0; i < n; i++) o->grads[i] = (float)ct_rng_normal(&r) * 1000.0f;
+        upload_normal(be, o->grads, h, n, &r, 1000.0f);
         if (step == 2) break;
         ct_optim_stats st;
         ck_assert(ct_optim_step_finite(o, 1.0f / 1024, &st));
     }
-    float bad[2] = {INFINITY, NAN};
+    float bad[2] = {INFINITY, NAN}, keep;
+    be->copy_d2h(be, &keep, o->grads + 1234, sizeof keep);
     for (int k = 0; k < 2; k++) {
-        float *p = copy_of(o->params, n), *m = copy_of(o->m, n), *v = copy_of(o->v, n);
+        float *p = copy_of(be, o->params, n), *m = copy_of(be, o->m, n), *v = copy_of(be, o->v, n);
         long applied = o->applied, sched_t = o->sched_t;
         double lr = ct_optim_next_lr(o);
-        float keep = o->grads[1234];
-        o->grads[1234] = bad[k];
+        be->copy_h2d(be, o->grads + 1234, &bad[k], sizeof bad[k]);
         ct_optim_stats st;
         ck_assert(!ct_optim_step_finite(o, 1.0f / 1024, &st));
         ck_assert(isnan(st.grad_norm) && st.lr == lr);
-        ck_assert(memcmp(p, o->params, (size_t)n * 4) == 0 && memcmp(m, o->m, (size_t)n * 4) == 0 &&
-                  memcmp(v, o->v, (size_t)n * 4) == 0);
+        float *p2 = copy_of(be, o->params, n), *m2 = copy_of(be, o->m, n), *v2 = copy_of(be, o->v, n);
+        ck_assert(memcmp(p, p2, (size_t)n * 4) == 0 && memcmp(m, m2, (size_t)n * 4) == 0 &&
+                  memcmp(v, v2, (size_t)n * 4) == 0);
         ck_assert(o->applied == applied && o->sched_t == sched_t && ct_optim_next_lr(o) == lr);
-        o->grads[1234] = keep;
-        free(p);
-        free(m);
-        free(v);
+        be->copy_h2d(be, o->grads + 1234, &keep, sizeof keep);
+        free(p), free(m), free(v), free(p2), free(m2), free(v2);
     }
     double lr = ct_optim_next_lr(o);
     ct_optim_stats st;
     ck_assert(ct_optim_step_finite(o, 1.0f / 1024, &st));
     ck_assert(st.lr == lr && isfinite(st.grad_norm) && st.grad_norm > 0);
+    free(h);
     ct_optim_free(o);
     ct_backend_destroy(be);
     ct_config_free(cfg);
@@ -466,6 +544,7 @@ static Suite *amp_suite(void) {
     tcase_add_test(tc, scaler_minimum_and_static);
     tcase_add_test(tc, scaler_checkpoint_round_trip);
     tcase_add_test(tc, round_to_matches_scalar);
+    tcase_add_test(tc, forward_overflow_skips);
     tcase_add_test(tc, optimizer_overflow_bitwise);
     tcase_add_test(tc, overflow_skips_whole_run);
     tcase_add_test(tc, overflow_at_minimum_exits);
@@ -475,6 +554,10 @@ static Suite *amp_suite(void) {
 }
 
 int main(void) {
+    if (strcmp(test_device(), "cpu") != 0 && !ct_cuda_available()) {
+        printf("CT_TEST_DEVICE=%s but no CUDA device is usable: skipped\n", test_device());
+        return 77;
+    }
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_amp_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     SRunner *sr = srunner_create(amp_suite());

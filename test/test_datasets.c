@@ -1,7 +1,8 @@
 /* test_datasets.c: image_folder, shard (via ctrain pack, plain and compressed), tokens and csv
  * on small random files in a temp directory; every corruption case (truncated, bad checksum,
  * wrong magic, label out of range, corrupt PNG, wrong size) with the file/record in the message;
- * skip_corrupt counting through the loader. */
+ * skip_corrupt counting through the loader; data.transform.on_device (decode_u8 of each image
+ * format, errors for the others). */
 #include <check.h>
 #include <png.h>
 #include <stdio.h>
@@ -508,6 +509,112 @@ START_TEST(test_csv) {
 }
 END_TEST
 
+/* Open data.train = entry with data.transform = transform; the config's data is `data`, which
+ * the caller deletes (cJSON_Delete) when done with cfg. */
+static cJSON *data;
+static int open_with_transform(const char *entry, const char *transform, ct_config *cfg,
+                               ct_dataset **ds, ct_err *err) {
+    *cfg = empty_cfg();
+    data = cJSON_CreateObject();
+    cJSON_AddItemToObject(data, "train", cJSON_Parse(entry));
+    cJSON_AddItemToObject(data, "transform", cJSON_Parse(transform));
+    cfg->data = data;
+    cfg->micro_batch = cfg->train_batch_size = 4;
+    return ct_dataset_open(cfg, "train", ds, err);
+}
+
+/* decode_u8 gives the pixels that decode normalises: lut(u8) == decode, bit for bit. */
+static void u8_matches_float(ct_dataset *ds, const float *mean, const float *std) {
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    size_t n = (size_t)ct_shape_numel(&ds->sample_shape);
+    int64_t c = ds->sample_shape.ndim == 3 ? ds->sample_shape.d[0] : 1;
+    float *x = malloc(n * 4);
+    uint8_t *u = malloc(n);
+    ct_err err;
+    int distinct = 0;
+    for (int64_t i = 0; i < ds->count; i++) {
+        int32_t ya, yb;
+        ck_assert_int_eq(ds->decode(ds, i, x, &ya, &err), CT_OK);
+        ck_assert_msg(ds->decode_u8(ds, i, u, &yb, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ya, yb);
+        for (size_t j = 0; j < n; j++) {
+            int64_t ch = (int64_t)(j / (n / (size_t)c));
+            float want = ((float)u[j] / 255.0f - mean[ch]) / std[ch];
+            ck_assert_msg(x[j] == want, "%s record %lld pixel %zu: %g vs %g", ds->format,
+                          (long long)i, j, x[j], want);
+            distinct += u[j] != u[0];
+        }
+    }
+    ck_assert_int_gt(distinct, 0);
+    free(x);
+    free(u);
+}
+
+START_TEST(test_on_device_formats) {
+    char root[300], out[300], json[700], ip[300], lp[300];
+    const char *tr = "{\"on_device\": true, \"normalize\": {\"mean\": [0.45], \"std\": [0.27]}}";
+    const float mean[1] = {0.45f}, std[1] = {0.27f};
+    ct_config cfg;
+    ct_dataset *ds;
+    ct_loader_opts o;
+    ct_err err = {0};
+    /* image_folder, and the same images packed into u8 shards (plain and compressed) */
+    snprintf(root, sizeof root, "%s/img", tmp);
+    make_folder(root);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_msg(open_with_transform(json, tr, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    u8_matches_float(ds, mean, std);
+    ck_assert_msg(ct_loader_opts_from_config(&cfg, ds, true, 3, &o, &err) == CT_OK, "%s", err.msg);
+    ck_assert(o.on_device && o.mean[0] == mean[0] && o.std[0] == std[0] && o.device_dtype == CT_F32);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    for (int comp = 0; comp < 2; comp++) {
+        snprintf(out, sizeof out, "%s/packed%d", tmp, comp);
+        pack("image_folder", root, out, comp, "0.0002");
+        snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s\"}", out);
+        ck_assert_msg(open_with_transform(json, tr, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+        u8_matches_float(ds, mean, std);
+        ct_dataset_close(ds);
+        cJSON_Delete(data);
+    }
+    /* idx u8 images [3, 5, 4] */
+    uint8_t img[16 + 3 * 20] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 4};
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 2, 0, 1};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    snprintf(ip, sizeof ip, "%s/i-idx3-ubyte", tmp);
+    snprintf(lp, sizeof lp, "%s/l-idx1-ubyte", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    ck_assert_msg(open_with_transform(json, tr, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    u8_matches_float(ds, mean, std);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* csv holds no 8-bit images: the error names the key */
+    snprintf(out, sizeof out, "%s/t.csv", tmp);
+    write_bytes(out, "1,2,0\n3,4,1\n", 12);
+    snprintf(json, sizeof json, "{\"format\": \"csv\", \"path\": \"%s\"}", out);
+    ck_assert_msg(open_with_transform(json, "{\"on_device\": true}", &cfg, &ds, &err) == CT_OK, "%s",
+                  err.msg);
+    ck_assert_ptr_null(ds->decode_u8);
+    ck_assert_int_eq(ct_loader_opts_from_config(&cfg, ds, true, 2, &o, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.transform.on_device") && strstr(err.msg, "csv"), "%s", err.msg);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* not a bool */
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    ck_assert_int_eq(open_with_transform(json, "{\"on_device\": 1}", &cfg, &ds, &err), CT_OK);
+    ck_assert_int_eq(ct_loader_opts_from_config(&cfg, ds, false, 2, &o, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.transform.on_device: expected true or false"), "%s", err.msg);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* a misspelt key suggests on_device */
+    ck_assert_int_eq(open_with_transform(json, "{\"on_devices\": true}", &cfg, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "did you mean \"on_device\"?"), "%s", err.msg);
+    cJSON_Delete(data);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
@@ -520,6 +627,7 @@ int main(void) {
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_csv);
+    tcase_add_test(tc, test_on_device_formats);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,6 +1,7 @@
 /* test_graph.c: building graphs from config.model: parameter counts, named inputs, repeat,
  * concat, reshape -1, the executor's gradient bookkeeping, and every bad-input case (each a
- * CT_ERR_CONFIG naming the layer and the place in the file). */
+ * CT_ERR_CONFIG naming the layer and the place in the file), and graphs stored in fp16/bf16
+ * (half the activation memory, fp32 results to 16-bit accuracy). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,8 +21,9 @@ typedef struct {
     int rc;
 } built;
 
-/* Parse `text` as the model section of a file called "m.json" and build at `batch`. */
-static void build(built *b, const char *text, int64_t batch) {
+/* Parse `text` as the model section of a file called "m.json" and build at `batch`, storing
+ * activations in `dt`. */
+static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) {
     memset(b, 0, sizeof *b);
     ct_warnings w = {0};
     b->doc = ct_json_parse(text, strlen(text), "m.json", &w, &b->err);
@@ -31,8 +33,10 @@ static void build(built *b, const char *text, int64_t batch) {
     b->cfg.doc = b->doc;
     b->cfg.model = ct_json_root(b->doc);
     b->be = ct_cpu_backend_create(1);
-    b->rc = ct_graph_build(&b->cfg, batch, b->be, &b->g, &b->err);
+    b->rc = ct_graph_build(&b->cfg, batch, b->be, dt, &b->g, &b->err);
 }
+
+static void build(built *b, const char *text, int64_t batch) { build_dt(b, text, batch, CT_F32); }
 
 static void unbuild(built *b) {
     ct_graph_free(b->g);
@@ -110,6 +114,33 @@ START_TEST(cnn_param_count) {
     /* output gradients share memory by lifetime: without sharing this would be 2.83 MiB */
     ck_assert_msg(in->activation_bytes < (size_t)(2.4 * 1048576), "%zu bytes", in->activation_bytes);
     unbuild(&b);
+}
+END_TEST
+
+/* 16-bit storage: activations and their gradients take two bytes an element, so the plan of
+ * the same model is about half the fp32 one (fp32 forward-to-backward state such as maxpool
+ * indices keeps it a little above one half). The 16-bit plan also holds the converted copy of the
+ * fp32 model input (graph_memory.c counts it in activation_bytes); that copy is not an activation
+ * of the fp32 plan, so it is left out of the ratio. */
+static void expect_half_activations(const char *text, ct_dtype dt) {
+    built b32, b16;
+    build_dt(&b32, text, 8, CT_F32);
+    build_dt(&b16, text, 8, dt);
+    ck_assert_msg(b32.rc == CT_OK && b16.rc == CT_OK, "build failed: %s %s", b32.err.msg, b16.err.msg);
+    ck_assert_int_eq(ct_graph_compute_dtype(b16.g), dt);
+    ck_assert_int_eq(ct_graph_info_get(b16.g)->n_params, ct_graph_info_get(b32.g)->n_params);
+    double a32 = (double)ct_graph_info_get(b32.g)->activation_bytes;
+    double input_copy = (double)(8 * ct_shape_numel(&ct_graph_info_get(b16.g)->input_shape)) * 2.0;
+    double ratio = ((double)ct_graph_info_get(b16.g)->activation_bytes - input_copy) / a32;
+    ck_assert_msg(a32 > 0 && ratio >= 0.45 && ratio <= 0.6, "%s: activation bytes %s/f32 = %.3f",
+                  text, ct_dtype_name(dt), ratio);
+    unbuild(&b32);
+    unbuild(&b16);
+}
+
+START_TEST(half_precision_halves_activations) {
+    expect_half_activations(mlp, _i ? CT_BF16 : CT_F16);
+    expect_half_activations(cnn, _i ? CT_BF16 : CT_F16);
 }
 END_TEST
 
@@ -304,6 +335,75 @@ START_TEST(in_place_relu) {
 }
 END_TEST
 
+/* The executor with 16-bit storage: the same model, weights and input (rounded to dt for both
+ * runs; the 16-bit graph converts the fp32 input itself) give the fp32 graph's loss, gradients
+ * and running statistics to 16-bit accuracy. */
+static const char *small_cnn =
+    "{\"input\": [2, 8, 8], \"layers\": ["
+    " {\"type\": \"conv2d\", \"out\": 6, \"kernel\": 3, \"padding\": 1}, {\"type\": \"batchnorm2d\"},"
+    " {\"type\": \"relu\"}, {\"type\": \"maxpool2d\", \"kernel\": 2}, {\"type\": \"flatten\"},"
+    " {\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 10}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}";
+
+/* Smooth activations: a relu whose input sits within 16-bit rounding of zero switches its whole
+ * gradient on or off, which at a batch of 4 moves the first layer's gradient by several percent
+ * in bf16 even with exact arithmetic (fp32 fed bf16-rounded inputs moves it 6%). */
+static const char *smooth_mlp =
+    "{\"input\": [1, 12, 12], \"layers\": [{\"type\": \"flatten\"},"
+    " {\"type\": \"linear\", \"out\": 64}, {\"type\": \"gelu\"},"
+    " {\"type\": \"linear\", \"out\": 64}, {\"type\": \"tanh\"}, {\"type\": \"dropout\", \"p\": 0.2},"
+    " {\"type\": \"linear\", \"out\": 10}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+static double rel_err(const float *got, const float *want, int64_t k) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < k; i++) {
+        ck_assert_msg(isfinite(got[i]), "element %lld is %g", (long long)i, got[i]);
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void expect_half_like_f32(const char *text, ct_dtype dt) {
+    runner r;
+    runner_start(&r, text, 4, 7);
+    const ct_graph_info *in = ct_graph_info_get(r.b.g);
+    int64_t np = in->n_params, nb = in->n_buffers;
+    uint16_t *p16 = malloc(sizeof(uint16_t) * (size_t)(np + 1));
+    for (int64_t i = 0; i < np; i++) {
+        p16[i] = dt == CT_F16 ? ct_f32_to_f16(r.params[i]) : ct_f32_to_bf16(r.params[i]);
+        r.params[i] = dt == CT_F16 ? ct_f16_to_f32(p16[i]) : ct_bf16_to_f32(p16[i]);
+    }
+    for (int64_t i = 0; i < r.io.n * ct_shape_numel(&in->input_shape); i++)
+        r.input[i] = dt == CT_F16 ? ct_f16_to_f32(ct_f32_to_f16(r.input[i])) : ct_bf16_to_f32(ct_f32_to_bf16(r.input[i]));
+    float *buf16 = malloc(sizeof(float) * (size_t)(nb + 1)), *g16 = calloc((size_t)np + 1, sizeof(float));
+    memcpy(buf16, r.buffers, sizeof(float) * (size_t)nb);
+    built b16;
+    build_dt(&b16, text, 4, dt);
+    ck_assert_msg(b16.rc == CT_OK, "build failed: %s", b16.err.msg);
+    ct_step_io io16 = r.io;
+    ct_err err;
+    runner_loss(&r);
+    ck_assert_int_eq(ct_graph_backward(r.b.g, r.params, r.grads, &r.io, NULL, &err), CT_OK);
+    ck_assert_int_eq(ct_graph_forward(b16.g, p16, buf16, &io16, NULL, &err), CT_OK);
+    ck_assert_int_eq(ct_graph_backward(b16.g, p16, g16, &io16, NULL, &err), CT_OK);
+    ck_assert_msg(isfinite(io16.loss) && fabs(io16.loss - r.io.loss) <= 1e-2 * fabs(r.io.loss),
+                  "%s: loss %.6g, f32 %.6g", ct_dtype_name(dt), io16.loss, r.io.loss);
+    ck_assert_int_eq(io16.correct >= 0 && io16.correct <= 4, 1);
+    double eg = rel_err(g16, r.grads, np), eb = rel_err(buf16, r.buffers, nb);
+    ck_assert_msg(eg <= 2e-2, "%s: gradient relative L2 error %.3g", ct_dtype_name(dt), eg);
+    ck_assert_msg(eb <= 1e-2, "%s: running statistics relative L2 error %.3g", ct_dtype_name(dt), eb);
+    free(p16), free(buf16), free(g16);
+    unbuild(&b16);
+    runner_stop(&r);
+}
+
+START_TEST(half_graph_matches_f32) {
+    expect_half_like_f32(smooth_mlp, _i ? CT_BF16 : CT_F16);
+    expect_half_like_f32(small_cnn, _i ? CT_BF16 : CT_F16);
+}
+END_TEST
+
 /* Hooks fire around every layer, forward in order and backward in reverse. */
 typedef struct { int log[64]; int n; } hook_log;
 static void hook_bf(void *c, int l) { hook_log *h = c; h->log[h->n++] = 100 + l; }
@@ -330,7 +430,8 @@ START_TEST(hooks_and_accumulation) {
     int64_t np = ct_graph_info_get(r.b.g)->n_params;
     float *g1 = malloc(sizeof(float) * (size_t)np);
     memcpy(g1, r.grads, sizeof(float) * (size_t)np);
-    r.io.loss_grad_scale = 2.0f;
+    r.io.loss_grad_scale = 2.0f;   /* the forward writes d(loss * scale) into the last layer */
+    ck_assert_int_eq(ct_graph_forward(r.b.g, r.params, r.buffers, &r.io, NULL, &err), CT_OK);
     ck_assert_int_eq(ct_graph_backward(r.b.g, r.params, r.grads, &r.io, NULL, &err), CT_OK);
     for (int64_t i = 0; i < np; i += 97) ck_assert_float_eq_tol(r.grads[i], 3.0f * g1[i], 1e-6f + 1e-5f * fabsf(g1[i]));
     /* more samples than the build batch: a runtime error, not a crash */
@@ -511,7 +612,7 @@ START_TEST(mutations_never_crash) {
         ct_backend *be = ct_cpu_backend_create(1);
         ct_graph *g = NULL;
         ct_err err = {0};
-        int rc = ct_graph_build(&cfg, 2, be, &g, &err);
+        int rc = ct_graph_build(&cfg, 2, be, CT_F32, &g, &err);
         char *txt = cJSON_PrintUnformatted(m);
         ck_assert_msg(rc == CT_OK || ((rc == CT_ERR_CONFIG || rc == CT_ERR_RUNTIME) && err.msg[0] && !g),
                       "rc %d for %s", rc, txt);
@@ -532,6 +633,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, mlp_param_count);
     tcase_add_test(tc, cnn_param_count);
+    tcase_add_loop_test(tc, half_precision_halves_activations, 0, 2);
     tcase_add_test(tc, init_defaults_and_override);
     tcase_add_test(tc, residual_add_and_concat);
     tcase_add_test(tc, repeat_expansion);
@@ -539,6 +641,7 @@ int main(void) {
     tcase_add_test(tc, norms_on_model_input);
     tcase_add_test(tc, in_place_relu);
     tcase_add_test(tc, hooks_and_accumulation);
+    tcase_add_loop_test(tc, half_graph_matches_f32, 0, 2);
     tcase_add_test(tc, embedding_tokens);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);

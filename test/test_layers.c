@@ -1,10 +1,12 @@
-/* test_layers.c: every layer type and loss, three ways.
+/* test_layers.c: every layer type and loss, four ways.
  *  1. Finite differences: on random shapes and random non-zero inputs, the analytic input and
  *     parameter gradients of L = sum(y * r) (r random, accumulated in double) match central
  *     differences of the fp32 forward.
  *  2. fp64 references written here (linear, conv2d, batchnorm2d, layernorm, the three losses):
  *     forward and backward computed directly in double.
  *  3. PyTorch values from the .bin files in test/ref/layers/ (test/ref/gen_layer_refs.py).
+ *  4. 16-bit storage: every type run with fp16 and bf16 activations and parameters against the
+ *     same layer in fp32 fed the widened values (half_cases).
  * Layers are driven through the Layer seam (core/layer.h) on the CPU backend. */
 #include <check.h>
 #include <math.h>
@@ -89,8 +91,8 @@ static void h_setup(harness *h, const char *json, int n_in, const ct_shape *in, 
             h->p[s][j] = h->specs[s].trainable ? rand_nonzero(&h->rng, 0.1f, 1.0f)
                                                : 0.5f + ct_rng_uniform(&h->rng);
     }
-    size_t aux = l->type->aux_bytes ? l->type->aux_bytes(l, n) : 0;
-    size_t ws = l->type->workspace_bytes ? l->type->workspace_bytes(l, n) : 0;
+    size_t aux = l->type->aux_bytes ? l->type->aux_bytes(l, n, CT_F32) : 0;
+    size_t ws = l->type->workspace_bytes ? l->type->workspace_bytes(l, n, CT_F32) : 0;
     h->aux = malloc(aux + 64);
     h->ws = malloc(ws + 64);
     h->train = true;
@@ -105,7 +107,7 @@ static void h_free(harness *h) {
 }
 
 static ct_layer_io h_io(harness *h) {
-    ct_layer_io io = {.be = h->be, .n = h->n, .y = h->y, .dy = h->dy, .aux = h->aux, .ws = h->ws,
+    ct_layer_io io = {.be = h->be, .n = h->n, .dt = CT_F32, .y = h->y, .dy = h->dy, .aux = h->aux, .ws = h->ws,
                       .train = h->train, .seed = 11, .stream = 5, .ids = h->ids};
     for (int i = 0; i < h->l.n_in; i++) io.x[i] = h->x[i], io.dx[i] = h->dx[i];
     for (int s = 0; s < h->n_specs; s++) io.p[s] = h->p[s], io.dp[s] = h->dp[s];
@@ -450,7 +452,7 @@ static void run_loss(const char *loss_json, int64_t rows, int64_t cols, const fl
     ct_backend *be = ct_cpu_backend_create(1);
     ct_graph *g;
     ct_err err;
-    ck_assert_msg(ct_graph_build(&cfg, rows, be, &g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_build(&cfg, rows, be, CT_F32, &g, &err) == CT_OK, "%s", err.msg);
     ct_step_io io = {.input = logits, .target = target, .n = rows, .train = true, .loss_grad_scale = 2.0f};
     ck_assert_int_eq(ct_graph_forward(g, NULL, NULL, &io, NULL, &err), CT_OK);
     ck_assert_int_eq(ct_graph_backward(g, NULL, NULL, &io, NULL, &err), CT_OK);
@@ -503,6 +505,215 @@ START_TEST(fp64_losses) {
     run_loss("{\"type\": \"bce_with_logits\"}", R, C, x, t, &loss, dl);
     close_enough("bce", &loss, &bce, 1, 1e-5);
     close_enough("d bce", dl, want_b, R * C, 1e-5);
+}
+END_TEST
+
+/* ------------------------------------------------ 16-bit storage against fp32 ---- */
+
+/* Each layer runs with activations and parameters stored in fp16 or bf16 and, separately, in
+ * fp32 fed the same values widened: the backends compute in fp32 and round once per stored
+ * result, so the two agree to 16-bit rounding. Layers that only move, select or exactly scale
+ * 16-bit values (copies, relu, maxpool over disjoint windows, dropout at p 0.5, embedding rows)
+ * must agree bit for bit. */
+typedef struct {
+    const char *json;
+    int n_in;
+    ct_shape in[3];
+    ct_dtype in_dt;      /* CT_I32: token ids (embedding) */
+    int64_t n;
+    bool exact;          /* y and dx bitwise equal to the fp32 run */
+    bool eval;           /* forward only, running statistics */
+    bool no_dx;          /* the model input: no input gradient (norms write dx into workspace) */
+} half_case;
+
+static const half_case half_cases[] = {
+    {"{\"type\":\"linear\",\"out\":5}", 1, {SHAPE(7)}, CT_F32, 4, false, false, false},
+    {"{\"type\":\"linear\",\"out\":6,\"bias\":false}", 1, {SHAPE(3, 9)}, CT_F32, 2, false, false, false},
+    {"{\"type\":\"conv2d\",\"out\":4,\"kernel\":3,\"padding\":1}", 1, {SHAPE(3, 6, 6)}, CT_F32, 2,
+     false, false, false},
+    {"{\"type\":\"conv2d\",\"out\":6,\"kernel\":[3,2],\"stride\":[2,1],\"padding\":1,\"dilation\":[1,2],"
+     "\"groups\":2}", 1, {SHAPE(4, 7, 6)}, CT_F32, 2, false, false, false},
+    {"{\"type\":\"maxpool2d\",\"kernel\":2}", 1, {SHAPE(3, 6, 6)}, CT_F32, 2, true, false, false},
+    {"{\"type\":\"maxpool2d\",\"kernel\":3,\"stride\":1,\"padding\":1}", 1, {SHAPE(2, 5, 5)}, CT_F32, 2,
+     false, false, false},
+    {"{\"type\":\"avgpool2d\",\"kernel\":3,\"stride\":2,\"padding\":1}", 1, {SHAPE(3, 7, 6)}, CT_F32, 2,
+     false, false, false},
+    {"{\"type\":\"global_avgpool\"}", 1, {SHAPE(4, 5, 3)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"batchnorm2d\"}", 1, {SHAPE(3, 4, 5)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"batchnorm2d\"}", 1, {SHAPE(3, 4, 5)}, CT_F32, 3, false, false, true},
+    {"{\"type\":\"batchnorm2d\"}", 1, {SHAPE(3, 4, 5)}, CT_F32, 3, false, true, false},
+    {"{\"type\":\"layernorm\"}", 1, {SHAPE(3, 16)}, CT_F32, 2, false, false, false},
+    {"{\"type\":\"layernorm\"}", 1, {SHAPE(10)}, CT_F32, 4, false, false, true},
+    {"{\"type\":\"dropout\",\"p\":0.5}", 1, {SHAPE(40)}, CT_F32, 3, true, false, false},
+    {"{\"type\":\"dropout\",\"p\":0.3}", 1, {SHAPE(40)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"relu\"}", 1, {SHAPE(30)}, CT_F32, 3, true, false, false},
+    {"{\"type\":\"leaky_relu\",\"negative_slope\":0.1}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"gelu\"}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"gelu\",\"approximate\":\"tanh\"}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"silu\"}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"tanh\"}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"sigmoid\"}", 1, {SHAPE(30)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"flatten\"}", 1, {SHAPE(2, 3, 4)}, CT_F32, 2, true, false, false},
+    {"{\"type\":\"reshape\",\"shape\":[4,-1]}", 1, {SHAPE(2, 3, 4)}, CT_F32, 2, true, false, false},
+    {"{\"type\":\"add\"}", 3, {SHAPE(2, 9), SHAPE(2, 9), SHAPE(2, 9)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"concat\"}", 2, {SHAPE(2, 3, 3), SHAPE(3, 3, 3)}, CT_F32, 2, true, false, false},
+    {"{\"type\":\"concat\",\"axis\":-1}", 2, {SHAPE(2, 3), SHAPE(2, 5)}, CT_F32, 2, true, false, false},
+    {"{\"type\":\"embedding\",\"vocab\":7,\"dim\":6}", 1, {SHAPE(5)}, CT_I32, 3, true, false, false},
+};
+
+static uint16_t half_bits(float v, ct_dtype dt) { return dt == CT_F16 ? ct_f32_to_f16(v) : ct_f32_to_bf16(v); }
+static float half_value(uint16_t b, ct_dtype dt) { return dt == CT_F16 ? ct_f16_to_f32(b) : ct_bf16_to_f32(b); }
+
+/* A new array of k elements of dt holding x (rounded to nearest even when dt is 16-bit). */
+static void *store_as(const float *x, int64_t k, ct_dtype dt) {
+    void *out = malloc((size_t)k * ct_dtype_size(dt) + 4);
+    for (int64_t i = 0; i < k; i++)
+        if (dt == CT_F32) ((float *)out)[i] = x[i];
+        else ((uint16_t *)out)[i] = half_bits(x[i], dt);
+    return out;
+}
+
+/* out[k] (fp32) = the k elements of dt at x. */
+static void load_from(float *out, const void *x, int64_t k, ct_dtype dt) {
+    for (int64_t i = 0; i < k; i++)
+        out[i] = dt == CT_F32 ? ((const float *)x)[i] : half_value(((const uint16_t *)x)[i], dt);
+}
+
+static double rel_l2(const float *got, const float *want, int64_t k) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < k; i++) {
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Everything one run produced, widened to fp32. */
+typedef struct {
+    float *y, *dx[CT_LAYER_MAX_IN], *dp[CT_LAYER_MAX_PARAMS], *buf[CT_LAYER_MAX_PARAMS];
+} half_run;
+
+/* Run h's layer (its inputs, dy and trainable params already hold dt-representable values) with
+ * storage in dt: forward, then backward unless eval, as the executor would call them. */
+static void run_stored(harness *h, const half_case *c, ct_dtype dt, half_run *o) {
+    const ct_layer *l = &h->l;
+    ct_layer_io io = {.be = h->be, .n = h->n, .dt = dt, .ids = h->ids, .train = !c->eval, .seed = 11,
+                      .stream = 5};
+    int64_t ny = h->n * ct_layer_out_numel(l);
+    for (int i = 0; i < l->n_in && c->in_dt != CT_I32; i++) {
+        int64_t k = h->n * ct_layer_in_numel(l, i);
+        io.x[i] = store_as(h->x[i], k, dt);
+        io.dx[i] = c->no_dx || c->eval ? NULL : malloc((size_t)k * ct_dtype_size(dt));
+    }
+    for (int s = 0; s < h->n_specs; s++) {   /* trainable in dt, buffers fp32 */
+        int64_t k = ct_shape_numel(&h->specs[s].shape);
+        io.p[s] = store_as(h->p[s], k, h->specs[s].trainable ? dt : CT_F32);
+        io.dp[s] = h->specs[s].trainable ? calloc((size_t)k, sizeof(float)) : NULL;
+    }
+    size_t aux = l->type->aux_bytes ? l->type->aux_bytes(l, h->n, dt) : 0;
+    size_t ws = l->type->workspace_bytes ? l->type->workspace_bytes(l, h->n, dt) : 0;
+    io.aux = malloc(aux + 64);
+    io.ws = malloc(ws + 64);
+    io.y = malloc((size_t)ny * ct_dtype_size(dt));
+    io.dy = store_as(h->dy, ny, dt);
+    l->type->forward(l, &io);
+    o->y = malloc(sizeof(float) * (size_t)ny);
+    load_from(o->y, io.y, ny, dt);
+    for (int s = 0; s < h->n_specs; s++)
+        if (!h->specs[s].trainable) {
+            int64_t k = ct_shape_numel(&h->specs[s].shape);
+            o->buf[s] = malloc(sizeof(float) * (size_t)k);
+            memcpy(o->buf[s], io.p[s], sizeof(float) * (size_t)k);
+            free(io.p[s]);
+            io.p[s] = NULL;                     /* buffers are NULL in backward */
+        }
+    if (!c->eval) l->type->backward(l, &io);
+    for (int i = 0; i < l->n_in; i++) {
+        if (io.dx[i]) {
+            int64_t k = h->n * ct_layer_in_numel(l, i);
+            o->dx[i] = malloc(sizeof(float) * (size_t)k);
+            load_from(o->dx[i], io.dx[i], k, dt);
+        }
+        free((void *)io.x[i]), free(io.dx[i]);
+    }
+    for (int s = 0; s < h->n_specs; s++) o->dp[s] = io.dp[s], free(io.p[s]);
+    free(io.aux), free(io.ws), free(io.y), free((void *)io.dy);
+}
+
+static void half_run_free(half_run *o) {
+    free(o->y);
+    for (int i = 0; i < CT_LAYER_MAX_IN; i++) free(o->dx[i]);
+    for (int s = 0; s < CT_LAYER_MAX_PARAMS; s++) free(o->dp[s]), free(o->buf[s]);
+}
+
+/* got (16-bit run) against want (fp32 run): bitwise when exact, else relative L2 <= tol; always
+ * finite. */
+static void half_compare(const char *json, ct_dtype dt, const char *what, const float *got, const float *want,
+                         int64_t k, bool exact, double tol) {
+    for (int64_t i = 0; i < k; i++)
+        ck_assert_msg(isfinite(got[i]), "%s %s: %s[%lld] = %g", json, ct_dtype_name(dt), what, (long long)i, got[i]);
+    if (exact) {
+        for (int64_t i = 0; i < k; i++)
+            ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0, "%s %s: %s[%lld] = %.8g, fp32 %.8g",
+                          json, ct_dtype_name(dt), what, (long long)i, got[i], want[i]);
+        return;
+    }
+    double e = rel_l2(got, want, k);
+    ck_assert_msg(e <= tol, "%s %s: %s relative L2 error %.3g > %.3g", json, ct_dtype_name(dt), what, e, tol);
+}
+
+START_TEST(half_storage_matches_fp32) {
+    const half_case *c = &half_cases[_i / 2];
+    ct_dtype dt = _i % 2 ? CT_BF16 : CT_F16;
+    harness h;
+    h_setup(&h, c->json, c->n_in, c->in, c->in_dt, c->n, 300 + (uint64_t)_i);
+    if (c->no_dx) h.l.in_from[0] = -1;        /* the model input: workspace takes dx */
+    /* the fp32 run sees exactly the values the 16-bit run stores */
+    for (int i = 0; i < h.l.n_in && c->in_dt != CT_I32; i++) {
+        int64_t k = h.n * ct_layer_in_numel(&h.l, i);
+        for (int64_t j = 0; j < k; j++) h.x[i][j] = half_value(half_bits(h.x[i][j], dt), dt);
+    }
+    for (int64_t j = 0; j < h.n * ct_layer_out_numel(&h.l); j++) h.dy[j] = half_value(half_bits(h.dy[j], dt), dt);
+    for (int s = 0; s < h.n_specs; s++)
+        for (int64_t j = 0; h.specs[s].trainable && j < ct_shape_numel(&h.specs[s].shape); j++)
+            h.p[s][j] = half_value(half_bits(h.p[s][j], dt), dt);
+    size_t ws32 = h.l.type->workspace_bytes ? h.l.type->workspace_bytes(&h.l, h.n, CT_F32) : 0;
+    size_t ws16 = h.l.type->workspace_bytes ? h.l.type->workspace_bytes(&h.l, h.n, dt) : 0;
+    ck_assert_msg(ws16 <= ws32, "%s: workspace %zu bytes in %s, %zu in f32", c->json, ws16, ct_dtype_name(dt), ws32);
+
+    half_run r32 = {0}, r16 = {0};
+    run_stored(&h, c, CT_F32, &r32);
+    run_stored(&h, c, dt, &r16);
+    half_compare(c->json, dt, "y", r16.y, r32.y, h.n * ct_layer_out_numel(&h.l), c->exact, 1e-2);
+    for (int i = 0; i < h.l.n_in; i++) {
+        ck_assert(!r16.dx[i] == !r32.dx[i]);
+        if (r16.dx[i])
+            half_compare(c->json, dt, "dx", r16.dx[i], r32.dx[i], h.n * ct_layer_in_numel(&h.l, i), c->exact, 2e-2);
+    }
+    for (int s = 0; s < h.n_specs; s++) {
+        int64_t k = ct_shape_numel(&h.specs[s].shape);
+        if (r16.dp[s] && !c->eval) half_compare(c->json, dt, h.specs[s].suffix, r16.dp[s], r32.dp[s], k, false, 2e-2);
+        if (r16.buf[s]) half_compare(c->json, dt, h.specs[s].suffix, r16.buf[s], r32.buf[s], k, false, 1e-2);
+    }
+    half_run_free(&r32);
+    half_run_free(&r16);
+    h_free(&h);
+}
+END_TEST
+
+/* Every registered type is in the 16-bit table (so a new type without a case fails here). */
+START_TEST(every_type_has_half_case) {
+    const char *const *names;
+    int n = ct_layer_type_names(&names);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(names[i], "repeat") == 0) continue;
+        char key[64];
+        snprintf(key, sizeof key, "{\"type\":\"%s\"", names[i]);
+        bool found = false;
+        for (int j = 0; j < CT_ARRAY_LEN(half_cases) && !found; j++)
+            found = strncmp(half_cases[j].json, key, strlen(key)) == 0;
+        ck_assert_msg(found, "layer type %s has no case in half_cases", names[i]);
+    }
 }
 END_TEST
 
@@ -691,6 +902,8 @@ int main(void) {
     tcase_add_loop_test(tc, pytorch_layers, 0, CT_ARRAY_LEN(layer_refs));
     tcase_add_loop_test(tc, pytorch_losses, 0, CT_ARRAY_LEN(loss_refs));
     tcase_add_test(tc, every_type_has_reference);
+    tcase_add_loop_test(tc, half_storage_matches_fp32, 0, 2 * CT_ARRAY_LEN(half_cases));
+    tcase_add_test(tc, every_type_has_half_case);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

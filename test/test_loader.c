@@ -1,13 +1,15 @@
 /* test_loader.c: the threaded loader. Every batch's bytes are identical with 1, 2 and 4 workers
  * (the synthetic dataset sleeps at random to scramble timing), seeking to a position gives the
  * batches an uninterrupted run gives, eval order is 0..n-1, drop_last, augmentation, the cache,
- * skip_corrupt counting and data errors. */
+ * skip_corrupt counting and data errors; data.transform.on_device (forced on the CPU backend)
+ * gives the host-normalised batches bit for bit, with flips by the Philox rule. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/data/loader.h"
+#include "core/rng.h"
 
 enum { N = 103, C = 2, H = 5, W = 6 };
 
@@ -191,6 +193,156 @@ START_TEST(test_augment_shape) {
 }
 END_TEST
 
+/* ---- data.transform.on_device on the CPU backend (forced) ---- */
+
+static const float u8_mean[C] = {0.485f, 0.406f}, u8_std[C] = {0.229f, 0.225f};
+
+static uint8_t syn_pixel(int64_t i, int k) { return (uint8_t)(mix((uint32_t)(i * 977 + k)) & 255); }
+
+static int syn_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target, ct_err *err) {
+    if (mix((uint32_t)i * 17u + (uint32_t)rand()) % 8 == 0) usleep(200); /* scramble timing */
+    for (int k = 0; k < C * H * W; k++) input[k] = syn_pixel(i, k);
+    *(int32_t *)target = (int32_t)(mix((uint32_t)i) % 7);
+    return CT_OK;
+}
+
+/* The float decode of the same pixels, normalised on the host as the image formats do. */
+static int syn_decode_norm(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    float *x = input;
+    for (int k = 0; k < C * H * W; k++)
+        x[k] = ((float)syn_pixel(i, k) / 255.0f - u8_mean[k / (H * W)]) / u8_std[k / (H * W)];
+    *(int32_t *)target = (int32_t)(mix((uint32_t)i) % 7);
+    return CT_OK;
+}
+
+static ct_loader_opts u8_opts(int workers, int crop, bool hflip) {
+    ct_loader_opts o = opts(workers);
+    o.aug.crop_pad = crop;
+    o.aug.hflip = hflip;
+    for (int c = 0; c < C; c++) {
+        o.mean[c] = u8_mean[c];
+        o.std[c] = u8_std[c];
+        o.pad_value[c] = -u8_mean[c] / u8_std[c];
+    }
+    o.device_dtype = CT_F32;
+    return o;
+}
+
+START_TEST(test_on_device_equals_host) {
+    /* Every batch normalised by normalize_u8 equals the host-normalised batch, bit for bit: same
+     * samples, same crops (pixel-0 padding), same flips; over an epoch boundary. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
+                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
+    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    const int crops[3] = {0, 2, 3};
+    const bool flips[3] = {true, true, false};
+    int nb = 16; /* 103 samples, batch 8: 13 per epoch, so the second epoch starts at batch 13 */
+    for (int v = 0; v < 3; v++) {
+        ct_loader_opts o = u8_opts(1, crops[v], flips[v]);
+        size_t n0, n1;
+        uint8_t *host = collect(be, &ds, &o, 0, 0, nb, &n0);
+        for (int workers = 1; workers <= 2; workers++) {
+            o = u8_opts(workers, crops[v], flips[v]);
+            o.on_device = true;
+            o.on_device_cpu = true;
+            uint8_t *dev = collect(be, &ds, &o, 0, 0, nb, &n1);
+            ck_assert_int_eq(n0, n1);
+            ck_assert_msg(memcmp(host, dev, n0) == 0, "crop %d flip %d, %d workers: batches differ",
+                          crops[v], flips[v], workers);
+            free(dev);
+        }
+        /* without on_device_cpu the CPU keeps the float path (the slot itself) */
+        o.on_device = true;
+        o.on_device_cpu = false;
+        uint8_t *plain = collect(be, &ds, &o, 0, 0, nb, &n1);
+        ck_assert(memcmp(host, plain, n0) == 0);
+        free(plain);
+        free(host);
+    }
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* A backend whose uploads report "not finished" until waited for: the loader must keep those
+ * slots from the workers, and wait rather than deadlock when it runs out of them. */
+static int polls_refused;
+static uint64_t waited_upto;      /* uploads finish in order: a wait covers every earlier ticket */
+static bool lazy_upload_done(ct_backend *be, uint64_t ticket, bool wait) {
+    if (wait && ticket > waited_upto) waited_upto = ticket;
+    if (ticket <= waited_upto) return true;
+    polls_refused++;
+    return false;
+}
+
+START_TEST(test_on_device_slow_uploads) {
+    ct_backend *cpu = ct_cpu_backend_create(1);
+    ct_backend lazy = *cpu;
+    lazy.upload_done = lazy_upload_done;
+    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
+                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
+    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_loader_opts o = u8_opts(2, 2, true);
+    size_t n0, n1;
+    uint8_t *host = collect(cpu, &ds, &o, 0, 0, 20, &n0);
+    o.on_device = o.on_device_cpu = true;
+    o.prefetch = 2;
+    polls_refused = 0;
+    waited_upto = 0;
+    uint8_t *dev = collect(&lazy, &ds, &o, 0, 0, 20, &n1);
+    ck_assert(n0 == n1 && memcmp(host, dev, n0) == 0);
+    ck_assert_int_gt(polls_refused, 0);
+    free(host);
+    free(dev);
+    ct_backend_destroy(cpu);
+}
+END_TEST
+
+START_TEST(test_on_device_flip_rule) {
+    /* The device flip of sample idx in epoch e is bit 0 of the first Philox draw of
+     * (seed, CT_RNG_AUGMENT, e * count + idx) when there is no crop: check each sample against
+     * the unflipped normalisation. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
+                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
+    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_loader_opts o = u8_opts(2, 0, true);
+    o.shuffle = false;
+    o.on_device = true;
+    o.on_device_cpu = true;
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_msg(ct_loader_init(&l, be, &ds, &o, NULL, &err) == CT_OK, "%s", err.msg);
+    int flipped = 0, total = 0;
+    for (int bi = 0; bi < 15; bi++) {
+        ct_loader_batch b;
+        ck_assert_msg(ct_loader_next(l, &b, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(b.input_dtype, CT_F32);
+        for (int64_t j = 0; j < b.n; j++) {
+            int64_t idx = b.index * o.batch + j;
+            ct_rng r;
+            ct_rng_init(&r, o.seed, CT_RNG_AUGMENT, (uint64_t)b.epoch * N + (uint64_t)idx);
+            bool flip = ct_rng_u32(&r) & 1;
+            float want[C * H * W];
+            int32_t t;
+            syn_decode_norm(&ds, idx, want, &t, &err);
+            const float *got = (const float *)b.input + j * C * H * W;
+            for (int k = 0; k < C * H; k++)
+                for (int x = 0; x < W; x++)
+                    ck_assert(got[k * W + x] == want[k * W + (flip ? W - 1 - x : x)]);
+            flipped += flip;
+            total++;
+        }
+    }
+    ck_assert_msg(flipped > total / 4 && flipped < 3 * total / 4, "%d of %d flipped", flipped, total);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_cache) {
     ct_backend *be = ct_cpu_backend_create(1);
     syn s;
@@ -251,6 +403,9 @@ int main(void) {
     tcase_add_test(tc, test_eval_order_and_drop_last);
     tcase_add_test(tc, test_augment_shape);
     tcase_add_test(tc, test_cache);
+    tcase_add_test(tc, test_on_device_equals_host);
+    tcase_add_test(tc, test_on_device_flip_rule);
+    tcase_add_test(tc, test_on_device_slow_uploads);
     tcase_add_test(tc, test_errors_and_skip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -10,13 +10,67 @@
 
 #include "core/cpu/cpu_internal.h"
 
-static void *cpu_alloc(ct_backend *be, size_t bytes) {
+/* Pinned memory is plain memory here (the loader's slots; not counted in mem_stats). */
+static void *cpu_alloc_pinned(ct_backend *be, size_t bytes) {
     /* aligned_alloc wants a multiple of the alignment; 0 bytes still yields a unique pointer */
     size_t rounded = (bytes + 63) / 64 * 64;
     return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-static void cpu_free(ct_backend *be, void *p) { free(p); }
+static void cpu_free_pinned(ct_backend *be, void *p) { free(p); }
+
+/* Backend memory carries a 64-byte header with its size and category, for mem_stats. */
+typedef struct block_header {
+    size_t bytes;
+    ct_mem_cat cat;
+} block_header;
+#define HEADER 64
+
+static void count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add) {
+    ct_mem_stats *m = &cpu->mem;
+    pthread_mutex_lock(&cpu->mem_mu);
+    if (add) {
+        m->current[cat] += bytes, m->current_total += bytes;
+        if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];
+        if (m->current_total > m->peak_total) m->peak_total = m->current_total;
+    } else {
+        m->current[cat] -= bytes, m->current_total -= bytes;
+    }
+    pthread_mutex_unlock(&cpu->mem_mu);
+}
+
+static void *cpu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+    if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
+    char *p = cpu_alloc_pinned(be, HEADER + bytes);
+    if (!p) return NULL;
+    *(block_header *)p = (block_header){bytes, cat};
+    count(be->impl, cat, bytes, true);
+    return p + HEADER;
+}
+
+static void cpu_free(ct_backend *be, void *p) {
+    if (!p) return;
+    char *base = (char *)p - HEADER;
+    block_header h = *(block_header *)base;
+    count(be->impl, h.cat, h.bytes, false);
+    free(base);
+}
+
+static void cpu_mem_stats(ct_backend *be, ct_mem_stats *out) {
+    ct_cpu *cpu = be->impl;
+    pthread_mutex_lock(&cpu->mem_mu);
+    *out = cpu->mem;
+    out->reserved = cpu->mem.current_total;
+    pthread_mutex_unlock(&cpu->mem_mu);
+}
+
+/* Uploads are copies that are done when they return. */
+static uint64_t cpu_upload(ct_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+    return ++((ct_cpu *)be->impl)->uploads;
+}
+
+static bool cpu_upload_done(ct_backend *be, uint64_t ticket, bool wait) { return true; }
 
 static void cpu_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
@@ -34,6 +88,8 @@ static void cpu_destroy(ct_backend *be) {
     if (!be) return;
     ct_cpu *cpu = be->impl;
     ct_cpu_pool_destroy(cpu->pool);
+    for (int i = 0; i < CT_CPU_SLOTS; i++) cpu_free(be, cpu->slot[i]);
+    pthread_mutex_destroy(&cpu->mem_mu);
     free(cpu);
     free(be);
 }
@@ -65,6 +121,7 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_backend *be = ct_xcalloc(1, sizeof *be);
     ct_cpu *cpu = ct_xcalloc(1, sizeof *cpu);
     cpu->threads = threads;
+    pthread_mutex_init(&cpu->mem_mu, NULL);
     cpu->pool = ct_cpu_pool_create(threads);
     if (!cpu->pool) {
         free(cpu);
@@ -85,8 +142,11 @@ ct_backend *ct_cpu_backend_create(int threads) {
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
-    be->alloc_host_pinned = cpu_alloc;
-    be->free_host_pinned = cpu_free;
+    be->alloc_host_pinned = cpu_alloc_pinned;
+    be->free_host_pinned = cpu_free_pinned;
+    be->mem_stats = cpu_mem_stats;
+    be->upload = cpu_upload;
+    be->upload_done = cpu_upload_done;
     be->copy_h2d = cpu_copy;
     be->copy_d2h = cpu_copy;
     be->copy_d2d = cpu_copy;
@@ -102,5 +162,6 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_cpu_loss_install(be);
     ct_cpu_optim_install(be);
     ct_cpu_reduce_install(be);
+    ct_cpu_dtype_install(be);
     return be;
 }

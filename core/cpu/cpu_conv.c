@@ -156,7 +156,7 @@ static void col2im_row_shifted(const ct_conv2d_geom *g, float *plane, float *col
     for (int64_t q = 0; q < b - a; q++) d[q] += s[q];
 }
 
-static void cpu_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g,
+void ct_cpu_f32_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g,
                        int64_t group) {
     int64_t cg = g->c / g->groups;
     conv_ctx c = {.col = col, .cimg = img, .g = g, .c0 = group * cg, .ld = g->oh * g->ow};
@@ -165,7 +165,7 @@ static void cpu_im2col(ct_backend *be, float *col, const float *img, const ct_co
                     im2col_range, &c);
 }
 
-static void cpu_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g,
+void ct_cpu_f32_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g,
                        int64_t group) {
     int64_t cg = g->c / g->groups;
     conv_ctx c = {.img = img, .ccol = col, .g = g, .c0 = group * cg, .ld = g->oh * g->ow};
@@ -242,7 +242,7 @@ static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
     free(col);
 }
 
-static void cpu_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w,
+void ct_cpu_f32_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w,
                                const float *bias, const ct_conv2d_geom *g) {
     batch_ctx c = {.g = g, .y = y, .x = x, .w = w, .bias = bias};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
@@ -296,7 +296,7 @@ static void conv_dw_sum(void *ctx, int64_t e0, int64_t e1) {
     }
 }
 
-static void cpu_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
                                 const float *x, const float *w, const ct_conv2d_geom *g) {
     int64_t blocks = ct_cpu_ceil_div(g->n, CONV_DW_IMAGES), wsz = g->oc * conv_kg(g);
     batch_ctx c = {.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w, .blocks = blocks};
@@ -314,8 +314,4 @@ static void cpu_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db,
 }
 
 void ct_cpu_conv_install(ct_backend *be) {
-    be->im2col = cpu_im2col;
-    be->col2im = cpu_col2im;
-    be->conv2d_forward = cpu_conv2d_forward;
-    be->conv2d_backward = cpu_conv2d_backward;
 }

@@ -35,19 +35,19 @@ static void add_range(void *c, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; i++) v->y[i] = v->a[i] + v->b[i];
 }
 
-static void cpu_fill(ct_backend *be, float *x, float v, int64_t n) {
+void ct_cpu_f32_fill(ct_backend *be, float *x, float v, int64_t n) {
     vec_ctx c = {.y = x, .s = v};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, fill_range, &c);
 }
-static void cpu_scale(ct_backend *be, float *x, float s, int64_t n) {
+void ct_cpu_f32_scale(ct_backend *be, float *x, float s, int64_t n) {
     vec_ctx c = {.y = x, .s = s};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, scale_range, &c);
 }
-static void cpu_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n) {
+void ct_cpu_f32_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n) {
     vec_ctx c = {.y = y, .a = x, .s = a};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, axpy_range, &c);
 }
-static void cpu_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n) {
+void ct_cpu_f32_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n) {
     vec_ctx c = {.y = y, .a = a, .b = b};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, add_range, &c);
 }
@@ -73,7 +73,7 @@ static void copy_rows_range(void *c, int64_t r0, int64_t r1) {
     }
 }
 
-static void cpu_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+void ct_cpu_f32_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
                           int64_t rows, int64_t cols, bool accumulate) {
     if (cols <= 0) return;
     rows_ctx c = {y, x, ldy, ldx, cols, accumulate};
@@ -332,12 +332,12 @@ static void act_bwd_range(void *c, int64_t i0, int64_t i1) {
              i1 - i0, k->act, k->alpha);
 }
 
-static void cpu_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act, float alpha) {
+void ct_cpu_f32_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act, float alpha) {
     act_ctx c = {.y = y, .x = x, .act = act, .alpha = alpha};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, act_fwd_range, &c);
 }
 
-static void cpu_act_backward(ct_backend *be, float *dx, const float *dy, const float *x,
+void ct_cpu_f32_act_backward(ct_backend *be, float *dx, const float *dy, const float *x,
                              const float *y, int64_t n, ct_act act, float alpha) {
     act_ctx c = {.y = dx, .dy = dy, .xin = x, .yin = y, .act = act, .alpha = alpha};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, act_bwd_range, &c);
@@ -383,7 +383,7 @@ static void bias_act_range(void *c, int64_t i0, int64_t i1) {
     }
 }
 
-static void cpu_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows,
+void ct_cpu_f32_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows,
                                  int64_t cols, int64_t inner, ct_act act, float alpha) {
     if (inner < 1) inner = 1;
     bias_ctx c = {.x = x, .bias = bias, .rows = rows, .cols = cols, .inner = inner, .act = act, .alpha = alpha};
@@ -417,7 +417,7 @@ static void bias_bwd_range(void *c, int64_t j0, int64_t j1) {
     }
 }
 
-static void cpu_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
+void ct_cpu_f32_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols,
                               int64_t inner) {
     bias_bwd_ctx c = {db, dy, rows, cols, inner < 1 ? 1 : inner};
     int64_t per_col = rows * c.inner;
@@ -461,7 +461,7 @@ static void dropout_bwd_range(void *c, int64_t i0, int64_t i1) {
 
 static float dropout_keep_scale(float p) { return p >= 1.0f ? 0.0f : 1.0f / (1.0f - p); }
 
-static void cpu_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
+void ct_cpu_f32_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n,
                                 float p, uint64_t seed, uint64_t stream) {
     double t = (double)p * 4294967296.0;
     drop_ctx c = {.y = y, .mask = mask, .x = x, .keep_scale = dropout_keep_scale(p), .seed = seed,
@@ -469,7 +469,7 @@ static void cpu_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const f
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 8, dropout_fwd_range, &c);
 }
 
-static void cpu_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
+void ct_cpu_f32_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask,
                                  int64_t n, float p) {
     drop_ctx c = {.y = dx, .x = dy, .mask_in = mask, .keep_scale = dropout_keep_scale(p)};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, dropout_bwd_range, &c);
@@ -510,33 +510,20 @@ static void embed_bwd_range(void *c, int64_t v0, int64_t v1) {
     }
 }
 
-static void cpu_embedding_forward(ct_backend *be, float *y, const int32_t *ids, const float *table,
+void ct_cpu_f32_embedding_forward(ct_backend *be, float *y, const int32_t *ids, const float *table,
                                   int64_t n_ids, int64_t dim) {
     embed_ctx c = {.out = y, .in = table, .ids = ids, .n_ids = n_ids, .vocab = INT32_MAX, .dim = dim};
     ct_cpu_parallel(ct_cpu_pool_of(be), n_ids, ct_cpu_ceil_div(CT_CPU_GRAIN, dim > 0 ? dim : 1),
                     embed_fwd_range, &c);
 }
 
-static void cpu_embedding_backward(ct_backend *be, float *dtable, const float *dy, const int32_t *ids,
+void ct_cpu_f32_embedding_backward(ct_backend *be, float *dtable, const float *dy, const int32_t *ids,
                                    int64_t n_ids, int64_t vocab, int64_t dim) {
     embed_ctx c = {.out = dtable, .in = dy, .ids = ids, .n_ids = n_ids, .vocab = vocab, .dim = dim};
     ct_cpu_parallel(ct_cpu_pool_of(be), vocab, ct_cpu_ceil_div(vocab, 64), embed_bwd_range, &c);
 }
 
 void ct_cpu_eltwise_install(ct_backend *be) {
-    be->fill = cpu_fill;
-    be->scale = cpu_scale;
-    be->axpy = cpu_axpy;
-    be->add = cpu_add;
-    be->copy_rows = cpu_copy_rows;
     be->cast = cpu_cast;
     be->round_to = cpu_round_to;
-    be->bias_act_forward = cpu_bias_act_forward;
-    be->bias_backward = cpu_bias_backward;
-    be->act_forward = cpu_act_forward;
-    be->act_backward = cpu_act_backward;
-    be->dropout_forward = cpu_dropout_forward;
-    be->dropout_backward = cpu_dropout_backward;
-    be->embedding_forward = cpu_embedding_forward;
-    be->embedding_backward = cpu_embedding_backward;
 }

@@ -78,10 +78,15 @@ static void sgemm_tiled(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, 
     ct_cpu_parallel(ct_cpu_pool_of(be), tiles, 1, gemm_tiles, &j);
 }
 
-/* Rows x cols of a row-major matrix with leading dimension ld, as dense fp32 [rows, cols]. */
-static float *widen(ct_backend *be, const void *x, ct_dtype dt, int64_t rows, int64_t cols,
+/* Rows x cols of a row-major matrix with leading dimension ld, as dense fp32 [rows, cols] in
+ * scratch slot s (one cast over the pool when the rows are contiguous). */
+static float *widen(ct_backend *be, int s, const void *x, ct_dtype dt, int64_t rows, int64_t cols,
                     int64_t ld) {
-    float *w = ct_xmalloc((size_t)(rows * cols) * sizeof(float));
+    float *w = ct_cpu_scratch(be, s, rows * cols);
+    if (ld == cols) {
+        be->cast(be, w, CT_F32, x, dt, rows * cols);
+        return w;
+    }
     for (int64_t r = 0; r < rows; r++) {
         const char *row = (const char *)x + (size_t)(r * ld) * ct_dtype_size(dt);
         be->cast(be, w + r * cols, CT_F32, row, dt, cols);
@@ -91,6 +96,10 @@ static float *widen(ct_backend *be, const void *x, ct_dtype dt, int64_t rows, in
 
 static void narrow(ct_backend *be, void *y, ct_dtype dt, const float *w, int64_t rows, int64_t cols,
                    int64_t ld) {
+    if (ld == cols) {
+        be->cast(be, y, dt, w, CT_F32, rows * cols);
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         char *row = (char *)y + (size_t)(r * ld) * ct_dtype_size(dt);
         be->cast(be, row, dt, w + r * cols, CT_F32, cols);
@@ -101,22 +110,22 @@ static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
                      const void *a, ct_dtype a_dt, int64_t lda, const void *b, ct_dtype b_dt,
                      int64_t ldb, float beta, void *c, ct_dtype c_dt, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    float *aw = NULL, *bw = NULL, *cw = NULL;
+    float *cw = NULL;
     const float *af = a, *bf = b;
     float *cf = c;
     int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
     int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
     if (a_dt != CT_F32) {
-        af = aw = widen(be, a, a_dt, a_rows, a_cols, lda);
+        af = widen(be, 0, a, a_dt, a_rows, a_cols, lda);
         lda = a_cols;
     }
     if (b_dt != CT_F32) {
-        bf = bw = widen(be, b, b_dt, b_rows, b_cols, ldb);
+        bf = widen(be, 1, b, b_dt, b_rows, b_cols, ldb);
         ldb = b_cols;
     }
     int64_t ldc_f = ldc;
     if (c_dt != CT_F32) {
-        cf = cw = widen(be, c, c_dt, m, n, ldc);
+        cf = cw = widen(be, 2, c, c_dt, m, n, ldc);
         ldc_f = n;
     }
     if (k <= 0) {
@@ -127,9 +136,6 @@ static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
         sgemm_tiled(be, ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc_f);
     }
     if (cw) narrow(be, c, c_dt, cw, m, n, ldc);
-    free(aw);
-    free(bw);
-    free(cw);
 }
 
 typedef struct {

@@ -9,6 +9,7 @@
 #ifndef CT_CPU_INTERNAL_H
 #define CT_CPU_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "core/backend.h"
@@ -49,9 +50,15 @@ double ct_cpu_sum_squares(const float *x, int64_t n);
 double ct_cpu_sum_sq_dev(const float *x, int64_t n, double mean); /* sum of (x - mean)^2 */
 
 /* Backend-private state behind ct_backend.impl. */
+#define CT_CPU_SLOTS 4
 typedef struct ct_cpu {
     ct_cpu_pool *pool;
     int threads;
+    void *slot[CT_CPU_SLOTS];     /* fp32 scratch of the 16-bit ops (cpu_dtype.c) */
+    size_t slot_cap[CT_CPU_SLOTS];
+    pthread_mutex_t mem_mu;       /* the loader's threads allocate pinned slots too */
+    ct_mem_stats mem;             /* per-category bytes of cpu_alloc (cpu_backend.c) */
+    uint64_t uploads;             /* upload tickets handed out */
 } ct_cpu;
 
 static inline ct_cpu_pool *ct_cpu_pool_of(ct_backend *be) { return ((ct_cpu *)be->impl)->pool; }
@@ -64,6 +71,41 @@ static inline void ct_cpu_chunk_bounds(int64_t chunk, int64_t n, int64_t *i0, in
     *i1 = *i0 + CT_CPU_CHUNK < n ? *i0 + CT_CPU_CHUNK : n;
 }
 
+/* Growable fp32 scratch slot s (0 .. CT_CPU_SLOTS-1) of the backend, room for n floats; the
+ * 16-bit ops (cpu_dtype.c, the GEMM) widen their operands into it. Contents are not kept. */
+float *ct_cpu_scratch(ct_backend *be, int s, int64_t n);
+
+/* The fp32 kernels of the ops that take a dtype; cpu_dtype.c installs the dtype-generic ops on
+ * top of them (loss values go to *loss_host / *correct_host). */
+void ct_cpu_f32_im2col(ct_backend *be, float *col, const float *img, const ct_conv2d_geom *g, int64_t group);
+void ct_cpu_f32_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g, int64_t group);
+void ct_cpu_f32_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w, const float *bias, const ct_conv2d_geom *g);
+void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, const ct_conv2d_geom *g);
+void ct_cpu_f32_fill(ct_backend *be, float *x, float v, int64_t n);
+void ct_cpu_f32_scale(ct_backend *be, float *x, float s, int64_t n);
+void ct_cpu_f32_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n);
+void ct_cpu_f32_add(ct_backend *be, float *y, const float *a, const float *b, int64_t n);
+void ct_cpu_f32_copy_rows(ct_backend *be, float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t cols, bool accumulate);
+void ct_cpu_f32_act_forward(ct_backend *be, float *y, const float *x, int64_t n, ct_act act, float alpha);
+void ct_cpu_f32_act_backward(ct_backend *be, float *dx, const float *dy, const float *x, const float *y, int64_t n, ct_act act, float alpha);
+void ct_cpu_f32_bias_act_forward(ct_backend *be, float *x, const float *bias, int64_t rows, int64_t cols, int64_t inner, ct_act act, float alpha);
+void ct_cpu_f32_bias_backward(ct_backend *be, float *db, const float *dy, int64_t rows, int64_t cols, int64_t inner);
+void ct_cpu_f32_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const float *x, int64_t n, float p, uint64_t seed, uint64_t stream);
+void ct_cpu_f32_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask, int64_t n, float p);
+void ct_cpu_f32_embedding_forward(ct_backend *be, float *y, const int32_t *ids, const float *table, int64_t n_ids, int64_t dim);
+void ct_cpu_f32_embedding_backward(ct_backend *be, float *dtable, const float *dy, const int32_t *ids, int64_t n_ids, int64_t vocab, int64_t dim);
+void ct_cpu_f32_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host, const float *logits, const int32_t *labels, int64_t rows, int64_t classes, float label_smoothing, float grad_scale);
+void ct_cpu_f32_mse_loss(ct_backend *be, float *dpred, float *loss_host, const float *pred, const float *target, int64_t n_rows, int64_t n_cols, float grad_scale);
+void ct_cpu_f32_bce_logits_loss(ct_backend *be, float *dlogits, float *loss_host, const float *logits, const float *target, int64_t n_rows, int64_t n_cols, float grad_scale);
+void ct_cpu_f32_batchnorm_forward(ct_backend *be, float *y, const float *x, const float *gamma, const float *beta, float *running_mean, float *running_var, float *save_mean, float *save_invstd, int64_t n, int64_t c, int64_t hw, float eps, float momentum, bool train);
+void ct_cpu_f32_batchnorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_invstd, int64_t n, int64_t c, int64_t hw);
+void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, float *save_rstd, const float *x, const float *gamma, const float *beta, int64_t rows, int64_t d, float eps);
+void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d);
+void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x, const ct_pool2d_geom *g);
+void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax, const ct_pool2d_geom *g);
+void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);
+void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g);
+
 /* Each file fills its part of the op table. */
 void ct_cpu_gemm_install(ct_backend *be);
 void ct_cpu_eltwise_install(ct_backend *be);
@@ -73,6 +115,7 @@ void ct_cpu_norm_install(ct_backend *be);
 void ct_cpu_loss_install(ct_backend *be);
 void ct_cpu_optim_install(ct_backend *be);
 void ct_cpu_reduce_install(ct_backend *be);
+void ct_cpu_dtype_install(ct_backend *be);
 
 /* Keeps OpenBLAS at one thread (cpu_gemm.c); called at backend creation. */
 void ct_cpu_gemm_init(void);

@@ -64,7 +64,7 @@ static void xent_chunk(void *c, int64_t chunk, double *out) {
     out[1] = correct;
 }
 
-static void cpu_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host,
+void ct_cpu_f32_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host,
                              const float *logits, const int32_t *labels, int64_t rows,
                              int64_t classes, float label_smoothing, float grad_scale) {
     int64_t valid = 0;
@@ -119,18 +119,15 @@ static void elementwise_loss(ct_backend *be, ct_cpu_chunk_fn fn, float *grad, fl
     if (loss_host) *loss_host = n > 0 ? (float)(total / (double)n) : 0.0f;
 }
 
-static void cpu_mse_loss(ct_backend *be, float *dpred, float *loss_host, const float *pred,
+void ct_cpu_f32_mse_loss(ct_backend *be, float *dpred, float *loss_host, const float *pred,
                          const float *target, int64_t n_rows, int64_t n_cols, float grad_scale) {
     elementwise_loss(be, mse_chunk, dpred, loss_host, pred, target, n_rows * n_cols, grad_scale);
 }
 
-static void cpu_bce_logits_loss(ct_backend *be, float *dlogits, float *loss_host, const float *logits,
+void ct_cpu_f32_bce_logits_loss(ct_backend *be, float *dlogits, float *loss_host, const float *logits,
                                 const float *target, int64_t n_rows, int64_t n_cols, float grad_scale) {
     elementwise_loss(be, bce_chunk, dlogits, loss_host, logits, target, n_rows * n_cols, grad_scale);
 }
 
 void ct_cpu_loss_install(ct_backend *be) {
-    be->softmax_xent = cpu_softmax_xent;
-    be->mse_loss = cpu_mse_loss;
-    be->bce_logits_loss = cpu_bce_logits_loss;
 }

@@ -94,7 +94,7 @@ static int64_t channel_grain(int64_t n, int64_t hw) {
     return ct_cpu_ceil_div(CT_CPU_GRAIN / 4, per > 0 ? per : 1);
 }
 
-static void cpu_batchnorm_forward(ct_backend *be, float *y, const float *x, const float *gamma,
+void ct_cpu_f32_batchnorm_forward(ct_backend *be, float *y, const float *x, const float *gamma,
                                   const float *beta, float *running_mean, float *running_var,
                                   float *save_mean, float *save_invstd, int64_t n, int64_t c,
                                   int64_t hw, float eps, float momentum, bool train) {
@@ -104,7 +104,7 @@ static void cpu_batchnorm_forward(ct_backend *be, float *y, const float *x, cons
     ct_cpu_parallel(ct_cpu_pool_of(be), c, channel_grain(n, hw), bn_fwd_range, &k);
 }
 
-static void cpu_batchnorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta,
+void ct_cpu_f32_batchnorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta,
                                    const float *dy, const float *x, const float *gamma,
                                    const float *save_mean, const float *save_invstd, int64_t n,
                                    int64_t c, int64_t hw) {
@@ -187,7 +187,7 @@ static void ln_bwd_params_range(void *ctxp, int64_t j0, int64_t j1) {
     }
 }
 
-static void cpu_layernorm_forward(ct_backend *be, float *y, float *save_mean, float *save_rstd,
+void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, float *save_rstd,
                                   const float *x, const float *gamma, const float *beta,
                                   int64_t rows, int64_t d, float eps) {
     if (d <= 0) return;
@@ -196,7 +196,7 @@ static void cpu_layernorm_forward(ct_backend *be, float *y, float *save_mean, fl
     ct_cpu_parallel(ct_cpu_pool_of(be), rows, ct_cpu_ceil_div(CT_CPU_GRAIN / 4, d), ln_fwd_range, &k);
 }
 
-static void cpu_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta,
+void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta,
                                    const float *dy, const float *x, const float *gamma,
                                    const float *save_mean, const float *save_rstd, int64_t rows,
                                    int64_t d) {
@@ -211,8 +211,4 @@ static void cpu_layernorm_backward(ct_backend *be, float *dx, float *dgamma, flo
 }
 
 void ct_cpu_norm_install(ct_backend *be) {
-    be->batchnorm_forward = cpu_batchnorm_forward;
-    be->batchnorm_backward = cpu_batchnorm_backward;
-    be->layernorm_forward = cpu_layernorm_forward;
-    be->layernorm_backward = cpu_layernorm_backward;
 }

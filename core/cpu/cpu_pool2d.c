@@ -177,31 +177,27 @@ static int64_t plane_grain(const ct_pool2d_geom *g) {
     return ct_cpu_ceil_div(CT_CPU_GRAIN, work > 0 ? work : 1);
 }
 
-static void cpu_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x,
+void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x,
                                   const ct_pool2d_geom *g) {
     pool_ctx c = {.out = y, .in = x, .argmax = argmax, .g = g};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), maxpool_fwd_range, &c);
 }
 
-static void cpu_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax,
+void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax,
                                    const ct_pool2d_geom *g) {
     pool_ctx c = {.out = dx, .in = dy, .cargmax = argmax, .g = g};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), maxpool_bwd_range, &c);
 }
 
-static void cpu_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g) {
+void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g) {
     pool_ctx c = {.out = y, .in = x, .g = g};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), avgpool_fwd_range, &c);
 }
 
-static void cpu_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g) {
+void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g) {
     pool_ctx c = {.out = dx, .in = dy, .g = g};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), avgpool_bwd_range, &c);
 }
 
 void ct_cpu_pool2d_install(ct_backend *be) {
-    be->maxpool2d_forward = cpu_maxpool2d_forward;
-    be->maxpool2d_backward = cpu_maxpool2d_backward;
-    be->avgpool2d_forward = cpu_avgpool2d_forward;
-    be->avgpool2d_backward = cpu_avgpool2d_backward;
 }

@@ -94,7 +94,7 @@ int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean,
     if (!cJSON_IsObject(tr))
         return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform: expected an object", where);
     /* The augmentations are parsed by the loader (loader.c); anything else is an error here. */
-    static const char *const known[] = {"normalize", "random_crop", "hflip"};
+    static const char *const known[] = {"normalize", "random_crop", "hflip", "on_device"};
     const cJSON *item;
     cJSON_ArrayForEach(item, tr) {
         bool ok = false;
@@ -103,7 +103,7 @@ int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean,
             ct_config_where(cfg, item, where, sizeof where);
             const char *sug = ct_suggest(item->string, known, CT_ARRAY_LEN(known));
             ct_errf(err, CT_ERR_CONFIG, "%s: data.transform.%s: unknown transform (expected normalize, "
-                    "random_crop, hflip)", where, item->string);
+                    "random_crop, hflip, on_device)", where, item->string);
             if (sug) ct_err_append(err, "did you mean \"%s\"?", sug);
             return CT_ERR_CONFIG;
         }

@@ -26,6 +26,10 @@ struct ct_dataset {
     /* Decode sample i into input (sample_shape, sample_dtype) and target. Returns CT_OK, or
      * CT_ERR_DATA with err naming the file and record. */
     int (*decode)(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err);
+    /* data.transform.on_device: sample i's pixels as stored, uint8 in sample_shape ([C, H, W])
+     * and not normalised (the backend's normalize_u8 does that with data.transform.normalize),
+     * plus the target as decode writes it. NULL when the format does not hold 8-bit images. */
+    int (*decode_u8)(const ct_dataset *ds, int64_t i, uint8_t *input, void *target, ct_err *err);
     void (*close)(ct_dataset *ds);
 };
 

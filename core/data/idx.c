@@ -228,6 +228,17 @@ static int idx_decode(const ct_dataset *ds, int64_t i, void *input, void *target
     return CT_OK;
 }
 
+/* data.transform.on_device: the stored u8 pixels of sample i (only u8 IDX files). */
+static int idx_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target, ct_err *err) {
+    const idx_impl *im = ds->impl;
+    if (i < 0 || i >= ds->count)
+        return ct_errf(err, CT_ERR_DATA, "%s: record %lld out of range (%lld records)", ds->source,
+                       (long long)i, (long long)ds->count);
+    memcpy(input, im->images.data + i * im->images.per_item, (size_t)(im->channels * im->plane));
+    if (target) *(int32_t *)target = im->labels[i];
+    return CT_OK;
+}
+
 /* Required string field of the entry, resolved against the config's directory. */
 static int path_field(const ct_config *cfg, const cJSON *entry, const char *path, const char *key,
                       char *out, size_t n, ct_err *err) {
@@ -365,6 +376,7 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
         for (int64_t c = 0; c < im->channels; c++)
             for (int v = 0; v < 256; v++)
                 im->lut[256 * c + v] = ((float)v / 255.0f - im->mean[c]) / im->std[c];
+        ds->decode_u8 = idx_decode_u8;
     }
     *out = ds;
     return CT_OK;

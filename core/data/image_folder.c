@@ -195,7 +195,36 @@ static void to_planes(const folder_impl *im, const ct_image8 *img, float *x) {
     }
 }
 
-static int folder_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+/* Interleaved 8-bit image -> [c, h, w] uint8 (data.transform.on_device). The same geometry as
+ * to_planes; bilinear results are rounded to the nearest 8-bit value (the float path keeps them
+ * unrounded, so only that mode differs slightly from the host-normalised input). */
+static void to_planes_u8(const folder_impl *im, const ct_image8 *img, uint8_t *x) {
+    size_t plane = (size_t)im->h * im->w;
+    bool resample = im->resize == RESIZE_BILINEAR && (img->h != im->h || img->w != im->w);
+    float *tmp = resample ? ct_xmalloc(plane * sizeof *tmp) : NULL;
+    int oy = (img->h - im->h) / 2, ox = (img->w - im->w) / 2;
+    for (int ch = 0; ch < im->c; ch++) {
+        uint8_t *dst = x + ch * plane;
+        if (resample) {
+            resize_bilinear(img, ch, im->h, im->w, tmp);
+            for (size_t j = 0; j < plane; j++) {
+                long v = lrintf(tmp[j]);
+                dst[j] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+            continue;
+        }
+        for (int y = 0; y < im->h; y++)
+            for (int xx = 0; xx < im->w; xx++) {
+                int sy = y + oy, sx = xx + ox; /* offsets are 0 when the sizes match */
+                bool in = sy >= 0 && sy < img->h && sx >= 0 && sx < img->w;
+                dst[(size_t)y * im->w + xx] = in ? img->px[((size_t)sy * img->w + sx) * img->c + ch] : 0;
+            }
+    }
+    free(tmp);
+}
+
+/* Read, decode and check the size of image i; the caller frees *img. */
+static int load_image(const ct_dataset *ds, int64_t i, ct_image8 *img, ct_err *err) {
     const folder_impl *im = ds->impl;
     if (i < 0 || i >= ds->count)
         return ct_errf(err, CT_ERR_DATA, "%s: record %lld out of range (%lld images)", im->root,
@@ -203,16 +232,33 @@ static int folder_decode(const ct_dataset *ds, int64_t i, void *input, void *tar
     const char *path = im->files[i];
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
-    ct_image8 img = {0};
     int rc = ct_read_file(path, &buf, &cap, &len, err);
-    if (!rc) rc = ct_png_decode(buf, len, path, im->c, (size_t)1 << 30, &img, err);
-    if (!rc && im->resize == RESIZE_NONE && (img.h != im->h || img.w != im->w))
+    if (!rc) rc = ct_png_decode(buf, len, path, im->c, (size_t)1 << 30, img, err);
+    if (!rc && im->resize == RESIZE_NONE && (img->h != im->h || img->w != im->w))
         rc = ct_errf(err, CT_ERR_DATA, "%s: image is %dx%d (HxW), expected %dx%d; set \"resize\": "
-                     "\"bilinear\" or \"crop\" in the dataset entry to convert it", path, img.h, img.w,
+                     "\"bilinear\" or \"crop\" in the dataset entry to convert it", path, img->h, img->w,
                      im->h, im->w);
+    free(buf);
+    return rc;
+}
+
+static int folder_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target,
+                            ct_err *err) {
+    const folder_impl *im = ds->impl;
+    ct_image8 img = {0};
+    int rc = load_image(ds, i, &img, err);
+    if (!rc) to_planes_u8(im, &img, input);
+    if (!rc && target) *(int32_t *)target = im->labels[i];
+    ct_image8_free(&img);
+    return rc;
+}
+
+static int folder_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    const folder_impl *im = ds->impl;
+    ct_image8 img = {0};
+    int rc = load_image(ds, i, &img, err);
     if (!rc) to_planes(im, &img, input);
     if (!rc && target) *(int32_t *)target = im->labels[i];
-    free(buf);
     ct_image8_free(&img);
     return rc;
 }
@@ -306,6 +352,7 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
     ds->impl = im;
     ds->format = "image_folder";
     ds->decode = folder_decode;
+    ds->decode_u8 = folder_decode_u8;
     ds->close = folder_close;
     ct_config_resolve_path(cfg, root->valuestring, im->root, sizeof im->root);
     snprintf(ds->source, sizeof ds->source, "%s", im->root);

@@ -5,7 +5,11 @@
  * `next_take` when its slot is READY, and frees it on its next call. Claims are limited to the
  * trainer's epoch and the one after it, so two cached permutations (indexed by epoch % 2) cover
  * every batch being filled. A seek bumps the generation: batches of the old generation still
- * being filled are thrown away when their worker finishes. */
+ * being filled are thrown away when their worker finishes.
+ *
+ * Staged mode (device backends, and on_device): the taken slot is uploaded with be->upload and
+ * parked UPLOADING with its ticket; it becomes FREE once upload_done(ticket) (polled without
+ * waiting on each call; waited for only when the trainer would wait anyway). */
 #include "core/data/loader.h"
 
 #include <math.h>
@@ -18,12 +22,14 @@
 #include "core/data/formats.h"
 #include "core/rng.h"
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_UPLOADING };
 enum { CACHE_EMPTY, CACHE_READY, CACHE_WRITING };
 
 typedef struct slot {
-    void *in, *tgt;              /* pinned host: [batch, sample], [batch, target] */
+    void *in, *tgt;              /* pinned host: [batch, sample] (+ [batch] flip bytes when u8),
+                                    [batch, target] */
     int state;
+    uint64_t ticket;             /* UPLOADING: the upload that reads this slot last */
     int64_t g, n;
     uint64_t gen;
     int rc;
@@ -54,8 +60,11 @@ struct ct_loader {
     _Atomic uint8_t *bad;        /* [count] 1 = skipped as corrupt (counted once) */
     _Atomic int64_t skipped;
 
-    void *dev_in, *dev_tgt;      /* device backends: where ct_loader_next copies the slot */
-    bool staged;
+    void *dev_in, *dev_tgt;      /* staged: the batch as the trainer sees it */
+    uint8_t *dev_px;             /* u8: uploaded pixels [batch, sample] + flip bytes [batch] */
+    bool staged;                 /* upload the slot instead of handing it out */
+    bool u8;                     /* on_device path: slots hold uint8 pixels */
+    uint64_t last_ticket;        /* the newest upload queued */
     double last_wait, total_wait;
 
     pthread_t *threads;
@@ -113,6 +122,27 @@ static int parse_augment(const ct_config *cfg, const cJSON *tr, ct_augment *a, c
     return CT_OK;
 }
 
+/* data.transform.on_device true: the dataset must hold 8-bit images of <= 4 channels. */
+static int parse_on_device(const ct_config *cfg, const cJSON *tr, const ct_dataset *ds,
+                           ct_loader_opts *o, ct_err *err) {
+    o->device_dtype = CT_F32;
+    const cJSON *v = cJSON_IsObject(tr) ? cJSON_GetObjectItemCaseSensitive(tr, "on_device") : NULL;
+    if (!v) return CT_OK;
+    char where[1200];
+    ct_config_where(cfg, v, where, sizeof where);
+    if (!cJSON_IsBool(v))
+        return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform.on_device: expected true or false", where);
+    o->on_device = cJSON_IsTrue(v);
+    if (!o->on_device) return CT_OK;
+    int64_t c = ds->sample_shape.ndim == 3 ? ds->sample_shape.d[0] : 1;
+    if (!ds->decode_u8 || c > CT_NORM_MAX_CHANNELS)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: data.transform.on_device: needs 8-bit images with at "
+                       "most %d channels, but the %s data in %s %s; set it to false", where,
+                       CT_NORM_MAX_CHANNELS, ds->format, ds->source,
+                       ds->decode_u8 ? "has more channels" : "is not stored as 8-bit pixels");
+    return ct_data_normalize_parse(cfg, c, o->mean, o->std, err);
+}
+
 int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool train,
                                int64_t classes, ct_loader_opts *o, ct_err *err) {
     memset(o, 0, sizeof *o);
@@ -129,6 +159,7 @@ int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool 
     if (!rc) rc = data_int(cfg, data, "prefetch", 1, 4, &o->prefetch, err);
     const cJSON *tr = data ? cJSON_GetObjectItemCaseSensitive(data, "transform") : NULL;
     if (!rc && train) rc = parse_augment(cfg, tr, &o->aug, err);
+    if (!rc) rc = parse_on_device(cfg, tr, ds, o, err);
     if (rc) return rc;
     if ((o->aug.crop_pad || o->aug.hflip) && ds->sample_shape.ndim == 3 && ds->sample_dtype == CT_F32 &&
         ds->sample_shape.d[0] <= 4) {
@@ -145,17 +176,49 @@ int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool 
 
 /* ---- filling a batch ---- */
 
+/* The augmentation of sample idx in `epoch`: crop offsets and flip, from Philox. */
+static void augment_draw(const ct_loader *l, int64_t epoch, int64_t idx, int64_t *oy, int64_t *ox,
+                         bool *flip) {
+    const ct_augment *a = &l->o.aug;
+    int64_t p = a->crop_pad;
+    ct_rng r;
+    ct_rng_init(&r, l->o.seed, CT_RNG_AUGMENT, (uint64_t)epoch * (uint64_t)l->ds->count + (uint64_t)idx);
+    *oy = p ? ct_rng_below(&r, (uint32_t)(2 * p + 1)) - p : 0;
+    *ox = p ? ct_rng_below(&r, (uint32_t)(2 * p + 1)) - p : 0;
+    *flip = a->hflip && (ct_rng_u32(&r) & 1);
+}
+
+/* on_device: random crop of one [C, H, W] uint8 sample in place, padding with pixel 0; the flip
+ * is left to normalize_u8 (returned in *flip). */
+static void augment_u8(const ct_loader *l, int64_t epoch, int64_t idx, uint8_t *x, uint8_t *scratch,
+                       uint8_t *flip) {
+    const ct_augment *a = &l->o.aug;
+    *flip = 0;
+    if (!a->crop_pad && !a->hflip) return;
+    const ct_shape *s = &l->ds->sample_shape;
+    int64_t C = s->d[0], H = s->d[1], W = s->d[2], oy, ox;
+    bool fl;
+    augment_draw(l, epoch, idx, &oy, &ox, &fl);
+    *flip = fl;
+    if (!oy && !ox) return;
+    memcpy(scratch, x, (size_t)(C * H * W));
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t xx = 0; xx < W; xx++) {
+                int64_t sy = y + oy, sx = xx + ox;
+                bool in = sy >= 0 && sy < H && sx >= 0 && sx < W;
+                x[(c * H + y) * W + xx] = in ? scratch[(c * H + sy) * W + sx] : 0;
+            }
+}
+
 /* Random crop with padding, then horizontal flip, of one [C, H, W] float sample in place. */
 static void augment(const ct_loader *l, int64_t epoch, int64_t idx, float *x, float *scratch) {
     const ct_augment *a = &l->o.aug;
     if (!a->crop_pad && !a->hflip) return;
     const ct_shape *s = &l->ds->sample_shape;
-    int64_t C = s->d[0], H = s->d[1], W = s->d[2], p = a->crop_pad;
-    ct_rng r;
-    ct_rng_init(&r, l->o.seed, CT_RNG_AUGMENT, (uint64_t)epoch * (uint64_t)l->ds->count + (uint64_t)idx);
-    int64_t oy = p ? ct_rng_below(&r, (uint32_t)(2 * p + 1)) - p : 0;
-    int64_t ox = p ? ct_rng_below(&r, (uint32_t)(2 * p + 1)) - p : 0;
-    bool flip = a->hflip && (ct_rng_u32(&r) & 1);
+    int64_t C = s->d[0], H = s->d[1], W = s->d[2], oy, ox;
+    bool flip;
+    augment_draw(l, epoch, idx, &oy, &ox, &flip);
     memcpy(scratch, x, (size_t)(C * H * W) * sizeof *x);
     for (int64_t c = 0; c < C; c++)
         for (int64_t y = 0; y < H; y++)
@@ -184,7 +247,7 @@ static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_
         memcpy(tgt, c + l->in_bytes, l->tgt_bytes);
         return CT_OK;
     }
-    int rc = l->ds->decode(l->ds, idx, in, tgt, err);
+    int rc = l->u8 ? l->ds->decode_u8(l->ds, idx, in, tgt, err) : l->ds->decode(l->ds, idx, in, tgt, err);
     if (!rc) rc = check_label(l, idx, tgt, err);
     uint8_t expect = CACHE_EMPTY;
     if (!rc && c &&
@@ -197,7 +260,7 @@ static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_
 }
 
 /* Assemble batch s->g into slot s. Runs without the mutex. */
-static void fill(ct_loader *l, slot *s, const uint32_t *perm, float *scratch) {
+static void fill(ct_loader *l, slot *s, const uint32_t *perm, void *scratch) {
     int64_t epoch = s->g / l->bpe, start = (s->g % l->bpe) * l->o.batch;
     int64_t n = l->epoch_samples - start < l->o.batch ? l->epoch_samples - start : l->o.batch;
     int64_t out = 0;
@@ -215,7 +278,12 @@ static void fill(ct_loader *l, slot *s, const uint32_t *perm, float *scratch) {
             s->rc = rc;
             break;
         }
-        augment(l, epoch, idx, (float *)in, scratch);
+        if (l->u8) {
+            uint8_t *flips = (uint8_t *)s->in + (size_t)l->o.batch * l->in_bytes;
+            augment_u8(l, epoch, idx, in, scratch, &flips[out]);
+        } else {
+            augment(l, epoch, idx, (float *)in, scratch);
+        }
         out++;
     }
     s->n = out;
@@ -235,7 +303,7 @@ static const uint32_t *epoch_perm(ct_loader *l, int64_t epoch) {
 static void *worker_main(void *arg) {
     ct_loader *l = arg;
     bool aug = l->o.aug.crop_pad || l->o.aug.hflip;
-    float *scratch = aug ? ct_xmalloc(l->in_bytes) : NULL;
+    void *scratch = aug ? ct_xmalloc(l->in_bytes) : NULL;
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
         int64_t g = l->next_claim;
@@ -282,9 +350,14 @@ static void setup_cache(ct_loader *l, ct_warnings *warn) {
     l->cstate = ct_xcalloc((size_t)l->ds->count, 1);
 }
 
+/* Bytes of one slot's input: the samples, plus one flip byte per sample on the u8 path. */
+static size_t slot_in_bytes(const ct_loader *l) {
+    return (size_t)l->o.batch * (l->in_bytes + (l->u8 ? 1 : 0));
+}
+
 static int alloc_buffers(ct_loader *l, ct_err *err) {
     ct_backend *be = l->be;
-    size_t bin = (size_t)l->o.batch * l->in_bytes, btg = (size_t)l->o.batch * l->tgt_bytes;
+    size_t bin = slot_in_bytes(l), btg = (size_t)l->o.batch * l->tgt_bytes;
     l->slots = ct_xcalloc((size_t)l->nslots, sizeof *l->slots);
     bool ok = true;
     for (int i = 0; i < l->nslots; i++) {
@@ -292,11 +365,16 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
         l->slots[i].tgt = be->alloc_host_pinned(be, btg ? btg : 1);
         ok &= l->slots[i].in && l->slots[i].tgt;
     }
-    l->staged = strcmp(be->name, "cpu") != 0;
     if (l->staged) {
-        l->dev_in = be->alloc(be, bin ? bin : 1);
-        l->dev_tgt = be->alloc(be, btg ? btg : 1);
+        size_t numel = (size_t)ct_shape_numel(&l->ds->sample_shape);
+        size_t din = l->u8 ? (size_t)l->o.batch * numel * ct_dtype_size(l->o.device_dtype) : bin;
+        l->dev_in = be->alloc(be, din ? din : 1, CT_MEM_LOADER);
+        l->dev_tgt = be->alloc(be, btg ? btg : 1, CT_MEM_LOADER);
         ok &= l->dev_in && l->dev_tgt;
+        if (l->u8) {
+            l->dev_px = be->alloc(be, bin ? bin : 1, CT_MEM_LOADER);
+            ok &= l->dev_px != NULL;
+        }
     }
     if (!ok)
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %d batch slots of %lld samples",
@@ -317,7 +395,10 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     if (l->o.workers <= 0) l->o.workers = (int)online_cores();
     if (l->o.prefetch <= 0) l->o.prefetch = 4;
     l->nslots = l->o.prefetch;
-    l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * ct_dtype_size(ds->sample_dtype);
+    bool on_cpu = strcmp(be->name, "cpu") == 0;
+    l->u8 = o->on_device && ds->decode_u8 && (!on_cpu || o->on_device_cpu);
+    l->staged = !on_cpu || l->u8;
+    l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * (l->u8 ? 1 : ct_dtype_size(ds->sample_dtype));
     l->tgt_bytes = (size_t)ct_shape_numel(&ds->target_shape) * ct_dtype_size(ds->target_dtype);
     l->class_targets = ds->target_dtype == CT_I32 && ds->target_shape.ndim == 0 && o->classes > 0;
     int64_t step = o->step_samples > 0 ? o->step_samples : o->batch;
@@ -356,6 +437,78 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     return CT_OK;
 }
 
+/* Slots whose upload has finished go back to the workers. Called with the mutex held; only the
+ * trainer's thread changes UPLOADING slots. */
+static bool uploaded(const ct_loader *l, uint64_t ticket, bool wait) {
+    return !l->be->upload_done || l->be->upload_done(l->be, ticket, wait);
+}
+
+static void reclaim_uploaded(ct_loader *l) {
+    bool freed = false;
+    for (int i = 0; i < l->nslots; i++) {
+        slot *s = &l->slots[i];
+        if (s->state == SLOT_UPLOADING && uploaded(l, s->ticket, false)) {
+            s->state = SLOT_FREE;
+            freed = true;
+        }
+    }
+    if (freed) pthread_cond_broadcast(&l->cv_work);
+}
+
+/* Wait (without the mutex) for every queued upload; returns with the mutex held again. */
+static void wait_uploads_unlocked(ct_loader *l) {
+    bool any = false;
+    for (int i = 0; i < l->nslots; i++) any |= l->slots[i].state == SLOT_UPLOADING;
+    if (!any) return;
+    pthread_mutex_unlock(&l->mu);
+    (void)uploaded(l, l->last_ticket, true);
+    pthread_mutex_lock(&l->mu);
+    reclaim_uploaded(l);
+}
+
+/* Queue one upload from a slot (a plain copy where the backend has no upload). */
+static uint64_t put(ct_loader *l, void *dst, const void *src, size_t bytes) {
+    ct_backend *be = l->be;
+    if (!be->upload) {
+        be->copy_h2d(be, dst, src, bytes);
+        return l->last_ticket;
+    }
+    l->last_ticket = be->upload(be, dst, src, bytes);
+    return l->last_ticket;
+}
+
+/* Staged: upload slot s and (u8) normalise it on the backend; the slot is parked UPLOADING. */
+static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
+    ct_backend *be = l->be;
+    size_t px = (size_t)s->n * l->in_bytes;
+    put(l, l->u8 ? (void *)l->dev_px : l->dev_in, s->in, px);
+    size_t flip_off = (size_t)l->o.batch * l->in_bytes;
+    bool flips = l->u8 && l->o.aug.hflip;
+    if (flips) put(l, l->dev_px + flip_off, (uint8_t *)s->in + flip_off, (size_t)s->n);
+    uint64_t t = put(l, l->dev_tgt, s->tgt, (size_t)s->n * l->tgt_bytes);
+    if (l->u8 && s->n > 0) {
+        const ct_shape *sh = &l->ds->sample_shape;
+        ct_u8_normalize p = {.n = s->n, .c = sh->ndim == 3 ? sh->d[0] : 1};
+        p.h = sh->ndim == 3 ? sh->d[1] : 1;
+        p.w = (int64_t)l->in_bytes / (p.c * p.h);
+        for (int c = 0; c < CT_NORM_MAX_CHANNELS; c++) {
+            p.mean[c] = c < p.c ? l->o.mean[c] : 0.0f;
+            p.std[c] = c < p.c ? l->o.std[c] : 1.0f;
+        }
+        be->normalize_u8(be, l->dev_in, l->dev_px, flips ? l->dev_px + flip_off : NULL, &p,
+                         l->o.device_dtype);
+    }
+    b->input = l->dev_in;
+    b->target = l->dev_tgt;
+    b->input_dtype = l->u8 ? l->o.device_dtype : l->ds->sample_dtype;
+    pthread_mutex_lock(&l->mu);
+    s->ticket = t;
+    s->state = SLOT_UPLOADING;
+    l->taken = -1;
+    reclaim_uploaded(l);
+    pthread_mutex_unlock(&l->mu);
+}
+
 int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     pthread_mutex_lock(&l->mu);
     if (l->taken >= 0) {
@@ -363,10 +516,15 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
         l->taken = -1;
         pthread_cond_broadcast(&l->cv_work);
     }
+    if (l->staged) reclaim_uploaded(l);
     int k = (int)(l->next_take % l->nslots);
     slot *s = &l->slots[k];
     double t0 = ct_now();
-    while (!(s->state == SLOT_READY && s->g == l->next_take)) pthread_cond_wait(&l->cv_ready, &l->mu);
+    while (!(s->state == SLOT_READY && s->g == l->next_take)) {
+        if (l->staged) wait_uploads_unlocked(l); /* workers may need those slots */
+        if (s->state == SLOT_READY && s->g == l->next_take) break;
+        pthread_cond_wait(&l->cv_ready, &l->mu);
+    }
     l->last_wait = ct_now() - t0;
     l->total_wait += l->last_wait;
     s->state = SLOT_TAKEN;
@@ -384,12 +542,8 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     b->last_of_epoch = b->index == l->bpe - 1;
     b->input = s->in;
     b->target = s->tgt;
-    if (l->staged) {
-        l->be->copy_h2d(l->be, l->dev_in, s->in, (size_t)s->n * l->in_bytes);
-        l->be->copy_h2d(l->be, l->dev_tgt, s->tgt, (size_t)s->n * l->tgt_bytes);
-        b->input = l->dev_in;
-        b->target = l->dev_tgt;
-    }
+    b->input_dtype = l->ds->sample_dtype;
+    if (l->staged) stage(l, s, b);
     return CT_OK;
 }
 
@@ -403,6 +557,7 @@ void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *batch) {
 void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch) {
     pthread_mutex_lock(&l->mu);
     l->gen++;
+    if (l->staged) wait_uploads_unlocked(l); /* the DMA must be done reading before refills */
     for (;;) {
         bool filling = false;
         for (int i = 0; i < l->nslots; i++) filling |= l->slots[i].state == SLOT_FILLING;
@@ -426,6 +581,7 @@ void ct_loader_free(ct_loader *l) {
     pthread_mutex_lock(&l->mu);
     l->stop = true;
     pthread_cond_broadcast(&l->cv_work);
+    if (l->staged && l->slots) wait_uploads_unlocked(l); /* before the slots are freed */
     pthread_mutex_unlock(&l->mu);
     for (int i = 0; i < l->nthreads; i++) pthread_join(l->threads[i], NULL);
     free(l->threads);
@@ -436,6 +592,7 @@ void ct_loader_free(ct_loader *l) {
     free(l->slots);
     if (l->dev_in) l->be->free(l->be, l->dev_in);
     if (l->dev_tgt) l->be->free(l->be, l->dev_tgt);
+    if (l->dev_px) l->be->free(l->be, l->dev_px);
     free(l->perm[0]);
     free(l->perm[1]);
     free(l->cache);

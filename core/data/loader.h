@@ -8,7 +8,14 @@
  * across epochs; ct_loader_seek restarts it anywhere (resume).
  *
  * Slots are backend->alloc_host_pinned memory. On the CPU backend the graph reads the slot
- * directly; on a device backend ct_loader_next copies it into one device buffer. */
+ * directly; on a device backend ct_loader_next queues be->upload straight from the slot into
+ * device buffers and hands the slot back to the workers once upload_done says the DMA has read it.
+ *
+ * data.transform.on_device (device backends): workers decode uint8 pixels (ct_dataset.decode_u8),
+ * random-crop them with pixel-0 padding (which normalises to the -mean/std the float path pads
+ * with) and, instead of flipping, store one flip byte per sample after the batch's pixels; the
+ * backend's normalize_u8 normalises and flips on the device into the compute dtype. Same Philox
+ * draws as the float path, so the batch equals the host-normalised one. */
 #ifndef CT_DATA_LOADER_H
 #define CT_DATA_LOADER_H
 
@@ -34,11 +41,16 @@ typedef struct ct_loader_opts {
     int64_t classes;             /* class-index targets must be < classes (0: not checked) */
     ct_augment aug;
     float pad_value[4];          /* per channel: what a zero pixel normalises to (-mean/std) */
+    bool on_device;              /* data.transform.on_device (used only off the CPU backend) */
+    bool on_device_cpu;          /* tests: run the on_device path on the CPU backend too */
+    ct_dtype device_dtype;       /* what normalize_u8 writes (the compute dtype); CT_F32 default */
+    float mean[4], std[4];       /* data.transform.normalize, per channel (on_device) */
 } ct_loader_opts;
 
 /* Options for data.<which> from the config: data.workers/prefetch/shuffle (train only, default
  * true)/drop_last/cache/skip_corrupt, data.transform.random_crop {"padding": P} and
- * data.transform.hflip (train only), train.seed. batch = micro-batch, step_samples =
+ * data.transform.hflip (train only), data.transform.on_device (a format without 8-bit images is a
+ * config error naming the key), train.seed. device_dtype is left CT_F32 (the trainer sets it). batch = micro-batch, step_samples =
  * train_batch_size. Returns CT_OK or CT_ERR_CONFIG. */
 int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool train,
                                int64_t classes, ct_loader_opts *o, ct_err *err);
@@ -48,6 +60,7 @@ typedef struct ct_loader ct_loader;
 /* A batch handed to the trainer: valid until the next ct_loader_next / seek / free. */
 typedef struct ct_loader_batch {
     void *input, *target;        /* backend memory: [n, sample] and [n, target] */
+    ct_dtype input_dtype;        /* of input: the dataset's, or opts.device_dtype on_device */
     int64_t n;                   /* samples (fewer than opts.batch at an epoch's end or when
                                     skip_corrupt dropped records; may be 0 then) */
     int64_t epoch, index;        /* position of this batch */

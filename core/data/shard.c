@@ -321,7 +321,10 @@ static int list_shards(const char *path, shard_impl *im, ct_err *err) {
     return CT_OK;
 }
 
-static int shard_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+/* Locate record i, check its checksum and label, and inflate it into raw (raw_bytes) when it is
+ * compressed. *rec: the record's bytes (raw, or the mapping itself when stored plain). */
+static int shard_fetch(const ct_dataset *ds, int64_t i, uint8_t *raw, const uint8_t **rec,
+                       int32_t *label, ct_err *err) {
     const shard_impl *im = ds->impl;
     if (i < 0 || i >= ds->count)
         return ct_errf(err, CT_ERR_DATA, "%s: record %lld out of range", ds->source, (long long)i);
@@ -334,27 +337,36 @@ static int shard_decode(const ct_dataset *ds, int64_t i, void *input, void *targ
     const shard_file *f = &im->files[lo];
     int64_t r = i - f->base;
     const uint8_t *e = f->map + get64(f->map + 24) + (size_t)r * CT_SHARD_ENTRY;
-    const uint8_t *rec = f->map + get64(e);
-    uint32_t stored = get32(e + 8), want = get32(e + 16), got = crc(rec, stored);
+    *rec = f->map + get64(e);
+    uint32_t stored = get32(e + 8), want = get32(e + 16), got = crc(*rec, stored);
     if (got != want)
         return ct_errf(err, CT_ERR_DATA, "%s: record %lld at offset %llu: checksum mismatch (stored "
                        "0x%08x, computed 0x%08x): the shard is corrupt", f->path, (long long)r,
                        (unsigned long long)get64(e), want, got);
-    int32_t label = (int32_t)get32(e + 20);
-    if (label < 0 || (ds->classes > 0 && label >= ds->classes))
+    *label = (int32_t)get32(e + 20);
+    if (*label < 0 || (ds->classes > 0 && *label >= ds->classes))
         return ct_errf(err, CT_ERR_DATA, "%s: record %lld: label %d is outside the shard's %lld classes",
-                       f->path, (long long)r, label, (long long)ds->classes);
+                       f->path, (long long)r, *label, (long long)ds->classes);
+    if (get32(e + 24) & CT_SHARD_ZLIB) {
+        uLongf n = (uLongf)im->raw_bytes;
+        if (uncompress(raw, &n, *rec, stored) != Z_OK || n != im->raw_bytes)
+            return ct_errf(err, CT_ERR_DATA, "%s: record %lld: zlib data does not decompress to %zu bytes",
+                           f->path, (long long)r, im->raw_bytes);
+        *rec = raw;
+    }
+    return CT_OK;
+}
+
+static int shard_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    const shard_impl *im = ds->impl;
     float *x = input;
     size_t numel = im->raw_bytes / encoding_size(im->encoding);
     /* Raw bytes go at the end of the float output, so u8 -> f32 can expand in place front to back. */
     uint8_t *raw = (uint8_t *)input + numel * sizeof(float) - im->raw_bytes;
-    if (get32(e + 24) & CT_SHARD_ZLIB) {
-        uLongf n = (uLongf)im->raw_bytes;
-        if (uncompress(raw, &n, rec, stored) != Z_OK || n != im->raw_bytes)
-            return ct_errf(err, CT_ERR_DATA, "%s: record %lld: zlib data does not decompress to %zu bytes",
-                           f->path, (long long)r, im->raw_bytes);
-        rec = raw;
-    }
+    const uint8_t *rec;
+    int32_t label;
+    int rc = shard_fetch(ds, i, raw, &rec, &label, err);
+    if (rc) return rc;
     if (im->encoding == CT_SHARD_U8) {
         for (int64_t c = 0; c < im->channels; c++) {
             const float *lut = im->lut + 256 * c;
@@ -368,6 +380,18 @@ static int shard_decode(const ct_dataset *ds, int64_t i, void *input, void *targ
                 x[c * im->plane + j] = (v - im->mean[c]) / im->std[c];
             }
     }
+    if (target) *(int32_t *)target = label;
+    return CT_OK;
+}
+
+/* data.transform.on_device: the stored pixels of a u8 shard record. */
+static int shard_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target, ct_err *err) {
+    const shard_impl *im = ds->impl;
+    const uint8_t *rec;
+    int32_t label;
+    int rc = shard_fetch(ds, i, input, &rec, &label, err);
+    if (rc) return rc;
+    if (rec != input) memcpy(input, rec, im->raw_bytes);
     if (target) *(int32_t *)target = label;
     return CT_OK;
 }
@@ -420,6 +444,7 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
         rc = ct_data_normalize_parse(cfg, im->channels, im->mean, im->std, err);
     }
     if (!rc && im->encoding == CT_SHARD_U8) {
+        ds->decode_u8 = shard_decode_u8;
         im->lut = ct_xmalloc((size_t)im->channels * 256 * sizeof(float));
         for (int64_t c = 0; c < im->channels; c++)
             for (int v = 0; v < 256; v++) im->lut[256 * c + v] = ((float)v / 255.0f - im->mean[c]) / im->std[c];

@@ -43,13 +43,13 @@ static int params(const ct_layer *l, ct_param_spec *s) {
     return 4;
 }
 
-static size_t aux_bytes(const ct_layer *l, int64_t batch) {
+static size_t aux_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return 2 * (size_t)l->in[0].d[0] * sizeof(float);
 }
 
 /* Backward needs somewhere to write dx even when the model input needs no gradient. */
-static size_t workspace_bytes(const ct_layer *l, int64_t batch) {
-    return l->in_from[0] < 0 ? (size_t)(batch * ct_layer_in_numel(l, 0)) * sizeof(float) : 0;
+static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
+    return l->in_from[0] < 0 ? ct_nbytes(batch * ct_layer_in_numel(l, 0), dt) : 0;
 }
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
@@ -57,15 +57,16 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t ch = l->in[0].d[0], hw = ct_layer_in_numel(l, 0) / ch;
     float *save = io->aux;
     io->be->batchnorm_forward(io->be, io->y, io->x[0], io->p[0], io->p[1], io->p[2], io->p[3], save,
-                              save + ch, io->n, ch, hw, (float)c->eps, (float)c->momentum, io->train);
+                              save + ch, io->n, ch, hw, (float)c->eps, (float)c->momentum, io->train,
+                              io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t ch = l->in[0].d[0], hw = ct_layer_in_numel(l, 0) / ch;
     const float *save = io->aux;
-    float *dx = io->dx[0] ? io->dx[0] : io->ws;
+    void *dx = io->dx[0] ? io->dx[0] : io->ws;
     io->be->batchnorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
-                               save + ch, io->n, ch, hw);
+                               save + ch, io->n, ch, hw, io->dt);
 }
 
 static double flops(const ct_layer *l) { return 8.0 * (double)ct_layer_in_numel(l, 0); }

@@ -86,9 +86,9 @@ static int params(const ct_layer *l, ct_param_spec *s) {
     return 2;
 }
 
-static size_t workspace_bytes(const ct_layer *l, int64_t batch) {
+static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     int64_t p = l->out.d[1] * l->out.d[2];
-    return 2 * (size_t)(col_rows(l) * p) * sizeof(float);   /* col and dcol */
+    return 2 * ct_nbytes(col_rows(l) * p, dt);   /* col and dcol, in the activation dtype */
 }
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
@@ -97,19 +97,20 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     ct_conv2d_geom g = geom(l, io->n);
     int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
-    float *col = io->ws;                                   /* [kg, p] */
+    ct_dtype dt = io->dt;
+    void *col = io->ws;                                    /* [kg, p] */
     if (be->conv2d_forward) {
-        be->conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g);
+        be->conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, dt);
         return;
     }
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
-            be->im2col(be, col, io->x[0] + i * in_sz, &g, grp);
+            be->im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
             /* y_i,grp [ocg, p] = W_grp [ocg, kg] col [kg, p] */
-            be->gemm(be, false, false, ocg, p, kg, 1.0f, io->p[0] + grp * ocg * kg, CT_F32, kg, col,
-                     CT_F32, p, 0.0f, io->y + i * out_sz + grp * ocg * p, CT_F32, p);
+            be->gemm(be, false, false, ocg, p, kg, 1.0f, ct_celem(io->p[0], grp * ocg * kg, dt), dt, kg,
+                     col, dt, p, 0.0f, ct_elem(io->y, i * out_sz + grp * ocg * p, dt), dt, p);
         }
-    if (c->bias) be->bias_act_forward(be, io->y, io->p[1], io->n, c->out, p, CT_ACT_NONE, 0.0f);
+    if (c->bias) be->bias_act_forward(be, io->y, io->p[1], io->n, c->out, p, CT_ACT_NONE, 0.0f, dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
@@ -118,27 +119,27 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     ct_conv2d_geom g = geom(l, io->n);
     int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
-    float *col = io->ws, *dcol = col + kg * p;            /* [kg, p] each */
+    ct_dtype dt = io->dt;
+    void *col = io->ws, *dcol = ct_elem(col, kg * p, dt);  /* [kg, p] each */
     if (be->conv2d_backward) {
         be->conv2d_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->x[0],
-                            io->p[0], &g);
+                            io->p[0], &g, dt);
         return;
     }
-    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p);
-    if (io->dx[0]) be->memset0(be, io->dx[0], (size_t)(io->n * in_sz) * sizeof(float));
+    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p, dt);
+    if (io->dx[0]) be->memset0(be, io->dx[0], ct_nbytes(io->n * in_sz, dt));
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
-            const float *dy = io->dy + i * out_sz + grp * ocg * p;      /* [ocg, p] */
-            const float *w = io->p[0] + grp * ocg * kg;                 /* [ocg, kg] */
-            be->im2col(be, col, io->x[0] + i * in_sz, &g, grp);
-            /* dW_grp [ocg, kg] += dy [ocg, p] col^T [p, kg] */
-            be->gemm(be, false, true, ocg, kg, p, 1.0f, dy, CT_F32, p, col, CT_F32, p, 1.0f,
+            const void *dy = ct_celem(io->dy, i * out_sz + grp * ocg * p, dt);   /* [ocg, p] */
+            const void *w = ct_celem(io->p[0], grp * ocg * kg, dt);              /* [ocg, kg] */
+            be->im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
+            /* dW_grp [ocg, kg] += dy [ocg, p] col^T [p, kg] (fp32 gradient) */
+            be->gemm(be, false, true, ocg, kg, p, 1.0f, dy, dt, p, col, dt, p, 1.0f,
                      io->dp[0] + grp * ocg * kg, CT_F32, kg);
             if (!io->dx[0]) continue;
             /* dcol [kg, p] = W_grp^T [kg, ocg] dy [ocg, p] */
-            be->gemm(be, true, false, kg, p, ocg, 1.0f, w, CT_F32, kg, dy, CT_F32, p, 0.0f, dcol,
-                     CT_F32, p);
-            be->col2im(be, io->dx[0] + i * in_sz, dcol, &g, grp);
+            be->gemm(be, true, false, kg, p, ocg, 1.0f, w, dt, kg, dy, dt, p, 0.0f, dcol, dt, p);
+            be->col2im(be, ct_elem(io->dx[0], i * in_sz, dt), dcol, &g, grp, dt);
         }
 }
 

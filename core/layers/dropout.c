@@ -19,7 +19,7 @@ static int infer(ct_layer *l, ct_err *err) {
     return CT_OK;
 }
 
-static size_t aux_bytes(const ct_layer *l, int64_t batch) {
+static size_t aux_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return (size_t)(batch * ct_layer_out_numel(l));
 }
 
@@ -31,9 +31,10 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t n = io->n * ct_layer_out_numel(l);
     if (active(l, io))
         io->be->dropout_forward(io->be, io->y, io->aux, io->x[0], n,
-                                (float)((const dropout_cfg *)l->cfg_data)->p, io->seed, io->stream);
+                                (float)((const dropout_cfg *)l->cfg_data)->p, io->seed, io->stream,
+                                io->dt);
     else
-        io->be->copy_d2d(io->be, io->y, io->x[0], (size_t)n * sizeof(float));
+        io->be->copy_d2d(io->be, io->y, io->x[0], ct_nbytes(n, io->dt));
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
@@ -41,9 +42,9 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     if (!io->dx[0]) return;
     if (active(l, io))
         io->be->dropout_backward(io->be, io->dx[0], io->dy, io->aux, n,
-                                 (float)((const dropout_cfg *)l->cfg_data)->p);
+                                 (float)((const dropout_cfg *)l->cfg_data)->p, io->dt);
     else
-        io->be->copy_d2d(io->be, io->dx[0], io->dy, (size_t)n * sizeof(float));
+        io->be->copy_d2d(io->be, io->dx[0], io->dy, ct_nbytes(n, io->dt));
 }
 
 static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }

@@ -40,12 +40,12 @@ static int params(const ct_layer *l, ct_param_spec *s) {
     return 2;
 }
 
-static size_t aux_bytes(const ct_layer *l, int64_t batch) {
+static size_t aux_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return 2 * (size_t)rows(l, batch) * sizeof(float);
 }
 
-static size_t workspace_bytes(const ct_layer *l, int64_t batch) {
-    return l->in_from[0] < 0 ? (size_t)(batch * ct_layer_in_numel(l, 0)) * sizeof(float) : 0;
+static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
+    return l->in_from[0] < 0 ? ct_nbytes(batch * ct_layer_in_numel(l, 0), dt) : 0;
 }
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
@@ -53,15 +53,15 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t r = rows(l, io->n);
     float *save = io->aux;   /* mean [r], rstd [r] */
     io->be->layernorm_forward(io->be, io->y, save, save + r, io->x[0], io->p[0], io->p[1], r, dim(l),
-                              (float)c->eps);
+                              (float)c->eps, io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t r = rows(l, io->n);
     const float *save = io->aux;
-    float *dx = io->dx[0] ? io->dx[0] : io->ws;
+    void *dx = io->dx[0] ? io->dx[0] : io->ws;
     io->be->layernorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
-                               save + r, r, dim(l));
+                               save + r, r, dim(l), io->dt);
 }
 
 static double flops(const ct_layer *l) { return 8.0 * (double)ct_layer_in_numel(l, 0); }

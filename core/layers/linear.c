@@ -47,12 +47,21 @@ static int params(const ct_layer *l, ct_param_spec *s) {
     return 2;
 }
 
+/* A backend with a fused linear op (bias in the GEMM epilogue) gets one call; otherwise
+ * y [rows, out] = x [rows, in] W^T [in, out], then the bias. */
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     const linear_cfg *c = l->cfg_data;
+    ct_backend *be = io->be;
     int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
-    io->be->gemm(io->be, false, true, rows, c->out, in, 1.0f, io->x[0], CT_F32, in, io->p[0], CT_F32,
-                 in, 0.0f, io->y, CT_F32, c->out);
-    if (c->bias) io->be->bias_act_forward(io->be, io->y, io->p[1], rows, c->out, 1, CT_ACT_NONE, 0.0f);
+    const void *bias = c->bias ? io->p[1] : NULL;
+    if (be->linear_forward) {
+        be->linear_forward(be, io->y, io->x[0], io->p[0], bias, rows, in, c->out, CT_ACT_NONE, 0.0f,
+                           io->dt);
+        return;
+    }
+    be->gemm(be, false, true, rows, c->out, in, 1.0f, io->x[0], io->dt, in, io->p[0], io->dt, in,
+             0.0f, io->y, io->dt, c->out);
+    if (bias) be->bias_act_forward(be, io->y, bias, rows, c->out, 1, CT_ACT_NONE, 0.0f, io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
@@ -60,13 +69,13 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     ct_backend *be = io->be;
     int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
     /* dW[out, in] += dy^T [out, rows] x [rows, in] */
-    be->gemm(be, true, false, c->out, in, rows, 1.0f, io->dy, CT_F32, c->out, io->x[0], CT_F32, in,
+    be->gemm(be, true, false, c->out, in, rows, 1.0f, io->dy, io->dt, c->out, io->x[0], io->dt, in,
              1.0f, io->dp[0], CT_F32, in);
-    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, rows, c->out, 1);
+    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, rows, c->out, 1, io->dt);
     /* dx[rows, in] = dy [rows, out] W [out, in] */
     if (io->dx[0])
-        be->gemm(be, false, false, rows, in, c->out, 1.0f, io->dy, CT_F32, c->out, io->p[0], CT_F32,
-                 in, 0.0f, io->dx[0], CT_F32, in);
+        be->gemm(be, false, false, rows, in, c->out, 1.0f, io->dy, io->dt, c->out, io->p[0], io->dt,
+                 in, 0.0f, io->dx[0], io->dt, in);
 }
 
 static double flops(const ct_layer *l) {

@@ -1,0 +1,307 @@
+/* test_step_graph.c: the capture/replay bookkeeping of core/train_graph.c, on the CPU backend
+ * with a fake capture API (the CPU has none; the CUDA one needs a GPU and runs in
+ * e2e_cuda_train.sh). The fake "capture" lets the ops run (a real capture only records them)
+ * and remembers the step; its "replay" runs the remembered step again, so results stay
+ * checkable:
+ *   - the first micro-batch with a key runs directly, the second is captured, the next ones
+ *     replay it, and their losses and gradients equal direct runs bit for bit;
+ *   - a different n, loss_grad_scale or input pointer is a different key; a fifth key evicts the
+ *     least recently used one and frees its capture;
+ *   - a failed capture turns capture off for good and runs the step directly;
+ *   - train.cuda_graph true with a dropout layer is a config error naming the layer, auto turns
+ *     itself off, and true on a backend without capture is a notice. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph.h"
+#include "core/json.h"
+#include "core/rng.h"
+#include "core/train_graph.h"
+
+/* ---- the fake capture API: state in the backend copy's impl wrapper ---- */
+
+typedef struct fake_graph {
+    ct_graph *g;
+    const void *params;
+    float *buffers, *grads;
+    ct_step_io io;
+    bool freed;
+} fake_graph;
+
+typedef struct fake {
+    ct_backend be;               /* a copy of the CPU backend's table with capture ops added */
+    ct_backend *cpu;
+    bool capturing, fail_next;
+    int begun, ended, freed;
+    fake_graph graphs[16];
+    int n_graphs;
+    /* what the runner is about to capture (set by the test before each ct_step_run) */
+    ct_graph *g;
+    const void *params;
+    float *buffers, *grads;
+    ct_step_io *io;
+} fake;
+
+static fake *fake_of(ct_backend *be) { return (fake *)be; }
+
+static int fake_begin(ct_backend *be, ct_err *err) {
+    fake *f = fake_of(be);
+    ck_assert(!f->capturing);
+    f->capturing = true;
+    f->begun++;
+    return CT_OK;
+}
+
+static void *fake_end(ct_backend *be, ct_err *err) {
+    fake *f = fake_of(be);
+    ck_assert(f->capturing);
+    f->capturing = false;
+    f->ended++;
+    if (f->fail_next) {
+        f->fail_next = false;
+        ct_errf(err, CT_ERR_RUNTIME, "fake capture failure");
+        return NULL;
+    }
+    fake_graph *fg = &f->graphs[f->n_graphs++];
+    *fg = (fake_graph){.g = f->g, .params = f->params, .buffers = f->buffers, .grads = f->grads,
+                       .io = *f->io};
+    return fg;
+}
+
+/* Runs the remembered step again. After a capture the runner replays at once, so a captured
+ * micro-batch adds its gradient twice here (once while "capturing"); runner_step accounts for it. */
+static void fake_replay(ct_backend *be, void *graph) {
+    fake_graph *fg = graph;
+    ck_assert(!fg->freed);
+    ct_err err = {0};
+    ct_step_io io = fg->io;
+    io.defer_loss = true;
+    ck_assert(ct_graph_forward(fg->g, fg->params, fg->buffers, &io, NULL, &err) == CT_OK);
+    ck_assert(ct_graph_backward(fg->g, fg->params, fg->grads, &io, NULL, &err) == CT_OK);
+}
+
+static void fake_free(ct_backend *be, void *graph) {
+    fake_graph *fg = graph;
+    ck_assert(!fg->freed);
+    fg->freed = true;
+    fake_of(be)->freed++;
+}
+
+static fake *fake_create(void) {
+    fake *f = calloc(1, sizeof *f);
+    f->cpu = ct_cpu_backend_create(1);
+    f->be = *f->cpu;
+    f->be.capture_begin = fake_begin;
+    f->be.capture_end = fake_end;
+    f->be.replay = fake_replay;
+    f->be.graph_free = fake_free;
+    return f;
+}
+
+static void fake_destroy(fake *f) {
+    ct_backend_destroy(f->cpu);
+    free(f);
+}
+
+/* ---- a small MLP on random data ---- */
+
+typedef struct model {
+    ct_config cfg;
+    ct_json_doc *doc;
+    ct_graph *g;
+    float *params, *grads, *input[2];
+    int32_t labels[8];
+} model;
+
+static const char *mlp = "{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5},"
+                         "{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 3}],"
+                         "\"loss\": {\"type\": \"cross_entropy\"}}";
+static const char *with_dropout = "{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5},"
+                                  "{\"type\": \"dropout\", \"name\": \"drop\", \"p\": 0.1},"
+                                  "{\"type\": \"linear\", \"out\": 3}],"
+                                  "\"loss\": {\"type\": \"cross_entropy\"}}";
+
+static void model_build(model *m, const char *text, ct_backend *be) {
+    memset(m, 0, sizeof *m);
+    ct_warnings w = {0};
+    ct_err err = {0};
+    m->doc = ct_json_parse(text, strlen(text), "m.json", &w, &err);
+    ct_warnings_free(&w);
+    ck_assert_msg(m->doc, "%s", err.msg);
+    snprintf(m->cfg.path, sizeof m->cfg.path, "m.json");
+    m->cfg.doc = m->doc;
+    m->cfg.model = ct_json_root(m->doc);
+    ck_assert_msg(ct_graph_build(&m->cfg, 8, be, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
+    int64_t n = ct_graph_info_get(m->g)->n_params;
+    m->params = calloc((size_t)n, sizeof(float));
+    m->grads = calloc((size_t)n, sizeof(float));
+    ct_graph_init_params(m->g, m->params, NULL, 3);
+    ct_rng r;
+    ct_rng_init(&r, 11, CT_RNG_AUGMENT, 0);
+    for (int k = 0; k < 2; k++) {
+        m->input[k] = malloc(8 * 6 * sizeof(float));
+        for (int i = 0; i < 48; i++) m->input[k][i] = (float)ct_rng_normal(&r);
+    }
+    for (int i = 0; i < 8; i++) m->labels[i] = (int32_t)(ct_rng_below(&r, 3));
+}
+
+static void model_free(model *m) {
+    ct_graph_free(m->g);
+    ct_json_free(m->doc);
+    free(m->params), free(m->grads), free(m->input[0]), free(m->input[1]);
+}
+
+static ct_step_io step_io(model *m, int which, int64_t n, float scale) {
+    return (ct_step_io){.input = m->input[which], .target = m->labels, .n = n, .train = true,
+                        .seed = 1, .loss_grad_scale = scale};
+}
+
+/* Loss and gradient of a direct (uncaptured) run from zero gradients. */
+static float direct(model *m, int which, int64_t n, float scale, float *grads_out) {
+    int64_t np = ct_graph_info_get(m->g)->n_params;
+    memset(m->grads, 0, (size_t)np * sizeof(float));
+    ct_step_io io = step_io(m, which, n, scale);
+    ct_err err = {0};
+    ck_assert(ct_graph_forward(m->g, m->params, NULL, &io, NULL, &err) == CT_OK);
+    ck_assert(ct_graph_backward(m->g, m->params, m->grads, &io, NULL, &err) == CT_OK);
+    memcpy(grads_out, m->grads, (size_t)np * sizeof(float));
+    return io.loss;
+}
+
+/* One runner step from zero gradients; the fake learns what it would capture. A step that was
+ * captured ran its ops twice with the fake (capture, then replay): its gradient is halved back,
+ * which is exact in binary floating point. */
+static float runner_step(ct_step_runner *r, fake *f, model *m, int which, int64_t n, float scale) {
+    int64_t np = ct_graph_info_get(m->g)->n_params;
+    memset(m->grads, 0, (size_t)np * sizeof(float));
+    ct_step_io io = step_io(m, which, n, scale);
+    f->g = m->g, f->params = m->params, f->buffers = NULL, f->grads = m->grads, f->io = &io;
+    long captures = r->captures;
+    ct_err err = {0};
+    ck_assert_msg(ct_step_run(r, m->params, NULL, m->grads, &io, &err) == CT_OK, "%s", err.msg);
+    if (r->captures != captures)
+        for (int64_t i = 0; i < np; i++) m->grads[i] *= 0.5f;
+    return io.loss;
+}
+
+START_TEST(capture_then_replay_matches_direct) {
+    fake *f = fake_create();
+    model m;
+    model_build(&m, mlp, &f->be);
+    int64_t np = ct_graph_info_get(m.g)->n_params;
+    float *want = malloc((size_t)np * sizeof(float));
+    ct_step_runner r;
+    char notice[128];
+    ct_err err = {0};
+    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(r.capture && notice[0] == '\0');
+    /* key A three times: direct, captured + replayed, replayed; the direct results each time */
+    for (int k = 0; k < 3; k++) {
+        float wl = direct(&m, 0, 8, 0.5f, want);
+        float l = runner_step(&r, f, &m, 0, 8, 0.5f);
+        ck_assert_msg(l == wl, "loss %g vs direct %g", (double)l, (double)wl);
+        for (int64_t i = 0; i < np; i++) ck_assert_msg(m.grads[i] == want[i], "grad %lld", (long long)i);
+        ck_assert_int_eq(r.captures, k == 0 ? 0 : 1);
+        ck_assert_int_eq(r.replays, k);
+    }
+    /* other n, other scale, other input pointer: three more keys, each captured on its second use */
+    for (int k = 0; k < 2; k++) {
+        runner_step(&r, f, &m, 0, 5, 0.5f);
+        runner_step(&r, f, &m, 0, 8, 0.25f);
+        float wl = direct(&m, 1, 8, 0.5f, want);
+        ck_assert(runner_step(&r, f, &m, 1, 8, 0.5f) == wl);
+        for (int64_t i = 0; i < np; i++) ck_assert(m.grads[i] == want[i]);
+    }
+    ck_assert_int_eq(r.captures, 4);
+    ck_assert_int_eq(f->freed, 0);
+    runner_step(&r, f, &m, 0, 8, 0.5f);   /* key A again: a replay, A is now the most recent */
+    ck_assert_int_eq(r.captures, 4);
+    ck_assert_int_eq(r.replays, 6);
+    /* a fifth key evicts the least recently used (n = 5, the second capture) and frees it */
+    runner_step(&r, f, &m, 1, 7, 0.5f);
+    ck_assert_int_eq(f->freed, 1);
+    ck_assert(f->graphs[1].freed);
+    runner_step(&r, f, &m, 0, 8, 0.5f);   /* key A still there: a replay */
+    ck_assert_int_eq(r.captures, 4);
+    ck_assert_int_eq(r.replays, 7);
+    ct_step_runner_reset(&r);
+    ck_assert_int_eq(f->freed, 4);   /* A, C, D; the fifth key was never captured */
+    free(want);
+    model_free(&m);
+    fake_destroy(f);
+}
+END_TEST
+
+START_TEST(failed_capture_turns_capture_off) {
+    fake *f = fake_create();
+    model m;
+    model_build(&m, mlp, &f->be);
+    int64_t np = ct_graph_info_get(m.g)->n_params;
+    float *want = malloc((size_t)np * sizeof(float));
+    ct_step_runner r;
+    char notice[128];
+    ct_err err = {0};
+    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_ON, notice, sizeof notice, &err) == CT_OK);
+    runner_step(&r, f, &m, 0, 8, 1.0f);   /* first sight: direct */
+    ck_assert_int_eq(f->begun, 0);
+    f->fail_next = true;
+    /* the failed capture still ran the ops once (the fake executes while capturing), and the
+     * runner then runs the step directly: two contributions */
+    float wl = direct(&m, 0, 8, 1.0f, want);
+    memset(m.grads, 0, (size_t)np * sizeof(float));
+    ct_step_io io = step_io(&m, 0, 8, 1.0f);
+    f->g = m.g, f->params = m.params, f->grads = m.grads, f->io = &io;
+    ck_assert(ct_step_run(&r, m.params, NULL, m.grads, &io, &err) == CT_OK);
+    ck_assert_int_eq(f->begun, 1);
+    ck_assert(!r.capture && r.captures == 0 && r.replays == 0);
+    ck_assert(io.loss == wl);
+    for (int64_t i = 0; i < np; i++) ck_assert(m.grads[i] == 2 * want[i]);
+    /* from now on: direct runs, no capture attempts */
+    runner_step(&r, f, &m, 0, 8, 1.0f);
+    ck_assert_int_eq(f->begun, 1);
+    free(want);
+    model_free(&m);
+    fake_destroy(f);
+}
+END_TEST
+
+START_TEST(policy_dropout_and_cpu) {
+    fake *f = fake_create();
+    model m;
+    model_build(&m, with_dropout, &f->be);
+    ct_step_runner r;
+    char notice[128];
+    ct_err err = {0};
+    ck_assert_int_eq(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_ON, notice, sizeof notice, &err),
+                     CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "\"drop\"") && strstr(err.msg, "train.cuda_graph"), "%s", err.msg);
+    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(!r.capture && notice[0] == '\0');
+    model_free(&m);
+    /* the plain CPU backend: true is a notice, auto is silent, both run directly */
+    model_build(&m, mlp, f->cpu);
+    ck_assert(ct_step_runner_init(&r, f->cpu, m.g, CT_CUDA_GRAPH_ON, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(!r.capture && strstr(notice, "cannot capture"));
+    ck_assert(ct_step_runner_init(&r, f->cpu, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(!r.capture && notice[0] == '\0');
+    model_free(&m);
+    fake_destroy(f);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("step_graph");
+    TCase *tc = tcase_create("runner");
+    tcase_add_test(tc, capture_then_replay_matches_direct);
+    tcase_add_test(tc, failed_capture_turns_capture_off);
+    tcase_add_test(tc, policy_dropout_and_cpu);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
