@@ -104,6 +104,10 @@ void ct_amp_free(ct_amp *a) {
     free(a);
 }
 
+const void *ct_amp_params(const ct_amp *a, const float *master) {
+    return a->compute == CT_F32 ? (const void *)master : a->half;
+}
+
 const void *ct_amp_refresh_params(ct_amp *a, const float *master) {
     if (a->compute == CT_F32) return master;
     a->be->cast(a->be, a->half, a->compute, master, CT_F32, a->n);

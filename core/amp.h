@@ -88,8 +88,12 @@ void ct_amp_free(ct_amp *a);
 /* Bytes ct_amp_create allocates on the backend (the 16-bit copy; 0 for fp32). */
 size_t ct_amp_param_copy_bytes(ct_dtype compute, int64_t n_params);
 /* The parameters forward/backward read, in the compute dtype: master itself in fp32, else the
- * 16-bit copy refreshed from master (call after every change of the master). */
+ * 16-bit copy refreshed from master. Call after a change of the master that did not go through the
+ * optimizer (initialisation, a loaded checkpoint); the optimizer's updates keep the copy fresh
+ * themselves (ct_optim_set_copy). */
 const void *ct_amp_refresh_params(ct_amp *a, const float *master);
+/* The same pointer without refreshing: master in fp32, else the 16-bit copy as it is. */
+const void *ct_amp_params(const ct_amp *a, const float *master);
 /* Loss multiplier for backward: the current scale (fp16), 1 otherwise. */
 float ct_amp_loss_scale(const ct_amp *a);
 /* For the report and the summary: the current scale under fp16, NAN otherwise. */

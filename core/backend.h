@@ -55,12 +55,16 @@ typedef struct ct_pool2d_geom {
 } ct_pool2d_geom;
 
 /* Fused optimizer step arguments. grad_scale multiplies every gradient before use: it folds
- * 1/loss_scale, gradient_predivide and the global-norm clip coefficient into one pass. */
+ * 1/loss_scale, gradient_predivide and the global-norm clip coefficient into one pass. When copy is
+ * not NULL the same pass also writes copy[i] = the updated param[i] rounded to copy_dt (CT_F16 or
+ * CT_BF16): the compute-dtype parameters forward/backward read (core/amp.h). */
 typedef struct ct_adam_args {
     float lr, beta1, beta2, eps, weight_decay;
     float bias_c1, bias_c2;      /* 1 - beta1^t, 1 - beta2^t (1, 1 without bias correction) */
     float grad_scale;
     bool decoupled;              /* AdamW-style weight decay (adam_w_mode) */
+    void *copy;                  /* [n] 16-bit copy of the updated parameters, or NULL */
+    ct_dtype copy_dt;
 } ct_adam_args;
 
 typedef struct ct_sgd_args {
@@ -68,6 +72,8 @@ typedef struct ct_sgd_args {
     float grad_scale;
     bool nesterov;
     bool first_step;             /* momentum buffer initialised to the gradient, as torch does */
+    void *copy;                  /* as in ct_adam_args */
+    ct_dtype copy_dt;
 } ct_sgd_args;
 
 typedef struct ct_lamb_args {

@@ -129,6 +129,16 @@ double ct_optim_next_lr(const ct_optim *o) { return ct_sched_lr(&o->sched, o->cf
 
 /* ---- the three update families; gscale already includes loss scale and clipping ---- */
 
+void ct_optim_set_copy(ct_optim *o, void *copy, ct_dtype dt) {
+    o->copy = copy;
+    o->copy_dt = dt;
+}
+
+/* Where run r's elements start in the 16-bit copy (NULL without one). */
+static void *copy_at(const ct_optim *o, int64_t offset) {
+    return o->copy ? ct_elem(o->copy, offset, o->copy_dt) : NULL;
+}
+
 static void step_adam(ct_optim *o, double lr, double beta1, double beta2, float gscale) {
     const ct_optimizer_cfg *c = &o->cfg;
     double t = (double)(o->applied + 1);
@@ -141,10 +151,12 @@ static void step_adam(ct_optim *o, double lr, double beta1, double beta2, float 
         .bias_c2 = c->bias_correction ? (float)(1.0 - pow(beta2, t)) : 1.0f,
         .grad_scale = gscale,
         .decoupled = c->type == CT_OPT_ADAMW || c->adam_w_mode,
+        .copy_dt = o->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
+        a.copy = copy_at(o, r->offset);
         o->be->adam_step(o->be, o->params + r->offset, o->grads + r->offset, o->m + r->offset,
                          o->v + r->offset, r->numel, &a);
     }
@@ -159,10 +171,12 @@ static void step_sgd(ct_optim *o, double lr, float gscale) {
         .grad_scale = gscale,
         .nesterov = c->nesterov,
         .first_step = o->applied == 0,
+        .copy_dt = o->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
+        a.copy = copy_at(o, r->offset);
         o->be->sgd_step(o->be, o->params + r->offset, o->grads + r->offset,
                         o->mom ? o->mom + r->offset : NULL, r->numel, &a);
     }
@@ -197,6 +211,9 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
         }
         o->be->axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel,
                     CT_F32);
+        /* the trust ratio needs the whole direction first, so Lamb's copy is a pass of its own */
+        if (o->copy)
+            o->be->cast(o->be, copy_at(o, r->offset), o->copy_dt, o->params + r->offset, CT_F32, r->numel);
     }
 }
 

@@ -52,6 +52,8 @@ typedef struct ct_optim {
     float *m, *v;                /* [n] each: Adam/AdamW/Lamb moments (NULL for SGD) */
     float *mom;                  /* [n] SGD momentum buffer (NULL without momentum) */
     float *scratch;              /* [max tensor numel] Lamb update direction */
+    void *copy;                  /* [n] compute-dtype copy every update refreshes (NULL: none) */
+    ct_dtype copy_dt;            /* CT_F16 or CT_BF16 */
 
     ct_optim_tensor *tensors;    /* one per parameter tensor, in buffer order */
     int n_tensors;
@@ -61,6 +63,10 @@ typedef struct ct_optim {
     long applied;                /* applied updates so far (Adam bias correction uses applied+1) */
     long sched_t;                /* DeepSpeed last_batch_iteration: -1 before the first update */
 } ct_optim;
+
+/* Mixed precision: every applied update also writes the updated parameters, rounded to dt, into
+ * copy ([n], backend memory; fused into the Adam/SGD pass). NULL: no copy. */
+void ct_optim_set_copy(ct_optim *o, void *copy, ct_dtype dt);
 
 /* Result of one step, for the log and the summary. */
 typedef struct ct_optim_stats {

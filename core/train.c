@@ -187,6 +187,8 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
                        t->be->name);
     t->be->memset0(t->be, t->buffers, nb);
     ct_graph_init_params(t->g, t->opt->params, t->buffers, t->cfg->train.seed);
+    /* the fused update writes the 16-bit parameters forward reads (core/amp.h) */
+    if (t->amp->half) ct_optim_set_copy(t->opt, t->amp->half, t->amp->compute);
     return CT_OK;
 }
 

@@ -110,8 +110,9 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     double sum = 0;
     ct_optim_zero_grad(t->opt);
     ls->step_wait_s = 0;
-    /* Mixed precision: forward/backward read the 16-bit copy of the master; the loss is scaled. */
-    const void *params = ct_amp_refresh_params(t->amp, t->opt->params);
+    /* Mixed precision: forward/backward read the 16-bit copy of the master, which the last update
+     * wrote (ct_trainer_fit refreshed it at the start); the loss is scaled. */
+    const void *params = ct_amp_params(t->amp, t->opt->params);
     float scale = ct_amp_loss_scale(t->amp);
     bool overflow = false;
     for (int64_t start = 0; start < n; start += mb) {
@@ -390,6 +391,8 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     loop_state ls = {.best = NAN, .best_at = -1, .last_eval_step = -1, .best_value = NAN,
                      .best_step = -1, .saved_step = -1, .saved_eval_step = -1};
     if (t->resumed) from_ckpt_state(t, &t->resume_state, &ls);
+    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
+    ct_amp_refresh_params(t->amp, t->opt->params);
     ct_trainer_set_status(t, "ok", NULL);
     t->sum->loss_scale = ct_amp_report_scale(t->amp);
     t->sum->skipped_steps = t->amp->skipped;

@@ -2,11 +2,21 @@
  *
  * Formulas are core/cpu/cpu_optim.c's, operation for operation (DeepSpeed FusedAdam, torch SGD,
  * FusedLamb's direction), so a step on the GPU matches a step on the CPU to float rounding.
- * grad_scale folds unscaling, predivision and the clip coefficient into the one pass. */
+ * grad_scale folds unscaling, predivision and the clip coefficient into the one pass, which also
+ * writes the 16-bit copy of the updated parameters when asked (args.copy). */
+
+#include "cuda/cuda_dtype.cuh"
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_reduce.cuh"
 
 #include <math.h>
+
+/* copy[i] = p rounded to the copy's dtype (nothing without a copy). */
+__device__ __forceinline__ void store_copy(void *copy, ct_dtype dt, int64_t i, float p) {
+    if (!copy) return;
+    if (dt == CT_F16) ((__half *)copy)[i] = __float2half_rn(p);
+    else ((__nv_bfloat16 *)copy)[i] = __float2bfloat16_rn(p);
+}
 
 __global__ void k_adam(float *p, const float *grad, float *m, float *v, int64_t n, ct_adam_args a,
                        float inv_bc1, float inv_sqrt_bc2) {
@@ -20,7 +30,9 @@ __global__ void k_adam(float *p, const float *grad, float *m, float *v, int64_t 
         v[i] = vi;
         float denom = sqrtf(vi) * inv_sqrt_bc2 + a.eps;
         float update = (mi * inv_bc1) / denom + wd * pi;
-        p[i] = pi - a.lr * update;
+        float np = pi - a.lr * update;
+        p[i] = np;
+        store_copy(a.copy, a.copy_dt, i, np);
     }
 }
 
@@ -44,7 +56,9 @@ __global__ void k_sgd(float *p, const float *grad, float *buf, int64_t n, ct_sgd
             buf[i] = b;
             d = a.nesterov ? d + a.momentum * b : b;
         }
-        p[i] = pi - a.lr * d;
+        float np = pi - a.lr * d;
+        p[i] = np;
+        store_copy(a.copy, a.copy_dt, i, np);
     }
 }
 

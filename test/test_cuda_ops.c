@@ -996,6 +996,41 @@ START_TEST(adam_both_modes) {
 }
 END_TEST
 
+/* The fused 16-bit copy: adam_step and sgd_step write copy[i] = the updated param rounded to
+ * copy_dt, bit for bit what rounding the GPU's own fp32 result gives. */
+START_TEST(optimizer_fused_copy) {
+    int64_t n = 65537;
+    static const ct_dtype dts[] = {CT_F16, CT_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int sgd = 0; sgd < 2; sgd++) {
+            float *p = hrand(n, -1, 1), *g = hrand(n, -1, 1), *m = hrand(n, -0.1f, 0.1f);
+            float *v = hrand(n, 0.001f, 0.01f);
+            float *d_p = up(p, (size_t)n * 4), *d_g = up(g, (size_t)n * 4), *d_m = up(m, (size_t)n * 4);
+            float *d_v = up(v, (size_t)n * 4);
+            void *d_copy = poison_bytes((size_t)n * 2);
+            if (sgd) {
+                ct_sgd_args a = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 0.5f, .copy = d_copy,
+                                 .copy_dt = dts[di]};
+                gpu->sgd_step(gpu, d_p, d_g, d_m, n, &a);
+            } else {
+                ct_adam_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                  .bias_c1 = 0.1f, .bias_c2 = 0.001f, .grad_scale = 0.5f,
+                                  .decoupled = true, .copy = d_copy, .copy_dt = dts[di]};
+                gpu->adam_step(gpu, d_p, d_g, d_m, d_v, n, &a);
+            }
+            float *pg = down(d_p, (size_t)n * 4);
+            uint16_t *cg = down(d_copy, (size_t)n * 2);
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t want = dts[di] == CT_F16 ? ct_f32_to_f16(pg[i]) : ct_f32_to_bf16(pg[i]);
+                ck_assert_msg(cg[i] == want, "%s %s copy[%lld] = 0x%04x, expected 0x%04x",
+                              sgd ? "sgd" : "adam", ct_dtype_name(dts[di]), (long long)i, cg[i], want);
+            }
+            gfree(d_p), gfree(d_g), gfree(d_m), gfree(d_v), gfree(d_copy);
+            free(p), free(g), free(m), free(v), free(pg), free(cg);
+        }
+}
+END_TEST
+
 START_TEST(sgd_variants) {
     int64_t n = 50001;
     for (int variant = 0; variant < 4; variant++) {
@@ -1105,6 +1140,7 @@ int main(void) {
     tcase_add_test(tc, reductions);
     tcase_add_test(tc, adam_both_modes);
     tcase_add_test(tc, sgd_variants);
+    tcase_add_test(tc, optimizer_fused_copy);
     tcase_add_test(tc, lamb_direction_op);
     tcase_add_test(tc, backend_errors);
     suite_add_tcase(s, tc);

@@ -267,6 +267,48 @@ START_TEST(schedule_stepping) {
 }
 END_TEST
 
+/* Mixed precision: every applied update of Adam, SGD and Lamb also writes the 16-bit copy of the
+ * parameters, equal bit for bit to rounding the updated fp32 master; a skipped (overflowing)
+ * update leaves the copy as it was. */
+START_TEST(fused_16bit_copy) {
+    static const ct_opt_type types[] = {CT_OPT_ADAMW, CT_OPT_SGD, CT_OPT_LAMB};
+    static const ct_dtype dts[] = {CT_F16, CT_BF16};
+    for (int ti = 0; ti < 3; ti++)
+        for (int di = 0; di < 2; di++) {
+            ct_backend *be = ct_cpu_backend_create(2);
+            ct_optimizer_cfg c = base_cfg(types[ti]);
+            if (types[ti] == CT_OPT_SGD) c.momentum = 0.9;
+            ct_optim *o = ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, N_PARAMS);
+            uint16_t *copy = be->alloc(be, N_PARAMS * sizeof(uint16_t), CT_MEM_PARAMS);
+            ct_optim_set_copy(o, copy, dts[di]);
+            float p[N_PARAMS], g[N_PARAMS];
+            fill_random(p, N_PARAMS, 40 + (uint64_t)ti, 0, -1.0f, 1.0f);
+            be->copy_h2d(be, o->params, p, sizeof p);
+            for (long t = 1; t <= 3; t++) {
+                fill_random(g, N_PARAMS, 50 + (uint64_t)ti, (uint64_t)t, -2.0f, 2.0f);
+                if (t == 3) g[7] = INFINITY;     /* the third update overflows: skipped */
+                be->copy_h2d(be, o->grads, g, sizeof g);
+                uint16_t before[N_PARAMS];
+                memcpy(before, copy, sizeof before);
+                ct_optim_stats st;
+                bool applied = ct_optim_step_finite(o, 1.0f, &st);
+                ck_assert(applied == (t < 3));
+                be->copy_d2h(be, p, o->params, sizeof p);
+                for (int i = 0; i < N_PARAMS; i++) {
+                    uint16_t want = !applied ? before[i]
+                                    : dts[di] == CT_F16 ? ct_f32_to_f16(p[i]) : ct_f32_to_bf16(p[i]);
+                    ck_assert_msg(copy[i] == want, "%s %s update %ld element %d: copy 0x%04x, expected "
+                                  "0x%04x", ct_dtype_name(dts[di]), c.type == CT_OPT_SGD ? "sgd" : "adam/lamb",
+                                  t, i, copy[i], want);
+                }
+            }
+            be->free(be, copy);
+            ct_optim_free(o);
+            ct_backend_destroy(be);
+        }
+}
+END_TEST
+
 START_TEST(layout) {
     ct_backend *be = ct_cpu_backend_create(1);
     ct_optimizer_cfg c = base_cfg(CT_OPT_ADAM);
@@ -307,6 +349,7 @@ int main(void) {
     tcase_add_test(tc, clipping_active);
     tcase_add_test(tc, schedule_stepping);
     tcase_add_test(tc, layout);
+    tcase_add_test(tc, fused_16bit_copy);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -179,6 +179,11 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
     }
 }
 
+void ct_cpu_cast_range(void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t i0, int64_t i1) {
+    cast_ctx c = {y, x, y_dt, x_dt};
+    cast_range(&c, i0, i1);
+}
+
 static void cpu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n) {
     cast_ctx c = {y, x, y_dt, x_dt};
     ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN, cast_range, &c);

@@ -106,6 +106,10 @@ void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, c
 void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g);
 
+/* y[i] = x[i] converted, for i in [i0, i1), on the calling thread (the cast op's inner loop; F16C
+ * where present): for kernels that convert what they just computed. */
+void ct_cpu_cast_range(void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t i0, int64_t i1);
+
 /* Each file fills its part of the op table. */
 void ct_cpu_gemm_install(ct_backend *be);
 void ct_cpu_eltwise_install(ct_backend *be);

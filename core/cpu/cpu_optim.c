@@ -8,7 +8,8 @@
  * SGD follows torch.optim.SGD (weight decay into the gradient, dampening, nesterov, and a momentum
  * buffer that starts as a copy of the first gradient). Lamb writes FusedLamb's direction
  * m_hat / (sqrt(v_hat) + eps) + wd * p (eps inside the sqrt when asked) and the two norms the
- * caller needs for the trust ratio. */
+ * caller needs for the trust ratio. Adam and SGD also write the 16-bit copy of the parameters they
+ * just updated when asked (args.copy), in the same pass. */
 #include <math.h>
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -63,6 +64,7 @@ static void adam_range(void *c, int64_t i0, int64_t i1) {
             float update = (m[i] / a->bias_c1) / (denom[j] + a->eps) + wd * p[i];
             p[i] -= a->lr * update;
         }
+        if (a->copy) ct_cpu_cast_range(a->copy, a->copy_dt, p, CT_F32, s, s + n);
     }
 }
 
@@ -86,6 +88,7 @@ static void sgd_range(void *c, int64_t i0, int64_t i1) {
         }
         p[i] -= a->lr * d;
     }
+    if (a->copy) ct_cpu_cast_range(a->copy, a->copy_dt, p, CT_F32, i0, i1);
 }
 
 static void cpu_sgd_step(ct_backend *be, float *param, const float *grad, float *mom, int64_t n,
