@@ -187,17 +187,25 @@ static float runner_step(ct_step_runner *r, fake *f, model *m, int which, int64_
     return io.loss;
 }
 
-START_TEST(capture_then_replay_matches_direct) {
+/* The fake backend, the MLP on it and a runner with train.cuda_graph = mode; *want gets room for
+ * one gradient. */
+static fake *start(model *m, ct_step_runner *r, int mode, float **want) {
     fake *f = fake_create();
-    model m;
-    model_build(&m, mlp, &f->be);
-    int64_t np = ct_graph_info_get(m.g)->n_params;
-    float *want = malloc((size_t)np * sizeof(float));
-    ct_step_runner r;
+    model_build(m, mlp, &f->be);
+    *want = malloc((size_t)ct_graph_info_get(m->g)->n_params * sizeof(float));
     char notice[128];
     ct_err err = {0};
-    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
-    ck_assert(r.capture && notice[0] == '\0');
+    ck_assert(ct_step_runner_init(r, &f->be, m->g, mode, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(r->capture && notice[0] == '\0');
+    return f;
+}
+
+START_TEST(capture_then_replay_matches_direct) {
+    model m;
+    ct_step_runner r;
+    float *want;
+    fake *f = start(&m, &r, CT_CUDA_GRAPH_AUTO, &want);
+    int64_t np = ct_graph_info_get(m.g)->n_params;
     /* key A three times: direct, captured + replayed, replayed; the direct results each time */
     for (int k = 0; k < 3; k++) {
         float wl = direct(&m, 0, 8, 0.5f, want);
@@ -236,15 +244,12 @@ START_TEST(capture_then_replay_matches_direct) {
 END_TEST
 
 START_TEST(failed_capture_turns_capture_off) {
-    fake *f = fake_create();
     model m;
-    model_build(&m, mlp, &f->be);
-    int64_t np = ct_graph_info_get(m.g)->n_params;
-    float *want = malloc((size_t)np * sizeof(float));
     ct_step_runner r;
-    char notice[128];
+    float *want;
+    fake *f = start(&m, &r, CT_CUDA_GRAPH_ON, &want);
+    int64_t np = ct_graph_info_get(m.g)->n_params;
     ct_err err = {0};
-    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_ON, notice, sizeof notice, &err) == CT_OK);
     runner_step(&r, f, &m, 0, 8, 1.0f);   /* first sight: direct */
     ck_assert_int_eq(f->begun, 0);
     f->fail_next = true;
