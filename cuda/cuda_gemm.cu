@@ -110,6 +110,13 @@ static void plan_build(ct_cuda *cu, ct_cuda_gemm_plan *p, const ct_cuda_gemm_key
     for (int i = 0; i < 4; i++)
         CT_CUBLAS_CHECK(
             cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &align, sizeof align));
+    if (k->c_dt != CT_F32) {
+        /* split-K may reduce partial sums in the output type (INPLACE, OUTPUT_TYPE schemes): a
+         * 16-bit output would be rounded more than once; backend.h promises one rounding */
+        uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof scheme));
+    }
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int found = 0;
@@ -180,6 +187,9 @@ static bool lt_matmul_epi(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n
         }
     }
     key.align = al;
+    /* the heuristic reads the bias pointer's own alignment (cublasLt.h, BIAS_POINTER), and no
+     * preference bounds it: plans for differently aligned biases must not be shared */
+    key.bias_align = bias ? ptr_align(bias) : 0;
     key.tf32 = cu->tf32 && a_dt == CT_F32 && b_dt == CT_F32 && c_dt == CT_F32;
     key.epi = epi;
     ct_cuda_gemm_plan *p = plan_get(cu, &key, bias);

@@ -78,6 +78,7 @@ typedef struct ct_cuda_alloc {
 typedef struct ct_cuda_gemm_key {
     int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
     int ta, tb, a_dt, b_dt, c_dt, align, tf32;
+    int bias_align;               /* the epilogue bias pointer's own alignment (0: no bias) */
     int epi;                      /* cublasLtEpilogue_t (linear_forward); 0: plain GEMM */
 } ct_cuda_gemm_key;
 
@@ -317,6 +318,10 @@ void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned);
 bool ct_cuda_upload_ring_init(ct_cuda *cu);
 void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict);
 /* A host-synchronizing or copy-stream call while capturing is a caller bug: fail loudly. */
+/* True while a capture runs whose allocator already handed out a phantom block (cache miss):
+ * the capture will fail at capture_end, and memset/memcpy nodes (which, unlike kernel launches,
+ * validate their pointers when recorded) must not be recorded meanwhile. */
+bool ct_cuda_capture_doomed(ct_backend *be);
 void ct_cuda_require_not_capturing(ct_backend *be, const char *what);
 /* GEMM plan cache teardown (cuda_gemm.cu). */
 void ct_cuda_gemm_plans_destroy(ct_cuda *cu);

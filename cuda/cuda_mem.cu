@@ -399,6 +399,14 @@ static ct_cuda_stage *stage_get(ct_cuda *cu, size_t bytes) {
     return s;
 }
 
+bool ct_cuda_capture_doomed(ct_backend *be) {
+    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
+    pthread_mutex_lock(&a->mu);
+    bool doomed = a->capturing && a->capture_missing > 0;
+    pthread_mutex_unlock(&a->mu);
+    return doomed;
+}
+
 void ct_cuda_require_not_capturing(ct_backend *be, const char *what) {
     ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
     pthread_mutex_lock(&a->mu);
@@ -503,7 +511,7 @@ static void cu_copy_d2h(ct_backend *be, void *dst_host, const void *src, size_t 
 }
 
 static void cu_copy_d2d(ct_backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes || dst == src) return;
+    if (!bytes || dst == src || ct_cuda_capture_doomed(be)) return;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (d < s + bytes && s < d + bytes) {
         /* overlapping ranges (the CPU backend's memmove allows them; cudaMemcpy does not) */
@@ -517,7 +525,7 @@ static void cu_copy_d2d(ct_backend *be, void *dst, const void *src, size_t bytes
 }
 
 static void cu_memset0(ct_backend *be, void *p, size_t bytes) {
-    if (!bytes) return;
+    if (!bytes || ct_cuda_capture_doomed(be)) return;
     CT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ct_cuda_stream(be)));
 }
 
