@@ -135,11 +135,16 @@ struct ct_backend {
     void (*sync)(ct_backend *be);                          /* wait for all queued work */
     size_t (*peak_bytes)(ct_backend *be);                  /* device bytes at peak (0 for CPU) */
     void (*mem_stats)(ct_backend *be, ct_mem_stats *out);  /* per category (CPU: host bytes) */
+    /* A point in the work queued so far (CUDA: an event on the compute stream), > 0; 0 where
+     * there is nothing to wait for (CPU). */
+    uint64_t (*compute_mark)(ct_backend *be);
     /* Asynchronous upload straight from pinned memory (alloc_host_pinned): queued on the copy
-     * stream, ordered before any op queued after this call that reads dst, and after every op
-     * queued before it (dst may still be in use). src must stay untouched until
+     * stream, ordered before any op queued after this call that reads dst. after = 0: also after
+     * every op queued before this call (dst may still be in use); after = a compute_mark: only
+     * after the ops queued before that mark (dst was last read there), so the copy overlaps the
+     * work queued since (the loader's double-buffered batches). src must stay untouched until
      * upload_done(ticket) is true. Returns the ticket (> 0). CPU: a memcpy, done at once. */
-    uint64_t (*upload)(ct_backend *be, void *dst, const void *src_pinned, size_t bytes);
+    uint64_t (*upload)(ct_backend *be, void *dst, const void *src_pinned, size_t bytes, uint64_t after);
     /* True when the upload with this ticket (and every earlier one) has finished reading its
      * source; wait: block until it has. */
     bool (*upload_done)(ct_backend *be, uint64_t ticket, bool wait);

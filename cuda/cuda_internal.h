@@ -113,6 +113,10 @@ typedef struct ct_cuda_upload_ring {
     uint64_t ticket[CT_CUDA_UPLOAD_EVENTS];  /* ticket last recorded in ev[i] (0: none) */
     uint64_t next;                /* the last ticket handed out */
     uint64_t done;                /* every ticket <= done has finished */
+    /* compute_mark m is recorded in mark_ev[m % CT_CUDA_UPLOAD_EVENTS]; a newer mark in the same
+     * event only moves an upload's wait later, which is safe */
+    cudaEvent_t mark_ev[CT_CUDA_UPLOAD_EVENTS];
+    uint64_t mark_next;
 } ct_cuda_upload_ring;
 
 /* Backend-private state behind ct_backend.impl. */

@@ -366,9 +366,14 @@ void ct_cuda_stages_release(ct_cuda *cu, bool strict) {
 
 /* Queue dst <- src on the copy stream after the compute work queued so far (which may still read
  * dst), and make later compute work wait for it. `done` is recorded when the copy finishes. */
-static void queue_upload(ct_cuda *cu, void *dst, const void *src, size_t bytes, cudaEvent_t done) {
-    CT_CUDA_CHECK(cudaEventRecord(cu->ev_compute, cu->compute));
-    CT_CUDA_CHECK(cudaStreamWaitEvent(cu->copy, cu->ev_compute, 0));
+/* The copy stream waits for `ready` (NULL: everything queued on the compute stream so far). */
+static void queue_upload(ct_cuda *cu, void *dst, const void *src, size_t bytes, cudaEvent_t done,
+                         cudaEvent_t ready) {
+    if (!ready) {
+        CT_CUDA_CHECK(cudaEventRecord(cu->ev_compute, cu->compute));
+        ready = cu->ev_compute;
+    }
+    CT_CUDA_CHECK(cudaStreamWaitEvent(cu->copy, ready, 0));
     CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu->copy));
     CT_CUDA_CHECK(cudaEventRecord(done, cu->copy));
     CT_CUDA_CHECK(cudaStreamWaitEvent(cu->compute, done, 0));
@@ -421,21 +426,30 @@ void ct_cuda_require_not_capturing(ct_backend *be, const char *what) {
 /* ---- asynchronous uploads from pinned memory (be->upload) ---- */
 
 bool ct_cuda_upload_ring_init(ct_cuda *cu) {
-    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++)
+    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++) {
         if (cudaEventCreateWithFlags(&cu->up.ev[i], cudaEventDisableTiming) != cudaSuccess) {
             cu->up.ev[i] = NULL;
             (void)cudaGetLastError();
             return false;
         }
+        if (cudaEventCreateWithFlags(&cu->up.mark_ev[i], cudaEventDisableTiming) != cudaSuccess) {
+            cu->up.mark_ev[i] = NULL;
+            (void)cudaGetLastError();
+            return false;
+        }
+    }
     return true;
 }
 
 void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict) {
     for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++) {
-        if (!cu->up.ev[i]) continue;
-        if (strict) CT_CUDA_CHECK(cudaEventDestroy(cu->up.ev[i]));
-        else (void)cudaEventDestroy(cu->up.ev[i]);
-        cu->up.ev[i] = NULL;
+        cudaEvent_t *evs[2] = {&cu->up.ev[i], &cu->up.mark_ev[i]};
+        for (int j = 0; j < 2; j++) {
+            if (!*evs[j]) continue;
+            if (strict) CT_CUDA_CHECK(cudaEventDestroy(*evs[j]));
+            else (void)cudaEventDestroy(*evs[j]);
+            *evs[j] = NULL;
+        }
     }
 }
 
@@ -446,10 +460,21 @@ static void upload_mark_done(ct_cuda_upload_ring *r, uint64_t ticket) {
 
 /* No DMA is staged here: the copy engine reads the caller's pinned buffer directly, and the
  * caller keeps it untouched until upload_done says so. */
-static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, size_t bytes) {
+static uint64_t cu_compute_mark(ct_backend *be) {
+    ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_require_not_capturing(be, "compute_mark");
+    uint64_t m = ++cu->up.mark_next;
+    CT_CUDA_CHECK(cudaEventRecord(cu->up.mark_ev[m % CT_CUDA_UPLOAD_EVENTS], cu->compute));
+    return m;
+}
+
+static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, size_t bytes,
+                          uint64_t after) {
     ct_cuda *cu = ct_cuda_of(be);
     ct_cuda_upload_ring *r = &cu->up;
     ct_cuda_require_not_capturing(be, "upload");
+    CT_CUDA_REQUIRE(after <= r->mark_next, "upload after a compute_mark never handed out");
+    cudaEvent_t ready = after ? r->mark_ev[after % CT_CUDA_UPLOAD_EVENTS] : NULL;
     uint64_t t = ++r->next;
     int k = (int)(t % CT_CUDA_UPLOAD_EVENTS);
     if (r->ticket[k] > r->done) { /* the event still marks an older upload: let it finish first */
@@ -458,7 +483,7 @@ static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, siz
     }
     r->ticket[k] = t;
     if (bytes) {
-        queue_upload(cu, dst, src_pinned, bytes, r->ev[k]);
+        queue_upload(cu, dst, src_pinned, bytes, r->ev[k], ready);
     } else {
         CT_CUDA_CHECK(cudaEventRecord(r->ev[k], cu->copy));
     }
@@ -492,13 +517,13 @@ static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t 
     ct_cuda_stage *s = bytes <= CT_CUDA_STAGE_MAX ? stage_get(cu, bytes) : NULL;
     if (s) {
         memcpy(s->buf, src_host, bytes);
-        queue_upload(cu, dst, s->buf, bytes, s->done);
+        queue_upload(cu, dst, s->buf, bytes, s->done, NULL);
         s->pending = true;
         return;
     }
     /* large or unstageable: upload straight from the caller's memory and wait, so that the caller
      * may reuse it when we return */
-    queue_upload(cu, dst, src_host, bytes, cu->ev_copy);
+    queue_upload(cu, dst, src_host, bytes, cu->ev_copy, NULL);
     CT_CUDA_CHECK(cudaEventSynchronize(cu->ev_copy));
 }
 
@@ -558,6 +583,7 @@ void ct_cuda_mem_install(ct_backend *be) {
     be->sync = cu_sync;
     be->peak_bytes = cu_peak_bytes;
     be->mem_stats = cu_mem_stats;
+    be->compute_mark = cu_compute_mark;
     be->upload = cu_upload;
     be->upload_done = cu_upload_done;
 }

@@ -1430,11 +1430,11 @@ END_TEST
 
 START_TEST(upload_tickets) {
     float *src = rnd(777, 300, -1, 1), *dst = calloc(777, 4);
-    uint64_t t1 = be2->upload(be2, dst, src, 777 * 4);
+    uint64_t t1 = be2->upload(be2, dst, src, 777 * 4, be2->compute_mark(be2));
     ck_assert_uint_gt(t1, 0);
     ck_assert(be2->upload_done(be2, t1, false));
     ck_assert(memcmp(dst, src, 777 * 4) == 0);
-    uint64_t t2 = be2->upload(be2, dst, src, 4);
+    uint64_t t2 = be2->upload(be2, dst, src, 4, 0);
     ck_assert_uint_gt(t2, t1);
     ck_assert(be2->upload_done(be2, t2, true));
     free(src), free(dst);

@@ -300,6 +300,57 @@ START_TEST(test_on_device_slow_uploads) {
 }
 END_TEST
 
+/* Double buffering: alternate batches land in alternate device buffers, and each batch's uploads
+ * wait only for the compute mark taken at the previous call, when the work on the batch before
+ * that (same buffers) had been queued (0, "everything", for the very first batch). */
+static uint64_t marks_taken;
+static uint64_t uploads_after[64];
+static int n_uploads;
+static uint64_t counting_mark(ct_backend *be) { return ++marks_taken; }
+static uint64_t recording_upload(ct_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+    if (n_uploads < 64) uploads_after[n_uploads] = after;
+    n_uploads++;
+    memcpy(dst, src, bytes);
+    return (uint64_t)n_uploads;
+}
+
+START_TEST(test_on_device_double_buffered) {
+    ct_backend *cpu = ct_cpu_backend_create(1);
+    ct_backend rec = *cpu;
+    rec.compute_mark = counting_mark;
+    rec.upload = recording_upload;
+    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
+                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
+    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_loader_opts o = u8_opts(1, 0, false);   /* no flips: two uploads per batch (pixels, targets) */
+    o.on_device = o.on_device_cpu = true;
+    ct_loader *l;
+    ct_err err = {0};
+    ct_warnings w = {0};
+    ck_assert(ct_loader_init(&l, &rec, &ds, &o, &w, &err) == CT_OK);
+    marks_taken = 0;
+    n_uploads = 0;
+    const void *in[6];
+    for (int j = 0; j < 6; j++) {
+        ct_loader_batch b;
+        ck_assert(ct_loader_next(l, &b, &err) == CT_OK);
+        in[j] = b.input;
+        /* call j takes mark j + 1; batch j waits for the mark of call j - 1, mark j */
+        uint64_t want = (uint64_t)j;
+        ck_assert_msg(uploads_after[2 * j] == want && uploads_after[2 * j + 1] == want,
+                      "batch %d waited for marks %llu/%llu, expected %llu", j,
+                      (unsigned long long)uploads_after[2 * j], (unsigned long long)uploads_after[2 * j + 1],
+                      (unsigned long long)want);
+        if (j >= 1) ck_assert_ptr_ne(in[j], in[j - 1]);
+        if (j >= 2) ck_assert_ptr_eq(in[j], in[j - 2]);
+    }
+    ct_loader_free(l);
+    ct_warnings_free(&w);
+    ct_backend_destroy(cpu);
+}
+END_TEST
+
 START_TEST(test_on_device_flip_rule) {
     /* The device flip of sample idx in epoch e is bit 0 of the first Philox draw of
      * (seed, CT_RNG_AUGMENT, e * count + idx) when there is no crop: check each sample against
@@ -406,6 +457,7 @@ int main(void) {
     tcase_add_test(tc, test_on_device_equals_host);
     tcase_add_test(tc, test_on_device_flip_rule);
     tcase_add_test(tc, test_on_device_slow_uploads);
+    tcase_add_test(tc, test_on_device_double_buffered);
     tcase_add_test(tc, test_errors_and_skip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -7,9 +7,11 @@
  * every batch being filled. A seek bumps the generation: batches of the old generation still
  * being filled are thrown away when their worker finishes.
  *
- * Staged mode (device backends, and on_device): the taken slot is uploaded with be->upload and
- * parked UPLOADING with its ticket; it becomes FREE once upload_done(ticket) (polled without
- * waiting on each call; waited for only when the trainer would wait anyway). */
+ * Staged mode (device backends, and on_device): the taken slot is uploaded with be->upload into
+ * one of two sets of device buffers (alternate batches; the upload waits only for the steps that
+ * read its set two batches ago, so it overlaps the step queued in between) and parked UPLOADING
+ * with its ticket; it becomes FREE once upload_done(ticket) (polled without waiting on each call;
+ * waited for only when the trainer would wait anyway). */
 #include "core/data/loader.h"
 
 #include <math.h>
@@ -60,8 +62,13 @@ struct ct_loader {
     _Atomic uint8_t *bad;        /* [count] 1 = skipped as corrupt (counted once) */
     _Atomic int64_t skipped;
 
-    void *dev_in, *dev_tgt;      /* staged: the batch as the trainer sees it */
-    uint8_t *dev_px;             /* u8: uploaded pixels [batch, sample] + flip bytes [batch] */
+    /* Staged: two sets of device buffers, used by alternate batches, so the upload of the next
+     * batch overlaps the steps queued on the current one (it waits only for the compute_mark
+     * taken when its set's previous batch had been fully queued: dev_mark). */
+    void *dev_in[2], *dev_tgt[2]; /* the batch as the trainer sees it */
+    uint8_t *dev_px[2];          /* u8: uploaded pixels [batch, sample] + flip bytes [batch] */
+    uint64_t dev_mark[2];        /* 0: wait for everything queued */
+    int dev_next;                /* the set the next batch uses */
     bool staged;                 /* upload the slot instead of handing it out */
     bool u8;                     /* on_device path: slots hold uint8 pixels */
     uint64_t last_ticket;        /* the newest upload queued */
@@ -368,12 +375,14 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
     if (l->staged) {
         size_t numel = (size_t)ct_shape_numel(&l->ds->sample_shape);
         size_t din = l->u8 ? (size_t)l->o.batch * numel * ct_dtype_size(l->o.device_dtype) : bin;
-        l->dev_in = be->alloc(be, din ? din : 1, CT_MEM_LOADER);
-        l->dev_tgt = be->alloc(be, btg ? btg : 1, CT_MEM_LOADER);
-        ok &= l->dev_in && l->dev_tgt;
-        if (l->u8) {
-            l->dev_px = be->alloc(be, bin ? bin : 1, CT_MEM_LOADER);
-            ok &= l->dev_px != NULL;
+        for (int k = 0; k < 2; k++) {
+            l->dev_in[k] = be->alloc(be, din ? din : 1, CT_MEM_LOADER);
+            l->dev_tgt[k] = be->alloc(be, btg ? btg : 1, CT_MEM_LOADER);
+            ok &= l->dev_in[k] && l->dev_tgt[k];
+            if (l->u8) {
+                l->dev_px[k] = be->alloc(be, bin ? bin : 1, CT_MEM_LOADER);
+                ok &= l->dev_px[k] != NULL;
+            }
         }
     }
     if (!ok)
@@ -466,26 +475,35 @@ static void wait_uploads_unlocked(ct_loader *l) {
     reclaim_uploaded(l);
 }
 
-/* Queue one upload from a slot (a plain copy where the backend has no upload). */
-static uint64_t put(ct_loader *l, void *dst, const void *src, size_t bytes) {
+/* Queue one upload from a slot once the ops queued before `after` are done (a plain copy where
+ * the backend has no upload). */
+static uint64_t put(ct_loader *l, void *dst, const void *src, size_t bytes, uint64_t after) {
     ct_backend *be = l->be;
     if (!be->upload) {
         be->copy_h2d(be, dst, src, bytes);
         return l->last_ticket;
     }
-    l->last_ticket = be->upload(be, dst, src, bytes);
+    l->last_ticket = be->upload(be, dst, src, bytes, after);
     return l->last_ticket;
 }
 
 /* Staged: upload slot s and (u8) normalise it on the backend; the slot is parked UPLOADING. */
 static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
     ct_backend *be = l->be;
+    int k = l->dev_next;
+    l->dev_next ^= 1;
+    /* Every op reading the other set (the previous batch) is queued by now: mark it free from
+     * here. This batch's set was marked at the previous call. */
+    uint64_t after = l->dev_mark[k];
+    l->dev_mark[k ^ 1] = be->compute_mark ? be->compute_mark(be) : 0;
+    void *dev_in = l->dev_in[k], *dev_tgt = l->dev_tgt[k];
+    uint8_t *dev_px = l->dev_px[k];
     size_t px = (size_t)s->n * l->in_bytes;
-    put(l, l->u8 ? (void *)l->dev_px : l->dev_in, s->in, px);
+    put(l, l->u8 ? (void *)dev_px : dev_in, s->in, px, after);
     size_t flip_off = (size_t)l->o.batch * l->in_bytes;
     bool flips = l->u8 && l->o.aug.hflip;
-    if (flips) put(l, l->dev_px + flip_off, (uint8_t *)s->in + flip_off, (size_t)s->n);
-    uint64_t t = put(l, l->dev_tgt, s->tgt, (size_t)s->n * l->tgt_bytes);
+    if (flips) put(l, dev_px + flip_off, (uint8_t *)s->in + flip_off, (size_t)s->n, after);
+    uint64_t t = put(l, dev_tgt, s->tgt, (size_t)s->n * l->tgt_bytes, after);
     if (l->u8 && s->n > 0) {
         const ct_shape *sh = &l->ds->sample_shape;
         ct_u8_normalize p = {.n = s->n, .c = sh->ndim == 3 ? sh->d[0] : 1};
@@ -495,11 +513,11 @@ static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
             p.mean[c] = c < p.c ? l->o.mean[c] : 0.0f;
             p.std[c] = c < p.c ? l->o.std[c] : 1.0f;
         }
-        be->normalize_u8(be, l->dev_in, l->dev_px, flips ? l->dev_px + flip_off : NULL, &p,
+        be->normalize_u8(be, dev_in, dev_px, flips ? dev_px + flip_off : NULL, &p,
                          l->o.device_dtype);
     }
-    b->input = l->dev_in;
-    b->target = l->dev_tgt;
+    b->input = dev_in;
+    b->target = dev_tgt;
     b->input_dtype = l->u8 ? l->o.device_dtype : l->ds->sample_dtype;
     pthread_mutex_lock(&l->mu);
     s->ticket = t;
@@ -590,9 +608,11 @@ void ct_loader_free(ct_loader *l) {
         if (l->slots[i].tgt) l->be->free_host_pinned(l->be, l->slots[i].tgt);
     }
     free(l->slots);
-    if (l->dev_in) l->be->free(l->be, l->dev_in);
-    if (l->dev_tgt) l->be->free(l->be, l->dev_tgt);
-    if (l->dev_px) l->be->free(l->be, l->dev_px);
+    for (int k = 0; k < 2; k++) {
+        if (l->dev_in[k]) l->be->free(l->be, l->dev_in[k]);
+        if (l->dev_tgt[k]) l->be->free(l->be, l->dev_tgt[k]);
+        if (l->dev_px[k]) l->be->free(l->be, l->dev_px[k]);
+    }
     free(l->perm[0]);
     free(l->perm[1]);
     free(l->cache);
