@@ -125,7 +125,8 @@ static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
     }
     int64_t ldc_f = ldc;
     if (c_dt != CT_F32) {
-        cf = cw = widen(be, 2, c, c_dt, m, n, ldc);
+        /* beta == 0: C is only written (BLAS does not read it then), so it need not be widened */
+        cf = cw = beta != 0.0f ? widen(be, 2, c, c_dt, m, n, ldc) : ct_cpu_scratch(be, 2, m * n);
         ldc_f = n;
     }
     if (k <= 0) {

@@ -25,7 +25,7 @@ static int parse(ct_layer *l, ct_err *err) {
         return ct_layer_num(l, "negative_slope", 0.01, -1e6, 1e6, false, &c->alpha, err);
     if (c->act == CT_ACT_GELU) {
         static const char *const approx[] = {"none", "tanh"};
-        int k, rc = ct_layer_choice(l, "approximate", approx, 2, 0, &k, err);
+        int k = 0, rc = ct_layer_choice(l, "approximate", approx, 2, 0, &k, err);
         if (k == 1) c->act = CT_ACT_GELU_TANH;
         return rc;
     }
