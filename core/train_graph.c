@@ -62,7 +62,10 @@ static ct_step_graph *victim(ct_step_runner *r) {
 }
 
 /* Record forward + backward into slot s. Returns the step's own error (err filled), or CT_OK with
- * s->graph set, or with s->graph NULL when the capture failed (capture is then off for the run). */
+ * s->graph set, or with s->graph NULL when the capture failed. A key gets CT_STEP_CAPTURE_TRIES
+ * captures: a failure can be a scratch block the allocator had not cached yet (another key's
+ * capture took it), which the direct run that follows puts back in the cache; after the last try
+ * capture is off for the run. */
 static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, float *buffers,
                    float *grads, ct_step_io *io, ct_err *err) {
     ct_err cerr = {0};
@@ -79,6 +82,7 @@ static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, floa
             return CT_OK;
         }
     }
+    if (++s->failures < CT_STEP_CAPTURE_TRIES) return CT_OK;
     fprintf(stderr, "ctrain: notice: CUDA graph capture failed (%s); running steps without it\n",
             cerr.msg[0] ? cerr.msg : "no reason given");
     ct_step_runner_reset(r);

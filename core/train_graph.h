@@ -5,8 +5,8 @@
  * later one with the same key replays it: one launch instead of one per op. The key is everything a capture bakes in: the
  * input, target and parameter pointers, the sample count and loss_grad_scale (it changes with
  * the fp16 loss scale and on a short last step). Per-step randomness would be baked in too, so
- * models with dropout are never captured. A failed capture switches capture off for the run with
- * one notice and runs the step directly. */
+ * models with dropout are never captured. A failed capture runs the step directly; a key whose
+ * capture failed CT_STEP_CAPTURE_TRIES times switches capture off for the run, with one notice. */
 #ifndef CT_TRAIN_GRAPH_H
 #define CT_TRAIN_GRAPH_H
 
@@ -14,6 +14,7 @@
 #include "core/graph.h"
 
 #define CT_STEP_GRAPHS 4
+#define CT_STEP_CAPTURE_TRIES 2   /* captures tried per key before capture is switched off */
 
 typedef struct ct_step_graph {
     const void *input, *target, *params;
@@ -21,6 +22,7 @@ typedef struct ct_step_graph {
     float loss_grad_scale;
     void *graph;                 /* backend handle; NULL: seen once, not captured yet */
     bool used;                   /* the slot holds a key */
+    int failures;                /* failed captures of this key */
     uint64_t last_use;
 } ct_step_graph;
 
