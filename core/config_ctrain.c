@@ -125,7 +125,8 @@ static const ct_field train_fields[] = {
     CT_F_INT(ct_train_cfg, threads, 0, 0, 4096),
 };
 static const char *const train_custom[] = {"early_stopping", "cuda_graph"};
-static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom, 1, true, false,
+static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom,
+                                     CT_ARRAY_LEN(train_custom), true, false,
                                      false};
 
 typedef struct es_raw {

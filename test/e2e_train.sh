@@ -41,6 +41,26 @@ run 0 "fmnist_cnn trains with accumulation" --config configs/fmnist_cnn.json --s
     --set train_micro_batch_size_per_gpu=64 --set gradient_accumulation_steps=2 --set data.eval.limit=1000
 summary "s['status'] == 'ok' and s['steps'] == 50 and s['eval_accuracy'] > 0.60" "cnn accuracy > 60% after 50 steps"
 
+# The memory summary, and the GPU-only switches on the CPU: cuda_graph true is a notice (the CPU
+# cannot capture), on_device changes nothing (same losses bit for bit), a bad value is a config error.
+run 0 "cnn trains 20 steps" --config configs/fmnist_cnn.json --set train.max_steps=20 \
+    --set data.eval.limit=500
+summary "s['peak_bytes_by_category']['activations'] > 0 and s['peak_bytes_by_category']['optim'] > 0" "summary has memory per category"
+cp "$T/s.json" "$T/plain.json"
+"$B" --config configs/fmnist_mlp.json --set train.max_steps=2 --set data.eval.limit=100 \
+    --set train.run_dir="$T/run" --set memory_breakdown=true >"$T/out" 2>"$T/err"
+has "$T/err" "peak host memory (MiB): params" "memory_breakdown prints the categories"
+run 0 "cuda_graph true on the CPU runs" --config configs/fmnist_cnn.json --set train.max_steps=20 \
+    --set data.eval.limit=500 --set train.cuda_graph=true --set data.transform.on_device=true
+has "$T/err" "cannot capture steps" "cuda_graph true on the CPU is a notice"
+if python3 -c "import json,sys; a=json.load(open('$T/plain.json')); b=json.load(open('$T/s.json')); sys.exit(0 if a['train_loss'] == b['train_loss'] and a['eval_loss'] == b['eval_loss'] else 1)"; then
+    ok "on_device and cuda_graph change nothing on the CPU"
+else
+    bad "on_device or cuda_graph changed the CPU run"
+fi
+run 2 "train.cuda_graph \"sometimes\" is a config error" --config configs/fmnist_cnn.json --set train.cuda_graph=sometimes
+has "$T/err" "train.cuda_graph" "the error names train.cuda_graph"
+
 # Dry run: the plan, nothing trained.
 "$B" --config configs/fmnist_mlp.json --dry-run >"$T/out" 2>"$T/err"
 [ $? -eq 0 ] && ok "--dry-run exits 0" || bad "--dry-run exit code"
