@@ -23,7 +23,7 @@ static void set_names(ct_config *cfg, const char *path) {
     snprintf(cfg->path, sizeof cfg->path, "%s", path);
     const char *slash = strrchr(path, '/');
     if (slash)
-        snprintf(cfg->dir, sizeof cfg->dir, "%.*s", (int)(slash - path ? slash - path : 1), path);
+        snprintf(cfg->dir, sizeof cfg->dir, "%.*s", (int)((slash - path) ? (slash - path) : 1), path);
     else
         snprintf(cfg->dir, sizeof cfg->dir, ".");
     const char *base = slash ? slash + 1 : path;

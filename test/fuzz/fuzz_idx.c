@@ -77,11 +77,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ds) {
         int64_t numel = ct_shape_numel(&ds->sample_shape);
         float *x = malloc((size_t)numel * sizeof *x);
+        uint8_t *px = malloc((size_t)numel);
         for (int64_t i = 0; i < ds->count && i < 256; i++) {
             int32_t y;
             if (ds->decode(ds, i, x, &y, &err) != CT_OK) abort();
+            /* data.transform.on_device's raw pixels: same validation, never an error after open */
+            if (ds->decode_u8 && ds->decode_u8(ds, i, px, &y, &err) != CT_OK) abort();
         }
         free(x);
+        free(px);
         ct_dataset_close(ds);
     }
     cJSON_Delete(e);

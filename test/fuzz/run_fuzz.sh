@@ -24,7 +24,7 @@ fuzz_safetensors) default_srcs="core/common.c core/tensor.c core/safetensors.c" 
 fuzz_png) default_srcs="core/common.c core/data/png.c" ;;
 fuzz_idx | fuzz_shard) default_srcs="core/common.c core/json.c $(ls core/config*.c | tr '\n' ' ') core/sched.c
     core/tensor.c core/data/dataset.c core/data/idx.c core/data/image_folder.c core/data/png.c
-    core/data/shard.c core/data/tokens.c core/data/csv.c" ;;
+    core/data/shard.c core/data/tokens.c core/data/csv.c core/ckpt_fs.c" ;;
 fuzz_config) default_srcs="core/common.c core/json.c $(ls core/config*.c) core/sched.c" ;;
 *) default_srcs=$(ls core/*.c) ;;
 esac
