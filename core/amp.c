@@ -109,9 +109,8 @@ const void *ct_amp_params(const ct_amp *a, const float *master) {
 }
 
 const void *ct_amp_refresh_params(ct_amp *a, const float *master) {
-    if (a->compute == CT_F32) return master;
-    a->be->cast(a->be, a->half, a->compute, master, CT_F32, a->n);
-    return a->half;
+    if (a->half) a->be->cast(a->be, a->half, a->compute, master, CT_F32, a->n);
+    return ct_amp_params(a, master);
 }
 
 float ct_amp_loss_scale(const ct_amp *a) { return a->scaling ? (float)a->scaler.scale : 1.0f; }

@@ -102,14 +102,17 @@ static void plan_steps(ct_trainer *t) {
 
 /* ---- the start block and the plan ---- */
 
+static const char *precision_name(ct_dtype dt) {
+    return dt == CT_F16 ? "fp16" : dt == CT_BF16 ? "bf16" : "fp32";
+}
+
 static void print_start(ct_trainer *t) {
     const ct_config *cfg = t->cfg;
     const ct_graph_info *gi = t->info;
     ct_report *r = &t->rep;
     char a[48], b[48], c[48], d[48], e[48], desc[512];
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, t->be->name,
-                   t->be->device_desc, ct_amp_compute_dtype(cfg) == CT_F32 ? "fp32"
-                   : ct_amp_compute_dtype(cfg) == CT_F16 ? "fp16" : "bf16",
+                   t->be->device_desc, precision_name(ct_amp_compute_dtype(cfg)),
                    cfg->world_size, cfg->world_size == 1 ? "" : "s");
     ct_graph_describe(t->g, desc, sizeof desc);
     ct_report_line(r, "model  %s: %s params, %s", cfg->name, ct_fmt_count((double)gi->n_params, a, sizeof a),
@@ -123,13 +126,13 @@ static void print_start(ct_trainer *t) {
     if (dt != CT_F32)
         snprintf(copy, sizeof copy, " + %s %s copy",
                  ct_fmt_bytes((double)ct_amp_param_copy_bytes(dt, gi->n_params), e, sizeof e),
-                 dt == CT_F16 ? "fp16" : "bf16");
+                 precision_name(dt));
     ct_report_line(r, "memory plan: params %s%s, grads %s, optimizer state %s, activations %s (%s)",
                    ct_fmt_bytes((double)pbytes, a, sizeof a), copy,
                    ct_fmt_bytes((double)ct_optim_param_bytes(t->opt), b, sizeof b),
                    ct_fmt_bytes((double)ct_optim_state_bytes(t->opt), c, sizeof c),
                    ct_fmt_bytes((double)(gi->activation_bytes + gi->workspace_bytes), d, sizeof d),
-                   dt == CT_F32 ? "fp32" : dt == CT_F16 ? "fp16" : "bf16");
+                   precision_name(dt));
     char ev[160] = "no eval set";
     if (t->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)t->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", t->train_ds->format,

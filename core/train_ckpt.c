@@ -185,6 +185,7 @@ int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st
     rc = ct_ckpt_load(resolved, &t->ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
     if (rc) return rc;
     ck_to_device(t);
+    ct_amp_refresh_params(t->amp, t->opt->params);   /* the 16-bit copy evaluation reads */
     snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", resolved);
     return CT_OK;
 }

@@ -55,7 +55,8 @@ void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err)
 /* Fill wall time and peak memory into the summary. */
 void ct_trainer_finish(ct_trainer *t);
 
-/* Whole-eval-set loss and accuracy (accuracy NAN when not classification). */
+/* Whole-eval-set loss and accuracy (accuracy NAN when not classification), with the parameters
+ * as forward reads them (under mixed precision the 16-bit copy the last update or load wrote). */
 int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err);
 
 /* ---- checkpoints (train_ckpt.c) ---- */

@@ -18,7 +18,7 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
     int64_t n = 0, correct = 0;
     double sum = 0;
     ct_loader_batch b = {0};
-    const void *params = ct_amp_refresh_params(t->amp, t->opt->params);
+    const void *params = ct_amp_params(t->amp, t->opt->params);   /* kept fresh by the updates */
     do {
         int rc = ct_loader_next(t->eval_l, &b, err);
         if (rc) return rc;

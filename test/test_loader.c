@@ -215,6 +215,15 @@ static int syn_decode_norm(const ct_dataset *ds, int64_t i, void *input, void *t
     return CT_OK;
 }
 
+/* The synthetic images as a dataset with both decode paths (on_device tests). */
+static ct_dataset make_u8_ds(void) {
+    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
+                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
+    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    return ds;
+}
+
 static ct_loader_opts u8_opts(int workers, int crop, bool hflip) {
     ct_loader_opts o = opts(workers);
     o.aug.crop_pad = crop;
@@ -232,10 +241,7 @@ START_TEST(test_on_device_equals_host) {
     /* Every batch normalised by normalize_u8 equals the host-normalised batch, bit for bit: same
      * samples, same crops (pixel-0 padding), same flips; over an epoch boundary. */
     ct_backend *be = ct_cpu_backend_create(1);
-    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
-                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
-                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
-    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_dataset ds = make_u8_ds();
     const int crops[3] = {0, 2, 3};
     const bool flips[3] = {true, true, false};
     int nb = 16; /* 103 samples, batch 8: 13 per epoch, so the second epoch starts at batch 13 */
@@ -280,10 +286,7 @@ START_TEST(test_on_device_slow_uploads) {
     ct_backend *cpu = ct_cpu_backend_create(1);
     ct_backend lazy = *cpu;
     lazy.upload_done = lazy_upload_done;
-    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
-                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
-                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
-    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_dataset ds = make_u8_ds();
     ct_loader_opts o = u8_opts(2, 2, true);
     size_t n0, n1;
     uint8_t *host = collect(cpu, &ds, &o, 0, 0, 20, &n0);
@@ -319,10 +322,7 @@ START_TEST(test_on_device_double_buffered) {
     ct_backend rec = *cpu;
     rec.compute_mark = counting_mark;
     rec.upload = recording_upload;
-    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
-                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
-                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
-    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_dataset ds = make_u8_ds();
     ct_loader_opts o = u8_opts(1, 0, false);   /* no flips: two uploads per batch (pixels, targets) */
     o.on_device = o.on_device_cpu = true;
     ct_loader *l;
@@ -356,10 +356,7 @@ START_TEST(test_on_device_flip_rule) {
      * (seed, CT_RNG_AUGMENT, e * count + idx) when there is no crop: check each sample against
      * the unflipped normalisation. */
     ct_backend *be = ct_cpu_backend_create(1);
-    ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
-                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7,
-                     .decode = syn_decode_norm, .decode_u8 = syn_decode_u8};
-    snprintf(ds.source, sizeof ds.source, "syn.bin");
+    ct_dataset ds = make_u8_ds();
     ct_loader_opts o = u8_opts(2, 0, true);
     o.shuffle = false;
     o.on_device = true;

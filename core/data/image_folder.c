@@ -242,25 +242,25 @@ static int load_image(const ct_dataset *ds, int64_t i, ct_image8 *img, ct_err *e
     return rc;
 }
 
-static int folder_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target,
-                            ct_err *err) {
+/* Image i as normalised floats, or (raw) as its uint8 pixels for data.transform.on_device. */
+static int decode_as(const ct_dataset *ds, int64_t i, void *input, void *target, bool raw, ct_err *err) {
     const folder_impl *im = ds->impl;
     ct_image8 img = {0};
     int rc = load_image(ds, i, &img, err);
-    if (!rc) to_planes_u8(im, &img, input);
+    if (!rc && raw) to_planes_u8(im, &img, input);
+    else if (!rc) to_planes(im, &img, input);
     if (!rc && target) *(int32_t *)target = im->labels[i];
     ct_image8_free(&img);
     return rc;
 }
 
+static int folder_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *target,
+                            ct_err *err) {
+    return decode_as(ds, i, input, target, true, err);
+}
+
 static int folder_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
-    const folder_impl *im = ds->impl;
-    ct_image8 img = {0};
-    int rc = load_image(ds, i, &img, err);
-    if (!rc) to_planes(im, &img, input);
-    if (!rc && target) *(int32_t *)target = im->labels[i];
-    ct_image8_free(&img);
-    return rc;
+    return decode_as(ds, i, input, target, false, err);
 }
 
 static int entry_int(const ct_config *cfg, const cJSON *v, const char *path, const char *key, int lo,
