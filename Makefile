@@ -27,7 +27,9 @@ endif
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
 
-CORE_SRC  := $(sort $(wildcard core/*.c core/cpu/*.c core/layers/*.c core/data/*.c))
+# Every module folder under core/ (docs/DESIGN.md), and the subcommands of cmd/ (all but main):
+# tests call the subcommands too, so they live in libctrain.a with the rest.
+CORE_SRC  := $(sort $(shell find core -name '*.c') $(filter-out cmd/ctrain.c,$(wildcard cmd/*.c)))
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CUDA_SRC  := $(sort $(wildcard cuda/*.cu))
 # The CUDA backend is a shared library, build/libctrain_cuda.so, that ctrain loads with dlopen only

@@ -18,8 +18,8 @@
 #include <time.h>
 #include <sys/resource.h>
 
-#include "core/backend.h"
-#include "core/rng.h"
+#include "core/backend/backend.h"
+#include "core/util/rng.h"
 
 static float *rnd(int64_t n, uint64_t stream) {
     float *x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);

@@ -8,14 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/backend.h"
-#include "core/ckpt_cli.h"
-#include "core/data/bench_data.h"
-#include "core/data/pack.h"
-#include "core/common.h"
-#include "core/config.h"
-#include "core/eval.h"
-#include "core/train.h"
+#include "core/backend/backend.h"
+#include "cmd/commands.h"
+#include "core/util/common.h"
+#include "core/config/config.h"
+#include "core/train/train.h"
 
 static const char USAGE[] =
     "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"

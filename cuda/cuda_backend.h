@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "core/backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -7,7 +7,7 @@
 #include "cuda/cuda_rng.cuh"
 
 extern "C" {
-#include "core/rng.h"
+#include "core/util/rng.h"
 }
 
 /* ---- basic element-wise (storage T, fp32 arithmetic) ---- */

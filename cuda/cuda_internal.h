@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "core/backend.h"
+#include "core/backend/backend.h"
 }
 
 /* ---- checks ---- */

@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/amp.h"
-#include "core/backend.h"
-#include "core/config.h"
-#include "core/optim.h"
-#include "core/rng.h"
-#include "core/train.h"
+#include "core/optim/amp.h"
+#include "core/backend/backend.h"
+#include "core/config/config.h"
+#include "core/optim/optim.h"
+#include "core/util/rng.h"
+#include "core/train/train.h"
 
 static char tmpdir[256];
 

@@ -10,10 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/ckpt.h"
-#include "core/ckpt_cli.h"
-#include "core/rng.h"
-#include "core/safetensors.h"
+#include "core/ckpt/ckpt.h"
+#include "cmd/commands.h"
+#include "core/util/rng.h"
+#include "core/ckpt/safetensors.h"
 
 static char tmpdir[256], save_dir[300];
 

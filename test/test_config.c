@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/json.h"
+#include "core/config/config.h"
+#include "core/util/json.h"
 
 static char tmpdir[256];
 

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 /* The corpus: a copy inside the repository when there is one, else the shared checkout beside it. */
 static const char *const corpus_dirs[] = {"test/conformance/ds_configs"};

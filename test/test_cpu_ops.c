@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
-#include "core/rng.h"
+#include "core/backend/backend.h"
+#include "core/util/rng.h"
 
 static ct_backend *be1, *be2; /* 1 and 2 worker threads */
 

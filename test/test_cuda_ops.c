@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/backend.h"
-#include "core/rng.h"
+#include "core/backend/backend.h"
+#include "core/util/rng.h"
 #ifdef CT_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif

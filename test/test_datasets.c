@@ -12,11 +12,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/loader.h"
-#include "core/data/pack.h"
+#include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
 

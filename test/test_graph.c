@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/json.h"
-#include "core/rng.h"
+#include "core/graph/graph.h"
+#include "core/util/json.h"
+#include "core/util/rng.h"
 
 typedef struct {
     ct_config cfg;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/util/json.h"
 
 /* A byte-for-byte copy of the shared corpus, kept in the repository so a fresh clone can test it. */
 #define CORPUS_DIR "test/conformance/ds_configs"

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/layer.h"
-#include "core/rng.h"
+#include "core/graph/graph.h"
+#include "core/graph/layer.h"
+#include "core/util/rng.h"
 
 /* ---------------------------------------------------------------- harness ---- */
 

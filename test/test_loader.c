@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/data/loader.h"
-#include "core/rng.h"
+#include "core/util/rng.h"
 
 enum { N = 103, C = 2, H = 5, W = 6 };
 

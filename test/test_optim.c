@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
-#include "core/optim.h"
-#include "core/rng.h"
-#include "core/sched.h"
+#include "core/backend/backend.h"
+#include "core/optim/optim.h"
+#include "core/util/rng.h"
+#include "core/optim/sched.h"
 
 #define N_PARAMS 300
 #define STEPS 4

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
+#include "core/util/rng.h"
 
 static void check_kat(const uint32_t ctr[4], uint32_t k0, uint32_t k1, const uint32_t want[4]) {
     ct_philox_ctr c = {{ctr[0], ctr[1], ctr[2], ctr[3]}};

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/rng.h"
-#include "core/safetensors.h"
+#include "core/util/rng.h"
+#include "core/ckpt/safetensors.h"
 
 static char tmpdir[256];
 

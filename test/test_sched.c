@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/sched.h"
+#include "core/optim/sched.h"
 
 #define TOL 1e-6
 

@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/json.h"
-#include "core/rng.h"
-#include "core/train_graph.h"
+#include "core/graph/graph.h"
+#include "core/util/json.h"
+#include "core/util/rng.h"
+#include "core/train/step_capture.h"
 
 /* ---- the fake capture API: state in the backend copy's impl wrapper ---- */
 

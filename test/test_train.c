@@ -17,12 +17,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
-#include "core/graph.h"
-#include "core/optim.h"
-#include "core/rng.h"
-#include "core/train.h"
+#include "core/graph/graph.h"
+#include "core/optim/optim.h"
+#include "core/util/rng.h"
+#include "core/train/train.h"
 
 static char tmpdir[256];
 

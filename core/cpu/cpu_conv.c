@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "core/util/common.h"
 #include "core/cpu/cpu_internal.h"
 
 typedef struct {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu_internal.h"
-#include "core/rng.h"
+#include "core/util/rng.h"
 
 /* ---- fill / scale / axpy / add ---- */
 

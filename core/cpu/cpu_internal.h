@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "core/backend/backend.h"
 
 /* The build is -O2, where gcc 12 runs its vectoriser with the "very cheap" cost model: a loop
  * whose trip count is not a known multiple of the vector width stays scalar, which is every loop

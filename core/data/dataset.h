@@ -8,9 +8,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/common.h"
-#include "core/config.h"
-#include "core/tensor.h"
+#include "core/util/common.h"
+#include "core/config/config.h"
+#include "core/util/tensor.h"
 
 typedef struct ct_dataset ct_dataset;
 struct ct_dataset {

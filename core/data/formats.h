@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
 
 /* entry: the data.<which> object; path: "data.train" for messages. */

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "core/data/formats.h"
-#include "core/rng.h"
+#include "core/util/rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_UPLOADING };
 enum { CACHE_EMPTY, CACHE_READY, CACHE_WRITING };

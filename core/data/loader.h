@@ -19,9 +19,9 @@
 #ifndef CT_DATA_LOADER_H
 #define CT_DATA_LOADER_H
 
-#include "core/backend.h"
-#include "core/common.h"
-#include "core/config.h"
+#include "core/backend/backend.h"
+#include "core/util/common.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
 
 /* data.transform augmentations (train set only) and normalisation constants for padding. */

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/common.h"
+#include "core/util/common.h"
 
 typedef struct ct_image8 {
     int h, w, c;

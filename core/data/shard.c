@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/ckpt_fs.h"
+#include "core/util/fs.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 

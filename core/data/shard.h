@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-#include "core/common.h"
-#include "core/tensor.h"
+#include "core/util/common.h"
+#include "core/util/tensor.h"
 
 #define CT_SHARD_MAGIC "\x89" "CTS\r\n\x1a\n"  /* 8 bytes */
 #define CT_SHARD_VERSION 1u

@@ -6,7 +6,7 @@
 #ifndef CT_DATA_TOKENS_H
 #define CT_DATA_TOKENS_H
 
-#include "core/common.h"
+#include "core/util/common.h"
 
 #define CT_TOKENS_MAGIC "CTTOKENS"
 #define CT_TOKENS_VERSION 1u

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 static void check(int ok) {
     if (!ok) __builtin_trap();

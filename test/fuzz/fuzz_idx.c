@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 

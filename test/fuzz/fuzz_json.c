@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/util/json.h"
 
 static void check(int ok) {
     if (!ok) __builtin_trap();

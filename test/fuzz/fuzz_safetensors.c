@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
+#include "core/ckpt/safetensors.h"
 
 static void check(int ok) {
     if (!ok) __builtin_trap();

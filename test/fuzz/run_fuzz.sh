@@ -19,14 +19,13 @@ src=test/fuzz/$target.c
 [ -f "$src" ] || { echo "run_fuzz.sh: no $src" >&2; exit 2; }
 
 case $target in
-fuzz_json) default_srcs="core/common.c core/json.c" ;;
-fuzz_safetensors) default_srcs="core/common.c core/tensor.c core/safetensors.c" ;;
-fuzz_png) default_srcs="core/common.c core/data/png.c" ;;
-fuzz_idx | fuzz_shard) default_srcs="core/common.c core/json.c $(ls core/config*.c | tr '\n' ' ') core/sched.c
-    core/tensor.c core/data/dataset.c core/data/idx.c core/data/image_folder.c core/data/png.c
-    core/data/shard.c core/data/tokens.c core/data/csv.c core/ckpt_fs.c" ;;
-fuzz_config) default_srcs="core/common.c core/json.c $(ls core/config*.c) core/sched.c" ;;
-*) default_srcs=$(ls core/*.c) ;;
+fuzz_json) default_srcs="core/util/common.c core/util/json.c" ;;
+fuzz_safetensors) default_srcs="core/util/common.c core/util/tensor.c core/ckpt/safetensors.c" ;;
+fuzz_png) default_srcs="core/util/common.c core/data/png.c" ;;
+fuzz_idx | fuzz_shard) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c
+    $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c $(ls core/data/*.c | grep -v loader.c | tr '\n' ' ')" ;;
+fuzz_config) default_srcs="core/util/common.c core/util/json.c $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c" ;;
+*) default_srcs=$(find core -name '*.c') ;;
 esac
 srcs=${FUZZ_SRCS:-$default_srcs}
 

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ckpt.h"
-#include "core/ckpt_cli.h"
-#include "core/rng.h"
-#include "core/safetensors.h"
+#include "core/ckpt/ckpt.h"
+#include "cmd/commands.h"
+#include "core/util/rng.h"
+#include "core/ckpt/safetensors.h"
 
 /* Element i of a tensor as a double (exact for every dtype written here). */
 static double value_at(ct_dtype dt, const void *p, int64_t i) {

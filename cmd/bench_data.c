@@ -1,0 +1,88 @@
+/* bench_data.c: `ctrain bench-data` (commands.h). */
+#include "cmd/commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend/backend.h"
+#include "core/config/config.h"
+#include "core/data/dataset.h"
+#include "core/data/loader.h"
+
+#define BENCH_USAGE "usage: ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]"
+
+typedef struct bench_args {
+    const char *config;
+    int workers;                 /* -1: from the config */
+    long batches;                /* 0: one epoch */
+    bool eval;
+} bench_args;
+
+static int parse(int argc, char **argv, bench_args *a, ct_err *err) {
+    *a = (bench_args){.workers = -1};
+    for (int i = 1; i < argc; i++) {
+        bool v = i + 1 < argc;
+        char *end = NULL;
+        if (strcmp(argv[i], "--config") == 0 && v) a->config = argv[++i];
+        else if (strcmp(argv[i], "--eval") == 0) a->eval = true;
+        else if (strcmp(argv[i], "--workers") == 0 && v) a->workers = (int)strtol(argv[++i], &end, 10);
+        else if (strcmp(argv[i], "--batches") == 0 && v) a->batches = strtol(argv[++i], &end, 10);
+        else return ct_errf(err, CT_ERR_CONFIG, "bench-data: unexpected argument \"%s\"\n" BENCH_USAGE, argv[i]);
+        if (end && (*end || a->workers < -1 || a->batches < 0))
+            return ct_errf(err, CT_ERR_CONFIG, "bench-data: %s: expected a non-negative integer, got \"%s\"",
+                           argv[i - 1], argv[i]);
+    }
+    if (!a->config) return ct_errf(err, CT_ERR_CONFIG, "bench-data: --config FILE is required\n" BENCH_USAGE);
+    return CT_OK;
+}
+
+static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *err) {
+    const char *which = a->eval ? "eval" : "train";
+    ct_dataset *ds = NULL;
+    int rc = ct_dataset_open(cfg, which, &ds, err);
+    if (!rc && !ds) rc = ct_errf(err, CT_ERR_CONFIG, "%s: no data.%s dataset to benchmark", cfg->path, which);
+    if (rc) return rc;
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o;
+    ct_loader *l = NULL;
+    rc = be ? ct_loader_opts_from_config(cfg, ds, !a->eval, ds->classes, &o, err)
+            : ct_errf(err, CT_ERR_RUNTIME, "cannot start the CPU backend");
+    if (!rc && a->workers >= 0) o.workers = a->workers;
+    double t0 = ct_now();
+    if (!rc) rc = ct_loader_init(&l, be, ds, &o, warn, err);
+    long nb = 0;
+    int64_t samples = 0;
+    if (!rc) nb = a->batches ? a->batches : (long)ct_loader_batches_per_epoch(l);
+    for (long i = 0; i < nb && !rc; i++) {
+        ct_loader_batch b;
+        rc = ct_loader_next(l, &b, err);
+        samples += rc ? 0 : b.n;
+    }
+    double secs = ct_now() - t0;
+    if (!rc)
+        printf("{\"bench\": \"data\", \"format\": \"%s\", \"source\": \"%s\", \"workers\": %d, \"batch\": %lld, "
+               "\"samples\": %lld, \"seconds\": %.4f, \"samples_per_s\": %.1f, \"wait_s\": %.4f, "
+               "\"skipped\": %lld}\n", ds->format, ds->source, o.workers ? o.workers : 0,
+               (long long)o.batch, (long long)samples, secs, (double)samples / secs,
+               ct_loader_total_wait(l), (long long)ct_loader_skipped(l));
+    ct_loader_free(l);
+    if (be) ct_backend_destroy(be);
+    ct_dataset_close(ds);
+    return rc;
+}
+
+int ct_bench_data_main(int argc, char **argv, ct_err *err) {
+    bench_args a;
+    int rc = parse(argc, argv, &a, err);
+    if (rc) return rc;
+    ct_config_opts co = {.path = a.config, .world_size = 1};
+    ct_config *cfg = NULL;
+    ct_warnings warn = {0};
+    rc = ct_config_load(&co, &cfg, &warn, err);
+    if (!rc) rc = run(&a, cfg, &warn, err);
+    for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
+    ct_warnings_free(&warn);
+    ct_config_free(cfg);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* commands.h: the subcommands of cmd/ctrain.c. Each takes its own argv (argv[0] is the
+ * subcommand's name), prints to stdout, and returns the exit status with err filled:
+ * CT_OK, CT_ERR_CONFIG (usage, or a config/checkpoint that does not fit), CT_ERR_DATA (unreadable
+ * or corrupt input) or CT_ERR_RUNTIME (cannot write).
+ *
+ *   ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--quiet] [--summary FILE]
+ *       (eval.c) builds the model of the config, loads the weights (and buffers) of a checkpoint
+ *       directory or a save_dir (then its latest), evaluates on data.eval and prints the summary
+ *       line (status, steps = the checkpoint's step, eval_loss, eval_accuracy).
+ *   ctrain info PATH                                                         (info_export.c)
+ *       PATH: a safetensors file (tensors, dtypes, shapes, metadata), a checkpoint directory
+ *       (state.json summary, files, tensors), a save_dir (its checkpoints, latest, best; then the
+ *       one latest names), or a shard file or directory.
+ *   ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]
+ *       (info_export.c) writes the model weights (buffers included) of a checkpoint directory or
+ *       save_dir (then its latest), fp32 tensors converted to --dtype, atomically.
+ *   ctrain pack --from image_folder ROOT --out DIR [--shard-size MB] [--compress]      (pack.c)
+ *   ctrain pack --from idx IMAGES [--labels LABELS] --out DIR [--shard-size MB] [--compress]
+ *   ctrain pack --from text FILE --out DIR          (byte-level tokens: DIR/tokens.bin)
+ *       Images are stored as decoded u8 pixels [C, H, W] (idx files of other element types as
+ *       f32) in shard-NNNNNN.cts files; use them with {"format": "shard", "path": DIR}. For idx,
+ *       LABELS defaults to IMAGES with "images-idx3" replaced by "labels-idx1" (MNIST's names).
+ *   ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]           (bench_data.c)
+ *       throughput of the data pipeline alone (read, decode, normalise, augment, collate through
+ *       the threaded loader, no model) as one JSON line: {"bench": "data", "format", "source",
+ *       "workers", "batch", "samples", "seconds", "samples_per_s", "skipped"}. Without --batches
+ *       it runs one epoch. bench/bench_data.py compares it with torchvision. */
+#ifndef CT_CMD_COMMANDS_H
+#define CT_CMD_COMMANDS_H
+
+#include "core/util/common.h"
+
+int ct_eval_main(int argc, char **argv, ct_err *err);
+int ct_info_main(int argc, char **argv, ct_err *err);
+int ct_export_main(int argc, char **argv, ct_err *err);
+int ct_pack_main(int argc, char **argv, ct_err *err);
+int ct_bench_data_main(int argc, char **argv, ct_err *err);
+
+#endif

@@ -1,0 +1,114 @@
+/* eval.c: `ctrain eval` (commands.h). */
+#include "cmd/commands.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/train/internal.h"
+
+static const char eval_usage[] =
+    "usage: ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--quiet] "
+    "[--summary FILE]";
+
+typedef struct eval_args {
+    const char *config, *checkpoint, *summary;
+    const char **sets;
+    int n_sets;
+    bool quiet;
+} eval_args;
+
+static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
+            a->quiet = true;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--config"))) {
+            a->config = v;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--checkpoint"))) {
+            a->checkpoint = v;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
+            a->summary = v;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
+            if (!strchr(v, '='))
+                return ct_errf(err, CT_ERR_CONFIG, "eval: --set: expected KEY=VALUE, got \"%s\"", v);
+            a->sets = ct_xrealloc(a->sets, (size_t)(a->n_sets + 1) * sizeof *a->sets);
+            a->sets[a->n_sets++] = v;
+        } else {
+            return ct_errf(err, CT_ERR_CONFIG, "eval: unexpected argument \"%s\"\n%s", argv[i], eval_usage);
+        }
+    }
+    if (!a->config || !a->config[0] || !a->checkpoint || !a->checkpoint[0])
+        return ct_errf(err, CT_ERR_CONFIG, "eval: %s is required\n%s",
+                       a->config && a->config[0] ? "--checkpoint DIR" : "--config FILE", eval_usage);
+    return CT_OK;
+}
+
+static int write_summary(const ct_summary *s, const char *path, ct_err *err) {
+    ct_summary_write(s, stdout);
+    if (!path) return CT_OK;
+    FILE *f = fopen(path, "w");
+    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "cannot write --summary %s: %s", path, strerror(errno));
+    ct_summary_write(s, f);
+    return fclose(f) == 0 ? CT_OK : ct_errf(err, CT_ERR_RUNTIME, "%s: write failed", path);
+}
+
+/* Open the trainer without resume or init_from, load the checkpoint's weights, evaluate. */
+static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_err *err) {
+    ct_run_opts ro = {.quiet = a->quiet};
+    ct_trainer *t = NULL;
+    int rc = ct_trainer_open_bare(cfg, &ro, s, &t, err);
+    if (!rc && !t->eval_ds)
+        rc = ct_errf(err, CT_ERR_CONFIG, "%s: data.eval: missing; ctrain eval needs an eval set "
+                     "(e.g. {\"format\": \"idx\", \"images\": ..., \"labels\": ...})", cfg->path);
+    ct_ckpt_state st;
+    if (!rc) rc = ct_trainer_ckpt_load_model(t, a->checkpoint, &st, err);
+    double loss = 0, acc = 0, t0 = ct_now();
+    if (!rc) rc = ct_trainer_evaluate(t, &loss, &acc, err);
+    if (!rc) {
+        ct_trainer_set_status(t, "ok", NULL);
+        s->steps = st.step;
+        s->epochs = st.epoch + (st.epoch_step > 0 ? 1 : 0);
+        s->train_loss = st.train_loss;
+        s->eval_loss = loss;
+        s->eval_accuracy = acc;
+        ct_report_eval(&t->rep, st.step, st.epoch + 1, loss, acc, t->eval_ds->count, ct_now() - t0);
+        ct_report_line(&t->rep, "evaluated %s (step %ld) on data.eval", t->last_ckpt, st.step);
+    } else {
+        ct_trainer_set_status(t, "error", err);
+    }
+    ct_trainer_finish(t);
+    ct_trainer_close(t);
+    return rc;
+}
+
+int ct_eval_main(int argc, char **argv, ct_err *err) {
+    eval_args a = {0};
+    int rc = eval_parse(argc, argv, &a, err);
+    if (rc) {
+        free(a.sets);
+        return rc;
+    }
+    bool gpu = ct_cuda_available(); /* probed once; every GPU the backend builds for has bf16 */
+    ct_config_opts co = {.path = a.config, .overrides = a.sets, .n_overrides = a.n_sets,
+                         .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
+    ct_warnings warn = {0};
+    ct_config *cfg = NULL;
+    ct_summary s;
+    ct_summary_init(&s);
+    rc = ct_config_load(&co, &cfg, &warn, err);
+    for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
+    ct_warnings_free(&warn);
+    if (!rc) rc = evaluate(cfg, &a, &s, err);
+    if (rc) snprintf(s.error, sizeof s.error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
+    ct_err werr = {0};
+    int wrc = write_summary(&s, a.summary, &werr);
+    if (!rc && wrc) {
+        *err = werr;
+        rc = wrc;
+    }
+    ct_config_free(cfg);
+    free(a.sets);
+    return rc;
+}

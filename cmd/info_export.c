@@ -1,0 +1,288 @@
+/* info_export.c: `ctrain info` and `ctrain export` (commands.h). */
+#include "cmd/commands.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/ckpt/ckpt.h"
+#include "core/util/fs.h"
+#include "core/data/shard.h"
+#include "core/ckpt/safetensors.h"
+
+#define CLI_PATH 4096
+
+static void print_tensors(const ct_st_file *f, FILE *out) {
+    int width = 8;
+    for (int i = 0; i < f->n_tensors; i++) {
+        int l = (int)strlen(f->tensors[i].name);
+        if (l > width) width = l < 60 ? l : 60;
+    }
+    for (int i = 0; i < f->n_tensors; i++) {
+        const ct_st_tensor *t = &f->tensors[i];
+        char shape[128];
+        fprintf(out, "  %-*s  %-5s %s\n", width, t->name, t->dtype,
+                ct_shape_str(&t->shape, shape, sizeof shape));
+    }
+}
+
+static void print_file_summary(const ct_st_file *f, FILE *out) {
+    uint64_t values = 0;
+    for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
+    fprintf(out, "%s: safetensors, %d tensors, %llu values, %.1f MiB data, header %llu bytes\n",
+            f->path, f->n_tensors, (unsigned long long)values,
+            (double)(f->file_size - 8 - f->header_len) / (1024.0 * 1024.0),
+            (unsigned long long)f->header_len);
+    if (f->n_meta) {
+        fprintf(out, "  metadata:");
+        for (int i = 0; i < f->n_meta; i++)
+            fprintf(out, " %s=%.80s", f->meta_keys[i], f->meta_vals[i]);
+        fprintf(out, "\n");
+    }
+}
+
+static int info_file(const char *path, FILE *out, ct_err *err) {
+    ct_st_file *f = ct_st_open(path, err);
+    if (!f) return err->code;
+    print_file_summary(f, out);
+    print_tensors(f, out);
+    ct_st_close(f);
+    return CT_OK;
+}
+
+static void print_state(const char *dir, FILE *out) {
+    char path[CLI_PATH];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    char *text = ct_fs_read_small(path, 1 << 20, NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!j) {
+        fprintf(out, "  state.json: unreadable\n");
+        return;
+    }
+    const char *keys[] = {"step", "epoch", "epoch_step", "samples_seen", "applied", "sched_t", "last_eval_step",
+                          "skipped_steps", "loss_scale", "train_loss", "best_value", "best_step",
+                          "es_best", "es_bad_evals", "seed", "optimizer", "config_hash", "ctrain_version"};
+    fprintf(out, "  state:");
+    for (int i = 0; i < CT_ARRAY_LEN(keys); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        if (!v) continue;
+        char *s = cJSON_IsString(v) ? NULL : cJSON_PrintUnformatted(v);
+        fprintf(out, "%s %s=%s", i % 6 == 0 && i ? "\n        " : "", keys[i],
+                s ? s : v->valuestring);
+        free(s);
+    }
+    fprintf(out, "\n");
+    cJSON_Delete(j);
+}
+
+static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
+    bool complete = ct_ckpt_is_complete(dir);
+    fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
+    print_state(dir, out);
+    static const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    int rc = CT_OK;
+    for (int i = 0; i < 2; i++) {
+        char path[CLI_PATH];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        ct_err e = {0};
+        ct_st_file *f = ct_st_open(path, &e);
+        if (!f) {
+            fprintf(out, "  %s\n", e.msg);
+            if (!rc) rc = ct_errf(err, e.code, "%s", e.msg);
+            continue;
+        }
+        print_file_summary(f, out);
+        if (i == 0) print_tensors(f, out);
+        ct_st_close(f);
+    }
+    if (!complete && !rc)
+        rc = ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no valid COMPLETE marker)", dir);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A save_dir: list its checkpoint directories, then show the one `latest` resolves to. */
+static int info_save_dir(const char *dir, FILE *out, ct_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", dir, strerror(errno));
+    char *names[512];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 512)
+        if (strncmp(de->d_name, "global_step", 11) == 0 || strcmp(de->d_name, "best") == 0)
+            names[n++] = ct_xstrdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    char path[CLI_PATH];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    char *latest = ct_fs_read_small(path, 255, NULL);
+    fprintf(out, "%s: %d checkpoint directories, latest = %s\n", dir, n, latest ? latest : "(none)");
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        fprintf(out, "  %-24s %s\n", names[i], ct_ckpt_is_complete(path) ? "complete" : "incomplete");
+        free(names[i]);
+    }
+    free(latest);
+    ct_warnings warn = {0};
+    char chosen[CLI_PATH];
+    int rc = ct_ckpt_resolve(dir, NULL, chosen, sizeof chosen, &warn, err);
+    for (int i = 0; i < warn.n; i++) fprintf(out, "  note: %s\n", warn.items[i]);
+    ct_warnings_free(&warn);
+    if (rc) return rc;
+    fprintf(out, "\n");
+    return info_checkpoint(chosen, out, err);
+}
+
+/* A shard file (by its magic number) or a directory holding *.cts shard files. */
+static bool is_shard(const char *p, const struct stat *st) {
+    if (S_ISDIR(st->st_mode)) {
+        DIR *d = opendir(p);
+        if (!d) return false;
+        bool found = false;
+        for (struct dirent *e; !found && (e = readdir(d));) {
+            size_t n = strlen(e->d_name);
+            found = n > 4 && strcmp(e->d_name + n - 4, ".cts") == 0;
+        }
+        closedir(d);
+        return found;
+    }
+    char magic[8];
+    FILE *f = fopen(p, "rb");
+    if (!f) return false;
+    bool ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, CT_SHARD_MAGIC, 8) == 0;
+    fclose(f);
+    return ok;
+}
+
+int ct_info_main(int argc, char **argv, ct_err *err) {
+    if (argc != 2 || argv[1][0] == '-')
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR");
+    const char *p = argv[1];
+    struct stat st;
+    if (stat(p, &st) != 0) return ct_errf(err, CT_ERR_DATA, "%s: %s", p, strerror(errno));
+    if (is_shard(p, &st)) return ct_shard_info(p, stdout, err);
+    if (!S_ISDIR(st.st_mode)) return info_file(p, stdout, err);
+    char marker[CLI_PATH], model[CLI_PATH];
+    snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
+    snprintf(model, sizeof model, "%s/model.safetensors", p);
+    if (ct_fs_exists(marker) || ct_fs_exists(model)) return info_checkpoint(p, stdout, err);
+    return info_save_dir(p, stdout, err);
+}
+
+/* ---------------------------------------------------------------- export */
+
+typedef struct export_args {
+    const char *checkpoint, *out;
+    ct_dtype dtype;
+} export_args;
+
+static const char *export_usage =
+    "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]";
+
+static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
+    a->dtype = CT_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if ((v = ct_cli_option_value(argc, argv, &i, "--checkpoint"))) a->checkpoint = v;
+        else if ((v = ct_cli_option_value(argc, argv, &i, "--out"))) a->out = v;
+        else if ((v = ct_cli_option_value(argc, argv, &i, "--dtype"))) {
+            if (strcmp(v, "fp32") == 0) a->dtype = CT_F32;
+            else if (strcmp(v, "fp16") == 0) a->dtype = CT_F16;
+            else if (strcmp(v, "bf16") == 0) a->dtype = CT_BF16;
+            else return ct_errf(err, CT_ERR_CONFIG, "export: --dtype: expected fp32, fp16 or bf16, "
+                                "got \"%s\"", v);
+        } else {
+            return ct_errf(err, CT_ERR_CONFIG, "export: unexpected argument \"%s\"\n%s", argv[i],
+                           export_usage);
+        }
+    }
+    if (!a->checkpoint || !*a->checkpoint || !a->out || !*a->out)
+        return ct_errf(err, CT_ERR_CONFIG, "export: %s is required\n%s",
+                       a->checkpoint && *a->checkpoint ? "--out" : "--checkpoint", export_usage);
+    return CT_OK;
+}
+
+/* Entries converting every F32 tensor to dtype; others are copied as they are. */
+static int export_entries(const ct_st_file *f, ct_dtype dtype, ct_st_entry *e, float **owned,
+                          ct_err *err) {
+    for (int i = 0; i < f->n_tensors; i++) {
+        const ct_st_tensor *t = &f->tensors[i];
+        if (t->ct_dtype < 0)
+            return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, which export cannot "
+                           "write", f->path, t->name, t->dtype);
+        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape,
+                             .data = t->data};
+        if (t->ct_dtype != CT_F32) continue;
+        e[i].dtype = dtype;
+        e[i].data = NULL;
+        if ((uintptr_t)t->data % 4 == 0) {
+            e[i].from_f32 = (const float *)(const void *)t->data;
+        } else { /* foreign file with an unpadded header: copy to aligned memory */
+            int64_t n = ct_st_numel(t);
+            owned[i] = ct_xmalloc((size_t)(n ? n : 1) * 4);
+            ct_st_read_f32(t, owned[i], n);
+            e[i].from_f32 = owned[i];
+        }
+    }
+    return CT_OK;
+}
+
+static int export_write(const ct_st_file *f, const export_args *a, const char *src,
+                        ct_err *err) {
+    ct_st_entry *e = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *e);
+    float **owned = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *owned);
+    int rc = export_entries(f, a->dtype, e, owned, err);
+    char tmp[CLI_PATH];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", a->out, (long)getpid());
+    const char *mk[] = {"format", "ctrain_version", "source", "dtype"};
+    const char *mv[] = {"pt", CT_VERSION, src, ct_dtype_safetensors_name(a->dtype)};
+    if (!rc) rc = ct_st_write(tmp, e, f->n_tensors, mk, mv, 4, err);
+    if (!rc && rename(tmp, a->out) != 0) {
+        rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot rename to %s: %s", tmp, a->out,
+                     strerror(errno));
+        unlink(tmp);
+    }
+    if (!rc) {
+        char dir[CLI_PATH];
+        snprintf(dir, sizeof dir, "%s", a->out);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        rc = ct_fs_sync_dir(slash ? (dir[0] ? dir : "/") : ".", err);
+    }
+    for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
+    free(owned);
+    free(e);
+    return rc;
+}
+
+int ct_export_main(int argc, char **argv, ct_err *err) {
+    export_args a = {0};
+    int rc = export_parse(argc, argv, &a, err);
+    if (rc) return rc;
+    char dir[CLI_PATH], model[CLI_PATH + 32];
+    rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
+    if (rc) return rc;
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    ct_st_file *f = ct_st_open(model, err);
+    if (!f) return err->code;
+    rc = export_write(f, &a, dir, err);
+    if (!rc) {
+        uint64_t values = 0;
+        for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
+        printf("exported %d tensors (%llu values, %s) from %s to %s\n", f->n_tensors,
+               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out);
+    }
+    ct_st_close(f);
+    return rc;
+}

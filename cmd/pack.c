@@ -1,0 +1,163 @@
+/* pack.c: `ctrain pack` (commands.h). The sources are opened through the dataset openers with an
+ * empty config (no normalisation), so packing reads exactly what training would. */
+#include "cmd/commands.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "core/util/fs.h"
+#include "core/config/config.h"
+#include "core/data/dataset.h"
+#include "core/data/formats.h"
+#include "core/data/pngdec.h"
+#include "core/data/shard.h"
+#include "core/data/tokens.h"
+
+#define PACK_USAGE \
+    "usage: ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress] " \
+    "[--labels FILE]"
+
+typedef struct pack_args {
+    const char *from, *src, *out, *labels;
+    double shard_mb;
+    bool compress;
+} pack_args;
+
+static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
+    memset(a, 0, sizeof *a);
+    a->shard_mb = 256;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        bool has_val = i + 1 < argc;
+        if (strcmp(o, "--compress") == 0) {
+            a->compress = true;
+        } else if (strcmp(o, "--from") == 0 && i + 2 < argc) {
+            a->from = argv[++i];
+            a->src = argv[++i];
+        } else if (strcmp(o, "--out") == 0 && has_val) {
+            a->out = argv[++i];
+        } else if (strcmp(o, "--labels") == 0 && has_val) {
+            a->labels = argv[++i];
+        } else if (strcmp(o, "--shard-size") == 0 && has_val) {
+            char *end;
+            a->shard_mb = strtod(argv[++i], &end);
+            if (*end || !(a->shard_mb > 0 && a->shard_mb <= 1 << 20))
+                return ct_errf(err, CT_ERR_CONFIG, "pack: --shard-size: expected megabytes (a positive "
+                               "number), got \"%s\"\n" PACK_USAGE, argv[i]);
+        } else {
+            return ct_errf(err, CT_ERR_CONFIG, "pack: unexpected argument \"%s\"%s\n" PACK_USAGE, o,
+                           o[0] == '-' && !has_val ? " (missing its value)" : "");
+        }
+    }
+    if (!a->from || !a->out)
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --from KIND SRC and --out DIR are required\n" PACK_USAGE);
+    if (strcmp(a->from, "image_folder") && strcmp(a->from, "idx") && strcmp(a->from, "text"))
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx or text, got \"%s\"",
+                       a->from);
+    return CT_OK;
+}
+
+/* Bytes of text -> tokens 0..255 in OUT/tokens.bin. */
+static int pack_text(const pack_args *a, ct_err *err) {
+    uint8_t *text = NULL;
+    size_t cap = 0, len = 0;
+    int rc = ct_read_file(a->src, &text, &cap, &len, err);
+    if (rc) return rc;
+    rc = ct_fs_mkdirs(a->out, err); /* like mkdir -p: --out may name a new nested folder */
+    if (rc) {
+        free(text);
+        return rc;
+    }
+    uint32_t *tok = ct_xmalloc((len ? len : 1) * sizeof *tok);
+    for (size_t i = 0; i < len; i++) tok[i] = text[i];
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tokens.bin", a->out);
+    rc = ct_tokens_write(path, tok, len, 2, 256, err);
+    if (!rc) printf("packed %zu byte-level tokens (vocabulary 256) into %s\n", len, path);
+    free(tok);
+    free(text);
+    return rc;
+}
+
+/* IDX element type from the magic (gz or plain); 0 when unreadable (the opener reports it). */
+static int idx_type(const char *path) {
+    gzFile f = gzopen(path, "rb");
+    uint8_t m[4] = {0};
+    int n = f ? gzread(f, m, 4) : 0;
+    if (f) gzclose(f);
+    return n == 4 ? m[2] : 0;
+}
+
+/* "...images-idx3..." -> "...labels-idx1..." */
+static void default_labels(const char *images, char *out, size_t n) {
+    snprintf(out, n, "%s", images);
+    char *p = strstr(out, "images-idx3");
+    if (p) memcpy(p, "labels-idx1", 11);
+}
+
+static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_err *err) {
+    ct_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.path, sizeof cfg.path, "ctrain pack");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "format", a->from);
+    *enc = CT_SHARD_U8;
+    if (strcmp(a->from, "idx") == 0) {
+        char labels[1024];
+        if (a->labels) snprintf(labels, sizeof labels, "%s", a->labels);
+        else default_labels(a->src, labels, sizeof labels);
+        cJSON_AddStringToObject(e, "images", a->src);
+        cJSON_AddStringToObject(e, "labels", labels);
+        if (idx_type(a->src) != 0x08) *enc = CT_SHARD_F32;
+    } else {
+        cJSON_AddStringToObject(e, "root", a->src);
+    }
+    int rc = strcmp(a->from, "idx") == 0 ? ct_idx_open(&cfg, e, "pack", ds, err)
+                                         : ct_image_folder_open(&cfg, e, "pack", ds, err);
+    cJSON_Delete(e);
+    return rc;
+}
+
+static int pack_images(const pack_args *a, ct_err *err) {
+    ct_dataset *ds;
+    uint32_t enc;
+    int rc = open_source(a, &ds, &enc, err);
+    if (rc) return rc;
+    int64_t numel = ct_shape_numel(&ds->sample_shape);
+    float *x = ct_xmalloc((size_t)numel * sizeof *x);
+    uint8_t *u8 = ct_xmalloc((size_t)numel);
+    ct_shard_writer w;
+    rc = ct_shard_writer_open(&w, a->out, enc, &ds->sample_shape, (uint32_t)ds->classes,
+                              (size_t)(a->shard_mb * 1048576.0), a->compress, err);
+    double t0 = ct_now();
+    for (int64_t i = 0; i < ds->count && !rc; i++) {
+        int32_t label = 0;
+        rc = ds->decode(ds, i, x, &label, err);
+        if (rc) break;
+        if (enc == CT_SHARD_U8)
+            for (int64_t k = 0; k < numel; k++) u8[k] = (uint8_t)lrintf(x[k] * 255.0f);
+        rc = ct_shard_write(&w, enc == CT_SHARD_U8 ? (void *)u8 : (void *)x, label, err);
+    }
+    if (rc) ct_shard_writer_discard(&w);
+    else rc = ct_shard_writer_close(&w, err);
+    if (!rc)
+        printf("packed %lld records of [%s %lld values] from %s into %d shard(s) in %s%s (%.1f s)\n",
+               (long long)w.total, enc == CT_SHARD_U8 ? "u8" : "f32", (long long)numel, a->src,
+               w.shard_no, a->out, a->compress ? ", zlib-compressed" : "", ct_now() - t0);
+    free(x);
+    free(u8);
+    ct_dataset_close(ds);
+    return rc;
+}
+
+int ct_pack_main(int argc, char **argv, ct_err *err) {
+    pack_args a;
+    int rc = parse_args(argc, argv, &a, err);
+    if (rc) return rc;
+    return strcmp(a.from, "text") == 0 ? pack_text(&a, err) : pack_images(&a, err);
+}

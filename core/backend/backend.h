@@ -1,0 +1,349 @@
+/* backend.h: the op table every backend implements.
+ *
+ * Layers, the executor and the optimizer call only these functions; no layer contains a device
+ * #ifdef. The CPU backend (core/cpu/) is the reference: every CUDA op is tested against it.
+ *
+ * Conventions
+ *  - All pointers are in the backend's memory space (host memory for CPU) unless named *_host.
+ *  - Sizes and counts are int64_t; matrices are row-major; "ld" is the row stride in elements.
+ *  - Activations and the parameters ops read are stored in the op's `dt` (fp32, fp16 or bf16);
+ *    gradients of parameters, statistics and optimizer state are fp32 (see "dtypes of op
+ *    arguments" below and docs/DESIGN-NOTES.md, "Precision").
+ *  - Every op is deterministic: the same inputs give the same bits whatever the thread count
+ *    (reductions use a fixed chunking; no atomics).
+ *  - Ops that take `seed`/`stream` draw random numbers with ct_rng_at() (core/rng.h), so CPU and
+ *    GPU produce the same masks.
+ *  - Backward ops ACCUMULATE into parameter gradients (dw += ...) and WRITE input gradients
+ *    (dx = ...) unless their comment says otherwise.
+ */
+#ifndef CT_BACKEND_H
+#define CT_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/util/common.h"
+#include "core/util/tensor.h"
+
+typedef enum {
+    CT_ACT_NONE = 0,
+    CT_ACT_RELU,
+    CT_ACT_LEAKY_RELU,   /* alpha = negative slope */
+    CT_ACT_GELU,         /* exact erf form */
+    CT_ACT_GELU_TANH,    /* tanh approximation */
+    CT_ACT_SILU,
+    CT_ACT_TANH,
+    CT_ACT_SIGMOID,
+} ct_act;
+
+typedef enum { CT_LOSS_CROSS_ENTROPY = 0, CT_LOSS_MSE, CT_LOSS_BCE_WITH_LOGITS } ct_loss_kind;
+
+/* 2-D convolution geometry (NCHW input, OIHW weight with I = C/groups). */
+typedef struct ct_conv2d_geom {
+    int64_t n, c, h, w;          /* input */
+    int64_t oc, kh, kw;          /* weight [oc, c/groups, kh, kw] */
+    int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+    int64_t oh, ow;              /* output, filled by the caller from the formula */
+} ct_conv2d_geom;
+
+/* 2-D pooling geometry (NCHW). */
+typedef struct ct_pool2d_geom {
+    int64_t n, c, h, w;
+    int64_t kh, kw, stride_h, stride_w, pad_h, pad_w;
+    int64_t oh, ow;
+    bool count_include_pad;      /* avgpool: PyTorch default true */
+} ct_pool2d_geom;
+
+/* Fused optimizer step arguments. grad_scale multiplies every gradient before use: it folds
+ * 1/loss_scale, gradient_predivide and the global-norm clip coefficient into one pass. When copy is
+ * not NULL the same pass also writes copy[i] = the updated param[i] rounded to copy_dt (CT_F16 or
+ * CT_BF16): the compute-dtype parameters forward/backward read (core/amp.h). */
+typedef struct ct_adam_args {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_c1, bias_c2;      /* 1 - beta1^t, 1 - beta2^t (1, 1 without bias correction) */
+    float grad_scale;
+    bool decoupled;              /* AdamW-style weight decay (adam_w_mode) */
+    void *copy;                  /* [n] 16-bit copy of the updated parameters, or NULL */
+    ct_dtype copy_dt;
+} ct_adam_args;
+
+typedef struct ct_sgd_args {
+    float lr, momentum, dampening, weight_decay;
+    float grad_scale;
+    bool nesterov;
+    bool first_step;             /* momentum buffer initialised to the gradient, as torch does */
+    void *copy;                  /* as in ct_adam_args */
+    ct_dtype copy_dt;
+} ct_sgd_args;
+
+typedef struct ct_lamb_args {
+    float beta1, beta2, eps, weight_decay;
+    float bias_c1, bias_c2;
+    float grad_scale;
+    bool eps_inside_sqrt;
+} ct_lamb_args;
+
+/* What device memory is for: the caching allocator keeps current and peak bytes per category so
+ * the reports can say where memory went (docs/DESIGN-NOTES.md, "Memory accounting"). */
+typedef enum {
+    CT_MEM_PARAMS = 0,           /* parameters as forward/backward use them (compute dtype copy) */
+    CT_MEM_MASTER,               /* fp32 master weights (and non-trainable buffers) */
+    CT_MEM_GRADS,                /* fp32 parameter gradients */
+    CT_MEM_OPTIM,                /* optimizer state (moments, momentum) */
+    CT_MEM_ACTIVATIONS,          /* activations, their gradients, forward-to-backward state */
+    CT_MEM_WORKSPACE,            /* op scratch, GEMM workspace, reductions */
+    CT_MEM_LOADER,               /* device copies of loader batches */
+    CT_MEM_CAT_COUNT
+} ct_mem_cat;
+const char *ct_mem_cat_name(ct_mem_cat c);   /* "params", "master", ... (summary keys) */
+
+typedef struct ct_mem_stats {
+    size_t current[CT_MEM_CAT_COUNT], peak[CT_MEM_CAT_COUNT];
+    size_t current_total, peak_total;        /* all categories together (peak of the sum) */
+    size_t reserved;                         /* device: bytes cudaMalloc'd (live + cached) */
+} ct_mem_stats;
+
+/* data.transform.on_device: the loader uploads uint8 pixels and the backend normalises (and
+ * flips) them. Up to CT_NORM_MAX_CHANNELS channels. */
+#define CT_NORM_MAX_CHANNELS 4
+typedef struct ct_u8_normalize {
+    int64_t n, c, h, w;                      /* x [n, c, h, w] uint8 */
+    float mean[CT_NORM_MAX_CHANNELS];        /* y = (x / 255 - mean[ch]) / std[ch] */
+    float std[CT_NORM_MAX_CHANNELS];
+} ct_u8_normalize;
+
+typedef struct ct_backend ct_backend;
+struct ct_backend {
+    const char *name;            /* "cpu", "cuda" */
+    char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
+    void *impl;                  /* backend-private state (thread pool, streams, allocator) */
+    int threads;                 /* CPU: worker threads in use */
+
+    void (*destroy)(ct_backend *be);
+
+    /* ---- memory ---- */
+    /* NULL on failure; 64-byte aligned. Bytes are counted under `cat` until freed. */
+    void *(*alloc)(ct_backend *be, size_t bytes, ct_mem_cat cat);
+    void (*free)(ct_backend *be, void *p);
+    void *(*alloc_host_pinned)(ct_backend *be, size_t bytes); /* CPU: plain aligned memory */
+    void (*free_host_pinned)(ct_backend *be, void *p);
+    /* Synchronous from the caller's view: src_host may be reused when it returns. */
+    void (*copy_h2d)(ct_backend *be, void *dst, const void *src_host, size_t bytes);
+    void (*copy_d2h)(ct_backend *be, void *dst_host, const void *src, size_t bytes);
+    void (*copy_d2d)(ct_backend *be, void *dst, const void *src, size_t bytes);
+    void (*memset0)(ct_backend *be, void *p, size_t bytes);
+    void (*sync)(ct_backend *be);                          /* wait for all queued work */
+    size_t (*peak_bytes)(ct_backend *be);                  /* device bytes at peak (0 for CPU) */
+    void (*mem_stats)(ct_backend *be, ct_mem_stats *out);  /* per category (CPU: host bytes) */
+    /* A point in the work queued so far (CUDA: an event on the compute stream), > 0; 0 where
+     * there is nothing to wait for (CPU). */
+    uint64_t (*compute_mark)(ct_backend *be);
+    /* Asynchronous upload straight from pinned memory (alloc_host_pinned): queued on the copy
+     * stream, ordered before any op queued after this call that reads dst. after = 0: also after
+     * every op queued before this call (dst may still be in use); after = a compute_mark: only
+     * after the ops queued before that mark (dst was last read there), so the copy overlaps the
+     * work queued since (the loader's double-buffered batches). src must stay untouched until
+     * upload_done(ticket) is true. Returns the ticket (> 0). CPU: a memcpy, done at once. */
+    uint64_t (*upload)(ct_backend *be, void *dst, const void *src_pinned, size_t bytes, uint64_t after);
+    /* True when the upload with this ticket (and every earlier one) has finished reading its
+     * source; wait: block until it has. */
+    bool (*upload_done)(ct_backend *be, uint64_t ticket, bool wait);
+
+    /* ---- whole-step capture (CUDA graphs); all NULL where unsupported (CPU) ----
+     * capture_begin: ops queued until capture_end are recorded, not run (no op that returns a
+     * host value, no alloc/free of memory used after the capture, no upload may be called in
+     * between). capture_end returns a handle (NULL and err filled if the capture failed);
+     * replay queues the recorded work again with the same pointers and scalars. */
+    int (*capture_begin)(ct_backend *be, ct_err *err);
+    void *(*capture_end)(ct_backend *be, ct_err *err);
+    void (*replay)(ct_backend *be, void *graph);
+    void (*graph_free)(ct_backend *be, void *graph);
+
+    /* ---- dtypes of op arguments ----
+     * Ops that take `ct_dtype dt` read and write their ACTIVATION-like arguments (x, y, dx, dy,
+     * col, img, logits, dlogits, pred) and the PARAMETERS they read (weights, bias, gamma, beta,
+     * embedding table) in dt: CT_F32, CT_F16 or CT_BF16 (mixed precision keeps both in 16 bits,
+     * core/amp.h). Parameter GRADIENTS (dw, db, dgamma, dbeta, dtable), statistics (running and
+     * saved mean/var), masks, indices, targets and everything of the optimizer are fp32 (int
+     * where said). Arithmetic is fp32 (or wider); a 16-bit result is rounded once, to nearest
+     * even, when stored, and 16-bit inputs are read exactly. */
+
+    /* ---- GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulate.
+     * op(A) is [M,K] (A is [K,M] when ta), op(B) is [K,N] (B is [N,K] when tb).
+     * a and b share one dtype (F32, F16 or BF16); c is F32 or that dtype. Batched form: `batch`
+     * GEMMs with element strides sa, sb, sc, all fp32. */
+    void (*gemm)(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                 const void *a, ct_dtype a_dt, int64_t lda, const void *b, ct_dtype b_dt, int64_t ldb,
+                 float beta, void *c, ct_dtype c_dt, int64_t ldc);
+    void (*gemm_batched)(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, int64_t sa, const float *b,
+                         int64_t ldb, int64_t sb, float beta, float *c, int64_t ldc, int64_t sc,
+                         int64_t batch);
+    /* Optional fused linear layer (cuBLASLt epilogue on CUDA): y[rows, out] = act(x[rows, in]
+     * w[out, in]^T + bias[out]); bias may be NULL. NULL op: the layer runs gemm + bias_act. */
+    void (*linear_forward)(ct_backend *be, void *y, const void *x, const void *w, const void *bias,
+                           int64_t rows, int64_t in, int64_t out, ct_act act, float alpha,
+                           ct_dtype dt);
+
+    /* ---- element-wise ---- */
+    void (*fill)(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt);
+    void (*scale)(ct_backend *be, void *x, float s, int64_t n, ct_dtype dt);          /* x *= s */
+    void (*axpy)(ct_backend *be, void *y, float a, const void *x, int64_t n, ct_dtype dt); /* y += a x */
+    void (*add)(ct_backend *be, void *y, const void *a, const void *b, int64_t n, ct_dtype dt); /* y = a + b */
+    /* y[r, col0 + j] = x[r, j] for r < rows, j < cols (strided row copy; concat and its backward).
+     * accumulate: y += x instead of y = x. */
+    void (*copy_rows)(ct_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                      int64_t rows, int64_t cols, bool accumulate, ct_dtype dt);
+    /* y = x converted between any two of F32, F16, BF16 (n elements; same dtype: a copy). */
+    void (*cast)(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t n);
+    /* x[n] (fp32) rounded in place to the nearest value of dt (CT_F16 or CT_BF16; CT_F32:
+     * nothing): round to nearest even, overflow -> +-inf, underflow -> subnormal or signed zero,
+     * NaN stays NaN. */
+    void (*round_to)(ct_backend *be, float *x, int64_t n, ct_dtype dt);
+    /* data.transform.on_device: y [n, c, h, w] (dt) = normalised x (uint8, same shape);
+     * flip[i] != 0 mirrors sample i left-right (flip may be NULL: none). */
+    void (*normalize_u8)(ct_backend *be, void *y, const uint8_t *x, const uint8_t *flip,
+                         const ct_u8_normalize *p, ct_dtype dt);
+
+    /* x[rows, cols] += bias[cols] broadcast over rows; then the activation in place.
+     * With "inner" > 1 the layout is [rows, cols, inner] (bias per channel of NCHW).
+     * bias may be NULL (activation only). */
+    void (*bias_act_forward)(ct_backend *be, void *x, const void *bias, int64_t rows, int64_t cols,
+                             int64_t inner, ct_act act, float alpha, ct_dtype dt);
+    /* db[cols] (fp32) += sum over rows (and inner) of dy. */
+    void (*bias_backward)(ct_backend *be, float *db, const void *dy, int64_t rows, int64_t cols,
+                          int64_t inner, ct_dtype dt);
+    /* y = act(x); dx = dy * act'(x) (y is act(x), given because some derivatives use it).
+     * dx may alias dy; y may alias x in the forward. In the backward, x may be NULL for
+     * relu, leaky_relu (alpha > 0), tanh and sigmoid, and y may be NULL for every other. */
+    void (*act_forward)(ct_backend *be, void *y, const void *x, int64_t n, ct_act act, float alpha,
+                        ct_dtype dt);
+    void (*act_backward)(ct_backend *be, void *dx, const void *dy, const void *x, const void *y,
+                         int64_t n, ct_act act, float alpha, ct_dtype dt);
+
+    /* Dropout: y = x * mask / (1 - p); mask bit i drawn from ct_rng_at(seed, CT_RNG_DROPOUT,
+     * stream, i) < p * 2^32 -> dropped. mask (uint8) is stored for backward (1 = kept).
+     * p >= 1 drops everything (y = 0). */
+    void (*dropout_forward)(ct_backend *be, void *y, uint8_t *mask, const void *x, int64_t n,
+                            float p, uint64_t seed, uint64_t stream, ct_dtype dt);
+    void (*dropout_backward)(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
+                             int64_t n, float p, ct_dtype dt);
+
+    /* ---- convolution support ---- */
+    /* col[(c/groups per group) * kh * kw, oh * ow] for one image and one group.
+     * img points at the image [c, h, w] (all channels); group selects channels
+     * group * c/groups onwards. Row (ci * kh + ky) * kw + kx, column oy * ow + ox. */
+    void (*im2col)(ct_backend *be, void *col, const void *img, const ct_conv2d_geom *g,
+                   int64_t group, ct_dtype dt);
+    /* img += col2im(col) for one image and one group (img must be zeroed by the caller first).
+     * The sum is formed in fp32 and stored once. */
+    void (*col2im)(ct_backend *be, void *img, const void *col, const ct_conv2d_geom *g,
+                   int64_t group, ct_dtype dt);
+    /* Optional whole-batch convolution; NULL makes the conv2d layer run im2col + gemm per image
+     * and group instead.
+     *   forward:  y [n, oc, oh, ow] = conv(x [n, c, h, w], w [oc, c/groups, kh, kw]) + bias[oc]
+     *             (bias may be NULL)
+     *   backward: dw += dL/dw and db += dL/dbias (fp32, summed over the batch in a fixed order;
+     *             db may be NULL); dx = dL/dx, overwritten (dx may be NULL). */
+    void (*conv2d_forward)(ct_backend *be, void *y, const void *x, const void *w,
+                           const void *bias, const ct_conv2d_geom *g, ct_dtype dt);
+    void (*conv2d_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
+                            const void *x, const void *w, const ct_conv2d_geom *g, ct_dtype dt);
+
+    /* ---- pooling ---- */
+    /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be
+     * NULL in eval. Padding counts as -inf, the first maximum in window order wins, NaN wins. */
+    void (*maxpool2d_forward)(ct_backend *be, void *y, int32_t *argmax, const void *x,
+                              const ct_pool2d_geom *g, ct_dtype dt);
+    void (*maxpool2d_backward)(ct_backend *be, void *dx, const void *dy, const int32_t *argmax,
+                               const ct_pool2d_geom *g, ct_dtype dt);   /* dx written (zeroed first) */
+    void (*avgpool2d_forward)(ct_backend *be, void *y, const void *x, const ct_pool2d_geom *g,
+                              ct_dtype dt);
+    void (*avgpool2d_backward)(ct_backend *be, void *dx, const void *dy, const ct_pool2d_geom *g,
+                               ct_dtype dt);                            /* dx written (zeroed first) */
+
+    /* ---- normalization (statistics in fp32/fp64 internally; running/saved stats fp32) ---- */
+    /* BatchNorm over [N, C, HW]. train: batch statistics, saves mean and inv_std[C], updates
+     * running stats with momentum (PyTorch: unbiased variance in running_var). eval: uses running.
+     * gamma/beta may be NULL (affine off); running stats may be NULL in train (not tracked);
+     * save_* may be NULL in eval. Backward: dgamma/dbeta accumulate, either may be NULL, and dx
+     * may be NULL (parameter gradients only). */
+    void (*batchnorm_forward)(ct_backend *be, void *y, const void *x, const void *gamma,
+                              const void *beta, float *running_mean, float *running_var,
+                              float *save_mean, float *save_invstd, int64_t n, int64_t c, int64_t hw,
+                              float eps, float momentum, bool train, ct_dtype dt);
+    void (*batchnorm_backward)(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
+                               const void *x, const void *gamma, const float *save_mean,
+                               const float *save_invstd, int64_t n, int64_t c, int64_t hw,
+                               ct_dtype dt);
+    /* LayerNorm over the last dimension d of [rows, d]; saves mean and rstd[rows].
+     * gamma/beta may be NULL; backward: dgamma/dbeta accumulate (either may be NULL), dx may be
+     * NULL. */
+    void (*layernorm_forward)(ct_backend *be, void *y, float *save_mean, float *save_rstd,
+                              const void *x, const void *gamma, const void *beta, int64_t rows,
+                              int64_t d, float eps, ct_dtype dt);
+    void (*layernorm_backward)(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
+                               const void *x, const void *gamma, const float *save_mean,
+                               const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt);
+
+    /* ---- embedding ---- */
+    void (*embedding_forward)(ct_backend *be, void *y, const int32_t *ids, const void *table,
+                              int64_t n_ids, int64_t dim, ct_dtype dt);
+    /* dtable (fp32) += scatter(dy); deterministic (no atomics). An id outside [0, vocab) reads
+     * as a zero row and receives no gradient (the data pipeline validates ids). */
+    void (*embedding_backward)(ct_backend *be, float *dtable, const void *dy, const int32_t *ids,
+                               int64_t n_ids, int64_t vocab, int64_t dim, ct_dtype dt);
+
+    /* ---- losses: mean over the batch; write dlogits = d(loss_mean)/dlogits * grad_scale.
+     * The results stay in backend memory so a step can be queued (and captured) without waiting:
+     * result[0] = mean loss, result[1] = correct argmax predictions (cross entropy; 0 for the
+     * others), both fp32 (counts are exact below 2^24 rows); read them with copy_d2h.
+     * softmax_xent = torch.nn.functional.cross_entropy(label_smoothing=eps): per row
+     * (1 - eps) * -log p[label] + eps * mean_j(-log p[j]); a label < 0 (or >= classes) is
+     * ignored like ignore_index: no loss, no gradient, not counted in the mean. MSE and BCE
+     * average over all n_rows * n_cols elements; their targets are fp32. dlogits/dpred may be
+     * NULL (loss only). Softmax and the sums are fp32 whatever dt is. */
+    void (*softmax_xent)(ct_backend *be, void *dlogits, float *result, const void *logits,
+                         const int32_t *labels, int64_t rows, int64_t classes,
+                         float label_smoothing, float grad_scale, ct_dtype dt);
+    void (*mse_loss)(ct_backend *be, void *dpred, float *result, const void *pred,
+                     const float *target, int64_t n_rows, int64_t n_cols, float grad_scale,
+                     ct_dtype dt);
+    void (*bce_logits_loss)(ct_backend *be, void *dlogits, float *result, const void *logits,
+                            const float *target, int64_t n_rows, int64_t n_cols, float grad_scale,
+                            ct_dtype dt);
+
+    /* ---- reductions (fp32 gradients; results to host; deterministic) ---- */
+    double (*sum_squares)(ct_backend *be, const float *x, int64_t n);
+    bool (*all_finite)(ct_backend *be, const float *x, int64_t n);
+
+    /* ---- fused optimizer updates on fp32 master weights ---- */
+    void (*adam_step)(ct_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
+                      const ct_adam_args *a);
+    void (*sgd_step)(ct_backend *be, float *param, const float *grad, float *mom, int64_t n,
+                     const ct_sgd_args *a);
+    /* Lamb, per parameter tensor: writes the Adam-style update direction into upd and returns
+     * ||param|| and ||upd|| in *w_norm_host, *u_norm_host. The caller computes the trust ratio
+     * and applies param -= lr * trust * upd with axpy. */
+    void (*lamb_direction)(ct_backend *be, float *upd, const float *param, const float *grad,
+                           float *m, float *v, int64_t n, const ct_lamb_args *a,
+                           double *w_norm_host, double *u_norm_host);
+};
+
+/* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). */
+int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err);
+void ct_backend_destroy(ct_backend *be);
+/* True when a CUDA device is usable (driver present, device count > 0). */
+bool ct_cuda_available(void);
+
+/* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
+ * cores). Returns NULL only when threads cannot be started. */
+ct_backend *ct_cpu_backend_create(int threads);
+
+#ifdef CT_HAVE_CUDA
+/* Provided by cuda/ when the binary is built with nvcc. */
+bool ct_cuda_probe(void);                                   /* driver present and >= 1 device */
+ct_backend *ct_cuda_backend_create(int device, ct_err *err); /* NULL with err filled on failure */
+#endif
+
+#endif

@@ -1,0 +1,834 @@
+/* ckpt.c: checkpoint save (crash-safe protocol), resolve and load; see ckpt.h. */
+#include "core/ckpt/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util/fs.h"
+#include "core/optim/optim.h"
+#include "core/ckpt/safetensors.h"
+
+#define CKPT_MODEL "model.safetensors"
+#define CKPT_OPTIM "optimizer.safetensors"
+#define CKPT_STATE "state.json"
+#define CKPT_CONFIG "config.json"
+#define CKPT_PATH 4096
+
+/* ---------------------------------------------------------------- tensors and state */
+
+void ct_ckpt_tensors_for(const ct_graph *g, struct ct_optim *o, float *params, float *buffers,
+                         ct_ckpt_tensors *out) {
+    memset(out, 0, sizeof *out);
+    int n = ct_graph_num_views(g);
+    ct_param_view *v = ct_xcalloc((size_t)n + 1, sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = *ct_graph_view(g, i);
+    out->views = v;
+    out->n_views = n;
+    out->owns_views = true;
+    const ct_graph_info *info = ct_graph_info_get(g);
+    out->n_params = info->n_params;
+    out->n_buffers = info->n_buffers;
+    out->params = o ? o->params : params;
+    out->buffers = buffers;
+    if (!o) return;
+    static const char *names[] = {"Adam", "AdamW", "SGD", "Lamb"};
+    snprintf(out->optimizer, sizeof out->optimizer, "%s",
+             (unsigned)o->cfg.type < 4 ? names[o->cfg.type] : "?");
+    /* PyTorch's state_dict names for the same quantities. */
+    if (o->m) { out->slot_name[out->n_slots] = "exp_avg"; out->slot[out->n_slots++] = o->m; }
+    if (o->v) { out->slot_name[out->n_slots] = "exp_avg_sq"; out->slot[out->n_slots++] = o->v; }
+    if (o->mom) {
+        out->slot_name[out->n_slots] = "momentum_buffer";
+        out->slot[out->n_slots++] = o->mom;
+    }
+}
+
+void ct_ckpt_tensors_free(ct_ckpt_tensors *t) {
+    if (t->owns_views) free((void *)t->views);
+    memset(t, 0, sizeof *t);
+}
+
+void ct_ckpt_state_init(ct_ckpt_state *s) {
+    memset(s, 0, sizeof *s);
+    s->sched_t = -1;
+    s->loss_scale = 1.0;
+    s->best_value = NAN;
+    s->es_best = NAN;
+    s->best_step = -1;
+    s->es_best_step = -1;
+    s->last_eval_step = -1;
+    s->train_loss = NAN;
+    snprintf(s->version, sizeof s->version, "%s", CT_VERSION);
+}
+
+void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
+    char *text = resolved ? cJSON_PrintUnformatted(resolved) : NULL;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = text ? text : "null"; *p; p++) {
+        h ^= (unsigned char)*p;
+        h *= 0x100000001b3ull;
+    }
+    free(text);
+    snprintf(out, 17, "%016" PRIx64, h);
+}
+
+static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
+    return v->trainable ? t->params + v->offset : t->buffers + v->offset;
+}
+
+static bool view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
+    int64_t lim = v->trainable ? t->n_params : t->n_buffers;
+    float *base = v->trainable ? t->params : t->buffers;
+    return base && v->offset >= 0 && v->numel >= 0 && v->offset + v->numel <= lim &&
+           ct_shape_numel(&v->shape) == v->numel;
+}
+
+/* ---------------------------------------------------------------- state.json */
+
+/* cJSON prints doubles with 15 significant digits when they compare "close enough", which can
+ * lose the last bit; a resume must see exactly what was saved, so write 17 digits. */
+static void add_exact(cJSON *j, const char *key, double v) {
+    if (!isfinite(v)) {
+        cJSON_AddNullToObject(j, key);
+        return;
+    }
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    cJSON_AddItemToObject(j, key, cJSON_CreateRaw(buf));
+}
+
+static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
+    cJSON *j = cJSON_CreateObject();
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
+    cJSON_AddNumberToObject(j, "step", (double)s->step);
+    cJSON_AddNumberToObject(j, "applied", (double)s->applied);
+    cJSON_AddNumberToObject(j, "sched_t", (double)s->sched_t);
+    cJSON_AddNumberToObject(j, "skipped_steps", (double)s->skipped_steps);
+    cJSON_AddNumberToObject(j, "epoch", s->epoch);
+    cJSON_AddNumberToObject(j, "epoch_step", (double)s->epoch_step);
+    cJSON_AddNumberToObject(j, "samples_seen", (double)s->samples_seen);
+    cJSON_AddNumberToObject(j, "micro_step", (double)s->micro_step);
+    cJSON_AddStringToObject(j, "seed", seed); /* a string: u64 does not fit a JSON double */
+    add_exact(j, "loss_scale", s->loss_scale);
+    cJSON_AddNumberToObject(j, "scaler_good_steps", (double)s->scaler_good_steps);
+    cJSON_AddNumberToObject(j, "scaler_hysteresis", s->scaler_hysteresis);
+    add_exact(j, "best_value", s->best_value);
+    cJSON_AddNumberToObject(j, "best_step", (double)s->best_step);
+    add_exact(j, "es_best", s->es_best);
+    cJSON_AddNumberToObject(j, "es_bad_evals", s->es_bad_evals);
+    cJSON_AddNumberToObject(j, "es_best_step", (double)s->es_best_step);
+    add_exact(j, "train_loss", s->train_loss);
+    add_exact(j, "epoch_loss_sum", s->epoch_loss_sum);
+    cJSON_AddNumberToObject(j, "epoch_loss_n", (double)s->epoch_loss_n);
+    cJSON_AddNumberToObject(j, "last_eval_step", (double)s->last_eval_step);
+    cJSON_AddStringToObject(j, "optimizer", t->optimizer);
+    cJSON_AddStringToObject(j, "config_hash", s->config_hash);
+    cJSON_AddStringToObject(j, "ctrain_version", s->version[0] ? s->version : CT_VERSION);
+    return j;
+}
+
+static int state_long(const cJSON *j, const char *key, long *out, const char *file, ct_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+        fabs(v->valuedouble) > 9007199254740992.0)
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s\": expected an integer", file, key);
+    *out = (long)v->valuedouble;
+    return CT_OK;
+}
+
+static int state_double(const cJSON *j, const char *key, double *out, const char *file,
+                        ct_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (cJSON_IsNull(v)) { *out = NAN; return CT_OK; }
+    if (!cJSON_IsNumber(v))
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s\": expected a number or null", file, key);
+    *out = v->valuedouble;
+    return CT_OK;
+}
+
+static int state_string(const cJSON *j, const char *key, char *out, size_t n, const char *file,
+                        ct_err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= n)
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s\": expected a string of at most %zu bytes",
+                       file, key, n - 1);
+    snprintf(out, n, "%s", v->valuestring);
+    return CT_OK;
+}
+
+static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, ct_err *err) {
+    if (!cJSON_IsObject(j)) return ct_errf(err, CT_ERR_DATA, "%s: not a JSON object", file);
+    ct_ckpt_state_init(s);
+    struct { const char *key; long *dst; } longs[] = {
+        {"step", &s->step}, {"applied", &s->applied}, {"sched_t", &s->sched_t},
+        {"skipped_steps", &s->skipped_steps}, {"epoch_step", &s->epoch_step},
+        {"samples_seen", &s->samples_seen}, {"micro_step", &s->micro_step},
+        {"scaler_good_steps", &s->scaler_good_steps}, {"best_step", &s->best_step},
+        {"epoch_loss_n", &s->epoch_loss_n}, {"last_eval_step", &s->last_eval_step}};
+    for (int i = 0; i < CT_ARRAY_LEN(longs); i++) {
+        int rc = state_long(j, longs[i].key, longs[i].dst, file, err);
+        if (rc) return rc;
+    }
+    long epoch, hyst, bad;
+    char seed[32];
+    int rc = state_long(j, "epoch", &epoch, file, err);
+    if (!rc) rc = state_long(j, "scaler_hysteresis", &hyst, file, err);
+    if (!rc) rc = state_long(j, "es_bad_evals", &bad, file, err);
+    /* Added after the first checkpoints were written: optional. */
+    if (!rc && cJSON_GetObjectItemCaseSensitive(j, "es_best_step"))
+        rc = state_long(j, "es_best_step", &s->es_best_step, file, err);
+    if (!rc) rc = state_double(j, "loss_scale", &s->loss_scale, file, err);
+    if (!rc) rc = state_double(j, "best_value", &s->best_value, file, err);
+    if (!rc) rc = state_double(j, "es_best", &s->es_best, file, err);
+    if (!rc) rc = state_double(j, "train_loss", &s->train_loss, file, err);
+    if (!rc) rc = state_double(j, "epoch_loss_sum", &s->epoch_loss_sum, file, err);
+    if (!rc) rc = state_string(j, "seed", seed, sizeof seed, file, err);
+    if (!rc) rc = state_string(j, "config_hash", s->config_hash, sizeof s->config_hash, file, err);
+    if (!rc) rc = state_string(j, "ctrain_version", s->version, sizeof s->version, file, err);
+    if (rc) return rc;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long sv = strtoull(seed, &end, 10);
+    if (errno || !seed[0] || *end || seed[0] == '-')
+        return ct_errf(err, CT_ERR_DATA, "%s: \"seed\": expected a decimal u64 string", file);
+    if (s->step < 0 || epoch < 0 || epoch > 1000000000L || s->epoch_step < 0 || hyst < 0 ||
+        hyst > 1000000000L || bad < 0 || bad > 1000000000L)
+        return ct_errf(err, CT_ERR_DATA, "%s: negative or out-of-range counter", file);
+    s->seed = sv;
+    s->epoch = (int)epoch;
+    s->scaler_hysteresis = (int)hyst;
+    s->es_bad_evals = (int)bad;
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------- writing a directory */
+
+static int fault(const ct_ckpt_save_opts *o, const char *stage, ct_err *err) {
+    if (o && o->fault && o->fault(o->fault_ctx, stage))
+        return ct_errf(err, CT_ERR_RUNTIME, "checkpoint save aborted after %s (fault injected)",
+                       stage);
+    return CT_OK;
+}
+
+static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *tag, ct_err *err) {
+    ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
+    for (int i = 0; i < t->n_views; i++) {
+        const ct_param_view *v = &t->views[i];
+        if (!view_in_bounds(t, v)) {
+            free(e);
+            return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
+                           v->name);
+        }
+        e[i] = (ct_st_entry){.name = v->name, .dtype = CT_F32, .shape = v->shape,
+                             .data = view_data(t, v)};
+    }
+    const char *mk[] = {"format", "ctrain_version", "tag"};
+    const char *mv[] = {"pt", CT_VERSION, tag};
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, CKPT_MODEL, err);
+    if (!rc) rc = ct_st_write(path, e, t->n_views, mk, mv, 3, err);
+    free(e);
+    return rc;
+}
+
+static void slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
+    buf[0] = 0;
+    for (int s = 0; s < t->n_slots; s++)
+        snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", s ? "," : "", t->slot_name[s]);
+}
+
+static int write_optim(const char *dir, const ct_ckpt_tensors *t, ct_err *err) {
+    int cap = t->n_views * (t->n_slots ? t->n_slots : 1) + 1, n = 0;
+    ct_st_entry *e = ct_xcalloc((size_t)cap, sizeof *e);
+    char (*names)[160] = ct_xcalloc((size_t)cap, sizeof *names);
+    for (int i = 0; i < t->n_views; i++) {
+        const ct_param_view *v = &t->views[i];
+        if (!v->trainable) continue;
+        for (int s = 0; s < t->n_slots; s++, n++) {
+            snprintf(names[n], sizeof names[n], "%s.%s", v->name, t->slot_name[s]);
+            e[n] = (ct_st_entry){.name = names[n], .dtype = CT_F32, .shape = v->shape,
+                                 .data = t->slot[s] + v->offset};
+        }
+    }
+    char slots[128];
+    slot_list(t, slots, sizeof slots);
+    const char *mk[] = {"optimizer", "slots", "ctrain_version"};
+    const char *mv[] = {t->optimizer, slots, CT_VERSION};
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, CKPT_OPTIM, err);
+    if (!rc) rc = ct_st_write(path, e, n, mk, mv, 3, err);
+    free(names);
+    free(e);
+    return rc;
+}
+
+static int write_json(const char *dir, const char *name, const cJSON *j, ct_err *err) {
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, name, err);
+    if (rc) return rc;
+    char *text = j ? cJSON_Print(j) : NULL;
+    const char *body = text ? text : "null";
+    char *withnl = ct_xmalloc(strlen(body) + 2);
+    sprintf(withnl, "%s\n", body);
+    rc = ct_fs_write_sync(path, withnl, strlen(withnl), err);
+    free(withnl);
+    free(text);
+    return rc;
+}
+
+/* The marker lists every file with its size, so a truncated file is caught before parsing. */
+static int write_marker(const char *dir, const char *tag, ct_err *err) {
+    static const char *files[] = {CKPT_MODEL, CKPT_OPTIM, CKPT_STATE, CKPT_CONFIG};
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "tag", tag);
+    cJSON *f = cJSON_AddObjectToObject(j, "files");
+    int rc = CT_OK;
+    for (int i = 0; i < CT_ARRAY_LEN(files) && !rc; i++) {
+        char path[CKPT_PATH];
+        struct stat st;
+        rc = ct_fs_join(path, sizeof path, dir, files[i], err);
+        if (!rc && stat(path, &st) != 0)
+            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
+        if (!rc) cJSON_AddNumberToObject(f, files[i], (double)st.st_size);
+    }
+    if (!rc) rc = write_json(dir, CT_CKPT_MARKER, j, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_state *s,
+                     const cJSON *config, const char *tag, const ct_ckpt_save_opts *o,
+                     ct_err *err) {
+    int rc = write_model(dir, t, tag, err);
+    if (!rc) rc = fault(o, CKPT_MODEL, err);
+    if (!rc) rc = write_optim(dir, t, err);
+    if (!rc) rc = fault(o, CKPT_OPTIM, err);
+    if (!rc) {
+        cJSON *sj = state_to_json(s, t);
+        rc = write_json(dir, CKPT_STATE, sj, err);
+        cJSON_Delete(sj);
+    }
+    if (!rc) rc = fault(o, CKPT_STATE, err);
+    if (!rc) rc = write_json(dir, CKPT_CONFIG, config, err);
+    if (!rc) rc = fault(o, CKPT_CONFIG, err);
+    if (!rc) rc = write_marker(dir, tag, err);
+    if (!rc) rc = fault(o, CT_CKPT_MARKER, err);
+    if (!rc) rc = ct_fs_sync_dir(dir, err);
+    return rc;
+}
+
+/* A stale ".tmp-<name>-<pid>" or ".old-<name>-<pid>" whose <name> is missing: a save died between
+ * moving the old checkpoint aside and renaming the new one into place. Put a complete one back
+ * instead of deleting the only copy. Returns true when it was moved into place. */
+static bool recover_stale(const char *save_dir, const char *nm) {
+    const char *start = nm + 5, *dash = strrchr(nm, '-');
+    if (!dash || dash <= start) return false;
+    char name[256], final[CKPT_PATH], path[CKPT_PATH];
+    snprintf(name, sizeof name, "%.*s", (int)(dash - start), start);
+    if (snprintf(final, sizeof final, "%s/%s", save_dir, name) >= (int)sizeof final ||
+        snprintf(path, sizeof path, "%s/%s", save_dir, nm) >= (int)sizeof path)
+        return false;
+    if (ct_fs_exists(final) || !ct_ckpt_is_complete(path) || rename(path, final) != 0) return false;
+    ct_fs_sync_dir(save_dir, NULL);
+    return true;
+}
+
+/* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*" with a pid that is ours or
+ * no longer running) are removed before a new save, after recover_stale() had its chance: the new
+ * copy (".tmp-") first, then the one moved aside (".old-"). */
+static void remove_stale(const char *save_dir) {
+    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-"};
+    for (int pass = 0; pass < CT_ARRAY_LEN(passes); pass++) {
+        DIR *d = opendir(save_dir);
+        if (!d) return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            const char *nm = de->d_name;
+            if (strncmp(nm, passes[pass], strlen(passes[pass])) != 0) continue;
+            const char *dash = strrchr(nm, '-');
+            long pid = dash ? strtol(dash + 1, NULL, 10) : 0;
+            if (pid <= 0 || (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
+                continue;
+            if (pass < 2 && recover_stale(save_dir, nm)) continue;
+            char path[CKPT_PATH];
+            if (snprintf(path, sizeof path, "%s/%s", save_dir, nm) < (int)sizeof path)
+                ct_fs_remove_tree(path);
+        }
+        closedir(d);
+    }
+}
+
+/* Rename tmp to <save_dir>/<name>, moving an existing one aside first (rename(2) cannot replace
+ * a non-empty directory), then fsync save_dir and drop the old one. */
+static int install_dir(const char *save_dir, const char *tmp, const char *name,
+                       const ct_ckpt_save_opts *o, ct_err *err) {
+    char final[CKPT_PATH], old[CKPT_PATH];
+    int rc = ct_fs_join(final, sizeof final, save_dir, name, err);
+    if (rc) return rc;
+    snprintf(old, sizeof old, "%s/.old-%s-%ld", save_dir, name, (long)getpid());
+    bool had_old = ct_fs_exists(final);
+    if (had_old && rename(final, old) != 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot move aside: %s", final, strerror(errno));
+    if (rename(tmp, final) != 0) {
+        rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot rename to %s: %s", tmp, final,
+                     strerror(errno));
+        if (had_old) rename(old, final); /* put the previous one back */
+        return rc;
+    }
+    rc = fault(o, "rename", err);
+    if (!rc) rc = ct_fs_sync_dir(save_dir, err);
+    if (!rc && had_old) ct_fs_remove_tree(old);
+    return rc;
+}
+
+/* global_step<N> with N all digits -> N, else -1. */
+static long tag_step(const char *name) {
+    if (strncmp(name, "global_step", 11) != 0 || !name[11]) return -1;
+    long v = 0;
+    for (const char *p = name + 11; *p; p++) {
+        if (*p < '0' || *p > '9' || v > 100000000000000L) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the global_step* directories in save_dir, newest first (caller frees). */
+static long *list_steps(const char *save_dir, int *n_out) {
+    int n = 0, cap = 16;
+    long *steps = ct_xmalloc(sizeof(long) * (size_t)cap);
+    DIR *d = opendir(save_dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        long s = tag_step(de->d_name);
+        if (s < 0) continue;
+        if (n == cap) steps = ct_xrealloc(steps, sizeof(long) * (size_t)(cap *= 2));
+        steps[n++] = s;
+    }
+    if (d) closedir(d);
+    qsort(steps, (size_t)n, sizeof(long), cmp_long_desc);
+    *n_out = n;
+    return steps;
+}
+
+/* Keep the new checkpoint and the keep_last - 1 newest older ones. Newer ones (from a run that
+ * was resumed from an earlier checkpoint) are left alone. */
+static void prune(const char *save_dir, long new_step, int keep_last) {
+    if (keep_last <= 0) return;
+    int n;
+    long *steps = list_steps(save_dir, &n);
+    int kept = 1;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] >= new_step) continue;
+        if (kept < keep_last) { kept++; continue; }
+        char path[CKPT_PATH];
+        snprintf(path, sizeof path, "%s/global_step%ld", save_dir, steps[i]);
+        ct_fs_remove_tree(path);
+    }
+    free(steps);
+}
+
+static int save_as(const char *save_dir, const char *name, const ct_ckpt_tensors *t,
+                   const ct_ckpt_state *s, const cJSON *config, const ct_ckpt_save_opts *o,
+                   ct_err *err) {
+    int rc = ct_fs_mkdirs(save_dir, err);
+    if (rc) return rc;
+    remove_stale(save_dir);
+    char tmp[CKPT_PATH];
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld", save_dir, name, (long)getpid()) >=
+        (int)sizeof tmp)
+        return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", save_dir);
+    ct_fs_remove_tree(tmp);
+    if (mkdir(tmp, 0755) != 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create directory: %s", tmp,
+                       strerror(errno));
+    rc = write_all(tmp, t, s, config, name, o, err);
+    if (!rc) rc = install_dir(save_dir, tmp, name, o, err);
+    /* A failed save (disk full, ...) frees its space; with a fault hook (tests) the leftovers
+     * stay, as after a real crash. */
+    if (rc && !(o && o->fault)) ct_fs_remove_tree(tmp);
+    return rc;
+}
+
+int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
+                 const cJSON *config, const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n,
+                 ct_err *err) {
+    char tag[64];
+    snprintf(tag, sizeof tag, "global_step%ld", state->step);
+    int rc = save_as(save_dir, tag, t, state, config, opts, err);
+    if (!rc && !(opts && opts->skip_latest)) {
+        rc = ct_fs_replace_file(save_dir, "latest", tag, strlen(tag), err);
+        if (!rc) rc = fault(opts, "latest", err);
+    }
+    if (rc) return rc;
+    prune(save_dir, state->step, opts ? opts->keep_last : 0);
+    if (out_dir) snprintf(out_dir, out_n, "%s/%s", save_dir, tag);
+    return CT_OK;
+}
+
+int ct_ckpt_save_best(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
+                      const cJSON *config, ct_err *err) {
+    return save_as(save_dir, "best", t, state, config, NULL, err);
+}
+
+/* ---------------------------------------------------------------- completeness and resolve */
+
+/* CT_OK when dir's marker lists files that exist with those sizes; CT_ERR_DATA saying why not. */
+static int check_marker(const char *dir, ct_err *err) {
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, CT_CKPT_MARKER, err);
+    if (rc) return rc;
+    char *text = ct_fs_read_small(path, 1 << 16, NULL);
+    if (!text)
+        return ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no readable %s marker)", dir,
+                       CT_CKPT_MARKER);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    if (!cJSON_IsObject(files) || !cJSON_GetObjectItemCaseSensitive(files, CKPT_MODEL))
+        rc = ct_errf(err, CT_ERR_DATA, "%s: marker is not valid", path);
+    for (const cJSON *f = rc ? NULL : files->child; f && !rc; f = f->next) {
+        char fp[CKPT_PATH];
+        struct stat st;
+        if (strchr(f->string, '/') || !cJSON_IsNumber(f) || f->valuedouble < 0) {
+            rc = ct_errf(err, CT_ERR_DATA, "%s: marker is not valid", path);
+        } else if (ct_fs_join(fp, sizeof fp, dir, f->string, err) != CT_OK ||
+                   stat(fp, &st) != 0) {
+            rc = ct_errf(err, CT_ERR_DATA, "%s: missing (listed in %s)", fp, CT_CKPT_MARKER);
+        } else if ((double)st.st_size != f->valuedouble) {
+            rc = ct_errf(err, CT_ERR_DATA, "%s: %lld bytes, the checkpoint wrote %.0f (truncated or "
+                         "modified)", fp, (long long)st.st_size, f->valuedouble);
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+bool ct_ckpt_is_complete(const char *dir) { return check_marker(dir, NULL) == CT_OK; }
+
+/* Newest complete global_step* in save_dir into out, or "" when none. */
+static void newest_complete(const char *save_dir, char *out, size_t n) {
+    int k;
+    long *steps = list_steps(save_dir, &k);
+    out[0] = 0;
+    for (int i = 0; i < k; i++) {
+        char path[CKPT_PATH];
+        snprintf(path, sizeof path, "%s/global_step%ld", save_dir, steps[i]);
+        if (ct_ckpt_is_complete(path)) {
+            snprintf(out, n, "%s", path);
+            break;
+        }
+    }
+    free(steps);
+}
+
+/* Through `latest`, falling back to the newest complete checkpoint. */
+static void resolve_save_dir(const char *save_dir, char *out, size_t n, ct_warnings *warn) {
+    char path[CKPT_PATH];
+    out[0] = 0;
+    snprintf(path, sizeof path, "%s/latest", save_dir);
+    char *tag = ct_fs_read_small(path, 255, NULL);
+    if (tag) {
+        tag[strcspn(tag, "\r\n")] = 0;
+        char dir[CKPT_PATH];
+        bool plain = tag[0] && !strchr(tag, '/') && strcmp(tag, ".") && strcmp(tag, "..");
+        if (plain && snprintf(dir, sizeof dir, "%s/%s", save_dir, tag) < (int)sizeof dir &&
+            ct_ckpt_is_complete(dir)) {
+            snprintf(out, n, "%s", dir);
+            free(tag);
+            return;
+        }
+    }
+    newest_complete(save_dir, out, n);
+    if (out[0] && warn)
+        ct_warnf(warn, "%s/latest %s; resuming from the newest complete checkpoint %s", save_dir,
+                 tag ? "names a missing or incomplete checkpoint" : "is missing", out);
+    free(tag);
+}
+
+int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
+                    ct_warnings *warn, ct_err *err) {
+    out[0] = 0;
+    if (strcmp(spec, "auto") == 0) {
+        if (save_dir && ct_fs_is_dir(save_dir)) resolve_save_dir(save_dir, out, n, warn);
+        return CT_OK;
+    }
+    if (!ct_fs_is_dir(spec))
+        return ct_errf(err, CT_ERR_DATA, "%s: no such checkpoint directory", spec);
+    /* A checkpoint directory itself (complete or not), or a save_dir holding several. */
+    char marker[CKPT_PATH], model[CKPT_PATH];
+    snprintf(marker, sizeof marker, "%s/%s", spec, CT_CKPT_MARKER);
+    snprintf(model, sizeof model, "%s/%s", spec, CKPT_MODEL);
+    const char *base = strrchr(spec, '/') ? strrchr(spec, '/') + 1 : spec;
+    if (ct_fs_exists(marker) || ct_fs_exists(model) || tag_step(base) >= 0) {
+        int rc = check_marker(spec, err);
+        if (rc) return rc;
+        snprintf(out, n, "%s", spec);
+        return CT_OK;
+    }
+    resolve_save_dir(spec, out, n, warn);
+    if (!out[0])
+        return ct_errf(err, CT_ERR_DATA, "%s: no complete checkpoint here (no %s marker, and no "
+                       "complete global_step* directory)", spec, CT_CKPT_MARKER);
+    return CT_OK;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* Appends one mismatch line; after 12 lines only counts. */
+typedef struct mismatch_list {
+    ct_err *err;
+    int n;
+    ct_warnings *warn;           /* when set, each line also becomes a warning */
+    const char *warn_prefix;
+} mismatch_list;
+
+static void mismatch(mismatch_list *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mismatch(mismatch_list *m, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (m->warn) ct_warnf(m->warn, "%s%s", m->warn_prefix, line);
+    if (m->n < 12 && m->err) ct_err_append(m->err, "  %s", line);
+    m->n++;
+}
+
+static bool view_named(const ct_ckpt_tensors *t, const char *name) {
+    for (int i = 0; i < t->n_views; i++)
+        if (strcmp(t->views[i].name, name) == 0) return true;
+    return false;
+}
+
+/* Match the model's views against a file's tensors. any_dtype: F16/BF16 accepted (init_from).
+ * Returns the number of views that match. */
+static int match_views(const ct_st_file *f, const ct_ckpt_tensors *t, bool any_dtype,
+                       mismatch_list *m, bool *ok) {
+    int matched = 0;
+    for (int i = 0; i < t->n_views; i++) {
+        const ct_param_view *v = &t->views[i];
+        const ct_st_tensor *x = ct_st_find(f, v->name);
+        char a[96], b[96];
+        if (!x) {
+            mismatch(m, "%s %s: in the model, not in %s", v->name, ct_shape_str(&v->shape, a, sizeof a),
+                     f->path);
+        } else if (!ct_shape_eq(&x->shape, &v->shape)) {
+            mismatch(m, "%s: %s in %s, %s in the model", v->name, ct_shape_str(&x->shape, a, sizeof a),
+                     f->path, ct_shape_str(&v->shape, b, sizeof b));
+        } else if (x->ct_dtype != CT_F32 &&
+                   !(any_dtype && (x->ct_dtype == CT_F16 || x->ct_dtype == CT_BF16))) {
+            mismatch(m, "%s: dtype %s in %s, expected F32%s", v->name, x->dtype, f->path,
+                     any_dtype ? ", F16 or BF16" : "");
+        } else {
+            matched++;
+            continue;
+        }
+        ok[i] = false;
+    }
+    for (int i = 0; i < f->n_tensors; i++)
+        if (!view_named(t, f->tensors[i].name))
+            mismatch(m, "%s: in %s, not in the model", f->tensors[i].name, f->path);
+    return matched;
+}
+
+static void copy_views(const ct_st_file *f, const ct_ckpt_tensors *t, const bool *ok) {
+    for (int i = 0; i < t->n_views; i++) {
+        if (ok && !ok[i]) continue;
+        const ct_param_view *v = &t->views[i];
+        ct_st_read_f32(ct_st_find(f, v->name), view_data(t, v), v->numel);
+    }
+}
+
+static int open_in(const char *dir, const char *name, ct_st_file **out, ct_err *err) {
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, name, err);
+    if (rc) return rc;
+    *out = ct_st_open(path, err);
+    return *out ? CT_OK : (err && err->code ? err->code : CT_ERR_DATA);
+}
+
+static int check_model(const ct_st_file *f, const ct_ckpt_tensors *t, const char *dir,
+                       ct_err *err) {
+    for (int i = 0; i < t->n_views; i++)
+        if (!view_in_bounds(t, &t->views[i]))
+            return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
+                           t->views[i].name);
+    ct_errf(err, CT_ERR_CONFIG, "checkpoint %s does not fit the model (changed layers?):", dir);
+    mismatch_list m = {.err = err};
+    bool *ok = ct_xcalloc((size_t)t->n_views + 1, 1);
+    match_views(f, t, false, &m, ok);
+    free(ok);
+    if (m.n > 12) ct_err_append(err, "  ... and %d more", m.n - 12);
+    if (m.n == 0 && err) *err = (ct_err){0};
+    return m.n ? CT_ERR_CONFIG : CT_OK;
+}
+
+/* Optimizer state: same slots as the current optimizer, one F32 tensor per trainable view. */
+static int check_optim(const ct_st_file *f, const ct_ckpt_tensors *t, const char *dir,
+                       ct_err *err) {
+    char want[128];
+    slot_list(t, want, sizeof want);
+    const char *have = ct_st_meta(f, "slots");
+    const char *opt = ct_st_meta(f, "optimizer");
+    if (!have || strcmp(have, want) != 0)
+        return ct_errf(err, CT_ERR_CONFIG,
+                       "checkpoint %s holds optimizer state of %s (%s); the config's optimizer %s "
+                       "needs %s. Resume with the same optimizer, or use model.init_from to start "
+                       "from the weights only.",
+                       dir, opt ? opt : "?", have ? (have[0] ? have : "no state") : "?",
+                       t->optimizer, want[0] ? want : "no state");
+    int expect = 0;
+    for (int i = 0; i < t->n_views; i++) {
+        const ct_param_view *v = &t->views[i];
+        if (!v->trainable) continue;
+        for (int s = 0; s < t->n_slots; s++, expect++) {
+            char name[200];
+            snprintf(name, sizeof name, "%s.%s", v->name, t->slot_name[s]);
+            const ct_st_tensor *x = ct_st_find(f, name);
+            if (!x || x->ct_dtype != CT_F32 || !ct_shape_eq(&x->shape, &v->shape))
+                return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" is %s", f->path, name,
+                               x ? "of the wrong dtype or shape" : "missing");
+        }
+    }
+    if (f->n_tensors != expect)
+        return ct_errf(err, CT_ERR_DATA, "%s: %d tensors, expected %d", f->path, f->n_tensors,
+                       expect);
+    return CT_OK;
+}
+
+static void copy_optim(const ct_st_file *f, const ct_ckpt_tensors *t) {
+    for (int i = 0; i < t->n_views; i++) {
+        const ct_param_view *v = &t->views[i];
+        if (!v->trainable) continue;
+        for (int s = 0; s < t->n_slots; s++) {
+            char name[200];
+            snprintf(name, sizeof name, "%s.%s", v->name, t->slot_name[s]);
+            ct_st_read_f32(ct_st_find(f, name), t->slot[s] + v->offset, v->numel);
+        }
+    }
+}
+
+static int read_json_file(const char *dir, const char *name, cJSON **out, ct_err *err) {
+    char path[CKPT_PATH];
+    int rc = ct_fs_join(path, sizeof path, dir, name, err);
+    if (rc) return rc;
+    char *text = ct_fs_read_small(path, 64u << 20, NULL);
+    if (!text) return ct_errf(err, CT_ERR_DATA, "%s: cannot read: %s", path, strerror(errno));
+    *out = cJSON_Parse(text);
+    free(text);
+    if (!*out) return ct_errf(err, CT_ERR_DATA, "%s: not valid JSON", path);
+    return CT_OK;
+}
+
+int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
+                 cJSON **config_out, ct_err *err) {
+    ct_st_file *model = NULL, *optim = NULL;
+    cJSON *sj = NULL;
+    ct_ckpt_state st;
+    int rc = check_marker(dir, err);
+    if (!rc && (what & CT_CKPT_LOAD_MODEL)) rc = open_in(dir, CKPT_MODEL, &model, err);
+    if (!rc && model) rc = check_model(model, t, dir, err);
+    if (!rc && (what & CT_CKPT_LOAD_OPTIM)) rc = open_in(dir, CKPT_OPTIM, &optim, err);
+    if (!rc && optim) rc = check_optim(optim, t, dir, err);
+    if (!rc && (what & CT_CKPT_LOAD_STATE)) {
+        char path[CKPT_PATH];
+        rc = read_json_file(dir, CKPT_STATE, &sj, err);
+        if (!rc) rc = ct_fs_join(path, sizeof path, dir, CKPT_STATE, err);
+        if (!rc) rc = state_from_json(sj, &st, path, err);
+    }
+    if (!rc && config_out) rc = read_json_file(dir, CKPT_CONFIG, config_out, err);
+    /* Everything validated: only now touch the caller's buffers. */
+    if (!rc && model) copy_views(model, t, NULL);
+    if (!rc && optim) copy_optim(optim, t);
+    if (!rc && sj && state) *state = st;
+    ct_st_close(model);
+    ct_st_close(optim);
+    cJSON_Delete(sj);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- init_from */
+
+int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, int *n_loaded,
+                      ct_warnings *warn, ct_err *err) {
+    if (n_loaded) *n_loaded = 0;
+    ct_st_file *f = ct_st_open(file, err);
+    if (!f) return err && err->code ? err->code : CT_ERR_DATA;
+    for (int i = 0; i < t->n_views; i++)
+        if (!view_in_bounds(t, &t->views[i])) {
+            ct_st_close(f);
+            return ct_errf(err, CT_ERR_RUNTIME, "init_from: view \"%s\" lies outside its buffer",
+                           t->views[i].name);
+        }
+    bool *ok = ct_xmalloc((size_t)t->n_views + 1);
+    memset(ok, 1, (size_t)t->n_views + 1);
+    ct_errf(err, CT_ERR_CONFIG, "model.init_from %s does not match the model%s:", file,
+            strict ? " (set \"init_strict\": false to load the matching tensors only)" : "");
+    mismatch_list m = {.err = err, .warn = strict ? NULL : warn,
+                       .warn_prefix = "model.init_from: "};
+    int matched = match_views(f, t, true, &m, ok);
+    if (m.n > 12) ct_err_append(err, "  ... and %d more", m.n - 12);
+    int rc = CT_OK;
+    if (strict && m.n) rc = CT_ERR_CONFIG;
+    else if (matched == 0 && t->n_views > 0) rc = CT_ERR_CONFIG;
+    if (!rc) {
+        copy_views(f, t, ok);
+        if (n_loaded) *n_loaded = matched;
+        if (err) *err = (ct_err){0};
+    }
+    free(ok);
+    ct_st_close(f);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- config diff */
+
+static void diff_line(char *buf, size_t n, const char *path, const cJSON *a, const cJSON *b) {
+    char *ta = a ? cJSON_PrintUnformatted(a) : NULL, *tb = b ? cJSON_PrintUnformatted(b) : NULL;
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, "%s%s: %.60s -> %.60s", len ? "\n" : "", path,
+             ta ? ta : "(absent)", tb ? tb : "(absent)");
+    free(ta);
+    free(tb);
+}
+
+static int diff_rec(const cJSON *a, const cJSON *b, const char *path, char *buf, size_t n) {
+    if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
+        int k = 0;
+        char sub[512];
+        for (const cJSON *x = a->child; x; x = x->next) {
+            snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", x->string);
+            k += diff_rec(x, cJSON_GetObjectItemCaseSensitive(b, x->string), sub, buf, n);
+        }
+        for (const cJSON *y = b->child; y; y = y->next)
+            if (!cJSON_GetObjectItemCaseSensitive(a, y->string)) {
+                snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", y->string);
+                diff_line(buf, n, sub, NULL, y);
+                k++;
+            }
+        return k;
+    }
+    if (a && b && cJSON_Compare(a, b, 1)) return 0;
+    diff_line(buf, n, path[0] ? path : "(root)", a, b);
+    return 1;
+}
+
+int ct_ckpt_config_diff(const cJSON *saved, const cJSON *current, char *buf, size_t n) {
+    if (n) buf[0] = 0;
+    return diff_rec(saved, current, "", buf, n);
+}

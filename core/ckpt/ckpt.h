@@ -1,0 +1,144 @@
+/* ckpt.h: checkpoint directories: save (crash-safe), resolve, load, best/, init_from.
+ *
+ * Layout (DeepSpeed's naming, safetensors content):
+ *   <save_dir>/latest                      the tag of the newest complete checkpoint, no newline
+ *   <save_dir>/global_step<N>/model.safetensors      fp32 master weights and buffers, named views
+ *   <save_dir>/global_step<N>/optimizer.safetensors  "<view>.exp_avg", "<view>.exp_avg_sq", ...
+ *   <save_dir>/global_step<N>/state.json   counters, loader position, scaler, scheduler, hashes
+ *   <save_dir>/global_step<N>/config.json  the resolved config of the run that saved it
+ *   <save_dir>/global_step<N>/COMPLETE     written last: {"tag", "files": {name: bytes}}
+ *   <save_dir>/best/                       the same files, for the best metric so far
+ * Protocol: files are written into <save_dir>/.tmp-<tag>-<pid>/ and fsynced, the marker last;
+ * the directory is fsynced and renamed into place; save_dir is fsynced; then latest is replaced
+ * by writing latest.tmp-<pid>, fsync, rename, fsync save_dir. Only after that are checkpoints
+ * beyond keep_last deleted. A directory without a valid COMPLETE is never loaded.
+ *
+ * Tensors are addressed through ct_ckpt_tensors: host pointers to the flat fp32 buffers and the
+ * graph's views. (A device backend copies to/from host staging buffers around save/load.) */
+#ifndef CT_CKPT_H
+#define CT_CKPT_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/util/common.h"
+#include "core/graph/graph.h"
+
+#define CT_CKPT_MARKER "COMPLETE"
+#define CT_CKPT_MAX_SLOTS 4
+
+struct ct_optim;
+
+/* Where the tensors of a run live (host memory). */
+typedef struct ct_ckpt_tensors {
+    const ct_param_view *views;  /* trainable views offset into params, others into buffers */
+    int n_views;
+    float *params;               /* [n_params] fp32 master weights */
+    float *buffers;              /* [n_buffers] running statistics (may be NULL when none) */
+    int64_t n_params, n_buffers;
+    /* Optimizer state, each [n_params] aligned with params: saved as "<view>.<slot name>" for
+     * every trainable view. */
+    int n_slots;
+    const char *slot_name[CT_CKPT_MAX_SLOTS]; /* "exp_avg", "exp_avg_sq", "momentum_buffer" */
+    float *slot[CT_CKPT_MAX_SLOTS];
+    char optimizer[32];          /* optimizer type, recorded and checked on load ("AdamW") */
+    bool owns_views;             /* views allocated by ct_ckpt_tensors_for */
+} ct_ckpt_tensors;
+
+/* Fill from a graph (all its views), an optimizer (params and state; may be NULL for eval, then
+ * params must be given) and the buffers. Free with ct_ckpt_tensors_free. */
+void ct_ckpt_tensors_for(const ct_graph *g, struct ct_optim *o, float *params, float *buffers,
+                         ct_ckpt_tensors *out);
+void ct_ckpt_tensors_free(ct_ckpt_tensors *t);
+
+/* Everything besides tensors that a resume restores. */
+typedef struct ct_ckpt_state {
+    long step;                   /* optimizer steps taken (applied + skipped): the tag number */
+    long applied;                /* applied updates (Adam bias correction) */
+    long sched_t;                /* scheduler last_batch_iteration */
+    long skipped_steps;          /* overflow-skipped steps */
+    int epoch;                   /* epoch in progress, 0-based */
+    long epoch_step;             /* loader position: optimizer steps done in this epoch (the
+                                  * epoch's permutation is a function of (seed, epoch); the next
+                                  * sample is order[epoch_step * train_batch_size]) */
+    double epoch_loss_sum;       /* running sum of step losses in this epoch (summary train_loss) */
+    long epoch_loss_n;           /* steps in that sum */
+    long last_eval_step;         /* step of the last eval (-1: none) */
+    long samples_seen;
+    long micro_step;             /* dropout RNG counter (ct_step_io.step) */
+    uint64_t seed;               /* train.seed of the run (all RNG streams derive from it) */
+    double loss_scale;           /* dynamic loss scaler: current scale (1 when not fp16) */
+    long scaler_good_steps;      /* steps since the last overflow */
+    int scaler_hysteresis;       /* remaining hysteresis */
+    double best_value;           /* best/: best value of train.best_metric so far (NAN: none) */
+    long best_step;              /* step of best_value (-1: none) */
+    double es_best;              /* early stopping: best value of its metric (NAN: none yet) */
+    int es_bad_evals;            /* early stopping: evals without improvement */
+    long es_best_step;           /* early stopping: step of es_best (-1: none; optional on load) */
+    double train_loss;           /* last reported train loss (NAN: none) */
+    char config_hash[17];        /* ct_ckpt_config_hash of the resolved config */
+    char version[32];            /* ctrain version that wrote it */
+} ct_ckpt_state;
+
+void ct_ckpt_state_init(ct_ckpt_state *s);
+
+/* FNV-1a 64 of the compact JSON text, as 16 hex digits. */
+void ct_ckpt_config_hash(const cJSON *resolved, char out[17]);
+
+typedef struct ct_ckpt_save_opts {
+    int keep_last;               /* keep this many global_step* (the new one included); 0 = all */
+    bool skip_latest;            /* do not update latest (best/ uses this) */
+    /* Test hook: called after each stage ("model.safetensors", "optimizer.safetensors",
+     * "state.json", "config.json", "COMPLETE", "rename", "latest"); non-zero aborts the save
+     * as if the process had died there (nothing is cleaned up). */
+    int (*fault)(void *ctx, const char *stage);
+    void *fault_ctx;
+} ct_ckpt_save_opts;
+
+/* Save <save_dir>/global_step<state->step> (save_dir is created when missing). config: the
+ * resolved config (may be NULL: config.json then holds null). out_dir (may be NULL) receives the
+ * checkpoint's path. Errors are CT_ERR_RUNTIME naming the path. */
+int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
+                 const cJSON *config, const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n,
+                 ct_err *err);
+
+/* Save the same content as <save_dir>/best, replacing the previous best atomically. */
+int ct_ckpt_save_best(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
+                      const cJSON *config, ct_err *err);
+
+/* Resolve what to load. spec: "auto" -> <save_dir>/latest, or when latest is missing or names
+ * an incomplete checkpoint, the newest complete global_step* (with a warning); none -> out = ""
+ * and CT_OK (start fresh). Otherwise spec is a checkpoint directory, or a save_dir holding
+ * `latest` (resolved through it). A given spec that holds no complete checkpoint is
+ * CT_ERR_DATA naming it. */
+int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
+                    ct_warnings *warn, ct_err *err);
+
+/* True when dir holds a marker whose listed files exist with the listed sizes. */
+bool ct_ckpt_is_complete(const char *dir);
+
+enum { CT_CKPT_LOAD_MODEL = 1, CT_CKPT_LOAD_OPTIM = 2, CT_CKPT_LOAD_STATE = 4,
+       CT_CKPT_LOAD_ALL = 7 };
+
+/* Load a complete checkpoint directory into t (and state, and *config_out when not NULL: the
+ * saved config, caller frees with cJSON_Delete). Everything is validated before anything is
+ * written into t: a tensor missing, extra or of another shape than the model's view is
+ * CT_ERR_CONFIG naming the tensor and both shapes; optimizer state for another optimizer is
+ * CT_ERR_CONFIG; a corrupt or truncated file is CT_ERR_DATA naming the file. */
+int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
+                 cJSON **config_out, ct_err *err);
+
+/* Differences between a saved and the current resolved config, one "path: old -> new" per
+ * line into buf (empty when equal); returns the number of differences. */
+int ct_ckpt_config_diff(const cJSON *saved, const cJSON *current, char *buf, size_t n);
+
+/* model.init_from: load weights by name from any safetensors file (F32, F16 or BF16) into the
+ * params/buffers of t. Mismatches (missing in the file, other shape, unusable dtype, unused in
+ * the model) are listed: strict -> CT_ERR_CONFIG listing them and nothing loaded; not strict ->
+ * matching tensors loaded, one warning per mismatch, CT_ERR_CONFIG only when nothing matches.
+ * n_loaded (may be NULL) receives the number of tensors loaded. Corrupt file: CT_ERR_DATA. */
+int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, int *n_loaded,
+                      ct_warnings *warn, ct_err *err);
+
+#endif

@@ -1,0 +1,198 @@
+/* config.h: DeepSpeed-style JSON -> typed, validated, fully resolved configuration.
+ *
+ * ct_config_load() reads the file (core/json.h: strict JSON + the Hjson forms of real DeepSpeed
+ * files), splices in --model/--data files and "model"/"data" given as paths, applies overrides
+ * (--set KEY=VALUE, dotted paths), checks every key (unknown keys: error inside ctrain's sections,
+ * zero_optimization, its offload blocks and the monitor sections; warning elsewhere, with a
+ * "did you mean"), resolves "auto", derives the batch triple with DeepSpeed's rule, and fills
+ * defaults. Every error names the file, the JSON path, the value and what was expected, and is
+ * CT_ERR_CONFIG. docs/config.md documents every key.
+ *
+ * The typed struct holds what the engine acts on. The "model" and "data" sections stay as cJSON
+ * (owned by the config) because the graph builder and the dataset readers validate their own
+ * fields; ct_config_where() gives them "FILE:LINE:COL" for messages. */
+#ifndef CT_CONFIG_H
+#define CT_CONFIG_H
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+
+#include "core/util/common.h"
+
+/* Micro-batch used when every batch key is "auto" or absent but at least one is "auto" (the value
+ * Hugging Face's per_device_train_batch_size defaults to). docs/config.md. */
+#define CT_CONFIG_DEFAULT_MICRO_BATCH 8
+
+/* Where a value came from, for messages ("train_batch_size was set in the file; micro ... --set"). */
+typedef enum { CT_SRC_DEFAULT = 0, CT_SRC_FILE, CT_SRC_OVERRIDE, CT_SRC_DERIVED, CT_SRC_AUTO } ct_source;
+
+typedef enum { CT_OPT_ADAM = 0, CT_OPT_ADAMW, CT_OPT_SGD, CT_OPT_LAMB } ct_opt_type;
+
+typedef struct ct_optimizer_cfg {
+    ct_opt_type type;
+    char type_name[32];     /* as written in the file ("AdamW") */
+    double lr;              /* 1e-3 (Adam/AdamW/Lamb); SGD requires it in torch, ctrain default 1e-2 */
+    double beta1, beta2;    /* 0.9, 0.999 */
+    double eps;             /* 1e-8 */
+    double weight_decay;    /* 0 */
+    bool adam_w_mode;       /* true: decoupled weight decay (DeepSpeed: "Adam" means AdamW by default) */
+    bool bias_correction;   /* true */
+    double momentum, dampening; /* SGD: 0, 0 */
+    bool nesterov;          /* SGD: false */
+    double max_coeff, min_coeff; /* Lamb trust-ratio clamp: 10.0, 0.01 */
+    bool eps_inside_sqrt;   /* Lamb: false */
+} ct_optimizer_cfg;
+
+typedef enum {
+    CT_SCHED_NONE = 0,
+    CT_SCHED_WARMUP_LR,
+    CT_SCHED_WARMUP_DECAY_LR,
+    CT_SCHED_WARMUP_COSINE_LR,
+    CT_SCHED_ONE_CYCLE,
+    CT_SCHED_LR_RANGE_TEST,
+} ct_sched_type;
+
+typedef enum { CT_WARMUP_LOG = 0, CT_WARMUP_LINEAR } ct_warmup_type;
+
+typedef struct ct_scheduler_cfg {
+    ct_sched_type type;
+    /* WarmupLR, WarmupDecayLR */
+    double warmup_min_lr, warmup_max_lr;
+    long warmup_num_steps;
+    ct_warmup_type warmup_type;
+    long total_num_steps;              /* WarmupDecayLR, WarmupCosineLR; -1 ("auto") = the run's
+                                          total optimizer steps, filled in by the trainer */
+    /* WarmupCosineLR */
+    double warmup_min_ratio, cos_min_ratio;
+    /* OneCycle */
+    double cycle_min_lr, cycle_max_lr, decay_lr_rate;
+    long cycle_first_step_size, cycle_second_step_size, decay_step_size;
+    bool cycle_momentum;
+    double cycle_min_mom, cycle_max_mom, decay_mom_rate;
+    /* LRRangeTest */
+    double lr_range_test_min_lr, lr_range_test_step_rate;
+    long lr_range_test_step_size;
+    bool lr_range_test_staircase;
+} ct_scheduler_cfg;
+
+typedef struct ct_fp16_cfg {
+    bool enabled;
+    double loss_scale;          /* 0 = dynamic */
+    int initial_scale_power;    /* 16 */
+    int loss_scale_window;      /* 1000 */
+    int hysteresis;             /* 2 */
+    bool consecutive_hysteresis;/* false */
+    double min_loss_scale;      /* 1 */
+    bool auto_cast;             /* false */
+} ct_fp16_cfg;
+
+typedef enum { CT_OFFLOAD_NONE = 0, CT_OFFLOAD_CPU, CT_OFFLOAD_NVME } ct_offload_device;
+
+typedef struct ct_offload_cfg {
+    ct_offload_device device;
+    bool pin_memory;
+    double ratio;               /* offload_optimizer only; 1.0 */
+} ct_offload_cfg;
+
+typedef struct ct_zero_cfg {
+    int stage;                  /* 0..3 */
+    ct_offload_cfg offload_optimizer, offload_param;
+    bool overlap_comm, contiguous_gradients, reduce_scatter;
+    double reduce_bucket_size, allgather_bucket_size;
+    double prefetch_bucket_size, param_persistence_threshold, max_live_parameters,
+        max_reuse_distance, sub_group_size;
+    bool gather_16bit_weights_on_model_save;
+} ct_zero_cfg;
+
+typedef struct ct_early_stop_cfg {
+    bool enabled;               /* true when the section is present */
+    char metric[32];            /* "eval_loss" */
+    bool mode_max;              /* mode "max" */
+    int patience;               /* 3 */
+    double min_delta;           /* 0 */
+} ct_early_stop_cfg;
+
+typedef struct ct_train_cfg {
+    int epochs;                 /* 5 */
+    long max_steps;             /* 0 = no limit */
+    long eval_interval;         /* 0 = each epoch */
+    uint64_t seed;              /* 42 */
+    char device[32];            /* "auto" | "cpu" | "cuda" | "cuda:N" */
+    char run_dir[1024];         /* resolved: "runs/<config name>" by default */
+    char save_dir[1024];        /* resolved: "<run_dir>/checkpoints" by default */
+    long save_interval;         /* 0 = only at the end */
+    int keep_last;              /* 3 */
+    char best_metric[32];       /* "eval_loss" */
+    ct_early_stop_cfg early_stopping;
+    int threads;                /* CPU worker threads; 0 = number of cores */
+    int cuda_graph;             /* CT_CUDA_GRAPH_AUTO (default), _OFF or _ON */
+} ct_train_cfg;
+
+/* train.cuda_graph: "auto" replays captured steps when the backend and model allow it. */
+enum { CT_CUDA_GRAPH_AUTO = -1, CT_CUDA_GRAPH_OFF = 0, CT_CUDA_GRAPH_ON = 1 };
+
+typedef struct ct_config {
+    char path[1024];            /* the config file as given */
+    char dir[1024];             /* its directory: relative data paths resolve against it */
+    char name[256];             /* file name without extension: default run name */
+
+    /* Batch triple after DeepSpeed's derivation; the sources say where each came from. */
+    long train_batch_size, micro_batch, grad_accum;
+    ct_source train_batch_src, micro_batch_src, grad_accum_src;
+    int world_size;
+
+    ct_optimizer_cfg optimizer;
+    ct_scheduler_cfg scheduler;
+    ct_fp16_cfg fp16;
+    bool bf16;
+    double gradient_clipping;   /* 0 = off (DeepSpeed's code default; its docs say 1.0) */
+    bool prescale_gradients;
+    double gradient_predivide_factor;
+    long steps_per_print;       /* 0 = DeepSpeed's null: ctrain prints per epoch / TTY progress */
+    bool wall_clock_breakdown, memory_breakdown;
+    ct_zero_cfg zero;
+    ct_train_cfg train;
+
+    /* ctrain sections kept as JSON; validated by their consumers. Owned by the config. */
+    const cJSON *model;         /* object */
+    const cJSON *data;          /* object */
+
+    cJSON *resolved;            /* the whole resolved config (defaults filled, "auto" resolved) */
+    struct ct_json_doc *doc;    /* the parsed file(s), for positions */
+    struct ct_json_doc *model_doc, *data_doc; /* when taken from other files */
+    cJSON *retired;             /* nodes replaced after parsing, kept alive so positions stay valid */
+} ct_config;
+
+/* Inputs of ct_config_load(): the file and what the command line adds. */
+typedef struct ct_config_opts {
+    const char *path;           /* config file */
+    const char *model_path;     /* --model FILE, or NULL */
+    const char *data_path;      /* --data FILE, or NULL */
+    const char *const *overrides; /* "KEY=VALUE" strings from --set, --KEY=VALUE and KEY=VALUE */
+    int n_overrides;
+    int world_size;             /* data-parallel ranks (1 unless launched by mpirun or given) */
+    bool has_gpu;               /* for "auto" precision: bf16 where supported, fp16 on other GPUs */
+    bool gpu_supports_bf16;
+} ct_config_opts;
+
+int ct_config_load(const ct_config_opts *opts, ct_config **out, ct_warnings *warn, ct_err *err);
+void ct_config_free(ct_config *cfg);
+
+/* The fully resolved config as pretty JSON (caller frees). */
+char *ct_config_to_json(const ct_config *cfg);
+
+/* "FILE:LINE:COL" of a node inside cfg->model or cfg->data (or the origin of an override). */
+const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n);
+
+/* Resolve a data path relative to the config file's directory unless absolute. */
+void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n);
+
+/* `ctrain config check FILE [--world-size N]`: load FILE (no overrides, no GPU assumed) and print
+ * a short summary to `out`: batch triple with sources, precision, optimizer, scheduler, ZeRO stage.
+ * Returns CT_OK or the load error (err filled; warnings in warn). */
+int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err);
+
+/* "file", "--set", "derived", "default", "auto": for messages. */
+const char *ct_source_name(ct_source s);
+
+#endif

@@ -1,0 +1,165 @@
+/* config_ds.c: DeepSpeed sections ctrain validates but does not act on (monitors, comms_logger,
+ * activation_checkpointing, flops_profiler, checkpoint, legacy curriculum_learning,
+ * progressive_layer_drop) and the features it refuses (amp, elasticity). Present sections are listed
+ * in the one "keys read but not used" warning. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/config/internal.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Monitors and other DeepSpeed sections ctrain validates but does not act on                  */
+
+static const ct_field tb_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("output_path"), CT_U_STR("job_name")};
+static const ct_field wandb_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("group"), CT_U_STR("team"),
+                                        CT_U_STR("project")};
+static const ct_field comet_fields[] = {
+    CT_U_BOOL("enabled"),        CT_U_INT("samples_log_interval", 0), CT_U_STR("project"),
+    CT_U_STR("workspace"),       CT_U_STR("api_key"),                 CT_U_STR("experiment_name"),
+    CT_U_STR("experiment_key"), CT_U_BOOL("online"),                  CT_U_STR("mode"),
+};
+static const ct_field comms_fields[] = {CT_U_BOOL("enabled"), CT_U_BOOL("verbose"), CT_U_BOOL("prof_all"),
+                                        CT_U_BOOL("debug"), CT_U_ANY("prof_ops")};
+static const ct_field ac_fields[] = {
+    CT_U_BOOL("partition_activations"), CT_U_BOOL("cpu_checkpointing"),
+    CT_U_BOOL("contiguous_memory_optimization"), CT_U_INT("number_checkpoints", 0),
+    CT_U_BOOL("synchronize_checkpoint_boundary"), CT_U_BOOL("profile"),
+};
+static const ct_field flops_fields[] = {
+    CT_U_BOOL("enabled"),         CT_U_NUM("recompute_fwd_factor"), CT_U_INT("profile_step", 0),
+    CT_U_INT("module_depth", -1), CT_U_INT("top_modules", 0),       CT_U_BOOL("detailed"),
+    CT_U_STR("output_file"),
+};
+static const ct_field ckpt_fields[] = {CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
+                                       CT_U_BOOL("use_node_local_storage"), CT_U_ANY("parallel_write")};
+
+#define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
+static const ct_section ds_sections[] = {
+    WHOLE("tensorboard", tb_fields, true),          WHOLE("csv_monitor", tb_fields, true),
+    WHOLE("wandb", wandb_fields, true),             WHOLE("comet", comet_fields, true),
+    WHOLE("comms_logger", comms_fields, true),      WHOLE("activation_checkpointing", ac_fields, false),
+    WHOLE("flops_profiler", flops_fields, false),   WHOLE("checkpoint", ckpt_fields, false),
+};
+
+/* Features whose "enabled": true changes what training means: refused rather than ignored. */
+static int refuse_enabled(ct_rd *r, const cJSON *root, const char *name, const char *what) {
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!ct_rd_given(sec)) return CT_OK;
+    char path[64], shown[128];
+    if (!cJSON_IsObject(sec))
+        return ct_rd_fail(r, sec, name, "expected an object, got %s", ct_rd_show(sec, shown, sizeof shown));
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(sec, "enabled");
+    snprintf(path, sizeof path, "%s.enabled", name);
+    double x = 0;
+    if (ct_rd_given(en)) {
+        int rc = ct_rd_value(r, en, path, CT_K_BOOL, 0, 1, false, &x);
+        if (rc) return rc;
+    }
+    if (x) return ct_rd_fail(r, en, path, "%s", what);
+    ct_rd_add_unused(r, name);
+    return CT_OK;
+}
+
+/* Legacy top-level curriculum_learning (reference §11.1): DeepSpeed's required keys, so a file
+ * DeepSpeed rejects is rejected here too. ctrain does not schedule sequence lengths yet. */
+static int read_curriculum(ct_rd *r, const cJSON *root) {
+    const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "curriculum_learning");
+    if (!ct_rd_given(cl)) return CT_OK;
+    char shown[128];
+    if (!cJSON_IsObject(cl))
+        return ct_rd_fail(r, cl, "curriculum_learning", "expected an object, got %s",
+                          ct_rd_show(cl, shown, sizeof shown));
+    ct_rd_add_unused(r, "curriculum_learning");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(cl, "enabled");
+    double x;
+    if (!en) return ct_rd_fail(r, cl, "curriculum_learning.enabled", "required when the section is present");
+    int rc = ct_rd_value(r, en, "curriculum_learning.enabled", CT_K_BOOL, 0, 1, false, &x);
+    if (rc || !x) return rc;
+    static const char *const req[] = {"curriculum_type", "min_difficulty", "max_difficulty", "schedule_type",
+                                      "schedule_config"};
+    for (int i = 0; i < CT_ARRAY_LEN(req); i++)
+        if (!ct_rd_given(cJSON_GetObjectItemCaseSensitive(cl, req[i]))) {
+            char p[64];
+            snprintf(p, sizeof p, "curriculum_learning.%s", req[i]);
+            return ct_rd_fail(r, cl, p, "required when curriculum learning is enabled");
+        }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cl, "min_difficulty");
+    if ((rc = ct_rd_value(r, v, "curriculum_learning.min_difficulty", CT_K_INT, 0, 9e15, false, &x))) return rc;
+    v = cJSON_GetObjectItemCaseSensitive(cl, "max_difficulty");
+    if ((rc = ct_rd_value(r, v, "curriculum_learning.max_difficulty", CT_K_INT, 0, 9e15, false, &x))) return rc;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(cl, "schedule_type");
+    static const char *const types[] = {"fixed_linear", "fixed_root", "fixed_discrete", "custom"};
+    int t = -1;
+    for (int i = 0; i < 4 && cJSON_IsString(st); i++)
+        if (!strcmp(st->valuestring, types[i])) t = i;
+    if (t < 0)
+        return ct_rd_fail(r, st, "curriculum_learning.schedule_type",
+                          "expected fixed_linear, fixed_root, fixed_discrete or custom, got %s",
+                          ct_rd_show(st, shown, sizeof shown));
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(cl, "schedule_config");
+    if (!cJSON_IsObject(sc))
+        return ct_rd_fail(r, sc, "curriculum_learning.schedule_config", "expected an object, got %s",
+                          ct_rd_show(sc, shown, sizeof shown));
+    const char *need[3] = {NULL, NULL, NULL};
+    if (t <= 1) need[0] = "total_curriculum_step", need[1] = "difficulty_step";
+    if (t == 1) need[2] = "root_degree";
+    if (t == 2) need[0] = "difficulty", need[1] = "max_step";
+    for (int i = 0; i < 3 && need[i]; i++) {
+        char p[96];
+        snprintf(p, sizeof p, "curriculum_learning.schedule_config.%s", need[i]);
+        v = cJSON_GetObjectItemCaseSensitive(sc, need[i]);
+        if (!ct_rd_given(v)) return ct_rd_fail(r, sc, p, "required by schedule_type %s", types[t]);
+        if (t <= 1 && (rc = ct_rd_value(r, v, p, CT_K_INT, 1, 9e15, false, &x))) return rc;
+        if (t <= 1 && i == 1 && (long)x % 8)
+            ct_rd_warn(r, v, p, "%g is not a multiple of 8 (tensor-core alignment)", x);
+    }
+    if (t == 2) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(sc, "difficulty");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(sc, "max_step");
+        if (!cJSON_IsArray(d) || !cJSON_IsArray(m) || cJSON_GetArraySize(d) == 0 ||
+            cJSON_GetArraySize(d) != cJSON_GetArraySize(m) + 1)
+            return ct_rd_fail(r, d, "curriculum_learning.schedule_config.difficulty",
+                              "expected a non-empty list one longer than max_step");
+    }
+    return CT_OK;
+}
+
+int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
+    for (int i = 0; i < CT_ARRAY_LEN(ds_sections); i++) {
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, ds_sections[i].name);
+        if (!sec) continue;
+        char dummy[1];
+        int rc = ct_rd_section(r, sec, ds_sections[i].name, &ds_sections[i], dummy);
+        if (rc) return rc;
+        ct_rd_add_unused(r, ds_sections[i].name);
+    }
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
+    const cJSON *tv = cJSON_IsObject(ck) ? cJSON_GetObjectItemCaseSensitive(ck, "tag_validation") : NULL;
+    if (ct_rd_given(tv) && cJSON_IsString(tv) && strcasecmp(tv->valuestring, "ignore") &&
+        strcasecmp(tv->valuestring, "warn") && strcasecmp(tv->valuestring, "fail"))
+        return ct_rd_fail(r, tv, "checkpoint.tag_validation", "expected \"Ignore\", \"Warn\" or \"Fail\", got \"%s\"",
+                          tv->valuestring);
+    const cJSON *cdt = cJSON_GetObjectItemCaseSensitive(root, "communication_data_type");
+    if (ct_rd_given(cdt) && cJSON_IsString(cdt) && strcasecmp(cdt->valuestring, "fp32") &&
+        strcasecmp(cdt->valuestring, "fp16") && strcasecmp(cdt->valuestring, "bf16"))
+        return ct_rd_fail(r, cdt, "communication_data_type", "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"",
+                          cdt->valuestring);
+    int rc = read_curriculum(r, root);
+    if (rc) return rc;
+    const cJSON *pld = cJSON_GetObjectItemCaseSensitive(root, "progressive_layer_drop");
+    if (ct_rd_given(pld)) {
+        if (!cJSON_IsObject(pld) || !cJSON_GetObjectItemCaseSensitive(pld, "enabled"))
+            return ct_rd_fail(r, pld, "progressive_layer_drop.enabled", "required when the section is present");
+        ct_rd_add_unused(r, "progressive_layer_drop");
+    }
+    rc = refuse_enabled(r, root, "amp", "NVIDIA Apex AMP is not implemented in ctrain; use \"fp16\" or \"bf16\"");
+    if (!rc)
+        rc = refuse_enabled(r, root, "elasticity",
+                            "elastic training is not implemented in ctrain; set the batch keys instead");
+    return rc;
+}
+

@@ -1,0 +1,132 @@
+/* config_impl.h: internals shared by core/config*.c (not a public header).
+ *
+ * Every section ctrain reads is described by a table of ct_field: key, accepted kind, where the
+ * value is stored in the typed struct, default and range. One generic reader (config_read.c) fills
+ * defaults, type-checks present keys, flags unknown keys with a suggestion, and collects keys that
+ * are valid DeepSpeed keys but not acted on by ctrain; one generic writer emits the resolved
+ * section for --print-config. Sections with extra rules (batch, optimizer, scheduler, precision,
+ * ZeRO) add a few lines of code around the tables in config_schema.c / config_batch.c. */
+#ifndef CT_CONFIG_IMPL_H
+#define CT_CONFIG_IMPL_H
+
+#include <stddef.h>
+
+#include "core/config/config.h"
+#include "core/util/json.h"
+
+/* What a key accepts. */
+typedef enum { CT_K_BOOL, CT_K_INT, CT_K_NUM, CT_K_STR, CT_K_ANY } ct_kind;
+/* How it is stored in the typed struct (CT_S_NONE: validated, then listed as "read but not used"). */
+typedef enum { CT_S_NONE, CT_S_CHECK, CT_S_BOOL, CT_S_INT, CT_S_LONG, CT_S_U64, CT_S_DBL, CT_S_STR } ct_store;
+/* CT_S_CHECK: validated only; the consumer reads the JSON itself (data section). */
+
+typedef struct ct_field {
+    const char *key;
+    const char *alias;  /* also accepted (e.g. the stage3_ prefix); giving both is an error */
+    ct_kind kind;
+    ct_store store;
+    size_t off;         /* offset in the section struct */
+    size_t cap;         /* CT_S_STR: buffer size */
+    double def, lo, hi; /* default and inclusive range (numbers), default (bools) */
+    const char *sdef;   /* CT_S_STR default */
+} ct_field;
+
+#define CT_F_BOOL(T, m, d) {#m, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL}
+#define CT_F_INT(T, m, d, lo, hi) {#m, NULL, CT_K_INT, CT_S_INT, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+#define CT_F_LONG(T, m, d, lo, hi) {#m, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+#define CT_F_NUM(T, m, d, lo, hi) {#m, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+/* An integer-valued key stored as double (bucket sizes can exceed int). */
+#define CT_F_INTD(T, m, d, alias) {#m, alias, CT_K_INT, CT_S_DBL, offsetof(T, m), 0, (d), 0, CT_BIG, NULL}
+#define CT_F_STR(T, m, d) {#m, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d)}
+/* Keys whose JSON name differs from the struct member. */
+#define CT_F_NUM_K(T, k, m, d, lo, hi) {k, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+#define CT_F_LONG_K(T, k, m, d, lo, hi) {k, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+#define CT_F_BOOL_K(T, k, m, d) {k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL}
+/* Valid DeepSpeed keys ctrain validates but does not act on. */
+#define CT_C_BOOL(k) {k, NULL, CT_K_BOOL, CT_S_CHECK, 0, 0, 0, 0, 1, NULL}
+#define CT_C_INT(k, lo) {k, NULL, CT_K_INT, CT_S_CHECK, 0, 0, 0, (lo), CT_BIG, NULL}
+#define CT_C_STR(k) {k, NULL, CT_K_STR, CT_S_CHECK, 0, 0, 0, 0, 0, NULL}
+#define CT_C_ANY(k) {k, NULL, CT_K_ANY, CT_S_CHECK, 0, 0, 0, 0, 0, NULL}
+#define CT_U_BOOL(k) {k, NULL, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL}
+#define CT_U_INT(k, lo) {k, NULL, CT_K_INT, CT_S_NONE, 0, 0, 0, (lo), CT_BIG, NULL}
+#define CT_U_INT_A(k, a) {k, a, CT_K_INT, CT_S_NONE, 0, 0, 0, 0, CT_BIG, NULL}
+#define CT_U_BOOL_A(k, a) {k, a, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL}
+#define CT_U_NUM(k) {k, NULL, CT_K_NUM, CT_S_NONE, 0, 0, 0, -1e308, 1e308, NULL}
+#define CT_U_STR(k) {k, NULL, CT_K_STR, CT_S_NONE, 0, 0, 0, 0, 0, NULL}
+#define CT_U_ANY(k) {k, NULL, CT_K_ANY, CT_S_NONE, 0, 0, 0, 0, 0, NULL}
+
+typedef struct ct_section {
+    const char *name;           /* for messages only */
+    const ct_field *fields;
+    int n_fields;
+    const char *const *custom;  /* keys read by the caller's own code (not unknown) */
+    int n_custom;
+    bool strict;                /* unknown key: error (else warning) */
+    bool lax;                   /* pydantic "lax" coercion: numeric strings, "yes"/"off" bools */
+    bool whole;                 /* the caller lists the whole section as unused, not its keys */
+} ct_section;
+
+/* Loader state shared by the config_*.c files. */
+typedef struct ct_rd {
+    ct_config *cfg;
+    const ct_config_opts *opts;
+    ct_warnings *warn;
+    ct_err *err;
+    char **unused;              /* "path.key" of keys read but not used, in reading order */
+    int n_unused, cap_unused;
+} ct_rd;
+
+/* --- config_read.c: generic reading --- */
+/* Fill dst with defaults, then read obj (may be NULL) at JSON path `path`. */
+int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst);
+/* The resolved section: every stored field's value, plus unused keys present in `in` verbatim. */
+cJSON *ct_rd_emit(const ct_section *sec, const void *src, const cJSON *in);
+/* Check one value against a kind and range. lax as in ct_section. *out gets the number (bools 0/1). */
+int ct_rd_value(ct_rd *r, const cJSON *v, const char *path, ct_kind kind, double lo, double hi, bool lax,
+                double *out);
+/* Unknown-key check only (for sections read by hand): keys in `known` are fine. */
+int ct_rd_keys(ct_rd *r, const cJSON *obj, const char *path, const char *const *known, int n, bool strict);
+/* "WHERE: PATH: message" into r->err; returns CT_ERR_CONFIG. */
+int ct_rd_fail(ct_rd *r, const cJSON *node, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void ct_rd_warn(ct_rd *r, const cJSON *node, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "expected ..., got <value>" helper text for a value (quoted strings, truncated). */
+const char *ct_rd_show(const cJSON *v, char *buf, size_t n);
+/* path + "." + key (or key alone at the top level). */
+const char *ct_rd_join(char *buf, size_t n, const char *path, const char *key);
+void ct_rd_add_unused(ct_rd *r, const char *path);
+bool ct_rd_is_auto(const cJSON *v);
+/* Where a value came from: file, --set (override origin) or absent (default). */
+ct_source ct_rd_source(const ct_rd *r, const cJSON *v);
+
+bool ct_rd_given(const cJSON *v); /* present and not null */
+
+#define CT_INF 1e308
+#define CT_BIG 9.007199254740992e15 /* 2^53: the largest integer a double holds exactly */
+
+/* --- the sections: each reads its part of the root, fills r->cfg, returns CT_OK or an error --- */
+int ct_rd_top(ct_rd *r, const cJSON *root);        /* config_schema.c: all below, in order */
+int ct_rd_optimizer(ct_rd *r, const cJSON *root);  /* config_optim.c */
+int ct_rd_scheduler(ct_rd *r, const cJSON *root);  /* config_optim.c (after the optimizer) */
+int ct_rd_zero(ct_rd *r, const cJSON *root);       /* config_zero.c */
+int ct_rd_ds_sections(ct_rd *r, const cJSON *root); /* config_ds.c */
+int ct_rd_model(ct_rd *r, const cJSON *root);      /* config_ctrain.c */
+int ct_rd_data(ct_rd *r, const cJSON *root);
+int ct_rd_train(ct_rd *r, const cJSON *root);
+/* Resolved sections for cfg->resolved (`in`: the section as given, for unused keys kept verbatim). */
+cJSON *ct_rd_emit_optimizer(const ct_optimizer_cfg *o, const cJSON *in);
+cJSON *ct_rd_emit_scheduler(const ct_scheduler_cfg *s, const cJSON *in);
+cJSON *ct_rd_emit_zero(const ct_zero_cfg *z, const cJSON *in);
+cJSON *ct_rd_emit_train(const ct_train_cfg *t);
+cJSON *ct_rd_resolved(ct_rd *r, const cJSON *root); /* cfg->resolved, after ct_rd_top and ct_rd_batch */
+/* --- config_batch.c --- */
+int ct_rd_batch(ct_rd *r, const cJSON *root);
+/* --- config_override.c --- */
+int ct_cfg_apply_overrides(ct_rd *r, cJSON *root);
+/* Replace "model"/"data" given as file paths (or by --model/--data when use_opts) with the files'
+ * objects. Run before the overrides (so --set model.x reaches the file's section) and again after
+ * them without use_opts (so --set model=FILE works). */
+int ct_cfg_splice_sections(ct_rd *r, cJSON *root, bool use_opts);
+
+#endif

@@ -1,0 +1,362 @@
+/* config_read.c: the table-driven section reader shared by every config section.
+ *
+ * Type rules: integers must be integral (5e8 is fine, 1500.5 is not), booleans are true/false or
+ * 0/1, null means "use the default", "auto" in a non-string key means "use ctrain's default"
+ * (callers give "auto" a finer meaning where DeepSpeed's integrations do). Sections that DeepSpeed
+ * validates with pydantic additionally take pydantic's "lax" forms: numeric strings ("500") and
+ * boolean words ("yes", "off"). */
+#include <ctype.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/config/internal.h"
+
+
+const char *ct_rd_join(char *buf, size_t n, const char *path, const char *key) {
+    if (!path || !*path)
+        snprintf(buf, n, "%s", key);
+    else
+        snprintf(buf, n, "%s.%s", path, key);
+    return buf;
+}
+
+const char *ct_rd_show(const cJSON *v, char *buf, size_t n) {
+    if (!v) {
+        snprintf(buf, n, "nothing");
+        return buf;
+    }
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s) {
+        snprintf(buf, n, "a value");
+        return buf;
+    }
+    size_t len = strlen(s);
+    if (len + 1 > n && n > 4) {
+        memcpy(buf, s, n - 4);
+        strcpy(buf + n - 4, "...");
+    } else {
+        snprintf(buf, n, "%s", s);
+    }
+    free(s);
+    return buf;
+}
+
+bool ct_rd_given(const cJSON *v) { return v && !cJSON_IsNull(v); }
+
+bool ct_rd_is_auto(const cJSON *v) {
+    return v && cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0;
+}
+
+ct_source ct_rd_source(const ct_rd *r, const cJSON *v) {
+    if (!v || cJSON_IsNull(v)) return CT_SRC_DEFAULT;
+    if (r->cfg->doc && ct_json_origin(r->cfg->doc, v)) return CT_SRC_OVERRIDE;
+    return CT_SRC_FILE;
+}
+
+/* "FILE:LINE:COL: PATH: " or, for a value set by an override, "FILE: --set PATH: ". */
+static void vformat(ct_rd *r, char *out, size_t n, const cJSON *node, const char *path, const char *fmt,
+                    va_list ap) {
+    char where[1200];
+    const char *origin = node && r->cfg->doc ? ct_json_origin(r->cfg->doc, node) : NULL;
+    int k;
+    if (origin && strncmp(origin, "--set ", 6) == 0) {
+        bool same = path && strcmp(origin + 6, path) == 0;
+        k = path && *path && !same ? snprintf(out, n, "%s: %s: %s: ", r->cfg->path, origin, path)
+                                   : snprintf(out, n, "%s: %s: ", r->cfg->path, origin);
+    } else {
+        ct_config_where(r->cfg, node, where, sizeof where);
+        k = path && *path ? snprintf(out, n, "%s: %s: ", where, path) : snprintf(out, n, "%s: ", where);
+    }
+    if (k < 0) k = 0;
+    if ((size_t)k < n) vsnprintf(out + k, n - (size_t)k, fmt, ap);
+}
+
+int ct_rd_fail(ct_rd *r, const cJSON *node, const char *path, const char *fmt, ...) {
+    char msg[CT_ERR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vformat(r, msg, sizeof msg, node, path, fmt, ap);
+    va_end(ap);
+    return ct_errf(r->err, CT_ERR_CONFIG, "%s", msg);
+}
+
+void ct_rd_warn(ct_rd *r, const cJSON *node, const char *path, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vformat(r, msg, sizeof msg, node, path, fmt, ap);
+    va_end(ap);
+    ct_warnf(r->warn, "%s", msg);
+}
+
+void ct_rd_add_unused(ct_rd *r, const char *path) {
+    for (int i = 0; i < r->n_unused; i++)
+        if (strcmp(r->unused[i], path) == 0) return;
+    if (r->n_unused == r->cap_unused) {
+        r->cap_unused = r->cap_unused ? 2 * r->cap_unused : 16;
+        r->unused = ct_xrealloc(r->unused, (size_t)r->cap_unused * sizeof *r->unused);
+    }
+    r->unused[r->n_unused++] = ct_xstrdup(path);
+}
+
+/* "an integer 0..3", "a number >= 0", ... */
+static const char *describe(ct_kind kind, double lo, double hi, char *buf, size_t n) {
+    const char *what = kind == CT_K_INT ? "an integer" : "a number";
+    bool has_lo = lo > -1e307, has_hi = hi < (kind == CT_K_INT ? 2147483647.0 : 1e307);
+    if (kind == CT_K_NUM && lo == DBL_MIN)
+        snprintf(buf, n, "%s > 0", what);
+    else if (has_lo && has_hi)
+        snprintf(buf, n, kind == CT_K_INT ? "%s %.17g..%.17g" : "%s in [%.17g, %.17g]", what, lo, hi);
+    else if (has_lo)
+        snprintf(buf, n, "%s >= %.17g", what, lo);
+    else if (has_hi)
+        snprintf(buf, n, "%s <= %.17g", what, hi);
+    else
+        snprintf(buf, n, "%s", what);
+    return buf;
+}
+
+/* pydantic's lax bool words. Returns 0/1, or -1 when the string is not one of them. */
+static int lax_bool(const char *s) {
+    static const char *const no[] = {"0", "off", "f", "false", "n", "no"};
+    static const char *const yes[] = {"1", "on", "t", "true", "y", "yes"};
+    for (int i = 0; i < CT_ARRAY_LEN(no); i++)
+        if (strcasecmp(s, no[i]) == 0) return 0;
+    for (int i = 0; i < CT_ARRAY_LEN(yes); i++)
+        if (strcasecmp(s, yes[i]) == 0) return 1;
+    return -1;
+}
+
+/* A numeric string as pydantic's lax mode reads it: integers only for int fields. */
+static bool lax_number(const char *s, ct_kind kind, double *out) {
+    while (isspace((unsigned char)*s)) s++;
+    if (!*s) return false;
+    char *end = NULL;
+    double x;
+    if (kind == CT_K_INT) {
+        long long v = strtoll(s, &end, 10);
+        x = (double)v;
+    } else {
+        x = strtod(s, &end);
+    }
+    while (end && isspace((unsigned char)*end)) end++;
+    if (!end || *end || !isfinite(x)) return false;
+    *out = x;
+    return true;
+}
+
+int ct_rd_value(ct_rd *r, const cJSON *v, const char *path, ct_kind kind, double lo, double hi, bool lax,
+                double *out) {
+    char shown[128], desc[96];
+    *out = 0;
+    switch (kind) {
+    case CT_K_ANY:
+        return CT_OK;
+    case CT_K_STR:
+        if (cJSON_IsString(v)) return CT_OK;
+        return ct_rd_fail(r, v, path, "expected a string, got %s", ct_rd_show(v, shown, sizeof shown));
+    case CT_K_BOOL:
+        if (cJSON_IsBool(v)) {
+            *out = cJSON_IsTrue(v) ? 1 : 0;
+            return CT_OK;
+        }
+        if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) {
+            *out = v->valuedouble;
+            return CT_OK;
+        }
+        if (lax && cJSON_IsString(v) && lax_bool(v->valuestring) >= 0) {
+            *out = lax_bool(v->valuestring);
+            return CT_OK;
+        }
+        return ct_rd_fail(r, v, path, "expected true or false, got %s", ct_rd_show(v, shown, sizeof shown));
+    case CT_K_INT:
+    case CT_K_NUM: {
+        double x = 0;
+        bool ok = false;
+        if (cJSON_IsNumber(v)) {
+            x = v->valuedouble;
+            ok = isfinite(x);
+        } else if (lax && cJSON_IsString(v)) {
+            ok = lax_number(v->valuestring, kind, &x);
+        }
+        if (ok && kind == CT_K_INT) ok = x == floor(x) && fabs(x) <= CT_BIG;
+        if (!ok || x < lo || x > hi) {
+            const char *extra = "";
+            if (cJSON_IsNumber(v) && kind == CT_K_INT && isfinite(v->valuedouble) &&
+                v->valuedouble != floor(v->valuedouble))
+                extra = " (a number with a fractional part)";
+            return ct_rd_fail(r, v, path, "expected %s, got %s%s", describe(kind, lo, hi, desc, sizeof desc),
+                              ct_rd_show(v, shown, sizeof shown), extra);
+        }
+        *out = x;
+        return CT_OK;
+    }
+    }
+    return CT_OK;
+}
+
+static const ct_field *find_field(const ct_section *sec, const char *key, const char **other) {
+    for (int i = 0; i < sec->n_fields; i++) {
+        const ct_field *f = &sec->fields[i];
+        if (strcmp(f->key, key) == 0) {
+            *other = f->alias;
+            return f;
+        }
+        if (f->alias && strcmp(f->alias, key) == 0) {
+            *other = f->key;
+            return f;
+        }
+    }
+    return NULL;
+}
+
+static bool in_list(const char *key, const char *const *list, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(key, list[i]) == 0) return true;
+    return false;
+}
+
+/* Report an unknown key with the closest known one. */
+static int unknown_key(ct_rd *r, const cJSON *m, const char *path, const char *const *cands, int n,
+                       bool strict) {
+    char full[512], sug[512];
+    ct_rd_join(full, sizeof full, path, m->string);
+    const char *best = ct_suggest(m->string, cands, n);
+    if (best) ct_rd_join(sug, sizeof sug, path, best);
+    if (strict) {
+        if (best) return ct_rd_fail(r, m, full, "unknown key; did you mean %s?", sug);
+        ct_rd_fail(r, m, full, "unknown key");
+        if (n <= 16) {
+            char list[1024] = "";
+            for (int i = 0; i < n; i++) {
+                size_t len = strlen(list);
+                snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", cands[i]);
+            }
+            ct_err_append(r->err, "  %s takes: %s", path && *path ? path : "the top level", list);
+        }
+        return CT_ERR_CONFIG;
+    }
+    if (best)
+        ct_rd_warn(r, m, full, "unknown key (ignored); did you mean %s?", sug);
+    else
+        ct_rd_warn(r, m, full, "unknown key (ignored)");
+    return CT_OK;
+}
+
+/* Candidate names for suggestions: fields, aliases, custom keys (freed by the caller). */
+static const char **candidates(const ct_section *sec, int *n) {
+    const char **c = ct_xmalloc((size_t)(2 * sec->n_fields + sec->n_custom + 1) * sizeof *c);
+    int k = 0;
+    for (int i = 0; i < sec->n_fields; i++) {
+        c[k++] = sec->fields[i].key;
+        if (sec->fields[i].alias) c[k++] = sec->fields[i].alias;
+    }
+    for (int i = 0; i < sec->n_custom; i++) c[k++] = sec->custom[i];
+    *n = k;
+    return c;
+}
+
+int ct_rd_keys(ct_rd *r, const cJSON *obj, const char *path, const char *const *known, int n, bool strict) {
+    if (!obj || !cJSON_IsObject(obj)) return CT_OK;
+    for (const cJSON *m = obj->child; m; m = m->next) {
+        if (in_list(m->string, known, n)) continue;
+        int rc = unknown_key(r, m, path, known, n, strict);
+        if (rc) return rc;
+    }
+    return CT_OK;
+}
+
+static void store(const ct_field *f, void *dst, double x, const char *s) {
+    char *p = (char *)dst + f->off;
+    switch (f->store) {
+    case CT_S_NONE:
+    case CT_S_CHECK: break;
+    case CT_S_BOOL: *(bool *)p = x != 0; break;
+    case CT_S_U64: *(uint64_t *)p = (uint64_t)x; break;
+    case CT_S_INT: *(int *)p = (int)x; break;
+    case CT_S_LONG: *(long *)p = (long)x; break;
+    case CT_S_DBL: *(double *)p = x; break;
+    case CT_S_STR: snprintf(p, f->cap, "%s", s ? s : ""); break;
+    }
+}
+
+static int read_field(ct_rd *r, const ct_section *sec, const ct_field *f, const cJSON *v, const char *path,
+                      void *dst) {
+    if (cJSON_IsNull(v)) return CT_OK;
+    if (f->kind != CT_K_STR && ct_rd_is_auto(v)) return CT_OK; /* "auto": the default */
+    double x;
+    int rc = ct_rd_value(r, v, path, f->kind, f->lo, f->hi, sec->lax, &x);
+    if (rc) return rc;
+    if (f->kind == CT_K_STR && f->store == CT_S_STR && strlen(v->valuestring) >= f->cap)
+        return ct_rd_fail(r, v, path, "too long (at most %zu characters)", f->cap - 1);
+    store(f, dst, x, f->kind == CT_K_STR ? v->valuestring : NULL);
+    if (f->store == CT_S_NONE && !sec->whole) ct_rd_add_unused(r, path);
+    return CT_OK;
+}
+
+int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst) {
+    for (int i = 0; i < sec->n_fields; i++) store(&sec->fields[i], dst, sec->fields[i].def, sec->fields[i].sdef);
+    if (!obj || cJSON_IsNull(obj)) return CT_OK;
+    char shown[128], full[512];
+    if (!cJSON_IsObject(obj))
+        return ct_rd_fail(r, obj, path, "expected an object, got %s", ct_rd_show(obj, shown, sizeof shown));
+    int nc;
+    const char **cands = candidates(sec, &nc);
+    int rc = CT_OK;
+    for (const cJSON *m = obj->child; m && !rc; m = m->next) {
+        const char *other = NULL;
+        const ct_field *f = find_field(sec, m->string, &other);
+        ct_rd_join(full, sizeof full, path, m->string);
+        if (!f) {
+            if (!in_list(m->string, sec->custom, sec->n_custom))
+                rc = unknown_key(r, m, path, cands, nc, sec->strict);
+            continue;
+        }
+        const cJSON *twin = other ? cJSON_GetObjectItemCaseSensitive(obj, other) : NULL;
+        if (twin) {
+            char where[1200];
+            rc = ct_rd_fail(r, m, full, "given twice, also as %s.%s (%s); keep one", path, other,
+                            ct_config_where(r->cfg, twin, where, sizeof where));
+            break;
+        }
+        rc = read_field(r, sec, f, m, full, dst);
+    }
+    free(cands);
+    return rc;
+}
+
+static void emit_field(cJSON *out, const ct_field *f, const void *src) {
+    const char *p = (const char *)src + f->off;
+    switch (f->store) {
+    case CT_S_NONE:
+    case CT_S_CHECK: break;
+    case CT_S_BOOL: cJSON_AddBoolToObject(out, f->key, *(const bool *)p); break;
+    case CT_S_U64: cJSON_AddNumberToObject(out, f->key, (double)*(const uint64_t *)p); break;
+    case CT_S_INT: cJSON_AddNumberToObject(out, f->key, *(const int *)p); break;
+    case CT_S_LONG: cJSON_AddNumberToObject(out, f->key, (double)*(const long *)p); break;
+    case CT_S_DBL: cJSON_AddNumberToObject(out, f->key, *(const double *)p); break;
+    case CT_S_STR: cJSON_AddStringToObject(out, f->key, p); break;
+    }
+}
+
+cJSON *ct_rd_emit(const ct_section *sec, const void *src, const cJSON *in) {
+    cJSON *out = cJSON_CreateObject();
+    for (int i = 0; i < sec->n_fields; i++) {
+        const ct_field *f = &sec->fields[i];
+        if (f->store != CT_S_NONE && f->store != CT_S_CHECK) {
+            emit_field(out, f, src);
+            continue;
+        }
+        if (!in || !cJSON_IsObject(in)) continue;
+        const char *name = f->key;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, name);
+        if (!v && f->alias) v = cJSON_GetObjectItemCaseSensitive(in, name = f->alias);
+        if (v) cJSON_AddItemToObject(out, name, cJSON_Duplicate(v, 1));
+    }
+    return out;
+}

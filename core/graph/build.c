@@ -1,0 +1,406 @@
+/* graph_build.c: model config -> expanded layer list ("repeat" unrolled) with resolved inputs,
+ * inferred shapes and the loss; then graph_params.c lays out the parameter views and
+ * graph_memory.c the one backend allocation. Every error names the layer and is CT_ERR_CONFIG. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph/internal.h"
+
+#define MAX_REPEAT_DEPTH 8
+#define MODEL_INPUT_NAME "input"
+
+typedef struct builder {
+    const ct_config *cfg;
+    const cJSON *model;
+    ct_err *err;
+    ct_graph *g;
+    int cap;
+    ct_shape input;
+    ct_dtype input_dtype;
+} builder;
+
+static int model_errf(const builder *b, const cJSON *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int model_errf(const builder *b, const cJSON *node, const char *fmt, ...) {
+    char where[512], text[1600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    ct_model_where(b->cfg, node, where, sizeof where);
+    return ct_errf(b->err, CT_ERR_CONFIG, "%s%s%s", where, where[0] ? ": " : "", text);
+}
+
+/* Unknown keys are errors inside ctrain's sections, with the closest allowed key suggested. */
+int ct_graph_check_keys(const ct_config *cfg, const ct_layer *l, const cJSON *obj, const char *path,
+                        const char *const *allowed, int n_allowed, ct_err *err) {
+    for (const cJSON *k = obj->child; k; k = k->next) {
+        bool ok = false;
+        for (int i = 0; i < n_allowed && !ok; i++) ok = strcmp(k->string, allowed[i]) == 0;
+        if (ok) continue;
+        const char *near = ct_suggest(k->string, allowed, n_allowed);
+        char hint[160] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        if (l) return ct_layer_errf(l, err, k, "unknown field \"%s\"%s", k->string, hint);
+        char where[512];
+        ct_model_where(cfg, k, where, sizeof where);
+        return ct_errf(err, CT_ERR_CONFIG, "%s%s%s: unknown key \"%s\"%s", where, where[0] ? ": " : "",
+                       path, k->string, hint);
+    }
+    return CT_OK;
+}
+
+static const char *const common_fields[] = {"type", "name", "inputs", "init", "bias_init", "checkpoint"};
+
+static int check_layer_fields(const builder *b, const ct_layer *l) {
+    const char *allowed[32];
+    int n = 0;
+    for (int i = 0; i < CT_ARRAY_LEN(common_fields); i++) allowed[n++] = common_fields[i];
+    for (const char *const *f = l->type->fields; f && *f && n < 32; f++) allowed[n++] = *f;
+    return ct_graph_check_keys(b->cfg, l, l->node, NULL, allowed, n, b->err);
+}
+
+/* ---- names and inputs ---- */
+
+/* Index of the layer called `name` among the first `limit` layers, or -1. */
+static int find_node(const ct_graph *g, const char *name, int limit) {
+    for (int i = limit - 1; i >= 0; i--)
+        if (strcmp(g->nodes[i].l.name, name) == 0) return i;
+    return -1;
+}
+
+/* A name inside a repeat block means the layer of the same iteration first ("name" + ".2"), then
+ * the enclosing scopes outwards (".2.1" -> ".2" -> ""). */
+static int resolve_scoped(const ct_graph *g, const char *name, const char *suffix, int limit) {
+    char scope[96], full[256];
+    snprintf(scope, sizeof scope, "%s", suffix);
+    for (;;) {
+        snprintf(full, sizeof full, "%s%s", name, scope);
+        int i = find_node(g, full, limit);
+        if (i >= 0 || !scope[0]) return i;
+        *strrchr(scope, '.') = '\0';
+    }
+}
+
+/* Does any layer object under `arr` (recursively) have this "name"? For "defined later" errors. */
+static bool name_in_json(const cJSON *arr, const char *name) {
+    for (const cJSON *it = arr ? arr->child : NULL; it; it = it->next) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) return true;
+        if (name_in_json(cJSON_GetObjectItemCaseSensitive(it, "layers"), name)) return true;
+    }
+    return false;
+}
+
+static int unknown_input(const builder *b, const ct_layer *l, const cJSON *at, const char *ref,
+                         const char *suffix) {
+    const ct_graph *g = b->g;
+    char scoped[256];
+    snprintf(scoped, sizeof scoped, "%s%s", ref, suffix);
+    if (strcmp(ref, l->name) == 0 || strcmp(scoped, l->name) == 0)
+        return ct_layer_errf(l, b->err, at, "inputs: \"%s\" is this layer itself (a cycle); name an "
+                             "earlier layer", ref);
+    size_t len = strlen(ref);
+    for (int i = 0; i < l->index; i++)
+        if (strncmp(g->nodes[i].l.name, ref, len) == 0 && g->nodes[i].l.name[len] == '.')
+            return ct_layer_errf(l, b->err, at, "inputs: no layer named \"%s\" here: it is inside a "
+                                 "repeat block; name one iteration, e.g. \"%s\"", ref, g->nodes[i].l.name);
+    if (name_in_json(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), ref))
+        return ct_layer_errf(l, b->err, at, "inputs: \"%s\" is defined after this layer; layers run in "
+                             "order, so an input must come earlier (a forward reference or cycle)", ref);
+    const char **cands = ct_xmalloc(sizeof(char *) * (size_t)(g->n_nodes + 2));
+    int n = 0;
+    cands[n++] = "prev";
+    cands[n++] = MODEL_INPUT_NAME;
+    for (int i = 0; i < l->index; i++) cands[n++] = g->nodes[i].l.name;
+    const char *near = ct_suggest(ref, cands, n);
+    char hint[200] = "";
+    if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+    int rc = ct_layer_errf(l, b->err, at, "inputs: no layer named \"%s\" before this one%s", ref, hint);
+    free(cands);
+    return rc;
+}
+
+static int resolve_inputs(builder *b, ct_layer *l, const char *suffix) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l->node, "inputs");
+    int n = v ? (cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1) : 1;
+    if (n < 0) return ct_layer_errf(l, b->err, v, "inputs: expected an array of layer names, e.g. "
+                                    "[\"prev\"] or [\"block1\", \"skip\"]");
+    if (n < l->type->min_inputs || n > l->type->max_inputs) {
+        if (l->type->min_inputs == l->type->max_inputs)
+            return ct_layer_errf(l, b->err, v, "takes %d input, got %d", l->type->min_inputs, n);
+        return ct_layer_errf(l, b->err, v, "takes %d to %d inputs (name them in \"inputs\"), got %d",
+                             l->type->min_inputs, l->type->max_inputs, n);
+    }
+    l->n_in = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = v ? cJSON_GetArrayItem(v, i) : NULL;
+        const char *ref = e ? (cJSON_IsString(e) ? e->valuestring : NULL) : "prev";
+        if (!ref) return ct_layer_errf(l, b->err, e, "inputs[%d]: expected a layer name (string)", i);
+        int src;
+        if (strcmp(ref, "prev") == 0) src = l->index - 1;
+        else if (strcmp(ref, MODEL_INPUT_NAME) == 0) src = -1;
+        else if ((src = resolve_scoped(b->g, ref, suffix, l->index)) < 0) return unknown_input(b, l, e, ref, suffix);
+        l->in_from[i] = src;
+        if (src < 0) {
+            l->in[i] = b->input;
+            if (b->input_dtype == CT_I32) l->in_dtype = CT_I32;   /* any token input makes it so */
+            snprintf(l->in_name[i], sizeof l->in_name[i], "the model input");
+        } else {
+            l->in[i] = b->g->nodes[src].l.out;
+            snprintf(l->in_name[i], sizeof l->in_name[i], "\"%.96s\"", b->g->nodes[src].l.name);
+        }
+    }
+    return CT_OK;
+}
+
+/* ---- one layer ---- */
+
+static int check_output(builder *b, const ct_layer *l) {
+    char s[96];
+    for (int d = 0; d < l->out.ndim; d++)
+        if (l->out.d[d] < 1)
+            return ct_layer_errf(l, b->err, NULL, "output shape %s has a zero or negative dimension",
+                                 ct_shape_str(&l->out, s, sizeof s));
+    if (ct_shape_too_big(&l->out))
+        return ct_layer_errf(l, b->err, NULL, "output shape %s is too large (over 2^40 elements per sample)",
+                             ct_shape_str(&l->out, s, sizeof s));
+    return CT_OK;
+}
+
+static int add_layer(builder *b, const cJSON *node, const char *path, const char *suffix) {
+    ct_graph *g = b->g;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(node, "type");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(node, "name");
+    if (name && (!cJSON_IsString(name) || !name->valuestring[0]))
+        return model_errf(b, name, "%s: name: expected a non-empty string", path);
+    if (g->n_nodes == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 16;
+        g->nodes = ct_xrealloc(g->nodes, sizeof(ct_gnode) * (size_t)b->cap);
+    }
+    ct_gnode *gn = &g->nodes[g->n_nodes];
+    memset(gn, 0, sizeof *gn);
+    ct_layer *l = &gn->l;
+    l->index = g->n_nodes;
+    l->node = node;
+    l->cfg = b->cfg;
+    snprintf(l->path, sizeof l->path, "%s", path);
+    l->type = ct_layer_type_find(type->valuestring);
+    if (name) snprintf(l->name, sizeof l->name, "%s%s", name->valuestring, suffix);
+    else snprintf(l->name, sizeof l->name, "%s%d", type->valuestring, l->index);
+    if (!l->type) {
+        const char *const *names;
+        int n = ct_layer_type_names(&names);
+        const char *near = ct_suggest(type->valuestring, names, n);
+        char hint[160] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        return model_errf(b, type, "%s \"%s\": unknown layer type \"%s\"%s", path, l->name,
+                          type->valuestring, hint);
+    }
+    g->n_nodes++;   /* from here on the node is owned by the graph (freed with it) */
+    l->cfg_data = ct_xcalloc(1, l->type->cfg_size ? l->type->cfg_size : 1);
+    if (strcmp(l->name, "prev") == 0 || strcmp(l->name, MODEL_INPUT_NAME) == 0)
+        return ct_layer_errf(l, b->err, name, "name: \"%s\" is reserved for inputs; choose another",
+                             l->name);
+    int dup = find_node(g, l->name, l->index);
+    if (dup >= 0)
+        return ct_layer_errf(l, b->err, name, "duplicate name; %s already uses it",
+                             g->nodes[dup].l.path);
+    bool checkpoint;   /* read by the activation-checkpointing hooks; validated here */
+    int rc = check_layer_fields(b, l);
+    if (!rc) rc = ct_layer_bool(l, "checkpoint", false, &checkpoint, b->err);
+    if (!rc) rc = l->type->parse(l, b->err);
+    if (!rc) rc = resolve_inputs(b, l, suffix);
+    if (!rc && l->in_dtype == CT_I32 && strcmp(l->type->name, "embedding") != 0)
+        rc = ct_layer_errf(l, b->err, NULL, "the model input is token ids, which only an embedding "
+                           "layer can take");
+    if (!rc) rc = l->type->infer(l, b->err);
+    if (!rc) rc = check_output(b, l);
+    return rc;
+}
+
+/* Expand a "layers" array in order; "repeat" blocks unroll with ".<i>" appended to names. */
+static int expand(builder *b, const cJSON *arr, const char *path, const char *suffix, int depth) {
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
+        return model_errf(b, arr, "%s: expected a non-empty array of layers", path);
+    int i = 0;
+    for (const cJSON *it = arr->child; it; it = it->next, i++) {
+        char ipath[96];
+        snprintf(ipath, sizeof ipath, "%s[%d]", path, i);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        if (!cJSON_IsObject(it))
+            return model_errf(b, it, "%s: expected an object such as {\"type\": \"linear\", \"out\": 10}", ipath);
+        if (!cJSON_IsString(type))
+            return model_errf(b, type ? type : it, "%s: %s \"type\" (a string such as \"linear\")", ipath,
+                              type ? "expected" : "missing field");
+        int rc;
+        if (strcmp(type->valuestring, "repeat") != 0) {
+            if ((rc = add_layer(b, it, ipath, suffix))) return rc;
+            continue;
+        }
+        static const char *const keys[] = {"type", "times", "layers"};
+        if ((rc = ct_graph_check_keys(b->cfg, NULL, it, ipath, keys, CT_ARRAY_LEN(keys), b->err))) return rc;
+        const cJSON *times = cJSON_GetObjectItemCaseSensitive(it, "times");
+        if (!cJSON_IsNumber(times) || times->valuedouble != (double)(int)times->valuedouble ||
+            times->valuedouble < 1 || times->valuedouble > 10000)
+            return model_errf(b, times ? times : it, "%s (repeat): times: expected an integer 1..10000",
+                              ipath);
+        if (depth >= MAX_REPEAT_DEPTH)
+            return model_errf(b, it, "%s (repeat): nested deeper than %d", ipath, MAX_REPEAT_DEPTH);
+        char sub_path[128];
+        snprintf(sub_path, sizeof sub_path, "%s.layers", ipath);
+        for (int r = 0; r < (int)times->valuedouble; r++) {
+            char sub_suffix[96];
+            snprintf(sub_suffix, sizeof sub_suffix, "%s.%d", suffix, r);
+            if ((rc = expand(b, cJSON_GetObjectItemCaseSensitive(it, "layers"), sub_path, sub_suffix,
+                             depth + 1)))
+                return rc;
+        }
+    }
+    return CT_OK;
+}
+
+/* ---- model input and loss ---- */
+
+static int parse_input(builder *b) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->model, "input");
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+    if (n < 1 || n > CT_MAX_DIMS - 2)
+        return model_errf(b, v ? v : b->model, "model.input: %s per-sample shape such as [1, 28, 28], "
+                          "[784] or [T] (1 to %d positive integers)", v ? "expected a" : "missing; give the",
+                          CT_MAX_DIMS - 2);
+    b->input.ndim = n;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble ||
+            e->valuedouble < 1 || e->valuedouble > 1e12)
+            return model_errf(b, e, "model.input[%d]: expected a positive integer", i);
+        b->input.d[i] = (int64_t)e->valuedouble;
+    }
+    if (ct_shape_too_big(&b->input))
+        return model_errf(b, v, "model.input: too large (over 2^40 elements per sample)");
+    /* Token ids when the first layer is an embedding. */
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), 0);
+    const cJSON *t = first ? cJSON_GetObjectItemCaseSensitive(first, "type") : NULL;
+    b->input_dtype = cJSON_IsString(t) && strcmp(t->valuestring, "embedding") == 0 ? CT_I32 : CT_F32;
+    return CT_OK;
+}
+
+static int parse_loss(builder *b) {
+    ct_graph_info *in = &b->g->info;
+    const ct_layer *last = &b->g->nodes[b->g->n_nodes - 1].l;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->model, "loss");
+    static const char *const kinds[] = {"cross_entropy", "mse", "bce_with_logits"};
+    static const char *const keys[] = {"type", "label_smoothing"};
+    const char *kind = "cross_entropy";   /* documented default: classification */
+    int rc;
+    if (v) {
+        if (!cJSON_IsObject(v))
+            return model_errf(b, v, "model.loss: expected an object such as {\"type\": \"cross_entropy\"}");
+        if ((rc = ct_graph_check_keys(b->cfg, NULL, v, "model.loss", keys, 2, b->err))) return rc;
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+        if (!cJSON_IsString(t))
+            return model_errf(b, t ? t : v, "model.loss.type: expected \"cross_entropy\", \"mse\" or "
+                              "\"bce_with_logits\"");
+        kind = t->valuestring;
+    }
+    int k = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(kind, kinds[i]) == 0) k = i;
+    if (k < 0) {
+        const char *near = ct_suggest(kind, kinds, 3);
+        return model_errf(b, cJSON_GetObjectItemCaseSensitive(v, "type"), "model.loss.type: unknown "
+                          "loss \"%s\"; expected cross_entropy, mse or bce_with_logits%s%s%s", kind,
+                          near ? " (did you mean \"" : "", near ? near : "", near ? "\"?)" : "");
+    }
+    in->loss = (ct_loss_kind)k;
+    const cJSON *ls = v ? cJSON_GetObjectItemCaseSensitive(v, "label_smoothing") : NULL;
+    if (ls && (k != CT_LOSS_CROSS_ENTROPY || !cJSON_IsNumber(ls) || ls->valuedouble < 0 ||
+               ls->valuedouble >= 1))
+        return model_errf(b, ls, "model.loss.label_smoothing: expected a number in [0, 1) with "
+                          "cross_entropy");
+    b->g->label_smoothing = ls ? ls->valuedouble : 0.0;
+    in->target_shape = last->out;
+    in->target_dtype = CT_F32;
+    if (k == CT_LOSS_CROSS_ENTROPY) {
+        in->classes = last->out.d[last->out.ndim - 1];
+        in->target_shape.ndim--;   /* one class index per row: [n, ...] without the class dim */
+        in->target_dtype = CT_I32;
+        if (in->classes < 2)
+            return ct_layer_errf(last, b->err, NULL, "cross_entropy needs the last layer to output at "
+                                 "least 2 classes, got %lld", (long long)in->classes);
+    }
+    return CT_OK;
+}
+
+/* ---- entry points ---- */
+
+static int build(builder *b, int64_t batch) {
+    static const char *const keys[] = {"input", "layers", "loss", "init_from", "init_strict"};
+    int rc;
+    if (!cJSON_IsObject(b->model))
+        return model_errf(b, b->model, "model: expected an object with \"input\", \"layers\" and \"loss\"");
+    if ((rc = ct_graph_check_keys(b->cfg, NULL, b->model, "model", keys, CT_ARRAY_LEN(keys), b->err))) return rc;
+    if ((rc = parse_input(b))) return rc;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(b->model, "layers");
+    if (!layers) return model_errf(b, b->model, "model.layers: missing; list the layers in order");
+    if ((rc = expand(b, layers, "model.layers", "", 0))) return rc;
+    if ((rc = parse_loss(b))) return rc;
+    if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
+    ct_graph_info *in = &b->g->info;
+    in->n_layers = b->g->n_nodes;
+    in->input_shape = b->input;
+    in->input_dtype = b->input_dtype;
+    in->output_shape = b->g->nodes[b->g->n_nodes - 1].l.out;
+    return ct_graph_plan_memory(b->g, batch, b->err);
+}
+
+int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_dtype dt, ct_graph **out,
+                   ct_err *err) {
+    *out = NULL;
+    if (!cfg || !cfg->model) return ct_errf(err, CT_ERR_CONFIG, "model: missing; the config needs a "
+                                            "\"model\" section (input, layers, loss)");
+    if (batch < 1) return ct_errf(err, CT_ERR_CONFIG, "micro-batch must be >= 1, got %lld", (long long)batch);
+    ct_graph *g = ct_xcalloc(1, sizeof *g);
+    g->be = be;
+    g->batch = batch;
+    g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
+    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g};
+    int rc = build(&b, batch);
+    if (rc) {
+        ct_graph_free(g);
+        return rc;
+    }
+    *out = g;
+    return CT_OK;
+}
+
+void ct_graph_free(ct_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i].l.cfg_data);
+    free(g->nodes);
+    free(g->views);
+    if (g->block) g->be->free(g->be, g->block);
+    free(g);
+}
+
+const ct_graph_info *ct_graph_info_get(const ct_graph *g) { return &g->info; }
+int ct_graph_num_views(const ct_graph *g) { return g->n_views; }
+const ct_param_view *ct_graph_view(const ct_graph *g, int i) {
+    return i >= 0 && i < g->n_views ? &g->views[i] : NULL;
+}
+
+void ct_graph_describe(const ct_graph *g, char *buf, size_t n) {
+    size_t used = (size_t)snprintf(buf, n, "%d layers:", g->n_nodes);
+    for (int i = 0; i < g->n_nodes && used < n; i++) {
+        const ct_layer *l = &g->nodes[i].l;
+        char a[64], c[64];
+        if (g->nodes[i].n_specs)
+            used += (size_t)snprintf(buf + used, n - used, " %s(%s->%s)", l->type->name,
+                                     ct_shape_str(&l->in[0], a, sizeof a), ct_shape_str(&l->out, c, sizeof c));
+        else
+            used += (size_t)snprintf(buf + used, n - used, " %s", l->type->name);
+    }
+}

@@ -1,0 +1,151 @@
+/* layer.h: the Layer seam. One layer type = one file in core/layers/ + one line in registry.c.
+ *
+ * A layer type provides: its name, the config fields it accepts, a parser that validates them,
+ * shape inference (per sample, without the batch dimension N), parameter specs, the bytes of
+ * state it saves between forward and backward (aux) and of scratch it needs (workspace), forward,
+ * backward and a FLOP count. Layers compute only through the ct_backend op table; they know
+ * nothing of devices, precision policy, ZeRO or checkpointing (the executor's hooks do).
+ *
+ * Gradient convention (as in backend.h): backward ACCUMULATES into parameter gradients and WRITES
+ * input gradients. An input gradient pointer is NULL when nothing upstream needs it (the model
+ * input): the layer then skips that work. */
+#ifndef CT_LAYER_H
+#define CT_LAYER_H
+
+#include <cjson/cJSON.h>
+
+#include "core/backend/backend.h"
+#include "core/util/common.h"
+#include "core/config/config.h"
+#include "core/graph/graph.h"
+#include "core/util/tensor.h"
+
+#define CT_LAYER_MAX_IN 8      /* add / concat inputs */
+#define CT_LAYER_MAX_PARAMS 4  /* parameter and buffer tensors per layer */
+
+typedef struct ct_layer ct_layer;
+
+/* One parameter (trainable) or buffer (running statistics) a layer owns. */
+typedef struct ct_param_spec {
+    const char *suffix;        /* "weight" -> view name "<layer>.weight" */
+    ct_shape shape;
+    ct_init_spec init;         /* the layer's default; the graph applies "init"/"bias_init" over it */
+    bool weight_decay;
+    bool trainable;
+    bool is_bias;              /* "bias_init" applies to it; "init" applies to the non-bias weight */
+} ct_param_spec;
+
+/* Pointers a layer computes with, for one micro-batch of n samples (all in backend memory).
+ * Activations (x, y, dx, dy) and trainable parameters (p of a trainable spec) are stored in
+ * io->dt, the compute dtype (fp32, or fp16/bf16 under mixed precision); parameter gradients
+ * (dp), buffers (running statistics: p of a non-trainable spec), aux and ws are the layer's own
+ * business and fp32 unless the layer says otherwise. Pass io->dt to every op (backend.h). */
+typedef struct ct_layer_io {
+    ct_backend *be;
+    int64_t n;                          /* samples in this micro-batch (<= build batch) */
+    ct_dtype dt;                        /* storage dtype of activations and parameters */
+    const void *x[CT_LAYER_MAX_IN];     /* inputs [n, in[i]] */
+    const int32_t *ids;                 /* token ids [n, in[0]] when the input is CT_I32 */
+    void *y;                            /* output [n, out] */
+    void *dx[CT_LAYER_MAX_IN];          /* input grads (written), NULL when not needed */
+    const void *dy;                     /* output grad [n, out] */
+    void *p[CT_LAYER_MAX_PARAMS];       /* parameters (dt) / buffers (fp32), in the order of the
+                                           layer's specs; buffers are NULL in backward */
+    float *dp[CT_LAYER_MAX_PARAMS];     /* parameter grads (fp32, accumulated); NULL for buffers */
+    void *aux;                          /* aux_bytes saved from forward for backward */
+    void *ws;                           /* shared workspace, workspace_bytes */
+    bool train;
+    uint64_t seed, stream;              /* dropout: ct_rng stream for this (step, layer) */
+} ct_layer_io;
+
+typedef struct ct_layer_type {
+    const char *name;                   /* "linear" */
+    const char *const *fields;          /* fields besides the common ones; NULL-terminated */
+    int min_inputs, max_inputs;         /* usually 1, 1 */
+    size_t cfg_size;                    /* bytes of the type's parsed config (l->cfg_data) */
+
+    /* Read and validate the type's fields from l->node into l->cfg_data (zeroed, cfg_size bytes). */
+    int (*parse)(ct_layer *l, ct_err *err);
+    /* l->in[0..n_in) are known: check them and set l->out. */
+    int (*infer)(ct_layer *l, ct_err *err);
+    /* Fill specs (at most CT_LAYER_MAX_PARAMS); return how many. NULL: no parameters. */
+    int (*params)(const ct_layer *l, ct_param_spec *specs);
+    /* Bytes saved between forward and backward, and shared scratch, for `batch` samples with
+     * activations in dtype dt. */
+    size_t (*aux_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
+    size_t (*workspace_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
+    void (*forward)(const ct_layer *l, const ct_layer_io *io);
+    void (*backward)(const ct_layer *l, const ct_layer_io *io);
+    /* Forward FLOPs per sample (multiply-add = 2). */
+    double (*flops)(const ct_layer *l);
+    /* Memory planning hints (both optional):
+     * in_place: this layer may write its output over its input (y == x) and still compute its
+     *   backward, e.g. relu, whose derivative reads the same from y as from x.
+     * backward_reads_output: backward reads this layer's own output y, so no later layer may
+     *   overwrite it in place. */
+    bool (*in_place)(const ct_layer *l);
+    bool backward_reads_output;
+} ct_layer_type;
+
+struct ct_layer {
+    const ct_layer_type *type;
+    char name[96];
+    char path[96];                      /* "model.layers[3]" or "model.layers[2].layers[0]" */
+    int index;                          /* position in the expanded layer list */
+    const cJSON *node;                  /* the layer's JSON object */
+    const ct_config *cfg;               /* for FILE:L:C in messages */
+    void *cfg_data;                     /* the type's parsed fields (cfg_size bytes) */
+    int n_in;
+    int in_from[CT_LAYER_MAX_IN];       /* producing layer index, -1 for the model input */
+    ct_shape in[CT_LAYER_MAX_IN];       /* per-sample input shapes */
+    ct_dtype in_dtype;                  /* CT_I32 only for an embedding fed by token ids */
+    ct_shape out;                       /* per-sample output shape */
+    char in_name[CT_LAYER_MAX_IN][104]; /* for messages: "\"fc1\"" (quoted) or "the model input" */
+};
+
+/* ---- registry (core/layers/registry.c) ---- */
+const ct_layer_type *ct_layer_type_find(const char *name);
+/* All registered type names (for suggestions and docs); returns the count. */
+int ct_layer_type_names(const char *const **names);
+
+/* ---- messages and field readers (core/layers/fields.c) ----
+ * Errors are CT_ERR_CONFIG and read `FILE:L:C: model.layers[3] "fc2" (linear): <text>`.
+ * `node` is where to point (NULL: the layer itself). */
+/* "FILE:L:C" of a node of cfg->model, or "" when the config has no document (built by hand). */
+const char *ct_model_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n);
+int ct_layer_errf(const ct_layer *l, ct_err *err, const cJSON *node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Integer field >= min. Missing: error when required, else *out = def. */
+int ct_layer_int(const ct_layer *l, const char *key, bool required, int64_t def, int64_t min,
+                 int64_t *out, ct_err *err);
+/* An integer or a pair [h, w], each >= min (kernel, stride, padding, dilation). */
+int ct_layer_int2(const ct_layer *l, const char *key, bool required, int64_t def, int64_t min,
+                  int64_t out[2], ct_err *err);
+/* Number in [lo, hi] (hi_open: hi excluded). */
+int ct_layer_num(const ct_layer *l, const char *key, double def, double lo, double hi, bool hi_open,
+                 double *out, ct_err *err);
+int ct_layer_bool(const ct_layer *l, const char *key, bool def, bool *out, ct_err *err);
+/* A string among choices[0..n); *out = its index; missing: def_index. */
+int ct_layer_choice(const ct_layer *l, const char *key, const char *const *choices, int n,
+                    int def_index, int *out, ct_err *err);
+
+/* Sizes beyond 2^40 elements are refused at build, so no element count can overflow int64. */
+#define CT_MAX_NUMEL ((int64_t)1 << 40)
+static inline bool ct_shape_too_big(const ct_shape *s) {
+    double n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= (double)s->d[i];
+    return n > (double)CT_MAX_NUMEL;
+}
+
+/* Elements per sample of input i / of the output. */
+static inline int64_t ct_layer_in_numel(const ct_layer *l, int i) { return ct_shape_numel(&l->in[i]); }
+static inline int64_t ct_layer_out_numel(const ct_layer *l) { return ct_shape_numel(&l->out); }
+
+/* Shared by conv/pool layers: output size of one spatial dim; <= 0 means the window does not fit. */
+static inline int64_t ct_conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    int64_t span = in + 2 * pad - dil * (k - 1) - 1;
+    return span < 0 ? 0 : span / stride + 1;
+}
+
+#endif

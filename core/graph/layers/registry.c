@@ -1,0 +1,38 @@
+/* registry.c: every layer type, by name. A new type is one file plus one line here. */
+#include <string.h>
+
+#include "core/graph/layer.h"
+
+extern const ct_layer_type ct_layer_linear, ct_layer_conv2d, ct_layer_maxpool2d, ct_layer_avgpool2d,
+    ct_layer_global_avgpool, ct_layer_batchnorm2d, ct_layer_layernorm, ct_layer_dropout,
+    ct_layer_relu, ct_layer_leaky_relu, ct_layer_gelu, ct_layer_silu, ct_layer_tanh,
+    ct_layer_sigmoid, ct_layer_flatten, ct_layer_reshape, ct_layer_add, ct_layer_concat,
+    ct_layer_embedding;
+
+static const ct_layer_type *const types[] = {
+    &ct_layer_linear,      &ct_layer_conv2d,     &ct_layer_maxpool2d, &ct_layer_avgpool2d,
+    &ct_layer_global_avgpool, &ct_layer_batchnorm2d, &ct_layer_layernorm, &ct_layer_dropout,
+    &ct_layer_relu,        &ct_layer_leaky_relu, &ct_layer_gelu,      &ct_layer_silu,
+    &ct_layer_tanh,        &ct_layer_sigmoid,    &ct_layer_flatten,   &ct_layer_reshape,
+    &ct_layer_add,         &ct_layer_concat,     &ct_layer_embedding,
+};
+
+/* Names in registry order, plus "repeat" (expanded by the graph builder, not a layer). */
+static const char *const names[] = {
+    "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm2d", "layernorm",
+    "dropout", "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "flatten", "reshape",
+    "add", "concat", "embedding", "repeat",
+};
+_Static_assert(sizeof names / sizeof names[0] == sizeof types / sizeof types[0] + 1,
+               "names[] lists every registered type plus repeat");
+
+const ct_layer_type *ct_layer_type_find(const char *name) {
+    for (int i = 0; i < CT_ARRAY_LEN(types); i++)
+        if (strcmp(types[i]->name, name) == 0) return types[i];
+    return NULL;
+}
+
+int ct_layer_type_names(const char *const **out) {
+    *out = names;
+    return CT_ARRAY_LEN(names);
+}

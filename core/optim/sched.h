@@ -1,0 +1,23 @@
+/* sched.h: DeepSpeed's learning-rate schedules as pure functions of the step counter.
+ *
+ * t is DeepSpeed's last_batch_iteration: -1 at construction, +1 after every APPLIED optimizer
+ * update (never after an overflow-skipped one). Update #1 therefore uses ct_sched_lr(.., -1),
+ * update #k uses ct_sched_lr(.., k - 2). Being pure functions of t, schedules resume from t alone. */
+#ifndef CT_SCHED_H
+#define CT_SCHED_H
+
+#include "core/config/config.h"
+
+/* Learning rate at iteration t. base_lr is the optimizer's configured lr (used by
+ * WarmupCosineLR and when there is no scheduler). */
+double ct_sched_lr(const ct_scheduler_cfg *s, double base_lr, long t);
+
+/* OneCycle momentum cycling: writes beta1/beta2 at iteration t and returns true when the
+ * schedule overrides them (beta2 forced to 0.99, as DeepSpeed does); false otherwise. */
+bool ct_sched_betas(const ct_scheduler_cfg *s, long t, double *beta1, double *beta2);
+
+/* total_num_steps "auto" is stored as -1 by the config: the trainer calls this once it knows the
+ * run's total optimizer steps (epochs x steps per epoch, or max_steps). No-op when already set. */
+void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps);
+
+#endif

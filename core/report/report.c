@@ -1,0 +1,238 @@
+/* report.c: progress lines on stderr and the JSON summary (formats in report.h, train.h). */
+#include "core/report/report.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- formatting ---- */
+
+const char *ct_fmt_bytes(double b, char *buf, size_t n) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+const char *ct_fmt_count(double c, char *buf, size_t n) {
+    if (c >= 1e9) snprintf(buf, n, "%.1f G", c / 1e9);
+    else if (c >= 1e6) snprintf(buf, n, "%.1f M", c / 1e6);
+    else if (c >= 1e3) snprintf(buf, n, "%.1f k", c / 1e3);
+    else snprintf(buf, n, "%.0f", c);
+    return buf;
+}
+
+const char *ct_fmt_duration(double s, char *buf, size_t n) {
+    if (!isfinite(s) || s < 0) snprintf(buf, n, "?");
+    else if (s < 60) snprintf(buf, n, "%.1fs", s);
+    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    return buf;
+}
+
+double ct_process_age_s(void) {
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) return NAN;
+    char line[1024];
+    size_t len = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[len] = '\0';
+    /* Field 2 (comm) may contain spaces: count fields after its closing parenthesis. */
+    char *p = strrchr(line, ')');
+    if (!p) return NAN;
+    unsigned long long start = 0;
+    int field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ') {
+            field++;
+            if (field == 22) start = strtoull(p + 1, NULL, 10);
+        }
+    struct timespec ts;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (field != 22 || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) != 0) return NAN;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - (double)start / (double)hz;
+}
+
+size_t ct_peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux reports kilobytes */
+}
+
+/* ---- progress ---- */
+
+void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print) {
+    memset(r, 0, sizeof *r);
+    r->out = out;
+    r->quiet = quiet;
+    r->tty = out && isatty(fileno(out));
+    r->steps_per_print = steps_per_print;
+    r->t0 = r->win_t0 = r->last_draw = ct_now();
+}
+
+/* Remove the redrawn progress line before printing a plain one. */
+static void clear_progress(ct_report *r) {
+    if (r->redrawn) fputs("\r\033[K", r->out);
+    r->redrawn = false;
+}
+
+void ct_report_line(ct_report *r, const char *fmt, ...) {
+    if (r->quiet) return;
+    clear_progress(r);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', r->out);
+    fflush(r->out);
+}
+
+void ct_report_train_start(ct_report *r) { r->t0 = r->win_t0 = r->last_draw = ct_now(); }
+
+static double eta_s(const ct_report *r, const ct_step_event *e, double now) {
+    if (e->total_steps <= 0 || e->step <= 0) return NAN;
+    return (now - r->t0) / (double)e->step * (double)(e->total_steps - e->step);
+}
+
+void ct_report_step(ct_report *r, const ct_step_event *e) {
+    if (!isnan(e->loss)) { /* NaN: every record of the step was skipped as corrupt */
+        r->win_loss += e->loss;
+        r->win_n++;
+    }
+    r->win_samples += e->samples;
+    r->win_wait += e->data_wait_s;
+    r->epoch_wait += e->data_wait_s;
+    if (r->quiet) return;
+    double now = ct_now();
+    double wait_pct = 100 * r->win_wait / fmax(now - r->win_t0, 1e-9);
+    char eta[32], total[32] = "";
+    if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
+    if (r->steps_per_print > 0 && e->step % r->steps_per_print == 0) {
+        double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
+        char scale[80] = "";
+        if (e->loss_scale > 0 && e->skipped_steps > 0)
+            snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
+        else if (e->loss_scale > 0)
+            snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
+        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %.0f samples/s  "
+                       "data %.1f%%  ETA %s",
+                       e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr,
+                       e->grad_norm, scale, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+        r->win_loss = 0;
+        r->win_n = 0;
+        r->win_samples = 0;
+        r->win_wait = 0;
+        r->win_t0 = now;
+    } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
+        double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
+        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %.0f samples/s  data %.1f%%  ETA %s",
+                e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
+                e->lr, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+        fflush(r->out);
+        r->redrawn = true;
+        r->last_draw = now;
+    }
+}
+
+void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
+                    double secs) {
+    char acc[48] = "";
+    if (isfinite(accuracy)) snprintf(acc, sizeof acc, "  accuracy %.2f%%", 100 * accuracy);
+    ct_report_line(r, "eval  step %ld  epoch %d  loss %.4f%s  (%lld samples, %.2fs)", step, epoch, loss,
+                   acc, (long long)n, secs);
+}
+
+void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
+                     double samples_per_s) {
+    if (r->steps_per_print == 0) {
+        r->win_loss = 0;
+        r->win_n = 0;
+        r->win_samples = 0;
+        r->win_wait = 0;
+        r->win_t0 = ct_now();
+    }
+    char d[32];
+    ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %.0f samples/s  data wait %.1f%%",
+                   epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d), samples_per_s,
+                   100 * r->epoch_wait / fmax(secs, 1e-9));
+    r->epoch_wait = 0;
+}
+
+void ct_report_end(ct_report *r, const ct_summary *s) {
+    char d[32], ev[96] = "", acc[48] = "";
+    if (isfinite(s->eval_loss)) snprintf(ev, sizeof ev, " · eval loss %.4g", s->eval_loss);
+    if (isfinite(s->eval_accuracy)) snprintf(acc, sizeof acc, " · accuracy %.1f%%", 100 * s->eval_accuracy);
+    const char *what = strcmp(s->status, "ok") == 0 ? "done" : s->status;
+    ct_report_line(r, "%s in %s · %ld steps%s%s", what, ct_fmt_duration(s->wall_s, d, sizeof d),
+                   s->steps, ev, acc);
+    if (isfinite(s->data_wait_share))
+        ct_report_line(r, "data wait %.1f%% of training-step time", 100 * s->data_wait_share);
+}
+
+/* ---- summary ---- */
+
+void ct_summary_init(ct_summary *s) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->status, sizeof s->status, "error");
+    s->train_loss = s->eval_loss = s->eval_accuracy = NAN;
+    s->tokens_per_s = s->loss_scale = s->samples_per_s = NAN;
+    s->first_step_s = NAN;
+    s->data_wait_share = NAN;
+}
+
+static void put_num(FILE *f, const char *key, double v, const char *fmt) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}
+
+/* JSON string with the escapes RFC 8259 requires. */
+static void put_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void ct_summary_write(const ct_summary *s, FILE *f) {
+    fputs("{\"status\":", f);
+    put_str(f, s->status);
+    fprintf(f, ",\"steps\":%ld,\"epochs\":%d", s->steps, s->epochs);
+    put_num(f, "train_loss", s->train_loss, "%.6g");
+    put_num(f, "eval_loss", s->eval_loss, "%.6g");
+    put_num(f, "eval_accuracy", s->eval_accuracy, "%.6g");
+    put_num(f, "wall_s", s->wall_s, "%.3f");
+    put_num(f, "samples_per_s", s->samples_per_s, "%.1f");
+    put_num(f, "tokens_per_s", s->tokens_per_s, "%.1f");
+    fprintf(f, ",\"peak_host_bytes\":%zu,\"peak_device_bytes\":%zu", s->peak_host_bytes,
+            s->peak_device_bytes);
+    put_num(f, "loss_scale", s->loss_scale, "%.6g");
+    fprintf(f, ",\"skipped_steps\":%ld,\"run_dir\":", s->skipped_steps);
+    put_str(f, s->run_dir);
+    put_num(f, "first_step_s", s->first_step_s, "%.3f");
+    put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
+    if (s->has_mem_stats) {
+        fputs(",\"peak_bytes_by_category\":{", f);
+        for (int c = 0; c < CT_MEM_CAT_COUNT; c++)
+            fprintf(f, "%s\"%s\":%zu", c ? "," : "", ct_mem_cat_name((ct_mem_cat)c), s->peak_by_cat[c]);
+        fputc('}', f);
+    }
+    if (s->error[0]) {
+        fputs(",\"error\":", f);
+        put_str(f, s->error);
+    }
+    fputs("}\n", f);
+    fflush(f);
+}

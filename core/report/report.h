@@ -1,0 +1,66 @@
+/* report.h: what the training loop tells its user while it runs (stderr), and the summary.
+ *
+ * The reporter receives events (start, step done, eval done, epoch done, end) and formats them.
+ * Plain lines go to stderr every steps_per_print steps; with steps_per_print 0 there is one line
+ * per epoch, plus a progress line redrawn in place when stderr is a terminal. --quiet silences
+ * everything but errors and the summary. */
+#ifndef CT_REPORT_H
+#define CT_REPORT_H
+
+#include <stdio.h>
+
+#include "core/util/common.h"
+#include "core/train/train.h"
+
+typedef struct ct_report {
+    FILE *out;
+    bool quiet;
+    bool tty;                    /* out is a terminal: the progress line is redrawn */
+    bool redrawn;                /* a progress line is on screen and must be cleared first */
+    long steps_per_print;        /* 0: per-epoch lines (+ the TTY line) */
+    double t0;                   /* ct_now() when training started */
+    double last_draw;
+    double win_loss;             /* loss sum / count over the current print window */
+    long win_n;
+    double win_t0;               /* ct_now() at the window start */
+    int64_t win_samples;
+    double win_wait;             /* seconds the loop waited for data in the window */
+    double epoch_wait;           /* ... in the current epoch */
+} ct_report;
+
+/* One optimizer step, as the loop saw it. */
+typedef struct ct_step_event {
+    long step, total_steps;      /* 1-based step done; total planned (0 = unknown) */
+    int epoch, epochs;           /* 1-based */
+    long epoch_step, epoch_steps;
+    double loss;                 /* mean loss of this step */
+    double lr, grad_norm;
+    int64_t samples;             /* samples in this step */
+    double loss_scale;           /* fp16: the loss scale the next step uses; 0 when not fp16 */
+    long skipped_steps;          /* fp16: steps skipped for gradient overflow so far */
+    double data_wait_s;          /* seconds this step waited for its batches */
+} ct_step_event;
+
+void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);
+/* Print a line of the start block / plan (no trailing newline needed). printf-style. */
+void ct_report_line(ct_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ct_report_train_start(ct_report *r);
+void ct_report_step(ct_report *r, const ct_step_event *e);
+void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
+                    double secs);
+void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
+                     double samples_per_s);
+/* "done in 41.2s · 2345 steps · eval loss 0.33 · accuracy 88.9%" (or the status when not ok). */
+void ct_report_end(ct_report *r, const ct_summary *s);
+
+/* Formatting helpers shared with the plan printout. */
+const char *ct_fmt_bytes(double bytes, char *buf, size_t n);   /* "2.6 MiB" */
+const char *ct_fmt_count(double count, char *buf, size_t n);   /* "669.7 k", "124.4 M" */
+const char *ct_fmt_duration(double s, char *buf, size_t n);    /* "41.2s", "7m03s", "11h02m" */
+
+/* Seconds since this process started (from /proc; 10 ms resolution), NAN when unknown. */
+double ct_process_age_s(void);
+/* Peak resident set size of this process in bytes (getrusage). */
+size_t ct_peak_rss_bytes(void);
+
+#endif

@@ -1,0 +1,422 @@
+/* train_loop.c: epochs, optimizer steps made of micro-batches, eval, early stopping, stop signals.
+ *
+ * One optimizer step consumes train_batch_size samples (the last one of an epoch fewer when
+ * data.drop_last is false) as micro-batches of at most train_micro_batch_size_per_gpu. Each
+ * micro-batch's loss gradient is weighted by its share of the step's samples (n_i / n, which is
+ * 1 / gradient_accumulation_steps for full steps), so k micro-batches of b give the gradient of
+ * one batch of k*b up to float rounding. Micro-batches come in order from the threaded loaders
+ * (core/data/loader.h): the train stream runs on across epochs, reshuffled per epoch. */
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+
+#include "core/train/internal.h"
+
+/* One pass over the eval set: the eval loader's stream is unshuffled, so every pass (one of its
+ * epochs) sees the same batches. */
+int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err) {
+    int64_t n = 0, correct = 0;
+    double sum = 0;
+    ct_loader_batch b = {0};
+    const void *params = ct_amp_params(t->amp, t->opt->params);   /* kept fresh by the updates */
+    do {
+        int rc = ct_loader_next(t->eval_l, &b, err);
+        if (rc) return rc;
+        if (b.n == 0) continue; /* every record of the batch skipped as corrupt */
+        ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = b.n,
+                         .train = false, .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
+        rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
+        if (rc) return rc;
+        sum += (double)io.loss * (double)b.n;
+        correct += io.correct;
+        n += b.n;
+    } while (!b.last_of_epoch);
+    *loss = n ? sum / (double)n : NAN;
+    *accuracy = t->info->classes > 0 && n ? (double)correct / (double)n : NAN;
+    return CT_OK;
+}
+
+/* Loop position and running totals. */
+typedef struct loop_state {
+    long step;                   /* optimizer steps done */
+    int epoch;                   /* 0-based current epoch */
+    uint64_t micro;              /* micro-batches done: keys the dropout stream */
+    double epoch_loss;           /* sum of step losses in this epoch */
+    long epoch_n;
+    double train_s;              /* seconds spent in training steps (not eval) */
+    double wait_s;               /* of which waiting for the loader */
+    double step_wait_s;          /* waiting for the loader in the last step */
+    int64_t samples;             /* training samples processed */
+    double best;                 /* early stopping: best metric so far */
+    int bad_evals;
+    long best_at;                /* early stopping: step of `best` (-1: unknown) */
+    long last_eval_step;
+    long epoch_step;             /* optimizer steps done in this epoch: the loader position */
+    double best_value;           /* best/: best train.best_metric so far (NAN: none) */
+    long best_step;
+    long saved_step;             /* step of the checkpoint last written or resumed (-1: none) */
+    long saved_eval_step;        /* last_eval_step at that time */
+} loop_state;
+
+/* The update closing a step. fp32/bf16: the optimizer step. fp16: one pass over the gradients
+ * gives the overflow check and the global norm; 1/scale and the clip coefficient go into the
+ * update's grad_scale; an overflow skips the update (weights, optimizer state and schedule stay as
+ * they are) and the scaler lowers the scale (core/amp.h). forward_overflow: a micro-batch's loss
+ * was inf or NaN in fp16 (an activation overflowed), which DeepSpeed treats like a gradient
+ * overflow. step: the 1-based step number. */
+static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward_overflow,
+                        ct_optim_stats *st, ct_err *err) {
+    ct_amp *a = t->amp;
+    if (!a->scaling) {
+        ct_optim_step(t->opt, grad_scale, st);
+        return CT_OK;
+    }
+    double tried = a->scaler.scale;
+    bool ok = !forward_overflow && ct_optim_step_finite(t->opt, (float)(grad_scale / tried), st);
+    if (forward_overflow)
+        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
+    ct_scale_event ev = ct_scaler_update(&a->scaler, !ok);
+    t->sum->loss_scale = a->scaler.scale;
+    if (ok) return CT_OK;
+    const char *what = forward_overflow ? "fp16 overflow in the forward pass (loss not finite)"
+                                        : "gradient overflow";
+    if (ev == CT_SCALE_AT_MIN) {
+        return ct_errf(err, CT_ERR_DIVERGED,
+                       "loss scale at its minimum (%.10g) and still %s at step %ld.\n"
+                       "  fp16 cannot represent this model's values; use \"bf16\": {\"enabled\": "
+                       "true}. %s%s", tried, what, step,
+                       t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was saved in this run.",
+                       t->last_ckpt);
+    }
+    t->sum->skipped_steps = ++a->skipped;   /* the step counts (global step) but did not update */
+    if (ev == CT_SCALE_HALVED)
+        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale lowered to "
+                       "%.10g", step, what, tried, a->scaler.scale);
+    else if (ev == CT_SCALE_HYSTERESIS)
+        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale kept "
+                       "(hysteresis %d left)", step, what, tried, a->scaler.budget);
+    else
+        ct_report_line(&t->rep, "step %ld: %s at static loss scale %.10g; step skipped", step, what,
+                       tried);
+    return CT_OK;
+}
+
+/* One optimizer step over the next n samples (ceil(n / micro) micro-batches of the loader).
+ * Returns CT_OK or an error; *loss = mean loss. */
+static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct_optim_stats *st,
+                      ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    int64_t mb = cfg->micro_batch, seen = 0;
+    double sum = 0;
+    ct_optim_zero_grad(t->opt);
+    ls->step_wait_s = 0;
+    /* Mixed precision: forward/backward read the 16-bit copy of the master, which the last update
+     * wrote (ct_trainer_fit refreshed it at the start); the loss is scaled. */
+    const void *params = ct_amp_params(t->amp, t->opt->params);
+    float scale = ct_amp_loss_scale(t->amp);
+    bool overflow = false;
+    for (int64_t start = 0; start < n; start += mb) {
+        ct_loader_batch b;
+        int rc = ct_loader_next(t->train_l, &b, err);
+        if (rc) return rc;
+        ls->step_wait_s += ct_loader_last_wait(t->train_l);
+        int64_t k = b.n;
+        if (k == 0) continue; /* every record of the batch skipped as corrupt */
+        seen += k;
+        ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = k,
+                         .train = true, .seed = cfg->train.seed, .step = ls->micro++,
+                         .loss_grad_scale = (float)k / (float)n * scale};
+        rc = ct_step_run(&t->runner, params, t->buffers, t->opt->grads, &io, err);
+        if (rc) return rc;
+        if (!isfinite(io.loss) && t->amp->scaling) {
+            overflow = true;     /* skipped like a gradient overflow; keep reading the step */
+            continue;
+        }
+        if (!isfinite(io.loss))
+            return ct_errf(err, CT_ERR_DIVERGED,
+                           "training diverged: loss is %s at step %ld (epoch %d). Lower the learning "
+                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).",
+                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1);
+        sum += (double)io.loss * (double)k;
+    }
+    if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
+        *loss = NAN;
+        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
+        return CT_OK;
+    }
+    *loss = overflow ? NAN : sum / (double)seen;   /* a skipped step adds nothing to the mean */
+    /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
+     * gradient is the mean over the samples actually seen. */
+    return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
+}
+
+/* ---- checkpoints: the loop's state <-> state.json ---- */
+
+static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_state *st) {
+    const ct_amp *a = t->amp;
+    ct_ckpt_state_init(st);
+    st->step = ls->step;
+    st->applied = t->opt->applied;
+    st->sched_t = t->opt->sched_t;
+    st->skipped_steps = a->skipped;
+    st->epoch = ls->epoch;
+    st->epoch_step = ls->epoch_step;
+    st->epoch_loss_sum = ls->epoch_loss;
+    st->epoch_loss_n = ls->epoch_n;
+    st->last_eval_step = ls->last_eval_step;
+    st->samples_seen = (long)ls->samples;
+    st->micro_step = (long)ls->micro;
+    st->seed = t->cfg->train.seed;
+    if (a->scaling) {
+        st->loss_scale = a->scaler.scale;
+        st->scaler_good_steps = ct_scaler_good_steps(&a->scaler);
+        st->scaler_hysteresis = a->scaler.budget;
+    }
+    st->best_value = ls->best_value;
+    st->best_step = ls->best_step;
+    st->es_best = ls->best;
+    st->es_best_step = ls->best_at;
+    st->es_bad_evals = ls->bad_evals;
+    st->train_loss = t->sum->train_loss;
+    memcpy(st->config_hash, t->config_hash, sizeof st->config_hash);
+}
+
+/* Continue where the checkpoint left off: counters, running sums, the loss scaler, and the train
+ * loader at the first micro-batch of the next step (the next epoch's first when the epoch was
+ * complete). */
+static void from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *ls) {
+    ct_amp *a = t->amp;
+    ls->step = st->step;
+    ls->epoch = st->epoch;
+    ls->epoch_step = st->epoch_step;
+    ls->micro = (uint64_t)st->micro_step;
+    ls->epoch_loss = st->epoch_loss_sum;
+    ls->epoch_n = st->epoch_loss_n;
+    ls->samples = st->samples_seen;
+    ls->best = st->es_best;
+    ls->best_at = st->es_best_step;
+    ls->bad_evals = st->es_bad_evals;
+    ls->last_eval_step = st->last_eval_step;
+    ls->best_value = st->best_value;
+    ls->best_step = st->best_step;
+    ls->saved_step = st->step;
+    ls->saved_eval_step = st->last_eval_step;
+    a->skipped = st->skipped_steps;
+    if (a->scaling)
+        ct_scaler_restore(&a->scaler, st->loss_scale, st->scaler_good_steps, st->scaler_hysteresis);
+    t->sum->steps = st->step;
+    t->sum->epochs = st->epoch + 1;
+    t->sum->train_loss = st->train_loss;
+    int64_t per_step = (t->cfg->train_batch_size + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
+    if (st->epoch_step >= t->steps_per_epoch)
+        ct_loader_seek(t->train_l, st->epoch + 1, 0);
+    else
+        ct_loader_seek(t->train_l, st->epoch, st->epoch_step * per_step);
+}
+
+static int save_now(ct_trainer *t, loop_state *ls, ct_err *err) {
+    ct_ckpt_state st;
+    to_ckpt_state(t, ls, &st);
+    int rc = ct_trainer_ckpt_save(t, &st, err);
+    if (rc) return rc;
+    ls->saved_step = ls->step;
+    ls->saved_eval_step = ls->last_eval_step;
+    return CT_OK;
+}
+
+/* The value of a metric name (train.best_metric, early_stopping.metric) after an eval. */
+static double metric_value(const ct_trainer *t, const char *name, double loss, double acc) {
+    if (strcmp(name, "eval_accuracy") == 0) return acc;
+    if (strcmp(name, "train_loss") == 0) return t->sum->train_loss;
+    return loss;
+}
+
+/* best/ holds the model with the best train.best_metric so far (accuracy higher, losses lower). */
+static int update_best(ct_trainer *t, loop_state *ls, double m, ct_err *err) {
+    if (isnan(m)) return CT_OK;
+    bool higher = strcmp(t->cfg->train.best_metric, "eval_accuracy") == 0;
+    if (!isnan(ls->best_value) && !(higher ? m > ls->best_value : m < ls->best_value)) return CT_OK;
+    ls->best_value = m;
+    ls->best_step = ls->step;
+    ct_ckpt_state st;
+    to_ckpt_state(t, ls, &st);
+    return ct_trainer_ckpt_save_best(t, &st, err);
+}
+
+/* Eval now; update the summary and early stopping. *stop set when patience ran out. */
+static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
+    if (!t->eval_ds || ls->last_eval_step == ls->step) return CT_OK;
+    double t0 = ct_now(), loss, acc;
+    int rc = ct_trainer_evaluate(t, &loss, &acc, err);
+    if (rc) return rc;
+    ls->last_eval_step = ls->step;
+    t->sum->eval_loss = loss;
+    t->sum->eval_accuracy = acc;
+    ct_report_eval(&t->rep, ls->step, ls->epoch + 1, loss, acc, t->eval_ds->count, ct_now() - t0);
+
+    const ct_early_stop_cfg *es = &t->cfg->train.early_stopping;
+    if (es->enabled) {
+        double m = metric_value(t, es->metric, loss, acc);
+        double gain = es->mode_max ? m - ls->best : ls->best - m;
+        if (isnan(m)) {
+            /* no value this time (every eval record skipped): neither better nor worse */
+        } else if (isnan(ls->best) || gain > es->min_delta) {
+            ls->best = m;
+            ls->best_at = ls->step;
+            ls->bad_evals = 0;
+        } else if (++ls->bad_evals >= es->patience) {
+            char at[48] = "";
+            if (ls->best_at >= 0) snprintf(at, sizeof at, " at step %ld", ls->best_at);
+            ct_report_line(&t->rep, "early stopping: %s did not improve by %g for %d evals; best %.4g%s",
+                           es->metric, es->min_delta, es->patience, ls->best, at);
+            *stop = true;
+        }
+    }
+    return update_best(t, ls, metric_value(t, t->cfg->train.best_metric, loss, acc), err);
+}
+
+static int stop_code(int sig) { return sig == SIGTERM ? CT_EXIT_SIGTERM : CT_EXIT_SIGINT; }
+
+/* Loop control besides CT_OK ("go on") and the error/exit codes: the run ended normally. */
+#define LOOP_DONE (-1)
+
+/* Bookkeeping, reporting, eval and stop checks after an optimizer step. */
+static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim_stats *st,
+                      int64_t n, ct_err *err) {
+    ls->step++;
+    ls->epoch_step++;
+    if (!isnan(loss)) { /* NaN: a step whose records were all skipped as corrupt */
+        ls->epoch_loss += loss;
+        ls->epoch_n++;
+    }
+    ls->samples += n;
+    t->sum->steps = ls->step;
+    t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
+    if (t->on_step) t->on_step(t->on_step_ctx, ls->step, loss);
+    ct_step_event e = {.step = ls->step, .total_steps = t->total_steps, .epoch = ls->epoch + 1,
+                       .epochs = t->epochs_planned,
+                       .epoch_step = (ls->step - 1) % t->steps_per_epoch + 1,
+                       .epoch_steps = t->steps_per_epoch, .loss = loss, .lr = st->lr,
+                       .grad_norm = st->grad_norm, .samples = n,
+                       .loss_scale = t->amp->scaling ? t->amp->scaler.scale : 0,
+                       .skipped_steps = t->amp->skipped, .data_wait_s = ls->step_wait_s};
+    ct_report_step(&t->rep, &e);
+
+    bool stop = false;
+    long every = t->cfg->train.eval_interval;
+    if (every > 0 && ls->step % every == 0) {
+        int rc = do_eval(t, ls, &stop, err);
+        if (rc) return rc;
+    }
+    long save_every = t->cfg->train.save_interval;
+    if (save_every > 0 && ls->step % save_every == 0) {
+        int rc = save_now(t, ls, err);
+        if (rc) return rc;
+    }
+    if (stop) {
+        ct_trainer_set_status(t, "early_stopped", NULL);
+        return LOOP_DONE;
+    }
+    if (t->opts.stop_signal && *t->opts.stop_signal) {
+        int sig = *t->opts.stop_signal;
+        int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
+        if (rc) return rc; /* a failed save is an error, not an interruption */
+        ct_trainer_set_status(t, "interrupted", NULL);
+        ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s",
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->last_ckpt);
+        ct_report_line(&t->rep, "%s", err->msg);
+        return err->code;
+    }
+    return ls->step >= t->total_steps ? LOOP_DONE : CT_OK;
+}
+
+/* One epoch: steps, the epoch line, and the end-of-epoch (or end-of-run) eval. */
+static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
+    int64_t n = t->epoch_samples, gb = t->cfg->train_batch_size;
+    if (ls->epoch_step == 0) { /* else resumed inside this epoch: its sums go on */
+        ls->epoch_loss = 0;
+        ls->epoch_n = 0;
+    }
+    t->sum->epochs = ls->epoch + 1;
+    double t0 = ct_now();
+    int64_t s0 = ls->samples;
+    int end = CT_OK;
+    while (ls->epoch_step < t->steps_per_epoch && end == CT_OK) {
+        int64_t start = ls->epoch_step * gb, k = n - start < gb ? n - start : gb;
+        if (ls->step == 0) {
+            t->sum->first_step_s = ct_process_age_s();
+            ct_report_line(&t->rep, "first step %.2fs after launch", t->sum->first_step_s);
+        }
+        double ts = ct_now(), loss = 0;
+        ct_optim_stats st;
+        int rc = train_step(t, ls, k, &loss, &st, err);
+        ls->train_s += ct_now() - ts;
+        ls->wait_s += ls->step_wait_s;
+        if (rc) return rc;
+        end = after_step(t, ls, loss, &st, k, err);
+    }
+    if (end > 0) return end; /* error or signal: no eval */
+    double secs = ct_now() - t0;
+    if (ls->epoch_step == t->steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
+        ct_report_epoch(&t->rep, ls->epoch + 1, t->epochs_planned, ls->step,
+                        ls->epoch_loss / (double)ls->epoch_n, secs,
+                        (double)(ls->samples - s0) / fmax(secs, 1e-9));
+    /* Eval at each epoch's end (eval_interval 0) and at the end of the run. */
+    if (t->cfg->train.eval_interval == 0 || end == LOOP_DONE) {
+        bool stop = false;
+        int rc = do_eval(t, ls, &stop, err);
+        if (rc) return rc;
+        if (stop && end == CT_OK) {
+            ct_trainer_set_status(t, "early_stopped", NULL);
+            end = LOOP_DONE;
+        }
+    }
+    return end;
+}
+
+/* The end of a run that finished (ok or early_stopped): save unless nothing changed since the
+ * last checkpoint. A resumed run whose steps were already done only evaluates. */
+static int finish_run(ct_trainer *t, loop_state *ls, ct_err *err) {
+    if (isnan(t->sum->eval_loss) && t->eval_ds) {
+        bool stop = false;
+        ls->last_eval_step = -1; /* the summary needs the numbers even if this step was evaluated */
+        int rc = do_eval(t, ls, &stop, err);
+        if (rc) return rc;
+    }
+    if (ls->saved_step == ls->step && ls->saved_eval_step == ls->last_eval_step) return CT_OK;
+    return save_now(t, ls, err);
+}
+
+int ct_trainer_fit(ct_trainer *t, ct_err *err) {
+    loop_state ls = {.best = NAN, .best_at = -1, .last_eval_step = -1, .best_value = NAN,
+                     .best_step = -1, .saved_step = -1, .saved_eval_step = -1};
+    if (t->resumed) from_ckpt_state(t, &t->resume_state, &ls);
+    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
+    ct_amp_refresh_params(t->amp, t->opt->params);
+    ct_trainer_set_status(t, "ok", NULL);
+    t->sum->loss_scale = ct_amp_report_scale(t->amp);
+    t->sum->skipped_steps = t->amp->skipped;
+    ct_report_train_start(&t->rep);
+    int rc = ls.step >= t->total_steps ? LOOP_DONE : CT_OK;
+    if (rc == LOOP_DONE)
+        ct_report_line(&t->rep, "the checkpoint is at step %ld: the %ld planned steps are done", ls.step,
+                       t->total_steps);
+    while (rc == CT_OK) {
+        rc = run_epoch(t, &ls, err);
+        if (rc == CT_OK) { /* the epoch is complete and the run goes on */
+            ls.epoch++;
+            ls.epoch_step = 0;
+        }
+    }
+    if (rc == LOOP_DONE) rc = finish_run(t, &ls, err);
+    if (rc == CT_ERR_DIVERGED && !strstr(err->msg, "checkpoint"))
+        ct_err_append(err, "  %s%s", t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was "
+                      "saved in this run.", t->last_ckpt);
+    t->sum->samples_per_s = ls.train_s > 0 ? (double)ls.samples / ls.train_s : NAN;
+    t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
+    if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
+    else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);
+    ct_trainer_finish(t);
+    ct_report_end(&t->rep, t->sum);
+    return rc;
+}

@@ -1,0 +1,124 @@
+/* train_graph.c: capture and replay of one micro-batch (train_graph.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/train/step_capture.h"
+
+/* The first dropout layer, or -1. */
+static int dropout_layer(const ct_graph *g) {
+    int n = ct_graph_info_get(g)->n_layers;
+    for (int j = 0; j < n; j++)
+        if (strcmp(ct_graph_layer_type(g, j), "dropout") == 0) return j;
+    return -1;
+}
+
+int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda_graph,
+                        char *notice, size_t notice_n, ct_err *err) {
+    *r = (ct_step_runner){.be = be, .g = g};
+    if (notice_n) notice[0] = '\0';
+    if (cuda_graph == CT_CUDA_GRAPH_OFF) return CT_OK;
+    bool can = be->capture_begin && be->capture_end && be->replay && be->graph_free;
+    int drop = dropout_layer(g);
+    if (cuda_graph == CT_CUDA_GRAPH_ON && drop >= 0)
+        return ct_errf(err, CT_ERR_CONFIG, "train.cuda_graph is true but layer \"%s\" is dropout: a "
+                       "captured step would replay the same dropout mask every step; set "
+                       "train.cuda_graph to \"auto\" or false", ct_graph_layer_name(g, drop));
+    if (cuda_graph == CT_CUDA_GRAPH_ON && !can)
+        snprintf(notice, notice_n, "train.cuda_graph: the %s backend cannot capture steps; running "
+                 "them directly", be->name);
+    r->capture = can && drop < 0;
+    return CT_OK;
+}
+
+void ct_step_runner_reset(ct_step_runner *r) {
+    for (int i = 0; i < CT_STEP_GRAPHS; i++) {
+        if (r->slot[i].graph) r->be->graph_free(r->be, r->slot[i].graph);
+        r->slot[i] = (ct_step_graph){0};
+    }
+}
+
+static int run_direct(ct_step_runner *r, const void *params, float *buffers, float *grads,
+                      ct_step_io *io, ct_err *err) {
+    int rc = ct_graph_forward(r->g, params, buffers, io, NULL, err);
+    if (!rc) rc = ct_graph_backward(r->g, params, grads, io, NULL, err);
+    return rc;
+}
+
+static bool key_eq(const ct_step_graph *s, const void *params, const ct_step_io *io) {
+    return s->used && s->input == io->input && s->target == io->target && s->params == params &&
+           s->n == io->n && s->loss_grad_scale == io->loss_grad_scale;
+}
+
+/* A slot for a new key: an unused one, else the least recently used (its graph freed). */
+static ct_step_graph *victim(ct_step_runner *r) {
+    ct_step_graph *v = &r->slot[0];
+    for (int i = 0; i < CT_STEP_GRAPHS; i++) {
+        if (!r->slot[i].used) return &r->slot[i];
+        if (r->slot[i].last_use < v->last_use) v = &r->slot[i];
+    }
+    if (v->graph) r->be->graph_free(r->be, v->graph);
+    *v = (ct_step_graph){0};
+    return v;
+}
+
+/* Record forward + backward into slot s. Returns the step's own error (err filled), or CT_OK with
+ * s->graph set, or with s->graph NULL when the capture failed. A key gets CT_STEP_CAPTURE_TRIES
+ * captures: a failure can be a scratch block the allocator had not cached yet (another key's
+ * capture took it), which the direct run that follows puts back in the cache; after the last try
+ * capture is off for the run. */
+static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, float *buffers,
+                   float *grads, ct_step_io *io, ct_err *err) {
+    ct_err cerr = {0};
+    if (r->be->capture_begin(r->be, &cerr) == CT_OK) {
+        int rc = run_direct(r, params, buffers, grads, io, err);
+        void *graph = r->be->capture_end(r->be, &cerr);
+        if (rc) {
+            if (graph) r->be->graph_free(r->be, graph);
+            return rc;
+        }
+        if (graph) {
+            s->graph = graph;
+            r->captures++;
+            return CT_OK;
+        }
+    }
+    if (++s->failures < CT_STEP_CAPTURE_TRIES) return CT_OK;
+    fprintf(stderr, "ctrain: notice: CUDA graph capture failed (%s); running steps without it\n",
+            cerr.msg[0] ? cerr.msg : "no reason given");
+    ct_step_runner_reset(r);
+    r->capture = false;
+    return CT_OK;
+}
+
+/* A key's first micro-batch runs directly (it also fills the allocator's cache with the scratch
+ * blocks the ops use: a capture cannot allocate new device memory), its second is captured and
+ * replayed, and every later one is replayed. One-off keys, such as an epoch's short last step,
+ * are never captured. */
+int ct_step_run(ct_step_runner *r, const void *params, float *buffers, float *grads, ct_step_io *io,
+                ct_err *err) {
+    io->defer_loss = true;
+    ct_step_graph *s = NULL;
+    for (int i = 0; r->capture && i < CT_STEP_GRAPHS && !s; i++)
+        if (key_eq(&r->slot[i], params, io)) s = &r->slot[i];
+    if (r->capture && !s) {
+        s = victim(r);
+        *s = (ct_step_graph){.input = io->input, .target = io->target, .params = params, .n = io->n,
+                             .loss_grad_scale = io->loss_grad_scale, .used = true};
+        s->last_use = ++r->clock;
+        s = NULL;                                   /* first sight: run directly */
+    } else if (s && !s->graph) {
+        int rc = capture(r, s, params, buffers, grads, io, err);
+        if (rc) return rc;
+        if (!s->graph) s = NULL;                    /* capture failed: now off */
+    }
+    if (s) {
+        s->last_use = ++r->clock;
+        r->be->replay(r->be, s->graph);
+        r->replays++;
+    } else {
+        int rc = run_direct(r, params, buffers, grads, io, err);
+        if (rc) return rc;
+    }
+    ct_graph_read_loss(r->g, io);
+    return CT_OK;
+}

@@ -1,0 +1,137 @@
+/* common.c: errors, warnings, checked allocation, timing, suggestions. */
+#include "core/util/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int ct_errf(ct_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+void ct_err_append(ct_err *err, const char *fmt, ...) {
+    if (!err) return;
+    size_t len = strlen(err->msg);
+    if (len + 2 >= sizeof err->msg) return;
+    err->msg[len++] = '\n';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + len, sizeof err->msg - len, fmt, ap);
+    va_end(ap);
+}
+
+void ct_warnf(ct_warnings *w, const char *fmt, ...) {
+    if (!w) return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->items[i], buf) == 0) return; /* each warning once */
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 8;
+        w->items = ct_xrealloc(w->items, (size_t)w->cap * sizeof *w->items);
+    }
+    w->items[w->n++] = ct_xstrdup(buf);
+}
+
+void ct_warnings_free(ct_warnings *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) free(w->items[i]);
+    free(w->items);
+    w->items = NULL;
+    w->n = w->cap = 0;
+}
+
+void ct_die_oom_at(size_t n, const char *file, int line) {
+    fprintf(stderr, "ctrain: error: out of host memory allocating %zu bytes (%s:%d)\n", n, file, line);
+    exit(CT_ERR_RUNTIME);
+}
+
+void *ct_xmalloc_at(size_t n, const char *file, int line) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ct_die_oom_at(n, file, line);
+    return p;
+}
+
+void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) ct_die_oom_at(n * sz, file, line);
+    return p;
+}
+
+void *ct_xrealloc_at(void *p, size_t n, const char *file, int line) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) ct_die_oom_at(n, file, line);
+    return q;
+}
+
+char *ct_xstrdup_at(const char *s, const char *file, int line) {
+    size_t n = strlen(s) + 1;
+    char *d = ct_xmalloc_at(n, file, line);
+    memcpy(d, s, n);
+    return d;
+}
+
+const char *ct_cli_option_value(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL; /* a longer option that starts with name */
+    return *i + 1 < argc ? argv[++*i] : "";
+}
+
+double ct_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ct_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1 << 20; /* keys are short; do not spend time on long strings */
+    int d[65][65];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+const char *ct_suggest(const char *word, const char *const *candidates, int n) {
+    const char *best = NULL;
+    int best_d = 1 << 20;
+    for (int i = 0; i < n; i++) {
+        int d = ct_edit_distance(word, candidates[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = candidates[i];
+        }
+    }
+    /* Close enough: at most a third of the word's length (at least 1, at most 4) edits. */
+    int len = (int)strlen(word);
+    int limit = len / 3;
+    if (limit < 1) limit = 1;
+    if (limit > 4) limit = 4;
+    return best_d <= limit ? best : NULL;
+}
