@@ -77,6 +77,15 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
 
+# test_backend loads stand-ins for a CUDA library built for another op table.
+$(BUILD)/test/libfake_cuda_v1.so: test/fixtures/fake_cuda_lib.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -DFAKE_ABI=1 $< -o $@
+$(BUILD)/test/libfake_cuda_noabi.so: test/fixtures/fake_cuda_lib.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC $< -o $@
+$(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so
+
 # test_cuda* call the CUDA backend's own entry points, so they link the library directly.
 $(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)
 	@mkdir -p $(dir $@)

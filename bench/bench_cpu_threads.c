@@ -122,7 +122,7 @@ static void step_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, in
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
                     (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
     else
-        be->gemm(be, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, beta, c, CT_F32, ldc);
+        be->blas.gemm(be, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, beta, c, CT_F32, ldc);
 }
 
 /* ---- MLP 784-512-512-10, batch 128: forward, backward, Adam ---- */
@@ -170,26 +170,26 @@ static void mlp_step(void *p) {
     for (int i = 0; i < 3; i++) {
         step_gemm(be, false, true, c->b, c->d[i + 1], c->d[i], in, c->d[i], c->w[i], c->d[i], 0.0f, c->h[i],
                   c->d[i + 1]);
-        be->bias_act_forward(be, c->h[i], c->bias[i], c->b, c->d[i + 1], 1, i < 2 ? CT_ACT_RELU : CT_ACT_NONE, 0,
+        be->elt.bias_act_forward(be, c->h[i], c->bias[i], c->b, c->d[i + 1], 1, i < 2 ? CT_ACT_RELU : CT_ACT_NONE, 0,
                              CT_F32);
         in = c->h[i];
     }
     float loss[2];
-    be->softmax_xent(be, c->dh[2], loss, c->h[2], c->labels, c->b, 10, 0.0f, 1.0f, CT_F32);
-    be->memset0(be, c->grads, (size_t)c->n_params * 4);
+    be->loss.softmax_xent(be, c->dh[2], loss, c->h[2], c->labels, c->b, 10, 0.0f, 1.0f, CT_F32);
+    be->mem.memset0(be, c->grads, (size_t)c->n_params * 4);
     for (int i = 2; i >= 0; i--) {
         const float *xin = i ? c->h[i - 1] : c->x;
         step_gemm(be, true, false, c->d[i + 1], c->d[i], c->b, c->dh[i], c->d[i + 1], xin, c->d[i], 1.0f,
                   c->dw[i], c->d[i]);
-        be->bias_backward(be, c->db[i], c->dh[i], c->b, c->d[i + 1], 1, CT_F32);
+        be->elt.bias_backward(be, c->db[i], c->dh[i], c->b, c->d[i + 1], 1, CT_F32);
         float *dxin = i ? c->dh[i - 1] : c->dx;
         step_gemm(be, false, false, c->b, c->d[i], c->d[i + 1], c->dh[i], c->d[i + 1], c->w[i], c->d[i], 0.0f,
                   dxin, c->d[i]);
-        if (i) be->act_backward(be, dxin, dxin, NULL, c->h[i - 1], c->b * c->d[i], CT_ACT_RELU, 0, CT_F32);
+        if (i) be->elt.act_backward(be, dxin, dxin, NULL, c->h[i - 1], c->b * c->d[i], CT_ACT_RELU, 0, CT_F32);
     }
-    (void)be->sum_squares(be, c->grads, c->n_params);
+    (void)be->optim.sum_squares(be, c->grads, c->n_params);
     ct_adam_args a = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, 1.0f, false};
-    be->adam_step(be, c->params, c->grads, c->m, c->v, c->n_params, &a);
+    be->optim.adam_step(be, c->params, c->grads, c->m, c->v, c->n_params, &a);
 }
 
 /* ---- CNN conv block: [128, 32, 14, 14] -> conv 64 3x3 pad 1 (im2col + GEMM per image), relu,
@@ -223,19 +223,19 @@ static void cnn_step(void *p) {
     ct_backend *be = c->be;
     const int64_t in_sz = 32 * 196, out_sz = 64 * 196;
     for (int64_t i = 0; i < 128; i++) {
-        be->im2col(be, c->col, c->x + i * in_sz, &c->g, 0, CT_F32);
+        be->conv.im2col(be, c->col, c->x + i * in_sz, &c->g, 0, CT_F32);
         step_gemm(be, false, false, 64, 196, 288, c->w, 288, c->col, 196, 0.0f, c->y + i * out_sz, 196);
     }
-    be->bias_act_forward(be, c->y, c->w, 128, 64, 196, CT_ACT_RELU, 0, CT_F32);
-    be->maxpool2d_forward(be, c->pooled, c->argmax, c->y, &c->pg, CT_F32);
-    be->maxpool2d_backward(be, c->dy, c->dpooled, c->argmax, &c->pg, CT_F32);
-    be->act_backward(be, c->dy, c->dy, NULL, c->y, 128 * out_sz, CT_ACT_RELU, 0, CT_F32);
-    be->memset0(be, c->dx, 128 * in_sz * 4);
+    be->elt.bias_act_forward(be, c->y, c->w, 128, 64, 196, CT_ACT_RELU, 0, CT_F32);
+    be->conv.maxpool2d_forward(be, c->pooled, c->argmax, c->y, &c->pg, CT_F32);
+    be->conv.maxpool2d_backward(be, c->dy, c->dpooled, c->argmax, &c->pg, CT_F32);
+    be->elt.act_backward(be, c->dy, c->dy, NULL, c->y, 128 * out_sz, CT_ACT_RELU, 0, CT_F32);
+    be->mem.memset0(be, c->dx, 128 * in_sz * 4);
     for (int64_t i = 0; i < 128; i++) {
-        be->im2col(be, c->col, c->x + i * in_sz, &c->g, 0, CT_F32);
+        be->conv.im2col(be, c->col, c->x + i * in_sz, &c->g, 0, CT_F32);
         step_gemm(be, false, true, 64, 288, 196, c->dy + i * out_sz, 196, c->col, 196, 1.0f, c->dw, 288);
         step_gemm(be, true, false, 288, 196, 64, c->w, 288, c->dy + i * out_sz, 196, 0.0f, c->col, 196);
-        be->col2im(be, c->dx + i * in_sz, c->col, &c->g, 0, CT_F32);
+        be->conv.col2im(be, c->dx + i * in_sz, c->col, &c->g, 0, CT_F32);
     }
 }
 

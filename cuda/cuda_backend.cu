@@ -36,6 +36,11 @@ void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, in
     ct_cuda_fail_at("cuBLAS", detail, call, file, line);
 }
 
+extern "C" int ct_cuda_backend_abi(size_t *table_bytes) {
+    *table_bytes = sizeof(ct_backend);
+    return CT_BACKEND_ABI;
+}
+
 extern "C" bool ct_cuda_probe(void) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

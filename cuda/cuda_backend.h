@@ -15,6 +15,10 @@
 extern "C" {
 #endif
 
+/* CT_BACKEND_ABI and sizeof(ct_backend) as this library was compiled: the loader (core/backend/
+ * backend.c) refuses a library whose op table does not match the executable's. */
+int ct_cuda_backend_abi(size_t *table_bytes);
+
 /* True when the CUDA runtime finds a driver and at least one device. Never aborts: any error
  * from cudaGetDeviceCount (no driver, driver too old, no device) means false. */
 bool ct_cuda_probe(void);

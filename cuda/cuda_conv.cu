@@ -177,7 +177,7 @@ static void cu_conv2d_backward(ct_backend *be, void *dx, float *dw, float *db, c
                                                      ct_dtype_size(dt), ct_cuda_stream(be)));
         return;
     }
-    if (db) be->bias_backward(be, db, dy, g->n, g->oc, pix, dt);
+    if (db) be->elt.bias_backward(be, db, dy, g->n, g->oc, pix, dt);
     size_t es = ct_dtype_size(dt);
     int64_t per_image = pix * (rows * (int64_t)es + g->oc * (int64_t)es + (dx ? rows * 4 : 0));
     int64_t nb = conv_chunk(g, per_image);
@@ -372,12 +372,12 @@ static void cu_avgpool2d_backward(ct_backend *be, void *dx, const void *dy, cons
 }
 
 void ct_cuda_conv_install(ct_backend *be) {
-    be->im2col = cu_im2col;
-    be->col2im = cu_col2im;
-    be->conv2d_forward = cu_conv2d_forward;
-    be->conv2d_backward = cu_conv2d_backward;
-    be->maxpool2d_forward = cu_maxpool2d_forward;
-    be->maxpool2d_backward = cu_maxpool2d_backward;
-    be->avgpool2d_forward = cu_avgpool2d_forward;
-    be->avgpool2d_backward = cu_avgpool2d_backward;
+    be->conv.im2col = cu_im2col;
+    be->conv.col2im = cu_col2im;
+    be->conv.conv2d_forward = cu_conv2d_forward;
+    be->conv.conv2d_backward = cu_conv2d_backward;
+    be->conv.maxpool2d_forward = cu_maxpool2d_forward;
+    be->conv.maxpool2d_backward = cu_maxpool2d_backward;
+    be->conv.avgpool2d_forward = cu_avgpool2d_forward;
+    be->conv.avgpool2d_backward = cu_avgpool2d_backward;
 }

@@ -331,18 +331,18 @@ static void cu_dropout_backward(ct_backend *be, void *dx, const void *dy, const 
 }
 
 void ct_cuda_eltwise_install(ct_backend *be) {
-    be->fill = cu_fill;
-    be->scale = cu_scale;
-    be->axpy = cu_axpy;
-    be->add = cu_add;
-    be->copy_rows = cu_copy_rows;
-    be->cast = cu_cast;
-    be->round_to = cu_round_to;
-    be->bias_act_forward = cu_bias_act_forward;
-    be->bias_backward = cu_bias_backward;
-    be->act_forward = cu_act_forward;
-    be->act_backward = cu_act_backward;
-    be->dropout_forward = cu_dropout_forward;
-    be->dropout_backward = cu_dropout_backward;
-    be->normalize_u8 = ct_cuda_normalize_u8;
+    be->elt.fill = cu_fill;
+    be->elt.scale = cu_scale;
+    be->elt.axpy = cu_axpy;
+    be->elt.add = cu_add;
+    be->elt.copy_rows = cu_copy_rows;
+    be->elt.cast = cu_cast;
+    be->elt.round_to = cu_round_to;
+    be->elt.bias_act_forward = cu_bias_act_forward;
+    be->elt.bias_backward = cu_bias_backward;
+    be->elt.act_forward = cu_act_forward;
+    be->elt.act_backward = cu_act_backward;
+    be->elt.dropout_forward = cu_dropout_forward;
+    be->elt.dropout_backward = cu_dropout_backward;
+    be->elt.normalize_u8 = ct_cuda_normalize_u8;
 }

@@ -301,16 +301,16 @@ static void cu_linear_forward(ct_backend *be, void *y, const void *x, const void
         int epi = linear_epilogue(act, dt, bias != NULL);
         if (lt_matmul_epi(be, false, true, rows, out, in, 1.0f, x, dt, in, 0, w, dt, in, 0, 0.0f, y,
                           dt, out, 0, 1, epi, bias)) {
-            if (!linear_act_fused(act, dt)) be->bias_act_forward(be, y, NULL, rows, out, 1, act, alpha, dt);
+            if (!linear_act_fused(act, dt)) be->elt.bias_act_forward(be, y, NULL, rows, out, 1, act, alpha, dt);
             return;
         }
     }
     cu_gemm(be, false, true, rows, out, in, 1.0f, x, dt, in, w, dt, in, 0.0f, y, dt, out);
-    be->bias_act_forward(be, y, bias, rows, out, 1, act, alpha, dt);
+    be->elt.bias_act_forward(be, y, bias, rows, out, 1, act, alpha, dt);
 }
 
 void ct_cuda_gemm_install(ct_backend *be) {
-    be->gemm = cu_gemm;
-    be->gemm_batched = cu_gemm_batched;
-    be->linear_forward = cu_linear_forward;
+    be->blas.gemm = cu_gemm;
+    be->blas.gemm_batched = cu_gemm_batched;
+    be->blas.linear_forward = cu_linear_forward;
 }

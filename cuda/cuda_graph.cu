@@ -91,8 +91,8 @@ static void cu_graph_free(ct_backend *be, void *graph) {
 }
 
 void ct_cuda_graph_install(ct_backend *be) {
-    be->capture_begin = cu_capture_begin;
-    be->capture_end = cu_capture_end;
-    be->replay = cu_replay;
-    be->graph_free = cu_graph_free;
+    be->capture.begin = cu_capture_begin;
+    be->capture.end = cu_capture_end;
+    be->capture.replay = cu_replay;
+    be->capture.free = cu_graph_free;
 }

@@ -253,9 +253,9 @@ static bool cu_all_finite(ct_backend *be, const float *x, int64_t n) {
 }
 
 void ct_cuda_loss_install(ct_backend *be) {
-    be->softmax_xent = cu_softmax_xent;
-    be->mse_loss = cu_mse_loss;
-    be->bce_logits_loss = cu_bce_logits_loss;
-    be->sum_squares = cu_sum_squares;
-    be->all_finite = cu_all_finite;
+    be->loss.softmax_xent = cu_softmax_xent;
+    be->loss.mse_loss = cu_mse_loss;
+    be->loss.bce_logits_loss = cu_bce_logits_loss;
+    be->optim.sum_squares = cu_sum_squares;
+    be->optim.all_finite = cu_all_finite;
 }

@@ -572,18 +572,18 @@ void ct_cuda_read_result(ct_backend *be, void *dst_host, const void *src_dev, si
 }
 
 void ct_cuda_mem_install(ct_backend *be) {
-    be->alloc = cu_alloc;
-    be->free = cu_free;
-    be->alloc_host_pinned = cu_alloc_host_pinned;
-    be->free_host_pinned = cu_free_host_pinned;
-    be->copy_h2d = cu_copy_h2d;
-    be->copy_d2h = cu_copy_d2h;
-    be->copy_d2d = cu_copy_d2d;
-    be->memset0 = cu_memset0;
-    be->sync = cu_sync;
-    be->peak_bytes = cu_peak_bytes;
-    be->mem_stats = cu_mem_stats;
-    be->compute_mark = cu_compute_mark;
-    be->upload = cu_upload;
-    be->upload_done = cu_upload_done;
+    be->mem.alloc = cu_alloc;
+    be->mem.free = cu_free;
+    be->mem.alloc_host_pinned = cu_alloc_host_pinned;
+    be->mem.free_host_pinned = cu_free_host_pinned;
+    be->mem.copy_h2d = cu_copy_h2d;
+    be->mem.copy_d2h = cu_copy_d2h;
+    be->mem.copy_d2d = cu_copy_d2d;
+    be->mem.memset0 = cu_memset0;
+    be->queue.sync = cu_sync;
+    be->mem.peak_bytes = cu_peak_bytes;
+    be->mem.mem_stats = cu_mem_stats;
+    be->queue.compute_mark = cu_compute_mark;
+    be->queue.upload = cu_upload;
+    be->queue.upload_done = cu_upload_done;
 }

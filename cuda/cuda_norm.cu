@@ -378,10 +378,10 @@ static void cu_embedding_backward(ct_backend *be, float *dtable, const void *dy,
 }
 
 void ct_cuda_norm_install(ct_backend *be) {
-    be->batchnorm_forward = cu_batchnorm_forward;
-    be->batchnorm_backward = cu_batchnorm_backward;
-    be->layernorm_forward = cu_layernorm_forward;
-    be->layernorm_backward = cu_layernorm_backward;
-    be->embedding_forward = cu_embedding_forward;
-    be->embedding_backward = cu_embedding_backward;
+    be->norm.batchnorm_forward = cu_batchnorm_forward;
+    be->norm.batchnorm_backward = cu_batchnorm_backward;
+    be->norm.layernorm_forward = cu_layernorm_forward;
+    be->norm.layernorm_backward = cu_layernorm_backward;
+    be->embed.embedding_forward = cu_embedding_forward;
+    be->embed.embedding_backward = cu_embedding_backward;
 }

@@ -105,7 +105,7 @@ static void cu_lamb_direction(ct_backend *be, float *upd, const float *param, co
 }
 
 void ct_cuda_optim_install(ct_backend *be) {
-    be->adam_step = cu_adam_step;
-    be->sgd_step = cu_sgd_step;
-    be->lamb_direction = cu_lamb_direction;
+    be->optim.adam_step = cu_adam_step;
+    be->optim.sgd_step = cu_sgd_step;
+    be->optim.lamb_direction = cu_lamb_direction;
 }

@@ -13,6 +13,7 @@ cp "$BUILD/ctrain" "$OUT/"
 # The CUDA backend, which ctrain dlopens from lib/ beside itself.
 if [ -f "$BUILD/libctrain_cuda.so" ]; then cp "$BUILD/libctrain_cuda.so" "$OUT/lib/"; fi
 for t in "$BUILD"/test/test_*; do [ -x "$t" ] && cp "$t" "$OUT/test/"; done
+cp "$BUILD"/test/libfake_*.so "$OUT/test/" 2>/dev/null || true   # test_backend's stand-in libraries
 cp test/*.sh "$OUT/test/"
 cp -r test/ref test/conformance configs docs "$OUT/" 2>/dev/null || true
 mv "$OUT/ref" "$OUT/test/ref"; mv "$OUT/conformance" "$OUT/test/conformance"

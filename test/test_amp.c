@@ -205,9 +205,9 @@ START_TEST(round_to_matches_scalar) {
     ct_dtype dts[2] = {CT_F16, CT_BF16};
     for (int d = 0; d < 2; d++) {
         memcpy(y, x, (size_t)n * sizeof *y);
-        be->round_to(be, y, n, dts[d]);
-        be->cast(be, h, dts[d], x, CT_F32, n);
-        be->cast(be, back, CT_F32, h, dts[d], n);
+        be->elt.round_to(be, y, n, dts[d]);
+        be->elt.cast(be, h, dts[d], x, CT_F32, n);
+        be->elt.cast(be, back, CT_F32, h, dts[d], n);
         for (int64_t i = 0; i < n; i++) {
             float want = dts[d] == CT_F16 ? ct_f16_to_f32(ct_f32_to_f16(x[i]))
                                           : ct_bf16_to_f32(ct_f32_to_bf16(x[i]));
@@ -221,12 +221,12 @@ START_TEST(round_to_matches_scalar) {
     }
     /* Spot checks of the rule itself (not only agreement): ties to even, overflow, underflow. */
     float s[6] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65520.0f, 0x1p-25f, 0x1.8p-24f, -0x1p-26f};
-    be->round_to(be, s, 6, CT_F16);
+    be->elt.round_to(be, s, 6, CT_F16);
     ck_assert(s[0] == 1.0f && s[1] == 1.0f + 0x1p-9f && isinf(s[2]) && s[3] == 0.0f &&
               s[4] == 0x1p-23f && s[5] == 0.0f && signbit(s[5]));
     /* CT_F32 leaves values alone. */
     memcpy(y, x, (size_t)n * sizeof *y);
-    be->round_to(be, y, n, CT_F32);
+    be->elt.round_to(be, y, n, CT_F32);
     ck_assert(memcmp(x, y, (size_t)n * sizeof *y) == 0);
     free(x);
     free(y);
@@ -343,7 +343,7 @@ static void on_step(void *ctx, long step, double loss) {
 /* A host copy of n floats of backend memory. */
 static float *copy_of(ct_backend *be, const float *x, int64_t n) {
     float *y = malloc((size_t)n * sizeof *y);
-    be->copy_d2h(be, y, x, (size_t)n * sizeof *y);
+    be->mem.copy_d2h(be, y, x, (size_t)n * sizeof *y);
     return y;
 }
 
@@ -357,7 +357,7 @@ static run_out run_trainer(const ct_config *cfg, bool zero_init) {
     ck_assert_msg(rc == CT_OK, "open: %s", err.msg);
     ct_optim *opt = ct_trainer_optim(t);
     ct_backend *be = ct_trainer_backend(t);
-    if (zero_init) be->memset0(be, opt->params, (size_t)opt->n * sizeof(float));
+    if (zero_init) be->mem.memset0(be, opt->params, (size_t)opt->n * sizeof(float));
     o.n = opt->n;
     o.p0 = copy_of(be, opt->params, opt->n);
     ct_trainer_on_step(t, on_step, &o);
@@ -483,7 +483,7 @@ END_TEST
 /* n random normals times s into backend memory x (host scratch h). */
 static void upload_normal(ct_backend *be, float *x, float *h, int64_t n, ct_rng *r, float s) {
     for (int64_t i = 0; i < n; i++) h[i] = (float)ct_rng_normal(r) * s;
-    be->copy_h2d(be, x, h, (size_t)n * sizeof *h);
+    be->mem.copy_h2d(be, x, h, (size_t)n * sizeof *h);
 }
 
 START_TEST(optimizer_overflow_bitwise) {
@@ -508,12 +508,12 @@ START_TEST(optimizer_overflow_bitwise) {
         ck_assert(ct_optim_step_finite(o, 1.0f / 1024, &st));
     }
     float bad[2] = {INFINITY, NAN}, keep;
-    be->copy_d2h(be, &keep, o->grads + 1234, sizeof keep);
+    be->mem.copy_d2h(be, &keep, o->grads + 1234, sizeof keep);
     for (int k = 0; k < 2; k++) {
         float *p = copy_of(be, o->params, n), *m = copy_of(be, o->m, n), *v = copy_of(be, o->v, n);
         long applied = o->applied, sched_t = o->sched_t;
         double lr = ct_optim_next_lr(o);
-        be->copy_h2d(be, o->grads + 1234, &bad[k], sizeof bad[k]);
+        be->mem.copy_h2d(be, o->grads + 1234, &bad[k], sizeof bad[k]);
         ct_optim_stats st;
         ck_assert(!ct_optim_step_finite(o, 1.0f / 1024, &st));
         ck_assert(isnan(st.grad_norm) && st.lr == lr);
@@ -521,7 +521,7 @@ START_TEST(optimizer_overflow_bitwise) {
         ck_assert(memcmp(p, p2, (size_t)n * 4) == 0 && memcmp(m, m2, (size_t)n * 4) == 0 &&
                   memcmp(v, v2, (size_t)n * 4) == 0);
         ck_assert(o->applied == applied && o->sched_t == sched_t && ct_optim_next_lr(o) == lr);
-        be->copy_h2d(be, o->grads + 1234, &keep, sizeof keep);
+        be->mem.copy_h2d(be, o->grads + 1234, &keep, sizeof keep);
         free(p), free(m), free(v), free(p2), free(m2), free(v2);
     }
     double lr = ct_optim_next_lr(o);

@@ -122,18 +122,18 @@ START_TEST(cast_op) {
     x[1] = 1e-6f;
     uint16_t *h = malloc((size_t)n * 2), *b = malloc((size_t)n * 2);
     float *back = malloc((size_t)n * 4);
-    be2->cast(be2, h, CT_F16, x, CT_F32, n);
-    be2->cast(be2, b, CT_BF16, x, CT_F32, n);
+    be2->elt.cast(be2, h, CT_F16, x, CT_F32, n);
+    be2->elt.cast(be2, b, CT_BF16, x, CT_F32, n);
     for (int64_t i = 0; i < n; i++) {
         ck_assert_uint_eq(h[i], ct_f32_to_f16(x[i]));
         ck_assert_uint_eq(b[i], ct_f32_to_bf16(x[i]));
     }
-    be2->cast(be2, back, CT_F32, h, CT_F16, n);
+    be2->elt.cast(be2, back, CT_F32, h, CT_F16, n);
     for (int64_t i = 0; i < n; i++) ck_assert(memcmp(&back[i], &(float){ct_f16_to_f32(h[i])}, 4) == 0);
-    be1->cast(be1, back, CT_F32, b, CT_BF16, n);
+    be1->elt.cast(be1, back, CT_F32, b, CT_BF16, n);
     for (int64_t i = 0; i < n; i++) ck_assert(memcmp(&back[i], &(float){ct_bf16_to_f32(b[i])}, 4) == 0);
     uint8_t u8[5] = {0, 1, 7, 200, 255};
-    be1->cast(be1, back, CT_F32, u8, CT_U8, 5);
+    be1->elt.cast(be1, back, CT_F32, u8, CT_U8, 5);
     ck_assert(back[3] == 200.0f && back[4] == 255.0f);
     free(x);
     free(h);
@@ -171,7 +171,7 @@ START_TEST(gemm_all_transposes) {
             float *c = rnd(m * ldc, 30 + t, -1, 1), *c0 = copyf(c, m * ldc);
             double *want = dalloc(m * n);
             ref_gemm(ta, tb, m, n, k, 0.7, a, lda, b, ldb, 0.3, c0, ldc, want);
-            be2->gemm(be2, ta, tb, m, n, k, 0.7f, a, CT_F32, lda, b, CT_F32, ldb, 0.3f, c, CT_F32, ldc);
+            be2->blas.gemm(be2, ta, tb, m, n, k, 0.7f, a, CT_F32, lda, b, CT_F32, ldb, 0.3f, c, CT_F32, ldc);
             for (int64_t i = 0; i < m; i++) {
                 expect_close("gemm", c + i * ldc, want + i * n, n, 1e-4, 1e-4 * sqrt((double)k));
                 /* the padding columns of C are untouched */
@@ -192,8 +192,8 @@ START_TEST(gemm_tiled_threads) {
             int64_t lda = ta ? m : k, ldb = tb ? k : n;
             float *a = rnd(m * k, 300 + t, -1, 1), *b = rnd(k * n, 310 + t, -1, 1);
             float *c1 = rnd(m * n, 320, -1, 1), *c2 = copyf(c1, m * n), *c0 = copyf(c1, m * n);
-            be1->gemm(be1, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, 1.0f, c1, CT_F32, n);
-            be2->gemm(be2, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, 1.0f, c2, CT_F32, n);
+            be1->blas.gemm(be1, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, 1.0f, c1, CT_F32, n);
+            be2->blas.gemm(be2, ta, tb, m, n, k, 1.0f, a, CT_F32, lda, b, CT_F32, ldb, 1.0f, c2, CT_F32, n);
             expect_bits("tiled gemm", c1, c2, (size_t)(m * n) * 4);
             /* spot-check rows spread over every tile against double */
             for (int64_t i = 0; i < m; i += 1 + m / 9) {
@@ -218,21 +218,21 @@ START_TEST(gemm_16bit_and_batched) {
     uint16_t *ah = malloc((size_t)(m * k) * 2), *bh = malloc((size_t)(k * n) * 2), *ch = malloc((size_t)(m * n) * 2);
     for (ct_dtype dt = CT_F16; dt <= CT_BF16; dt++) {
         float *ar = malloc((size_t)(m * k) * 4), *br = malloc((size_t)(k * n) * 4), *cr = malloc((size_t)(m * n) * 4);
-        be1->cast(be1, ah, dt, a, CT_F32, m * k);
-        be1->cast(be1, bh, dt, b, CT_F32, k * n);
-        be1->cast(be1, ch, dt, c0, CT_F32, m * n);
-        be1->cast(be1, ar, CT_F32, ah, dt, m * k);
-        be1->cast(be1, br, CT_F32, bh, dt, k * n);
-        be1->cast(be1, cr, CT_F32, ch, dt, m * n);
+        be1->elt.cast(be1, ah, dt, a, CT_F32, m * k);
+        be1->elt.cast(be1, bh, dt, b, CT_F32, k * n);
+        be1->elt.cast(be1, ch, dt, c0, CT_F32, m * n);
+        be1->elt.cast(be1, ar, CT_F32, ah, dt, m * k);
+        be1->elt.cast(be1, br, CT_F32, bh, dt, k * n);
+        be1->elt.cast(be1, cr, CT_F32, ch, dt, m * n);
         double *want = dalloc(m * n);
         ref_gemm(false, false, m, n, k, 1.0, ar, k, br, n, 0.5, cr, n, want);
         /* 16-bit inputs, fp32 output */
         float *c = copyf(cr, m * n);
-        be2->gemm(be2, false, false, m, n, k, 1.0f, ah, dt, k, bh, dt, n, 0.5f, c, CT_F32, n);
+        be2->blas.gemm(be2, false, false, m, n, k, 1.0f, ah, dt, k, bh, dt, n, 0.5f, c, CT_F32, n);
         expect_close("gemm16 f32 out", c, want, m * n, 1e-5, 1e-4);
         /* 16-bit output: one rounding of the fp32 result */
-        be2->gemm(be2, false, false, m, n, k, 1.0f, ah, dt, k, bh, dt, n, 0.5f, ch, dt, n);
-        be1->cast(be1, c, CT_F32, ch, dt, m * n);
+        be2->blas.gemm(be2, false, false, m, n, k, 1.0f, ah, dt, k, bh, dt, n, 0.5f, ch, dt, n);
+        be1->elt.cast(be1, c, CT_F32, ch, dt, m * n);
         expect_close("gemm16 16-bit out", c, want, m * n, dt == CT_F16 ? 1e-3 : 8e-3, 1e-3);
         free(ar), free(br), free(cr), free(c), free(want);
     }
@@ -241,8 +241,8 @@ START_TEST(gemm_16bit_and_batched) {
     float *A = rnd(batch * sa, 43, -1, 1), *B = rnd(batch * sb, 44, -1, 1), *C = rnd(batch * sc, 45, -1, 1);
     float *C0 = copyf(C, batch * sc);
     float *C1 = copyf(C, batch * sc);
-    be2->gemm_batched(be2, false, true, m, n, k, 2.0f, A, k, sa, B, k, sb, 1.0f, C, n, sc, batch);
-    be1->gemm_batched(be1, false, true, m, n, k, 2.0f, A, k, sa, B, k, sb, 1.0f, C1, n, sc, batch);
+    be2->blas.gemm_batched(be2, false, true, m, n, k, 2.0f, A, k, sa, B, k, sb, 1.0f, C, n, sc, batch);
+    be1->blas.gemm_batched(be1, false, true, m, n, k, 2.0f, A, k, sa, B, k, sb, 1.0f, C1, n, sc, batch);
     expect_bits("gemm_batched", C, C1, (size_t)(batch * sc) * 4);
     free(C1);
     for (int64_t i = 0; i < batch; i++) {
@@ -253,7 +253,7 @@ START_TEST(gemm_16bit_and_batched) {
     }
     /* k = 0: C = beta * C */
     float *c2 = rnd(m * n, 46, -1, 1), *c2_0 = copyf(c2, m * n);
-    be2->gemm(be2, false, false, m, n, 0, 1.0f, a, CT_F32, 1, b, CT_F32, n, 0.5f, c2, CT_F32, n);
+    be2->blas.gemm(be2, false, false, m, n, 0, 1.0f, a, CT_F32, 1, b, CT_F32, n, 0.5f, c2, CT_F32, n);
     for (int64_t i = 0; i < m * n; i++) ck_assert(c2[i] == 0.5f * c2_0[i]);
     free(c2), free(c2_0);
     free(a), free(b), free(c0), free(ah), free(bh), free(ch), free(A), free(B), free(C), free(C0);
@@ -267,16 +267,16 @@ START_TEST(vector_ops) {
         int64_t n = SIZES[s];
         float *x = rnd(n, 50, -3, 3), *y = rnd(n, 51, -3, 3), *z = malloc((size_t)n * 4);
         double *want = dalloc(n);
-        be2->add(be2, z, x, y, n, CT_F32);
+        be2->elt.add(be2, z, x, y, n, CT_F32);
         for (int64_t i = 0; i < n; i++) want[i] = (double)x[i] + y[i];
         expect_close("add", z, want, n, 1e-7, 0);
-        be2->axpy(be2, z, -0.25f, x, n, CT_F32);
+        be2->elt.axpy(be2, z, -0.25f, x, n, CT_F32);
         for (int64_t i = 0; i < n; i++) want[i] += -0.25 * x[i];
         expect_close("axpy", z, want, n, 1e-6, 1e-6);
-        be2->scale(be2, z, 3.0f, n, CT_F32);
+        be2->elt.scale(be2, z, 3.0f, n, CT_F32);
         for (int64_t i = 0; i < n; i++) want[i] *= 3.0;
         expect_close("scale", z, want, n, 1e-6, 1e-6);
-        be2->fill(be2, z, 1.5f, n, CT_F32);
+        be2->elt.fill(be2, z, 1.5f, n, CT_F32);
         for (int64_t i = 0; i < n; i++) ck_assert(z[i] == 1.5f);
         free(x), free(y), free(z), free(want);
     }
@@ -286,13 +286,13 @@ END_TEST
 START_TEST(copy_rows_op) {
     int64_t rows = 37, cols = 11, ldx = 13, ldy = 29, col0 = 5;
     float *x = rnd(rows * ldx, 52, -1, 1), *y = rnd(rows * ldy, 53, -1, 1), *y0 = copyf(y, rows * ldy);
-    be2->copy_rows(be2, y + col0, ldy, x, ldx, rows, cols, false, CT_F32);
+    be2->elt.copy_rows(be2, y + col0, ldy, x, ldx, rows, cols, false, CT_F32);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < ldy; j++) {
             float want = (j >= col0 && j < col0 + cols) ? x[r * ldx + j - col0] : y0[r * ldy + j];
             ck_assert(y[r * ldy + j] == want);
         }
-    be2->copy_rows(be2, y + col0, ldy, x, ldx, rows, cols, true, CT_F32);
+    be2->elt.copy_rows(be2, y + col0, ldy, x, ldx, rows, cols, true, CT_F32);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < cols; j++) ck_assert(y[r * ldy + col0 + j] == 2.0f * x[r * ldx + j]);
     free(x), free(y), free(y0);
@@ -327,8 +327,8 @@ START_TEST(activations) {
                 if (fabsf(x[i]) < 1e-3f) x[i] = 0.5f;
             float *y = malloc((size_t)n * 4), *dx = malloc((size_t)n * 4);
             double *want = dalloc(n), *dwant = dalloc(n);
-            be2->act_forward(be2, y, x, n, acts[a], 0.1f, CT_F32);
-            be2->act_backward(be2, dx, dy, x, y, n, acts[a], 0.1f, CT_F32);
+            be2->elt.act_forward(be2, y, x, n, acts[a], 0.1f, CT_F32);
+            be2->elt.act_backward(be2, dx, dy, x, y, n, acts[a], 0.1f, CT_F32);
             for (int64_t i = 0; i < n; i++) {
                 double h = 1e-5;
                 want[i] = ref_act(x[i], acts[a], 0.1f);
@@ -340,7 +340,7 @@ START_TEST(activations) {
             snprintf(what, sizeof what, "act %d backward", (int)acts[a]);
             expect_close(what, dx, dwant, n, 1e-4, 1e-5);
             /* in place: dx aliasing dy */
-            be2->act_backward(be2, dy, dy, x, y, n, acts[a], 0.1f, CT_F32);
+            be2->elt.act_backward(be2, dy, dy, x, y, n, acts[a], 0.1f, CT_F32);
             ck_assert(memcmp(dy, dx, (size_t)n * 4) == 0);
             free(x), free(dy), free(y), free(dx), free(want), free(dwant);
         }
@@ -353,7 +353,7 @@ START_TEST(bias_act_and_bias_backward) {
         int64_t rows = shapes[s][0], cols = shapes[s][1], inner = shapes[s][2], n = rows * cols * inner;
         float *x = rnd(n, 80, -2, 2), *bias = rnd(cols, 81, -1, 1), *x0 = copyf(x, n);
         double *want = dalloc(n);
-        be2->bias_act_forward(be2, x, bias, rows, cols, inner, CT_ACT_GELU, 0.0f, CT_F32);
+        be2->elt.bias_act_forward(be2, x, bias, rows, cols, inner, CT_ACT_GELU, 0.0f, CT_F32);
         for (int64_t i = 0; i < n; i++) want[i] = ref_act((double)x0[i] + bias[(i / inner) % cols], CT_ACT_GELU, 0);
         expect_close("bias_act", x, want, n, 1e-5, 1e-6);
         /* db accumulates */
@@ -361,11 +361,11 @@ START_TEST(bias_act_and_bias_backward) {
         double *dwant = dalloc(cols);
         for (int64_t j = 0; j < cols; j++) dwant[j] = db[j];
         for (int64_t i = 0; i < n; i++) dwant[(i / inner) % cols] += x0[i];
-        be2->bias_backward(be2, db, x0, rows, cols, inner, CT_F32);
+        be2->elt.bias_backward(be2, db, x0, rows, cols, inner, CT_F32);
         expect_close("bias_backward", db, dwant, cols, 1e-5, 1e-5);
         /* 1 thread gives the same bits */
         float *db1 = rnd(cols, 82, -1, 1);
-        be1->bias_backward(be1, db1, x0, rows, cols, inner, CT_F32);
+        be1->elt.bias_backward(be1, db1, x0, rows, cols, inner, CT_F32);
         expect_bits("bias_backward", db, db1, (size_t)cols * 4);
         free(x), free(bias), free(x0), free(want), free(db), free(dwant), free(db1);
     }
@@ -380,8 +380,8 @@ START_TEST(dropout_mask_and_threads) {
         float p = 0.3f;
         float *x = rnd(n, 90, -1, 1), *y1 = malloc((size_t)n * 4), *y2 = malloc((size_t)n * 4);
         uint8_t *m1 = malloc((size_t)n), *m2 = malloc((size_t)n);
-        be1->dropout_forward(be1, y1, m1, x, n, p, 7, 11, CT_F32);
-        be2->dropout_forward(be2, y2, m2, x, n, p, 7, 11, CT_F32);
+        be1->elt.dropout_forward(be1, y1, m1, x, n, p, 7, 11, CT_F32);
+        be2->elt.dropout_forward(be2, y2, m2, x, n, p, 7, 11, CT_F32);
         expect_bits("dropout y", y1, y2, (size_t)n * 4);
         expect_bits("dropout mask", m1, m2, (size_t)n);
         int64_t kept = 0;
@@ -393,7 +393,7 @@ START_TEST(dropout_mask_and_threads) {
         }
         if (n >= 1000) ck_assert(fabs((double)kept / n - 0.7) < 0.05);
         float *dy = rnd(n, 91, -1, 1), *dx = malloc((size_t)n * 4);
-        be2->dropout_backward(be2, dx, dy, m1, n, p, CT_F32);
+        be2->elt.dropout_backward(be2, dx, dy, m1, n, p, CT_F32);
         for (int64_t i = 0; i < n; i++) ck_assert(dx[i] == (m1[i] ? dy[i] * (1.0f / (1.0f - p)) : 0.0f));
         free(x), free(y1), free(y2), free(m1), free(m2), free(dy), free(dx);
     }
@@ -402,9 +402,9 @@ START_TEST(dropout_mask_and_threads) {
         int64_t n = 777;
         float *x = rnd(n, 93, -1, 1), *y = malloc((size_t)n * 4);
         uint8_t *m = malloc((size_t)n);
-        be2->dropout_forward(be2, y, m, x, n, 0.0f, 7, 1, CT_F32);
+        be2->elt.dropout_forward(be2, y, m, x, n, 0.0f, 7, 1, CT_F32);
         ck_assert(memcmp(x, y, (size_t)n * 4) == 0);
-        be2->dropout_forward(be2, y, m, x, n, 1.0f, 7, 1, CT_F32);
+        be2->elt.dropout_forward(be2, y, m, x, n, 1.0f, 7, 1, CT_F32);
         for (int64_t i = 0; i < n; i++) ck_assert(y[i] == 0.0f && m[i] == 0);
         free(x), free(y), free(m);
     }
@@ -412,8 +412,8 @@ START_TEST(dropout_mask_and_threads) {
     int64_t n = 1000;
     float *x = rnd(n, 92, 1, 2), *y = malloc((size_t)n * 4);
     uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
-    be2->dropout_forward(be2, y, a, x, n, 0.5f, 7, 11, CT_F32);
-    be2->dropout_forward(be2, y, b, x, n, 0.5f, 7, 12, CT_F32);
+    be2->elt.dropout_forward(be2, y, a, x, n, 0.5f, 7, 11, CT_F32);
+    be2->elt.dropout_forward(be2, y, b, x, n, 0.5f, 7, 12, CT_F32);
     ck_assert(memcmp(a, b, (size_t)n) != 0);
     free(x), free(y), free(a), free(b);
 }
@@ -452,10 +452,10 @@ START_TEST(im2col_col2im) {
         float *col = malloc((size_t)(kg * p) * 4), *col1 = malloc((size_t)(kg * p) * 4);
         float *y = malloc((size_t)(g->oc * p) * 4);
         for (int64_t grp = 0; grp < g->groups; grp++) {
-            be2->im2col(be2, col, img, g, grp, CT_F32);
-            be1->im2col(be1, col1, img, g, grp, CT_F32);
+            be2->conv.im2col(be2, col, img, g, grp, CT_F32);
+            be1->conv.im2col(be1, col1, img, g, grp, CT_F32);
             expect_bits("im2col", col, col1, (size_t)(kg * p) * 4);
-            be2->gemm(be2, false, false, ocg, p, kg, 1.0f, w + grp * ocg * kg, CT_F32, kg, col, CT_F32, p,
+            be2->blas.gemm(be2, false, false, ocg, p, kg, 1.0f, w + grp * ocg * kg, CT_F32, kg, col, CT_F32, p,
                       0.0f, y + grp * ocg * p, CT_F32, p);
         }
         /* direct convolution in double */
@@ -482,11 +482,11 @@ START_TEST(im2col_col2im) {
         float *c = rnd(kg * p, 120 + gi, -1, 1);
         float *back = calloc((size_t)(g->c * g->h * g->w), 4), *back1 = calloc((size_t)(g->c * g->h * g->w), 4);
         for (int64_t grp = 0; grp < g->groups; grp++) {
-            be2->im2col(be2, col, img, g, grp, CT_F32);
+            be2->conv.im2col(be2, col, img, g, grp, CT_F32);
             memset(back, 0, (size_t)(g->c * g->h * g->w) * 4);
-            be2->col2im(be2, back, c, g, grp, CT_F32);
+            be2->conv.col2im(be2, back, c, g, grp, CT_F32);
             memset(back1, 0, (size_t)(g->c * g->h * g->w) * 4);
-            be1->col2im(be1, back1, c, g, grp, CT_F32);
+            be1->conv.col2im(be1, back1, c, g, grp, CT_F32);
             expect_bits("col2im", back, back1, (size_t)(g->c * g->h * g->w) * 4);
             double lhs = 0, rhs = 0;
             for (int64_t i = 0; i < kg * p; i++) lhs += (double)col[i] * c[i];
@@ -513,7 +513,7 @@ static void conv_batch_reference(const ct_conv2d_geom *g, const float *x, const 
     double *dcol = dalloc(kg * p);
     for (int64_t i = 0; i < g->n; i++)
         for (int64_t grp = 0; grp < g->groups; grp++) {
-            be1->im2col(be1, col, x + i * in_sz, g, grp, CT_F32);
+            be1->conv.im2col(be1, col, x + i * in_sz, g, grp, CT_F32);
             const float *wg = w + grp * ocg * kg, *dyg = dy + (i * g->oc + grp * ocg) * p;
             for (int64_t o = 0; o < ocg; o++)
                 for (int64_t q = 0; q < p; q++) {
@@ -535,7 +535,7 @@ static void conv_batch_reference(const ct_conv2d_geom *g, const float *x, const 
             for (int64_t r = 0; r < kg * p; r++) {
                 col[r] = 1.0f;
                 memset(one, 0, (size_t)in_sz * 4);
-                be1->col2im(be1, one, col, g, grp, CT_F32);
+                be1->conv.col2im(be1, one, col, g, grp, CT_F32);
                 for (int64_t e = 0; e < in_sz; e++)
                     if (one[e] != 0.0f) dx[i * in_sz + e] += dcol[r] * one[e];
                 col[r] = 0.0f;
@@ -564,26 +564,26 @@ START_TEST(conv2d_batch_ops) {
         double *yr = dalloc(ny), *dxr = dalloc(nx), *dwr = dalloc(nw);
         for (int64_t e = 0; e < nw; e++) dwr[e] = dw0[e];
         conv_batch_reference(g, x, w, b, dy, yr, dxr, dwr);
-        be1->conv2d_forward(be1, y1, x, w, b, g, CT_F32);
-        be2->conv2d_forward(be2, y2, x, w, b, g, CT_F32);
+        be1->conv.conv2d_forward(be1, y1, x, w, b, g, CT_F32);
+        be2->conv.conv2d_forward(be2, y2, x, w, b, g, CT_F32);
         expect_close("conv2d_forward", y2, yr, ny, 1e-5, 1e-5);
         expect_bits("conv2d_forward threads", y1, y2, (size_t)ny * 4);
         float *db1 = copyf(b, g->oc), *db2 = copyf(b, g->oc);   /* db accumulates too */
         double *dbr = dalloc(g->oc);
         for (int64_t e = 0; e < ny; e++) dbr[(e / p) % g->oc] += dy[e];
         for (int64_t o = 0; o < g->oc; o++) dbr[o] += b[o];
-        be1->conv2d_backward(be1, dx1, dw1, db1, dy, x, w, g, CT_F32);
-        be2->conv2d_backward(be2, dx2, dw2, db2, dy, x, w, g, CT_F32);
+        be1->conv.conv2d_backward(be1, dx1, dw1, db1, dy, x, w, g, CT_F32);
+        be2->conv.conv2d_backward(be2, dx2, dw2, db2, dy, x, w, g, CT_F32);
         expect_close("conv2d_backward dx", dx2, dxr, nx, 1e-5, 1e-5);
         expect_close("conv2d_backward dw", dw2, dwr, nw, 1e-4, 1e-4);
         expect_close("conv2d_backward db", db2, dbr, g->oc, 1e-5, 1e-5);
         expect_bits("conv2d_backward dx threads", dx1, dx2, (size_t)nx * 4);
         expect_bits("conv2d_backward dw threads", dw1, dw2, (size_t)nw * 4);
         expect_bits("conv2d_backward db threads", db1, db2, (size_t)g->oc * 4);
-        be2->conv2d_backward(be2, NULL, dw3, NULL, dy, x, w, g, CT_F32);    /* no dx, no db: same dw */
+        be2->conv.conv2d_backward(be2, NULL, dw3, NULL, dy, x, w, g, CT_F32);    /* no dx, no db: same dw */
         expect_bits("conv2d_backward dw without dx", dw3, dw2, (size_t)nw * 4);
         free(db1), free(db2), free(dbr);
-        be2->conv2d_forward(be2, y2, x, w, NULL, g, CT_F32);           /* no bias */
+        be2->conv.conv2d_forward(be2, y2, x, w, NULL, g, CT_F32);           /* no bias */
         for (int64_t e = 0; e < ny; e++) yr[e] -= b[(e / p) % g->oc];
         expect_close("conv2d_forward without bias", y2, yr, ny, 1e-5, 1e-5);
         free(x), free(w), free(b), free(dy), free(dw0), free(y1), free(y2), free(dx1), free(dx2);
@@ -618,9 +618,9 @@ START_TEST(maxpool) {
         float *dx = rnd(in, 141, 5, 6), *dx1 = rnd(in, 142, 5, 6);
         int32_t *am = malloc((size_t)out * 4);
         double *want = dalloc(out), *dwant = dalloc(in);
-        be2->maxpool2d_forward(be2, y, am, x, g, CT_F32);
-        be2->maxpool2d_backward(be2, dx, dy, am, g, CT_F32);
-        be1->maxpool2d_backward(be1, dx1, dy, am, g, CT_F32);
+        be2->conv.maxpool2d_forward(be2, y, am, x, g, CT_F32);
+        be2->conv.maxpool2d_backward(be2, dx, dy, am, g, CT_F32);
+        be1->conv.maxpool2d_backward(be1, dx1, dy, am, g, CT_F32);
         expect_bits("maxpool backward", dx, dx1, (size_t)in * 4);
         for (int64_t pl = 0; pl < planes; pl++)
             for (int64_t oy = 0; oy < g->oh; oy++)
@@ -645,7 +645,7 @@ START_TEST(maxpool) {
         if (g->pad_h == 0 && g->pad_w == 0) {
             int64_t at = (g->kh - 1) * g->w + (g->kw - 1);
             x[at] = NAN;
-            be2->maxpool2d_forward(be2, y, am, x, g, CT_F32);
+            be2->conv.maxpool2d_forward(be2, y, am, x, g, CT_F32);
             ck_assert(isnan(y[0]));
             ck_assert_int_eq(am[0], at);
         }
@@ -669,8 +669,8 @@ START_TEST(avgpool) {
             float *x = rnd(in, 150 + gi, -1, 1), *y = malloc((size_t)out * 4), *dy = rnd(out, 160 + gi, -1, 1);
             float *dx = rnd(in, 161, 5, 6);
             double *want = dalloc(out), *dwant = dalloc(in);
-            be2->avgpool2d_forward(be2, y, x, g, CT_F32);
-            be2->avgpool2d_backward(be2, dx, dy, g, CT_F32);
+            be2->conv.avgpool2d_forward(be2, y, x, g, CT_F32);
+            be2->conv.avgpool2d_backward(be2, dx, dy, g, CT_F32);
             for (int64_t pl = 0; pl < planes; pl++)
                 for (int64_t oy = 0; oy < g->oh; oy++)
                     for (int64_t ox = 0; ox < g->ow; ox++) {
@@ -711,7 +711,7 @@ START_TEST(batchnorm) {
         float *rm = rnd(c, 173, -0.1f, 0.1f), *rv = rnd(c, 174, 0.9f, 1.1f), *rm0 = copyf(rm, c), *rv0 = copyf(rv, c);
         float *y = malloc((size_t)tot * 4), *mean = malloc((size_t)c * 4), *istd = malloc((size_t)c * 4);
         float eps = 1e-5f, mom = 0.1f;
-        be2->batchnorm_forward(be2, y, x, gamma, beta, rm, rv, mean, istd, n, c, hw, eps, mom, true, CT_F32);
+        be2->norm.batchnorm_forward(be2, y, x, gamma, beta, rm, rv, mean, istd, n, c, hw, eps, mom, true, CT_F32);
         double *want = dalloc(tot), *dmean = dalloc(c), *dvar = dalloc(c);
         for (int64_t ch = 0; ch < c; ch++) {
             double s1 = 0, s2 = 0;
@@ -737,7 +737,7 @@ START_TEST(batchnorm) {
         /* backward against the analytic gradient in double */
         float *dy = rnd(tot, 175, -1, 1), *dx = malloc((size_t)tot * 4);
         float *dg = rnd(c, 176, -1, 1), *db = rnd(c, 177, -1, 1), *dg0 = copyf(dg, c), *db0 = copyf(db, c);
-        be2->batchnorm_backward(be2, dx, dg, db, dy, x, gamma, mean, istd, n, c, hw, CT_F32);
+        be2->norm.batchnorm_backward(be2, dx, dg, db, dy, x, gamma, mean, istd, n, c, hw, CT_F32);
         double *dxw = dalloc(tot), *dgw = dalloc(c), *dbw = dalloc(c);
         for (int64_t ch = 0; ch < c; ch++) {
             double is = 1 / sqrt(dvar[ch] + eps), sdy = 0, sdyx = 0;
@@ -760,7 +760,7 @@ START_TEST(batchnorm) {
         expect_close("bn dgamma", dg, dgw, c, 1e-4, 1e-4);
         expect_close("bn dbeta", db, dbw, c, 1e-5, 1e-5);
         /* eval mode uses the running statistics */
-        be2->batchnorm_forward(be2, y, x, gamma, beta, rm, rv, NULL, NULL, n, c, hw, eps, mom, false, CT_F32);
+        be2->norm.batchnorm_forward(be2, y, x, gamma, beta, rm, rv, NULL, NULL, n, c, hw, eps, mom, false, CT_F32);
         for (int64_t k = 0; k < tot; k++) {
             int64_t ch = (k / hw) % c;
             want[k] = (x[k] - rm[ch]) / sqrt(rv[ch] + eps) * gamma[ch] + beta[ch];
@@ -782,10 +782,10 @@ START_TEST(layernorm) {
         float *x = rnd(tot, 180 + s, -2, 3), *gamma = rnd(d, 181, 0.5f, 1.5f), *beta = rnd(d, 182, -1, 1);
         float *y = malloc((size_t)tot * 4), *mean = malloc((size_t)rows * 4), *rstd = malloc((size_t)rows * 4);
         float eps = 1e-5f;
-        be2->layernorm_forward(be2, y, mean, rstd, x, gamma, beta, rows, d, eps, CT_F32);
+        be2->norm.layernorm_forward(be2, y, mean, rstd, x, gamma, beta, rows, d, eps, CT_F32);
         float *dy = rnd(tot, 183, -1, 1), *dx = malloc((size_t)tot * 4);
         float *dg = rnd(d, 184, -1, 1), *db = rnd(d, 185, -1, 1), *dg0 = copyf(dg, d), *db0 = copyf(db, d);
-        be2->layernorm_backward(be2, dx, dg, db, dy, x, gamma, mean, rstd, rows, d, CT_F32);
+        be2->norm.layernorm_backward(be2, dx, dg, db, dy, x, gamma, mean, rstd, rows, d, CT_F32);
         double *want = dalloc(tot), *dxw = dalloc(tot), *dgw = dalloc(d), *dbw = dalloc(d);
         for (int64_t j = 0; j < d; j++) dgw[j] = dg0[j], dbw[j] = db0[j];
         for (int64_t r = 0; r < rows; r++) {
@@ -817,7 +817,7 @@ START_TEST(layernorm) {
         expect_close("ln dbeta", db, dbw, d, 1e-5, 1e-5);
         /* same bits with 1 thread */
         float *dx1 = malloc((size_t)tot * 4), *dg1 = copyf(dg0, d), *db1 = copyf(db0, d);
-        be1->layernorm_backward(be1, dx1, dg1, db1, dy, x, gamma, mean, rstd, rows, d, CT_F32);
+        be1->norm.layernorm_backward(be1, dx1, dg1, db1, dy, x, gamma, mean, rstd, rows, d, CT_F32);
         expect_bits("ln dx", dx, dx1, (size_t)tot * 4);
         expect_bits("ln dgamma", dg, dg1, (size_t)d * 4);
         free(x), free(gamma), free(beta), free(y), free(mean), free(rstd), free(dy), free(dx), free(dg);
@@ -835,15 +835,15 @@ START_TEST(embedding) {
     ct_rng r;
     ct_rng_init(&r, 5, CT_RNG_INIT, 191);
     for (int64_t i = 0; i < n_ids; i++) ids[i] = (int32_t)ct_rng_below(&r, (uint32_t)vocab);
-    be2->embedding_forward(be2, y, ids, table, n_ids, dim, CT_F32);
+    be2->embed.embedding_forward(be2, y, ids, table, n_ids, dim, CT_F32);
     for (int64_t i = 0; i < n_ids; i++) ck_assert(memcmp(y + i * dim, table + ids[i] * dim, (size_t)dim * 4) == 0);
     float *dy = rnd(n_ids * dim, 192, -1, 1), *dt = rnd(vocab * dim, 193, -1, 1), *dt1 = copyf(dt, vocab * dim);
     double *want = dalloc(vocab * dim);
     for (int64_t i = 0; i < vocab * dim; i++) want[i] = dt[i];
     for (int64_t i = 0; i < n_ids; i++)
         for (int64_t j = 0; j < dim; j++) want[ids[i] * dim + j] += dy[i * dim + j];
-    be2->embedding_backward(be2, dt, dy, ids, n_ids, vocab, dim, CT_F32);
-    be1->embedding_backward(be1, dt1, dy, ids, n_ids, vocab, dim, CT_F32);
+    be2->embed.embedding_backward(be2, dt, dy, ids, n_ids, vocab, dim, CT_F32);
+    be1->embed.embedding_backward(be1, dt1, dy, ids, n_ids, vocab, dim, CT_F32);
     expect_close("embedding backward", dt, want, vocab * dim, 1e-5, 1e-5);
     expect_bits("embedding backward", dt, dt1, (size_t)(vocab * dim) * 4);
     free(table), free(y), free(ids), free(dy), free(dt), free(dt1), free(want);
@@ -893,7 +893,7 @@ START_TEST(softmax_cross_entropy) {
             if (rows > 3) lab[2] = -100; /* ignored row */
             float res[2] = {-1, -1};
             int64_t want_correct = 0;
-            be2->softmax_xent(be2, g, res, x, lab, rows, C, (float)eps, 2.0f, CT_F32);
+            be2->loss.softmax_xent(be2, g, res, x, lab, rows, C, (float)eps, 2.0f, CT_F32);
             float loss = res[0];
             int64_t correct = (int64_t)res[1];
             double want = ref_xent(x, lab, rows, C, eps, NULL, -1, 0, &want_correct);
@@ -908,7 +908,7 @@ START_TEST(softmax_cross_entropy) {
             }
             /* same bits with 1 thread */
             float res1[2], *g1 = malloc((size_t)(rows * C) * 4);
-            be1->softmax_xent(be1, g1, res1, x, lab, rows, C, (float)eps, 2.0f, CT_F32);
+            be1->loss.softmax_xent(be1, g1, res1, x, lab, rows, C, (float)eps, 2.0f, CT_F32);
             ck_assert(memcmp(res, res1, sizeof res) == 0);
             expect_bits("xent grad", g, g1, (size_t)(rows * C) * 4);
             free(x), free(g), free(lab), free(g1);
@@ -922,7 +922,7 @@ START_TEST(mse_and_bce) {
         float *x = rnd(n, 210, -30, 30), *t = rnd(n, 211, -1, 1), *tb = rnd(n, 212, 0, 1);
         float *g = malloc((size_t)n * 4), loss = 0, res[2] = {-1, -1};
         double *gw = dalloc(n), want = 0;
-        be2->mse_loss(be2, g, res, x, t, rows, cols, 0.5f, CT_F32);
+        be2->loss.mse_loss(be2, g, res, x, t, rows, cols, 0.5f, CT_F32);
         loss = res[0];
         ck_assert(res[1] == 0.0f);
         for (int64_t i = 0; i < n; i++) {
@@ -934,7 +934,7 @@ START_TEST(mse_and_bce) {
         expect_close("mse grad", g, gw, n, 1e-5, 1e-12);
         /* BCE with logits: large |x| must not overflow */
         x[0] = 100.0f;
-        be2->bce_logits_loss(be2, g, res, x, tb, rows, cols, 1.0f, CT_F32);
+        be2->loss.bce_logits_loss(be2, g, res, x, tb, rows, cols, 1.0f, CT_F32);
         loss = res[0];
         want = 0;
         for (int64_t i = 0; i < n; i++) {
@@ -958,16 +958,16 @@ START_TEST(reductions_and_threads) {
         float *x = rnd(n, 220, -3, 3);
         double want = 0;
         for (int64_t i = 0; i < n; i++) want += (double)x[i] * x[i];
-        double got1 = be1->sum_squares(be1, x, n), got2 = be2->sum_squares(be2, x, n);
+        double got1 = be1->optim.sum_squares(be1, x, n), got2 = be2->optim.sum_squares(be2, x, n);
         expect_scalar("sum_squares", got2, want, 1e-12, 0);
         ck_assert(memcmp(&got1, &got2, sizeof got1) == 0);
-        ck_assert(be2->all_finite(be2, x, n));
+        ck_assert(be2->optim.all_finite(be2, x, n));
         const float bad[] = {INFINITY, -INFINITY, NAN};
         for (int b = 0; b < 3; b++) {
             float keep = x[n - 1];
             x[n - 1] = bad[b];
-            ck_assert(!be2->all_finite(be2, x, n));
-            ck_assert(!be1->all_finite(be1, x, n));
+            ck_assert(!be2->optim.all_finite(be2, x, n));
+            ck_assert(!be1->optim.all_finite(be1, x, n));
             x[n - 1] = keep;
         }
         free(x);
@@ -975,7 +975,7 @@ START_TEST(reductions_and_threads) {
     /* a long sum: same bits on 1 and 2 threads */
     int64_t n = 3000017;
     float *x = rnd(n, 221, -1, 1);
-    double a = be1->sum_squares(be1, x, n), b = be2->sum_squares(be2, x, n);
+    double a = be1->optim.sum_squares(be1, x, n), b = be2->optim.sum_squares(be2, x, n);
     ck_assert(memcmp(&a, &b, sizeof a) == 0);
     free(x);
 }
@@ -1003,8 +1003,8 @@ START_TEST(adam_both_modes) {
             if (decoupled) upd += wd * pi;
             pw[i] = pi - lr * upd;
         }
-        be2->adam_step(be2, p, g, m, v, n, &a);
-        be1->adam_step(be1, p1, g, m1, v1, n, &a);
+        be2->optim.adam_step(be2, p, g, m, v, n, &a);
+        be1->optim.adam_step(be1, p1, g, m1, v1, n, &a);
         expect_close("adam m", m, mw, n, 1e-5, 1e-7);
         expect_close("adam v", v, vw, n, 1e-5, 1e-12);
         expect_close("adam p", p, pw, n, 1e-5, 1e-6);
@@ -1034,7 +1034,7 @@ START_TEST(sgd_variants) {
             }
             pw[i] = p[i] - 0.1 * d;
         }
-        be2->sgd_step(be2, p, g, b, n, &a);
+        be2->optim.sgd_step(be2, p, g, b, n, &a);
         expect_close("sgd p", p, pw, n, 1e-5, 1e-6);
         expect_close("sgd buf", b, bw, n, 1e-5, 1e-6);
         free(p), free(g), free(b), free(pw), free(bw);
@@ -1058,12 +1058,12 @@ START_TEST(lamb_direction_op) {
             wsq += (double)p[i] * p[i];
             usq += uw[i] * uw[i];
         }
-        be2->lamb_direction(be2, u, p, g, m, v, n, &a, &wn, &un);
+        be2->optim.lamb_direction(be2, u, p, g, m, v, n, &a, &wn, &un);
         expect_close("lamb update", u, uw, n, 1e-4, 1e-6);
         expect_scalar("lamb w_norm", wn, sqrt(wsq), 1e-9, 0);
         expect_scalar("lamb u_norm", un, sqrt(usq), 1e-4, 0);
         double wn1, un1;
-        be1->lamb_direction(be1, u1, p1, g, m1, v1, n, &a, &wn1, &un1);
+        be1->optim.lamb_direction(be1, u1, p1, g, m1, v1, n, &a, &wn1, &un1);
         ck_assert(memcmp(&un, &un1, sizeof un) == 0);
         expect_bits("lamb update", u, u1, (size_t)n * 4);
         free(p), free(g), free(m), free(v), free(u), free(p1), free(m1), free(v1), free(u1), free(uw);
@@ -1077,17 +1077,17 @@ START_TEST(pool_stress) {
     ct_backend *be5 = ct_cpu_backend_create(5);
     int64_t n = 200000;
     float *x = rnd(n, 260, -1, 1), *y = malloc((size_t)n * 4);
-    double want = be1->sum_squares(be1, x, n);
+    double want = be1->optim.sum_squares(be1, x, n);
     for (int it = 0; it < 300; it++) {
         int64_t len = 1 + (it * 7919) % n;
-        double a = be5->sum_squares(be5, x, len), b = be1->sum_squares(be1, x, len);
+        double a = be5->optim.sum_squares(be5, x, len), b = be1->optim.sum_squares(be1, x, len);
         ck_assert(memcmp(&a, &b, sizeof a) == 0);
-        be5->fill(be5, y, (float)it, n, CT_F32);
-        be5->axpy(be5, y, 1.0f, x, n, CT_F32);
+        be5->elt.fill(be5, y, (float)it, n, CT_F32);
+        be5->elt.axpy(be5, y, 1.0f, x, n, CT_F32);
         ck_assert(y[0] == (float)it + x[0] && y[n - 1] == (float)it + x[n - 1]);
         ck_assert(y[n / 2] == (float)it + x[n / 2]);
     }
-    double got = be5->sum_squares(be5, x, n);
+    double got = be5->optim.sum_squares(be5, x, n);
     ck_assert(memcmp(&got, &want, sizeof got) == 0);
     ct_backend_destroy(be5);
     free(x), free(y);
@@ -1101,12 +1101,12 @@ START_TEST(backend_create_and_memory) {
     ck_assert_str_eq(be->name, "cpu");
     ck_assert_int_eq(be->threads, 1);
     ck_assert(strstr(be->device_desc, "1 thread") != NULL);
-    void *p = be->alloc(be, 13, CT_MEM_WORKSPACE);
+    void *p = be->mem.alloc(be, 13, CT_MEM_WORKSPACE);
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_eq((uintptr_t)p % 64, 0);
-    be->memset0(be, p, 13);
-    ck_assert_uint_eq(be->peak_bytes(be), 0);
-    be->free(be, p);
+    be->mem.memset0(be, p, 13);
+    ck_assert_uint_eq(be->mem.peak_bytes(be), 0);
+    be->mem.free(be, p);
     ct_backend_destroy(be);
     be = NULL;
     ck_assert_int_eq(ct_backend_create("tpu", 1, &be, &err), CT_ERR_CONFIG);
@@ -1170,18 +1170,18 @@ enum { DT_N = 3001, DT_ROWS = 37, DT_COLS = 24, DT_CONV_X = 3 * 4 * 9 * 8, DT_CO
        DT_CONV_W = 5 * 4 * 9, DT_COL = 4 * 9 * 9 * 8, DT_IMG = 4 * 9 * 8, DT_POOL_X = 2 * 3 * 9 * 8,
        DT_POOL_Y = 2 * 3 * 5 * 4 };
 
-static void dt_fill(ct_backend *be, void **a, ct_dtype dt) { be->fill(be, a[0], 7e4f, DT_N, dt); }
-static void dt_scale(ct_backend *be, void **a, ct_dtype dt) { be->scale(be, a[0], 1.7f, DT_N, dt); }
-static void dt_axpy(ct_backend *be, void **a, ct_dtype dt) { be->axpy(be, a[0], -0.3f, a[1], DT_N, dt); }
-static void dt_add(ct_backend *be, void **a, ct_dtype dt) { be->add(be, a[0], a[1], a[2], DT_N, dt); }
+static void dt_fill(ct_backend *be, void **a, ct_dtype dt) { be->elt.fill(be, a[0], 7e4f, DT_N, dt); }
+static void dt_scale(ct_backend *be, void **a, ct_dtype dt) { be->elt.scale(be, a[0], 1.7f, DT_N, dt); }
+static void dt_axpy(ct_backend *be, void **a, ct_dtype dt) { be->elt.axpy(be, a[0], -0.3f, a[1], DT_N, dt); }
+static void dt_add(ct_backend *be, void **a, ct_dtype dt) { be->elt.add(be, a[0], a[1], a[2], DT_N, dt); }
 static void dt_copy_rows(ct_backend *be, void **a, ct_dtype dt) {
-    be->copy_rows(be, a[0], DT_COLS + 3, a[1], DT_COLS, DT_ROWS, DT_COLS - 2, false, dt);
-    be->copy_rows(be, a[2], DT_COLS + 3, a[1], DT_COLS, DT_ROWS, DT_COLS - 2, true, dt);
+    be->elt.copy_rows(be, a[0], DT_COLS + 3, a[1], DT_COLS, DT_ROWS, DT_COLS - 2, false, dt);
+    be->elt.copy_rows(be, a[2], DT_COLS + 3, a[1], DT_COLS, DT_ROWS, DT_COLS - 2, true, dt);
 }
 static void dt_bias_act(ct_backend *be, void **a, ct_dtype dt) {
-    be->bias_act_forward(be, a[0], a[1], DT_ROWS, DT_COLS, 1, CT_ACT_GELU, 0, dt);
-    be->bias_act_forward(be, a[2], a[1], 3, DT_COLS, 5, CT_ACT_LEAKY_RELU, 0.1f, dt);
-    be->bias_backward(be, a[3], a[4], DT_ROWS, DT_COLS, 1, dt);
+    be->elt.bias_act_forward(be, a[0], a[1], DT_ROWS, DT_COLS, 1, CT_ACT_GELU, 0, dt);
+    be->elt.bias_act_forward(be, a[2], a[1], 3, DT_COLS, 5, CT_ACT_LEAKY_RELU, 0.1f, dt);
+    be->elt.bias_backward(be, a[3], a[4], DT_ROWS, DT_COLS, 1, dt);
 }
 static void dt_act(ct_backend *be, void **a, ct_dtype dt) {
     /* y and dx hold one DT_N block per activation; backward reads y from its own input (a[4]),
@@ -1189,59 +1189,59 @@ static void dt_act(ct_backend *be, void **a, ct_dtype dt) {
     size_t blk = DT_N * ct_dtype_size(dt);
     for (ct_act act = CT_ACT_NONE; act <= CT_ACT_SIGMOID; act++) {
         void *y = (char *)a[0] + act * blk, *dx = (char *)a[1] + act * blk;
-        be->act_forward(be, y, a[2], DT_N, act, 0.2f, dt);
-        be->act_backward(be, dx, a[3], a[2], a[4], DT_N, act, 0.2f, dt);
+        be->elt.act_forward(be, y, a[2], DT_N, act, 0.2f, dt);
+        be->elt.act_backward(be, dx, a[3], a[2], a[4], DT_N, act, 0.2f, dt);
     }
 }
 static void dt_dropout(ct_backend *be, void **a, ct_dtype dt) {
-    be->dropout_forward(be, a[0], a[1], a[2], DT_N, 0.3f, 9, 4, dt);
-    be->dropout_backward(be, a[3], a[4], a[1], DT_N, 0.3f, dt);
+    be->elt.dropout_forward(be, a[0], a[1], a[2], DT_N, 0.3f, 9, 4, dt);
+    be->elt.dropout_backward(be, a[3], a[4], a[1], DT_N, 0.3f, dt);
 }
 static void dt_embedding(ct_backend *be, void **a, ct_dtype dt) {
-    be->embedding_forward(be, a[0], a[1], a[2], DT_ROWS, DT_COLS, dt);
-    be->embedding_backward(be, a[3], a[4], a[1], DT_ROWS, 50, DT_COLS, dt);
+    be->embed.embedding_forward(be, a[0], a[1], a[2], DT_ROWS, DT_COLS, dt);
+    be->embed.embedding_backward(be, a[3], a[4], a[1], DT_ROWS, 50, DT_COLS, dt);
 }
 static void dt_im2col(ct_backend *be, void **a, ct_dtype dt) {
-    be->im2col(be, a[0], a[1], &DT_CONV, 0, dt);
-    be->col2im(be, a[2], a[3], &DT_CONV, 0, dt);
+    be->conv.im2col(be, a[0], a[1], &DT_CONV, 0, dt);
+    be->conv.col2im(be, a[2], a[3], &DT_CONV, 0, dt);
 }
 static void dt_conv(ct_backend *be, void **a, ct_dtype dt) {
-    be->conv2d_forward(be, a[0], a[1], a[2], a[3], &DT_CONV, dt);
-    be->conv2d_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], &DT_CONV, dt);
+    be->conv.conv2d_forward(be, a[0], a[1], a[2], a[3], &DT_CONV, dt);
+    be->conv.conv2d_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], &DT_CONV, dt);
 }
 static void dt_maxpool(ct_backend *be, void **a, ct_dtype dt) {
-    be->maxpool2d_forward(be, a[0], a[1], a[2], &DT_POOL, dt);
-    be->maxpool2d_backward(be, a[3], a[4], a[1], &DT_POOL, dt);
+    be->conv.maxpool2d_forward(be, a[0], a[1], a[2], &DT_POOL, dt);
+    be->conv.maxpool2d_backward(be, a[3], a[4], a[1], &DT_POOL, dt);
 }
 static void dt_avgpool(ct_backend *be, void **a, ct_dtype dt) {
-    be->avgpool2d_forward(be, a[0], a[1], &DT_POOL, dt);
-    be->avgpool2d_backward(be, a[2], a[3], &DT_POOL, dt);
+    be->conv.avgpool2d_forward(be, a[0], a[1], &DT_POOL, dt);
+    be->conv.avgpool2d_backward(be, a[2], a[3], &DT_POOL, dt);
 }
 static void dt_batchnorm(ct_backend *be, void **a, ct_dtype dt) {
     float *st = a[3]; /* running mean, var, save mean, invstd: [4, 4] */
-    be->batchnorm_forward(be, a[0], a[1], a[2], (char *)a[2] + 4 * ct_dtype_size(dt), st, st + 4, st + 8,
+    be->norm.batchnorm_forward(be, a[0], a[1], a[2], (char *)a[2] + 4 * ct_dtype_size(dt), st, st + 4, st + 8,
                           st + 12, 3, 4, 17, 1e-5f, 0.1f, true, dt);
-    be->batchnorm_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], st + 8, st + 12, 3, 4, 17, dt);
-    be->batchnorm_forward(be, a[0], a[1], a[2], (char *)a[2] + 4 * ct_dtype_size(dt), st, st + 4, st + 8,
+    be->norm.batchnorm_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], st + 8, st + 12, 3, 4, 17, dt);
+    be->norm.batchnorm_forward(be, a[0], a[1], a[2], (char *)a[2] + 4 * ct_dtype_size(dt), st, st + 4, st + 8,
                           st + 12, 3, 4, 17, 1e-5f, 0.1f, false, dt);
 }
 static void dt_layernorm(ct_backend *be, void **a, ct_dtype dt) {
     float *st = a[3];
-    be->layernorm_forward(be, a[0], st, st + DT_ROWS, a[1], a[2], (char *)a[2] + DT_COLS * ct_dtype_size(dt),
+    be->norm.layernorm_forward(be, a[0], st, st + DT_ROWS, a[1], a[2], (char *)a[2] + DT_COLS * ct_dtype_size(dt),
                           DT_ROWS, DT_COLS, 1e-5f, dt);
-    be->layernorm_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], st, st + DT_ROWS, DT_ROWS, DT_COLS, dt);
+    be->norm.layernorm_backward(be, a[4], a[5], a[6], a[7], a[1], a[2], st, st + DT_ROWS, DT_ROWS, DT_COLS, dt);
 }
 static void dt_losses(ct_backend *be, void **a, ct_dtype dt) {
     float *res = a[3];
-    be->softmax_xent(be, a[0], res, a[1], a[2], DT_ROWS, DT_COLS, 0.1f, 3.0f, dt);
-    be->mse_loss(be, a[4], res + 2, a[1], a[5], DT_ROWS, DT_COLS, 0.5f, dt);
-    be->bce_logits_loss(be, a[6], res + 4, a[1], a[7], DT_ROWS, DT_COLS, 1.0f, dt);
+    be->loss.softmax_xent(be, a[0], res, a[1], a[2], DT_ROWS, DT_COLS, 0.1f, 3.0f, dt);
+    be->loss.mse_loss(be, a[4], res + 2, a[1], a[5], DT_ROWS, DT_COLS, 0.5f, dt);
+    be->loss.bce_logits_loss(be, a[6], res + 4, a[1], a[7], DT_ROWS, DT_COLS, 1.0f, dt);
 }
 static void dt_gemm(ct_backend *be, void **a, ct_dtype dt) {
     /* C in dt (beta 0.5 reads it) and C in fp32 accumulating (beta 1), each transpose */
-    be->gemm(be, false, true, DT_ROWS, 19, DT_COLS, 1.0f, a[0], dt, DT_COLS, a[1], dt, DT_COLS, 0.5f, a[2],
+    be->blas.gemm(be, false, true, DT_ROWS, 19, DT_COLS, 1.0f, a[0], dt, DT_COLS, a[1], dt, DT_COLS, 0.5f, a[2],
              dt, 19);
-    be->gemm(be, true, false, DT_COLS, DT_COLS, DT_ROWS, 0.7f, a[0], dt, DT_COLS, a[0], dt, DT_COLS, 1.0f,
+    be->blas.gemm(be, true, false, DT_COLS, DT_COLS, DT_ROWS, 0.7f, a[0], dt, DT_COLS, a[0], dt, DT_COLS, 1.0f,
              a[3], CT_F32, DT_COLS);
 }
 
@@ -1395,34 +1395,34 @@ END_TEST
 
 START_TEST(mem_stats_per_category) {
     ct_mem_stats m0, m;
-    be2->mem_stats(be2, &m0);
-    void *a = be2->alloc(be2, 1000, CT_MEM_ACTIVATIONS), *b = be2->alloc(be2, 24, CT_MEM_OPTIM);
-    void *c = be2->alloc(be2, 5000, CT_MEM_ACTIVATIONS);
+    be2->mem.mem_stats(be2, &m0);
+    void *a = be2->mem.alloc(be2, 1000, CT_MEM_ACTIVATIONS), *b = be2->mem.alloc(be2, 24, CT_MEM_OPTIM);
+    void *c = be2->mem.alloc(be2, 5000, CT_MEM_ACTIVATIONS);
     ck_assert_uint_eq((uintptr_t)a % 64, 0);
     ck_assert_uint_eq((uintptr_t)b % 64, 0);
     memset(c, 1, 5000); /* the whole block is usable */
-    be2->mem_stats(be2, &m);
+    be2->mem.mem_stats(be2, &m);
     ck_assert_uint_eq(m.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS], 6000);
     ck_assert_uint_eq(m.current[CT_MEM_OPTIM] - m0.current[CT_MEM_OPTIM], 24);
     ck_assert_uint_eq(m.current[CT_MEM_PARAMS], m0.current[CT_MEM_PARAMS]);
     ck_assert_uint_eq(m.current_total - m0.current_total, 6024);
-    be2->free(be2, c);
-    void *d = be2->alloc(be2, 100, CT_MEM_PARAMS);
-    be2->mem_stats(be2, &m);
+    be2->mem.free(be2, c);
+    void *d = be2->mem.alloc(be2, 100, CT_MEM_PARAMS);
+    be2->mem.mem_stats(be2, &m);
     ck_assert_uint_eq(m.current[CT_MEM_ACTIVATIONS] - m0.current[CT_MEM_ACTIVATIONS], 1000);
     ck_assert_uint_ge(m.peak[CT_MEM_ACTIVATIONS], m0.current[CT_MEM_ACTIVATIONS] + 6000);
     ck_assert_uint_ge(m.peak_total, m0.current_total + 6024);
     ck_assert_uint_eq(m.current_total - m0.current_total, 1124);
     /* pinned host memory is the loader's and not counted */
-    void *pin = be2->alloc_host_pinned(be2, 4096);
+    void *pin = be2->mem.alloc_host_pinned(be2, 4096);
     ct_mem_stats m2;
-    be2->mem_stats(be2, &m2);
+    be2->mem.mem_stats(be2, &m2);
     ck_assert_uint_eq(m2.current_total, m.current_total);
-    be2->free_host_pinned(be2, pin);
-    be2->free(be2, a), be2->free(be2, b), be2->free(be2, d);
-    be2->mem_stats(be2, &m);
+    be2->mem.free_host_pinned(be2, pin);
+    be2->mem.free(be2, a), be2->mem.free(be2, b), be2->mem.free(be2, d);
+    be2->mem.mem_stats(be2, &m);
     for (int k = 0; k < CT_MEM_CAT_COUNT; k++) ck_assert_uint_eq(m.current[k], m0.current[k]);
-    ck_assert_uint_eq(be2->peak_bytes(be2), 0);
+    ck_assert_uint_eq(be2->mem.peak_bytes(be2), 0);
     ck_assert_str_eq(ct_mem_cat_name(CT_MEM_PARAMS), "params");
     ck_assert_str_eq(ct_mem_cat_name(CT_MEM_LOADER), "loader");
 }
@@ -1430,13 +1430,13 @@ END_TEST
 
 START_TEST(upload_tickets) {
     float *src = rnd(777, 300, -1, 1), *dst = calloc(777, 4);
-    uint64_t t1 = be2->upload(be2, dst, src, 777 * 4, be2->compute_mark(be2));
+    uint64_t t1 = be2->queue.upload(be2, dst, src, 777 * 4, be2->queue.compute_mark(be2));
     ck_assert_uint_gt(t1, 0);
-    ck_assert(be2->upload_done(be2, t1, false));
+    ck_assert(be2->queue.upload_done(be2, t1, false));
     ck_assert(memcmp(dst, src, 777 * 4) == 0);
-    uint64_t t2 = be2->upload(be2, dst, src, 4, 0);
+    uint64_t t2 = be2->queue.upload(be2, dst, src, 4, 0);
     ck_assert_uint_gt(t2, t1);
-    ck_assert(be2->upload_done(be2, t2, true));
+    ck_assert(be2->queue.upload_done(be2, t2, true));
     free(src), free(dst);
 }
 END_TEST
@@ -1450,10 +1450,10 @@ START_TEST(normalize_u8_flip) {
     for (int64_t i = 0; i < n; i++) x[i] = (uint8_t)ct_rng_below(&r, 256);
     float *y = malloc((size_t)n * 4);
     uint16_t *y16 = malloc((size_t)n * 2);
-    be2->normalize_u8(be2, y, x, flip, &p, CT_F32);
+    be2->elt.normalize_u8(be2, y, x, flip, &p, CT_F32);
     for (int dti = 0; dti < 2; dti++) {
         ct_dtype dt = dti ? CT_BF16 : CT_F16;
-        be2->normalize_u8(be2, y16, x, flip, &p, dt);
+        be2->elt.normalize_u8(be2, y16, x, flip, &p, dt);
         for (int64_t i = 0; i < p.n; i++)
             for (int64_t c = 0; c < p.c; c++)
                 for (int64_t h = 0; h < p.h; h++)
@@ -1466,7 +1466,7 @@ START_TEST(normalize_u8_flip) {
                         ck_assert_uint_eq(y16[o], dt_round(want, dt));
                     }
     }
-    be2->normalize_u8(be2, y, x, NULL, &p, CT_F32); /* no flip array: nothing mirrored */
+    be2->elt.normalize_u8(be2, y, x, NULL, &p, CT_F32); /* no flip array: nothing mirrored */
     float want0 = ((float)x[p.w - 1] / 255.0f - p.mean[0]) / p.std[0];
     ck_assert(memcmp(&y[p.w - 1], &want0, 4) == 0);
     free(x), free(y), free(y16);
@@ -1486,16 +1486,16 @@ START_TEST(loss_result_buffer) {
             if (x[i * C + j] > x[i * C + best]) best = j;
         want_correct += best == lab[i];
     }
-    float *res = be2->alloc(be2, 2 * sizeof(float), CT_MEM_WORKSPACE);
+    float *res = be2->mem.alloc(be2, 2 * sizeof(float), CT_MEM_WORKSPACE);
     res[0] = res[1] = -1;
-    be2->softmax_xent(be2, g, res, x, lab, rows, C, 0.0f, 1.0f, CT_F32);
+    be2->loss.softmax_xent(be2, g, res, x, lab, rows, C, 0.0f, 1.0f, CT_F32);
     ck_assert_float_eq(res[1], (float)want_correct);
     ck_assert(res[0] > 0 && isfinite(res[0]));
     res[1] = -1;
-    be2->mse_loss(be2, g, res, x, x, rows, C, 1.0f, CT_F32);
+    be2->loss.mse_loss(be2, g, res, x, x, rows, C, 1.0f, CT_F32);
     ck_assert_float_eq(res[0], 0.0f);
     ck_assert_float_eq(res[1], 0.0f);
-    be2->free(be2, res);
+    be2->mem.free(be2, res);
     free(x), free(g);
 }
 END_TEST

@@ -57,37 +57,37 @@ static float *hcopy(const float *x, int64_t n) {
 
 /* Device copy of host data. */
 static void *up(const void *h, size_t bytes) {
-    void *d = gpu->alloc(gpu, bytes, CT_MEM_ACTIVATIONS);
+    void *d = gpu->mem.alloc(gpu, bytes, CT_MEM_ACTIVATIONS);
     ck_assert_ptr_nonnull(d);
-    gpu->copy_h2d(gpu, d, h, bytes);
+    gpu->mem.copy_h2d(gpu, d, h, bytes);
     return d;
 }
 
 /* Device float buffer full of NaN. */
 static float *poison(int64_t n) {
-    float *d = gpu->alloc(gpu, (size_t)(n > 0 ? n : 1) * sizeof(float), CT_MEM_ACTIVATIONS);
+    float *d = gpu->mem.alloc(gpu, (size_t)(n > 0 ? n : 1) * sizeof(float), CT_MEM_ACTIVATIONS);
     ck_assert_ptr_nonnull(d);
     float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
     for (int64_t i = 0; i < n; i++) h[i] = NAN;
-    gpu->copy_h2d(gpu, d, h, (size_t)n * sizeof(float));
+    gpu->mem.copy_h2d(gpu, d, h, (size_t)n * sizeof(float));
     free(h);
     return d;
 }
 
 /* Device buffer of `bytes` bytes all equal to 0x5A (integer outputs). */
 static void *poison_bytes(size_t bytes) {
-    void *d = gpu->alloc(gpu, bytes ? bytes : 1, CT_MEM_ACTIVATIONS);
+    void *d = gpu->mem.alloc(gpu, bytes ? bytes : 1, CT_MEM_ACTIVATIONS);
     ck_assert_ptr_nonnull(d);
     void *h = malloc(bytes ? bytes : 1);
     memset(h, 0x5A, bytes);
-    gpu->copy_h2d(gpu, d, h, bytes);
+    gpu->mem.copy_h2d(gpu, d, h, bytes);
     free(h);
     return d;
 }
 
 static void *down(const void *d, size_t bytes) {
     void *h = malloc(bytes ? bytes : 1);
-    gpu->copy_d2h(gpu, h, d, bytes);
+    gpu->mem.copy_d2h(gpu, h, d, bytes);
     return h;
 }
 
@@ -136,7 +136,7 @@ static void expect_scalar(const char *what, double got, double want, double tol)
                   tol);
 }
 
-static void gfree(void *d) { gpu->free(gpu, d); }
+static void gfree(void *d) { gpu->mem.free(gpu, d); }
 
 /* ---- typed arrays (op table v2: activations in f32, f16 or bf16) ---- */
 
@@ -146,14 +146,14 @@ static double tol_of(ct_dtype dt) { return dt == CT_F32 ? TOL_F32 : TOL_16; }
 /* x (fp32) stored in dt on the host, rounded by the CPU backend's cast. */
 static void *hdt(const float *x, int64_t n, ct_dtype dt) {
     void *y = malloc((size_t)(n > 0 ? n : 1) * ct_dtype_size(dt));
-    cpu->cast(cpu, y, dt, x, CT_F32, n);
+    cpu->elt.cast(cpu, y, dt, x, CT_F32, n);
     return y;
 }
 
 /* Host array of n elements of dt as fp32. */
 static float *hf32(const void *x, int64_t n, ct_dtype dt) {
     float *y = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    cpu->cast(cpu, y, CT_F32, x, dt, n);
+    cpu->elt.cast(cpu, y, CT_F32, x, dt, n);
     return y;
 }
 
@@ -188,40 +188,40 @@ START_TEST(memory_and_copies) {
     float *h = hrand(n, -1, 1);
     /* pageable and pinned sources, device-to-device, memset */
     float *d = up(h, (size_t)n * 4);
-    float *pin = gpu->alloc_host_pinned(gpu, (size_t)n * 4);
+    float *pin = gpu->mem.alloc_host_pinned(gpu, (size_t)n * 4);
     ck_assert_ptr_nonnull(pin);
     memcpy(pin, h, (size_t)n * 4);
     float *d2 = poison(n);
-    gpu->copy_h2d(gpu, d2, pin, (size_t)n * 4);
+    gpu->mem.copy_h2d(gpu, d2, pin, (size_t)n * 4);
     memset(pin, 0, (size_t)n * 4); /* the copy must be complete once copy_h2d returned */
     expect_same_bytes("h2d pinned", d2, h, (size_t)n * 4);
     float *d3 = poison(n);
-    gpu->copy_d2d(gpu, d3, d, (size_t)n * 4);
+    gpu->mem.copy_d2d(gpu, d3, d, (size_t)n * 4);
     expect_same_bytes("d2d", d3, h, (size_t)n * 4);
-    gpu->copy_d2h(gpu, pin, d, (size_t)n * 4);
+    gpu->mem.copy_d2h(gpu, pin, d, (size_t)n * 4);
     ck_assert(memcmp(pin, h, (size_t)n * 4) == 0);
-    gpu->memset0(gpu, d3, 400);
+    gpu->mem.memset0(gpu, d3, 400);
     float *back = down(d3, 800);
     for (int i = 0; i < 100; i++) ck_assert(back[i] == 0.0f);
     for (int i = 100; i < 200; i++) ck_assert(back[i] == h[i]);
     free(back);
-    gpu->free_host_pinned(gpu, pin);
+    gpu->mem.free_host_pinned(gpu, pin);
     /* the caching allocator reuses a freed block of the same size without cudaMalloc */
 #ifdef CT_HAVE_CUDA
     ct_cuda_mem_stats s0, s1;
     gfree(d3);
     ct_cuda_get_mem_stats(gpu, &s0);
-    void *again = gpu->alloc(gpu, (size_t)n * 4, CT_MEM_ACTIVATIONS);
+    void *again = gpu->mem.alloc(gpu, (size_t)n * 4, CT_MEM_ACTIVATIONS);
     ct_cuda_get_mem_stats(gpu, &s1);
     ck_assert_uint_eq(s1.n_cuda_malloc, s0.n_cuda_malloc);
     ck_assert_uint_ge(s1.live_bytes, s0.live_bytes + (size_t)n * 4);
-    ck_assert_uint_ge(gpu->peak_bytes(gpu), s1.live_bytes);
+    ck_assert_uint_ge(gpu->mem.peak_bytes(gpu), s1.live_bytes);
     ck_assert((uintptr_t)again % 64 == 0);
     gfree(again);
 #else
     gfree(d3);
 #endif
-    gpu->sync(gpu);
+    gpu->queue.sync(gpu);
     gfree(d), gfree(d2);
     free(h);
 }
@@ -231,7 +231,7 @@ END_TEST
 
 static uint16_t *to16(const float *x, int64_t n, ct_dtype dt) {
     uint16_t *y = malloc((size_t)(n > 0 ? n : 1) * 2);
-    cpu->cast(cpu, y, dt, x, CT_F32, n);
+    cpu->elt.cast(cpu, y, dt, x, CT_F32, n);
     return y;
 }
 
@@ -257,12 +257,12 @@ static void gemm_case(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
         dc = up(pc, (size_t)nc * 4);
         free(pc);
     }
-    cpu->gemm(cpu, ta, tb, m, n, k, alpha, ha, adt, lda, hb, bdt, ldb, beta, hc, cdt, ldc);
-    gpu->gemm(gpu, ta, tb, m, n, k, alpha, da, adt, lda, db, bdt, ldb, beta, dc, cdt, ldc);
+    cpu->blas.gemm(cpu, ta, tb, m, n, k, alpha, ha, adt, lda, hb, bdt, ldb, beta, hc, cdt, ldc);
+    gpu->blas.gemm(gpu, ta, tb, m, n, k, alpha, da, adt, lda, db, bdt, ldb, beta, dc, cdt, ldc);
     float *want = malloc((size_t)nc * 4), *gotf = malloc((size_t)nc * 4);
     void *got = down(dc, (size_t)nc * ec);
-    cpu->cast(cpu, want, CT_F32, hc, cdt, nc);
-    cpu->cast(cpu, gotf, CT_F32, got, cdt, nc);
+    cpu->elt.cast(cpu, want, CT_F32, hc, cdt, nc);
+    cpu->elt.cast(cpu, gotf, CT_F32, got, cdt, nc);
     float *dgot = up(gotf, (size_t)nc * 4);
     expect_rel(what, dgot, want, nc, tol); /* includes the padding columns: they must match too */
     gfree(dgot), gfree(da), gfree(db), gfree(dc);
@@ -314,8 +314,8 @@ START_TEST(gemm_batched_op) {
         float *c = hrand(sc * batch, -1, 1);
         float *da = up(a, (size_t)(sa * batch) * 4), *db = up(b, (size_t)(sb * batch) * 4);
         float *dc = up(c, (size_t)(sc * batch) * 4);
-        cpu->gemm_batched(cpu, ta, tb, m, n, k, 0.9f, a, lda, sa, b, ldb, sb, 0.4f, c, ldc, sc, batch);
-        gpu->gemm_batched(gpu, ta, tb, m, n, k, 0.9f, da, lda, sa, db, ldb, sb, 0.4f, dc, ldc, sc, batch);
+        cpu->blas.gemm_batched(cpu, ta, tb, m, n, k, 0.9f, a, lda, sa, b, ldb, sb, 0.4f, c, ldc, sc, batch);
+        gpu->blas.gemm_batched(gpu, ta, tb, m, n, k, 0.9f, da, lda, sa, db, ldb, sb, 0.4f, dc, ldc, sc, batch);
         expect_rel("gemm_batched", dc, c, sc * batch, TOL_F32);
         gfree(da), gfree(db), gfree(dc);
         free(a), free(b), free(c);
@@ -334,17 +334,17 @@ START_TEST(vector_ops) {
         size_t es = ct_dtype_size(dt);
         void *hx = hdt(x, n, dt), *hy = hdt(y, n, dt), *want = malloc((size_t)n * es);
         void *dx = upd(hx, n, dt), *dy = upd(hy, n, dt), *out = poison_dt(n, dt);
-        gpu->fill(gpu, out, 0.375f, n, dt);
-        cpu->fill(cpu, want, 0.375f, n, dt);
+        gpu->elt.fill(gpu, out, 0.375f, n, dt);
+        cpu->elt.fill(cpu, want, 0.375f, n, dt);
         expect_rel_dt("fill", out, want, n, dt, 0);
-        gpu->add(gpu, out, dx, dy, n, dt);
-        cpu->add(cpu, want, hx, hy, n, dt);
+        gpu->elt.add(gpu, out, dx, dy, n, dt);
+        cpu->elt.add(cpu, want, hx, hy, n, dt);
         expect_rel_dt("add", out, want, n, dt, tol);
-        gpu->axpy(gpu, out, -0.7f, dx, n, dt);
-        cpu->axpy(cpu, want, -0.7f, hx, n, dt);
+        gpu->elt.axpy(gpu, out, -0.7f, dx, n, dt);
+        cpu->elt.axpy(cpu, want, -0.7f, hx, n, dt);
         expect_rel_dt("axpy", out, want, n, dt, tol);
-        gpu->scale(gpu, out, 1.5f, n, dt);
-        cpu->scale(cpu, want, 1.5f, n, dt);
+        gpu->elt.scale(gpu, out, 1.5f, n, dt);
+        cpu->elt.scale(cpu, want, 1.5f, n, dt);
         expect_rel_dt("scale", out, want, n, dt, tol);
         /* copy_rows into the middle of a wider matrix, then accumulate */
         int64_t rows = 37, cols = 19, ldx = 23, ldy = 50, col0 = 7;
@@ -352,8 +352,8 @@ START_TEST(vector_ops) {
         void *hs = hdt(src, rows * ldx, dt), *hd = hdt(dst, rows * ldy, dt);
         void *dsrc = upd(hs, rows * ldx, dt), *ddst = upd(hd, rows * ldy, dt);
         for (int acc = 0; acc < 2; acc++) {
-            cpu->copy_rows(cpu, (char *)hd + col0 * es, ldy, hs, ldx, rows, cols, acc, dt);
-            gpu->copy_rows(gpu, (char *)ddst + col0 * es, ldy, dsrc, ldx, rows, cols, acc, dt);
+            cpu->elt.copy_rows(cpu, (char *)hd + col0 * es, ldy, hs, ldx, rows, cols, acc, dt);
+            gpu->elt.copy_rows(gpu, (char *)ddst + col0 * es, ldy, dsrc, ldx, rows, cols, acc, dt);
             expect_rel_dt(acc ? "copy_rows accumulate" : "copy_rows", ddst, hd, rows * ldy, dt, tol);
         }
         gfree(dx), gfree(dy), gfree(out), gfree(dsrc), gfree(ddst);
@@ -373,10 +373,10 @@ START_TEST(cast_op) {
             ct_dtype from = dts[i], to = dts[j];
             size_t ef = ct_dtype_size(from), et = ct_dtype_size(to);
             void *src = malloc((size_t)n * ef), *want = malloc((size_t)n * et);
-            cpu->cast(cpu, src, from, x, CT_F32, n);
-            cpu->cast(cpu, want, to, src, from, n);
+            cpu->elt.cast(cpu, src, from, x, CT_F32, n);
+            cpu->elt.cast(cpu, want, to, src, from, n);
             void *dsrc = up(src, (size_t)n * ef), *ddst = poison_bytes((size_t)n * et);
-            gpu->cast(gpu, ddst, to, dsrc, from, n);
+            gpu->elt.cast(gpu, ddst, to, dsrc, from, n);
             char what[32];
             snprintf(what, sizeof what, "cast %d->%d", (int)from, (int)to);
             expect_same_bytes(what, ddst, want, (size_t)n * et); /* bit-exact */
@@ -396,9 +396,9 @@ START_TEST(round_to_op) {
     const ct_dtype dts[2] = {CT_F16, CT_BF16};
     for (int i = 0; i < 2; i++) {
         float *want = hcopy(x, n);
-        cpu->round_to(cpu, want, n, dts[i]);
+        cpu->elt.round_to(cpu, want, n, dts[i]);
         float *d = up(x, (size_t)n * sizeof(float));
-        gpu->round_to(gpu, d, n, dts[i]);
+        gpu->elt.round_to(gpu, d, n, dts[i]);
         expect_same_bytes(dts[i] == CT_F16 ? "round_to f16" : "round_to bf16", d, want, (size_t)n * sizeof(float));
         gfree(d);
         free(want);
@@ -418,14 +418,14 @@ START_TEST(activations) {
         void *y = malloc((size_t)n * es), *g = malloc((size_t)n * es);
         for (int a = CT_ACT_NONE; a <= CT_ACT_SIGMOID; a++) {
             void *dyo = poison_dt(n, dt), *dgo = poison_dt(n, dt);
-            cpu->act_forward(cpu, y, hx, n, (ct_act)a, 0.1f, dt);
-            gpu->act_forward(gpu, dyo, dx, n, (ct_act)a, 0.1f, dt);
+            cpu->elt.act_forward(cpu, y, hx, n, (ct_act)a, 0.1f, dt);
+            gpu->elt.act_forward(gpu, dyo, dx, n, (ct_act)a, 0.1f, dt);
             char what[48];
             snprintf(what, sizeof what, "act_forward %d", a);
             expect_rel_dt(what, dyo, y, n, dt, tol_of(dt));
             /* y from each backend's own forward, as a layer would pass it */
-            cpu->act_backward(cpu, g, hdy, hx, y, n, (ct_act)a, 0.1f, dt);
-            gpu->act_backward(gpu, dgo, ddy, dx, dyo, n, (ct_act)a, 0.1f, dt);
+            cpu->elt.act_backward(cpu, g, hdy, hx, y, n, (ct_act)a, 0.1f, dt);
+            gpu->elt.act_backward(gpu, dgo, ddy, dx, dyo, n, (ct_act)a, 0.1f, dt);
             snprintf(what, sizeof what, "act_backward %d", a);
             expect_rel_dt(what, dgo, g, n, dt, tol_of(dt));
             gfree(dyo), gfree(dgo);
@@ -448,13 +448,13 @@ START_TEST(bias_act_and_bias_backward) {
             void *hx = hdt(x, n, dt), *hb = hdt(bias, cols, dt);
             void *dx = upd(hx, n, dt), *dbias = upd(hb, cols, dt);
             float *ddb = up(db, (size_t)cols * 4);
-            cpu->bias_act_forward(cpu, hx, hb, rows, cols, inner, CT_ACT_GELU, 0.0f, dt);
-            gpu->bias_act_forward(gpu, dx, dbias, rows, cols, inner, CT_ACT_GELU, 0.0f, dt);
+            cpu->elt.bias_act_forward(cpu, hx, hb, rows, cols, inner, CT_ACT_GELU, 0.0f, dt);
+            gpu->elt.bias_act_forward(gpu, dx, dbias, rows, cols, inner, CT_ACT_GELU, 0.0f, dt);
             expect_rel_dt("bias_act_forward", dx, hx, n, dt, tol_of(dt));
             /* both reduce the CPU's result, so the sums see the same inputs: fp32 tolerance */
             void *dsame = upd(hx, n, dt);
-            cpu->bias_backward(cpu, db, hx, rows, cols, inner, dt);
-            gpu->bias_backward(gpu, ddb, dsame, rows, cols, inner, dt);
+            cpu->elt.bias_backward(cpu, db, hx, rows, cols, inner, dt);
+            gpu->elt.bias_backward(gpu, ddb, dsame, rows, cols, inner, dt);
             expect_rel("bias_backward", ddb, db, cols, TOL_F32);
             gfree(dx), gfree(dbias), gfree(ddb), gfree(dsame);
             free(x), free(bias), free(db), free(hx), free(hb);
@@ -476,12 +476,12 @@ START_TEST(dropout_op) {
             void *dx = upd(hx, n, dt), *ddy = upd(hdy, n, dt);
             void *dyo = poison_dt(n, dt), *dgo = poison_dt(n, dt);
             uint8_t *dmask = poison_bytes((size_t)n);
-            cpu->dropout_forward(cpu, y, mask, hx, n, 0.3f, seed, 12345 + (uint64_t)s, dt);
-            gpu->dropout_forward(gpu, dyo, dmask, dx, n, 0.3f, seed, 12345 + (uint64_t)s, dt);
+            cpu->elt.dropout_forward(cpu, y, mask, hx, n, 0.3f, seed, 12345 + (uint64_t)s, dt);
+            gpu->elt.dropout_forward(gpu, dyo, dmask, dx, n, 0.3f, seed, 12345 + (uint64_t)s, dt);
             expect_same_bytes("dropout mask", dmask, mask, (size_t)n);
             expect_rel_dt("dropout forward", dyo, y, n, dt, tol_of(dt));
-            cpu->dropout_backward(cpu, g, hdy, mask, n, 0.3f, dt);
-            gpu->dropout_backward(gpu, dgo, ddy, dmask, n, 0.3f, dt);
+            cpu->elt.dropout_backward(cpu, g, hdy, mask, n, 0.3f, dt);
+            gpu->elt.dropout_backward(gpu, dgo, ddy, dmask, n, 0.3f, dt);
             expect_rel_dt("dropout backward", dgo, g, n, dt, tol_of(dt));
             gfree(dx), gfree(ddy), gfree(dyo), gfree(dgo), gfree(dmask);
             free(x), free(dyv), free(hx), free(hdy), free(y), free(g), free(mask);
@@ -502,8 +502,8 @@ START_TEST(normalize_u8_op) {
         for (int f = 0; f < 2; f++) {
             ct_dtype dt = DTS[t];
             void *want = malloc((size_t)total * ct_dtype_size(dt)), *d = poison_dt(total, dt);
-            cpu->normalize_u8(cpu, want, x, f ? flip : NULL, &p, dt);
-            gpu->normalize_u8(gpu, d, dxu, f ? dflip : NULL, &p, dt);
+            cpu->elt.normalize_u8(cpu, want, x, f ? flip : NULL, &p, dt);
+            gpu->elt.normalize_u8(gpu, d, dxu, f ? dflip : NULL, &p, dt);
             expect_rel_dt(f ? "normalize_u8 flip" : "normalize_u8", d, want, total, dt, tol_of(dt));
             gfree(d);
             free(want);
@@ -539,15 +539,15 @@ START_TEST(im2col_col2im) {
             void *himg = hdt(img, nimg, dt), *dimg = upd(himg, nimg, dt);
             for (int64_t grp = 0; grp < g->groups; grp++) {
                 void *col = malloc((size_t)ncol * es), *dcol = poison_dt(ncol, dt);
-                cpu->im2col(cpu, col, himg, g, grp, dt);
-                gpu->im2col(gpu, dcol, dimg, g, grp, dt);
+                cpu->conv.im2col(cpu, col, himg, g, grp, dt);
+                gpu->conv.im2col(gpu, dcol, dimg, g, grp, dt);
                 expect_same_bytes("im2col", dcol, col, (size_t)ncol * es); /* a gather: exact */
                 /* col2im of fresh values into a random image (it accumulates) */
                 float *c2 = hrand(ncol, -1, 1), *acc = hrand(nimg, -1, 1);
                 void *hc2 = hdt(c2, ncol, dt), *hacc = hdt(acc, nimg, dt);
                 void *dc2 = upd(hc2, ncol, dt), *dacc = upd(hacc, nimg, dt);
-                cpu->col2im(cpu, hacc, hc2, g, grp, dt);
-                gpu->col2im(gpu, dacc, dc2, g, grp, dt);
+                cpu->conv.col2im(cpu, hacc, hc2, g, grp, dt);
+                gpu->conv.col2im(gpu, dacc, dc2, g, grp, dt);
                 expect_rel_dt("col2im", dacc, hacc, nimg, dt, tol_of(dt));
                 gfree(dcol), gfree(dc2), gfree(dacc);
                 free(col), free(c2), free(acc), free(hc2), free(hacc);
@@ -621,7 +621,7 @@ START_TEST(conv2d_batched) {
             for (int with_bias = 0; with_bias < 2; with_bias++) {
                 float *yref = malloc((size_t)ny * 4);
                 conv_ref(&g, xr, wr, with_bias ? br : NULL, yref, NULL, NULL, NULL, NULL);
-                gpu->conv2d_forward(gpu, dy_out, dx_, dw_, with_bias ? db_ : NULL, &g, dt);
+                gpu->conv.conv2d_forward(gpu, dy_out, dx_, dw_, with_bias ? db_ : NULL, &g, dt);
                 void *got = down(dy_out, (size_t)ny * es);
                 float *gf = hf32(got, ny, dt);
                 check_rel(with_bias ? "conv2d_forward bias" : "conv2d_forward", gf, yref, ny,
@@ -634,7 +634,7 @@ START_TEST(conv2d_batched) {
             float *wantw = malloc((size_t)nw * 4), *wantb = malloc((size_t)g.oc * 4);
             for (int64_t i = 0; i < nw; i++) wantw[i] = (float)(dw0[i] + gw[i]);
             for (int64_t i = 0; i < g.oc; i++) wantb[i] = (float)(db0[i] + gb[i]);
-            gpu->conv2d_backward(gpu, dgx, ddw, ddb, ddy, dx_, dw_, &g, dt);
+            gpu->conv.conv2d_backward(gpu, dgx, ddw, ddb, ddy, dx_, dw_, &g, dt);
             void *got = down(dgx, (size_t)nx * es);
             float *gf = hf32(got, nx, dt);
             check_rel("conv2d_backward dx", gf, gx, nx, tol_of(dt));
@@ -643,7 +643,7 @@ START_TEST(conv2d_batched) {
             expect_rel("conv2d_backward db", ddb, wantb, g.oc, TOL_F32);
             /* dx may be NULL (first layer) and db too: dw accumulates again */
             for (int64_t i = 0; i < nw; i++) wantw[i] = (float)(wantw[i] + gw[i]);
-            gpu->conv2d_backward(gpu, NULL, ddw, NULL, ddy, dx_, dw_, &g, dt);
+            gpu->conv.conv2d_backward(gpu, NULL, ddw, NULL, ddy, dx_, dw_, &g, dt);
             expect_rel("conv2d_backward dw twice", ddw, wantw, nw, dt == CT_F32 ? TOL_F32 : 1e-5);
             gfree(dx_), gfree(dw_), gfree(db_), gfree(ddy), gfree(dy_out), gfree(dgx), gfree(ddw);
             gfree(ddb);
@@ -668,12 +668,12 @@ START_TEST(linear_forward_op) {
         for (int a = 0; a < 5; a++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {
                 float *want = malloc((size_t)(rows * out) * 4);
-                cpu->gemm(cpu, false, true, rows, out, in, 1.0f, xr, CT_F32, in, wr, CT_F32, in,
+                cpu->blas.gemm(cpu, false, true, rows, out, in, 1.0f, xr, CT_F32, in, wr, CT_F32, in,
                           0.0f, want, CT_F32, out);
-                cpu->bias_act_forward(cpu, want, with_bias ? br : NULL, rows, out, 1, acts[a], 0.1f,
+                cpu->elt.bias_act_forward(cpu, want, with_bias ? br : NULL, rows, out, 1, acts[a], 0.1f,
                                       CT_F32);
                 void *dy = poison_dt(rows * out, dt);
-                gpu->linear_forward(gpu, dy, dx, dw, with_bias ? db : NULL, rows, in, out, acts[a],
+                gpu->blas.linear_forward(gpu, dy, dx, dw, with_bias ? db : NULL, rows, in, out, acts[a],
                                     0.1f, dt);
                 void *got = down(dy, (size_t)(rows * out) * es);
                 float *gf = hf32(got, rows * out, dt);
@@ -717,20 +717,20 @@ START_TEST(pooling) {
             int32_t *am = malloc((size_t)ny * 4);
             void *dyo = poison_dt(ny, dt), *dgx = poison_dt(nx, dt);
             int32_t *dam = poison_bytes((size_t)ny * 4);
-            cpu->maxpool2d_forward(cpu, y, am, hx, g, dt);
-            gpu->maxpool2d_forward(gpu, dyo, dam, dx, g, dt);
+            cpu->conv.maxpool2d_forward(cpu, y, am, hx, g, dt);
+            gpu->conv.maxpool2d_forward(gpu, dyo, dam, dx, g, dt);
             expect_same_bytes("maxpool forward", dyo, y, (size_t)ny * es);
             expect_same_bytes("maxpool argmax", dam, am, (size_t)ny * 4);
-            cpu->maxpool2d_backward(cpu, gx, hdy, am, g, dt);
-            gpu->maxpool2d_backward(gpu, dgx, ddy, dam, g, dt);
+            cpu->conv.maxpool2d_backward(cpu, gx, hdy, am, g, dt);
+            gpu->conv.maxpool2d_backward(gpu, dgx, ddy, dam, g, dt);
             expect_rel_dt("maxpool backward", dgx, gx, nx, dt, tol);
             gfree(dyo), gfree(dgx);
             dyo = poison_dt(ny, dt), dgx = poison_dt(nx, dt);
-            cpu->avgpool2d_forward(cpu, y, hx, g, dt);
-            gpu->avgpool2d_forward(gpu, dyo, dx, g, dt);
+            cpu->conv.avgpool2d_forward(cpu, y, hx, g, dt);
+            gpu->conv.avgpool2d_forward(gpu, dyo, dx, g, dt);
             expect_rel_dt("avgpool forward", dyo, y, ny, dt, tol);
-            cpu->avgpool2d_backward(cpu, gx, hdy, g, dt);
-            gpu->avgpool2d_backward(gpu, dgx, ddy, g, dt);
+            cpu->conv.avgpool2d_backward(cpu, gx, hdy, g, dt);
+            gpu->conv.avgpool2d_backward(gpu, dgx, ddy, g, dt);
             expect_rel_dt("avgpool backward", dgx, gx, nx, dt, tol);
             gfree(dx), gfree(ddy), gfree(dyo), gfree(dgx), gfree(dam);
             free(x), free(dyv), free(hx), free(hdy), free(y), free(gx), free(am);
@@ -761,8 +761,8 @@ START_TEST(batchnorm) {
             float *sm = malloc((size_t)c * 4), *si = malloc((size_t)c * 4);
             void *d_y = poison_dt(total, dt);
             float *d_sm = poison(c), *d_si = poison(c);
-            cpu->batchnorm_forward(cpu, y, hx, hg, hb, rm, rv, sm, si, n, c, hw, 1e-5f, 0.1f, true, dt);
-            gpu->batchnorm_forward(gpu, d_y, d_x, d_g, d_b, d_rm, d_rv, d_sm, d_si, n, c, hw, 1e-5f,
+            cpu->norm.batchnorm_forward(cpu, y, hx, hg, hb, rm, rv, sm, si, n, c, hw, 1e-5f, 0.1f, true, dt);
+            gpu->norm.batchnorm_forward(gpu, d_y, d_x, d_g, d_b, d_rm, d_rv, d_sm, d_si, n, c, hw, 1e-5f,
                                    0.1f, true, dt);
             expect_rel_dt("bn forward y", d_y, y, total, dt, tol);
             expect_rel("bn save_mean", d_sm, sm, c, TOL_F32);
@@ -770,16 +770,16 @@ START_TEST(batchnorm) {
             expect_rel("bn running_mean", d_rm, rm, c, TOL_F32);
             expect_rel("bn running_var", d_rv, rv, c, TOL_F32);
             void *gx = malloc((size_t)total * es), *d_gx = poison_dt(total, dt);
-            cpu->batchnorm_backward(cpu, gx, dg, dbt, hdy, hx, hg, sm, si, n, c, hw, dt);
-            gpu->batchnorm_backward(gpu, d_gx, d_dg, d_dbt, d_dy, d_x, d_g, d_sm, d_si, n, c, hw, dt);
+            cpu->norm.batchnorm_backward(cpu, gx, dg, dbt, hdy, hx, hg, sm, si, n, c, hw, dt);
+            gpu->norm.batchnorm_backward(gpu, d_gx, d_dg, d_dbt, d_dy, d_x, d_g, d_sm, d_si, n, c, hw, dt);
             expect_rel_dt("bn backward dx", d_gx, gx, total, dt, tol);
             expect_rel("bn backward dgamma", d_dg, dg, c, dt == CT_F32 ? TOL_F32 : 1e-4);
             expect_rel("bn backward dbeta", d_dbt, dbt, c, TOL_F32);
             gfree(d_y);
             d_y = poison_dt(total, dt);
-            cpu->batchnorm_forward(cpu, y, hx, hg, hb, rm, rv, NULL, NULL, n, c, hw, 1e-5f, 0.1f,
+            cpu->norm.batchnorm_forward(cpu, y, hx, hg, hb, rm, rv, NULL, NULL, n, c, hw, 1e-5f, 0.1f,
                                    false, dt);
-            gpu->batchnorm_forward(gpu, d_y, d_x, d_g, d_b, d_rm, d_rv, NULL, NULL, n, c, hw, 1e-5f,
+            gpu->norm.batchnorm_forward(gpu, d_y, d_x, d_g, d_b, d_rm, d_rv, NULL, NULL, n, c, hw, 1e-5f,
                                    0.1f, false, dt);
             expect_rel_dt("bn eval y", d_y, y, total, dt, tol);
             gfree(d_x), gfree(d_g), gfree(d_b), gfree(d_rm), gfree(d_rv), gfree(d_dy), gfree(d_dg);
@@ -809,13 +809,13 @@ START_TEST(layernorm) {
             float *sm = malloc((size_t)rows * 4), *sr = malloc((size_t)rows * 4);
             void *d_y = poison_dt(total, dt), *d_gx = poison_dt(total, dt);
             float *d_sm = poison(rows), *d_sr = poison(rows);
-            cpu->layernorm_forward(cpu, y, sm, sr, hx, hg, hb, rows, d, 1e-5f, dt);
-            gpu->layernorm_forward(gpu, d_y, d_sm, d_sr, d_x, d_g, d_b, rows, d, 1e-5f, dt);
+            cpu->norm.layernorm_forward(cpu, y, sm, sr, hx, hg, hb, rows, d, 1e-5f, dt);
+            gpu->norm.layernorm_forward(gpu, d_y, d_sm, d_sr, d_x, d_g, d_b, rows, d, 1e-5f, dt);
             expect_rel_dt("ln forward y", d_y, y, total, dt, tol);
             expect_rel("ln save_mean", d_sm, sm, rows, TOL_F32);
             expect_rel("ln save_rstd", d_sr, sr, rows, TOL_F32);
-            cpu->layernorm_backward(cpu, gx, dg, dbt, hdy, hx, hg, sm, sr, rows, d, dt);
-            gpu->layernorm_backward(gpu, d_gx, d_dg, d_dbt, d_dy, d_x, d_g, d_sm, d_sr, rows, d, dt);
+            cpu->norm.layernorm_backward(cpu, gx, dg, dbt, hdy, hx, hg, sm, sr, rows, d, dt);
+            gpu->norm.layernorm_backward(gpu, d_gx, d_dg, d_dbt, d_dy, d_x, d_g, d_sm, d_sr, rows, d, dt);
             expect_rel_dt("ln backward dx", d_gx, gx, total, dt, tol);
             expect_rel("ln backward dgamma", d_dg, dg, d, dt == CT_F32 ? TOL_F32 : 1e-4);
             expect_rel("ln backward dbeta", d_dbt, dbt, d, TOL_F32);
@@ -850,11 +850,11 @@ START_TEST(embedding) {
         void *d_table = upd(htab, ntab, dt), *d_dy = upd(hdy, n_ids * dim, dt);
         float *d_dt = up(dtab, (size_t)(vocab * dim) * 4);
         void *y = malloc((size_t)(n_ids * dim) * es), *d_y = poison_dt(n_ids * dim, dt);
-        cpu->embedding_forward(cpu, y, ids, htab, n_ids, dim, dt);
-        gpu->embedding_forward(gpu, d_y, d_ids, d_table, n_ids, dim, dt);
+        cpu->embed.embedding_forward(cpu, y, ids, htab, n_ids, dim, dt);
+        gpu->embed.embedding_forward(gpu, d_y, d_ids, d_table, n_ids, dim, dt);
         expect_same_bytes("embedding forward", d_y, y, (size_t)(n_ids * dim) * es);
-        cpu->embedding_backward(cpu, dtab, hdy, ids, n_ids, vocab, dim, dt);
-        gpu->embedding_backward(gpu, d_dt, d_dy, d_ids, n_ids, vocab, dim, dt);
+        cpu->embed.embedding_backward(cpu, dtab, hdy, ids, n_ids, vocab, dim, dt);
+        gpu->embed.embedding_backward(gpu, d_dt, d_dy, d_ids, n_ids, vocab, dim, dt);
         /* same summation order (positions in order, fp32) on both: bit-exact */
         expect_same_bytes("embedding backward", d_dt, dtab, (size_t)(vocab * dim) * 4);
         gfree(d_table), gfree(d_dy), gfree(d_dt), gfree(d_y);
@@ -868,7 +868,7 @@ END_TEST
 /* ---- losses and reductions ---- */
 
 /* The device result pair {mean loss, correct count} of a loss op. */
-static void read_result(const float *d_res, float out[2]) { gpu->copy_d2h(gpu, out, d_res, 2 * sizeof(float)); }
+static void read_result(const float *d_res, float out[2]) { gpu->mem.copy_d2h(gpu, out, d_res, 2 * sizeof(float)); }
 
 START_TEST(softmax_cross_entropy) {
     const int64_t shapes[][2] = {{256, 10}, {33, 1000}, {4, 50257}};
@@ -894,9 +894,9 @@ START_TEST(softmax_cross_entropy) {
                 void *g = malloc((size_t)(rows * classes) * es), *d_g = poison_dt(rows * classes, dt);
                 float rc[2] = {-1, -1}, rg[2];
                 float nan2[2] = {NAN, NAN};
-                gpu->copy_h2d(gpu, d_res, nan2, sizeof nan2);
-                cpu->softmax_xent(cpu, g, rc, hx, labels, rows, classes, smoothing, 64.0f, dt);
-                gpu->softmax_xent(gpu, d_g, d_res, d_x, d_l, rows, classes, smoothing, 64.0f, dt);
+                gpu->mem.copy_h2d(gpu, d_res, nan2, sizeof nan2);
+                cpu->loss.softmax_xent(cpu, g, rc, hx, labels, rows, classes, smoothing, 64.0f, dt);
+                gpu->loss.softmax_xent(gpu, d_g, d_res, d_x, d_l, rows, classes, smoothing, 64.0f, dt);
                 read_result(d_res, rg);
                 expect_scalar("xent loss", rg[0], rc[0], TOL_F32);
                 ck_assert_float_eq(rg[1], rc[1]);
@@ -922,8 +922,8 @@ START_TEST(mse_and_bce) {
         void *hp = hdt(p, n, dt), *d_p = upd(hp, n, dt);
         void *g = malloc((size_t)n * es), *d_g = poison_dt(n, dt);
         float rc[2], rg[2];
-        cpu->mse_loss(cpu, g, rc, hp, t, rows, cols, 8.0f, dt);
-        gpu->mse_loss(gpu, d_g, d_res, d_p, d_t, rows, cols, 8.0f, dt);
+        cpu->loss.mse_loss(cpu, g, rc, hp, t, rows, cols, 8.0f, dt);
+        gpu->loss.mse_loss(gpu, d_g, d_res, d_p, d_t, rows, cols, 8.0f, dt);
         read_result(d_res, rg);
         expect_scalar("mse loss", rg[0], rc[0], TOL_F32);
         ck_assert_float_eq(rg[1], 0.0f);
@@ -932,14 +932,14 @@ START_TEST(mse_and_bce) {
         d_g = poison_dt(n, dt);
         gfree(d_res);
         d_res = poison(2);
-        cpu->bce_logits_loss(cpu, g, rc, hp, t, rows, cols, 8.0f, dt);
-        gpu->bce_logits_loss(gpu, d_g, d_res, d_p, d_t, rows, cols, 8.0f, dt);
+        cpu->loss.bce_logits_loss(cpu, g, rc, hp, t, rows, cols, 8.0f, dt);
+        gpu->loss.bce_logits_loss(gpu, d_g, d_res, d_p, d_t, rows, cols, 8.0f, dt);
         read_result(d_res, rg);
         expect_scalar("bce loss", rg[0], rc[0], TOL_F32);
         expect_rel_dt("bce grad", d_g, g, n, dt, tol_of(dt));
         /* loss only (no gradient buffer) */
-        gpu->mse_loss(gpu, NULL, d_res, d_p, d_t, rows, cols, 8.0f, dt);
-        cpu->mse_loss(cpu, NULL, rc, hp, t, rows, cols, 8.0f, dt);
+        gpu->loss.mse_loss(gpu, NULL, d_res, d_p, d_t, rows, cols, 8.0f, dt);
+        cpu->loss.mse_loss(cpu, NULL, rc, hp, t, rows, cols, 8.0f, dt);
         read_result(d_res, rg);
         expect_scalar("mse loss only", rg[0], rc[0], TOL_F32);
         gfree(d_p), gfree(d_g);
@@ -956,15 +956,15 @@ START_TEST(reductions) {
         int64_t n = sizes[s];
         float *x = hrand(n, -1, 1);
         float *d = up(x, (size_t)n * 4);
-        expect_scalar("sum_squares", gpu->sum_squares(gpu, d, n), cpu->sum_squares(cpu, x, n), 1e-10);
-        ck_assert(gpu->all_finite(gpu, d, n));
+        expect_scalar("sum_squares", gpu->optim.sum_squares(gpu, d, n), cpu->optim.sum_squares(cpu, x, n), 1e-10);
+        ck_assert(gpu->optim.all_finite(gpu, d, n));
         float bad[2] = {INFINITY, NAN};
         for (int b = 0; b < 2; b++) {
-            gpu->copy_h2d(gpu, d + n / 2, &bad[b], 4);
-            ck_assert(!gpu->all_finite(gpu, d, n));
-            gpu->copy_h2d(gpu, d + n / 2, &x[n / 2], 4);
+            gpu->mem.copy_h2d(gpu, d + n / 2, &bad[b], 4);
+            ck_assert(!gpu->optim.all_finite(gpu, d, n));
+            gpu->mem.copy_h2d(gpu, d + n / 2, &x[n / 2], 4);
         }
-        ck_assert(gpu->all_finite(gpu, d, n));
+        ck_assert(gpu->optim.all_finite(gpu, d, n));
         gfree(d);
         free(x);
     }
@@ -984,8 +984,8 @@ START_TEST(adam_both_modes) {
                           .weight_decay = 0.05f, .bias_c1 = 1 - 0.9f * 0.9f,
                           .bias_c2 = 1 - 0.999f * 0.999f, .grad_scale = 0.5f, .decoupled = mode};
         for (int step = 0; step < 3; step++) {
-            cpu->adam_step(cpu, p, g, m, v, n, &a);
-            gpu->adam_step(gpu, d_p, d_g, d_m, d_v, n, &a);
+            cpu->optim.adam_step(cpu, p, g, m, v, n, &a);
+            gpu->optim.adam_step(gpu, d_p, d_g, d_m, d_v, n, &a);
         }
         expect_rel("adam param", d_p, p, n, TOL_F32);
         expect_rel("adam m", d_m, m, n, TOL_F32);
@@ -1011,12 +1011,12 @@ START_TEST(optimizer_fused_copy) {
             if (sgd) {
                 ct_sgd_args a = {.lr = 0.1f, .momentum = 0.9f, .grad_scale = 0.5f, .copy = d_copy,
                                  .copy_dt = dts[di]};
-                gpu->sgd_step(gpu, d_p, d_g, d_m, n, &a);
+                gpu->optim.sgd_step(gpu, d_p, d_g, d_m, n, &a);
             } else {
                 ct_adam_args a = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                   .bias_c1 = 0.1f, .bias_c2 = 0.001f, .grad_scale = 0.5f,
                                   .decoupled = true, .copy = d_copy, .copy_dt = dts[di]};
-                gpu->adam_step(gpu, d_p, d_g, d_m, d_v, n, &a);
+                gpu->optim.adam_step(gpu, d_p, d_g, d_m, d_v, n, &a);
             }
             float *pg = down(d_p, (size_t)n * 4);
             uint16_t *cg = down(d_copy, (size_t)n * 2);
@@ -1040,8 +1040,8 @@ START_TEST(sgd_variants) {
         ct_sgd_args a = {.lr = 0.1f, .momentum = variant ? 0.9f : 0.0f, .dampening = 0.1f,
                          .weight_decay = 1e-4f, .grad_scale = 0.25f, .nesterov = variant == 2,
                          .first_step = variant == 3};
-        cpu->sgd_step(cpu, p, g, mom, n, &a);
-        gpu->sgd_step(gpu, d_p, d_g, d_mom, n, &a);
+        cpu->optim.sgd_step(cpu, p, g, mom, n, &a);
+        gpu->optim.sgd_step(gpu, d_p, d_g, d_mom, n, &a);
         expect_rel("sgd param", d_p, p, n, TOL_F32);
         expect_rel("sgd momentum", d_mom, mom, n, TOL_F32);
         gfree(d_p), gfree(d_g), gfree(d_mom);
@@ -1061,8 +1061,8 @@ START_TEST(lamb_direction_op) {
                           .bias_c1 = 0.1f, .bias_c2 = 0.001f, .grad_scale = 1.0f,
                           .eps_inside_sqrt = inside};
         double wc, uc, wg, ug;
-        cpu->lamb_direction(cpu, u, p, g, m, v, n, &a, &wc, &uc);
-        gpu->lamb_direction(gpu, d_u, d_p, d_g, d_m, d_v, n, &a, &wg, &ug);
+        cpu->optim.lamb_direction(cpu, u, p, g, m, v, n, &a, &wc, &uc);
+        gpu->optim.lamb_direction(gpu, d_u, d_p, d_g, d_m, d_v, n, &a, &wg, &ug);
         expect_rel("lamb update", d_u, u, n, TOL_F32);
         expect_rel("lamb m", d_m, m, n, TOL_F32);
         expect_rel("lamb v", d_v, v, n, TOL_F32);

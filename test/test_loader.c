@@ -285,7 +285,7 @@ static bool lazy_upload_done(ct_backend *be, uint64_t ticket, bool wait) {
 START_TEST(test_on_device_slow_uploads) {
     ct_backend *cpu = ct_cpu_backend_create(1);
     ct_backend lazy = *cpu;
-    lazy.upload_done = lazy_upload_done;
+    lazy.queue.upload_done = lazy_upload_done;
     ct_dataset ds = make_u8_ds();
     ct_loader_opts o = u8_opts(2, 2, true);
     size_t n0, n1;
@@ -320,8 +320,8 @@ static uint64_t recording_upload(ct_backend *be, void *dst, const void *src, siz
 START_TEST(test_on_device_double_buffered) {
     ct_backend *cpu = ct_cpu_backend_create(1);
     ct_backend rec = *cpu;
-    rec.compute_mark = counting_mark;
-    rec.upload = recording_upload;
+    rec.queue.compute_mark = counting_mark;
+    rec.queue.upload = recording_upload;
     ct_dataset ds = make_u8_ds();
     ct_loader_opts o = u8_opts(1, 0, false);   /* no flips: two uploads per batch (pixels, targets) */
     o.on_device = o.on_device_cpu = true;

@@ -113,13 +113,13 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
     float p0[N_PARAMS], g[N_PARAMS];
     fill_random(p0, N_PARAMS, seed, 0, -1.0f, 1.0f);
     if (zero_tensor) memset(p0 + tensors[1].offset, 0, sizeof(float) * (size_t)tensors[1].numel);
-    be->copy_h2d(be, o->params, p0, sizeof p0);
+    be->mem.copy_h2d(be, o->params, p0, sizeof p0);
     for (int i = 0; i < N_PARAMS; i++) s.p[i] = p0[i];
 
     double max_err = 0;
     for (long t = 1; t <= STEPS; t++) {
         fill_random(g, N_PARAMS, seed, (uint64_t)t, -2.0f, 2.0f);
-        be->copy_h2d(be, o->grads, g, sizeof g);
+        be->mem.copy_h2d(be, o->grads, g, sizeof g);
         double gd[N_PARAMS], ss = 0;
         for (int i = 0; i < N_PARAMS; i++) {
             gd[i] = (double)g[i] * grad_scale;
@@ -141,7 +141,7 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
         default: ref_adam(c, &s, gd, lr, t); break;
         }
         float p[N_PARAMS];
-        be->copy_d2h(be, p, o->params, sizeof p);
+        be->mem.copy_d2h(be, p, o->params, sizeof p);
         for (int i = 0; i < N_PARAMS; i++) {
             double e = fabs(p[i] - s.p[i]) / (1e-6 + fabs(s.p[i]));
             if (e > max_err) max_err = e;
@@ -279,21 +279,21 @@ START_TEST(fused_16bit_copy) {
             ct_optimizer_cfg c = base_cfg(types[ti]);
             if (types[ti] == CT_OPT_SGD) c.momentum = 0.9;
             ct_optim *o = ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, N_PARAMS);
-            uint16_t *copy = be->alloc(be, N_PARAMS * sizeof(uint16_t), CT_MEM_PARAMS);
+            uint16_t *copy = be->mem.alloc(be, N_PARAMS * sizeof(uint16_t), CT_MEM_PARAMS);
             ct_optim_set_copy(o, copy, dts[di]);
             float p[N_PARAMS], g[N_PARAMS];
             fill_random(p, N_PARAMS, 40 + (uint64_t)ti, 0, -1.0f, 1.0f);
-            be->copy_h2d(be, o->params, p, sizeof p);
+            be->mem.copy_h2d(be, o->params, p, sizeof p);
             for (long t = 1; t <= 3; t++) {
                 fill_random(g, N_PARAMS, 50 + (uint64_t)ti, (uint64_t)t, -2.0f, 2.0f);
                 if (t == 3) g[7] = INFINITY;     /* the third update overflows: skipped */
-                be->copy_h2d(be, o->grads, g, sizeof g);
+                be->mem.copy_h2d(be, o->grads, g, sizeof g);
                 uint16_t before[N_PARAMS];
                 memcpy(before, copy, sizeof before);
                 ct_optim_stats st;
                 bool applied = ct_optim_step_finite(o, 1.0f, &st);
                 ck_assert(applied == (t < 3));
-                be->copy_d2h(be, p, o->params, sizeof p);
+                be->mem.copy_d2h(be, p, o->params, sizeof p);
                 for (int i = 0; i < N_PARAMS; i++) {
                     uint16_t want = !applied ? before[i]
                                     : dts[di] == CT_F16 ? ct_f32_to_f16(p[i]) : ct_f32_to_bf16(p[i]);
@@ -302,7 +302,7 @@ START_TEST(fused_16bit_copy) {
                                   t, i, copy[i], want);
                 }
             }
-            be->free(be, copy);
+            be->mem.free(be, copy);
             ct_optim_free(o);
             ct_backend_destroy(be);
         }

@@ -95,10 +95,10 @@ static fake *fake_create(void) {
     fake *f = calloc(1, sizeof *f);
     f->cpu = ct_cpu_backend_create(1);
     f->be = *f->cpu;
-    f->be.capture_begin = fake_begin;
-    f->be.capture_end = fake_end;
-    f->be.replay = fake_replay;
-    f->be.graph_free = fake_free;
+    f->be.capture.begin = fake_begin;
+    f->be.capture.end = fake_end;
+    f->be.capture.replay = fake_replay;
+    f->be.capture.free = fake_free;
     return f;
 }
 

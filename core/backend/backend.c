@@ -14,9 +14,9 @@
  * CPU runs never map cuBLASLt (~210 MB resident, ~0.1 s). dlopen is reference-counted and returns
  * the same handle when called again, so nothing is cached here. */
 typedef struct cuda_entry {
-    bool (*probe)(void);
-    ct_backend *(*create)(int device, ct_err *err);
-    char tried[1024]; /* where we looked, for the error message */
+    ct_cuda_lib lib;
+    char tried[1024];   /* where we looked, for the error message */
+    char refused[CT_ERR_MSG]; /* why a library that exists could not be used ("" when none) */
 } cuda_entry;
 
 static bool driver_present(char *why, size_t n) {
@@ -28,8 +28,34 @@ static bool driver_present(char *why, size_t n) {
     return true; /* kept loaded: the CUDA runtime opens it again anyway */
 }
 
+int ct_cuda_lib_open(const char *path, ct_cuda_lib *out, ct_err *err) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, dlerror());
+    int (*abi)(size_t *) = (int (*)(size_t *))dlsym(h, "ct_cuda_backend_abi");
+    out->probe = (bool (*)(void))dlsym(h, "ct_cuda_probe");
+    out->create = (ct_backend * (*)(int, ct_err *)) dlsym(h, "ct_cuda_backend_create");
+    if (!out->probe || !out->create) {
+        dlclose(h);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s is not a ctrain CUDA backend (no ct_cuda_probe or "
+                       "ct_cuda_backend_create)", path);
+    }
+    /* The op table crosses this boundary: a library built against another layout would call
+     * through the wrong slots. */
+    size_t bytes = 0;
+    int version = abi ? abi(&bytes) : 0;
+    if (version == CT_BACKEND_ABI && bytes == sizeof(ct_backend)) return CT_OK;
+    dlclose(h);
+    if (!abi)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s was built by an older ctrain (no op table version; this "
+                       "ctrain has version %d): rebuild it with this ctrain (make)", path, CT_BACKEND_ABI);
+    return ct_errf(err, CT_ERR_RUNTIME, "%s was built for op table version %d (%zu bytes); this ctrain "
+                   "has version %d (%zu bytes): rebuild it with this ctrain (make)", path, version, bytes,
+                   CT_BACKEND_ABI, sizeof(ct_backend));
+}
+
 /* Candidates, in order: $CTRAIN_CUDA_LIB; beside the executable (build/); bundle/lib/;
- * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries). */
+ * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries). The first that
+ * loads is used; one that loads but is refused ends the search with its reason. */
 static bool load_cuda_lib(cuda_entry *e) {
     char exe[1024], dir[1024], cand[5][1200];
     int n = 0;
@@ -46,17 +72,17 @@ static bool load_cuda_lib(cuda_entry *e) {
         snprintf(cand[n++], sizeof cand[0], "%s/../lib/ctrain/libctrain_cuda.so", dir);
         snprintf(cand[n++], sizeof cand[0], "%s/../libctrain_cuda.so", dir);
     }
-    e->tried[0] = '\0';
+    e->tried[0] = e->refused[0] = '\0';
     for (int i = 0; i < n; i++) {
-        void *h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
+        if (access(cand[i], F_OK) != 0) {
             size_t used = strlen(e->tried);
             snprintf(e->tried + used, sizeof e->tried - used, "%s%s", used ? ", " : "", cand[i]);
             continue;
         }
-        e->probe = (bool (*)(void))dlsym(h, "ct_cuda_probe");
-        e->create = (ct_backend * (*)(int, ct_err *)) dlsym(h, "ct_cuda_backend_create");
-        if (e->probe && e->create) return true;
+        ct_err why = {0};
+        if (ct_cuda_lib_open(cand[i], &e->lib, &why) == CT_OK) return true;
+        snprintf(e->refused, sizeof e->refused, "%s", why.msg);
+        return false;
     }
     return false;
 }
@@ -65,7 +91,7 @@ static bool load_cuda_lib(cuda_entry *e) {
 bool ct_cuda_available(void) {
 #ifdef CT_HAVE_CUDA
     cuda_entry e;
-    return driver_present(NULL, 0) && load_cuda_lib(&e) && e.probe();
+    return driver_present(NULL, 0) && load_cuda_lib(&e) && e.lib.probe();
 #else
     return false;
 #endif
@@ -90,10 +116,12 @@ static int create_cuda(int index, ct_backend **out, ct_err *err) {
         return ct_errf(err, CT_ERR_RUNTIME, "no usable CUDA device: the NVIDIA driver is not installed "
                        "(%s); use --device cpu", why);
     cuda_entry e;
-    if (!load_cuda_lib(&e))
+    if (!load_cuda_lib(&e)) {
+        if (e.refused[0]) return ct_errf(err, CT_ERR_RUNTIME, "the CUDA backend library: %s", e.refused);
         return ct_errf(err, CT_ERR_RUNTIME, "the CUDA backend library libctrain_cuda.so was not found "
                        "(looked in: %s); set CTRAIN_CUDA_LIB to its path", e.tried);
-    ct_backend *be = e.create(index, err);
+    }
+    ct_backend *be = e.lib.create(index, err);
     if (!be) return err && err->code ? err->code : CT_ERR_RUNTIME;
     *out = be;
     return CT_OK;

@@ -113,15 +113,9 @@ typedef struct ct_u8_normalize {
 } ct_u8_normalize;
 
 typedef struct ct_backend ct_backend;
-struct ct_backend {
-    const char *name;            /* "cpu", "cuda" */
-    char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
-    void *impl;                  /* backend-private state (thread pool, streams, allocator) */
-    int threads;                 /* CPU: worker threads in use */
 
-    void (*destroy)(ct_backend *be);
-
-    /* ---- memory ---- */
+/* ---- memory: allocation and synchronous copies ---- */
+typedef struct ct_backend_mem {
     /* NULL on failure; 64-byte aligned. Bytes are counted under `cat` until freed. */
     void *(*alloc)(ct_backend *be, size_t bytes, ct_mem_cat cat);
     void (*free)(ct_backend *be, void *p);
@@ -132,9 +126,13 @@ struct ct_backend {
     void (*copy_d2h)(ct_backend *be, void *dst_host, const void *src, size_t bytes);
     void (*copy_d2d)(ct_backend *be, void *dst, const void *src, size_t bytes);
     void (*memset0)(ct_backend *be, void *p, size_t bytes);
-    void (*sync)(ct_backend *be);                          /* wait for all queued work */
     size_t (*peak_bytes)(ct_backend *be);                  /* device bytes at peak (0 for CPU) */
     void (*mem_stats)(ct_backend *be, ct_mem_stats *out);  /* per category (CPU: host bytes) */
+} ct_backend_mem;
+
+/* ---- the work queue: ordering marks and asynchronous copies ---- */
+typedef struct ct_backend_queue {
+    void (*sync)(ct_backend *be);                          /* wait for all queued work */
     /* A point in the work queued so far (CUDA: an event on the compute stream), > 0; 0 where
      * there is nothing to wait for (CPU). */
     uint64_t (*compute_mark)(ct_backend *be);
@@ -149,26 +147,35 @@ struct ct_backend {
      * source; wait: block until it has. */
     bool (*upload_done)(ct_backend *be, uint64_t ticket, bool wait);
 
-    /* ---- whole-step capture (CUDA graphs); all NULL where unsupported (CPU) ----
-     * capture_begin: ops queued until capture_end are recorded, not run (no op that returns a
+} ct_backend_queue;
+
+/* ---- whole-step capture ---- */
+typedef struct ct_backend_capture {
+    /* Whole-step capture (CUDA graphs); all NULL where unsupported (CPU).
+     * begin: ops queued until end are recorded, not run (no op that returns a
      * host value, no alloc/free of memory used after the capture, no upload may be called in
-     * between). capture_end returns a handle (NULL and err filled if the capture failed);
+     * between). end returns a handle (NULL and err filled if the capture failed);
      * replay queues the recorded work again with the same pointers and scalars. */
-    int (*capture_begin)(ct_backend *be, ct_err *err);
-    void *(*capture_end)(ct_backend *be, ct_err *err);
+    int (*begin)(ct_backend *be, ct_err *err);
+    void *(*end)(ct_backend *be, ct_err *err);
     void (*replay)(ct_backend *be, void *graph);
-    void (*graph_free)(ct_backend *be, void *graph);
+    void (*free)(ct_backend *be, void *graph);
+} ct_backend_capture;
 
-    /* ---- dtypes of op arguments ----
-     * Ops that take `ct_dtype dt` read and write their ACTIVATION-like arguments (x, y, dx, dy,
-     * col, img, logits, dlogits, pred) and the PARAMETERS they read (weights, bias, gamma, beta,
-     * embedding table) in dt: CT_F32, CT_F16 or CT_BF16 (mixed precision keeps both in 16 bits,
-     * core/amp.h). Parameter GRADIENTS (dw, db, dgamma, dbeta, dtable), statistics (running and
-     * saved mean/var), masks, indices, targets and everything of the optimizer are fp32 (int
-     * where said). Arithmetic is fp32 (or wider); a 16-bit result is rounded once, to nearest
-     * even, when stored, and 16-bit inputs are read exactly. */
+/* ---- kernels ---- */
+/* ---- dtypes of op arguments ----
+ * Ops that take `ct_dtype dt` read and write their ACTIVATION-like arguments (x, y, dx, dy,
+ * col, img, logits, dlogits, pred) and the PARAMETERS they read (weights, bias, gamma, beta,
+ * embedding table) in dt: CT_F32, CT_F16 or CT_BF16 (mixed precision keeps both in 16 bits,
+ * core/amp.h). Parameter GRADIENTS (dw, db, dgamma, dbeta, dtable), statistics (running and
+ * saved mean/var), masks, indices, targets and everything of the optimizer are fp32 (int
+ * where said). Arithmetic is fp32 (or wider); a 16-bit result is rounded once, to nearest
+ * even, when stored, and 16-bit inputs are read exactly. */
 
-    /* ---- GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulate.
+
+/* ---- matrix products ---- */
+typedef struct ct_backend_blas {
+    /* GEMM: C[M,N] = alpha * op(A) op(B) + beta * C, row-major, fp32 accumulate.
      * op(A) is [M,K] (A is [K,M] when ta), op(B) is [K,N] (B is [N,K] when tb).
      * a and b share one dtype (F32, F16 or BF16); c is F32 or that dtype. Batched form: `batch`
      * GEMMs with element strides sa, sb, sc, all fp32. */
@@ -185,7 +192,10 @@ struct ct_backend {
                            int64_t rows, int64_t in, int64_t out, ct_act act, float alpha,
                            ct_dtype dt);
 
-    /* ---- element-wise ---- */
+} ct_backend_blas;
+
+/* ---- element-wise ---- */
+typedef struct ct_backend_elt {
     void (*fill)(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt);
     void (*scale)(ct_backend *be, void *x, float s, int64_t n, ct_dtype dt);          /* x *= s */
     void (*axpy)(ct_backend *be, void *y, float a, const void *x, int64_t n, ct_dtype dt); /* y += a x */
@@ -229,7 +239,10 @@ struct ct_backend {
     void (*dropout_backward)(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
                              int64_t n, float p, ct_dtype dt);
 
-    /* ---- convolution support ---- */
+} ct_backend_elt;
+
+/* ---- convolution and pooling ---- */
+typedef struct ct_backend_conv {
     /* col[(c/groups per group) * kh * kw, oh * ow] for one image and one group.
      * img points at the image [c, h, w] (all channels); group selects channels
      * group * c/groups onwards. Row (ci * kh + ky) * kw + kx, column oy * ow + ox. */
@@ -250,7 +263,7 @@ struct ct_backend {
     void (*conv2d_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
                             const void *x, const void *w, const ct_conv2d_geom *g, ct_dtype dt);
 
-    /* ---- pooling ---- */
+    /* Pooling. */
     /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be
      * NULL in eval. Padding counts as -inf, the first maximum in window order wins, NaN wins. */
     void (*maxpool2d_forward)(ct_backend *be, void *y, int32_t *argmax, const void *x,
@@ -262,7 +275,11 @@ struct ct_backend {
     void (*avgpool2d_backward)(ct_backend *be, void *dx, const void *dy, const ct_pool2d_geom *g,
                                ct_dtype dt);                            /* dx written (zeroed first) */
 
-    /* ---- normalization (statistics in fp32/fp64 internally; running/saved stats fp32) ---- */
+} ct_backend_conv;
+
+/* ---- normalization ---- */
+typedef struct ct_backend_norm {
+    /* Statistics in fp32/fp64 internally; running/saved stats fp32. */
     /* BatchNorm over [N, C, HW]. train: batch statistics, saves mean and inv_std[C], updates
      * running stats with momentum (PyTorch: unbiased variance in running_var). eval: uses running.
      * gamma/beta may be NULL (affine off); running stats may be NULL in train (not tracked);
@@ -286,7 +303,10 @@ struct ct_backend {
                                const void *x, const void *gamma, const float *save_mean,
                                const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt);
 
-    /* ---- embedding ---- */
+} ct_backend_norm;
+
+/* ---- embedding lookup ---- */
+typedef struct ct_backend_embed {
     void (*embedding_forward)(ct_backend *be, void *y, const int32_t *ids, const void *table,
                               int64_t n_ids, int64_t dim, ct_dtype dt);
     /* dtable (fp32) += scatter(dy); deterministic (no atomics). An id outside [0, vocab) reads
@@ -294,7 +314,11 @@ struct ct_backend {
     void (*embedding_backward)(ct_backend *be, float *dtable, const void *dy, const int32_t *ids,
                                int64_t n_ids, int64_t vocab, int64_t dim, ct_dtype dt);
 
-    /* ---- losses: mean over the batch; write dlogits = d(loss_mean)/dlogits * grad_scale.
+} ct_backend_embed;
+
+/* ---- losses ---- */
+typedef struct ct_backend_loss {
+    /* Mean over the batch; write dlogits = d(loss_mean)/dlogits * grad_scale.
      * The results stay in backend memory so a step can be queued (and captured) without waiting:
      * result[0] = mean loss, result[1] = correct argmax predictions (cross entropy; 0 for the
      * others), both fp32 (counts are exact below 2^24 rows); read them with copy_d2h.
@@ -313,11 +337,15 @@ struct ct_backend {
                             const float *target, int64_t n_rows, int64_t n_cols, float grad_scale,
                             ct_dtype dt);
 
-    /* ---- reductions (fp32 gradients; results to host; deterministic) ---- */
+} ct_backend_loss;
+
+/* ---- optimizer: reductions and fused updates ---- */
+typedef struct ct_backend_optim {
+    /* Reductions over fp32 gradients (results to host; deterministic). */
     double (*sum_squares)(ct_backend *be, const float *x, int64_t n);
     bool (*all_finite)(ct_backend *be, const float *x, int64_t n);
 
-    /* ---- fused optimizer updates on fp32 master weights ---- */
+    /* Fused updates of fp32 master weights. */
     void (*adam_step)(ct_backend *be, float *param, const float *grad, float *m, float *v, int64_t n,
                       const ct_adam_args *a);
     void (*sgd_step)(ct_backend *be, float *param, const float *grad, float *mom, int64_t n,
@@ -328,6 +356,30 @@ struct ct_backend {
     void (*lamb_direction)(ct_backend *be, float *upd, const float *param, const float *grad,
                            float *m, float *v, int64_t n, const ct_lamb_args *a,
                            double *w_norm_host, double *u_norm_host);
+} ct_backend_optim;
+
+/* The op table, grouped by concern: be->mem.alloc(be, ...), be->blas.gemm(be, ...). It crosses
+ * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
+ * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
+ * against another version is refused when it is loaded (backend.c). */
+#define CT_BACKEND_ABI 3
+struct ct_backend {
+    const char *name;            /* "cpu", "cuda" */
+    char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
+    void *impl;                  /* backend-private state (thread pool, streams, allocator) */
+    int threads;                 /* CPU: worker threads in use */
+    void (*destroy)(ct_backend *be);
+
+    ct_backend_mem mem;
+    ct_backend_queue queue;
+    ct_backend_capture capture;
+    ct_backend_blas blas;
+    ct_backend_elt elt;
+    ct_backend_conv conv;
+    ct_backend_norm norm;
+    ct_backend_embed embed;
+    ct_backend_loss loss;
+    ct_backend_optim optim;
 };
 
 /* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). */
@@ -341,6 +393,14 @@ bool ct_cuda_available(void);
 ct_backend *ct_cpu_backend_create(int threads);
 
 #ifdef CT_HAVE_CUDA
+/* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table
+ * (CT_BACKEND_ABI and sizeof(ct_backend)); a mismatch is CT_ERR_RUNTIME naming both versions. */
+typedef struct ct_cuda_lib {
+    bool (*probe)(void);
+    ct_backend *(*create)(int device, ct_err *err);
+} ct_cuda_lib;
+int ct_cuda_lib_open(const char *path, ct_cuda_lib *out, ct_err *err);
+
 /* Provided by cuda/ when the binary is built with nvcc. */
 bool ct_cuda_probe(void);                                   /* driver present and >= 1 device */
 ct_backend *ct_cuda_backend_create(int device, ct_err *err); /* NULL with err filled on failure */

@@ -142,20 +142,20 @@ ct_backend *ct_cpu_backend_create(int threads) {
              threads == 1 ? "" : "s", blas ? blas : "OpenBLAS");
 
     be->destroy = cpu_destroy;
-    be->alloc = cpu_alloc;
-    be->free = cpu_free;
-    be->alloc_host_pinned = cpu_alloc_pinned;
-    be->free_host_pinned = cpu_free_pinned;
-    be->mem_stats = cpu_mem_stats;
-    be->compute_mark = cpu_compute_mark;
-    be->upload = cpu_upload;
-    be->upload_done = cpu_upload_done;
-    be->copy_h2d = cpu_copy;
-    be->copy_d2h = cpu_copy;
-    be->copy_d2d = cpu_copy;
-    be->memset0 = cpu_memset0;
-    be->sync = cpu_sync;
-    be->peak_bytes = cpu_peak_bytes;
+    be->mem.alloc = cpu_alloc;
+    be->mem.free = cpu_free;
+    be->mem.alloc_host_pinned = cpu_alloc_pinned;
+    be->mem.free_host_pinned = cpu_free_pinned;
+    be->mem.mem_stats = cpu_mem_stats;
+    be->queue.compute_mark = cpu_compute_mark;
+    be->queue.upload = cpu_upload;
+    be->queue.upload_done = cpu_upload_done;
+    be->mem.copy_h2d = cpu_copy;
+    be->mem.copy_d2h = cpu_copy;
+    be->mem.copy_d2d = cpu_copy;
+    be->mem.memset0 = cpu_memset0;
+    be->queue.sync = cpu_sync;
+    be->mem.peak_bytes = cpu_peak_bytes;
 
     ct_cpu_gemm_install(be);
     ct_cpu_eltwise_install(be);

@@ -21,8 +21,8 @@ float *ct_cpu_scratch(ct_backend *be, int s, int64_t n) {
     ct_cpu *cpu = be->impl;
     size_t need = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
     if (cpu->slot_cap[s] < need) {
-        be->free(be, cpu->slot[s]);
-        cpu->slot[s] = be->alloc(be, need, CT_MEM_WORKSPACE);
+        be->mem.free(be, cpu->slot[s]);
+        cpu->slot[s] = be->mem.alloc(be, need, CT_MEM_WORKSPACE);
         if (!cpu->slot[s]) ct_die_oom(need);
         cpu->slot_cap[s] = need;
     }
@@ -33,7 +33,7 @@ float *ct_cpu_scratch(ct_backend *be, int s, int64_t n) {
 static const float *in32(ct_backend *be, int s, const void *x, int64_t n, ct_dtype dt) {
     if (!x || dt == CT_F32) return x;
     float *w = ct_cpu_scratch(be, s, n);
-    be->cast(be, w, CT_F32, x, dt, n);
+    be->elt.cast(be, w, CT_F32, x, dt, n);
     return w;
 }
 
@@ -42,13 +42,13 @@ static const float *in32(ct_backend *be, int s, const void *x, int64_t n, ct_dty
 static float *out32(ct_backend *be, int s, void *y, int64_t n, ct_dtype dt, bool read) {
     if (!y || dt == CT_F32) return y;
     float *w = ct_cpu_scratch(be, s, n);
-    if (read) be->cast(be, w, CT_F32, y, dt, n);
+    if (read) be->elt.cast(be, w, CT_F32, y, dt, n);
     return w;
 }
 
 /* Store an out32 buffer back into y (rounding once). */
 static void store(ct_backend *be, void *y, const float *w, int64_t n, ct_dtype dt) {
-    if (y && dt != CT_F32) be->cast(be, y, dt, w, CT_F32, n);
+    if (y && dt != CT_F32) be->elt.cast(be, y, dt, w, CT_F32, n);
 }
 
 /* ---- element-wise ---- */
@@ -366,33 +366,33 @@ static void cpu_normalize_u8(ct_backend *be, void *y, const uint8_t *x, const ui
 }
 
 void ct_cpu_dtype_install(ct_backend *be) {
-    be->fill = cpu_fill;
-    be->scale = cpu_scale;
-    be->axpy = cpu_axpy;
-    be->add = cpu_add;
-    be->copy_rows = cpu_copy_rows;
-    be->normalize_u8 = cpu_normalize_u8;
-    be->bias_act_forward = cpu_bias_act_forward;
-    be->bias_backward = cpu_bias_backward;
-    be->act_forward = cpu_act_forward;
-    be->act_backward = cpu_act_backward;
-    be->dropout_forward = cpu_dropout_forward;
-    be->dropout_backward = cpu_dropout_backward;
-    be->embedding_forward = cpu_embedding_forward;
-    be->embedding_backward = cpu_embedding_backward;
-    be->im2col = cpu_im2col;
-    be->col2im = cpu_col2im;
-    be->conv2d_forward = cpu_conv2d_forward;
-    be->conv2d_backward = cpu_conv2d_backward;
-    be->maxpool2d_forward = cpu_maxpool2d_forward;
-    be->maxpool2d_backward = cpu_maxpool2d_backward;
-    be->avgpool2d_forward = cpu_avgpool2d_forward;
-    be->avgpool2d_backward = cpu_avgpool2d_backward;
-    be->batchnorm_forward = cpu_batchnorm_forward;
-    be->batchnorm_backward = cpu_batchnorm_backward;
-    be->layernorm_forward = cpu_layernorm_forward;
-    be->layernorm_backward = cpu_layernorm_backward;
-    be->softmax_xent = cpu_softmax_xent;
-    be->mse_loss = cpu_mse_loss;
-    be->bce_logits_loss = cpu_bce_logits_loss;
+    be->elt.fill = cpu_fill;
+    be->elt.scale = cpu_scale;
+    be->elt.axpy = cpu_axpy;
+    be->elt.add = cpu_add;
+    be->elt.copy_rows = cpu_copy_rows;
+    be->elt.normalize_u8 = cpu_normalize_u8;
+    be->elt.bias_act_forward = cpu_bias_act_forward;
+    be->elt.bias_backward = cpu_bias_backward;
+    be->elt.act_forward = cpu_act_forward;
+    be->elt.act_backward = cpu_act_backward;
+    be->elt.dropout_forward = cpu_dropout_forward;
+    be->elt.dropout_backward = cpu_dropout_backward;
+    be->embed.embedding_forward = cpu_embedding_forward;
+    be->embed.embedding_backward = cpu_embedding_backward;
+    be->conv.im2col = cpu_im2col;
+    be->conv.col2im = cpu_col2im;
+    be->conv.conv2d_forward = cpu_conv2d_forward;
+    be->conv.conv2d_backward = cpu_conv2d_backward;
+    be->conv.maxpool2d_forward = cpu_maxpool2d_forward;
+    be->conv.maxpool2d_backward = cpu_maxpool2d_backward;
+    be->conv.avgpool2d_forward = cpu_avgpool2d_forward;
+    be->conv.avgpool2d_backward = cpu_avgpool2d_backward;
+    be->norm.batchnorm_forward = cpu_batchnorm_forward;
+    be->norm.batchnorm_backward = cpu_batchnorm_backward;
+    be->norm.layernorm_forward = cpu_layernorm_forward;
+    be->norm.layernorm_backward = cpu_layernorm_backward;
+    be->loss.softmax_xent = cpu_softmax_xent;
+    be->loss.mse_loss = cpu_mse_loss;
+    be->loss.bce_logits_loss = cpu_bce_logits_loss;
 }

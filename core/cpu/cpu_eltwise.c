@@ -529,6 +529,6 @@ void ct_cpu_f32_embedding_backward(ct_backend *be, float *dtable, const float *d
 }
 
 void ct_cpu_eltwise_install(ct_backend *be) {
-    be->cast = cpu_cast;
-    be->round_to = cpu_round_to;
+    be->elt.cast = cpu_cast;
+    be->elt.round_to = cpu_round_to;
 }

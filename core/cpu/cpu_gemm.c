@@ -84,12 +84,12 @@ static float *widen(ct_backend *be, int s, const void *x, ct_dtype dt, int64_t r
                     int64_t ld) {
     float *w = ct_cpu_scratch(be, s, rows * cols);
     if (ld == cols) {
-        be->cast(be, w, CT_F32, x, dt, rows * cols);
+        be->elt.cast(be, w, CT_F32, x, dt, rows * cols);
         return w;
     }
     for (int64_t r = 0; r < rows; r++) {
         const char *row = (const char *)x + (size_t)(r * ld) * ct_dtype_size(dt);
-        be->cast(be, w + r * cols, CT_F32, row, dt, cols);
+        be->elt.cast(be, w + r * cols, CT_F32, row, dt, cols);
     }
     return w;
 }
@@ -97,12 +97,12 @@ static float *widen(ct_backend *be, int s, const void *x, ct_dtype dt, int64_t r
 static void narrow(ct_backend *be, void *y, ct_dtype dt, const float *w, int64_t rows, int64_t cols,
                    int64_t ld) {
     if (ld == cols) {
-        be->cast(be, y, dt, w, CT_F32, rows * cols);
+        be->elt.cast(be, y, dt, w, CT_F32, rows * cols);
         return;
     }
     for (int64_t r = 0; r < rows; r++) {
         char *row = (char *)y + (size_t)(r * ld) * ct_dtype_size(dt);
-        be->cast(be, row, dt, w + r * cols, CT_F32, cols);
+        be->elt.cast(be, row, dt, w + r * cols, CT_F32, cols);
     }
 }
 
@@ -175,6 +175,6 @@ static void cpu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_
 }
 
 void ct_cpu_gemm_install(ct_backend *be) {
-    be->gemm = cpu_gemm;
-    be->gemm_batched = cpu_gemm_batched;
+    be->blas.gemm = cpu_gemm;
+    be->blas.gemm_batched = cpu_gemm_batched;
 }

@@ -144,7 +144,7 @@ static void cpu_lamb_direction(ct_backend *be, float *upd, const float *param, c
 }
 
 void ct_cpu_optim_install(ct_backend *be) {
-    be->adam_step = cpu_adam_step;
-    be->sgd_step = cpu_sgd_step;
-    be->lamb_direction = cpu_lamb_direction;
+    be->optim.adam_step = cpu_adam_step;
+    be->optim.sgd_step = cpu_sgd_step;
+    be->optim.lamb_direction = cpu_lamb_direction;
 }

@@ -110,6 +110,6 @@ static bool cpu_all_finite(ct_backend *be, const float *x, int64_t n) {
 }
 
 void ct_cpu_reduce_install(ct_backend *be) {
-    be->sum_squares = cpu_sum_squares;
-    be->all_finite = cpu_all_finite;
+    be->optim.sum_squares = cpu_sum_squares;
+    be->optim.all_finite = cpu_all_finite;
 }

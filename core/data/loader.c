@@ -368,19 +368,19 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
     l->slots = ct_xcalloc((size_t)l->nslots, sizeof *l->slots);
     bool ok = true;
     for (int i = 0; i < l->nslots; i++) {
-        l->slots[i].in = be->alloc_host_pinned(be, bin ? bin : 1);
-        l->slots[i].tgt = be->alloc_host_pinned(be, btg ? btg : 1);
+        l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1);
+        l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1);
         ok &= l->slots[i].in && l->slots[i].tgt;
     }
     if (l->staged) {
         size_t numel = (size_t)ct_shape_numel(&l->ds->sample_shape);
         size_t din = l->u8 ? (size_t)l->o.batch * numel * ct_dtype_size(l->o.device_dtype) : bin;
         for (int k = 0; k < 2; k++) {
-            l->dev_in[k] = be->alloc(be, din ? din : 1, CT_MEM_LOADER);
-            l->dev_tgt[k] = be->alloc(be, btg ? btg : 1, CT_MEM_LOADER);
+            l->dev_in[k] = be->mem.alloc(be, din ? din : 1, CT_MEM_LOADER);
+            l->dev_tgt[k] = be->mem.alloc(be, btg ? btg : 1, CT_MEM_LOADER);
             ok &= l->dev_in[k] && l->dev_tgt[k];
             if (l->u8) {
-                l->dev_px[k] = be->alloc(be, bin ? bin : 1, CT_MEM_LOADER);
+                l->dev_px[k] = be->mem.alloc(be, bin ? bin : 1, CT_MEM_LOADER);
                 ok &= l->dev_px[k] != NULL;
             }
         }
@@ -449,7 +449,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
 /* Slots whose upload has finished go back to the workers. Called with the mutex held; only the
  * trainer's thread changes UPLOADING slots. */
 static bool uploaded(const ct_loader *l, uint64_t ticket, bool wait) {
-    return !l->be->upload_done || l->be->upload_done(l->be, ticket, wait);
+    return !l->be->queue.upload_done || l->be->queue.upload_done(l->be, ticket, wait);
 }
 
 static void reclaim_uploaded(ct_loader *l) {
@@ -479,11 +479,11 @@ static void wait_uploads_unlocked(ct_loader *l) {
  * the backend has no upload). */
 static uint64_t put(ct_loader *l, void *dst, const void *src, size_t bytes, uint64_t after) {
     ct_backend *be = l->be;
-    if (!be->upload) {
-        be->copy_h2d(be, dst, src, bytes);
+    if (!be->queue.upload) {
+        be->mem.copy_h2d(be, dst, src, bytes);
         return l->last_ticket;
     }
-    l->last_ticket = be->upload(be, dst, src, bytes, after);
+    l->last_ticket = be->queue.upload(be, dst, src, bytes, after);
     return l->last_ticket;
 }
 
@@ -495,7 +495,7 @@ static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
     /* Every op reading the other set (the previous batch) is queued by now: mark it free from
      * here. This batch's set was marked at the previous call. */
     uint64_t after = l->dev_mark[k];
-    l->dev_mark[k ^ 1] = be->compute_mark ? be->compute_mark(be) : 0;
+    l->dev_mark[k ^ 1] = be->queue.compute_mark ? be->queue.compute_mark(be) : 0;
     void *dev_in = l->dev_in[k], *dev_tgt = l->dev_tgt[k];
     uint8_t *dev_px = l->dev_px[k];
     size_t px = (size_t)s->n * l->in_bytes;
@@ -513,7 +513,7 @@ static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
             p.mean[c] = c < p.c ? l->o.mean[c] : 0.0f;
             p.std[c] = c < p.c ? l->o.std[c] : 1.0f;
         }
-        be->normalize_u8(be, dev_in, dev_px, flips ? dev_px + flip_off : NULL, &p,
+        be->elt.normalize_u8(be, dev_in, dev_px, flips ? dev_px + flip_off : NULL, &p,
                          l->o.device_dtype);
     }
     b->input = dev_in;
@@ -604,14 +604,14 @@ void ct_loader_free(ct_loader *l) {
     for (int i = 0; i < l->nthreads; i++) pthread_join(l->threads[i], NULL);
     free(l->threads);
     for (int i = 0; l->slots && i < l->nslots; i++) {
-        if (l->slots[i].in) l->be->free_host_pinned(l->be, l->slots[i].in);
-        if (l->slots[i].tgt) l->be->free_host_pinned(l->be, l->slots[i].tgt);
+        if (l->slots[i].in) l->be->mem.free_host_pinned(l->be, l->slots[i].in);
+        if (l->slots[i].tgt) l->be->mem.free_host_pinned(l->be, l->slots[i].tgt);
     }
     free(l->slots);
     for (int k = 0; k < 2; k++) {
-        if (l->dev_in[k]) l->be->free(l->be, l->dev_in[k]);
-        if (l->dev_tgt[k]) l->be->free(l->be, l->dev_tgt[k]);
-        if (l->dev_px[k]) l->be->free(l->be, l->dev_px[k]);
+        if (l->dev_in[k]) l->be->mem.free(l->be, l->dev_in[k]);
+        if (l->dev_tgt[k]) l->be->mem.free(l->be, l->dev_tgt[k]);
+        if (l->dev_px[k]) l->be->mem.free(l->be, l->dev_px[k]);
     }
     free(l->perm[0]);
     free(l->perm[1]);

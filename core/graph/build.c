@@ -382,7 +382,7 @@ void ct_graph_free(ct_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i].l.cfg_data);
     free(g->nodes);
     free(g->views);
-    if (g->block) g->be->free(g->be, g->block);
+    if (g->block) g->be->mem.free(g->be, g->block);
     free(g);
 }
 

@@ -38,7 +38,7 @@ static const void *model_input(const ct_graph *g, const ct_step_io *io) {
 static const void *convert_input(ct_graph *g, const ct_step_io *io) {
     const void *in = model_input(g, io);
     if (in == g->input)
-        g->be->cast(g->be, g->input, g->dt, io->input, io->input_dt,
+        g->be->elt.cast(g->be, g->input, g->dt, io->input, io->input_dt,
                     io->n * ct_shape_numel(&g->info.input_shape));
     return in;
 }
@@ -58,15 +58,15 @@ static void compute_loss(ct_graph *g, ct_step_io *io) {
     switch (g->info.loss) {
     case CT_LOSS_CROSS_ENTROPY: {
         int64_t rows = io->n * per_sample / g->info.classes;
-        be->softmax_xent(be, dout, g->loss_result, out, io->target, rows, g->info.classes,
+        be->loss.softmax_xent(be, dout, g->loss_result, out, io->target, rows, g->info.classes,
                          (float)g->label_smoothing, scale, g->dt);
         break;
     }
     case CT_LOSS_MSE:
-        be->mse_loss(be, dout, g->loss_result, out, io->target, io->n, per_sample, scale, g->dt);
+        be->loss.mse_loss(be, dout, g->loss_result, out, io->target, io->n, per_sample, scale, g->dt);
         break;
     case CT_LOSS_BCE_WITH_LOGITS:
-        be->bce_logits_loss(be, dout, g->loss_result, out, io->target, io->n, per_sample, scale,
+        be->loss.bce_logits_loss(be, dout, g->loss_result, out, io->target, io->n, per_sample, scale,
                             g->dt);
         break;
     }
@@ -74,7 +74,7 @@ static void compute_loss(ct_graph *g, ct_step_io *io) {
 
 void ct_graph_read_loss(ct_graph *g, ct_step_io *io) {
     float r[2];
-    g->be->copy_d2h(g->be, r, g->loss_result, sizeof r);
+    g->be->mem.copy_d2h(g->be, r, g->loss_result, sizeof r);
     io->loss = r[0];
     io->correct = g->info.loss == CT_LOSS_CROSS_ENTROPY ? (int64_t)r[1] : 0;
 }
@@ -142,7 +142,7 @@ int ct_graph_backward(ct_graph *g, const void *params, float *grads, ct_step_io 
         for (int i = 0; i < gn->l.n_in; i++) {
             if (gn->l.in_from[i] < 0 || gn->tmp_off[i] < 0) continue;
             int64_t numel = io->n * ct_layer_in_numel(&gn->l, i);
-            be->axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i], numel, g->dt);
+            be->elt.axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i], numel, g->dt);
         }
         if (hooks && hooks->after_backward) hooks->after_backward(hooks->ctx, j);
     }

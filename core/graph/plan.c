@@ -137,7 +137,7 @@ int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
     size_t total = act + aux + ws + tmp + input + result;
     g->info.activation_bytes = act + aux + tmp + input;
     g->info.workspace_bytes = ws;
-    g->block = g->be->alloc(g->be, total, CT_MEM_ACTIVATIONS);
+    g->block = g->be->mem.alloc(g->be, total, CT_MEM_ACTIVATIONS);
     if (!g->block) {
         free(slot_of), free(slot_size), free(alias);
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "

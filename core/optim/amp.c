@@ -90,7 +90,7 @@ ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params) {
     else ct_scaler_init_static(&a->scaler, 1.0);
     size_t bytes = ct_amp_param_copy_bytes(a->compute, n_params);
     if (bytes == 0) return a;
-    a->half = be->alloc(be, bytes, CT_MEM_PARAMS);
+    a->half = be->mem.alloc(be, bytes, CT_MEM_PARAMS);
     if (!a->half) {
         free(a);
         return NULL;
@@ -100,7 +100,7 @@ ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params) {
 
 void ct_amp_free(ct_amp *a) {
     if (!a) return;
-    if (a->half) a->be->free(a->be, a->half);
+    if (a->half) a->be->mem.free(a->be, a->half);
     free(a);
 }
 
@@ -109,7 +109,7 @@ const void *ct_amp_params(const ct_amp *a, const float *master) {
 }
 
 const void *ct_amp_refresh_params(ct_amp *a, const float *master) {
-    if (a->half) a->be->cast(a->be, a->half, a->compute, master, CT_F32, a->n);
+    if (a->half) a->be->elt.cast(a->be, a->half, a->compute, master, CT_F32, a->n);
     return ct_amp_params(a, master);
 }
 

@@ -63,16 +63,16 @@ ct_optim *ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *
     int64_t state = (int64_t)(ct_optim_state_bytes_for(ocfg->type, ocfg->momentum, n_params) / sizeof(float));
     int64_t scratch = ocfg->type == CT_OPT_LAMB ? round16(max_numel) : 0;
     size_t pbytes = (size_t)n16 * sizeof(float), sbytes = (size_t)(state + scratch) * sizeof(float);
-    o->params = be->alloc(be, pbytes ? pbytes : 64, CT_MEM_MASTER);
-    o->grads = be->alloc(be, pbytes ? pbytes : 64, CT_MEM_GRADS);
-    o->block = sbytes ? be->alloc(be, sbytes, CT_MEM_OPTIM) : NULL;
+    o->params = be->mem.alloc(be, pbytes ? pbytes : 64, CT_MEM_MASTER);
+    o->grads = be->mem.alloc(be, pbytes ? pbytes : 64, CT_MEM_GRADS);
+    o->block = sbytes ? be->mem.alloc(be, sbytes, CT_MEM_OPTIM) : NULL;
     if (!o->params || !o->grads || (sbytes && !o->block)) {
         ct_optim_free(o);
         return NULL;
     }
-    be->memset0(be, o->params, pbytes);
-    be->memset0(be, o->grads, pbytes);
-    if (sbytes) be->memset0(be, o->block, sbytes);
+    be->mem.memset0(be, o->params, pbytes);
+    be->mem.memset0(be, o->grads, pbytes);
+    if (sbytes) be->mem.memset0(be, o->block, sbytes);
     float *p = o->block;
     if (uses_moments(ocfg->type)) {
         o->m = p;
@@ -109,9 +109,9 @@ ct_optim *ct_optim_create_for_graph(const ct_config *cfg, ct_backend *be, const 
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    if (o->params) o->be->free(o->be, o->params);
-    if (o->grads) o->be->free(o->be, o->grads);
-    if (o->block) o->be->free(o->be, o->block);
+    if (o->params) o->be->mem.free(o->be, o->params);
+    if (o->grads) o->be->mem.free(o->be, o->grads);
+    if (o->block) o->be->mem.free(o->be, o->block);
     free(o->tensors);
     free(o->runs);
     free(o);
@@ -123,7 +123,7 @@ size_t ct_optim_state_bytes(const ct_optim *o) {
     return ct_optim_state_bytes_for(o->cfg.type, o->cfg.momentum, o->n);
 }
 
-void ct_optim_zero_grad(ct_optim *o) { o->be->memset0(o->be, o->grads, (size_t)o->n * sizeof(float)); }
+void ct_optim_zero_grad(ct_optim *o) { o->be->mem.memset0(o->be, o->grads, (size_t)o->n * sizeof(float)); }
 
 double ct_optim_next_lr(const ct_optim *o) { return ct_sched_lr(&o->sched, o->cfg.lr, o->sched_t); }
 
@@ -157,7 +157,7 @@ static void step_adam(ct_optim *o, double lr, double beta1, double beta2, float 
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         a.copy = copy_at(o, r->offset);
-        o->be->adam_step(o->be, o->params + r->offset, o->grads + r->offset, o->m + r->offset,
+        o->be->optim.adam_step(o->be, o->params + r->offset, o->grads + r->offset, o->m + r->offset,
                          o->v + r->offset, r->numel, &a);
     }
 }
@@ -177,7 +177,7 @@ static void step_sgd(ct_optim *o, double lr, float gscale) {
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         a.copy = copy_at(o, r->offset);
-        o->be->sgd_step(o->be, o->params + r->offset, o->grads + r->offset,
+        o->be->optim.sgd_step(o->be, o->params + r->offset, o->grads + r->offset,
                         o->mom ? o->mom + r->offset : NULL, r->numel, &a);
     }
 }
@@ -201,7 +201,7 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
         const ct_optim_tensor *r = &o->tensors[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         double wn = 0, un = 0;
-        o->be->lamb_direction(o->be, o->scratch, o->params + r->offset, o->grads + r->offset,
+        o->be->optim.lamb_direction(o->be, o->scratch, o->params + r->offset, o->grads + r->offset,
                               o->m + r->offset, o->v + r->offset, r->numel, &a, &wn, &un);
         double trust = 1.0;
         if (wn != 0 && un != 0) {
@@ -209,11 +209,11 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
             if (trust > c->max_coeff) trust = c->max_coeff;
             if (trust < c->min_coeff) trust = c->min_coeff;
         }
-        o->be->axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel,
+        o->be->elt.axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel,
                     CT_F32);
         /* the trust ratio needs the whole direction first, so Lamb's copy is a pass of its own */
         if (o->copy)
-            o->be->cast(o->be, copy_at(o, r->offset), o->copy_dt, o->params + r->offset, CT_F32, r->numel);
+            o->be->elt.cast(o->be, copy_at(o, r->offset), o->copy_dt, o->params + r->offset, CT_F32, r->numel);
     }
 }
 
@@ -247,13 +247,13 @@ static void step_with_norm(ct_optim *o, float grad_scale, double norm, ct_optim_
 }
 
 void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
-    step_with_norm(o, grad_scale, sqrt(o->be->sum_squares(o->be, o->grads, o->n)) * grad_scale, stats);
+    step_with_norm(o, grad_scale, sqrt(o->be->optim.sum_squares(o->be, o->grads, o->n)) * grad_scale, stats);
 }
 
 bool ct_optim_step_finite(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
     /* Squares summed in double cannot overflow from finite floats, so the sum is finite exactly
      * when every gradient is: the overflow check costs no pass of its own. */
-    double ss = o->be->sum_squares(o->be, o->grads, o->n);
+    double ss = o->be->optim.sum_squares(o->be, o->grads, o->n);
     if (!isfinite(ss)) {
         if (stats) *stats = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0,
                                              .lr = ct_optim_next_lr(o)};

@@ -44,7 +44,7 @@ void ct_graph_init_params(ct_graph *g, float *params, float *buffers, uint64_t s
         float *dst = v->trainable ? params : buffers;
         if (!dst) continue;
         fill_view(v, host, seed, i);
-        g->be->copy_h2d(g->be, dst + v->offset, host, (size_t)v->numel * sizeof(float));
+        g->be->mem.copy_h2d(g->be, dst + v->offset, host, (size_t)v->numel * sizeof(float));
     }
     free(host);
 }

@@ -34,16 +34,16 @@ static void ck_to_host(ct_trainer *t) {
     if (!t->ck_staged) return;
     ck_pair p[3 + CT_CKPT_MAX_SLOTS];
     int k = ck_pairs(t, p);
-    t->be->sync(t->be);
-    for (int i = 0; i < k; i++) t->be->copy_d2h(t->be, p[i].host, p[i].dev, (size_t)p[i].n * sizeof(float));
+    t->be->queue.sync(t->be);
+    for (int i = 0; i < k; i++) t->be->mem.copy_d2h(t->be, p[i].host, p[i].dev, (size_t)p[i].n * sizeof(float));
 }
 
 static void ck_to_device(ct_trainer *t) {
     if (!t->ck_staged) return;
     ck_pair p[3 + CT_CKPT_MAX_SLOTS];
     int k = ck_pairs(t, p);
-    for (int i = 0; i < k; i++) t->be->copy_h2d(t->be, p[i].dev, p[i].host, (size_t)p[i].n * sizeof(float));
-    t->be->sync(t->be);
+    for (int i = 0; i < k; i++) t->be->mem.copy_h2d(t->be, p[i].dev, p[i].host, (size_t)p[i].n * sizeof(float));
+    t->be->queue.sync(t->be);
 }
 
 /* ck over the optimizer's buffers; on a device backend over host copies of them. */

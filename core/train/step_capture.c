@@ -17,7 +17,7 @@ int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda
     *r = (ct_step_runner){.be = be, .g = g};
     if (notice_n) notice[0] = '\0';
     if (cuda_graph == CT_CUDA_GRAPH_OFF) return CT_OK;
-    bool can = be->capture_begin && be->capture_end && be->replay && be->graph_free;
+    bool can = be->capture.begin && be->capture.end && be->capture.replay && be->capture.free;
     int drop = dropout_layer(g);
     if (cuda_graph == CT_CUDA_GRAPH_ON && drop >= 0)
         return ct_errf(err, CT_ERR_CONFIG, "train.cuda_graph is true but layer \"%s\" is dropout: a "
@@ -32,7 +32,7 @@ int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda
 
 void ct_step_runner_reset(ct_step_runner *r) {
     for (int i = 0; i < CT_STEP_GRAPHS; i++) {
-        if (r->slot[i].graph) r->be->graph_free(r->be, r->slot[i].graph);
+        if (r->slot[i].graph) r->be->capture.free(r->be, r->slot[i].graph);
         r->slot[i] = (ct_step_graph){0};
     }
 }
@@ -56,7 +56,7 @@ static ct_step_graph *victim(ct_step_runner *r) {
         if (!r->slot[i].used) return &r->slot[i];
         if (r->slot[i].last_use < v->last_use) v = &r->slot[i];
     }
-    if (v->graph) r->be->graph_free(r->be, v->graph);
+    if (v->graph) r->be->capture.free(r->be, v->graph);
     *v = (ct_step_graph){0};
     return v;
 }
@@ -69,11 +69,11 @@ static ct_step_graph *victim(ct_step_runner *r) {
 static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, float *buffers,
                    float *grads, ct_step_io *io, ct_err *err) {
     ct_err cerr = {0};
-    if (r->be->capture_begin(r->be, &cerr) == CT_OK) {
+    if (r->be->capture.begin(r->be, &cerr) == CT_OK) {
         int rc = run_direct(r, params, buffers, grads, io, err);
-        void *graph = r->be->capture_end(r->be, &cerr);
+        void *graph = r->be->capture.end(r->be, &cerr);
         if (rc) {
-            if (graph) r->be->graph_free(r->be, graph);
+            if (graph) r->be->capture.free(r->be, graph);
             return rc;
         }
         if (graph) {
@@ -113,7 +113,7 @@ int ct_step_run(ct_step_runner *r, const void *params, float *buffers, float *gr
     }
     if (s) {
         s->last_use = ++r->clock;
-        r->be->replay(r->be, s->graph);
+        r->be->capture.replay(r->be, s->graph);
         r->replays++;
     } else {
         int rc = run_direct(r, params, buffers, grads, io, err);

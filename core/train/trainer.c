@@ -168,10 +168,10 @@ void ct_trainer_finish(ct_trainer *t) {
     ct_summary *s = t->sum;
     s->wall_s = ct_now() - t->t_open;
     s->peak_host_bytes = ct_peak_rss_bytes();
-    if (t->be && t->be->peak_bytes) s->peak_device_bytes = t->be->peak_bytes(t->be);
-    if (t->be && t->be->mem_stats) {
+    if (t->be && t->be->mem.peak_bytes) s->peak_device_bytes = t->be->mem.peak_bytes(t->be);
+    if (t->be && t->be->mem.mem_stats) {
         ct_mem_stats m;
-        t->be->mem_stats(t->be, &m);
+        t->be->mem.mem_stats(t->be, &m);
         memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
         s->has_mem_stats = true;
         if (t->cfg->memory_breakdown) report_memory(t, &m);
@@ -183,12 +183,12 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     t->info = ct_graph_info_get(t->g);
     t->opt = ct_optim_create_for_graph(t->cfg, t->be, t->g);
     size_t nb = (size_t)(t->info->n_buffers ? t->info->n_buffers : 1) * sizeof(float);
-    t->buffers = t->be->alloc(t->be, nb, CT_MEM_MASTER);
+    t->buffers = t->be->mem.alloc(t->be, nb, CT_MEM_MASTER);
     t->amp = ct_amp_create(t->cfg, t->be, t->info->n_params);
     if (!t->opt || !t->buffers || !t->amp)
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %s parameters and optimizer state",
                        t->be->name);
-    t->be->memset0(t->be, t->buffers, nb);
+    t->be->mem.memset0(t->be, t->buffers, nb);
     ct_graph_init_params(t->g, t->opt->params, t->buffers, t->cfg->train.seed);
     /* the fused update writes the 16-bit parameters forward reads (core/amp.h) */
     if (t->amp->half) ct_optim_set_copy(t->opt, t->amp->half, t->amp->compute);
@@ -295,7 +295,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_warnings_free(&t->warn);
     ct_trainer_ckpt_close(t);
     if (t->be) ct_step_runner_reset(&t->runner);
-    if (t->buffers) t->be->free(t->be, t->buffers);
+    if (t->buffers) t->be->mem.free(t->be, t->buffers);
     ct_optim_free(t->opt);
     ct_amp_free(t->amp);
     ct_graph_free(t->g);

@@ -39,14 +39,14 @@ static int infer(ct_layer *l, ct_err *err) {
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     const act_cfg *c = l->cfg_data;
-    io->be->act_forward(io->be, io->y, io->x[0], io->n * ct_layer_out_numel(l), c->act, (float)c->alpha,
+    io->be->elt.act_forward(io->be, io->y, io->x[0], io->n * ct_layer_out_numel(l), c->act, (float)c->alpha,
                          io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const act_cfg *c = l->cfg_data;
     if (io->dx[0])
-        io->be->act_backward(io->be, io->dx[0], io->dy, io->x[0], io->y, io->n * ct_layer_out_numel(l),
+        io->be->elt.act_backward(io->be, io->dx[0], io->dy, io->x[0], io->y, io->n * ct_layer_out_numel(l),
                              c->act, (float)c->alpha, io->dt);
 }
 

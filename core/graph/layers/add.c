@@ -19,14 +19,14 @@ static int infer(ct_layer *l, ct_err *err) {
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t n = io->n * ct_layer_out_numel(l);
-    io->be->add(io->be, io->y, io->x[0], io->x[1], n, io->dt);
-    for (int i = 2; i < l->n_in; i++) io->be->axpy(io->be, io->y, 1.0f, io->x[i], n, io->dt);
+    io->be->elt.add(io->be, io->y, io->x[0], io->x[1], n, io->dt);
+    for (int i = 2; i < l->n_in; i++) io->be->elt.axpy(io->be, io->y, 1.0f, io->x[i], n, io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     size_t bytes = ct_nbytes(io->n * ct_layer_out_numel(l), io->dt);
     for (int i = 0; i < l->n_in; i++)
-        if (io->dx[i]) io->be->copy_d2d(io->be, io->dx[i], io->dy, bytes);
+        if (io->dx[i]) io->be->mem.copy_d2d(io->be, io->dx[i], io->dy, bytes);
 }
 
 static double flops(const ct_layer *l) { return (double)(l->n_in - 1) * (double)ct_layer_out_numel(l); }

@@ -56,7 +56,7 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     const bn_cfg *c = l->cfg_data;
     int64_t ch = l->in[0].d[0], hw = ct_layer_in_numel(l, 0) / ch;
     float *save = io->aux;
-    io->be->batchnorm_forward(io->be, io->y, io->x[0], io->p[0], io->p[1], io->p[2], io->p[3], save,
+    io->be->norm.batchnorm_forward(io->be, io->y, io->x[0], io->p[0], io->p[1], io->p[2], io->p[3], save,
                               save + ch, io->n, ch, hw, (float)c->eps, (float)c->momentum, io->train,
                               io->dt);
 }
@@ -65,7 +65,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t ch = l->in[0].d[0], hw = ct_layer_in_numel(l, 0) / ch;
     const float *save = io->aux;
     void *dx = io->dx[0] ? io->dx[0] : io->ws;
-    io->be->batchnorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
+    io->be->norm.batchnorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
                                save + ch, io->n, ch, hw, io->dt);
 }
 

@@ -55,7 +55,7 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t rows = io->n * outer(l), ldy = ct_layer_out_numel(l) / outer(l), off = 0;
     for (int i = 0; i < l->n_in; i++) {
         int64_t cols = ct_layer_in_numel(l, i) / outer(l);
-        io->be->copy_rows(io->be, ct_elem(io->y, off, io->dt), ldy, io->x[i], cols, rows, cols, false,
+        io->be->elt.copy_rows(io->be, ct_elem(io->y, off, io->dt), ldy, io->x[i], cols, rows, cols, false,
                           io->dt);
         off += cols;
     }
@@ -67,7 +67,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     for (int i = 0; i < l->n_in; i++) {
         int64_t cols = ct_layer_in_numel(l, i) / outer(l);
         if (io->dx[i])
-            io->be->copy_rows(io->be, io->dx[i], cols, ct_celem(io->dy, off, io->dt), ldy, rows, cols,
+            io->be->elt.copy_rows(io->be, io->dx[i], cols, ct_celem(io->dy, off, io->dt), ldy, rows, cols,
                               false, io->dt);
         off += cols;
     }

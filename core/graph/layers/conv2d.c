@@ -99,18 +99,18 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
     ct_dtype dt = io->dt;
     void *col = io->ws;                                    /* [kg, p] */
-    if (be->conv2d_forward) {
-        be->conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, dt);
+    if (be->conv.conv2d_forward) {
+        be->conv.conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, dt);
         return;
     }
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
-            be->im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
+            be->conv.im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
             /* y_i,grp [ocg, p] = W_grp [ocg, kg] col [kg, p] */
-            be->gemm(be, false, false, ocg, p, kg, 1.0f, ct_celem(io->p[0], grp * ocg * kg, dt), dt, kg,
+            be->blas.gemm(be, false, false, ocg, p, kg, 1.0f, ct_celem(io->p[0], grp * ocg * kg, dt), dt, kg,
                      col, dt, p, 0.0f, ct_elem(io->y, i * out_sz + grp * ocg * p, dt), dt, p);
         }
-    if (c->bias) be->bias_act_forward(be, io->y, io->p[1], io->n, c->out, p, CT_ACT_NONE, 0.0f, dt);
+    if (c->bias) be->elt.bias_act_forward(be, io->y, io->p[1], io->n, c->out, p, CT_ACT_NONE, 0.0f, dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
@@ -121,25 +121,25 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
     ct_dtype dt = io->dt;
     void *col = io->ws, *dcol = ct_elem(col, kg * p, dt);  /* [kg, p] each */
-    if (be->conv2d_backward) {
-        be->conv2d_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->x[0],
+    if (be->conv.conv2d_backward) {
+        be->conv.conv2d_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->x[0],
                             io->p[0], &g, dt);
         return;
     }
-    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, io->n, c->out, p, dt);
-    if (io->dx[0]) be->memset0(be, io->dx[0], ct_nbytes(io->n * in_sz, dt));
+    if (c->bias) be->elt.bias_backward(be, io->dp[1], io->dy, io->n, c->out, p, dt);
+    if (io->dx[0]) be->mem.memset0(be, io->dx[0], ct_nbytes(io->n * in_sz, dt));
     for (int64_t i = 0; i < io->n; i++)
         for (int64_t grp = 0; grp < c->groups; grp++) {
             const void *dy = ct_celem(io->dy, i * out_sz + grp * ocg * p, dt);   /* [ocg, p] */
             const void *w = ct_celem(io->p[0], grp * ocg * kg, dt);              /* [ocg, kg] */
-            be->im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
+            be->conv.im2col(be, col, ct_celem(io->x[0], i * in_sz, dt), &g, grp, dt);
             /* dW_grp [ocg, kg] += dy [ocg, p] col^T [p, kg] (fp32 gradient) */
-            be->gemm(be, false, true, ocg, kg, p, 1.0f, dy, dt, p, col, dt, p, 1.0f,
+            be->blas.gemm(be, false, true, ocg, kg, p, 1.0f, dy, dt, p, col, dt, p, 1.0f,
                      io->dp[0] + grp * ocg * kg, CT_F32, kg);
             if (!io->dx[0]) continue;
             /* dcol [kg, p] = W_grp^T [kg, ocg] dy [ocg, p] */
-            be->gemm(be, true, false, kg, p, ocg, 1.0f, w, dt, kg, dy, dt, p, 0.0f, dcol, dt, p);
-            be->col2im(be, ct_elem(io->dx[0], i * in_sz, dt), dcol, &g, grp, dt);
+            be->blas.gemm(be, true, false, kg, p, ocg, 1.0f, w, dt, kg, dy, dt, p, 0.0f, dcol, dt, p);
+            be->conv.col2im(be, ct_elem(io->dx[0], i * in_sz, dt), dcol, &g, grp, dt);
         }
 }
 

@@ -30,21 +30,21 @@ static bool active(const ct_layer *l, const ct_layer_io *io) {
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t n = io->n * ct_layer_out_numel(l);
     if (active(l, io))
-        io->be->dropout_forward(io->be, io->y, io->aux, io->x[0], n,
+        io->be->elt.dropout_forward(io->be, io->y, io->aux, io->x[0], n,
                                 (float)((const dropout_cfg *)l->cfg_data)->p, io->seed, io->stream,
                                 io->dt);
     else
-        io->be->copy_d2d(io->be, io->y, io->x[0], ct_nbytes(n, io->dt));
+        io->be->mem.copy_d2d(io->be, io->y, io->x[0], ct_nbytes(n, io->dt));
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t n = io->n * ct_layer_out_numel(l);
     if (!io->dx[0]) return;
     if (active(l, io))
-        io->be->dropout_backward(io->be, io->dx[0], io->dy, io->aux, n,
+        io->be->elt.dropout_backward(io->be, io->dx[0], io->dy, io->aux, n,
                                  (float)((const dropout_cfg *)l->cfg_data)->p, io->dt);
     else
-        io->be->copy_d2d(io->be, io->dx[0], io->dy, ct_nbytes(n, io->dt));
+        io->be->mem.copy_d2d(io->be, io->dx[0], io->dy, ct_nbytes(n, io->dt));
 }
 
 static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }

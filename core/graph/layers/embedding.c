@@ -38,13 +38,13 @@ static int params(const ct_layer *l, ct_param_spec *s) {
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     const emb_cfg *c = l->cfg_data;
-    io->be->embedding_forward(io->be, io->y, io->ids, io->p[0], io->n * ct_layer_in_numel(l, 0), c->dim,
+    io->be->embed.embedding_forward(io->be, io->y, io->ids, io->p[0], io->n * ct_layer_in_numel(l, 0), c->dim,
                               io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const emb_cfg *c = l->cfg_data;
-    io->be->embedding_backward(io->be, io->dp[0], io->dy, io->ids, io->n * ct_layer_in_numel(l, 0),
+    io->be->embed.embedding_backward(io->be, io->dp[0], io->dy, io->ids, io->n * ct_layer_in_numel(l, 0),
                                c->vocab, c->dim, io->dt);
 }
 

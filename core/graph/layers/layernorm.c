@@ -52,7 +52,7 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     const ln_cfg *c = l->cfg_data;
     int64_t r = rows(l, io->n);
     float *save = io->aux;   /* mean [r], rstd [r] */
-    io->be->layernorm_forward(io->be, io->y, save, save + r, io->x[0], io->p[0], io->p[1], r, dim(l),
+    io->be->norm.layernorm_forward(io->be, io->y, save, save + r, io->x[0], io->p[0], io->p[1], r, dim(l),
                               (float)c->eps, io->dt);
 }
 
@@ -60,7 +60,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t r = rows(l, io->n);
     const float *save = io->aux;
     void *dx = io->dx[0] ? io->dx[0] : io->ws;
-    io->be->layernorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
+    io->be->norm.layernorm_backward(io->be, dx, io->dp[0], io->dp[1], io->dy, io->x[0], io->p[0], save,
                                save + r, r, dim(l), io->dt);
 }
 

@@ -54,14 +54,14 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     ct_backend *be = io->be;
     int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
     const void *bias = c->bias ? io->p[1] : NULL;
-    if (be->linear_forward) {
-        be->linear_forward(be, io->y, io->x[0], io->p[0], bias, rows, in, c->out, CT_ACT_NONE, 0.0f,
+    if (be->blas.linear_forward) {
+        be->blas.linear_forward(be, io->y, io->x[0], io->p[0], bias, rows, in, c->out, CT_ACT_NONE, 0.0f,
                            io->dt);
         return;
     }
-    be->gemm(be, false, true, rows, c->out, in, 1.0f, io->x[0], io->dt, in, io->p[0], io->dt, in,
+    be->blas.gemm(be, false, true, rows, c->out, in, 1.0f, io->x[0], io->dt, in, io->p[0], io->dt, in,
              0.0f, io->y, io->dt, c->out);
-    if (bias) be->bias_act_forward(be, io->y, bias, rows, c->out, 1, CT_ACT_NONE, 0.0f, io->dt);
+    if (bias) be->elt.bias_act_forward(be, io->y, bias, rows, c->out, 1, CT_ACT_NONE, 0.0f, io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
@@ -69,12 +69,12 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     ct_backend *be = io->be;
     int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
     /* dW[out, in] += dy^T [out, rows] x [rows, in] */
-    be->gemm(be, true, false, c->out, in, rows, 1.0f, io->dy, io->dt, c->out, io->x[0], io->dt, in,
+    be->blas.gemm(be, true, false, c->out, in, rows, 1.0f, io->dy, io->dt, c->out, io->x[0], io->dt, in,
              1.0f, io->dp[0], CT_F32, in);
-    if (c->bias) be->bias_backward(be, io->dp[1], io->dy, rows, c->out, 1, io->dt);
+    if (c->bias) be->elt.bias_backward(be, io->dp[1], io->dy, rows, c->out, 1, io->dt);
     /* dx[rows, in] = dy [rows, out] W [out, in] */
     if (io->dx[0])
-        be->gemm(be, false, false, rows, in, c->out, 1.0f, io->dy, io->dt, c->out, io->p[0], io->dt,
+        be->blas.gemm(be, false, false, rows, in, c->out, 1.0f, io->dy, io->dt, c->out, io->p[0], io->dt,
                  in, 0.0f, io->dx[0], io->dt, in);
 }
 

@@ -76,19 +76,19 @@ static size_t max_aux_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
 
 static void max_forward(const ct_layer *l, const ct_layer_io *io) {
     ct_pool2d_geom g = geom(l, io->n);
-    io->be->maxpool2d_forward(io->be, io->y, io->aux, io->x[0], &g, io->dt);
+    io->be->conv.maxpool2d_forward(io->be, io->y, io->aux, io->x[0], &g, io->dt);
 }
 static void max_backward(const ct_layer *l, const ct_layer_io *io) {
     ct_pool2d_geom g = geom(l, io->n);
-    if (io->dx[0]) io->be->maxpool2d_backward(io->be, io->dx[0], io->dy, io->aux, &g, io->dt);
+    if (io->dx[0]) io->be->conv.maxpool2d_backward(io->be, io->dx[0], io->dy, io->aux, &g, io->dt);
 }
 static void avg_forward(const ct_layer *l, const ct_layer_io *io) {
     ct_pool2d_geom g = geom(l, io->n);
-    io->be->avgpool2d_forward(io->be, io->y, io->x[0], &g, io->dt);
+    io->be->conv.avgpool2d_forward(io->be, io->y, io->x[0], &g, io->dt);
 }
 static void avg_backward(const ct_layer *l, const ct_layer_io *io) {
     ct_pool2d_geom g = geom(l, io->n);
-    if (io->dx[0]) io->be->avgpool2d_backward(io->be, io->dx[0], io->dy, &g, io->dt);
+    if (io->dx[0]) io->be->conv.avgpool2d_backward(io->be, io->dx[0], io->dy, &g, io->dt);
 }
 
 static double flops(const ct_layer *l) {

@@ -65,12 +65,12 @@ static int infer(ct_layer *l, ct_err *err) {
 }
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
-    io->be->copy_d2d(io->be, io->y, io->x[0], ct_nbytes(io->n * ct_layer_out_numel(l), io->dt));
+    io->be->mem.copy_d2d(io->be, io->y, io->x[0], ct_nbytes(io->n * ct_layer_out_numel(l), io->dt));
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     if (io->dx[0])
-        io->be->copy_d2d(io->be, io->dx[0], io->dy, ct_nbytes(io->n * ct_layer_out_numel(l), io->dt));
+        io->be->mem.copy_d2d(io->be, io->dx[0], io->dy, ct_nbytes(io->n * ct_layer_out_numel(l), io->dt));
 }
 
 static double flops(const ct_layer *l) { return 0.0; }
