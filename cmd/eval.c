@@ -59,7 +59,7 @@ static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_
     ct_run_opts ro = {.quiet = a->quiet};
     ct_trainer *t = NULL;
     int rc = ct_trainer_open_bare(cfg, &ro, s, &t, err);
-    if (!rc && !t->eval_ds)
+    if (!rc && !t->d.eval_ds)
         rc = ct_errf(err, CT_ERR_CONFIG, "%s: data.eval: missing; ctrain eval needs an eval set "
                      "(e.g. {\"format\": \"idx\", \"images\": ..., \"labels\": ...})", cfg->path);
     ct_ckpt_state st;
@@ -73,8 +73,8 @@ static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_
         s->train_loss = st.train_loss;
         s->eval_loss = loss;
         s->eval_accuracy = acc;
-        ct_report_eval(&t->rep, st.step, st.epoch + 1, loss, acc, t->eval_ds->count, ct_now() - t0);
-        ct_report_line(&t->rep, "evaluated %s (step %ld) on data.eval", t->last_ckpt, st.step);
+        ct_report_eval(&t->obs.rep, st.step, st.epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
+        ct_report_line(&t->obs.rep, "evaluated %s (step %ld) on data.eval", t->ck.last, st.step);
     } else {
         ct_trainer_set_status(t, "error", err);
     }

@@ -1,7 +1,7 @@
 /* test_amp.c: mixed precision.
  *
  *  - the loss scaler: scales, hysteresis budgets and skips over scripted overflow patterns,
- *    expected values written out from DeepSpeed's rule (reference section 5.4, core/amp.h);
+ *    expected values written out from DeepSpeed's rule (core/optim/amp.h);
  *  - round_to and the 16-bit casts against the scalar conversions of core/tensor.h on random
  *    values, ties, subnormals, overflow, inf and NaN;
  *  - an overflowing update leaves parameters, optimizer state and the LR schedule bitwise as they
@@ -24,6 +24,7 @@
 #include "core/backend/backend.h"
 #include "core/config/config.h"
 #include "core/optim/optim.h"
+#include "core/params/store.h"
 #include "core/util/rng.h"
 #include "core/train/train.h"
 
@@ -356,16 +357,17 @@ static run_out run_trainer(const ct_config *cfg, bool zero_init) {
     int rc = ct_trainer_open(cfg, &opts, &o.sum, &t, &err);
     ck_assert_msg(rc == CT_OK, "open: %s", err.msg);
     ct_optim *opt = ct_trainer_optim(t);
+    ct_param_store *ps = ct_trainer_params(t);
     ct_backend *be = ct_trainer_backend(t);
-    if (zero_init) be->mem.memset0(be, opt->params, (size_t)opt->n * sizeof(float));
-    o.n = opt->n;
-    o.p0 = copy_of(be, opt->params, opt->n);
+    o.n = ps->hi - ps->lo;
+    if (zero_init) be->mem.memset0(be, ps->master, (size_t)o.n * sizeof(float));
+    o.p0 = copy_of(be, ps->master, o.n);
     ct_trainer_on_step(t, on_step, &o);
     o.rc = ct_trainer_fit(t, &err);
     snprintf(o.msg, sizeof o.msg, "%s", err.msg);
-    o.p1 = copy_of(be, opt->params, opt->n);
-    o.m1 = copy_of(be, opt->m, opt->n);
-    o.v1 = copy_of(be, opt->v, opt->n);
+    o.p1 = copy_of(be, ps->master, o.n);
+    o.m1 = copy_of(be, opt->m, o.n);
+    o.v1 = copy_of(be, opt->v, o.n);
     o.applied = opt->applied;
     o.sched_t = opt->sched_t;
     o.next_lr = ct_optim_next_lr(opt);
@@ -488,47 +490,55 @@ static void upload_normal(ct_backend *be, float *x, float *h, int64_t n, ct_rng 
 
 START_TEST(optimizer_overflow_bitwise) {
     /* After two real updates (non-zero state, a schedule under way) an inf or a NaN gradient
-     * changes nothing; the next finite update uses the LR the skipped one would have used. */
+     * makes the sum of squares non-finite and changes nothing; the next finite update uses the LR
+     * the skipped one would have used. */
     ct_config *cfg = regression_config("{\"enabled\": true}", 1e-3, 5);
     ct_backend *be = NULL;
     ct_err err = {0};
     ck_assert_msg(ct_backend_create(test_device(), 2, &be, &err) == CT_OK, "%s", err.msg);
     int64_t n = 5003;
     ct_optim_tensor ten = {0, n, true};
-    ct_optim *o = ct_optim_create(&cfg->optimizer, &cfg->scheduler, 1.0, be, &ten, 1, n);
+    ct_optim *o = NULL;
+    ck_assert_int_eq(ct_optim_create(&cfg->optimizer, &cfg->scheduler, 1.0, be, &ten, 1, 0, n, &o, &err), CT_OK);
+    float *master = be->mem.alloc(be, (size_t)n * sizeof(float), CT_MEM_MASTER);
+    float *grads = be->mem.alloc(be, (size_t)n * sizeof(float), CT_MEM_GRADS);
+    ct_optim_target tg = {.master = master, .grads = grads};
     float *h = malloc((size_t)n * sizeof *h);
     ct_rng r;
     ct_rng_init(&r, 9, CT_RNG_AUGMENT, 3);
-    upload_normal(be, o->params, h, n, &r, 1.0f);
+    upload_normal(be, master, h, n, &r, 1.0f);
     for (int step = 0; step < 3; step++) {
-        ct_optim_zero_grad(o);
-        upload_normal(be, o->grads, h, n, &r, 1000.0f);
+        upload_normal(be, grads, h, n, &r, 1000.0f);
         if (step == 2) break;
         ct_optim_stats st;
-        ck_assert(ct_optim_step_finite(o, 1.0f / 1024, &st));
+        ck_assert(ct_optim_apply_finite(o, &tg, 1.0f / 1024, ct_optim_grad_sumsq(o, grads), &st));
     }
     float bad[2] = {INFINITY, NAN}, keep;
-    be->mem.copy_d2h(be, &keep, o->grads + 1234, sizeof keep);
+    be->mem.copy_d2h(be, &keep, grads + 1234, sizeof keep);
     for (int k = 0; k < 2; k++) {
-        float *p = copy_of(be, o->params, n), *m = copy_of(be, o->m, n), *v = copy_of(be, o->v, n);
+        float *p = copy_of(be, master, n), *m = copy_of(be, o->m, n), *v = copy_of(be, o->v, n);
         long applied = o->applied, sched_t = o->sched_t;
         double lr = ct_optim_next_lr(o);
-        be->mem.copy_h2d(be, o->grads + 1234, &bad[k], sizeof bad[k]);
+        be->mem.copy_h2d(be, grads + 1234, &bad[k], sizeof bad[k]);
         ct_optim_stats st;
-        ck_assert(!ct_optim_step_finite(o, 1.0f / 1024, &st));
+        double ss = ct_optim_grad_sumsq(o, grads);
+        ck_assert(!isfinite(ss));
+        ck_assert(!ct_optim_apply_finite(o, &tg, 1.0f / 1024, ss, &st));
         ck_assert(isnan(st.grad_norm) && st.lr == lr);
-        float *p2 = copy_of(be, o->params, n), *m2 = copy_of(be, o->m, n), *v2 = copy_of(be, o->v, n);
+        float *p2 = copy_of(be, master, n), *m2 = copy_of(be, o->m, n), *v2 = copy_of(be, o->v, n);
         ck_assert(memcmp(p, p2, (size_t)n * 4) == 0 && memcmp(m, m2, (size_t)n * 4) == 0 &&
                   memcmp(v, v2, (size_t)n * 4) == 0);
         ck_assert(o->applied == applied && o->sched_t == sched_t && ct_optim_next_lr(o) == lr);
-        be->mem.copy_h2d(be, o->grads + 1234, &keep, sizeof keep);
+        be->mem.copy_h2d(be, grads + 1234, &keep, sizeof keep);
         free(p), free(m), free(v), free(p2), free(m2), free(v2);
     }
     double lr = ct_optim_next_lr(o);
     ct_optim_stats st;
-    ck_assert(ct_optim_step_finite(o, 1.0f / 1024, &st));
+    ck_assert(ct_optim_apply_finite(o, &tg, 1.0f / 1024, ct_optim_grad_sumsq(o, grads), &st));
     ck_assert(st.lr == lr && isfinite(st.grad_norm) && st.grad_norm > 0);
     free(h);
+    be->mem.free(be, master);
+    be->mem.free(be, grads);
     ct_optim_free(o);
     ct_backend_destroy(be);
     ct_config_free(cfg);

@@ -72,7 +72,8 @@ static void model_init(model *md, uint64_t seed) {
     t->n_views = 4;
     t->params = md->params;
     t->buffers = md->buffers;
-    t->n_params = NP;
+    t->lo = 0;
+    t->hi = NP;
     t->n_buffers = NB;
     t->n_slots = 2;
     t->slot_name[0] = "exp_avg";

@@ -452,10 +452,12 @@ static void run_loss(const char *loss_json, int64_t rows, int64_t cols, const fl
     ct_backend *be = ct_cpu_backend_create(1);
     ct_graph *g;
     ct_err err;
-    ck_assert_msg(ct_graph_build(&cfg, rows, be, CT_F32, &g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_build(&cfg, rows, CT_F32, &g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ct_graph_bind(g, be, NULL, &err), CT_OK);
     ct_step_io io = {.input = logits, .target = target, .n = rows, .train = true, .loss_grad_scale = 2.0f};
-    ck_assert_int_eq(ct_graph_forward(g, NULL, NULL, &io, NULL, &err), CT_OK);
-    ck_assert_int_eq(ct_graph_backward(g, NULL, NULL, &io, NULL, &err), CT_OK);
+    ct_exec_bufs none = {0};
+    ck_assert_int_eq(ct_graph_forward(g, &none, &io, NULL, &err), CT_OK);
+    ck_assert_int_eq(ct_graph_backward(g, &none, &io, NULL, &err), CT_OK);
     *loss = io.loss;
     const float *d = ct_graph_activation_grad(g, 0);
     for (int64_t i = 0; i < rows * cols; i++) dlogits[i] = d[i] / 2.0f;

@@ -1,6 +1,7 @@
 /* test_optim.c: every optimizer's update on the CPU backend against a double-precision reference
- * written from the semantics in core/optim.h, over several steps; clipping; the LR schedule with
- * DeepSpeed's stepping convention; the flat-buffer layout. */
+ * written from the semantics in core/optim/optim.h, over several steps; clipping; the LR schedule
+ * with DeepSpeed's stepping convention; the state's layout; a shard optimizer over [lo, hi) with
+ * the global norm given from outside equals the whole-space update on that range. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +18,40 @@
 /* Three tensors: weight (decayed), bias (not decayed), another weight. */
 static const ct_optim_tensor tensors[] = {{0, 100, true}, {100, 10, false}, {110, 190, true}};
 #define N_TENSORS 3
+
+/* The flat buffers a parameter store would own: master and gradients over [0, N_PARAMS). */
+typedef struct bufs {
+    float *master, *grads;
+} bufs;
+
+static bufs bufs_new(ct_backend *be) {
+    bufs b = {be->mem.alloc(be, N_PARAMS * sizeof(float), CT_MEM_MASTER),
+              be->mem.alloc(be, N_PARAMS * sizeof(float), CT_MEM_GRADS)};
+    ck_assert(b.master && b.grads);
+    return b;
+}
+
+static void bufs_free(ct_backend *be, bufs *b) {
+    be->mem.free(be, b->master);
+    be->mem.free(be, b->grads);
+}
+
+static ct_optim *make(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, double clip, ct_backend *be,
+                      int64_t lo, int64_t hi) {
+    ct_optim *o = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_optim_create(c, sched, clip, be, tensors, N_TENSORS, lo, hi, &o, &err) == CT_OK, "%s", err.msg);
+    return o;
+}
+
+/* One update of o's range from b (copy: the compute copy of the whole space, or NULL), with the
+ * norm of this range's gradients, as one rank sees it. */
+static void step(ct_optim *o, const bufs *b, void *copy, ct_dtype dt, float grad_scale, ct_optim_stats *st) {
+    double ss = ct_optim_grad_sumsq(o, b->grads + o->lo);
+    ct_optim_target t = {.master = b->master + o->lo, .grads = b->grads + o->lo,
+                         .copy = copy ? ct_elem(copy, o->lo, dt) : NULL, .copy_dt = dt};
+    ct_optim_apply(o, &t, grad_scale, sqrt(ss) * grad_scale, st);
+}
 
 typedef struct ref_state {
     double p[N_PARAMS], m[N_PARAMS], v[N_PARAMS];
@@ -106,20 +141,20 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
                      float grad_scale, uint64_t seed, float zero_tensor) {
     ct_backend *be = ct_cpu_backend_create(2);
     ck_assert_ptr_nonnull(be);
-    ct_optim *o = ct_optim_create(c, sched, clip, be, tensors, N_TENSORS, N_PARAMS);
-    ck_assert_ptr_nonnull(o);
+    ct_optim *o = make(c, sched, clip, be, 0, N_PARAMS);
+    bufs b = bufs_new(be);
     ref_state s;
     memset(&s, 0, sizeof s);
     float p0[N_PARAMS], g[N_PARAMS];
     fill_random(p0, N_PARAMS, seed, 0, -1.0f, 1.0f);
     if (zero_tensor) memset(p0 + tensors[1].offset, 0, sizeof(float) * (size_t)tensors[1].numel);
-    be->mem.copy_h2d(be, o->params, p0, sizeof p0);
+    be->mem.copy_h2d(be, b.master, p0, sizeof p0);
     for (int i = 0; i < N_PARAMS; i++) s.p[i] = p0[i];
 
     double max_err = 0;
     for (long t = 1; t <= STEPS; t++) {
         fill_random(g, N_PARAMS, seed, (uint64_t)t, -2.0f, 2.0f);
-        be->mem.copy_h2d(be, o->grads, g, sizeof g);
+        be->mem.copy_h2d(be, b.grads, g, sizeof g);
         double gd[N_PARAMS], ss = 0;
         for (int i = 0; i < N_PARAMS; i++) {
             gd[i] = (double)g[i] * grad_scale;
@@ -131,7 +166,7 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
         double lr = ct_sched_lr(sched, c->lr, t - 2); /* DeepSpeed: update #t uses t - 2 */
 
         ct_optim_stats st;
-        ct_optim_step(o, grad_scale, &st);
+        step(o, &b, NULL, CT_F32, grad_scale, &st);
         ck_assert_double_eq_tol(st.grad_norm, norm, 1e-4 * norm);
         ck_assert_double_eq_tol(st.clip_coef, coef, 1e-6);
         ck_assert_double_eq_tol(st.lr, lr, 1e-12 + 1e-9 * lr);
@@ -141,7 +176,7 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
         default: ref_adam(c, &s, gd, lr, t); break;
         }
         float p[N_PARAMS];
-        be->mem.copy_d2h(be, p, o->params, sizeof p);
+        be->mem.copy_d2h(be, p, b.master, sizeof p);
         for (int i = 0; i < N_PARAMS; i++) {
             double e = fabs(p[i] - s.p[i]) / (1e-6 + fabs(s.p[i]));
             if (e > max_err) max_err = e;
@@ -153,6 +188,7 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
     double moved = 0;
     for (int i = 0; i < N_PARAMS; i++) moved += fabs(s.p[i] - p0[i]);
     ck_assert_double_gt(moved, 1e-3);
+    bufs_free(be, &b);
     ct_optim_free(o);
     ct_backend_destroy(be);
 }
@@ -260,16 +296,16 @@ START_TEST(schedule_stepping) {
     run_case(&c, &s, 0, 1.0f, 52, 0);
     /* next_lr agrees with what the first step will use. */
     ct_backend *be = ct_cpu_backend_create(1);
-    ct_optim *o = ct_optim_create(&c, &s, 0, be, tensors, N_TENSORS, N_PARAMS);
+    ct_optim *o = make(&c, &s, 0, be, 0, N_PARAMS);
     ck_assert_double_eq(ct_optim_next_lr(o), ct_sched_lr(&s, c.lr, -1));
     ct_optim_free(o);
     ct_backend_destroy(be);
 }
 END_TEST
 
-/* Mixed precision: every applied update of Adam, SGD and Lamb also writes the 16-bit copy of the
- * parameters, equal bit for bit to rounding the updated fp32 master; a skipped (overflowing)
- * update leaves the copy as it was. */
+/* Mixed precision: every update of Adam, SGD and Lamb also writes the 16-bit copy of the
+ * parameters, equal bit for bit to rounding the updated fp32 master; an overflowing gradient
+ * shows as a non-finite sum of squares, and the caller then skips the update. */
 START_TEST(fused_16bit_copy) {
     static const ct_opt_type types[] = {CT_OPT_ADAMW, CT_OPT_SGD, CT_OPT_LAMB};
     static const ct_dtype dts[] = {CT_F16, CT_BF16};
@@ -278,31 +314,31 @@ START_TEST(fused_16bit_copy) {
             ct_backend *be = ct_cpu_backend_create(2);
             ct_optimizer_cfg c = base_cfg(types[ti]);
             if (types[ti] == CT_OPT_SGD) c.momentum = 0.9;
-            ct_optim *o = ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, N_PARAMS);
+            ct_optim *o = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+            bufs b = bufs_new(be);
             uint16_t *copy = be->mem.alloc(be, N_PARAMS * sizeof(uint16_t), CT_MEM_PARAMS);
-            ct_optim_set_copy(o, copy, dts[di]);
             float p[N_PARAMS], g[N_PARAMS];
             fill_random(p, N_PARAMS, 40 + (uint64_t)ti, 0, -1.0f, 1.0f);
-            be->mem.copy_h2d(be, o->params, p, sizeof p);
+            be->mem.copy_h2d(be, b.master, p, sizeof p);
             for (long t = 1; t <= 3; t++) {
                 fill_random(g, N_PARAMS, 50 + (uint64_t)ti, (uint64_t)t, -2.0f, 2.0f);
-                if (t == 3) g[7] = INFINITY;     /* the third update overflows: skipped */
-                be->mem.copy_h2d(be, o->grads, g, sizeof g);
-                uint16_t before[N_PARAMS];
-                memcpy(before, copy, sizeof before);
+                if (t == 3) g[7] = INFINITY;     /* the third update overflows */
+                be->mem.copy_h2d(be, b.grads, g, sizeof g);
+                bool finite = isfinite(ct_optim_grad_sumsq(o, b.grads));
+                ck_assert(finite == (t < 3));
+                if (!finite) continue;
                 ct_optim_stats st;
-                bool applied = ct_optim_step_finite(o, 1.0f, &st);
-                ck_assert(applied == (t < 3));
-                be->mem.copy_d2h(be, p, o->params, sizeof p);
+                step(o, &b, copy, dts[di], 1.0f, &st);
+                be->mem.copy_d2h(be, p, b.master, sizeof p);
                 for (int i = 0; i < N_PARAMS; i++) {
-                    uint16_t want = !applied ? before[i]
-                                    : dts[di] == CT_F16 ? ct_f32_to_f16(p[i]) : ct_f32_to_bf16(p[i]);
+                    uint16_t want = dts[di] == CT_F16 ? ct_f32_to_f16(p[i]) : ct_f32_to_bf16(p[i]);
                     ck_assert_msg(copy[i] == want, "%s %s update %ld element %d: copy 0x%04x, expected "
                                   "0x%04x", ct_dtype_name(dts[di]), c.type == CT_OPT_SGD ? "sgd" : "adam/lamb",
                                   t, i, copy[i], want);
                 }
             }
             be->mem.free(be, copy);
+            bufs_free(be, &b);
             ct_optim_free(o);
             ct_backend_destroy(be);
         }
@@ -312,22 +348,103 @@ END_TEST
 START_TEST(layout) {
     ct_backend *be = ct_cpu_backend_create(1);
     ct_optimizer_cfg c = base_cfg(CT_OPT_ADAM);
-    ct_optim *o = ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, N_PARAMS);
-    /* Adam: params, grads, m, v, each 64-byte aligned and disjoint. */
-    float *bufs[] = {o->params, o->grads, o->m, o->v};
-    for (int i = 0; i < 4; i++) {
-        ck_assert_ptr_nonnull(bufs[i]);
-        ck_assert_uint_eq((uintptr_t)bufs[i] % 64, 0);
-        if (i) ck_assert(bufs[i] >= bufs[i - 1] + N_PARAMS);
-    }
+    ct_optim *o = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+    /* Adam: m and v, each 64-byte aligned and disjoint. */
+    ck_assert_ptr_nonnull(o->m);
+    ck_assert_ptr_nonnull(o->v);
+    ck_assert_uint_eq((uintptr_t)o->m % 64, 0);
+    ck_assert_uint_eq((uintptr_t)o->v % 64, 0);
+    ck_assert(o->v >= o->m + N_PARAMS);
     ck_assert_int_eq(o->n_runs, 3); /* decay flags alternate: no merging */
     ck_assert_uint_eq(ct_optim_state_bytes(o), 2 * 304 * sizeof(float));
+    const char *names[CT_OPTIM_MAX_SLOTS];
+    float *data[CT_OPTIM_MAX_SLOTS];
+    ck_assert_int_eq(ct_optim_slots(o, names, data), 2);
+    ck_assert_str_eq(names[0], "exp_avg");
+    ck_assert(data[0] == o->m && data[1] == o->v);
     ct_optim_free(o);
     c = base_cfg(CT_OPT_SGD);
-    o = ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, N_PARAMS);
+    o = make(&c, &no_sched, 0, be, 0, N_PARAMS);
     ck_assert_ptr_null(o->mom);
     ck_assert_uint_eq(ct_optim_state_bytes(o), 0);
+    ck_assert_int_eq(ct_optim_slots(o, names, data), 0);
     ct_optim_free(o);
+    /* a range cuts tensors: state for the range only, the cut tensors trimmed */
+    c = base_cfg(CT_OPT_ADAM);
+    o = make(&c, &no_sched, 0, be, 50, 150);
+    ck_assert_int_eq(o->n_tensors, 3);
+    ck_assert_int_eq(o->tensors[0].offset, 50);
+    ck_assert_int_eq(o->tensors[0].numel, 50);
+    ck_assert_int_eq(o->tensors[2].offset, 110);
+    ck_assert_int_eq(o->tensors[2].numel, 40);
+    ck_assert_uint_eq(ct_optim_state_bytes(o), 2 * 112 * sizeof(float));
+    ct_optim_free(o);
+    /* padding between views (fewer than 8 elements) is merged over: one fused pass */
+    static const ct_optim_tensor padded[] = {{0, 13, true}, {16, 30, true}, {48, 5, false}};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_optim_create(&c, &no_sched, 0, be, padded, 3, 0, 56, &o, &err), CT_OK);
+    ck_assert_int_eq(o->n_runs, 2);
+    ck_assert_int_eq(o->runs[0].numel, 46);
+    ct_optim_free(o);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* ZeRO's seam: an optimizer over [lo, hi) that is given the global norm updates its range
+ * exactly as the whole-space optimizer does (bitwise: the update is element-wise), state
+ * included; clipping makes the global norm matter. Lamb needs whole tensors. */
+static void expect_shard_equals_whole(ct_opt_type type, int64_t lo, int64_t hi) {
+    ct_backend *be = ct_cpu_backend_create(2);
+    ct_optimizer_cfg c = base_cfg(type);
+    if (type == CT_OPT_SGD) c.momentum = 0.9;
+    const double clip = 0.5;   /* the random gradients' norm is ~20: clipping is active */
+    ct_optim *whole = make(&c, &no_sched, clip, be, 0, N_PARAMS), *shard = make(&c, &no_sched, clip, be, lo, hi);
+    bufs a = bufs_new(be), b = bufs_new(be);
+    float p[N_PARAMS], g[N_PARAMS];
+    fill_random(p, N_PARAMS, 70, 0, -1.0f, 1.0f);
+    be->mem.copy_h2d(be, a.master, p, sizeof p);
+    be->mem.copy_h2d(be, b.master, p, sizeof p);
+    for (long t = 1; t <= STEPS; t++) {
+        fill_random(g, N_PARAMS, 71, (uint64_t)t, -2.0f, 2.0f);
+        be->mem.copy_h2d(be, a.grads, g, sizeof g);
+        be->mem.copy_h2d(be, b.grads, g, sizeof g);
+        ct_optim_stats sw, ss;
+        step(whole, &a, NULL, CT_F32, 0.5f, &sw);
+        /* the shard's norm is the global one: the sum of squares over every rank's range */
+        double sumsq = ct_optim_grad_sumsq(whole, a.grads);
+        ck_assert(ct_optim_grad_sumsq(shard, b.grads + lo) < sumsq);
+        ct_optim_target tg = {.master = b.master + lo, .grads = b.grads + lo};
+        ct_optim_apply(shard, &tg, 0.5f, sqrt(sumsq) * 0.5, &ss);
+        ck_assert_double_eq(ss.clip_coef, sw.clip_coef);
+        ck_assert_double_lt(ss.clip_coef, 1.0);
+    }
+    ck_assert_mem_eq(a.master + lo, b.master + lo, (size_t)(hi - lo) * sizeof(float));
+    const char *names[CT_OPTIM_MAX_SLOTS];
+    float *sw[CT_OPTIM_MAX_SLOTS], *ssl[CT_OPTIM_MAX_SLOTS];
+    int n = ct_optim_slots(whole, names, sw);
+    ck_assert_int_eq(ct_optim_slots(shard, names, ssl), n);
+    for (int s = 0; s < n; s++) ck_assert_mem_eq(sw[s] + lo, ssl[s], (size_t)(hi - lo) * sizeof(float));
+    /* outside the range the shard's buffers were not touched */
+    ck_assert_mem_eq(b.master, p, (size_t)lo * sizeof(float));
+    bufs_free(be, &a);
+    bufs_free(be, &b);
+    ct_optim_free(whole);
+    ct_optim_free(shard);
+    ct_backend_destroy(be);
+}
+
+START_TEST(shard_with_external_norm) {
+    expect_shard_equals_whole(CT_OPT_ADAMW, 37, 211);   /* cuts two tensors */
+    expect_shard_equals_whole(CT_OPT_ADAM, 150, 300);
+    expect_shard_equals_whole(CT_OPT_SGD, 5, 105);
+    expect_shard_equals_whole(CT_OPT_LAMB, 100, 300);   /* whole tensors */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_optimizer_cfg c = base_cfg(CT_OPT_LAMB);
+    ct_optim *o = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, 50, 300, &o, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "whole tensors") && strstr(err.msg, "[50, 300)"), "%s", err.msg);
+    ck_assert_ptr_null(o);
     ct_backend_destroy(be);
 }
 END_TEST
@@ -350,6 +467,7 @@ int main(void) {
     tcase_add_test(tc, schedule_stepping);
     tcase_add_test(tc, layout);
     tcase_add_test(tc, fused_16bit_copy);
+    tcase_add_test(tc, shard_with_external_norm);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,4 +1,4 @@
-/* test_step_graph.c: the capture/replay bookkeeping of core/train_graph.c, on the CPU backend
+/* test_step_graph.c: the capture/replay bookkeeping of core/train/step_capture.c, on the CPU backend
  * with a fake capture API (the CPU has none; the CUDA one needs a GPU and runs in
  * e2e_cuda_train.sh). The fake "capture" lets the ops run (a real capture only records them)
  * and remembers the step; its "replay" runs the remembered step again, so results stay
@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "core/graph/graph.h"
+#include "core/graph/layer.h"
+#include "core/params/store.h"
 #include "core/util/json.h"
 #include "core/util/rng.h"
 #include "core/train/step_capture.h"
@@ -26,8 +28,7 @@
 
 typedef struct fake_graph {
     ct_graph *g;
-    const void *params;
-    float *buffers, *grads;
+    ct_exec_bufs bufs;
     ct_step_io io;
     bool freed;
 } fake_graph;
@@ -41,8 +42,7 @@ typedef struct fake {
     int n_graphs;
     /* what the runner is about to capture (set by the test before each ct_step_run) */
     ct_graph *g;
-    const void *params;
-    float *buffers, *grads;
+    ct_exec_bufs bufs;
     ct_step_io *io;
 } fake;
 
@@ -67,8 +67,7 @@ static void *fake_end(ct_backend *be, ct_err *err) {
         return NULL;
     }
     fake_graph *fg = &f->graphs[f->n_graphs++];
-    *fg = (fake_graph){.g = f->g, .params = f->params, .buffers = f->buffers, .grads = f->grads,
-                       .io = *f->io};
+    *fg = (fake_graph){.g = f->g, .bufs = f->bufs, .io = *f->io};
     return fg;
 }
 
@@ -80,8 +79,8 @@ static void fake_replay(ct_backend *be, void *graph) {
     ct_err err = {0};
     ct_step_io io = fg->io;
     io.defer_loss = true;
-    ck_assert(ct_graph_forward(fg->g, fg->params, fg->buffers, &io, NULL, &err) == CT_OK);
-    ck_assert(ct_graph_backward(fg->g, fg->params, fg->grads, &io, NULL, &err) == CT_OK);
+    ck_assert(ct_graph_forward(fg->g, &fg->bufs, &io, NULL, &err) == CT_OK);
+    ck_assert(ct_graph_backward(fg->g, &fg->bufs, &io, NULL, &err) == CT_OK);
 }
 
 static void fake_free(ct_backend *be, void *graph) {
@@ -113,7 +112,8 @@ typedef struct model {
     ct_config cfg;
     ct_json_doc *doc;
     ct_graph *g;
-    float *params, *grads, *input[2];
+    ct_param_store *store;
+    float *params, *grads, *input[2];   /* params, grads: the store's (fp32) */
     int32_t labels[8];
 } model;
 
@@ -135,11 +135,12 @@ static void model_build(model *m, const char *text, ct_backend *be) {
     snprintf(m->cfg.path, sizeof m->cfg.path, "m.json");
     m->cfg.doc = m->doc;
     m->cfg.model = ct_json_root(m->doc);
-    ck_assert_msg(ct_graph_build(&m->cfg, 8, be, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
-    int64_t n = ct_graph_info_get(m->g)->n_params;
-    m->params = calloc((size_t)n, sizeof(float));
-    m->grads = calloc((size_t)n, sizeof(float));
-    ct_graph_init_params(m->g, m->params, NULL, 3);
+    ck_assert_msg(ct_graph_build(&m->cfg, 8, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ct_graph_bind(m->g, be, NULL, &err), CT_OK);
+    const ct_param_layout *L = ct_graph_layout(m->g);
+    ck_assert_int_eq(ct_param_store_create(L, be, CT_F32, 0, L->n_params, &m->store, &err), CT_OK);
+    ct_param_store_init(m->store, 3);
+    m->params = m->store->master, m->grads = m->store->grads;
     ct_rng r;
     ct_rng_init(&r, 11, CT_RNG_AUGMENT, 0);
     for (int k = 0; k < 2; k++) {
@@ -152,8 +153,11 @@ static void model_build(model *m, const char *text, ct_backend *be) {
 static void model_free(model *m) {
     ct_graph_free(m->g);
     ct_json_free(m->doc);
-    free(m->params), free(m->grads), free(m->input[0]), free(m->input[1]);
+    ct_param_store_free(m->store);
+    free(m->input[0]), free(m->input[1]);
 }
+
+static ct_exec_bufs bufs_of(const model *m) { return (ct_exec_bufs){.params = m->params, .grads = m->grads}; }
 
 static ct_step_io step_io(model *m, int which, int64_t n, float scale) {
     return (ct_step_io){.input = m->input[which], .target = m->labels, .n = n, .train = true,
@@ -166,8 +170,9 @@ static float direct(model *m, int which, int64_t n, float scale, float *grads_ou
     memset(m->grads, 0, (size_t)np * sizeof(float));
     ct_step_io io = step_io(m, which, n, scale);
     ct_err err = {0};
-    ck_assert(ct_graph_forward(m->g, m->params, NULL, &io, NULL, &err) == CT_OK);
-    ck_assert(ct_graph_backward(m->g, m->params, m->grads, &io, NULL, &err) == CT_OK);
+    ct_exec_bufs b = bufs_of(m);
+    ck_assert(ct_graph_forward(m->g, &b, &io, NULL, &err) == CT_OK);
+    ck_assert(ct_graph_backward(m->g, &b, &io, NULL, &err) == CT_OK);
     memcpy(grads_out, m->grads, (size_t)np * sizeof(float));
     return io.loss;
 }
@@ -179,12 +184,13 @@ static float runner_step(ct_step_runner *r, fake *f, model *m, int which, int64_
     int64_t np = ct_graph_info_get(m->g)->n_params;
     memset(m->grads, 0, (size_t)np * sizeof(float));
     ct_step_io io = step_io(m, which, n, scale);
-    f->g = m->g, f->params = m->params, f->buffers = NULL, f->grads = m->grads, f->io = &io;
+    f->g = m->g, f->bufs = bufs_of(m), f->io = &io;
     long captures = r->captures;
     ct_err err = {0};
-    ck_assert_msg(ct_step_run(r, m->params, NULL, m->grads, &io, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_step_run(r, &f->bufs, &io, NULL, &err) == CT_OK, "%s", err.msg);
     if (r->captures != captures)
         for (int64_t i = 0; i < np; i++) m->grads[i] *= 0.5f;
+    ct_graph_read_loss(m->g, &io);
     return io.loss;
 }
 
@@ -248,9 +254,10 @@ END_TEST
 static float raw_step(ct_step_runner *r, fake *f, model *m, int64_t n) {
     memset(m->grads, 0, (size_t)ct_graph_info_get(m->g)->n_params * sizeof(float));
     ct_step_io io = step_io(m, 0, n, 1.0f);
-    f->g = m->g, f->params = m->params, f->buffers = NULL, f->grads = m->grads, f->io = &io;
+    f->g = m->g, f->bufs = bufs_of(m), f->io = &io;
     ct_err err = {0};
-    ck_assert_msg(ct_step_run(r, m->params, NULL, m->grads, &io, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_step_run(r, &f->bufs, &io, NULL, &err) == CT_OK, "%s", err.msg);
+    ct_graph_read_loss(m->g, &io);
     return io.loss;
 }
 
@@ -314,12 +321,82 @@ START_TEST(policy_dropout_and_cpu) {
 }
 END_TEST
 
+/* The executor hooks reach every layer through the runner; hooks that do host work keep a step
+ * from being captured (a replay would not repeat them), device-only hooks are captured with it. */
+typedef struct hook_count {
+    int prepare, after;
+} hook_count;
+static int count_prepare(void *c, int l, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    ((hook_count *)c)->prepare++;
+    return CT_OK;
+}
+static int count_after(void *c, int l, ct_pass pass, const ct_layer_io *io, ct_err *err) {
+    ((hook_count *)c)->after++;
+    return CT_OK;
+}
+
+START_TEST(hooks_through_the_runner) {
+    model m;
+    ct_step_runner r;
+    float *want;
+    fake *f = start(&m, &r, CT_CUDA_GRAPH_AUTO, &want);
+    hook_count c = {0};
+    ct_exec_hooks hooks = {.ctx = &c, .prepare = count_prepare, .after = count_after, .host_work = true};
+    ct_err err = {0};
+    for (int k = 0; k < 4; k++) {   /* one key, four times: would be captured without host work */
+        ct_step_io io = step_io(&m, 0, 8, 1.0f);
+        f->g = m.g, f->bufs = bufs_of(&m), f->io = &io;
+        ck_assert_msg(ct_step_run(&r, &f->bufs, &io, &hooks, &err) == CT_OK, "%s", err.msg);
+    }
+    /* 3 layers forward and backward, 4 steps, no capture begun */
+    ck_assert_int_eq(c.prepare, 24);
+    ck_assert_int_eq(c.after, 24);
+    ck_assert_int_eq(f->begun, 0);
+    ck_assert_int_eq(r.captures, 0);
+    /* device-only hooks: the second sight of the key is captured, the hooks run inside it */
+    hooks.host_work = false;
+    for (int k = 0; k < 2; k++) {
+        ct_step_io io = step_io(&m, 1, 8, 1.0f);
+        f->g = m.g, f->bufs = bufs_of(&m), f->io = &io;
+        ck_assert_msg(ct_step_run(&r, &f->bufs, &io, &hooks, &err) == CT_OK, "%s", err.msg);
+    }
+    ck_assert_int_eq(f->begun, 1);
+    ck_assert_int_eq(r.captures, 1);
+    free(want);
+    model_free(&m);
+    fake_destroy(f);
+}
+END_TEST
+
+static int refuse(void *c, int l, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    return l == 1 ? ct_errf(err, CT_ERR_RUNTIME, "gather of layer %d failed", l) : CT_OK;
+}
+
+START_TEST(failing_hook_stops_the_step) {
+    model m;
+    ct_step_runner r;
+    float *want;
+    fake *f = start(&m, &r, CT_CUDA_GRAPH_AUTO, &want);
+    ct_exec_hooks hooks = {.prepare = refuse};
+    ct_step_io io = step_io(&m, 0, 8, 1.0f);
+    ct_exec_bufs b = bufs_of(&m);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_step_run(&r, &b, &io, &hooks, &err), CT_ERR_RUNTIME);
+    ck_assert_str_eq(err.msg, "gather of layer 1 failed");
+    free(want);
+    model_free(&m);
+    fake_destroy(f);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("step_graph");
     TCase *tc = tcase_create("runner");
     tcase_add_test(tc, capture_then_replay_matches_direct);
     tcase_add_test(tc, failed_capture_retried_then_off);
     tcase_add_test(tc, policy_dropout_and_cpu);
+    tcase_add_test(tc, hooks_through_the_runner);
+    tcase_add_test(tc, failing_hook_stops_the_step);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

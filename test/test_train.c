@@ -22,6 +22,7 @@
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
+#include "core/params/store.h"
 #include "core/train/train.h"
 
 static char tmpdir[256];
@@ -163,10 +164,10 @@ static run_result run(ct_config *cfg, void (*init)(ct_trainer *, void *),
     r.rc = ct_trainer_fit(t, &err);
     ck_assert_msg(r.rc == CT_OK || !check, "fit: %s", err.msg);
     if (check) check(t, ctx);
-    ct_optim *o = ct_trainer_optim(t);
-    r.n_params = o->n;
-    r.params = malloc((size_t)o->n * sizeof(float));
-    memcpy(r.params, o->params, (size_t)o->n * sizeof(float)); /* CPU backend: host memory */
+    const ct_param_store *p = ct_trainer_params(t);
+    r.n_params = p->hi - p->lo;
+    r.params = malloc((size_t)r.n_params * sizeof(float));
+    memcpy(r.params, p->master, (size_t)r.n_params * sizeof(float)); /* CPU backend: host memory */
     ct_trainer_close(t);
     return r;
 }
@@ -198,11 +199,11 @@ typedef struct ref_case {
 /* Overwrite ctrain's initial parameters with PyTorch's, by view name. */
 static void load_weights(ct_trainer *t, void *ctx) {
     const ref_case *rc = ctx;
-    const ct_graph *g = ct_trainer_graph(t);
-    ct_optim *o = ct_trainer_optim(t);
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    float *master = ct_trainer_params(t)->master;
     int loaded = 0;
-    for (int i = 0; i < ct_graph_num_views(g); i++) {
-        const ct_param_view *v = ct_graph_view(g, i);
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
         if (!v->trainable) continue;
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(rc->init, v->name);
         ck_assert_msg(w != NULL, "reference has no weights for %s", v->name);
@@ -210,7 +211,7 @@ static void load_weights(ct_trainer *t, void *ctx) {
         ck_assert_int_eq(cJSON_GetArraySize(data), v->numel);
         int k = 0;
         const cJSON *x;
-        cJSON_ArrayForEach(x, data) o->params[v->offset + k++] = (float)x->valuedouble;
+        cJSON_ArrayForEach(x, data) master[v->offset + k++] = (float)x->valuedouble;
         loaded++;
     }
     ck_assert_int_gt(loaded, 0);
@@ -220,10 +221,10 @@ static void load_weights(ct_trainer *t, void *ctx) {
  * op-by-op arithmetic; 3 steps stay within 2e-5 + 1e-4 relative. */
 static void compare_weights(ct_trainer *t, void *ctx) {
     const ref_case *rc = ctx;
-    const ct_graph *g = ct_trainer_graph(t);
-    const ct_optim *o = ct_trainer_optim(t);
-    for (int i = 0; i < ct_graph_num_views(g); i++) {
-        const ct_param_view *v = ct_graph_view(g, i);
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    const float *master = ct_trainer_params(t)->master;
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
         if (!v->trainable) continue;
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(rc->final, v->name);
         const cJSON *w0 = cJSON_GetObjectItemCaseSensitive(
@@ -232,7 +233,7 @@ static void compare_weights(ct_trainer *t, void *ctx) {
         double moved = 0;
         for (int64_t k = 0; k < v->numel; k++) {
             double want = cJSON_GetArrayItem(w, (int)k)->valuedouble;
-            double got = o->params[v->offset + k];
+            double got = master[v->offset + k];
             moved += fabs(want - cJSON_GetArrayItem(w0, (int)k)->valuedouble);
             ck_assert_msg(fabs(got - want) <= 2e-5 + 1e-4 * fabs(want),
                           "%s %s[%lld]: ctrain %.9g pytorch %.9g", rc->name, v->name, (long long)k,
@@ -627,9 +628,9 @@ static int fit_with(ct_config *cfg, const ct_run_opts *opts, stop_at *s, float *
     ck_assert_msg(rc == CT_OK || rc == CT_EXIT_SIGTERM, "fit: %s", err.msg);
     if (rc == CT_EXIT_SIGTERM)
         ck_assert_msg(strstr(err.msg, "saved ") && strstr(err.msg, "global_step"), "%s", err.msg);
-    ct_optim *o = ct_trainer_optim(t);
-    ck_assert_int_eq(o->n, n_params);
-    memcpy(params, o->params, (size_t)n_params * sizeof(float)); /* CPU backend: host memory */
+    const ct_param_store *p = ct_trainer_params(t);
+    ck_assert_int_eq(p->hi - p->lo, n_params);
+    memcpy(params, p->master, (size_t)n_params * sizeof(float)); /* CPU backend: host memory */
     ct_trainer_close(t);
     return rc;
 }

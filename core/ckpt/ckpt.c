@@ -25,36 +25,16 @@
 
 /* ---------------------------------------------------------------- tensors and state */
 
-void ct_ckpt_tensors_for(const ct_graph *g, struct ct_optim *o, float *params, float *buffers,
-                         ct_ckpt_tensors *out) {
-    memset(out, 0, sizeof *out);
-    int n = ct_graph_num_views(g);
-    ct_param_view *v = ct_xcalloc((size_t)n + 1, sizeof *v);
-    for (int i = 0; i < n; i++) v[i] = *ct_graph_view(g, i);
-    out->views = v;
-    out->n_views = n;
-    out->owns_views = true;
-    const ct_graph_info *info = ct_graph_info_get(g);
-    out->n_params = info->n_params;
-    out->n_buffers = info->n_buffers;
-    out->params = o ? o->params : params;
-    out->buffers = buffers;
+void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
+                         float *params, float *buffers, ct_ckpt_tensors *out) {
+    *out = (ct_ckpt_tensors){.views = L->views, .n_views = L->n_views, .lo = lo, .hi = hi,
+                             .params = params, .buffers = buffers, .n_buffers = L->n_buffers};
     if (!o) return;
-    static const char *names[] = {"Adam", "AdamW", "SGD", "Lamb"};
-    snprintf(out->optimizer, sizeof out->optimizer, "%s",
-             (unsigned)o->cfg.type < 4 ? names[o->cfg.type] : "?");
-    /* PyTorch's state_dict names for the same quantities. */
-    if (o->m) { out->slot_name[out->n_slots] = "exp_avg"; out->slot[out->n_slots++] = o->m; }
-    if (o->v) { out->slot_name[out->n_slots] = "exp_avg_sq"; out->slot[out->n_slots++] = o->v; }
-    if (o->mom) {
-        out->slot_name[out->n_slots] = "momentum_buffer";
-        out->slot[out->n_slots++] = o->mom;
-    }
-}
-
-void ct_ckpt_tensors_free(ct_ckpt_tensors *t) {
-    if (t->owns_views) free((void *)t->views);
-    memset(t, 0, sizeof *t);
+    snprintf(out->optimizer, sizeof out->optimizer, "%s", ct_optim_type_name(o));
+    const char *names[CT_OPTIM_MAX_SLOTS];
+    float *data[CT_OPTIM_MAX_SLOTS];
+    out->n_slots = ct_optim_slots(o, names, data);
+    for (int s = 0; s < out->n_slots; s++) out->slot_name[s] = names[s], out->slot[s] = data[s];
 }
 
 void ct_ckpt_state_init(ct_ckpt_state *s) {
@@ -82,13 +62,17 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
 }
 
 static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
-    return v->trainable ? t->params + v->offset : t->buffers + v->offset;
+    return v->trainable ? t->params + (v->offset - t->lo) : t->buffers + v->offset;
+}
+
+static float *slot_data(const ct_ckpt_tensors *t, int s, const ct_param_view *v) {
+    return t->slot[s] + (v->offset - t->lo);
 }
 
 static bool view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
-    int64_t lim = v->trainable ? t->n_params : t->n_buffers;
+    int64_t lo = v->trainable ? t->lo : 0, hi = v->trainable ? t->hi : t->n_buffers;
     float *base = v->trainable ? t->params : t->buffers;
-    return base && v->offset >= 0 && v->numel >= 0 && v->offset + v->numel <= lim &&
+    return base && v->offset >= lo && v->numel >= 0 && v->offset + v->numel <= hi &&
            ct_shape_numel(&v->shape) == v->numel;
 }
 
@@ -257,7 +241,7 @@ static int write_optim(const char *dir, const ct_ckpt_tensors *t, ct_err *err) {
         for (int s = 0; s < t->n_slots; s++, n++) {
             snprintf(names[n], sizeof names[n], "%s.%s", v->name, t->slot_name[s]);
             e[n] = (ct_st_entry){.name = names[n], .dtype = CT_F32, .shape = v->shape,
-                                 .data = t->slot[s] + v->offset};
+                                 .data = slot_data(t, s, v)};
         }
     }
     char slots[128];
@@ -718,7 +702,7 @@ static void copy_optim(const ct_st_file *f, const ct_ckpt_tensors *t) {
         for (int s = 0; s < t->n_slots; s++) {
             char name[200];
             snprintf(name, sizeof name, "%s.%s", v->name, t->slot_name[s]);
-            ct_st_read_f32(ct_st_find(f, name), t->slot[s] + v->offset, v->numel);
+            ct_st_read_f32(ct_st_find(f, name), slot_data(t, s, v), v->numel);
         }
     }
 }

@@ -13,8 +13,9 @@
  * by writing latest.tmp-<pid>, fsync, rename, fsync save_dir. Only after that are checkpoints
  * beyond keep_last deleted. A directory without a valid COMPLETE is never loaded.
  *
- * Tensors are addressed through ct_ckpt_tensors: host pointers to the flat fp32 buffers and the
- * graph's views. (A device backend copies to/from host staging buffers around save/load.) */
+ * Tensors are addressed through ct_ckpt_tensors: host pointers to named ranges of the flat fp32
+ * buffers (the layout's views). (A device backend copies to/from host staging buffers around
+ * save/load.) */
 #ifndef CT_CKPT_H
 #define CT_CKPT_H
 
@@ -23,34 +24,36 @@
 #include <stdint.h>
 
 #include "core/util/common.h"
-#include "core/graph/graph.h"
+#include "core/params/layout.h"
 
 #define CT_CKPT_MARKER "COMPLETE"
 #define CT_CKPT_MAX_SLOTS 4
 
 struct ct_optim;
 
-/* Where the tensors of a run live (host memory). */
+/* Where the tensors of a run live (host memory). The trainable tensors are held for the range
+ * [lo, hi) of the flat parameter space (layout.h): the whole space, or a rank's shard. */
 typedef struct ct_ckpt_tensors {
-    const ct_param_view *views;  /* trainable views offset into params, others into buffers */
+    const ct_param_view *views;  /* the layout's views: trainable ones in params, others in buffers */
     int n_views;
-    float *params;               /* [n_params] fp32 master weights */
+    int64_t lo, hi;              /* params[0] and each slot[s][0] are element lo */
+    float *params;               /* [hi - lo] fp32 master weights */
     float *buffers;              /* [n_buffers] running statistics (may be NULL when none) */
-    int64_t n_params, n_buffers;
-    /* Optimizer state, each [n_params] aligned with params: saved as "<view>.<slot name>" for
+    int64_t n_buffers;
+    /* Optimizer state, each [hi - lo] aligned with params: saved as "<view>.<slot name>" for
      * every trainable view. */
     int n_slots;
     const char *slot_name[CT_CKPT_MAX_SLOTS]; /* "exp_avg", "exp_avg_sq", "momentum_buffer" */
     float *slot[CT_CKPT_MAX_SLOTS];
     char optimizer[32];          /* optimizer type, recorded and checked on load ("AdamW") */
-    bool owns_views;             /* views allocated by ct_ckpt_tensors_for */
 } ct_ckpt_tensors;
 
-/* Fill from a graph (all its views), an optimizer (params and state; may be NULL for eval, then
- * params must be given) and the buffers. Free with ct_ckpt_tensors_free. */
-void ct_ckpt_tensors_for(const ct_graph *g, struct ct_optim *o, float *params, float *buffers,
-                         ct_ckpt_tensors *out);
-void ct_ckpt_tensors_free(ct_ckpt_tensors *t);
+/* Address the views of a layout over [lo, hi): params and buffers (the caller's host memory) and
+ * the state of an optimizer over the same range (ct_optim_slots: its names, and its buffers as
+ * the slot pointers, which a caller whose optimizer lives on a device points at host copies).
+ * o may be NULL: no optimizer state, as for `ctrain eval`. Nothing is allocated. */
+void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
+                         float *params, float *buffers, ct_ckpt_tensors *out);
 
 /* Everything besides tensors that a resume restores. */
 typedef struct ct_ckpt_state {

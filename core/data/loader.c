@@ -362,6 +362,30 @@ static size_t slot_in_bytes(const ct_loader *l) {
     return (size_t)l->o.batch * (l->in_bytes + (l->u8 ? 1 : 0));
 }
 
+/* The device copies of one of the two batch buffers: the input as the model reads it, the
+ * targets, and on the u8 path the uint8 pixels with their flip bytes as uploaded. */
+typedef struct dev_sizes {
+    size_t in, tgt, px;
+} dev_sizes;
+
+static dev_sizes device_sizes(int64_t batch, int64_t sample_numel, ct_dtype sample_dt,
+                              int64_t target_numel, ct_dtype target_dt, bool u8, ct_dtype device_dt) {
+    dev_sizes d;
+    d.px = u8 ? (size_t)batch * ((size_t)sample_numel + 1) : 0;
+    d.in = u8 ? (size_t)(batch * sample_numel) * ct_dtype_size(device_dt)
+              : (size_t)(batch * sample_numel) * ct_dtype_size(sample_dt);
+    d.tgt = (size_t)(batch * target_numel) * ct_dtype_size(target_dt);
+    return d;
+}
+
+static size_t at_least1(size_t n) { return n ? n : 1; }
+
+size_t ct_loader_device_bytes(int64_t batch, int64_t sample_numel, ct_dtype sample_dt,
+                              int64_t target_numel, ct_dtype target_dt, bool u8, ct_dtype device_dt) {
+    dev_sizes d = device_sizes(batch, sample_numel, sample_dt, target_numel, target_dt, u8, device_dt);
+    return 2 * (at_least1(d.in) + at_least1(d.tgt) + (u8 ? at_least1(d.px) : 0));
+}
+
 static int alloc_buffers(ct_loader *l, ct_err *err) {
     ct_backend *be = l->be;
     size_t bin = slot_in_bytes(l), btg = (size_t)l->o.batch * l->tgt_bytes;
@@ -373,14 +397,15 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
         ok &= l->slots[i].in && l->slots[i].tgt;
     }
     if (l->staged) {
-        size_t numel = (size_t)ct_shape_numel(&l->ds->sample_shape);
-        size_t din = l->u8 ? (size_t)l->o.batch * numel * ct_dtype_size(l->o.device_dtype) : bin;
+        dev_sizes d = device_sizes(l->o.batch, ct_shape_numel(&l->ds->sample_shape), l->ds->sample_dtype,
+                                   ct_shape_numel(&l->ds->target_shape), l->ds->target_dtype, l->u8,
+                                   l->o.device_dtype);
         for (int k = 0; k < 2; k++) {
-            l->dev_in[k] = be->mem.alloc(be, din ? din : 1, CT_MEM_LOADER);
-            l->dev_tgt[k] = be->mem.alloc(be, btg ? btg : 1, CT_MEM_LOADER);
+            l->dev_in[k] = be->mem.alloc(be, at_least1(d.in), CT_MEM_LOADER);
+            l->dev_tgt[k] = be->mem.alloc(be, at_least1(d.tgt), CT_MEM_LOADER);
             ok &= l->dev_in[k] && l->dev_tgt[k];
             if (l->u8) {
-                l->dev_px[k] = be->mem.alloc(be, bin ? bin : 1, CT_MEM_LOADER);
+                l->dev_px[k] = be->mem.alloc(be, at_least1(d.px), CT_MEM_LOADER);
                 ok &= l->dev_px[k] != NULL;
             }
         }

@@ -84,4 +84,11 @@ double ct_loader_total_wait(const ct_loader *l);
 int64_t ct_loader_skipped(const ct_loader *l);
 void ct_loader_free(ct_loader *l);
 
+/* Bytes of device memory (CT_MEM_LOADER) a loader holds on a backend other than the CPU: two
+ * batch buffers of `batch` samples (sample_numel elements of sample_dt; on the u8 path of
+ * data.transform.on_device, uint8 pixels plus a flip byte per sample as uploaded and the input in
+ * device_dt) and their targets. Pure: the memory plan's number. */
+size_t ct_loader_device_bytes(int64_t batch, int64_t sample_numel, ct_dtype sample_dt,
+                              int64_t target_numel, ct_dtype target_dt, bool u8, ct_dtype device_dt);
+
 #endif

@@ -1,6 +1,6 @@
-/* graph_build.c: model config -> expanded layer list ("repeat" unrolled) with resolved inputs,
- * inferred shapes and the loss; then graph_params.c lays out the parameter views and
- * graph_memory.c the one backend allocation. Every error names the layer and is CT_ERR_CONFIG. */
+/* build.c: model config -> expanded layer list ("repeat" unrolled) with resolved inputs,
+ * inferred shapes and the loss; then param_specs.c lays out the parameter views and plan.c the
+ * activation arena. Every error names the layer and is CT_ERR_CONFIG. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,33 +33,14 @@ static int model_errf(const builder *b, const cJSON *node, const char *fmt, ...)
     return ct_errf(b->err, CT_ERR_CONFIG, "%s%s%s", where, where[0] ? ": " : "", text);
 }
 
-/* Unknown keys are errors inside ctrain's sections, with the closest allowed key suggested. */
-int ct_graph_check_keys(const ct_config *cfg, const ct_layer *l, const cJSON *obj, const char *path,
-                        const char *const *allowed, int n_allowed, ct_err *err) {
-    for (const cJSON *k = obj->child; k; k = k->next) {
-        bool ok = false;
-        for (int i = 0; i < n_allowed && !ok; i++) ok = strcmp(k->string, allowed[i]) == 0;
-        if (ok) continue;
-        const char *near = ct_suggest(k->string, allowed, n_allowed);
-        char hint[160] = "";
-        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
-        if (l) return ct_layer_errf(l, err, k, "unknown field \"%s\"%s", k->string, hint);
-        char where[512];
-        ct_model_where(cfg, k, where, sizeof where);
-        return ct_errf(err, CT_ERR_CONFIG, "%s%s%s: unknown key \"%s\"%s", where, where[0] ? ": " : "",
-                       path, k->string, hint);
-    }
-    return CT_OK;
-}
-
-static const char *const common_fields[] = {"type", "name", "inputs", "init", "bias_init", "checkpoint"};
+static const char *const common_fields[] = {"type", "name", "inputs", "init", "bias_init", "checkpoint", "tie"};
 
 static int check_layer_fields(const builder *b, const ct_layer *l) {
     const char *allowed[32];
     int n = 0;
     for (int i = 0; i < CT_ARRAY_LEN(common_fields); i++) allowed[n++] = common_fields[i];
     for (const char *const *f = l->type->fields; f && *f && n < 32; f++) allowed[n++] = *f;
-    return ct_graph_check_keys(b->cfg, l, l->node, NULL, allowed, n, b->err);
+    return ct_model_check_keys(b->cfg, l, l->node, NULL, allowed, n, b->err);
 }
 
 /* ---- names and inputs ---- */
@@ -208,12 +189,11 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     if (dup >= 0)
         return ct_layer_errf(l, b->err, name, "duplicate name; %s already uses it",
                              g->nodes[dup].l.path);
-    bool checkpoint;   /* read by the activation-checkpointing hooks; validated here */
     int rc = check_layer_fields(b, l);
-    if (!rc) rc = ct_layer_bool(l, "checkpoint", false, &checkpoint, b->err);
+    if (!rc) rc = ct_layer_bool(l, "checkpoint", false, &l->checkpoint, b->err);
     if (!rc) rc = l->type->parse(l, b->err);
     if (!rc) rc = resolve_inputs(b, l, suffix);
-    if (!rc && l->in_dtype == CT_I32 && strcmp(l->type->name, "embedding") != 0)
+    if (!rc && l->in_dtype == CT_I32 && !(l->type->flags & CT_LAYER_TAKES_IDS))
         rc = ct_layer_errf(l, b->err, NULL, "the model input is token ids, which only an embedding "
                            "layer can take");
     if (!rc) rc = l->type->infer(l, b->err);
@@ -241,7 +221,7 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
             continue;
         }
         static const char *const keys[] = {"type", "times", "layers"};
-        if ((rc = ct_graph_check_keys(b->cfg, NULL, it, ipath, keys, CT_ARRAY_LEN(keys), b->err))) return rc;
+        if ((rc = ct_model_check_keys(b->cfg, NULL, it, ipath, keys, CT_ARRAY_LEN(keys), b->err))) return rc;
         const cJSON *times = cJSON_GetObjectItemCaseSensitive(it, "times");
         if (!cJSON_IsNumber(times) || times->valuedouble != (double)(int)times->valuedouble ||
             times->valuedouble < 1 || times->valuedouble > 10000)
@@ -281,10 +261,11 @@ static int parse_input(builder *b) {
     }
     if (ct_shape_too_big(&b->input))
         return model_errf(b, v, "model.input: too large (over 2^40 elements per sample)");
-    /* Token ids when the first layer is an embedding. */
+    /* Token ids when the first layer takes them (an embedding). */
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), 0);
     const cJSON *t = first ? cJSON_GetObjectItemCaseSensitive(first, "type") : NULL;
-    b->input_dtype = cJSON_IsString(t) && strcmp(t->valuestring, "embedding") == 0 ? CT_I32 : CT_F32;
+    const ct_layer_type *type = cJSON_IsString(t) ? ct_layer_type_find(t->valuestring) : NULL;
+    b->input_dtype = type && (type->flags & CT_LAYER_TAKES_IDS) ? CT_I32 : CT_F32;
     return CT_OK;
 }
 
@@ -299,7 +280,7 @@ static int parse_loss(builder *b) {
     if (v) {
         if (!cJSON_IsObject(v))
             return model_errf(b, v, "model.loss: expected an object such as {\"type\": \"cross_entropy\"}");
-        if ((rc = ct_graph_check_keys(b->cfg, NULL, v, "model.loss", keys, 2, b->err))) return rc;
+        if ((rc = ct_model_check_keys(b->cfg, NULL, v, "model.loss", keys, 2, b->err))) return rc;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
         if (!cJSON_IsString(t))
             return model_errf(b, t ? t : v, "model.loss.type: expected \"cross_entropy\", \"mse\" or "
@@ -342,29 +323,28 @@ static int build(builder *b, int64_t batch) {
     int rc;
     if (!cJSON_IsObject(b->model))
         return model_errf(b, b->model, "model: expected an object with \"input\", \"layers\" and \"loss\"");
-    if ((rc = ct_graph_check_keys(b->cfg, NULL, b->model, "model", keys, CT_ARRAY_LEN(keys), b->err))) return rc;
+    if ((rc = ct_model_check_keys(b->cfg, NULL, b->model, "model", keys, CT_ARRAY_LEN(keys), b->err))) return rc;
     if ((rc = parse_input(b))) return rc;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(b->model, "layers");
     if (!layers) return model_errf(b, b->model, "model.layers: missing; list the layers in order");
     if ((rc = expand(b, layers, "model.layers", "", 0))) return rc;
     if ((rc = parse_loss(b))) return rc;
-    if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
     ct_graph_info *in = &b->g->info;
     in->n_layers = b->g->n_nodes;
     in->input_shape = b->input;
     in->input_dtype = b->input_dtype;
     in->output_shape = b->g->nodes[b->g->n_nodes - 1].l.out;
-    return ct_graph_plan_memory(b->g, batch, b->err);
+    if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
+    ct_graph_plan_memory(b->g);
+    return CT_OK;
 }
 
-int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_dtype dt, ct_graph **out,
-                   ct_err *err) {
+int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **out, ct_err *err) {
     *out = NULL;
     if (!cfg || !cfg->model) return ct_errf(err, CT_ERR_CONFIG, "model: missing; the config needs a "
                                             "\"model\" section (input, layers, loss)");
     if (batch < 1) return ct_errf(err, CT_ERR_CONFIG, "micro-batch must be >= 1, got %lld", (long long)batch);
     ct_graph *g = ct_xcalloc(1, sizeof *g);
-    g->be = be;
     g->batch = batch;
     g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
     builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g};
@@ -381,23 +361,21 @@ void ct_graph_free(ct_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i].l.cfg_data);
     free(g->nodes);
-    free(g->views);
-    if (g->block) g->be->mem.free(g->be, g->block);
+    ct_param_layout_free(&g->layout);
+    if (g->owns_arena) g->be->mem.free(g->be, g->arena);
     free(g);
 }
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g) { return &g->info; }
-int ct_graph_num_views(const ct_graph *g) { return g->n_views; }
-const ct_param_view *ct_graph_view(const ct_graph *g, int i) {
-    return i >= 0 && i < g->n_views ? &g->views[i] : NULL;
-}
+const ct_param_layout *ct_graph_layout(const ct_graph *g) { return &g->layout; }
+const ct_act_plan *ct_graph_plan(const ct_graph *g) { return &g->plan; }
 
 void ct_graph_describe(const ct_graph *g, char *buf, size_t n) {
     size_t used = (size_t)snprintf(buf, n, "%d layers:", g->n_nodes);
     for (int i = 0; i < g->n_nodes && used < n; i++) {
         const ct_layer *l = &g->nodes[i].l;
         char a[64], c[64];
-        if (g->nodes[i].n_specs)
+        if (ct_param_layout_layer_specs(&g->layout, i))
             used += (size_t)snprintf(buf + used, n - used, " %s(%s->%s)", l->type->name,
                                      ct_shape_str(&l->in[0], a, sizeof a), ct_shape_str(&l->out, c, sizeof c));
         else

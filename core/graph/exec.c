@@ -1,15 +1,16 @@
-/* graph_exec.c: the executor. Forward walks the layers in order and ends with the loss; backward
- * walks them in reverse from d(loss), calling the hooks around every layer. Nothing here
- * allocates: every buffer was carved out at build. */
+/* exec.c: the executor. Forward walks a range of layers in order, the loss is its own call, and
+ * backward walks a range in reverse from the output gradients in place; hooks run around every
+ * layer (graph.h). Nothing here allocates: every buffer was placed by ct_graph_bind. */
 #include "core/graph/internal.h"
 
 /* Pointers for layer j. Buffers (running statistics) are visible only in forward. `input` is the
  * model input as the layers read it (in g->dt, or token ids). */
-static void layer_io(const ct_graph *g, int j, const void *params, float *buffers, float *grads,
-                     const void *input, const ct_step_io *step, ct_layer_io *io) {
+static void layer_io(const ct_graph *g, int j, ct_pass pass, const ct_exec_bufs *b, const void *input,
+                     const ct_step_io *step, ct_layer_io *io) {
     const ct_gnode *gn = &g->nodes[j];
     *io = (ct_layer_io){.be = g->be, .n = step->n, .dt = g->dt, .y = gn->y, .dy = gn->dy,
-                        .aux = gn->aux, .ws = g->ws, .train = step->train, .seed = step->seed,
+                        .aux = gn->aux, .ws = g->ws, .train = step->train,
+                        .recompute = pass == CT_PASS_RECOMPUTE, .seed = step->seed,
                         .stream = step->step * (uint64_t)g->n_nodes + (uint64_t)j};
     for (int i = 0; i < gn->l.n_in; i++) {
         int src = gn->l.in_from[i];
@@ -17,16 +18,23 @@ static void layer_io(const ct_graph *g, int j, const void *params, float *buffer
         else if (g->info.input_dtype == CT_I32) io->ids = input;
         else io->x[i] = input;
     }
-    for (int s = 0; s < gn->n_specs; s++) {
-        const ct_param_view *v = &g->views[gn->view[s]];
+    bool backward = pass == CT_PASS_BACKWARD;
+    for (int s = 0; s < ct_param_layout_layer_specs(&g->layout, j); s++) {
+        const ct_param_view *v = &g->layout.views[ct_param_layout_layer_view(&g->layout, j, s)];
         if (v->trainable) {
             /* layers never write trainable params */
-            io->p[s] = (void *)ct_celem(params, v->offset, g->dt);
-            io->dp[s] = grads ? grads + v->offset : NULL;
+            io->p[s] = (void *)ct_celem(b->params, v->offset, g->dt);
+            io->dp[s] = backward && b->grads ? b->grads + v->offset : NULL;
         } else {
-            io->p[s] = buffers ? buffers + v->offset : NULL;
+            io->p[s] = !backward && b->buffers ? b->buffers + v->offset : NULL;
         }
     }
+    if (backward)
+        for (int i = 0; i < gn->l.n_in; i++) {
+            int src = gn->l.in_from[i];
+            if (src < 0) continue;   /* the model input needs no gradient */
+            io->dx[i] = gn->tmp_off[i] < 0 ? g->nodes[src].dy : ct_elem(g->dtmp, gn->tmp_off[i], g->dt);
+        }
 }
 
 /* The model input as the layers read it: token ids, or floats in the graph's dtype (the caller's
@@ -35,31 +43,89 @@ static const void *model_input(const ct_graph *g, const ct_step_io *io) {
     return g->info.input_dtype == CT_I32 || io->input_dt == g->dt ? io->input : g->input;
 }
 
-static const void *convert_input(ct_graph *g, const ct_step_io *io) {
-    const void *in = model_input(g, io);
-    if (in == g->input)
+static int check_n(const ct_graph *g, const ct_step_io *io, ct_err *err) {
+    if (!g->be) return ct_errf(err, CT_ERR_RUNTIME, "the graph is not bound to a backend (ct_graph_bind)");
+    if (io->n < 1 || io->n > g->batch)
+        return ct_errf(err, CT_ERR_RUNTIME, "micro-batch of %lld samples, graph built for 1..%lld",
+                       (long long)io->n, (long long)g->batch);
+    return CT_OK;
+}
+
+static int check_range(const ct_graph *g, int lo, int hi, ct_err *err) {
+    if (lo < 0 || hi > g->n_nodes || lo > hi)
+        return ct_errf(err, CT_ERR_RUNTIME, "layer range [%d, %d) outside the graph's %d layers", lo, hi,
+                       g->n_nodes);
+    return CT_OK;
+}
+
+static int check_input_dt(const ct_graph *g, const ct_step_io *io, ct_err *err) {
+    if (g->info.input_dtype == CT_I32 || io->input_dt == CT_F32 || io->input_dt == g->dt) return CT_OK;
+    return ct_errf(err, CT_ERR_RUNTIME, "input in %s, the graph reads f32 or %s",
+                   ct_dtype_name(io->input_dt), ct_dtype_name(g->dt));
+}
+
+/* A hook's status; a failure without a message gets one naming the layer. */
+static int hook_status(const ct_graph *g, int j, int rc, ct_err *err) {
+    if (rc && err && !err->msg[0])
+        ct_errf(err, rc, "a hook failed at layer \"%s\" without a message", g->nodes[j].l.name);
+    return rc;
+}
+
+static int prepare(const ct_graph *g, const ct_exec_hooks *h, int j, ct_pass pass, ct_layer_io *io,
+                   ct_err *err) {
+    return h && h->prepare ? hook_status(g, j, h->prepare(h->ctx, j, pass, io, err), err) : CT_OK;
+}
+
+static int after(const ct_graph *g, const ct_exec_hooks *h, int j, ct_pass pass, const ct_layer_io *io,
+                 ct_err *err) {
+    return h && h->after ? hook_status(g, j, h->after(h->ctx, j, pass, io, err), err) : CT_OK;
+}
+
+int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
+                           const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err) {
+    int rc = check_n(g, io, err);
+    if (!rc) rc = check_range(g, lo, hi, err);
+    if (!rc) rc = check_input_dt(g, io, err);
+    if (!rc && pass == CT_PASS_BACKWARD) rc = ct_errf(err, CT_ERR_RUNTIME, "forward with the backward pass");
+    if (!rc && pass == CT_PASS_RECOMPUTE && !io->train)
+        rc = ct_errf(err, CT_ERR_RUNTIME, "recompute of an eval-mode forward (nothing to recompute for)");
+    if (rc) return rc;
+    /* The 16-bit copy of a float input is made when the first layer runs (a recompute finds it
+     * still in place). */
+    const void *input = model_input(g, io);
+    if (lo == 0 && pass == CT_PASS_FORWARD && input == g->input)
         g->be->elt.cast(g->be, g->input, g->dt, io->input, io->input_dt,
-                    io->n * ct_shape_numel(&g->info.input_shape));
-    return in;
+                        io->n * ct_shape_numel(&g->info.input_shape));
+    for (int j = lo; j < hi && !rc; j++) {
+        ct_layer_io lio;
+        layer_io(g, j, pass, b, input, io, &lio);
+        if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
+        g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        rc = after(g, hooks, j, pass, &lio, err);
+    }
+    return rc;
 }
 
 /* The loss of the last layer's output. Its gradient, d(mean loss)/d(out) * loss_grad_scale (the
  * loss scale folded in before the 16-bit store, so small gradients survive it), goes straight
- * into the last layer's dy: a train-mode forward is always followed by its backward, and an eval
- * forward writes no gradient at all. */
-static void compute_loss(ct_graph *g, ct_step_io *io) {
+ * into the last layer's dy: a train-mode loss is followed by its backward, and an eval loss
+ * writes no gradient at all. */
+int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err) {
+    int rc = check_n(g, io, err);
+    if (rc) return rc;
     ct_backend *be = g->be;
     ct_gnode *last = &g->nodes[g->n_nodes - 1];
     const void *out = last->y;
     void *dout = io->train ? last->dy : NULL;
     float scale = io->loss_grad_scale;
     g->loss_grad_scale = scale;
+    g->loss_train = io->train;
     int64_t per_sample = ct_shape_numel(&g->info.output_shape);
     switch (g->info.loss) {
     case CT_LOSS_CROSS_ENTROPY: {
         int64_t rows = io->n * per_sample / g->info.classes;
         be->loss.softmax_xent(be, dout, g->loss_result, out, io->target, rows, g->info.classes,
-                         (float)g->label_smoothing, scale, g->dt);
+                              (float)g->label_smoothing, scale, g->dt);
         break;
     }
     case CT_LOSS_MSE:
@@ -67,10 +133,13 @@ static void compute_loss(ct_graph *g, ct_step_io *io) {
         break;
     case CT_LOSS_BCE_WITH_LOGITS:
         be->loss.bce_logits_loss(be, dout, g->loss_result, out, io->target, io->n, per_sample, scale,
-                            g->dt);
+                                 g->dt);
         break;
     }
+    return CT_OK;
 }
+
+const float *ct_graph_loss_result(const ct_graph *g) { return g->loss_result; }
 
 void ct_graph_read_loss(ct_graph *g, ct_step_io *io) {
     float r[2];
@@ -81,61 +150,26 @@ void ct_graph_read_loss(ct_graph *g, ct_step_io *io) {
 
 ct_dtype ct_graph_compute_dtype(const ct_graph *g) { return g->dt; }
 
-static int check_n(const ct_graph *g, const ct_step_io *io, ct_err *err) {
-    if (io->n < 1 || io->n > g->batch)
-        return ct_errf(err, CT_ERR_RUNTIME, "micro-batch of %lld samples, graph built for 1..%lld",
-                       (long long)io->n, (long long)g->batch);
-    return CT_OK;
-}
-
-static int check_input_dt(const ct_graph *g, const ct_step_io *io, ct_err *err) {
-    if (g->info.input_dtype == CT_I32 || io->input_dt == CT_F32 || io->input_dt == g->dt) return CT_OK;
-    return ct_errf(err, CT_ERR_RUNTIME, "input in %s, the graph reads f32 or %s",
-                   ct_dtype_name(io->input_dt), ct_dtype_name(g->dt));
-}
-
-int ct_graph_forward(ct_graph *g, const void *params, float *buffers, ct_step_io *io,
-                     const ct_exec_hooks *hooks, ct_err *err) {
+int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, const ct_step_io *io,
+                            const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
-    if (!rc) rc = check_input_dt(g, io, err);
-    if (rc) return rc;
-    const void *input = convert_input(g, io);
-    for (int j = 0; j < g->n_nodes; j++) {
-        ct_layer_io lio;
-        layer_io(g, j, params, buffers, NULL, input, io, &lio);
-        if (hooks && hooks->before_forward) hooks->before_forward(hooks->ctx, j);
-        g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
-        if (hooks && hooks->after_forward) hooks->after_forward(hooks->ctx, j);
-    }
-    compute_loss(g, io);
-    if (!io->defer_loss) ct_graph_read_loss(g, io);
-    return CT_OK;
-}
-
-int ct_graph_backward(ct_graph *g, const void *params, float *grads, ct_step_io *io,
-                      const ct_exec_hooks *hooks, ct_err *err) {
-    int rc = check_n(g, io, err);
+    if (!rc) rc = check_range(g, lo, hi, err);
     if (rc) return rc;
     /* Layers save batch statistics and masks in train mode only (batchnorm's backward is that of
-     * batch statistics), and the train-mode forward wrote d(loss) into the last layer's dy. */
-    if (!io->train)
-        return ct_errf(err, CT_ERR_RUNTIME, "backward needs a forward in train mode (io.train)");
+     * batch statistics), and the train-mode loss wrote d(loss) into the last layer's dy. */
+    if (!io->train || !g->loss_train)
+        return ct_errf(err, CT_ERR_RUNTIME, "backward needs a forward and loss in train mode (io.train)");
     if (io->loss_grad_scale != g->loss_grad_scale)
-        return ct_errf(err, CT_ERR_RUNTIME, "backward with loss_grad_scale %g after a forward with %g",
+        return ct_errf(err, CT_ERR_RUNTIME, "backward with loss_grad_scale %g after a loss with %g",
                        (double)io->loss_grad_scale, (double)g->loss_grad_scale);
     ct_backend *be = g->be;
     const void *input = model_input(g, io);   /* as forward converted it */
-    for (int j = g->n_nodes - 1; j >= 0; j--) {
+    for (int j = hi - 1; j >= lo && !rc; j--) {
         ct_gnode *gn = &g->nodes[j];
         if (!gn->runs_backward) continue;
         ct_layer_io lio;
-        layer_io(g, j, params, NULL, grads, input, io, &lio);
-        for (int i = 0; i < gn->l.n_in; i++) {
-            int src = gn->l.in_from[i];
-            if (src < 0) continue;   /* the model input needs no gradient */
-            lio.dx[i] = gn->tmp_off[i] < 0 ? g->nodes[src].dy : ct_elem(g->dtmp, gn->tmp_off[i], g->dt);
-        }
-        if (hooks && hooks->before_backward) hooks->before_backward(hooks->ctx, j);
+        layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);
+        if ((rc = prepare(g, hooks, j, CT_PASS_BACKWARD, &lio, err))) break;
         gn->l.type->backward(&gn->l, &lio);
         /* A second consumer of an activation adds its gradient to the first one's (in 16 bits
          * under mixed precision: one rounding of the sum, as a GPU add would). */
@@ -144,9 +178,22 @@ int ct_graph_backward(ct_graph *g, const void *params, float *grads, ct_step_io 
             int64_t numel = io->n * ct_layer_in_numel(&gn->l, i);
             be->elt.axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i], numel, g->dt);
         }
-        if (hooks && hooks->after_backward) hooks->after_backward(hooks->ctx, j);
+        rc = after(g, hooks, j, CT_PASS_BACKWARD, &lio, err);
     }
-    return CT_OK;
+    return rc;
+}
+
+int ct_graph_forward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
+                     ct_err *err) {
+    int rc = ct_graph_forward_range(g, 0, g->n_nodes, CT_PASS_FORWARD, b, io, hooks, err);
+    if (!rc) rc = ct_graph_loss(g, io, err);
+    if (!rc && !io->defer_loss) ct_graph_read_loss(g, io);
+    return rc;
+}
+
+int ct_graph_backward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
+                      ct_err *err) {
+    return ct_graph_backward_range(g, 0, g->n_nodes, b, io, hooks, err);
 }
 
 const char *ct_graph_layer_name(const ct_graph *g, int j) {
@@ -154,6 +201,9 @@ const char *ct_graph_layer_name(const ct_graph *g, int j) {
 }
 const char *ct_graph_layer_type(const ct_graph *g, int j) {
     return j >= 0 && j < g->n_nodes ? g->nodes[j].l.type->name : NULL;
+}
+unsigned ct_graph_layer_flags(const ct_graph *g, int j) {
+    return j >= 0 && j < g->n_nodes ? g->nodes[j].l.type->flags : 0;
 }
 void *ct_graph_activation(const ct_graph *g, int j) { return j >= 0 && j < g->n_nodes ? g->nodes[j].y : NULL; }
 void *ct_graph_activation_grad(const ct_graph *g, int j) {

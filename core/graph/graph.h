@@ -1,53 +1,37 @@
-/* graph.h: the layer graph built from config.model, and the executor that runs it.
+/* graph.h: the layer graph built from config.model, its activation plan, and the executor.
  *
  * ct_graph_build() parses model.layers (expanding "repeat" blocks), resolves "inputs" names,
- * infers every shape once for a given micro-batch size, and lays out:
- *   - parameters: one flat fp32 buffer; every layer gets named views (ct_param_view)
- *   - activations and their gradients, with lifetimes, in backend memory
- * Errors name the layer ("model.layers[3] \"fc2\" (linear): ...") and are CT_ERR_CONFIG.
+ * infers every shape once for a given micro-batch size and dtype, lays out the parameter views
+ * (core/params/layout.h) and plans the activation memory: offsets inside one arena, by lifetime.
+ * Building touches no backend and allocates no tensor memory, so a model that would not fit can
+ * still be built and planned (--dry-run). ct_graph_bind() then places the plan in an arena on a
+ * backend. Errors name the layer ("model.layers[3] \"fc2\" (linear): ...") and are CT_ERR_CONFIG.
  *
- * The executor walks the layers in order for forward and in reverse for backward, and calls the
- * hooks of ct_exec_hooks before and after each layer (ZeRO-3 gathers, activation checkpointing,
- * gradient buckets and the profiler plug in there; layers know nothing of them). */
+ * The executor runs a range of layers forward or backward, and the loss as its own call. Before a
+ * layer runs, an optional prepare hook sees the layer's pointers and may redirect its parameters
+ * and parameter gradients (ZeRO-3 gathers into scratch, ZeRO-2 gradient buckets) or fail; an
+ * after hook runs once the layer's work is queued (gradient buckets to the communicator, the
+ * profiler). Re-running a range forward with the recompute pass gives the same activations
+ * (dropout masks are keyed by step and layer) without touching running statistics again: that is
+ * what activation checkpointing builds on. Layers know nothing of any of it. */
 #ifndef CT_GRAPH_H
 #define CT_GRAPH_H
 
 #include <cjson/cJSON.h>
 
 #include "core/backend/backend.h"
-#include "core/util/common.h"
 #include "core/config/config.h"
+#include "core/params/layout.h"
+#include "core/util/common.h"
 #include "core/util/tensor.h"
 
 typedef struct ct_graph ct_graph;
 
-typedef enum { CT_INIT_DEFAULT = 0, CT_INIT_ZEROS, CT_INIT_ONES, CT_INIT_CONSTANT, CT_INIT_UNIFORM,
-               CT_INIT_NORMAL, CT_INIT_KAIMING_UNIFORM, CT_INIT_KAIMING_NORMAL, CT_INIT_XAVIER_UNIFORM,
-               CT_INIT_XAVIER_NORMAL } ct_init_kind;
-
-typedef struct ct_init_spec {
-    ct_init_kind kind;
-    double a, b;         /* uniform [a, b); normal mean a std b; constant a; kaiming: a = neg slope */
-    int64_t fan_in, fan_out;
-} ct_init_spec;
-
-/* A named parameter (or buffer, e.g. batchnorm running statistics) inside the flat buffers. */
-typedef struct ct_param_view {
-    char name[128];      /* "<layer name>.weight", "<layer>.bias", "<layer>.running_mean" */
-    ct_shape shape;
-    int64_t offset;      /* element offset in the flat parameter buffer (or buffer-of-buffers) */
-    int64_t numel;
-    bool weight_decay;   /* false for biases and norm parameters */
-    bool trainable;      /* false for buffers (running stats): no grad, no optimizer state */
-    ct_init_spec init;
-} ct_param_view;
-
 typedef struct ct_graph_info {
-    int64_t n_params;            /* trainable elements */
-    int64_t n_buffers;           /* non-trainable elements (running statistics) */
+    int64_t n_params;            /* extent of the trainable space (layout.h; padding included) */
+    int64_t n_param_elems;       /* trainable elements, each tensor once */
+    int64_t n_buffers;           /* extent of the buffer space (running statistics) */
     int n_layers;
-    size_t activation_bytes;     /* forward activations + their gradients at the build batch */
-    size_t workspace_bytes;
     double flops_per_sample;     /* forward FLOPs; training step ~ 3x */
     ct_shape input_shape;        /* per sample, without N */
     ct_dtype input_dtype;        /* CT_F32 for images/features, CT_I32 for tokens */
@@ -58,33 +42,68 @@ typedef struct ct_graph_info {
     ct_shape target_shape;       /* per sample */
 } ct_graph_info;
 
-/* Build for a maximum micro-batch of `batch` samples on backend `be` (activations allocated
- * there), storing activations, their gradients and the parameters forward/backward read in `dt`
- * (CT_F32, or CT_F16/CT_BF16 under mixed precision; core/amp.h). */
-int ct_graph_build(const ct_config *cfg, int64_t batch, ct_backend *be, ct_dtype dt, ct_graph **out,
-                   ct_err *err);
+/* The activation plan: one arena of `total` bytes, each part 64-byte aligned, by lifetime. */
+typedef struct ct_act_plan {
+    size_t outputs;              /* layer outputs: live from their forward to their consumers'
+                                    backward (a relu-like layer writes over its input) */
+    size_t aux;                  /* forward-to-backward state (masks, saved statistics) */
+    size_t grads;                /* output gradients: slots shared by lifetime during backward */
+    size_t scratch;              /* fan-out gradient scratch (a second consumer's dx) */
+    size_t input;                /* the 16-bit copy of a float model input */
+    size_t workspace;            /* shared layer workspace: the largest any layer declares */
+    size_t loss;                 /* the loss ops' result */
+    size_t total;
+} ct_act_plan;
+
+/* Build for a maximum micro-batch of `batch` samples, storing activations, their gradients and
+ * the parameters forward/backward read in `dt` (CT_F32, or CT_F16/CT_BF16 under mixed precision;
+ * core/optim/amp.h). Pure: no backend, no tensor memory. */
+int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **out, ct_err *err);
 void ct_graph_free(ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
-int ct_graph_num_views(const ct_graph *g);
-const ct_param_view *ct_graph_view(const ct_graph *g, int i); /* params then buffers */
+const ct_param_layout *ct_graph_layout(const ct_graph *g);
+const ct_act_plan *ct_graph_plan(const ct_graph *g);
+
+/* Place the plan on backend be: in `arena` (plan->total bytes of be's memory, kept by the
+ * caller, which may share it between graphs that never run at the same time), or, when arena is
+ * NULL, in an allocation the graph owns (CT_MEM_ACTIVATIONS; CT_ERR_RUNTIME when it fails).
+ * Binding again moves the graph to the new arena. */
+int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err);
 
 /* Short description: "3 layers: linear(784->512) relu ..." for the plan printout. */
 void ct_graph_describe(const ct_graph *g, char *buf, size_t n);
 
-/* Initialise parameters and buffers (PyTorch default schemes unless a layer says "init"),
- * from Philox keyed by (seed, CT_RNG_INIT, view index). params: n_params floats;
- * buffers: n_buffers floats. Host or device memory of `be`. */
-void ct_graph_init_params(ct_graph *g, float *params, float *buffers, uint64_t seed);
+/* ---- the executor ---- */
 
-/* Hooks called by the executor around each layer. Any may be NULL. */
+typedef enum {
+    CT_PASS_FORWARD = 0,         /* forward of a micro-batch */
+    CT_PASS_RECOMPUTE,           /* forward again over a range whose activations were dropped:
+                                    same results, running statistics not updated again */
+    CT_PASS_BACKWARD,
+} ct_pass;
+
+struct ct_layer_io;
+
+/* Hooks around every layer the executor runs; any may be NULL. prepare runs after the executor
+ * filled the layer's pointers and before they are used: it may replace io->p[s] and io->dp[s]
+ * (parameters gathered into scratch, a gradient bucket) and may fail, which stops the walk with
+ * its error. after runs once the layer's work is queued. host_work: the hooks do work on the host
+ * that a captured step would not repeat (a collective, a wait), so steps that use them are never
+ * captured (core/train/step_capture.h). */
 typedef struct ct_exec_hooks {
     void *ctx;
-    void (*before_forward)(void *ctx, int layer);
-    void (*after_forward)(void *ctx, int layer);
-    void (*before_backward)(void *ctx, int layer);
-    void (*after_backward)(void *ctx, int layer);
+    int (*prepare)(void *ctx, int layer, ct_pass pass, struct ct_layer_io *io, ct_err *err);
+    int (*after)(void *ctx, int layer, ct_pass pass, const struct ct_layer_io *io, ct_err *err);
+    bool host_work;
 } ct_exec_hooks;
+
+/* The flat buffers a pass reads and writes (core/params/store.h), in backend memory. */
+typedef struct ct_exec_bufs {
+    const void *params;          /* [n_params] in the graph's dtype */
+    float *grads;                /* [n_params] fp32, accumulated by backward (NULL in forward) */
+    float *buffers;              /* [n_buffers] fp32 running statistics */
+} ct_exec_bufs;
 
 /* One micro-batch. `input` and `target` are in backend memory, n <= build batch. */
 typedef struct ct_step_io {
@@ -97,32 +116,50 @@ typedef struct ct_step_io {
     uint64_t seed;               /* for dropout */
     uint64_t step;               /* micro-step counter, keys the dropout stream */
     float loss_grad_scale;       /* backward of (loss * this): loss_scale / grad_accum */
-    bool defer_loss;             /* forward leaves loss/correct in backend memory: read them with
-                                    ct_graph_read_loss (lets a step be queued or captured whole) */
+    bool defer_loss;             /* ct_graph_forward leaves loss/correct in backend memory (read
+                                    them with ct_graph_read_loss, or accumulate them on the device
+                                    from ct_graph_loss_result): a step can be queued or captured
+                                    whole */
     /* outputs */
     float loss;                  /* mean loss of the micro-batch (unscaled) */
     int64_t correct;             /* classification: correct argmax predictions */
 } ct_step_io;
 
-/* Forward (and the loss). params: the n_params parameters in the graph's dtype (the fp32 master,
- * or amp's 16-bit copy); buffers: n_buffers fp32 running statistics. */
-int ct_graph_forward(ct_graph *g, const void *params, float *buffers, ct_step_io *io,
-                     const ct_exec_hooks *hooks, ct_err *err);
-/* Backward from the loss: ACCUMULATES parameter gradients into grads (n_params fp32). */
-int ct_graph_backward(ct_graph *g, const void *params, float *grads, ct_step_io *io,
-                      const ct_exec_hooks *hooks, ct_err *err);
-/* Fill io->loss and io->correct from the last forward (waits for it); forward does this itself
- * unless io->defer_loss. */
+/* Layers [lo, hi) forward in order (pass CT_PASS_FORWARD), or again with CT_PASS_RECOMPUTE. The
+ * inputs a range reads (outputs of layers before lo, the model input) must be in place. */
+int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
+                           const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err);
+/* The loss of the last layer's output; in train mode it also writes d(loss) * loss_grad_scale
+ * into the last layer's output gradient, where backward starts. Leaves the result on the device
+ * (ct_graph_loss_result). */
+int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err);
+/* Layers [lo, hi) backward, from hi - 1 down to lo: ACCUMULATES parameter gradients into
+ * b->grads. The output gradients of the range's top layers must be in place (from the loss or
+ * from the layers above hi). */
+int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b,
+                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err);
+
+/* The whole model: forward of [0, n) and the loss (then io->loss and io->correct unless
+ * io->defer_loss), and backward of [0, n). */
+int ct_graph_forward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
+                     ct_err *err);
+int ct_graph_backward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
+                      ct_err *err);
+
+/* The last loss's result in backend memory: [0] mean loss, [1] correct predictions (fp32). */
+const float *ct_graph_loss_result(const ct_graph *g);
+/* Fill io->loss and io->correct from the last loss (waits for it). */
 void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
 
 /* The dtype activations and parameters are stored in (ct_graph_build's dt). */
 ct_dtype ct_graph_compute_dtype(const ct_graph *g);
 
-/* Inspection (tests, debugging, profilers): layer j's name and type, and its output activation and
- * gradient buffers [build batch, out] in backend memory and the graph's dtype, valid after
- * forward / backward. */
+/* Inspection (tests, debugging, profilers): layer j's name, its type's name and flags
+ * (CT_LAYER_* in layer.h), and its output activation and gradient buffers [build batch, out] in
+ * backend memory and the graph's dtype, valid after forward / backward. */
 const char *ct_graph_layer_name(const ct_graph *g, int layer);
 const char *ct_graph_layer_type(const ct_graph *g, int layer);
+unsigned ct_graph_layer_flags(const ct_graph *g, int layer);
 void *ct_graph_activation(const ct_graph *g, int layer);
 void *ct_graph_activation_grad(const ct_graph *g, int layer);
 

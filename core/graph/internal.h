@@ -1,17 +1,20 @@
-/* graph_impl.h: the graph's private layout, shared by graph_build.c, graph_exec.c, graph_init.c. */
-#ifndef CT_GRAPH_IMPL_H
-#define CT_GRAPH_IMPL_H
+/* internal.h: the graph's private layout, shared by the graph module's files: build.c (parse,
+ * infer), param_specs.c (parameter views), plan.c (activation plan and binding), exec.c. */
+#ifndef CT_GRAPH_INTERNAL_H
+#define CT_GRAPH_INTERNAL_H
 
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
 
+#define CT_NO_OFFSET ((size_t)-1)
+
 typedef struct ct_gnode {
     ct_layer l;
-    int n_specs;
-    int view[CT_LAYER_MAX_PARAMS];      /* index into g->views of each spec */
-    void *y, *dy;                       /* [batch, out] activation and its gradient (g->dt); y may
-                                           be the producer's buffer when this layer runs in place */
-    void *aux;                          /* forward -> backward state */
+    /* The activation plan (plan.c), as byte offsets in the arena; CT_NO_OFFSET: none. */
+    int y_from;                         /* >= 0: runs in place, y is that producer's y */
+    size_t y_off, aux_off, dy_off;
+    /* Bound pointers (ct_graph_bind): y [batch, out] and dy in g->dt, aux. */
+    void *y, *dy, *aux;
     /* Backward plan, fixed at build (see plan_backward): where input i's gradient goes. */
     int64_t tmp_off[CT_LAYER_MAX_IN];   /* -1: straight into the producer's dy; else offset in
                                            g->dtmp, then added to the producer's dy */
@@ -20,28 +23,31 @@ typedef struct ct_gnode {
 } ct_gnode;
 
 struct ct_graph {
-    ct_backend *be;
     ct_graph_info info;
     int64_t batch;                      /* build (maximum) micro-batch */
     ct_gnode *nodes;
     int n_nodes;
-    ct_param_view *views;               /* trainable params (layer order), then buffers */
-    int n_views;
+    ct_param_layout layout;             /* every layer's parameter views */
     double label_smoothing;
-    void *block;                        /* the one backend allocation carved below */
+    ct_dtype dt;                        /* storage of activations, their gradients, parameters */
+    ct_act_plan plan;                   /* offsets of the shared parts below */
+    size_t ws_off, dtmp_off, input_off, loss_off;
+
+    /* Bound by ct_graph_bind. */
+    ct_backend *be;
+    void *arena;                        /* plan.total bytes of be's memory */
+    bool owns_arena;
     void *ws;                           /* shared workspace */
     void *dtmp;                         /* fan-out gradient scratch (dt) */
     void *input;                        /* [batch, input] model input converted to dt (NULL when
                                            dt is fp32 or the input is token ids) */
     float *loss_result;                 /* [2] mean loss, correct count: the loss ops' result */
-    ct_dtype dt;                        /* storage of activations, their gradients, parameters */
-    float loss_grad_scale;              /* the scale the last backward used (see backward) */
+    float loss_grad_scale;              /* the scale the last train-mode loss used (see backward) */
+    bool loss_train;                    /* the last loss wrote d(loss) (train mode) */
 };
 
-/* Shared by the build steps (graph_build.c, graph_params.c, graph_memory.c). */
-int ct_graph_check_keys(const ct_config *cfg, const ct_layer *l, const cJSON *obj, const char *path,
-                        const char *const *allowed, int n_allowed, ct_err *err);
-int ct_graph_layout_params(ct_graph *g, ct_err *err);
-int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err);
+/* The build steps (build.c calls them in this order). */
+int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
+void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
 #endif

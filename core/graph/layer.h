@@ -4,7 +4,7 @@
  * shape inference (per sample, without the batch dimension N), parameter specs, the bytes of
  * state it saves between forward and backward (aux) and of scratch it needs (workspace), forward,
  * backward and a FLOP count. Layers compute only through the ct_backend op table; they know
- * nothing of devices, precision policy, ZeRO or checkpointing (the executor's hooks do).
+ * nothing of devices, precision policy, ZeRO or checkpointing (the executor and its hooks do).
  *
  * Gradient convention (as in backend.h): backward ACCUMULATES into parameter gradients and WRITES
  * input gradients. An input gradient pointer is NULL when nothing upstream needs it (the model
@@ -20,8 +20,7 @@
 #include "core/graph/graph.h"
 #include "core/util/tensor.h"
 
-#define CT_LAYER_MAX_IN 8      /* add / concat inputs */
-#define CT_LAYER_MAX_PARAMS 4  /* parameter and buffer tensors per layer */
+#define CT_LAYER_MAX_IN 8      /* add / concat inputs (CT_LAYER_MAX_PARAMS: core/params/layout.h) */
 
 typedef struct ct_layer ct_layer;
 
@@ -55,11 +54,22 @@ typedef struct ct_layer_io {
     void *aux;                          /* aux_bytes saved from forward for backward */
     void *ws;                           /* shared workspace, workspace_bytes */
     bool train;
+    bool recompute;                     /* a second forward of the same micro-batch (activation
+                                           checkpointing): same outputs, but no side effects
+                                           such as a running-statistics update */
     uint64_t seed, stream;              /* dropout: ct_rng stream for this (step, layer) */
 } ct_layer_io;
 
+/* Properties of a layer type that the graph and the trainer act on (ct_layer_type.flags). */
+enum {
+    CT_LAYER_TAKES_IDS = 1u << 0,       /* can read the model input as token ids (CT_I32) */
+    CT_LAYER_RANDOM = 1u << 1,          /* draws random numbers in train mode (a captured step
+                                           would replay the same draws) */
+};
+
 typedef struct ct_layer_type {
     const char *name;                   /* "linear" */
+    unsigned flags;                     /* CT_LAYER_* above */
     const char *const *fields;          /* fields besides the common ones; NULL-terminated */
     int min_inputs, max_inputs;         /* usually 1, 1 */
     size_t cfg_size;                    /* bytes of the type's parsed config (l->cfg_data) */
@@ -101,6 +111,8 @@ struct ct_layer {
     ct_dtype in_dtype;                  /* CT_I32 only for an embedding fed by token ids */
     ct_shape out;                       /* per-sample output shape */
     char in_name[CT_LAYER_MAX_IN][104]; /* for messages: "\"fc1\"" (quoted) or "the model input" */
+    bool checkpoint;                    /* "checkpoint": true (activation checkpointing: not used
+                                           yet; the config module says so at start) */
 };
 
 /* ---- registry (core/layers/registry.c) ---- */
@@ -115,6 +127,11 @@ int ct_layer_type_names(const char *const **names);
 const char *ct_model_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n);
 int ct_layer_errf(const ct_layer *l, ct_err *err, const cJSON *node, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Unknown keys of obj (a layer: l set, messages name it; else a section such as "model.loss" at
+ * `path`) are errors, with the closest allowed key suggested. */
+int ct_model_check_keys(const ct_config *cfg, const ct_layer *l, const cJSON *obj, const char *path,
+                        const char *const *allowed, int n_allowed, ct_err *err);
 
 /* Integer field >= min. Missing: error when required, else *out = def. */
 int ct_layer_int(const ct_layer *l, const char *key, bool required, int64_t def, int64_t min,

@@ -1,9 +1,12 @@
-/* graph_params.c: parameter and buffer views of the flat buffers, and the "init" / "bias_init"
- * overrides of each layer's default initialiser. */
+/* param_specs.c: the layers' parameter specs as views of the flat spaces (core/params/layout.h),
+ * the "init" / "bias_init" overrides of each layer's default initialiser, and "tie": a spec that
+ * reads an earlier layer's view instead of declaring its own. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/graph/internal.h"
+#include "core/params/layout.h"
 
 static const char *const init_names[] = {"default", "zeros", "ones", "constant", "uniform", "normal",
                                          "kaiming_uniform", "kaiming_normal", "xavier_uniform",
@@ -34,7 +37,7 @@ static int parse_init(const ct_layer *l, const cJSON *o, ct_init_spec *s, ct_err
                              t->valuestring, near ? "; did you mean \"" : "", near ? near : "",
                              near ? "\"?" : "");
     }
-    if ((rc = ct_graph_check_keys(l->cfg, l, o, NULL, keys, CT_ARRAY_LEN(keys), err))) return rc;
+    if ((rc = ct_model_check_keys(l->cfg, l, o, NULL, keys, CT_ARRAY_LEN(keys), err))) return rc;
     s->kind = (ct_init_kind)k;
     switch (s->kind) {
     case CT_INIT_CONSTANT: return init_num(l, o, "value", 0.0, &s->a, err);
@@ -70,44 +73,115 @@ static int check_init_targets(const ct_layer *l, const ct_param_spec *specs, int
     return CT_OK;
 }
 
+/* "tie": {"<spec suffix>": "<view name>"}, or a view name alone for the layer's weight (its
+ * first, non-bias parameter). Checked once per layer: every key names a parameter of the layer. */
+static int check_tie(const ct_layer *l, const ct_param_spec *specs, int n, ct_err *err) {
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(l->node, "tie");
+    if (!tie) return CT_OK;
+    bool weight = n > 0 && specs[0].trainable && !specs[0].is_bias;
+    if (cJSON_IsString(tie))
+        return weight ? CT_OK : ct_layer_errf(l, err, tie, "tie: this layer has no weight to tie");
+    if (!cJSON_IsObject(tie) || !tie->child)
+        return ct_layer_errf(l, err, tie, "tie: expected a view name such as \"wte.weight\" or an "
+                             "object such as {\"weight\": \"wte.weight\"}");
+    for (const cJSON *k = tie->child; k; k = k->next) {
+        int found = -1;
+        const char *names[CT_LAYER_MAX_PARAMS];
+        for (int i = 0; i < n; i++) {
+            names[i] = specs[i].suffix;
+            if (strcmp(specs[i].suffix, k->string) == 0) found = i;
+        }
+        if (found < 0) {
+            const char *near = ct_suggest(k->string, names, n);
+            return ct_layer_errf(l, err, k, "tie: this layer has no parameter \"%s\"%s%s%s", k->string,
+                                 near ? "; did you mean \"" : "", near ? near : "", near ? "\"?" : "");
+        }
+        if (!cJSON_IsString(k))
+            return ct_layer_errf(l, err, k, "tie.%s: expected the name of a view, e.g. \"wte.weight\"",
+                                 k->string);
+    }
+    return CT_OK;
+}
+
+/* The view name spec s of layer l is tied to, or NULL (check_tie validated the field). */
+static const char *tie_target(const ct_layer *l, const ct_param_spec *specs, int s) {
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(l->node, "tie");
+    if (cJSON_IsString(tie)) return s == 0 ? tie->valuestring : NULL;
+    const cJSON *k = tie ? cJSON_GetObjectItemCaseSensitive(tie, specs[s].suffix) : NULL;
+    return cJSON_IsString(k) ? k->valuestring : NULL;
+}
+
+/* Bind spec s of layer l to the view `name` declared by an earlier layer: same shape, trainable,
+ * no "init" of its own. */
+static int tie_spec(ct_graph *g, const ct_layer *l, const ct_param_spec *spec, int s, const char *name,
+                    ct_err *err) {
+    ct_param_layout *L = &g->layout;
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(l->node, "tie");
+    int v = ct_param_layout_find(L, name);
+    char a[96], b[96];
+    if (v < 0) {
+        const char **names = ct_xmalloc(sizeof(char *) * (size_t)(L->n_views + 1));
+        for (int i = 0; i < L->n_views; i++) names[i] = L->views[i].name;
+        const char *near = ct_suggest(name, names, L->n_views);
+        char hint[200] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        int rc = ct_layer_errf(l, err, at, "tie: no parameter named \"%s\" in an earlier layer%s", name,
+                               hint);
+        free(names);
+        return rc;
+    }
+    const ct_param_view *t = &L->views[v];
+    if (!spec->trainable || !t->trainable)
+        return ct_layer_errf(l, err, at, "tie: \"%s\" and %s.%s must both be trainable parameters",
+                             name, l->name, spec->suffix);
+    if (!ct_shape_eq(&t->shape, &spec->shape))
+        return ct_layer_errf(l, err, at, "tie: %s is %s but \"%s\" is %s", spec->suffix,
+                             ct_shape_str(&spec->shape, a, sizeof a), name, ct_shape_str(&t->shape, b, sizeof b));
+    const cJSON *init = cJSON_GetObjectItemCaseSensitive(l->node, spec->is_bias ? "bias_init" : "init");
+    if (init)
+        return ct_layer_errf(l, err, init, "%s: %s is tied to \"%s\", which is initialised where it is "
+                             "declared", init->string, spec->suffix, name);
+    ct_param_layout_alias(L, l->index, s, v);
+    return CT_OK;
+}
+
+/* One spec of layer l: a new view (in the pass of its kind), or a tie. */
+static int add_spec(ct_graph *g, const ct_layer *l, ct_param_spec *specs, int s, int pass, ct_err *err) {
+    const char *tie = tie_target(l, specs, s);
+    int rc;
+    if (specs[s].trainable != (pass == 0)) return CT_OK;
+    if (tie) return tie_spec(g, l, &specs[s], s, tie, err);
+    if (ct_shape_too_big(&specs[s].shape))
+        return ct_layer_errf(l, err, NULL, "%s is too large (over 2^40 elements)", specs[s].suffix);
+    const char *key = specs[s].is_bias ? "bias_init" : "init";
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(l->node, key);
+    if (o && specs[s].trainable && (specs[s].is_bias || s == 0) && (rc = parse_init(l, o, &specs[s].init, err)))
+        return rc;
+    ct_param_view v = {.shape = specs[s].shape, .trainable = specs[s].trainable,
+                       .weight_decay = specs[s].weight_decay, .init = specs[s].init, .layer = l->index};
+    snprintf(v.name, sizeof v.name, "%s.%s", l->name, specs[s].suffix);
+    ct_param_layout_add(&g->layout, &v, s);
+    return CT_OK;
+}
+
 int ct_graph_layout_params(ct_graph *g, ct_err *err) {
-    ct_param_spec specs[CT_ARRAY_LEN(g->nodes[0].view)];
-    int cap = 16;
-    g->views = ct_xmalloc(sizeof(ct_param_view) * (size_t)cap);
-    /* Two passes: trainable parameters first, then buffers, so params are one contiguous block. */
+    ct_param_spec specs[CT_LAYER_MAX_PARAMS];
+    ct_param_layout_init(&g->layout, g->n_nodes);
+    /* Two passes: trainable parameters first, then buffers, so params are one contiguous block.
+     * A tie is resolved in the first pass, so it can name any trainable view of an earlier
+     * layer. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < g->n_nodes; i++) {
-            ct_gnode *gn = &g->nodes[i];
-            const ct_layer *l = &gn->l;
-            gn->n_specs = l->type->params ? l->type->params(l, specs) : 0;
-            if (pass == 0) {
-                int rc = check_init_targets(l, specs, gn->n_specs, err);
-                if (rc) return rc;
-            }
-            for (int s = 0; s < gn->n_specs; s++) {
-                if (specs[s].trainable != (pass == 0)) continue;
-                if (ct_shape_too_big(&specs[s].shape))
-                    return ct_layer_errf(l, err, NULL, "%s is too large (over 2^40 elements)", specs[s].suffix);
-                const char *key = specs[s].is_bias ? "bias_init" : "init";
-                const cJSON *o = cJSON_GetObjectItemCaseSensitive(l->node, key);
-                if (o && specs[s].trainable && (specs[s].is_bias || s == 0)) {
-                    int rc = parse_init(l, o, &specs[s].init, err);
-                    if (rc) return rc;
-                }
-                if (g->n_views == cap) g->views = ct_xrealloc(g->views, sizeof(ct_param_view) * (size_t)(cap *= 2));
-                ct_param_view *v = &g->views[g->n_views];
-                memset(v, 0, sizeof *v);
-                snprintf(v->name, sizeof v->name, "%s.%s", l->name, specs[s].suffix);
-                v->shape = specs[s].shape;
-                v->numel = ct_shape_numel(&v->shape);
-                v->trainable = specs[s].trainable;
-                v->weight_decay = specs[s].weight_decay;
-                v->init = specs[s].init;
-                int64_t *total = v->trainable ? &g->info.n_params : &g->info.n_buffers;
-                v->offset = *total;
-                *total += v->numel;
-                gn->view[s] = g->n_views++;
-            }
+            const ct_layer *l = &g->nodes[i].l;
+            int n = l->type->params ? l->type->params(l, specs) : 0;
+            int rc = CT_OK;
+            if (pass == 0 && !(rc = check_init_targets(l, specs, n, err))) rc = check_tie(l, specs, n, err);
+            for (int s = 0; s < n && !rc; s++) rc = add_spec(g, l, specs, s, pass, err);
+            if (rc) return rc;
+            ct_param_layout_set_specs(&g->layout, i, n);
         }
+    g->info.n_params = g->layout.n_params;
+    g->info.n_param_elems = g->layout.n_param_elems;
+    g->info.n_buffers = g->layout.n_buffers;
     return CT_OK;
 }

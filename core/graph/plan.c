@@ -1,7 +1,8 @@
-/* graph_memory.c: one backend allocation per graph, carved into activations (relu-like layers
- * overwrite their input in place), output gradients (shared by lifetime), forward-to-backward
- * state, the shared workspace and fan-out scratch. Activations, their gradients and the scratch
- * are stored in the graph's dtype (2 bytes per element under mixed precision). */
+/* plan.c: the activation plan, a pure function of the graph, micro-batch and dtype: byte offsets
+ * in one arena for the layers' outputs (relu-like layers overwrite their input in place), their
+ * gradients (slots shared by lifetime), forward-to-backward state, the shared workspace and
+ * fan-out scratch, all in the graph's dtype (2 bytes per element under mixed precision). Binding
+ * (ct_graph_bind) turns the offsets into pointers on a backend. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
@@ -111,58 +112,91 @@ static int in_place_source(const ct_graph *g, int j) {
     return src;
 }
 
-int ct_graph_plan_memory(ct_graph *g, int64_t batch, ct_err *err) {
-    size_t act = 0, aux = 0, ws = 0, esz = ct_dtype_size(g->dt);
+/* Bytes of part p appended at *end (64-byte aligned): returns its offset. */
+static size_t take(size_t *end, size_t bytes) {
+    size_t off = *end;
+    *end += align64(bytes);
+    return off;
+}
+
+void ct_graph_plan_memory(ct_graph *g) {
+    int64_t batch = g->batch;
+    size_t esz = ct_dtype_size(g->dt), ws = 0, end = 0;
+    ct_act_plan *p = &g->plan;
     int *alias = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const ct_layer *l = &g->nodes[i].l;
         alias[i] = in_place_source(g, i);
-        if (alias[i] < 0) act += align64((size_t)(batch * ct_layer_out_numel(l)) * esz);
-        if (l->type->aux_bytes) aux += align64(l->type->aux_bytes(l, batch, g->dt));
         size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch, g->dt) : 0;
         if (w > ws) ws = w;
         g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
     }
-    size_t tmp = align64((size_t)plan_backward(g, batch) * esz);
+    size_t tmp = (size_t)plan_backward(g, batch) * esz;
     int *slot_of = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
-    size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), grads = 0;
+    size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), *slot_off = NULL;
     int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
-    for (int s = 0; s < n_slots; s++) grads += slot_size[s];
-    act += grads;
-    /* A float model input is converted to a 16-bit copy the first layers read. */
-    bool converts_input = g->dt != CT_F32 && g->info.input_dtype != CT_I32;
-    size_t input = converts_input ? align64((size_t)(batch * ct_shape_numel(&g->info.input_shape)) * esz) : 0;
-    size_t result = 64;   /* loss_result[2] */
-    ws = align64(ws);
-    size_t total = act + aux + ws + tmp + input + result;
-    g->info.activation_bytes = act + aux + tmp + input;
-    g->info.workspace_bytes = ws;
-    g->block = g->be->mem.alloc(g->be, total, CT_MEM_ACTIVATIONS);
-    if (!g->block) {
-        free(slot_of), free(slot_size), free(alias);
-        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "
-                       "micro-batch %lld on %s)", (double)total / 1048576.0, (long long)batch,
-                       g->be->name);
-    }
-    char *p = g->block, *slots = p;
-    for (int s = 0; s < n_slots; s++) p += slot_size[s];
+
+    /* Arena order: gradient slots, then per layer its output and aux, then the shared parts. */
+    slot_off = ct_xmalloc(sizeof(size_t) * (size_t)(n_slots ? n_slots : 1));
+    for (int s = 0; s < n_slots; s++) slot_off[s] = take(&end, slot_size[s]);
+    p->grads = end;
     for (int i = 0; i < g->n_nodes; i++) {
         ct_gnode *gn = &g->nodes[i];
-        if (alias[i] >= 0)
-            gn->y = g->nodes[alias[i]].y;
-        else
-            gn->y = p, p += align64((size_t)(batch * ct_layer_out_numel(&gn->l)) * esz);
-        if (gn->l.type->aux_bytes) gn->aux = p, p += align64(gn->l.type->aux_bytes(&gn->l, batch, g->dt));
-        if (slot_of[i] >= 0) {
-            size_t off = 0;
-            for (int s = 0; s < slot_of[i]; s++) off += slot_size[s];
-            gn->dy = slots + off;
-        }
+        size_t before = end;
+        gn->y_from = alias[i];
+        gn->y_off = alias[i] >= 0 ? CT_NO_OFFSET : take(&end, (size_t)(batch * ct_layer_out_numel(&gn->l)) * esz);
+        p->outputs += end - before;
+        before = end;
+        gn->aux_off = gn->l.type->aux_bytes ? take(&end, gn->l.type->aux_bytes(&gn->l, batch, g->dt)) : CT_NO_OFFSET;
+        p->aux += end - before;
+        gn->dy_off = slot_of[i] >= 0 ? slot_off[slot_of[i]] : CT_NO_OFFSET;
     }
-    free(slot_of), free(slot_size), free(alias);
-    g->ws = p, p += ws;
-    g->dtmp = p, p += tmp;
-    g->input = converts_input ? p : NULL, p += input;
-    g->loss_result = (float *)p;
+    /* A float model input is converted to a 16-bit copy the first layers read. */
+    bool converts_input = g->dt != CT_F32 && g->info.input_dtype != CT_I32;
+    size_t at = end;
+    g->ws_off = take(&end, ws);
+    p->workspace = end - at;
+    at = end;
+    g->dtmp_off = take(&end, tmp);
+    p->scratch = end - at;
+    at = end;
+    g->input_off = converts_input ? take(&end, (size_t)(batch * ct_shape_numel(&g->info.input_shape)) * esz)
+                                  : CT_NO_OFFSET;
+    p->input = end - at;
+    at = end;
+    g->loss_off = take(&end, 2 * sizeof(float));   /* loss_result[2] */
+    p->loss = end - at;
+    p->total = end;
+    free(slot_of), free(slot_size), free(slot_off), free(alias);
+}
+
+static void *at_offset(void *arena, size_t off) { return off == CT_NO_OFFSET ? NULL : (char *)arena + off; }
+
+int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
+    bool owns = arena == NULL;
+    if (owns) {
+        arena = be->mem.alloc(be, g->plan.total, CT_MEM_ACTIVATIONS);
+        if (!arena)
+            return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating activations (%.1f MiB for "
+                           "micro-batch %lld on %s)", (double)g->plan.total / 1048576.0,
+                           (long long)g->batch, be->name);
+    }
+    if (g->owns_arena) g->be->mem.free(g->be, g->arena);
+    g->be = be;
+    g->arena = arena;
+    g->owns_arena = owns;
+    for (int i = 0; i < g->n_nodes; i++) {
+        ct_gnode *gn = &g->nodes[i];
+        gn->aux = at_offset(arena, gn->aux_off);
+        gn->dy = at_offset(arena, gn->dy_off);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {   /* in order: a producer's y is set before its alias */
+        ct_gnode *gn = &g->nodes[i];
+        gn->y = gn->y_from >= 0 ? g->nodes[gn->y_from].y : at_offset(arena, gn->y_off);
+    }
+    g->ws = at_offset(arena, g->ws_off);
+    g->dtmp = at_offset(arena, g->dtmp_off);
+    g->input = at_offset(arena, g->input_off);
+    g->loss_result = at_offset(arena, g->loss_off);
     return CT_OK;
 }

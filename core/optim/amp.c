@@ -75,42 +75,11 @@ ct_dtype ct_amp_compute_dtype(const ct_config *cfg) {
     return cfg->bf16 ? CT_BF16 : CT_F32;
 }
 
-size_t ct_amp_param_copy_bytes(ct_dtype compute, int64_t n_params) {
-    if (compute == CT_F32) return 0;
-    return ((size_t)n_params * sizeof(uint16_t) + 63) & ~(size_t)63;
-}
-
-ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params) {
-    ct_amp *a = ct_xcalloc(1, sizeof *a);
-    a->compute = ct_amp_compute_dtype(cfg);
-    a->be = be;
-    a->n = n_params;
+void ct_amp_init(ct_amp *a, const ct_config *cfg) {
+    *a = (ct_amp){.compute = ct_amp_compute_dtype(cfg)};
     a->scaling = a->compute == CT_F16;
     if (a->scaling) ct_scaler_init_config(&a->scaler, &cfg->fp16);
     else ct_scaler_init_static(&a->scaler, 1.0);
-    size_t bytes = ct_amp_param_copy_bytes(a->compute, n_params);
-    if (bytes == 0) return a;
-    a->half = be->mem.alloc(be, bytes, CT_MEM_PARAMS);
-    if (!a->half) {
-        free(a);
-        return NULL;
-    }
-    return a;
-}
-
-void ct_amp_free(ct_amp *a) {
-    if (!a) return;
-    if (a->half) a->be->mem.free(a->be, a->half);
-    free(a);
-}
-
-const void *ct_amp_params(const ct_amp *a, const float *master) {
-    return a->compute == CT_F32 ? (const void *)master : a->half;
-}
-
-const void *ct_amp_refresh_params(ct_amp *a, const float *master) {
-    if (a->half) a->be->elt.cast(a->be, a->half, a->compute, master, CT_F32, a->n);
-    return ct_amp_params(a, master);
 }
 
 float ct_amp_loss_scale(const ct_amp *a) { return a->scaling ? (float)a->scaler.scale : 1.0f; }

@@ -3,8 +3,9 @@
  * Policy (fp16.enabled or bf16.enabled in the config; both is a config error):
  *  - master weights, gradients (accumulated over micro-batches) and optimizer state: fp32;
  *  - parameters as forward/backward use them: a real 16-bit copy of the master (CT_F16 or
- *    CT_BF16, round to nearest even), refreshed from the master after each update; the ops read
- *    it directly (GEMMs on 16-bit operands, fp32 accumulation);
+ *    CT_BF16, round to nearest even), which the parameter store holds (core/params/store.h) and
+ *    the optimizer's fused update rewrites; the ops read it directly (GEMMs on 16-bit operands,
+ *    fp32 accumulation);
  *  - activations and activation gradients: stored in 16 bits by the graph (ct_graph_build's dt);
  *    losses, softmax and norm statistics are computed in fp32; parameter gradients accumulate in
  *    fp32.
@@ -12,7 +13,7 @@
  *    follows the scaler below; bf16 has fp32's range and needs no scaling (scale 1).
  *
  * The scaler is DeepSpeed's DynamicLossScaler (deepspeed/runtime/fp16/loss_scaler.py) rule for
- * rule; the reference is /work/shared/reference/deepspeed-config.md section 5.4. Per optimizer
+ * rule (DeepSpeed's documentation of the fp16 section and loss_scaler.py). Per optimizer
  * update, with overflow = some gradient is inf or NaN:
  *   overflow:    if hysteresis == 1 or the budget left is 1: at min_scale -> fatal, else
  *                scale = max(scale / 2, min_scale); otherwise the budget drops by one and the scale
@@ -77,23 +78,10 @@ typedef struct ct_amp {
     bool scaling;                /* fp16: loss scaling on */
     ct_loss_scaler scaler;       /* fp16 only */
     long skipped;                /* updates skipped for overflow */
-    ct_backend *be;
-    int64_t n;                   /* parameters */
-    uint16_t *half;              /* [n] the compute-dtype parameter copy (NULL for fp32) */
 } ct_amp;
 
-/* The policy for cfg over n_params parameters on be. NULL only when memory runs out. */
-ct_amp *ct_amp_create(const ct_config *cfg, ct_backend *be, int64_t n_params);
-void ct_amp_free(ct_amp *a);
-/* Bytes ct_amp_create allocates on the backend (the 16-bit copy; 0 for fp32). */
-size_t ct_amp_param_copy_bytes(ct_dtype compute, int64_t n_params);
-/* The parameters forward/backward read, in the compute dtype: master itself in fp32, else the
- * 16-bit copy refreshed from master. Call after a change of the master that did not go through the
- * optimizer (initialisation, a loaded checkpoint); the optimizer's updates keep the copy fresh
- * themselves (ct_optim_set_copy). */
-const void *ct_amp_refresh_params(ct_amp *a, const float *master);
-/* The same pointer without refreshing: master in fp32, else the 16-bit copy as it is. */
-const void *ct_amp_params(const ct_amp *a, const float *master);
+/* The policy for cfg. */
+void ct_amp_init(ct_amp *a, const ct_config *cfg);
 /* Loss multiplier for backward: the current scale (fp16), 1 otherwise. */
 float ct_amp_loss_scale(const ct_amp *a);
 /* For the report and the summary: the current scale under fp16, NAN otherwise. */

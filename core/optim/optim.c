@@ -1,11 +1,11 @@
-/* optim.c: the optimizer step over flat buffers (semantics in optim.h). */
+/* optim.c: the optimizer step over a range of the flat parameter space (semantics in optim.h). */
 #include "core/optim/optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph/graph.h"
+#include "core/params/layout.h"
 #include "core/optim/sched.h"
 
 /* Sub-buffers start on 64-byte boundaries: round element counts up to 16 floats. */
@@ -14,19 +14,21 @@ static int64_t round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 static bool uses_moments(ct_opt_type t) { return t != CT_OPT_SGD; }
 static bool uses_momentum(ct_opt_type t, double momentum) { return t == CT_OPT_SGD && momentum != 0; }
 
-size_t ct_optim_state_bytes_for(ct_opt_type type, double momentum, int64_t n_params) {
-    int64_t n = round16(n_params);
+size_t ct_optim_state_bytes_for(ct_opt_type type, double momentum, int64_t numel) {
+    int64_t n = round16(numel);
     if (uses_moments(type)) return (size_t)(2 * n) * sizeof(float);
     return uses_momentum(type, momentum) ? (size_t)n * sizeof(float) : 0;
 }
 
-/* Merge neighbouring tensors with the same weight-decay flag: fewer, longer fused passes. */
+/* Merge neighbouring tensors with the same weight-decay flag, also across the alignment padding
+ * between views (always zero: its update is zero): fewer, longer fused passes. */
 static int merge_runs(const ct_optim_tensor *t, int n, ct_optim_tensor *runs) {
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (k > 0 && runs[k - 1].weight_decay == t[i].weight_decay &&
-            runs[k - 1].offset + runs[k - 1].numel == t[i].offset) {
-            runs[k - 1].numel += t[i].numel;
+        int64_t end = k > 0 ? runs[k - 1].offset + runs[k - 1].numel : 0;
+        if (k > 0 && runs[k - 1].weight_decay == t[i].weight_decay && t[i].offset >= end &&
+            t[i].offset - end < CT_VIEW_ALIGN) {
+            runs[k - 1].numel = t[i].offset + t[i].numel - runs[k - 1].offset;
         } else {
             runs[k++] = t[i];
         }
@@ -34,45 +36,54 @@ static int merge_runs(const ct_optim_tensor *t, int n, ct_optim_tensor *runs) {
     return k;
 }
 
-ct_optim *ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
-                          ct_backend *be, const ct_optim_tensor *tensors, int n_tensors,
-                          int64_t n_params) {
+/* The tensors inside [lo, hi), cut at the bounds; -1 when Lamb would have to cut one. */
+static int clip_tensors(const ct_optim_tensor *t, int n, int64_t lo, int64_t hi, bool whole_only,
+                        ct_optim_tensor *out) {
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t a = t[i].offset > lo ? t[i].offset : lo;
+        int64_t b = t[i].offset + t[i].numel < hi ? t[i].offset + t[i].numel : hi;
+        if (a >= b) continue;
+        if (whole_only && (a != t[i].offset || b != t[i].offset + t[i].numel)) return -1;
+        out[k++] = (ct_optim_tensor){a, b - a, t[i].weight_decay};
+    }
+    return k;
+}
+
+int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
+                    ct_backend *be, const ct_optim_tensor *tensors, int n_tensors, int64_t lo,
+                    int64_t hi, ct_optim **out, ct_err *err) {
+    *out = NULL;
     ct_optim *o = ct_xcalloc(1, sizeof *o);
     o->cfg = *ocfg;
     if (scfg) o->sched = *scfg;
     else o->sched.type = CT_SCHED_NONE;
     o->clip = clip;
     o->be = be;
-    o->n = n_params;
-    o->applied = 0;
+    o->lo = lo;
+    o->hi = hi;
     o->sched_t = -1;
 
     o->tensors = ct_xmalloc((size_t)(n_tensors ? n_tensors : 1) * sizeof *o->tensors);
-    memcpy(o->tensors, tensors, (size_t)n_tensors * sizeof *tensors);
-    o->n_tensors = n_tensors;
-    o->runs = ct_xmalloc((size_t)(n_tensors ? n_tensors : 1) * sizeof *o->runs);
-    o->n_runs = merge_runs(tensors, n_tensors, o->runs);
-
-    int64_t max_numel = 0;
-    for (int i = 0; i < n_tensors; i++)
-        if (tensors[i].numel > max_numel) max_numel = tensors[i].numel;
-
-    /* Three allocations so memory reports can tell them apart: master params, grads, and the
-     * state: m | v (or mom) | Lamb scratch. */
-    int64_t n16 = round16(n_params);
-    int64_t state = (int64_t)(ct_optim_state_bytes_for(ocfg->type, ocfg->momentum, n_params) / sizeof(float));
-    int64_t scratch = ocfg->type == CT_OPT_LAMB ? round16(max_numel) : 0;
-    size_t pbytes = (size_t)n16 * sizeof(float), sbytes = (size_t)(state + scratch) * sizeof(float);
-    o->params = be->mem.alloc(be, pbytes ? pbytes : 64, CT_MEM_MASTER);
-    o->grads = be->mem.alloc(be, pbytes ? pbytes : 64, CT_MEM_GRADS);
-    o->block = sbytes ? be->mem.alloc(be, sbytes, CT_MEM_OPTIM) : NULL;
-    if (!o->params || !o->grads || (sbytes && !o->block)) {
+    o->n_tensors = clip_tensors(tensors, n_tensors, lo, hi, ocfg->type == CT_OPT_LAMB, o->tensors);
+    if (o->n_tensors < 0) {
         ct_optim_free(o);
-        return NULL;
+        return ct_errf(err, CT_ERR_CONFIG, "Lamb's trust ratio needs whole tensors, but the range "
+                       "[%lld, %lld) cuts one", (long long)lo, (long long)hi);
     }
-    be->mem.memset0(be, o->params, pbytes);
-    be->mem.memset0(be, o->grads, pbytes);
-    if (sbytes) be->mem.memset0(be, o->block, sbytes);
+    o->runs = ct_xmalloc((size_t)(o->n_tensors ? o->n_tensors : 1) * sizeof *o->runs);
+    o->n_runs = merge_runs(o->tensors, o->n_tensors, o->runs);
+
+    /* One allocation: m | v (or mom) | Lamb scratch. */
+    size_t bytes = ct_optim_state_bytes(o);
+    o->block = bytes ? be->mem.alloc(be, bytes, CT_MEM_OPTIM) : NULL;
+    if (bytes && !o->block) {
+        ct_optim_free(o);
+        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %.1f MiB of optimizer state on %s",
+                       (double)bytes / 1048576.0, be->name);
+    }
+    if (bytes) be->mem.memset0(be, o->block, bytes);
+    int64_t n16 = round16(hi - lo);
     float *p = o->block;
     if (uses_moments(ocfg->type)) {
         o->m = p;
@@ -82,64 +93,53 @@ ct_optim *ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *
         o->mom = p;
         p += n16;
     }
-    if (scratch) o->scratch = p;
-    return o;
-}
-
-static int cmp_offset(const void *a, const void *b) {
-    int64_t x = ((const ct_optim_tensor *)a)->offset, y = ((const ct_optim_tensor *)b)->offset;
-    return (x > y) - (x < y);
-}
-
-ct_optim *ct_optim_create_for_graph(const ct_config *cfg, ct_backend *be, const struct ct_graph *g) {
-    int nv = ct_graph_num_views(g);
-    ct_optim_tensor *t = ct_xmalloc((size_t)(nv ? nv : 1) * sizeof *t);
-    int k = 0;
-    for (int i = 0; i < nv; i++) {
-        const ct_param_view *v = ct_graph_view(g, i);
-        if (!v->trainable) continue;
-        t[k++] = (ct_optim_tensor){v->offset, v->numel, v->weight_decay};
-    }
-    qsort(t, (size_t)k, sizeof *t, cmp_offset);
-    ct_optim *o = ct_optim_create(&cfg->optimizer, &cfg->scheduler, cfg->gradient_clipping, be, t, k,
-                                  ct_graph_info_get(g)->n_params);
-    free(t);
-    return o;
+    if (ocfg->type == CT_OPT_LAMB) o->scratch = p;
+    *out = o;
+    return CT_OK;
 }
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    if (o->params) o->be->mem.free(o->be, o->params);
-    if (o->grads) o->be->mem.free(o->be, o->grads);
     if (o->block) o->be->mem.free(o->be, o->block);
     free(o->tensors);
     free(o->runs);
     free(o);
 }
 
-size_t ct_optim_param_bytes(const ct_optim *o) { return (size_t)o->n * sizeof(float); }
-
 size_t ct_optim_state_bytes(const ct_optim *o) {
-    return ct_optim_state_bytes_for(o->cfg.type, o->cfg.momentum, o->n);
+    int64_t max_numel = 0;
+    for (int i = 0; i < o->n_tensors; i++)
+        if (o->tensors[i].numel > max_numel) max_numel = o->tensors[i].numel;
+    size_t scratch = o->cfg.type == CT_OPT_LAMB ? (size_t)round16(max_numel) * sizeof(float) : 0;
+    return ct_optim_state_bytes_for(o->cfg.type, o->cfg.momentum, o->hi - o->lo) + scratch;
 }
 
-void ct_optim_zero_grad(ct_optim *o) { o->be->mem.memset0(o->be, o->grads, (size_t)o->n * sizeof(float)); }
+int ct_optim_slots(const ct_optim *o, const char *names[CT_OPTIM_MAX_SLOTS], float *data[CT_OPTIM_MAX_SLOTS]) {
+    int k = 0;
+    if (o->m) names[k] = "exp_avg", data[k++] = o->m;
+    if (o->v) names[k] = "exp_avg_sq", data[k++] = o->v;
+    if (o->mom) names[k] = "momentum_buffer", data[k++] = o->mom;
+    return k;
+}
+
+const char *ct_optim_type_name(const ct_optim *o) {
+    static const char *const names[] = {"Adam", "AdamW", "SGD", "Lamb"};
+    return (unsigned)o->cfg.type < 4 ? names[o->cfg.type] : "?";
+}
 
 double ct_optim_next_lr(const ct_optim *o) { return ct_sched_lr(&o->sched, o->cfg.lr, o->sched_t); }
 
 /* ---- the three update families; gscale already includes loss scale and clipping ---- */
 
-void ct_optim_set_copy(ct_optim *o, void *copy, ct_dtype dt) {
-    o->copy = copy;
-    o->copy_dt = dt;
+/* Where the elements of a run at flat offset `offset` start in each target buffer. */
+static float *master_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) { return t->master + (offset - o->lo); }
+static const float *grads_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) { return t->grads + (offset - o->lo); }
+static float *state_at(const ct_optim *o, float *state, int64_t offset) { return state ? state + (offset - o->lo) : NULL; }
+static void *copy_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) {
+    return t->copy ? ct_elem(t->copy, offset - o->lo, t->copy_dt) : NULL;
 }
 
-/* Where run r's elements start in the 16-bit copy (NULL without one). */
-static void *copy_at(const ct_optim *o, int64_t offset) {
-    return o->copy ? ct_elem(o->copy, offset, o->copy_dt) : NULL;
-}
-
-static void step_adam(ct_optim *o, double lr, double beta1, double beta2, float gscale) {
+static void step_adam(ct_optim *o, const ct_optim_target *tg, double lr, double beta1, double beta2, float gscale) {
     const ct_optimizer_cfg *c = &o->cfg;
     double t = (double)(o->applied + 1);
     ct_adam_args a = {
@@ -151,18 +151,18 @@ static void step_adam(ct_optim *o, double lr, double beta1, double beta2, float 
         .bias_c2 = c->bias_correction ? (float)(1.0 - pow(beta2, t)) : 1.0f,
         .grad_scale = gscale,
         .decoupled = c->type == CT_OPT_ADAMW || c->adam_w_mode,
-        .copy_dt = o->copy_dt,
+        .copy_dt = tg->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
-        a.copy = copy_at(o, r->offset);
-        o->be->optim.adam_step(o->be, o->params + r->offset, o->grads + r->offset, o->m + r->offset,
-                         o->v + r->offset, r->numel, &a);
+        a.copy = copy_at(o, tg, r->offset);
+        o->be->optim.adam_step(o->be, master_at(o, tg, r->offset), grads_at(o, tg, r->offset),
+                               state_at(o, o->m, r->offset), state_at(o, o->v, r->offset), r->numel, &a);
     }
 }
 
-static void step_sgd(ct_optim *o, double lr, float gscale) {
+static void step_sgd(ct_optim *o, const ct_optim_target *tg, double lr, float gscale) {
     const ct_optimizer_cfg *c = &o->cfg;
     ct_sgd_args a = {
         .lr = (float)lr,
@@ -171,19 +171,20 @@ static void step_sgd(ct_optim *o, double lr, float gscale) {
         .grad_scale = gscale,
         .nesterov = c->nesterov,
         .first_step = o->applied == 0,
-        .copy_dt = o->copy_dt,
+        .copy_dt = tg->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
-        a.copy = copy_at(o, r->offset);
-        o->be->optim.sgd_step(o->be, o->params + r->offset, o->grads + r->offset,
-                        o->mom ? o->mom + r->offset : NULL, r->numel, &a);
+        a.copy = copy_at(o, tg, r->offset);
+        o->be->optim.sgd_step(o->be, master_at(o, tg, r->offset), grads_at(o, tg, r->offset),
+                              state_at(o, o->mom, r->offset), r->numel, &a);
     }
 }
 
 /* DeepSpeed's FusedLamb: the direction uses raw moments; bias correction only scales the step. */
-static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float gscale) {
+static void step_lamb(ct_optim *o, const ct_optim_target *tg, double lr, double beta1, double beta2,
+                      float gscale) {
     const ct_optimizer_cfg *c = &o->cfg;
     double t = (double)(o->applied + 1);
     double step_size = lr;
@@ -201,24 +202,28 @@ static void step_lamb(ct_optim *o, double lr, double beta1, double beta2, float 
         const ct_optim_tensor *r = &o->tensors[i];
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         double wn = 0, un = 0;
-        o->be->optim.lamb_direction(o->be, o->scratch, o->params + r->offset, o->grads + r->offset,
-                              o->m + r->offset, o->v + r->offset, r->numel, &a, &wn, &un);
+        float *p = master_at(o, tg, r->offset);
+        o->be->optim.lamb_direction(o->be, o->scratch, p, grads_at(o, tg, r->offset),
+                                    state_at(o, o->m, r->offset), state_at(o, o->v, r->offset),
+                                    r->numel, &a, &wn, &un);
         double trust = 1.0;
         if (wn != 0 && un != 0) {
             trust = wn / un;
             if (trust > c->max_coeff) trust = c->max_coeff;
             if (trust < c->min_coeff) trust = c->min_coeff;
         }
-        o->be->elt.axpy(o->be, o->params + r->offset, (float)(-step_size * trust), o->scratch, r->numel,
-                    CT_F32);
+        o->be->elt.axpy(o->be, p, (float)(-step_size * trust), o->scratch, r->numel, CT_F32);
         /* the trust ratio needs the whole direction first, so Lamb's copy is a pass of its own */
-        if (o->copy)
-            o->be->elt.cast(o->be, copy_at(o, r->offset), o->copy_dt, o->params + r->offset, CT_F32, r->numel);
+        if (tg->copy) o->be->elt.cast(o->be, copy_at(o, tg, r->offset), tg->copy_dt, p, CT_F32, r->numel);
     }
 }
 
-/* The update, given the global norm of the gradients times grad_scale. */
-static void step_with_norm(ct_optim *o, float grad_scale, double norm, ct_optim_stats *stats) {
+double ct_optim_grad_sumsq(const ct_optim *o, const float *grads_lo) {
+    return o->be->optim.sum_squares(o->be, grads_lo, o->hi - o->lo);
+}
+
+void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double norm,
+                    ct_optim_stats *stats) {
     double coef = 1.0;
     /* torch.nn.utils.clip_grad_norm_ and DeepSpeed: max_norm / (norm + 1e-6), only when < 1. */
     if (o->clip > 0) {
@@ -237,28 +242,23 @@ static void step_with_norm(ct_optim *o, float grad_scale, double norm, ct_optim_
 
     switch (o->cfg.type) {
     case CT_OPT_ADAM:
-    case CT_OPT_ADAMW: step_adam(o, lr, beta1, beta2, gscale); break;
-    case CT_OPT_SGD: step_sgd(o, lr, gscale); break;
-    case CT_OPT_LAMB: step_lamb(o, lr, beta1, beta2, gscale); break;
+    case CT_OPT_ADAMW: step_adam(o, t, lr, beta1, beta2, gscale); break;
+    case CT_OPT_SGD: step_sgd(o, t, lr, gscale); break;
+    case CT_OPT_LAMB: step_lamb(o, t, lr, beta1, beta2, gscale); break;
     }
     o->applied++;
     o->sched_t++;
     if (stats) *stats = (ct_optim_stats){.grad_norm = norm, .clip_coef = coef, .lr = lr};
 }
 
-void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
-    step_with_norm(o, grad_scale, sqrt(o->be->optim.sum_squares(o->be, o->grads, o->n)) * grad_scale, stats);
-}
-
-bool ct_optim_step_finite(ct_optim *o, float grad_scale, ct_optim_stats *stats) {
+bool ct_optim_apply_finite(ct_optim *o, const ct_optim_target *t, float grad_scale, double sumsq,
+                           ct_optim_stats *stats) {
     /* Squares summed in double cannot overflow from finite floats, so the sum is finite exactly
      * when every gradient is: the overflow check costs no pass of its own. */
-    double ss = o->be->optim.sum_squares(o->be, o->grads, o->n);
-    if (!isfinite(ss)) {
-        if (stats) *stats = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0,
-                                             .lr = ct_optim_next_lr(o)};
+    if (!isfinite(sumsq)) {
+        if (stats) *stats = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(o)};
         return false;
     }
-    step_with_norm(o, grad_scale, sqrt(ss) * grad_scale, stats);
+    ct_optim_apply(o, t, grad_scale, sqrt(sumsq) * grad_scale, stats);
     return true;
 }

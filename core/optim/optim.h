@@ -1,13 +1,17 @@
-/* optim.h: SGD, Adam, AdamW and Lamb over flat fp32 master buffers.
+/* optim.h: SGD, Adam, AdamW and Lamb over a range of the flat parameter space.
  *
- * One backend allocation holds, back to back: params [n], grads [n] and the optimizer state
- * (Adam/AdamW/Lamb: m [n], v [n]; SGD with momentum: mom [n]; plain SGD: nothing), so the
- * update is one fused pass per tensor group, ZeRO can slice it and checkpoints name views into it.
+ * The optimizer owns only its state (Adam/AdamW/Lamb: m, v; SGD with momentum: mom; plain SGD:
+ * nothing), for the range [lo, hi) of the flat parameter space it was created for, indexed from
+ * lo: the whole space without ZeRO, this rank's shard with it. The parameters it updates, the
+ * gradients it reads and the compute-dtype copy it refreshes belong to the parameter store
+ * (core/params/store.h) and are passed to each update as a ct_optim_target.
  *
- * A step is: global gradient norm (always computed, for the log) -> clip coefficient when
- * gradient_clipping > 0 -> the fused update via the backend with the LR of the schedule.
+ * A step is: the sum of squares of the gradients (ct_optim_grad_sumsq, this range only) ->
+ * summed over ranks by the caller -> ct_optim_apply with the global norm, which computes the clip
+ * coefficient when gradient_clipping > 0 and runs the fused update with the LR of the schedule.
  * Clipping, 1/loss_scale and any pre-division are folded into the kernels' grad_scale, so the
- * gradients are read once and never rewritten.
+ * gradients are read once and never rewritten. A non-finite sum of squares means some gradient
+ * overflowed (squares summed in double cannot overflow from finite floats): the caller skips.
  *
  * Semantics:
  *  - Adam/AdamW as DeepSpeed's FusedAdam: adam_w_mode (default true) decays weights decoupled,
@@ -17,7 +21,8 @@
  *    first gradient, dampening, nesterov.
  *  - Lamb as DeepSpeed's FusedLamb: per parameter tensor, u = m / (sqrt(v) + eps) + wd * p (m, v
  *    not bias-corrected), trust = ||p|| / ||u|| clamped to [min_coeff, max_coeff] (1 when either
- *    norm is 0), p -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * trust * u.
+ *    norm is 0), p -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * trust * u. Its trust ratio needs
+ *    whole tensors, so a Lamb range must not cut one.
  *  - Weight decay applies only to tensors whose view has weight_decay = true (the graph marks
  *    biases and norm parameters false), the split Hugging Face's Trainer and most recipes use.
  *  - Learning rate: ct_sched_lr(sched, lr, t) with DeepSpeed's convention: update #k uses
@@ -30,12 +35,11 @@
 #include "core/util/common.h"
 #include "core/config/config.h"
 
-struct ct_graph;
-
 /* A run of consecutive parameters sharing one treatment: a parameter tensor (Lamb needs each
- * tensor alone for its trust ratio) or, for the element-wise optimizers, merged neighbours. */
+ * tensor alone for its trust ratio) or, for the element-wise optimizers, merged neighbours (with
+ * the zero padding between views, which no update moves). Offsets are in the flat space. */
 typedef struct ct_optim_tensor {
-    int64_t offset, numel;       /* in elements, inside the flat parameter buffer */
+    int64_t offset, numel;
     bool weight_decay;
 } ct_optim_tensor;
 
@@ -45,17 +49,13 @@ typedef struct ct_optim {
     double clip;                 /* gradient_clipping; 0 = off */
     ct_backend *be;
 
-    int64_t n;                   /* trainable elements */
-    void *block;                 /* optimizer state (m, v or mom, Lamb scratch); NULL for plain SGD */
-    float *params;               /* [n] fp32 master weights */
-    float *grads;                /* [n] accumulated gradients */
-    float *m, *v;                /* [n] each: Adam/AdamW/Lamb moments (NULL for SGD) */
-    float *mom;                  /* [n] SGD momentum buffer (NULL without momentum) */
+    int64_t lo, hi;              /* the range of the flat space this optimizer updates */
+    void *block;                 /* its state (m, v or mom, Lamb scratch); NULL for plain SGD */
+    float *m, *v;                /* [hi - lo] each: Adam/AdamW/Lamb moments (NULL for SGD) */
+    float *mom;                  /* [hi - lo] SGD momentum buffer (NULL without momentum) */
     float *scratch;              /* [max tensor numel] Lamb update direction */
-    void *copy;                  /* [n] compute-dtype copy every update refreshes (NULL: none) */
-    ct_dtype copy_dt;            /* CT_F16 or CT_BF16 */
 
-    ct_optim_tensor *tensors;    /* one per parameter tensor, in buffer order */
+    ct_optim_tensor *tensors;    /* one per parameter tensor inside [lo, hi), in offset order */
     int n_tensors;
     ct_optim_tensor *runs;       /* tensors merged where weight_decay agrees (element-wise opts) */
     int n_runs;
@@ -64,9 +64,13 @@ typedef struct ct_optim {
     long sched_t;                /* DeepSpeed last_batch_iteration: -1 before the first update */
 } ct_optim;
 
-/* Mixed precision: every applied update also writes the updated parameters, rounded to dt, into
- * copy ([n], backend memory; fused into the Adam/SGD pass). NULL: no copy. */
-void ct_optim_set_copy(ct_optim *o, void *copy, ct_dtype dt);
+/* What one update writes and reads, each pointer at element lo of the range (backend memory). */
+typedef struct ct_optim_target {
+    float *master;               /* fp32 master weights [hi - lo] */
+    const float *grads;          /* fp32 gradients [hi - lo] */
+    void *copy;                  /* [hi - lo] compute-dtype copy the same pass writes, or NULL */
+    ct_dtype copy_dt;            /* CT_F16, CT_BF16 (or CT_F32 for a separate fp32 copy) */
+} ct_optim_target;
 
 /* Result of one step, for the log and the summary. */
 typedef struct ct_optim_stats {
@@ -75,33 +79,42 @@ typedef struct ct_optim_stats {
     double lr;                   /* learning rate used by this update */
 } ct_optim_stats;
 
-/* Create over explicit tensors (covering [0, n_params) in order). Allocates on `be`; params,
- * grads and state start zeroed. */
-ct_optim *ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
-                          ct_backend *be, const ct_optim_tensor *tensors, int n_tensors,
-                          int64_t n_params);
-/* Create for the trainable views of a graph, with the config's optimizer, scheduler and clip. */
-ct_optim *ct_optim_create_for_graph(const ct_config *cfg, ct_backend *be, const struct ct_graph *g);
+/* Create over the tensors of the flat space (in offset order; those outside [lo, hi) are left
+ * out, and for the element-wise optimizers one that straddles a bound is cut there). Allocates
+ * the state on `be`, zeroed. CT_ERR_CONFIG when Lamb's range cuts a tensor; CT_ERR_RUNTIME when
+ * memory runs out. */
+int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
+                    ct_backend *be, const ct_optim_tensor *tensors, int n_tensors, int64_t lo,
+                    int64_t hi, ct_optim **out, ct_err *err);
 void ct_optim_free(ct_optim *o);
 
-/* Bytes of the single allocation, by category, for the memory plan. */
-size_t ct_optim_param_bytes(const ct_optim *o);
+/* Bytes of state for `numel` elements, for the memory plan (before anything is allocated). */
+size_t ct_optim_state_bytes_for(ct_opt_type type, double momentum, int64_t numel);
 size_t ct_optim_state_bytes(const ct_optim *o);
-/* The same estimate before anything is allocated. */
-size_t ct_optim_state_bytes_for(ct_opt_type type, double momentum, int64_t n_params);
 
-void ct_optim_zero_grad(ct_optim *o);
+/* The optimizer's state as named slots (checkpoints: "<view>.<name>"), each [hi - lo] from lo,
+ * in a fixed order; returns the count (at most CT_OPTIM_MAX_SLOTS). PyTorch's state_dict names. */
+#define CT_OPTIM_MAX_SLOTS 3
+int ct_optim_slots(const ct_optim *o, const char *names[CT_OPTIM_MAX_SLOTS], float *data[CT_OPTIM_MAX_SLOTS]);
+/* The optimizer's type as written in checkpoints ("Adam", "AdamW", "SGD", "Lamb"). */
+const char *ct_optim_type_name(const ct_optim *o);
 
 /* Learning rate the next update will use. */
 double ct_optim_next_lr(const ct_optim *o);
 
-/* One update. grad_scale multiplies the gradients before anything else (1 / loss_scale, 1 for
- * fp32). The clip coefficient is computed on the scaled gradients. */
-void ct_optim_step(ct_optim *o, float grad_scale, ct_optim_stats *stats);
-/* The same update when every gradient is finite; otherwise nothing changes (parameters, state,
- * applied count, schedule), stats gets grad_norm NAN and the LR the next update will use, and the
- * result is false. The overflow check and the global norm are one pass over the gradients
- * (mixed precision: grad_scale = 1 / loss_scale; the clip coefficient is folded in too). */
-bool ct_optim_step_finite(ct_optim *o, float grad_scale, ct_optim_stats *stats);
+/* Sum of squares (in double) of the gradients of [lo, hi); grads_lo points at element lo. */
+double ct_optim_grad_sumsq(const ct_optim *o, const float *grads_lo);
+
+/* One update of [lo, hi). grad_scale multiplies the gradients before anything else (1 / loss_scale,
+ * 1 for fp32); grad_norm is the GLOBAL norm of the scaled gradients (sqrt of the sum of squares
+ * over every rank, times grad_scale): the clip coefficient comes from it. */
+void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double grad_norm,
+                    ct_optim_stats *stats);
+/* The same update when the global sum of squares of the gradients (over every rank, before
+ * grad_scale) is finite; otherwise nothing changes (parameters, state, applied count, schedule),
+ * stats get grad_norm NAN and the LR the next update will use, and the result is false: an
+ * overflowing fp16 step is skipped. */
+bool ct_optim_apply_finite(ct_optim *o, const ct_optim_target *t, float grad_scale, double global_sumsq,
+                           ct_optim_stats *stats);
 
 #endif

@@ -1,10 +1,10 @@
-/* graph_init.c: parameter and buffer initialisation, PyTorch's default schemes unless a layer
- * says "init". View i draws from the Philox stream (seed, CT_RNG_INIT, i), so values depend only
- * on the seed and the model, not on thread count or device. */
+/* init.c: parameter and buffer initialisation (ct_param_store_init), PyTorch's default schemes
+ * unless a layer says "init". View i draws from the Philox stream (seed, CT_RNG_INIT, i), so
+ * values depend only on the seed and the model, not on thread count or device. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/graph/internal.h"
+#include "core/params/store.h"
 #include "core/util/rng.h"
 
 /* Gain of kaiming init for leaky_relu with negative slope a (a = 0: ReLU, sqrt(2)). */
@@ -34,17 +34,27 @@ static void fill_view(const ct_param_view *v, float *out, uint64_t seed, int ind
                         : (float)(lo + (hi - lo) * ct_rng_uniform(&r));
 }
 
-void ct_graph_init_params(ct_graph *g, float *params, float *buffers, uint64_t seed) {
+/* The part of view v inside [lo, hi) of its space, as [*a, *b) relative to the view. */
+static bool clip(const ct_param_view *v, int64_t lo, int64_t hi, int64_t *a, int64_t *b) {
+    *a = v->offset < lo ? lo - v->offset : 0;
+    *b = v->offset + v->numel > hi ? hi - v->offset : v->numel;
+    return *a < *b;
+}
+
+void ct_param_store_init(ct_param_store *s, uint64_t seed) {
+    const ct_param_layout *L = s->layout;
     int64_t max = 1;
-    for (int i = 0; i < g->n_views; i++)
-        if (g->views[i].numel > max) max = g->views[i].numel;
+    for (int i = 0; i < L->n_views; i++)
+        if (L->views[i].numel > max) max = L->views[i].numel;
     float *host = ct_xmalloc((size_t)max * sizeof(float));
-    for (int i = 0; i < g->n_views; i++) {
-        const ct_param_view *v = &g->views[i];
-        float *dst = v->trainable ? params : buffers;
-        if (!dst) continue;
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        int64_t a = 0, b = v->numel;
+        if (v->trainable && !clip(v, s->lo, s->hi, &a, &b)) continue;
+        float *dst = v->trainable ? s->master + (v->offset + a - s->lo) : s->buffers + v->offset;
         fill_view(v, host, seed, i);
-        g->be->mem.copy_h2d(g->be, dst + v->offset, host, (size_t)v->numel * sizeof(float));
+        s->be->mem.copy_h2d(s->be, dst, host + a, (size_t)(b - a) * sizeof(float));
     }
     free(host);
+    ct_param_store_refresh(s);
 }

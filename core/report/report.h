@@ -1,4 +1,5 @@
-/* report.h: what the training loop tells its user while it runs (stderr), and the summary.
+/* report.h: what the training loop tells its user while it runs (stderr), and the summary
+ * (ct_summary: the one JSON line every run ends with).
  *
  * The reporter receives events (start, step done, eval done, epoch done, end) and formats them.
  * Plain lines go to stderr every steps_per_print steps; with steps_per_print 0 there is one line
@@ -9,8 +10,37 @@
 
 #include <stdio.h>
 
+#include "core/backend/backend.h"
 #include "core/util/common.h"
-#include "core/train/train.h"
+
+/* The summary printed at the end of every run (DESIGN.md lists the keys; scripts rely on them). */
+typedef struct ct_summary {
+    char status[16];             /* ok, early_stopped, diverged, interrupted, error */
+    long steps;                  /* optimizer steps (applied + skipped) */
+    int epochs;                  /* epochs started */
+    double train_loss;           /* mean loss over the last steps_per_print window / last epoch */
+    double eval_loss;            /* NAN when no eval ran */
+    double eval_accuracy;        /* NAN when not a classification task or no eval */
+    double wall_s;
+    double samples_per_s;
+    double tokens_per_s;         /* NAN unless a language model */
+    size_t peak_host_bytes;
+    size_t peak_device_bytes;
+    double loss_scale;           /* NAN when not fp16 */
+    long skipped_steps;
+    char run_dir[1024];
+    char error[512];             /* first line of the error when status is "error" */
+    double first_step_s;         /* process age when the first training step began; NAN if none */
+    double data_wait_share;      /* fraction of training-step time spent waiting for the loader */
+    /* Peak bytes per memory category (backend.h ct_mem_cat: device memory on a GPU, the
+     * backend's host allocations on the CPU); written as "peak_bytes_by_category". */
+    size_t peak_by_cat[CT_MEM_CAT_COUNT];
+    bool has_mem_stats;
+} ct_summary;
+
+void ct_summary_init(ct_summary *s);
+/* One line of JSON, no trailing newline in the buffer-less form: writes it plus "\n" to f. */
+void ct_summary_write(const ct_summary *s, FILE *f);
 
 typedef struct ct_report {
     FILE *out;

@@ -1,38 +1,68 @@
-/* train_loop.c: epochs, optimizer steps made of micro-batches, eval, early stopping, stop signals.
+/* loop.c: epochs, optimizer steps made of micro-batches, eval, early stopping, stop signals.
  *
  * One optimizer step consumes train_batch_size samples (the last one of an epoch fewer when
  * data.drop_last is false) as micro-batches of at most train_micro_batch_size_per_gpu. Each
  * micro-batch's loss gradient is weighted by its share of the step's samples (n_i / n, which is
  * 1 / gradient_accumulation_steps for full steps), so k micro-batches of b give the gradient of
  * one batch of k*b up to float rounding. Micro-batches come in order from the threaded loaders
- * (core/data/loader.h): the train stream runs on across epochs, reshuffled per epoch. */
+ * (core/data/loader.h): the train stream runs on across epochs, reshuffled per epoch.
+ *
+ * The host waits for the device once per optimizer step: each micro-batch's loss is added into
+ * an accumulator on the device and read when the step's micro-batches are queued (an fp16
+ * forward overflow shows as a non-finite sum). The points where data-parallel ranks will meet
+ * call the communicator: the gradient sum, the global sum of squares (norm and overflow), the
+ * all-gather of a shard update, the loss sum. */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 
 #include "core/train/internal.h"
 
+/* The flat buffers as the executor reads them. */
+static ct_exec_bufs exec_bufs(const ct_trainer *t) {
+    const ct_param_store *p = t->m.params;
+    return (ct_exec_bufs){.params = p->params, .grads = p->grads, .buffers = p->buffers};
+}
+
+/* Add the last loss (times `weight` samples) and its correct count into the accumulator. */
+static void accumulate_loss(ct_trainer *t, float weight) {
+    ct_backend *be = t->be;
+    const float *r = ct_graph_loss_result(t->m.g);
+    be->elt.axpy(be, t->m.loss_acc, weight, r, 1, CT_F32);
+    be->elt.axpy(be, t->m.loss_acc + 1, 1.0f, r + 1, 1, CT_F32);
+}
+
+/* Read (and wait for) the accumulator: loss sum, correct count. */
+static void read_loss_acc(ct_trainer *t, double *sum, double *correct) {
+    float acc[2];
+    t->be->mem.copy_d2h(t->be, acc, t->m.loss_acc, sizeof acc);
+    *sum = acc[0];
+    *correct = acc[1];
+}
+
 /* One pass over the eval set: the eval loader's stream is unshuffled, so every pass (one of its
  * epochs) sees the same batches. */
 int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err) {
-    int64_t n = 0, correct = 0;
-    double sum = 0;
+    int64_t n = 0;
     ct_loader_batch b = {0};
-    const void *params = ct_amp_params(t->amp, t->opt->params);   /* kept fresh by the updates */
+    ct_exec_bufs bufs = exec_bufs(t);   /* the compute copy the updates keep fresh */
+    t->be->mem.memset0(t->be, t->m.loss_acc, 2 * sizeof(float));
     do {
-        int rc = ct_loader_next(t->eval_l, &b, err);
+        int rc = ct_loader_next(t->d.eval_l, &b, err);
         if (rc) return rc;
         if (b.n == 0) continue; /* every record of the batch skipped as corrupt */
         ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = b.n,
-                         .train = false, .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f};
-        rc = ct_graph_forward(t->g, params, t->buffers, &io, NULL, err);
+                         .train = false, .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f,
+                         .defer_loss = true};
+        rc = ct_graph_forward(t->m.g, &bufs, &io, NULL, err);
         if (rc) return rc;
-        sum += (double)io.loss * (double)b.n;
-        correct += io.correct;
+        accumulate_loss(t, (float)b.n);
         n += b.n;
     } while (!b.last_of_epoch);
+    double sum, correct;
+    read_loss_acc(t, &sum, &correct);
     *loss = n ? sum / (double)n : NAN;
-    *accuracy = t->info->classes > 0 && n ? (double)correct / (double)n : NAN;
+    *accuracy = t->m.info->classes > 0 && n ? correct / (double)n : NAN;
     return CT_OK;
 }
 
@@ -58,23 +88,49 @@ typedef struct loop_state {
     long saved_eval_step;        /* last_eval_step at that time */
 } loop_state;
 
-/* The update closing a step. fp32/bf16: the optimizer step. fp16: one pass over the gradients
- * gives the overflow check and the global norm; 1/scale and the clip coefficient go into the
- * update's grad_scale; an overflow skips the update (weights, optimizer state and schedule stay as
- * they are) and the scaler lowers the scale (core/amp.h). forward_overflow: a micro-batch's loss
- * was inf or NaN in fp16 (an activation overflowed), which DeepSpeed treats like a gradient
- * overflow. step: the 1-based step number. */
+/* The optimizer update of this process's range given the global sum of squares of the
+ * gradients (skipped when it is not finite; returns whether it updated), then the compute copy of
+ * every other rank's range by all-gather (nothing to do for one rank). */
+static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, ct_optim_stats *st,
+                  ct_err *err) {
+    ct_param_store *p = t->m.params;
+    ct_optim_target tg = {.master = p->master, .grads = p->grads + p->lo};
+    if (ct_param_store_has_copy(p)) {
+        tg.copy = ct_elem(p->params, p->lo, p->compute);
+        tg.copy_dt = p->compute;
+    }
+    if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss) */
+        ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
+        *applied = true;
+    } else {
+        *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
+    }
+    if (!*applied || !ct_param_store_has_copy(p)) return CT_OK;
+    return t->comm->all_gather(t->comm, p->params, tg.copy, p->hi - p->lo, p->compute, err);
+}
+
+/* The update closing a step. The gradients are summed over ranks and their sum of squares
+ * gives the global norm and, when not finite, the overflow. fp32/bf16: the update. fp16: 1/scale
+ * and the clip coefficient go into the update's grad_scale; an overflow skips the update
+ * (weights, optimizer state and schedule stay as they are) and the scaler lowers the scale
+ * (core/optim/amp.h). forward_overflow: a micro-batch's loss was inf or NaN in fp16 (an
+ * activation overflowed), which DeepSpeed treats like a gradient overflow. step: the 1-based step
+ * number. grad_scale: the rescale for samples skipped as corrupt (1 otherwise). */
 static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward_overflow,
                         ct_optim_stats *st, ct_err *err) {
-    ct_amp *a = t->amp;
-    if (!a->scaling) {
-        ct_optim_step(t->opt, grad_scale, st);
-        return CT_OK;
-    }
+    ct_amp *a = &t->m.amp;
+    ct_param_store *p = t->m.params;
+    ct_comm *c = t->comm;
+    int rc = c->all_reduce(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err);
+    if (rc) return rc;
+    grad_scale /= (float)c->world;   /* the mean over ranks */
+    double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
+    if ((rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
+    bool ok;
+    if (!a->scaling) return update(t, grad_scale, ss, &ok, st, err);
     double tried = a->scaler.scale;
-    bool ok = !forward_overflow && ct_optim_step_finite(t->opt, (float)(grad_scale / tried), st);
-    if (forward_overflow)
-        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
+    if (forward_overflow) ss = NAN;   /* skipped like a gradient overflow */
+    if ((rc = update(t, (float)(grad_scale / tried), ss, &ok, st, err))) return rc;
     ct_scale_event ev = ct_scaler_update(&a->scaler, !ok);
     t->sum->loss_scale = a->scaler.scale;
     if (ok) return CT_OK;
@@ -85,18 +141,18 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
                        "loss scale at its minimum (%.10g) and still %s at step %ld.\n"
                        "  fp16 cannot represent this model's values; use \"bf16\": {\"enabled\": "
                        "true}. %s%s", tried, what, step,
-                       t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was saved in this run.",
-                       t->last_ckpt);
+                       t->ck.last[0] ? "Last good checkpoint: " : "No checkpoint was saved in this run.",
+                       t->ck.last);
     }
     t->sum->skipped_steps = ++a->skipped;   /* the step counts (global step) but did not update */
     if (ev == CT_SCALE_HALVED)
-        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale lowered to "
+        ct_report_line(&t->obs.rep, "step %ld: %s at loss scale %.10g; step skipped, scale lowered to "
                        "%.10g", step, what, tried, a->scaler.scale);
     else if (ev == CT_SCALE_HYSTERESIS)
-        ct_report_line(&t->rep, "step %ld: %s at loss scale %.10g; step skipped, scale kept "
+        ct_report_line(&t->obs.rep, "step %ld: %s at loss scale %.10g; step skipped, scale kept "
                        "(hysteresis %d left)", step, what, tried, a->scaler.budget);
     else
-        ct_report_line(&t->rep, "step %ld: %s at static loss scale %.10g; step skipped", step, what,
+        ct_report_line(&t->obs.rep, "step %ld: %s at static loss scale %.10g; step skipped", step, what,
                        tried);
     return CT_OK;
 }
@@ -106,45 +162,48 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
 static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct_optim_stats *st,
                       ct_err *err) {
     const ct_config *cfg = t->cfg;
+    ct_trainer_model *m = &t->m;
     int64_t mb = cfg->micro_batch, seen = 0;
-    double sum = 0;
-    ct_optim_zero_grad(t->opt);
+    ct_param_store_zero_grads(m->params);
+    t->be->mem.memset0(t->be, m->loss_acc, 2 * sizeof(float));
     ls->step_wait_s = 0;
     /* Mixed precision: forward/backward read the 16-bit copy of the master, which the last update
      * wrote (ct_trainer_fit refreshed it at the start); the loss is scaled. */
-    const void *params = ct_amp_params(t->amp, t->opt->params);
-    float scale = ct_amp_loss_scale(t->amp);
-    bool overflow = false;
+    ct_exec_bufs bufs = exec_bufs(t);
+    float scale = ct_amp_loss_scale(&m->amp);
     for (int64_t start = 0; start < n; start += mb) {
         ct_loader_batch b;
-        int rc = ct_loader_next(t->train_l, &b, err);
+        int rc = ct_loader_next(t->d.train_l, &b, err);
         if (rc) return rc;
-        ls->step_wait_s += ct_loader_last_wait(t->train_l);
+        ls->step_wait_s += ct_loader_last_wait(t->d.train_l);
         int64_t k = b.n;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;
         ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = k,
                          .train = true, .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n * scale};
-        rc = ct_step_run(&t->runner, params, t->buffers, t->opt->grads, &io, err);
-        if (rc) return rc;
-        if (!isfinite(io.loss) && t->amp->scaling) {
-            overflow = true;     /* skipped like a gradient overflow; keep reading the step */
-            continue;
-        }
-        if (!isfinite(io.loss))
-            return ct_errf(err, CT_ERR_DIVERGED,
-                           "training diverged: loss is %s at step %ld (epoch %d). Lower the learning "
-                           "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).",
-                           isnan(io.loss) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1);
-        sum += (double)io.loss * (double)k;
+        if ((rc = ct_step_run(&m->runner, &bufs, &io, &m->hooks, err))) return rc;
+        accumulate_loss(t, (float)k);
     }
     if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
         *loss = NAN;
-        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(t->opt)};
+        *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(m->opt)};
         return CT_OK;
     }
-    *loss = overflow ? NAN : sum / (double)seen;   /* a skipped step adds nothing to the mean */
+    double sum, correct, totals[2];
+    read_loss_acc(t, &sum, &correct);
+    totals[0] = sum, totals[1] = (double)seen;
+    int rc = t->comm->all_reduce_host(t->comm, totals, 2, CT_REDUCE_SUM, err);
+    if (rc) return rc;
+    /* A non-finite loss: an fp16 activation overflowed (skipped like a gradient overflow), or
+     * training diverged. */
+    bool overflow = !isfinite(totals[0]);
+    if (overflow && !m->amp.scaling)
+        return ct_errf(err, CT_ERR_DIVERGED,
+                       "training diverged: loss is %s at step %ld (epoch %d). Lower the learning "
+                       "rate (optimizer.params.lr) or set gradient_clipping (e.g. 1.0).",
+                       isnan(totals[0]) ? "NaN" : "infinite", ls->step + 1, ls->epoch + 1);
+    *loss = overflow ? NAN : totals[0] / totals[1];   /* a skipped step adds nothing to the mean */
     /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
      * gradient is the mean over the samples actually seen. */
     return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
@@ -153,11 +212,11 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
 /* ---- checkpoints: the loop's state <-> state.json ---- */
 
 static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_state *st) {
-    const ct_amp *a = t->amp;
+    const ct_amp *a = &t->m.amp;
     ct_ckpt_state_init(st);
     st->step = ls->step;
-    st->applied = t->opt->applied;
-    st->sched_t = t->opt->sched_t;
+    st->applied = t->m.opt->applied;
+    st->sched_t = t->m.opt->sched_t;
     st->skipped_steps = a->skipped;
     st->epoch = ls->epoch;
     st->epoch_step = ls->epoch_step;
@@ -178,14 +237,14 @@ static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_sta
     st->es_best_step = ls->best_at;
     st->es_bad_evals = ls->bad_evals;
     st->train_loss = t->sum->train_loss;
-    memcpy(st->config_hash, t->config_hash, sizeof st->config_hash);
+    memcpy(st->config_hash, t->ck.config_hash, sizeof st->config_hash);
 }
 
 /* Continue where the checkpoint left off: counters, running sums, the loss scaler, and the train
  * loader at the first micro-batch of the next step (the next epoch's first when the epoch was
  * complete). */
 static void from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *ls) {
-    ct_amp *a = t->amp;
+    ct_amp *a = &t->m.amp;
     ls->step = st->step;
     ls->epoch = st->epoch;
     ls->epoch_step = st->epoch_step;
@@ -208,10 +267,10 @@ static void from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *
     t->sum->epochs = st->epoch + 1;
     t->sum->train_loss = st->train_loss;
     int64_t per_step = (t->cfg->train_batch_size + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
-    if (st->epoch_step >= t->steps_per_epoch)
-        ct_loader_seek(t->train_l, st->epoch + 1, 0);
+    if (st->epoch_step >= t->d.steps_per_epoch)
+        ct_loader_seek(t->d.train_l, st->epoch + 1, 0);
     else
-        ct_loader_seek(t->train_l, st->epoch, st->epoch_step * per_step);
+        ct_loader_seek(t->d.train_l, st->epoch, st->epoch_step * per_step);
 }
 
 static int save_now(ct_trainer *t, loop_state *ls, ct_err *err) {
@@ -245,14 +304,14 @@ static int update_best(ct_trainer *t, loop_state *ls, double m, ct_err *err) {
 
 /* Eval now; update the summary and early stopping. *stop set when patience ran out. */
 static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
-    if (!t->eval_ds || ls->last_eval_step == ls->step) return CT_OK;
+    if (!t->d.eval_ds || ls->last_eval_step == ls->step) return CT_OK;
     double t0 = ct_now(), loss, acc;
     int rc = ct_trainer_evaluate(t, &loss, &acc, err);
     if (rc) return rc;
     ls->last_eval_step = ls->step;
     t->sum->eval_loss = loss;
     t->sum->eval_accuracy = acc;
-    ct_report_eval(&t->rep, ls->step, ls->epoch + 1, loss, acc, t->eval_ds->count, ct_now() - t0);
+    ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
 
     const ct_early_stop_cfg *es = &t->cfg->train.early_stopping;
     if (es->enabled) {
@@ -267,7 +326,7 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
         } else if (++ls->bad_evals >= es->patience) {
             char at[48] = "";
             if (ls->best_at >= 0) snprintf(at, sizeof at, " at step %ld", ls->best_at);
-            ct_report_line(&t->rep, "early stopping: %s did not improve by %g for %d evals; best %.4g%s",
+            ct_report_line(&t->obs.rep, "early stopping: %s did not improve by %g for %d evals; best %.4g%s",
                            es->metric, es->min_delta, es->patience, ls->best, at);
             *stop = true;
         }
@@ -292,15 +351,15 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     ls->samples += n;
     t->sum->steps = ls->step;
     t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
-    if (t->on_step) t->on_step(t->on_step_ctx, ls->step, loss);
-    ct_step_event e = {.step = ls->step, .total_steps = t->total_steps, .epoch = ls->epoch + 1,
-                       .epochs = t->epochs_planned,
-                       .epoch_step = (ls->step - 1) % t->steps_per_epoch + 1,
-                       .epoch_steps = t->steps_per_epoch, .loss = loss, .lr = st->lr,
+    if (t->obs.on_step) t->obs.on_step(t->obs.on_step_ctx, ls->step, loss);
+    ct_step_event e = {.step = ls->step, .total_steps = t->d.total_steps, .epoch = ls->epoch + 1,
+                       .epochs = t->d.epochs_planned,
+                       .epoch_step = (ls->step - 1) % t->d.steps_per_epoch + 1,
+                       .epoch_steps = t->d.steps_per_epoch, .loss = loss, .lr = st->lr,
                        .grad_norm = st->grad_norm, .samples = n,
-                       .loss_scale = t->amp->scaling ? t->amp->scaler.scale : 0,
-                       .skipped_steps = t->amp->skipped, .data_wait_s = ls->step_wait_s};
-    ct_report_step(&t->rep, &e);
+                       .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
+                       .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
+    ct_report_step(&t->obs.rep, &e);
 
     bool stop = false;
     long every = t->cfg->train.eval_interval;
@@ -323,16 +382,16 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         if (rc) return rc; /* a failed save is an error, not an interruption */
         ct_trainer_set_status(t, "interrupted", NULL);
         ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->last_ckpt);
-        ct_report_line(&t->rep, "%s", err->msg);
+                sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->ck.last);
+        ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
-    return ls->step >= t->total_steps ? LOOP_DONE : CT_OK;
+    return ls->step >= t->d.total_steps ? LOOP_DONE : CT_OK;
 }
 
 /* One epoch: steps, the epoch line, and the end-of-epoch (or end-of-run) eval. */
 static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
-    int64_t n = t->epoch_samples, gb = t->cfg->train_batch_size;
+    int64_t n = t->d.epoch_samples, gb = t->cfg->train_batch_size;
     if (ls->epoch_step == 0) { /* else resumed inside this epoch: its sums go on */
         ls->epoch_loss = 0;
         ls->epoch_n = 0;
@@ -341,11 +400,11 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
     double t0 = ct_now();
     int64_t s0 = ls->samples;
     int end = CT_OK;
-    while (ls->epoch_step < t->steps_per_epoch && end == CT_OK) {
+    while (ls->epoch_step < t->d.steps_per_epoch && end == CT_OK) {
         int64_t start = ls->epoch_step * gb, k = n - start < gb ? n - start : gb;
         if (ls->step == 0) {
             t->sum->first_step_s = ct_process_age_s();
-            ct_report_line(&t->rep, "first step %.2fs after launch", t->sum->first_step_s);
+            ct_report_line(&t->obs.rep, "first step %.2fs after launch", t->sum->first_step_s);
         }
         double ts = ct_now(), loss = 0;
         ct_optim_stats st;
@@ -357,8 +416,8 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
     }
     if (end > 0) return end; /* error or signal: no eval */
     double secs = ct_now() - t0;
-    if (ls->epoch_step == t->steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
-        ct_report_epoch(&t->rep, ls->epoch + 1, t->epochs_planned, ls->step,
+    if (ls->epoch_step == t->d.steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
+        ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
                         ls->epoch_loss / (double)ls->epoch_n, secs,
                         (double)(ls->samples - s0) / fmax(secs, 1e-9));
     /* Eval at each epoch's end (eval_interval 0) and at the end of the run. */
@@ -377,7 +436,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
 /* The end of a run that finished (ok or early_stopped): save unless nothing changed since the
  * last checkpoint. A resumed run whose steps were already done only evaluates. */
 static int finish_run(ct_trainer *t, loop_state *ls, ct_err *err) {
-    if (isnan(t->sum->eval_loss) && t->eval_ds) {
+    if (isnan(t->sum->eval_loss) && t->d.eval_ds) {
         bool stop = false;
         ls->last_eval_step = -1; /* the summary needs the numbers even if this step was evaluated */
         int rc = do_eval(t, ls, &stop, err);
@@ -390,17 +449,17 @@ static int finish_run(ct_trainer *t, loop_state *ls, ct_err *err) {
 int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     loop_state ls = {.best = NAN, .best_at = -1, .last_eval_step = -1, .best_value = NAN,
                      .best_step = -1, .saved_step = -1, .saved_eval_step = -1};
-    if (t->resumed) from_ckpt_state(t, &t->resume_state, &ls);
+    if (t->ck.resumed) from_ckpt_state(t, &t->ck.resume_state, &ls);
     /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
-    ct_amp_refresh_params(t->amp, t->opt->params);
+    ct_param_store_refresh(t->m.params);
     ct_trainer_set_status(t, "ok", NULL);
-    t->sum->loss_scale = ct_amp_report_scale(t->amp);
-    t->sum->skipped_steps = t->amp->skipped;
-    ct_report_train_start(&t->rep);
-    int rc = ls.step >= t->total_steps ? LOOP_DONE : CT_OK;
+    t->sum->loss_scale = ct_amp_report_scale(&t->m.amp);
+    t->sum->skipped_steps = t->m.amp.skipped;
+    ct_report_train_start(&t->obs.rep);
+    int rc = ls.step >= t->d.total_steps ? LOOP_DONE : CT_OK;
     if (rc == LOOP_DONE)
-        ct_report_line(&t->rep, "the checkpoint is at step %ld: the %ld planned steps are done", ls.step,
-                       t->total_steps);
+        ct_report_line(&t->obs.rep, "the checkpoint is at step %ld: the %ld planned steps are done", ls.step,
+                       t->d.total_steps);
     while (rc == CT_OK) {
         rc = run_epoch(t, &ls, err);
         if (rc == CT_OK) { /* the epoch is complete and the run goes on */
@@ -410,13 +469,15 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     }
     if (rc == LOOP_DONE) rc = finish_run(t, &ls, err);
     if (rc == CT_ERR_DIVERGED && !strstr(err->msg, "checkpoint"))
-        ct_err_append(err, "  %s%s", t->last_ckpt[0] ? "Last good checkpoint: " : "No checkpoint was "
-                      "saved in this run.", t->last_ckpt);
+        ct_err_append(err, "  %s%s", t->ck.last[0] ? "Last good checkpoint: " : "No checkpoint was "
+                      "saved in this run.", t->ck.last);
     t->sum->samples_per_s = ls.train_s > 0 ? (double)ls.samples / ls.train_s : NAN;
+    if (t->m.info->input_dtype == CT_I32)   /* a language model: every sample is T tokens */
+        t->sum->tokens_per_s = t->sum->samples_per_s * (double)ct_shape_numel(&t->m.info->input_shape);
     t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);
     ct_trainer_finish(t);
-    ct_report_end(&t->rep, t->sum);
+    ct_report_end(&t->obs.rep, t->sum);
     return rc;
 }

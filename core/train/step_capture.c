@@ -1,14 +1,15 @@
-/* train_graph.c: capture and replay of one micro-batch (train_graph.h). */
+/* step_capture.c: capture and replay of one micro-batch (step_capture.h). */
 #include <stdio.h>
 #include <string.h>
 
+#include "core/graph/layer.h"
 #include "core/train/step_capture.h"
 
-/* The first dropout layer, or -1. */
-static int dropout_layer(const ct_graph *g) {
+/* The first layer that draws random numbers (dropout), or -1. */
+static int random_layer(const ct_graph *g) {
     int n = ct_graph_info_get(g)->n_layers;
     for (int j = 0; j < n; j++)
-        if (strcmp(ct_graph_layer_type(g, j), "dropout") == 0) return j;
+        if (ct_graph_layer_flags(g, j) & CT_LAYER_RANDOM) return j;
     return -1;
 }
 
@@ -18,11 +19,12 @@ int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda
     if (notice_n) notice[0] = '\0';
     if (cuda_graph == CT_CUDA_GRAPH_OFF) return CT_OK;
     bool can = be->capture.begin && be->capture.end && be->capture.replay && be->capture.free;
-    int drop = dropout_layer(g);
+    int drop = random_layer(g);
     if (cuda_graph == CT_CUDA_GRAPH_ON && drop >= 0)
-        return ct_errf(err, CT_ERR_CONFIG, "train.cuda_graph is true but layer \"%s\" is dropout: a "
-                       "captured step would replay the same dropout mask every step; set "
-                       "train.cuda_graph to \"auto\" or false", ct_graph_layer_name(g, drop));
+        return ct_errf(err, CT_ERR_CONFIG, "train.cuda_graph is true but layer \"%s\" is %s: a "
+                       "captured step would replay the same random numbers (dropout mask) every "
+                       "step; set train.cuda_graph to \"auto\" or false", ct_graph_layer_name(g, drop),
+                       ct_graph_layer_type(g, drop));
     if (cuda_graph == CT_CUDA_GRAPH_ON && !can)
         snprintf(notice, notice_n, "train.cuda_graph: the %s backend cannot capture steps; running "
                  "them directly", be->name);
@@ -37,10 +39,10 @@ void ct_step_runner_reset(ct_step_runner *r) {
     }
 }
 
-static int run_direct(ct_step_runner *r, const void *params, float *buffers, float *grads,
-                      ct_step_io *io, ct_err *err) {
-    int rc = ct_graph_forward(r->g, params, buffers, io, NULL, err);
-    if (!rc) rc = ct_graph_backward(r->g, params, grads, io, NULL, err);
+static int run_direct(ct_step_runner *r, const ct_exec_bufs *b, ct_step_io *io,
+                      const ct_exec_hooks *hooks, ct_err *err) {
+    int rc = ct_graph_forward(r->g, b, io, hooks, err);
+    if (!rc) rc = ct_graph_backward(r->g, b, io, hooks, err);
     return rc;
 }
 
@@ -66,11 +68,11 @@ static ct_step_graph *victim(ct_step_runner *r) {
  * captures: a failure can be a scratch block the allocator had not cached yet (another key's
  * capture took it), which the direct run that follows puts back in the cache; after the last try
  * capture is off for the run. */
-static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, float *buffers,
-                   float *grads, ct_step_io *io, ct_err *err) {
+static int capture(ct_step_runner *r, ct_step_graph *s, const ct_exec_bufs *b, ct_step_io *io,
+                   const ct_exec_hooks *hooks, ct_err *err) {
     ct_err cerr = {0};
     if (r->be->capture.begin(r->be, &cerr) == CT_OK) {
-        int rc = run_direct(r, params, buffers, grads, io, err);
+        int rc = run_direct(r, b, io, hooks, err);
         void *graph = r->be->capture.end(r->be, &cerr);
         if (rc) {
             if (graph) r->be->capture.free(r->be, graph);
@@ -94,20 +96,21 @@ static int capture(ct_step_runner *r, ct_step_graph *s, const void *params, floa
  * blocks the ops use: a capture cannot allocate new device memory), its second is captured and
  * replayed, and every later one is replayed. One-off keys, such as an epoch's short last step,
  * are never captured. */
-int ct_step_run(ct_step_runner *r, const void *params, float *buffers, float *grads, ct_step_io *io,
+int ct_step_run(ct_step_runner *r, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
                 ct_err *err) {
     io->defer_loss = true;
+    bool capture_on = r->capture && !(hooks && hooks->host_work);
     ct_step_graph *s = NULL;
-    for (int i = 0; r->capture && i < CT_STEP_GRAPHS && !s; i++)
-        if (key_eq(&r->slot[i], params, io)) s = &r->slot[i];
-    if (r->capture && !s) {
+    for (int i = 0; capture_on && i < CT_STEP_GRAPHS && !s; i++)
+        if (key_eq(&r->slot[i], b->params, io)) s = &r->slot[i];
+    if (capture_on && !s) {
         s = victim(r);
-        *s = (ct_step_graph){.input = io->input, .target = io->target, .params = params, .n = io->n,
+        *s = (ct_step_graph){.input = io->input, .target = io->target, .params = b->params, .n = io->n,
                              .loss_grad_scale = io->loss_grad_scale, .used = true};
         s->last_use = ++r->clock;
         s = NULL;                                   /* first sight: run directly */
     } else if (s && !s->graph) {
-        int rc = capture(r, s, params, buffers, grads, io, err);
+        int rc = capture(r, s, b, io, hooks, err);
         if (rc) return rc;
         if (!s->graph) s = NULL;                    /* capture failed: now off */
     }
@@ -115,10 +118,7 @@ int ct_step_run(ct_step_runner *r, const void *params, float *buffers, float *gr
         s->last_use = ++r->clock;
         r->be->capture.replay(r->be, s->graph);
         r->replays++;
-    } else {
-        int rc = run_direct(r, params, buffers, grads, io, err);
-        if (rc) return rc;
+        return CT_OK;
     }
-    ct_graph_read_loss(r->g, io);
-    return CT_OK;
+    return run_direct(r, b, io, hooks, err);
 }

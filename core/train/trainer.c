@@ -1,10 +1,11 @@
-/* train.c: setting up a run (backend, datasets, graph, flat buffers), the plan printout, and
- * ct_train_run. The loop itself is in train_loop.c. */
+/* trainer.c: setting up a run (backend, datasets, graph, parameter store, optimizer), the start
+ * block with the memory plan, --dry-run, and ct_train_run. The loop itself is in loop.c. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/train/internal.h"
+#include "core/util/rng.h"
 
 /* ---- data options ---- */
 
@@ -38,14 +39,14 @@ static void open_start(open_job *j, const ct_config *cfg, const char *which) {
 static int open_finish(ct_trainer *t, open_job jobs[2], ct_err *err) {
     for (int i = 0; i < 2; i++)
         if (jobs[i].threaded) pthread_join(jobs[i].th, NULL);
-    t->train_ds = jobs[0].ds;
-    t->eval_ds = jobs[1].ds;
+    t->d.train_ds = jobs[0].ds;
+    t->d.eval_ds = jobs[1].ds;
     for (int i = 0; i < 2; i++)
         if (jobs[i].rc) {
             if (err) *err = jobs[i].err;
             return jobs[i].rc;
         }
-    if (!t->train_ds)
+    if (!t->d.train_ds)
         return ct_errf(err, CT_ERR_CONFIG, "%s: data.train: missing (expected {\"format\": \"idx\", "
                        "\"images\": ..., \"labels\": ...})", t->cfg->path);
     return CT_OK;
@@ -53,7 +54,7 @@ static int open_finish(ct_trainer *t, open_job jobs[2], ct_err *err) {
 
 /* The dataset must produce what the model consumes. */
 static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *which, ct_err *err) {
-    const ct_graph_info *gi = t->info;
+    const ct_graph_info *gi = t->m.info;
     char a[96], b[96];
     if (ds->sample_dtype != gi->input_dtype ||
         ct_shape_numel(&ds->sample_shape) != ct_shape_numel(&gi->input_shape))
@@ -90,14 +91,15 @@ static int check_supported(const ct_config *cfg, ct_err *err) {
 static void plan_steps(ct_trainer *t) {
     const ct_config *cfg = t->cfg;
     int64_t gb = cfg->train_batch_size;
-    int64_t micro_per_epoch = ct_loader_batches_per_epoch(t->train_l);
-    t->epoch_samples = micro_per_epoch * cfg->micro_batch < t->train_ds->count
-                           ? micro_per_epoch * cfg->micro_batch : t->train_ds->count;
-    t->steps_per_epoch = (t->epoch_samples + gb - 1) / gb;
+    ct_trainer_data *d = &t->d;
+    int64_t micro_per_epoch = ct_loader_batches_per_epoch(d->train_l);
+    d->epoch_samples = micro_per_epoch * cfg->micro_batch < d->train_ds->count
+                           ? micro_per_epoch * cfg->micro_batch : d->train_ds->count;
+    d->steps_per_epoch = (d->epoch_samples + gb - 1) / gb;
     /* max_steps, when set, decides the length (as in Hugging Face's Trainer); else epochs. */
-    t->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
-                                              : (long)cfg->train.epochs * t->steps_per_epoch;
-    t->epochs_planned = (int)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch);
+    d->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
+                                              : (long)cfg->train.epochs * d->steps_per_epoch;
+    d->epochs_planned = (int)((d->total_steps + d->steps_per_epoch - 1) / d->steps_per_epoch);
 }
 
 /* ---- the start block and the plan ---- */
@@ -106,111 +108,98 @@ static const char *precision_name(ct_dtype dt) {
     return dt == CT_F16 ? "fp16" : dt == CT_BF16 ? "bf16" : "fp32";
 }
 
-static void print_start(ct_trainer *t) {
+/* "memory plan: params 2.6 MiB, master 2.6 MiB, grads 2.6 MiB, optimizer 5.1 MiB, activations
+ * 1.5 MiB (fp32; outputs 1.1 MiB, gradients 0.4 MiB, ...), all 11.7 MiB". */
+static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt) {
+    char v[CT_MEM_CAT_COUNT][32], a[6][32], all[32];
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->bytes[c], v[c], sizeof v[c]);
+    ct_report_line(r, "memory plan: params %s, master %s, grads %s, optimizer %s, activations %s (%s), "
+                   "workspace %s%s%s · all %s %s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
+                   v[CT_MEM_OPTIM], v[CT_MEM_ACTIVATIONS], precision_name(dt), v[CT_MEM_WORKSPACE],
+                   p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
+                   ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory");
+    ct_report_line(r, "activations by lifetime: outputs %s, saved for backward %s, gradients %s, fan-out "
+                   "%s, input copy %s, layer workspace %s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
+                   ct_fmt_bytes((double)p->act.aux, a[1], 32), ct_fmt_bytes((double)p->act.grads, a[2], 32),
+                   ct_fmt_bytes((double)p->act.scratch, a[3], 32), ct_fmt_bytes((double)p->act.input, a[4], 32),
+                   ct_fmt_bytes((double)p->act.workspace, a[5], 32));
+}
+
+/* The first lines of a run: version and device, the model, the batch, the memory plan. */
+static void print_model(ct_trainer *t, const char *device, const char *device_desc) {
     const ct_config *cfg = t->cfg;
-    const ct_graph_info *gi = t->info;
-    ct_report *r = &t->rep;
-    char a[48], b[48], c[48], d[48], e[48], desc[512];
-    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, t->be->name,
-                   t->be->device_desc, precision_name(ct_amp_compute_dtype(cfg)),
-                   cfg->world_size, cfg->world_size == 1 ? "" : "s");
-    ct_graph_describe(t->g, desc, sizeof desc);
-    ct_report_line(r, "model  %s: %s params, %s", cfg->name, ct_fmt_count((double)gi->n_params, a, sizeof a),
-                   desc);
+    const ct_graph_info *gi = t->m.info;
+    ct_report *r = &t->obs.rep;
+    char a[48], desc[512];
+    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, device, device_desc,
+                   precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s");
+    ct_graph_describe(t->m.g, desc, sizeof desc);
+    ct_report_line(r, "model  %s: %s params, %s", cfg->name,
+                   ct_fmt_count((double)gi->n_param_elems, a, sizeof a), desc);
+}
+
+static void print_start(ct_trainer *t, const ct_run_plan *plan) {
+    const ct_config *cfg = t->cfg;
+    const ct_trainer_data *d = &t->d;
+    ct_report *r = &t->obs.rep;
+    print_model(t, t->be->name, t->be->device_desc);
     ct_report_line(r, "batch  %ld = micro %ld × accumulation %ld × world %d · %ld steps/epoch · %ld steps%s",
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
-                   t->steps_per_epoch, t->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
-    size_t pbytes = ct_optim_param_bytes(t->opt) + (size_t)gi->n_buffers * sizeof(float);
-    ct_dtype dt = ct_graph_compute_dtype(t->g);
-    char copy[80] = "";
-    if (dt != CT_F32)
-        snprintf(copy, sizeof copy, " + %s %s copy",
-                 ct_fmt_bytes((double)ct_amp_param_copy_bytes(dt, gi->n_params), e, sizeof e),
-                 precision_name(dt));
-    ct_report_line(r, "memory plan: params %s%s, grads %s, optimizer state %s, activations %s (%s)",
-                   ct_fmt_bytes((double)pbytes, a, sizeof a), copy,
-                   ct_fmt_bytes((double)ct_optim_param_bytes(t->opt), b, sizeof b),
-                   ct_fmt_bytes((double)ct_optim_state_bytes(t->opt), c, sizeof c),
-                   ct_fmt_bytes((double)(gi->activation_bytes + gi->workspace_bytes), d, sizeof d),
-                   precision_name(dt));
+                   d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
+    print_plan(r, plan, ct_graph_compute_dtype(t->m.g));
     char ev[160] = "no eval set";
-    if (t->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)t->eval_ds->count);
-    ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", t->train_ds->format,
-                   (long long)t->train_ds->count, t->train_ds->source, ev, t->shuffle ? "on" : "off");
+    if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
+    ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", d->train_ds->format,
+                   (long long)d->train_ds->count, d->train_ds->source, ev, d->shuffle ? "on" : "off");
 }
 
 /* ---- open / close ---- */
 
-void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err) {
-    snprintf(t->sum->status, sizeof t->sum->status, "%s", status);
-    if (!err) return;
-    const char *nl = strchr(err->msg, '\n');
-    size_t len = nl ? (size_t)(nl - err->msg) : strlen(err->msg);
-    if (len >= sizeof t->sum->error) len = sizeof t->sum->error - 1;
-    memcpy(t->sum->error, err->msg, len);
-    t->sum->error[len] = '\0';
+/* The optimizer's tensors: every trainable view of the layout, in offset order. */
+static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
+    ct_optim_tensor *t = ct_xmalloc((size_t)(L->n_views ? L->n_views : 1) * sizeof *t);
+    *n = 0;
+    for (int i = 0; i < L->n_views; i++)
+        if (L->views[i].trainable) t[(*n)++] = (ct_optim_tensor){L->views[i].offset, L->views[i].numel,
+                                                                L->views[i].weight_decay};
+    return t;
 }
 
-/* memory_breakdown: one line with the peak of every category. */
-static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
-    char line[512];
-    size_t used = (size_t)snprintf(line, sizeof line, "peak %s memory (MiB):",
-                                   strcmp(t->be->name, "cpu") == 0 ? "host" : "device");
-    for (int c = 0; c < CT_MEM_CAT_COUNT && used < sizeof line; c++)
-        used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f", ct_mem_cat_name((ct_mem_cat)c),
-                                 (double)m->peak[c] / 1048576.0);
-    if (used < sizeof line)
-        snprintf(line + used, sizeof line - used, "; all %.1f", (double)m->peak_total / 1048576.0);
-    ct_report_line(&t->rep, "%s", line);
-}
-
-void ct_trainer_finish(ct_trainer *t) {
-    ct_summary *s = t->sum;
-    s->wall_s = ct_now() - t->t_open;
-    s->peak_host_bytes = ct_peak_rss_bytes();
-    if (t->be && t->be->mem.peak_bytes) s->peak_device_bytes = t->be->mem.peak_bytes(t->be);
-    if (t->be && t->be->mem.mem_stats) {
-        ct_mem_stats m;
-        t->be->mem.mem_stats(t->be, &m);
-        memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
-        s->has_mem_stats = true;
-        if (t->cfg->memory_breakdown) report_memory(t, &m);
-    }
-}
-
-/* Parameters, gradients, optimizer state and buffers, initialised from the seed. */
+/* The parameter store (initialised from the seed), the optimizer over its range, the loss
+ * accumulator. */
 static int alloc_params(ct_trainer *t, ct_err *err) {
-    t->info = ct_graph_info_get(t->g);
-    t->opt = ct_optim_create_for_graph(t->cfg, t->be, t->g);
-    size_t nb = (size_t)(t->info->n_buffers ? t->info->n_buffers : 1) * sizeof(float);
-    t->buffers = t->be->mem.alloc(t->be, nb, CT_MEM_MASTER);
-    t->amp = ct_amp_create(t->cfg, t->be, t->info->n_params);
-    if (!t->opt || !t->buffers || !t->amp)
-        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %s parameters and optimizer state",
-                       t->be->name);
-    t->be->mem.memset0(t->be, t->buffers, nb);
-    ct_graph_init_params(t->g, t->opt->params, t->buffers, t->cfg->train.seed);
-    /* the fused update writes the 16-bit parameters forward reads (core/amp.h) */
-    if (t->amp->half) ct_optim_set_copy(t->opt, t->amp->half, t->amp->compute);
+    ct_trainer_model *m = &t->m;
+    const ct_param_layout *L = ct_graph_layout(m->g);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), 0, L->n_params,
+                                          &m->params, err);
+    if (rc) return rc;
+    ct_optim_tensor *tensors = optim_tensors(L, &n);
+    rc = ct_optim_create(&t->cfg->optimizer, &t->cfg->scheduler, t->cfg->gradient_clipping, t->be,
+                         tensors, n, m->params->lo, m->params->hi, &m->opt, err);
+    free(tensors);
+    if (rc) return rc;
+    m->loss_acc = t->be->mem.alloc(t->be, 4 * sizeof(float), CT_MEM_WORKSPACE);
+    if (!m->loss_acc) return ct_errf(err, CT_ERR_RUNTIME, "out of memory (16 bytes on %s)", t->be->name);
+    ct_param_store_init(m->params, t->cfg->train.seed);
     return CT_OK;
 }
 
 /* Capture and replay of micro-batches (train.cuda_graph). */
 static int start_step_runner(ct_trainer *t, ct_err *err) {
     char notice[256];
-    int rc = ct_step_runner_init(&t->runner, t->be, t->g, t->cfg->train.cuda_graph, notice,
+    int rc = ct_step_runner_init(&t->m.runner, t->be, t->m.g, t->cfg->train.cuda_graph, notice,
                                  sizeof notice, err);
-    if (!rc && notice[0]) ct_warnf(&t->warn, "%s", notice);
+    if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
     return rc;
 }
 
 /* A loader for one dataset; train: shuffled (data.shuffle), drop_last, augmented. */
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
-    int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->info->classes, &o, err);
-    o.device_dtype = ct_graph_compute_dtype(t->g);   /* data.transform.on_device writes this */
-    if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->warn, err);
-    if (!rc && train) t->shuffle = o.shuffle;
+    int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->m.info->classes, &o, err);
+    o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
+    if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->obs.warn, err);
+    if (!rc && train) t->d.shuffle = o.shuffle;
     return rc;
 }
 
@@ -218,24 +207,32 @@ static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_load
 static int check_eval_metrics(const ct_trainer *t, ct_err *err) {
     const ct_train_cfg *tc = &t->cfg->train;
     const char *es = tc->early_stopping.enabled ? tc->early_stopping.metric : NULL;
-    if (es && strncmp(es, "eval_", 5) == 0 && !t->eval_ds)
+    if (es && strncmp(es, "eval_", 5) == 0 && !t->d.eval_ds)
         return ct_errf(err, CT_ERR_CONFIG, "%s: train.early_stopping.metric is %s but data.eval is not "
                        "set; add an eval set or use \"metric\": \"train_loss\"", t->cfg->path, es);
     const char *acc_user = es && strcmp(es, "eval_accuracy") == 0 ? "train.early_stopping.metric"
                            : strcmp(tc->best_metric, "eval_accuracy") == 0 ? "train.best_metric" : NULL;
-    if (acc_user && t->info->classes == 0)
+    if (acc_user && t->m.info->classes == 0)
         return ct_errf(err, CT_ERR_CONFIG, "%s: %s is eval_accuracy but the model's loss is not a "
                        "classification loss (no accuracy); use eval_loss", t->cfg->path, acc_user);
     return CT_OK;
 }
 
 static int setup_data(ct_trainer *t, ct_err *err) {
+    ct_trainer_data *d = &t->d;
     int rc = check_eval_metrics(t, err);
-    if (!rc) rc = check_dataset(t, t->train_ds, "train", err);
-    if (!rc && t->eval_ds) rc = check_dataset(t, t->eval_ds, "eval", err);
-    if (!rc) rc = start_loader(t, t->train_ds, true, &t->train_l, err);
-    if (!rc && t->eval_ds) rc = start_loader(t, t->eval_ds, false, &t->eval_l, err);
+    if (!rc) rc = check_dataset(t, d->train_ds, "train", err);
+    if (!rc && d->eval_ds) rc = check_dataset(t, d->eval_ds, "eval", err);
+    if (!rc) rc = start_loader(t, d->train_ds, true, &d->train_l, err);
+    if (!rc && d->eval_ds) rc = start_loader(t, d->eval_ds, false, &d->eval_l, err);
     if (!rc) plan_steps(t);
+    return rc;
+}
+
+/* The graph: built (pure) for the micro-batch in the compute dtype. */
+static int build_graph(ct_trainer *t, ct_err *err) {
+    int rc = ct_graph_build(t->cfg, t->cfg->micro_batch, ct_amp_compute_dtype(t->cfg), &t->m.g, err);
+    if (!rc) t->m.info = ct_graph_info_get(t->m.g);
     return rc;
 }
 
@@ -246,8 +243,11 @@ static int setup(ct_trainer *t, ct_err *err) {
     open_job jobs[2];
     open_start(&jobs[0], cfg, "train");
     open_start(&jobs[1], cfg, "eval");
+    ct_amp_init(&t->m.amp, cfg);
     rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
-    if (!rc) rc = ct_graph_build(cfg, cfg->micro_batch, t->be, ct_amp_compute_dtype(cfg), &t->g, err);
+    if (!rc) t->comm = ct_comm_single(t->be);
+    if (!rc) rc = build_graph(t, err);
+    if (!rc) rc = ct_graph_bind(t->m.g, t->be, NULL, err);
     if (!rc) rc = alloc_params(t, err);
     if (!rc) rc = start_step_runner(t, err);
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
@@ -255,9 +255,12 @@ static int setup(ct_trainer *t, ct_err *err) {
     return data_rc ? data_rc : setup_data(t, err);
 }
 
-/* with_ckpt: also run the checkpoint step (resume, init_from, run_dir/config.json). */
-static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
-                        bool with_ckpt, ct_trainer **out, ct_err *err) {
+static void print_warnings(ct_trainer *t) {
+    for (int i = 0; i < t->obs.warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", t->obs.warn.items[i]);
+    ct_warnings_free(&t->obs.warn);
+}
+
+static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary) {
     ct_trainer *t = ct_xcalloc(1, sizeof *t);
     t->t_open = ct_now();
     t->cfg = cfg;
@@ -265,11 +268,22 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
-    ct_report_init(&t->rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    ct_report_init(&t->obs.rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    return t;
+}
+
+/* with_ckpt: also run the checkpoint step (resume, init_from, run_dir/config.json). */
+static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
+                        bool with_ckpt, ct_trainer **out, ct_err *err) {
+    ct_trainer *t = trainer_new(cfg, opts, summary);
     *out = t;
     int rc = setup(t, err);
-    for (int i = 0; i < t->warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", t->warn.items[i]);
-    if (!rc) print_start(t);
+    print_warnings(t);
+    if (!rc) {
+        ct_run_plan plan;
+        ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &plan);
+        print_start(t, &plan);
+    }
     if (!rc && with_ckpt) rc = ct_trainer_ckpt_start(t, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
@@ -290,42 +304,62 @@ int ct_trainer_open_bare(const ct_config *cfg, const ct_run_opts *opts, ct_summa
 
 void ct_trainer_close(ct_trainer *t) {
     if (!t) return;
-    ct_loader_free(t->train_l);
-    ct_loader_free(t->eval_l);
-    ct_warnings_free(&t->warn);
+    ct_loader_free(t->d.train_l);
+    ct_loader_free(t->d.eval_l);
+    ct_warnings_free(&t->obs.warn);
     ct_trainer_ckpt_close(t);
-    if (t->be) ct_step_runner_reset(&t->runner);
-    if (t->buffers) t->be->mem.free(t->be, t->buffers);
-    ct_optim_free(t->opt);
-    ct_amp_free(t->amp);
-    ct_graph_free(t->g);
-    ct_dataset_close(t->train_ds);
-    ct_dataset_close(t->eval_ds);
+    if (t->be) ct_step_runner_reset(&t->m.runner);
+    if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
+    ct_optim_free(t->m.opt);
+    ct_param_store_free(t->m.params);
+    ct_graph_free(t->m.g);
+    ct_comm_destroy(t->comm);
+    ct_dataset_close(t->d.train_ds);
+    ct_dataset_close(t->d.eval_ds);
     if (t->be) ct_backend_destroy(t->be);
     free(t);
 }
 
-struct ct_optim *ct_trainer_optim(ct_trainer *t) { return t->opt; }
-const struct ct_graph *ct_trainer_graph(const ct_trainer *t) { return t->g; }
+struct ct_optim *ct_trainer_optim(ct_trainer *t) { return t->m.opt; }
+struct ct_param_store *ct_trainer_params(ct_trainer *t) { return t->m.params; }
+const struct ct_graph *ct_trainer_graph(const ct_trainer *t) { return t->m.g; }
 ct_backend *ct_trainer_backend(ct_trainer *t) { return t->be; }
 
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx) {
-    t->on_step = fn;
-    t->on_step_ctx = ctx;
+    t->obs.on_step = fn;
+    t->obs.on_step_ctx = ctx;
+}
+
+/* --dry-run: the config, the model and its memory plan, from the planner alone: no backend is
+ * created, no tensor memory allocated, no data file opened. */
+static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
+    ct_trainer *t = trainer_new(cfg, opts, summary);
+    int rc = check_supported(cfg, err);
+    if (!rc) rc = build_graph(t, err);
+    if (!rc) {
+        bool gpu = strcmp(cfg->train.device, "cpu") != 0 &&
+                   (strncmp(cfg->train.device, "cuda", 4) == 0 || ct_cuda_available());
+        ct_run_plan plan;
+        ct_run_plan_make(cfg, t->m.g, gpu, &plan);
+        print_model(t, gpu ? "cuda" : "cpu", "planned, not started");
+        ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
+                       cfg->micro_batch, cfg->grad_accum, cfg->world_size);
+        print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g));
+        ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
+                       "allocated or trained");
+    }
+    ct_trainer_set_status(t, rc ? "error" : "ok", rc ? err : NULL);
+    ct_trainer_finish(t);
+    ct_trainer_close(t);
+    return rc;
 }
 
 int ct_train_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
+    if (opts && opts->dry_run) return dry_run(cfg, opts, summary, err);
     ct_trainer *t = NULL;
     int rc = ct_trainer_open(cfg, opts, summary, &t, err);
-    if (!rc && !(opts && opts->dry_run)) {
-        rc = ct_trainer_fit(t, err); /* fills the rest of the summary */
-    } else {
-        if (!rc) {
-            ct_trainer_set_status(t, "ok", NULL);
-            ct_report_line(&t->rep, "dry run: configuration, model and data are valid; nothing trained");
-        }
-        ct_trainer_finish(t);
-    }
+    if (!rc) rc = ct_trainer_fit(t, err); /* fills the rest of the summary */
+    else ct_trainer_finish(t);
     ct_trainer_close(t);
     return rc;
 }

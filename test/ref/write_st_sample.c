@@ -106,7 +106,7 @@ static int write_checkpoint(const char *out, cJSON *exp) {
     views[1].shape = ct_shape_make(1, d1);
     views[2].shape = ct_shape_make(1, d2);
     ct_ckpt_tensors t = {.views = views, .n_views = 3, .params = params, .buffers = buffers,
-                         .n_params = 20, .n_buffers = 3, .n_slots = 2,
+                         .lo = 0, .hi = 20, .n_buffers = 3, .n_slots = 2,
                          .slot_name = {"exp_avg", "exp_avg_sq"}, .slot = {m, v},
                          .optimizer = "Adam"};
     ct_ckpt_state st;

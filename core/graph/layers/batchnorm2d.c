@@ -56,9 +56,12 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     const bn_cfg *c = l->cfg_data;
     int64_t ch = l->in[0].d[0], hw = ct_layer_in_numel(l, 0) / ch;
     float *save = io->aux;
-    io->be->norm.batchnorm_forward(io->be, io->y, io->x[0], io->p[0], io->p[1], io->p[2], io->p[3], save,
-                              save + ch, io->n, ch, hw, (float)c->eps, (float)c->momentum, io->train,
-                              io->dt);
+    /* A recomputed forward normalises with the same batch statistics; the running statistics
+     * were updated by the first forward and must not move twice. */
+    float *run_mean = io->recompute ? NULL : io->p[2], *run_var = io->recompute ? NULL : io->p[3];
+    io->be->norm.batchnorm_forward(io->be, io->y, io->x[0], io->p[0], io->p[1], run_mean, run_var,
+                                   save, save + ch, io->n, ch, hw, (float)c->eps,
+                                   (float)c->momentum, io->train, io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {

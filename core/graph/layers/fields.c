@@ -133,3 +133,22 @@ int ct_layer_choice(const ct_layer *l, const char *key, const char *const *choic
                                    key, list, v->valuestring, near);
     return ct_layer_errf(l, err, v, "%s: expected one of %s", key, list);
 }
+
+/* Unknown keys are errors inside ctrain's sections, with the closest allowed key suggested. */
+int ct_model_check_keys(const ct_config *cfg, const ct_layer *l, const cJSON *obj, const char *path,
+                        const char *const *allowed, int n_allowed, ct_err *err) {
+    for (const cJSON *k = obj->child; k; k = k->next) {
+        bool ok = false;
+        for (int i = 0; i < n_allowed && !ok; i++) ok = strcmp(k->string, allowed[i]) == 0;
+        if (ok) continue;
+        const char *near = ct_suggest(k->string, allowed, n_allowed);
+        char hint[160] = "";
+        if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
+        if (l) return ct_layer_errf(l, err, k, "unknown field \"%s\"%s", k->string, hint);
+        char where[512];
+        ct_model_where(cfg, k, where, sizeof where);
+        return ct_errf(err, CT_ERR_CONFIG, "%s%s%s: unknown key \"%s\"%s", where, where[0] ? ": " : "",
+                       path, k->string, hint);
+    }
+    return CT_OK;
+}

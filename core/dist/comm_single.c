@@ -1,0 +1,48 @@
+/* comm_single.c: the communicator of one process (comm.h). A reduction over one rank is the
+ * identity; a scatter or gather is a copy unless source and destination are the same memory. */
+#include <stdlib.h>
+
+#include "core/dist/comm.h"
+
+static void copy(ct_comm *c, void *dst, const void *src, int64_t n, ct_dtype dt) {
+    if (dst != src && n > 0) c->be->mem.copy_d2d(c->be, dst, src, ct_nbytes(n, dt));
+}
+
+static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+    return CT_OK;
+}
+
+static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
+                          ct_reduce_op op, ct_err *err) {
+    copy(c, dst, src, n_per_rank, dt);
+    return CT_OK;
+}
+
+static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
+                      ct_err *err) {
+    copy(c, dst, src, n_per_rank, dt);
+    return CT_OK;
+}
+
+static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err) {
+    if (root != 0) return ct_errf(err, CT_ERR_RUNTIME, "broadcast from rank %d of a 1-rank communicator", root);
+    return CT_OK;
+}
+
+static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) { return CT_OK; }
+
+static int barrier(ct_comm *c, ct_err *err) { return CT_OK; }
+
+static void destroy(ct_comm *c) { free(c); }
+
+ct_comm *ct_comm_single(ct_backend *be) {
+    ct_comm *c = ct_xcalloc(1, sizeof *c);
+    *c = (ct_comm){.name = "single", .rank = 0, .world = 1, .be = be, .all_reduce = all_reduce,
+                   .reduce_scatter = reduce_scatter, .all_gather = all_gather, .broadcast = broadcast,
+                   .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
+    return c;
+}
+
+void ct_comm_destroy(ct_comm *c) {
+    if (c) c->destroy(c);
+}

@@ -1,0 +1,56 @@
+/* store.h: the parameter store owns the flat buffers of a run (layout.h says what is where).
+ *
+ *   master   fp32 master weights of the range [lo, hi) this process updates: the whole space
+ *            [0, n_params) without ZeRO, a shard with it. Element lo is master[0].
+ *   params   [n_params] the parameters forward and backward read, in the compute dtype. In fp32
+ *            with the whole range this is the master itself; otherwise a copy the optimizer's
+ *            fused update writes (and an all-gather completes under ZeRO).
+ *   grads    [n_params] fp32 gradients, accumulated over micro-batches.
+ *   buffers  [n_buffers] fp32 non-trainable state (running statistics), always whole.
+ *
+ * The optimizer owns only its state and steps the (master, grads, params) range it is given
+ * (core/optim/optim.h). Layers get their pointers from the executor, which offsets these buffers
+ * by the views; a prepare hook may redirect them (core/graph/graph.h). */
+#ifndef CT_PARAMS_STORE_H
+#define CT_PARAMS_STORE_H
+
+#include "core/backend/backend.h"
+#include "core/params/layout.h"
+
+typedef struct ct_param_store {
+    const ct_param_layout *layout;
+    ct_backend *be;
+    ct_dtype compute;            /* CT_F32, CT_F16 or CT_BF16 */
+    int64_t lo, hi;              /* the master's range */
+    float *master;               /* [hi - lo] */
+    void *params;                /* [n_params] in compute (== master when fp32 and whole) */
+    float *grads;                /* [n_params] */
+    float *buffers;              /* [n_buffers] (NULL when there are none) */
+} ct_param_store;
+
+/* Bytes the store allocates per memory category (pure: the planner's numbers). */
+void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi,
+                         size_t bytes[CT_MEM_CAT_COUNT]);
+
+/* Allocate on be, everything zeroed. lo, hi: the master's range (0, L->n_params for all).
+ * CT_ERR_RUNTIME naming the bytes when memory runs out. */
+int ct_param_store_create(const ct_param_layout *L, ct_backend *be, ct_dtype compute, int64_t lo,
+                          int64_t hi, ct_param_store **out, ct_err *err);
+void ct_param_store_free(ct_param_store *s);
+
+/* Parameters and buffers from Philox keyed by (seed, CT_RNG_INIT, view index, element), the
+ * layer's init scheme applied (PyTorch's defaults unless "init" says otherwise): the master of
+ * [lo, hi) and the buffers; then the compute copy. Values depend only on the seed and the model. */
+void ct_param_store_init(ct_param_store *s, uint64_t seed);
+
+/* The compute copy from the master, after the master changed outside the optimizer (a loaded
+ * checkpoint, init_from): a cast, or nothing when params is the master. */
+void ct_param_store_refresh(ct_param_store *s);
+
+void ct_param_store_zero_grads(ct_param_store *s);
+
+/* True when params is a copy of its own (16-bit, or a shard's whole fp32 copy) that every update
+ * of the master must also write. */
+bool ct_param_store_has_copy(const ct_param_store *s);
+
+#endif

@@ -1,0 +1,48 @@
+/* plan.c: the memory plan of a run (plan.h), from the same size functions the allocations use:
+ * the parameter store's, the optimizer's, the graph's arena and the loader's. */
+#include "core/train/plan.h"
+
+#include <string.h>
+
+#include "core/data/loader.h"
+#include "core/optim/amp.h"
+#include "core/optim/optim.h"
+#include "core/params/store.h"
+
+/* The optimizer's state over the whole trainable space (Lamb: plus its scratch, as large as the
+ * largest tensor). */
+static size_t optimizer_bytes(const ct_config *cfg, const ct_param_layout *L) {
+    size_t b = ct_optim_state_bytes_for(cfg->optimizer.type, cfg->optimizer.momentum, L->n_params);
+    if (cfg->optimizer.type != CT_OPT_LAMB) return b;
+    int64_t max = 0;
+    for (int i = 0; i < L->n_views; i++)
+        if (L->views[i].trainable && L->views[i].numel > max) max = L->views[i].numel;
+    return b + (size_t)((max + 15) & ~(int64_t)15) * sizeof(float);
+}
+
+/* Device copies of the train and eval loaders' batches (the model's input and target shapes). */
+static size_t loader_bytes(const ct_config *cfg, const ct_graph_info *gi, ct_dtype compute) {
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(cfg->data, "transform");
+    bool u8 = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tr, "on_device")) && gi->input_dtype != CT_I32;
+    size_t one = ct_loader_device_bytes(cfg->micro_batch, ct_shape_numel(&gi->input_shape), gi->input_dtype,
+                                        ct_shape_numel(&gi->target_shape), gi->target_dtype, u8, compute);
+    bool eval = cJSON_GetObjectItemCaseSensitive(cfg->data, "eval") != NULL;
+    return one * (eval ? 2 : 1);
+}
+
+void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out) {
+    memset(out, 0, sizeof *out);
+    const ct_param_layout *L = ct_graph_layout(g);
+    const ct_graph_info *gi = ct_graph_info_get(g);
+    ct_dtype compute = ct_graph_compute_dtype(g);
+    out->device = device;
+    out->act = *ct_graph_plan(g);
+    ct_param_store_plan(L, compute, 0, L->n_params, out->bytes);
+    out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L);
+    /* The arena is one allocation, its shared layer workspace included; the trainer's loss
+     * accumulator is the workspace category's. */
+    out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;
+    out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float) + out->backend_scratch;
+    out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];
+}

@@ -1,0 +1,42 @@
+/* summary.c: the summary's status and the totals every run ends with (wall time, peak memory
+ * by category); shared by the set-up (trainer.c) and the loop (loop.c). */
+#include <string.h>
+
+#include "core/train/internal.h"
+
+void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err) {
+    snprintf(t->sum->status, sizeof t->sum->status, "%s", status);
+    if (!err) return;
+    const char *nl = strchr(err->msg, '\n');
+    size_t len = nl ? (size_t)(nl - err->msg) : strlen(err->msg);
+    if (len >= sizeof t->sum->error) len = sizeof t->sum->error - 1;
+    memcpy(t->sum->error, err->msg, len);
+    t->sum->error[len] = '\0';
+}
+
+/* memory_breakdown: one line with the peak of every category. */
+static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
+    char line[512];
+    size_t used = (size_t)snprintf(line, sizeof line, "peak %s memory (MiB):",
+                                   strcmp(t->be->name, "cpu") == 0 ? "host" : "device");
+    for (int c = 0; c < CT_MEM_CAT_COUNT && used < sizeof line; c++)
+        used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f", ct_mem_cat_name((ct_mem_cat)c),
+                                 (double)m->peak[c] / 1048576.0);
+    if (used < sizeof line)
+        snprintf(line + used, sizeof line - used, "; all %.1f", (double)m->peak_total / 1048576.0);
+    ct_report_line(&t->obs.rep, "%s", line);
+}
+
+void ct_trainer_finish(ct_trainer *t) {
+    ct_summary *s = t->sum;
+    s->wall_s = ct_now() - t->t_open;
+    s->peak_host_bytes = ct_peak_rss_bytes();
+    if (t->be && t->be->mem.peak_bytes) s->peak_device_bytes = t->be->mem.peak_bytes(t->be);
+    if (t->be && t->be->mem.mem_stats) {
+        ct_mem_stats m;
+        t->be->mem.mem_stats(t->be, &m);
+        memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
+        s->has_mem_stats = true;
+        if (t->cfg->memory_breakdown) report_memory(t, &m);
+    }
+}
