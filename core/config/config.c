@@ -1,4 +1,6 @@
-/* config.c: ct_config_load() and the public helpers around it.
+/* config.c: the facade of the config module: ct_config_load(), ct_config_free(),
+ * ct_config_to_json() and `ctrain config check`. It calls the section readers; they never call it
+ * (ct_config_where and ct_config_resolve_path live in read.c, below them).
  *
  * Order of work (each step sees the result of the previous one):
  *   parse -> splice "model"/"data" files -> apply overrides -> read every section (config_schema.c)
@@ -31,26 +33,6 @@ static void set_names(ct_config *cfg, const char *path) {
     char *ext = strrchr(cfg->name, '.');
     if (ext && ext != cfg->name) *ext = 0;
     if (!cfg->name[0]) snprintf(cfg->name, sizeof cfg->name, "config");
-}
-
-const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n) {
-    struct ct_json_doc *docs[3] = {cfg->doc, cfg->model_doc, cfg->data_doc};
-    if (node) {
-        for (int i = 0; i < 3; i++) {
-            int line, col;
-            if (docs[i] && (ct_json_pos(docs[i], node, &line, &col) || ct_json_origin(docs[i], node)))
-                return ct_json_where(docs[i], node, buf, n);
-        }
-    }
-    snprintf(buf, n, "%s", cfg->path);
-    return buf;
-}
-
-void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n) {
-    if (rel[0] == '/' || !cfg->dir[0] || strcmp(cfg->dir, ".") == 0)
-        snprintf(out, n, "%s", rel);
-    else
-        snprintf(out, n, "%s/%s", cfg->dir, rel);
 }
 
 /* One warning listing every valid DeepSpeed key that ctrain reads but does not act on. */
