@@ -54,6 +54,27 @@ has "$T/out" '"train_micro_batch_size_per_gpu":[[:space:]]*3' "KEY=VALUE applied
 expect 2 "bad stage" -- "$B" --config "$T/c.json" --print-config --set zero_optimization.stage=4
 has "$T/err" "zero_optimization.stage" "bad stage names the JSON path"
 
+# config check says what is accepted but not used yet, and does not show ZeRO as active
+cat > "$T/z.json" <<'JSON'
+{
+  "train_batch_size": 16,
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+  "activation_checkpointing": {"partition_activations": true},
+  "wall_clock_breakdown": true
+}
+JSON
+expect 0 "config check (ZeRO and friends)" -- "$B" config check "$T/z.json"
+has "$T/out" '^accepted, not used yet:$' "config check prints the not-yet heading"
+has "$T/out" '^  zero_optimization.stage 2: accepted, not used yet: this version trains without ZeRO' "config check lists the ZeRO stage as not used yet"
+has "$T/out" '^  zero_optimization.offload_optimizer.device cpu: accepted, not used yet' "config check lists CPU offload as not used yet"
+has "$T/out" '^  activation_checkpointing.partition_activations true: accepted, not used yet' "config check lists activation checkpointing"
+has "$T/out" '^  wall_clock_breakdown true: accepted, not used yet' "config check lists wall_clock_breakdown"
+has "$T/out" '^zero .*asks for stage 2.*not used yet' "config check shows the ZeRO stage as asked for"
+if grep -q '^zero  *stage 2, offload' "$T/out"; then bad "config check prints ZeRO as if active"; else ok "ZeRO not printed as active"; fi
+if grep -q 'read but not used.*activation_checkpointing' "$T/err"; then bad "activation_checkpointing reported twice"; else ok "no double report"; fi
+expect 0 "config check (nothing switched on)" -- "$B" config check "$T/c.json"
+if grep -q 'not used yet' "$T/out"; then bad "not-yet heading without a setting on"; else ok "no not-yet heading when nothing is on"; fi
+
 CORPUS=test/conformance/ds_configs
 if [ -d "$CORPUS" ]; then
     expect 0 "config check (corpus file)" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__cifar_ds_config.json" --world-size 8

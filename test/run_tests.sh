@@ -29,6 +29,7 @@ if [ "$MODE" = "cuda" ]; then
     run_one test_amp_on_cuda env CT_TEST_DEVICE=cuda "$BUILD/test/test_amp"
     for s in test/e2e_cuda*.sh; do [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"; done
 else
+    run_one check_layout sh test/check_layout.sh
     for t in "$BUILD"/test/test_*; do
         case "$t" in *.log) continue ;; esac
         [ -x "$t" ] && run_one "$(basename "$t")" "$t"

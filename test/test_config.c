@@ -1,4 +1,5 @@
-/* test_config.c: ct_config_load(): batch rule, overrides, "auto", typos, syntax, errors, defaults. */
+/* test_config.c: ct_config_load(): batch rule, overrides, "auto", typos, syntax, defaults; every refused
+ * config as a row of one table (err_cases); the accepted-but-not-yet-implemented settings (not_yet_cases). */
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
@@ -54,11 +55,6 @@ static bool has_warning(const loaded *l, const char *needle) {
 }
 
 #define assert_ok(l) ck_assert_msg((l).rc == CT_OK, "load failed: %s", (l).err.msg)
-#define assert_err_has(l, s)                                                                  \
-    do {                                                                                      \
-        ck_assert_msg((l).rc == CT_ERR_CONFIG, "expected a config error, got rc %d", (l).rc); \
-        ck_assert_msg(strstr((l).err.msg, (s)) != NULL, "message lacks \"%s\": %s", (s), (l).err.msg); \
-    } while (0)
 #define assert_warn_has(l, s) ck_assert_msg(has_warning(&(l), (s)), "no warning containing \"%s\"", (s))
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -108,57 +104,6 @@ START_TEST(batch_derivations) {
         ck_assert_int_eq(l.cfg->grad_accum_src, CT_SRC_DEFAULT);
         unload(&l);
     }
-    /* floor division, as DeepSpeed: tb 100, micro 7, W 2 -> GAS (100 // 7) // 2 = 7 -> 98 != 100 */
-    loaded l = load_batch(100, 7, 0, 2);
-    assert_err_has(l, "100 != micro 7 × accumulation 7 × world 2 = 98");
-    unload(&l);
-}
-END_TEST
-
-START_TEST(batch_errors) {
-    loaded l = load_batch(0, 0, 4, 1); /* GAS only */
-    assert_err_has(l, "train_batch_size");
-    assert_err_has(l, "train_micro_batch_size_per_gpu");
-    unload(&l);
-    l = load("{\"steps_per_print\": 1}", 1); /* none */
-    assert_err_has(l, "train_batch_size: missing");
-    unload(&l);
-    l = load_batch(4, 0, 1, 8); /* micro 4 // 8 = 0 */
-    assert_err_has(l, "train_micro_batch_size_per_gpu: derived (train_batch_size 4 // world 8) // accumulation 1 = 0");
-    assert_err_has(l, "train_batch_size was set in the file (1:2)");
-    assert_err_has(l, "onsistent choice");
-    assert_err_has(l, "micro 1 and accumulation 1 with train_batch_size 8, or keep train_batch_size 4 and run on 4 ranks");
-    unload(&l);
-    l = load_batch(4, 2, 0, 8); /* GAS 0 */
-    assert_err_has(l, "gradient_accumulation_steps: derived (train_batch_size 4 // micro 2) // world 8 = 0");
-    unload(&l);
-    l = load_batch(4, 0, 1, 3); /* product check */
-    assert_err_has(l, "4 != micro 1 × accumulation 1 × world 3 = 3");
-    unload(&l);
-    l = load("{\"train_batch_size\": -8, \"train_micro_batch_size_per_gpu\": 2}", 1);
-    assert_err_has(l, "train_batch_size: got -8");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": -2, \"gradient_accumulation_steps\": 1}", 1);
-    assert_err_has(l, "train_micro_batch_size_per_gpu: got -2");
-    unload(&l);
-    l = load("{\"train_batch_size\": \"8\"}", 1);
-    assert_err_has(l, "train_batch_size: expected a positive integer or \"auto\", got \"8\"");
-    unload(&l);
-    l = load("{\"train_micro_batch_size_per_gpu\": 900000000000, \"gradient_accumulation_steps\": 900000000000}", 64);
-    assert_err_has(l, "more than ctrain supports");
-    unload(&l);
-    l = load("{\"train_batch_size\": 5.5}", 1);
-    assert_err_has(l, "got 5.5");
-    unload(&l);
-    /* the UX example: sources from the file and from --set, and consistent alternatives */
-    const char *ovs[] = {"gradient_accumulation_steps=4"};
-    l = load_opts("{\"train_batch_size\": 100,\n \"train_micro_batch_size_per_gpu\": 12}", 2, ovs, 1, false, false);
-    assert_err_has(l, "train_batch_size: 100 != micro 12 × accumulation 4 × world 2 = 96");
-    assert_err_has(l, "train_batch_size was set in the file (1:2)");
-    assert_err_has(l, "train_micro_batch_size_per_gpu was set in the file (2:2)");
-    assert_err_has(l, "gradient_accumulation_steps was set with --set gradient_accumulation_steps");
-    assert_err_has(l, "micro 12 and accumulation 4 with train_batch_size 96, or micro 10 and accumulation 5 with 100");
-    unload(&l);
 }
 END_TEST
 
@@ -215,35 +160,11 @@ START_TEST(override_replaces_in_place) {
 }
 END_TEST
 
-START_TEST(override_errors) {
-    const char *through[] = {"train_batch_size.x=1"};
-    loaded l = load_opts("{\"train_batch_size\": 16}", 1, through, 1, false, false);
-    assert_err_has(l, "--set train_batch_size.x: train_batch_size is 16");
-    assert_err_has(l, "not an object");
-    unload(&l);
-    const char *bad_value[] = {"train.epochs=abc"};
-    l = load_opts("{\"train_batch_size\": 16}", 1, bad_value, 1, false, false);
-    assert_err_has(l, "a.json: --set train.epochs: expected an integer >= 0, got \"abc\"");
-    unload(&l);
-    const char *nested[] = {"zero_optimization={\"stage\": 7}", "train.epohcs=3"};
-    l = load_opts("{\"train_batch_size\": 16}", 1, nested, 1, false, false);
-    assert_err_has(l, "a.json: --set zero_optimization: zero_optimization.stage: expected an integer 0..3, got 7");
-    unload(&l);
-    l = load_opts("{\"train_batch_size\": 16}", 1, nested + 1, 1, false, false);
-    assert_err_has(l, "a.json: --set train.epohcs: unknown key; did you mean train.epochs?");
-    unload(&l);
-    const char *no_eq[] = {"train.epochs"};
-    l = load_opts("{\"train_batch_size\": 16}", 1, no_eq, 1, false, false);
-    assert_err_has(l, "expected KEY=VALUE");
-    unload(&l);
-    const char *empty[] = {"train..epochs=3"};
-    l = load_opts("{\"train_batch_size\": 16}", 1, empty, 1, false, false);
-    assert_err_has(l, "empty component");
-    unload(&l);
-    /* array index into model.layers */
+/* A number in a dotted path indexes an array; positions name the override. */
+START_TEST(override_array_index) {
     const char *idx[] = {"model.layers.1.out=77"};
-    l = load_opts("{\"train_batch_size\": 16, \"model\": {\"input\": [4], \"layers\": [{\"type\": \"relu\"}, "
-                  "{\"type\": \"linear\", \"out\": 3}]}}", 1, idx, 1, false, false);
+    loaded l = load_opts("{\"train_batch_size\": 16, \"model\": {\"input\": [4], \"layers\": [{\"type\": \"relu\"}, "
+                         "{\"type\": \"linear\", \"out\": 3}]}}", 1, idx, 1, false, false);
     assert_ok(l);
     const cJSON *out = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(l.cfg->model, "layers"), 1), "out");
     ck_assert_int_eq(out->valueint, 77);
@@ -357,31 +278,6 @@ START_TEST(typo_suggestions) {
     assert_ok(l);
     assert_warn_has(l, "fp16.loss_scale_windw: unknown key (ignored); did you mean fp16.loss_scale_window?");
     unload(&l);
-    l = load("{\"train_batch_size\": 8,\n \"zero_optimization\": {\"stage\": 3, \"stage3_max_live_paramters\": 1e9}}", 1);
-    assert_err_has(l, "a.json:2:36: zero_optimization.stage3_max_live_paramters: unknown key; did you mean "
-                      "zero_optimization.stage3_max_live_parameters?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", "
-             "\"pin_memroy\": true}}}", 1);
-    assert_err_has(l, "zero_optimization.offload_optimizer.pin_memroy: unknown key; did you mean "
-                      "zero_optimization.offload_optimizer.pin_memory?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"train\": {\"epoch\": 3}}", 1);
-    assert_err_has(l, "train.epoch: unknown key; did you mean train.epochs?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"tensorboard\": {\"enable\": true}}", 1);
-    assert_err_has(l, "tensorboard.enable: unknown key; did you mean tensorboard.enabled?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"model\": {\"layer\": []}}", 1);
-    assert_err_has(l, "model.layer: unknown key; did you mean model.layers?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"data\": {\"train\": {\"format\": \"idx\", \"image\": \"x\"}}}", 1);
-    assert_err_has(l, "data.train.image: unknown key; did you mean data.train.images?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"data\": {\"train\": {\"format\": \"idk\"}}}", 1);
-    assert_err_has(l, "data.train.format: expected one of idx, image_folder, shard, tokens, csv, got \"idk\"; did you "
-                      "mean idx?");
-    unload(&l);
 }
 END_TEST
 
@@ -412,102 +308,6 @@ START_TEST(hjson_forms_warn) {
     assert_warn_has(l, "a.json:4:23: missing comma");
     ck_assert_int_eq(l.cfg->steps_per_print, 5);
     unload(&l);
-    l = load("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true, \"enabled\": false}}", 1);
-    assert_err_has(l, "duplicate key");
-    assert_err_has(l, "enabled");
-    unload(&l);
-    l = load("{\"train_batch_size\": GBSIZE}", 1);
-    assert_err_has(l, "GBSIZE");
-    assert_err_has(l, "1:22");
-    unload(&l);
-    l = load("[1, 2]", 1);
-    assert_err_has(l, "expected a JSON object at the top level");
-    unload(&l);
-}
-END_TEST
-
-/* ---------------------------------------------------------------------------------------------- */
-/* Errors on values                                                                                */
-
-START_TEST(value_errors) {
-    loaded l = load("{\"train_batch_size\": 8,\n \"zero_optimization\": {\n   \"stage\": 4}}", 1);
-    assert_err_has(l, "a.json:3:4: zero_optimization.stage: expected an integer 0..3, got 4");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", 1);
-    assert_err_has(l, "fp16.enabled and bf16.enabled are both true");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bfloat16\": {\"enabled\": true}}", 1);
-    assert_err_has(l, "bfloat16.enabled");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1}}}", 1);
-    assert_err_has(l, "optimizer.type: \"OneBitAdam\" is a DeepSpeed optimizer not supported by ctrain; supported: "
-                      "Adam, AdamW, SGD, Lamb");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adma\"}}", 1);
-    assert_err_has(l, "did you mean Adam?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"max_grad_norm\": 1.0}}}", 1);
-    assert_err_has(l, "optimizer.params.max_grad_norm: not supported as an optimizer parameter");
-    assert_err_has(l, "gradient_clipping");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
-             "\"nvme\", \"nvme_path\": \"/x\"}}}", 1);
-    assert_err_has(l, "zero_optimization.offload_param.device: NVMe offload is not implemented");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_param\": false}}", 1);
-    assert_err_has(l, "zero_optimization.offload_param: expected an object");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"cpu_offload\": true, \"offload_optimizer\": "
-             "{\"device\": \"cpu\"}}}", 1);
-    assert_err_has(l, "zero_optimization.cpu_offload: deprecated, and cannot be given together");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"max_live_parameters\": 1, "
-             "\"stage3_max_live_parameters\": 2}}", 1);
-    assert_err_has(l, "given twice");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1500.5}}", 1);
-    assert_err_has(l, "zero_optimization.reduce_bucket_size: expected an integer >= 0, got 1500.5");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": "
-             "\"cpu\", \"ratio\": 0.3}}}", 1);
-    assert_err_has(l, "partial offloading (ratio < 1) needs ZeRO stage 3");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": \"yes\"}}", 1); /* plain section: not lax */
-    assert_err_has(l, "fp16.enabled: expected true or false, got \"yes\"");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {}}}", 1);
-    assert_err_has(l, "scheduler.params.total_num_steps: required by WarmupDecayLR");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"warmuplr\"}}", 1);
-    assert_err_has(l, "did you mean WarmupLR?");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.1}}}", 1);
-    assert_err_has(l, "scheduler.params.cycle_max_lr: required by OneCycle");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"train\": {\"device\": \"gpu\"}}", 1);
-    assert_err_has(l, "train.device: expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\"");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"model\": {\"layers\": {\"type\": \"linear\"}}}", 1);
-    assert_err_has(l, "model.layers: expected an array of layer objects");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"model\": {\"layers\": [{\"type\": \"relu\"}, 3]}}", 1);
-    assert_err_has(l, "model.layers[1]: expected a layer object");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": "
-             "\"seqlen\", \"min_difficulty\": 8, \"schedule_type\": \"fixed_linear\", \"schedule_config\": {}}}", 1);
-    assert_err_has(l, "curriculum_learning.max_difficulty: required when curriculum learning is enabled");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": "
-             "\"seqlen\", \"min_difficulty\": 8, \"max_difficulty\": 64, \"schedule_type\": \"fixed_root\", "
-             "\"schedule_config\": {\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}", 1);
-    assert_err_has(l, "curriculum_learning.schedule_config.root_degree: required by schedule_type fixed_root");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"progressive_layer_drop\": {\"theta\": 0.5}}", 1);
-    assert_err_has(l, "progressive_layer_drop.enabled: required");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"amp\": {\"enabled\": true, \"opt_level\": \"O1\"}}", 1);
-    assert_err_has(l, "amp.enabled: NVIDIA Apex AMP is not implemented");
-    unload(&l);
 }
 END_TEST
 
@@ -520,12 +320,6 @@ START_TEST(pydantic_coercion) {
     ck_assert(l.cfg->zero.reduce_bucket_size == 500 && l.cfg->zero.allgather_bucket_size == 5e8);
     ck_assert(l.cfg->zero.overlap_comm && !l.cfg->zero.contiguous_gradients);
     ck_assert(l.cfg->fp16.enabled);
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": \"5e8\"}}", 1);
-    assert_err_has(l, "zero_optimization.reduce_bucket_size: expected an integer");
-    unload(&l);
-    l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"overlap_comm\": 2}}", 1);
-    assert_err_has(l, "zero_optimization.overlap_comm: expected true or false, got 2");
     unload(&l);
     /* deprecated forms move to their replacements */
     l = load("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}, "
@@ -626,14 +420,520 @@ START_TEST(sections_from_files) {
     assert_ok(l);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(l.cfg->model, "layers")), 1);
     unload(&l);
-    /* a missing model file names the file and the key */
-    l = load("{\"train_batch_size\": 8, \"model\": \"nope.json\"}", 1);
-    assert_err_has(l, "nope.json");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Errors: every refused config is a row of one table, checked by one runner                      */
+
+/* A config ctrain must refuse: the file (a.json in the test folder, and a second file when a.json
+ * names one), the command line, and what the refusal says. */
+typedef struct err_case {
+    const char *text;                /* a.json */
+    int world;                       /* data-parallel ranks; 0 means 1 */
+    const char *set[2];              /* overrides (--set KEY=VALUE), in order */
+    const char *aux_name, *aux_text; /* a second file, written first (a model file a.json names) */
+    bool check;                      /* through ct_config_check (`ctrain config check`) */
+    int code;                        /* the status, which is ctrain's exit code */
+    const char *at;                  /* "a.json:3:4": the message starts with that file and position */
+    const char *has[6];              /* texts the message contains */
+} err_case;
+
+#define CFG CT_ERR_CONFIG
+#define TB8 "{\"train_batch_size\": 8, "
+
+static const err_case err_cases[] = {
+    /* --- batch rule --- */
+    /* floor division, as DeepSpeed: tb 100, micro 7, W 2 -> GAS (100 // 7) // 2 = 7 -> 98 != 100 */
+    {.text = "{\"train_batch_size\": 100,\"train_micro_batch_size_per_gpu\": 7,\"steps_per_print\": 10}",
+     .world = 2, .code = CFG, .at = "a.json:1:2", .has = {"100 != micro 7 × accumulation 7 × world 2 = 98"}},
+    /* accumulation only */
+    {.text = "{\"gradient_accumulation_steps\": 4,\"steps_per_print\": 10}", .code = CFG,
+     .at = "a.json:1:2", .has = {"train_batch_size", "train_micro_batch_size_per_gpu"}},
+    /* none */
+    {.text = "{\"steps_per_print\": 1}", .code = CFG, .at = "a.json", .has = {"train_batch_size: missing"}},
+    /* micro 4 // 8 = 0 */
+    {.text = "{\"train_batch_size\": 4,\"gradient_accumulation_steps\": 1,\"steps_per_print\": 10}", .world = 8,
+     .code = CFG, .at = "a.json:1:2",
+     .has = {"train_micro_batch_size_per_gpu: derived (train_batch_size 4 // world 8) // accumulation 1 = 0",
+             "train_batch_size was set in the file (1:2)", "onsistent choice",
+             "micro 1 and accumulation 1 with train_batch_size 8, or keep train_batch_size 4 and run on 4 ranks"}},
+    /* accumulation 0 */
+    {.text = "{\"train_batch_size\": 4,\"train_micro_batch_size_per_gpu\": 2,\"steps_per_print\": 10}", .world = 8,
+     .code = CFG, .at = "a.json:1:2",
+     .has = {"gradient_accumulation_steps: derived (train_batch_size 4 // micro 2) // world 8 = 0"}},
+    /* the product check */
+    {.text = "{\"train_batch_size\": 4,\"gradient_accumulation_steps\": 1,\"steps_per_print\": 10}", .world = 3,
+     .code = CFG, .at = "a.json:1:2", .has = {"4 != micro 1 × accumulation 1 × world 3 = 3"}},
+    {.text = "{\"train_batch_size\": -8, \"train_micro_batch_size_per_gpu\": 2}", .code = CFG,
+     .at = "a.json:1:2", .has = {"train_batch_size: got -8"}},
+    {.text = TB8 "\"train_micro_batch_size_per_gpu\": -2, \"gradient_accumulation_steps\": 1}", .code = CFG,
+     .at = "a.json:1:25", .has = {"train_micro_batch_size_per_gpu: got -2"}},
+    {.text = "{\"train_batch_size\": \"8\"}", .code = CFG,
+     .at = "a.json:1:2", .has = {"train_batch_size: expected a positive integer or \"auto\", got \"8\""}},
+    {.text = "{\"train_micro_batch_size_per_gpu\": 900000000000, \"gradient_accumulation_steps\": 900000000000}",
+     .world = 64, .code = CFG, .at = "a.json:1:2", .has = {"more than ctrain supports"}},
+    {.text = "{\"train_batch_size\": 5.5}", .code = CFG, .at = "a.json:1:2", .has = {"got 5.5"}},
+    /* the UX example: sources from the file and from --set, and consistent alternatives */
+    {.text = "{\"train_batch_size\": 100,\n \"train_micro_batch_size_per_gpu\": 12}", .world = 2,
+     .set = {"gradient_accumulation_steps=4"}, .code = CFG, .at = "a.json:1:2",
+     .has = {"train_batch_size: 100 != micro 12 × accumulation 4 × world 2 = 96",
+             "train_batch_size was set in the file (1:2)", "train_micro_batch_size_per_gpu was set in the file (2:2)",
+             "gradient_accumulation_steps was set with --set gradient_accumulation_steps",
+             "micro 12 and accumulation 4 with train_batch_size 96, or micro 10 and accumulation 5 with 100"}},
+    /* `ctrain config check` reports the load error */
+    {.text = "{\"train_batch_size\": 64, \"gradient_accumulation_steps\": 2, \"fp16\": {\"enabled\": true}, "
+             "\"zero_optimization\": {\"stage\": 2}}",
+     .world = 128, .check = true, .code = CFG, .at = "a.json:1:2", .has = {"train_micro_batch_size_per_gpu"}},
+
+    /* --- overrides --- */
+    {.text = "{\"train_batch_size\": 16}", .set = {"train_batch_size.x=1"}, .code = CFG,
+     .has = {"--set train_batch_size.x: train_batch_size is 16", "not an object"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"train.epochs=abc"}, .code = CFG,
+     .at = "a.json", .has = {"a.json: --set train.epochs: expected an integer >= 0, got \"abc\""}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"zero_optimization={\"stage\": 7}"}, .code = CFG,
+     .at = "a.json",
+     .has = {"a.json: --set zero_optimization: zero_optimization.stage: expected an integer 0..3, got 7"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"train.epohcs=3"}, .code = CFG,
+     .at = "a.json", .has = {"a.json: --set train.epohcs: unknown key; did you mean train.epochs?"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"train.epochs"}, .code = CFG, .has = {"expected KEY=VALUE"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"train..epochs=3"}, .code = CFG, .has = {"empty component"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"train_batch_size=4", "zero_optimization.stage=\"x\""},
+     .code = CFG, .at = "a.json",
+     .has = {"a.json: --set zero_optimization.stage: expected an integer 0..3, got \"x\""}},
+
+    /* --- unknown keys (errors where DeepSpeed's pydantic sections and ctrain's sections refuse them) --- */
+    {.text = "{\"train_batch_size\": 8,\n \"zero_optimization\": {\"stage\": 3, \"stage3_max_live_paramters\": 1e9}}",
+     .code = CFG, .at = "a.json:2:36",
+     .has = {"a.json:2:36: zero_optimization.stage3_max_live_paramters: unknown key; did you mean "
+             "zero_optimization.stage3_max_live_parameters?"}},
+    {.text = TB8 "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\", \"pin_memroy\": true}}}",
+     .code = CFG, .at = "a.json:1:86",
+     .has = {"zero_optimization.offload_optimizer.pin_memroy: unknown key; did you mean "
+             "zero_optimization.offload_optimizer.pin_memory?"}},
+    {.text = TB8 "\"train\": {\"epoch\": 3}}", .code = CFG, .at = "a.json:1:35",
+     .has = {"train.epoch: unknown key; did you mean train.epochs?"}},
+    {.text = TB8 "\"tensorboard\": {\"enable\": true}}", .code = CFG, .at = "a.json:1:41",
+     .has = {"tensorboard.enable: unknown key; did you mean tensorboard.enabled?"}},
+    {.text = TB8 "\"model\": {\"layer\": []}}", .code = CFG, .at = "a.json:1:35",
+     .has = {"model.layer: unknown key; did you mean model.layers?"}},
+    {.text = TB8 "\"data\": {\"train\": {\"format\": \"idx\", \"image\": \"x\"}}}", .code = CFG, .at = "a.json:1:61",
+     .has = {"data.train.image: unknown key; did you mean data.train.images?"}},
+    {.text = TB8 "\"data\": {\"train\": {\"format\": \"idk\"}}}", .code = CFG, .at = "a.json:1:44",
+     .has = {"data.train.format: expected one of idx, image_folder, shard, tokens, csv, got \"idk\"; did you "
+             "mean idx?"}},
+    {.text = TB8 "\"comet\": {\"enabled\": false, \"projet\": \"x\"}}", .code = CFG, .at = "a.json:1:53",
+     .has = {"comet.projet: unknown key; did you mean comet.project?"}},
+
+    /* --- syntax --- */
+    {.text = TB8 "\"fp16\": {\"enabled\": true, \"enabled\": false}}", .code = CFG,
+     .at = "a.json:1:51", .has = {"duplicate key", "enabled"}},
+    {.text = "{\"train_batch_size\": GBSIZE}", .code = CFG, .at = "a.json:1:22", .has = {"GBSIZE", "1:22"}},
+    {.text = "[1, 2]", .code = CFG, .at = "a.json", .has = {"expected a JSON object at the top level"}},
+
+    /* --- values: precision, optimizer, scheduler --- */
+    {.text = TB8 "\"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}", .code = CFG,
+     .at = "a.json:1:61", .has = {"fp16.enabled and bf16.enabled are both true"}},
+    {.text = TB8 "\"fp16\": {\"enabled\": true}, \"bfloat16\": {\"enabled\": true}}", .code = CFG,
+     .at = "a.json:1:65", .has = {"bfloat16.enabled"}},
+    {.text = TB8 "\"fp16\": {\"enabled\": \"yes\"}}", .code = CFG, /* a plain section: not lax */
+     .at = "a.json:1:34", .has = {"fp16.enabled: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"fp16\": {\"enabled\": true, \"fp16_master_weights_and_grads\": true}}", .code = CFG,
+     .at = "a.json:1:51", .has = {"fp16.fp16_master_weights_and_grads: fp16 master weights are not implemented"}},
+    {.text = TB8 "\"fp16\": {\"enabled\": true, \"loss_scale\": 128}, \"optimizer\": {\"type\": \"Lamb\"}}",
+     .code = CFG, .at = "a.json:1:51", .has = {"fp16.loss_scale: Lamb requires dynamic loss scaling (loss_scale 0)"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1}}}", .code = CFG,
+     .at = "a.json:1:39",
+     .has = {"optimizer.type: \"OneBitAdam\" is a DeepSpeed optimizer not supported by ctrain; supported: "
+             "Adam, AdamW, SGD, Lamb"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"Adma\"}}", .code = CFG, .at = "a.json:1:39",
+     .has = {"did you mean Adam?"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"Adam\", \"params\": {\"max_grad_norm\": 1.0}}}", .code = CFG,
+     .at = "a.json:1:66",
+     .has = {"optimizer.params.max_grad_norm: not supported as an optimizer parameter", "gradient_clipping"}},
+    {.text = TB8 "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {}}}", .code = CFG,
+     .at = "a.json:1:64", .has = {"scheduler.params.total_num_steps: required by WarmupDecayLR"}},
+    {.text = TB8 "\"scheduler\": {\"type\": \"warmuplr\"}}", .code = CFG, .at = "a.json:1:39",
+     .has = {"did you mean WarmupLR?"}},
+    {.text = TB8 "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.1}}}", .code = CFG,
+     .at = "a.json:1:59", .has = {"scheduler.params.cycle_max_lr: required by OneCycle"}},
+
+    /* --- values: top-level keys --- */
+    {.text = TB8 "\"gradient_clipping\": -1}", .code = CFG, .at = "a.json:1:25",
+     .has = {"gradient_clipping: expected a number >= 0, got -1"}},
+    {.text = TB8 "\"steps_per_print\": 2.5}", .code = CFG, .at = "a.json:1:25",
+     .has = {"steps_per_print: expected an integer", "got 2.5 (a number with a fractional part)"}},
+    {.text = TB8 "\"communication_data_type\": \"fp8\"}", .code = CFG, .at = "a.json:1:25",
+     .has = {"communication_data_type: expected \"fp32\", \"fp16\" or \"bf16\", got \"fp8\""}},
+    {.text = TB8 "\"prescale_gradients\": true, \"zero_optimization\": {\"stage\": 2}}", .code = CFG,
+     .at = "a.json:1:25", .has = {"prescale_gradients: not supported with ZeRO stage 2 and reduce_scatter"}},
+    {.text = TB8 "\"checkpoint\": {\"tag_validation\": \"Sometimes\"}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"checkpoint.tag_validation: expected \"Ignore\", \"Warn\" or \"Fail\", got \"Sometimes\""}},
+    {.text = TB8 "\"amp\": {\"enabled\": true, \"opt_level\": \"O1\"}}", .code = CFG,
+     .at = "a.json:1:33", .has = {"amp.enabled: NVIDIA Apex AMP is not implemented"}},
+    {.text = TB8 "\"elasticity\": {\"enabled\": true}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"elasticity.enabled: elastic training is not implemented in ctrain"}},
+    {.text = TB8 "\"progressive_layer_drop\": {\"theta\": 0.5}}", .code = CFG,
+     .at = "a.json:1:25", .has = {"progressive_layer_drop.enabled: required"}},
+
+    /* --- values: zero_optimization --- */
+    {.text = "{\"train_batch_size\": 8,\n \"zero_optimization\": {\n   \"stage\": 4}}", .code = CFG, .at = "a.json:3:4",
+     .has = {"a.json:3:4: zero_optimization.stage: expected an integer 0..3, got 4"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": -1}}", .code = CFG,
+     .at = "a.json:1:47", .has = {"zero_optimization.stage: expected an integer 0..3, got -1"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": \"2.5\"}}", .code = CFG, /* lax: integer strings only */
+     .at = "a.json:1:47", .has = {"zero_optimization.stage: expected an integer 0..3, got \"2.5\""}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+                 "\"nvme_path\": \"/x\"}}}",
+     .code = CFG, .at = "a.json:1:77",
+     .has = {"zero_optimization.offload_param.device: NVMe offload is not implemented"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}", .code = CFG,
+     .at = "a.json:1:81",
+     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"gpu\"}}}", .code = CFG,
+     .at = "a.json:1:81",
+     .has = {"zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\", got \"gpu\""}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": false}}", .code = CFG,
+     .at = "a.json:1:59", .has = {"zero_optimization.offload_param: expected an object"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": true}}", .code = CFG,
+     .at = "a.json:1:59",
+     .has = {"zero_optimization.offload_optimizer: expected an object such as {\"device\": \"cpu\"} (or null), "
+             "got true"}},
+    {.text = TB8 "\"zero_optimization\": {\"cpu_offload\": true, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+     .code = CFG, .at = "a.json:1:47",
+     .has = {"zero_optimization.cpu_offload: deprecated, and cannot be given together"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": \"maybe\"}}", .code = CFG,
+     .at = "a.json:1:59", .has = {"zero_optimization.cpu_offload: expected true or false, got \"maybe\""}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"stage3_gather_16bit_weights_on_model_save\": true, "
+             "\"stage3_gather_fp16_weights_on_model_save\": true}}",
+     .code = CFG, .at = "a.json:1:110",
+     .has = {"zero_optimization.stage3_gather_fp16_weights_on_model_save: deprecated, and cannot be "
+             "given together with stage3_gather_16bit_weights_on_model_save"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 1, \"legacy_stage1\": true}}", .code = CFG,
+     .at = "a.json:1:59", .has = {"zero_optimization.legacy_stage1: the deprecated ZeRO stage 1 is not supported"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"max_live_parameters\": 1, "
+                 "\"stage3_max_live_parameters\": 2}}",
+     .code = CFG, .at = "a.json:1:59", .has = {"given twice"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1500.5}}", .code = CFG,
+     .at = "a.json:1:59", .has = {"zero_optimization.reduce_bucket_size: expected an integer >= 0, got 1500.5"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"ratio\": 0.3}}}",
+     .code = CFG, .at = "a.json:1:98", .has = {"partial offloading (ratio < 1) needs ZeRO stage 3"}},
+    {.text = TB8 "\"zero_optimization\": {\"reduce_bucket_size\": \"5e8\"}}", .code = CFG,
+     .at = "a.json:1:47", .has = {"zero_optimization.reduce_bucket_size: expected an integer"}},
+    {.text = TB8 "\"zero_optimization\": {\"overlap_comm\": 2}}", .code = CFG,
+     .at = "a.json:1:47", .has = {"zero_optimization.overlap_comm: expected true or false, got 2"}},
+
+    /* --- values: activation checkpointing, curriculum, profiler (accepted, not used yet; still checked) --- */
+    {.text = TB8 "\"activation_checkpointing\": {\"number_checkpoints\": -1}}", .code = CFG,
+     .at = "a.json:1:54", .has = {"activation_checkpointing.number_checkpoints: expected an integer >= 0, got -1"}},
+    {.text = TB8 "\"activation_checkpointing\": {\"number_checkpoints\": 2.5}}", .code = CFG,
+     .at = "a.json:1:54",
+     .has = {"activation_checkpointing.number_checkpoints: expected an integer >= 0, got 2.5 (a number with a "
+             "fractional part)"}},
+    {.text = TB8 "\"activation_checkpointing\": {\"partition_activations\": \"yes\"}}", .code = CFG,
+     .at = "a.json:1:54",
+     .has = {"activation_checkpointing.partition_activations: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": 2}}", .code = CFG,
+     .at = "a.json:1:54", .has = {"activation_checkpointing.cpu_checkpointing: expected true or false, got 2"}},
+    {.text = TB8 "\"activation_checkpointing\": true}", .code = CFG,
+     .at = "a.json:1:25", .has = {"activation_checkpointing: expected an object, got true"}},
+    {.text = TB8 "\"flops_profiler\": {\"enabled\": \"on\"}}", .code = CFG,
+     .at = "a.json:1:44", .has = {"flops_profiler.enabled: expected true or false, got \"on\""}},
+    {.text = TB8 "\"wall_clock_breakdown\": \"true\"}", .code = CFG,
+     .at = "a.json:1:25", .has = {"wall_clock_breakdown: expected true or false, got \"true\""}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": \"yes\"}}", .code = CFG,
+     .at = "a.json:1:49", .has = {"curriculum_learning.enabled: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"curriculum_learning\": {\"curriculum_type\": \"seqlen\"}}", .code = CFG,
+     .at = "a.json:1:25", .has = {"curriculum_learning.enabled: required when the section is present"}},
+    {.text = TB8 "\"curriculum_learning\": true}", .code = CFG,
+     .at = "a.json:1:25", .has = {"curriculum_learning: expected an object, got true"}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+             "\"schedule_type\": \"fixed_linear\", \"schedule_config\": {}}}",
+     .code = CFG, .at = "a.json:1:25",
+     .has = {"curriculum_learning.max_difficulty: required when curriculum learning is enabled"}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+             "\"max_difficulty\": 64, \"schedule_type\": \"fixed_root\", \"schedule_config\": "
+             "{\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
+     .code = CFG, .at = "a.json:1:169",
+     .has = {"curriculum_learning.schedule_config.root_degree: required by schedule_type fixed_root"}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+             "\"max_difficulty\": 64, \"schedule_type\": \"cosine\", \"schedule_config\": {}}}",
+     .code = CFG, .at = "a.json:1:138",
+     .has = {"curriculum_learning.schedule_type: expected fixed_linear, fixed_root, fixed_discrete or "
+             "custom, got \"cosine\""}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 1, "
+             "\"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\", \"schedule_config\": {\"difficulty\": "
+             "[1, 2], \"max_step\": [5, 10]}}}",
+     .code = CFG, .at = "a.json:1:192",
+     .has = {"curriculum_learning.schedule_config.difficulty: expected a non-empty list one longer than "
+             "max_step"}},
+    {.text = TB8 "\"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": 3}}}}", .code = CFG,
+     .at = "a.json:1:87",
+     .has = {"data_efficiency.data_sampling.curriculum_learning.enabled: expected true or false, got 3"}},
+    {.text = TB8 "\"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": true}}}}",
+     .code = CFG, .at = "a.json:1:63",
+     .has = {"data_efficiency.data_sampling.curriculum_learning.curriculum_metrics: required when curriculum "
+             "learning is enabled"}},
+    {.text = TB8 "\"data_efficiency\": 5}", .code = CFG, .at = "a.json:1:25",
+     .has = {"data_efficiency: expected an object, got 5"}},
+    {.text = TB8 "\"data_efficiency\": {\"data_sampling\": []}}", .code = CFG,
+     .at = "a.json:1:45", .has = {"data_efficiency.data_sampling: expected an object, got []"}},
+
+    /* --- ctrain's sections --- */
+    {.text = TB8 "\"train\": {\"device\": \"gpu\"}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.device: expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"gpu\""}},
+    {.text = TB8 "\"train\": {\"epochs\": 0, \"max_steps\": 0}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.epochs: 0 with train.max_steps 0 leaves nothing to train"}},
+    {.text = TB8 "\"train\": {\"best_metric\": \"eval_acurracy\"}}", .code = CFG,
+     .at = "a.json:1:35",
+     .has = {"train.best_metric: expected eval_loss, eval_accuracy or train_loss, got \"eval_acurracy\"; did you "
+             "mean eval_accuracy?"}},
+    {.text = TB8 "\"train\": {\"early_stopping\": {\"mode\": \"up\"}}}", .code = CFG,
+     .at = "a.json:1:54", .has = {"train.early_stopping.mode: expected \"min\" or \"max\", got \"up\""}},
+    {.text = TB8 "\"train\": {\"cuda_graph\": \"yes\"}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.cuda_graph: expected true, false or \"auto\""}},
+    {.text = TB8 "\"model\": {\"layers\": {\"type\": \"linear\"}}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"model.layers: expected an array of layer objects"}},
+    {.text = TB8 "\"model\": {\"layers\": [{\"type\": \"relu\"}, 3]}}", .code = CFG,
+     .at = "a.json:1:64", .has = {"model.layers[1]: expected a layer object"}},
+    {.text = TB8 "\"data\": {\"workers\": -1}}", .code = CFG, .at = "a.json:1:34",
+     .has = {"data.workers: expected an integer >= 0, got -1"}},
+    /* sections from other files: a missing file names it; errors inside point into that file */
+    {.text = TB8 "\"model\": \"nope.json\"}", .code = CFG,
+     .has = {"nope.json", "is named by model at ", "a.json:1:25)"}},
+    {.text = TB8 "\"model\": \"bad.json\"}", .aux_name = "bad.json",
+     .aux_text = "{\n  \"input\": [4],\n  \"layrs\": []\n}\n", .code = CFG, .at = "bad.json:3:3",
+     .has = {"bad.json:3:3: model.layrs: unknown key; did you mean model.layers?"}},
+};
+
+START_TEST(config_errors) {
+    const err_case *c = &err_cases[_i];
+    if (c->aux_name) write_file(c->aux_name, c->aux_text);
+    const char *path = write_file("a.json", c->text);
+    int n = 0;
+    while (n < CT_ARRAY_LEN(c->set) && c->set[n]) n++;
+    ct_config_opts o = {.path = path, .overrides = c->set, .n_overrides = n, .world_size = c->world ? c->world : 1};
+    ct_config *cfg = NULL;
+    ct_warnings w = {0};
+    ct_err e = {0};
+    int rc;
+    if (c->check) {
+        char out[4096];
+        FILE *f = fmemopen(out, sizeof out, "w");
+        ck_assert_ptr_nonnull(f);
+        rc = ct_config_check(path, o.world_size, f, &w, &e);
+        fclose(f);
+    } else {
+        rc = ct_config_load(&o, &cfg, &w, &e);
+    }
+    ck_assert_msg(rc == c->code, "row %d (%s): status %d, expected %d: %s", _i, c->text, rc, c->code, e.msg);
+    if (c->at) {
+        char want[600];
+        snprintf(want, sizeof want, "%s/%s:", tmpdir, c->at);
+        ck_assert_msg(strncmp(e.msg, want, strlen(want)) == 0, "row %d: message does not start with %s: %s", _i,
+                      want, e.msg);
+    }
+    for (int k = 0; k < CT_ARRAY_LEN(c->has) && c->has[k]; k++)
+        ck_assert_msg(strstr(e.msg, c->has[k]) != NULL, "row %d: message lacks \"%s\": %s", _i, c->has[k], e.msg);
+    ct_config_free(cfg);
+    ct_warnings_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Accepted, not used yet                                                                          */
+
+/* A config that switches on settings ctrain accepts but does not implement yet, one line of
+ * ct_config_not_yet() it must give, and what the generic "read but not used" warning must then
+ * no longer name (that line says it). */
+typedef struct not_yet_case {
+    const char *text;
+    int lines;          /* how many lines the config gives */
+    const char *path;   /* the JSON path of the line checked */
+    const char *says;   /* a text that line contains */
+    const char *not_in_unused; /* not in "keys read but not used by ctrain: ..." (NULL: no check) */
+} not_yet_case;
+
+static const not_yet_case not_yet_cases[] = {
+    {TB8 "\"zero_optimization\": {\"stage\": 1}}", 1, "zero_optimization.stage",
+     "zero_optimization.stage 1: accepted, not used yet: this version trains without ZeRO partitioning (every rank "
+     "holds all optimizer state, gradients and parameters)", NULL},
+    {TB8 "\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": true}}", 1, "zero_optimization.stage",
+     "zero_optimization.stage 2: accepted, not used yet: this version trains without ZeRO partitioning",
+     "zero_optimization"},
+    {TB8 "\"zero_optimization\": {\"stage\": \"3\"}}", 1, "zero_optimization.stage",
+     "zero_optimization.stage 3: accepted, not used yet", NULL},
+    {TB8 "\"zero_optimization\": true}", 1, "zero_optimization.stage", /* the legacy form is stage 1 */
+     "zero_optimization.stage 1: accepted, not used yet", NULL},
+    {TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\"}}}",
+     2, "zero_optimization.offload_optimizer.device",
+     "zero_optimization.offload_optimizer.device cpu: accepted, not used yet: this version trains without optimizer "
+     "offload", "zero_optimization"},
+    {TB8 "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 2, /* the deprecated form */
+     "zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.device cpu: accepted", NULL},
+    {TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"max_in_cpu\": 5}}}", 2,
+     "zero_optimization.offload_param.device",
+     "zero_optimization.offload_param.device cpu: accepted, not used yet: this version trains without parameter "
+     "offload", "zero_optimization"},
+    {TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 4}, {\"type\": \"relu\", "
+         "\"checkpoint\": true}]}}",
+     1, "model.layers[1].checkpoint",
+     "model.layers[1].checkpoint true: accepted, not used yet: this version trains without activation checkpointing",
+     NULL},
+    {TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 4}, {\"type\": \"repeat\", "
+         "\"times\": 2, \"layers\": [{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 4, "
+         "\"checkpoint\": true}]}]}}",
+     1, "model.layers[1].layers[1].checkpoint", "model.layers[1].layers[1].checkpoint true: accepted, not used yet",
+     NULL},
+    {TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 4, \"checkpoint\": true}, "
+         "{\"type\": \"repeat\", \"times\": 3, \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": "
+         "[{\"type\": \"relu\", \"checkpoint\": true}]}]}, {\"type\": \"relu\", \"checkpoint\": false}]}}",
+     1, "model.layers[0].checkpoint", "model.layers[0].checkpoint true (and 1 more layer): accepted", NULL},
+    {TB8 "\"activation_checkpointing\": {\"number_checkpoints\": 4, \"profile\": true}}", 1,
+     "activation_checkpointing.number_checkpoints",
+     "activation_checkpointing.number_checkpoints 4: accepted, not used yet: this version trains without activation "
+     "checkpointing", "activation_checkpointing"},
+    {TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": true}}", 1,
+     "activation_checkpointing.cpu_checkpointing",
+     "activation_checkpointing.cpu_checkpointing true: accepted, not used yet: this version trains without "
+     "activation checkpointing (no activation is moved to CPU memory)", "activation_checkpointing"},
+    {TB8 "\"activation_checkpointing\": {\"partition_activations\": 1, \"contiguous_memory_optimization\": true}}", 1,
+     "activation_checkpointing.partition_activations",
+     "activation_checkpointing.partition_activations true: accepted, not used yet: this version trains without "
+     "activation checkpointing", "activation_checkpointing"},
+    {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+         "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
+         "{\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
+     1, "curriculum_learning.enabled",
+     "curriculum_learning.enabled true: accepted, not used yet: this version trains without curriculum learning",
+     "curriculum_learning"},
+    {TB8 "\"data_efficiency\": {\"enabled\": true, \"data_sampling\": {\"curriculum_learning\": {\"enabled\": true, "
+         "\"curriculum_metrics\": {}}}}}",
+     1, "data_efficiency.data_sampling.curriculum_learning.enabled",
+     "data_efficiency.data_sampling.curriculum_learning.enabled true: accepted, not used yet: this version trains "
+     "without curriculum data sampling", "data_efficiency.data_sampling"},
+    {TB8 "\"flops_profiler\": {\"enabled\": true, \"profile_step\": 3}}", 1, "flops_profiler.enabled",
+     "flops_profiler.enabled true: accepted, not used yet: this version trains without the FLOPS profiler",
+     "flops_profiler"},
+    {TB8 "\"wall_clock_breakdown\": true}", 1, "wall_clock_breakdown",
+     "wall_clock_breakdown true: accepted, not used yet: this version trains without the forward/backward/step "
+     "timers", "wall_clock_breakdown"},
+};
+
+/* The one "keys read but not used" warning, or "" when there is none. */
+static const char *unused_warning(const loaded *l) {
+    for (int i = 0; i < l->warn.n; i++)
+        if (strstr(l->warn.items[i], "keys read but not used by ctrain: ")) return l->warn.items[i];
+    return "";
+}
+
+START_TEST(not_yet_lines) {
+    const not_yet_case *c = &not_yet_cases[_i];
+    loaded l = load(c->text, 1);
+    assert_ok(l);
+    ct_not_yet ny[CT_NOT_YET_MAX];
+    int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
+    ck_assert_msg(n == c->lines, "row %d: %d lines, expected %d", _i, n, c->lines);
+    const ct_not_yet *hit = NULL;
+    for (int i = 0; i < n; i++)
+        if (strcmp(ny[i].path, c->path) == 0) hit = &ny[i];
+    ck_assert_msg(hit != NULL, "row %d: no line for %s (first: %s)", _i, c->path, n ? ny[0].text : "none");
+    ck_assert_msg(strstr(hit->text, c->says) != NULL, "row %d: line lacks \"%s\": %s", _i, c->says, hit->text);
+    ck_assert_msg(strncmp(hit->text, c->path, strlen(c->path)) == 0, "row %d: line does not start with its key: %s",
+                  _i, hit->text);
+    ck_assert_msg(strchr(hit->text, '\n') == NULL, "row %d: not one line: %s", _i, hit->text);
+    if (c->not_in_unused)
+        ck_assert_msg(strstr(unused_warning(&l), c->not_in_unused) == NULL, "row %d: said twice: %s", _i,
+                      unused_warning(&l));
     unload(&l);
-    /* errors inside a spliced section point into that file */
-    write_file("bad.json", "{\n  \"input\": [4],\n  \"layrs\": []\n}\n");
-    l = load("{\"train_batch_size\": 8, \"model\": \"bad.json\"}", 1);
-    assert_err_has(l, "bad.json:3:3: model.layrs: unknown key; did you mean model.layers?");
+}
+END_TEST
+
+/* Nothing switched on: no line, and the generic warning keeps the sections; offload that DeepSpeed
+ * ignores at the given stage is no line either; a partly covered section keeps its other members. */
+START_TEST(not_yet_only_when_on) {
+    static const struct {
+        const char *text;
+        int lines;
+        const char *unused; /* in the generic warning (NULL: no check) */
+    } cases[] = {
+        {"{\"train_batch_size\": 8}", 0, NULL},
+        {TB8 "\"zero_optimization\": {\"stage\": 0, \"round_robin_gradients\": true}}", 0,
+         "zero_optimization.round_robin_gradients"},
+        {TB8 "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", 0, NULL}, /* stage 0 */
+        {TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 1, NULL},
+        {TB8 "\"activation_checkpointing\": {\"profile\": true, \"number_checkpoints\": null, "
+             "\"partition_activations\": false}}", 0, "activation_checkpointing"},
+        {TB8 "\"activation_checkpointing\": {\"number_checkpoints\": 0}}", 0, "activation_checkpointing"},
+        {TB8 "\"flops_profiler\": {\"enabled\": false}}", 0, "flops_profiler"},
+        {TB8 "\"curriculum_learning\": {\"enabled\": false}}", 0, "curriculum_learning"},
+        {TB8 "\"data_efficiency\": {\"enabled\": true, \"data_routing\": {\"enabled\": true}}}", 0, "data_efficiency"},
+        {TB8 "\"data_efficiency\": {\"data_routing\": {}, \"data_sampling\": {\"enabled\": true, "
+             "\"curriculum_learning\": {\"enabled\": true, \"curriculum_metrics\": {}}}}}",
+         1, "data_efficiency.data_routing"},
+        {TB8 "\"wall_clock_breakdown\": false, \"model\": {\"layers\": [{\"type\": \"relu\", \"checkpoint\": false}]}}",
+         0, NULL},
+    };
+    for (int i = 0; i < CT_ARRAY_LEN(cases); i++) {
+        loaded l = load(cases[i].text, 1);
+        assert_ok(l);
+        int n = ct_config_not_yet(l.cfg, NULL, 0);
+        ck_assert_msg(n == cases[i].lines, "case %d: %d lines, expected %d", i, n, cases[i].lines);
+        if (cases[i].unused)
+            ck_assert_msg(strstr(unused_warning(&l), cases[i].unused), "case %d: generic warning lacks %s: %s", i,
+                          cases[i].unused, unused_warning(&l));
+        unload(&l);
+    }
+    /* data_efficiency partly covered: its curriculum has a line, its other members stay listed */
+    loaded l = load(cases[9].text, 1);
+    ck_assert_msg(strstr(unused_warning(&l), "data_efficiency.data_sampling") == NULL, "%s", unused_warning(&l));
+    unload(&l);
+}
+END_TEST
+
+/* Every setting at once: all the lines, in the documented order; `max` bounds what is written. */
+START_TEST(not_yet_all_and_max) {
+    static const char *const all =
+        "{\"train_batch_size\": 8, \"wall_clock_breakdown\": true, \"flops_profiler\": {\"enabled\": true},\n"
+        " \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"},\n"
+        "   \"offload_param\": {\"device\": \"cpu\"}},\n"
+        " \"activation_checkpointing\": {\"partition_activations\": true, \"cpu_checkpointing\": true,\n"
+        "   \"number_checkpoints\": 2},\n"
+        " \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 1,\n"
+        "   \"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\",\n"
+        "   \"schedule_config\": {\"difficulty\": [1, 2, 3], \"max_step\": [5, 10]}},\n"
+        " \"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": true,\n"
+        "   \"curriculum_metrics\": {}}}},\n"
+        " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 2, \"checkpoint\": true}]}}";
+    loaded l = load(all, 1);
+    assert_ok(l);
+    static const char *const order[] = {
+        "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+        "zero_optimization.offload_param.device", "model.layers[0].checkpoint",
+        "activation_checkpointing.number_checkpoints",
+        "activation_checkpointing.cpu_checkpointing", "activation_checkpointing.partition_activations",
+        "curriculum_learning.enabled", "data_efficiency.data_sampling.curriculum_learning.enabled",
+        "flops_profiler.enabled", "wall_clock_breakdown"};
+    ct_not_yet ny[CT_NOT_YET_MAX];
+    int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
+    ck_assert_int_eq(n, CT_ARRAY_LEN(order));
+    ck_assert_int_le(n, CT_NOT_YET_MAX);
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(ny[i].path, order[i]);
+        ck_assert_msg(strstr(ny[i].text, ": accepted, not used yet: this version trains without "), "%s", ny[i].text);
+    }
+    ct_not_yet two[3];
+    memset(two, 0, sizeof two);
+    ck_assert_int_eq(ct_config_not_yet(l.cfg, two, 2), n); /* the count, even past max */
+    ck_assert_str_eq(two[1].path, order[1]);
+    ck_assert_str_eq(two[2].path, "");                        /* nothing past max written */
+    ck_assert_int_eq(ct_config_not_yet(l.cfg, NULL, 0), n);
+    ck_assert_int_eq(ct_config_not_yet(NULL, NULL, 0), 0);
+    /* none of these sections is also in the generic warning */
+    const char *u = unused_warning(&l);
+    static const char *const said[] = {"zero_optimization", "activation_checkpointing", "flops_profiler",
+                                       "curriculum_learning", "data_efficiency"};
+    for (int i = 0; i < CT_ARRAY_LEN(said); i++) ck_assert_msg(strstr(u, said[i]) == NULL, "said twice: %s", u);
     unload(&l);
 }
 END_TEST
@@ -650,10 +950,21 @@ START_TEST(config_check_summary) {
     ck_assert_msg(strstr(buf, "64 = micro 8 × accumulation 2 × world 4"), "%s", buf);
     ck_assert_msg(strstr(buf, "micro: derived"), "%s", buf);
     ck_assert_msg(strstr(buf, "fp16, dynamic loss scale 2^16"), "%s", buf);
-    ck_assert_msg(strstr(buf, "stage 2"), "%s", buf);
+    /* ZeRO: what the file asks for, said to be not used yet, and the line under the heading */
+    ck_assert_msg(strstr(buf, "zero       asks for stage 2, offload optimizer: none, offload params: none; not used "
+                              "yet"), "%s", buf);
+    ck_assert_msg(strstr(buf, "\naccepted, not used yet:\n  zero_optimization.stage 2: accepted, not used yet: this "
+                              "version trains without ZeRO partitioning"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "zero       stage 2,"), "%s", buf); /* not printed as if active */
     ct_warnings_free(&w);
-    ck_assert_int_eq(ct_config_check(path, 128, stdout, &w, &e), CT_ERR_CONFIG);
-    ck_assert_msg(strstr(e.msg, "train_micro_batch_size_per_gpu"), "%s", e.msg);
+    /* nothing switched on: no heading */
+    path = write_file("c.json", "{\"train_batch_size\": 64}");
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf, "w");
+    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "zero       stage 0 (off)\n"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "not used yet"), "%s", buf);
     ct_warnings_free(&w);
 }
 END_TEST
@@ -665,18 +976,20 @@ int main(void) {
     TCase *tc = tcase_create("config");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, batch_derivations);
-    tcase_add_test(tc, batch_errors);
     tcase_add_test(tc, override_forms);
     tcase_add_test(tc, override_replaces_in_place);
-    tcase_add_test(tc, override_errors);
+    tcase_add_test(tc, override_array_index);
     tcase_add_test(tc, auto_resolution);
     tcase_add_test(tc, typo_suggestions);
     tcase_add_test(tc, unused_keys_listed_once);
     tcase_add_test(tc, hjson_forms_warn);
-    tcase_add_test(tc, value_errors);
     tcase_add_test(tc, pydantic_coercion);
     tcase_add_test(tc, defaults_in_resolved);
     tcase_add_test(tc, sections_from_files);
+    tcase_add_loop_test(tc, config_errors, 0, CT_ARRAY_LEN(err_cases));
+    tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));
+    tcase_add_test(tc, not_yet_only_when_on);
+    tcase_add_test(tc, not_yet_all_and_max);
     tcase_add_test(tc, config_check_summary);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -1,8 +1,11 @@
-/* config.c: ct_config_load() and the public helpers around it.
+/* config.c: the facade of the config module: ct_config_load(), ct_config_free(),
+ * ct_config_to_json() and `ctrain config check`. It calls the section readers; they never call it
+ * (ct_config_where and ct_config_resolve_path live in read.c, below them).
  *
  * Order of work (each step sees the result of the previous one):
  *   parse -> splice "model"/"data" files -> apply overrides -> read every section (config_schema.c)
- *   -> batch rule (config_batch.c) -> one "read but not used" warning -> build cfg->resolved. */
+ *   -> batch rule (config_batch.c) -> one "read but not used" warning (less what the not_yet.c
+ *   lines say) -> build cfg->resolved. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,26 +36,6 @@ static void set_names(ct_config *cfg, const char *path) {
     if (!cfg->name[0]) snprintf(cfg->name, sizeof cfg->name, "config");
 }
 
-const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n) {
-    struct ct_json_doc *docs[3] = {cfg->doc, cfg->model_doc, cfg->data_doc};
-    if (node) {
-        for (int i = 0; i < 3; i++) {
-            int line, col;
-            if (docs[i] && (ct_json_pos(docs[i], node, &line, &col) || ct_json_origin(docs[i], node)))
-                return ct_json_where(docs[i], node, buf, n);
-        }
-    }
-    snprintf(buf, n, "%s", cfg->path);
-    return buf;
-}
-
-void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n) {
-    if (rel[0] == '/' || !cfg->dir[0] || strcmp(cfg->dir, ".") == 0)
-        snprintf(out, n, "%s", rel);
-    else
-        snprintf(out, n, "%s/%s", cfg->dir, rel);
-}
-
 /* One warning listing every valid DeepSpeed key that ctrain reads but does not act on. */
 static void warn_unused(ct_rd *r) {
     if (r->n_unused == 0) return;
@@ -80,6 +63,7 @@ static int load(ct_rd *r, const ct_config_opts *opts) {
     if (!rc) rc = ct_rd_top(r, root);
     if (!rc) rc = ct_rd_batch(r, root);
     if (rc) return rc;
+    ct_rd_drop_explained(r);
     warn_unused(r);
     cfg->resolved = ct_rd_resolved(r, root);
     return CT_OK;
@@ -189,11 +173,20 @@ int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *wa
     fprintf(out, "optimizer  %s\n", opt_summary(&cfg->optimizer, buf, sizeof buf));
     fprintf(out, "scheduler  %s\n", sched_summary(&cfg->scheduler, cfg->optimizer.lr, buf, sizeof buf));
     if (cfg->gradient_clipping > 0) fprintf(out, "clipping   global norm %g\n", cfg->gradient_clipping);
+    /* ZeRO is accepted, not used yet: say what the file asks for, not what training does. */
     static const char *const dev[] = {"none", "cpu", "nvme"};
-    fprintf(out, "zero       stage %d, offload optimizer: %s, offload params: %s\n", cfg->zero.stage,
-            dev[cfg->zero.offload_optimizer.device], dev[cfg->zero.offload_param.device]);
+    if (cfg->zero.stage == 0)
+        fprintf(out, "zero       stage 0 (off)\n");
+    else
+        fprintf(out, "zero       asks for stage %d, offload optimizer: %s, offload params: %s; not used yet, "
+                     "trains without ZeRO (below)\n", cfg->zero.stage, dev[cfg->zero.offload_optimizer.device],
+                dev[cfg->zero.offload_param.device]);
     fprintf(out, "model      %s\n", cfg->model ? "given" : "not given (training needs a \"model\" section)");
     fprintf(out, "data       %s\n", cfg->data ? "given" : "not given (training needs a \"data\" section)");
+    ct_not_yet ny[CT_NOT_YET_MAX];
+    int n = ct_config_not_yet(cfg, ny, CT_NOT_YET_MAX);
+    if (n > 0) fprintf(out, "accepted, not used yet:\n");
+    for (int i = 0; i < n && i < CT_NOT_YET_MAX; i++) fprintf(out, "  %s\n", ny[i].text);
     ct_config_free(cfg);
     return CT_OK;
 }

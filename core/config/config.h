@@ -104,6 +104,17 @@ typedef struct ct_zero_cfg {
     bool gather_16bit_weights_on_model_save;
 } ct_zero_cfg;
 
+/* DeepSpeed settings ctrain accepts and validates but does not act on yet (ZeRO's are in
+ * ct_zero_cfg, wall_clock_breakdown in ct_config): ct_config_not_yet() lists those switched on. */
+typedef struct ct_pending_cfg {
+    bool partition_activations; /* activation_checkpointing.partition_activations */
+    bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing */
+    long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null */
+    bool flops_profiler;        /* flops_profiler.enabled */
+    bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
+    bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
+} ct_pending_cfg;
+
 typedef struct ct_early_stop_cfg {
     bool enabled;               /* true when the section is present */
     char metric[32];            /* "eval_loss" */
@@ -151,6 +162,7 @@ typedef struct ct_config {
     long steps_per_print;       /* 0 = DeepSpeed's null: ctrain prints per epoch / TTY progress */
     bool wall_clock_breakdown, memory_breakdown;
     ct_zero_cfg zero;
+    ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_train_cfg train;
 
     /* ctrain sections kept as JSON; validated by their consumers. Owned by the config. */
@@ -187,8 +199,27 @@ const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, 
 /* Resolve a data path relative to the config file's directory unless absolute. */
 void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n);
 
+/* One setting a loaded config switches on that ctrain accepts but does not implement yet. */
+typedef struct ct_not_yet {
+    char path[160];             /* JSON path: "zero_optimization.stage", "model.layers[2].checkpoint" */
+    char text[480];             /* one line, for a warning: "zero_optimization.stage 2: accepted, not
+                                   used yet: this version trains without ZeRO partitioning (...)" */
+} ct_not_yet;
+
+/* More than there are such settings: an array of this size always holds all of them. */
+#define CT_NOT_YET_MAX 16
+
+/* Every accepted-but-not-yet-implemented setting that cfg switches on (ZeRO stage >= 1 and its CPU
+ * offload, activation checkpointing, curriculum learning, the FLOPS profiler, wall_clock_breakdown;
+ * docs/config.md, "Accepted, not used yet"), in that order. Writes at most `max` entries to out
+ * (out may be NULL when max is 0) and returns how many there are. The trainer prints each text
+ * as a warning at start; `ctrain config check` lists them. The "keys read but not used" warning of
+ * ct_config_load() leaves out what these lines already say. */
+int ct_config_not_yet(const ct_config *cfg, ct_not_yet *out, int max);
+
 /* `ctrain config check FILE [--world-size N]`: load FILE (no overrides, no GPU assumed) and print
- * a short summary to `out`: batch triple with sources, precision, optimizer, scheduler, ZeRO stage.
+ * a short summary to `out`: batch triple with sources, precision, optimizer, scheduler, the ZeRO
+ * stage asked for, and under "accepted, not used yet:" the lines of ct_config_not_yet().
  * Returns CT_OK or the load error (err filled; warnings in warn). */
 int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err);
 

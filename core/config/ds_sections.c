@@ -1,7 +1,8 @@
 /* config_ds.c: DeepSpeed sections ctrain validates but does not act on (monitors, comms_logger,
- * activation_checkpointing, flops_profiler, checkpoint, legacy curriculum_learning,
- * progressive_layer_drop) and the features it refuses (amp, elasticity). Present sections are listed
- * in the one "keys read but not used" warning. */
+ * activation_checkpointing, flops_profiler, checkpoint, legacy curriculum_learning, the curriculum
+ * switch of data_efficiency, progressive_layer_drop) and the features it refuses (amp, elasticity).
+ * Present sections are listed in the one "keys read but not used" warning, except where
+ * ct_config_not_yet() (not_yet.c) gives them a line of their own. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,13 +25,15 @@ static const ct_field comet_fields[] = {
 };
 static const ct_field comms_fields[] = {CT_U_BOOL("enabled"), CT_U_BOOL("verbose"), CT_U_BOOL("prof_all"),
                                         CT_U_BOOL("debug"), CT_U_ANY("prof_ops")};
+/* The switches ct_config_not_yet() reports are stored (in cfg->pending); the rest only checked. */
 static const ct_field ac_fields[] = {
-    CT_U_BOOL("partition_activations"), CT_U_BOOL("cpu_checkpointing"),
-    CT_U_BOOL("contiguous_memory_optimization"), CT_U_INT("number_checkpoints", 0),
+    CT_F_BOOL(ct_pending_cfg, partition_activations, false), CT_F_BOOL(ct_pending_cfg, cpu_checkpointing, false),
+    CT_U_BOOL("contiguous_memory_optimization"), CT_F_LONG(ct_pending_cfg, number_checkpoints, 0, 0, CT_BIG),
     CT_U_BOOL("synchronize_checkpoint_boundary"), CT_U_BOOL("profile"),
 };
 static const ct_field flops_fields[] = {
-    CT_U_BOOL("enabled"),         CT_U_NUM("recompute_fwd_factor"), CT_U_INT("profile_step", 0),
+    CT_F_BOOL_K(ct_pending_cfg, "enabled", flops_profiler, false),
+    CT_U_NUM("recompute_fwd_factor"), CT_U_INT("profile_step", 0),
     CT_U_INT("module_depth", -1), CT_U_INT("top_modules", 0),       CT_U_BOOL("detailed"),
     CT_U_STR("output_file"),
 };
@@ -125,6 +128,38 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
             return ct_rd_fail(r, d, "curriculum_learning.schedule_config.difficulty",
                               "expected a non-empty list one longer than max_step");
     }
+    r->cfg->pending.curriculum = true;
+    return CT_OK;
+}
+
+/* data_efficiency (reference §11.2) is listed as read but not used, except its curriculum switch,
+ * data_sampling.curriculum_learning.enabled, which DeepSpeed acts on whatever data_efficiency.enabled
+ * says. As in DeepSpeed, an enabled curriculum needs curriculum_metrics and the objects on the way
+ * must be objects (DeepSpeed fails on anything else). */
+static int read_data_curriculum(ct_rd *r, const cJSON *root) {
+    static const char *const steps[] = {"data_efficiency", "data_sampling", "curriculum_learning"};
+    const cJSON *node = root;
+    char path[128] = "", shown[128];
+    for (int i = 0; i < CT_ARRAY_LEN(steps); i++) {
+        node = cJSON_GetObjectItemCaseSensitive(node, steps[i]);
+        size_t len = strlen(path);
+        snprintf(path + len, sizeof path - len, "%s%s", i ? "." : "", steps[i]);
+        if (!ct_rd_given(node)) return CT_OK;
+        if (!cJSON_IsObject(node))
+            return ct_rd_fail(r, node, path, "expected an object, got %s", ct_rd_show(node, shown, sizeof shown));
+    }
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(node, "enabled");
+    double x = 0;
+    if (ct_rd_given(en) && !ct_rd_is_auto(en)) {
+        int rc = ct_rd_value(r, en, "data_efficiency.data_sampling.curriculum_learning.enabled", CT_K_BOOL, 0, 1,
+                             false, &x);
+        if (rc) return rc;
+    }
+    if (!x) return CT_OK;
+    if (!cJSON_GetObjectItemCaseSensitive(node, "curriculum_metrics"))
+        return ct_rd_fail(r, node, "data_efficiency.data_sampling.curriculum_learning.curriculum_metrics",
+                          "required when curriculum learning is enabled (as in DeepSpeed)");
+    r->cfg->pending.data_curriculum = true;
     return CT_OK;
 }
 
@@ -132,8 +167,7 @@ int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
     for (int i = 0; i < CT_ARRAY_LEN(ds_sections); i++) {
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, ds_sections[i].name);
         if (!sec) continue;
-        char dummy[1];
-        int rc = ct_rd_section(r, sec, ds_sections[i].name, &ds_sections[i], dummy);
+        int rc = ct_rd_section(r, sec, ds_sections[i].name, &ds_sections[i], &r->cfg->pending);
         if (rc) return rc;
         ct_rd_add_unused(r, ds_sections[i].name);
     }
@@ -149,6 +183,7 @@ int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
         return ct_rd_fail(r, cdt, "communication_data_type", "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"",
                           cdt->valuestring);
     int rc = read_curriculum(r, root);
+    if (!rc) rc = read_data_curriculum(r, root);
     if (rc) return rc;
     const cJSON *pld = cJSON_GetObjectItemCaseSensitive(root, "progressive_layer_drop");
     if (ct_rd_given(pld)) {

@@ -120,6 +120,10 @@ cJSON *ct_rd_emit_scheduler(const ct_scheduler_cfg *s, const cJSON *in);
 cJSON *ct_rd_emit_zero(const ct_zero_cfg *z, const cJSON *in);
 cJSON *ct_rd_emit_train(const ct_train_cfg *t);
 cJSON *ct_rd_resolved(ct_rd *r, const cJSON *root); /* cfg->resolved, after ct_rd_top and ct_rd_batch */
+/* --- not_yet.c --- */
+/* Leave out of r->unused what a ct_config_not_yet() line already says (run after every section is
+ * read, before the "keys read but not used" warning). */
+void ct_rd_drop_explained(ct_rd *r);
 /* --- config_batch.c --- */
 int ct_rd_batch(ct_rd *r, const cJSON *root);
 /* --- config_override.c --- */

@@ -16,6 +16,29 @@
 
 #include "core/config/internal.h"
 
+/* Positions and paths: public (the graph builder and the dataset readers use them too), and
+ * defined here, below the section readers that call them, so that config.c, which calls the
+ * readers, stays the facade on top (no file of core/config calls back up into config.c). */
+
+const char *ct_config_where(const ct_config *cfg, const cJSON *node, char *buf, size_t n) {
+    struct ct_json_doc *docs[3] = {cfg->doc, cfg->model_doc, cfg->data_doc};
+    if (node) {
+        for (int i = 0; i < 3; i++) {
+            int line, col;
+            if (docs[i] && (ct_json_pos(docs[i], node, &line, &col) || ct_json_origin(docs[i], node)))
+                return ct_json_where(docs[i], node, buf, n);
+        }
+    }
+    snprintf(buf, n, "%s", cfg->path);
+    return buf;
+}
+
+void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, size_t n) {
+    if (rel[0] == '/' || !cfg->dir[0] || strcmp(cfg->dir, ".") == 0)
+        snprintf(out, n, "%s", rel);
+    else
+        snprintf(out, n, "%s/%s", cfg->dir, rel);
+}
 
 const char *ct_rd_join(char *buf, size_t n, const char *path, const char *key) {
     if (!path || !*path)

@@ -1,5 +1,6 @@
 /* formats.h: the openers of the dataset formats, called by ct_dataset_open (dataset.c).
- * One format = one file in core/data/ + one line here and in dataset.c's table. */
+ * One format = one file in core/data/ + one line here and in dataset.c's table. The
+ * data.transform parsing the openers share is in transform.h (a leaf below them). */
 #ifndef CT_DATA_FORMATS_H
 #define CT_DATA_FORMATS_H
 
@@ -21,11 +22,5 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
                    ct_err *err);
 int ct_csv_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                 ct_err *err);
-
-/* data.transform.normalize {"mean": [..], "std": [..]}: per-channel, after scaling pixels to
- * [0, 1]. Fills mean/std (channels entries; a single value is broadcast). No "normalize": mean 0,
- * std 1. Rejects unknown data.transform keys (the augmentations belong to the loader). */
-int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean, float *std,
-                            ct_err *err);
 
 #endif

@@ -17,6 +17,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
+#include "core/data/transform.h"
 
 enum { IDX_U8 = 0x08, IDX_I8 = 0x09, IDX_I16 = 0x0B, IDX_I32 = 0x0C, IDX_F32 = 0x0D, IDX_F64 = 0x0E };
 #define IDX_MAX_DIMS 5

@@ -19,6 +19,7 @@
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
+#include "core/data/transform.h"
 #include "core/data/pngdec.h"
 
 typedef enum { RESIZE_NONE, RESIZE_BILINEAR, RESIZE_CROP } resize_mode;

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/data/formats.h"
+#include "core/data/transform.h"
 #include "core/util/rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_UPLOADING };

@@ -21,6 +21,7 @@
 #include "core/util/fs.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
+#include "core/data/transform.h"
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));

@@ -1,0 +1,197 @@
+/* not_yet.c: the DeepSpeed settings ctrain accepts but does not implement yet, said plainly.
+ *
+ * A config key ctrain accepts must do what DeepSpeed does with it, or say that it does not. The
+ * settings below are validated like the rest (so a file DeepSpeed rejects is rejected), and when
+ * a config switches one on, ct_config_not_yet() gives it one line: the trainer prints them as
+ * warnings at start, `ctrain config check` lists them. The sections these lines speak for are left
+ * out of the generic "keys read but not used" warning (ct_rd_drop_explained), so nothing is said
+ * twice; what a line does not cover (data_efficiency's other members, say) stays listed there. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config/internal.h"
+
+/* One line, and the JSON path of the part of the config it speaks for ("" when none of the
+ * generic warning's entries is under it). */
+typedef struct item {
+    ct_not_yet line;
+    const char *covers;
+} item;
+
+typedef struct list {
+    item *items;
+    int n, max;
+} list;
+
+static void add(list *l, const char *covers, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void add(list *l, const char *covers, const char *path, const char *fmt, ...) {
+    if (l->n < l->max) {
+        item *it = &l->items[l->n];
+        snprintf(it->line.path, sizeof it->line.path, "%s", path);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(it->line.text, sizeof it->line.text, fmt, ap);
+        va_end(ap);
+        it->covers = covers;
+    }
+    l->n++;
+}
+
+/* Layers written with "checkpoint": true in a layers array, "repeat" blocks' "layers" included:
+ * how many, and the path of the first ("model.layers[1].layers[0].checkpoint") into `first` (which
+ * starts empty). The graph builder checks that "checkpoint" is a boolean. */
+static int checkpointed_layers(const cJSON *layers, const char *path, char *first, size_t n, int depth) {
+    if (!cJSON_IsArray(layers) || depth > 64) return 0;
+    int count = 0, i = 0;
+    for (const cJSON *l = layers->child; l; l = l->next, i++) {
+        if (!cJSON_IsObject(l)) continue;
+        char here[160];
+        snprintf(here, sizeof here, "%.140s[%d]", path, i); /* deeper paths are cut, not overrun */
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "checkpoint"))) {
+            count++;
+            if (!first[0]) snprintf(first, n, "%.148s.checkpoint", here);
+        }
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(l, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "repeat") == 0) {
+            char sub[176];
+            snprintf(sub, sizeof sub, "%.160s.layers", here);
+            count += checkpointed_layers(cJSON_GetObjectItemCaseSensitive(l, "layers"), sub, first, n, depth + 1);
+        }
+    }
+    return count;
+}
+
+static void collect(const ct_config *cfg, list *l) {
+    static const char *const dev[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
+                                      [CT_OFFLOAD_NVME] = "nvme"};
+    const ct_zero_cfg *z = &cfg->zero;
+    const char *ny = "accepted, not used yet: this version trains without";
+    if (z->stage >= 1)
+        add(l, "zero_optimization", "zero_optimization.stage",
+            "zero_optimization.stage %d: %s ZeRO partitioning (every rank holds all optimizer state, gradients "
+            "and parameters)", z->stage, ny);
+    /* The reader has already switched off what DeepSpeed ignores: optimizer offload at stage 0,
+     * parameter offload below stage 3 (with a warning); NVMe is an error. */
+    if (z->offload_optimizer.device != CT_OFFLOAD_NONE)
+        add(l, "zero_optimization", "zero_optimization.offload_optimizer.device",
+            "zero_optimization.offload_optimizer.device %s: %s optimizer offload (the optimizer state stays "
+            "with the parameters on the training device, and the optimizer step runs there)",
+            dev[z->offload_optimizer.device], ny);
+    if (z->offload_param.device != CT_OFFLOAD_NONE)
+        add(l, "zero_optimization", "zero_optimization.offload_param.device",
+            "zero_optimization.offload_param.device %s: %s parameter offload (every parameter stays on the "
+            "training device)", dev[z->offload_param.device], ny);
+
+    char first[160] = "";
+    int n = cfg->model ? checkpointed_layers(cJSON_GetObjectItemCaseSensitive(cfg->model, "layers"), "model.layers",
+                                             first, sizeof first, 0)
+                       : 0;
+    if (n > 0) {
+        char more[48] = "";
+        if (n > 1) snprintf(more, sizeof more, " (and %d more layer%s)", n - 1, n > 2 ? "s" : "");
+        add(l, "", first,
+            "%s true%s: %s activation checkpointing (every activation is kept for backward; none is "
+            "recomputed)", first, more, ny);
+    }
+    const ct_pending_cfg *p = &cfg->pending;
+    if (p->number_checkpoints > 0)
+        add(l, "activation_checkpointing", "activation_checkpointing.number_checkpoints",
+            "activation_checkpointing.number_checkpoints %ld: %s activation checkpointing (no checkpoint "
+            "buffer; every activation is kept for backward)", p->number_checkpoints, ny);
+    if (p->cpu_checkpointing)
+        add(l, "activation_checkpointing", "activation_checkpointing.cpu_checkpointing",
+            "activation_checkpointing.cpu_checkpointing true: %s activation checkpointing (no activation is "
+            "moved to CPU memory)", ny);
+    if (p->partition_activations)
+        add(l, "activation_checkpointing", "activation_checkpointing.partition_activations",
+            "activation_checkpointing.partition_activations true: %s activation checkpointing (no activation "
+            "is partitioned across model-parallel ranks)", ny);
+    if (p->curriculum)
+        add(l, "curriculum_learning", "curriculum_learning.enabled",
+            "curriculum_learning.enabled true: %s curriculum learning (every step sees full-length samples; no "
+            "difficulty schedule)", ny);
+    if (p->data_curriculum)
+        add(l, "data_efficiency.data_sampling", "data_efficiency.data_sampling.curriculum_learning.enabled",
+            "data_efficiency.data_sampling.curriculum_learning.enabled true: %s curriculum data sampling "
+            "(batches come from the data loader's shuffle, not by difficulty)", ny);
+    if (p->flops_profiler)
+        add(l, "flops_profiler", "flops_profiler.enabled",
+            "flops_profiler.enabled true: %s the FLOPS profiler (no FLOPs, MACs or per-module latency "
+            "report)", ny);
+    if (cfg->wall_clock_breakdown)
+        add(l, "wall_clock_breakdown", "wall_clock_breakdown",
+            "wall_clock_breakdown true: %s the forward/backward/step timers (the summary still has wall_s "
+            "and samples_per_s)", ny);
+}
+
+int ct_config_not_yet(const ct_config *cfg, ct_not_yet *out, int max) {
+    if (!cfg) return 0;
+    item items[CT_NOT_YET_MAX];
+    list l = {items, 0, CT_NOT_YET_MAX};
+    collect(cfg, &l);
+    for (int i = 0; i < l.n && i < max && i < CT_NOT_YET_MAX; i++) out[i] = items[i].line;
+    return l.n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The generic warning without what the lines above already say                               */
+
+static bool at_or_under(const char *path, const char *prefix) {
+    size_t n = strlen(prefix);
+    return n && strncmp(path, prefix, n) == 0 && (path[n] == 0 || path[n] == '.');
+}
+
+/* The JSON value at a dotted path below root, or NULL. */
+static const cJSON *lookup(const cJSON *root, const char *path) {
+    char key[256];
+    const cJSON *v = root;
+    while (v && *path) {
+        size_t k = strcspn(path, ".");
+        if (k >= sizeof key) return NULL;
+        memcpy(key, path, k);
+        key[k] = 0;
+        v = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, key) : NULL;
+        path += k + (path[k] == '.');
+    }
+    return v;
+}
+
+/* Keep `path` in the new list, leave it out when a line covers it, or, when a line covers only
+ * part of it, keep its other members one by one ("data_efficiency" -> "data_efficiency.data_routing"). */
+static void keep(ct_rd *r, const cJSON *root, const char *path, const item *items, int n, int depth) {
+    for (int i = 0; i < n; i++)
+        if (at_or_under(path, items[i].covers)) return;
+    bool partly = false;
+    for (int i = 0; i < n && !partly; i++) partly = at_or_under(items[i].covers, path);
+    const cJSON *v = partly ? lookup(root, path) : NULL;
+    if (!partly || !cJSON_IsObject(v) || depth > 8) {
+        ct_rd_add_unused(r, path);
+        return;
+    }
+    for (const cJSON *m = v->child; m; m = m->next) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s.%s", path, m->string);
+        keep(r, root, sub, items, n, depth + 1);
+    }
+}
+
+void ct_rd_drop_explained(ct_rd *r) {
+    item items[CT_NOT_YET_MAX];
+    list l = {items, 0, CT_NOT_YET_MAX};
+    collect(r->cfg, &l);
+    if (l.n == 0 || r->n_unused == 0) return;
+    char **old = r->unused;
+    int n_old = r->n_unused;
+    r->unused = NULL;
+    r->n_unused = r->cap_unused = 0;
+    const cJSON *root = r->cfg->doc ? ct_json_root(r->cfg->doc) : NULL;
+    for (int i = 0; i < n_old; i++) {
+        keep(r, root, old[i], items, l.n < CT_NOT_YET_MAX ? l.n : CT_NOT_YET_MAX, 0);
+        free(old[i]);
+    }
+    free(old);
+}
