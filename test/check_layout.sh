@@ -11,11 +11,6 @@
 # An include is looked up next to the including file first, then from the repository root (the
 # compiler's -I.); one that is found in neither place is not an edge (a system header).
 #
-# KNOWN: cycles that exist today and are being removed by the engineers who own those modules.
-# A cycle all of whose modules are in one group here is printed as known and does not fail the
-# check; any other cycle does. Remove a group once its cycle is gone (the script says when).
-KNOWN="report:train"
-#
 # Usage: sh test/check_layout.sh   (from anywhere; run by test/run_tests.sh)
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -41,7 +36,7 @@ done | while IFS='	' read -r f line inc; do
     printf '%s\t%s\t%s\t%s\n' "$f" "$line" "$inc" "$res"
 done)
 
-printf '%s\n' "$edges" | awk -F '\t' -v known="$KNOWN" -v files="$(printf '%s ' $files)" '
+printf '%s\n' "$edges" | awk -F '\t' -v files="$(printf '%s ' $files)" '
 # module of a path: the folder below core/, or the top folder (cmd, cuda); "core" for a file
 # directly in core/ (reported separately).
 function module(p,    n, parts) {
@@ -125,31 +120,11 @@ END {
         names = chain[1]
         for (k = 2; k <= n + 1; k++) names = names " -> " chain[k]
         for (k = 1; k <= n; k++) on_cycle[chain[k]] = 1
-        # known: every module of the cycle in one group of KNOWN
-        is_known = 0
-        ng = split(known, groups, " ")
-        for (g = 1; g <= ng && !is_known; g++) {
-            split(groups[g], gm, ":"); split("", ingroup)
-            for (x in gm) ingroup[gm[x]] = 1
-            all = 1
-            for (k = 1; k <= n; k++) if (!(chain[k] in ingroup)) all = 0
-            if (all) { is_known = 1; known_hit[groups[g]] = 1 }
-        }
-        if (is_known)
-            printf "check_layout: known cycle, left to its owners (KNOWN in test/check_layout.sh): %s\n", names
-        else {
-            printf "check_layout: FAIL: modules include each other in a cycle: %s\n", names
-            fail = 1
-        }
+        printf "check_layout: FAIL: modules include each other in a cycle: %s\n", names
         for (k = 1; k <= n; k++)
             printf "    %s    (%s -> %s)\n", why[chain[k], chain[k + 1]], chain[k], chain[k + 1]
-        ncyc++
+        fail = 1
     }
-    ng = split(known, groups, " ")
-    for (g = 1; g <= ng; g++)
-        if (!(groups[g] in known_hit))
-            printf "check_layout: note: the known cycle %s is gone; remove it from KNOWN in test/check_layout.sh\n", groups[g]
     if (fail) exit 1
-    printf "check_layout: ok: %d files, %d modules, no module cycle%s, no file directly in core/\n", nf, nmods,
-           ncyc ? " other than the known ones" : ""
+    printf "check_layout: ok: %d files, %d modules, no module cycle, no file directly in core/\n", nf, nmods
 }'

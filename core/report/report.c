@@ -206,6 +206,14 @@ static void put_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* "key":{"params":N,...} with one entry per memory category. */
+static void put_by_cat(FILE *f, const char *key, const size_t *bytes) {
+    fprintf(f, ",\"%s\":{", key);
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++)
+        fprintf(f, "%s\"%s\":%zu", c ? "," : "", ct_mem_cat_name((ct_mem_cat)c), bytes[c]);
+    fputc('}', f);
+}
+
 void ct_summary_write(const ct_summary *s, FILE *f) {
     fputs("{\"status\":", f);
     put_str(f, s->status);
@@ -223,12 +231,8 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_str(f, s->run_dir);
     put_num(f, "first_step_s", s->first_step_s, "%.3f");
     put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
-    if (s->has_mem_stats) {
-        fputs(",\"peak_bytes_by_category\":{", f);
-        for (int c = 0; c < CT_MEM_CAT_COUNT; c++)
-            fprintf(f, "%s\"%s\":%zu", c ? "," : "", ct_mem_cat_name((ct_mem_cat)c), s->peak_by_cat[c]);
-        fputc('}', f);
-    }
+    if (s->has_mem_stats) put_by_cat(f, "peak_bytes_by_category", s->peak_by_cat);
+    if (s->has_plan) put_by_cat(f, "planned_bytes_by_category", s->planned_by_cat);
     if (s->error[0]) {
         fputs(",\"error\":", f);
         put_str(f, s->error);

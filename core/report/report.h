@@ -36,6 +36,10 @@ typedef struct ct_summary {
      * backend's host allocations on the CPU); written as "peak_bytes_by_category". */
     size_t peak_by_cat[CT_MEM_CAT_COUNT];
     bool has_mem_stats;
+    /* The memory plan made at start (core/train/plan.h), by category: "planned_bytes_by_category",
+     * to hold against the peaks. */
+    size_t planned_by_cat[CT_MEM_CAT_COUNT];
+    bool has_plan;
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);
