@@ -13,6 +13,7 @@
 #include "core/params/store.h"
 #include "core/util/json.h"
 #include "core/util/rng.h"
+#include "test/ref_file.h"
 
 typedef struct {
     ct_config cfg;
@@ -477,6 +478,275 @@ START_TEST(hooks_and_accumulation) {
 }
 END_TEST
 
+/* ---- the executor's seams: ranges, recompute, prepare hooks, ties ---- */
+
+/* Linear, batchnorm (running statistics), gelu, dropout (random masks), a residual and a
+ * layernorm: everything a range boundary or a recompute could disturb. */
+static const char *seam_model =
+    "{\"input\": [6], \"layers\": ["
+    " {\"type\": \"linear\", \"name\": \"a\", \"out\": 12}, {\"type\": \"batchnorm2d\", \"name\": \"bn\"},"
+    " {\"type\": \"gelu\", \"name\": \"g\"}, {\"type\": \"dropout\", \"name\": \"d\", \"p\": 0.3},"
+    " {\"type\": \"linear\", \"name\": \"b\", \"out\": 12},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"b\", \"a\"]}, {\"type\": \"layernorm\", \"name\": \"ln\"},"
+    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+enum { SEAM_LAYERS = 8, SEAM_N = 4 };
+
+/* Copies of what a pass leaves behind, to compare runs bit for bit. */
+typedef struct snapshot {
+    float *grads, *buffers;
+    float loss;
+} snapshot;
+
+static snapshot snap(const runner *r) {
+    const ct_graph_info *in = ct_graph_info_get(r->b.g);
+    snapshot s = {malloc(sizeof(float) * (size_t)in->n_params), malloc(sizeof(float) * (size_t)in->n_buffers), r->io.loss};
+    memcpy(s.grads, r->grads, sizeof(float) * (size_t)in->n_params);
+    memcpy(s.buffers, r->buffers, sizeof(float) * (size_t)in->n_buffers);
+    return s;
+}
+
+static void expect_same(const runner *r, const snapshot *want, const char *what) {
+    const ct_graph_info *in = ct_graph_info_get(r->b.g);
+    ck_assert_msg(memcmp(&r->io.loss, &want->loss, sizeof(float)) == 0, "%s: loss %.9g, one pass %.9g", what,
+                  r->io.loss, want->loss);
+    ck_assert_msg(memcmp(r->grads, want->grads, sizeof(float) * (size_t)in->n_params) == 0,
+                  "%s: gradients differ from one pass", what);
+    ck_assert_msg(memcmp(r->buffers, want->buffers, sizeof(float) * (size_t)in->n_buffers) == 0,
+                  "%s: running statistics differ from one pass", what);
+}
+
+static void snap_free(snapshot *s) { free(s->grads), free(s->buffers); }
+
+/* The baseline: one forward, loss and backward over the whole model from fresh state. */
+static snapshot one_pass(runner *r) {
+    ct_param_store_init(r->store, 5);
+    ct_param_store_zero_grads(r->store);
+    runner_loss(r);
+    runner_backward(r, NULL);
+    return snap(r);
+}
+
+START_TEST(ranges_equal_one_pass) {
+    runner r;
+    runner_start(&r, seam_model, SEAM_N, 5);
+    snapshot want = one_pass(&r);
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    for (int k = 1; k < SEAM_LAYERS; k++) {   /* every split point */
+        ct_param_store_init(r.store, 5);
+        ct_param_store_zero_grads(r.store);
+        ck_assert(ct_graph_forward_range(r.b.g, 0, k, CT_PASS_FORWARD, &b, &r.io, NULL, &err) == CT_OK);
+        ck_assert(ct_graph_forward_range(r.b.g, k, SEAM_LAYERS, CT_PASS_FORWARD, &b, &r.io, NULL, &err) == CT_OK);
+        ck_assert(ct_graph_loss(r.b.g, &r.io, &err) == CT_OK);
+        ct_graph_read_loss(r.b.g, &r.io);
+        ck_assert(ct_graph_backward_range(r.b.g, k, SEAM_LAYERS, &b, &r.io, NULL, &err) == CT_OK);
+        ck_assert(ct_graph_backward_range(r.b.g, 0, k, &b, &r.io, NULL, &err) == CT_OK);
+        expect_same(&r, &want, "two ranges");
+    }
+    /* a range outside the graph is an error, not a walk off its end */
+    ck_assert_int_eq(ct_graph_forward_range(r.b.g, 3, SEAM_LAYERS + 1, CT_PASS_FORWARD, &b, &r.io, NULL, &err),
+                     CT_ERR_RUNTIME);
+    snap_free(&want);
+    runner_stop(&r);
+}
+END_TEST
+
+/* Activation checkpointing's core: drop a range's activations and saved state, run the range
+ * again with the recompute pass, and backward gives the same bits (dropout draws the same masks,
+ * batchnorm's running statistics move once). */
+START_TEST(recompute_restores_a_range) {
+    runner r;
+    runner_start(&r, seam_model, SEAM_N, 5);
+    snapshot want = one_pass(&r);
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    for (int lo = 0; lo < SEAM_LAYERS - 1; lo++) {
+        int hi = lo + 3 < SEAM_LAYERS ? lo + 3 : SEAM_LAYERS - 1;   /* the last layer's dy is the loss's */
+        ct_param_store_init(r.store, 5);
+        ct_param_store_zero_grads(r.store);
+        runner_loss(&r);
+        /* drop the outputs of [lo, hi) (every layer but the head has 12 features) */
+        for (int j = lo; j < hi; j++) {
+            float *y = ct_graph_activation(r.b.g, j);
+            for (int64_t i = 0; i < SEAM_N * 12; i++) y[i] = NAN;
+        }
+        ck_assert(ct_graph_forward_range(r.b.g, lo, hi, CT_PASS_RECOMPUTE, &b, &r.io, NULL, &err) == CT_OK);
+        runner_backward(&r, NULL);
+        expect_same(&r, &want, "recomputed range");
+    }
+    /* recompute is for a train-mode micro-batch only */
+    r.io.train = false;
+    ck_assert_int_eq(ct_graph_forward_range(r.b.g, 0, 2, CT_PASS_RECOMPUTE, &b, &r.io, NULL, &err), CT_ERR_RUNTIME);
+    snap_free(&want);
+    runner_stop(&r);
+}
+END_TEST
+
+/* ZeRO-3's seam: a prepare hook gathers each layer's parameters from an owner copy into one
+ * reused scratch and hands backward a zeroed per-layer gradient bucket, which its after hook adds
+ * into the owner's gradients. The flat buffers the executor is given hold NaN: a layer that read
+ * them would poison the result. */
+typedef struct gather_ctx {
+    const ct_param_layout *L;
+    const float *owner;          /* [n_params] the real parameters */
+    float *owner_grads;          /* [n_params] */
+    float *scratch, *bucket;     /* per-layer, reused */
+    int prepared, finished;
+} gather_ctx;
+
+static int gather_prepare(void *c, int layer, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    gather_ctx *g = c;
+    int64_t at = 0;
+    for (int s = 0; s < ct_param_layout_layer_specs(g->L, layer); s++) {
+        const ct_param_view *v = &g->L->views[ct_param_layout_layer_view(g->L, layer, s)];
+        if (!v->trainable) continue;
+        memcpy(g->scratch + at, g->owner + v->offset, sizeof(float) * (size_t)v->numel);
+        io->p[s] = g->scratch + at;
+        if (pass == CT_PASS_BACKWARD) {
+            memset(g->bucket + at, 0, sizeof(float) * (size_t)v->numel);
+            io->dp[s] = g->bucket + at;
+        }
+        at += v->numel;
+    }
+    g->prepared++;
+    return CT_OK;
+}
+
+static int gather_after(void *c, int layer, ct_pass pass, const ct_layer_io *io, ct_err *err) {
+    gather_ctx *g = c;
+    g->finished++;
+    if (pass != CT_PASS_BACKWARD) return CT_OK;
+    int64_t at = 0;
+    for (int s = 0; s < ct_param_layout_layer_specs(g->L, layer); s++) {
+        const ct_param_view *v = &g->L->views[ct_param_layout_layer_view(g->L, layer, s)];
+        if (!v->trainable) continue;
+        ck_assert(io->dp[s] == g->bucket + at);
+        for (int64_t i = 0; i < v->numel; i++) g->owner_grads[v->offset + i] += g->bucket[at + i];
+        at += v->numel;
+    }
+    return CT_OK;
+}
+
+START_TEST(prepare_hook_redirects_parameters) {
+    runner r;
+    runner_start(&r, seam_model, SEAM_N, 5);
+    snapshot want = one_pass(&r);
+    const ct_graph_info *in = ct_graph_info_get(r.b.g);
+    size_t np = (size_t)in->n_params;
+    ct_param_store_init(r.store, 5);
+    float *owner = malloc(sizeof(float) * np), *owner_grads = calloc(np, sizeof(float));
+    memcpy(owner, r.params, sizeof(float) * np);
+    gather_ctx g = {.L = ct_graph_layout(r.b.g), .owner = owner, .owner_grads = owner_grads,
+                    .scratch = malloc(sizeof(float) * np), .bucket = malloc(sizeof(float) * np)};
+    for (size_t i = 0; i < np; i++) r.params[i] = r.grads[i] = NAN;
+    ct_exec_hooks hooks = {.ctx = &g, .prepare = gather_prepare, .after = gather_after};
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    ck_assert(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+    ck_assert(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+    ck_assert_int_eq(g.prepared, 2 * SEAM_LAYERS);
+    ck_assert_int_eq(g.finished, 2 * SEAM_LAYERS);
+    memcpy(r.grads, owner_grads, sizeof(float) * np);   /* compare the owner's gradients */
+    expect_same(&r, &want, "parameters gathered by a prepare hook");
+    for (size_t i = 0; i < np; i++) ck_assert(isnan(r.params[i]));   /* untouched */
+    free(owner), free(owner_grads), free(g.scratch), free(g.bucket);
+    snap_free(&want);
+    runner_stop(&r);
+}
+END_TEST
+
+static int fail_at_3(void *c, int layer, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    ++*(int *)c;
+    return layer == 3 ? ct_errf(err, CT_ERR_RUNTIME, "gather of layer %d failed", layer) : CT_OK;
+}
+
+START_TEST(failing_hook_stops_the_walk) {
+    runner r;
+    runner_start(&r, seam_model, SEAM_N, 5);
+    int calls = 0;
+    ct_exec_hooks hooks = {.ctx = &calls, .prepare = fail_at_3};
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err), CT_ERR_RUNTIME);
+    ck_assert_str_eq(err.msg, "gather of layer 3 failed");
+    ck_assert_int_eq(calls, 4);   /* layers 0..3: nothing ran after the failure */
+    runner_stop(&r);
+}
+END_TEST
+
+/* A tied LM head (linear "tie": "wte.weight") against PyTorch (test/ref/gen_layer_refs.py,
+ * case tied_lm): the tensor exists once, the head reads it and both layers' gradients add up. */
+START_TEST(tied_head_matches_pytorch) {
+    ref_file rf;
+    ref_load(&rf, "test/ref/layers/tied_lm.bin");
+    char *text = cJSON_PrintUnformatted(cJSON_GetObjectItem(rf.meta, "model"));
+    const ref_array *ids = ref_get(&rf, "ids"), *tgt = ref_get(&rf, "target");
+    int64_t n = ids->shape.d[0];
+    runner r;
+    runner_start(&r, text, n, 1);
+    const ct_param_layout *L = ct_graph_layout(r.b.g);
+    ck_assert_int_eq(L->n_views, 3);   /* wte.weight, ln.weight, ln.bias: the head has none */
+    int head = ct_graph_info_get(r.b.g)->n_layers - 1;
+    ck_assert(ct_param_layout_is_alias(L, head, 0));
+    ck_assert_int_eq(ct_param_layout_layer_view(L, head, 0), ct_param_layout_find(L, "wte.weight"));
+    static const char *const names[][2] = {{"wte.weight", "wte"}, {"ln.weight", "ln_w"}, {"ln.bias", "ln_b"}};
+    for (int i = 0; i < 3; i++) {
+        const ct_param_view *v = &L->views[ct_param_layout_find(L, names[i][0])];
+        const ref_array *a = ref_get(&rf, names[i][1]);
+        ck_assert_int_eq(ct_shape_numel(&a->shape), v->numel);
+        memcpy(r.params + v->offset, a->data, sizeof(float) * (size_t)v->numel);
+    }
+    int32_t *tok = (int32_t *)r.input, *lab = r.target;   /* token ids: 4 bytes, like the floats */
+    for (int64_t i = 0; i < ct_shape_numel(&ids->shape); i++) tok[i] = (int32_t)ids->data[i], lab[i] = (int32_t)tgt->data[i];
+    runner_loss(&r);
+    runner_backward(&r, NULL);
+    ref_compare("tied_lm", "loss", &r.io.loss, ref_get(&rf, "loss"), 1e-5);
+    for (int i = 0; i < 3; i++) {
+        const ct_param_view *v = &L->views[ct_param_layout_find(L, names[i][0])];
+        char key[16];
+        snprintf(key, sizeof key, "d_%s", names[i][1]);
+        ref_compare("tied_lm", key, r.grads + v->offset, ref_get(&rf, key), 5e-5);
+    }
+    free(text);
+    ref_free(&rf);
+    runner_stop(&r);
+}
+END_TEST
+
+START_TEST(views_aligned_and_ties_checked) {
+    built b;
+    expect_ok("{\"input\": [3], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 5},"
+              " {\"type\": \"layernorm\", \"name\": \"n\"}, {\"type\": \"batchnorm2d\", \"name\": \"bn\"},"
+              " {\"type\": \"linear\", \"name\": \"c\", \"out\": 5}], \"loss\": {\"type\": \"mse\"}}", &b);
+    const ct_param_layout *L = ct_graph_layout(b.g);
+    for (int i = 0; i < L->n_views; i++)
+        ck_assert_msg(L->views[i].offset % CT_VIEW_ALIGN == 0, "%s at %lld", L->views[i].name,
+                      (long long)L->views[i].offset);
+    ck_assert_int_eq(L->views[1].offset, 16);   /* a.weight [5, 3] = 15, padded to 16 */
+    unbuild(&b);
+    static const char *head = "{\"input\": [4], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 9,"
+                              " \"dim\": 6}, {\"type\": \"linear\", \"name\": \"h\", \"out\": %s, \"bias\": false, \"tie\": %s}],"
+                              " \"loss\": {\"type\": \"cross_entropy\"}}";
+    char text[512];
+    snprintf(text, sizeof text, head, "9", "\"wte.weght\"");
+    EXPECT_ERROR(text, "m.json:1:", "\"h\" (linear)", "tie: no parameter named \"wte.weght\"", "did you mean \"wte.weight\"");
+    snprintf(text, sizeof text, head, "8", "\"wte.weight\"");
+    EXPECT_ERROR(text, "tie: weight is [8, 6] but \"wte.weight\" is [9, 6]");
+    snprintf(text, sizeof text, head, "9", "{\"wieght\": \"wte.weight\"}");
+    EXPECT_ERROR(text, "tie: this layer has no parameter \"wieght\"", "did you mean \"weight\"");
+    snprintf(text, sizeof text, head, "9", "{\"weight\": 3}");
+    EXPECT_ERROR(text, "tie.weight: expected the name of a view");
+    snprintf(text, sizeof text, head, "9", "\"h.weight\"");
+    EXPECT_ERROR(text, "tie: no parameter named \"h.weight\" in an earlier layer");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 4},"
+                 " {\"type\": \"relu\", \"tie\": \"a.weight\"}], \"loss\": {\"type\": \"mse\"}}",
+                 "tie: this layer has no weight to tie");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 4},"
+                 " {\"type\": \"linear\", \"out\": 4, \"tie\": \"a.weight\", \"init\": {\"type\": \"zeros\"}}],"
+                 " \"loss\": {\"type\": \"mse\"}}", "init: weight is tied to \"a.weight\"");
+}
+END_TEST
+
 START_TEST(embedding_tokens) {
     built b;
     expect_ok("{\"input\": [5], \"layers\": [{\"type\": \"embedding\", \"vocab\": 11, \"dim\": 6},"
@@ -675,6 +945,12 @@ int main(void) {
     tcase_add_test(tc, in_place_relu);
     tcase_add_test(tc, hooks_and_accumulation);
     tcase_add_loop_test(tc, half_graph_matches_f32, 0, 2);
+    tcase_add_test(tc, ranges_equal_one_pass);
+    tcase_add_test(tc, recompute_restores_a_range);
+    tcase_add_test(tc, prepare_hook_redirects_parameters);
+    tcase_add_test(tc, failing_hook_stops_the_walk);
+    tcase_add_test(tc, tied_head_matches_pytorch);
+    tcase_add_test(tc, views_aligned_and_ties_checked);
     tcase_add_test(tc, embedding_tokens);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);

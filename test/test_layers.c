@@ -16,6 +16,7 @@
 
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
+#include "test/ref_file.h"
 #include "core/util/rng.h"
 
 /* ---------------------------------------------------------------- harness ---- */
@@ -721,76 +722,16 @@ END_TEST
 
 /* ---------------------------------------------------------------- PyTorch references ---- */
 
-typedef struct {
-    char name[32];
-    ct_shape shape;
-    float *data;
-} ref_array;
-
-typedef struct {
-    cJSON *meta;
-    ref_array a[24];
-    int n;
-} ref_file;
-
-static bool rd(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
-
-static void ref_load(ref_file *rf, const char *name) {
+/* test/ref/layers/<name>.bin */
+static void ref_load_layer(ref_file *rf, const char *name) {
     char path[256];
     snprintf(path, sizeof path, "test/ref/layers/%s.bin", name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "cannot open %s (run tests from the repo root)", path);
-    char magic[4];
-    uint32_t ver, len, n;
-    ck_assert(rd(f, magic, 4) && memcmp(magic, "CTRF", 4) == 0 && rd(f, &ver, 4) && ver == 1 && rd(f, &len, 4));
-    char *js = calloc(len + 1, 1);
-    ck_assert(rd(f, js, len));
-    rf->meta = cJSON_Parse(js);
-    free(js);
-    ck_assert(rf->meta && rd(f, &n, 4) && n <= 24);
-    rf->n = (int)n;
-    for (uint32_t i = 0; i < n; i++) {
-        ref_array *a = &rf->a[i];
-        uint32_t nl, nd;
-        ck_assert(rd(f, &nl, 4) && nl < sizeof a->name && rd(f, a->name, nl));
-        a->name[nl] = 0;
-        ck_assert(rd(f, &nd, 4) && nd <= CT_MAX_DIMS);
-        a->shape.ndim = (int)nd;
-        for (uint32_t d = 0; d < nd; d++) {
-            int32_t v;
-            ck_assert(rd(f, &v, 4));
-            a->shape.d[d] = v;
-        }
-        size_t k = (size_t)ct_shape_numel(&a->shape);
-        a->data = malloc(k * sizeof(float) + 4);
-        ck_assert(rd(f, a->data, k * sizeof(float)));
-    }
-    fclose(f);
-}
-
-static const ref_array *ref_get(const ref_file *rf, const char *name) {
-    for (int i = 0; i < rf->n; i++)
-        if (strcmp(rf->a[i].name, name) == 0) return &rf->a[i];
-    return NULL;
-}
-
-static void ref_free(ref_file *rf) {
-    for (int i = 0; i < rf->n; i++) free(rf->a[i].data);
-    cJSON_Delete(rf->meta);
-}
-
-/* |got - want| <= atol + rtol |want| elementwise. */
-static void ref_compare(const char *file, const char *what, const float *got, const ref_array *want, double tol) {
-    ck_assert_msg(want, "%s: no array %s", file, what);
-    int64_t k = ct_shape_numel(&want->shape);
-    for (int64_t i = 0; i < k; i++)
-        ck_assert_msg(fabs(got[i] - want->data[i]) <= tol * (1.0 + fabs(want->data[i])),
-                      "%s: %s[%lld]: got %.7g, PyTorch %.7g", file, what, (long long)i, got[i], want->data[i]);
+    ref_load(rf, path);
 }
 
 static void ref_layer(const char *file) {
     ref_file rf;
-    ref_load(&rf, file);
+    ref_load_layer(&rf, file);
     char *cfg = cJSON_PrintUnformatted(cJSON_GetObjectItem(rf.meta, "layer"));
     bool eval = strcmp(cJSON_GetObjectItem(rf.meta, "mode")->valuestring, "eval") == 0;
     ct_shape in[CT_LAYER_MAX_IN];
@@ -859,7 +800,7 @@ static const char *const loss_refs[] = {"cross_entropy", "cross_entropy_smooth",
 
 START_TEST(pytorch_losses) {
     ref_file rf;
-    ref_load(&rf, loss_refs[_i]);
+    ref_load_layer(&rf, loss_refs[_i]);
     const ref_array *x = ref_get(&rf, "logits"), *t = ref_get(&rf, "target");
     int64_t rows = x->shape.d[0], cols = x->shape.d[1];
     int32_t labels[64];

@@ -162,8 +162,30 @@ def loss_cases():
               F.binary_cross_entropy_with_logits)
 
 
+def tied_lm_case():
+    """A whole small model with its LM head tied to the token embedding (test_graph.c): the
+    gradient of the one shared tensor sums the embedding's scatter and the head's GEMM."""
+    model = {"input": [5], "loss": {"type": "cross_entropy"}, "layers": [
+        {"type": "embedding", "name": "wte", "vocab": 11, "dim": 6},
+        {"type": "layernorm", "name": "ln"},
+        {"type": "linear", "name": "head", "out": 11, "bias": False, "tie": "wte.weight"}]}
+    ids = torch.tensor([[1, 4, 4, 9, 0], [10, 3, 7, 1, 1], [2, 2, 5, 8, 6]])
+    target = torch.tensor([[4, 4, 9, 0, 3], [3, 7, 1, 1, 10], [2, 5, 8, 6, 0]])
+    wte = rand(11, 6).requires_grad_(True)
+    ln_w = (1.0 + 0.2 * rand(6)).requires_grad_(True)
+    ln_b = (0.1 * rand(6)).requires_grad_(True)
+    h = F.layer_norm(F.embedding(ids, wte), (6,), ln_w, ln_b)
+    loss = F.cross_entropy(F.linear(h, wte).reshape(-1, 11), target.reshape(-1))
+    loss.backward()
+    write("tied_lm", {"model": model}, [("ids", ids), ("target", target), ("wte", wte), ("ln_w", ln_w),
+                                         ("ln_b", ln_b), ("loss", loss.reshape(1)), ("d_wte", wte.grad),
+                                         ("d_ln_w", ln_w.grad), ("d_ln_b", ln_b.grad)])
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases):
+    # tied_lm last: each case draws from the seeded generator, so earlier files stay as they were
+    for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases,
+                 tied_lm_case):
         make()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
