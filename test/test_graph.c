@@ -311,6 +311,9 @@ START_TEST(repeat_expansion) {
     ck_assert_str_eq(ct_graph_layout(b.g)->views[2].name, "h.0.weight");
     ck_assert_str_eq(ct_graph_layout(b.g)->views[6].name, "h.2.weight");
     ck_assert_int_eq(in->target_dtype, CT_F32);
+    char desc[512];
+    ct_graph_describe(b.g, desc, sizeof desc);
+    ck_assert_str_eq(desc, "12 layers: linear([16]->[16]) 3 × [ linear([16]->[16]) silu add ] add linear([16]->[4])");
     unbuild(&b);
     check_graph_grads(text, 3, 1e-2, 2e-2);
 }

@@ -370,15 +370,43 @@ const ct_graph_info *ct_graph_info_get(const ct_graph *g) { return &g->info; }
 const ct_param_layout *ct_graph_layout(const ct_graph *g) { return &g->layout; }
 const ct_act_plan *ct_graph_plan(const ct_graph *g) { return &g->plan; }
 
+/* One layer for the description: its type, and its shapes when it has parameters. */
+static size_t describe_layer(const ct_graph *g, int i, char *buf, size_t n) {
+    const ct_layer *l = &g->nodes[i].l;
+    char a[64], c[64];
+    if (!ct_param_layout_layer_specs(&g->layout, i)) return (size_t)snprintf(buf, n, " %s", l->type->name);
+    return (size_t)snprintf(buf, n, " %s(%s->%s)", l->type->name, ct_shape_str(&l->in[0], a, sizeof a),
+                            ct_shape_str(&l->out, c, sizeof c));
+}
+
+/* A top-level "repeat" block starting at node i: its iterations (`times`) of `per` layers each.
+ * Its layers share the path prefix "model.layers[k]." and each iteration starts again at the
+ * block's first path. Returns false for an ordinary layer. */
+static bool repeat_block(const ct_graph *g, int i, int *per, int *times) {
+    const char *path = g->nodes[i].l.path, *close = strchr(path, ']');
+    if (!close || close[1] != '.') return false;
+    size_t prefix = (size_t)(close - path) + 2;   /* "model.layers[k]." */
+    int end = i + 1, second = -1;
+    while (end < g->n_nodes && strncmp(g->nodes[end].l.path, path, prefix) == 0) {
+        if (second < 0 && strcmp(g->nodes[end].l.path, path) == 0) second = end;
+        end++;
+    }
+    *per = second < 0 ? end - i : second - i;
+    *times = (end - i) / *per;
+    return true;
+}
+
 void ct_graph_describe(const ct_graph *g, char *buf, size_t n) {
     size_t used = (size_t)snprintf(buf, n, "%d layers:", g->n_nodes);
-    for (int i = 0; i < g->n_nodes && used < n; i++) {
-        const ct_layer *l = &g->nodes[i].l;
-        char a[64], c[64];
-        if (ct_param_layout_layer_specs(&g->layout, i))
-            used += (size_t)snprintf(buf + used, n - used, " %s(%s->%s)", l->type->name,
-                                     ct_shape_str(&l->in[0], a, sizeof a), ct_shape_str(&l->out, c, sizeof c));
-        else
-            used += (size_t)snprintf(buf + used, n - used, " %s", l->type->name);
+    for (int i = 0; i < g->n_nodes && used < n;) {
+        int per, times;
+        if (!repeat_block(g, i, &per, &times) || times < 2) {
+            used += describe_layer(g, i++, buf + used, n - used);
+            continue;
+        }
+        used += (size_t)snprintf(buf + used, n - used, " %d × [", times);
+        for (int k = 0; k < per && used < n; k++) used += describe_layer(g, i + k, buf + used, n - used);
+        if (used < n) used += (size_t)snprintf(buf + used, n - used, " ]");
+        i += per * times;
     }
 }
