@@ -1316,9 +1316,12 @@ static void xent_ref(const op_case *k, double **v) {
 
 /* mse_loss / bce_logits_loss: grad, result, prediction, target. rows cols grad_scale(x1000)
  * range; variants: with gradient, loss alone; mse also "target = prediction" (loss exactly 0). */
-static const int64_t ELT_LOSS_SHAPES[][NS] = {{1, 1, 500, 30},    {7, 1, 500, 30},   {1, 33, 500, 30},
-                                              {1, 1000, 500, 30}, {1, 100003, 500, 30}, {129, 37, 8000, 3},
-                                              {37, 24, 500, 6}};
+static const int64_t MSE_SHAPES[][NS] = {{1, 1, 500, 30},    {7, 1, 500, 30},      {1, 33, 500, 30},
+                                         {1, 1000, 500, 30}, {1, 100003, 500, 30}, {129, 37, 8000, 3},
+                                         {37, 24, 500, 6}};
+static const int64_t BCE_SHAPES[][NS] = {{1, 1, 1000, 30},    {7, 1, 1000, 30},      {1, 33, 1000, 30},
+                                         {1, 1000, 1000, 30}, {1, 100003, 1000, 30}, {129, 37, 8000, 3},
+                                         {37, 24, 1000, 6}};
 static float loss_scale(const op_case *k) { return (float)S(2) / 1000.0f; }
 static bool elt_loss_setup(op_case *k) {
     int64_t n = S(0) * S(1);
@@ -1711,7 +1714,7 @@ static const op_row ROWS[] = {
      {{"img", ACC, DT, -1, 1}, {"col", IN, DT, -1, 1}},
      col2im_setup, col2im_run, NULL, col2im_ref, REF_F32(1e-5, 1e-5), .flags = KEEP},
     {"conv2d_forward", D_ALL, SHAPES(CONV_SHAPES), CONV_PARAMS, "bias no_bias",
-     {{"y", OUT, DT}, {"x", IN, DT, -1, 1}, {"w", IN, DT, -0.5f, 0.5f}, {"bias", IN, DT, -1, 1}},
+     {{"y", OUT, DT}, {"x", IN, DT, -1, 1}, {"w", IN, DT, -1, 1}, {"bias", IN, DT, -1, 1}},
      conv_forward_setup, conv_forward_run, NULL, conv_forward_ref, REF_F32(1e-5, 1e-5)},
     {"conv2d_backward", D_ALL, SHAPES(CONV_SHAPES), CONV_PARAMS, "all dw_only",
      {{"dx", OUT, DT},
@@ -1719,7 +1722,7 @@ static const op_row ROWS[] = {
       {"db", ACC, F32, -1, 1},
       {"dy", IN, DT, -1, 1},
       {"x", IN, DT, -1, 1},
-      {"w", IN, DT, -0.5f, 0.5f}},
+      {"w", IN, DT, -1, 1}},
      conv_backward_setup, conv_backward_run, NULL, conv_backward_ref, REF_F32(1e-5, 1e-5)},
     {"maxpool2d_forward", D_ALL, SHAPES(POOL_SHAPES), POOL_PARAMS, "ties nan",
      {{"y", OUT, DT, .cmp = EXACT}, {"argmax", OUT, I32}, {"x", IN, DT, -1, 1}},
@@ -1780,14 +1783,14 @@ static const op_row ROWS[] = {
       {"labels", IN, I32, 0, 1},
       {"result[1]", OUT, F32, .cmp = EXACT, .ref = TOL(0, 0)}},
      xent_setup, xent_run, xent_init, xent_ref, REF_F32(1e-5, 1e-6)},
-    {"mse_loss", D_ALL, SHAPES(ELT_LOSS_SHAPES), "rows cols grad_scale_x1000 range", "grad loss_only target=pred",
+    {"mse_loss", D_ALL, SHAPES(MSE_SHAPES), "rows cols grad_scale_x1000 range", "grad loss_only target=pred",
      {{"dpred", OUT, DT, .ref = TOL(1e-5, 1e-12)},
       {"result", OUT, F32, .cmp = EACH},
       {"pred", IN, DT},
       {"target", IN, F32, -1, 1},
       {"result[1]", OUT, F32, .cmp = EXACT, .ref = TOL(0, 0)}},
      elt_loss_setup, mse_run, mse_init, mse_ref, REF_F32(1e-5, 0)},
-    {"bce_logits_loss", D_ALL, SHAPES(ELT_LOSS_SHAPES), "rows cols grad_scale_x1000 range", "grad loss_only",
+    {"bce_logits_loss", D_ALL, SHAPES(BCE_SHAPES), "rows cols grad_scale_x1000 range", "grad loss_only",
      {{"dlogits", OUT, DT, .ref = TOL(1e-4, 1e-9)},
       {"result", OUT, F32, .cmp = EACH},
       {"logits", IN, DT},
