@@ -25,6 +25,8 @@ mkdir -p "$BUILD/test"
 if [ "$MODE" = "cuda" ]; then
     export CT_TEST_CUDA=1
     for t in "$BUILD"/test/test_cuda*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
+    # the op table's rows, the CUDA backend against the CPU backend
+    run_one test_ops_on_cuda env CT_TEST_DEVICE=cuda "$BUILD/test/test_ops"
     # the mixed-precision tests again, with their trainer and optimizer on the GPU
     run_one test_amp_on_cuda env CT_TEST_DEVICE=cuda "$BUILD/test/test_amp"
     for s in test/e2e_cuda*.sh; do [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"; done

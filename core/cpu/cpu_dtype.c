@@ -5,8 +5,10 @@
  * exactly into a scratch buffer (F16C where present, through the cast op, over the thread pool),
  * the fp32 kernel runs, and each 16-bit output is rounded once, to nearest even, as it is stored
  * back. This is by construction "the fp32 op on the widened inputs, then round": the definition of
- * a 16-bit op in backend.h, and what test_cpu_ops checks bit for bit. The extra passes are
+ * a 16-bit op in backend.h, and what test_ops checks bit for bit. The extra passes are
  * memory-bound and small next to the GEMMs (docs/BENCHMARKS.md).
+ *
+ * Every op is one entry of CPU_DTYPE_OPS below, which generates its wrapper and installs it.
  *
  * Scratch: CT_CPU_SLOTS growable buffers in the backend (ct_cpu.slot), reused by every call: no
  * allocation per call once they have grown. Ops are called from one thread at a time. */
@@ -46,89 +48,81 @@ static float *out32(ct_backend *be, int s, void *y, int64_t n, ct_dtype dt, bool
     return w;
 }
 
-/* Store an out32 buffer back into y (rounding once). */
-static void store(ct_backend *be, void *y, const float *w, int64_t n, ct_dtype dt) {
-    if (y && dt != CT_F32) be->elt.cast(be, y, dt, w, CT_F32, n);
+/* The outputs of one call that live in scratch until the kernel has run. */
+typedef struct {
+    void *y[CT_CPU_SLOTS];
+    const float *w[CT_CPU_SLOTS];
+    int64_t n[CT_CPU_SLOTS];
+    int count;
+} pending;
+
+static float *remember(pending *p, void *y, float *w, int64_t n) {
+    p->y[p->count] = y, p->w[p->count] = w, p->n[p->count] = n;
+    p->count++;
+    return w;
 }
 
-/* ---- element-wise ---- */
-
-static void cpu_fill(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt) {
-    float *w = out32(be, 0, x, n, dt, false);
-    ct_cpu_f32_fill(be, w, v, n);
-    store(be, x, w, n, dt);
+/* Store every scratch output back into its 16-bit array, rounding once. */
+static void store_all(ct_backend *be, const pending *p, ct_dtype dt) {
+    for (int i = 0; i < p->count; i++)
+        if (p->y[i] && dt != CT_F32) be->elt.cast(be, p->y[i], dt, p->w[i], CT_F32, p->n[i]);
 }
 
-static void cpu_scale(ct_backend *be, void *x, float s, int64_t n, ct_dtype dt) {
-    float *w = out32(be, 0, x, n, dt, true);
-    ct_cpu_f32_scale(be, w, s, n);
-    store(be, x, w, n, dt);
-}
+/* ---- what the list's entries say about their 16-bit arguments ----
+ * Each one is a statement run in the order listed, before the fp32 kernel; the k-th converted
+ * argument uses scratch slot k (outputs are listed first, so they take slot 0; an op converts at
+ * most CT_CPU_SLOTS arguments).
+ *   IN(p, n)     input p (n elements) is widened into scratch; the kernel reads F(p)
+ *   OUT(p, n)    output p: the kernel writes F(p) (scratch), which is rounded into p afterwards
+ *   INOUT(p, n)  output the kernel also reads: widened before, rounded back afterwards
+ *   DIRECT(e)    e handles the call without widening (returns true then): 16-bit data that is
+ *                only moved, or work that needs no conversion
+ *   BEFORE(s)    statement s runs first (e.g. drops an input the kernel will not read)
+ *   NONE         no argument is converted (the call moves 16-bit data as it is)
+ * With dt == CT_F32 none of them copies anything: F(p) is p. */
+#define F(p) p##_f32
+#define IN(p, n) const float *F(p) = in32(be, slot++, p, n, dt);
+#define OUT(p, n) float *F(p) = remember(&out, p, out32(be, slot++, p, n, dt, false), n);
+#define INOUT(p, n) float *F(p) = remember(&out, p, out32(be, slot++, p, n, dt, true), n);
+#define DIRECT(e) if (e) return;
+#define BEFORE(s) s;
+#define NONE
 
-static void cpu_axpy(ct_backend *be, void *y, float a, const void *x, int64_t n, ct_dtype dt) {
-    const float *xw = in32(be, 1, x, n, dt);
-    float *yw = out32(be, 0, y, n, dt, true);
-    ct_cpu_f32_axpy(be, yw, a, xw, n);
-    store(be, y, yw, n, dt);
-}
+/* ---- helpers of the entries ---- */
 
-static void cpu_add(ct_backend *be, void *y, const void *a, const void *b, int64_t n, ct_dtype dt) {
-    const float *aw = in32(be, 1, a, n, dt), *bw = in32(be, 2, b, n, dt);
-    float *yw = out32(be, 0, y, n, dt, false);
-    ct_cpu_f32_add(be, yw, aw, bw, n);
-    store(be, y, yw, n, dt);
+static int64_t inner1(int64_t inner) { return inner > 1 ? inner : 1; }
+static int64_t conv_in_numel(const ct_conv2d_geom *g) { return g->c * g->h * g->w; }
+static int64_t conv_w_numel(const ct_conv2d_geom *g) { return g->oc * (g->c / g->groups) * g->kh * g->kw; }
+static int64_t conv_out_numel(const ct_conv2d_geom *g) { return g->n * g->oc * g->oh * g->ow; }
+static int64_t conv_col_numel(const ct_conv2d_geom *g) {
+    return g->c / g->groups * g->kh * g->kw * g->oh * g->ow;
 }
+static int64_t pool_in(const ct_pool2d_geom *g) { return g->n * g->c * g->h * g->w; }
+static int64_t pool_out(const ct_pool2d_geom *g) { return g->n * g->c * g->oh * g->ow; }
+/* Elements from the first row's start to the last row's end of a strided [rows, cols] block. */
+static int64_t rows_span(int64_t rows, int64_t ld, int64_t cols) { return (rows - 1) * ld + cols; }
 
-/* A plain strided copy moves 16-bit values unchanged, so only the accumulating form converts:
- * the rows' span of y ((rows - 1) * ldy + cols elements) is widened, summed and stored back;
- * elements between the rows round-trip exactly. */
-static void cpu_copy_rows(ct_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
-                          int64_t rows, int64_t cols, bool accumulate, ct_dtype dt) {
-    if (rows <= 0 || cols <= 0) return;
+/* copy_rows without conversion: nothing to do, fp32, or a plain copy, which moves 16-bit values
+ * unchanged. Only the accumulating 16-bit form is widened: the rows' span of y is widened, summed
+ * and stored back; elements between the rows round-trip exactly. */
+static bool copy_rows_direct(ct_backend *be, void *y, int64_t ldy, const void *x, int64_t ldx,
+                             int64_t rows, int64_t cols, bool accumulate, ct_dtype dt) {
+    if (rows <= 0 || cols <= 0) return true;
     if (dt == CT_F32) {
         ct_cpu_f32_copy_rows(be, y, ldy, x, ldx, rows, cols, accumulate);
-        return;
+        return true;
     }
+    if (accumulate) return false;
     size_t es = ct_dtype_size(dt);
-    if (!accumulate) {
-        for (int64_t r = 0; r < rows; r++)
-            memcpy((char *)y + (size_t)(r * ldy) * es, (const char *)x + (size_t)(r * ldx) * es,
-                   (size_t)cols * es);
-        return;
-    }
-    int64_t ny = (rows - 1) * ldy + cols, nx = (rows - 1) * ldx + cols;
-    const float *xw = in32(be, 1, x, nx, dt);
-    float *yw = out32(be, 0, y, ny, dt, true);
-    ct_cpu_f32_copy_rows(be, yw, ldy, xw, ldx, rows, cols, true);
-    store(be, y, yw, ny, dt);
-}
-
-static void cpu_bias_act_forward(ct_backend *be, void *x, const void *bias, int64_t rows, int64_t cols,
-                                 int64_t inner, ct_act act, float alpha, ct_dtype dt) {
-    int64_t n = rows * cols * (inner > 1 ? inner : 1);
-    const float *bw = in32(be, 1, bias, cols, dt);
-    float *xw = out32(be, 0, x, n, dt, true);
-    ct_cpu_f32_bias_act_forward(be, xw, bw, rows, cols, inner, act, alpha);
-    store(be, x, xw, n, dt);
-}
-
-static void cpu_bias_backward(ct_backend *be, float *db, const void *dy, int64_t rows, int64_t cols,
-                              int64_t inner, ct_dtype dt) {
-    ct_cpu_f32_bias_backward(be, db, in32(be, 0, dy, rows * cols * (inner > 1 ? inner : 1), dt), rows,
-                             cols, inner);
-}
-
-static void cpu_act_forward(ct_backend *be, void *y, const void *x, int64_t n, ct_act act, float alpha,
-                            ct_dtype dt) {
-    const float *xw = in32(be, 1, x, n, dt);
-    float *yw = out32(be, 0, y, n, dt, false);
-    ct_cpu_f32_act_forward(be, yw, xw, n, act, alpha);
-    store(be, y, yw, n, dt);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy((char *)y + (size_t)(r * ldy) * es, (const char *)x + (size_t)(r * ldx) * es, (size_t)cols * es);
+    return true;
 }
 
 /* Which of x and y the fp32 kernel reads for act (the other is passed as NULL, so it is not
  * widened: ReLU prefers x, tanh/sigmoid prefer y, GELU/SiLU need x). */
-static void act_backward_inputs(ct_act act, const void **x, const void **y) {
+static void act_backward_inputs(ct_act act, const void **x, const void **y, ct_dtype dt) {
+    if (dt == CT_F32) return;
     switch (act) {
     case CT_ACT_NONE: *x = *y = NULL; break;
     case CT_ACT_RELU:
@@ -139,40 +133,14 @@ static void act_backward_inputs(ct_act act, const void **x, const void **y) {
     }
 }
 
-static void cpu_act_backward(ct_backend *be, void *dx, const void *dy, const void *x, const void *y,
-                             int64_t n, ct_act act, float alpha, ct_dtype dt) {
-    if (dt != CT_F32) act_backward_inputs(act, &x, &y);
-    const float *dyw = in32(be, 1, dy, n, dt), *xw = in32(be, 2, x, n, dt), *yw = in32(be, 3, y, n, dt);
-    float *dxw = out32(be, 0, dx, n, dt, false);
-    ct_cpu_f32_act_backward(be, dxw, dyw, xw, yw, n, act, alpha);
-    store(be, dx, dxw, n, dt);
-}
-
-static void cpu_dropout_forward(ct_backend *be, void *y, uint8_t *mask, const void *x, int64_t n, float p,
-                                uint64_t seed, uint64_t stream, ct_dtype dt) {
-    const float *xw = in32(be, 1, x, n, dt);
-    float *yw = out32(be, 0, y, n, dt, false);
-    ct_cpu_f32_dropout_forward(be, yw, mask, xw, n, p, seed, stream);
-    store(be, y, yw, n, dt);
-}
-
-static void cpu_dropout_backward(ct_backend *be, void *dx, const void *dy, const uint8_t *mask, int64_t n,
-                                 float p, ct_dtype dt) {
-    const float *dyw = in32(be, 1, dy, n, dt);
-    float *dxw = out32(be, 0, dx, n, dt, false);
-    ct_cpu_f32_dropout_backward(be, dxw, dyw, mask, n, p);
-    store(be, dx, dxw, n, dt);
-}
-
-/* ---- embedding: a lookup copies 16-bit rows unchanged ---- */
-
-static void cpu_embedding_forward(ct_backend *be, void *y, const int32_t *ids, const void *table,
-                                  int64_t n_ids, int64_t dim, ct_dtype dt) {
+/* An embedding lookup copies 16-bit rows unchanged; as the fp32 kernel, a negative id reads as
+ * zeros (the data pipeline validates the rest). */
+static void embedding_lookup(ct_backend *be, void *y, const int32_t *ids, const void *table, int64_t n_ids,
+                             int64_t dim, ct_dtype dt) {
     if (dt == CT_F32) {
         ct_cpu_f32_embedding_forward(be, y, ids, table, n_ids, dim);
         return;
     }
-    /* as the fp32 kernel: a negative id reads as zeros; the data pipeline validates the rest */
     size_t row = (size_t)dim * ct_dtype_size(dt);
     for (int64_t i = 0; i < n_ids; i++) {
         char *dst = (char *)y + (size_t)i * row;
@@ -181,218 +149,186 @@ static void cpu_embedding_forward(ct_backend *be, void *y, const int32_t *ids, c
     }
 }
 
-static void cpu_embedding_backward(ct_backend *be, float *dtable, const void *dy, const int32_t *ids,
-                                   int64_t n_ids, int64_t vocab, int64_t dim, ct_dtype dt) {
-    ct_cpu_f32_embedding_backward(be, dtable, in32(be, 0, dy, n_ids * dim, dt), ids, n_ids, vocab, dim);
-}
-
-/* ---- convolution ---- */
-
-static int64_t conv_in_numel(const ct_conv2d_geom *g) { return g->c * g->h * g->w; }
-static int64_t conv_w_numel(const ct_conv2d_geom *g) { return g->oc * (g->c / g->groups) * g->kh * g->kw; }
-static int64_t conv_col_numel(const ct_conv2d_geom *g) {
-    return g->c / g->groups * g->kh * g->kw * g->oh * g->ow;
-}
-
-static void cpu_im2col(ct_backend *be, void *col, const void *img, const ct_conv2d_geom *g, int64_t group,
-                       ct_dtype dt) {
-    const float *iw = in32(be, 1, img, conv_in_numel(g), dt);
-    float *cw = out32(be, 0, col, conv_col_numel(g), dt, false);
-    ct_cpu_f32_im2col(be, cw, iw, g, group);
-    store(be, col, cw, conv_col_numel(g), dt);
-}
-
-static void cpu_col2im(ct_backend *be, void *img, const void *col, const ct_conv2d_geom *g, int64_t group,
-                       ct_dtype dt) {
-    const float *cw = in32(be, 1, col, conv_col_numel(g), dt);
-    float *iw = out32(be, 0, img, conv_in_numel(g), dt, true);
-    ct_cpu_f32_col2im(be, iw, cw, g, group);
-    store(be, img, iw, conv_in_numel(g), dt);
-}
-
-static void cpu_conv2d_forward(ct_backend *be, void *y, const void *x, const void *w, const void *bias,
-                               const ct_conv2d_geom *g, ct_dtype dt) {
-    int64_t ny = g->n * g->oc * g->oh * g->ow;
-    const float *xw = in32(be, 1, x, g->n * conv_in_numel(g), dt), *ww = in32(be, 2, w, conv_w_numel(g), dt);
-    const float *bw = in32(be, 3, bias, g->oc, dt);
-    float *yw = out32(be, 0, y, ny, dt, false);
-    ct_cpu_f32_conv2d_forward(be, yw, xw, ww, bw, g);
-    store(be, y, yw, ny, dt);
-}
-
-static void cpu_conv2d_backward(ct_backend *be, void *dx, float *dw, float *db, const void *dy, const void *x,
-                                const void *w, const ct_conv2d_geom *g, ct_dtype dt) {
-    int64_t nx = g->n * conv_in_numel(g);
-    const float *dyw = in32(be, 1, dy, g->n * g->oc * g->oh * g->ow, dt);
-    const float *xw = in32(be, 2, x, nx, dt), *ww = in32(be, 3, w, conv_w_numel(g), dt);
-    float *dxw = out32(be, 0, dx, nx, dt, false);
-    ct_cpu_f32_conv2d_backward(be, dxw, dw, db, dyw, xw, ww, g);
-    store(be, dx, dxw, nx, dt);
-}
-
-/* ---- pooling ---- */
-
-static int64_t pool_in(const ct_pool2d_geom *g) { return g->n * g->c * g->h * g->w; }
-static int64_t pool_out(const ct_pool2d_geom *g) { return g->n * g->c * g->oh * g->ow; }
-
-static void cpu_maxpool2d_forward(ct_backend *be, void *y, int32_t *argmax, const void *x,
-                                  const ct_pool2d_geom *g, ct_dtype dt) {
-    const float *xw = in32(be, 1, x, pool_in(g), dt);
-    float *yw = out32(be, 0, y, pool_out(g), dt, false);
-    ct_cpu_f32_maxpool2d_forward(be, yw, argmax, xw, g);
-    store(be, y, yw, pool_out(g), dt);
-}
-
-static void cpu_maxpool2d_backward(ct_backend *be, void *dx, const void *dy, const int32_t *argmax,
-                                   const ct_pool2d_geom *g, ct_dtype dt) {
-    const float *dyw = in32(be, 1, dy, pool_out(g), dt);
-    float *dxw = out32(be, 0, dx, pool_in(g), dt, false);
-    ct_cpu_f32_maxpool2d_backward(be, dxw, dyw, argmax, g);
-    store(be, dx, dxw, pool_in(g), dt);
-}
-
-static void cpu_avgpool2d_forward(ct_backend *be, void *y, const void *x, const ct_pool2d_geom *g,
-                                  ct_dtype dt) {
-    const float *xw = in32(be, 1, x, pool_in(g), dt);
-    float *yw = out32(be, 0, y, pool_out(g), dt, false);
-    ct_cpu_f32_avgpool2d_forward(be, yw, xw, g);
-    store(be, y, yw, pool_out(g), dt);
-}
-
-static void cpu_avgpool2d_backward(ct_backend *be, void *dx, const void *dy, const ct_pool2d_geom *g,
-                                   ct_dtype dt) {
-    const float *dyw = in32(be, 1, dy, pool_out(g), dt);
-    float *dxw = out32(be, 0, dx, pool_in(g), dt, false);
-    ct_cpu_f32_avgpool2d_backward(be, dxw, dyw, g);
-    store(be, dx, dxw, pool_in(g), dt);
-}
-
-/* ---- normalization ---- */
-
-static void cpu_batchnorm_forward(ct_backend *be, void *y, const void *x, const void *gamma, const void *beta,
-                                  float *running_mean, float *running_var, float *save_mean,
-                                  float *save_invstd, int64_t n, int64_t c, int64_t hw, float eps,
-                                  float momentum, bool train, ct_dtype dt) {
-    int64_t nx = n * c * hw;
-    const float *xw = in32(be, 1, x, nx, dt), *gw = in32(be, 2, gamma, c, dt), *bw = in32(be, 3, beta, c, dt);
-    float *yw = out32(be, 0, y, nx, dt, false);
-    ct_cpu_f32_batchnorm_forward(be, yw, xw, gw, bw, running_mean, running_var, save_mean, save_invstd, n, c,
-                                 hw, eps, momentum, train);
-    store(be, y, yw, nx, dt);
-}
-
-static void cpu_batchnorm_backward(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
-                                   const void *x, const void *gamma, const float *save_mean,
-                                   const float *save_invstd, int64_t n, int64_t c, int64_t hw, ct_dtype dt) {
-    int64_t nx = n * c * hw;
-    const float *dyw = in32(be, 1, dy, nx, dt), *xw = in32(be, 2, x, nx, dt), *gw = in32(be, 3, gamma, c, dt);
-    float *dxw = out32(be, 0, dx, nx, dt, false);
-    ct_cpu_f32_batchnorm_backward(be, dxw, dgamma, dbeta, dyw, xw, gw, save_mean, save_invstd, n, c, hw);
-    store(be, dx, dxw, nx, dt);
-}
-
-static void cpu_layernorm_forward(ct_backend *be, void *y, float *save_mean, float *save_rstd, const void *x,
-                                  const void *gamma, const void *beta, int64_t rows, int64_t d, float eps,
-                                  ct_dtype dt) {
-    const float *xw = in32(be, 1, x, rows * d, dt), *gw = in32(be, 2, gamma, d, dt), *bw = in32(be, 3, beta, d, dt);
-    float *yw = out32(be, 0, y, rows * d, dt, false);
-    ct_cpu_f32_layernorm_forward(be, yw, save_mean, save_rstd, xw, gw, bw, rows, d, eps);
-    store(be, y, yw, rows * d, dt);
-}
-
-static void cpu_layernorm_backward(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
-                                   const void *x, const void *gamma, const float *save_mean,
-                                   const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt) {
-    const float *dyw = in32(be, 1, dy, rows * d, dt), *xw = in32(be, 2, x, rows * d, dt);
-    const float *gw = in32(be, 3, gamma, d, dt);
-    float *dxw = out32(be, 0, dx, rows * d, dt, false);
-    ct_cpu_f32_layernorm_backward(be, dxw, dgamma, dbeta, dyw, xw, gw, save_mean, save_rstd, rows, d);
-    store(be, dx, dxw, rows * d, dt);
-}
-
-/* ---- losses: the result pair stays in "device" (host) memory ---- */
-
-static void cpu_softmax_xent(ct_backend *be, void *dlogits, float *result, const void *logits,
-                             const int32_t *labels, int64_t rows, int64_t classes, float label_smoothing,
-                             float grad_scale, ct_dtype dt) {
-    int64_t n = rows * classes, correct = 0;
-    const float *lw = in32(be, 1, logits, n, dt);
-    float *dw = out32(be, 0, dlogits, n, dt, false);
-    ct_cpu_f32_softmax_xent(be, dw, &result[0], &correct, lw, labels, rows, classes, label_smoothing,
+/* The losses' result pair stays in "device" (host) memory: result[0] the mean loss, result[1] the
+ * correct predictions (cross entropy) or 0. */
+static void xent_f32(ct_backend *be, float *dlogits, float *result, const float *logits, const int32_t *labels,
+                     int64_t rows, int64_t classes, float label_smoothing, float grad_scale) {
+    int64_t correct = 0;
+    ct_cpu_f32_softmax_xent(be, dlogits, &result[0], &correct, logits, labels, rows, classes, label_smoothing,
                             grad_scale);
     result[1] = (float)correct;
-    store(be, dlogits, dw, n, dt);
 }
 
-static void cpu_mse_loss(ct_backend *be, void *dpred, float *result, const void *pred, const float *target,
-                         int64_t n_rows, int64_t n_cols, float grad_scale, ct_dtype dt) {
-    int64_t n = n_rows * n_cols;
-    const float *pw = in32(be, 1, pred, n, dt);
-    float *dw = out32(be, 0, dpred, n, dt, false);
-    ct_cpu_f32_mse_loss(be, dw, &result[0], pw, target, n_rows, n_cols, grad_scale);
+static void mse_f32(ct_backend *be, float *dpred, float *result, const float *pred, const float *target,
+                    int64_t n_rows, int64_t n_cols, float grad_scale) {
+    ct_cpu_f32_mse_loss(be, dpred, &result[0], pred, target, n_rows, n_cols, grad_scale);
     result[1] = 0.0f;
-    store(be, dpred, dw, n, dt);
 }
 
-static void cpu_bce_logits_loss(ct_backend *be, void *dlogits, float *result, const void *logits,
-                                const float *target, int64_t n_rows, int64_t n_cols, float grad_scale,
-                                ct_dtype dt) {
-    int64_t n = n_rows * n_cols;
-    const float *lw = in32(be, 1, logits, n, dt);
-    float *dw = out32(be, 0, dlogits, n, dt, false);
-    ct_cpu_f32_bce_logits_loss(be, dw, &result[0], lw, target, n_rows, n_cols, grad_scale);
+static void bce_f32(ct_backend *be, float *dlogits, float *result, const float *logits, const float *target,
+                    int64_t n_rows, int64_t n_cols, float grad_scale) {
+    ct_cpu_f32_bce_logits_loss(be, dlogits, &result[0], logits, target, n_rows, n_cols, grad_scale);
     result[1] = 0.0f;
-    store(be, dlogits, dw, n, dt);
 }
 
-/* ---- data.transform.on_device: the same expression as the datasets' host tables ---- */
-
-static void cpu_normalize_u8(ct_backend *be, void *y, const uint8_t *x, const uint8_t *flip,
-                             const ct_u8_normalize *p, ct_dtype dt) {
-    int64_t plane = p->h * p->w, n = p->n * p->c * plane;
-    float *yw = out32(be, 0, y, n, dt, false);
+/* data.transform.on_device: the same expression as the datasets' host tables. */
+static int64_t u8_numel(const ct_u8_normalize *p) { return p->n * p->c * p->h * p->w; }
+static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, const ct_u8_normalize *p) {
+    int64_t plane = p->h * p->w;
     for (int64_t i = 0; i < p->n; i++)
         for (int64_t ch = 0; ch < p->c; ch++) {
             float lut[256];
             for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - p->mean[ch]) / p->std[ch];
             const uint8_t *src = x + (i * p->c + ch) * plane;
-            float *dst = yw + (i * p->c + ch) * plane;
+            float *dst = y + (i * p->c + ch) * plane;
             bool mirror = flip && flip[i];
             for (int64_t r = 0; r < p->h; r++)
                 for (int64_t col = 0; col < p->w; col++)
                     dst[r * p->w + col] = lut[src[r * p->w + (mirror ? p->w - 1 - col : col)]];
         }
-    store(be, y, yw, n, dt);
 }
 
-void ct_cpu_dtype_install(ct_backend *be) {
-    be->elt.fill = cpu_fill;
-    be->elt.scale = cpu_scale;
-    be->elt.axpy = cpu_axpy;
-    be->elt.add = cpu_add;
-    be->elt.copy_rows = cpu_copy_rows;
-    be->elt.normalize_u8 = cpu_normalize_u8;
-    be->elt.bias_act_forward = cpu_bias_act_forward;
-    be->elt.bias_backward = cpu_bias_backward;
-    be->elt.act_forward = cpu_act_forward;
-    be->elt.act_backward = cpu_act_backward;
-    be->elt.dropout_forward = cpu_dropout_forward;
-    be->elt.dropout_backward = cpu_dropout_backward;
-    be->embed.embedding_forward = cpu_embedding_forward;
-    be->embed.embedding_backward = cpu_embedding_backward;
-    be->conv.im2col = cpu_im2col;
-    be->conv.col2im = cpu_col2im;
-    be->conv.conv2d_forward = cpu_conv2d_forward;
-    be->conv.conv2d_backward = cpu_conv2d_backward;
-    be->conv.maxpool2d_forward = cpu_maxpool2d_forward;
-    be->conv.maxpool2d_backward = cpu_maxpool2d_backward;
-    be->conv.avgpool2d_forward = cpu_avgpool2d_forward;
-    be->conv.avgpool2d_backward = cpu_avgpool2d_backward;
-    be->norm.batchnorm_forward = cpu_batchnorm_forward;
-    be->norm.batchnorm_backward = cpu_batchnorm_backward;
-    be->norm.layernorm_forward = cpu_layernorm_forward;
-    be->norm.layernorm_backward = cpu_layernorm_backward;
-    be->loss.softmax_xent = cpu_softmax_xent;
-    be->loss.mse_loss = cpu_mse_loss;
-    be->loss.bce_logits_loss = cpu_bce_logits_loss;
-}
+/* ---- the list: one entry per op ----
+ *   OP(table, name, (parameters after `be`), what happens to the arguments, fp32 kernel call)
+ * Arguments not named in the third column (fp32 gradients and statistics, masks, ids, targets)
+ * are passed to the kernel as they are. */
+#define CPU_DTYPE_OPS(OP)                                                                                              \
+    /* element-wise */                                                                                                 \
+    OP(elt, fill, (void *x, float v, int64_t n, ct_dtype dt),                                                          \
+       OUT(x, n),                                                                                                      \
+       ct_cpu_f32_fill(be, F(x), v, n))                                                                                \
+    OP(elt, scale, (void *x, float s, int64_t n, ct_dtype dt),                                                         \
+       INOUT(x, n),                                                                                                    \
+       ct_cpu_f32_scale(be, F(x), s, n))                                                                               \
+    OP(elt, axpy, (void *y, float a, const void *x, int64_t n, ct_dtype dt),                                           \
+       INOUT(y, n) IN(x, n),                                                                                           \
+       ct_cpu_f32_axpy(be, F(y), a, F(x), n))                                                                          \
+    OP(elt, add, (void *y, const void *a, const void *b, int64_t n, ct_dtype dt),                                      \
+       OUT(y, n) IN(a, n) IN(b, n),                                                                                    \
+       ct_cpu_f32_add(be, F(y), F(a), F(b), n))                                                                        \
+    OP(elt, copy_rows,                                                                                                 \
+       (void *y, int64_t ldy, const void *x, int64_t ldx, int64_t rows, int64_t cols, bool accumulate,                 \
+        ct_dtype dt),                                                                                                  \
+       DIRECT(copy_rows_direct(be, y, ldy, x, ldx, rows, cols, accumulate, dt))                                        \
+       INOUT(y, rows_span(rows, ldy, cols)) IN(x, rows_span(rows, ldx, cols)),                                         \
+       ct_cpu_f32_copy_rows(be, F(y), ldy, F(x), ldx, rows, cols, true))                                               \
+    OP(elt, normalize_u8, (void *y, const uint8_t *x, const uint8_t *flip, const ct_u8_normalize *p, ct_dtype dt),     \
+       OUT(y, u8_numel(p)),                                                                                            \
+       normalize_u8_f32(F(y), x, flip, p))                                                                             \
+    OP(elt, bias_act_forward,                                                                                          \
+       (void *x, const void *bias, int64_t rows, int64_t cols, int64_t inner, ct_act act, float alpha, ct_dtype dt),   \
+       INOUT(x, rows * cols * inner1(inner)) IN(bias, cols),                                                           \
+       ct_cpu_f32_bias_act_forward(be, F(x), F(bias), rows, cols, inner, act, alpha))                                  \
+    OP(elt, bias_backward, (float *db, const void *dy, int64_t rows, int64_t cols, int64_t inner, ct_dtype dt),        \
+       IN(dy, rows * cols * inner1(inner)),                                                                            \
+       ct_cpu_f32_bias_backward(be, db, F(dy), rows, cols, inner))                                                     \
+    OP(elt, act_forward, (void *y, const void *x, int64_t n, ct_act act, float alpha, ct_dtype dt),                    \
+       OUT(y, n) IN(x, n),                                                                                             \
+       ct_cpu_f32_act_forward(be, F(y), F(x), n, act, alpha))                                                          \
+    OP(elt, act_backward,                                                                                              \
+       (void *dx, const void *dy, const void *x, const void *y, int64_t n, ct_act act, float alpha, ct_dtype dt),      \
+       BEFORE(act_backward_inputs(act, &x, &y, dt)) OUT(dx, n) IN(dy, n) IN(x, n) IN(y, n),                            \
+       ct_cpu_f32_act_backward(be, F(dx), F(dy), F(x), F(y), n, act, alpha))                                           \
+    OP(elt, dropout_forward,                                                                                           \
+       (void *y, uint8_t *mask, const void *x, int64_t n, float p, uint64_t seed, uint64_t stream, ct_dtype dt),       \
+       OUT(y, n) IN(x, n),                                                                                             \
+       ct_cpu_f32_dropout_forward(be, F(y), mask, F(x), n, p, seed, stream))                                           \
+    OP(elt, dropout_backward, (void *dx, const void *dy, const uint8_t *mask, int64_t n, float p, ct_dtype dt),        \
+       OUT(dx, n) IN(dy, n),                                                                                           \
+       ct_cpu_f32_dropout_backward(be, F(dx), F(dy), mask, n, p))                                                      \
+    /* embedding */                                                                                                    \
+    OP(embed, embedding_forward,                                                                                       \
+       (void *y, const int32_t *ids, const void *table, int64_t n_ids, int64_t dim, ct_dtype dt),                      \
+       NONE,                                                                                                           \
+       embedding_lookup(be, y, ids, table, n_ids, dim, dt))                                                            \
+    OP(embed, embedding_backward,                                                                                      \
+       (float *dtable, const void *dy, const int32_t *ids, int64_t n_ids, int64_t vocab, int64_t dim, ct_dtype dt),    \
+       IN(dy, n_ids * dim),                                                                                            \
+       ct_cpu_f32_embedding_backward(be, dtable, F(dy), ids, n_ids, vocab, dim))                                       \
+    /* convolution and pooling */                                                                                      \
+    OP(conv, im2col, (void *col, const void *img, const ct_conv2d_geom *g, int64_t group, ct_dtype dt),                \
+       OUT(col, conv_col_numel(g)) IN(img, conv_in_numel(g)),                                                          \
+       ct_cpu_f32_im2col(be, F(col), F(img), g, group))                                                                \
+    OP(conv, col2im, (void *img, const void *col, const ct_conv2d_geom *g, int64_t group, ct_dtype dt),                \
+       INOUT(img, conv_in_numel(g)) IN(col, conv_col_numel(g)),                                                        \
+       ct_cpu_f32_col2im(be, F(img), F(col), g, group))                                                                \
+    OP(conv, conv2d_forward,                                                                                           \
+       (void *y, const void *x, const void *w, const void *bias, const ct_conv2d_geom *g, ct_dtype dt),                \
+       OUT(y, conv_out_numel(g)) IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)) IN(bias, g->oc),                \
+       ct_cpu_f32_conv2d_forward(be, F(y), F(x), F(w), F(bias), g))                                                    \
+    OP(conv, conv2d_backward,                                                                                          \
+       (void *dx, float *dw, float *db, const void *dy, const void *x, const void *w, const ct_conv2d_geom *g,         \
+        ct_dtype dt),                                                                                                  \
+       OUT(dx, g->n * conv_in_numel(g)) IN(dy, conv_out_numel(g)) IN(x, g->n * conv_in_numel(g))                       \
+       IN(w, conv_w_numel(g)),                                                                                         \
+       ct_cpu_f32_conv2d_backward(be, F(dx), dw, db, F(dy), F(x), F(w), g))                                            \
+    OP(conv, maxpool2d_forward, (void *y, int32_t *argmax, const void *x, const ct_pool2d_geom *g, ct_dtype dt),       \
+       OUT(y, pool_out(g)) IN(x, pool_in(g)),                                                                          \
+       ct_cpu_f32_maxpool2d_forward(be, F(y), argmax, F(x), g))                                                        \
+    OP(conv, maxpool2d_backward,                                                                                       \
+       (void *dx, const void *dy, const int32_t *argmax, const ct_pool2d_geom *g, ct_dtype dt),                        \
+       OUT(dx, pool_in(g)) IN(dy, pool_out(g)),                                                                        \
+       ct_cpu_f32_maxpool2d_backward(be, F(dx), F(dy), argmax, g))                                                     \
+    OP(conv, avgpool2d_forward, (void *y, const void *x, const ct_pool2d_geom *g, ct_dtype dt),                        \
+       OUT(y, pool_out(g)) IN(x, pool_in(g)),                                                                          \
+       ct_cpu_f32_avgpool2d_forward(be, F(y), F(x), g))                                                                \
+    OP(conv, avgpool2d_backward, (void *dx, const void *dy, const ct_pool2d_geom *g, ct_dtype dt),                     \
+       OUT(dx, pool_in(g)) IN(dy, pool_out(g)),                                                                        \
+       ct_cpu_f32_avgpool2d_backward(be, F(dx), F(dy), g))                                                             \
+    /* normalization */                                                                                                \
+    OP(norm, batchnorm_forward,                                                                                        \
+       (void *y, const void *x, const void *gamma, const void *beta, float *running_mean, float *running_var,          \
+        float *save_mean, float *save_invstd, int64_t n, int64_t c, int64_t hw, float eps, float momentum,             \
+        bool train, ct_dtype dt),                                                                                      \
+       OUT(y, n * c * hw) IN(x, n * c * hw) IN(gamma, c) IN(beta, c),                                                  \
+       ct_cpu_f32_batchnorm_forward(be, F(y), F(x), F(gamma), F(beta), running_mean, running_var, save_mean,           \
+                                    save_invstd, n, c, hw, eps, momentum, train))                                      \
+    OP(norm, batchnorm_backward,                                                                                       \
+       (void *dx, float *dgamma, float *dbeta, const void *dy, const void *x, const void *gamma,                       \
+        const float *save_mean, const float *save_invstd, int64_t n, int64_t c, int64_t hw, ct_dtype dt),              \
+       OUT(dx, n * c * hw) IN(dy, n * c * hw) IN(x, n * c * hw) IN(gamma, c),                                          \
+       ct_cpu_f32_batchnorm_backward(be, F(dx), dgamma, dbeta, F(dy), F(x), F(gamma), save_mean, save_invstd,          \
+                                     n, c, hw))                                                                        \
+    OP(norm, layernorm_forward,                                                                                        \
+       (void *y, float *save_mean, float *save_rstd, const void *x, const void *gamma, const void *beta,               \
+        int64_t rows, int64_t d, float eps, ct_dtype dt),                                                              \
+       OUT(y, rows * d) IN(x, rows * d) IN(gamma, d) IN(beta, d),                                                      \
+       ct_cpu_f32_layernorm_forward(be, F(y), save_mean, save_rstd, F(x), F(gamma), F(beta), rows, d, eps))            \
+    OP(norm, layernorm_backward,                                                                                       \
+       (void *dx, float *dgamma, float *dbeta, const void *dy, const void *x, const void *gamma,                       \
+        const float *save_mean, const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt),                         \
+       OUT(dx, rows * d) IN(dy, rows * d) IN(x, rows * d) IN(gamma, d),                                                \
+       ct_cpu_f32_layernorm_backward(be, F(dx), dgamma, dbeta, F(dy), F(x), F(gamma), save_mean, save_rstd,            \
+                                     rows, d))                                                                         \
+    /* losses */                                                                                                       \
+    OP(loss, softmax_xent,                                                                                             \
+       (void *dlogits, float *result, const void *logits, const int32_t *labels, int64_t rows, int64_t classes,        \
+        float label_smoothing, float grad_scale, ct_dtype dt),                                                         \
+       OUT(dlogits, rows * classes) IN(logits, rows * classes),                                                        \
+       xent_f32(be, F(dlogits), result, F(logits), labels, rows, classes, label_smoothing, grad_scale))                \
+    OP(loss, mse_loss,                                                                                                 \
+       (void *dpred, float *result, const void *pred, const float *target, int64_t n_rows, int64_t n_cols,             \
+        float grad_scale, ct_dtype dt),                                                                                \
+       OUT(dpred, n_rows * n_cols) IN(pred, n_rows * n_cols),                                                          \
+       mse_f32(be, F(dpred), result, F(pred), target, n_rows, n_cols, grad_scale))                                     \
+    OP(loss, bce_logits_loss,                                                                                          \
+       (void *dlogits, float *result, const void *logits, const float *target, int64_t n_rows, int64_t n_cols,         \
+        float grad_scale, ct_dtype dt),                                                                                \
+       OUT(dlogits, n_rows * n_cols) IN(logits, n_rows * n_cols),                                                      \
+       bce_f32(be, F(dlogits), result, F(logits), target, n_rows, n_cols, grad_scale))
+
+/* Each entry becomes cpu_<name>: its arguments as the entry says, the kernel, the outputs
+ * rounded back. */
+#define PARAMS(...) __VA_ARGS__
+#define DEFINE_OP(table, name, params, args, call)                                                                     \
+    static void cpu_##name(ct_backend *be, PARAMS params) {                                                            \
+        int slot = 0;                                                                                                  \
+        pending out = {.count = 0};                                                                                    \
+        args call;                                                                                                     \
+        store_all(be, &out, dt);                                                                                       \
+        (void)slot;                                                                                                    \
+    }
+CPU_DTYPE_OPS(DEFINE_OP)
+
+#define INSTALL_OP(table, name, params, args, call) be->table.name = cpu_##name;
+void ct_cpu_dtype_install(ct_backend *be) { CPU_DTYPE_OPS(INSTALL_OP) }
