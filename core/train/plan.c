@@ -42,7 +42,7 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator is the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;
-    out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float) + out->backend_scratch;
+    out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float);
     out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];
 }

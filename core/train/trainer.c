@@ -108,14 +108,17 @@ static const char *precision_name(ct_dtype dt) {
     return dt == CT_F16 ? "fp16" : dt == CT_BF16 ? "bf16" : "fp32";
 }
 
-/* "memory plan: params 2.6 MiB, master 2.6 MiB, grads 2.6 MiB, optimizer 5.1 MiB, activations
- * 1.5 MiB (fp32; outputs 1.1 MiB, gradients 0.4 MiB, ...), all 11.7 MiB". */
+/* Two lines: "memory plan: params 0 B, master 2.6 MiB, ... · all 11.7 MiB of host memory" and the
+ * activations by lifetime. The CPU backend's fp32 copies of 16-bit arguments are not in the plan:
+ * they grow to their size in the first step (core/cpu/cpu_dtype.c), and the line says so. */
 static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt) {
     char v[CT_MEM_CAT_COUNT][32], a[6][32], all[32];
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->bytes[c], v[c], sizeof v[c]);
+    bool cpu_scratch = !p->device && dt != CT_F32;
     ct_report_line(r, "memory plan: params %s, master %s, grads %s, optimizer %s, activations %s (%s), "
-                   "workspace %s%s%s · all %s %s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
+                   "workspace %s%s%s%s · all %s %s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
                    v[CT_MEM_OPTIM], v[CT_MEM_ACTIVATIONS], precision_name(dt), v[CT_MEM_WORKSPACE],
+                   cpu_scratch ? " + the CPU's fp32 copies of 16-bit arguments (sized in the first step)" : "",
                    p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
                    ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory");
     ct_report_line(r, "activations by lifetime: outputs %s, saved for backward %s, gradients %s, fan-out "
