@@ -16,10 +16,7 @@ extern "C" {
 
 void ct_cuda_fail_at(const char *what, const char *detail, const char *call, const char *file,
                      int line) {
-    fprintf(stderr, "ctrain: error: %s failure: %s\n  in %s at %s:%d\n", what, detail, call, file,
-            line);
-    fflush(stderr);
-    exit(CT_ERR_RUNTIME);
+    ct_fatal("%s failure: %s\n  in %s at %s:%d", what, detail, call, file, line);
 }
 
 void ct_cuda_check_at(cudaError_t e, const char *call, const char *file, int line) {

@@ -7,7 +7,8 @@
  * reductions; no floating-point atomics anywhere.
  *
  * Errors: an internal CUDA/cuBLAS failure cannot be a user error, and the op table returns void,
- * so the check macros print the call, file and line and exit with CT_ERR_RUNTIME. */
+ * so the check macros hand the call, file and line to ct_fatal (core/util/common.h), whose handler
+ * decides how the process ends (ctrain: message and exit code CT_ERR_RUNTIME). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 
@@ -22,7 +23,7 @@ extern "C" {
 
 /* ---- checks ---- */
 void ct_cuda_fail_at(const char *what, const char *detail, const char *call, const char *file,
-                     int line);
+                     int line) __attribute__((noreturn));
 void ct_cuda_check_at(cudaError_t e, const char *call, const char *file, int line);
 void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line);
 #define CT_CUDA_CHECK(call) ct_cuda_check_at((call), #call, __FILE__, __LINE__)

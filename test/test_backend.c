@@ -1,13 +1,112 @@
-/* test_backend.c: loading the CUDA backend library: a library built for another op table is
- * refused with a message naming both versions (the table crosses the dlopen boundary). */
+/* test_backend.c: backend seams that do not need a GPU, and loading the CUDA backend library.
+ *
+ * Every build: the fatal handler. CUDA builds also check that a library built for another op
+ * table is refused with a message naming both versions (the table crosses the dlopen boundary). */
 #include <check.h>
 #include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/backend/backend.h"
+
+/* ---- the fatal handler ---- */
+
+static jmp_buf fatal_jump;
+static char fatal_msg[CT_ERR_MSG];
+static int fatal_ctx_seen;
+
+static void jump_out(void *ctx, const char *msg) {
+    fatal_ctx_seen = *(int *)ctx;
+    snprintf(fatal_msg, sizeof fatal_msg, "%s", msg);
+    longjmp(fatal_jump, 1);
+}
+
+START_TEST(fatal_reaches_handler) {
+    int ctx = 4242;
+    ct_set_fatal_handler(jump_out, &ctx);
+    fatal_msg[0] = '\0';
+    if (setjmp(fatal_jump) == 0) {
+        ct_die_oom_at(123456789, "core/some/where.c", 321);
+        ck_abort_msg("ct_die_oom_at returned");
+    }
+    ck_assert_int_eq(fatal_ctx_seen, 4242);
+    ck_assert_msg(strstr(fatal_msg, "out of host memory allocating 123456789 bytes"), "%s",
+                  fatal_msg);
+    ck_assert_msg(strstr(fatal_msg, "core/some/where.c:321"), "%s", fatal_msg);
+
+    fatal_msg[0] = '\0';
+    if (setjmp(fatal_jump) == 0) {
+        ct_fatal("%s failure at %s:%d", "CUDA", "cuda/x.cu", 9);
+        ck_abort_msg("ct_fatal returned");
+    }
+    ck_assert_str_eq(fatal_msg, "CUDA failure at cuda/x.cu:9");
+
+    /* the checked allocators end there too */
+    fatal_msg[0] = '\0';
+    if (setjmp(fatal_jump) == 0) {
+        volatile size_t huge = SIZE_MAX / 2;
+        void *p = ct_xmalloc(huge);
+        free(p);
+        ck_abort_msg("a %zu-byte allocation succeeded", (size_t)huge);
+    }
+    ck_assert_msg(strstr(fatal_msg, "out of host memory") && strstr(fatal_msg, "test_backend.c:"),
+                  "%s", fatal_msg);
+    ct_set_fatal_handler(NULL, NULL);
+}
+END_TEST
+
+static void note_and_return(void *ctx, const char *msg) {
+    fprintf(stderr, "handler saw: %s\n", msg);
+}
+
+/* Runs ct_fatal in a child with stderr captured: its output and how it ended. */
+static int fatal_in_child(ct_fatal_fn handler, char *out, size_t cap) {
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0}; /* the abort is expected: no core file */
+        setrlimit(RLIMIT_CORE, &no_core);
+        signal(SIGABRT, SIG_DFL);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        ct_set_fatal_handler(handler, NULL);
+        ct_fatal("disk %s is gone (%s:%d)", "sdz", "core/util/fs.c", 12);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < cap && (got = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
+    out[len] = '\0';
+    close(fd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+START_TEST(fatal_without_handler_aborts) {
+    char out[4096];
+    int status = fatal_in_child(NULL, out, sizeof out);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %#x", status);
+    ck_assert_str_eq(out, "ctrain: fatal: disk sdz is gone (core/util/fs.c:12)\n");
+
+    /* a handler that returns: it saw the message, and the process still aborts */
+    status = fatal_in_child(note_and_return, out, sizeof out);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %#x", status);
+    ck_assert_str_eq(out, "handler saw: disk sdz is gone (core/util/fs.c:12)\n"
+                          "ctrain: fatal: disk sdz is gone (core/util/fs.c:12)\n");
+}
+END_TEST
+
+/* ---- loading the CUDA library ---- */
 
 #ifdef CT_HAVE_CUDA
 /* build/test/<name>: the fixtures sit beside this binary, the real library one folder up. */
@@ -63,21 +162,22 @@ END_TEST
 #endif
 
 int main(void) {
-#ifndef CT_HAVE_CUDA
-    printf("built without CUDA: no library to load\n");
-    return 77;
-#else
     Suite *s = suite_create("backend");
+    TCase *fatal = tcase_create("fatal handler");
+    tcase_add_test(fatal, fatal_reaches_handler);
+    tcase_add_test(fatal, fatal_without_handler_aborts);
+    suite_add_tcase(s, fatal);
+#ifdef CT_HAVE_CUDA
     TCase *tc = tcase_create("cuda library");
     tcase_add_test(tc, other_abi_refused);
     tcase_add_test(tc, unversioned_refused);
     tcase_add_test(tc, own_library_accepted);
     tcase_add_test(tc, missing_library_named);
     suite_add_tcase(s, tc);
+#endif
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? 1 : 0;
-#endif
 }
