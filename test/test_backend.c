@@ -1,9 +1,11 @@
 /* test_backend.c: backend seams that do not need a GPU, and loading the CUDA backend library.
  *
- * Every build: the fatal handler. CUDA builds also check that a library built for another op
- * table is refused with a message naming both versions (the table crosses the dlopen boundary). */
+ * CPU (every build): asynchronous downloads and their tickets, timing marks, and the fatal
+ * handler. CUDA builds also check that a library built for another op table is
+ * refused with a message naming both versions (the table crosses the dlopen boundary). */
 #include <check.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,9 +13,111 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/backend/backend.h"
+#include "core/util/rng.h"
+
+/* ---- helpers ---- */
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* n floats from a stream of their own, never all zero. */
+static void random_floats(float *x, int64_t n, uint64_t stream) {
+    ct_rng r;
+    ct_rng_init(&r, 20261123, CT_RNG_AUGMENT, stream);
+    for (int64_t i = 0; i < n; i++) x[i] = 4.0f * ct_rng_uniform(&r) - 2.0f;
+}
+
+/* ---- downloads ---- */
+
+START_TEST(download_round_trip) {
+    ct_backend *be = ct_cpu_backend_create(2);
+    ck_assert_ptr_nonnull(be);
+    ck_assert(be->queue.download && be->queue.download_done && be->queue.timer_mark &&
+              be->queue.timer_elapsed);
+    const int64_t n = 100003;
+    size_t bytes = (size_t)n * sizeof(float);
+    float *host = malloc(bytes);
+    random_floats(host, n, 1);
+    float *dev = be->mem.alloc(be, bytes, CT_MEM_ACTIVATIONS);
+    float *pinned = be->mem.alloc_host_pinned(be, bytes);
+    ck_assert(dev && pinned);
+    be->mem.copy_h2d(be, dev, host, bytes);
+    memset(pinned, 0xAB, bytes);
+
+    uint64_t t1 = be->queue.download(be, pinned, dev, bytes, 0);
+    ck_assert_uint_gt(t1, 0);
+    ck_assert(be->queue.download_done(be, t1, false));
+    ck_assert_int_eq(memcmp(pinned, host, bytes), 0);
+
+    /* after a compute mark, a slice, and an empty copy: tickets keep increasing */
+    uint64_t mark = be->queue.compute_mark(be);
+    memset(pinned, 0, bytes);
+    uint64_t t2 = be->queue.download(be, pinned, dev + 17, 1000 * sizeof(float), mark);
+    uint64_t t3 = be->queue.download(be, pinned + 1000, dev, 0, 0);
+    ck_assert_uint_gt(t2, t1);
+    ck_assert_uint_gt(t3, t2);
+    ck_assert(be->queue.download_done(be, t3, true));
+    ck_assert(be->queue.download_done(be, t1, false) && be->queue.download_done(be, t2, false));
+    ck_assert_int_eq(memcmp(pinned, host + 17, 1000 * sizeof(float)), 0);
+    ck_assert_uint_eq(((uint32_t *)pinned)[1000], 0); /* the empty copy wrote nothing */
+
+    /* uploads draw from the same sequence: an upload and the download of what it wrote */
+    random_floats(host, n, 2);
+    memcpy(pinned, host, bytes);
+    float *dev2 = be->mem.alloc(be, bytes, CT_MEM_ACTIVATIONS);
+    uint64_t t4 = be->queue.upload(be, dev2, pinned, bytes, 0);
+    ck_assert_uint_gt(t4, t3);
+    ck_assert(be->queue.upload_done(be, t4, true));
+    memset(pinned, 0, bytes);
+    uint64_t t5 = be->queue.download(be, pinned, dev2, bytes, 0);
+    ck_assert_uint_gt(t5, t4);
+    ck_assert(be->queue.download_done(be, t5, true));
+    ck_assert_int_eq(memcmp(pinned, host, bytes), 0);
+
+    be->mem.free(be, dev);
+    be->mem.free(be, dev2);
+    be->mem.free_host_pinned(be, pinned);
+    free(host);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* ---- timing marks ---- */
+
+START_TEST(timer_marks) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    uint64_t a = be->queue.timer_mark(be);
+    sleep_ms(20);
+    uint64_t b = be->queue.timer_mark(be);
+    ck_assert_uint_gt(a, 0);
+    ck_assert_uint_gt(b, a);
+    double e = be->queue.timer_elapsed(be, a, b);
+    ck_assert_msg(e >= 0.015 && e <= 1.0, "20 ms sleep measured as %g s", e);
+    ck_assert(be->queue.timer_elapsed(be, b, a) == -e);
+    ck_assert(be->queue.timer_elapsed(be, a, a) == 0.0);
+
+    /* invalid: 0, and a mark not handed out yet */
+    ck_assert(isnan(be->queue.timer_elapsed(be, 0, b)));
+    ck_assert(isnan(be->queue.timer_elapsed(be, a, b + 1)));
+
+    /* a mark lives until CT_TIMER_MARKS newer ones were taken */
+    uint64_t last = b;
+    for (int i = 0; i < CT_TIMER_MARKS - 2; i++) last = be->queue.timer_mark(be);
+    ck_assert_uint_eq(last - a, CT_TIMER_MARKS - 1);
+    ck_assert(!isnan(be->queue.timer_elapsed(be, a, last)));
+    last = be->queue.timer_mark(be);
+    ck_assert(isnan(be->queue.timer_elapsed(be, a, last)));
+    ck_assert(isnan(be->queue.timer_elapsed(be, last, a)));
+    ck_assert(!isnan(be->queue.timer_elapsed(be, b, last)));
+    ct_backend_destroy(be);
+}
+END_TEST
 
 /* ---- the fatal handler ---- */
 
@@ -163,6 +267,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("backend");
+    TCase *q = tcase_create("cpu queue");
+    tcase_add_test(q, download_round_trip);
+    tcase_add_test(q, timer_marks);
+    suite_add_tcase(s, q);
     TCase *fatal = tcase_create("fatal handler");
     tcase_add_test(fatal, fatal_reaches_handler);
     tcase_add_test(fatal, fatal_without_handler_aborts);
