@@ -1,5 +1,6 @@
-/* test_cuda_queue.c: the CUDA backend's queue seams: asynchronous downloads (against copy_d2h,
- * ordering against compute work, tickets through the ring) and timing marks.
+/* test_cuda_queue.c: the CUDA backend's queue seams against the CPU backend: asynchronous
+ * downloads (against copy_d2h, ordering against compute work, tickets through the ring), timing
+ * marks, and init_fill (constant and uniform bit for bit, normal within 2 ulp of float).
  *
  * Without a usable GPU (or in a build without CUDA) it prints "no CUDA device: skipped" and exits
  * 77, which the test runner reports as skipped. Check's fork mode is off: a CUDA context does not
@@ -14,7 +15,7 @@
 #include "core/backend/backend.h"
 #include "core/util/rng.h"
 
-static ct_backend *gpu;
+static ct_backend *cpu, *gpu;
 
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -154,9 +155,64 @@ START_TEST(timer_marks) {
 }
 END_TEST
 
+/* ---- init_fill ---- */
+
+/* Distance in units in the last place between two finite floats of any sign. */
+static int64_t ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, sizeof ia);
+    memcpy(&ib, &b, sizeof ib);
+    int64_t la = ia < 0 ? (int64_t)INT32_MIN - ia : ia, lb = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return la > lb ? la - lb : lb - la;
+}
+
+START_TEST(init_fill_against_cpu) {
+    const int64_t n = 1000003;
+    size_t bytes = (size_t)n * sizeof(float);
+    static const ct_init_dist dists[] = {
+        {CT_DRAW_CONSTANT, 0.1, 0.0},    {CT_DRAW_UNIFORM, -0.05, 0.05},
+        {CT_DRAW_UNIFORM, 0.0, 1.0},     {CT_DRAW_NORMAL, 0.0, 0.02},
+        {CT_DRAW_NORMAL, 1.0, 3.0},
+    };
+    const uint64_t streams[] = {0, 17, ((uint64_t)3 << 32) | 5};
+    float *want = malloc(bytes), *got = malloc(bytes);
+    float *d = gpu->mem.alloc(gpu, bytes, CT_MEM_PARAMS);
+    for (int k = 0; k < (int)(sizeof dists / sizeof dists[0]); k++) {
+        for (int s = 0; s < 3; s++) {
+            const ct_init_dist *dist = &dists[k];
+            cpu->elt.init_fill(cpu, want, n, dist, 2024, streams[s]);
+            gpu->mem.memset0(gpu, d, bytes);
+            gpu->elt.init_fill(gpu, d, n, dist, 2024, streams[s]);
+            gpu->mem.copy_d2h(gpu, got, d, bytes);
+            int64_t worst = 0, at = 0, unequal = 0, first = 0;
+            for (int64_t i = 0; i < n; i++) {
+                if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && unequal++ == 0) first = i;
+                int64_t u = ulps(got[i], want[i]);
+                if (u > worst) worst = u, at = i;
+            }
+            if (dist->kind == CT_DRAW_NORMAL) {
+                ck_assert_msg(worst <= 2, "normal %d, stream %d: element %lld is %.9g on the GPU, "
+                              "%.9g on the CPU (%lld ulp)", k, s, (long long)at, got[at], want[at],
+                              (long long)worst);
+                printf("normal (%g, %g), stream %llu: %lld of %lld draws differ (by 1-2 ulp)\n",
+                       dist->a, dist->b, (unsigned long long)streams[s], (long long)unequal,
+                       (long long)n);
+            } else {
+                ck_assert_msg(unequal == 0, "kind %d, stream %d: element %lld is %.9g on the GPU, "
+                              "%.9g on the CPU (%lld differ)", k, s, (long long)first,
+                              got[first], want[first], (long long)unequal);
+            }
+        }
+    }
+    gpu->mem.free(gpu, d);
+    free(want);
+    free(got);
+}
+END_TEST
+
 START_TEST(op_table_members) {
     ck_assert(gpu->queue.download && gpu->queue.download_done && gpu->queue.timer_mark &&
-              gpu->queue.timer_elapsed);
+              gpu->queue.timer_elapsed && gpu->elt.init_fill);
 }
 END_TEST
 
@@ -165,8 +221,9 @@ int main(void) {
         printf("no CUDA device: skipped\n");
         return 77;
     }
+    cpu = ct_cpu_backend_create(0);
     ct_err err = {0};
-    if (ct_backend_create("cuda", 0, &gpu, &err) != CT_OK) {
+    if (ct_backend_create("cuda", 0, &gpu, &err) != CT_OK || !cpu) {
         fprintf(stderr, "cannot create the backends: %s\n", err.msg);
         return 1;
     }
@@ -180,6 +237,7 @@ int main(void) {
     tcase_add_test(tc, download_after_mark_and_later_writers);
     tcase_add_test(tc, download_tickets_through_the_ring);
     tcase_add_test(tc, timer_marks);
+    tcase_add_test(tc, init_fill_against_cpu);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
@@ -187,5 +245,6 @@ int main(void) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     ct_backend_destroy(gpu);
+    ct_backend_destroy(cpu);
     return failed ? 1 : 0;
 }

@@ -223,6 +223,13 @@ typedef struct ct_backend_blas {
 
 } ct_backend_blas;
 
+/* Parameter initialisation draws (init_fill). */
+typedef enum { CT_DRAW_CONSTANT, CT_DRAW_UNIFORM, CT_DRAW_NORMAL } ct_init_draw;
+typedef struct ct_init_dist {
+    ct_init_draw kind;
+    double a, b;                 /* constant: a; uniform: [a, b); normal: mean a, std b */
+} ct_init_dist;
+
 /* ---- element-wise ---- */
 typedef struct ct_backend_elt {
     void (*fill)(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt);
@@ -267,6 +274,22 @@ typedef struct ct_backend_elt {
                             float p, uint64_t seed, uint64_t stream, ct_dtype dt);
     void (*dropout_backward)(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
                              int64_t n, float p, ct_dtype dt);
+
+    /* Parameter initialisation: x[n] (fp32) drawn from d; element i depends only on
+     * (seed, stream, i), so any thread count and the GPU give the same values. With
+     * w = ct_philox4x32(key, {i_lo, i_hi, stream_lo, stream_hi}) and key the one ct_rng_init
+     * derives for (seed, CT_RNG_INIT, stream) (so w.v[k] = ct_rng_at(seed, CT_RNG_INIT, stream,
+     * 4 i + k)), and everything in double until the one rounding to float:
+     *   constant: x[i] = (float)a
+     *   uniform:  u = w0 * 2^-32;                    x[i] = (float)(a + (b - a) * u)
+     *   normal:   u1 = (w0 + 1) * 2^-32 in (0, 1],  u2 = w1 * 2^-32,
+     *             z = sqrt(-2 ln u1) * cos(2 pi u2); x[i] = (float)(a + b * z)
+     * Constant and uniform are bitwise the same on every backend. ln and cos are not correctly
+     * rounded anywhere: the CPU evaluates them with its own routines (cpu_init.c, within ~1 ulp
+     * of double, the same bits on every x86-64 and for every libm), CUDA with its log and cospi,
+     * so normal draws agree within 2 ulp of float. */
+    void (*init_fill)(ct_backend *be, float *x, int64_t n, const ct_init_dist *d, uint64_t seed,
+                      uint64_t stream);
 
 } ct_backend_elt;
 

@@ -188,5 +188,6 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_cpu_optim_install(be);
     ct_cpu_reduce_install(be);
     ct_cpu_dtype_install(be);
+    ct_cpu_init_install(be);
     return be;
 }
