@@ -3,10 +3,10 @@
  * Element i depends on (seed, stream, i) alone, so the pool may cut [0, n) anywhere. A plain loop
  * over ct_philox4x32 and libm's log and cos took ~40 ns per normal draw here (5 s for 124M
  * parameters on one core). What makes it an order of magnitude faster:
- *  - Philox runs on 4 or 8 counters at once in vector registers (AVX2, AVX-512), one 64-bit lane
- *    per counter, whose 32x32->64-bit multiply is exactly Philox's; compilers do not find that
- *    form by themselves. Odd ends and other CPUs call rng.c's ct_philox4x32, and test_backend
- *    checks every element of every path against it.
+ *  - Philox runs on 2, 4 or 8 counters at once in vector registers (SSE2, AVX2, AVX-512), one
+ *    64-bit lane per counter, whose 32x32->64-bit multiply is exactly Philox's; compilers do not
+ *    find that form by themselves. Odd ends and other CPUs call rng.c's ct_philox4x32, and
+ *    test_backend checks every element of every path against it.
  *  - ln and cos are straight-line double arithmetic (no libm, no branches), so the compiler
  *    vectorises them, and their bits do not depend on the C library: +, -, *, / and sqrt are
  *    correctly rounded everywhere, and nothing is fused into an FMA.
@@ -73,11 +73,11 @@ static inline double u32_f64(uint64_t w) {
 static inline double init_log(double x) {
     uint64_t u = f64_bits(x);
     uint64_t mant = u & 0x000FFFFFFFFFFFFFull;
-    /* m > sqrt(2) is decided and applied on the bits: gcc neither if-converts a floating-point
-     * comparison nor a conditional multiply (either could raise a flag), which would keep the
-     * loop scalar */
-    uint64_t big = mant > (SQRT2_BITS & 0x000FFFFFFFFFFFFFull);
-    double m = bits_f64(mant | (big ? 0x3FE0000000000000ull : 0x3FF0000000000000ull));
+    /* m > sqrt(2) is decided and applied with integer arithmetic on the bits (big = 1: halve m):
+     * gcc neither if-converts a floating-point comparison nor a conditional multiply (either
+     * could raise a flag), and SSE2 has no 64-bit comparison; any of them keeps the loop scalar */
+    uint64_t big = ((SQRT2_BITS & 0x000FFFFFFFFFFFFFull) - mant) >> 63;
+    double m = bits_f64(mant | (0x3FF0000000000000ull - (big << 52)));
     double e = bits_f64(0x4330000000000000ull | ((u >> 52) + big)) - (4503599627370496.0 + 1023.0);
     double f = m - 1.0;
     double s = f / (2.0 + f);
@@ -92,13 +92,14 @@ static inline double init_log(double x) {
 
 /* cos(2 pi w / 2^32) for a 32-bit w. The quadrant and the octant come from w's bits, so the
  * reduction is exact and the series see an angle in [0, pi/4], where Taylor series cut after the
- * theta^16 (cos) and theta^17 (sin) terms are within 2^-58 of the value. The integers are 64-bit,
- * the width of a double, so that every select vectorises (AVX2 has no narrower blend of
- * doubles). */
+ * theta^16 (cos) and theta^17 (sin) terms are within 2^-58 of the value. The choices are masks
+ * on 64-bit integers, the width of a double, rather than comparisons and selects, so that the
+ * loop vectorises even for SSE2. */
 static inline double init_cos_turn(uint64_t w) {
     uint64_t q = w >> 30, r = w & 0x3FFFFFFFu;
-    bool past = r > 0x20000000u;                    /* beyond pi/4 in its quadrant: complement */
-    uint64_t rr = past ? 0x40000000u - r : r;
+    /* beyond pi/4 in its quadrant: take the complement; all ones when past */
+    uint64_t past = 0 - ((0x20000000u - r) >> 63);
+    uint64_t rr = ((r ^ past) - past) + (past & 0x40000000u);
     double t = (bits_f64(0x4330000000000000ull | rr) - 4503599627370496.0) * TWO_PI_2M32;
     double t2 = t * t, t4 = t2 * t2, t8 = t4 * t4;
     /* the two largest terms of each series last, the rest by Estrin's scheme */
@@ -114,9 +115,10 @@ static inline double init_cos_turn(uint64_t w) {
     double s = t + t * (t2 * (-1.0 / 6.0 + t2 * ps));
     /* cos and sin of the angle within the quadrant, then cos of quadrant q plus that angle:
      * sin in the odd quadrants, negative in quadrants 1 and 2 (the sign bit flipped) */
-    double cq = past ? s : c, sq = past ? c : s;
-    double v = (q & 1u) ? sq : cq;
-    return bits_f64(f64_bits(v) ^ (((q + 1u) & 2u) << 62));
+    uint64_t cb = f64_bits(c), sb = f64_bits(s);
+    uint64_t cq = (cb & ~past) | (sb & past), sq = (sb & ~past) | (cb & past);
+    uint64_t odd = 0 - (q & 1u);
+    return bits_f64(((cq & ~odd) | (sq & odd)) ^ (((q + 1u) & 2u) << 62));
 }
 
 /* Philox words 0 and 1 of counters i0 .. i0 + n - 1 into the low halves of w0[j], w1[j]. */
@@ -176,6 +178,15 @@ static void sqrt_scalar(double *v, int n) {
     }                                                                                            \
     if (j < n) philox_scalar(k, i0 + j, n - j, w0 + j, w1 + j);
 
+/* SSE2 is part of x86-64: the baseline kernel gets two lanes */
+static void philox_sse2(const init_ctx *k, int64_t i0, int n, uint64_t *w0, uint64_t *w1) {
+    PHILOX_LANES(__m128i, _mm_mul_epu32, _mm_srli_epi64, _mm_xor_si128, _mm_set1_epi64x, 2)
+}
+static void sqrt_sse2(double *v, int n) {
+    int j = 0;
+    for (; j + 2 <= n; j += 2) _mm_storeu_pd(v + j, _mm_sqrt_pd(_mm_loadu_pd(v + j)));
+    sqrt_scalar(v + j, n - j);
+}
 __attribute__((target("avx2"))) static void philox_avx2(const init_ctx *k, int64_t i0, int n,
                                                          uint64_t *w0, uint64_t *w1) {
     PHILOX_LANES(__m256i, _mm256_mul_epu32, _mm256_srli_epi64, _mm256_xor_si256,
@@ -229,7 +240,11 @@ static inline __attribute__((always_inline)) void init_batch(const init_ctx *k, 
         init_batch(k, i, (int)(i1 - i < CT_INIT_BATCH ? i1 - i : CT_INIT_BATCH), PHILOX, SQRT);
 
 static void init_range_base(const init_ctx *k, int64_t i0, int64_t i1) {
+#ifdef CT_INIT_X86
+    INIT_RANGE_BODY(philox_sse2, sqrt_sse2)
+#else
     INIT_RANGE_BODY(philox_scalar, sqrt_scalar)
+#endif
 }
 #ifdef CT_INIT_X86
 __attribute__((target("avx2"))) static void init_range_avx2(const init_ctx *k, int64_t i0,
