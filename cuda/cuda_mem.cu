@@ -542,6 +542,7 @@ static uint64_t cu_timer_mark(ct_backend *be) {
 
 static double cu_timer_elapsed(ct_backend *be, uint64_t a, uint64_t b) {
     ct_cuda_timer_ring *t = &ct_cuda_of(be)->timer;
+    ct_cuda_require_not_capturing(be, "timer_elapsed");
     if (!ct_timer_mark_live(a, t->last) || !ct_timer_mark_live(b, t->last)) return NAN;
     cudaEvent_t ea = t->ev[a % CT_TIMER_MARKS], eb = t->ev[b % CT_TIMER_MARKS];
     /* both, whichever comes first in the queue */
