@@ -312,7 +312,15 @@ static int run_training(cli_args *a) {
     return rc;
 }
 
+/* Library code ends an internal failure (out of memory, a CUDA error) in ct_fatal; the command
+ * line reports it like every other runtime error. */
+static void on_fatal(void *ctx, const char *msg) {
+    print_error(msg);
+    exit(CT_ERR_RUNTIME);
+}
+
 int main(int argc, char **argv) {
+    ct_set_fatal_handler(on_fatal, NULL);
     if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
         static const char *later[] = {"plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);

@@ -16,10 +16,7 @@ extern "C" {
 
 void ct_cuda_fail_at(const char *what, const char *detail, const char *call, const char *file,
                      int line) {
-    fprintf(stderr, "ctrain: error: %s failure: %s\n  in %s at %s:%d\n", what, detail, call, file,
-            line);
-    fflush(stderr);
-    exit(CT_ERR_RUNTIME);
+    ct_fatal("%s failure: %s\n  in %s at %s:%d", what, detail, call, file, line);
 }
 
 void ct_cuda_check_at(cudaError_t e, const char *call, const char *file, int line) {
@@ -73,7 +70,7 @@ static void teardown(ct_cuda *cu, bool strict) {
     if (cu->host_scratch) CT_TEARDOWN(cudaFreeHost(cu->host_scratch));
     ct_cuda_alloc_release_all(&cu->mem);
     ct_cuda_stages_release(cu, strict);
-    ct_cuda_upload_ring_release(cu, strict);
+    ct_cuda_queue_events_release(cu, strict);
     if (cu->ev_compute) CT_TEARDOWN(cudaEventDestroy(cu->ev_compute));
     if (cu->ev_copy) CT_TEARDOWN(cudaEventDestroy(cu->ev_copy));
     if (cu->compute) CT_TEARDOWN(cudaStreamDestroy(cu->compute));
@@ -127,8 +124,9 @@ static bool init_state(ct_cuda *cu, int device, ct_err *err) {
         !setup_ok(cudaMalloc(&cu->lt_workspace, CT_CUDA_LT_WORKSPACE),
                   "cudaMalloc (cuBLASLt workspace)", err))
         return false;
-    if (!ct_cuda_stages_init(cu) || !ct_cuda_upload_ring_init(cu)) {
-        ct_errf(err, CT_ERR_RUNTIME, "CUDA device setup failed: cudaEventCreate (upload ring)");
+    if (!ct_cuda_stages_init(cu) || !ct_cuda_queue_events_init(cu)) {
+        ct_errf(err, CT_ERR_RUNTIME,
+                "CUDA device setup failed: cudaEventCreate (copy and timer rings)");
         return false;
     }
     cu->lt_workspace_bytes = CT_CUDA_LT_WORKSPACE;

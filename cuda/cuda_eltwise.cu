@@ -330,6 +330,41 @@ static void cu_dropout_backward(ct_backend *be, void *dx, const void *dy, const 
                           keep_scale_of(p)));
 }
 
+/* ---- parameter initialisation (formula in backend.h) ---- */
+
+/* One thread per element, which uses words 0 and 1 of its own Philox block. The double
+ * arithmetic is written with explicit round-to-nearest intrinsics: nvcc would otherwise fuse
+ * a + (b - a) * u into an FMA, and the uniform draw would no longer be the CPU's bit for bit. */
+__global__ void k_init_fill(float *x, int64_t n, int kind, double a, double b, uint64_t key,
+                            uint64_t stream) {
+    GRID_STRIDE(i, n) {
+        if (kind == CT_DRAW_CONSTANT) {
+            x[i] = __double2float_rn(a);
+            continue;
+        }
+        uint4 w = ct_dev_philox_block(key, stream, (uint64_t)i);
+        if (kind == CT_DRAW_UNIFORM) {
+            double u = __dmul_rn((double)w.x, 0x1p-32);
+            x[i] = __double2float_rn(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
+        } else {
+            double u1 = __dmul_rn(__dadd_rn((double)w.x, 1.0), 0x1p-32);
+            double u2 = __dmul_rn((double)w.y, 0x1p-32);
+            /* cospi(2 u2) = cos(2 pi u2) without rounding 2 pi first */
+            double z = __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), cospi(__dmul_rn(2.0, u2)));
+            x[i] = __double2float_rn(__dadd_rn(a, __dmul_rn(b, z)));
+        }
+    }
+}
+
+static void cu_init_fill(ct_backend *be, float *x, int64_t n, const ct_init_dist *d, uint64_t seed,
+                         uint64_t stream) {
+    CT_CUDA_REQUIRE(d->kind == CT_DRAW_CONSTANT || d->kind == CT_DRAW_UNIFORM ||
+                        d->kind == CT_DRAW_NORMAL,
+                    "init_fill: unknown draw kind");
+    LAUNCH(be, n, k_init_fill, x, n, (int)d->kind, d->a, d->b, ct_cuda_rng_key(seed, CT_RNG_INIT),
+           stream);
+}
+
 void ct_cuda_eltwise_install(ct_backend *be) {
     be->elt.fill = cu_fill;
     be->elt.scale = cu_scale;
@@ -345,4 +380,5 @@ void ct_cuda_eltwise_install(ct_backend *be) {
     be->elt.dropout_forward = cu_dropout_forward;
     be->elt.dropout_backward = cu_dropout_backward;
     be->elt.normalize_u8 = ct_cuda_normalize_u8;
+    be->elt.init_fill = cu_init_fill;
 }

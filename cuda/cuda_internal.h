@@ -7,7 +7,8 @@
  * reductions; no floating-point atomics anywhere.
  *
  * Errors: an internal CUDA/cuBLAS failure cannot be a user error, and the op table returns void,
- * so the check macros print the call, file and line and exit with CT_ERR_RUNTIME. */
+ * so the check macros hand the call, file and line to ct_fatal (core/util/common.h), whose handler
+ * decides how the process ends (ctrain: message and exit code CT_ERR_RUNTIME). */
 #ifndef CT_CUDA_INTERNAL_H
 #define CT_CUDA_INTERNAL_H
 
@@ -22,7 +23,7 @@ extern "C" {
 
 /* ---- checks ---- */
 void ct_cuda_fail_at(const char *what, const char *detail, const char *call, const char *file,
-                     int line);
+                     int line) __attribute__((noreturn));
 void ct_cuda_check_at(cudaError_t e, const char *call, const char *file, int line);
 void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, int line);
 #define CT_CUDA_CHECK(call) ct_cuda_check_at((call), #call, __FILE__, __LINE__)
@@ -104,27 +105,36 @@ typedef struct ct_cuda_stage {
     bool pending;                 /* an upload from buf may still be running */
 } ct_cuda_stage;
 
-/* be->upload tickets: ticket t is recorded in event t % CT_CUDA_UPLOAD_EVENTS; an event is reused
- * only after the upload it marked is known to be finished. Used from the trainer's thread only
- * (as every op), so it has no lock. Graphs must be freed (graph_free) before destroy. */
-#define CT_CUDA_UPLOAD_EVENTS 16
-typedef struct ct_cuda_upload_ring {
-    cudaEvent_t ev[CT_CUDA_UPLOAD_EVENTS];
-    uint64_t ticket[CT_CUDA_UPLOAD_EVENTS];  /* ticket last recorded in ev[i] (0: none) */
+/* Tickets of the copy stream, uploads and downloads alike (one sequence, because one stream runs
+ * them in order): ticket t is recorded in event t % CT_CUDA_COPY_EVENTS; an event is reused only
+ * after the copy it marked is known to be finished. Used from the trainer's thread only (as every
+ * op), so it has no lock. Graphs must be freed (graph_free) before destroy. */
+#define CT_CUDA_COPY_EVENTS 16
+typedef struct ct_cuda_copy_ring {
+    cudaEvent_t ev[CT_CUDA_COPY_EVENTS];
+    uint64_t ticket[CT_CUDA_COPY_EVENTS];    /* ticket last recorded in ev[i] (0: none) */
     uint64_t next;                /* the last ticket handed out */
     uint64_t done;                /* every ticket <= done has finished */
-    /* compute_mark m is recorded in mark_ev[m % CT_CUDA_UPLOAD_EVENTS]; a newer mark in the same
-     * event only moves an upload's wait later, which is safe */
-    cudaEvent_t mark_ev[CT_CUDA_UPLOAD_EVENTS];
+    /* compute_mark m is recorded in mark_ev[m % CT_CUDA_COPY_EVENTS]; a newer mark in the same
+     * event only moves a copy's wait later, which is safe */
+    cudaEvent_t mark_ev[CT_CUDA_COPY_EVENTS];
     uint64_t mark_next;
-} ct_cuda_upload_ring;
+} ct_cuda_copy_ring;
+
+/* be->timer_mark: mark m is a timing event recorded in ev[m % CT_TIMER_MARKS] (backend.h says
+ * how long it stays valid). Separate from the copy ring's marks, which are created without
+ * timing because timing makes every record and wait dearer. */
+typedef struct ct_cuda_timer_ring {
+    cudaEvent_t ev[CT_TIMER_MARKS];
+    uint64_t last;                /* the newest mark handed out */
+} ct_cuda_timer_ring;
 
 /* Backend-private state behind ct_backend.impl. */
 typedef struct ct_cuda {
     int device;
     int sm_count;
     cudaStream_t compute;         /* every kernel, GEMM, memset and D2D/D2H copy */
-    cudaStream_t copy;            /* host-to-device uploads */
+    cudaStream_t copy;            /* uploads and downloads from/to pinned memory */
     cudaEvent_t ev_compute;       /* compute stream reached this point (copy waits: dst free) */
     cudaEvent_t ev_copy;          /* upload finished (compute waits: dst ready) */
     cublasLtHandle_t lt;
@@ -136,7 +146,8 @@ typedef struct ct_cuda {
     void *host_scratch;           /* pinned, CT_CUDA_HOST_SCRATCH bytes: reduction results */
     ct_cuda_stage stage[CT_CUDA_STAGES];
     int stage_next;
-    ct_cuda_upload_ring up;
+    ct_cuda_copy_ring cq;
+    ct_cuda_timer_ring timer;
     ct_cuda_alloc mem;
 } ct_cuda;
 
@@ -318,9 +329,10 @@ void ct_cuda_stages_release(ct_cuda *cu, bool strict);
 void ct_cuda_alloc_capture_begin(ct_cuda_alloc *a);
 size_t ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned);
 void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned);
-/* Upload ticket events: created at init, destroyed at teardown (strict as for the stages). */
-bool ct_cuda_upload_ring_init(ct_cuda *cu);
-void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict);
+/* The copy ring's and the timer ring's events: created at init, destroyed at teardown (strict as
+ * for the stages). */
+bool ct_cuda_queue_events_init(ct_cuda *cu);
+void ct_cuda_queue_events_release(ct_cuda *cu, bool strict);
 /* A host-synchronizing or copy-stream call while capturing is a caller bug: fail loudly. */
 /* True while a capture runs whose allocator already handed out a phantom block (cache miss):
  * the capture will fail at capture_end, and memset/memcpy nodes (which, unlike kernel launches,

@@ -1,7 +1,8 @@
 /* cuda_mem.cu: caching device allocator, pinned host memory, copies, streams.
  *
  * be->upload is the loader's path: a DMA straight from its pinned slot, with a ticket the loader
- * polls (upload_done) before handing the slot back to its workers.
+ * polls (upload_done) before handing the slot back to its workers. be->download is its twin into
+ * pinned memory; both take tickets from one ring of events on the copy stream.
  *
  * Uploads run on the copy stream, ordered after the compute work queued before them (so a buffer
  * still being read is never overwritten) and before the compute work queued after them (events,
@@ -10,6 +11,7 @@
  * batch), and the DMA runs from there while the host goes on queueing work. */
 #include "cuda/cuda_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,17 +366,20 @@ void ct_cuda_stages_release(ct_cuda *cu, bool strict) {
     }
 }
 
-/* Queue dst <- src on the copy stream after the compute work queued so far (which may still read
- * dst), and make later compute work wait for it. `done` is recorded when the copy finishes. */
-/* The copy stream waits for `ready` (NULL: everything queued on the compute stream so far). */
-static void queue_upload(ct_cuda *cu, void *dst, const void *src, size_t bytes, cudaEvent_t done,
-                         cudaEvent_t ready) {
+/* Queue dst <- src (kind: to or from the device) on the copy stream after the compute work in
+ * `ready` (NULL: everything queued on the compute stream so far: it may still use dst, or still
+ * be producing src), record `done` when the copy finishes, and make later compute work wait for
+ * it: an upload's dst is ready for its readers, and a download's src may be overwritten, or freed
+ * and handed out again by the caching allocator, whose reuse rule assumes every user of a block
+ * runs on the compute stream. */
+static void queue_copy(ct_cuda *cu, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                       cudaEvent_t done, cudaEvent_t ready) {
     if (!ready) {
         CT_CUDA_CHECK(cudaEventRecord(cu->ev_compute, cu->compute));
         ready = cu->ev_compute;
     }
     CT_CUDA_CHECK(cudaStreamWaitEvent(cu->copy, ready, 0));
-    CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu->copy));
+    CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cu->copy));
     CT_CUDA_CHECK(cudaEventRecord(done, cu->copy));
     CT_CUDA_CHECK(cudaStreamWaitEvent(cu->compute, done, 0));
 }
@@ -423,17 +428,12 @@ void ct_cuda_require_not_capturing(ct_backend *be, const char *what) {
                         __LINE__);
 }
 
-/* ---- asynchronous uploads from pinned memory (be->upload) ---- */
+/* ---- asynchronous copies from and to pinned memory (be->upload, be->download) ---- */
 
-bool ct_cuda_upload_ring_init(ct_cuda *cu) {
-    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++) {
-        if (cudaEventCreateWithFlags(&cu->up.ev[i], cudaEventDisableTiming) != cudaSuccess) {
-            cu->up.ev[i] = NULL;
-            (void)cudaGetLastError();
-            return false;
-        }
-        if (cudaEventCreateWithFlags(&cu->up.mark_ev[i], cudaEventDisableTiming) != cudaSuccess) {
-            cu->up.mark_ev[i] = NULL;
+static bool events_create(cudaEvent_t *ev, int n, unsigned flags) {
+    for (int i = 0; i < n; i++) {
+        if (cudaEventCreateWithFlags(&ev[i], flags) != cudaSuccess) {
+            ev[i] = NULL;
             (void)cudaGetLastError();
             return false;
         }
@@ -441,62 +441,82 @@ bool ct_cuda_upload_ring_init(ct_cuda *cu) {
     return true;
 }
 
-void ct_cuda_upload_ring_release(ct_cuda *cu, bool strict) {
-    for (int i = 0; i < CT_CUDA_UPLOAD_EVENTS; i++) {
-        cudaEvent_t *evs[2] = {&cu->up.ev[i], &cu->up.mark_ev[i]};
-        for (int j = 0; j < 2; j++) {
-            if (!*evs[j]) continue;
-            if (strict) CT_CUDA_CHECK(cudaEventDestroy(*evs[j]));
-            else (void)cudaEventDestroy(*evs[j]);
-            *evs[j] = NULL;
-        }
+static void events_destroy(cudaEvent_t *ev, int n, bool strict) {
+    for (int i = 0; i < n; i++) {
+        if (!ev[i]) continue;
+        if (strict) CT_CUDA_CHECK(cudaEventDestroy(ev[i]));
+        else (void)cudaEventDestroy(ev[i]);
+        ev[i] = NULL;
     }
 }
 
-/* Uploads finish in ticket order (one copy stream), so `done` only moves forward. */
-static void upload_mark_done(ct_cuda_upload_ring *r, uint64_t ticket) {
+bool ct_cuda_queue_events_init(ct_cuda *cu) {
+    return events_create(cu->cq.ev, CT_CUDA_COPY_EVENTS, cudaEventDisableTiming) &&
+           events_create(cu->cq.mark_ev, CT_CUDA_COPY_EVENTS, cudaEventDisableTiming) &&
+           events_create(cu->timer.ev, CT_TIMER_MARKS, cudaEventDefault);
+}
+
+void ct_cuda_queue_events_release(ct_cuda *cu, bool strict) {
+    events_destroy(cu->cq.ev, CT_CUDA_COPY_EVENTS, strict);
+    events_destroy(cu->cq.mark_ev, CT_CUDA_COPY_EVENTS, strict);
+    events_destroy(cu->timer.ev, CT_TIMER_MARKS, strict);
+}
+
+/* Copies finish in ticket order (one copy stream), so `done` only moves forward. */
+static void copy_mark_done(ct_cuda_copy_ring *r, uint64_t ticket) {
     if (ticket > r->done) r->done = ticket;
 }
 
-/* No DMA is staged here: the copy engine reads the caller's pinned buffer directly, and the
- * caller keeps it untouched until upload_done says so. */
 static uint64_t cu_compute_mark(ct_backend *be) {
     ct_cuda *cu = ct_cuda_of(be);
     ct_cuda_require_not_capturing(be, "compute_mark");
-    uint64_t m = ++cu->up.mark_next;
-    CT_CUDA_CHECK(cudaEventRecord(cu->up.mark_ev[m % CT_CUDA_UPLOAD_EVENTS], cu->compute));
+    uint64_t m = ++cu->cq.mark_next;
+    CT_CUDA_CHECK(cudaEventRecord(cu->cq.mark_ev[m % CT_CUDA_COPY_EVENTS], cu->compute));
     return m;
 }
 
-static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, size_t bytes,
-                          uint64_t after) {
+/* No staging: the copy engine reads or writes the caller's pinned buffer directly, and the caller
+ * leaves it alone until the ticket says the copy is done. */
+static uint64_t async_copy(ct_backend *be, void *dst, const void *src, size_t bytes,
+                           cudaMemcpyKind kind, uint64_t after, const char *what) {
     ct_cuda *cu = ct_cuda_of(be);
-    ct_cuda_upload_ring *r = &cu->up;
-    ct_cuda_require_not_capturing(be, "upload");
-    CT_CUDA_REQUIRE(after <= r->mark_next, "upload after a compute_mark never handed out");
-    cudaEvent_t ready = after ? r->mark_ev[after % CT_CUDA_UPLOAD_EVENTS] : NULL;
+    ct_cuda_copy_ring *r = &cu->cq;
+    ct_cuda_require_not_capturing(be, what);
+    CT_CUDA_REQUIRE(after <= r->mark_next, "copy after a compute_mark never handed out");
+    cudaEvent_t ready = after ? r->mark_ev[after % CT_CUDA_COPY_EVENTS] : NULL;
     uint64_t t = ++r->next;
-    int k = (int)(t % CT_CUDA_UPLOAD_EVENTS);
-    if (r->ticket[k] > r->done) { /* the event still marks an older upload: let it finish first */
+    int k = (int)(t % CT_CUDA_COPY_EVENTS);
+    if (r->ticket[k] > r->done) { /* the event still marks an older copy: let it finish first */
         CT_CUDA_CHECK(cudaEventSynchronize(r->ev[k]));
-        upload_mark_done(r, r->ticket[k]);
+        copy_mark_done(r, r->ticket[k]);
     }
     r->ticket[k] = t;
     if (bytes) {
-        queue_upload(cu, dst, src_pinned, bytes, r->ev[k], ready);
+        queue_copy(cu, dst, src, bytes, kind, r->ev[k], ready);
     } else {
         CT_CUDA_CHECK(cudaEventRecord(r->ev[k], cu->copy));
     }
     return t;
 }
 
-static bool cu_upload_done(ct_backend *be, uint64_t ticket, bool wait) {
-    ct_cuda_upload_ring *r = &ct_cuda_of(be)->up;
+static uint64_t cu_upload(ct_backend *be, void *dst, const void *src_pinned, size_t bytes,
+                          uint64_t after) {
+    return async_copy(be, dst, src_pinned, bytes, cudaMemcpyHostToDevice, after, "upload");
+}
+
+static uint64_t cu_download(ct_backend *be, void *dst_pinned, const void *src, size_t bytes,
+                            uint64_t after) {
+    return async_copy(be, dst_pinned, src, bytes, cudaMemcpyDeviceToHost, after, "download");
+}
+
+/* upload_done and download_done: one ticket sequence answers both. */
+static bool cu_copy_done(ct_backend *be, uint64_t ticket, bool wait) {
+    ct_cuda_copy_ring *r = &ct_cuda_of(be)->cq;
     if (ticket <= r->done) return true;
-    CT_CUDA_REQUIRE(ticket <= r->next, "upload_done for a ticket never handed out");
-    int k = (int)(ticket % CT_CUDA_UPLOAD_EVENTS);
+    CT_CUDA_REQUIRE(ticket <= r->next, "copy ticket never handed out");
+    int k = (int)(ticket % CT_CUDA_COPY_EVENTS);
     if (r->ticket[k] != ticket) { /* reused: that only happens after this ticket finished */
-        upload_mark_done(r, ticket);
+        copy_mark_done(r, ticket);
         return true;
     }
     if (wait) {
@@ -506,8 +526,31 @@ static bool cu_upload_done(ct_backend *be, uint64_t ticket, bool wait) {
         if (e == cudaErrorNotReady) return false;
         CT_CUDA_CHECK(e);
     }
-    upload_mark_done(r, ticket);
+    copy_mark_done(r, ticket);
     return true;
+}
+
+/* ---- timing marks ---- */
+
+static uint64_t cu_timer_mark(ct_backend *be) {
+    ct_cuda *cu = ct_cuda_of(be);
+    ct_cuda_require_not_capturing(be, "timer_mark");
+    uint64_t m = ++cu->timer.last;
+    CT_CUDA_CHECK(cudaEventRecord(cu->timer.ev[m % CT_TIMER_MARKS], cu->compute));
+    return m;
+}
+
+static double cu_timer_elapsed(ct_backend *be, uint64_t a, uint64_t b) {
+    ct_cuda_timer_ring *t = &ct_cuda_of(be)->timer;
+    ct_cuda_require_not_capturing(be, "timer_elapsed");
+    if (!ct_timer_mark_live(a, t->last) || !ct_timer_mark_live(b, t->last)) return NAN;
+    cudaEvent_t ea = t->ev[a % CT_TIMER_MARKS], eb = t->ev[b % CT_TIMER_MARKS];
+    /* both, whichever comes first in the queue */
+    CT_CUDA_CHECK(cudaEventSynchronize(ea));
+    CT_CUDA_CHECK(cudaEventSynchronize(eb));
+    float ms = 0.0f;
+    CT_CUDA_CHECK(cudaEventElapsedTime(&ms, ea, eb));
+    return 1e-3 * (double)ms;
 }
 
 static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t bytes) {
@@ -517,13 +560,13 @@ static void cu_copy_h2d(ct_backend *be, void *dst, const void *src_host, size_t 
     ct_cuda_stage *s = bytes <= CT_CUDA_STAGE_MAX ? stage_get(cu, bytes) : NULL;
     if (s) {
         memcpy(s->buf, src_host, bytes);
-        queue_upload(cu, dst, s->buf, bytes, s->done, NULL);
+        queue_copy(cu, dst, s->buf, bytes, cudaMemcpyHostToDevice, s->done, NULL);
         s->pending = true;
         return;
     }
     /* large or unstageable: upload straight from the caller's memory and wait, so that the caller
      * may reuse it when we return */
-    queue_upload(cu, dst, src_host, bytes, cu->ev_copy, NULL);
+    queue_copy(cu, dst, src_host, bytes, cudaMemcpyHostToDevice, cu->ev_copy, NULL);
     CT_CUDA_CHECK(cudaEventSynchronize(cu->ev_copy));
 }
 
@@ -585,5 +628,9 @@ void ct_cuda_mem_install(ct_backend *be) {
     be->mem.mem_stats = cu_mem_stats;
     be->queue.compute_mark = cu_compute_mark;
     be->queue.upload = cu_upload;
-    be->queue.upload_done = cu_upload_done;
+    be->queue.upload_done = cu_copy_done;
+    be->queue.download = cu_download;
+    be->queue.download_done = cu_copy_done;
+    be->queue.timer_mark = cu_timer_mark;
+    be->queue.timer_elapsed = cu_timer_elapsed;
 }

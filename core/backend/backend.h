@@ -146,8 +146,37 @@ typedef struct ct_backend_queue {
     /* True when the upload with this ticket (and every earlier one) has finished reading its
      * source; wait: block until it has. */
     bool (*upload_done)(ct_backend *be, uint64_t ticket, bool wait);
+    /* Asynchronous download into pinned memory (alloc_host_pinned), upload's twin: queued on the
+     * copy stream. after = 0: after every op queued before this call (src's producers); after =
+     * a compute_mark: only after the ops queued before that mark (src was last written there),
+     * so the copy overlaps the work queued since, which must not write src. Ops queued after
+     * this call run after the copy (they may overwrite or free src). dst_pinned holds the bytes
+     * once download_done(ticket) is true. Returns the ticket (> 0). CPU: a memcpy, done at once. */
+    uint64_t (*download)(ct_backend *be, void *dst_pinned, const void *src, size_t bytes,
+                         uint64_t after);
+    /* True when the download with this ticket has landed in dst_pinned; wait: block until it has.
+     * Uploads and downloads draw tickets from one increasing sequence (one copy stream) and
+     * finish in ticket order: done(t) implies every copy with an earlier ticket is done. */
+    bool (*download_done)(ct_backend *be, uint64_t ticket, bool wait);
+
+    /* Timing marks: a per-phase breakdown of queued work without a host sync per phase.
+     * timer_mark returns a point in the compute queue (> 0; CUDA: a timing event recorded on the
+     * compute stream; CPU: ops have finished when they return, so the mark is ct_now()). Marks
+     * come from a ring of CT_TIMER_MARKS slots: a mark stays valid until CT_TIMER_MARKS newer
+     * marks have been taken (ct_timer_mark_live). timer_elapsed returns the seconds from mark a
+     * to mark b (negative when b comes first), waiting until the queue has passed both; NAN when
+     * either mark is 0, was never handed out or has been recycled. Not during a capture. */
+    uint64_t (*timer_mark)(ct_backend *be);
+    double (*timer_elapsed)(ct_backend *be, uint64_t a, uint64_t b);
 
 } ct_backend_queue;
+
+/* Slots of the timing-mark ring: enough for every phase of a few steps between two reads. */
+#define CT_TIMER_MARKS 256
+/* The validity rule both backends apply: `last` is the newest mark handed out. */
+static inline bool ct_timer_mark_live(uint64_t mark, uint64_t last) {
+    return mark > 0 && mark <= last && last - mark < CT_TIMER_MARKS;
+}
 
 /* ---- whole-step capture ---- */
 typedef struct ct_backend_capture {
@@ -194,6 +223,13 @@ typedef struct ct_backend_blas {
 
 } ct_backend_blas;
 
+/* Parameter initialisation draws (init_fill). */
+typedef enum { CT_DRAW_CONSTANT, CT_DRAW_UNIFORM, CT_DRAW_NORMAL } ct_init_draw;
+typedef struct ct_init_dist {
+    ct_init_draw kind;
+    double a, b;                 /* constant: a; uniform: [a, b); normal: mean a, std b */
+} ct_init_dist;
+
 /* ---- element-wise ---- */
 typedef struct ct_backend_elt {
     void (*fill)(ct_backend *be, void *x, float v, int64_t n, ct_dtype dt);
@@ -238,6 +274,22 @@ typedef struct ct_backend_elt {
                             float p, uint64_t seed, uint64_t stream, ct_dtype dt);
     void (*dropout_backward)(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
                              int64_t n, float p, ct_dtype dt);
+
+    /* Parameter initialisation: x[n] (fp32) drawn from d; element i depends only on
+     * (seed, stream, i), so any thread count and the GPU give the same values. With
+     * w = ct_philox4x32(key, {i_lo, i_hi, stream_lo, stream_hi}) and key the one ct_rng_init
+     * derives for (seed, CT_RNG_INIT, stream) (so w.v[k] = ct_rng_at(seed, CT_RNG_INIT, stream,
+     * 4 i + k)), and everything in double until the one rounding to float:
+     *   constant: x[i] = (float)a
+     *   uniform:  u = w0 * 2^-32;                    x[i] = (float)(a + (b - a) * u)
+     *   normal:   u1 = (w0 + 1) * 2^-32 in (0, 1],  u2 = w1 * 2^-32,
+     *             z = sqrt(-2 ln u1) * cos(2 pi u2); x[i] = (float)(a + b * z)
+     * Constant and uniform are bitwise the same on every backend. ln and cos are not correctly
+     * rounded anywhere: the CPU evaluates them with its own routines (cpu_init.c, within ~1 ulp
+     * of double, the same bits on every x86-64 and for every libm), CUDA with its log and cospi,
+     * so normal draws agree within 2 ulp of float. */
+    void (*init_fill)(ct_backend *be, float *x, int64_t n, const ct_init_dist *d, uint64_t seed,
+                      uint64_t stream);
 
 } ct_backend_elt;
 
@@ -362,7 +414,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 3
+#define CT_BACKEND_ABI 4
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

@@ -3,6 +3,7 @@
  * Host memory is the device memory here: copies are memcpy, "pinned" memory is ordinary
  * 64-byte-aligned memory, and every op completes before it returns (sync is a no-op). */
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,15 +65,32 @@ static void cpu_mem_stats(ct_backend *be, ct_mem_stats *out) {
     pthread_mutex_unlock(&cpu->mem_mu);
 }
 
-/* Uploads are copies that are done when they return. */
+/* Uploads and downloads are copies that are done when they return; they still take tickets
+ * from one sequence, as they do on a device. */
 static uint64_t cpu_compute_mark(ct_backend *be) { return 0; }
 
-static uint64_t cpu_upload(ct_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+static uint64_t cpu_async_copy(ct_backend *be, void *dst, const void *src, size_t bytes,
+                               uint64_t after) {
     if (bytes && dst != src) memcpy(dst, src, bytes);
-    return ++((ct_cpu *)be->impl)->uploads;
+    return ++((ct_cpu *)be->impl)->copies;
 }
 
-static bool cpu_upload_done(ct_backend *be, uint64_t ticket, bool wait) { return true; }
+static bool cpu_copy_done(ct_backend *be, uint64_t ticket, bool wait) { return true; }
+
+/* Every op has finished when it returns, so the host clock at the call is the queue's position. */
+static uint64_t cpu_timer_mark(ct_backend *be) {
+    ct_cpu *cpu = be->impl;
+    uint64_t m = ++cpu->timer_last;
+    cpu->timer_at[m % CT_TIMER_MARKS] = ct_now();
+    return m;
+}
+
+static double cpu_timer_elapsed(ct_backend *be, uint64_t a, uint64_t b) {
+    ct_cpu *cpu = be->impl;
+    if (!ct_timer_mark_live(a, cpu->timer_last) || !ct_timer_mark_live(b, cpu->timer_last))
+        return NAN;
+    return cpu->timer_at[b % CT_TIMER_MARKS] - cpu->timer_at[a % CT_TIMER_MARKS];
+}
 
 static void cpu_copy(ct_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
@@ -148,8 +166,12 @@ ct_backend *ct_cpu_backend_create(int threads) {
     be->mem.free_host_pinned = cpu_free_pinned;
     be->mem.mem_stats = cpu_mem_stats;
     be->queue.compute_mark = cpu_compute_mark;
-    be->queue.upload = cpu_upload;
-    be->queue.upload_done = cpu_upload_done;
+    be->queue.upload = cpu_async_copy;
+    be->queue.upload_done = cpu_copy_done;
+    be->queue.download = cpu_async_copy;
+    be->queue.download_done = cpu_copy_done;
+    be->queue.timer_mark = cpu_timer_mark;
+    be->queue.timer_elapsed = cpu_timer_elapsed;
     be->mem.copy_h2d = cpu_copy;
     be->mem.copy_d2h = cpu_copy;
     be->mem.copy_d2d = cpu_copy;
@@ -166,5 +188,6 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_cpu_optim_install(be);
     ct_cpu_reduce_install(be);
     ct_cpu_dtype_install(be);
+    ct_cpu_init_install(be);
     return be;
 }

@@ -58,7 +58,9 @@ typedef struct ct_cpu {
     size_t slot_cap[CT_CPU_SLOTS];
     pthread_mutex_t mem_mu;       /* the loader's threads allocate pinned slots too */
     ct_mem_stats mem;             /* per-category bytes of cpu_alloc (cpu_backend.c) */
-    uint64_t uploads;             /* upload tickets handed out */
+    uint64_t copies;              /* upload and download tickets handed out (one sequence) */
+    double timer_at[CT_TIMER_MARKS]; /* ct_now() of mark m in slot m % CT_TIMER_MARKS */
+    uint64_t timer_last;          /* the newest timing mark handed out */
 } ct_cpu;
 
 static inline ct_cpu_pool *ct_cpu_pool_of(ct_backend *be) { return ((ct_cpu *)be->impl)->pool; }
@@ -110,6 +112,12 @@ void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, c
  * where present): for kernels that convert what they just computed. */
 void ct_cpu_cast_range(void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int64_t i0, int64_t i1);
 
+/* init_fill's elements i0 .. i0 + n - 1 into x[0, n), on the calling thread, with one instruction
+ * set (0: baseline, 1: AVX2, 2: AVX-512); false when this CPU lacks it. The op picks the widest
+ * there is; test_backend runs every one against its reference, at counters past 2^32 too. */
+bool ct_cpu_init_fill_isa(float *x, int64_t i0, int64_t n, const ct_init_dist *d, uint64_t seed,
+                          uint64_t stream, int isa);
+
 /* Each file fills its part of the op table. */
 void ct_cpu_gemm_install(ct_backend *be);
 void ct_cpu_eltwise_install(ct_backend *be);
@@ -120,6 +128,7 @@ void ct_cpu_loss_install(ct_backend *be);
 void ct_cpu_optim_install(ct_backend *be);
 void ct_cpu_reduce_install(ct_backend *be);
 void ct_cpu_dtype_install(ct_backend *be);
+void ct_cpu_init_install(ct_backend *be);
 
 /* Keeps OpenBLAS at one thread (cpu_gemm.c); called at backend creation. */
 void ct_cpu_gemm_init(void);

@@ -1,4 +1,4 @@
-/* common.c: errors, warnings, checked allocation, timing, suggestions. */
+/* common.c: errors, the fatal handler, warnings, checked allocation, timing, suggestions. */
 #include "core/util/common.h"
 
 #include <stdarg.h>
@@ -53,9 +53,34 @@ void ct_warnings_free(ct_warnings *w) {
     w->n = w->cap = 0;
 }
 
+/* Process-wide by necessity: a fatal error can happen in any thread and deep inside an op that
+ * has no error path (and in the dlopen'ed CUDA library), so the handler cannot travel as an
+ * argument. Besides cmd/ctrain.c's signal flag this is ctrain's only mutable global state; it is
+ * written once, at start-up, before any thread exists. */
+static struct {
+    ct_fatal_fn fn;
+    void *ctx;
+} g_fatal;
+
+void ct_set_fatal_handler(ct_fatal_fn fn, void *ctx) {
+    g_fatal.fn = fn;
+    g_fatal.ctx = ctx;
+}
+
+void ct_fatal(const char *fmt, ...) {
+    /* on the stack: the failure may be that malloc has nothing left */
+    char msg[CT_ERR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_fatal.fn) g_fatal.fn(g_fatal.ctx, msg);
+    fprintf(stderr, "ctrain: fatal: %s\n", msg);
+    abort();
+}
+
 void ct_die_oom_at(size_t n, const char *file, int line) {
-    fprintf(stderr, "ctrain: error: out of host memory allocating %zu bytes (%s:%d)\n", n, file, line);
-    exit(CT_ERR_RUNTIME);
+    ct_fatal("out of host memory allocating %zu bytes (%s:%d)", n, file, line);
 }
 
 void *ct_xmalloc_at(size_t n, const char *file, int line) {

@@ -13,6 +13,12 @@
 #define CT_VERSION "0.0.0"
 #endif
 
+/* cuda/ includes this header from C++ and resolves these symbols from the executable (the CUDA
+ * library is dlopen'ed), so they keep C linkage there. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Exit codes, documented in README.md and the man page. */
 enum {
     CT_OK = 0,
@@ -43,12 +49,22 @@ typedef struct ct_warnings {
 void ct_warnf(ct_warnings *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ct_warnings_free(ct_warnings *w);
 
-/* Checked allocation for internal buffers: aborts with file:line on failure (not user input). */
+/* Internal failures that no caller can handle (host memory exhausted, a CUDA call failing inside an
+ * op that returns void) end in ct_fatal: library code never calls exit(). ct_fatal formats the
+ * message and calls the installed handler, which may end the process its own way (cmd/ctrain.c
+ * prints "ctrain: error: <msg>" and exits CT_ERR_RUNTIME) or longjmp out (tests). Without a
+ * handler, or when the handler returns, it prints "ctrain: fatal: <msg>" to stderr and aborts.
+ * Install the handler before starting threads; msg is only valid during the call. */
+typedef void (*ct_fatal_fn)(void *ctx, const char *msg);
+void ct_set_fatal_handler(ct_fatal_fn fn, void *ctx);
+void ct_fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Checked allocation for internal buffers: ct_fatal with file:line on failure (not user input). */
 void *ct_xmalloc_at(size_t n, const char *file, int line);
 void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line);
 void *ct_xrealloc_at(void *p, size_t n, const char *file, int line);
 char *ct_xstrdup_at(const char *s, const char *file, int line);
-/* Exit with CT_ERR_RUNTIME naming the size and the place: host memory ran out. */
+/* ct_fatal naming the size and the place: host memory ran out. */
 void ct_die_oom_at(size_t n, const char *file, int line) __attribute__((noreturn));
 #define ct_die_oom(n) ct_die_oom_at((n), __FILE__, __LINE__)
 #define ct_xmalloc(n) ct_xmalloc_at((n), __FILE__, __LINE__)
@@ -69,5 +85,9 @@ int ct_edit_distance(const char *a, const char *b);
 const char *ct_suggest(const char *word, const char *const *candidates, int n);
 
 #define CT_ARRAY_LEN(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
