@@ -335,14 +335,14 @@ static void cu_dropout_backward(ct_backend *be, void *dx, const void *dy, const 
 /* One thread per element, which uses words 0 and 1 of its own Philox block. The double
  * arithmetic is written with explicit round-to-nearest intrinsics: nvcc would otherwise fuse
  * a + (b - a) * u into an FMA, and the uniform draw would no longer be the CPU's bit for bit. */
-__global__ void k_init_fill(float *x, int64_t n, int kind, double a, double b, uint64_t key,
-                            uint64_t stream) {
+__global__ void k_init_fill(float *x, int64_t first, int64_t n, int kind, double a, double b,
+                            uint64_t key, uint64_t stream) {
     GRID_STRIDE(i, n) {
         if (kind == CT_DRAW_CONSTANT) {
             x[i] = __double2float_rn(a);
             continue;
         }
-        uint4 w = ct_dev_philox_block(key, stream, (uint64_t)i);
+        uint4 w = ct_dev_philox_block(key, stream, (uint64_t)(first + i));
         if (kind == CT_DRAW_UNIFORM) {
             double u = __dmul_rn((double)w.x, 0x1p-32);
             x[i] = __double2float_rn(__dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u)));
@@ -356,12 +356,12 @@ __global__ void k_init_fill(float *x, int64_t n, int kind, double a, double b, u
     }
 }
 
-static void cu_init_fill(ct_backend *be, float *x, int64_t n, const ct_init_dist *d, uint64_t seed,
-                         uint64_t stream) {
+static void cu_init_fill(ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d,
+                         uint64_t seed, uint64_t stream) {
     CT_CUDA_REQUIRE(d->kind == CT_DRAW_CONSTANT || d->kind == CT_DRAW_UNIFORM ||
                         d->kind == CT_DRAW_NORMAL,
                     "init_fill: unknown draw kind");
-    LAUNCH(be, n, k_init_fill, x, n, (int)d->kind, d->a, d->b, ct_cuda_rng_key(seed, CT_RNG_INIT),
+    LAUNCH(be, n, k_init_fill, x, first, n, (int)d->kind, d->a, d->b, ct_cuda_rng_key(seed, CT_RNG_INIT),
            stream);
 }
 

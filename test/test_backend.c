@@ -139,9 +139,9 @@ START_TEST(init_fill_thread_count) {
         memset(x1, 0xFF, INIT_N * sizeof(float));
         memset(x2, 0, INIT_N * sizeof(float));
         memset(x3, 0x7F, INIT_N * sizeof(float));
-        one->elt.init_fill(one, x1, INIT_N, &DISTS[k], 42, 3);
-        two->elt.init_fill(two, x2, INIT_N, &DISTS[k], 42, 3);
-        three->elt.init_fill(three, x3, INIT_N, &DISTS[k], 42, 3);
+        one->elt.init_fill(one, x1, 0, INIT_N, &DISTS[k], 42, 3);
+        two->elt.init_fill(two, x2, 0, INIT_N, &DISTS[k], 42, 3);
+        three->elt.init_fill(three, x3, 0, INIT_N, &DISTS[k], 42, 3);
         ck_assert_msg(memcmp(x1, x2, INIT_N * sizeof(float)) == 0, "kind %d: 1 vs 2 threads", k);
         ck_assert_msg(memcmp(x1, x3, INIT_N * sizeof(float)) == 0, "kind %d: 1 vs 3 threads", k);
     }
@@ -151,6 +151,29 @@ START_TEST(init_fill_thread_count) {
     ct_backend_destroy(one);
     ct_backend_destroy(two);
     ct_backend_destroy(three);
+}
+END_TEST
+
+/* A slice [first, first + n) of a stream has the whole stream's values: what a ZeRO shard
+ * initialising only its part relies on. */
+START_TEST(init_fill_slice_of_the_whole) {
+    ct_backend *be = ct_cpu_backend_create(2);
+    float *whole = malloc(INIT_N * sizeof(float)), *part = malloc(INIT_N * sizeof(float));
+    static const int64_t firsts[] = {1, 7, 4096, 333331};
+    for (int k = 0; k < CT_ARRAY_LEN(DISTS); k++) {
+        be->elt.init_fill(be, whole, 0, INIT_N, &DISTS[k], 42, 3);
+        for (int f = 0; f < CT_ARRAY_LEN(firsts); f++) {
+            int64_t first = firsts[f], n = INIT_N - first - 11;
+            memset(part, 0xFF, INIT_N * sizeof(float));
+            be->elt.init_fill(be, part, first, n, &DISTS[k], 42, 3);
+            ck_assert_msg(memcmp(part, whole + first, (size_t)n * sizeof(float)) == 0, "kind %d from %lld", k,
+                          (long long)first);
+            ck_assert_msg(((uint32_t *)part)[n] == 0xFFFFFFFFu, "kind %d: wrote past n", k);
+        }
+    }
+    free(whole);
+    free(part);
+    ct_backend_destroy(be);
 }
 END_TEST
 
@@ -209,7 +232,7 @@ START_TEST(init_fill_matches_reference) {
     const uint64_t stream = ((uint64_t)7 << 32) | 11; /* both stream words non-zero */
     for (int k = 0; k < CT_ARRAY_LEN(DISTS); k++) {
         memset(x, 0xFF, INIT_N * sizeof(float));
-        be->elt.init_fill(be, x, INIT_N, &DISTS[k], 1234, stream);
+        be->elt.init_fill(be, x, 0, INIT_N, &DISTS[k], 1234, stream);
         char what[64];
         snprintf(what, sizeof what, "op, kind %d", k);
         check_reference(what, x, INIT_N, &DISTS[k], 1234, stream, 0);
@@ -265,14 +288,14 @@ START_TEST(init_fill_moments) {
     const int64_t n = 1000000;
     float *x = malloc(n * sizeof(float));
     ct_init_dist u = {CT_DRAW_UNIFORM, -0.5, 1.5};
-    be->elt.init_fill(be, x, n, &u, 5, 1);
+    be->elt.init_fill(be, x, 0, n, &u, 5, 1);
     double w = u.b - u.a;
     check_moments("uniform", x, n, (u.a + u.b) / 2, w * w / 12, w * w * w * w / 80);
     int64_t outside = 0;
     for (int64_t i = 0; i < n; i++) outside += !(x[i] >= u.a && x[i] < u.b);
     ck_assert_int_eq(outside, 0);
     ct_init_dist g = {CT_DRAW_NORMAL, 0.25, 2.0};
-    be->elt.init_fill(be, x, n, &g, 5, 2);
+    be->elt.init_fill(be, x, 0, n, &g, 5, 2);
     check_moments("normal", x, n, g.a, g.b * g.b, 3 * pow(g.b, 4));
     ct_backend_destroy(be);
     free(x);
@@ -291,14 +314,14 @@ START_TEST(init_fill_streams_differ) {
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
     for (int k = 1; k < CT_ARRAY_LEN(DISTS); k++) {
         const ct_init_dist *d = &DISTS[k];
-        be->elt.init_fill(be, x, n, d, 8, 1);
-        be->elt.init_fill(be, y, n, d, 8, 2);
+        be->elt.init_fill(be, x, 0, n, d, 8, 1);
+        be->elt.init_fill(be, y, 0, n, d, 8, 2);
         ck_assert_int_le(count_equal(x, y, n), n / 1000);
-        be->elt.init_fill(be, y, n, d, 8, 1 + ((uint64_t)1 << 32)); /* the stream's high word */
+        be->elt.init_fill(be, y, 0, n, d, 8, 1 + ((uint64_t)1 << 32)); /* the stream's high word */
         ck_assert_int_le(count_equal(x, y, n), n / 1000);
-        be->elt.init_fill(be, y, n, d, 9, 1);                       /* another seed */
+        be->elt.init_fill(be, y, 0, n, d, 9, 1);                       /* another seed */
         ck_assert_int_le(count_equal(x, y, n), n / 1000);
-        be->elt.init_fill(be, y, n, d, 8, 1);                       /* and the same again */
+        be->elt.init_fill(be, y, 0, n, d, 8, 1);                       /* and the same again */
         ck_assert_int_eq(count_equal(x, y, n), n);
     }
     ct_backend_destroy(be);
@@ -462,6 +485,7 @@ int main(void) {
     TCase *init = tcase_create("cpu init_fill");
     tcase_set_timeout(init, 60);
     tcase_add_test(init, init_fill_thread_count);
+    tcase_add_test(init, init_fill_slice_of_the_whole);
     tcase_add_test(init, init_fill_matches_reference);
     tcase_add_test(init, init_fill_every_kernel);
     tcase_add_test(init, init_fill_moments);

@@ -180,9 +180,10 @@ START_TEST(init_fill_against_cpu) {
     for (int k = 0; k < (int)(sizeof dists / sizeof dists[0]); k++) {
         for (int s = 0; s < 3; s++) {
             const ct_init_dist *dist = &dists[k];
-            cpu->elt.init_fill(cpu, want, n, dist, 2024, streams[s]);
+            int64_t from = (int64_t)s * 4099;   /* slices of the stream too */
+            cpu->elt.init_fill(cpu, want, from, n, dist, 2024, streams[s]);
             gpu->mem.memset0(gpu, d, bytes);
-            gpu->elt.init_fill(gpu, d, n, dist, 2024, streams[s]);
+            gpu->elt.init_fill(gpu, d, from, n, dist, 2024, streams[s]);
             gpu->mem.copy_d2h(gpu, got, d, bytes);
             int64_t worst = 0, at = 0, unequal = 0, first = 0;
             for (int64_t i = 0; i < n; i++) {

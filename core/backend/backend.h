@@ -275,8 +275,9 @@ typedef struct ct_backend_elt {
     void (*dropout_backward)(ct_backend *be, void *dx, const void *dy, const uint8_t *mask,
                              int64_t n, float p, ct_dtype dt);
 
-    /* Parameter initialisation: x[n] (fp32) drawn from d; element i depends only on
-     * (seed, stream, i), so any thread count and the GPU give the same values. With
+    /* Parameter initialisation: x[0, n) (fp32) holds draws first .. first + n - 1 of d; draw i
+     * depends only on (seed, stream, i), so any thread count, any slice of a tensor (a ZeRO
+     * shard initialises only its own part) and the GPU give the same values. With
      * w = ct_philox4x32(key, {i_lo, i_hi, stream_lo, stream_hi}) and key the one ct_rng_init
      * derives for (seed, CT_RNG_INIT, stream) (so w.v[k] = ct_rng_at(seed, CT_RNG_INIT, stream,
      * 4 i + k)), and everything in double until the one rounding to float:
@@ -288,8 +289,8 @@ typedef struct ct_backend_elt {
      * rounded anywhere: the CPU evaluates them with its own routines (cpu_init.c, within ~1 ulp
      * of double, the same bits on every x86-64 and for every libm), CUDA with its log and cospi,
      * so normal draws agree within 2 ulp of float. */
-    void (*init_fill)(ct_backend *be, float *x, int64_t n, const ct_init_dist *d, uint64_t seed,
-                      uint64_t stream);
+    void (*init_fill)(ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d,
+                      uint64_t seed, uint64_t stream);
 
 } ct_backend_elt;
 
@@ -414,7 +415,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 4
+#define CT_BACKEND_ABI 5
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

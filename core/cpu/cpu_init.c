@@ -287,9 +287,10 @@ typedef struct pool_ctx {
     int isa;
 } pool_ctx;
 
+/* The pool splits [0, n); the draws are those of elements first + i. */
 static void init_range(void *c, int64_t i0, int64_t i1) {
     const pool_ctx *p = c;
-    init_run(&p->k, i0, i1, p->isa);
+    init_run(&p->k, p->k.base + i0, p->k.base + i1, p->isa);
 }
 
 static init_ctx init_setup(float *x, const ct_init_dist *d, uint64_t seed, uint64_t stream) {
@@ -310,9 +311,10 @@ bool ct_cpu_init_fill_isa(float *x, int64_t i0, int64_t n, const ct_init_dist *d
     return true;
 }
 
-static void cpu_init_fill(ct_backend *be, float *x, int64_t n, const ct_init_dist *d,
+static void cpu_init_fill(ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d,
                           uint64_t seed, uint64_t stream) {
     pool_ctx p = {init_setup(x, d, seed, stream), init_isa(-1)};
+    p.k.base = first;
     if (n > 0) ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, init_range, &p);
 }
 

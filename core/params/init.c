@@ -1,37 +1,37 @@
 /* init.c: parameter and buffer initialisation (ct_param_store_init), PyTorch's default schemes
- * unless a layer says "init". View i draws from the Philox stream (seed, CT_RNG_INIT, i), so
- * values depend only on the seed and the model, not on thread count or device. */
+ * unless a layer says "init". Element e of view i is draw e of the Philox stream
+ * (seed, CT_RNG_INIT, i) (backend.h, init_fill), so values depend only on the seed and the model,
+ * not on thread count, device or how the space is sharded. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "core/params/store.h"
-#include "core/util/rng.h"
 
 /* Gain of kaiming init for leaky_relu with negative slope a (a = 0: ReLU, sqrt(2)). */
 static double kaiming_gain(double a) { return sqrt(2.0 / (1.0 + a * a)); }
 
-static void fill_view(const ct_param_view *v, float *out, uint64_t seed, int index) {
+/* The draw of a view's elements: its init scheme with the fans resolved (PyTorch's formulas). */
+static ct_init_dist view_dist(const ct_param_view *v) {
     const ct_init_spec *s = &v->init;
-    ct_rng r;
-    ct_rng_init(&r, seed, CT_RNG_INIT, (uint64_t)index);
     double fan_in = (double)(s->fan_in > 0 ? s->fan_in : 1), fan_sum = (double)(s->fan_in + s->fan_out);
-    double lo = 0, hi = 0, mean = 0, std = 0;
-    bool normal = false;
+    double k;
     switch (s->kind) {
+    case CT_INIT_ONES: return (ct_init_dist){CT_DRAW_CONSTANT, 1.0, 0.0};
+    case CT_INIT_CONSTANT: return (ct_init_dist){CT_DRAW_CONSTANT, s->a, 0.0};
+    case CT_INIT_UNIFORM: return (ct_init_dist){CT_DRAW_UNIFORM, s->a, s->b};
+    case CT_INIT_NORMAL: return (ct_init_dist){CT_DRAW_NORMAL, s->a, s->b};
+    case CT_INIT_KAIMING_UNIFORM:
+        k = kaiming_gain(s->a) * sqrt(3.0 / fan_in);
+        return (ct_init_dist){CT_DRAW_UNIFORM, -k, k};
+    case CT_INIT_KAIMING_NORMAL: return (ct_init_dist){CT_DRAW_NORMAL, 0.0, kaiming_gain(s->a) / sqrt(fan_in)};
+    case CT_INIT_XAVIER_UNIFORM:
+        k = s->a * sqrt(6.0 / (fan_sum > 0 ? fan_sum : 1));
+        return (ct_init_dist){CT_DRAW_UNIFORM, -k, k};
+    case CT_INIT_XAVIER_NORMAL:
+        return (ct_init_dist){CT_DRAW_NORMAL, 0.0, s->a * sqrt(2.0 / (fan_sum > 0 ? fan_sum : 1))};
     case CT_INIT_DEFAULT:
-    case CT_INIT_ZEROS: lo = hi = 0; break;
-    case CT_INIT_ONES: lo = hi = 1; break;
-    case CT_INIT_CONSTANT: lo = hi = s->a; break;
-    case CT_INIT_UNIFORM: lo = s->a, hi = s->b; break;
-    case CT_INIT_NORMAL: normal = true, mean = s->a, std = s->b; break;
-    case CT_INIT_KAIMING_UNIFORM: hi = kaiming_gain(s->a) * sqrt(3.0 / fan_in), lo = -hi; break;
-    case CT_INIT_KAIMING_NORMAL: normal = true, std = kaiming_gain(s->a) / sqrt(fan_in); break;
-    case CT_INIT_XAVIER_UNIFORM: hi = s->a * sqrt(6.0 / (fan_sum > 0 ? fan_sum : 1)), lo = -hi; break;
-    case CT_INIT_XAVIER_NORMAL: normal = true, std = s->a * sqrt(2.0 / (fan_sum > 0 ? fan_sum : 1)); break;
+    case CT_INIT_ZEROS: break;
     }
-    for (int64_t i = 0; i < v->numel; i++)
-        out[i] = normal ? (float)(mean + std * ct_rng_normal(&r))
-                        : (float)(lo + (hi - lo) * ct_rng_uniform(&r));
+    return (ct_init_dist){CT_DRAW_CONSTANT, 0.0, 0.0};
 }
 
 /* The part of view v inside [lo, hi) of its space, as [*a, *b) relative to the view. */
@@ -41,20 +41,19 @@ static bool clip(const ct_param_view *v, int64_t lo, int64_t hi, int64_t *a, int
     return *a < *b;
 }
 
+/* Every view of the master's range and every buffer, drawn on the backend in parallel (the
+ * backend's init_fill: element e of view i is draw e of stream i), so a shard initialises only
+ * its own part and still gets the values of the whole; then the compute copy. */
 void ct_param_store_init(ct_param_store *s, uint64_t seed) {
     const ct_param_layout *L = s->layout;
-    int64_t max = 1;
-    for (int i = 0; i < L->n_views; i++)
-        if (L->views[i].numel > max) max = L->views[i].numel;
-    float *host = ct_xmalloc((size_t)max * sizeof(float));
+    ct_backend *be = s->be;
     for (int i = 0; i < L->n_views; i++) {
         const ct_param_view *v = &L->views[i];
         int64_t a = 0, b = v->numel;
         if (v->trainable && !clip(v, s->lo, s->hi, &a, &b)) continue;
         float *dst = v->trainable ? s->master + (v->offset + a - s->lo) : s->buffers + v->offset;
-        fill_view(v, host, seed, i);
-        s->be->mem.copy_h2d(s->be, dst, host + a, (size_t)(b - a) * sizeof(float));
+        ct_init_dist d = view_dist(v);
+        be->elt.init_fill(be, dst, a, b - a, &d, seed, (uint64_t)i);
     }
-    free(host);
     ct_param_store_refresh(s);
 }
