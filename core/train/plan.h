@@ -13,11 +13,14 @@
 #include "core/graph/graph.h"
 
 typedef struct ct_run_plan {
-    size_t bytes[CT_MEM_CAT_COUNT];  /* per category; activations = the graph's arena without
-                                        its workspace, which is counted under workspace */
+    size_t bytes[CT_MEM_CAT_COUNT];  /* per category; activations = the graph's whole arena
+                                        (ct_act_plan.total, its layer workspace included: one
+                                        allocation); workspace = the trainer's loss accumulator
+                                        plus backend_scratch */
     ct_act_plan act;                 /* the activations by lifetime */
     size_t backend_scratch;          /* of the workspace: the backend's own op scratch (the CPU's
-                                        fp32 copies of 16-bit arguments) */
+                                        fp32 copies of 16-bit arguments); 0 today: not planned
+                                        yet (test/e2e_plan.sh leaves it out) */
     size_t total;
     bool device;                     /* planned for a device backend (else host memory) */
 } ct_run_plan;
