@@ -1,5 +1,5 @@
 /* ctrain.c: the command line. Argument parsing, subcommands, signals and exit codes; no training
- * logic lives here (core/train.c has it). Every failure path prints one "ctrain: error:" message
+ * logic lives here (core/train/ has it). Every failure path prints one "ctrain: error:" message
  * and exits with the documented code (README.md, docs/ctrain.1). */
 #include <errno.h>
 #include <signal.h>

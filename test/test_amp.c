@@ -2,7 +2,7 @@
  *
  *  - the loss scaler: scales, hysteresis budgets and skips over scripted overflow patterns,
  *    expected values written out from DeepSpeed's rule (core/optim/amp.h);
- *  - round_to and the 16-bit casts against the scalar conversions of core/tensor.h on random
+ *  - round_to and the 16-bit casts against the scalar conversions of core/util/tensor.h on random
  *    values, ties, subnormals, overflow, inf and NaN;
  *  - an overflowing update leaves parameters, optimizer state and the LR schedule bitwise as they
  *    were (optimizer alone, and a whole fp16 run under a huge static scale);

@@ -1,4 +1,4 @@
-/* test_json.c: the config file reader (core/json.c): strict JSON, the accepted Hjson forms and
+/* test_json.c: the config file reader (core/util/json.c): strict JSON, the accepted Hjson forms and
  * their warnings, positions, every error class, and robustness against malformed input. */
 #include <check.h>
 #include <dirent.h>

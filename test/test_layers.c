@@ -7,7 +7,7 @@
  *  3. PyTorch values from the .bin files in test/ref/layers/ (test/ref/gen_layer_refs.py).
  *  4. 16-bit storage: every type run with fp16 and bf16 activations and parameters against the
  *     same layer in fp32 fed the widened values (half_cases).
- * Layers are driven through the Layer seam (core/layer.h) on the CPU backend. */
+ * Layers are driven through the Layer seam (core/graph/layer.h) on the CPU backend. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>

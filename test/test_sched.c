@@ -1,5 +1,5 @@
-/* test_sched.c: the five DeepSpeed schedules against the worked sequences of the reference (§4,
- * produced by DeepSpeed's own lr_schedules.py) and against values computed by hand from its
+/* test_sched.c: the five DeepSpeed schedules against worked sequences produced by running
+ * DeepSpeed's own deepspeed/runtime/lr_schedules.py, and against values computed by hand from its
  * formulas. Sequences start at t = -1 (the LR written at construction). */
 #include <check.h>
 #include <math.h>

@@ -1,4 +1,5 @@
-/* config_batch.c: DeepSpeed's batch rule (reference §2), exactly, plus "auto".
+/* batch.c: DeepSpeed's batch rule (DeepSpeedConfig in deepspeed/runtime/config.py), exactly, plus
+ * "auto".
  *
  *   train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world_size
  *

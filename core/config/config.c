@@ -3,8 +3,8 @@
  * (ct_config_where and ct_config_resolve_path live in read.c, below them).
  *
  * Order of work (each step sees the result of the previous one):
- *   parse -> splice "model"/"data" files -> apply overrides -> read every section (config_schema.c)
- *   -> batch rule (config_batch.c) -> one "read but not used" warning (less what the not_yet.c
+ *   parse -> splice "model"/"data" files -> apply overrides -> read every section (schema.c)
+ *   -> batch rule (batch.c) -> one "read but not used" warning (less what the not_yet.c
  *   lines say) -> build cfg->resolved. */
 #include <stdlib.h>
 #include <string.h>

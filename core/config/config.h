@@ -1,12 +1,12 @@
 /* config.h: DeepSpeed-style JSON -> typed, validated, fully resolved configuration.
  *
- * ct_config_load() reads the file (core/json.h: strict JSON + the Hjson forms of real DeepSpeed
- * files), splices in --model/--data files and "model"/"data" given as paths, applies overrides
- * (--set KEY=VALUE, dotted paths), checks every key (unknown keys: error inside ctrain's sections,
- * zero_optimization, its offload blocks and the monitor sections; warning elsewhere, with a
- * "did you mean"), resolves "auto", derives the batch triple with DeepSpeed's rule, and fills
- * defaults. Every error names the file, the JSON path, the value and what was expected, and is
- * CT_ERR_CONFIG. docs/config.md documents every key.
+ * ct_config_load() reads the file (core/util/json.h: strict JSON + the Hjson forms of real
+ * DeepSpeed files), splices in --model/--data files and "model"/"data" given as paths, applies
+ * overrides (--set KEY=VALUE, dotted paths), checks every key (unknown keys: error inside ctrain's
+ * sections, zero_optimization, its offload blocks and the monitor sections; warning elsewhere,
+ * with a "did you mean"), resolves "auto", derives the batch triple with DeepSpeed's rule, and
+ * fills defaults. Every error names the file, the JSON path, the value and what was expected, and
+ * is CT_ERR_CONFIG. docs/config.md documents every key.
  *
  * The typed struct holds what the engine acts on. The "model" and "data" sections stay as cJSON
  * (owned by the config) because the graph builder and the dataset readers validate their own

@@ -1,6 +1,6 @@
-/* config_ctrain.c: ctrain's own sections "model", "data" and "train" (DESIGN.md). Unknown keys
- * are errors. Layer fields and dataset details are left to the graph builder and the readers;
- * this file checks the shape of the sections and fills the train defaults. */
+/* ctrain_sections.c: ctrain's own sections "model", "data" and "train" (docs/config.md). Unknown
+ * keys are errors. Layer fields and dataset details are left to the graph builder and the
+ * readers; this file checks the shape of the sections and fills the train defaults. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,7 +49,8 @@ int ct_rd_model(ct_rd *r, const cJSON *root) {
     return CT_OK;
 }
 
-/* Dataset entry keys per format (DESIGN.md); "format" and the common keys are always allowed. */
+/* Dataset entry keys per format (docs/formats.md); "format" and the common keys are always
+ * allowed. */
 static const struct {
     const char *format;
     const char *keys[4];

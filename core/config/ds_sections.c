@@ -1,4 +1,4 @@
-/* config_ds.c: DeepSpeed sections ctrain validates but does not act on (monitors, comms_logger,
+/* ds_sections.c: DeepSpeed sections ctrain validates but does not act on (monitors, comms_logger,
  * activation_checkpointing, flops_profiler, checkpoint, legacy curriculum_learning, the curriculum
  * switch of data_efficiency, progressive_layer_drop) and the features it refuses (amp, elasticity).
  * Present sections are listed in the one "keys read but not used" warning, except where
@@ -67,7 +67,8 @@ static int refuse_enabled(ct_rd *r, const cJSON *root, const char *name, const c
     return CT_OK;
 }
 
-/* Legacy top-level curriculum_learning (reference §11.1): DeepSpeed's required keys, so a file
+/* Legacy top-level curriculum_learning (DeepSpeed's CurriculumScheduler,
+ * deepspeed/runtime/data_pipeline/curriculum_scheduler.py): DeepSpeed's required keys, so a file
  * DeepSpeed rejects is rejected here too. ctrain does not schedule sequence lengths yet. */
 static int read_curriculum(ct_rd *r, const cJSON *root) {
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "curriculum_learning");
@@ -132,10 +133,11 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
     return CT_OK;
 }
 
-/* data_efficiency (reference §11.2) is listed as read but not used, except its curriculum switch,
- * data_sampling.curriculum_learning.enabled, which DeepSpeed acts on whatever data_efficiency.enabled
- * says. As in DeepSpeed, an enabled curriculum needs curriculum_metrics and the objects on the way
- * must be objects (DeepSpeed fails on anything else). */
+/* data_efficiency (DeepSpeed's deepspeed/runtime/data_pipeline/config.py) is listed as read but not
+ * used, except its curriculum switch, data_sampling.curriculum_learning.enabled, which DeepSpeed
+ * acts on whatever data_efficiency.enabled says. As in DeepSpeed, an enabled curriculum needs
+ * curriculum_metrics and the objects on the way must be objects (DeepSpeed fails on anything
+ * else). */
 static int read_data_curriculum(ct_rd *r, const cJSON *root) {
     static const char *const steps[] = {"data_efficiency", "data_sampling", "curriculum_learning"};
     const cJSON *node = root;

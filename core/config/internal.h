@@ -1,11 +1,11 @@
-/* config_impl.h: internals shared by core/config*.c (not a public header).
+/* internal.h: internals shared by the files of core/config/ (not a public header).
  *
  * Every section ctrain reads is described by a table of ct_field: key, accepted kind, where the
- * value is stored in the typed struct, default and range. One generic reader (config_read.c) fills
+ * value is stored in the typed struct, default and range. One generic reader (read.c) fills
  * defaults, type-checks present keys, flags unknown keys with a suggestion, and collects keys that
  * are valid DeepSpeed keys but not acted on by ctrain; one generic writer emits the resolved
  * section for --print-config. Sections with extra rules (batch, optimizer, scheduler, precision,
- * ZeRO) add a few lines of code around the tables in config_schema.c / config_batch.c. */
+ * ZeRO) add a few lines of code around the tables in schema.c, batch.c, optimizer.c and zero.c. */
 #ifndef CT_CONFIG_IMPL_H
 #define CT_CONFIG_IMPL_H
 
@@ -66,7 +66,7 @@ typedef struct ct_section {
     bool whole;                 /* the caller lists the whole section as unused, not its keys */
 } ct_section;
 
-/* Loader state shared by the config_*.c files. */
+/* Loader state shared by the files of core/config/. */
 typedef struct ct_rd {
     ct_config *cfg;
     const ct_config_opts *opts;
@@ -76,7 +76,7 @@ typedef struct ct_rd {
     int n_unused, cap_unused;
 } ct_rd;
 
-/* --- config_read.c: generic reading --- */
+/* --- read.c: generic reading --- */
 /* Fill dst with defaults, then read obj (may be NULL) at JSON path `path`. */
 int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst);
 /* The resolved section: every stored field's value, plus unused keys present in `in` verbatim. */
@@ -106,12 +106,12 @@ bool ct_rd_given(const cJSON *v); /* present and not null */
 #define CT_BIG 9.007199254740992e15 /* 2^53: the largest integer a double holds exactly */
 
 /* --- the sections: each reads its part of the root, fills r->cfg, returns CT_OK or an error --- */
-int ct_rd_top(ct_rd *r, const cJSON *root);        /* config_schema.c: all below, in order */
-int ct_rd_optimizer(ct_rd *r, const cJSON *root);  /* config_optim.c */
-int ct_rd_scheduler(ct_rd *r, const cJSON *root);  /* config_optim.c (after the optimizer) */
-int ct_rd_zero(ct_rd *r, const cJSON *root);       /* config_zero.c */
-int ct_rd_ds_sections(ct_rd *r, const cJSON *root); /* config_ds.c */
-int ct_rd_model(ct_rd *r, const cJSON *root);      /* config_ctrain.c */
+int ct_rd_top(ct_rd *r, const cJSON *root);        /* schema.c: all below, in order */
+int ct_rd_optimizer(ct_rd *r, const cJSON *root);  /* optimizer.c */
+int ct_rd_scheduler(ct_rd *r, const cJSON *root);  /* optimizer.c (after the optimizer) */
+int ct_rd_zero(ct_rd *r, const cJSON *root);       /* zero.c */
+int ct_rd_ds_sections(ct_rd *r, const cJSON *root); /* ds_sections.c */
+int ct_rd_model(ct_rd *r, const cJSON *root);      /* ctrain_sections.c */
 int ct_rd_data(ct_rd *r, const cJSON *root);
 int ct_rd_train(ct_rd *r, const cJSON *root);
 /* Resolved sections for cfg->resolved (`in`: the section as given, for unused keys kept verbatim). */
@@ -124,9 +124,9 @@ cJSON *ct_rd_resolved(ct_rd *r, const cJSON *root); /* cfg->resolved, after ct_r
 /* Leave out of r->unused what a ct_config_not_yet() line already says (run after every section is
  * read, before the "keys read but not used" warning). */
 void ct_rd_drop_explained(ct_rd *r);
-/* --- config_batch.c --- */
+/* --- batch.c --- */
 int ct_rd_batch(ct_rd *r, const cJSON *root);
-/* --- config_override.c --- */
+/* --- override.c --- */
 int ct_cfg_apply_overrides(ct_rd *r, cJSON *root);
 /* Replace "model"/"data" given as file paths (or by --model/--data when use_opts) with the files'
  * objects. Run before the overrides (so --set model.x reaches the file's section) and again after

@@ -1,4 +1,5 @@
-/* config_optim.c: the "optimizer" and "scheduler" sections (reference §3, §4).
+/* optimizer.c: the "optimizer" and "scheduler" sections (DeepSpeed's deepspeed/runtime/config.py
+ * and deepspeed/runtime/lr_schedules.py).
  *
  * Parameter tables per type; DeepSpeed's required keys and its "auto" meanings (HF tooling) are
  * the code around them. The schedules themselves are in sched.c. */

@@ -1,4 +1,4 @@
-/* config_override.c: --model/--data splicing and --set KEY=VALUE overrides.
+/* override.c: --model/--data splicing and --set KEY=VALUE overrides.
  *
  * Both edit the parsed tree before any section is read, so everything downstream (validation,
  * "auto", the batch rule, --print-config) sees one tree. Nodes keep their source positions: a

@@ -1,4 +1,4 @@
-/* config_read.c: the table-driven section reader shared by every config section.
+/* read.c: the table-driven section reader shared by every config section.
  *
  * Type rules: integers must be integral (5e8 is fine, 1500.5 is not), booleans are true/false or
  * 0/1, null means "use the default", "auto" in a non-string key means "use ctrain's default"

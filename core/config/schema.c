@@ -1,12 +1,13 @@
-/* config_schema.c: the top level, fp16/bf16, the order in which sections are read, cross-section
- * checks, and the resolved config. The other sections: config_optim.c, config_zero.c, config_ds.c,
- * config_ctrain.c.
+/* schema.c: the top level, fp16/bf16, the order in which sections are read, cross-section
+ * checks, and the resolved config. The other sections: optimizer.c, zero.c, ds_sections.c,
+ * ctrain_sections.c.
  *
  * Strictness follows DeepSpeed: sections it validates with pydantic (zero_optimization, its
  * offload blocks, the monitors, comms_logger) reject unknown keys; so do ctrain's own sections
  * (model, data, train). Everywhere else an unknown key is a warning (DeepSpeed ignores it
- * silently, which hides typos). Defaults are DeepSpeed's code defaults (reference §16) unless
- * docs/config.md says otherwise. */
+ * silently, which hides typos). Defaults are DeepSpeed's code defaults (deepspeed/runtime/config.py
+ * and constants.py, which win where its documentation page differs) unless docs/config.md says
+ * otherwise. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>

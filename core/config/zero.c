@@ -1,4 +1,5 @@
-/* config_zero.c: "zero_optimization" and its offload blocks (reference §7).
+/* zero.c: "zero_optimization" and its offload blocks (DeepSpeed's deepspeed/runtime/zero/config.py
+ * and offload_config.py).
  *
  * DeepSpeed validates this section with pydantic, so ctrain does too: unknown keys are errors,
  * values take pydantic's lax coercion, "auto" means the default, stage3_ aliases and deprecated

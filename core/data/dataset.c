@@ -7,7 +7,8 @@
 
 #include "core/data/formats.h"
 
-/* Formats named by DESIGN.md; those without an opener come with later issues. */
+/* Every format by its "format" name (docs/formats.md); a new one is one line here, its opener in
+ * formats.h, and its entry keys in core/config/ctrain_sections.c (docs/ADDING.md). */
 static const struct {
     const char *name;
     int (*open)(const ct_config *, const cJSON *, const char *, ct_dataset **, ct_err *);

@@ -1,4 +1,4 @@
-/* loader.h: the threaded, prefetching batch loader (replaces batch.h in the training loop).
+/* loader.h: the threaded, prefetching batch loader.
  *
  * data.workers threads each assemble WHOLE batches (read, decode, augment, collate) into a ring
  * of data.prefetch slots; the trainer takes them in order with ct_loader_next. Batch g of the

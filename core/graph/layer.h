@@ -1,4 +1,5 @@
-/* layer.h: the Layer seam. One layer type = one file in core/layers/ + one line in registry.c.
+/* layer.h: the Layer seam. One layer type = one file in core/graph/layers/ + its line in
+ * core/graph/layers/registry.c (docs/ADDING.md).
  *
  * A layer type provides: its name, the config fields it accepts, a parser that validates them,
  * shape inference (per sample, without the batch dimension N), parameter specs, the bytes of
@@ -115,12 +116,12 @@ struct ct_layer {
                                            yet; the config module says so at start) */
 };
 
-/* ---- registry (core/layers/registry.c) ---- */
+/* ---- registry (core/graph/layers/registry.c) ---- */
 const ct_layer_type *ct_layer_type_find(const char *name);
 /* All registered type names (for suggestions and docs); returns the count. */
 int ct_layer_type_names(const char *const **names);
 
-/* ---- messages and field readers (core/layers/fields.c) ----
+/* ---- messages and field readers (core/graph/layers/fields.c) ----
  * Errors are CT_ERR_CONFIG and read `FILE:L:C: model.layers[3] "fc2" (linear): <text>`.
  * `node` is where to point (NULL: the layer itself). */
 /* "FILE:L:C" of a node of cfg->model, or "" when the config has no document (built by hand). */

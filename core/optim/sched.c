@@ -1,4 +1,5 @@
-/* sched.c: DeepSpeed's five learning-rate schedules (reference §4), as pure functions of t.
+/* sched.c: DeepSpeed's five learning-rate schedules (deepspeed/runtime/lr_schedules.py), as pure
+ * functions of t.
  *
  * t is DeepSpeed's last_batch_iteration: -1 before the first applied optimizer update, then +1 per
  * applied update. Each formula below is DeepSpeed's, including its quirks: warmup lengths below 2

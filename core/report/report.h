@@ -13,7 +13,8 @@
 #include "core/backend/backend.h"
 #include "core/util/common.h"
 
-/* The summary printed at the end of every run (DESIGN.md lists the keys; scripts rely on them). */
+/* The summary printed at the end of every run (docs/cli.md lists the keys; scripts rely on
+ * them). */
 typedef struct ct_summary {
     char status[16];             /* ok, early_stopped, diverged, interrupted, error */
     long steps;                  /* optimizer steps (applied + skipped) */

@@ -1,7 +1,7 @@
 /* checkpoint.c: the trainer's side of checkpoints: which tensors a checkpoint holds, the run
  * directory's config.json, resume (--resume), model.init_from, saving global_step<N> and best/,
  * and `ctrain eval`. The file format and the crash-safe protocol are ckpt.c's; the loop decides
- * when to save (train_loop.c). */
+ * when to save (loop.c). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,11 @@
 /* train.h: the training loop: micro-steps, accumulation, optimizer step, eval, summary.
  *
- * Flow of one step (DESIGN.md): loader -> forward -> loss * scale / accum -> backward (grads +=)
- * ... accum times ... -> overflow check -> unscale + clip -> optimizer on fp32 master -> scheduler
- * -> report. The run ends with one JSON summary line on stdout (and --summary FILE). */
+ * Flow of one step (docs/DESIGN.md): per micro-batch, loader -> forward -> loss on the device
+ * (its gradient times loss_scale * n_i / n) -> backward (grads +=); then the loss read once ->
+ * gradient all-reduce -> sum of squares -> overflow check and global norm -> optimizer over the
+ * store's range at the schedule's LR (unscale and clip folded in, the compute copy written; the
+ * schedule advances) -> all-gather -> loss scaler -> report.
+ * The run ends with one JSON summary line on stdout (and --summary FILE). */
 #ifndef CT_TRAIN_H
 #define CT_TRAIN_H
 

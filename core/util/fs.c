@@ -1,4 +1,4 @@
-/* ckpt_fs.c: see ckpt_fs.h. */
+/* fs.c: see fs.h. */
 #include "core/util/fs.h"
 
 #include <errno.h>

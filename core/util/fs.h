@@ -1,4 +1,5 @@
-/* ckpt_fs.h: small file-system helpers for checkpoints (internal to ckpt*.c). */
+/* fs.h: small file-system helpers: paths, mkdir -p, durable writes and renames (checkpoints,
+ * shards, pack). */
 #ifndef CT_CKPT_FS_H
 #define CT_CKPT_FS_H
 

@@ -1,8 +1,8 @@
-/* fuzz_config.c: libFuzzer target for the whole config loader (core/config*.c on top of
- * core/json.c): arbitrary bytes as a config file, loaded at world sizes 1 and 8, with and without
- * overrides. Promises checked besides the sanitizers': every failure is a config error (exit code
- * 2) with a non-empty message that names the file; every success gives a resolved config that
- * prints as JSON and a batch triple that satisfies DeepSpeed's rule.
+/* fuzz_config.c: libFuzzer target for the whole config loader (core/config/ on top of
+ * core/util/json.c): arbitrary bytes as a config file, loaded at world sizes 1 and 8, with and
+ * without overrides. Promises checked besides the sanitizers': every failure is a config error
+ * (exit code 2) with a non-empty message that names the file; every success gives a resolved
+ * config that prints as JSON and a batch triple that satisfies DeepSpeed's rule.
  * Build and run: test/fuzz/run_fuzz.sh fuzz_config SECONDS. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* fuzz_json.c: libFuzzer target for the config reader (core/json.c).
+/* fuzz_json.c: libFuzzer target for the config reader (core/util/json.c).
  *
  * Besides "no crash, no out-of-bounds read" (the sanitizers' job), it checks what the reader
  * promises: a failure is a config error located as "fuzz.json:LINE:COL: ..."; a success gives a

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c: libFuzzer target for the safetensors reader (core/safetensors.c).
+/* fuzz_safetensors.c: libFuzzer target for the safetensors reader (core/ckpt/safetensors.c).
  *
  * Besides "no crash, no out-of-bounds read" (the sanitizers' job), it checks what the reader
  * promises: a failure is CT_ERR_DATA naming the file; a success gives tensors whose byte ranges

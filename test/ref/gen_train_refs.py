@@ -11,10 +11,10 @@ Writes test/ref/train/:
 
 The test loads the config, overwrites ctrain's initialised parameters with <model>_init.json
 (so no RNG has to agree), trains 3 steps and compares. Optimizers follow ctrain's documented
-semantics (core/optim.h): Adam/AdamW as DeepSpeed's FusedAdam (= torch AdamW, or torch Adam with
-L2 decay when adam_w_mode is false), SGD = torch.optim.SGD, Lamb = DeepSpeed's FusedLamb (written
-out below; torch has none). Weight decay applies to weights, not to biases (two param groups).
-Schedules follow DeepSpeed's formulas (shared/reference/deepspeed-config.md section 4): update #1
+semantics (core/optim/optim.h): Adam/AdamW as DeepSpeed's FusedAdam (= torch AdamW, or torch Adam
+with L2 decay when adam_w_mode is false), SGD = torch.optim.SGD, Lamb = DeepSpeed's FusedLamb
+(written out below; torch has none). Weight decay applies to weights, not to biases (two param groups).
+Schedules follow DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py): update #1
 uses the constructor's LR, update #k uses LR(k - 2).
 """
 import json
