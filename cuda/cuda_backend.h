@@ -1,6 +1,6 @@
 /* cuda_backend.h: the CUDA backend's entry points (C linkage; included by C and CUDA code).
  *
- * Compiled only when nvcc exists (the build defines CT_HAVE_CUDA). core/backend.h declares the
+ * Compiled only when nvcc exists (the build defines CT_HAVE_CUDA). core/backend/backend.h declares the
  * first two as well; the declarations here match them exactly. */
 #ifndef CT_CUDA_BACKEND_H
 #define CT_CUDA_BACKEND_H

@@ -1,6 +1,6 @@
 /* cuda_conv.cu: im2col / col2im and 2-D pooling (NCHW).
  *
- * Layouts are the CPU backend's (core/cpu/cpu_conv.c, cpu_pool2d.c):
+ * Layouts are the CPU backend's (core/cpu/cpu_conv.c, cpu_pooling.c):
  *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
  * Backward passes gather instead of scatter: one thread owns one input pixel and adds the
  * contributions in the order the CPU's scatter loop adds them, so no atomics are needed and the
@@ -213,7 +213,7 @@ static void cu_conv2d_backward(ct_backend *be, void *dx, float *dw, float *db, c
 
 /* ---- pooling ---- */
 
-/* Window of output (oy, ox), clipped as core/cpu/cpu_pool2d.c's pool_window. */
+/* Window of output (oy, ox), clipped as core/cpu/cpu_pooling.c's pool_window. */
 struct pool_win {
     int64_t y0, y1, x0, x1;
     float divisor;

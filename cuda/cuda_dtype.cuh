@@ -1,4 +1,4 @@
-/* cuda_dtype.cuh: typed storage for activation ops (op table v2, core/backend.h "dtypes of op
+/* cuda_dtype.cuh: typed storage for activation ops (core/backend/backend.h, "dtypes of op
  * arguments").
  *
  * A kernel is one template over its storage type T (float, __half or __nv_bfloat16); it loads

@@ -236,7 +236,7 @@ __device__ __forceinline__ float ct_block_max(float v, float *sh) {
 }
 #endif
 
-/* ---- fp16 / bf16 storage on the device: the same bits as core/tensor.h's host conversions ---- */
+/* ---- fp16 / bf16 storage on the device: the same bits as core/util/tensor.h's host conversions ---- */
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

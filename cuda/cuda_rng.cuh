@@ -1,4 +1,4 @@
-/* cuda_rng.cuh: core/rng.c's keyed Philox4x32-10 streams as device functions, bit for bit.
+/* cuda_rng.cuh: core/util/rng.c's keyed Philox4x32-10 streams as device functions, bit for bit.
  *
  *   key     = splitmix64(seed) XOR (purpose << 32)      (key word 0 = low 32 bits)
  *   counter = { block_lo, block_hi, stream_lo, stream_hi }

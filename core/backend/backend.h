@@ -11,7 +11,7 @@
  *    arguments" below and docs/DESIGN-NOTES.md, "Precision").
  *  - Every op is deterministic: the same inputs give the same bits whatever the thread count
  *    (reductions use a fixed chunking; no atomics).
- *  - Ops that take `seed`/`stream` draw random numbers with ct_rng_at() (core/rng.h), so CPU and
+ *  - Ops that take `seed`/`stream` draw random numbers with ct_rng_at() (core/util/rng.h), so CPU and
  *    GPU produce the same masks.
  *  - Backward ops ACCUMULATE into parameter gradients (dw += ...) and WRITE input gradients
  *    (dx = ...) unless their comment says otherwise.
@@ -57,7 +57,7 @@ typedef struct ct_pool2d_geom {
 /* Fused optimizer step arguments. grad_scale multiplies every gradient before use: it folds
  * 1/loss_scale, gradient_predivide and the global-norm clip coefficient into one pass. When copy is
  * not NULL the same pass also writes copy[i] = the updated param[i] rounded to copy_dt (CT_F16 or
- * CT_BF16): the compute-dtype parameters forward/backward read (core/amp.h). */
+ * CT_BF16): the compute-dtype parameters forward/backward read (the parameter store, core/params/store.h). */
 typedef struct ct_adam_args {
     float lr, beta1, beta2, eps, weight_decay;
     float bias_c1, bias_c2;      /* 1 - beta1^t, 1 - beta2^t (1, 1 without bias correction) */
@@ -196,7 +196,7 @@ typedef struct ct_backend_capture {
  * Ops that take `ct_dtype dt` read and write their ACTIVATION-like arguments (x, y, dx, dy,
  * col, img, logits, dlogits, pred) and the PARAMETERS they read (weights, bias, gamma, beta,
  * embedding table) in dt: CT_F32, CT_F16 or CT_BF16 (mixed precision keeps both in 16 bits,
- * core/amp.h). Parameter GRADIENTS (dw, db, dgamma, dbeta, dtable), statistics (running and
+ * core/optim/amp.h). Parameter GRADIENTS (dw, db, dgamma, dbeta, dtable), statistics (running and
  * saved mean/var), masks, indices, targets and everything of the optimizer are fp32 (int
  * where said). Arithmetic is fp32 (or wider); a 16-bit result is rounded once, to nearest
  * even, when stored, and 16-bit inputs are read exactly. */

@@ -182,7 +182,7 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_cpu_gemm_install(be);
     ct_cpu_eltwise_install(be);
     ct_cpu_conv_install(be);
-    ct_cpu_pool2d_install(be);
+    ct_cpu_pooling_install(be);
     ct_cpu_norm_install(be);
     ct_cpu_loss_install(be);
     ct_cpu_optim_install(be);

@@ -122,7 +122,7 @@ bool ct_cpu_init_fill_isa(float *x, int64_t i0, int64_t n, const ct_init_dist *d
 void ct_cpu_gemm_install(ct_backend *be);
 void ct_cpu_eltwise_install(ct_backend *be);
 void ct_cpu_conv_install(ct_backend *be);
-void ct_cpu_pool2d_install(ct_backend *be);
+void ct_cpu_pooling_install(ct_backend *be);
 void ct_cpu_norm_install(ct_backend *be);
 void ct_cpu_loss_install(ct_backend *be);
 void ct_cpu_optim_install(ct_backend *be);

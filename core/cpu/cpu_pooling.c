@@ -1,4 +1,4 @@
-/* cpu_pool2d.c: max and average pooling over NCHW, one (n, c) plane per work item.
+/* cpu_pooling.c: max and average pooling over NCHW, one (n, c) plane per work item.
  *
  * Max pooling pads with -inf and keeps the first maximum in window order (ties), propagating NaN
  * as PyTorch does; argmax is the index inside the input plane (iy * w + ix). Average pooling
@@ -199,5 +199,5 @@ void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, c
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n * g->c, plane_grain(g), avgpool_bwd_range, &c);
 }
 
-void ct_cpu_pool2d_install(ct_backend *be) {
+void ct_cpu_pooling_install(ct_backend *be) {
 }

@@ -1,4 +1,4 @@
-/* cpu_pool.c: persistent worker threads for the CPU backend's ops.
+/* cpu_threads.c: persistent worker threads for the CPU backend's ops.
  *
  * A job is [0, n) cut into pieces; the caller publishes it (generation++) and then claims pieces
  * itself from an atomic counter, as do the workers that wake in time. So the caller never waits

@@ -1,7 +1,7 @@
 /* fs.h: small file-system helpers: paths, mkdir -p, durable writes and renames (checkpoints,
  * shards, pack). */
-#ifndef CT_CKPT_FS_H
-#define CT_CKPT_FS_H
+#ifndef CT_UTIL_FS_H
+#define CT_UTIL_FS_H
 
 #include <stdbool.h>
 #include <stddef.h>
