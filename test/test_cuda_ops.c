@@ -27,6 +27,8 @@
 
 #include "core/backend/backend.h"
 #include "core/util/rng.h"
+#include "test/conv_ref.h"
+#include "test/cuda_pair.h"
 #ifdef CT_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -281,42 +283,26 @@ static ct_conv2d_geom conv_geom(int64_t c, int64_t h, int64_t w, int64_t k, int6
     return g;
 }
 
-/* Direct convolution in double on fp32 values: y[n, oc, oh, ow] (+ bias), and its gradients
- * dx (written), dw and db (added to). The independent reference for the batched ops. */
-static int64_t conv_in(int64_t o, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
-    return o * stride - pad + k * dil;
+/* n floats widened to double (NULL stays NULL). */
+static double *widen(const float *x, int64_t n) {
+    if (!x) return NULL;
+    double *d = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
 }
 
+/* test/conv_ref.h's direct convolution on fp32 values: y (+ bias) and dx rounded to fp32, dw and
+ * db added to in double. The independent reference for the batched ops. */
 static void conv_ref(const ct_conv2d_geom *g, const float *x, const float *w, const float *b,
                      float *y, const float *dy, float *dx, double *dw, double *db) {
-    int64_t cg = g->c / g->groups, ocg = g->oc / g->groups;
-    if (dx) memset(dx, 0, (size_t)(g->n * g->c * g->h * g->w) * sizeof(float));
-    double *dxa = dx ? calloc((size_t)(g->n * g->c * g->h * g->w), sizeof(double)) : NULL;
-    for (int64_t i = 0; i < g->n; i++)
-        for (int64_t o = 0; o < g->oc; o++)
-            for (int64_t oy = 0; oy < g->oh; oy++)
-                for (int64_t ox = 0; ox < g->ow; ox++) {
-                    int64_t at = ((i * g->oc + o) * g->oh + oy) * g->ow + ox;
-                    double acc = b ? b[o] : 0.0, go = dy ? dy[at] : 0.0;
-                    if (db) db[o] += go;
-                    for (int64_t ci = 0; ci < cg; ci++)
-                        for (int64_t ky = 0; ky < g->kh; ky++)
-                            for (int64_t kx = 0; kx < g->kw; kx++) {
-                                int64_t iy = conv_in(oy, ky, g->stride_h, g->pad_h, g->dil_h);
-                                int64_t ix = conv_in(ox, kx, g->stride_w, g->pad_w, g->dil_w);
-                                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
-                                int64_t ch = (o / ocg) * cg + ci;
-                                int64_t xi = ((i * g->c + ch) * g->h + iy) * g->w + ix;
-                                int64_t wi = ((o * cg + ci) * g->kh + ky) * g->kw + kx;
-                                acc += (double)x[xi] * w[wi];
-                                if (dw) dw[wi] += go * x[xi];
-                                if (dxa) dxa[xi] += go * w[wi];
-                            }
-                    if (y) y[at] = (float)acc;
-                }
-    if (dx)
-        for (int64_t i = 0; i < g->n * g->c * g->h * g->w; i++) dx[i] = (float)dxa[i];
-    free(dxa);
+    int64_t nx = g->n * g->c * g->h * g->w, ny = g->n * g->oc * g->oh * g->ow;
+    double *xd = widen(x, nx), *wd = widen(w, g->oc * (g->c / g->groups) * g->kh * g->kw);
+    double *bd = widen(b, g->oc), *dyd = widen(dy, ny);
+    double *yd = y ? malloc((size_t)ny * sizeof(double)) : NULL, *dxd = dx ? malloc((size_t)nx * sizeof(double)) : NULL;
+    conv_direct(g, xd, wd, bd, yd, dyd, dxd, dw, db);
+    for (int64_t i = 0; y && i < ny; i++) y[i] = (float)yd[i];
+    for (int64_t i = 0; dx && i < nx; i++) dx[i] = (float)dxd[i];
+    free(xd), free(wd), free(bd), free(dyd), free(yd), free(dxd);
 }
 
 START_TEST(conv2d_batched) {
@@ -474,20 +460,12 @@ START_TEST(backend_errors) {
 END_TEST
 
 int main(void) {
-    if (!ct_cuda_available()) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    int rc = cuda_pair_open("cuda", &cpu, &gpu);
+    if (rc) return rc;
     const char *env = getenv("CT_TEST_SEED");
     seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     printf("test_cuda_ops: seed %llu (CT_TEST_SEED=%llu repeats this run)\n",
            (unsigned long long)seed, (unsigned long long)seed);
-    cpu = ct_cpu_backend_create(0);
-    ct_err err = {0};
-    if (ct_backend_create("cuda", 0, &gpu, &err) != CT_OK || !cpu) {
-        fprintf(stderr, "cannot create the backends: %s\n", err.msg);
-        return 1;
-    }
     printf("device: %s\n", gpu->device_desc);
 
     Suite *s = suite_create("cuda_ops");

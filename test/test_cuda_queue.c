@@ -14,6 +14,7 @@
 
 #include "core/backend/backend.h"
 #include "core/util/rng.h"
+#include "test/cuda_pair.h"
 
 static ct_backend *cpu, *gpu;
 
@@ -218,16 +219,8 @@ START_TEST(op_table_members) {
 END_TEST
 
 int main(void) {
-    if (!ct_cuda_available()) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    cpu = ct_cpu_backend_create(0);
-    ct_err err = {0};
-    if (ct_backend_create("cuda", 0, &gpu, &err) != CT_OK || !cpu) {
-        fprintf(stderr, "cannot create the backends: %s\n", err.msg);
-        return 1;
-    }
+    int rc = cuda_pair_open("cuda", &cpu, &gpu);
+    if (rc) return rc;
     printf("device: %s\n", gpu->device_desc);
 
     Suite *s = suite_create("cuda_queue");

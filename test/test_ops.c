@@ -51,6 +51,8 @@
 
 #include "core/backend/backend.h"
 #include "core/util/rng.h"
+#include "test/conv_ref.h"
+#include "test/cuda_pair.h"
 
 /* ---- the table's vocabulary ---- */
 
@@ -851,10 +853,6 @@ static ct_conv2d_geom conv_of(const op_case *k) {
 }
 static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
 /* Input row iy (or column) of output position o and kernel tap t, or -1 outside the image. */
-static int64_t conv_at(int64_t o, int64_t t, int64_t stride, int64_t pad, int64_t dil, int64_t size) {
-    int64_t i = o * stride - pad + t * dil;
-    return i >= 0 && i < size ? i : -1;
-}
 
 /* im2col / col2im of one image, one group per variant */
 #define GROUPS "group0 group1 group2"
@@ -903,35 +901,6 @@ static void col2im_run(ct_backend *be, const op_case *k, void **p) {
     be->conv.col2im(be, p[0], p[1], &g, k->var, k->dt);
 }
 static void col2im_ref(const op_case *k, double **v) { im2col_pairs(k, gather_one, v, false); }
-
-/* Direct convolution in double: y (+ bias) from x and w; with dy: dx (written), dw and db
- * (added to). Any of the outputs may be NULL. */
-static void conv_direct(const ct_conv2d_geom *g, const double *x, const double *w, const double *b, double *y,
-                        const double *dy, double *dx, double *dw, double *db) {
-    int64_t cg = g->c / g->groups, ocg = g->oc / g->groups;
-    if (dx) memset(dx, 0, (size_t)(g->n * g->c * g->h * g->w) * sizeof(double));
-    for (int64_t i = 0; i < g->n; i++)
-        for (int64_t o = 0; o < g->oc; o++)
-            for (int64_t oy = 0; oy < g->oh; oy++)
-                for (int64_t ox = 0; ox < g->ow; ox++) {
-                    int64_t at = ((i * g->oc + o) * g->oh + oy) * g->ow + ox;
-                    double acc = b ? b[o] : 0.0, go = dy ? dy[at] : 0.0;
-                    if (db) db[o] += go;
-                    for (int64_t ci = 0; ci < cg; ci++)
-                        for (int64_t ky = 0; ky < g->kh; ky++)
-                            for (int64_t kx = 0; kx < g->kw; kx++) {
-                                int64_t iy = conv_at(oy, ky, g->stride_h, g->pad_h, g->dil_h, g->h);
-                                int64_t ix = conv_at(ox, kx, g->stride_w, g->pad_w, g->dil_w, g->w);
-                                if (iy < 0 || ix < 0) continue;
-                                int64_t xi = ((i * g->c + (o / ocg) * cg + ci) * g->h + iy) * g->w + ix;
-                                int64_t wi = ((o * cg + ci) * g->kh + ky) * g->kw + kx;
-                                acc += x[xi] * w[wi];
-                                if (dw) dw[wi] += go * x[xi];
-                                if (dx) dx[xi] += go * w[wi];
-                            }
-                    if (y) y[at] = acc;
-                }
-}
 
 /* conv2d_forward: y, x, w, bias (variant "no_bias": NULL) */
 static bool conv_forward_setup(op_case *k) {
@@ -1865,16 +1834,8 @@ int main(void) {
     const char *d = getenv("CT_TEST_DEVICE");
     if (d && *d && strcmp(d, "cpu") != 0) {
         device = d;
-        if (!ct_cuda_available()) {
-            printf("no CUDA device: skipped\n");
-            return 77;
-        }
-        ct_err err = {0};
-        cpu = ct_cpu_backend_create(0);
-        if (!cpu || ct_backend_create(device, 0, &dev, &err) != CT_OK) {
-            fprintf(stderr, "cannot create the backends: %s\n", err.msg);
-            return 1;
-        }
+        int rc = cuda_pair_open(device, &cpu, &dev);
+        if (rc) return rc;
         printf("test_ops: %s (%s) against the CPU backend, seed %llu\n", device, dev->device_desc,
                (unsigned long long)seed);
     } else {
