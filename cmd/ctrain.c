@@ -316,11 +316,11 @@ static int run_training(cli_args *a) {
  * line reports it like every other runtime error. */
 static void on_fatal(void *ctx, const char *msg) {
     print_error(msg);
-    exit(CT_ERR_RUNTIME);
+    fflush(NULL);
+    _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
 
-int main(int argc, char **argv) {
-    ct_set_fatal_handler(on_fatal, NULL);
+static int run_command(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
         static const char *later[] = {"plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
@@ -350,4 +350,15 @@ int main(int argc, char **argv) {
     free(a.owned);
     free(a.overrides);
     return rc;
+}
+
+/* The process ends with _exit, after flushing stdio: ctrain closes and syncs its own files itself,
+ * and library destructors must not run. OpenBLAS's joins its server threads, and a server thread
+ * whose buffer could not be mapped (ulimit -v) retries that mmap forever, so a normal exit would
+ * hang after the error message had been printed. */
+int main(int argc, char **argv) {
+    ct_set_fatal_handler(on_fatal, NULL);
+    int rc = run_command(argc, argv);
+    fflush(NULL);
+    _exit(rc);
 }

@@ -444,6 +444,11 @@ bool ct_cuda_available(void);
 /* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
  * cores). Returns NULL only when threads cannot be started. */
 ct_backend *ct_cpu_backend_create(int threads);
+/* Address space the CPU backend with `threads` workers maps besides its allocations: OpenBLAS
+ * gives every thread that calls a GEMM (the pool's workers and the calling thread) a buffer of its own on
+ * first use, and retries forever when that mmap fails, so a run checks it against ulimit -v at
+ * start (core/train/trainer.c). */
+size_t ct_cpu_backend_reserved_bytes(int threads);
 
 #ifdef CT_HAVE_CUDA
 /* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table

@@ -13,6 +13,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 
+#include <unistd.h>
+
 #include "core/cpu/cpu_internal.h"
 
 /* Tiling. A tile repacks the operand it does not split (A for column tiles, B for row tiles),
@@ -25,6 +27,18 @@
 #define TILE_ALIGN 8
 
 void ct_cpu_gemm_init(void) { openblas_set_num_threads(1); }
+
+/* OpenBLAS's per-thread GEMM buffer: Debian's 0.3.21 maps 128 MiB (BUFFER_SIZE) in
+ * blas_memory_alloc for each calling thread (seen with gdb in a run under ulimit -v). */
+#define CT_CPU_BLAS_BUFFER ((size_t)128 << 20)
+
+size_t ct_cpu_backend_reserved_bytes(int threads) {
+    if (threads <= 0) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = online > 0 ? (int)online : 1;
+    }
+    return (size_t)threads * CT_CPU_BLAS_BUFFER;   /* threads - 1 pool workers and the caller */
+}
 
 typedef struct {
     bool ta, tb, split_rows;

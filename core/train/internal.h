@@ -68,6 +68,7 @@ struct ct_trainer {
     double t_open;               /* ct_now() when ct_trainer_open began */
     ct_backend *be;
     ct_comm *comm;               /* where ranks meet (one rank today) */
+    ct_run_plan plan;            /* the memory plan, made before anything is allocated */
     ct_trainer_model m;
     ct_trainer_data d;
     ct_trainer_ckpt ck;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/train/internal.h"
-#include "core/util/rng.h"
+#include "core/util/limits.h"
 
 /* ---- data options ---- */
 
@@ -239,6 +239,32 @@ static int build_graph(ct_trainer *t, ct_err *err) {
     return rc;
 }
 
+/* The run must fit the address-space limit (ulimit -v): checked before any tensor is allocated,
+ * with the data and the loaders already mapped, because past the limit OpenBLAS retries its
+ * buffer's mmap forever instead of failing. What is still to come: the plan, on the host when the
+ * backend is the CPU, and the CPU backend's GEMM buffers. */
+static int check_address_space(ct_trainer *t, ct_err *err) {
+    size_t limit = ct_address_space_limit();
+    if (limit == SIZE_MAX) return CT_OK;
+    bool cpu = strcmp(t->be->name, "cpu") == 0;
+    size_t used = ct_address_space_in_use(), plan = cpu ? t->plan.total : 0;
+    size_t blas = cpu ? ct_cpu_backend_reserved_bytes(t->be->threads) : 0;
+    size_t slack = (size_t)64 << 20;   /* the first step's page tables, stdio, CPU 16-bit scratch */
+    size_t need = used + plan + blas + slack;
+    if (need <= limit) return CT_OK;
+    char l[32], n[32], u[32], p[32], b[32];
+    return ct_errf(err, CT_ERR_RUNTIME,
+                   "this run needs about %s of address space but the limit (ulimit -v) is %s:\n"
+                   "  %s mapped at start (program, data, loaders, threads) + %s memory plan + %s for "
+                   "OpenBLAS's GEMM buffers (128 MiB per thread).\n"
+                   "  Raise the limit (ulimit -v unlimited), use fewer threads (train.threads) or a "
+                   "smaller micro-batch.", ct_fmt_bytes((double)need, n, sizeof n),
+                   ct_fmt_bytes((double)limit, l, sizeof l), ct_fmt_bytes((double)used, u, sizeof u),
+                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
+}
+
+/* Backend, graph (built pure), data and loaders, the memory plan and its check against the
+ * limits, then the allocations: the arena, the parameter store and the optimizer. */
 static int setup(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
     int rc = check_supported(cfg, err);
@@ -250,12 +276,15 @@ static int setup(ct_trainer *t, ct_err *err) {
     rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
     if (!rc) t->comm = ct_comm_single(t->be);
     if (!rc) rc = build_graph(t, err);
+    int data_rc = open_finish(t, jobs, rc ? NULL : err);
+    if (rc || data_rc) return rc ? rc : data_rc;
+    if ((rc = setup_data(t, err))) return rc;
+    ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &t->plan);
+    if (!rc) rc = check_address_space(t, err);
     if (!rc) rc = ct_graph_bind(t->m.g, t->be, NULL, err);
     if (!rc) rc = alloc_params(t, err);
     if (!rc) rc = start_step_runner(t, err);
-    int data_rc = open_finish(t, jobs, rc ? NULL : err);
-    if (rc) return rc;
-    return data_rc ? data_rc : setup_data(t, err);
+    return rc;
 }
 
 /* Settings the config accepts that this version does not implement: one warning line each
@@ -292,11 +321,9 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     int rc = setup(t, err);
     print_warnings(t);
     if (!rc) {
-        ct_run_plan plan;
-        ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &plan);
-        memcpy(summary->planned_by_cat, plan.bytes, sizeof plan.bytes);
+        memcpy(summary->planned_by_cat, t->plan.bytes, sizeof t->plan.bytes);
         summary->has_plan = true;
-        print_start(t, &plan);
+        print_start(t, &t->plan);
     }
     if (!rc && with_ckpt) rc = ct_trainer_ckpt_start(t, err);
     if (rc) {

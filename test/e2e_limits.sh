@@ -1,0 +1,30 @@
+#!/bin/sh
+# Resource limits: a run that does not fit its address-space limit (ulimit -v) fails at start with
+# exit 1 and a message naming the limit, instead of hanging in OpenBLAS's buffer allocation (which
+# retries a failing mmap forever, and made exit hang joining its thread); a run that fits trains.
+# Each run has a watchdog: a hang is a failure here, not a stuck CI.
+# Usage: e2e_limits.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+set -u
+B=${1:-build}/ctrain
+D=/usr/share/datasets/fashion-mnist
+[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+. test/lib_e2e.sh
+
+# limited KB CODE DESCRIPTION: train the MLP a few steps under ulimit -v KB (60 s at most).
+limited() {
+    (ulimit -v "$1" && exec timeout -s KILL 60 "$B" --quiet --config configs/fmnist_mlp.json \
+        --set train.max_steps=3 --set data.eval.limit=100 --set train.run_dir="$T/run" >/dev/null 2>"$T/err")
+    rc=$?
+    if [ "$rc" -eq "$2" ]; then ok "$3"; else bad "$3 (exit $rc, expected $2)"; sed 's/^/     /' "$T/err" | head -4; fi
+}
+limited 500000 1 "ulimit -v 500000: exit 1 at start"
+has "$T/err" "of address space but the limit (ulimit -v) is 488.3 MiB" "the message names the limit"
+has "$T/err" "OpenBLAS's GEMM buffers" "the message says where the memory goes"
+limited 100000 1 "ulimit -v 100000: exit 1, no hang at exit"
+has "$T/err" "out of memory" "the message says what ran out"
+limited 4000000 0 "ulimit -v 4000000: the run fits and trains"
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
