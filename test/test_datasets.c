@@ -19,6 +19,8 @@
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
+#include "core/train/internal.h"
+#include "core/train/train.h"
 
 static char tmp[256];
 
@@ -211,6 +213,87 @@ START_TEST(test_image_folder_errors) {
     snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s/nope\"}", tmp);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "/nope: cannot read directory"), "%s", err.msg);
+}
+END_TEST
+
+/* root/<name>/NN.png for each name of `names` (space-separated), `per_class` random 6x8 gray
+ * images each. */
+static void make_classes(const char *root, const char *names, int per_class) {
+    char p[600], list[200];
+    snprintf(list, sizeof list, "%s", names);
+    mkdir(root, 0777);
+    uint8_t px[IH * IW];
+    for (char *save, *n = strtok_r(list, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
+        snprintf(p, sizeof p, "%s/%s", root, n);
+        mkdir(p, 0777);
+        for (int k = 0; k < per_class; k++) {
+            for (int j = 0; j < IH * IW; j++) px[j] = (uint8_t)(rand() & 255);
+            snprintf(p, sizeof p, "%s/%s/%02d.png", root, n, k);
+            write_png(p, IH, IW, 1, px);
+        }
+    }
+}
+
+/* A config training a linear model on image_folder `train` and evaluating on `eval` (6x8 gray,
+ * 3 classes); loaded from a file in tmp. */
+static ct_config *folder_run_config(const char *train, const char *eval, const char *data_extra) {
+    char path[400], text[2400];
+    snprintf(path, sizeof path, "%s/run.json", tmp);
+    snprintf(text, sizeof text,
+             "{\"train_batch_size\": 4, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01}},\n"
+             " \"model\": {\"input\": [1, %d, %d], \"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, "
+             "{\"type\": \"linear\", \"name\": \"fc\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+             " \"data\": {\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}, \"eval\": "
+             "{\"format\": \"image_folder\", \"root\": \"%s\"}%s},\n"
+             " \"train\": {\"epochs\": 1, \"seed\": 7, \"device\": \"cpu\", \"run_dir\": \"%s/run\"}}\n",
+             IH, IW, train, eval, data_extra ? data_extra : "", tmp);
+    write_bytes(path, text, strlen(text));
+    const char *sets[1] = {NULL};
+    ct_config_opts co = {.path = path, .overrides = sets, .n_overrides = 0, .world_size = 1};
+    ct_config *cfg = NULL;
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_msg(ct_config_load(&co, &cfg, &w, &err) == CT_OK, "%s", err.msg);
+    ct_warnings_free(&w);
+    return cfg;
+}
+
+/* Eval classes are matched to the train classes by name: train {ant, bee, cat} and eval
+ * {ant, cat} give eval's cat images label 2 (cat's train index), not 1 (its position among the
+ * eval folders); an eval class the train set lacks is a data error naming the folder. */
+START_TEST(test_eval_classes_by_name) {
+    char train[300], eval[300], odd[300];
+    snprintf(train, sizeof train, "%s/train", tmp);
+    snprintf(eval, sizeof eval, "%s/eval", tmp);
+    snprintf(odd, sizeof odd, "%s/odd", tmp);
+    make_classes(train, "cat ant bee", 3);
+    make_classes(eval, "cat ant", 2);
+    make_classes(odd, "ant dog", 2);
+    ct_config *cfg = folder_run_config(train, eval, NULL);
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_trainer *t = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_trainer_open(cfg, &ro, &sum, &t, &err) == CT_OK, "%s", err.msg);
+    const ct_dataset *ev = t->d.eval_ds;
+    ck_assert_int_eq(ev->count, 4);
+    ck_assert_int_eq(ev->classes, 3);
+    float x[IH * IW];
+    const int32_t want[4] = {0, 0, 2, 2}; /* ant, ant, cat, cat */
+    for (int i = 0; i < 4; i++) {
+        int32_t y = -1;
+        ck_assert_int_eq(ev->decode(ev, i, x, &y, &err), CT_OK);
+        ck_assert_msg(y == want[i], "eval record %d: label %d, want %d", i, y, want[i]);
+    }
+    ct_trainer_close(t);
+    ct_config_free(cfg);
+    cfg = folder_run_config(train, odd, NULL);
+    int rc = ct_trainer_open(cfg, &ro, &sum, &t, &err);
+    ck_assert_msg(rc == CT_ERR_DATA, "rc %d: %s", rc, err.msg);
+    ck_assert_msg(strstr(err.msg, odd) && strstr(err.msg, "\"dog\"") && strstr(err.msg, train),
+                  "%s", err.msg);
+    ct_trainer_close(t);
+    ct_config_free(cfg);
 }
 END_TEST
 
@@ -622,6 +705,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_image_folder);
     tcase_add_test(tc, test_image_folder_errors);
+    tcase_add_test(tc, test_eval_classes_by_name);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);

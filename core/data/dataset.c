@@ -59,3 +59,41 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
 void ct_dataset_close(ct_dataset *ds) {
     if (ds && ds->close) ds->close(ds);
 }
+
+/* "a, b, c" (the first names, then "..." when they do not fit n bytes). */
+static void list_names(const char *const *names, int64_t count, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int64_t k = 0; k < count; k++) {
+        const char *sep = k ? ", " : "";
+        size_t need = strlen(sep) + strlen(names[k]);
+        if (used + need + 5 >= n) { /* room for ", ..." */
+            snprintf(out + used, n - used, "%s...", sep);
+            return;
+        }
+        used += (size_t)snprintf(out + used, n - used, "%s%s", sep, names[k]);
+    }
+}
+
+int ct_dataset_match_classes(ct_dataset *ds, const char *which, const ct_dataset *ref,
+                             const char *ref_which, ct_err *err) {
+    if (!ds->class_names || !ref->class_names) return CT_OK; /* labels are indices: take them as they are */
+    int32_t *map = ct_xmalloc((size_t)(ds->classes ? ds->classes : 1) * sizeof *map);
+    int rc = CT_OK;
+    for (int64_t k = 0; k < ds->classes && !rc; k++) {
+        map[k] = -1;
+        for (int64_t j = 0; j < ref->classes && map[k] < 0; j++)
+            if (strcmp(ds->class_names[k], ref->class_names[j]) == 0) map[k] = (int32_t)j;
+        if (map[k] >= 0) continue;
+        char known[400];
+        list_names(ref->class_names, ref->classes, known, sizeof known);
+        rc = ct_errf(err, CT_ERR_DATA, "data.%s (%s): class \"%s\" is not one of the %lld classes of "
+                     "data.%s (%s: %s)", which, ds->source, ds->class_names[k], (long long)ref->classes,
+                     ref_which, ref->source, known);
+        ct_err_append(err, "classes are matched by name so that labels mean the same in both sets; "
+                      "remove or rename that class in data.%s, or add it to data.%s", which, ref_which);
+    }
+    if (!rc) ds->use_classes(ds, map, ref->classes, ref->class_names);
+    free(map);
+    return rc;
+}

@@ -2,7 +2,8 @@
  * (threads, shuffling, prefetch, pinned slots) works on any dataset.
  *
  * A dataset is: a count, a per-sample shape and dtype for the input and the target, and
- * "decode sample i into these buffers". decode must be thread-safe (called from many workers). */
+ * "decode sample i into these buffers". decode must be thread-safe (called from many workers).
+ * Optional: class names, so an eval set's labels can follow the train set's by name. */
 #ifndef CT_DATASET_H
 #define CT_DATASET_H
 
@@ -22,6 +23,9 @@ struct ct_dataset {
     ct_shape target_shape;       /* per sample; ndim 0 for a class index */
     ct_dtype target_dtype;       /* CT_I32 class index, or CT_F32 */
     int64_t classes;             /* classification: number of classes (0 if not) */
+    /* [classes] class names in label order when the format has them (image_folder: the class
+     * directories), else NULL. Formats that set it also set use_classes. */
+    const char *const *class_names;
     void *impl;
     /* Decode sample i into input (sample_shape, sample_dtype) and target. Returns CT_OK, or
      * CT_ERR_DATA with err naming the file and record. */
@@ -30,6 +34,11 @@ struct ct_dataset {
      * and not normalised (the backend's normalize_u8 does that with data.transform.normalize),
      * plus the target as decode writes it. NULL when the format does not hold 8-bit images. */
     int (*decode_u8)(const ct_dataset *ds, int64_t i, uint8_t *input, void *target, ct_err *err);
+    /* Relabel by the class list of another dataset: class k of this dataset becomes label
+     * map[k] (0 <= map[k] < classes), and the dataset then has `classes` classes named names[0..
+     * classes) (copied). Called by ct_dataset_match_classes only; NULL when class_names is. */
+    void (*use_classes)(ct_dataset *ds, const int32_t *map, int64_t classes,
+                        const char *const *names);
     void (*close)(ct_dataset *ds);
 };
 
@@ -37,5 +46,12 @@ struct ct_dataset {
  * the section has no such entry. Errors: config (CT_ERR_CONFIG) or data (CT_ERR_DATA). */
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err);
 void ct_dataset_close(ct_dataset *ds);
+
+/* Give ds (data.<which>) the labels of ref (data.<ref_which>) by class name, so that an eval set
+ * with fewer class folders than the train set still scores each class against the train set's
+ * label for it. Nothing to do (CT_OK) unless both datasets have class names. A class of ds that
+ * ref lacks is CT_ERR_DATA naming ds's source, the class and ref's classes. */
+int ct_dataset_match_classes(ct_dataset *ds, const char *which, const ct_dataset *ref,
+                             const char *ref_which, ct_err *err);
 
 #endif

@@ -2,7 +2,8 @@
  *
  * The class index is the position of the directory name in byte-wise sorted order (what
  * torchvision's ImageFolder does); files are taken in sorted order within each class, so sample i
- * is the same file on every machine. Files not ending in .png (any case) and names starting with
+ * is the same file on every machine. An eval folder takes the train folder's indices by class
+ * name instead (ct_dataset_match_classes), so it may hold only some of the classes. Files not ending in .png (any case) and names starting with
  * '.' are ignored.
  *
  * Entry fields: {"format": "image_folder", "root": DIR, "size": [H, W] (default: the first
@@ -164,6 +165,18 @@ static void resize_bilinear(const ct_image8 *src, int ch, int h, int w, float *o
             out[(size_t)y * w + x] = top * (1 - wy) + bot * wy;
         }
     }
+}
+
+/* Labels by another dataset's class list (dataset.h, use_classes). */
+static void folder_use_classes(ct_dataset *ds, const int32_t *map, int64_t classes,
+                               const char *const *names) {
+    folder_impl *im = ds->impl;
+    for (int64_t i = 0; i < ds->count; i++) im->labels[i] = map[im->labels[i]];
+    free_names(im->classes, im->n_classes);
+    im->classes = ct_xmalloc((size_t)classes * sizeof *im->classes);
+    for (int64_t k = 0; k < classes; k++) im->classes[k] = ct_xstrdup(names[k]);
+    im->n_classes = ds->classes = classes;
+    ds->class_names = (const char *const *)im->classes;
 }
 
 /* Interleaved 8-bit image -> [c, h, w] normalised floats, resizing as configured. */
@@ -354,6 +367,7 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
     ds->format = "image_folder";
     ds->decode = folder_decode;
     ds->decode_u8 = folder_decode_u8;
+    ds->use_classes = folder_use_classes;
     ds->close = folder_close;
     ct_config_resolve_path(cfg, root->valuestring, im->root, sizeof im->root);
     snprintf(ds->source, sizeof ds->source, "%s", im->root);
@@ -366,6 +380,7 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
         ds->sample_dtype = CT_F32;
         ds->target_dtype = CT_I32;
         ds->classes = im->n_classes;
+        ds->class_names = (const char *const *)im->classes;
         float mean[4], std[4];
         rc = ct_data_normalize_parse(cfg, im->c, mean, std, err);
         im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));

@@ -224,6 +224,8 @@ static int check_eval_metrics(const ct_trainer *t, ct_err *err) {
 static int setup_data(ct_trainer *t, ct_err *err) {
     ct_trainer_data *d = &t->d;
     int rc = check_eval_metrics(t, err);
+    /* Eval labels must mean what train labels mean: formats with class names match them. */
+    if (!rc && d->eval_ds) rc = ct_dataset_match_classes(d->eval_ds, "eval", d->train_ds, "train", err);
     if (!rc) rc = check_dataset(t, d->train_ds, "train", err);
     if (!rc && d->eval_ds) rc = check_dataset(t, d->eval_ds, "eval", err);
     if (!rc) rc = start_loader(t, d->train_ds, true, &d->train_l, err);
