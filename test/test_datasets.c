@@ -234,28 +234,48 @@ static void make_classes(const char *root, const char *names, int per_class) {
     }
 }
 
-/* A config training a linear model on image_folder `train` and evaluating on `eval` (6x8 gray,
- * 3 classes); loaded from a file in tmp. */
-static ct_config *folder_run_config(const char *train, const char *eval, const char *data_extra) {
-    char path[400], text[2400];
+/* A config training a linear model (`input`, 3 classes) on data = `data_json` (the members of
+ * "data"); loaded from a file in tmp. */
+static ct_config *run_config(const char *input, const char *data_json) {
+    char path[400], text[3000];
     snprintf(path, sizeof path, "%s/run.json", tmp);
     snprintf(text, sizeof text,
              "{\"train_batch_size\": 4, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01}},\n"
-             " \"model\": {\"input\": [1, %d, %d], \"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, "
+             " \"model\": {\"input\": %s, \"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, "
              "{\"type\": \"linear\", \"name\": \"fc\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
-             " \"data\": {\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}, \"eval\": "
-             "{\"format\": \"image_folder\", \"root\": \"%s\"}%s},\n"
+             " \"data\": {%s},\n"
              " \"train\": {\"epochs\": 1, \"seed\": 7, \"device\": \"cpu\", \"run_dir\": \"%s/run\"}}\n",
-             IH, IW, train, eval, data_extra ? data_extra : "", tmp);
+             input, data_json, tmp);
     write_bytes(path, text, strlen(text));
-    const char *sets[1] = {NULL};
-    ct_config_opts co = {.path = path, .overrides = sets, .n_overrides = 0, .world_size = 1};
+    ct_config_opts co = {.path = path, .world_size = 1};
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};
     ck_assert_msg(ct_config_load(&co, &cfg, &w, &err) == CT_OK, "%s", err.msg);
     ct_warnings_free(&w);
     return cfg;
+}
+
+/* run_config for image_folder `train` and `eval` of 6x8 gray images (eval NULL: none). */
+static ct_config *folder_run_config(const char *train, const char *eval) {
+    char data[1000], input[40];
+    int n = snprintf(data, sizeof data, "\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}", train);
+    if (eval)
+        snprintf(data + n, sizeof data - (size_t)n, ", \"eval\": {\"format\": \"image_folder\", \"root\": \"%s\"}",
+                 eval);
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    return run_config(input, data);
+}
+
+/* Open a trainer on cfg expecting failure `code`; returns its message in err. */
+static void open_fails(ct_config *cfg, int code, ct_err *err) {
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_trainer *t = NULL;
+    int rc = ct_trainer_open(cfg, &ro, &sum, &t, err);
+    ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err->msg);
+    ct_trainer_close(t);
+    ct_config_free(cfg);
 }
 
 /* Eval classes are matched to the train classes by name: train {ant, bee, cat} and eval
@@ -269,7 +289,7 @@ START_TEST(test_eval_classes_by_name) {
     make_classes(train, "cat ant bee", 3);
     make_classes(eval, "cat ant", 2);
     make_classes(odd, "ant dog", 2);
-    ct_config *cfg = folder_run_config(train, eval, NULL);
+    ct_config *cfg = folder_run_config(train, eval);
     ct_run_opts ro = {.quiet = true};
     ct_summary sum;
     ct_trainer *t = NULL;
@@ -287,13 +307,44 @@ START_TEST(test_eval_classes_by_name) {
     }
     ct_trainer_close(t);
     ct_config_free(cfg);
-    cfg = folder_run_config(train, odd, NULL);
-    int rc = ct_trainer_open(cfg, &ro, &sum, &t, &err);
-    ck_assert_msg(rc == CT_ERR_DATA, "rc %d: %s", rc, err.msg);
+    open_fails(folder_run_config(train, odd), CT_ERR_DATA, &err);
     ck_assert_msg(strstr(err.msg, odd) && strstr(err.msg, "\"dog\"") && strstr(err.msg, train),
                   "%s", err.msg);
-    ct_trainer_close(t);
-    ct_config_free(cfg);
+}
+END_TEST
+
+/* Labels that do not fit the model are reported where they are: an empty class folder as such
+ * (not as "labels go up to 3" when no image has label 3), an IDX label too large with the labels
+ * file and its record (not the images file alone). */
+START_TEST(test_labels_named_where_they_are) {
+    char root[300], p[400], ip[300], lp[300], data[900];
+    ct_err err = {0};
+    ct_dataset *ds;
+    snprintf(root, sizeof root, "%s/four", tmp);
+    make_classes(root, "a b c", 2);
+    snprintf(p, sizeof p, "%s/d", root);
+    mkdir(p, 0777);
+    snprintf(p, sizeof p, "%s/d/readme.txt", root); /* not an image: the folder has none */
+    write_bytes(p, "x", 1);
+    snprintf(data, sizeof data, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_entry(data, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "/four/d: class directory holds no .png files"), "%s", err.msg);
+
+    /* 7 IDX images 6x8 with labels < 3 except record 5 (label 4): the model has 3 classes. */
+    uint8_t img[16 + 7 * IH * IW] = {0, 0, 8, 3, 0, 0, 0, 7, 0, 0, 0, IH, 0, 0, 0, IW};
+    uint8_t lab[8 + 7] = {0, 0, 8, 1, 0, 0, 0, 7};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    for (int i = 0; i < 7; i++) lab[8 + i] = (uint8_t)(i == 5 ? 4 : rand() % 3);
+    snprintf(ip, sizeof ip, "%s/imgs-idx3-ubyte", tmp);
+    snprintf(lp, sizeof lp, "%s/labs-idx1-ubyte", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip,
+             lp);
+    char input[40];
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    open_fails(run_config(input, data), CT_ERR_DATA, &err);
+    ck_assert_msg(strstr(err.msg, "labs-idx1-ubyte: record 5 has label 4"), "%s", err.msg);
 }
 END_TEST
 
@@ -585,10 +636,38 @@ START_TEST(test_csv) {
     ct_dataset_close(ds);
     write_bytes(file, "1,2,0\n3,x4,1\n", 13);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "t.csv:2: column 2: \"x4\" is not a number"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "t.csv:2: column 2: \"x4\" is not a decimal number"), "%s", err.msg);
     write_bytes(file, "1,2,0\n3,1\n", 10);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "t.csv:2: 2 fields, the first row has 3"), "%s", err.msg);
+    /* Decimal numbers only: C's hexadecimal forms are refused, not read as 16. */
+    const char *hex[] = {"1,2,0\n3,0x10,1\n", "1,2,0\n3,4,0x1p0\n", "1,2,0\n3,0X1A,1\n"};
+    const char *bad[] = {"t.csv:2: column 2: \"0x10\"", "t.csv:2: column 3: \"0x1p0\"",
+                         "t.csv:2: column 2: \"0X1A\""};
+    for (int i = 0; i < 3; i++) {
+        write_bytes(file, hex[i], strlen(hex[i]));
+        ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+        ck_assert_msg(strstr(err.msg, bad[i]) && strstr(err.msg, "not a decimal number"), "%s", err.msg);
+    }
+}
+END_TEST
+
+/* A label column of class indices with one -1 becomes regression targets; a classifier then
+ * refuses it, and the message names the line of the -1. */
+START_TEST(test_csv_label_named) {
+    char file[300], data[700];
+    snprintf(file, sizeof file, "%s/c.csv", tmp);
+    char text[400];
+    size_t n = 0;
+    n += (size_t)snprintf(text + n, sizeof text - n, "x,y,label\n");
+    for (int r = 0; r < 8; r++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d.%d,%d,%d\n", rand() % 10, rand() % 10,
+                              rand() % 100, r == 5 ? -1 : rand() % 3);
+    write_bytes(file, text, n);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"csv\", \"path\": \"%s\"}", file);
+    ct_err err = {0};
+    open_fails(run_config("[2]", data), CT_ERR_CONFIG, &err);
+    ck_assert_msg(strstr(err.msg, "c.csv:7: label \"-1\" is not a class index"), "%s", err.msg);
 }
 END_TEST
 
@@ -706,11 +785,13 @@ int main(void) {
     tcase_add_test(tc, test_image_folder);
     tcase_add_test(tc, test_image_folder_errors);
     tcase_add_test(tc, test_eval_classes_by_name);
+    tcase_add_test(tc, test_labels_named_where_they_are);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_csv);
+    tcase_add_test(tc, test_csv_label_named);
     tcase_add_test(tc, test_on_device_formats);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -3,7 +3,8 @@
  *
  * A dataset is: a count, a per-sample shape and dtype for the input and the target, and
  * "decode sample i into these buffers". decode must be thread-safe (called from many workers).
- * Optional: class names, so an eval set's labels can follow the train set's by name. */
+ * Optional: class names, so an eval set's labels can follow the train set's by name, and a note
+ * on where the labels come from, for messages. */
 #ifndef CT_DATASET_H
 #define CT_DATASET_H
 
@@ -26,6 +27,11 @@ struct ct_dataset {
     /* [classes] class names in label order when the format has them (image_folder: the class
      * directories), else NULL. Formats that set it also set use_classes. */
     const char *const *class_names;
+    /* Where the labels come from, for messages about targets that do not fit the model: the file
+     * and record of the largest label ("FILE: record 5 has label 4, the largest"), or why the
+     * targets are not class indices ("FILE:7: label \"-1\" is not a class index ..."). "" when
+     * the format has nothing to add. */
+    char label_note[1200];
     void *impl;
     /* Decode sample i into input (sample_shape, sample_dtype) and target. Returns CT_OK, or
      * CT_ERR_DATA with err naming the file and record. */

@@ -285,7 +285,7 @@ static int check_fields(const ct_config *cfg, const cJSON *entry, const char *pa
 
 /* Labels: one dimension of integers >= 0, as many as images. */
 static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, int64_t count,
-                         int64_t *classes, ct_err *err) {
+                         ct_dataset *ds, ct_err *err) {
     if (lf->ndim != 1 || lf->type == IDX_F32 || lf->type == IDX_F64)
         return ct_errf(err, CT_ERR_DATA, "%s: expected a 1-dimensional IDX file of integer labels "
                        "(magic 00 00 08 01), got type 0x%02X with %d dimensions", lf->path, lf->type,
@@ -295,15 +295,22 @@ static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, 
                        (long long)lf->dims[0], img->path, (long long)img->dims[0]);
     im->labels = ct_xmalloc((size_t)count * sizeof *im->labels);
     int32_t maxl = 0;
+    int64_t at = 0;
     for (int64_t i = 0; i < count; i++) {
         double v = elem_at(lf->data, lf->type, i);
         if (v < 0)
             return ct_errf(err, CT_ERR_DATA, "%s: record %lld: label %.0f is negative", lf->path,
                            (long long)i, v);
         im->labels[i] = (int32_t)v;
-        if (im->labels[i] > maxl) maxl = im->labels[i];
+        if (im->labels[i] > maxl) {
+            maxl = im->labels[i];
+            at = i;
+        }
     }
-    *classes = (int64_t)maxl + 1;
+    ds->classes = (int64_t)maxl + 1;
+    /* ds->source is the images file: a message about labels must name this one. */
+    snprintf(ds->label_note, sizeof ds->label_note, "%s: record %lld has label %d, the largest", lf->path,
+             (long long)at, maxl);
     return CT_OK;
 }
 
@@ -353,7 +360,7 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     if (!rc) rc = idx_read(lab_path, field, &lf, err);
     ds->count = im->images.dims[0];
     if (limit > 0 && limit < ds->count) ds->count = limit;
-    if (!rc) rc = decode_labels(&lf, &im->images, im, ds->count, &ds->classes, err);
+    if (!rc) rc = decode_labels(&lf, &im->images, im, ds->count, ds, err);
     free(lf.data);
     if (rc) {
         idx_close(ds);

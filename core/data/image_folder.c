@@ -107,6 +107,12 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
         int64_t m;
         rc = list_dir(dir, false, &names, &m, err);
         if (rc) return rc;
+        /* An empty class would still take a label (its place in the sorted list): the model
+         * would be asked for a class no image has, and a message about labels would name a
+         * label no file carries. Refused, as torchvision's ImageFolder does. */
+        if (m == 0)
+            return ct_errf(err, CT_ERR_DATA, "%s: class directory holds no .png files (every "
+                           "directory under %s is a class); remove it or add images", dir, im->root);
         for (int64_t j = 0; j < m; j++) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 1024;
@@ -139,9 +145,6 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
         im->n_alloc = n = limit;
     }
     *count = n;
-    if (n == 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: no .png files in its %lld class directories", im->root,
-                       (long long)im->n_classes);
     return CT_OK;
 }
 
@@ -381,6 +384,8 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
         ds->target_dtype = CT_I32;
         ds->classes = im->n_classes;
         ds->class_names = (const char *const *)im->classes;
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: %lld class directories, \"%s\" to \"%s\"",
+                 im->root, (long long)im->n_classes, im->classes[0], im->classes[im->n_classes - 1]);
         float mean[4], std[4];
         rc = ct_data_normalize_parse(cfg, im->c, mean, std, err);
         im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));

@@ -435,6 +435,9 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
         ds->count += im->files[i].count;
     }
     if (!rc && ds->count == 0) rc = ct_errf(err, CT_ERR_DATA, "%s: the shards hold no records", file);
+    if (!rc && ds->classes > 0)
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: %lld classes in the shard header (as ctrain "
+                 "pack recorded them)", im->files[0].path, (long long)ds->classes);
     if (!rc) {
         if (lim && lim->valuedouble < (double)ds->count) ds->count = (int64_t)lim->valuedouble;
         ds->sample_dtype = CT_F32;

@@ -65,18 +65,22 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                        (long long)ct_shape_numel(&ds->sample_shape), ct_dtype_name(gi->input_dtype),
                        ct_shape_str(&gi->input_shape, b, sizeof b),
                        (long long)ct_shape_numel(&gi->input_shape));
+    int rc;
     if (ds->target_dtype != gi->target_dtype ||
         ct_shape_numel(&ds->target_shape) != ct_shape_numel(&gi->target_shape))
-        return ct_errf(err, CT_ERR_CONFIG,
-                       "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
-                       ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
-                       ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
-    if (gi->classes > 0 && ds->classes > gi->classes)
-        return ct_errf(err, CT_ERR_DATA,
-                       "data.%s (%s): labels go up to %lld but the model has %lld classes "
-                       "(its last layer's output)", which, ds->source, (long long)ds->classes - 1,
-                       (long long)gi->classes);
-    return CT_OK;
+        rc = ct_errf(err, CT_ERR_CONFIG,
+                     "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
+                     ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
+                     ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    else if (gi->classes > 0 && ds->classes > gi->classes)
+        rc = ct_errf(err, CT_ERR_DATA,
+                     "data.%s (%s): labels go up to %lld but the model has %lld classes "
+                     "(its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                     (long long)gi->classes);
+    else
+        return CT_OK;
+    if (ds->label_note[0]) ct_err_append(err, "%s", ds->label_note); /* which file and record */
+    return rc;
 }
 
 /* Features this version does not have yet: refuse them rather than train something else. */
