@@ -37,6 +37,11 @@ static int parse(int argc, char **argv, bench_args *a, ct_err *err) {
     return CT_OK;
 }
 
+/* data.skip_corrupt's lines as the loader meets the records (loader.h). */
+static void print_warning(void *ctx, const char *line) {
+    fprintf(stderr, "ctrain: warning: %s\n", line);
+}
+
 static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *err) {
     const char *which = a->eval ? "eval" : "train";
     ct_dataset *ds = NULL;
@@ -49,6 +54,7 @@ static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *e
     rc = be ? ct_loader_opts_from_config(cfg, ds, !a->eval, ds->classes, &o, err)
             : ct_errf(err, CT_ERR_RUNTIME, "cannot start the CPU backend");
     if (!rc && a->workers >= 0) o.workers = a->workers;
+    o.warn_fn = print_warning;
     double t0 = ct_now();
     if (!rc) rc = ct_loader_init(&l, be, ds, &o, warn, err);
     long nb = 0;

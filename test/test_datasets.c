@@ -348,6 +348,54 @@ START_TEST(test_labels_named_where_they_are) {
 }
 END_TEST
 
+/* skip_corrupt says what it skipped: a warning naming the file, and skipped_records in the
+ * summary line. 8 images (2 steps of 4), one of them truncated. */
+START_TEST(test_skip_corrupt_reported) {
+    char root[300], p[400], data[700], log[300];
+    snprintf(root, sizeof root, "%s/skip", tmp);
+    make_classes(root, "a b", 4);
+    snprintf(p, sizeof p, "%s/b/01.png", root);
+    size_t n;
+    uint8_t *b = read_all(p, &n);
+    write_bytes(p, b, n / 2);
+    free(b);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}, "
+             "\"skip_corrupt\": true", root);
+    char input[40];
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    ct_config *cfg = run_config(input, data);
+    /* stderr to a file while the run prints its warnings */
+    snprintf(log, sizeof log, "%s/stderr.txt", tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(log, "w");
+    ck_assert_ptr_nonnull(f);
+    dup2(fileno(f), 2);
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_err err = {0};
+    int rc = ct_train_run(cfg, &ro, &sum, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    ck_assert_msg(rc == CT_OK, "%s", err.msg);
+    uint8_t *text = read_all(log, &n);
+    text[n] = 0;
+    ck_assert_msg(strstr((char *)text, "ctrain: warning: ") && strstr((char *)text, "skip/b/01.png: corrupt PNG"),
+                  "stderr: %s", text);
+    free(text);
+    char *json = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&json, &len);
+    ct_summary_write(&sum, m);
+    fclose(m);
+    ck_assert_msg(strstr(json, "\"skipped_records\":1,"), "%s", json);
+    free(json);
+    ct_config_free(cfg);
+}
+END_TEST
+
 static int pack(const char *from, const char *src, const char *out, bool compress, const char *mb) {
     char *argv[] = {"pack", "--from", (char *)from, (char *)src, "--out", (char *)out, "--shard-size",
                     (char *)mb, compress ? "--compress" : NULL, NULL};
@@ -786,6 +834,7 @@ int main(void) {
     tcase_add_test(tc, test_image_folder_errors);
     tcase_add_test(tc, test_eval_classes_by_name);
     tcase_add_test(tc, test_labels_named_where_they_are);
+    tcase_add_test(tc, test_skip_corrupt_reported);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);

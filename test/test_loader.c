@@ -24,6 +24,7 @@ static uint32_t mix(uint32_t x) {
 typedef struct syn {
     int bad_record;              /* decode fails for this record (-1: none) */
     int bad_label;               /* this record's label is 99 (-1: none) */
+    int bad_every;               /* decode also fails for records i % bad_every == 3 (0: none) */
     _Atomic int decodes;
 } syn;
 
@@ -31,7 +32,8 @@ static int syn_decode(const ct_dataset *ds, int64_t i, void *input, void *target
     syn *s = ds->impl;
     s->decodes++;
     if (mix((uint32_t)i * 31u + (uint32_t)rand()) % 8 == 0) usleep(200); /* scramble timing */
-    if (i == s->bad_record) return ct_errf(err, CT_ERR_DATA, "syn.bin: record %lld: corrupt", (long long)i);
+    if (i == s->bad_record || (s->bad_every && i % s->bad_every == 3))
+        return ct_errf(err, CT_ERR_DATA, "syn.bin: record %lld: corrupt", (long long)i);
     float *x = input;
     for (int k = 0; k < C * H * W; k++) x[k] = (float)(mix((uint32_t)(i * 1000 + k)) % 1000) / 100.0f;
     *(int32_t *)target = i == s->bad_label ? 99 : (int32_t)(mix((uint32_t)i) % 7);
@@ -40,6 +42,7 @@ static int syn_decode(const ct_dataset *ds, int64_t i, void *input, void *target
 
 static ct_dataset make_ds(syn *s) {
     s->bad_record = s->bad_label = -1;
+    s->bad_every = 0;
     s->decodes = 0;
     ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
                      .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .impl = s,
@@ -443,6 +446,81 @@ START_TEST(test_errors_and_skip) {
 }
 END_TEST
 
+/* The lines skip_corrupt says, joined ("\n" after each). */
+typedef struct said {
+    char text[8192];
+    int lines;
+} said;
+
+static void collect_line(void *ctx, const char *line) {
+    said *w = ctx;
+    size_t n = strlen(w->text);
+    snprintf(w->text + n, sizeof w->text - n, "%s\n", line);
+    w->lines++;
+}
+
+/* skip_corrupt names the first 10 distinct records skipped, in stream order whatever the worker
+ * count, then says once per epoch how many more it skipped; a bad record met again in a later
+ * epoch is not named again. */
+START_TEST(test_skip_warnings) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    syn s;
+    ct_dataset ds = make_ds(&s);
+    s.bad_every = 8; /* records 3, 11, ..., 99: 13 of 103 */
+    said first = {0};
+    for (int workers = 1; workers <= 4; workers += 3) {
+        said w = {0};
+        ct_loader_opts o = {.batch = 10, .workers = workers, .prefetch = 3, .shuffle = true, .seed = 9,
+                            .classes = 7, .skip_corrupt = true, .warn_fn = collect_line, .warn_ctx = &w};
+        ct_loader *l;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_loader_init(&l, be, &ds, &o, NULL, &err), CT_OK);
+        for (int i = 0; i < 2 * 11; i++) {
+            ct_loader_batch b;
+            ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+        }
+        ck_assert_int_eq(ct_loader_skipped(l), 13);
+        ct_loader_free(l);
+        ck_assert_msg(w.lines == 12, "%d lines:\n%s", w.lines, w.text);
+        /* the first 10 bad records of epoch 0's order, each named once with its error */
+        uint32_t perm[N];
+        ct_rng_permutation(o.seed, 0, perm, N);
+        char want[64];
+        const char *at = w.text;
+        for (int k = 0, named = 0; k < N && named < 10; k++) {
+            if (perm[k] % 8 != 3) continue;
+            snprintf(want, sizeof want, "skipped syn.bin: record %u: corrupt", perm[k]);
+            const char *hit = strstr(at, want);
+            ck_assert_msg(hit, "missing or out of order: %s\n%s", want, w.text);
+            at = hit + 1;
+            named++;
+        }
+        ck_assert_msg(strstr(w.text, "syn.bin: epoch 1 skipped 13 corrupt records, 3 of them not named "
+                                     "above (13 distinct so far)") &&
+                      strstr(w.text, "syn.bin: epoch 2 skipped 13 corrupt records, 3 of them not named "
+                                     "above (13 distinct so far)"), "%s", w.text);
+        if (workers == 1) first = w;
+        else ck_assert_str_eq(first.text, w.text);
+    }
+    /* one bad record over three epochs: one line */
+    s.bad_every = 0;
+    s.bad_record = 50;
+    said w = {0};
+    ct_loader_opts o = {.batch = 10, .workers = 2, .shuffle = true, .seed = 9, .classes = 7,
+                        .skip_corrupt = true, .warn_fn = collect_line, .warn_ctx = &w};
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_loader_init(&l, be, &ds, &o, NULL, &err), CT_OK);
+    for (int i = 0; i < 3 * 11; i++) {
+        ct_loader_batch b;
+        ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+    }
+    ct_loader_free(l);
+    ck_assert_msg(w.lines == 1 && strstr(w.text, "syn.bin: record 50: corrupt"), "%s", w.text);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("loader");
     TCase *tc = tcase_create("loader");
@@ -456,6 +534,7 @@ int main(void) {
     tcase_add_test(tc, test_on_device_slow_uploads);
     tcase_add_test(tc, test_on_device_double_buffered);
     tcase_add_test(tc, test_errors_and_skip);
+    tcase_add_test(tc, test_skip_warnings);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -200,11 +200,21 @@ static int start_step_runner(ct_trainer *t, ct_err *err) {
     return rc;
 }
 
+/* The loader's data.skip_corrupt lines arrive while steps run: through the reporter, which
+ * clears a progress line first; --quiet silences progress, not warnings. */
+static void loader_warning(void *ctx, const char *line) {
+    ct_report *r = ctx;
+    if (r->quiet) fprintf(stderr, "ctrain: warning: %s\n", line);
+    else ct_report_line(r, "ctrain: warning: %s", line);
+}
+
 /* A loader for one dataset; train: shuffled (data.shuffle), drop_last, augmented. */
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
     int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->m.info->classes, &o, err);
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
+    o.warn_fn = loader_warning;
+    o.warn_ctx = &t->obs.rep;
     if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->obs.warn, err);
     if (!rc && train) t->d.shuffle = o.shuffle;
     return rc;
