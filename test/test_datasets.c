@@ -4,11 +4,13 @@
  * skip_corrupt counting through the loader; data.transform.on_device (decode_u8 of each image
  * format, errors for the others). */
 #include <check.h>
+#include <fcntl.h>
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -393,6 +395,91 @@ START_TEST(test_skip_corrupt_reported) {
     ck_assert_msg(strstr(json, "\"skipped_records\":1,"), "%s", json);
     free(json);
     ct_config_free(cfg);
+}
+END_TEST
+
+/* The value of `key=` in a fingerprint ("" when absent). */
+static const char *fp_field(const char *fp, const char *key, char *out, size_t n) {
+    char k[32];
+    snprintf(k, sizeof k, "%s=", key);
+    const char *p = strstr(fp, k);
+    snprintf(out, n, "%.*s", p ? (int)strcspn(p + strlen(k), " ") : 0, p ? p + strlen(k) : "");
+    return out;
+}
+
+/* Fingerprint of the dataset entry `json`, opened afresh. */
+static void fingerprint_of(const char *json, char *fp) {
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_dataset_fingerprint(ds, fp, &err) == CT_OK, "%s", err.msg);
+    ct_dataset_close(ds);
+}
+
+static void set_mtime(const char *path, time_t sec) {
+    struct timespec ts[2] = {{sec, 0}, {sec, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* ct_dataset_fingerprint tells a replaced file from the same files: same files (reopened, moved
+ * elsewhere) give the same string; other labels of the same size change `content`; a file only
+ * touched changes `mtime` alone; in a folder of 75 images, one image rewritten or removed shows. */
+START_TEST(test_fingerprint) {
+    char ip[300], lp[300], json[900], a[CT_DATASET_FINGERPRINT], b[CT_DATASET_FINGERPRINT], x[40], y[40];
+    uint8_t img[16 + 9 * IH * IW] = {0, 0, 8, 3, 0, 0, 0, 9, 0, 0, 0, IH, 0, 0, 0, IW};
+    uint8_t lab[8 + 9] = {0, 0, 8, 1, 0, 0, 0, 9};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    for (int i = 8; i < (int)sizeof lab; i++) lab[i] = (uint8_t)(rand() % 3);
+    snprintf(ip, sizeof ip, "%s/fp-images", tmp);
+    snprintf(lp, sizeof lp, "%s/fp-labels", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    set_mtime(ip, 1000000000);
+    set_mtime(lp, 1000000000);
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    fingerprint_of(json, a);
+    ck_assert_msg(strncmp(a, "v1 files=2 bytes=", 17) == 0, "%s", a);
+    fingerprint_of(json, b);
+    ck_assert_str_eq(a, b);
+    lab[8 + 4] = (uint8_t)((lab[8 + 4] + 1) % 3); /* other labels, same size and time */
+    write_bytes(lp, lab, sizeof lab);
+    set_mtime(lp, 1000000000);
+    fingerprint_of(json, b);
+    ck_assert_str_ne(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    ck_assert_str_eq(fp_field(a, "mtime", x, sizeof x), fp_field(b, "mtime", y, sizeof y));
+    set_mtime(ip, 1000000001); /* touched only */
+    fingerprint_of(json, a);
+    ck_assert_str_eq(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    ck_assert_str_ne(fp_field(a, "mtime", x, sizeof x), fp_field(b, "mtime", y, sizeof y));
+
+    /* image_folder of 75 files; the same folder under another name has the same content hash */
+    char root[300], moved[300], p[400];
+    snprintf(root, sizeof root, "%s/fpdir", tmp);
+    snprintf(moved, sizeof moved, "%s/fpdir2", tmp);
+    make_classes(root, "a b c", 25);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    fingerprint_of(json, a);
+    ck_assert_msg(strstr(a, "files=75 "), "%s", a);
+    ck_assert_int_eq(rename(root, moved), 0);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", moved);
+    fingerprint_of(json, b);
+    ck_assert_str_eq(a, b);
+    snprintf(p, sizeof p, "%s/b/07.png", moved); /* another image in its place */
+    uint8_t px[IH * IW];
+    for (int j = 0; j < IH * IW; j++) px[j] = (uint8_t)(j & 1 ? 255 : 0);
+    write_png(p, IH, IW, 1, px);
+    fingerprint_of(json, a);
+    ck_assert_str_ne(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    unlink(p);
+    fingerprint_of(json, a);
+    ck_assert_msg(strstr(a, "files=74 "), "%s", a);
+
+    /* a csv (one file: the source) */
+    snprintf(p, sizeof p, "%s/fp.csv", tmp);
+    write_bytes(p, "1,2,0\n3,4,1\n", 12);
+    snprintf(json, sizeof json, "{\"format\": \"csv\", \"path\": \"%s\"}", p);
+    fingerprint_of(json, a);
+    ck_assert_msg(strncmp(a, "v1 files=1 bytes=12 ", 20) == 0, "%s", a);
 }
 END_TEST
 
@@ -835,6 +922,7 @@ int main(void) {
     tcase_add_test(tc, test_eval_classes_by_name);
     tcase_add_test(tc, test_labels_named_where_they_are);
     tcase_add_test(tc, test_skip_corrupt_reported);
+    tcase_add_test(tc, test_fingerprint);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);

@@ -3,8 +3,8 @@
  *
  * A dataset is: a count, a per-sample shape and dtype for the input and the target, and
  * "decode sample i into these buffers". decode must be thread-safe (called from many workers).
- * Optional: class names, so an eval set's labels can follow the train set's by name, and a note
- * on where the labels come from, for messages. */
+ * Optional: class names, so an eval set's labels can follow the train set's by name; a note on
+ * where the labels come from, for messages; the list of its files, for a fingerprint. */
 #ifndef CT_DATASET_H
 #define CT_DATASET_H
 
@@ -45,6 +45,9 @@ struct ct_dataset {
      * classes) (copied). Called by ct_dataset_match_classes only; NULL when class_names is. */
     void (*use_classes)(ct_dataset *ds, const int32_t *map, int64_t classes,
                         const char *const *names);
+    /* The k-th file the dataset reads (k = 0, 1, ...; NULL after the last), for
+     * ct_dataset_fingerprint. NULL when the dataset reads the file `source` alone. */
+    const char *(*file)(const ct_dataset *ds, int64_t k);
     void (*close)(ct_dataset *ds);
 };
 
@@ -59,5 +62,22 @@ void ct_dataset_close(ct_dataset *ds);
  * ref lacks is CT_ERR_DATA naming ds's source, the class and ref's classes. */
 int ct_dataset_match_classes(ct_dataset *ds, const char *which, const ct_dataset *ref,
                              const char *ref_which, ct_err *err);
+
+/* A fingerprint of the files an open dataset reads, to notice a dataset replaced between two runs
+ * (a checkpoint stores it; a resume compares it with the fingerprint of the data it opened):
+ *
+ *     "v1 files=N bytes=B content=XXXXXXXXXXXXXXXX mtime=XXXXXXXXXXXXXXXX"
+ *
+ * N files (ds->file, else `source`), B bytes in all; content: a 64-bit FNV-1a hash of, file by
+ * file in order, its name relative to `source` (or its base name when outside it), its size, and
+ * the first 4 KiB of up to 64 files (all of them when there are at most 64, else 64 spread evenly
+ * over the list); mtime: the same hash of the files' modification times (ns). A difference in
+ * files, bytes or content means the data changed; a difference in mtime alone means the files
+ * were rewritten or copied (cp without -p, rsync without -t) and may hold other data past the
+ * bytes hashed. The cost is one stat per file plus at most 64 reads of 4 KiB: call it once after
+ * opening. out: CT_DATASET_FINGERPRINT bytes. CT_ERR_DATA naming the file when one cannot be
+ * read. */
+enum { CT_DATASET_FINGERPRINT = 96 };
+int ct_dataset_fingerprint(const ct_dataset *ds, char *out, ct_err *err);
 
 #endif

@@ -34,6 +34,7 @@ typedef struct idx_file {
 
 typedef struct idx_impl {
     idx_file images;
+    char labels_path[1024];      /* for ct_dataset_fingerprint (the labels are decoded at open) */
     int32_t *labels;             /* [count] decoded */
     int64_t channels, plane;     /* sample = channels x plane elements */
     float *mean, *std;           /* [channels] */
@@ -240,6 +241,11 @@ static int idx_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *
     return CT_OK;
 }
 
+static const char *idx_file_at(const ct_dataset *ds, int64_t k) {
+    const idx_impl *im = ds->impl;
+    return k == 0 ? im->images.path : k == 1 ? im->labels_path : NULL;
+}
+
 /* Required string field of the entry, resolved against the config's directory. */
 static int path_field(const ct_config *cfg, const cJSON *entry, const char *path, const char *key,
                       char *out, size_t n, ct_err *err) {
@@ -346,8 +352,10 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     ds->impl = im;
     ds->format = "idx";
     ds->decode = idx_decode;
+    ds->file = idx_file_at;
     ds->close = idx_close;
     snprintf(ds->source, sizeof ds->source, "%s", img_path);
+    snprintf(im->labels_path, sizeof im->labels_path, "%s", lab_path);
 
     char field[96];
     idx_file lf = {0};

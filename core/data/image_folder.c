@@ -170,6 +170,11 @@ static void resize_bilinear(const ct_image8 *src, int ch, int h, int w, float *o
     }
 }
 
+static const char *folder_file_at(const ct_dataset *ds, int64_t k) {
+    const folder_impl *im = ds->impl;
+    return k < ds->count ? im->files[k] : NULL;
+}
+
 /* Labels by another dataset's class list (dataset.h, use_classes). */
 static void folder_use_classes(ct_dataset *ds, const int32_t *map, int64_t classes,
                                const char *const *names) {
@@ -371,6 +376,7 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
     ds->decode = folder_decode;
     ds->decode_u8 = folder_decode_u8;
     ds->use_classes = folder_use_classes;
+    ds->file = folder_file_at;
     ds->close = folder_close;
     ct_config_resolve_path(cfg, root->valuestring, im->root, sizeof im->root);
     snprintf(ds->source, sizeof ds->source, "%s", im->root);

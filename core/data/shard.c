@@ -397,6 +397,11 @@ static int shard_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void
     return CT_OK;
 }
 
+static const char *shard_file_at(const ct_dataset *ds, int64_t k) {
+    const shard_impl *im = ds->impl;
+    return k < im->nfiles ? im->files[k].path : NULL;
+}
+
 int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                   ct_err *err) {
     *out = NULL;
@@ -425,6 +430,7 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
     ds->impl = im;
     ds->format = "shard";
     ds->decode = shard_decode;
+    ds->file = shard_file_at;
     ds->close = shard_close;
     snprintf(ds->source, sizeof ds->source, "%s", file);
     int rc = list_shards(file, im, err);
