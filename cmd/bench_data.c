@@ -1,6 +1,7 @@
 /* bench_data.c: `ctrain bench-data` (commands.h). */
 #include "cmd/commands.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,19 +20,42 @@ typedef struct bench_args {
     bool eval;
 } bench_args;
 
+/* A decimal integer in lo..hi, or a usage error naming the option and what it got (strtol
+ * alone took "-1", "2x" and, saturating, a 20-digit count). */
+static int int_option(const char *opt, const char *v, long lo, long hi, const char *what, long *out,
+                      ct_err *err) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!v[0] || *end || errno == ERANGE || x < lo || x > hi)
+        return ct_errf(err, CT_ERR_CONFIG, "bench-data: %s: expected %s (an integer %ld..%ld), got \"%s\"\n"
+                       BENCH_USAGE, opt, what, lo, hi, v);
+    *out = x;
+    return CT_OK;
+}
+
 static int parse(int argc, char **argv, bench_args *a, ct_err *err) {
     *a = (bench_args){.workers = -1};
     for (int i = 1; i < argc; i++) {
         bool v = i + 1 < argc;
-        char *end = NULL;
-        if (strcmp(argv[i], "--config") == 0 && v) a->config = argv[++i];
-        else if (strcmp(argv[i], "--eval") == 0) a->eval = true;
-        else if (strcmp(argv[i], "--workers") == 0 && v) a->workers = (int)strtol(argv[++i], &end, 10);
-        else if (strcmp(argv[i], "--batches") == 0 && v) a->batches = strtol(argv[++i], &end, 10);
-        else return ct_errf(err, CT_ERR_CONFIG, "bench-data: unexpected argument \"%s\"\n" BENCH_USAGE, argv[i]);
-        if (end && (*end || a->workers < -1 || a->batches < 0))
-            return ct_errf(err, CT_ERR_CONFIG, "bench-data: %s: expected a non-negative integer, got \"%s\"",
-                           argv[i - 1], argv[i]);
+        long n = 0;
+        int rc = CT_OK;
+        if (strcmp(argv[i], "--config") == 0 && v) {
+            a->config = argv[++i];
+        } else if (strcmp(argv[i], "--eval") == 0) {
+            a->eval = true;
+        } else if (strcmp(argv[i], "--workers") == 0 && v) { /* data.workers' range; 0: one per core */
+            rc = int_option(argv[i], argv[i + 1], 0, 1024, "loader threads, 0 for one per core", &n, err);
+            a->workers = (int)n;
+            i++;
+        } else if (strcmp(argv[i], "--batches") == 0 && v) {
+            rc = int_option(argv[i], argv[i + 1], 1, 1000000000, "a number of batches", &n, err);
+            a->batches = n;
+            i++;
+        } else {
+            rc = ct_errf(err, CT_ERR_CONFIG, "bench-data: unexpected argument \"%s\"\n" BENCH_USAGE, argv[i]);
+        }
+        if (rc) return rc;
     }
     if (!a->config) return ct_errf(err, CT_ERR_CONFIG, "bench-data: --config FILE is required\n" BENCH_USAGE);
     return CT_OK;

@@ -398,6 +398,67 @@ START_TEST(test_skip_corrupt_reported) {
 }
 END_TEST
 
+/* pack --from idx takes the labels from --labels, or from the images' name with MNIST's
+ * "images-idx3" -> "labels-idx1"; it refuses to guess otherwise, a derived file that is not
+ * there, and a labels file that is the images file (it used to read the images as labels). */
+START_TEST(test_pack_idx_labels) {
+    uint8_t img[16 + 3 * 20] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 4};
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 2, 0, 1};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    char ip[300], mp[300], out[300], same[300];
+    snprintf(ip, sizeof ip, "%s/pixels.idx", tmp);
+    snprintf(mp, sizeof mp, "%s/t10k-images-idx3-ubyte", tmp);
+    snprintf(out, sizeof out, "%s/packed", tmp);
+    snprintf(same, sizeof same, "%s/./pixels.idx", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(mp, img, sizeof img);
+    ct_err err = {0};
+    char *no_labels[] = {"pack", "--from", "idx", ip, "--out", out};
+    ck_assert_int_eq(ct_pack_main(6, no_labels, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "pixels.idx") && strstr(err.msg, "--labels"), "%s", err.msg);
+    char *missing[] = {"pack", "--from", "idx", mp, "--out", out};
+    ck_assert_int_eq(ct_pack_main(6, missing, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "t10k-labels-idx1-ubyte") && strstr(err.msg, "--labels"), "%s", err.msg);
+    char *itself[] = {"pack", "--from", "idx", ip, "--labels", same, "--out", out};
+    ck_assert_int_eq(ct_pack_main(8, itself, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "is the images file"), "%s", err.msg);
+    /* the derived name, once it exists */
+    char lp[300];
+    snprintf(lp, sizeof lp, "%s/t10k-labels-idx1-ubyte", tmp);
+    write_bytes(lp, lab, sizeof lab);
+    ck_assert_msg(ct_pack_main(6, missing, &err) == CT_OK, "%s", err.msg);
+}
+END_TEST
+
+/* bench-data refuses worker counts and batch counts outside their ranges, naming the option. */
+START_TEST(test_bench_data_args) {
+    const char *bad[][2] = {{"--workers", "-1"}, {"--workers", "5000"}, {"--workers", "2x"},
+                            {"--batches", "99999999999999999999"}, {"--batches", "0"}, {"--batches", "-3"}};
+    for (int i = 0; i < CT_ARRAY_LEN(bad); i++) {
+        char *argv[] = {"bench-data", "--config", "/nonexistent.json", (char *)bad[i][0], (char *)bad[i][1]};
+        ct_err err = {0};
+        int rc = ct_bench_data_main(5, argv, &err);
+        ck_assert_msg(rc == CT_ERR_CONFIG, "%s %s: rc %d: %s", bad[i][0], bad[i][1], rc, err.msg);
+        ck_assert_msg(strstr(err.msg, bad[i][0]) && strstr(err.msg, bad[i][1]), "%s", err.msg);
+    }
+}
+END_TEST
+
+/* info on something that is neither a regular file nor a directory (a FIFO would block the
+ * open forever) is refused before it is opened. */
+START_TEST(test_info_refuses_fifo) {
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmp);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    alarm(5); /* the unfixed command blocks in open() */
+    char *argv[] = {"info", fifo};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_info_main(2, argv, &err), CT_ERR_CONFIG);
+    alarm(0);
+    ck_assert_msg(strstr(err.msg, fifo) && strstr(err.msg, "not a regular file or directory"), "%s", err.msg);
+}
+END_TEST
+
 /* The value of `key=` in a fingerprint ("" when absent). */
 static const char *fp_field(const char *fp, const char *key, char *out, size_t n) {
     char k[32];
@@ -923,6 +984,9 @@ int main(void) {
     tcase_add_test(tc, test_labels_named_where_they_are);
     tcase_add_test(tc, test_skip_corrupt_reported);
     tcase_add_test(tc, test_fingerprint);
+    tcase_add_test(tc, test_pack_idx_labels);
+    tcase_add_test(tc, test_bench_data_args);
+    tcase_add_test(tc, test_info_refuses_fifo);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
