@@ -908,6 +908,95 @@ static void u8_matches_float(ct_dataset *ds, const float *mean, const float *std
     free(u);
 }
 
+/* root/{x,y}/NN.png: 6x8 RGB images whose three channels are drawn independently, so a channel
+ * read from the wrong plane (BGR for RGB) or normalised with another channel's mean/std shows.
+ * rgb[class][k] keeps the interleaved pixels. */
+static uint8_t rgb[2][PER_CLASS][IH * IW * 3];
+
+static void make_rgb_folder(const char *root) {
+    char p[512];
+    mkdir(root, 0777);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/%c", root, "xy"[c]);
+        mkdir(p, 0777);
+        for (int k = 0; k < PER_CLASS; k++) {
+            for (int j = 0; j < IH * IW * 3; j++) rgb[c][k][j] = (uint8_t)(rand() & 255);
+            snprintf(p, sizeof p, "%s/%c/%02d.png", root, "xy"[c], k);
+            write_png(p, IH, IW, 3, rgb[c][k]);
+        }
+    }
+}
+
+static const float rgb_mean[3] = {0.1f, 0.5f, 0.8f}, rgb_std[3] = {0.2f, 0.3f, 0.45f};
+static const char *rgb_transform =
+    "{\"normalize\": {\"mean\": [0.1, 0.5, 0.8], \"std\": [0.2, 0.3, 0.45]}}";
+
+/* Pixel (y, x) of channel ch of an interleaved image, normalised with that channel's constants. */
+static float rgb_norm(const uint8_t *px, int w, int y, int x, int ch) {
+    return ((float)px[(y * w + x) * 3 + ch] / 255.0f - rgb_mean[ch]) / rgb_std[ch];
+}
+
+START_TEST(test_image_folder_rgb) {
+    char root[300], out[300], json[700];
+    snprintf(root, sizeof root, "%s/rgb", tmp);
+    make_rgb_folder(root);
+    ct_config cfg;
+    ct_dataset *ds, *sh;
+    ct_err err = {0};
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert(ds->sample_shape.ndim == 3 && ds->sample_shape.d[0] == 3);
+    float x[3 * IH * IW];
+    uint8_t u[3 * IH * IW];
+    int32_t t;
+    for (int i = 0; i < 2 * PER_CLASS; i++) {
+        const uint8_t *px = rgb[i / PER_CLASS][i % PER_CLASS];
+        ck_assert_int_eq(ds->decode(ds, i, x, &t, &err), CT_OK);
+        ck_assert_int_eq(ds->decode_u8(ds, i, u, &t, &err), CT_OK);
+        for (int ch = 0; ch < 3; ch++)
+            for (int y = 0; y < IH; y++)
+                for (int xx = 0; xx < IW; xx++) {
+                    int k = (ch * IH + y) * IW + xx;
+                    ck_assert_msg(x[k] == rgb_norm(px, IW, y, xx, ch), "image %d channel %d (%d,%d): %g, want %g",
+                                  i, ch, y, xx, x[k], rgb_norm(px, IW, y, xx, ch));
+                    ck_assert_int_eq(u[k], px[(y * IW + xx) * 3 + ch]);
+                }
+    }
+    u8_matches_float(ds, rgb_mean, rgb_std);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* bilinear to 3x4: each channel the 2x2 average of its own plane, with its own constants */
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"size\": [3, 4], "
+             "\"resize\": \"bilinear\"}", root);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 6, x, &t, &err), CT_OK);
+    const uint8_t *px = rgb[1][1];
+    for (int ch = 0; ch < 3; ch++)
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < 4; c++) {
+                float avg = (rgb_norm(px, IW, 2 * r, 2 * c, ch) + rgb_norm(px, IW, 2 * r, 2 * c + 1, ch) +
+                             rgb_norm(px, IW, 2 * r + 1, 2 * c, ch) + rgb_norm(px, IW, 2 * r + 1, 2 * c + 1, ch)) / 4;
+                ck_assert_float_eq_tol(x[(ch * 3 + r) * 4 + c], avg, 2e-5);
+            }
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* packed into shards, the same samples (channel planes and constants included) */
+    snprintf(out, sizeof out, "%s/rgbpack", tmp);
+    pack("image_folder", root, out, true, "1");
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_with_transform(json, rgb_transform, &cfg, &ds, &err), CT_OK);
+    cJSON *keep = data;
+    snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s\"}", out);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &sh, &err) == CT_OK, "%s", err.msg);
+    same_samples(ds, sh);
+    u8_matches_float(sh, rgb_mean, rgb_std);
+    ct_dataset_close(ds);
+    ct_dataset_close(sh);
+    cJSON_Delete(keep);
+    cJSON_Delete(data);
+}
+END_TEST
+
 START_TEST(test_on_device_formats) {
     char root[300], out[300], json[700], ip[300], lp[300];
     const char *tr = "{\"on_device\": true, \"normalize\": {\"mean\": [0.45], \"std\": [0.27]}}";
@@ -980,6 +1069,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_image_folder);
     tcase_add_test(tc, test_image_folder_errors);
+    tcase_add_test(tc, test_image_folder_rgb);
     tcase_add_test(tc, test_eval_classes_by_name);
     tcase_add_test(tc, test_labels_named_where_they_are);
     tcase_add_test(tc, test_skip_corrupt_reported);
