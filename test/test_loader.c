@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/config/config.h"
 #include "core/data/loader.h"
 #include "core/util/rng.h"
 
@@ -446,6 +447,77 @@ START_TEST(test_errors_and_skip) {
 }
 END_TEST
 
+/* A dataset whose sample i is the value i (so a batch shows the order it was drawn in). */
+static int id_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    float *x = input;
+    for (int k = 0; k < C * H * W; k++) x[k] = (float)i;
+    *(int32_t *)target = (int32_t)(i % 7);
+    return CT_OK;
+}
+
+/* The order in which the loader gives the samples of `epochs` epochs: order[e * N + j]. */
+static void epoch_orders(const ct_loader_opts *o, int epochs, int64_t *order) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_dataset ds = {.format = "ids", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .decode = id_decode};
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_msg(ct_loader_init(&l, be, &ds, o, NULL, &err) == CT_OK, "%s", err.msg);
+    int64_t j = 0;
+    while (j < epochs * N) {
+        ct_loader_batch b;
+        ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+        for (int64_t k = 0; k < b.n; k++) order[j++] = (int64_t)((const float *)b.input)[k * C * H * W];
+    }
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+}
+
+/* Each epoch is a permutation of 0..N-1; returns whether it is the identity. */
+static bool permutation_is_identity(const int64_t *order) {
+    bool seen[N] = {false}, identity = true;
+    for (int j = 0; j < N; j++) {
+        ck_assert(order[j] >= 0 && order[j] < N && !seen[order[j]]);
+        seen[order[j]] = true;
+        identity &= order[j] == j;
+    }
+    return identity;
+}
+
+/* Shuffling alone, augmentation off: every epoch draws a new order (the per-epoch check in
+ * test_workers_identical also passes through augmentation alone). And data.shuffle defaults to
+ * true for the train set, false for eval. */
+START_TEST(test_shuffle_per_epoch) {
+    ct_loader_opts o = {.batch = 8, .workers = 2, .prefetch = 3, .shuffle = true, .seed = 77, .classes = 7};
+    int64_t order[3 * N];
+    epoch_orders(&o, 3, order);
+    for (int e = 0; e < 3; e++) ck_assert_msg(!permutation_is_identity(order + e * N), "epoch %d in order", e);
+    ck_assert_msg(memcmp(order, order + N, sizeof order[0] * N) != 0, "epochs 0 and 1 in the same order");
+    ck_assert_msg(memcmp(order + N, order + 2 * N, sizeof order[0] * N) != 0, "epochs 1 and 2 the same");
+
+    ct_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cJSON *data = cJSON_Parse("{\"train\": {}}");
+    cfg.data = data;
+    cfg.micro_batch = cfg.train_batch_size = 8;
+    cfg.train.seed = 77;
+    ct_dataset ds = {.format = "ids", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .decode = id_decode};
+    ct_loader_opts from_cfg;
+    ct_err err = {0};
+    ck_assert_msg(ct_loader_opts_from_config(&cfg, &ds, true, 7, &from_cfg, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(from_cfg.shuffle, "data.shuffle should default to true for the train set");
+    from_cfg.drop_last = false;
+    epoch_orders(&from_cfg, 1, order);
+    ck_assert(!permutation_is_identity(order));
+    ck_assert_int_eq(ct_loader_opts_from_config(&cfg, &ds, false, 7, &from_cfg, &err), CT_OK);
+    ck_assert_msg(!from_cfg.shuffle, "the eval set is read in order");
+    epoch_orders(&from_cfg, 1, order);
+    ck_assert(permutation_is_identity(order));
+    cJSON_Delete(data);
+}
+END_TEST
+
 /* The lines skip_corrupt says, joined ("\n" after each). */
 typedef struct said {
     char text[8192];
@@ -535,6 +607,7 @@ int main(void) {
     tcase_add_test(tc, test_on_device_double_buffered);
     tcase_add_test(tc, test_errors_and_skip);
     tcase_add_test(tc, test_skip_warnings);
+    tcase_add_test(tc, test_shuffle_per_epoch);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
