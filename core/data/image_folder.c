@@ -3,8 +3,9 @@
  * The class index is the position of the directory name in byte-wise sorted order (what
  * torchvision's ImageFolder does); files are taken in sorted order within each class, so sample i
  * is the same file on every machine. An eval folder takes the train folder's indices by class
- * name instead (ct_dataset_match_classes), so it may hold only some of the classes. Files not ending in .png (any case) and names starting with
- * '.' are ignored.
+ * name instead (ct_dataset_match_classes), so it may hold only some of the classes. A class
+ * directory without images is an error. Files not ending in .png (any case) and names starting
+ * with '.' are ignored.
  *
  * Entry fields: {"format": "image_folder", "root": DIR, "size": [H, W] (default: the first
  * image's), "channels": 1 | 2 | 3 | 4 (default: the first image's), "resize": "none" (default:
