@@ -1,6 +1,7 @@
 /* bench_data.c: `ctrain bench-data` (commands.h). */
 #include "cmd/commands.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,22 +20,50 @@ typedef struct bench_args {
     bool eval;
 } bench_args;
 
+/* A decimal integer in lo..hi, or a usage error naming the option and what it got (strtol
+ * alone took "-1", "2x" and, saturating, a 20-digit count). */
+static int int_option(const char *opt, const char *v, long lo, long hi, const char *what, long *out,
+                      ct_err *err) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!v[0] || *end || errno == ERANGE || x < lo || x > hi)
+        return ct_errf(err, CT_ERR_CONFIG, "bench-data: %s: expected %s (an integer %ld..%ld), got \"%s\"\n"
+                       BENCH_USAGE, opt, what, lo, hi, v);
+    *out = x;
+    return CT_OK;
+}
+
 static int parse(int argc, char **argv, bench_args *a, ct_err *err) {
     *a = (bench_args){.workers = -1};
     for (int i = 1; i < argc; i++) {
         bool v = i + 1 < argc;
-        char *end = NULL;
-        if (strcmp(argv[i], "--config") == 0 && v) a->config = argv[++i];
-        else if (strcmp(argv[i], "--eval") == 0) a->eval = true;
-        else if (strcmp(argv[i], "--workers") == 0 && v) a->workers = (int)strtol(argv[++i], &end, 10);
-        else if (strcmp(argv[i], "--batches") == 0 && v) a->batches = strtol(argv[++i], &end, 10);
-        else return ct_errf(err, CT_ERR_CONFIG, "bench-data: unexpected argument \"%s\"\n" BENCH_USAGE, argv[i]);
-        if (end && (*end || a->workers < -1 || a->batches < 0))
-            return ct_errf(err, CT_ERR_CONFIG, "bench-data: %s: expected a non-negative integer, got \"%s\"",
-                           argv[i - 1], argv[i]);
+        long n = 0;
+        int rc = CT_OK;
+        if (strcmp(argv[i], "--config") == 0 && v) {
+            a->config = argv[++i];
+        } else if (strcmp(argv[i], "--eval") == 0) {
+            a->eval = true;
+        } else if (strcmp(argv[i], "--workers") == 0 && v) { /* data.workers' range; 0: one per core */
+            rc = int_option(argv[i], argv[i + 1], 0, 1024, "loader threads, 0 for one per core", &n, err);
+            a->workers = (int)n;
+            i++;
+        } else if (strcmp(argv[i], "--batches") == 0 && v) {
+            rc = int_option(argv[i], argv[i + 1], 1, 1000000000, "a number of batches", &n, err);
+            a->batches = n;
+            i++;
+        } else {
+            rc = ct_errf(err, CT_ERR_CONFIG, "bench-data: unexpected argument \"%s\"\n" BENCH_USAGE, argv[i]);
+        }
+        if (rc) return rc;
     }
     if (!a->config) return ct_errf(err, CT_ERR_CONFIG, "bench-data: --config FILE is required\n" BENCH_USAGE);
     return CT_OK;
+}
+
+/* data.skip_corrupt's lines as the loader meets the records (loader.h). */
+static void print_warning(void *ctx, const char *line) {
+    fprintf(stderr, "ctrain: warning: %s\n", line);
 }
 
 static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *err) {
@@ -49,6 +78,7 @@ static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *e
     rc = be ? ct_loader_opts_from_config(cfg, ds, !a->eval, ds->classes, &o, err)
             : ct_errf(err, CT_ERR_RUNTIME, "cannot start the CPU backend");
     if (!rc && a->workers >= 0) o.workers = a->workers;
+    o.warn_fn = print_warning;
     double t0 = ct_now();
     if (!rc) rc = ct_loader_init(&l, be, ds, &o, warn, err);
     long nb = 0;

@@ -171,6 +171,12 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     const char *p = argv[1];
     struct stat st;
     if (stat(p, &st) != 0) return ct_errf(err, CT_ERR_DATA, "%s: %s", p, strerror(errno));
+    /* Checked before anything opens it: opening a FIFO blocks until a writer comes. */
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return ct_errf(err, CT_ERR_CONFIG, "info: %s: not a regular file or directory (a %s); expected a "
+                       "safetensors file, a checkpoint directory, a save_dir or shards", p,
+                       S_ISFIFO(st.st_mode) ? "FIFO" : S_ISSOCK(st.st_mode) ? "socket"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
     if (is_shard(p, &st)) return ct_shard_info(p, stdout, err);
     if (!S_ISDIR(st.st_mode)) return info_file(p, stdout, err);
     char marker[CLI_PATH], model[CLI_PATH];

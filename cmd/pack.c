@@ -93,11 +93,30 @@ static int idx_type(const char *path) {
     return n == 4 ? m[2] : 0;
 }
 
-/* "...images-idx3..." -> "...labels-idx1..." */
-static void default_labels(const char *images, char *out, size_t n) {
-    snprintf(out, n, "%s", images);
-    char *p = strstr(out, "images-idx3");
-    if (p) memcpy(p, "labels-idx1", 11);
+/* The labels file of IDX images: --labels, else the images' path with MNIST's "images-idx3"
+ * replaced by "labels-idx1" (in the file name). Anything else would read some other file as
+ * labels (the images file itself, when the name has no "images-idx3"): refused with a hint. */
+static int idx_labels(const pack_args *a, char *out, size_t n, ct_err *err) {
+    const char *base = strrchr(a->src, '/');
+    base = base ? base + 1 : a->src;
+    const char *p = strstr(base, "images-idx3");
+    if (a->labels) {
+        snprintf(out, n, "%s", a->labels);
+    } else if (!p) {
+        return ct_errf(err, CT_ERR_CONFIG, "pack: %s: cannot tell where its labels are (the file name "
+                       "has no \"images-idx3\" to turn into \"labels-idx1\", MNIST's naming); give "
+                       "--labels FILE\n" PACK_USAGE, a->src);
+    } else {
+        snprintf(out, n, "%.*slabels-idx1%s", (int)(p - a->src), a->src, p + 11);
+        if (!ct_fs_exists(out))
+            return ct_errf(err, CT_ERR_CONFIG, "pack: %s: its labels would be %s, which does not exist; "
+                           "give --labels FILE\n" PACK_USAGE, a->src, out);
+    }
+    struct stat si, sl;
+    if (stat(a->src, &si) == 0 && stat(out, &sl) == 0 && si.st_dev == sl.st_dev && si.st_ino == sl.st_ino)
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --labels %s is the images file %s; give the IDX file "
+                       "of labels (magic 00 00 08 01)\n" PACK_USAGE, out, a->src);
+    return CT_OK;
 }
 
 static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_err *err) {
@@ -109,8 +128,11 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
     *enc = CT_SHARD_U8;
     if (strcmp(a->from, "idx") == 0) {
         char labels[1024];
-        if (a->labels) snprintf(labels, sizeof labels, "%s", a->labels);
-        else default_labels(a->src, labels, sizeof labels);
+        int rc = idx_labels(a, labels, sizeof labels, err);
+        if (rc) {
+            cJSON_Delete(e);
+            return rc;
+        }
         cJSON_AddStringToObject(e, "images", a->src);
         cJSON_AddStringToObject(e, "labels", labels);
         if (idx_type(a->src) != 0x08) *enc = CT_SHARD_F32;

@@ -4,11 +4,13 @@
  * skip_corrupt counting through the loader; data.transform.on_device (decode_u8 of each image
  * format, errors for the others). */
 #include <check.h>
+#include <fcntl.h>
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -19,6 +21,8 @@
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
+#include "core/train/internal.h"
+#include "core/train/train.h"
 
 static char tmp[256];
 
@@ -211,6 +215,332 @@ START_TEST(test_image_folder_errors) {
     snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s/nope\"}", tmp);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "/nope: cannot read directory"), "%s", err.msg);
+}
+END_TEST
+
+/* root/<name>/NN.png for each name of `names` (space-separated), `per_class` random 6x8 gray
+ * images each. */
+static void make_classes(const char *root, const char *names, int per_class) {
+    char p[600], list[200];
+    snprintf(list, sizeof list, "%s", names);
+    mkdir(root, 0777);
+    uint8_t px[IH * IW];
+    for (char *save, *n = strtok_r(list, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
+        snprintf(p, sizeof p, "%s/%s", root, n);
+        mkdir(p, 0777);
+        for (int k = 0; k < per_class; k++) {
+            for (int j = 0; j < IH * IW; j++) px[j] = (uint8_t)(rand() & 255);
+            snprintf(p, sizeof p, "%s/%s/%02d.png", root, n, k);
+            write_png(p, IH, IW, 1, px);
+        }
+    }
+}
+
+/* A config training a linear model (`input`, 3 classes) on data = `data_json` (the members of
+ * "data"); loaded from a file in tmp. */
+static ct_config *run_config(const char *input, const char *data_json) {
+    char path[400], text[3000];
+    snprintf(path, sizeof path, "%s/run.json", tmp);
+    snprintf(text, sizeof text,
+             "{\"train_batch_size\": 4, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01}},\n"
+             " \"model\": {\"input\": %s, \"layers\": [{\"type\": \"flatten\", \"name\": \"f\"}, "
+             "{\"type\": \"linear\", \"name\": \"fc\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+             " \"data\": {%s},\n"
+             " \"train\": {\"epochs\": 1, \"seed\": 7, \"device\": \"cpu\", \"run_dir\": \"%s/run\"}}\n",
+             input, data_json, tmp);
+    write_bytes(path, text, strlen(text));
+    ct_config_opts co = {.path = path, .world_size = 1};
+    ct_config *cfg = NULL;
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_msg(ct_config_load(&co, &cfg, &w, &err) == CT_OK, "%s", err.msg);
+    ct_warnings_free(&w);
+    return cfg;
+}
+
+/* run_config for image_folder `train` and `eval` of 6x8 gray images (eval NULL: none). */
+static ct_config *folder_run_config(const char *train, const char *eval) {
+    char data[1000], input[40];
+    int n = snprintf(data, sizeof data, "\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}", train);
+    if (eval)
+        snprintf(data + n, sizeof data - (size_t)n, ", \"eval\": {\"format\": \"image_folder\", \"root\": \"%s\"}",
+                 eval);
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    return run_config(input, data);
+}
+
+/* Open a trainer on cfg expecting failure `code`; returns its message in err. */
+static void open_fails(ct_config *cfg, int code, ct_err *err) {
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_trainer *t = NULL;
+    int rc = ct_trainer_open(cfg, &ro, &sum, &t, err);
+    ck_assert_msg(rc == code, "rc %d, want %d: %s", rc, code, err->msg);
+    ct_trainer_close(t);
+    ct_config_free(cfg);
+}
+
+/* Eval classes are matched to the train classes by name: train {ant, bee, cat} and eval
+ * {ant, cat} give eval's cat images label 2 (cat's train index), not 1 (its position among the
+ * eval folders); an eval class the train set lacks is a data error naming the folder. */
+START_TEST(test_eval_classes_by_name) {
+    char train[300], eval[300], odd[300];
+    snprintf(train, sizeof train, "%s/train", tmp);
+    snprintf(eval, sizeof eval, "%s/eval", tmp);
+    snprintf(odd, sizeof odd, "%s/odd", tmp);
+    make_classes(train, "cat ant bee", 3);
+    make_classes(eval, "cat ant", 2);
+    make_classes(odd, "ant dog", 2);
+    ct_config *cfg = folder_run_config(train, eval);
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_trainer *t = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_trainer_open(cfg, &ro, &sum, &t, &err) == CT_OK, "%s", err.msg);
+    const ct_dataset *ev = t->d.eval_ds;
+    ck_assert_int_eq(ev->count, 4);
+    ck_assert_int_eq(ev->classes, 3);
+    float x[IH * IW];
+    const int32_t want[4] = {0, 0, 2, 2}; /* ant, ant, cat, cat */
+    for (int i = 0; i < 4; i++) {
+        int32_t y = -1;
+        ck_assert_int_eq(ev->decode(ev, i, x, &y, &err), CT_OK);
+        ck_assert_msg(y == want[i], "eval record %d: label %d, want %d", i, y, want[i]);
+    }
+    ct_trainer_close(t);
+    ct_config_free(cfg);
+    open_fails(folder_run_config(train, odd), CT_ERR_DATA, &err);
+    ck_assert_msg(strstr(err.msg, odd) && strstr(err.msg, "\"dog\"") && strstr(err.msg, train),
+                  "%s", err.msg);
+}
+END_TEST
+
+/* Labels that do not fit the model are reported where they are: an empty class folder as such
+ * (not as "labels go up to 3" when no image has label 3), an IDX label too large with the labels
+ * file and its record (not the images file alone). */
+START_TEST(test_labels_named_where_they_are) {
+    char root[300], p[400], ip[300], lp[300], data[900];
+    ct_err err = {0};
+    ct_dataset *ds;
+    snprintf(root, sizeof root, "%s/four", tmp);
+    make_classes(root, "a b c", 2);
+    snprintf(p, sizeof p, "%s/d", root);
+    mkdir(p, 0777);
+    snprintf(p, sizeof p, "%s/d/readme.txt", root); /* not an image: the folder has none */
+    write_bytes(p, "x", 1);
+    snprintf(data, sizeof data, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_entry(data, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "/four/d: class directory holds no .png files"), "%s", err.msg);
+
+    /* 7 IDX images 6x8 with labels < 3 except record 5 (label 4): the model has 3 classes. */
+    uint8_t img[16 + 7 * IH * IW] = {0, 0, 8, 3, 0, 0, 0, 7, 0, 0, 0, IH, 0, 0, 0, IW};
+    uint8_t lab[8 + 7] = {0, 0, 8, 1, 0, 0, 0, 7};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    for (int i = 0; i < 7; i++) lab[8 + i] = (uint8_t)(i == 5 ? 4 : rand() % 3);
+    snprintf(ip, sizeof ip, "%s/imgs-idx3-ubyte", tmp);
+    snprintf(lp, sizeof lp, "%s/labs-idx1-ubyte", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip,
+             lp);
+    char input[40];
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    open_fails(run_config(input, data), CT_ERR_DATA, &err);
+    ck_assert_msg(strstr(err.msg, "labs-idx1-ubyte: record 5 has label 4"), "%s", err.msg);
+}
+END_TEST
+
+/* skip_corrupt says what it skipped: a warning naming the file, and skipped_records in the
+ * summary line. 8 images (2 steps of 4), one of them truncated. */
+START_TEST(test_skip_corrupt_reported) {
+    char root[300], p[400], data[700], log[300];
+    snprintf(root, sizeof root, "%s/skip", tmp);
+    make_classes(root, "a b", 4);
+    snprintf(p, sizeof p, "%s/b/01.png", root);
+    size_t n;
+    uint8_t *b = read_all(p, &n);
+    write_bytes(p, b, n / 2);
+    free(b);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"image_folder\", \"root\": \"%s\"}, "
+             "\"skip_corrupt\": true", root);
+    char input[40];
+    snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
+    ct_config *cfg = run_config(input, data);
+    /* stderr to a file while the run prints its warnings */
+    snprintf(log, sizeof log, "%s/stderr.txt", tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(log, "w");
+    ck_assert_ptr_nonnull(f);
+    dup2(fileno(f), 2);
+    ct_run_opts ro = {.quiet = true};
+    ct_summary sum;
+    ct_err err = {0};
+    int rc = ct_train_run(cfg, &ro, &sum, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fclose(f);
+    ck_assert_msg(rc == CT_OK, "%s", err.msg);
+    uint8_t *text = read_all(log, &n);
+    text[n] = 0;
+    ck_assert_msg(strstr((char *)text, "ctrain: warning: ") && strstr((char *)text, "skip/b/01.png: corrupt PNG"),
+                  "stderr: %s", text);
+    free(text);
+    char *json = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&json, &len);
+    ct_summary_write(&sum, m);
+    fclose(m);
+    ck_assert_msg(strstr(json, "\"skipped_records\":1,"), "%s", json);
+    free(json);
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* pack --from idx takes the labels from --labels, or from the images' name with MNIST's
+ * "images-idx3" -> "labels-idx1"; it refuses to guess otherwise, a derived file that is not
+ * there, and a labels file that is the images file (it used to read the images as labels). */
+START_TEST(test_pack_idx_labels) {
+    uint8_t img[16 + 3 * 20] = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 4};
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 3, 2, 0, 1};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    char ip[300], mp[300], out[300], same[300];
+    snprintf(ip, sizeof ip, "%s/pixels.idx", tmp);
+    snprintf(mp, sizeof mp, "%s/t10k-images-idx3-ubyte", tmp);
+    snprintf(out, sizeof out, "%s/packed", tmp);
+    snprintf(same, sizeof same, "%s/./pixels.idx", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(mp, img, sizeof img);
+    ct_err err = {0};
+    char *no_labels[] = {"pack", "--from", "idx", ip, "--out", out};
+    ck_assert_int_eq(ct_pack_main(6, no_labels, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "pixels.idx") && strstr(err.msg, "--labels"), "%s", err.msg);
+    char *missing[] = {"pack", "--from", "idx", mp, "--out", out};
+    ck_assert_int_eq(ct_pack_main(6, missing, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "t10k-labels-idx1-ubyte") && strstr(err.msg, "--labels"), "%s", err.msg);
+    char *itself[] = {"pack", "--from", "idx", ip, "--labels", same, "--out", out};
+    ck_assert_int_eq(ct_pack_main(8, itself, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "is the images file"), "%s", err.msg);
+    /* the derived name, once it exists */
+    char lp[300];
+    snprintf(lp, sizeof lp, "%s/t10k-labels-idx1-ubyte", tmp);
+    write_bytes(lp, lab, sizeof lab);
+    ck_assert_msg(ct_pack_main(6, missing, &err) == CT_OK, "%s", err.msg);
+}
+END_TEST
+
+/* bench-data refuses worker counts and batch counts outside their ranges, naming the option. */
+START_TEST(test_bench_data_args) {
+    const char *bad[][2] = {{"--workers", "-1"}, {"--workers", "5000"}, {"--workers", "2x"},
+                            {"--batches", "99999999999999999999"}, {"--batches", "0"}, {"--batches", "-3"}};
+    for (int i = 0; i < CT_ARRAY_LEN(bad); i++) {
+        char *argv[] = {"bench-data", "--config", "/nonexistent.json", (char *)bad[i][0], (char *)bad[i][1]};
+        ct_err err = {0};
+        int rc = ct_bench_data_main(5, argv, &err);
+        ck_assert_msg(rc == CT_ERR_CONFIG, "%s %s: rc %d: %s", bad[i][0], bad[i][1], rc, err.msg);
+        ck_assert_msg(strstr(err.msg, bad[i][0]) && strstr(err.msg, bad[i][1]), "%s", err.msg);
+    }
+}
+END_TEST
+
+/* info on something that is neither a regular file nor a directory (a FIFO would block the
+ * open forever) is refused before it is opened. */
+START_TEST(test_info_refuses_fifo) {
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmp);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    alarm(5); /* the unfixed command blocks in open() */
+    char *argv[] = {"info", fifo};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_info_main(2, argv, &err), CT_ERR_CONFIG);
+    alarm(0);
+    ck_assert_msg(strstr(err.msg, fifo) && strstr(err.msg, "not a regular file or directory"), "%s", err.msg);
+}
+END_TEST
+
+/* The value of `key=` in a fingerprint ("" when absent). */
+static const char *fp_field(const char *fp, const char *key, char *out, size_t n) {
+    char k[32];
+    snprintf(k, sizeof k, "%s=", key);
+    const char *p = strstr(fp, k);
+    snprintf(out, n, "%.*s", p ? (int)strcspn(p + strlen(k), " ") : 0, p ? p + strlen(k) : "");
+    return out;
+}
+
+/* Fingerprint of the dataset entry `json`, opened afresh. */
+static void fingerprint_of(const char *json, char *fp) {
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_dataset_fingerprint(ds, fp, &err) == CT_OK, "%s", err.msg);
+    ct_dataset_close(ds);
+}
+
+static void set_mtime(const char *path, time_t sec) {
+    struct timespec ts[2] = {{sec, 0}, {sec, 0}};
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* ct_dataset_fingerprint tells a replaced file from the same files: same files (reopened, moved
+ * elsewhere) give the same string; other labels of the same size change `content`; a file only
+ * touched changes `mtime` alone; in a folder of 75 images, one image rewritten or removed shows. */
+START_TEST(test_fingerprint) {
+    char ip[300], lp[300], json[900], a[CT_DATASET_FINGERPRINT], b[CT_DATASET_FINGERPRINT], x[40], y[40];
+    uint8_t img[16 + 9 * IH * IW] = {0, 0, 8, 3, 0, 0, 0, 9, 0, 0, 0, IH, 0, 0, 0, IW};
+    uint8_t lab[8 + 9] = {0, 0, 8, 1, 0, 0, 0, 9};
+    for (int i = 16; i < (int)sizeof img; i++) img[i] = (uint8_t)(rand() & 255);
+    for (int i = 8; i < (int)sizeof lab; i++) lab[i] = (uint8_t)(rand() % 3);
+    snprintf(ip, sizeof ip, "%s/fp-images", tmp);
+    snprintf(lp, sizeof lp, "%s/fp-labels", tmp);
+    write_bytes(ip, img, sizeof img);
+    write_bytes(lp, lab, sizeof lab);
+    set_mtime(ip, 1000000000);
+    set_mtime(lp, 1000000000);
+    snprintf(json, sizeof json, "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", ip, lp);
+    fingerprint_of(json, a);
+    ck_assert_msg(strncmp(a, "v1 files=2 bytes=", 17) == 0, "%s", a);
+    fingerprint_of(json, b);
+    ck_assert_str_eq(a, b);
+    lab[8 + 4] = (uint8_t)((lab[8 + 4] + 1) % 3); /* other labels, same size and time */
+    write_bytes(lp, lab, sizeof lab);
+    set_mtime(lp, 1000000000);
+    fingerprint_of(json, b);
+    ck_assert_str_ne(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    ck_assert_str_eq(fp_field(a, "mtime", x, sizeof x), fp_field(b, "mtime", y, sizeof y));
+    set_mtime(ip, 1000000001); /* touched only */
+    fingerprint_of(json, a);
+    ck_assert_str_eq(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    ck_assert_str_ne(fp_field(a, "mtime", x, sizeof x), fp_field(b, "mtime", y, sizeof y));
+
+    /* image_folder of 75 files; the same folder under another name has the same content hash */
+    char root[300], moved[300], p[400];
+    snprintf(root, sizeof root, "%s/fpdir", tmp);
+    snprintf(moved, sizeof moved, "%s/fpdir2", tmp);
+    make_classes(root, "a b c", 25);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    fingerprint_of(json, a);
+    ck_assert_msg(strstr(a, "files=75 "), "%s", a);
+    ck_assert_int_eq(rename(root, moved), 0);
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", moved);
+    fingerprint_of(json, b);
+    ck_assert_str_eq(a, b);
+    snprintf(p, sizeof p, "%s/b/07.png", moved); /* another image in its place */
+    uint8_t px[IH * IW];
+    for (int j = 0; j < IH * IW; j++) px[j] = (uint8_t)(j & 1 ? 255 : 0);
+    write_png(p, IH, IW, 1, px);
+    fingerprint_of(json, a);
+    ck_assert_str_ne(fp_field(a, "content", x, sizeof x), fp_field(b, "content", y, sizeof y));
+    unlink(p);
+    fingerprint_of(json, a);
+    ck_assert_msg(strstr(a, "files=74 "), "%s", a);
+
+    /* a csv (one file: the source) */
+    snprintf(p, sizeof p, "%s/fp.csv", tmp);
+    write_bytes(p, "1,2,0\n3,4,1\n", 12);
+    snprintf(json, sizeof json, "{\"format\": \"csv\", \"path\": \"%s\"}", p);
+    fingerprint_of(json, a);
+    ck_assert_msg(strncmp(a, "v1 files=1 bytes=12 ", 20) == 0, "%s", a);
 }
 END_TEST
 
@@ -502,10 +832,38 @@ START_TEST(test_csv) {
     ct_dataset_close(ds);
     write_bytes(file, "1,2,0\n3,x4,1\n", 13);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "t.csv:2: column 2: \"x4\" is not a number"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "t.csv:2: column 2: \"x4\" is not a decimal number"), "%s", err.msg);
     write_bytes(file, "1,2,0\n3,1\n", 10);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "t.csv:2: 2 fields, the first row has 3"), "%s", err.msg);
+    /* Decimal numbers only: C's hexadecimal forms are refused, not read as 16. */
+    const char *hex[] = {"1,2,0\n3,0x10,1\n", "1,2,0\n3,4,0x1p0\n", "1,2,0\n3,0X1A,1\n"};
+    const char *bad[] = {"t.csv:2: column 2: \"0x10\"", "t.csv:2: column 3: \"0x1p0\"",
+                         "t.csv:2: column 2: \"0X1A\""};
+    for (int i = 0; i < 3; i++) {
+        write_bytes(file, hex[i], strlen(hex[i]));
+        ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+        ck_assert_msg(strstr(err.msg, bad[i]) && strstr(err.msg, "not a decimal number"), "%s", err.msg);
+    }
+}
+END_TEST
+
+/* A label column of class indices with one -1 becomes regression targets; a classifier then
+ * refuses it, and the message names the line of the -1. */
+START_TEST(test_csv_label_named) {
+    char file[300], data[700];
+    snprintf(file, sizeof file, "%s/c.csv", tmp);
+    char text[400];
+    size_t n = 0;
+    n += (size_t)snprintf(text + n, sizeof text - n, "x,y,label\n");
+    for (int r = 0; r < 8; r++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d.%d,%d,%d\n", rand() % 10, rand() % 10,
+                              rand() % 100, r == 5 ? -1 : rand() % 3);
+    write_bytes(file, text, n);
+    snprintf(data, sizeof data, "\"train\": {\"format\": \"csv\", \"path\": \"%s\"}", file);
+    ct_err err = {0};
+    open_fails(run_config("[2]", data), CT_ERR_CONFIG, &err);
+    ck_assert_msg(strstr(err.msg, "c.csv:7: label \"-1\" is not a class index"), "%s", err.msg);
 }
 END_TEST
 
@@ -549,6 +907,95 @@ static void u8_matches_float(ct_dataset *ds, const float *mean, const float *std
     free(x);
     free(u);
 }
+
+/* root/{x,y}/NN.png: 6x8 RGB images whose three channels are drawn independently, so a channel
+ * read from the wrong plane (BGR for RGB) or normalised with another channel's mean/std shows.
+ * rgb[class][k] keeps the interleaved pixels. */
+static uint8_t rgb[2][PER_CLASS][IH * IW * 3];
+
+static void make_rgb_folder(const char *root) {
+    char p[512];
+    mkdir(root, 0777);
+    for (int c = 0; c < 2; c++) {
+        snprintf(p, sizeof p, "%s/%c", root, "xy"[c]);
+        mkdir(p, 0777);
+        for (int k = 0; k < PER_CLASS; k++) {
+            for (int j = 0; j < IH * IW * 3; j++) rgb[c][k][j] = (uint8_t)(rand() & 255);
+            snprintf(p, sizeof p, "%s/%c/%02d.png", root, "xy"[c], k);
+            write_png(p, IH, IW, 3, rgb[c][k]);
+        }
+    }
+}
+
+static const float rgb_mean[3] = {0.1f, 0.5f, 0.8f}, rgb_std[3] = {0.2f, 0.3f, 0.45f};
+static const char *rgb_transform =
+    "{\"normalize\": {\"mean\": [0.1, 0.5, 0.8], \"std\": [0.2, 0.3, 0.45]}}";
+
+/* Pixel (y, x) of channel ch of an interleaved image, normalised with that channel's constants. */
+static float rgb_norm(const uint8_t *px, int w, int y, int x, int ch) {
+    return ((float)px[(y * w + x) * 3 + ch] / 255.0f - rgb_mean[ch]) / rgb_std[ch];
+}
+
+START_TEST(test_image_folder_rgb) {
+    char root[300], out[300], json[700];
+    snprintf(root, sizeof root, "%s/rgb", tmp);
+    make_rgb_folder(root);
+    ct_config cfg;
+    ct_dataset *ds, *sh;
+    ct_err err = {0};
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert(ds->sample_shape.ndim == 3 && ds->sample_shape.d[0] == 3);
+    float x[3 * IH * IW];
+    uint8_t u[3 * IH * IW];
+    int32_t t;
+    for (int i = 0; i < 2 * PER_CLASS; i++) {
+        const uint8_t *px = rgb[i / PER_CLASS][i % PER_CLASS];
+        ck_assert_int_eq(ds->decode(ds, i, x, &t, &err), CT_OK);
+        ck_assert_int_eq(ds->decode_u8(ds, i, u, &t, &err), CT_OK);
+        for (int ch = 0; ch < 3; ch++)
+            for (int y = 0; y < IH; y++)
+                for (int xx = 0; xx < IW; xx++) {
+                    int k = (ch * IH + y) * IW + xx;
+                    ck_assert_msg(x[k] == rgb_norm(px, IW, y, xx, ch), "image %d channel %d (%d,%d): %g, want %g",
+                                  i, ch, y, xx, x[k], rgb_norm(px, IW, y, xx, ch));
+                    ck_assert_int_eq(u[k], px[(y * IW + xx) * 3 + ch]);
+                }
+    }
+    u8_matches_float(ds, rgb_mean, rgb_std);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* bilinear to 3x4: each channel the 2x2 average of its own plane, with its own constants */
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\", \"size\": [3, 4], "
+             "\"resize\": \"bilinear\"}", root);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 6, x, &t, &err), CT_OK);
+    const uint8_t *px = rgb[1][1];
+    for (int ch = 0; ch < 3; ch++)
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < 4; c++) {
+                float avg = (rgb_norm(px, IW, 2 * r, 2 * c, ch) + rgb_norm(px, IW, 2 * r, 2 * c + 1, ch) +
+                             rgb_norm(px, IW, 2 * r + 1, 2 * c, ch) + rgb_norm(px, IW, 2 * r + 1, 2 * c + 1, ch)) / 4;
+                ck_assert_float_eq_tol(x[(ch * 3 + r) * 4 + c], avg, 2e-5);
+            }
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+    /* packed into shards, the same samples (channel planes and constants included) */
+    snprintf(out, sizeof out, "%s/rgbpack", tmp);
+    pack("image_folder", root, out, true, "1");
+    snprintf(json, sizeof json, "{\"format\": \"image_folder\", \"root\": \"%s\"}", root);
+    ck_assert_int_eq(open_with_transform(json, rgb_transform, &cfg, &ds, &err), CT_OK);
+    cJSON *keep = data;
+    snprintf(json, sizeof json, "{\"format\": \"shard\", \"path\": \"%s\"}", out);
+    ck_assert_msg(open_with_transform(json, rgb_transform, &cfg, &sh, &err) == CT_OK, "%s", err.msg);
+    same_samples(ds, sh);
+    u8_matches_float(sh, rgb_mean, rgb_std);
+    ct_dataset_close(ds);
+    ct_dataset_close(sh);
+    cJSON_Delete(keep);
+    cJSON_Delete(data);
+}
+END_TEST
 
 START_TEST(test_on_device_formats) {
     char root[300], out[300], json[700], ip[300], lp[300];
@@ -622,11 +1069,20 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_image_folder);
     tcase_add_test(tc, test_image_folder_errors);
+    tcase_add_test(tc, test_image_folder_rgb);
+    tcase_add_test(tc, test_eval_classes_by_name);
+    tcase_add_test(tc, test_labels_named_where_they_are);
+    tcase_add_test(tc, test_skip_corrupt_reported);
+    tcase_add_test(tc, test_fingerprint);
+    tcase_add_test(tc, test_pack_idx_labels);
+    tcase_add_test(tc, test_bench_data_args);
+    tcase_add_test(tc, test_info_refuses_fifo);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_csv);
+    tcase_add_test(tc, test_csv_label_named);
     tcase_add_test(tc, test_on_device_formats);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/config/config.h"
 #include "core/data/loader.h"
 #include "core/util/rng.h"
 
@@ -24,6 +25,7 @@ static uint32_t mix(uint32_t x) {
 typedef struct syn {
     int bad_record;              /* decode fails for this record (-1: none) */
     int bad_label;               /* this record's label is 99 (-1: none) */
+    int bad_every;               /* decode also fails for records i % bad_every == 3 (0: none) */
     _Atomic int decodes;
 } syn;
 
@@ -31,7 +33,8 @@ static int syn_decode(const ct_dataset *ds, int64_t i, void *input, void *target
     syn *s = ds->impl;
     s->decodes++;
     if (mix((uint32_t)i * 31u + (uint32_t)rand()) % 8 == 0) usleep(200); /* scramble timing */
-    if (i == s->bad_record) return ct_errf(err, CT_ERR_DATA, "syn.bin: record %lld: corrupt", (long long)i);
+    if (i == s->bad_record || (s->bad_every && i % s->bad_every == 3))
+        return ct_errf(err, CT_ERR_DATA, "syn.bin: record %lld: corrupt", (long long)i);
     float *x = input;
     for (int k = 0; k < C * H * W; k++) x[k] = (float)(mix((uint32_t)(i * 1000 + k)) % 1000) / 100.0f;
     *(int32_t *)target = i == s->bad_label ? 99 : (int32_t)(mix((uint32_t)i) % 7);
@@ -40,6 +43,7 @@ static int syn_decode(const ct_dataset *ds, int64_t i, void *input, void *target
 
 static ct_dataset make_ds(syn *s) {
     s->bad_record = s->bad_label = -1;
+    s->bad_every = 0;
     s->decodes = 0;
     ct_dataset ds = {.format = "syn", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
                      .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .impl = s,
@@ -443,6 +447,152 @@ START_TEST(test_errors_and_skip) {
 }
 END_TEST
 
+/* A dataset whose sample i is the value i (so a batch shows the order it was drawn in). */
+static int id_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
+    float *x = input;
+    for (int k = 0; k < C * H * W; k++) x[k] = (float)i;
+    *(int32_t *)target = (int32_t)(i % 7);
+    return CT_OK;
+}
+
+/* The order in which the loader gives the samples of `epochs` epochs: order[e * N + j]. */
+static void epoch_orders(const ct_loader_opts *o, int epochs, int64_t *order) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_dataset ds = {.format = "ids", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .decode = id_decode};
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_msg(ct_loader_init(&l, be, &ds, o, NULL, &err) == CT_OK, "%s", err.msg);
+    int64_t j = 0;
+    while (j < epochs * N) {
+        ct_loader_batch b;
+        ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+        for (int64_t k = 0; k < b.n; k++) order[j++] = (int64_t)((const float *)b.input)[k * C * H * W];
+    }
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+}
+
+/* Each epoch is a permutation of 0..N-1; returns whether it is the identity. */
+static bool permutation_is_identity(const int64_t *order) {
+    bool seen[N] = {false}, identity = true;
+    for (int j = 0; j < N; j++) {
+        ck_assert(order[j] >= 0 && order[j] < N && !seen[order[j]]);
+        seen[order[j]] = true;
+        identity &= order[j] == j;
+    }
+    return identity;
+}
+
+/* Shuffling alone, augmentation off: every epoch draws a new order (the per-epoch check in
+ * test_workers_identical also passes through augmentation alone). And data.shuffle defaults to
+ * true for the train set, false for eval. */
+START_TEST(test_shuffle_per_epoch) {
+    ct_loader_opts o = {.batch = 8, .workers = 2, .prefetch = 3, .shuffle = true, .seed = 77, .classes = 7};
+    int64_t order[3 * N];
+    epoch_orders(&o, 3, order);
+    for (int e = 0; e < 3; e++) ck_assert_msg(!permutation_is_identity(order + e * N), "epoch %d in order", e);
+    ck_assert_msg(memcmp(order, order + N, sizeof order[0] * N) != 0, "epochs 0 and 1 in the same order");
+    ck_assert_msg(memcmp(order + N, order + 2 * N, sizeof order[0] * N) != 0, "epochs 1 and 2 the same");
+
+    ct_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cJSON *data = cJSON_Parse("{\"train\": {}}");
+    cfg.data = data;
+    cfg.micro_batch = cfg.train_batch_size = 8;
+    cfg.train.seed = 77;
+    ct_dataset ds = {.format = "ids", .count = N, .sample_shape = {.ndim = 3, .d = {C, H, W}},
+                     .sample_dtype = CT_F32, .target_dtype = CT_I32, .classes = 7, .decode = id_decode};
+    ct_loader_opts from_cfg;
+    ct_err err = {0};
+    ck_assert_msg(ct_loader_opts_from_config(&cfg, &ds, true, 7, &from_cfg, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(from_cfg.shuffle, "data.shuffle should default to true for the train set");
+    from_cfg.drop_last = false;
+    epoch_orders(&from_cfg, 1, order);
+    ck_assert(!permutation_is_identity(order));
+    ck_assert_int_eq(ct_loader_opts_from_config(&cfg, &ds, false, 7, &from_cfg, &err), CT_OK);
+    ck_assert_msg(!from_cfg.shuffle, "the eval set is read in order");
+    epoch_orders(&from_cfg, 1, order);
+    ck_assert(permutation_is_identity(order));
+    cJSON_Delete(data);
+}
+END_TEST
+
+/* The lines skip_corrupt says, joined ("\n" after each). */
+typedef struct said {
+    char text[8192];
+    int lines;
+} said;
+
+static void collect_line(void *ctx, const char *line) {
+    said *w = ctx;
+    size_t n = strlen(w->text);
+    snprintf(w->text + n, sizeof w->text - n, "%s\n", line);
+    w->lines++;
+}
+
+/* skip_corrupt names the first 10 distinct records skipped, in stream order whatever the worker
+ * count, then says once per epoch how many more it skipped; a bad record met again in a later
+ * epoch is not named again. */
+START_TEST(test_skip_warnings) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    syn s;
+    ct_dataset ds = make_ds(&s);
+    s.bad_every = 8; /* records 3, 11, ..., 99: 13 of 103 */
+    said first = {0};
+    for (int workers = 1; workers <= 4; workers += 3) {
+        said w = {0};
+        ct_loader_opts o = {.batch = 10, .workers = workers, .prefetch = 3, .shuffle = true, .seed = 9,
+                            .classes = 7, .skip_corrupt = true, .warn_fn = collect_line, .warn_ctx = &w};
+        ct_loader *l;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_loader_init(&l, be, &ds, &o, NULL, &err), CT_OK);
+        for (int i = 0; i < 2 * 11; i++) {
+            ct_loader_batch b;
+            ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+        }
+        ck_assert_int_eq(ct_loader_skipped(l), 13);
+        ct_loader_free(l);
+        ck_assert_msg(w.lines == 12, "%d lines:\n%s", w.lines, w.text);
+        /* the first 10 bad records of epoch 0's order, each named once with its error */
+        uint32_t perm[N];
+        ct_rng_permutation(o.seed, 0, perm, N);
+        char want[64];
+        const char *at = w.text;
+        for (int k = 0, named = 0; k < N && named < 10; k++) {
+            if (perm[k] % 8 != 3) continue;
+            snprintf(want, sizeof want, "skipped syn.bin: record %u: corrupt", perm[k]);
+            const char *hit = strstr(at, want);
+            ck_assert_msg(hit, "missing or out of order: %s\n%s", want, w.text);
+            at = hit + 1;
+            named++;
+        }
+        ck_assert_msg(strstr(w.text, "syn.bin: epoch 1 skipped 13 corrupt records, 3 of them not named "
+                                     "above (13 distinct so far)") &&
+                      strstr(w.text, "syn.bin: epoch 2 skipped 13 corrupt records, 3 of them not named "
+                                     "above (13 distinct so far)"), "%s", w.text);
+        if (workers == 1) first = w;
+        else ck_assert_str_eq(first.text, w.text);
+    }
+    /* one bad record over three epochs: one line */
+    s.bad_every = 0;
+    s.bad_record = 50;
+    said w = {0};
+    ct_loader_opts o = {.batch = 10, .workers = 2, .shuffle = true, .seed = 9, .classes = 7,
+                        .skip_corrupt = true, .warn_fn = collect_line, .warn_ctx = &w};
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_loader_init(&l, be, &ds, &o, NULL, &err), CT_OK);
+    for (int i = 0; i < 3 * 11; i++) {
+        ct_loader_batch b;
+        ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
+    }
+    ct_loader_free(l);
+    ck_assert_msg(w.lines == 1 && strstr(w.text, "syn.bin: record 50: corrupt"), "%s", w.text);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("loader");
     TCase *tc = tcase_create("loader");
@@ -456,6 +606,8 @@ int main(void) {
     tcase_add_test(tc, test_on_device_slow_uploads);
     tcase_add_test(tc, test_on_device_double_buffered);
     tcase_add_test(tc, test_errors_and_skip);
+    tcase_add_test(tc, test_skip_warnings);
+    tcase_add_test(tc, test_shuffle_per_epoch);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -2,10 +2,11 @@
  *
  * Entry fields: {"format": "csv", "path": FILE, "label_column": NAME or 0-based INDEX (default:
  * the last column), "limit": N}. The first line is a header when any of its fields is not a
- * number. Fields are separated by commas; blank lines are skipped. Samples are [features] float
- * (as written: normalise in the file or with a BatchNorm); labels that are all non-negative
- * integers are class indices (int32), otherwise float regression targets [1]. Parsed whole at
- * open; a malformed row is CT_ERR_DATA naming FILE:LINE and the column. */
+ * number. Fields are separated by commas; blank lines are skipped; numbers are decimal only.
+ * Samples are [features] float (as written: normalise in the file or with a BatchNorm); labels
+ * that are all non-negative integers are class indices (int32), otherwise float regression
+ * targets [1], and label_note names the line that decided it. Parsed whole at open; a malformed
+ * row is CT_ERR_DATA naming FILE:LINE and the column. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,12 +57,16 @@ static int split(char *line, char **fields, int max) {
     return n;
 }
 
+/* A decimal number ("12", "-0.5", "3e-2") with optional blanks around it. strtod alone also
+ * reads C's hexadecimal forms ("0x10" as 16, "0x1p3"), which no CSV of numbers means: the
+ * number must be exactly the run of decimal characters strtod would start with. */
 static bool parse_num(const char *s, float *out) {
     while (*s == ' ' || *s == '\t') s++;
+    size_t decimal = strspn(s, "0123456789+-.eE");
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s) return false;
+    if (end == s || end != s + decimal) return false;
     while (*end == ' ' || *end == '\t' || *end == '\r') end++;
     if (*end || !isfinite(v) || errno == ERANGE) return false;
     *out = (float)v;
@@ -76,7 +81,25 @@ typedef struct csv_parse {
     int label;                   /* resolved column */
     int cols;
     int64_t rows, cap, limit;
+    float max_label;             /* the largest label and its line */
+    int64_t max_line;
+    int64_t odd_line;            /* first line whose label is not a class index (0: none) */
+    char odd_text[48];           /* that label as written */
 } csv_parse;
+
+/* Note the label of data row `line`: the largest so far, or the first that is no class index. */
+static void note_label(csv_parse *p, const char *field, float v, int64_t line) {
+    bool cls = v >= 0 && v == floorf(v) && v < 1e7f;
+    if (!cls && !p->odd_line) {
+        p->odd_line = line;
+        field += strspn(field, " \t");
+        snprintf(p->odd_text, sizeof p->odd_text, "%.*s", (int)strcspn(field, " \t\r"), field);
+    }
+    if (p->rows == 0 || v > p->max_label) {
+        p->max_label = v;
+        p->max_line = line;
+    }
+}
 
 static int resolve_label(csv_parse *p, char **fields, int n, bool header, ct_err *err) {
     const cJSON *s = p->label_spec;
@@ -140,10 +163,14 @@ static int parse_rows(char *text, csv_parse *p, csv_impl *im, ct_err *err) {
         for (int c = 0, k = 0; c < n && rc == CT_OK; c++) {
             float v;
             if (!parse_num(fields[c], &v))
-                rc = ct_errf(err, CT_ERR_DATA, "%s:%lld: column %d: \"%.40s\" is not a number", p->file,
-                             (long long)line_no, c + 1, fields[c]);
-            else if (c == p->label) im->y[p->rows] = v;
-            else row[k++] = v;
+                rc = ct_errf(err, CT_ERR_DATA, "%s:%lld: column %d: \"%.40s\" is not a decimal number",
+                             p->file, (long long)line_no, c + 1, fields[c]);
+            else if (c == p->label) {
+                im->y[p->rows] = v;
+                note_label(p, fields[c], v, line_no);
+            } else {
+                row[k++] = v;
+            }
         }
         p->rows++;
     }
@@ -206,15 +233,19 @@ int ct_csv_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     ds->count = p.rows;
     ds->sample_shape = (ct_shape){.ndim = 1, .d = {im->features}};
     ds->sample_dtype = CT_F32;
-    bool classes = true;
-    float maxl = 0;
-    for (int64_t i = 0; i < p.rows; i++) {
-        classes &= im->y[i] >= 0 && im->y[i] == floorf(im->y[i]) && im->y[i] < 1e7f;
-        if (im->y[i] > maxl) maxl = im->y[i];
-    }
+    bool classes = p.odd_line == 0;
     ds->target_dtype = classes ? CT_I32 : CT_F32;
     ds->target_shape = classes ? (ct_shape){0} : (ct_shape){.ndim = 1, .d = {1}};
-    ds->classes = classes ? (int64_t)maxl + 1 : 0;
+    ds->classes = classes ? (int64_t)p.max_label + 1 : 0;
+    /* One stray label decides the kind of the whole column: a message about targets must say
+     * which line did it. */
+    if (classes)
+        snprintf(ds->label_note, sizeof ds->label_note, "%s:%lld has label %lld, the largest", file,
+                 (long long)p.max_line, (long long)p.max_label);
+    else
+        snprintf(ds->label_note, sizeof ds->label_note, "%s:%lld: label \"%s\" is not a class index "
+                 "(an integer 0 or more), so the label column was read as regression targets (float [1])",
+                 file, (long long)p.odd_line, p.odd_text);
     *out = ds;
     return CT_OK;
 }

@@ -34,6 +34,7 @@ typedef struct idx_file {
 
 typedef struct idx_impl {
     idx_file images;
+    char labels_path[1024];      /* for ct_dataset_fingerprint (the labels are decoded at open) */
     int32_t *labels;             /* [count] decoded */
     int64_t channels, plane;     /* sample = channels x plane elements */
     float *mean, *std;           /* [channels] */
@@ -240,6 +241,11 @@ static int idx_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *
     return CT_OK;
 }
 
+static const char *idx_file_at(const ct_dataset *ds, int64_t k) {
+    const idx_impl *im = ds->impl;
+    return k == 0 ? im->images.path : k == 1 ? im->labels_path : NULL;
+}
+
 /* Required string field of the entry, resolved against the config's directory. */
 static int path_field(const ct_config *cfg, const cJSON *entry, const char *path, const char *key,
                       char *out, size_t n, ct_err *err) {
@@ -285,7 +291,7 @@ static int check_fields(const ct_config *cfg, const cJSON *entry, const char *pa
 
 /* Labels: one dimension of integers >= 0, as many as images. */
 static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, int64_t count,
-                         int64_t *classes, ct_err *err) {
+                         ct_dataset *ds, ct_err *err) {
     if (lf->ndim != 1 || lf->type == IDX_F32 || lf->type == IDX_F64)
         return ct_errf(err, CT_ERR_DATA, "%s: expected a 1-dimensional IDX file of integer labels "
                        "(magic 00 00 08 01), got type 0x%02X with %d dimensions", lf->path, lf->type,
@@ -295,15 +301,22 @@ static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, 
                        (long long)lf->dims[0], img->path, (long long)img->dims[0]);
     im->labels = ct_xmalloc((size_t)count * sizeof *im->labels);
     int32_t maxl = 0;
+    int64_t at = 0;
     for (int64_t i = 0; i < count; i++) {
         double v = elem_at(lf->data, lf->type, i);
         if (v < 0)
             return ct_errf(err, CT_ERR_DATA, "%s: record %lld: label %.0f is negative", lf->path,
                            (long long)i, v);
         im->labels[i] = (int32_t)v;
-        if (im->labels[i] > maxl) maxl = im->labels[i];
+        if (im->labels[i] > maxl) {
+            maxl = im->labels[i];
+            at = i;
+        }
     }
-    *classes = (int64_t)maxl + 1;
+    ds->classes = (int64_t)maxl + 1;
+    /* ds->source is the images file: a message about labels must name this one. */
+    snprintf(ds->label_note, sizeof ds->label_note, "%s: record %lld has label %d, the largest", lf->path,
+             (long long)at, maxl);
     return CT_OK;
 }
 
@@ -339,8 +352,10 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     ds->impl = im;
     ds->format = "idx";
     ds->decode = idx_decode;
+    ds->file = idx_file_at;
     ds->close = idx_close;
     snprintf(ds->source, sizeof ds->source, "%s", img_path);
+    snprintf(im->labels_path, sizeof im->labels_path, "%s", lab_path);
 
     char field[96];
     idx_file lf = {0};
@@ -353,7 +368,7 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     if (!rc) rc = idx_read(lab_path, field, &lf, err);
     ds->count = im->images.dims[0];
     if (limit > 0 && limit < ds->count) ds->count = limit;
-    if (!rc) rc = decode_labels(&lf, &im->images, im, ds->count, &ds->classes, err);
+    if (!rc) rc = decode_labels(&lf, &im->images, im, ds->count, ds, err);
     free(lf.data);
     if (rc) {
         idx_close(ds);

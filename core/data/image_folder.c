@@ -2,8 +2,10 @@
  *
  * The class index is the position of the directory name in byte-wise sorted order (what
  * torchvision's ImageFolder does); files are taken in sorted order within each class, so sample i
- * is the same file on every machine. Files not ending in .png (any case) and names starting with
- * '.' are ignored.
+ * is the same file on every machine. An eval folder takes the train folder's indices by class
+ * name instead (ct_dataset_match_classes), so it may hold only some of the classes. A class
+ * directory without images is an error. Files not ending in .png (any case) and names starting
+ * with '.' are ignored.
  *
  * Entry fields: {"format": "image_folder", "root": DIR, "size": [H, W] (default: the first
  * image's), "channels": 1 | 2 | 3 | 4 (default: the first image's), "resize": "none" (default:
@@ -106,6 +108,12 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
         int64_t m;
         rc = list_dir(dir, false, &names, &m, err);
         if (rc) return rc;
+        /* An empty class would still take a label (its place in the sorted list): the model
+         * would be asked for a class no image has, and a message about labels would name a
+         * label no file carries. Refused, as torchvision's ImageFolder does. */
+        if (m == 0)
+            return ct_errf(err, CT_ERR_DATA, "%s: class directory holds no .png files (every "
+                           "directory under %s is a class); remove it or add images", dir, im->root);
         for (int64_t j = 0; j < m; j++) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 1024;
@@ -138,9 +146,6 @@ static int scan(folder_impl *im, int64_t limit, int64_t *count, ct_err *err) {
         im->n_alloc = n = limit;
     }
     *count = n;
-    if (n == 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: no .png files in its %lld class directories", im->root,
-                       (long long)im->n_classes);
     return CT_OK;
 }
 
@@ -164,6 +169,23 @@ static void resize_bilinear(const ct_image8 *src, int ch, int h, int w, float *o
             out[(size_t)y * w + x] = top * (1 - wy) + bot * wy;
         }
     }
+}
+
+static const char *folder_file_at(const ct_dataset *ds, int64_t k) {
+    const folder_impl *im = ds->impl;
+    return k < ds->count ? im->files[k] : NULL;
+}
+
+/* Labels by another dataset's class list (dataset.h, use_classes). */
+static void folder_use_classes(ct_dataset *ds, const int32_t *map, int64_t classes,
+                               const char *const *names) {
+    folder_impl *im = ds->impl;
+    for (int64_t i = 0; i < ds->count; i++) im->labels[i] = map[im->labels[i]];
+    free_names(im->classes, im->n_classes);
+    im->classes = ct_xmalloc((size_t)classes * sizeof *im->classes);
+    for (int64_t k = 0; k < classes; k++) im->classes[k] = ct_xstrdup(names[k]);
+    im->n_classes = ds->classes = classes;
+    ds->class_names = (const char *const *)im->classes;
 }
 
 /* Interleaved 8-bit image -> [c, h, w] normalised floats, resizing as configured. */
@@ -354,6 +376,8 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
     ds->format = "image_folder";
     ds->decode = folder_decode;
     ds->decode_u8 = folder_decode_u8;
+    ds->use_classes = folder_use_classes;
+    ds->file = folder_file_at;
     ds->close = folder_close;
     ct_config_resolve_path(cfg, root->valuestring, im->root, sizeof im->root);
     snprintf(ds->source, sizeof ds->source, "%s", im->root);
@@ -366,6 +390,9 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
         ds->sample_dtype = CT_F32;
         ds->target_dtype = CT_I32;
         ds->classes = im->n_classes;
+        ds->class_names = (const char *const *)im->classes;
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: %lld class directories, \"%s\" to \"%s\"",
+                 im->root, (long long)im->n_classes, im->classes[0], im->classes[im->n_classes - 1]);
         float mean[4], std[4];
         rc = ct_data_normalize_parse(cfg, im->c, mean, std, err);
         im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));

@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@
 #include "core/util/rng.h"
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_UPLOADING };
+enum { BAD_NONE, BAD_COUNTED, BAD_NAMED };     /* skip_corrupt: a record's state */
+enum { SKIP_MSG = 512 };                       /* bytes kept of a skipped record's error */
 enum { CACHE_EMPTY, CACHE_READY, CACHE_WRITING };
 
 typedef struct slot {
@@ -36,6 +39,11 @@ typedef struct slot {
     uint64_t gen;
     int rc;
     ct_err err;
+    /* skip_corrupt: the records this batch skipped, and the errors of the first
+     * CT_LOADER_SKIPS_NAMED of them (enough: see note_skips) */
+    int64_t *skip_idx;           /* [batch] */
+    char (*skip_msg)[SKIP_MSG];  /* [CT_LOADER_SKIPS_NAMED] */
+    int n_skip;
 } slot;
 
 struct ct_loader {
@@ -59,8 +67,13 @@ struct ct_loader {
 
     uint8_t *cache;              /* [count, in_bytes + tgt_bytes] decoded samples, or NULL */
     _Atomic uint8_t *cstate;     /* [count] CACHE_* */
-    _Atomic uint8_t *bad;        /* [count] 1 = skipped as corrupt (counted once) */
-    _Atomic int64_t skipped;
+    /* skip_corrupt, kept on the taker's thread in stream order (note_skips), so the records
+     * named and the counts do not depend on which worker met a record first */
+    uint8_t *bad;                /* [count] BAD_* */
+    int64_t skipped;             /* distinct records skipped */
+    int named;                   /* records named in a warning (up to CT_LOADER_SKIPS_NAMED) */
+    int64_t skip_epoch;          /* the epoch the two counts below are for */
+    int64_t epoch_skips, epoch_unnamed;
 
     /* Staged: two sets of device buffers, used by alternate batches, so the upload of the next
      * batch overlaps the steps queued on the current one (it waits only for the compute_mark
@@ -272,13 +285,18 @@ static void fill(ct_loader *l, slot *s, const uint32_t *perm, void *scratch) {
     int64_t n = l->epoch_samples - start < l->o.batch ? l->epoch_samples - start : l->o.batch;
     int64_t out = 0;
     s->rc = CT_OK;
+    s->n_skip = 0;
     for (int64_t j = 0; j < n; j++) {
         int64_t idx = perm ? perm[start + j] : start + j;
         uint8_t *in = (uint8_t *)s->in + (size_t)out * l->in_bytes;
         uint8_t *tgt = (uint8_t *)s->tgt + (size_t)out * l->tgt_bytes;
         int rc = load_sample(l, idx, in, tgt, &s->err);
         if (rc == CT_ERR_DATA && l->o.skip_corrupt) {
-            if (atomic_exchange(&l->bad[idx], 1) == 0) atomic_fetch_add(&l->skipped, 1);
+            if (s->n_skip < CT_LOADER_SKIPS_NAMED) {
+                const char *m = s->err.msg;
+                snprintf(s->skip_msg[s->n_skip], SKIP_MSG, "%.*s", (int)strcspn(m, "\n"), m);
+            }
+            s->skip_idx[s->n_skip++] = idx;
             continue;
         }
         if (rc) {
@@ -395,6 +413,10 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
         l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1);
         l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1);
         ok &= l->slots[i].in && l->slots[i].tgt;
+        if (l->o.skip_corrupt) {
+            l->slots[i].skip_idx = ct_xmalloc((size_t)l->o.batch * sizeof *l->slots[i].skip_idx);
+            l->slots[i].skip_msg = ct_xmalloc(CT_LOADER_SKIPS_NAMED * sizeof *l->slots[i].skip_msg);
+        }
     }
     if (l->staged) {
         dev_sizes d = device_sizes(l->o.batch, ct_shape_numel(&l->ds->sample_shape), l->ds->sample_dtype,
@@ -446,6 +468,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     l->bpe = (l->epoch_samples + o->batch - 1) / o->batch;
     l->taken = -1;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
+    l->skip_epoch = -1;
     if (o->shuffle)
         for (int k = 0; k < 2; k++) l->perm[k] = ct_xmalloc((size_t)ds->count * sizeof(uint32_t));
     if (o->skip_corrupt) l->bad = ct_xcalloc((size_t)ds->count, 1);
@@ -552,6 +575,50 @@ static void stage(ct_loader *l, slot *s, ct_loader_batch *b) {
     pthread_mutex_unlock(&l->mu);
 }
 
+static void say(const ct_loader *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const ct_loader *l, const char *fmt, ...) {
+    if (!l->o.warn_fn) return;
+    char line[SKIP_MSG + 256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    l->o.warn_fn(l->o.warn_ctx, line);
+}
+
+/* skip_corrupt bookkeeping of the batch just taken: count each record once, name the first
+ * CT_LOADER_SKIPS_NAMED, and at the end of an epoch count the skips not named (a bad file seen
+ * every epoch is named once, not every epoch). The slot kept the errors of its first
+ * CT_LOADER_SKIPS_NAMED skips, which holds every record still to be named: until that many are
+ * named, every record skipped before has been named, so at most `named` skips of the batch come
+ * before its first unnamed one. */
+static void note_skips(ct_loader *l, const slot *s, int64_t epoch, bool last_of_epoch) {
+    if (epoch != l->skip_epoch) {
+        l->skip_epoch = epoch;
+        l->epoch_skips = l->epoch_unnamed = 0;
+    }
+    for (int j = 0; j < s->n_skip; j++) {
+        uint8_t *st = &l->bad[s->skip_idx[j]];
+        l->epoch_skips++;
+        if (*st == BAD_NONE) {
+            l->skipped++;
+            *st = BAD_COUNTED;
+            if (l->named < CT_LOADER_SKIPS_NAMED && j < CT_LOADER_SKIPS_NAMED) {
+                *st = BAD_NAMED;
+                l->named++;
+                say(l, "data.skip_corrupt: skipped %s%s", s->skip_msg[j],
+                    l->named == CT_LOADER_SKIPS_NAMED ? " (further corrupt records are counted, not "
+                                                        "named: one line per epoch)" : "");
+            }
+        }
+        l->epoch_unnamed += *st != BAD_NAMED;
+    }
+    if (last_of_epoch && l->epoch_unnamed)
+        say(l, "data.skip_corrupt: %s: epoch %lld skipped %lld corrupt records, %lld of them not named "
+            "above (%lld distinct so far)", l->ds->source, (long long)epoch + 1, (long long)l->epoch_skips,
+            (long long)l->epoch_unnamed, (long long)l->skipped);
+}
+
 int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     pthread_mutex_lock(&l->mu);
     if (l->taken >= 0) {
@@ -586,6 +653,7 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     b->input = s->in;
     b->target = s->tgt;
     b->input_dtype = l->ds->sample_dtype;
+    if (l->bad) note_skips(l, s, b->epoch, b->last_of_epoch);
     if (l->staged) stage(l, s, b);
     return CT_OK;
 }
@@ -617,7 +685,7 @@ void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch) {
 int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->bpe; }
 double ct_loader_last_wait(const ct_loader *l) { return l->last_wait; }
 double ct_loader_total_wait(const ct_loader *l) { return l->total_wait; }
-int64_t ct_loader_skipped(const ct_loader *l) { return atomic_load(&((ct_loader *)l)->skipped); }
+int64_t ct_loader_skipped(const ct_loader *l) { return l->skipped; }
 
 void ct_loader_free(ct_loader *l) {
     if (!l) return;
@@ -631,6 +699,8 @@ void ct_loader_free(ct_loader *l) {
     for (int i = 0; l->slots && i < l->nslots; i++) {
         if (l->slots[i].in) l->be->mem.free_host_pinned(l->be, l->slots[i].in);
         if (l->slots[i].tgt) l->be->mem.free_host_pinned(l->be, l->slots[i].tgt);
+        free(l->slots[i].skip_idx);
+        free(l->slots[i].skip_msg);
     }
     free(l->slots);
     for (int k = 0; k < 2; k++) {
@@ -642,7 +712,7 @@ void ct_loader_free(ct_loader *l) {
     free(l->perm[1]);
     free(l->cache);
     free((void *)l->cstate);
-    free((void *)l->bad);
+    free(l->bad);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);

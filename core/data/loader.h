@@ -45,7 +45,16 @@ typedef struct ct_loader_opts {
     bool on_device_cpu;          /* tests: run the on_device path on the CPU backend too */
     ct_dtype device_dtype;       /* what normalize_u8 writes (the compute dtype); CT_F32 default */
     float mean[4], std[4];       /* data.transform.normalize, per channel (on_device) */
+    /* skip_corrupt: what was skipped, one line at a time (no "ctrain: warning:" prefix), called
+     * from ct_loader_next on its caller's thread in stream order: a line naming each of the first
+     * CT_LOADER_SKIPS_NAMED distinct records skipped (the decode error: file and record), then, at
+     * the end of each epoch that skipped records not named so, one line counting them. NULL:
+     * nothing is said (ct_loader_skipped still counts). */
+    void (*warn_fn)(void *ctx, const char *line);
+    void *warn_ctx;
 } ct_loader_opts;
+
+enum { CT_LOADER_SKIPS_NAMED = 10 };
 
 /* Options for data.<which> from the config: data.workers/prefetch/shuffle (train only, default
  * true)/drop_last/cache/skip_corrupt, data.transform.random_crop {"padding": P} and
@@ -80,7 +89,7 @@ int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 /* Seconds the caller waited in ct_loader_next: the last call and the total. */
 double ct_loader_last_wait(const ct_loader *l);
 double ct_loader_total_wait(const ct_loader *l);
-/* Distinct records skipped as corrupt so far (data.skip_corrupt). */
+/* Distinct records skipped as corrupt so far (data.skip_corrupt), in the batches taken. */
 int64_t ct_loader_skipped(const ct_loader *l);
 void ct_loader_free(ct_loader *l);
 

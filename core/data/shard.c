@@ -397,6 +397,11 @@ static int shard_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void
     return CT_OK;
 }
 
+static const char *shard_file_at(const ct_dataset *ds, int64_t k) {
+    const shard_impl *im = ds->impl;
+    return k < im->nfiles ? im->files[k].path : NULL;
+}
+
 int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                   ct_err *err) {
     *out = NULL;
@@ -425,6 +430,7 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
     ds->impl = im;
     ds->format = "shard";
     ds->decode = shard_decode;
+    ds->file = shard_file_at;
     ds->close = shard_close;
     snprintf(ds->source, sizeof ds->source, "%s", file);
     int rc = list_shards(file, im, err);
@@ -435,6 +441,9 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
         ds->count += im->files[i].count;
     }
     if (!rc && ds->count == 0) rc = ct_errf(err, CT_ERR_DATA, "%s: the shards hold no records", file);
+    if (!rc && ds->classes > 0)
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: %lld classes in the shard header (as ctrain "
+                 "pack recorded them)", im->files[0].path, (long long)ds->classes);
     if (!rc) {
         if (lim && lim->valuedouble < (double)ds->count) ds->count = (int64_t)lim->valuedouble;
         ds->sample_dtype = CT_F32;

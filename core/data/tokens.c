@@ -194,6 +194,8 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->target_shape = ds->sample_shape;
     ds->target_dtype = CT_I32;
     ds->classes = im->vocab;
+    snprintf(ds->label_note, sizeof ds->label_note, "%s: vocabulary of %u tokens in its header", file,
+             im->vocab);
     *out = ds;
     return CT_OK;
 }

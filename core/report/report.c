@@ -227,7 +227,8 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     fprintf(f, ",\"peak_host_bytes\":%zu,\"peak_device_bytes\":%zu", s->peak_host_bytes,
             s->peak_device_bytes);
     put_num(f, "loss_scale", s->loss_scale, "%.6g");
-    fprintf(f, ",\"skipped_steps\":%ld,\"run_dir\":", s->skipped_steps);
+    fprintf(f, ",\"skipped_steps\":%ld,\"skipped_records\":%lld,\"run_dir\":", s->skipped_steps,
+            (long long)s->skipped_records);
     put_str(f, s->run_dir);
     put_num(f, "first_step_s", s->first_step_s, "%.3f");
     put_num(f, "data_wait_share", s->data_wait_share, "%.4f");

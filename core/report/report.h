@@ -29,6 +29,7 @@ typedef struct ct_summary {
     size_t peak_device_bytes;
     double loss_scale;           /* NAN when not fp16 */
     long skipped_steps;
+    int64_t skipped_records;     /* data.skip_corrupt: distinct records skipped, train + eval sets */
     char run_dir[1024];
     char error[512];             /* first line of the error when status is "error" */
     double first_step_s;         /* process age when the first training step began; NAN if none */

@@ -30,6 +30,8 @@ static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
 void ct_trainer_finish(ct_trainer *t) {
     ct_summary *s = t->sum;
     s->wall_s = ct_now() - t->t_open;
+    s->skipped_records = (t->d.train_l ? ct_loader_skipped(t->d.train_l) : 0) +
+                         (t->d.eval_l ? ct_loader_skipped(t->d.eval_l) : 0);
     s->peak_host_bytes = ct_peak_rss_bytes();
     if (t->be && t->be->mem.peak_bytes) s->peak_device_bytes = t->be->mem.peak_bytes(t->be);
     if (t->be && t->be->mem.mem_stats) {

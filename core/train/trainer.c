@@ -65,18 +65,22 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                        (long long)ct_shape_numel(&ds->sample_shape), ct_dtype_name(gi->input_dtype),
                        ct_shape_str(&gi->input_shape, b, sizeof b),
                        (long long)ct_shape_numel(&gi->input_shape));
+    int rc;
     if (ds->target_dtype != gi->target_dtype ||
         ct_shape_numel(&ds->target_shape) != ct_shape_numel(&gi->target_shape))
-        return ct_errf(err, CT_ERR_CONFIG,
-                       "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
-                       ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
-                       ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
-    if (gi->classes > 0 && ds->classes > gi->classes)
-        return ct_errf(err, CT_ERR_DATA,
-                       "data.%s (%s): labels go up to %lld but the model has %lld classes "
-                       "(its last layer's output)", which, ds->source, (long long)ds->classes - 1,
-                       (long long)gi->classes);
-    return CT_OK;
+        rc = ct_errf(err, CT_ERR_CONFIG,
+                     "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
+                     ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
+                     ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    else if (gi->classes > 0 && ds->classes > gi->classes)
+        rc = ct_errf(err, CT_ERR_DATA,
+                     "data.%s (%s): labels go up to %lld but the model has %lld classes "
+                     "(its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                     (long long)gi->classes);
+    else
+        return CT_OK;
+    if (ds->label_note[0]) ct_err_append(err, "%s", ds->label_note); /* which file and record */
+    return rc;
 }
 
 /* Features this version does not have yet: refuse them rather than train something else. */
@@ -196,11 +200,21 @@ static int start_step_runner(ct_trainer *t, ct_err *err) {
     return rc;
 }
 
+/* The loader's data.skip_corrupt lines arrive while steps run: through the reporter, which
+ * clears a progress line first; --quiet silences progress, not warnings. */
+static void loader_warning(void *ctx, const char *line) {
+    ct_report *r = ctx;
+    if (r->quiet) fprintf(stderr, "ctrain: warning: %s\n", line);
+    else ct_report_line(r, "ctrain: warning: %s", line);
+}
+
 /* A loader for one dataset; train: shuffled (data.shuffle), drop_last, augmented. */
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
     int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->m.info->classes, &o, err);
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
+    o.warn_fn = loader_warning;
+    o.warn_ctx = &t->obs.rep;
     if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->obs.warn, err);
     if (!rc && train) t->d.shuffle = o.shuffle;
     return rc;
@@ -224,6 +238,8 @@ static int check_eval_metrics(const ct_trainer *t, ct_err *err) {
 static int setup_data(ct_trainer *t, ct_err *err) {
     ct_trainer_data *d = &t->d;
     int rc = check_eval_metrics(t, err);
+    /* Eval labels must mean what train labels mean: formats with class names match them. */
+    if (!rc && d->eval_ds) rc = ct_dataset_match_classes(d->eval_ds, "eval", d->train_ds, "train", err);
     if (!rc) rc = check_dataset(t, d->train_ds, "train", err);
     if (!rc && d->eval_ds) rc = check_dataset(t, d->eval_ds, "eval", err);
     if (!rc) rc = start_loader(t, d->train_ds, true, &d->train_l, err);
