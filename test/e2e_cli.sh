@@ -51,6 +51,14 @@ expect 0 "three override forms" -- "$B" --config "$T/c.json" --print-config \
 has "$T/out" '"lr":[[:space:]]*0.25' "--set applied"
 has "$T/out" '"gradient_accumulation_steps":[[:space:]]*4' "--KEY=VALUE applied"
 has "$T/out" '"train_micro_batch_size_per_gpu":[[:space:]]*3' "KEY=VALUE applied"
+# A misspelt override is refused (a sweep would otherwise train the defaults); in the file it warns.
+expect 2 "--lr=0.1 (not a key) refused" -- "$B" --config "$T/c.json" --print-config --lr=0.1
+has "$T/err" "c.json: --set lr: unknown key; did you mean optimizer.params.lr?" "--lr names the key it meant"
+expect 2 "misspelt --set refused" -- "$B" --config "$T/c.json" --print-config --set optimizer.params.lrr=0.1
+has "$T/err" "did you mean optimizer.params.lr?" "misspelt --set gets a suggestion"
+printf '{"train_batch_size": 16, "optimizer": {"type": "AdamW", "params": {"lrr": 0.1}}}\n' >"$T/typo.json"
+expect 0 "a typo in the file only warns" -- "$B" --config "$T/typo.json" --print-config
+has "$T/err" "optimizer.params.lrr: unknown key (ignored); did you mean optimizer.params.lr?" "file typo warned"
 expect 2 "bad stage" -- "$B" --config "$T/c.json" --print-config --set zero_optimization.stage=4
 has "$T/err" "zero_optimization.stage" "bad stage names the JSON path"
 

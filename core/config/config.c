@@ -61,6 +61,7 @@ static int load(ct_rd *r, const ct_config_opts *opts) {
     if (!rc) rc = ct_cfg_apply_overrides(r, root);
     if (!rc) rc = ct_cfg_splice_sections(r, root, false);
     if (!rc) rc = ct_rd_top(r, root);
+    if (!rc) rc = ct_rd_check_overrides(r); /* before the batch rule: a misspelt batch key explains it */
     if (!rc) rc = ct_rd_batch(r, root);
     if (rc) return rc;
     ct_rd_drop_explained(r);
