@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/optim/sched.h"
 #include "core/train/internal.h"
 #include "core/util/rng.h"
 
@@ -100,6 +101,11 @@ static void plan_steps(ct_trainer *t) {
     d->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
                                               : (long)cfg->train.epochs * d->steps_per_epoch;
     d->epochs_planned = (int)((d->total_steps + d->steps_per_epoch - 1) / d->steps_per_epoch);
+    /* The schedule's total_num_steps "auto" is this run's length (the optimizer holds the copy the
+     * updates read); a fixed one shorter than the run gets a warning. */
+    char warn[512];
+    ct_sched_resolve_total(&t->m.opt->sched, d->total_steps, warn, sizeof warn);
+    if (warn[0]) ct_warnf(&t->obs.warn, "%s: %s", cfg->path, warn);
 }
 
 /* ---- the start block and the plan ---- */
