@@ -89,6 +89,24 @@ if [ -d "$CORPUS" ]; then
     expect 2 "config check rejects W=8 batch" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json" --world-size 8
 fi
 
+# Runs on a small random CSV data set (16 features, 4 classes): an MLP, steps of 32 samples.
+random_csv "$T/train.csv" 640 16 4 7
+random_csv "$T/eval.csv" 128 16 4 8
+cat > "$T/run.json" <<'JSON'
+{"train_batch_size": 32, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+ "model": {"input": [16], "layers": [{"type": "linear", "name": "fc1", "out": 32}, {"type": "relu", "name": "r1"},
+           {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "csv", "path": "train.csv"}, "eval": {"format": "csv", "path": "eval.csv"}},
+ "train": {"epochs": 2, "seed": 3, "device": "cpu", "threads": 1}}
+JSON
+R="$T/run.json"
+
+# null means "not set" in ctrain's own sections too (the dataset openers never see it)
+expect 0 "--set data.train.limit=null trains" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
+    --set data.train.limit=null --set data.transform=null --set model.layers.0.init=null
+has "$T/out" '"status":"ok","steps":40' "null keys: the whole data set (20 steps x 2 epochs)"
+
 FM=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 if [ -f "$FM" ]; then
     expect 0 "pack idx into a shard" -- "$B" pack --from idx "$FM" --out "$T/shards"

@@ -319,6 +319,65 @@ START_TEST(override_typos_refused) {
 }
 END_TEST
 
+/* No object member under `node` is null (array elements may be: they are values, not keys). */
+static void assert_no_null_member(const cJSON *node, const char *where) {
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        ck_assert_msg(!(cJSON_IsObject(node) && cJSON_IsNull(c)), "%s.%s is still null", where, c->string);
+        assert_no_null_member(c, where);
+    }
+}
+
+/* null means "not set" in ctrain's own sections as in DeepSpeed's: the dataset openers and the
+ * graph builder read model and data themselves, so the loader takes null members out of those
+ * sections, whether the file or an override wrote them (--set data.train.size=null). Random
+ * subsets of null overrides on a file that has nulls of its own. */
+START_TEST(null_means_not_set) {
+    const char *text =
+        "{\"train_batch_size\": 8,\n"
+        " \"model\": {\"input\": [4], \"init_from\": null, \"layers\": [{\"type\": \"linear\", \"out\": 3, "
+        "\"name\": null}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+        " \"data\": {\"workers\": null, \"eval\": null,\n"
+        "          \"train\": {\"format\": \"image_folder\", \"root\": \"x\", \"size\": [8, 8], \"channels\": 3, "
+        "\"limit\": null},\n"
+        "          \"transform\": {\"hflip\": null, \"normalize\": {\"mean\": [0.5], \"std\": [0.2]}}}}";
+    static const char *const nulls[] = {"data.train.size", "data.train.channels", "data.transform.normalize",
+                                        "model.layers.0.out", "data.prefetch", "model.loss.type"};
+    srand(3);
+    for (int it = 0; it < 12; it++) {
+        const char *ovs[CT_ARRAY_LEN(nulls)];
+        char buf[CT_ARRAY_LEN(nulls)][64];
+        bool on[CT_ARRAY_LEN(nulls)];
+        int n = 0;
+        for (int k = 0; k < CT_ARRAY_LEN(nulls); k++) {
+            on[k] = it == 0 || rand() % 2;
+            if (!on[k]) continue;
+            snprintf(buf[n], sizeof buf[n], "%s=null", nulls[k]);
+            ovs[n] = buf[n];
+            n++;
+        }
+        loaded l = load_opts(text, 1, ovs, n, false, false);
+        assert_ok(l);
+        assert_no_null_member(l.cfg->model, "model");
+        assert_no_null_member(l.cfg->data, "data");
+        assert_no_null_member(l.cfg->resolved, "--print-config");
+        const cJSON *train = cJSON_GetObjectItem(l.cfg->data, "train");
+        ck_assert(!cJSON_GetObjectItem(train, "limit") && !cJSON_GetObjectItem(l.cfg->data, "eval"));
+        ck_assert(cJSON_GetObjectItem(train, "root") != NULL); /* the rest is kept */
+        ck_assert((cJSON_GetObjectItem(train, "size") == NULL) == on[0]);
+        ck_assert((cJSON_GetObjectItem(train, "channels") == NULL) == on[1]);
+        const cJSON *layer = cJSON_GetArrayItem(cJSON_GetObjectItem(l.cfg->model, "layers"), 0);
+        ck_assert((cJSON_GetObjectItem(layer, "out") == NULL) == on[3]);
+        unload(&l);
+    }
+    /* a null for a key the section does not have is still a typo */
+    const char *typo[] = {"data.train.sise=null"};
+    loaded l = load_opts(text, 1, typo, 1, false, false);
+    ck_assert_int_eq(l.rc, CT_ERR_CONFIG);
+    ck_assert_msg(strstr(l.err.msg, "data.train.sise: unknown key; did you mean data.train.size?"), "%s", l.err.msg);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(unused_keys_listed_once) {
     loaded l = load("{\"train_batch_size\": 8, \"comms_logger\": {\"enabled\": false}, \"sparse_attention\": "
                     "{\"mode\": \"fixed\"}, \"aio\": {\"block_size\": 1048576}, \"zero_optimization\": "
@@ -1040,6 +1099,7 @@ int main(void) {
     tcase_add_test(tc, auto_resolution);
     tcase_add_test(tc, typo_suggestions);
     tcase_add_test(tc, override_typos_refused);
+    tcase_add_test(tc, null_means_not_set);
     tcase_add_test(tc, unused_keys_listed_once);
     tcase_add_test(tc, hjson_forms_warn);
     tcase_add_test(tc, pydantic_coercion);

@@ -150,5 +150,9 @@ int ct_cfg_apply_overrides(ct_rd *r, cJSON *root);
  * objects. Run before the overrides (so --set model.x reaches the file's section) and again after
  * them without use_opts (so --set model=FILE works). */
 int ct_cfg_splice_sections(ct_rd *r, cJSON *root, bool use_opts);
+/* null means "not set" (docs/config.md). The table-driven sections read it so; "model" and "data"
+ * are read by the graph builder and the dataset openers, so their null members are taken out of
+ * the tree (after the sections are validated, so that a null still cannot hide a misspelt key). */
+void ct_cfg_drop_nulls(ct_config *cfg, cJSON *root);
 
 #endif
