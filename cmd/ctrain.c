@@ -81,18 +81,27 @@ static void print_version(void) {
 #endif
 }
 
-/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style). */
-static int world_size_from_env(void) {
+/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style): the first variable
+ * set decides, 1 when none is. A value that is not a positive integer is a usage error naming the
+ * variable: taking it as 1 would apply the batch rule to another world than the launcher's. */
+static int world_size_from_env(int *out) {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
+    *out = 1;
     for (int i = 0; i < CT_ARRAY_LEN(vars); i++) {
         const char *v = getenv(vars[i]);
-        if (v && *v) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end == '\0' && n >= 1 && n <= 1 << 20) return (int)n;
+        if (!v || !*v) continue;
+        char *end, what[256];
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || n < 1 || n > 1 << 20) {
+            snprintf(what, sizeof what, "%s=\"%.64s\" in the environment: expected the launcher's world size, a "
+                     "positive integer; fix or unset it, or give --world-size N", vars[i], v);
+            return usage_error("%s", what);
         }
+        *out = (int)n;
+        return CT_OK;
     }
-    return 1;
+    return CT_OK;
 }
 
 static int parse_world_size(const char *s, int *out) {
@@ -208,7 +217,7 @@ static int cmd_config(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "check") != 0)
         return usage_error("%s", "usage: ctrain config check FILE [--world-size N]");
     const char *file = NULL;
-    int world = world_size_from_env();
+    int world = 0;
     for (int i = 3; i < argc; i++) {
         const char *v;
         if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
@@ -223,6 +232,10 @@ static int cmd_config(int argc, char **argv) {
         }
     }
     if (!file) return usage_error("%s", "config check needs a FILE");
+    if (!world) {
+        int rc = world_size_from_env(&world);
+        if (rc) return rc;
+    }
     ct_warnings warn = {0};
     ct_err err = {0};
     int rc = ct_config_check(file, world, stdout, &warn, &err);
@@ -247,7 +260,7 @@ static int run_training(cli_args *a) {
         .data_path = a->data,
         .overrides = a->overrides,
         .n_overrides = a->n_overrides,
-        .world_size = a->world_size ? a->world_size : world_size_from_env(),
+        .world_size = a->world_size,
     };
     /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built
      * for (sm_80 and newer) has bf16. */
@@ -339,6 +352,7 @@ int main(int argc, char **argv) {
     }
     cli_args a = {0};
     int rc = parse_args(argc, argv, &a);
+    if (rc == CT_OK && !a.world_size) rc = world_size_from_env(&a.world_size); /* --world-size wins */
     if (rc == CT_OK) {
         if (!a.config) {
             rc = usage_error("%s", "no config given: ctrain --config FILE");

@@ -62,6 +62,15 @@ has "$T/err" "optimizer.params.lrr: unknown key (ignored); did you mean optimize
 expect 2 "bad stage" -- "$B" --config "$T/c.json" --print-config --set zero_optimization.stage=4
 has "$T/err" "zero_optimization.stage" "bad stage names the JSON path"
 
+# The launcher's world size: a malformed value is a usage error naming the variable (it was taken as 1)
+expect 2 "WORLD_SIZE=abc refused" -- env WORLD_SIZE=abc "$B" --config "$T/c.json" --print-config
+has "$T/err" 'WORLD_SIZE="abc"' "the message names the variable and its value"
+expect 2 "config check: OMPI_COMM_WORLD_SIZE=0 refused" -- env OMPI_COMM_WORLD_SIZE=0 "$B" config check "$T/c.json"
+has "$T/err" "OMPI_COMM_WORLD_SIZE" "config check names the variable"
+expect 0 "--world-size wins over the environment" -- env WORLD_SIZE=abc "$B" --config "$T/c.json" --print-config --world-size 1
+expect 0 "WORLD_SIZE=2 read" -- env WORLD_SIZE=2 "$B" config check "$T/c.json"
+has "$T/out" "world 2" "WORLD_SIZE=2 is the world size"
+
 # config check says what is accepted but not used yet, and does not show ZeRO as active
 cat > "$T/z.json" <<'JSON'
 {
