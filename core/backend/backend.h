@@ -442,8 +442,10 @@ void ct_backend_destroy(ct_backend *be);
 bool ct_cuda_available(void);
 
 /* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
- * cores). Returns NULL only when threads cannot be started. */
+ * cores). Returns NULL only when threads cannot be started, with errno saying why. */
 ct_backend *ct_cpu_backend_create(int threads);
+/* The thread count ct_cpu_backend_create starts for a train.threads setting (0: online cores). */
+int ct_cpu_threads_for(int threads);
 
 #ifdef CT_HAVE_CUDA
 /* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table
