@@ -116,6 +116,14 @@ expect 0 "--set data.train.limit=null trains" -- "$B" --config "$R" --quiet --se
     --set data.train.limit=null --set data.transform=null --set model.layers.0.init=null
 has "$T/out" '"status":"ok","steps":40' "null keys: the whole data set (20 steps x 2 epochs)"
 
+# A hand-edited state.json whose epoch_step lies beyond the epoch (20 steps here) is refused, as
+# a data error naming the file and the field, instead of resuming somewhere else.
+ck="$T/null/checkpoints/global_step40"
+sed 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' "$ck/state.json" >"$T/state.json" && cp "$T/state.json" "$ck/state.json"
+expect 3 "resume: epoch_step beyond the epoch refused" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
+    --resume "$ck"
+has "$T/err" "global_step40/state.json: epoch_step: 23 is beyond the epoch (20 steps" "the file and the field are named"
+
 FM=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 if [ -f "$FM" ]; then
     expect 0 "pack idx into a shard" -- "$B" pack --from idx "$FM" --out "$T/shards"
