@@ -20,7 +20,8 @@ static const char USAGE[] =
     "       ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress]\n"
     "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR\n"
     "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
-    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--summary FILE]\n"
+    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]\n"
+    "                   [--quiet] [--summary FILE]\n"
     "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
     "       ctrain plot ...   (not implemented yet)\n"
     "\n"
@@ -115,38 +116,10 @@ static int parse_world_size(const char *s, int *out) {
 
 typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
-    const char **overrides;
-    int n_overrides;
-    char **owned;               /* override strings built here (--device, --seed) */
-    int n_owned;
+    ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
     bool print_config, dry_run, quiet;
     int world_size;
 } cli_args;
-
-static void add_override(cli_args *a, const char *kv) {
-    a->overrides = ct_xrealloc(a->overrides, (size_t)(a->n_overrides + 1) * sizeof *a->overrides);
-    a->overrides[a->n_overrides++] = kv;
-}
-
-static void add_owned_override(cli_args *a, const char *key, const char *value) {
-    size_t n = strlen(key) + strlen(value) + 2;
-    char *s = ct_xmalloc(n);
-    snprintf(s, n, "%s=%s", key, value);
-    a->owned = ct_xrealloc(a->owned, (size_t)(a->n_owned + 1) * sizeof *a->owned);
-    a->owned[a->n_owned++] = s;
-    add_override(a, s);
-}
-
-/* An override KEY=VALUE is well formed when KEY is a non-empty dotted path. */
-static bool is_override(const char *s) {
-    const char *eq = strchr(s, '=');
-    if (!eq || eq == s) return false;
-    for (const char *p = s; p < eq; p++)
-        if (!(*p == '.' || *p == '_' || *p == '-' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
-              (*p >= 'A' && *p <= 'Z')))
-            return false;
-    return s[0] != '.' && eq[-1] != '.';
-}
 
 static int parse_args(int argc, char **argv, cli_args *a) {
     for (int i = 1; i < argc; i++) {
@@ -180,33 +153,15 @@ static int parse_args(int argc, char **argv, cli_args *a) {
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             if (!*v) return usage_error("%s needs a file", "--summary");
             a->summary = v;
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--device"))) {
-            if (!*v) return usage_error("%s needs auto, cpu, cuda or cuda:N", "--device");
-            /* Quote it: the override value must be a JSON string. */
-            char quoted[96];
-            if (strlen(v) > 64) return usage_error("--device: \"%s\" is not a device (auto, cpu, cuda, cuda:N)", v);
-            snprintf(quoted, sizeof quoted, "\"%s\"", v);
-            add_owned_override(a, "train.device", quoted);
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-') return usage_error("--seed: expected a non-negative integer, got \"%s\"", v);
-            (void)s;
-            add_owned_override(a, "train.seed", v);
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
-            if (!is_override(v)) return usage_error("--set: expected KEY=VALUE with a dotted KEY, got \"%s\"", v);
-            add_override(a, v);
-        } else if (arg[0] == '-' && arg[1] == '-' && is_override(arg + 2)) {
-            add_override(a, arg + 2); /* --optimizer.params.lr=3e-4, as sweep agents write it */
-        } else if (arg[0] != '-' && is_override(arg)) {
-            add_override(a, arg);     /* optimizer.params.lr=3e-4 */
-        } else if (arg[0] == '-') {
-            return usage_error("unknown option \"%s\"", arg);
         } else {
+            bool taken;
+            ct_err err = {0};
+            if (ct_cli_take_override(argc, argv, &i, &a->ov, &taken, &err)) return usage_error("%s", err.msg);
+            if (taken) continue;
+            if (arg[0] == '-') return usage_error("unknown option \"%s\"", arg);
             return usage_error("unexpected argument \"%s\" (overrides are KEY=VALUE)", arg);
         }
     }
@@ -258,8 +213,8 @@ static int run_training(cli_args *a) {
         .path = a->config,
         .model_path = a->model,
         .data_path = a->data,
-        .overrides = a->overrides,
-        .n_overrides = a->n_overrides,
+        .overrides = a->ov.items,
+        .n_overrides = a->ov.n,
         .world_size = a->world_size,
     };
     /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built
@@ -334,7 +289,7 @@ static void on_fatal(void *ctx, const char *msg) {
 
 int main(int argc, char **argv) {
     ct_set_fatal_handler(on_fatal, NULL);
-    if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
+    if (argc >= 2 && argv[1][0] != '-' && !ct_cli_is_override(argv[1])) {
         static const char *later[] = {"plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
         if (!strcmp(argv[1], "pack")) return run_subcommand(ct_pack_main, argc - 1, argv + 1);
@@ -360,8 +315,6 @@ int main(int argc, char **argv) {
             rc = run_training(&a);
         }
     }
-    for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
-    free(a.owned);
-    free(a.overrides);
+    ct_cli_overrides_free(&a.ov);
     return rc;
 }

@@ -119,10 +119,23 @@ has "$T/out" '"status":"ok","steps":40' "null keys: the whole data set (20 steps
 # A hand-edited state.json whose epoch_step lies beyond the epoch (20 steps here) is refused, as
 # a data error naming the file and the field, instead of resuming somewhere else.
 ck="$T/null/checkpoints/global_step40"
-sed 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' "$ck/state.json" >"$T/state.json" && cp "$T/state.json" "$ck/state.json"
+cp "$ck/state.json" "$T/state.saved"
+sed 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' "$T/state.saved" >"$ck/state.json"
 expect 3 "resume: epoch_step beyond the epoch refused" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
     --resume "$ck"
 has "$T/err" "global_step40/state.json: epoch_step: 23 is beyond the epoch (20 steps" "the file and the field are named"
+cp "$T/state.saved" "$ck/state.json"
+
+# ctrain eval takes the run options that apply to an evaluation, in the forms a run takes them
+expect 0 "eval --device --seed --set --quiet --summary" -- "$B" eval --config "$R" --checkpoint "$ck" --device cpu \
+    --seed 9 --set data.eval.limit=64 --train.threads=1 --quiet --summary "$T/eval.json"
+has "$T/eval.json" '"status":"ok","steps":40' "eval wrote its summary"
+expect 2 "eval --device with a bad device" -- "$B" eval --config "$R" --checkpoint "$ck" --device gpu
+has "$T/err" "train.device" "eval names the key of a bad --device"
+expect 2 "eval --seed -1" -- "$B" eval --config "$R" --checkpoint "$ck" --seed -1
+has "$T/err" "seed: expected a non-negative integer" "eval checks --seed"
+expect 2 "eval: a misspelt override" -- "$B" eval --config "$R" --checkpoint "$ck" --set data.eval.limt=5
+has "$T/err" "did you mean data.eval.limit?" "eval: misspelt override named"
 
 FM=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 if [ -f "$FM" ]; then
