@@ -253,6 +253,10 @@ static int run_training(cli_args *a) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* A reader of the log that goes away (`ctrain ... 2>&1 | head -1`) must not kill the run: the
+     * write fails with EPIPE instead, the reporter goes quiet, and the run trains, saves and
+     * writes --summary. */
+    signal(SIGPIPE, SIG_IGN);
 
     ct_run_opts ro = {
         .resume = a->resume,
