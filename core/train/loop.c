@@ -342,7 +342,12 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     return update_best(t, ls, metric_value(t, t->cfg->train.best_metric, loss, acc), err);
 }
 
-static int stop_code(int sig) { return sig == SIGTERM ? CT_EXIT_SIGTERM : CT_EXIT_SIGINT; }
+/* The exit code and name of a stop signal. SIGHUP (the terminal closed) stops the run as SIGTERM
+ * does: nobody is left to answer, so the step finishes and a checkpoint is saved. */
+static int stop_code(int sig) {
+    return sig == SIGTERM ? CT_EXIT_SIGTERM : sig == SIGHUP ? CT_EXIT_SIGHUP : CT_EXIT_SIGINT;
+}
+static const char *stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGINT"; }
 
 /* Loop control besides CT_OK ("go on") and the error/exit codes: the run ended normally. */
 #define LOOP_DONE (-1)
@@ -389,8 +394,8 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
         ct_trainer_set_status(t, "interrupted", NULL);
-        ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->ck.last);
+        ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s", stop_name(sig), ls->step,
+                t->ck.last);
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
