@@ -221,6 +221,7 @@ static struct {
     pthread_mutex_t mu;
     const ct_summary *live;      /* the summary the trainer fills (main thread) */
     ct_summary last;             /* a copy as of the last step, under mu */
+    bool stepped;                /* last is from a step of this process (not a resumed run's start) */
     bool finished;               /* ct_train_run returned: main writes the summary itself */
     const char *summary_path;    /* --summary FILE */
     bool quiet;
@@ -231,6 +232,7 @@ static struct {
 static void watch_step(void *ctx, long step, double loss) {
     pthread_mutex_lock(&g_watch.mu);
     g_watch.last = *g_watch.live;
+    g_watch.stepped = true;
     pthread_mutex_unlock(&g_watch.mu);
 }
 
@@ -254,9 +256,13 @@ static void write_all(int fd, const char *buf, size_t len) {
 static void exit_now(void) {
     pthread_mutex_lock(&g_watch.mu);
     ct_summary s = g_watch.last;
+    bool stepped = g_watch.stepped;
     pthread_mutex_unlock(&g_watch.mu);
     snprintf(s.status, sizeof s.status, "interrupted");
-    snprintf(s.error, sizeof s.error, "second interrupt: exited without saving after step %ld", s.steps);
+    if (stepped)
+        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving after step %ld", s.steps);
+    else
+        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving before the run's first step");
     s.wall_s = ct_now() - g_watch.t0;
     s.peak_host_bytes = ct_peak_rss_bytes();
     char *line = NULL;
@@ -297,7 +303,6 @@ static void *watch_signals(void *arg) {
         int sig = b;
         pthread_mutex_lock(&g_watch.mu);
         bool finished = g_watch.finished;
-        long step = g_watch.last.steps;
         pthread_mutex_unlock(&g_watch.mu);
         if (finished) continue; /* the run is over; main prints the summary and exits */
         if (g_stop_signal) {
@@ -306,8 +311,8 @@ static void *watch_signals(void *arg) {
         }
         g_stop_signal = sig;
         if (!g_watch.quiet)     /* at once: the step and the save may take a while */
-            fprintf(stderr, "%sctrain: %s: stopping after the current step (%ld), saving a checkpoint and exiting "
-                    "%d%s\n", isatty(STDERR_FILENO) ? "\n" : "", signal_name(sig), step + 1, 128 + sig,
+            fprintf(stderr, "%sctrain: %s: stopping after the current step, saving a checkpoint and exiting %d%s\n",
+                    isatty(STDERR_FILENO) ? "\n" : "", signal_name(sig), 128 + sig,
                     sig == SIGINT ? "; interrupt again to exit now without saving" : "");
     }
     return NULL;

@@ -439,9 +439,9 @@ static void suggest_anywhere(const ct_rd *r, const char *leaf, char *out, size_t
     size_t used = 0;
     int exact = 0;
     out[0] = '\0';
-    for (int i = 0; i < k && exact < 3; i++) {
+    for (int i = 0; i < k && exact < 3 && used < n; i++) {
         if (strcmp(names[i], leaf) != 0) continue;
-        used += (size_t)snprintf(out + used, used < n ? n - used : 0, "%s%s", exact ? " or " : "",
+        used += (size_t)snprintf(out + used, n - used, "%s%s", exact ? " or " : "",
                                  ct_rd_join(one, sizeof one, paths[i], names[i]));
         exact++;
     }
