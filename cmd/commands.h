@@ -3,10 +3,12 @@
  * CT_OK, CT_ERR_CONFIG (usage, or a config/checkpoint that does not fit), CT_ERR_DATA (unreadable
  * or corrupt input) or CT_ERR_RUNTIME (cannot write).
  *
- *   ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--quiet] [--summary FILE]
+ *   ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]
+ *               [--quiet] [--summary FILE]
  *       (eval.c) builds the model of the config, loads the weights (and buffers) of a checkpoint
  *       directory or a save_dir (then its latest), evaluates on data.eval and prints the summary
- *       line (status, steps = the checkpoint's step, eval_loss, eval_accuracy).
+ *       line (status, steps = the checkpoint's step, eval_loss, eval_accuracy). Overrides are
+ *       taken as for a run (ct_cli_take_override).
  *   ctrain info PATH                                                         (info_export.c)
  *       PATH: a safetensors file (tensors, dtypes, shapes, metadata), a checkpoint directory
  *       (state.json summary, files, tensors), a save_dir (its checkpoints, latest, best; then the
@@ -29,6 +31,24 @@
 #define CT_CMD_COMMANDS_H
 
 #include "core/util/common.h"
+
+/* The options that become config overrides, shared by a run and `ctrain eval` (overrides.c), in
+ * command-line order: --set KEY=VALUE, --KEY=VALUE and KEY=VALUE (the forms sweep agents write),
+ * --device D (train.device) and --seed N (train.seed). */
+typedef struct ct_cli_overrides {
+    const char **items;          /* "KEY=VALUE", for ct_config_opts.overrides */
+    int n;
+    char **owned;                /* the items built here (--device, --seed) */
+    int n_owned;
+} ct_cli_overrides;
+/* s is KEY=VALUE with a non-empty dotted KEY. */
+bool ct_cli_is_override(const char *s);
+/* When argv[*i] is one of those options, take it (*i moves past a separate value) and set *taken;
+ * CT_ERR_CONFIG with err filled when its value is malformed. *taken false: argv[*i] is something
+ * else, for the caller to handle. Call it after the caller's own options: "--world-size=2" has
+ * the shape of an override. */
+int ct_cli_take_override(int argc, char **argv, int *i, ct_cli_overrides *o, bool *taken, ct_err *err);
+void ct_cli_overrides_free(ct_cli_overrides *o);
 
 int ct_eval_main(int argc, char **argv, ct_err *err);
 int ct_info_main(int argc, char **argv, ct_err *err);

@@ -2,6 +2,8 @@
  * logic lives here (core/train/ has it). Every failure path prints one "ctrain: error:" message
  * and exits with the documented code (README.md, docs/ctrain.1). */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "cmd/commands.h"
 #include "core/util/common.h"
 #include "core/config/config.h"
+#include "core/report/report.h"
 #include "core/train/train.h"
 
 static const char USAGE[] =
@@ -20,7 +23,8 @@ static const char USAGE[] =
     "       ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress]\n"
     "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR\n"
     "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
-    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--summary FILE]\n"
+    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]\n"
+    "                   [--quiet] [--summary FILE]\n"
     "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
     "       ctrain plot ...   (not implemented yet)\n"
     "\n"
@@ -46,15 +50,8 @@ static const char USAGE[] =
     "  --local_rank=N       accepted and ignored (added by DeepSpeed's launcher)\n"
     "\n"
     "exit codes: 0 ok, 1 runtime failure, 2 usage or config error, 3 data error,\n"
-    "            4 training diverged, 130/143 interrupted by SIGINT/SIGTERM.\n";
-
-/* The only process-wide state: the signal that asked us to stop. Written by the handler only. */
-static volatile sig_atomic_t g_stop_signal;
-
-static void on_signal(int sig) {
-    if (g_stop_signal == SIGINT && sig == SIGINT) _exit(CT_EXIT_SIGINT); /* second ^C: now */
-    g_stop_signal = sig;
-}
+    "            4 training diverged, 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP after\n"
+    "            saving (a second SIGINT exits 130 at once, without saving).\n";
 
 static void print_error(const char *msg) {
     /* First line after the prefix; following lines as written (already indented by the caller). */
@@ -81,18 +78,27 @@ static void print_version(void) {
 #endif
 }
 
-/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style). */
-static int world_size_from_env(void) {
+/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style): the first variable
+ * set decides, 1 when none is. A value that is not a positive integer is a usage error naming the
+ * variable: taking it as 1 would apply the batch rule to another world than the launcher's. */
+static int world_size_from_env(int *out) {
     static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
+    *out = 1;
     for (int i = 0; i < CT_ARRAY_LEN(vars); i++) {
         const char *v = getenv(vars[i]);
-        if (v && *v) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end == '\0' && n >= 1 && n <= 1 << 20) return (int)n;
+        if (!v || !*v) continue;
+        char *end, what[256];
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || n < 1 || n > 1 << 20) {
+            snprintf(what, sizeof what, "%s=\"%.64s\" in the environment: expected the launcher's world size, a "
+                     "positive integer; fix or unset it, or give --world-size N", vars[i], v);
+            return usage_error("%s", what);
         }
+        *out = (int)n;
+        return CT_OK;
     }
-    return 1;
+    return CT_OK;
 }
 
 static int parse_world_size(const char *s, int *out) {
@@ -106,38 +112,10 @@ static int parse_world_size(const char *s, int *out) {
 
 typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
-    const char **overrides;
-    int n_overrides;
-    char **owned;               /* override strings built here (--device, --seed) */
-    int n_owned;
+    ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
     bool print_config, dry_run, quiet;
     int world_size;
 } cli_args;
-
-static void add_override(cli_args *a, const char *kv) {
-    a->overrides = ct_xrealloc(a->overrides, (size_t)(a->n_overrides + 1) * sizeof *a->overrides);
-    a->overrides[a->n_overrides++] = kv;
-}
-
-static void add_owned_override(cli_args *a, const char *key, const char *value) {
-    size_t n = strlen(key) + strlen(value) + 2;
-    char *s = ct_xmalloc(n);
-    snprintf(s, n, "%s=%s", key, value);
-    a->owned = ct_xrealloc(a->owned, (size_t)(a->n_owned + 1) * sizeof *a->owned);
-    a->owned[a->n_owned++] = s;
-    add_override(a, s);
-}
-
-/* An override KEY=VALUE is well formed when KEY is a non-empty dotted path. */
-static bool is_override(const char *s) {
-    const char *eq = strchr(s, '=');
-    if (!eq || eq == s) return false;
-    for (const char *p = s; p < eq; p++)
-        if (!(*p == '.' || *p == '_' || *p == '-' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
-              (*p >= 'A' && *p <= 'Z')))
-            return false;
-    return s[0] != '.' && eq[-1] != '.';
-}
 
 static int parse_args(int argc, char **argv, cli_args *a) {
     for (int i = 1; i < argc; i++) {
@@ -171,33 +149,15 @@ static int parse_args(int argc, char **argv, cli_args *a) {
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             if (!*v) return usage_error("%s needs a file", "--summary");
             a->summary = v;
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--device"))) {
-            if (!*v) return usage_error("%s needs auto, cpu, cuda or cuda:N", "--device");
-            /* Quote it: the override value must be a JSON string. */
-            char quoted[96];
-            if (strlen(v) > 64) return usage_error("--device: \"%s\" is not a device (auto, cpu, cuda, cuda:N)", v);
-            snprintf(quoted, sizeof quoted, "\"%s\"", v);
-            add_owned_override(a, "train.device", quoted);
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--seed"))) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (!*v || *end || errno || v[0] == '-') return usage_error("--seed: expected a non-negative integer, got \"%s\"", v);
-            (void)s;
-            add_owned_override(a, "train.seed", v);
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
-            if (!is_override(v)) return usage_error("--set: expected KEY=VALUE with a dotted KEY, got \"%s\"", v);
-            add_override(a, v);
-        } else if (arg[0] == '-' && arg[1] == '-' && is_override(arg + 2)) {
-            add_override(a, arg + 2); /* --optimizer.params.lr=3e-4, as sweep agents write it */
-        } else if (arg[0] != '-' && is_override(arg)) {
-            add_override(a, arg);     /* optimizer.params.lr=3e-4 */
-        } else if (arg[0] == '-') {
-            return usage_error("unknown option \"%s\"", arg);
         } else {
+            bool taken;
+            ct_err err = {0};
+            if (ct_cli_take_override(argc, argv, &i, &a->ov, &taken, &err)) return usage_error("%s", err.msg);
+            if (taken) continue;
+            if (arg[0] == '-') return usage_error("unknown option \"%s\"", arg);
             return usage_error("unexpected argument \"%s\" (overrides are KEY=VALUE)", arg);
         }
     }
@@ -208,7 +168,7 @@ static int cmd_config(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "check") != 0)
         return usage_error("%s", "usage: ctrain config check FILE [--world-size N]");
     const char *file = NULL;
-    int world = world_size_from_env();
+    int world = 0;
     for (int i = 3; i < argc; i++) {
         const char *v;
         if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
@@ -223,6 +183,10 @@ static int cmd_config(int argc, char **argv) {
         }
     }
     if (!file) return usage_error("%s", "config check needs a FILE");
+    if (!world) {
+        int rc = world_size_from_env(&world);
+        if (rc) return rc;
+    }
     ct_warnings warn = {0};
     ct_err err = {0};
     int rc = ct_config_check(file, world, stdout, &warn, &err);
@@ -240,15 +204,160 @@ static int run_subcommand(int (*fn)(int, char **, ct_err *), int argc, char **ar
     return rc;
 }
 
+/* ---- stop signals ----
+ * The handler of SIGINT, SIGTERM and SIGHUP only writes the signal's number into a pipe (write(2)
+ * is async-signal-safe, and it works whichever thread the signal lands on: OpenBLAS starts threads
+ * before main). A thread of the run reads the pipe and does the rest outside any handler, so it
+ * may print and write files. The first signal asks the loop to stop after the current step (it
+ * saves a checkpoint and the run exits 128 + the signal: 129 SIGHUP, 130 SIGINT, 143 SIGTERM); a
+ * SIGINT after it exits at once, without saving, with one line and the summary as of the last
+ * step (status interrupted). SIGHUP is handled like SIGTERM, since a closed terminal leaves nobody
+ * to answer, unless it was ignored when ctrain started (nohup): then it stays ignored. */
+
+/* The signal that asked the run to stop (0: none); the trainer reads it after every step. */
+static volatile sig_atomic_t g_stop_signal;
+
+static struct {
+    pthread_mutex_t mu;
+    const ct_summary *live;      /* the summary the trainer fills (main thread) */
+    ct_summary last;             /* a copy as of the last step, under mu */
+    bool stepped;                /* last is from a step of this process (not a resumed run's start) */
+    bool finished;               /* ct_train_run returned: main writes the summary itself */
+    const char *summary_path;    /* --summary FILE */
+    bool quiet;
+    double t0;
+} g_watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* ct_run_opts.on_step: keep a copy of the summary (the trainer updated it before this call). */
+static void watch_step(void *ctx, long step, double loss) {
+    pthread_mutex_lock(&g_watch.mu);
+    g_watch.last = *g_watch.live;
+    g_watch.stepped = true;
+    pthread_mutex_unlock(&g_watch.mu);
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal";
+}
+
+static void write_all(int fd, const char *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return; /* a dead stream: nothing more to do with it */
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+/* The second SIGINT: the summary as of the last step, then exit without saving. The main thread
+ * may be anywhere (inside a step, inside a save), so no exit handler or stdio flush runs: the
+ * lines are formatted here and written with write(2), and the process ends with _exit. */
+static void exit_now(void) {
+    pthread_mutex_lock(&g_watch.mu);
+    ct_summary s = g_watch.last;
+    bool stepped = g_watch.stepped;
+    pthread_mutex_unlock(&g_watch.mu);
+    snprintf(s.status, sizeof s.status, "interrupted");
+    if (stepped)
+        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving after step %ld", s.steps);
+    else
+        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving before the run's first step");
+    s.wall_s = ct_now() - g_watch.t0;
+    s.peak_host_bytes = ct_peak_rss_bytes();
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    if (f) {
+        ct_summary_write(&s, f);
+        fclose(f);
+    }
+    static const char msg[] = "ctrain: second interrupt: exiting now without saving\n";
+    write_all(STDERR_FILENO, msg, sizeof msg - 1);
+    if (line) write_all(STDOUT_FILENO, line, len);
+    if (line && g_watch.summary_path) {
+        int fd = open(g_watch.summary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            write_all(fd, line, len);
+            close(fd);
+        }
+    }
+    _exit(CT_EXIT_SIGINT);
+}
+
+static int g_signal_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(g_signal_pipe[1], &b, 1) < 0) { /* full (non-blocking): stops are already queued */ }
+    errno = saved;
+}
+
+static void *watch_signals(void *arg) {
+    for (;;) {
+        unsigned char b;
+        ssize_t n = read(g_signal_pipe[0], &b, 1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n != 1) return NULL;
+        int sig = b;
+        pthread_mutex_lock(&g_watch.mu);
+        bool finished = g_watch.finished;
+        pthread_mutex_unlock(&g_watch.mu);
+        if (finished) continue; /* the run is over; main prints the summary and exits */
+        if (g_stop_signal) {
+            if (sig == SIGINT) exit_now();
+            continue;           /* already stopping */
+        }
+        g_stop_signal = sig;
+        if (!g_watch.quiet)     /* at once: the step and the save may take a while */
+            fprintf(stderr, "%sctrain: %s: stopping after the current step, saving a checkpoint and exiting %d%s\n",
+                    isatty(STDERR_FILENO) ? "\n" : "", signal_name(sig), 128 + sig,
+                    sig == SIGINT ? "; interrupt again to exit now without saving" : "");
+    }
+    return NULL;
+}
+
+/* Start the thread that answers the stop signals, then route the signals to it. */
+static void watch_start(const cli_args *a) {
+    g_watch.summary_path = a->summary;
+    g_watch.quiet = a->quiet;
+    g_watch.t0 = ct_now();
+    ct_summary_init(&g_watch.last);
+    pthread_t th;
+    int e = pipe2(g_signal_pipe, O_CLOEXEC);
+    /* The handler must never block: a full pipe already holds a stop. */
+    if (!e) e = fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+    if (!e) e = pthread_create(&th, NULL, watch_signals, NULL);
+    if (e) {
+        fprintf(stderr, "ctrain: warning: cannot watch for SIGINT/SIGTERM (%s): they will end the run without "
+                "saving\n", strerror(e > 0 ? e : errno));
+        return;
+    }
+    pthread_detach(th);
+    /* A shell starts background jobs with SIGINT ignored; `kill -INT` still stops a run, as it
+     * always did. SA_RESTART: the main thread's reads and writes go on after the handler. */
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL); /* nohup */
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
         .model_path = a->model,
         .data_path = a->data,
-        .overrides = a->overrides,
-        .n_overrides = a->n_overrides,
-        .world_size = a->world_size ? a->world_size : world_size_from_env(),
+        .overrides = a->ov.items,
+        .n_overrides = a->ov.n,
+        .world_size = a->world_size,
     };
+    bool is_run = !a->print_config && !a->dry_run;
+    if (is_run) watch_start(a);
     /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built
      * for (sm_80 and newer) has bf16. */
     opts.has_gpu = opts.gpu_supports_bf16 = ct_cuda_available();
@@ -257,7 +366,6 @@ static int run_training(cli_args *a) {
     ct_config *cfg = NULL;
     ct_summary summary;
     ct_summary_init(&summary);
-    bool is_run = !a->print_config && !a->dry_run;
 
     int rc = ct_config_load(&opts, &cfg, &warn, &err);
     print_warnings(&warn);
@@ -279,12 +387,10 @@ static int run_training(cli_args *a) {
         return CT_OK;
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    /* A reader of the log that goes away (`ctrain ... 2>&1 | head -1`) must not kill the run: the
+     * write fails with EPIPE instead, the reporter goes quiet, and the run trains, saves and
+     * writes --summary. */
+    signal(SIGPIPE, SIG_IGN);
 
     ct_run_opts ro = {
         .resume = a->resume,
@@ -292,9 +398,17 @@ static int run_training(cli_args *a) {
         .quiet = a->quiet,
         .dry_run = a->dry_run,
         .stop_signal = (volatile int *)&g_stop_signal,
+        .on_step = is_run ? watch_step : NULL,
     };
+    pthread_mutex_lock(&g_watch.mu);
+    g_watch.live = &summary;
+    snprintf(g_watch.last.run_dir, sizeof g_watch.last.run_dir, "%s", cfg->train.run_dir);
+    pthread_mutex_unlock(&g_watch.mu);
     rc = ct_train_run(cfg, &ro, &summary, &err);
-    if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM) print_error(err.msg);
+    pthread_mutex_lock(&g_watch.mu);
+    g_watch.finished = true;
+    pthread_mutex_unlock(&g_watch.mu);
+    if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM && rc != CT_EXIT_SIGHUP) print_error(err.msg);
     if (is_run) {
         ct_summary_write(&summary, stdout);
         if (a->summary) {
@@ -321,7 +435,7 @@ static void on_fatal(void *ctx, const char *msg) {
 }
 
 static int run_command(int argc, char **argv) {
-    if (argc >= 2 && argv[1][0] != '-' && !is_override(argv[1])) {
+    if (argc >= 2 && argv[1][0] != '-' && !ct_cli_is_override(argv[1])) {
         static const char *later[] = {"plot"};
         if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
         if (!strcmp(argv[1], "pack")) return run_subcommand(ct_pack_main, argc - 1, argv + 1);
@@ -339,6 +453,7 @@ static int run_command(int argc, char **argv) {
     }
     cli_args a = {0};
     int rc = parse_args(argc, argv, &a);
+    if (rc == CT_OK && !a.world_size) rc = world_size_from_env(&a.world_size); /* --world-size wins */
     if (rc == CT_OK) {
         if (!a.config) {
             rc = usage_error("%s", "no config given: ctrain --config FILE");
@@ -346,9 +461,7 @@ static int run_command(int argc, char **argv) {
             rc = run_training(&a);
         }
     }
-    for (int i = 0; i < a.n_owned; i++) free(a.owned[i]);
-    free(a.owned);
-    free(a.overrides);
+    ct_cli_overrides_free(&a.ov);
     return rc;
 }
 

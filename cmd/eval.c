@@ -9,19 +9,20 @@
 #include "core/train/internal.h"
 
 static const char eval_usage[] =
-    "usage: ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--quiet] "
-    "[--summary FILE]";
+    "usage: ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N] "
+    "[--quiet] [--summary FILE]";
 
 typedef struct eval_args {
     const char *config, *checkpoint, *summary;
-    const char **sets;
-    int n_sets;
+    ct_cli_overrides ov;         /* as a run takes them: --set, --KEY=VALUE, KEY=VALUE, --device, --seed */
     bool quiet;
 } eval_args;
 
 static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
     for (int i = 1; i < argc; i++) {
         const char *v;
+        bool taken = false;
+        ct_err bad = {0};
         if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
             a->quiet = true;
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--config"))) {
@@ -30,12 +31,9 @@ static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
             a->checkpoint = v;
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             a->summary = v;
-        } else if ((v = ct_cli_option_value(argc, argv, &i, "--set"))) {
-            if (!strchr(v, '='))
-                return ct_errf(err, CT_ERR_CONFIG, "eval: --set: expected KEY=VALUE, got \"%s\"", v);
-            a->sets = ct_xrealloc(a->sets, (size_t)(a->n_sets + 1) * sizeof *a->sets);
-            a->sets[a->n_sets++] = v;
-        } else {
+        } else if (ct_cli_take_override(argc, argv, &i, &a->ov, &taken, &bad)) {
+            return ct_errf(err, bad.code, "eval: %s\n%s", bad.msg, eval_usage);
+        } else if (!taken) {
             return ct_errf(err, CT_ERR_CONFIG, "eval: unexpected argument \"%s\"\n%s", argv[i], eval_usage);
         }
     }
@@ -87,11 +85,11 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
     eval_args a = {0};
     int rc = eval_parse(argc, argv, &a, err);
     if (rc) {
-        free(a.sets);
+        ct_cli_overrides_free(&a.ov);
         return rc;
     }
     bool gpu = ct_cuda_available(); /* probed once; every GPU the backend builds for has bf16 */
-    ct_config_opts co = {.path = a.config, .overrides = a.sets, .n_overrides = a.n_sets,
+    ct_config_opts co = {.path = a.config, .overrides = a.ov.items, .n_overrides = a.ov.n,
                          .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
     ct_warnings warn = {0};
     ct_config *cfg = NULL;
@@ -109,6 +107,6 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
         rc = wrc;
     }
     ct_config_free(cfg);
-    free(a.sets);
+    ct_cli_overrides_free(&a.ov);
     return rc;
 }

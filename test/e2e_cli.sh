@@ -51,8 +51,25 @@ expect 0 "three override forms" -- "$B" --config "$T/c.json" --print-config \
 has "$T/out" '"lr":[[:space:]]*0.25' "--set applied"
 has "$T/out" '"gradient_accumulation_steps":[[:space:]]*4' "--KEY=VALUE applied"
 has "$T/out" '"train_micro_batch_size_per_gpu":[[:space:]]*3' "KEY=VALUE applied"
+# A misspelt override is refused (a sweep would otherwise train the defaults); in the file it warns.
+expect 2 "--lr=0.1 (not a key) refused" -- "$B" --config "$T/c.json" --print-config --lr=0.1
+has "$T/err" "c.json: --set lr: unknown key; did you mean optimizer.params.lr?" "--lr names the key it meant"
+expect 2 "misspelt --set refused" -- "$B" --config "$T/c.json" --print-config --set optimizer.params.lrr=0.1
+has "$T/err" "did you mean optimizer.params.lr?" "misspelt --set gets a suggestion"
+printf '{"train_batch_size": 16, "optimizer": {"type": "AdamW", "params": {"lrr": 0.1}}}\n' >"$T/typo.json"
+expect 0 "a typo in the file only warns" -- "$B" --config "$T/typo.json" --print-config
+has "$T/err" "optimizer.params.lrr: unknown key (ignored); did you mean optimizer.params.lr?" "file typo warned"
 expect 2 "bad stage" -- "$B" --config "$T/c.json" --print-config --set zero_optimization.stage=4
 has "$T/err" "zero_optimization.stage" "bad stage names the JSON path"
+
+# The launcher's world size: a malformed value is a usage error naming the variable (it was taken as 1)
+expect 2 "WORLD_SIZE=abc refused" -- env WORLD_SIZE=abc "$B" --config "$T/c.json" --print-config
+has "$T/err" 'WORLD_SIZE="abc"' "the message names the variable and its value"
+expect 2 "config check: OMPI_COMM_WORLD_SIZE=0 refused" -- env OMPI_COMM_WORLD_SIZE=0 "$B" config check "$T/c.json"
+has "$T/err" "OMPI_COMM_WORLD_SIZE" "config check names the variable"
+expect 0 "--world-size wins over the environment" -- env WORLD_SIZE=abc "$B" --config "$T/c.json" --print-config --world-size 1
+expect 0 "WORLD_SIZE=2 read" -- env WORLD_SIZE=2 "$B" config check "$T/c.json"
+has "$T/out" "world 2" "WORLD_SIZE=2 is the world size"
 
 # config check says what is accepted but not used yet, and does not show ZeRO as active
 cat > "$T/z.json" <<'JSON'
@@ -80,6 +97,45 @@ if [ -d "$CORPUS" ]; then
     expect 0 "config check (corpus file)" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__cifar_ds_config.json" --world-size 8
     expect 2 "config check rejects W=8 batch" -- "$B" config check "$CORPUS/microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json" --world-size 8
 fi
+
+# Runs on a small random CSV data set (16 features, 4 classes): an MLP, steps of 32 samples.
+random_csv "$T/train.csv" 640 16 4 7
+random_csv "$T/eval.csv" 128 16 4 8
+cat > "$T/run.json" <<'JSON'
+{"train_batch_size": 32, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+ "model": {"input": [16], "layers": [{"type": "linear", "name": "fc1", "out": 32}, {"type": "relu", "name": "r1"},
+           {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "csv", "path": "train.csv"}, "eval": {"format": "csv", "path": "eval.csv"}},
+ "train": {"epochs": 2, "seed": 3, "device": "cpu", "threads": 1}}
+JSON
+R="$T/run.json"
+
+# null means "not set" in ctrain's own sections too (the dataset openers never see it)
+expect 0 "--set data.train.limit=null trains" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
+    --set data.train.limit=null --set data.transform=null --set model.layers.0.init=null
+has "$T/out" '"status":"ok","steps":40' "null keys: the whole data set (20 steps x 2 epochs)"
+
+# A hand-edited state.json whose epoch_step lies beyond the epoch (20 steps here) is refused, as
+# a data error naming the file and the field, instead of resuming somewhere else.
+ck="$T/null/checkpoints/global_step40"
+cp "$ck/state.json" "$T/state.saved"
+sed 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' "$T/state.saved" >"$ck/state.json"
+expect 3 "resume: epoch_step beyond the epoch refused" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
+    --resume "$ck"
+has "$T/err" "global_step40/state.json: epoch_step: 23 is beyond the epoch (20 steps" "the file and the field are named"
+cp "$T/state.saved" "$ck/state.json"
+
+# ctrain eval takes the run options that apply to an evaluation, in the forms a run takes them
+expect 0 "eval --device --seed --set --quiet --summary" -- "$B" eval --config "$R" --checkpoint "$ck" --device cpu \
+    --seed 9 --set data.eval.limit=64 --train.threads=1 --quiet --summary "$T/eval.json"
+has "$T/eval.json" '"status":"ok","steps":40' "eval wrote its summary"
+expect 2 "eval --device with a bad device" -- "$B" eval --config "$R" --checkpoint "$ck" --device gpu
+has "$T/err" "train.device" "eval names the key of a bad --device"
+expect 2 "eval --seed -1" -- "$B" eval --config "$R" --checkpoint "$ck" --seed -1
+has "$T/err" "seed: expected a non-negative integer" "eval checks --seed"
+expect 2 "eval: a misspelt override" -- "$B" eval --config "$R" --checkpoint "$ck" --set data.eval.limt=5
+has "$T/err" "did you mean data.eval.limit?" "eval: misspelt override named"
 
 FM=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 if [ -f "$FM" ]; then

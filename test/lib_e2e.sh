@@ -5,3 +5,16 @@ ok()  { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 # has FILE PATTERN DESCRIPTION: FILE contains PATTERN (grep), else show the end of FILE.
 has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
+# random_csv FILE ROWS FEATURES CLASSES SEED: a CSV data set of random features in [-1, 1) with a
+# header line and a random class label in the last column (data without python).
+random_csv() {
+    awk -v rows="$2" -v feats="$3" -v classes="$4" -v seed="$5" 'BEGIN {
+        srand(seed)
+        for (f = 0; f < feats; f++) printf "x%d,", f
+        print "label"
+        for (r = 0; r < rows; r++) {
+            for (f = 0; f < feats; f++) printf "%.4f,", 2 * rand() - 1
+            print int(rand() * classes)
+        }
+    }' >"$1"
+}

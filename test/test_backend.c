@@ -5,6 +5,7 @@
  * and the fatal handler. CUDA builds also check that a library built for another op table is
  * refused with a message naming both versions (the table crosses the dlopen boundary). */
 #include <check.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -330,6 +331,62 @@ START_TEST(init_fill_streams_differ) {
 }
 END_TEST
 
+/* ---- starting the CPU backend ---- */
+
+/* ct_backend_create("cpu", threads) in a child whose address space has room for a few thread
+ * stacks only; returns its status and the error message. */
+static int cpu_create_cramped(int threads, char *msg, size_t cap) {
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fd[0]);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(99);
+        fclose(f);
+        /* 48 MiB more than now: thread stacks are 8 MiB, so a few start and then one cannot */
+        rlim_t room = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)48 << 20);
+        struct rlimit as = {room, room};
+        if (setrlimit(RLIMIT_AS, &as) != 0) _exit(98);
+        ct_backend *be = NULL;
+        ct_err err = {0};
+        int rc = ct_backend_create("cpu", threads, &be, &err);
+        if (write(fd[1], err.msg, strlen(err.msg)) < 0) _exit(97);
+        _exit(rc);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < cap && (got = read(fd[0], msg + len, cap - 1 - len)) > 0) len += (size_t)got;
+    msg[len] = '\0';
+    close(fd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "status %#x", status);
+    return WEXITSTATUS(status);
+}
+
+/* When the pool cannot start, the message says how many threads it tried (the resolved count,
+ * not the setting) and why (errno's text). */
+START_TEST(cpu_threads_error_says_count_and_reason) {
+    srand(17);
+    int n = 64 + rand() % 64;
+    char msg[1024], want[128];
+    int rc = cpu_create_cramped(n, msg, sizeof msg);
+    ck_assert_msg(rc == CT_ERR_RUNTIME, "status %d: %s", rc, msg);
+    snprintf(want, sizeof want, "cannot start %d CPU worker threads (train.threads %d)", n, n);
+    ck_assert_msg(strstr(msg, want), "%s", msg);
+    ck_assert_msg(strstr(msg, strerror(EAGAIN)), "no reason in: %s", msg);
+    /* train.threads 0 means one per online core: that count is what it tries */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    ck_assert_int_eq(ct_cpu_threads_for(0), online > 0 ? (int)online : 1);
+    ck_assert_int_eq(ct_cpu_threads_for(n), n);
+}
+END_TEST
+
 /* ---- the fatal handler ---- */
 
 static jmp_buf fatal_jump;
@@ -495,6 +552,9 @@ int main(void) {
     tcase_add_test(fatal, fatal_reaches_handler);
     tcase_add_test(fatal, fatal_without_handler_aborts);
     suite_add_tcase(s, fatal);
+    TCase *start = tcase_create("cpu start");
+    tcase_add_test(start, cpu_threads_error_says_count_and_reason);
+    suite_add_tcase(s, start);
 #ifdef CT_HAVE_CUDA
     TCase *tc = tcase_create("cuda library");
     tcase_add_test(tc, other_abi_refused);

@@ -281,6 +281,103 @@ START_TEST(typo_suggestions) {
 }
 END_TEST
 
+/* A misspelt override is refused and names the key it meant; the same misspelling in the file only
+ * warns (DeepSpeed ignores unknown keys there). Random one-letter substitutions in the last
+ * component of keys of several sections. */
+START_TEST(override_typos_refused) {
+    static const char *const keys[] = {"optimizer.params.weight_decay", "fp16.initial_scale_power",
+                                       "gradient_clipping", "scheduler.params.warmup_max_lr",
+                                       "flops_profiler.profile_step", "steps_per_print"};
+    const char *text = "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\"}, "
+                       "\"scheduler\": {\"type\": \"WarmupLR\"}, \"fp16\": {\"enabled\": true}}";
+    srand(12);
+    for (int it = 0; it < 24; it++) {
+        const char *key = keys[it % CT_ARRAY_LEN(keys)];
+        char typo[96], ov[128], want[200];
+        snprintf(typo, sizeof typo, "%s", key);
+        char *leaf = strrchr(typo, '.') ? strrchr(typo, '.') + 1 : typo;
+        size_t pos;
+        do pos = (size_t)rand() % strlen(leaf);
+        while (leaf[pos] == '_');
+        char c;
+        do c = (char)('a' + rand() % 26);
+        while (c == leaf[pos]);
+        leaf[pos] = c;
+        snprintf(ov, sizeof ov, "%s=1", typo);
+        const char *ovs[] = {ov};
+        loaded l = load_opts(text, 1, ovs, 1, false, false);
+        ck_assert_msg(l.rc == CT_ERR_CONFIG, "--set %s accepted", ov);
+        snprintf(want, sizeof want, "--set %s: unknown key; did you mean %s?", typo, key);
+        ck_assert_msg(strstr(l.err.msg, want), "--set %s: %s", ov, l.err.msg);
+        unload(&l);
+    }
+    /* in the file: a warning, and the run goes on */
+    loaded l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lrr\": 1}}}", 1);
+    assert_ok(l);
+    assert_warn_has(l, "optimizer.params.lrr: unknown key (ignored); did you mean optimizer.params.lr?");
+    unload(&l);
+}
+END_TEST
+
+/* No object member under `node` is null (array elements may be: they are values, not keys). */
+static void assert_no_null_member(const cJSON *node, const char *where) {
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        ck_assert_msg(!(cJSON_IsObject(node) && cJSON_IsNull(c)), "%s.%s is still null", where, c->string);
+        assert_no_null_member(c, where);
+    }
+}
+
+/* null means "not set" in ctrain's own sections as in DeepSpeed's: the dataset openers and the
+ * graph builder read model and data themselves, so the loader takes null members out of those
+ * sections, whether the file or an override wrote them (--set data.train.size=null). Random
+ * subsets of null overrides on a file that has nulls of its own. */
+START_TEST(null_means_not_set) {
+    const char *text =
+        "{\"train_batch_size\": 8,\n"
+        " \"model\": {\"input\": [4], \"init_from\": null, \"layers\": [{\"type\": \"linear\", \"out\": 3, "
+        "\"name\": null}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+        " \"data\": {\"workers\": null, \"eval\": null,\n"
+        "          \"train\": {\"format\": \"image_folder\", \"root\": \"x\", \"size\": [8, 8], \"channels\": 3, "
+        "\"limit\": null},\n"
+        "          \"transform\": {\"hflip\": null, \"normalize\": {\"mean\": [0.5], \"std\": [0.2]}}}}";
+    static const char *const nulls[] = {"data.train.size", "data.train.channels", "data.transform.normalize",
+                                        "model.layers.0.out", "data.prefetch", "model.loss.type"};
+    srand(3);
+    for (int it = 0; it < 12; it++) {
+        const char *ovs[CT_ARRAY_LEN(nulls)];
+        char buf[CT_ARRAY_LEN(nulls)][64];
+        bool on[CT_ARRAY_LEN(nulls)];
+        int n = 0;
+        for (int k = 0; k < CT_ARRAY_LEN(nulls); k++) {
+            on[k] = it == 0 || rand() % 2;
+            if (!on[k]) continue;
+            snprintf(buf[n], sizeof buf[n], "%s=null", nulls[k]);
+            ovs[n] = buf[n];
+            n++;
+        }
+        loaded l = load_opts(text, 1, ovs, n, false, false);
+        assert_ok(l);
+        assert_no_null_member(l.cfg->model, "model");
+        assert_no_null_member(l.cfg->data, "data");
+        assert_no_null_member(l.cfg->resolved, "--print-config");
+        const cJSON *train = cJSON_GetObjectItem(l.cfg->data, "train");
+        ck_assert(!cJSON_GetObjectItem(train, "limit") && !cJSON_GetObjectItem(l.cfg->data, "eval"));
+        ck_assert(cJSON_GetObjectItem(train, "root") != NULL); /* the rest is kept */
+        ck_assert((cJSON_GetObjectItem(train, "size") == NULL) == on[0]);
+        ck_assert((cJSON_GetObjectItem(train, "channels") == NULL) == on[1]);
+        const cJSON *layer = cJSON_GetArrayItem(cJSON_GetObjectItem(l.cfg->model, "layers"), 0);
+        ck_assert((cJSON_GetObjectItem(layer, "out") == NULL) == on[3]);
+        unload(&l);
+    }
+    /* a null for a key the section does not have is still a typo */
+    const char *typo[] = {"data.train.sise=null"};
+    loaded l = load_opts(text, 1, typo, 1, false, false);
+    ck_assert_int_eq(l.rc, CT_ERR_CONFIG);
+    ck_assert_msg(strstr(l.err.msg, "data.train.sise: unknown key; did you mean data.train.size?"), "%s", l.err.msg);
+    unload(&l);
+}
+END_TEST
+
 START_TEST(unused_keys_listed_once) {
     loaded l = load("{\"train_batch_size\": 8, \"comms_logger\": {\"enabled\": false}, \"sparse_attention\": "
                     "{\"mode\": \"fixed\"}, \"aio\": {\"block_size\": 1048576}, \"zero_optimization\": "
@@ -496,6 +593,26 @@ static const err_case err_cases[] = {
      .has = {"a.json: --set zero_optimization: zero_optimization.stage: expected an integer 0..3, got 7"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train.epohcs=3"}, .code = CFG,
      .at = "a.json", .has = {"a.json: --set train.epohcs: unknown key; did you mean train.epochs?"}},
+    /* an override must name a key ctrain reads: a typo would train the defaults (unknown keys in the
+     * file stay warnings, as DeepSpeed ignores them); the hint finds the key in any section */
+    {.text = TB8 "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}}}",
+     .set = {"optimizer.params.lrr=0.1"}, .code = CFG, .at = "a.json",
+     .has = {"a.json: --set optimizer.params.lrr: unknown key; did you mean optimizer.params.lr?"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}}}", .set = {"lr=0.1"},
+     .code = CFG, .at = "a.json", .has = {"a.json: --set lr: unknown key; did you mean optimizer.params.lr?"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"AdamW\"}}", .set = {"optim.lr=0.1"}, .code = CFG, .at = "a.json",
+     .has = {"a.json: --set optim.lr: optim: unknown key; did you mean optimizer.params.lr?"}},
+    {.text = TB8 "\"optimizer\": {\"type\": \"AdamW\"}}", .set = {"optimzer.params.eps=1e-6"}, .code = CFG,
+     .at = "a.json", .has = {"--set optimzer.params.eps: optimzer: unknown key; did you mean optimizer.params.eps?"}},
+    {.text = TB8 "\"fp16\": {\"enabled\": true}}", .set = {"fp16.loss_scale_windw=10"}, .code = CFG,
+     .at = "a.json", .has = {"--set fp16.loss_scale_windw: unknown key; did you mean fp16.loss_scale_window?"}},
+    {.text = TB8 "\"scheduler\": {\"type\": \"WarmupLR\"}}", .set = {"warmup_num_step=10"}, .code = CFG,
+     .at = "a.json", .has = {"--set warmup_num_step: unknown key; did you mean scheduler.params.warmup_num_steps?"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"zzz_qqq=1"}, .code = CFG, .at = "a.json",
+     .has = {"a.json: --set zzz_qqq: unknown key", "an override must name a key ctrain reads"}},
+    {.text = "{\"train_batch_size\": 16}", .set = {"activation_checkpointing.partition_activation=true"},
+     .code = CFG, .at = "a.json",
+     .has = {"did you mean activation_checkpointing.partition_activations?"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train.epochs"}, .code = CFG, .has = {"expected KEY=VALUE"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train..epochs=3"}, .code = CFG, .has = {"empty component"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train_batch_size=4", "zero_optimization.stage=\"x\""},
@@ -981,6 +1098,8 @@ int main(void) {
     tcase_add_test(tc, override_array_index);
     tcase_add_test(tc, auto_resolution);
     tcase_add_test(tc, typo_suggestions);
+    tcase_add_test(tc, override_typos_refused);
+    tcase_add_test(tc, null_means_not_set);
     tcase_add_test(tc, unused_keys_listed_once);
     tcase_add_test(tc, hjson_forms_warn);
     tcase_add_test(tc, pydantic_coercion);

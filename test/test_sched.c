@@ -77,11 +77,61 @@ START_TEST(warmup_decay_after_total) {
     /* "auto" total (-1) holds at max until the trainer resolves it */
     s.total_num_steps = -1;
     check_at(&s, 1, 50, 1.1);
-    ct_sched_resolve_total(&s, 7);
+    char warn[512];
+    ct_sched_resolve_total(&s, 7, warn, sizeof warn);
     ck_assert_int_eq(s.total_num_steps, 7);
+    ck_assert_str_eq(warn, "");
     check_at(&s, 1, 5, 0.6);
-    ct_sched_resolve_total(&s, 99); /* already set: unchanged */
+    ct_sched_resolve_total(&s, 5, warn, sizeof warn); /* already set: unchanged */
     ck_assert_int_eq(s.total_num_steps, 7);
+    ck_assert_str_eq(warn, "");
+}
+END_TEST
+
+/* "auto" resolved to a random run length: after the warmup the LR falls every step (WarmupDecayLR
+ * to warmup_min_lr at t = total, WarmupCosineLR to its minimum at t = total - 1); a fixed total
+ * shorter than the run is said, with what happens after it: update k uses t = k - 2, so a run of
+ * R updates spends R - 1 - total of them past the total. */
+START_TEST(total_auto_and_short_total) {
+    srand(5);
+    char warn[512];
+    for (int it = 0; it < 20; it++) {
+        long n = 2 + rand() % 50, run = n + 2 + rand() % 500;
+        ct_scheduler_cfg s = warmup(CT_SCHED_WARMUP_DECAY_LR, 0.01, 0.5, n, CT_WARMUP_LINEAR, -1);
+        ct_sched_resolve_total(&s, run, warn, sizeof warn);
+        ck_assert_int_eq(s.total_num_steps, run);
+        ck_assert_str_eq(warn, "");
+        for (long t = n + 1; t <= run; t++) ck_assert_double_lt(ct_sched_lr(&s, 1, t), ct_sched_lr(&s, 1, t - 1));
+        check_at(&s, 1, run, 0.01);
+        ct_scheduler_cfg c = {.type = CT_SCHED_WARMUP_COSINE_LR, .warmup_num_steps = n, .total_num_steps = -1,
+                              .cos_min_ratio = 0.1, .warmup_type = CT_WARMUP_LINEAR};
+        ct_sched_resolve_total(&c, run, warn, sizeof warn);
+        ck_assert_int_eq(c.total_num_steps, run);
+        ck_assert_str_eq(warn, "");
+        for (long t = n + 1; t < run; t++) ck_assert_double_lt(ct_sched_lr(&c, 2, t), ct_sched_lr(&c, 2, t - 1));
+        check_at(&c, 2, run - 1, 0.2);
+        /* a fixed total: kept; a warning only when the run is longer */
+        s.total_num_steps = c.total_num_steps = run;
+        ct_sched_resolve_total(&s, run - 1 - rand() % run, warn, sizeof warn);
+        ck_assert_str_eq(warn, "");
+        ct_sched_resolve_total(&s, run + 7, warn, sizeof warn);
+        ck_assert_int_eq(s.total_num_steps, run);
+        char want[256];
+        snprintf(want, sizeof want, "scheduler.params.total_num_steps: %ld is shorter than the run (%ld optimizer "
+                 "steps): WarmupDecayLR holds the LR at warmup_min_lr (0.01) for the last 6 steps; set it to %ld "
+                 "or \"auto\"", run, run + 7, run + 7);
+        ck_assert_str_eq(warn, want);
+        ct_sched_resolve_total(&c, run + 7, warn, sizeof warn);
+        snprintf(want, sizeof want, "scheduler.params.total_num_steps: %ld is shorter than the run (%ld optimizer "
+                 "steps): WarmupCosineLR passes its minimum and the LR rises again for the last 6 steps (DeepSpeed's "
+                 "formula); set it to %ld or \"auto\"", run, run + 7, run + 7);
+        ck_assert_str_eq(warn, want);
+    }
+    /* schedules without a total: nothing to resolve or say */
+    ct_scheduler_cfg w = warmup(CT_SCHED_WARMUP_LR, 0, 1, 4, CT_WARMUP_LOG, 0);
+    ct_sched_resolve_total(&w, 100, warn, sizeof warn);
+    ck_assert_int_eq(w.total_num_steps, 0);
+    ck_assert_str_eq(warn, "");
 }
 END_TEST
 
@@ -217,6 +267,7 @@ int main(void) {
     tcase_add_test(tc, warmup_lr_by_hand);
     tcase_add_test(tc, warmup_decay_worked);
     tcase_add_test(tc, warmup_decay_after_total);
+    tcase_add_test(tc, total_auto_and_short_total);
     tcase_add_test(tc, warmup_cosine_worked);
     tcase_add_test(tc, warmup_cosine_by_hand);
     tcase_add_test(tc, one_cycle_worked);

@@ -551,6 +551,64 @@ START_TEST(stop_signal_stops_after_the_step) {
 }
 END_TEST
 
+/* total_num_steps "auto" becomes the run's optimizer steps, so WarmupDecayLR decays after its
+ * warmup instead of holding the maximum: 200 samples, 32 per step, drop_last, random epochs. */
+static void check_auto_total(ct_trainer *t, void *ctx) {
+    const long *steps = ctx;
+    const ct_optim *o = ct_trainer_optim(t);
+    ck_assert_int_eq(o->sched.total_num_steps, *steps);
+    /* after the last update t = steps - 2 would be next: LR(steps - 1) = max * 1 / (steps - 2) */
+    double want = 0.01 * (double)(o->sched.total_num_steps - o->sched_t) / (double)(*steps - 2);
+    ck_assert_msg(fabs(ct_optim_next_lr(o) - want) < 1e-12, "next lr %.9g, want %.9g", ct_optim_next_lr(o), want);
+    ck_assert_double_lt(ct_optim_next_lr(o), 0.01);
+}
+
+START_TEST(scheduler_total_auto_is_the_run) {
+    srand(31);
+    long epochs = 1 + rand() % 3, steps = 6 * epochs;
+    char ep[32];
+    snprintf(ep, sizeof ep, "train.epochs=%ld", epochs);
+    const char *sets[] = {ep, "scheduler={\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 0, "
+                              "\"warmup_max_lr\": 0.01, \"warmup_num_steps\": 2, \"warmup_type\": \"linear\", "
+                              "\"total_num_steps\": \"auto\"}}"};
+    ct_config *cfg = small_run(mlp_json, "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}", NULL, sets, 2);
+    run_result r = run(cfg, NULL, check_auto_total, &steps);
+    ck_assert_int_eq(r.rc, CT_OK);
+    ck_assert_int_eq(r.sum.steps, steps);
+    free(r.params);
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* The reader of the log went away (ctrain ... 2>&1 | head -1): the reporter stops writing at the
+ * first failed write instead of failing. */
+START_TEST(report_goes_quiet_on_a_dead_stream) {
+    signal(SIGPIPE, SIG_IGN); /* as ctrain does: a write to a closed pipe fails with EPIPE */
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    FILE *out = fdopen(fd[1], "w");
+    ck_assert_ptr_nonnull(out);
+    ct_report r;
+    ct_report_init(&r, out, false, 1);
+    ct_report_line(&r, "first line");
+    char buf[64] = "";
+    ck_assert_int_gt(read(fd[0], buf, sizeof buf - 1), 0);
+    ck_assert_msg(strstr(buf, "first line") != NULL, "%s", buf);
+    ck_assert(!r.quiet);
+    close(fd[0]); /* the reader exits */
+    srand(8);
+    int steps = 2 + rand() % 10;
+    for (int i = 1; i <= steps; i++) {
+        ct_step_event e = {.step = i, .total_steps = steps, .epoch = 1, .epochs = 1, .epoch_step = i,
+                           .epoch_steps = steps, .loss = 1.0 / i, .lr = 0.1, .samples = 8};
+        ct_report_step(&r, &e);
+    }
+    ck_assert_msg(r.quiet, "still writing to a closed pipe");
+    fclose(out);
+    signal(SIGPIPE, SIG_DFL);
+}
+END_TEST
+
 START_TEST(dry_run_and_summary) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {}}";
     ct_config *cfg = small_run(mlp_json, opt, NULL, NULL, 0);
@@ -716,6 +774,8 @@ int main(void) {
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
     tcase_add_test(tc, dry_run_and_summary);
+    tcase_add_test(tc, report_goes_quiet_on_a_dead_stream);
+    tcase_add_test(tc, scheduler_total_auto_is_the_run);
     tcase_add_test(tc, full_epoch_with_eval_learns);
     tcase_add_test(tc, early_stopping_on_flat_eval_loss);
     tcase_add_test(tc, resume_after_stop_is_bitwise);

@@ -134,8 +134,14 @@ static int create_cuda(int index, ct_backend **out, ct_err *err) {
 }
 
 static int create_cpu(int threads, ct_backend **out, ct_err *err) {
+    int n = ct_cpu_threads_for(threads);
     ct_backend *be = ct_cpu_backend_create(threads);
-    if (!be) return ct_errf(err, CT_ERR_RUNTIME, "cannot start %d CPU worker threads", threads);
+    if (!be) {
+        int why = errno;
+        return ct_errf(err, CT_ERR_RUNTIME, "cannot start %d CPU worker threads (train.threads %d%s): %s; "
+                       "set train.threads lower, or raise the process or memory limits (ulimit -u, -v)",
+                       n, threads, threads > 0 ? "" : ": one per online core", strerror(why));
+    }
     *out = be;
     return CT_OK;
 }

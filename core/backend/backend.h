@@ -442,12 +442,14 @@ void ct_backend_destroy(ct_backend *be);
 bool ct_cuda_available(void);
 
 /* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
- * cores). Returns NULL only when threads cannot be started. */
+ * cores). Returns NULL only when threads cannot be started, with errno saying why. */
 ct_backend *ct_cpu_backend_create(int threads);
+/* The thread count ct_cpu_backend_create starts for a train.threads setting (0: online cores). */
+int ct_cpu_threads_for(int threads);
 /* Address space the CPU backend with `threads` workers maps besides its allocations: OpenBLAS
- * gives every thread that calls a GEMM (the pool's workers and the calling thread) a buffer of its own on
- * first use, and retries forever when that mmap fails, so a run checks it against ulimit -v at
- * start (core/train/trainer.c). */
+ * gives every thread that calls a GEMM (the pool's workers and the calling thread) a buffer of
+ * its own on first use, and retries forever when that mmap fails, so a run checks it against
+ * ulimit -v at start (core/train/trainer.c). */
 size_t ct_cpu_backend_reserved_bytes(int threads);
 
 #ifdef CT_HAVE_CUDA

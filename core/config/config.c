@@ -4,7 +4,8 @@
  *
  * Order of work (each step sees the result of the previous one):
  *   parse -> splice "model"/"data" files -> apply overrides -> read every section (schema.c)
- *   -> batch rule (batch.c) -> one "read but not used" warning (less what the not_yet.c
+ *   -> overrides that named unknown keys -> batch rule (batch.c) -> null members out of "model"
+ *   and "data" -> one "read but not used" warning (less what the not_yet.c
  *   lines say) -> build cfg->resolved. */
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,10 @@ static int load(ct_rd *r, const ct_config_opts *opts) {
     if (!rc) rc = ct_cfg_apply_overrides(r, root);
     if (!rc) rc = ct_cfg_splice_sections(r, root, false);
     if (!rc) rc = ct_rd_top(r, root);
+    if (!rc) rc = ct_rd_check_overrides(r); /* before the batch rule: a misspelt batch key explains it */
     if (!rc) rc = ct_rd_batch(r, root);
     if (rc) return rc;
+    ct_cfg_drop_nulls(cfg, root);
     ct_rd_drop_explained(r);
     warn_unused(r);
     cfg->resolved = ct_rd_resolved(r, root);

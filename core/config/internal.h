@@ -66,6 +66,13 @@ typedef struct ct_section {
     bool whole;                 /* the caller lists the whole section as unused, not its keys */
 } ct_section;
 
+/* A section table read so far, kept for suggesting a key of any section (ct_rd_check_overrides). */
+typedef struct ct_rd_seen {
+    char path[64];
+    const ct_section *sec;      /* static tables only: the pointer outlives the load */
+} ct_rd_seen;
+#define CT_RD_MAX_SEEN 48
+
 /* Loader state shared by the files of core/config/. */
 typedef struct ct_rd {
     ct_config *cfg;
@@ -74,6 +81,13 @@ typedef struct ct_rd {
     ct_err *err;
     char **unused;              /* "path.key" of keys read but not used, in reading order */
     int n_unused, cap_unused;
+    ct_rd_seen seen[CT_RD_MAX_SEEN];
+    int n_seen;
+    /* The first unknown key an override set where the file's unknown keys only warn: refused by
+     * ct_rd_check_overrides once every section is read, so the hint can come from any of them. */
+    const cJSON *bad_override;
+    char bad_path[512];         /* its JSON path */
+    char bad_sug[512];          /* the suggestion from its own section ("": none) */
 } ct_rd;
 
 /* --- read.c: generic reading --- */
@@ -84,6 +98,10 @@ cJSON *ct_rd_emit(const ct_section *sec, const void *src, const cJSON *in);
 /* Check one value against a kind and range. lax as in ct_section. *out gets the number (bools 0/1). */
 int ct_rd_value(ct_rd *r, const cJSON *v, const char *path, ct_kind kind, double lo, double hi, bool lax,
                 double *out);
+/* After every section is read: an override that named an unknown key is an error (CT_ERR_CONFIG,
+ * "did you mean" a key of the same section, else a key of that name in any section). A typo in a
+ * --set would otherwise train with the default, and a sweep would run one point many times. */
+int ct_rd_check_overrides(ct_rd *r);
 /* Unknown-key check only (for sections read by hand): keys in `known` are fine. */
 int ct_rd_keys(ct_rd *r, const cJSON *obj, const char *path, const char *const *known, int n, bool strict);
 /* "WHERE: PATH: message" into r->err; returns CT_ERR_CONFIG. */
@@ -132,5 +150,9 @@ int ct_cfg_apply_overrides(ct_rd *r, cJSON *root);
  * objects. Run before the overrides (so --set model.x reaches the file's section) and again after
  * them without use_opts (so --set model=FILE works). */
 int ct_cfg_splice_sections(ct_rd *r, cJSON *root, bool use_opts);
+/* null means "not set" (docs/config.md). The table-driven sections read it so; "model" and "data"
+ * are read by the graph builder and the dataset openers, so their null members are taken out of
+ * the tree (after the sections are validated, so that a null still cannot hide a misspelt key). */
+void ct_cfg_drop_nulls(ct_config *cfg, cJSON *root);
 
 #endif

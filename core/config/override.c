@@ -131,6 +131,28 @@ int ct_cfg_splice_sections(ct_rd *r, cJSON *root, bool use_opts) {
     return CT_OK;
 }
 
+/* Take every null member out of the objects under `node`, keeping them alive in cfg->retired (see
+ * replace_node). Array elements are values, not keys: they stay. */
+static void drop_null_members(ct_config *cfg, cJSON *node) {
+    cJSON *c = node->child;
+    while (c) {
+        cJSON *next = c->next;
+        if (cJSON_IsObject(node) && cJSON_IsNull(c))
+            cJSON_AddItemToArray(cfg->retired, cJSON_DetachItemViaPointer(node, c));
+        else if (cJSON_IsObject(c) || cJSON_IsArray(c))
+            drop_null_members(cfg, c);
+        c = next;
+    }
+}
+
+void ct_cfg_drop_nulls(ct_config *cfg, cJSON *root) {
+    static const char *const own[] = {"model", "data"};
+    for (int i = 0; i < CT_ARRAY_LEN(own); i++) {
+        cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, own[i]);
+        if (cJSON_IsObject(sec)) drop_null_members(cfg, sec);
+    }
+}
+
 static bool is_index(const char *s, size_t len) {
     if (len == 0 || len > 9) return false;
     for (size_t i = 0; i < len; i++)

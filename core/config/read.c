@@ -244,6 +244,28 @@ static bool in_list(const char *key, const char *const *list, int n) {
     return false;
 }
 
+/* The key of the override that set `node` ("optimizer.params.lr"), or NULL when the file did. */
+static const char *override_key(const ct_rd *r, const cJSON *node) {
+    const char *origin = r->cfg->doc ? ct_json_origin(r->cfg->doc, node) : NULL;
+    return origin && strncmp(origin, "--set ", 6) == 0 ? origin + 6 : NULL;
+}
+
+/* An override named an unknown key: keep the first for ct_rd_check_overrides. The suggestion of
+ * its own section is completed with the rest of the override's path (--set optimzer.params.lr ->
+ * optimizer.params.lr). */
+static void remember_bad_override(ct_rd *r, const cJSON *m, const char *full, const char *path, const char *best,
+                                  const char *key) {
+    if (r->bad_override) return;
+    r->bad_override = m;
+    snprintf(r->bad_path, sizeof r->bad_path, "%s", full);
+    r->bad_sug[0] = '\0';
+    if (!best) return;
+    size_t len = strlen(full);
+    const char *rest = strncmp(key, full, len) == 0 && (key[len] == '.' || key[len] == '\0') ? key + len : "";
+    char sug[512];
+    snprintf(r->bad_sug, sizeof r->bad_sug, "%s%s", ct_rd_join(sug, sizeof sug, path, best), rest);
+}
+
 /* Report an unknown key with the closest known one. */
 static int unknown_key(ct_rd *r, const cJSON *m, const char *path, const char *const *cands, int n,
                        bool strict) {
@@ -251,6 +273,11 @@ static int unknown_key(ct_rd *r, const cJSON *m, const char *path, const char *c
     ct_rd_join(full, sizeof full, path, m->string);
     const char *best = ct_suggest(m->string, cands, n);
     if (best) ct_rd_join(sug, sizeof sug, path, best);
+    const char *ov = override_key(r, m);
+    if (ov && !strict) { /* refused later, with a hint that may come from another section */
+        remember_bad_override(r, m, full, path, best, ov);
+        return CT_OK;
+    }
     if (strict) {
         if (best) return ct_rd_fail(r, m, full, "unknown key; did you mean %s?", sug);
         ct_rd_fail(r, m, full, "unknown key");
@@ -322,7 +349,17 @@ static int read_field(ct_rd *r, const ct_section *sec, const ct_field *f, const 
     return CT_OK;
 }
 
+/* Keep the section's table for suggestions across sections (once per path). */
+static void remember_section(ct_rd *r, const char *path, const ct_section *sec) {
+    for (int i = 0; i < r->n_seen; i++)
+        if (r->seen[i].sec == sec && strcmp(r->seen[i].path, path) == 0) return;
+    if (r->n_seen == CT_RD_MAX_SEEN) return;
+    snprintf(r->seen[r->n_seen].path, sizeof r->seen[r->n_seen].path, "%s", path);
+    r->seen[r->n_seen++].sec = sec;
+}
+
 int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst) {
+    remember_section(r, path, sec);
     for (int i = 0; i < sec->n_fields; i++) store(&sec->fields[i], dst, sec->fields[i].def, sec->fields[i].sdef);
     if (!obj || cJSON_IsNull(obj)) return CT_OK;
     char shown[128], full[512];
@@ -382,4 +419,51 @@ cJSON *ct_rd_emit(const ct_section *sec, const void *src, const cJSON *in) {
         if (v) cJSON_AddItemToObject(out, name, cJSON_Duplicate(v, 1));
     }
     return out;
+}
+
+/* "did you mean" over every section read: the keys named `leaf` (up to three), else the closest
+ * one. out is "" when nothing is close. */
+static void suggest_anywhere(const ct_rd *r, const char *leaf, char *out, size_t n) {
+    enum { MAX_KEYS = 1024 };
+    const char *names[MAX_KEYS] = {NULL}, *paths[MAX_KEYS] = {NULL};
+    int k = 0;
+    for (int s = 0; s < r->n_seen; s++) {
+        const ct_section *sec = r->seen[s].sec;
+        for (int i = 0; i < sec->n_fields && k + 2 <= MAX_KEYS; i++) {
+            paths[k] = r->seen[s].path, names[k++] = sec->fields[i].key;
+            if (sec->fields[i].alias) paths[k] = r->seen[s].path, names[k++] = sec->fields[i].alias;
+        }
+        for (int i = 0; i < sec->n_custom && k < MAX_KEYS; i++) paths[k] = r->seen[s].path, names[k++] = sec->custom[i];
+    }
+    char one[512];
+    size_t used = 0;
+    int exact = 0;
+    out[0] = '\0';
+    for (int i = 0; i < k && exact < 3 && used < n; i++) {
+        if (strcmp(names[i], leaf) != 0) continue;
+        used += (size_t)snprintf(out + used, n - used, "%s%s", exact ? " or " : "",
+                                 ct_rd_join(one, sizeof one, paths[i], names[i]));
+        exact++;
+    }
+    if (exact) return;
+    const char *best = ct_suggest(leaf, names, k);
+    for (int i = 0; best && i < k; i++)
+        if (names[i] == best) {
+            snprintf(out, n, "%s", ct_rd_join(one, sizeof one, paths[i], names[i]));
+            return;
+        }
+}
+
+int ct_rd_check_overrides(ct_rd *r) {
+    if (!r->bad_override) return CT_OK;
+    char sug[1024];
+    snprintf(sug, sizeof sug, "%s", r->bad_sug);
+    if (!sug[0]) {
+        const char *key = override_key(r, r->bad_override);
+        const char *dot = strrchr(key, '.');
+        suggest_anywhere(r, dot ? dot + 1 : key, sug, sizeof sug);
+    }
+    if (sug[0]) return ct_rd_fail(r, r->bad_override, r->bad_path, "unknown key; did you mean %s?", sug);
+    return ct_rd_fail(r, r->bad_override, r->bad_path, "unknown key; an override must name a key ctrain reads "
+                      "(docs/config.md lists them; in the file an unknown key is only a warning)");
 }

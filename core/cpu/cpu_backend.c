@@ -3,6 +3,7 @@
  * Host memory is the device memory here: copies are memcpy, "pinned" memory is ordinary
  * 64-byte-aligned memory, and every op completes before it returns (sync is a no-op). */
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,19 +134,25 @@ static void cpu_model(char *buf, size_t n) {
     fclose(f);
 }
 
+int ct_cpu_threads_for(int threads) {
+    if (threads > 0) return threads;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
 ct_backend *ct_cpu_backend_create(int threads) {
-    if (threads <= 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = online > 0 ? (int)online : 1;
-    }
+    threads = ct_cpu_threads_for(threads);
     ct_backend *be = ct_xcalloc(1, sizeof *be);
     ct_cpu *cpu = ct_xcalloc(1, sizeof *cpu);
     cpu->threads = threads;
     pthread_mutex_init(&cpu->mem_mu, NULL);
     cpu->pool = ct_cpu_pool_create(threads);
     if (!cpu->pool) {
+        int why = errno; /* the caller's message says why the pool did not start */
+        pthread_mutex_destroy(&cpu->mem_mu);
         free(cpu);
         free(be);
+        errno = why;
         return NULL;
     }
     be->name = "cpu";

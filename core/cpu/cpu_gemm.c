@@ -13,8 +13,6 @@
 #include <cblas.h>
 #include <stdlib.h>
 
-#include <unistd.h>
-
 #include "core/cpu/cpu_internal.h"
 
 /* Tiling. A tile repacks the operand it does not split (A for column tiles, B for row tiles),
@@ -33,11 +31,8 @@ void ct_cpu_gemm_init(void) { openblas_set_num_threads(1); }
 #define CT_CPU_BLAS_BUFFER ((size_t)128 << 20)
 
 size_t ct_cpu_backend_reserved_bytes(int threads) {
-    if (threads <= 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = online > 0 ? (int)online : 1;
-    }
-    return (size_t)threads * CT_CPU_BLAS_BUFFER;   /* threads - 1 pool workers and the caller */
+    /* threads - 1 pool workers and the calling thread */
+    return (size_t)ct_cpu_threads_for(threads) * CT_CPU_BLAS_BUFFER;
 }
 
 typedef struct {

@@ -28,7 +28,7 @@
 #define CT_CPU_GRAIN 16384
 
 typedef struct ct_cpu_pool ct_cpu_pool;
-ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started */
+ct_cpu_pool *ct_cpu_pool_create(int threads); /* NULL when a thread cannot be started (errno: why) */
 void ct_cpu_pool_destroy(ct_cpu_pool *p);
 
 /* fn(ctx, begin, end) over a partition of [0, n) into contiguous pieces of at least `grain` items

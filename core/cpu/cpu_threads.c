@@ -14,6 +14,7 @@
  * ~150 ms after each call, see docs/BENCHMARKS.md). */
 #include "core/cpu/cpu_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -141,9 +142,11 @@ ct_cpu_pool *ct_cpu_pool_create(int threads) {
     atomic_init(&p->next_piece, 0);
     p->workers = ct_xcalloc((size_t)threads, sizeof *p->workers);
     for (int i = 1; i < threads; i++) {
-        if (pthread_create(&p->workers[i - 1], NULL, worker_main, p) != 0) {
+        int e = pthread_create(&p->workers[i - 1], NULL, worker_main, p);
+        if (e != 0) {
             p->nthreads = i; /* destroy joins only the workers that started */
             ct_cpu_pool_destroy(p);
+            errno = e;       /* pthread_create returns its reason instead of setting errno */
             return NULL;
         }
     }

@@ -6,6 +6,7 @@
  * count as 2, WarmupCosineLR keeps following the cosine past total_num_steps, and OneCycle's
  * stair counts have no effect. */
 #include <math.h>
+#include <stdio.h>
 
 #include "core/optim/sched.h"
 
@@ -105,6 +106,24 @@ bool ct_sched_betas(const ct_scheduler_cfg *s, long t, double *beta1, double *be
     return true;
 }
 
-void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps) {
-    if (s->total_num_steps < 0) s->total_num_steps = run_total_steps;
+void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps, char *warn, size_t n) {
+    warn[0] = '\0';
+    bool decay = s->type == CT_SCHED_WARMUP_DECAY_LR, cosine = s->type == CT_SCHED_WARMUP_COSINE_LR;
+    if (!decay && !cosine) return;
+    if (s->total_num_steps < 0) {
+        s->total_num_steps = run_total_steps;
+        return;
+    }
+    /* Updates with t >= total: WarmupDecayLR sits at its minimum, WarmupCosineLR climbs back. */
+    long past = run_total_steps - 1 - s->total_num_steps;
+    if (past <= 0) return;
+    char what[160];
+    if (decay)
+        snprintf(what, sizeof what, "WarmupDecayLR holds the LR at warmup_min_lr (%g) for the last %ld steps",
+                 s->warmup_min_lr, past);
+    else
+        snprintf(what, sizeof what, "WarmupCosineLR passes its minimum and the LR rises again for the last %ld "
+                 "steps (DeepSpeed's formula)", past);
+    snprintf(warn, n, "scheduler.params.total_num_steps: %ld is shorter than the run (%ld optimizer steps): %s; "
+             "set it to %ld or \"auto\"", s->total_num_steps, run_total_steps, what, run_total_steps);
 }

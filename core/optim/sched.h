@@ -17,7 +17,11 @@ double ct_sched_lr(const ct_scheduler_cfg *s, double base_lr, long t);
 bool ct_sched_betas(const ct_scheduler_cfg *s, long t, double *beta1, double *beta2);
 
 /* total_num_steps "auto" is stored as -1 by the config: the trainer calls this once it knows the
- * run's total optimizer steps (epochs x steps per epoch, or max_steps). No-op when already set. */
-void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps);
+ * run's total optimizer steps (epochs x steps per epoch, or max_steps), and the schedule then ends
+ * with the run. A fixed total is kept; when the run is so much longer that some of its updates
+ * come after the total (update k uses t = k - 2), warn (n bytes) receives one line saying so
+ * ("scheduler.params.total_num_steps: ..."); otherwise warn is "". Only WarmupDecayLR and
+ * WarmupCosineLR have a total. */
+void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps, char *warn, size_t n);
 
 #endif

@@ -78,6 +78,16 @@ void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print) {
     r->t0 = r->win_t0 = r->last_draw = ct_now();
 }
 
+/* After a write: when it failed (EPIPE: the reader of the pipe went away, as in `ctrain ... 2>&1 |
+ * head -1`; EIO: the terminal was closed), stop writing. Progress is for a reader; the run itself
+ * goes on, saves and ends with its summary (the CLI ignores SIGPIPE so that the write fails
+ * instead of killing the process). */
+static void check_stream(ct_report *r) {
+    if (!ferror(r->out)) return;
+    r->quiet = true;
+    r->redrawn = false;
+}
+
 /* Remove the redrawn progress line before printing a plain one. */
 static void clear_progress(ct_report *r) {
     if (r->redrawn) fputs("\r\033[K", r->out);
@@ -93,6 +103,7 @@ void ct_report_line(ct_report *r, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', r->out);
     fflush(r->out);
+    check_stream(r);
 }
 
 void ct_report_train_start(ct_report *r) { r->t0 = r->win_t0 = r->last_draw = ct_now(); }
@@ -139,6 +150,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
         fflush(r->out);
         r->redrawn = true;
         r->last_draw = now;
+        check_stream(r);
     }
 }
 

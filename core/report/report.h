@@ -4,7 +4,8 @@
  * The reporter receives events (start, step done, eval done, epoch done, end) and formats them.
  * Plain lines go to stderr every steps_per_print steps; with steps_per_print 0 there is one line
  * per epoch, plus a progress line redrawn in place when stderr is a terminal. --quiet silences
- * everything but errors and the summary. */
+ * everything but errors and the summary; so does the first write that fails (a closed pipe or
+ * terminal): the run goes on without its progress lines. */
 #ifndef CT_REPORT_H
 #define CT_REPORT_H
 

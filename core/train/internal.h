@@ -25,6 +25,7 @@ typedef struct ct_trainer_model {
     ct_param_store *params;      /* master, compute copy, gradients, buffers */
     ct_optim *opt;               /* optimizer state over the store's master range */
     ct_amp amp;                  /* precision policy and loss scaler */
+    ct_scheduler_cfg sched;      /* the config's schedule with "auto" resolved for this run */
     ct_step_runner runner;       /* micro-batch forward + backward, captured when it can be */
     ct_exec_hooks hooks;         /* around every layer of a training step; the seam ZeRO's
                                     gathers, gradient buckets and the profiler fill (none yet) */

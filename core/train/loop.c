@@ -242,8 +242,15 @@ static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_sta
 
 /* Continue where the checkpoint left off: counters, running sums, the loss scaler, and the train
  * loader at the first micro-batch of the next step (the next epoch's first when the epoch was
- * complete). */
-static void from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *ls) {
+ * complete). An epoch_step past the end of this run's epoch cannot be a position in it (a
+ * hand-edited state.json, or another data set or batch size): CT_ERR_DATA rather than resuming
+ * somewhere else. */
+static int from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *ls, ct_err *err) {
+    if (st->epoch_step > t->d.steps_per_epoch)
+        return ct_errf(err, CT_ERR_DATA, "%s/state.json: epoch_step: %ld is beyond the epoch (%ld steps with "
+                       "this config and data set); the file was edited, or the data set or batch size changed "
+                       "since it was saved: resume from another checkpoint or start fresh", t->ck.last,
+                       st->epoch_step, t->d.steps_per_epoch);
     ct_amp *a = &t->m.amp;
     ls->step = st->step;
     ls->epoch = st->epoch;
@@ -271,6 +278,7 @@ static void from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *
         ct_loader_seek(t->d.train_l, st->epoch + 1, 0);
     else
         ct_loader_seek(t->d.train_l, st->epoch, st->epoch_step * per_step);
+    return CT_OK;
 }
 
 static int save_now(ct_trainer *t, loop_state *ls, ct_err *err) {
@@ -334,7 +342,12 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     return update_best(t, ls, metric_value(t, t->cfg->train.best_metric, loss, acc), err);
 }
 
-static int stop_code(int sig) { return sig == SIGTERM ? CT_EXIT_SIGTERM : CT_EXIT_SIGINT; }
+/* The exit code and name of a stop signal. SIGHUP (the terminal closed) stops the run as SIGTERM
+ * does: nobody is left to answer, so the step finishes and a checkpoint is saved. */
+static int stop_code(int sig) {
+    return sig == SIGTERM ? CT_EXIT_SIGTERM : sig == SIGHUP ? CT_EXIT_SIGHUP : CT_EXIT_SIGINT;
+}
+static const char *stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGINT"; }
 
 /* Loop control besides CT_OK ("go on") and the error/exit codes: the run ended normally. */
 #define LOOP_DONE (-1)
@@ -381,8 +394,8 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
         ct_trainer_set_status(t, "interrupted", NULL);
-        ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s",
-                sig == SIGTERM ? "SIGTERM" : "SIGINT", ls->step, t->ck.last);
+        ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s", stop_name(sig), ls->step,
+                t->ck.last);
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
@@ -449,14 +462,19 @@ static int finish_run(ct_trainer *t, loop_state *ls, ct_err *err) {
 int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     loop_state ls = {.best = NAN, .best_at = -1, .last_eval_step = -1, .best_value = NAN,
                      .best_step = -1, .saved_step = -1, .saved_eval_step = -1};
-    if (t->ck.resumed) from_ckpt_state(t, &t->ck.resume_state, &ls);
+    int rc = t->ck.resumed ? from_ckpt_state(t, &t->ck.resume_state, &ls, err) : CT_OK;
+    if (rc) {
+        ct_trainer_set_status(t, "error", err);
+        ct_trainer_finish(t);
+        return rc;
+    }
     /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
     ct_param_store_refresh(t->m.params);
     ct_trainer_set_status(t, "ok", NULL);
     t->sum->loss_scale = ct_amp_report_scale(&t->m.amp);
     t->sum->skipped_steps = t->m.amp.skipped;
     ct_report_train_start(&t->obs.rep);
-    int rc = ls.step >= t->d.total_steps ? LOOP_DONE : CT_OK;
+    rc = ls.step >= t->d.total_steps ? LOOP_DONE : CT_OK;
     if (rc == LOOP_DONE)
         ct_report_line(&t->obs.rep, "the checkpoint is at step %ld: the %ld planned steps are done", ls.step,
                        t->d.total_steps);

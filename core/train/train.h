@@ -22,7 +22,12 @@ typedef struct ct_run_opts {
     bool quiet;                  /* --quiet: no progress, only errors and the summary */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
                                     no data, allocate nothing, do not train */
-    volatile int *stop_signal;   /* set to SIGINT/SIGTERM by the CLI's handler; checked per step */
+    volatile int *stop_signal;   /* set to SIGINT/SIGTERM/SIGHUP by the CLI; checked per step: the
+                                    step finishes, a checkpoint is saved, the run returns 128 + it */
+    /* Called after every optimizer step (as ct_trainer_on_step); NULL: none. The CLI copies the
+     * summary there, for the line it prints when a second SIGINT ends the run at once. */
+    void (*on_step)(void *ctx, long step, double loss);
+    void *on_step_ctx;
 } ct_run_opts;
 
 /* Train (or, with opts->dry_run, print the plan and return). Fills summary in every case. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/optim/sched.h"
 #include "core/train/internal.h"
 #include "core/util/limits.h"
 
@@ -104,6 +105,12 @@ static void plan_steps(ct_trainer *t) {
     d->total_steps = cfg->train.max_steps > 0 ? cfg->train.max_steps
                                               : (long)cfg->train.epochs * d->steps_per_epoch;
     d->epochs_planned = (int)((d->total_steps + d->steps_per_epoch - 1) / d->steps_per_epoch);
+    /* The schedule's total_num_steps "auto" is this run's length (the optimizer is created with
+     * this copy); a fixed one shorter than the run gets a warning. */
+    char warn[512];
+    t->m.sched = cfg->scheduler;
+    ct_sched_resolve_total(&t->m.sched, d->total_steps, warn, sizeof warn);
+    if (warn[0]) ct_warnf(&t->obs.warn, "%s: %s", cfg->path, warn);
 }
 
 /* ---- the start block and the plan ---- */
@@ -181,7 +188,7 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
                                           &m->params, err);
     if (rc) return rc;
     ct_optim_tensor *tensors = optim_tensors(L, &n);
-    rc = ct_optim_create(&t->cfg->optimizer, &t->cfg->scheduler, t->cfg->gradient_clipping, t->be,
+    rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
                          tensors, n, m->params->lo, m->params->hi, &m->opt, err);
     free(tensors);
     if (rc) return rc;
@@ -325,6 +332,7 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
     ct_report_init(&t->obs.rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    if (t->opts.on_step) ct_trainer_on_step(t, t->opts.on_step, t->opts.on_step_ctx);
     return t;
 }
 

@@ -26,6 +26,8 @@ enum {
     CT_ERR_CONFIG = 2,    /* usage or configuration error */
     CT_ERR_DATA = 3,      /* unreadable or corrupt data / checkpoint */
     CT_ERR_DIVERGED = 4,  /* NaN loss, loss scale at its minimum */
+    /* Stopped by a signal after saving: 128 + the signal's number, the shells' convention. */
+    CT_EXIT_SIGHUP = 129,
     CT_EXIT_SIGINT = 130,
     CT_EXIT_SIGTERM = 143,
 };
