@@ -607,6 +607,58 @@ START_TEST(export_and_info) {
 }
 END_TEST
 
+/* export never writes into a checkpoint directory or over a file it reads: --out naming the
+ * checkpoint's own model.safetensors (directly, by another spelling, through a symlink or a hard
+ * link) or a new file inside the checkpoint directory is refused with CT_ERR_CONFIG naming the
+ * path, and the checkpoint stays complete and bit for bit what was saved. An --out whose
+ * directory cannot be written is refused before anything is read. */
+START_TEST(export_never_overwrites_inputs) {
+    model a, b;
+    model_init(&a, 21);
+    save(&a, 8, 0);
+    char dir[600], model_p[700], outs[6][800];
+    snprintf(dir, sizeof dir, "%s/global_step8", save_dir);
+    snprintf(model_p, sizeof model_p, "%s/model.safetensors", dir);
+    snprintf(outs[0], sizeof outs[0], "%s", model_p);
+    snprintf(outs[1], sizeof outs[1], "%s/../global_step8/./model.safetensors", dir);
+    snprintf(outs[2], sizeof outs[2], "%s/w16.safetensors", dir);
+    snprintf(outs[3], sizeof outs[3], "%s/link.safetensors", tmpdir);
+    snprintf(outs[4], sizeof outs[4], "%s/hard.safetensors", tmpdir);
+    snprintf(outs[5], sizeof outs[5], "%s/COMPLETE", dir);
+    ck_assert_int_eq(symlink(model_p, outs[3]), 0);
+    ck_assert_int_eq(link(model_p, outs[4]), 0);
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    for (int i = 0; i < 6; i++) {
+        char *argv[] = {"export", "--checkpoint", i % 2 ? save_dir : dir, "--out", outs[i],
+                        "--dtype", "fp16", NULL};
+        ct_err err = {0};
+        int rc = ct_export_main(7, argv, &err);
+        ck_assert_msg(rc == CT_ERR_CONFIG, "--out %s: exit %d (%s)", outs[i], rc, err.msg);
+        ck_assert_msg(strstr(err.msg, outs[i]) != NULL, "%s", err.msg);
+    }
+    char nodir[700];
+    snprintf(nodir, sizeof nodir, "%s/plain", tmpdir);
+    FILE *f = fopen(nodir, "w");
+    fputs("not a directory", f);
+    fclose(f);
+    snprintf(nodir, sizeof nodir, "%s/plain/w.safetensors", tmpdir);
+    char *argv[] = {"export", "--checkpoint", dir, "--out", nodir, NULL};
+    ct_err err = {0};
+    int rc = ct_export_main(5, argv, &err);
+    fclose(stdout);
+    stdout = saved;
+    ck_assert_msg(rc == CT_ERR_CONFIG && strstr(err.msg, nodir), "exit %d: %s", rc, err.msg);
+    ck_assert(ct_ckpt_is_complete(dir));
+    model_init(&b, 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+    ck_assert(models_equal(&a, &b));
+    ck_assert_int_eq(access(outs[2], F_OK), -1);
+    snprintf(nodir, sizeof nodir, "ls -a %s | grep -q tmp", dir);
+    ck_assert_int_ne(system(nodir), 0); /* no temporary file left in the checkpoint */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -625,6 +677,7 @@ int main(void) {
     tcase_add_test(tc, init_from_strict_and_partial);
     tcase_add_test(tc, config_diff_lists_changes);
     tcase_add_test(tc, export_and_info);
+    tcase_add_test(tc, export_never_overwrites_inputs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
