@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -659,6 +660,106 @@ START_TEST(export_never_overwrites_inputs) {
 }
 END_TEST
 
+static bool exists_step(long step) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/global_step%ld", save_dir, step);
+    return access(p, F_OK) == 0;
+}
+
+static bool warned(const ct_warnings *w, const char *what) {
+    for (int i = 0; i < w->n; i++)
+        if (strstr(w->items[i], what)) return true;
+    return false;
+}
+
+/* keep_last removes only complete checkpoints of the run's own experiment: not a directory
+ * without a valid COMPLETE (an interrupted copy, a DeepSpeed checkpoint: same names), nor one
+ * saved by another config; those are reported. A save killed between updating latest and
+ * pruning leaves too many checkpoints; ct_ckpt_prune at the next start finishes the job. */
+START_TEST(prune_only_own_complete_checkpoints) {
+    model a, f;
+    model_init(&a, 31);
+    model_init(&f, 32);
+    cJSON *own = mkconfig(1e-3), *other = mkconfig(5e-3);
+    for (long s = 10; s <= 30; s += 10) save(&a, s, 0);
+    ct_ckpt_state st = mkstate(5);
+    ct_ckpt_save_opts keep_all = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &f.t, &st, other, &keep_all, NULL, 0, &err), CT_OK);
+    save(&a, 15, 0);
+    char p[700];
+    snprintf(p, sizeof p, "%s/global_step15/COMPLETE", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/global_step1", save_dir); /* DeepSpeed's layout: no marker */
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step1/mp_rank_00_model_states.pt", save_dir);
+    FILE *fp = fopen(p, "wb");
+    for (int i = 0; i < 64; i++) fputc((int)(i * 37 % 251), fp);
+    fclose(fp);
+    /* killed after latest moved to global_step40, before keep_last 2 was applied */
+    st = mkstate(40);
+    ct_ckpt_save_opts o = {.keep_last = 2, .owner = own, .fault = fail_at, .fault_ctx = "latest"};
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &st, own, &o, NULL, 0, &err), CT_ERR_RUNTIME);
+    for (long s = 10; s <= 40; s += 10) ck_assert(exists_step(s));
+    /* the next run's start */
+    ct_warnings w = {0};
+    ct_ckpt_prune(save_dir, 40, 2, own, &w);
+    ck_assert(exists_step(40) && exists_step(30));
+    ck_assert(!exists_step(20) && !exists_step(10));
+    ck_assert(exists_step(15) && exists_step(5) && exists_step(1));
+    ck_assert(warned(&w, "global_step15: not a complete checkpoint"));
+    ck_assert(warned(&w, "global_step1: not a complete checkpoint"));
+    ck_assert(warned(&w, "global_step5: saved by another config"));
+    ck_assert_int_eq(w.n, 3);
+    ct_warnings_free(&w);
+    /* keep_last during a run: the same rule */
+    st = mkstate(50);
+    o.fault = NULL;
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &st, own, &o, NULL, 0, &err), CT_OK);
+    ck_assert(exists_step(50) && exists_step(40) && !exists_step(30));
+    ck_assert(exists_step(15) && exists_step(5) && exists_step(1));
+    /* without an owner every complete checkpoint counts (global_step5 too), still no incomplete */
+    ct_ckpt_prune(save_dir, 50, 1, NULL, NULL);
+    ck_assert(exists_step(50) && !exists_step(40) && !exists_step(5));
+    ck_assert(exists_step(15) && exists_step(1));
+    /* the identity ignores run length, outputs and logging, not hyperparameters */
+    cJSON *longer = mkconfig(1e-3);
+    cJSON *train = cJSON_GetObjectItem(longer, "train");
+    cJSON_ReplaceItemInObject(train, "epochs", cJSON_CreateNumber(9));
+    cJSON_AddStringToObject(train, "run_dir", "elsewhere");
+    cJSON_AddNumberToObject(longer, "steps_per_print", 7);
+    ck_assert(ct_ckpt_same_experiment(own, longer));
+    ck_assert(!ct_ckpt_same_experiment(own, other));
+    cJSON_AddNumberToObject(train, "seed", 4);
+    ck_assert(!ct_ckpt_same_experiment(own, longer));
+    cJSON_Delete(longer);
+    cJSON_Delete(own);
+    cJSON_Delete(other);
+}
+END_TEST
+
+/* --resume auto with global_step* directories but none complete starts from scratch: it says so
+ * in a warning (the CLI prints warnings also under --quiet). */
+START_TEST(resume_auto_warns_when_none_complete) {
+    model a;
+    model_init(&a, 33);
+    save(&a, 4, 0);
+    save(&a, 8, 0);
+    char p[700], dir[1024];
+    for (long s = 4; s <= 8; s += 4) {
+        snprintf(p, sizeof p, "%s/global_step%ld/COMPLETE", save_dir, s);
+        ck_assert_int_eq(unlink(p), 0);
+    }
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_str_eq(dir, "");
+    ck_assert_msg(warned(&w, "no complete checkpoint; starting from scratch") &&
+                  warned(&w, "global_step8"), "%d warnings", w.n);
+    ct_warnings_free(&w);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -678,6 +779,8 @@ int main(void) {
     tcase_add_test(tc, config_diff_lists_changes);
     tcase_add_test(tc, export_and_info);
     tcase_add_test(tc, export_never_overwrites_inputs);
+    tcase_add_test(tc, prune_only_own_complete_checkpoints);
+    tcase_add_test(tc, resume_auto_warns_when_none_complete);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

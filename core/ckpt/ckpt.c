@@ -61,6 +61,42 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
+/* Keys that do not change what is trained, so a run may change them and stay the same
+ * experiment: where the outputs go, how long to train and how often to evaluate (a resume may
+ * extend a run), where and how fast it runs, what it prints. Everything else (model, data,
+ * optimizer, scheduler, batch, precision, seed, ...) defines the experiment. */
+static const char *const identity_ignored[] = {
+    "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
+    "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
+    "train.early_stopping", "train.device", "train.threads", "train.cuda_graph",
+    "data.workers", "data.prefetch", "steps_per_print", "wall_clock_breakdown",
+    "memory_breakdown",
+};
+
+cJSON *ct_ckpt_config_identity(const cJSON *resolved) {
+    cJSON *c = resolved ? cJSON_Duplicate(resolved, 1) : cJSON_CreateNull();
+    for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) {
+        const char *key = identity_ignored[i], *dot = strchr(key, '.');
+        cJSON *parent = c;
+        if (dot) {
+            char section[32];
+            snprintf(section, sizeof section, "%.*s", (int)(dot - key), key);
+            parent = cJSON_GetObjectItemCaseSensitive(c, section);
+            key = dot + 1;
+        }
+        if (cJSON_IsObject(parent)) cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    }
+    return c;
+}
+
+bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
+    cJSON *ia = ct_ckpt_config_identity(a), *ib = ct_ckpt_config_identity(b);
+    bool same = cJSON_Compare(ia, ib, 1);
+    cJSON_Delete(ia);
+    cJSON_Delete(ib);
+    return same;
+}
+
 static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
     return v->trainable ? t->params + (v->offset - t->lo) : t->buffers + v->offset;
 }
@@ -409,18 +445,46 @@ static long *list_steps(const char *save_dir, int *n_out) {
     return steps;
 }
 
-/* Keep the new checkpoint and the keep_last - 1 newest older ones. Newer ones (from a run that
- * was resumed from an earlier checkpoint) are left alone. */
-static void prune(const char *save_dir, long new_step, int keep_last) {
-    if (keep_last <= 0) return;
+static int read_json_file(const char *dir, const char *name, cJSON **out, ct_err *err);
+
+typedef enum { PRUNE_OWNED, PRUNE_INCOMPLETE, PRUNE_FOREIGN } prune_kind;
+
+/* What keep_last may do with dir: count and remove it only when it is a complete checkpoint of
+ * owner's experiment. */
+static prune_kind classify(const char *dir, const cJSON *owner) {
+    if (!ct_ckpt_is_complete(dir)) return PRUNE_INCOMPLETE;
+    if (!owner) return PRUNE_OWNED;
+    cJSON *saved = NULL;
+    bool same = read_json_file(dir, CKPT_CONFIG, &saved, NULL) == CT_OK &&
+                ct_ckpt_same_experiment(saved, owner);
+    cJSON_Delete(saved);
+    return same ? PRUNE_OWNED : PRUNE_FOREIGN;
+}
+
+void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
+                   ct_warnings *warn) {
     int n;
     long *steps = list_steps(save_dir, &n);
-    int kept = 1;
+    int kept = 1; /* the anchor */
     for (int i = 0; i < n; i++) {
-        if (steps[i] >= new_step) continue;
-        if (kept < keep_last) { kept++; continue; }
+        bool removable = keep_last > 0 && steps[i] < anchor;
+        if (!removable && !warn) continue;
         char path[CKPT_PATH];
         snprintf(path, sizeof path, "%s/global_step%ld", save_dir, steps[i]);
+        prune_kind k = classify(path, owner);
+        if (k == PRUNE_INCOMPLETE && warn)
+            ct_warnf(warn, "%s: not a complete checkpoint (no valid %s marker): never loaded, and "
+                     "not removed by keep_last; delete it yourself if it is not needed", path,
+                     CT_CKPT_MARKER);
+        else if (k == PRUNE_FOREIGN && warn)
+            ct_warnf(warn, "%s: saved by another config (its %s differs in more than run length, "
+                     "outputs or logging): keep_last neither counts nor removes it", path,
+                     CKPT_CONFIG);
+        if (k != PRUNE_OWNED || !removable) continue;
+        if (kept < keep_last) {
+            kept++;
+            continue;
+        }
         ct_fs_remove_tree(path);
     }
     free(steps);
@@ -459,7 +523,7 @@ int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_s
         if (!rc) rc = fault(opts, "latest", err);
     }
     if (rc) return rc;
-    prune(save_dir, state->step, opts ? opts->keep_last : 0);
+    if (opts) ct_ckpt_prune(save_dir, state->step, opts->keep_last, opts->owner, NULL);
     if (out_dir) snprintf(out_dir, out_n, "%s/%s", save_dir, tag);
     return CT_OK;
 }
@@ -549,6 +613,14 @@ int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
     out[0] = 0;
     if (strcmp(spec, "auto") == 0) {
         if (save_dir && ct_fs_is_dir(save_dir)) resolve_save_dir(save_dir, out, n, warn);
+        int k = 0;
+        long *steps = out[0] || !save_dir || !warn ? NULL : list_steps(save_dir, &k);
+        if (k > 0)
+            ct_warnf(warn, "--resume auto: %s holds %d global_step* director%s (newest: "
+                     "global_step%ld) but no complete checkpoint; starting from scratch beside "
+                     "them (they are never loaded, and never removed by keep_last)", save_dir, k,
+                     k == 1 ? "y" : "ies", steps[0]);
+        free(steps);
         return CT_OK;
     }
     if (!ct_fs_is_dir(spec))
