@@ -1,6 +1,9 @@
 /* test_ckpt.c: checkpoint directories: bitwise round trip, latest, keep_last, crash safety (fault
  * hook and a real kill -9 during a save), incomplete directories ignored, shape mismatches named,
- * best/, init_from strict and partial, config diff, export and info. */
+ * best/, init_from strict and partial, config diff, export and info; export never writing into a
+ * checkpoint or over its input; keep_last removing only complete checkpoints of the run's own
+ * experiment (also at the start of a run), never an incomplete or foreign directory; the run
+ * directory's lock. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +18,7 @@
 #include "cmd/commands.h"
 #include "core/util/rng.h"
 #include "core/ckpt/safetensors.h"
+#include "core/util/fs.h"
 
 static char tmpdir[256], save_dir[300];
 
@@ -728,6 +732,7 @@ START_TEST(prune_only_own_complete_checkpoints) {
     cJSON_ReplaceItemInObject(train, "epochs", cJSON_CreateNumber(9));
     cJSON_AddStringToObject(train, "run_dir", "elsewhere");
     cJSON_AddNumberToObject(longer, "steps_per_print", 7);
+    cJSON_AddNumberToObject(longer, "train_micro_batch_size_per_gpu", 8);
     ck_assert(ct_ckpt_same_experiment(own, longer));
     ck_assert(!ct_ckpt_same_experiment(own, other));
     cJSON_AddNumberToObject(train, "seed", 4);
@@ -760,6 +765,76 @@ START_TEST(resume_auto_warns_when_none_complete) {
 }
 END_TEST
 
+/* A save of global_step<N> where a directory of that name exists that is not a complete
+ * checkpoint (another tool's, an interrupted copy) keeps it, renamed <name>.incomplete-<pid>,
+ * instead of removing it as it removes a checkpoint it replaces. */
+START_TEST(save_keeps_same_named_foreign_directory) {
+    model a;
+    model_init(&a, 34);
+    char p[700];
+    snprintf(p, sizeof p, "%s", save_dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step20", save_dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step20/mp_rank_00_model_states.pt", save_dir);
+    FILE *f = fopen(p, "wb");
+    fputs("deepspeed's weights", f);
+    fclose(f);
+    save(&a, 20, 0);
+    snprintf(p, sizeof p, "%s/global_step20", save_dir);
+    ck_assert(ct_ckpt_is_complete(p));
+    snprintf(p, sizeof p, "%s/global_step20.incomplete-%ld/mp_rank_00_model_states.pt", save_dir,
+             (long)getpid());
+    ck_assert_msg(access(p, F_OK) == 0, "%s is gone", p);
+    /* a complete checkpoint of the same name is replaced, as before */
+    save(&a, 20, 0);
+    ck_assert_int_eq(count_entries("global_step20"), 2);
+}
+END_TEST
+
+/* The run directory's lock: held by a live process, it is refused with that process's note;
+ * once the holder is killed (-9: no clean-up of its own) the kernel has dropped it. */
+START_TEST(lock_held_until_holder_dies) {
+    char path[600], note[128];
+    snprintf(path, sizeof path, "%s/.lock", tmpdir);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd;
+        ct_err e = {0};
+        char mine[64];
+        snprintf(mine, sizeof mine, "%ld\nholder.json\n", (long)getpid());
+        if (ct_fs_lock(path, &fd, NULL, 0, &e) || fd < 0 || ct_fs_lock_note(fd, path, mine, &e))
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    int fd = 0;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fs_lock(path, &fd, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(strtol(note, NULL, 10), pid);
+    ck_assert_ptr_nonnull(strstr(note, "holder.json"));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ck_assert_int_eq(ct_fs_lock(path, &fd, note, sizeof note, &err), CT_OK);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_ptr_nonnull(strstr(note, "holder.json")); /* the last holder's note stays readable */
+    int fd2 = 0;
+    ck_assert_int_eq(ct_fs_lock(path, &fd2, NULL, 0, &err), CT_OK);
+    ck_assert_int_eq(fd2, -1); /* a second open in the same process is refused too */
+    close(fd);
+    close(ready[0]);
+    close(ready[1]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -781,6 +856,8 @@ int main(void) {
     tcase_add_test(tc, export_never_overwrites_inputs);
     tcase_add_test(tc, prune_only_own_complete_checkpoints);
     tcase_add_test(tc, resume_auto_warns_when_none_complete);
+    tcase_add_test(tc, save_keeps_same_named_foreign_directory);
+    tcase_add_test(tc, lock_held_until_holder_dies);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

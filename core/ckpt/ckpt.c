@@ -63,29 +63,33 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
 
 /* Keys that do not change what is trained, so a run may change them and stay the same
  * experiment: where the outputs go, how long to train and how often to evaluate (a resume may
- * extend a run), where and how fast it runs, what it prints. Everything else (model, data,
- * optimizer, scheduler, batch, precision, seed, ...) defines the experiment. */
+ * extend a run), where and how fast it runs (the micro-batch: accumulation gives the same
+ * train_batch_size steps on a smaller device), what it prints. Everything else (model, data,
+ * optimizer, scheduler, train_batch_size, precision, seed, ...) defines the experiment. */
 static const char *const identity_ignored[] = {
     "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
     "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
     "train.early_stopping", "train.device", "train.threads", "train.cuda_graph",
-    "data.workers", "data.prefetch", "steps_per_print", "wall_clock_breakdown",
-    "memory_breakdown",
+    "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
+    "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
+    "wall_clock_breakdown", "memory_breakdown",
 };
+
+/* Remove the member at a dotted path ("data.transform.on_device") when it is there. */
+static void delete_path(cJSON *root, const char *path) {
+    char part[64];
+    const char *dot;
+    while (cJSON_IsObject(root) && (dot = strchr(path, '.'))) {
+        snprintf(part, sizeof part, "%.*s", (int)(dot - path), path);
+        root = cJSON_GetObjectItemCaseSensitive(root, part);
+        path = dot + 1;
+    }
+    if (cJSON_IsObject(root)) cJSON_DeleteItemFromObjectCaseSensitive(root, path);
+}
 
 cJSON *ct_ckpt_config_identity(const cJSON *resolved) {
     cJSON *c = resolved ? cJSON_Duplicate(resolved, 1) : cJSON_CreateNull();
-    for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) {
-        const char *key = identity_ignored[i], *dot = strchr(key, '.');
-        cJSON *parent = c;
-        if (dot) {
-            char section[32];
-            snprintf(section, sizeof section, "%.*s", (int)(dot - key), key);
-            parent = cJSON_GetObjectItemCaseSensitive(c, section);
-            key = dot + 1;
-        }
-        if (cJSON_IsObject(parent)) cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
-    }
+    for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) delete_path(c, identity_ignored[i]);
     return c;
 }
 
@@ -389,14 +393,18 @@ static void remove_stale(const char *save_dir) {
 }
 
 /* Rename tmp to <save_dir>/<name>, moving an existing one aside first (rename(2) cannot replace
- * a non-empty directory), then fsync save_dir and drop the old one. */
+ * a non-empty directory), then fsync save_dir and drop the old one. An existing directory that is
+ * not a complete checkpoint was not written by a save (another tool's, such as DeepSpeed's
+ * checkpoint of the same step, or an interrupted copy): it is moved to <name>.incomplete-<pid>
+ * and kept. */
 static int install_dir(const char *save_dir, const char *tmp, const char *name,
                        const ct_ckpt_save_opts *o, ct_err *err) {
     char final[CKPT_PATH], old[CKPT_PATH];
     int rc = ct_fs_join(final, sizeof final, save_dir, name, err);
     if (rc) return rc;
-    snprintf(old, sizeof old, "%s/.old-%s-%ld", save_dir, name, (long)getpid());
-    bool had_old = ct_fs_exists(final);
+    bool had_old = ct_fs_exists(final), keep_old = had_old && !ct_ckpt_is_complete(final);
+    snprintf(old, sizeof old, keep_old ? "%s/%s.incomplete-%ld" : "%s/.old-%s-%ld", save_dir, name,
+             (long)getpid());
     if (had_old && rename(final, old) != 0)
         return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot move aside: %s", final, strerror(errno));
     if (rename(tmp, final) != 0) {
@@ -407,7 +415,7 @@ static int install_dir(const char *save_dir, const char *tmp, const char *name,
     }
     rc = fault(o, "rename", err);
     if (!rc) rc = ct_fs_sync_dir(save_dir, err);
-    if (!rc && had_old) ct_fs_remove_tree(old);
+    if (!rc && had_old && !keep_old) ct_fs_remove_tree(old);
     return rc;
 }
 

@@ -93,7 +93,8 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]);
 /* The experiment a resolved config describes: a copy without the keys that say only where the
  * outputs go, how long to train, how often to evaluate, where and how fast to run and what to
  * print (train.run_dir, save_dir, save_interval, keep_last, epochs, max_steps, eval_interval,
- * best_metric, early_stopping, device, threads, cuda_graph; data.workers, data.prefetch;
+ * best_metric, early_stopping, device, threads, cuda_graph; train_micro_batch_size_per_gpu,
+ * gradient_accumulation_steps; data.workers, prefetch, cache, transform.on_device;
  * steps_per_print, wall_clock_breakdown, memory_breakdown). Caller frees. NULL -> JSON null. */
 cJSON *ct_ckpt_config_identity(const cJSON *resolved);
 /* Whether two resolved configs describe the same experiment (equal identities; key order does

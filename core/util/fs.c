@@ -196,30 +196,29 @@ int ct_fs_check_output_file(const char *path, ct_err *err) {
     return rc ? rc : probe_create(tmp, path, err);
 }
 
-int ct_fs_lock(const char *path, const char *note, int *fd, char *prev, size_t prev_n,
-               ct_err *err) {
+int ct_fs_lock(const char *path, int *fd, char *note, size_t note_n, ct_err *err) {
     *fd = -1;
-    if (prev && prev_n) prev[0] = 0;
+    if (note && note_n) note[0] = 0;
     int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (f < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
     int locked = flock(f, LOCK_EX | LOCK_NB);
     int e = errno;
-    if (prev && prev_n) {
-        ssize_t k = pread(f, prev, prev_n - 1, 0);
-        prev[k > 0 ? k : 0] = 0;
+    if (note && note_n) {
+        ssize_t k = pread(f, note, note_n - 1, 0);
+        note[k > 0 ? k : 0] = 0;
     }
-    if (locked != 0) {
-        close(f);
-        return e == EWOULDBLOCK ? CT_OK
-                                : ct_errf(err, CT_ERR_RUNTIME, "%s: cannot lock: %s", path,
-                                          strerror(e));
+    if (locked == 0) {
+        *fd = f;
+        return CT_OK;
     }
+    close(f);
+    if (e == EWOULDBLOCK) return CT_OK;
+    return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot lock: %s", path, strerror(e));
+}
+
+int ct_fs_lock_note(int fd, const char *path, const char *note, ct_err *err) {
     size_t len = strlen(note);
-    if (ftruncate(f, 0) != 0 || pwrite(f, note, len, 0) != (ssize_t)len) {
-        e = errno;
-        close(f);
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(e));
-    }
-    *fd = f;
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, note, len, 0) != (ssize_t)len)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
     return CT_OK;
 }

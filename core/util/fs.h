@@ -44,11 +44,11 @@ int ct_fs_check_dir_writable(const char *dir, ct_err *err);
 int ct_fs_check_output_file(const char *path, ct_err *err);
 /* An exclusive lock on path (created 0644 when missing), taken without waiting with flock(2):
  * the kernel drops it when *fd is closed or the process dies, so a killed holder never leaves a
- * stale lock. Taken: *fd holds it, prev (may be NULL) receives the file's text before (what the
- * last holder wrote), and the file is rewritten to note. Held by another open file (another
- * process, or another open in this one): *fd = -1, prev receives the holder's note, CT_OK.
- * I/O errors: CT_ERR_RUNTIME naming the path. */
-int ct_fs_lock(const char *path, const char *note, int *fd, char *prev, size_t prev_n,
-               ct_err *err);
+ * stale lock. note (may be NULL) receives the file's text: what the holder, or the last holder,
+ * wrote with ct_fs_lock_note. Taken: *fd holds it. Held by another open file (another process,
+ * or another open in this one): *fd = -1 and CT_OK. I/O errors: CT_ERR_RUNTIME naming the path. */
+int ct_fs_lock(const char *path, int *fd, char *note, size_t note_n, ct_err *err);
+/* Replace the text of a lock file taken with ct_fs_lock (path: for messages). */
+int ct_fs_lock_note(int fd, const char *path, const char *note, ct_err *err);
 
 #endif
