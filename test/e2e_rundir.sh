@@ -92,11 +92,12 @@ has "$T/a2.err" "resuming from .*global_step10" "A resumed from its own checkpoi
 has "$T/a2.err" "train.epochs: 1 -> 2" "the longer run lists its change"
 
 # --- the run directory lock: a stopped run holds it
-(cd "$T" && exec "$B" --config expA/ds_config.json --set train.run_dir=runs/lock --set train.epochs=50) \
+# (100000 epochs: it must still be running when stopped; it is killed below)
+(cd "$T" && exec "$B" --config expA/ds_config.json --set train.run_dir=runs/lock --set train.epochs=100000) \
     >/dev/null 2>"$T/l1.err" &
 held=$!   # ctrain's pid: the subshell execs it
 i=0
-while [ $i -lt 500 ] && ! grep -q "saved .*global_step2 " "$T/l1.err"; do sleep 0.01; i=$((i + 1)); done
+while [ $i -lt 2000 ] && ! grep -q "saved .*global_step2 " "$T/l1.err" 2>/dev/null; do sleep 0.01; i=$((i + 1)); done
 kill -STOP $held
 C --config expA/ds_config.json --set train.run_dir=runs/lock --resume auto >/dev/null 2>"$T/l2.err"
 code $? 2 "a second run in a run_dir in use exits 2" "$T/l2.err"

@@ -186,9 +186,11 @@ static int check_owner(ct_trainer *t, const lock_note *last, ct_err *err) {
     if (!newest[0] || (resume && strcmp(resume, "auto") != 0)) return CT_OK;
     snprintf(record, sizeof record, "%s/config.json", cfg->train.run_dir);
     cJSON *saved = read_config_json(cfg->train.run_dir);
-    if (!saved) {
+    const lock_note unknown = {0};
+    if (!saved) { /* the note's config file was that of run_dir/config.json: not this one's */
         snprintf(record, sizeof record, "%s/config.json", newest);
         saved = read_config_json(newest);
+        last = &unknown;
     }
     int rc = CT_OK;
     if (saved && !ct_ckpt_same_experiment(saved, cfg->resolved))
