@@ -733,10 +733,14 @@ START_TEST(prune_only_own_complete_checkpoints) {
     cJSON_AddStringToObject(train, "run_dir", "elsewhere");
     cJSON_AddNumberToObject(longer, "steps_per_print", 7);
     cJSON_AddNumberToObject(longer, "train_micro_batch_size_per_gpu", 8);
+    cJSON_AddNumberToObject(train, "new_key", 4); /* only one side has it: not recorded there */
     ck_assert(ct_ckpt_same_experiment(own, longer));
     ck_assert(!ct_ckpt_same_experiment(own, other));
-    cJSON_AddNumberToObject(train, "seed", 4);
-    ck_assert(!ct_ckpt_same_experiment(own, longer));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(longer, "optimizer"), "type",
+                              cJSON_CreateString("SGD"));
+    char diff[256];
+    ck_assert_int_eq(ct_ckpt_experiment_diff(own, longer, diff, sizeof diff), 1);
+    ck_assert_str_eq(diff, "optimizer.type: \"AdamW\" -> \"SGD\"");
     cJSON_Delete(longer);
     cJSON_Delete(own);
     cJSON_Delete(other);

@@ -87,18 +87,42 @@ static void delete_path(cJSON *root, const char *path) {
     if (cJSON_IsObject(root)) cJSON_DeleteItemFromObjectCaseSensitive(root, path);
 }
 
-cJSON *ct_ckpt_config_identity(const cJSON *resolved) {
+/* The experiment a resolved config describes: a copy without identity_ignored. */
+static cJSON *config_identity(const cJSON *resolved) {
     cJSON *c = resolved ? cJSON_Duplicate(resolved, 1) : cJSON_CreateNull();
     for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) delete_path(c, identity_ignored[i]);
     return c;
 }
 
-bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
-    cJSON *ia = ct_ckpt_config_identity(a), *ib = ct_ckpt_config_identity(b);
-    bool same = cJSON_Compare(ia, ib, 1);
+/* Drop from a and b, at every depth, the object members the other lacks: a key one resolved
+ * config does not have was not recorded there (written by a ctrain version before or after the
+ * key existed), so it cannot tell two experiments apart. */
+static void keep_common(cJSON *a, cJSON *b) {
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return;
+    for (cJSON *x = a->child, *next; x; x = next) {
+        next = x->next;
+        cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        if (y) keep_common(x, y);
+        else cJSON_Delete(cJSON_DetachItemViaPointer(a, x));
+    }
+    for (cJSON *y = b->child, *next; y; y = next) {
+        next = y->next;
+        if (!cJSON_GetObjectItemCaseSensitive(a, y->string)) cJSON_Delete(cJSON_DetachItemViaPointer(b, y));
+    }
+}
+
+int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n) {
+    cJSON *ia = config_identity(a), *ib = config_identity(b);
+    keep_common(ia, ib);
+    char none[1];
+    int k = ct_ckpt_config_diff(ia, ib, buf ? buf : none, buf ? n : sizeof none);
     cJSON_Delete(ia);
     cJSON_Delete(ib);
-    return same;
+    return k;
+}
+
+bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
+    return ct_ckpt_experiment_diff(a, b, NULL, 0) == 0;
 }
 
 static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {

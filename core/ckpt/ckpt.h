@@ -90,16 +90,18 @@ void ct_ckpt_state_init(ct_ckpt_state *s);
 /* FNV-1a 64 of the compact JSON text, as 16 hex digits. */
 void ct_ckpt_config_hash(const cJSON *resolved, char out[17]);
 
-/* The experiment a resolved config describes: a copy without the keys that say only where the
- * outputs go, how long to train, how often to evaluate, where and how fast to run and what to
- * print (train.run_dir, save_dir, save_interval, keep_last, epochs, max_steps, eval_interval,
- * best_metric, early_stopping, device, threads, cuda_graph; train_micro_batch_size_per_gpu,
- * gradient_accumulation_steps; data.workers, prefetch, cache, transform.on_device;
- * steps_per_print, wall_clock_breakdown, memory_breakdown). Caller frees. NULL -> JSON null. */
-cJSON *ct_ckpt_config_identity(const cJSON *resolved);
-/* Whether two resolved configs describe the same experiment (equal identities; key order does
- * not matter). */
+/* Whether two resolved configs describe the same experiment: equal but for the keys that say
+ * only where the outputs go, how long to train, how often to evaluate, where and how fast to run
+ * and what to print (train.run_dir, save_dir, save_interval, keep_last, epochs, max_steps,
+ * eval_interval, best_metric, early_stopping, device, threads, cuda_graph;
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps; data.workers, prefetch, cache,
+ * transform.on_device; steps_per_print, wall_clock_breakdown, memory_breakdown), and for keys
+ * only one of them has (not recorded by the ctrain version that wrote the other). Key order does
+ * not matter. */
 bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b);
+/* The differences that make them two experiments, one "path: old -> new" per line into buf (as
+ * ct_ckpt_config_diff); returns their number (0: the same experiment). */
+int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n);
 
 typedef struct ct_ckpt_save_opts {
     int keep_last;               /* keep this many global_step* (the new one included); 0 = all */

@@ -151,10 +151,7 @@ static int refuse_other_run(const ct_trainer *t, const char *record, const lock_
     const ct_config *cfg = t->cfg;
     char mine[PATH_MAX], diff[1500];
     config_file(cfg, mine, sizeof mine);
-    cJSON *a = ct_ckpt_config_identity(saved), *b = ct_ckpt_config_identity(cfg->resolved);
-    int n = ct_ckpt_config_diff(a, b, diff, sizeof diff);
-    cJSON_Delete(a);
-    cJSON_Delete(b);
+    int n = ct_ckpt_experiment_diff(saved, cfg->resolved, diff, sizeof diff);
     ct_errf(err, CT_ERR_CONFIG, "train.run_dir %s holds the checkpoints of another config (newest "
             "%s): %s, made from %s, differs from this run's %s in %d setting%s:", cfg->train.run_dir,
             newest, record, last->config[0] ? last->config : "a config file not recorded", mine, n,
