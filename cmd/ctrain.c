@@ -12,7 +12,9 @@
 
 #include "core/backend/backend.h"
 #include "cmd/commands.h"
+#include "core/ckpt/ckpt.h"
 #include "core/util/common.h"
+#include "core/util/fs.h"
 #include "core/config/config.h"
 #include "core/report/report.h"
 #include "core/train/train.h"
@@ -347,6 +349,41 @@ static void watch_start(const cli_args *a) {
     if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL); /* nohup */
 }
 
+/* The summary line into path atomically (temporary file, fsync, rename): a reader sees the old
+ * summary or the new one, never a part, and a full disk leaves the old one in place. */
+static int write_summary_file(const ct_summary *s, const char *path, ct_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
+    ct_summary_write(s, f);
+    fclose(f);
+    int rc = ct_fs_write_atomic(path, text, len, err);
+    free(text);
+    return rc;
+}
+
+/* --summary FILE once the run is over (its directory was checked at start). A write that fails
+ * is reported; it fails the run (exit 1) unless the run succeeded and its result is safely in a
+ * checkpoint: the complete one latest names, at the summary's step. Then the status stays 0, so
+ * a restart loop (until ctrain --resume auto --summary S; do :; done) ends; the line is on stdout
+ * as well. */
+static int save_summary(const ct_summary *s, const char *path, const ct_config *cfg, int rc) {
+    ct_err err = {0};
+    if (write_summary_file(s, path, &err) == CT_OK) return rc;
+    char dir[4096], tail[64];
+    ct_ckpt_resolve("auto", cfg->train.save_dir, dir, sizeof dir, NULL, NULL);
+    size_t n = strlen(dir), k = (size_t)snprintf(tail, sizeof tail, "/global_step%ld", s->steps);
+    if (rc != CT_OK || n < k || strcmp(dir + n - k, tail) != 0) {
+        fprintf(stderr, "ctrain: error: cannot write --summary %s (%s)\n", path, err.msg);
+        return rc ? rc : CT_ERR_RUNTIME;
+    }
+    fprintf(stderr, "ctrain: warning: cannot write --summary %s (%s); the run succeeded and its "
+            "result is saved in %s, so the exit status stays 0 (the summary line is on stdout)\n",
+            path, err.msg, dir);
+    return rc;
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
@@ -411,16 +448,7 @@ static int run_training(cli_args *a) {
     if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM && rc != CT_EXIT_SIGHUP) print_error(err.msg);
     if (is_run) {
         ct_summary_write(&summary, stdout);
-        if (a->summary) {
-            FILE *f = fopen(a->summary, "w");
-            if (!f) {
-                fprintf(stderr, "ctrain: error: cannot write --summary %s: %s\n", a->summary, strerror(errno));
-                if (!rc) rc = CT_ERR_RUNTIME;
-            } else {
-                ct_summary_write(&summary, f);
-                if (fclose(f) != 0 && !rc) rc = CT_ERR_RUNTIME;
-            }
-        }
+        if (a->summary) rc = save_summary(&summary, a->summary, cfg, rc);
     }
     ct_config_free(cfg);
     return rc;

@@ -261,15 +261,41 @@ static int export_write(const ct_st_file *f, const export_args *a, const char *s
     }
     if (!rc) {
         char dir[CLI_PATH];
-        snprintf(dir, sizeof dir, "%s", a->out);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        rc = ct_fs_sync_dir(slash ? (dir[0] ? dir : "/") : ".", err);
+        ct_fs_parent(a->out, dir, sizeof dir);
+        rc = ct_fs_sync_dir(dir, err);
     }
     for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
     free(owned);
     free(e);
     return rc;
+}
+
+/* --out must not be inside a checkpoint directory (the source, or any directory holding a
+ * COMPLETE marker: an export there would replace or add to files a resume reads, and an fp16
+ * export over model.safetensors destroys the fp32 master for good), nor be any file export reads
+ * (compared by device and inode, so another spelling, a symlink or a hard link is caught), and
+ * its directory must take a new file: all checked before anything is read or written. */
+static int export_check_out(const char *out, const char *spec, const char *dir, ct_err *err) {
+    static const char *const inputs[] = {"model.safetensors", CT_CKPT_MARKER, "latest"};
+    char parent[CLI_PATH], path[CLI_PATH + 32];
+    ct_fs_parent(out, parent, sizeof parent);
+    snprintf(path, sizeof path, "%s/%s", parent, CT_CKPT_MARKER);
+    if (ct_fs_same_file(parent, dir) || ct_fs_exists(path))
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is inside the checkpoint directory "
+                       "%s; writing there would change the checkpoint a resume reads. Write the "
+                       "export elsewhere (e.g. --out model.safetensors in the current directory)",
+                       out, parent);
+    for (int i = 0; i < CT_ARRAY_LEN(inputs); i++) {
+        snprintf(path, sizeof path, "%s/%s", i < 2 ? dir : spec, inputs[i]);
+        if (ct_fs_same_file(out, path))
+            return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
+                           "export reads; write the export to a new file", out, path);
+    }
+    ct_err e = {0};
+    if (ct_fs_check_output_file(out, &e))
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "
+                       "write to", e.msg);
+    return CT_OK;
 }
 
 int ct_export_main(int argc, char **argv, ct_err *err) {
@@ -278,6 +304,7 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     if (rc) return rc;
     char dir[CLI_PATH], model[CLI_PATH + 32];
     rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
+    if (!rc) rc = export_check_out(a.out, a.checkpoint, dir, err);
     if (rc) return rc;
     snprintf(model, sizeof model, "%s/model.safetensors", dir);
     ct_st_file *f = ct_st_open(model, err);

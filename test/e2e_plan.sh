@@ -17,8 +17,9 @@ trap 'rm -rf "$T"' EXIT
 
 # plan_vs_peak MODEL PRECISION SKIP: within 5% per category (SKIP: a category not compared).
 plan_vs_peak() {
+    runs=$((${runs:-0} + 1))   # a run directory per config: ctrain refuses one holding another's run
     "$B" --quiet --config "configs/fmnist_$1.json" --set train.max_steps=3 --set data.eval.limit=200 \
-        --set train.run_dir="$T/run" --summary "$T/s.json" $2 >/dev/null 2>"$T/err"
+        --set train.run_dir="$T/run$runs" --summary "$T/s.json" $2 >/dev/null 2>"$T/err"
     if python3 - "$T/s.json" "$3" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -85,7 +86,7 @@ json.dump(cfg, open(sys.argv[2], "w"))
 PY
 for mode in run dry; do
     if [ $mode = run ]; then
-        "$B" --config "$T/cfg.json" --set train.max_steps=1 --set data.eval.limit=10 --set train.run_dir="$T/run" >/dev/null 2>"$T/err"
+        "$B" --config "$T/cfg.json" --set train.max_steps=1 --set data.eval.limit=10 --set train.run_dir="$T/run-ny" >/dev/null 2>"$T/err"
     else
         "$B" --config "$T/cfg.json" --dry-run >/dev/null 2>"$T/err"
     fi

@@ -150,8 +150,13 @@ summary "$T/h.json" "s['skipped_steps'] > 5" "fp16 reference run skipped overflo
 has "$T/i2.err" "train.max_steps: 98 -> 0" "resume lists the changed hyperparameter"
 same "$T/h/checkpoints/$final" "$T/i/checkpoints/$final" "fp16 stop + resume: bitwise equal (loss scaler restored)"
 
-# --- resume errors: a shape change exits 2 naming the tensor; a truncated file exits 3 naming it
+# --- resume errors: a shape change exits 2 naming the tensor (--resume auto: naming the run
+# directory's config, before loading anything); a truncated file exits 3 naming it
 "$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/a"\" --resume auto --quiet >/dev/null 2>"$T/shape.err"
+rc=$?
+[ $rc -eq 2 ] && ok "another model with --resume auto exits 2" || bad "another model with --resume auto: exit $rc"
+has "$T/shape.err" "holds the checkpoints of another config" "another model with --resume auto: the run_dir's config differs"
+"$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/a"\" --resume "$T/a/checkpoints" --quiet >/dev/null 2>"$T/shape.err"
 rc=$?
 [ $rc -eq 2 ] && ok "shape change on resume exits 2" || bad "shape change on resume: exit $rc"
 has "$T/shape.err" "fc1.weight: \[768, 256\] in .*, \[96, 256\] in the model" "shape change names the tensor and both shapes"

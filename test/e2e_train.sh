@@ -13,7 +13,8 @@ trap 'rm -rf "$T"' EXIT
 run() {
     code=$1; what=$2; shift 2
     rm -f "$T/s.json"
-    "$B" --quiet --summary "$T/s.json" --set train.run_dir="$T/run" "$@" >"$T/out" 2>"$T/err"
+    runs=$((${runs:-0} + 1))   # a run directory per config: ctrain refuses one holding another's run
+    "$B" --quiet --summary "$T/s.json" --set train.run_dir="$T/r$runs" "$@" >"$T/out" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq "$code" ]; then ok "$what"; else bad "$what (exit $rc, expected $code)"; sed 's/^/     /' "$T/err" | head -5; fi
 }
@@ -48,7 +49,7 @@ run 0 "cnn trains 20 steps" --config configs/fmnist_cnn.json --set train.max_ste
 summary "s['peak_bytes_by_category']['activations'] > 0 and s['peak_bytes_by_category']['optim'] > 0" "summary has memory per category"
 cp "$T/s.json" "$T/plain.json"
 "$B" --config configs/fmnist_mlp.json --set train.max_steps=2 --set data.eval.limit=100 \
-    --set train.run_dir="$T/run" --set memory_breakdown=true >"$T/out" 2>"$T/err"
+    --set train.run_dir="$T/run-mem" --set memory_breakdown=true >"$T/out" 2>"$T/err"
 has "$T/err" "peak host memory (MiB): params" "memory_breakdown prints the categories"
 run 0 "cuda_graph true on the CPU runs" --config configs/fmnist_cnn.json --set train.max_steps=20 \
     --set data.eval.limit=500 --set train.cuda_graph=true --set data.transform.on_device=true

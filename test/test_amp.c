@@ -303,6 +303,8 @@ static ct_config *regression_config_on(const char *csv_name, const char *fp16, d
         else write_tiny_regression(csv);
     }
     snprintf(path, sizeof path, "%s/reg.json", tmpdir);
+    /* a run directory per config (ctrain refuses one holding another's run); tests run forked */
+    static int runs;
     snprintf(text, sizeof text,
              "{\"train_batch_size\": 512, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": %g}},\n"
              " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10, \"warmup_max_lr\": %g}},\n"
@@ -311,8 +313,8 @@ static ct_config *regression_config_on(const char *csv_name, const char *fp16, d
              "\"bias\": false}], \"loss\": {\"type\": \"mse\"}},\n"
              " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"%s\"}},\n"
              " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"%s\", \"threads\": 2, "
-             "\"run_dir\": \"%s/run\"}}\n",
-             lr, lr, fp16, csv, steps, test_device(), tmpdir);
+             "\"run_dir\": \"%s/run%ld-%d\"}}\n",
+             lr, lr, fp16, csv, steps, test_device(), tmpdir, (long)getpid(), ++runs);
     write_text(path, text);
     return load_config(path, NULL, 0);
 }

@@ -1,12 +1,16 @@
 /* test_ckpt.c: checkpoint directories: bitwise round trip, latest, keep_last, crash safety (fault
  * hook and a real kill -9 during a save), incomplete directories ignored, shape mismatches named,
- * best/, init_from strict and partial, config diff, export and info. */
+ * best/, init_from strict and partial, config diff, export and info; export never writing into a
+ * checkpoint or over its input; keep_last removing only complete checkpoints of the run's own
+ * experiment (also at the start of a run), never an incomplete or foreign directory; the run
+ * directory's lock. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@
 #include "cmd/commands.h"
 #include "core/util/rng.h"
 #include "core/ckpt/safetensors.h"
+#include "core/util/fs.h"
 
 static char tmpdir[256], save_dir[300];
 
@@ -607,6 +612,233 @@ START_TEST(export_and_info) {
 }
 END_TEST
 
+/* export never writes into a checkpoint directory or over a file it reads: --out naming the
+ * checkpoint's own model.safetensors (directly, by another spelling, through a symlink or a hard
+ * link) or a new file inside the checkpoint directory is refused with CT_ERR_CONFIG naming the
+ * path, and the checkpoint stays complete and bit for bit what was saved. An --out whose
+ * directory cannot be written is refused before anything is read. */
+START_TEST(export_never_overwrites_inputs) {
+    model a, b;
+    model_init(&a, 21);
+    save(&a, 8, 0);
+    char dir[600], model_p[700], outs[6][800];
+    snprintf(dir, sizeof dir, "%s/global_step8", save_dir);
+    snprintf(model_p, sizeof model_p, "%s/model.safetensors", dir);
+    snprintf(outs[0], sizeof outs[0], "%s", model_p);
+    snprintf(outs[1], sizeof outs[1], "%s/../global_step8/./model.safetensors", dir);
+    snprintf(outs[2], sizeof outs[2], "%s/w16.safetensors", dir);
+    snprintf(outs[3], sizeof outs[3], "%s/link.safetensors", tmpdir);
+    snprintf(outs[4], sizeof outs[4], "%s/hard.safetensors", tmpdir);
+    snprintf(outs[5], sizeof outs[5], "%s/COMPLETE", dir);
+    ck_assert_int_eq(symlink(model_p, outs[3]), 0);
+    ck_assert_int_eq(link(model_p, outs[4]), 0);
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    for (int i = 0; i < 6; i++) {
+        char *argv[] = {"export", "--checkpoint", i % 2 ? save_dir : dir, "--out", outs[i],
+                        "--dtype", "fp16", NULL};
+        ct_err err = {0};
+        int rc = ct_export_main(7, argv, &err);
+        ck_assert_msg(rc == CT_ERR_CONFIG, "--out %s: exit %d (%s)", outs[i], rc, err.msg);
+        ck_assert_msg(strstr(err.msg, outs[i]) != NULL, "%s", err.msg);
+    }
+    char nodir[700];
+    snprintf(nodir, sizeof nodir, "%s/plain", tmpdir);
+    FILE *f = fopen(nodir, "w");
+    fputs("not a directory", f);
+    fclose(f);
+    snprintf(nodir, sizeof nodir, "%s/plain/w.safetensors", tmpdir);
+    char *argv[] = {"export", "--checkpoint", dir, "--out", nodir, NULL};
+    ct_err err = {0};
+    int rc = ct_export_main(5, argv, &err);
+    fclose(stdout);
+    stdout = saved;
+    ck_assert_msg(rc == CT_ERR_CONFIG && strstr(err.msg, nodir), "exit %d: %s", rc, err.msg);
+    ck_assert(ct_ckpt_is_complete(dir));
+    model_init(&b, 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_OK);
+    ck_assert(models_equal(&a, &b));
+    ck_assert_int_eq(access(outs[2], F_OK), -1);
+    snprintf(nodir, sizeof nodir, "ls -a %s | grep -q tmp", dir);
+    ck_assert_int_ne(system(nodir), 0); /* no temporary file left in the checkpoint */
+}
+END_TEST
+
+static bool exists_step(long step) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/global_step%ld", save_dir, step);
+    return access(p, F_OK) == 0;
+}
+
+static bool warned(const ct_warnings *w, const char *what) {
+    for (int i = 0; i < w->n; i++)
+        if (strstr(w->items[i], what)) return true;
+    return false;
+}
+
+/* keep_last removes only complete checkpoints of the run's own experiment: not a directory
+ * without a valid COMPLETE (an interrupted copy, a DeepSpeed checkpoint: same names), nor one
+ * saved by another config; those are reported. A save killed between updating latest and
+ * pruning leaves too many checkpoints; ct_ckpt_prune at the next start finishes the job. */
+START_TEST(prune_only_own_complete_checkpoints) {
+    model a, f;
+    model_init(&a, 31);
+    model_init(&f, 32);
+    cJSON *own = mkconfig(1e-3), *other = mkconfig(5e-3);
+    for (long s = 10; s <= 30; s += 10) save(&a, s, 0);
+    ct_ckpt_state st = mkstate(5);
+    ct_ckpt_save_opts keep_all = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &f.t, &st, other, &keep_all, NULL, 0, &err), CT_OK);
+    save(&a, 15, 0);
+    char p[700];
+    snprintf(p, sizeof p, "%s/global_step15/COMPLETE", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/global_step1", save_dir); /* DeepSpeed's layout: no marker */
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step1/mp_rank_00_model_states.pt", save_dir);
+    FILE *fp = fopen(p, "wb");
+    for (int i = 0; i < 64; i++) fputc((int)(i * 37 % 251), fp);
+    fclose(fp);
+    /* killed after latest moved to global_step40, before keep_last 2 was applied */
+    st = mkstate(40);
+    ct_ckpt_save_opts o = {.keep_last = 2, .owner = own, .fault = fail_at, .fault_ctx = "latest"};
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &st, own, &o, NULL, 0, &err), CT_ERR_RUNTIME);
+    for (long s = 10; s <= 40; s += 10) ck_assert(exists_step(s));
+    /* the next run's start */
+    ct_warnings w = {0};
+    ct_ckpt_prune(save_dir, 40, 2, own, &w);
+    ck_assert(exists_step(40) && exists_step(30));
+    ck_assert(!exists_step(20) && !exists_step(10));
+    ck_assert(exists_step(15) && exists_step(5) && exists_step(1));
+    ck_assert(warned(&w, "global_step15: not a complete checkpoint"));
+    ck_assert(warned(&w, "global_step1: not a complete checkpoint"));
+    ck_assert(warned(&w, "global_step5: saved by another config"));
+    ck_assert_int_eq(w.n, 3);
+    ct_warnings_free(&w);
+    /* keep_last during a run: the same rule */
+    st = mkstate(50);
+    o.fault = NULL;
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &st, own, &o, NULL, 0, &err), CT_OK);
+    ck_assert(exists_step(50) && exists_step(40) && !exists_step(30));
+    ck_assert(exists_step(15) && exists_step(5) && exists_step(1));
+    /* without an owner every complete checkpoint counts (global_step5 too), still no incomplete */
+    ct_ckpt_prune(save_dir, 50, 1, NULL, NULL);
+    ck_assert(exists_step(50) && !exists_step(40) && !exists_step(5));
+    ck_assert(exists_step(15) && exists_step(1));
+    /* the identity ignores run length, outputs and logging, not hyperparameters */
+    cJSON *longer = mkconfig(1e-3);
+    cJSON *train = cJSON_GetObjectItem(longer, "train");
+    cJSON_ReplaceItemInObject(train, "epochs", cJSON_CreateNumber(9));
+    cJSON_AddStringToObject(train, "run_dir", "elsewhere");
+    cJSON_AddNumberToObject(longer, "steps_per_print", 7);
+    cJSON_AddNumberToObject(longer, "train_micro_batch_size_per_gpu", 8);
+    cJSON_AddNumberToObject(train, "new_key", 4); /* only one side has it: not recorded there */
+    ck_assert(ct_ckpt_same_experiment(own, longer));
+    ck_assert(!ct_ckpt_same_experiment(own, other));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(longer, "optimizer"), "type",
+                              cJSON_CreateString("SGD"));
+    char diff[256];
+    ck_assert_int_eq(ct_ckpt_experiment_diff(own, longer, diff, sizeof diff), 1);
+    ck_assert_str_eq(diff, "optimizer.type: \"AdamW\" -> \"SGD\"");
+    cJSON_Delete(longer);
+    cJSON_Delete(own);
+    cJSON_Delete(other);
+}
+END_TEST
+
+/* --resume auto with global_step* directories but none complete starts from scratch: it says so
+ * in a warning (the CLI prints warnings also under --quiet). */
+START_TEST(resume_auto_warns_when_none_complete) {
+    model a;
+    model_init(&a, 33);
+    save(&a, 4, 0);
+    save(&a, 8, 0);
+    char p[700], dir[1024];
+    for (long s = 4; s <= 8; s += 4) {
+        snprintf(p, sizeof p, "%s/global_step%ld/COMPLETE", save_dir, s);
+        ck_assert_int_eq(unlink(p), 0);
+    }
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_str_eq(dir, "");
+    ck_assert_msg(warned(&w, "no complete checkpoint; starting from scratch") &&
+                  warned(&w, "global_step8"), "%d warnings", w.n);
+    ct_warnings_free(&w);
+}
+END_TEST
+
+/* A save of global_step<N> where a directory of that name exists that is not a complete
+ * checkpoint (another tool's, an interrupted copy) keeps it, renamed <name>.incomplete-<pid>,
+ * instead of removing it as it removes a checkpoint it replaces. */
+START_TEST(save_keeps_same_named_foreign_directory) {
+    model a;
+    model_init(&a, 34);
+    char p[700];
+    snprintf(p, sizeof p, "%s", save_dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step20", save_dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/global_step20/mp_rank_00_model_states.pt", save_dir);
+    FILE *f = fopen(p, "wb");
+    fputs("deepspeed's weights", f);
+    fclose(f);
+    save(&a, 20, 0);
+    snprintf(p, sizeof p, "%s/global_step20", save_dir);
+    ck_assert(ct_ckpt_is_complete(p));
+    snprintf(p, sizeof p, "%s/global_step20.incomplete-%ld/mp_rank_00_model_states.pt", save_dir,
+             (long)getpid());
+    ck_assert_msg(access(p, F_OK) == 0, "%s is gone", p);
+    /* a complete checkpoint of the same name is replaced, as before */
+    save(&a, 20, 0);
+    ck_assert_int_eq(count_entries("global_step20"), 2);
+}
+END_TEST
+
+/* The run directory's lock: held by a live process, it is refused with that process's note;
+ * once the holder is killed (-9: no clean-up of its own) the kernel has dropped it. */
+START_TEST(lock_held_until_holder_dies) {
+    char path[600], note[128];
+    snprintf(path, sizeof path, "%s/.lock", tmpdir);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd;
+        ct_err e = {0};
+        char mine[64];
+        snprintf(mine, sizeof mine, "%ld\nholder.json\n", (long)getpid());
+        if (ct_fs_lock(path, &fd, NULL, 0, &e) || fd < 0 || ct_fs_lock_note(fd, path, mine, &e))
+            _exit(1);
+        if (write(ready[1], "x", 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    int fd = 0;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fs_lock(path, &fd, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(strtol(note, NULL, 10), pid);
+    ck_assert_ptr_nonnull(strstr(note, "holder.json"));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ck_assert_int_eq(ct_fs_lock(path, &fd, note, sizeof note, &err), CT_OK);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_ptr_nonnull(strstr(note, "holder.json")); /* the last holder's note stays readable */
+    int fd2 = 0;
+    ck_assert_int_eq(ct_fs_lock(path, &fd2, NULL, 0, &err), CT_OK);
+    ck_assert_int_eq(fd2, -1); /* a second open in the same process is refused too */
+    close(fd);
+    close(ready[0]);
+    close(ready[1]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -625,6 +857,11 @@ int main(void) {
     tcase_add_test(tc, init_from_strict_and_partial);
     tcase_add_test(tc, config_diff_lists_changes);
     tcase_add_test(tc, export_and_info);
+    tcase_add_test(tc, export_never_overwrites_inputs);
+    tcase_add_test(tc, prune_only_own_complete_checkpoints);
+    tcase_add_test(tc, resume_auto_warns_when_none_complete);
+    tcase_add_test(tc, save_keeps_same_named_foreign_directory);
+    tcase_add_test(tc, lock_held_until_holder_dies);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

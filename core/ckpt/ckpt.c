@@ -61,6 +61,70 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
+/* Keys that do not change what is trained, so a run may change them and stay the same
+ * experiment: where the outputs go, how long to train and how often to evaluate (a resume may
+ * extend a run), where and how fast it runs (the micro-batch: accumulation gives the same
+ * train_batch_size steps on a smaller device), what it prints. Everything else (model, data,
+ * optimizer, scheduler, train_batch_size, precision, seed, ...) defines the experiment. */
+static const char *const identity_ignored[] = {
+    "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
+    "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
+    "train.early_stopping", "train.device", "train.threads", "train.cuda_graph",
+    "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
+    "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
+    "wall_clock_breakdown", "memory_breakdown",
+};
+
+/* Remove the member at a dotted path ("data.transform.on_device") when it is there. */
+static void delete_path(cJSON *root, const char *path) {
+    char part[64];
+    const char *dot;
+    while (cJSON_IsObject(root) && (dot = strchr(path, '.'))) {
+        snprintf(part, sizeof part, "%.*s", (int)(dot - path), path);
+        root = cJSON_GetObjectItemCaseSensitive(root, part);
+        path = dot + 1;
+    }
+    if (cJSON_IsObject(root)) cJSON_DeleteItemFromObjectCaseSensitive(root, path);
+}
+
+/* The experiment a resolved config describes: a copy without identity_ignored. */
+static cJSON *config_identity(const cJSON *resolved) {
+    cJSON *c = resolved ? cJSON_Duplicate(resolved, 1) : cJSON_CreateNull();
+    for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) delete_path(c, identity_ignored[i]);
+    return c;
+}
+
+/* Drop from a and b, at every depth, the object members the other lacks: a key one resolved
+ * config does not have was not recorded there (written by a ctrain version before or after the
+ * key existed), so it cannot tell two experiments apart. */
+static void keep_common(cJSON *a, cJSON *b) {
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return;
+    for (cJSON *x = a->child, *next; x; x = next) {
+        next = x->next;
+        cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        if (y) keep_common(x, y);
+        else cJSON_Delete(cJSON_DetachItemViaPointer(a, x));
+    }
+    for (cJSON *y = b->child, *next; y; y = next) {
+        next = y->next;
+        if (!cJSON_GetObjectItemCaseSensitive(a, y->string)) cJSON_Delete(cJSON_DetachItemViaPointer(b, y));
+    }
+}
+
+int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n) {
+    cJSON *ia = config_identity(a), *ib = config_identity(b);
+    keep_common(ia, ib);
+    char none[1];
+    int k = ct_ckpt_config_diff(ia, ib, buf ? buf : none, buf ? n : sizeof none);
+    cJSON_Delete(ia);
+    cJSON_Delete(ib);
+    return k;
+}
+
+bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
+    return ct_ckpt_experiment_diff(a, b, NULL, 0) == 0;
+}
+
 static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
     return v->trainable ? t->params + (v->offset - t->lo) : t->buffers + v->offset;
 }
@@ -353,14 +417,18 @@ static void remove_stale(const char *save_dir) {
 }
 
 /* Rename tmp to <save_dir>/<name>, moving an existing one aside first (rename(2) cannot replace
- * a non-empty directory), then fsync save_dir and drop the old one. */
+ * a non-empty directory), then fsync save_dir and drop the old one. An existing directory that is
+ * not a complete checkpoint was not written by a save (another tool's, such as DeepSpeed's
+ * checkpoint of the same step, or an interrupted copy): it is moved to <name>.incomplete-<pid>
+ * and kept. */
 static int install_dir(const char *save_dir, const char *tmp, const char *name,
                        const ct_ckpt_save_opts *o, ct_err *err) {
     char final[CKPT_PATH], old[CKPT_PATH];
     int rc = ct_fs_join(final, sizeof final, save_dir, name, err);
     if (rc) return rc;
-    snprintf(old, sizeof old, "%s/.old-%s-%ld", save_dir, name, (long)getpid());
-    bool had_old = ct_fs_exists(final);
+    bool had_old = ct_fs_exists(final), keep_old = had_old && !ct_ckpt_is_complete(final);
+    snprintf(old, sizeof old, keep_old ? "%s/%s.incomplete-%ld" : "%s/.old-%s-%ld", save_dir, name,
+             (long)getpid());
     if (had_old && rename(final, old) != 0)
         return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot move aside: %s", final, strerror(errno));
     if (rename(tmp, final) != 0) {
@@ -371,7 +439,7 @@ static int install_dir(const char *save_dir, const char *tmp, const char *name,
     }
     rc = fault(o, "rename", err);
     if (!rc) rc = ct_fs_sync_dir(save_dir, err);
-    if (!rc && had_old) ct_fs_remove_tree(old);
+    if (!rc && had_old && !keep_old) ct_fs_remove_tree(old);
     return rc;
 }
 
@@ -409,18 +477,46 @@ static long *list_steps(const char *save_dir, int *n_out) {
     return steps;
 }
 
-/* Keep the new checkpoint and the keep_last - 1 newest older ones. Newer ones (from a run that
- * was resumed from an earlier checkpoint) are left alone. */
-static void prune(const char *save_dir, long new_step, int keep_last) {
-    if (keep_last <= 0) return;
+static int read_json_file(const char *dir, const char *name, cJSON **out, ct_err *err);
+
+typedef enum { PRUNE_OWNED, PRUNE_INCOMPLETE, PRUNE_FOREIGN } prune_kind;
+
+/* What keep_last may do with dir: count and remove it only when it is a complete checkpoint of
+ * owner's experiment. */
+static prune_kind classify(const char *dir, const cJSON *owner) {
+    if (!ct_ckpt_is_complete(dir)) return PRUNE_INCOMPLETE;
+    if (!owner) return PRUNE_OWNED;
+    cJSON *saved = NULL;
+    bool same = read_json_file(dir, CKPT_CONFIG, &saved, NULL) == CT_OK &&
+                ct_ckpt_same_experiment(saved, owner);
+    cJSON_Delete(saved);
+    return same ? PRUNE_OWNED : PRUNE_FOREIGN;
+}
+
+void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
+                   ct_warnings *warn) {
     int n;
     long *steps = list_steps(save_dir, &n);
-    int kept = 1;
+    int kept = 1; /* the anchor */
     for (int i = 0; i < n; i++) {
-        if (steps[i] >= new_step) continue;
-        if (kept < keep_last) { kept++; continue; }
+        bool removable = keep_last > 0 && steps[i] < anchor;
+        if (!removable && !warn) continue;
         char path[CKPT_PATH];
         snprintf(path, sizeof path, "%s/global_step%ld", save_dir, steps[i]);
+        prune_kind k = classify(path, owner);
+        if (k == PRUNE_INCOMPLETE && warn)
+            ct_warnf(warn, "%s: not a complete checkpoint (no valid %s marker): never loaded, and "
+                     "not removed by keep_last; delete it yourself if it is not needed", path,
+                     CT_CKPT_MARKER);
+        else if (k == PRUNE_FOREIGN && warn)
+            ct_warnf(warn, "%s: saved by another config (its %s differs in more than run length, "
+                     "outputs or logging): keep_last neither counts nor removes it", path,
+                     CKPT_CONFIG);
+        if (k != PRUNE_OWNED || !removable) continue;
+        if (kept < keep_last) {
+            kept++;
+            continue;
+        }
         ct_fs_remove_tree(path);
     }
     free(steps);
@@ -459,7 +555,7 @@ int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_s
         if (!rc) rc = fault(opts, "latest", err);
     }
     if (rc) return rc;
-    prune(save_dir, state->step, opts ? opts->keep_last : 0);
+    if (opts) ct_ckpt_prune(save_dir, state->step, opts->keep_last, opts->owner, NULL);
     if (out_dir) snprintf(out_dir, out_n, "%s/%s", save_dir, tag);
     return CT_OK;
 }
@@ -549,6 +645,14 @@ int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
     out[0] = 0;
     if (strcmp(spec, "auto") == 0) {
         if (save_dir && ct_fs_is_dir(save_dir)) resolve_save_dir(save_dir, out, n, warn);
+        int k = 0;
+        long *steps = out[0] || !save_dir || !warn ? NULL : list_steps(save_dir, &k);
+        if (k > 0)
+            ct_warnf(warn, "--resume auto: %s holds %d global_step* director%s (newest: "
+                     "global_step%ld) but no complete checkpoint; starting from scratch beside "
+                     "them (they are never loaded, and never removed by keep_last)", save_dir, k,
+                     k == 1 ? "y" : "ies", steps[0]);
+        free(steps);
         return CT_OK;
     }
     if (!ct_fs_is_dir(spec))

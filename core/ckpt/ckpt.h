@@ -11,7 +11,8 @@
  * Protocol: files are written into <save_dir>/.tmp-<tag>-<pid>/ and fsynced, the marker last;
  * the directory is fsynced and renamed into place; save_dir is fsynced; then latest is replaced
  * by writing latest.tmp-<pid>, fsync, rename, fsync save_dir. Only after that are checkpoints
- * beyond keep_last deleted. A directory without a valid COMPLETE is never loaded.
+ * beyond keep_last deleted (ct_ckpt_prune: complete ones of the same experiment only). A
+ * directory without a valid COMPLETE is never loaded and never deleted.
  *
  * Tensors are addressed through ct_ckpt_tensors: host pointers to named ranges of the flat fp32
  * buffers (the layout's views). (A device backend copies to/from host staging buffers around
@@ -89,8 +90,24 @@ void ct_ckpt_state_init(ct_ckpt_state *s);
 /* FNV-1a 64 of the compact JSON text, as 16 hex digits. */
 void ct_ckpt_config_hash(const cJSON *resolved, char out[17]);
 
+/* Whether two resolved configs describe the same experiment: equal but for the keys that say
+ * only where the outputs go, how long to train, how often to evaluate, where and how fast to run
+ * and what to print (train.run_dir, save_dir, save_interval, keep_last, epochs, max_steps,
+ * eval_interval, best_metric, early_stopping, device, threads, cuda_graph;
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps; data.workers, prefetch, cache,
+ * transform.on_device; steps_per_print, wall_clock_breakdown, memory_breakdown), and for keys
+ * only one of them has (not recorded by the ctrain version that wrote the other). Key order does
+ * not matter. */
+bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b);
+/* The differences that make them two experiments, one "path: old -> new" per line into buf (as
+ * ct_ckpt_config_diff); returns their number (0: the same experiment). */
+int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n);
+
 typedef struct ct_ckpt_save_opts {
     int keep_last;               /* keep this many global_step* (the new one included); 0 = all */
+    /* The run's resolved config: keep_last counts and removes only complete checkpoints whose
+     * config.json is the same experiment (ct_ckpt_same_experiment). NULL: every complete one. */
+    const cJSON *owner;
     bool skip_latest;            /* do not update latest (best/ uses this) */
     /* Test hook: called after each stage ("model.safetensors", "optimizer.safetensors",
      * "state.json", "config.json", "COMPLETE", "rename", "latest"); non-zero aborts the save
@@ -106,13 +123,24 @@ int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_s
                  const cJSON *config, const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n,
                  ct_err *err);
 
+/* keep_last over save_dir, relative to the checkpoint of step `anchor` (the one just saved, or
+ * at the start of a run the one it continues from): keep it and the keep_last - 1 newest older
+ * checkpoints, remove the older ones. Only complete checkpoints of owner's experiment (NULL: any)
+ * are counted or removed; those of higher steps than anchor (left by a run resumed from further
+ * back) are never removed. A global_step* without a valid marker (an interrupted copy, another
+ * tool's checkpoint such as DeepSpeed's, which shares the names) or of another experiment is
+ * never removed; with warn, each one gets a warning saying so. keep_last <= 0: nothing removed. */
+void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
+                   ct_warnings *warn);
+
 /* Save the same content as <save_dir>/best, replacing the previous best atomically. */
 int ct_ckpt_save_best(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
                       const cJSON *config, ct_err *err);
 
 /* Resolve what to load. spec: "auto" -> <save_dir>/latest, or when latest is missing or names
  * an incomplete checkpoint, the newest complete global_step* (with a warning); none -> out = ""
- * and CT_OK (start fresh). Otherwise spec is a checkpoint directory, or a save_dir holding
+ * and CT_OK (start fresh; with a warning when global_step* directories exist but none is
+ * complete, since the run then starts from scratch beside them). Otherwise spec is a checkpoint directory, or a save_dir holding
  * `latest` (resolved through it). A given spec that holds no complete checkpoint is
  * CT_ERR_DATA naming it. */
 int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,

@@ -1,12 +1,14 @@
 /* checkpoint.c: the trainer's side of checkpoints: which tensors a checkpoint holds, the run
- * directory's config.json, resume (--resume), model.init_from, saving global_step<N> and best/,
- * and `ctrain eval`. The file format and the crash-safe protocol are ckpt.c's; the loop decides
+ * directory (outputs checked, its lock, whose run it holds, its config.json), resume (--resume),
+ * model.init_from, saving global_step<N> and best/, keep_last at the start, and `ctrain eval`. The file format and the crash-safe protocol are ckpt.c's; the loop decides
  * when to save (loop.c). */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/train/internal.h"
 #include "core/util/fs.h"
@@ -72,6 +74,8 @@ void ct_trainer_ckpt_close(ct_trainer *t) {
     }
     memset(ck, 0, sizeof *ck);
     t->ck.staged = false;
+    if (t->ck.locked) close(t->ck.lock_fd); /* the run directory is free again */
+    t->ck.locked = false;
 }
 
 static void print_warnings(ct_warnings *w) {
@@ -79,9 +83,152 @@ static void print_warnings(ct_warnings *w) {
     ct_warnings_free(w);
 }
 
+/* ---- the run directory, before the set-up: outputs, lock, whose run it holds ---- */
+
+/* An output path that cannot be written is the user's to fix (another path, permissions), so it
+ * exits 2; checked before the set-up instead of failing at the first save, an epoch later. */
+static int output_error(const char *what, const char *flag, const ct_err *e, ct_err *err) {
+    return ct_errf(err, CT_ERR_CONFIG, "%s: %s\n  Nothing was trained. Give a path that can be "
+                   "written (%s) or fix the directory's permissions.", what, e->msg, flag);
+}
+
+static int check_outputs(const ct_trainer *t, ct_err *err) {
+    const ct_train_cfg *tc = &t->cfg->train;
+    ct_err e = {0};
+    if (ct_fs_check_dir_writable(tc->run_dir, &e))
+        return output_error("train.run_dir", "--set train.run_dir=DIR", &e, err);
+    if (ct_fs_check_dir_writable(tc->save_dir, &e))
+        return output_error("train.save_dir", "--set train.save_dir=DIR", &e, err);
+    if (t->opts.summary_path && ct_fs_check_output_file(t->opts.summary_path, &e))
+        return output_error("--summary", "--summary FILE", &e, err);
+    return CT_OK;
+}
+
+/* run_dir/.lock holds "<pid>\n<config file>\n": the pid of the run holding the directory (or that
+ * held it last) and the config file that run_dir/config.json was made from, so a refusal can
+ * name both. */
+typedef struct lock_note {
+    long pid;                    /* 0: unknown */
+    char config[PATH_MAX];       /* "": unknown */
+} lock_note;
+
+static void parse_note(const char *text, lock_note *n) {
+    char *end;
+    *n = (lock_note){.pid = strtol(text, &end, 10)};
+    if (end == text || *end != '\n') {
+        n->pid = 0;
+        return;
+    }
+    snprintf(n->config, sizeof n->config, "%.*s", (int)strcspn(end + 1, "\n"), end + 1);
+}
+
+/* The config file as an absolute path when it can be had (a note outlives the working
+ * directory it was written from). */
+static void config_file(const ct_config *cfg, char *out, size_t n) {
+    char abs[PATH_MAX];
+    snprintf(out, n, "%s", realpath(cfg->path, abs) ? abs : cfg->path);
+}
+
+static int write_note(ct_trainer *t, const char *config, ct_err *err) {
+    char path[4096], note[PATH_MAX + 32];
+    int rc = ct_fs_join(path, sizeof path, t->cfg->train.run_dir, ".lock", err);
+    snprintf(note, sizeof note, "%ld\n%s\n", (long)getpid(), config);
+    return rc ? rc : ct_fs_lock_note(t->ck.lock_fd, path, note, err);
+}
+
+static cJSON *read_config_json(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = ct_fs_read_small(path, 64u << 20, NULL);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+/* The refusal of check_owner: both config files, the settings that differ, what to do. */
+static int refuse_other_run(const ct_trainer *t, const char *record, const lock_note *last,
+                            const cJSON *saved, const char *newest, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    char mine[PATH_MAX], diff[1500];
+    config_file(cfg, mine, sizeof mine);
+    int n = ct_ckpt_experiment_diff(saved, cfg->resolved, diff, sizeof diff);
+    ct_errf(err, CT_ERR_CONFIG, "train.run_dir %s holds the checkpoints of another config (newest "
+            "%s): %s, made from %s, differs from this run's %s in %d setting%s:", cfg->train.run_dir,
+            newest, record, last->config[0] ? last->config : "a config file not recorded", mine, n,
+            n == 1 ? "" : "s");
+    int shown = 0;
+    for (char *line = strtok(diff, "\n"); line && shown < 8; line = strtok(NULL, "\n"), shown++)
+        ct_err_append(err, "    %s", line);
+    if (n > shown) ct_err_append(err, "    ... and %d more", n - shown);
+    ct_err_append(err, "  Running here would put this run's checkpoints among that run's%s. Give this run "
+                  "its own directory: --set train.run_dir=runs/NAME (or train.run_dir in the config). "
+                  "To continue that run with these settings, resume it by name: --resume %s",
+                  t->opts.resume ? " and continue from its weights" : ", replacing those of the same steps",
+                  cfg->train.save_dir);
+    return CT_ERR_CONFIG;
+}
+
+/* Whose run the directory holds: the one run_dir/config.json records (else, for a run_dir
+ * without one or a save_dir shared between run directories, the config.json of the newest
+ * complete checkpoint in save_dir). A run of another experiment (ct_ckpt_same_experiment: more
+ * than run length, outputs or logging changed) would put its checkpoints among that run's,
+ * replace those of the same steps, and with --resume auto continue from its weights: refused,
+ * unless no complete checkpoint is there to take over, or --resume names the checkpoint (the
+ * change is then the user's decision, and the resume lists it). */
+static int check_owner(ct_trainer *t, const lock_note *last, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    const char *resume = t->opts.resume;
+    char newest[4096], record[4200];
+    ct_ckpt_resolve("auto", cfg->train.save_dir, newest, sizeof newest, NULL, NULL);
+    if (!newest[0] || (resume && strcmp(resume, "auto") != 0)) return CT_OK;
+    snprintf(record, sizeof record, "%s/config.json", cfg->train.run_dir);
+    cJSON *saved = read_config_json(cfg->train.run_dir);
+    const lock_note unknown = {0};
+    if (!saved) { /* the note's config file was that of run_dir/config.json: not this one's */
+        snprintf(record, sizeof record, "%s/config.json", newest);
+        saved = read_config_json(newest);
+        last = &unknown;
+    }
+    int rc = CT_OK;
+    if (saved && !ct_ckpt_same_experiment(saved, cfg->resolved))
+        rc = refuse_other_run(t, record, last, saved, newest, err);
+    else if (!resume)
+        ct_warnf(&t->obs.warn, "%s holds checkpoints of this config up to %s; this run starts from "
+                 "step 0 (no --resume) and replaces those of the steps it saves; --resume auto "
+                 "would continue instead", cfg->train.save_dir, newest);
+    cJSON_Delete(saved);
+    return rc;
+}
+
+int ct_trainer_rundir_open(ct_trainer *t, ct_err *err) {
+    const char *run_dir = t->cfg->train.run_dir;
+    char path[4096], text[PATH_MAX + 32];
+    int fd = -1;
+    int rc = check_outputs(t, err);
+    if (!rc) rc = ct_fs_join(path, sizeof path, run_dir, ".lock", err);
+    if (!rc) rc = ct_fs_lock(path, &fd, text, sizeof text, err);
+    if (rc) return rc;
+    lock_note last;
+    parse_note(text, &last);
+    if (fd < 0) {
+        char pid[32] = "unknown";
+        if (last.pid > 0) snprintf(pid, sizeof pid, "%ld", last.pid);
+        return ct_errf(err, CT_ERR_CONFIG, "train.run_dir %s is in use by another ctrain run (pid %s, "
+                       "which holds %s); two runs in one directory would overwrite each other's "
+                       "checkpoints.\n  Wait for it to end, or give this run its own directory: "
+                       "--set train.run_dir=DIR", run_dir, pid, path);
+    }
+    t->ck.locked = true;
+    t->ck.lock_fd = fd;
+    rc = check_owner(t, &last, err);
+    /* this run's pid now; the config line changes with run_dir/config.json (write_run_config) */
+    return rc ? rc : write_note(t, last.config, err);
+}
+
 /* ---- start of a run ---- */
 
-/* <run_dir>/config.json: the resolved config, so a run directory says how it was made. */
+/* <run_dir>/config.json: the resolved config, so a run directory says how it was made; and the
+ * config file it came from in the lock's note. */
 static int write_run_config(ct_trainer *t, ct_err *err) {
     const char *dir = t->cfg->train.run_dir;
     int rc = ct_fs_mkdirs(dir, err);
@@ -93,6 +240,9 @@ static int write_run_config(ct_trainer *t, ct_err *err) {
     json[len] = '\0';
     rc = ct_fs_replace_file(dir, "config.json", json, len, err);
     free(json);
+    char mine[PATH_MAX];
+    config_file(t->cfg, mine, sizeof mine);
+    if (!rc && t->ck.locked) rc = write_note(t, mine, err);
     return rc;
 }
 
@@ -153,12 +303,30 @@ static int init_from(ct_trainer *t, ct_err *err) {
     return CT_OK;
 }
 
+/* keep_last at the start as well: a run killed between updating latest and pruning left more
+ * checkpoints than keep_last, and a resume that only evaluates never saves. Anchored at the
+ * checkpoint latest names, or the one this run resumed from when that is older (it must survive
+ * until this run saves); incomplete and other configs' checkpoints are reported, never removed. */
+static void start_prune(ct_trainer *t) {
+    const ct_train_cfg *tc = &t->cfg->train;
+    char dir[4096];
+    long anchor = -1;
+    ct_ckpt_resolve("auto", tc->save_dir, dir, sizeof dir, NULL, NULL);
+    const char *base = strrchr(dir, '/');
+    if (dir[0] && sscanf(base ? base + 1 : dir, "global_step%ld", &anchor) != 1) anchor = -1;
+    if (t->ck.resumed && t->ck.resume_state.step < anchor) anchor = t->ck.resume_state.step;
+    ct_warnings w = {0};
+    ct_ckpt_prune(tc->save_dir, anchor, tc->keep_last, t->cfg->resolved, &w);
+    print_warnings(&w);
+}
+
 int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
     ck_setup(t);
     ct_ckpt_config_hash(t->cfg->resolved, t->ck.config_hash);
     int rc = t->opts.dry_run ? CT_OK : write_run_config(t, err);
     if (!rc && t->opts.resume) rc = resume(t, err);
     if (!rc && !t->ck.resumed) rc = init_from(t, err);
+    if (!rc && !t->opts.dry_run) start_prune(t);
     return rc;
 }
 
@@ -167,7 +335,7 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
     double t0 = ct_now();
     ck_to_host(t);
-    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last};
+    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
     char dir[4096];
     int rc = ct_ckpt_save(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, dir, sizeof dir, err);
     if (rc) return rc;

@@ -52,6 +52,8 @@ typedef struct ct_trainer_ckpt {
     ct_ckpt_state resume_state;
     char config_hash[17];        /* of cfg->resolved, recorded in every checkpoint */
     char last[4096];             /* the newest checkpoint this run saved or resumed from ("": none) */
+    bool locked;                 /* lock_fd holds run_dir/.lock for the whole run */
+    int lock_fd;
 } ct_trainer_ckpt;
 
 /* What the user sees. */
@@ -94,8 +96,13 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
 /* Open without the checkpoint step below (ctrain eval loads its own weights). */
 int ct_trainer_open_bare(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary,
                          ct_trainer **out, ct_err *err);
+/* Before set-up (a training run, not eval or --dry-run): check that run_dir, save_dir and
+ * --summary can be written, take run_dir/.lock for the run, and refuse a run_dir that holds
+ * checkpoints of another experiment unless --resume names a checkpoint (CT_ERR_CONFIG). */
+int ct_trainer_rundir_open(ct_trainer *t, ct_err *err);
 /* After set-up: address the tensors, write <run_dir>/config.json, then resume (opts.resume) or,
- * when nothing was resumed, load model.init_from. Sets ck.resumed and ck.resume_state. */
+ * when nothing was resumed, load model.init_from; then keep_last over save_dir (a run killed
+ * before pruning). Sets ck.resumed and ck.resume_state. */
 int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err);
 /* Save <save_dir>/global_step<st->step> (keep_last applied) and remember it in ck.last. */
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err);

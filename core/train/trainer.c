@@ -342,7 +342,9 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     ct_trainer *t = trainer_new(cfg, opts, summary);
     *out = t;
     warn_not_yet(t);
-    int rc = setup(t, err);
+    /* output paths, the run_dir lock and whose run it holds: checked before the slow set-up */
+    int rc = with_ckpt ? ct_trainer_rundir_open(t, err) : CT_OK;
+    if (!rc) rc = setup(t, err);
     print_warnings(t);
     if (!rc) {
         memcpy(summary->planned_by_cat, t->plan.bytes, sizeof t->plan.bytes);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -114,13 +115,25 @@ bool ct_fs_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,
-                       ct_err *err) {
-    char path[4096], tmp[4200];
-    int rc = ct_fs_join(path, sizeof path, dir, name, err);
-    if (rc) return rc;
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    rc = ct_fs_write_sync(tmp, data, len, err);
+void ct_fs_parent(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(out, n, ".");
+    else if (slash == path) snprintf(out, n, "/");
+    else snprintf(out, n, "%.*s", (int)(slash - path), path);
+}
+
+/* The temporary name ct_fs_write_atomic writes first (in the same directory, so the rename is
+ * atomic); ct_fs_check_output_file probes the same name. */
+static int tmp_name(const char *path, char *out, size_t n, ct_err *err) {
+    int k = snprintf(out, n, "%s.tmp-%ld", path, (long)getpid());
+    if (k < 0 || (size_t)k >= n) return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", path);
+    return CT_OK;
+}
+
+int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *err) {
+    char tmp[4200], dir[4096];
+    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    if (!rc) rc = ct_fs_write_sync(tmp, data, len, err);
     if (rc) {
         unlink(tmp);
         return rc;
@@ -131,5 +144,81 @@ int ct_fs_replace_file(const char *dir, const char *name, const void *data, size
         unlink(tmp);
         return rc;
     }
+    ct_fs_parent(path, dir, sizeof dir);
     return ct_fs_sync_dir(dir, err);
+}
+
+int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,
+                       ct_err *err) {
+    char path[4096];
+    int rc = ct_fs_join(path, sizeof path, dir, name, err);
+    return rc ? rc : ct_fs_write_atomic(path, data, len, err);
+}
+
+bool ct_fs_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Create and remove `probe`: the one test that sees every reason a file cannot be made there
+ * (permissions, a read-only mount, no inodes), also for root, whom access(2) would let pass. */
+static int probe_create(const char *probe, const char *what, ct_err *err) {
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create files there: %s", what,
+                       strerror(errno));
+    close(fd);
+    unlink(probe);
+    return CT_OK;
+}
+
+int ct_fs_check_dir_writable(const char *dir, ct_err *err) {
+    int rc = ct_fs_mkdirs(dir, err);
+    if (rc) return rc;
+    char probe[4200];
+    if (snprintf(probe, sizeof probe, "%s/.ctrain-probe-%ld", dir, (long)getpid()) >=
+        (int)sizeof probe)
+        return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", dir);
+    return probe_create(probe, dir, err);
+}
+
+int ct_fs_check_output_file(const char *path, ct_err *err) {
+    char dir[4096], tmp[4200];
+    if (ct_fs_is_dir(path)) return ct_errf(err, CT_ERR_RUNTIME, "%s: is a directory", path);
+    ct_fs_parent(path, dir, sizeof dir);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: directory %s: %s", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: %s is not a directory", path, dir);
+    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    return rc ? rc : probe_create(tmp, path, err);
+}
+
+int ct_fs_lock(const char *path, int *fd, char *note, size_t note_n, ct_err *err) {
+    *fd = -1;
+    if (note && note_n) note[0] = 0;
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot open: %s", path, strerror(errno));
+    int locked = flock(f, LOCK_EX | LOCK_NB);
+    int e = errno;
+    if (note && note_n) {
+        ssize_t k = pread(f, note, note_n - 1, 0);
+        note[k > 0 ? k : 0] = 0;
+    }
+    if (locked == 0) {
+        *fd = f;
+        return CT_OK;
+    }
+    close(f);
+    if (e == EWOULDBLOCK) return CT_OK;
+    return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot lock: %s", path, strerror(e));
+}
+
+int ct_fs_lock_note(int fd, const char *path, const char *note, ct_err *err) {
+    size_t len = strlen(note);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, note, len, 0) != (ssize_t)len)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    return CT_OK;
 }

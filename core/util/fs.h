@@ -23,8 +23,32 @@ char *ct_fs_read_small(const char *path, size_t max, size_t *len);
 int ct_fs_remove_tree(const char *path);
 bool ct_fs_is_dir(const char *path);
 bool ct_fs_exists(const char *path);
-/* Write via path.tmp-<pid>, fsync, rename over path, fsync the parent directory `dir`. */
+/* The directory part of path into out: "a/b" for "a/b/c", "." for "c", "/" for "/c". */
+void ct_fs_parent(const char *path, char *out, size_t n);
+/* Write path atomically: path.tmp-<pid>, fsync, rename over path, fsync its directory. A reader
+ * sees the old content or the new, never a part; on failure the old file is untouched. */
+int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *err);
+/* ct_fs_write_atomic of dir/name. */
 int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,
                        ct_err *err);
+/* True when both paths exist and are the same file (device and inode, symlinks followed): two
+ * names, a hard link or a symlink of one file compare equal. */
+bool ct_fs_same_file(const char *a, const char *b);
+/* Create dir (mkdir -p) and check that files can be created in it (a probe file is created and
+ * removed), so an unwritable output directory is found before the work that fills it.
+ * CT_ERR_RUNTIME naming the path and the reason. */
+int ct_fs_check_dir_writable(const char *dir, ct_err *err);
+/* Check that ct_fs_write_atomic(path) can succeed without touching path: path is not a
+ * directory, its directory exists, and the temporary name can be created there (created and
+ * removed). CT_ERR_RUNTIME naming the path and the reason. */
+int ct_fs_check_output_file(const char *path, ct_err *err);
+/* An exclusive lock on path (created 0644 when missing), taken without waiting with flock(2):
+ * the kernel drops it when *fd is closed or the process dies, so a killed holder never leaves a
+ * stale lock. note (may be NULL) receives the file's text: what the holder, or the last holder,
+ * wrote with ct_fs_lock_note. Taken: *fd holds it. Held by another open file (another process,
+ * or another open in this one): *fd = -1 and CT_OK. I/O errors: CT_ERR_RUNTIME naming the path. */
+int ct_fs_lock(const char *path, int *fd, char *note, size_t note_n, ct_err *err);
+/* Replace the text of a lock file taken with ct_fs_lock (path: for messages). */
+int ct_fs_lock_note(int fd, const char *path, const char *note, ct_err *err);
 
 #endif

@@ -1,0 +1,188 @@
+#!/bin/sh
+# End-to-end: run directories, their lock, output paths and the summary file, on a generated IDX
+# data set (random 8x8 images, 4 classes; a run is 10 steps and takes a fraction of a second):
+#  - two configs both named ds_config.json share the default run_dir runs/ds_config: the second
+#    exits 2 naming both files (fresh and --resume auto) and leaves the first's checkpoints as
+#    they were; the same config resumes, a longer run resumes, an explicit --resume with another
+#    learning rate goes on and lists the difference;
+#  - a run directory in use (a stopped run holds it) refuses a second run with exit 2 naming the
+#    holder's pid, while eval and --dry-run still work; after kill -9 the lock is gone;
+#  - an unwritable train.save_dir, train.run_dir or --summary exits 2 before any step;
+#  - --resume auto over incomplete checkpoints only: a warning under --quiet, and they survive
+#    keep_last; keep_last applied at the start (a kill between latest and pruning), foreign and
+#    incomplete checkpoints left alone;
+#  - --summary on a full file system (a 64 KiB tmpfs; skipped when mount is not permitted): a
+#    message on stderr, exit 0 because the final checkpoint is saved, no empty file, and an old
+#    summary survives.
+# Usage: e2e_rundir.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
+set -u
+B=$(cd "$(dirname "${1:-build}/ctrain")" && pwd)/ctrain
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+[ -n "$PY" ] || { echo "python3 not found"; exit 77; }
+[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+T=$(mktemp -d)
+cleanup() {
+    [ -n "${held:-}" ] && kill -9 "$held" 2>/dev/null
+    mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"
+    rm -rf "$T"
+}
+trap cleanup EXIT
+. test/lib_e2e.sh
+# code RC WANT DESCRIPTION [ERRFILE]: the exit status is WANT, else show the end of ERRFILE
+code() {
+    if [ "$1" -eq "$2" ]; then ok "$3"; else bad "$3: exit $1, expected $2"; [ -n "${4:-}" ] && tail -4 "$4" | sed 's/^/     /'; fi
+}
+# untrained ERRFILE DESCRIPTION: the run printed no step line
+untrained() { if grep -q '^step ' "$1"; then bad "$2: it trained"; else ok "$2"; fi; }
+
+"$PY" - "$T" <<'EOF'
+import gzip, random, struct, sys
+r = random.Random(7)
+def write(stem, n):
+    with gzip.open(f"{sys.argv[1]}/{stem}-images.gz", "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, n, 8, 8) + r.randbytes(n * 64))
+    with gzip.open(f"{sys.argv[1]}/{stem}-labels.gz", "wb", compresslevel=1) as f:
+        f.write(struct.pack(">BBBBI", 0, 0, 8, 1, n) + bytes(r.randrange(4) for _ in range(n)))
+write("train", 160)
+write("eval", 40)
+EOF
+# cfg LR: 10 steps of 16 samples, a checkpoint every 2 steps, keep_last 2
+cfg() {
+    cat <<EOF
+{"train_batch_size": 16, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": $1}},
+ "model": {"input": [1, 8, 8], "layers": [{"type": "flatten", "name": "flat"},
+   {"type": "linear", "name": "fc1", "out": 16}, {"type": "relu", "name": "r1"},
+   {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "idx", "images": "../train-images.gz", "labels": "../train-labels.gz"},
+          "eval": {"format": "idx", "images": "../eval-images.gz", "labels": "../eval-labels.gz"},
+          "transform": {"normalize": {"mean": [0.5], "std": [0.25]}}},
+ "train": {"epochs": 1, "seed": 5, "device": "cpu", "threads": 1, "save_interval": 2, "keep_last": 2}}
+EOF
+}
+mkdir -p "$T/expA" "$T/expB"
+cfg 0.01 >"$T/expA/ds_config.json"
+cfg 0.02 >"$T/expB/ds_config.json"
+# in T, where the default run_dir of both is runs/ds_config
+C() { (cd "$T" && exec "$B" "$@"); }
+R="$T/runs/ds_config/checkpoints"
+
+# --- two configs named ds_config.json: the second must not take over the first's run_dir
+C --config expA/ds_config.json --quiet >/dev/null 2>"$T/a.err"
+code $? 0 "run A" "$T/a.err"
+cp "$R/global_step10/model.safetensors" "$T/a10.safetensors"
+C --config expB/ds_config.json >/dev/null 2>"$T/b.err"
+code $? 2 "run B in A's run_dir exits 2" "$T/b.err"
+untrained "$T/b.err" "run B did not train"
+has "$T/b.err" "expA/ds_config.json" "the refusal names A's config file"
+has "$T/b.err" "expB/ds_config.json" "the refusal names B's config file"
+has "$T/b.err" "optimizer.params.lr: 0.01 -> 0.02" "the refusal lists the difference"
+has "$T/b.err" "train.run_dir" "the refusal says to pass train.run_dir"
+C --config expB/ds_config.json --resume auto >/dev/null 2>"$T/b2.err"
+code $? 2 "run B with --resume auto in A's run_dir exits 2" "$T/b2.err"
+if grep -q "resuming from" "$T/b2.err"; then bad "B resumed from A's weights"; else ok "B did not resume from A's weights"; fi
+cmp -s "$R/global_step10/model.safetensors" "$T/a10.safetensors" && [ "$(cat "$R/latest")" = global_step10 ] \
+    && ok "A's checkpoints untouched" || bad "A's checkpoints changed"
+C --config expB/ds_config.json --set train.run_dir=runs/b --quiet >/dev/null 2>"$T/b3.err"
+code $? 0 "run B with its own train.run_dir" "$T/b3.err"
+C --config expA/ds_config.json --resume auto --set train.epochs=2 >/dev/null 2>"$T/a2.err"
+code $? 0 "A resumes with more epochs (--resume auto)" "$T/a2.err"
+has "$T/a2.err" "resuming from .*global_step10" "A resumed from its own checkpoint"
+has "$T/a2.err" "train.epochs: 1 -> 2" "the longer run lists its change"
+
+# --- the run directory lock: a stopped run holds it
+# (100000 epochs: it must still be running when stopped; it is killed below)
+(cd "$T" && exec "$B" --config expA/ds_config.json --set train.run_dir=runs/lock --set train.epochs=100000) \
+    >/dev/null 2>"$T/l1.err" &
+held=$!   # ctrain's pid: the subshell execs it
+i=0
+while [ $i -lt 2000 ] && ! grep -q "saved .*global_step2 " "$T/l1.err" 2>/dev/null; do sleep 0.01; i=$((i + 1)); done
+kill -STOP $held
+C --config expA/ds_config.json --set train.run_dir=runs/lock --resume auto >/dev/null 2>"$T/l2.err"
+code $? 2 "a second run in a run_dir in use exits 2" "$T/l2.err"
+untrained "$T/l2.err" "the second run did not train"
+has "$T/l2.err" "in use by .*pid $held" "the refusal names the holder's pid"
+C eval --config expA/ds_config.json --set train.run_dir=runs/lock --checkpoint runs/lock/checkpoints \
+    --quiet >/dev/null 2>"$T/l3.err"
+code $? 0 "ctrain eval while the run_dir is in use" "$T/l3.err"
+C --config expA/ds_config.json --set train.run_dir=runs/lock --dry-run >/dev/null 2>"$T/l4.err"
+code $? 0 "--dry-run while the run_dir is in use" "$T/l4.err"
+kill -CONT $held
+kill -9 $held
+wait $held 2>/dev/null
+held=
+C --config expA/ds_config.json --set train.run_dir=runs/lock --resume auto --quiet >/dev/null 2>"$T/l5.err"
+code $? 0 "after kill -9 of the holder the run_dir can be used" "$T/l5.err"
+
+# --- output paths checked before training
+echo "a file, not a directory" >"$T/plain"
+C --config expA/ds_config.json --set train.run_dir=runs/o1 --set train.save_dir=\""$T/plain/ckpt"\" >/dev/null 2>"$T/o1.err"
+code $? 2 "unwritable train.save_dir exits 2" "$T/o1.err"
+untrained "$T/o1.err" "unwritable train.save_dir: found before training"
+has "$T/o1.err" "train.save_dir.*plain" "the message names train.save_dir and the path"
+C --config expA/ds_config.json --set train.run_dir=\""$T/plain/run"\" >/dev/null 2>"$T/o2.err"
+code $? 2 "unwritable train.run_dir exits 2" "$T/o2.err"
+has "$T/o2.err" "train.run_dir.*plain" "the message names train.run_dir and the path"
+C --config expA/ds_config.json --set train.run_dir=runs/o3 --summary "$T/plain/s.json" >/dev/null 2>"$T/o3.err"
+code $? 2 "unwritable --summary exits 2" "$T/o3.err"
+untrained "$T/o3.err" "unwritable --summary: found before training"
+has "$T/o3.err" "summary.*plain/s.json" "the message names --summary and the path"
+
+# --- --resume auto over incomplete checkpoints only: a warning (also with --quiet); they stay
+C --config expA/ds_config.json --set train.run_dir=runs/inc --quiet >/dev/null 2>"$T/i1.err"
+I="$T/runs/inc/checkpoints"
+for s in 1 3; do cp -r "$I/global_step8" "$I/global_step$s"; rm "$I/global_step$s/COMPLETE"; done
+rm -rf "$I/global_step8" "$I/global_step10" "$I/best" "$I/latest"
+C --config expA/ds_config.json --set train.run_dir=runs/inc --resume auto --quiet >/dev/null 2>"$T/i2.err"
+code $? 0 "--resume auto with only incomplete checkpoints" "$T/i2.err"
+has "$T/i2.err" "warning: --resume auto: .*no complete checkpoint; starting from scratch" "a warning says it starts from scratch (--quiet)"
+[ -d "$I/global_step1" ] && [ -d "$I/global_step3" ] && ok "incomplete checkpoints not removed by keep_last" \
+    || bad "incomplete checkpoints removed: $(ls "$I")"
+has "$T/i2.err" "global_step3: not a complete checkpoint" "each incomplete checkpoint is reported"
+
+# --- keep_last at the start: a kill between latest and pruning left too many
+P="$T/runs/ds_config/checkpoints"
+cp -r "$P/global_step18" "$P/global_step4"
+cp -r "$P/global_step18" "$P/global_step6"
+cp -r "$T/runs/b/checkpoints/global_step8" "$P/global_step2"   # B's: another config
+C --config expA/ds_config.json --resume auto --set train.epochs=2 --quiet >/dev/null 2>"$T/p.err"
+code $? 0 "resume at the last step" "$T/p.err"
+[ ! -d "$P/global_step4" ] && [ ! -d "$P/global_step6" ] && ok "keep_last applied at the start" \
+    || bad "keep_last not applied at the start: $(ls "$P" | tr '\n' ' ')"
+[ -d "$P/global_step18" ] && [ -d "$P/global_step20" ] && ok "the newest keep_last checkpoints kept" \
+    || bad "keep_last removed too much: $(ls "$P" | tr '\n' ' ')"
+[ -d "$P/global_step2" ] && ok "another config's checkpoint left alone" || bad "another config's checkpoint removed"
+has "$T/p.err" "global_step2: saved by another config" "another config's checkpoint is reported"
+
+# --- an explicit --resume with another learning rate goes on and lists the change
+C --config expB/ds_config.json --resume runs/ds_config/checkpoints --set train.epochs=3 >/dev/null 2>"$T/x.err"
+code $? 0 "explicit --resume with another learning rate" "$T/x.err"
+has "$T/x.err" "optimizer.params.lr: 0.01 -> 0.02" "the explicit resume lists the change"
+
+# --- --summary on a full file system
+mkdir "$T/full"
+if mount -t tmpfs -o size=64k tmpfs "$T/full" 2>/dev/null; then
+    echo '{"old": true}' >"$T/full/s.json"
+    dd if=/dev/zero of="$T/full/fill" bs=4k count=64 2>/dev/null
+    C --config expA/ds_config.json --set train.run_dir=runs/full --quiet --summary "$T/full/new.json" >"$T/f.out" 2>"$T/f.err"
+    code $? 0 "full disk under --summary, checkpoint saved: exit 0" "$T/f.err"
+    has "$T/f.err" "summary.*full/new.json.*No space left" "the failed summary write is on stderr"
+    has "$T/f.err" "global_step10" "the message names the saved checkpoint"
+    has "$T/f.out" '"status":"ok"' "the summary line is still on stdout"
+    [ ! -e "$T/full/new.json" ] && ok "no empty summary file left" || bad "a summary file of $(wc -c <"$T/full/new.json") bytes left"
+    C --config expA/ds_config.json --set train.run_dir=runs/full --resume auto --quiet --summary "$T/full/s.json" >/dev/null 2>"$T/f1.err"
+    code $? 0 "full disk, an old summary there: exit 0" "$T/f1.err"
+    [ "$(cat "$T/full/s.json")" = '{"old": true}' ] && ok "the old summary survives (atomic write)" \
+        || bad "the old summary was destroyed: '$(cat "$T/full/s.json")'"
+    rm "$T/full/fill"
+    C --config expA/ds_config.json --set train.run_dir=runs/full --resume auto --quiet --summary "$T/full/s.json" >/dev/null 2>"$T/f2.err"
+    code $? 0 "with space again" "$T/f2.err"
+    has "$T/full/s.json" '"status":"ok"' "the summary is written"
+    umount "$T/full"
+else
+    echo "skip full-disk --summary check: mount -t tmpfs is not permitted here"
+fi
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
