@@ -277,7 +277,9 @@ static void exit_now(void) {
     static const char msg[] = "ctrain: second interrupt: exiting now without saving\n";
     write_all(STDERR_FILENO, msg, sizeof msg - 1);
     if (line) write_all(STDOUT_FILENO, line, len);
-    if (line && g_watch.summary_path) {
+    /* --summary only once a step has finished: the set-up has then checked that the path names
+     * no input of the run (a dataset file it would replace); before that, stdout alone. */
+    if (line && g_watch.summary_path && stepped) {
         int fd = open(g_watch.summary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd >= 0) {
             write_all(fd, line, len);
@@ -349,20 +351,6 @@ static void watch_start(const cli_args *a) {
     if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(SIGHUP, &sa, NULL); /* nohup */
 }
 
-/* The summary line into path atomically (temporary file, fsync, rename): a reader sees the old
- * summary or the new one, never a part, and a full disk leaves the old one in place. */
-static int write_summary_file(const ct_summary *s, const char *path, ct_err *err) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
-    ct_summary_write(s, f);
-    fclose(f);
-    int rc = ct_fs_write_atomic(path, text, len, err);
-    free(text);
-    return rc;
-}
-
 /* --summary FILE once the run is over (its directory was checked at start). A write that fails
  * is reported; it fails the run (exit 1) unless the run succeeded and its result is safely in a
  * checkpoint: the complete one latest names, at the summary's step. Then the status stays 0, so
@@ -370,7 +358,8 @@ static int write_summary_file(const ct_summary *s, const char *path, ct_err *err
  * as well. */
 static int save_summary(const ct_summary *s, const char *path, const ct_config *cfg, int rc) {
     ct_err err = {0};
-    if (write_summary_file(s, path, &err) == CT_OK) return rc;
+    if (s->summary_file_refused) return rc;
+    if (ct_summary_save(s, path, &err) == CT_OK) return rc;
     char dir[4096], tail[64];
     ct_ckpt_resolve("auto", cfg->train.save_dir, dir, sizeof dir, NULL, NULL);
     size_t n = strlen(dir), k = (size_t)snprintf(tail, sizeof tail, "/global_step%ld", s->steps);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/train/internal.h"
+#include "core/util/fs.h"
 
 static const char eval_usage[] =
     "usage: ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N] "
@@ -43,18 +44,28 @@ static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
     return CT_OK;
 }
 
+/* --summary must not replace what eval reads: the config (also before it is loaded: a config
+ * that fails to load still gets its error summary) or a file of the checkpoint. The dataset's
+ * files are checked by the set-up once the data is open. */
+static int check_summary_path(const eval_args *a, ct_summary *s, ct_err *err) {
+    if (!a->summary) return CT_OK;
+    const char *input = ct_fs_same_file(a->summary, a->config) ? a->config
+                        : ct_fs_within(a->summary, a->checkpoint) ? a->checkpoint : NULL;
+    if (!input) return CT_OK;
+    s->summary_file_refused = true;
+    return ct_errf(err, CT_ERR_CONFIG, "--summary %s would replace %s, an input of this "
+                   "evaluation.\n  Give the summary another path: --summary FILE", a->summary, input);
+}
+
 static int write_summary(const ct_summary *s, const char *path, ct_err *err) {
     ct_summary_write(s, stdout);
-    if (!path) return CT_OK;
-    FILE *f = fopen(path, "w");
-    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "cannot write --summary %s: %s", path, strerror(errno));
-    ct_summary_write(s, f);
-    return fclose(f) == 0 ? CT_OK : ct_errf(err, CT_ERR_RUNTIME, "%s: write failed", path);
+    if (!path || s->summary_file_refused) return CT_OK;
+    return ct_summary_save(s, path, err);
 }
 
 /* Open the trainer without resume or init_from, load the checkpoint's weights, evaluate. */
 static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_err *err) {
-    ct_run_opts ro = {.quiet = a->quiet};
+    ct_run_opts ro = {.quiet = a->quiet, .summary_path = a->summary};
     ct_trainer *t = NULL;
     int rc = ct_trainer_open_bare(cfg, &ro, s, &t, err);
     if (!rc && !t->d.eval_ds)
@@ -95,7 +106,8 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
     ct_config *cfg = NULL;
     ct_summary s;
     ct_summary_init(&s);
-    rc = ct_config_load(&co, &cfg, &warn, err);
+    rc = check_summary_path(&a, &s, err);
+    if (!rc) rc = ct_config_load(&co, &cfg, &warn, err);
     for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
     ct_warnings_free(&warn);
     if (!rc) rc = evaluate(cfg, &a, &s, err);

@@ -7,7 +7,9 @@
 #    learning rate goes on and lists the difference;
 #  - a run directory in use (a stopped run holds it) refuses a second run with exit 2 naming the
 #    holder's pid, while eval and --dry-run still work; after kill -9 the lock is gone;
-#  - an unwritable train.save_dir, train.run_dir or --summary exits 2 before any step;
+#  - an unwritable train.save_dir, train.run_dir or --summary exits 2 before any step, and so
+#    does a --summary naming an input (the config, a dataset file through a link) or a file of
+#    ctrain's (in save_dir, run_dir/config.json), for ctrain eval too; the file left intact;
 #  - --resume auto over incomplete checkpoints only: a warning under --quiet, and they survive
 #    keep_last; keep_last applied at the start (a kill between latest and pruning), foreign and
 #    incomplete checkpoints left alone;
@@ -128,6 +130,41 @@ C --config expA/ds_config.json --set train.run_dir=runs/o3 --summary "$T/plain/s
 code $? 2 "unwritable --summary exits 2" "$T/o3.err"
 untrained "$T/o3.err" "unwritable --summary: found before training"
 has "$T/o3.err" "summary.*plain/s.json" "the message names --summary and the path"
+# --summary naming an input (a dataset file through a link, the config): refused, the input intact
+ln -s ../train-labels.gz "$T/expA/labels-link"
+cp "$T/train-labels.gz" "$T/labels.orig"
+cp "$T/expA/ds_config.json" "$T/config.orig"
+C --config expA/ds_config.json --set train.run_dir=runs/o4 --summary expA/labels-link >/dev/null 2>"$T/o4.err"
+code $? 2 "--summary naming a dataset file exits 2" "$T/o4.err"
+untrained "$T/o4.err" "--summary naming a dataset file: found before training"
+has "$T/o4.err" "train-labels.gz, an input" "the message names the dataset file"
+if cmp -s "$T/train-labels.gz" "$T/labels.orig"; then ok "the dataset file is intact"; else bad "the dataset file was replaced"; fi
+C --config expA/ds_config.json --set train.run_dir=runs/o5 --summary expA/ds_config.json >/dev/null 2>"$T/o5.err"
+code $? 2 "--summary naming the config exits 2" "$T/o5.err"
+if cmp -s "$T/expA/ds_config.json" "$T/config.orig"; then ok "the config is intact"; else bad "the config was replaced"; fi
+# --summary over ctrain's own files: a checkpoint's (run A's latest), run_dir/config.json
+cp "$R/latest" "$T/latest.orig"
+C --config expA/ds_config.json --resume auto --set train.epochs=2 --summary runs/ds_config/checkpoints/latest >/dev/null 2>"$T/o6.err"
+code $? 2 "--summary inside train.save_dir exits 2" "$T/o6.err"
+has "$T/o6.err" "inside train.save_dir" "the message says where"
+if cmp -s "$R/latest" "$T/latest.orig"; then ok "latest is intact"; else bad "latest was replaced"; fi
+C --config expA/ds_config.json --set train.run_dir=runs/o7 --summary runs/o7/config.json >/dev/null 2>"$T/o7.err"
+code $? 2 "--summary naming run_dir/config.json exits 2" "$T/o7.err"
+# ctrain eval: --summary naming the config (before it loads), a checkpoint file, a dataset file
+C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --summary expA/ds_config.json >/dev/null 2>"$T/e1.err"
+code $? 2 "eval --summary naming the config exits 2" "$T/e1.err"
+if cmp -s "$T/expA/ds_config.json" "$T/config.orig"; then ok "eval: the config is intact"; else bad "eval: the config was replaced"; fi
+M=$(ls -d "$R"/global_step* | tail -1)/model.safetensors
+cp "$M" "$T/m.orig"
+C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --summary "$M" >/dev/null 2>"$T/e2.err"
+code $? 2 "eval --summary naming a checkpoint file exits 2" "$T/e2.err"
+if cmp -s "$M" "$T/m.orig"; then ok "eval: the checkpoint is intact"; else bad "eval: the checkpoint was replaced"; fi
+C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --summary eval-images.gz >/dev/null 2>"$T/e3.err"
+code $? 2 "eval --summary naming a dataset file exits 2" "$T/e3.err"
+C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --summary "$T/e4.json" >/dev/null 2>"$T/e4.err"
+code $? 0 "eval --summary elsewhere" "$T/e4.err"
+status_ok() { grep -q '"status":"ok"' "$1"; }
+if status_ok "$T/e4.json"; then ok "eval --summary written"; else bad "eval --summary not written"; fi
 
 # --- --resume auto over incomplete checkpoints only: a warning (also with --quiet); they stay
 C --config expA/ds_config.json --set train.run_dir=runs/inc --quiet >/dev/null 2>"$T/i1.err"

@@ -152,6 +152,16 @@ static int fp_head(const char *path, uint64_t *h, ct_err *err) {
     return CT_OK;
 }
 
+const char *ct_dataset_reads_file(const ct_dataset *ds, const char *path) {
+    struct stat out, in;
+    if (stat(path, &out) != 0) return NULL;
+    for (int64_t k = 0; fp_file(ds, k); k++) {
+        const char *file = fp_file(ds, k);
+        if (stat(file, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) return file;
+    }
+    return NULL;
+}
+
 int ct_dataset_fingerprint(const ct_dataset *ds, char *out, ct_err *err) {
     int64_t n = 0;
     while (fp_file(ds, n)) n++;

@@ -80,4 +80,9 @@ int ct_dataset_match_classes(ct_dataset *ds, const char *which, const ct_dataset
 enum { CT_DATASET_FINGERPRINT = 96 };
 int ct_dataset_fingerprint(const ct_dataset *ds, char *out, ct_err *err);
 
+/* The file of ds that is `path` (the same device and inode: also through a link or another
+ * spelling of the path), or NULL when ds does not read it or `path` does not exist. For outputs
+ * that must not replace an input; one stat per file of ds when `path` exists. */
+const char *ct_dataset_reads_file(const ct_dataset *ds, const char *path);
+
 #endif

@@ -1,6 +1,7 @@
 /* report.c: progress lines on stderr and the JSON summary (formats in report.h, train.h). */
 #include "core/report/report.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -8,6 +9,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/util/fs.h"
 
 /* ---- formatting ---- */
 
@@ -252,4 +255,16 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     }
     fputs("}\n", f);
     fflush(f);
+}
+
+int ct_summary_save(const ct_summary *s, const char *path, ct_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
+    ct_summary_write(s, f);
+    fclose(f);
+    int rc = ct_fs_write_atomic(path, text, len, err);
+    free(text);
+    return rc;
 }

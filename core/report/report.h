@@ -43,11 +43,18 @@ typedef struct ct_summary {
      * to hold against the peaks. */
     size_t planned_by_cat[CT_MEM_CAT_COUNT];
     bool has_plan;
+    /* --summary names a file the run reads (its config, a dataset file) or one of ctrain's own
+     * (a checkpoint's, the run directory's lock): the run was refused and the file must be left
+     * alone (the line goes to stdout only). */
+    bool summary_file_refused;
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);
 /* One line of JSON, no trailing newline in the buffer-less form: writes it plus "\n" to f. */
 void ct_summary_write(const ct_summary *s, FILE *f);
+/* The line into path atomically (ct_fs_write_atomic: a reader sees the old summary or the new
+ * one, never a part; a full disk leaves the old one). CT_ERR_RUNTIME naming path. */
+int ct_summary_save(const ct_summary *s, const char *path, ct_err *err);
 
 typedef struct ct_report {
     FILE *out;

@@ -92,6 +92,30 @@ static int output_error(const char *what, const char *flag, const ct_err *e, ct_
                    "written (%s) or fix the directory's permissions.", what, e->msg, flag);
 }
 
+/* --summary must not replace one of ctrain's own files: a checkpoint's (anything in
+ * train.save_dir), run_dir/config.json or run_dir/.lock (the lock lives on its inode). The
+ * summary file is then left alone, also on the way out. */
+static int check_summary_path(const ct_trainer *t, ct_err *err) {
+    const char *out = t->opts.summary_path;
+    const ct_train_cfg *tc = &t->cfg->train;
+    char own[2][4096], where[160] = "";
+    if (ct_fs_within(out, tc->save_dir))
+        snprintf(where, sizeof where, "inside train.save_dir %.100s, where the checkpoints are",
+                 tc->save_dir);
+    snprintf(own[0], sizeof own[0], "%s/config.json", tc->run_dir);
+    snprintf(own[1], sizeof own[1], "%s/.lock", tc->run_dir);
+    for (int i = 0; i < 2 && !where[0]; i++) {
+        char a[PATH_MAX], b[PATH_MAX];
+        if (ct_fs_resolve(out, a, sizeof a) && ct_fs_resolve(own[i], b, sizeof b) && !strcmp(a, b))
+            snprintf(where, sizeof where, "the run directory's %s", i ? ".lock" : "config.json");
+    }
+    if (!where[0]) return CT_OK;
+    t->sum->summary_file_refused = true;
+    return ct_errf(err, CT_ERR_CONFIG, "--summary %s is %s; the summary would replace a file "
+                   "ctrain keeps there.\n  Nothing was trained. Give the summary another path, "
+                   "e.g. --summary %s/summary.json", out, where, tc->run_dir);
+}
+
 static int check_outputs(const ct_trainer *t, ct_err *err) {
     const ct_train_cfg *tc = &t->cfg->train;
     ct_err e = {0};
@@ -101,7 +125,7 @@ static int check_outputs(const ct_trainer *t, ct_err *err) {
         return output_error("train.save_dir", "--set train.save_dir=DIR", &e, err);
     if (t->opts.summary_path && ct_fs_check_output_file(t->opts.summary_path, &e))
         return output_error("--summary", "--summary FILE", &e, err);
-    return CT_OK;
+    return t->opts.summary_path ? check_summary_path(t, err) : CT_OK;
 }
 
 /* run_dir/.lock holds "<pid>\n<config file>\n": the pid of the run holding the directory (or that

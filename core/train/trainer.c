@@ -6,6 +6,8 @@
 
 #include "core/optim/sched.h"
 #include "core/train/internal.h"
+#include "core/util/fs.h"
+#include "core/util/json.h"
 #include "core/util/limits.h"
 
 /* ---- data options ---- */
@@ -286,6 +288,28 @@ static int check_address_space(ct_trainer *t, ct_err *err) {
                    ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
 }
 
+/* --summary must not name a file the run reads: its atomic write would replace a config or a
+ * dataset file with one line of JSON. Checked once the datasets are open (their file lists are
+ * known then) and before anything is trained. */
+static int check_summary_not_input(ct_trainer *t, ct_err *err) {
+    const char *out = t->opts.summary_path;
+    if (!out) return CT_OK;
+    const ct_config *cfg = t->cfg;
+    const char *input = NULL;
+    const char *configs[3] = {cfg->path, cfg->model_doc ? ct_json_filename(cfg->model_doc) : NULL,
+                              cfg->data_doc ? ct_json_filename(cfg->data_doc) : NULL};
+    for (int i = 0; i < 3 && !input; i++)
+        if (configs[i] && ct_fs_same_file(out, configs[i])) input = configs[i];
+    const ct_dataset *ds[2] = {t->d.train_ds, t->d.eval_ds};
+    for (int i = 0; i < 2 && !input; i++)
+        if (ds[i]) input = ct_dataset_reads_file(ds[i], out);
+    if (!input) return CT_OK;
+    t->sum->summary_file_refused = true;
+    return ct_errf(err, CT_ERR_CONFIG, "--summary %s is %s, an input of this run; writing the "
+                   "summary would replace it.\n  Nothing was trained. Give the summary another "
+                   "path: --summary FILE", out, input);
+}
+
 /* Backend, graph (built pure), data and loaders, the memory plan and its check against the
  * limits, then the allocations: the arena, the parameter store and the optimizer. */
 static int setup(ct_trainer *t, ct_err *err) {
@@ -302,6 +326,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
     if (rc || data_rc) return rc ? rc : data_rc;
     if ((rc = setup_data(t, err))) return rc;
+    if ((rc = check_summary_not_input(t, err))) return rc;
     ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &t->plan);
     if (!rc) rc = check_address_space(t, err);
     if (!rc) rc = ct_graph_bind(t->m.g, t->be, NULL, err);

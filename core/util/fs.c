@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +160,25 @@ bool ct_fs_same_file(const char *a, const char *b) {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+bool ct_fs_resolve(const char *path, char *out, size_t n) {
+    char buf[PATH_MAX];
+    if (realpath(path, buf)) return (size_t)snprintf(out, n, "%s", buf) < n;
+    /* not there yet: its parent, resolved, plus its name */
+    char parent[PATH_MAX];
+    ct_fs_parent(path, parent, sizeof parent);
+    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+    if (!realpath(parent, buf) || !*name || !strcmp(name, ".") || !strcmp(name, "..")) return false;
+    return (size_t)snprintf(out, n, "%s/%s", strcmp(buf, "/") ? buf : "", name) < n;
+}
+
+bool ct_fs_within(const char *path, const char *dir) {
+    char p[PATH_MAX], d[PATH_MAX];
+    if (!ct_fs_resolve(path, p, sizeof p) || !ct_fs_resolve(dir, d, sizeof d)) return false;
+    size_t n = strlen(d);
+    if (n == 1) return true; /* dir is "/" */
+    return strncmp(p, d, n) == 0 && (p[n] == '\0' || p[n] == '/');
 }
 
 /* Create and remove `probe`: the one test that sees every reason a file cannot be made there

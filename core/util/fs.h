@@ -34,6 +34,12 @@ int ct_fs_replace_file(const char *dir, const char *name, const void *data, size
 /* True when both paths exist and are the same file (device and inode, symlinks followed): two
  * names, a hard link or a symlink of one file compare equal. */
 bool ct_fs_same_file(const char *a, const char *b);
+/* path made absolute with links resolved (realpath), also when path itself does not exist yet
+ * (its parent must): false when it cannot be resolved or does not fit in n. */
+bool ct_fs_resolve(const char *path, char *out, size_t n);
+/* True when path is dir or lies below it, both resolved with ct_fs_resolve (false when either
+ * cannot be). */
+bool ct_fs_within(const char *path, const char *dir);
 /* Create dir (mkdir -p) and check that files can be created in it (a probe file is created and
  * removed), so an unwritable output directory is found before the work that fills it.
  * CT_ERR_RUNTIME naming the path and the reason. */
