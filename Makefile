@@ -16,7 +16,8 @@ endif
 # Per-module SIMD: the CPU kernels are compiled for the host's ISA only when asked (portable default).
 CFLAGS    ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) $(shell pkg-config --cflags libcjson libpng zlib 2>/dev/null) -I/usr/include/openblas
-LDLIBS    = -lcjson -lpng -lz -lopenblas -lm -pthread
+# OpenBLAS is loaded with dlopen (core/cpu/cpu_gemm.c says why); its header gives the types.
+LDLIBS    = -lcjson -lpng -lz -lm -ldl -pthread
 # `make bundle` puts the non-system libraries next to the binaries: look there first.
 LDLIBS   += -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib'
 
@@ -43,7 +44,7 @@ ifneq ($(NVCC),)
   CUDA_LIB  := $(BUILD)/libctrain_cuda.so
   CUDA_TEST_LINK := -L$(BUILD) -lctrain_cuda -Wl,-rpath,'$$ORIGIN/..'
   ALL_CFLAGS += -DCT_HAVE_CUDA=1
-  LDLIBS    += -ldl -rdynamic
+  LDLIBS    += -rdynamic
   # nvcc-generated launch code and CUB need the C++ runtime.
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 endif

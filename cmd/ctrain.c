@@ -208,8 +208,8 @@ static int run_subcommand(int (*fn)(int, char **, ct_err *), int argc, char **ar
 
 /* ---- stop signals ----
  * The handler of SIGINT, SIGTERM and SIGHUP only writes the signal's number into a pipe (write(2)
- * is async-signal-safe, and it works whichever thread the signal lands on: OpenBLAS starts threads
- * before main). A thread of the run reads the pipe and does the rest outside any handler, so it
+ * is async-signal-safe, and it works whichever thread the signal lands on: the pool's, the
+ * loader's, the CUDA runtime's). A thread of the run reads the pipe and does the rest outside any handler, so it
  * may print and write files. The first signal asks the loop to stop after the current step (it
  * saves a checkpoint and the run exits 128 + the signal: 129 SIGHUP, 130 SIGINT, 143 SIGTERM); a
  * SIGINT after it exits at once, without saving, with one line and the summary as of the last
@@ -487,6 +487,9 @@ static int run_command(int argc, char **argv) {
  * whose buffer could not be mapped (ulimit -v) retries that mmap forever, so a normal exit would
  * hang after the error message had been printed. */
 int main(int argc, char **argv) {
+    /* Before any thread exists: OpenBLAS reads this when the CPU backend loads it, and starts no
+     * threads of its own (ctrain runs single-threaded GEMMs on its pool; core/cpu/cpu_gemm.c). */
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
     ct_set_fatal_handler(on_fatal, NULL);
     int rc = run_command(argc, argv);
     fflush(NULL);

@@ -20,8 +20,13 @@ mv "$OUT/ref" "$OUT/test/ref"; mv "$OUT/conformance" "$OUT/test/conformance"
 cp bench/* "$OUT/bench/" 2>/dev/null || true
 # Debug info is not needed there and would push the bundle past what a device run can carry.
 strip --strip-debug "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/*.so 2>/dev/null || true
-# Libraries: everything ldd resolves, minus glibc, the CUDA driver and the CUDA toolkit.
-for bin in "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/libctrain_cuda.so; do [ -f "$bin" ] && ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
+# Libraries: everything ldd resolves, minus glibc, the CUDA driver and the CUDA toolkit; and
+# OpenBLAS, which the CPU backend loads with dlopen (ldd does not see it), with what it needs.
+BLAS=$(ldconfig -p | awk '$1 == "libopenblas.so.0" && $NF ~ /^\// {print $NF; exit}')
+[ -n "$BLAS" ] || { echo "bundle: libopenblas.so.0 not found (make deps)" >&2; exit 1; }
+{ echo "	libopenblas.so.0 => $BLAS (0)"
+  for bin in "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/libctrain_cuda.so "$BLAS"; do [ -f "$bin" ] && ldd "$bin"; done
+} | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     sort -u | while read -r lib; do
         case "$(basename "$lib")" in
         libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libresolv.so*) continue ;;

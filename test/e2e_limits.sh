@@ -1,7 +1,9 @@
 #!/bin/sh
 # Resource limits: a run that does not fit its address-space limit (ulimit -v) fails at start with
 # exit 1 and a message naming the limit, instead of hanging in OpenBLAS's buffer allocation (which
-# retries a failing mmap forever, and made exit hang joining its thread); a run that fits trains.
+# retries a failing mmap forever, and made exit hang joining its thread); a limit too small to map
+# OpenBLAS itself is an error message too (linked, its constructor raised SIGINT before main: exit
+# 130 as if interrupted); a run that fits trains.
 # Each run has a watchdog: a hang is a failure here, not a stuck CI.
 # Usage: e2e_limits.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
 set -u
@@ -24,6 +26,9 @@ has "$T/err" "of address space but the limit (ulimit -v) is 488.3 MiB" "the mess
 has "$T/err" "OpenBLAS's GEMM buffers" "the message says where the memory goes"
 limited 100000 1 "ulimit -v 100000: exit 1, no hang at exit"
 has "$T/err" "out of memory" "the message says what ran out"
+limited 50000 1 "ulimit -v 50000: exit 1, not 130 (OpenBLAS is loaded after main, not before)"
+has "$T/err" "cannot load OpenBLAS: .*failed to map" "the message says OpenBLAS could not be mapped"
+has "$T/err" "memory limit (ulimit -v)" "and names the likely cause"
 limited 4000000 0 "ulimit -v 4000000: the run fits and trains"
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"

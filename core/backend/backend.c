@@ -134,6 +134,8 @@ static int create_cuda(int index, ct_backend **out, ct_err *err) {
 }
 
 static int create_cpu(int threads, ct_backend **out, ct_err *err) {
+    int rc = ct_cpu_blas_load(err);
+    if (rc) return rc;
     int n = ct_cpu_threads_for(threads);
     ct_backend *be = ct_cpu_backend_create(threads);
     if (!be) {

@@ -442,8 +442,12 @@ void ct_backend_destroy(ct_backend *be);
 bool ct_cuda_available(void);
 
 /* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
- * cores). Returns NULL only when threads cannot be started, with errno saying why. */
+ * cores). Returns NULL when threads cannot be started or OpenBLAS cannot be loaded
+ * (ct_cpu_blas_load first to say why), with errno saying why. */
 ct_backend *ct_cpu_backend_create(int threads);
+/* Load OpenBLAS (dlopen, once per process; the CPU backend's GEMMs need it) and keep it at one
+ * thread. CT_ERR_RUNTIME saying what is missing. ct_cpu_backend_create calls it too. */
+int ct_cpu_blas_load(ct_err *err);
 /* The thread count ct_cpu_backend_create starts for a train.threads setting (0: online cores). */
 int ct_cpu_threads_for(int threads);
 /* Address space the CPU backend with `threads` workers maps besides its allocations: OpenBLAS

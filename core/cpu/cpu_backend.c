@@ -2,7 +2,6 @@
  *
  * Host memory is the device memory here: copies are memcpy, "pinned" memory is ordinary
  * 64-byte-aligned memory, and every op completes before it returns (sync is a no-op). */
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -141,6 +140,11 @@ int ct_cpu_threads_for(int threads) {
 }
 
 ct_backend *ct_cpu_backend_create(int threads) {
+    ct_err why = {0};
+    if (ct_cpu_blas_load(&why)) {
+        errno = ELIBACC;
+        return NULL;
+    }
     threads = ct_cpu_threads_for(threads);
     ct_backend *be = ct_xcalloc(1, sizeof *be);
     ct_cpu *cpu = ct_xcalloc(1, sizeof *cpu);
@@ -158,11 +162,10 @@ ct_backend *ct_cpu_backend_create(int threads) {
     be->name = "cpu";
     be->impl = cpu;
     be->threads = threads;
-    ct_cpu_gemm_init();
 
     char model[96];
     cpu_model(model, sizeof model);
-    const char *blas = openblas_get_config();
+    const char *blas = ct_cpu_blas_config();
     snprintf(be->device_desc, sizeof be->device_desc, "%s, %d thread%s, %s", model, threads,
              threads == 1 ? "" : "s", blas ? blas : "OpenBLAS");
 

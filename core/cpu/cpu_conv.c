@@ -5,7 +5,6 @@
  *   col[(c * kh + ky) * kw + kx, oy * ow + ox] = img[c0 + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw]
  * (zero outside the image). img points at one image [C, H, W]; `group` selects channels
  * c0 = group * C/groups onwards. */
-#include <cblas.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,9 +227,8 @@ static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
         for (int64_t grp = 0; grp < g->groups; grp++) {
             im2col_serial(col, p, x, g, grp);
             /* y_grp [ocg, p] = w_grp [ocg, kg] col [kg, p] */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)ocg, (blasint)p,
-                        (blasint)kg, 1.0f, k->w + grp * ocg * kg, (blasint)kg, col, (blasint)p,
-                        0.0f, y + grp * ocg * p, (blasint)p);
+            ct_cpu_sgemm(false, false, ocg, p, kg, 1.0f, k->w + grp * ocg * kg, kg, col, p, 0.0f,
+                         y + grp * ocg * p, p);
         }
         if (k->bias) /* while the image's output is still in cache */
             for (int64_t o = 0; o < g->oc; o++) {
@@ -270,14 +268,11 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
                 const float *dy_g = dy + grp * ocg * p, *w_g = k->w + grp * ocg * kg;
                 im2col_serial(col, p, k->x + i * in_sz, g, grp);
                 /* part_grp [ocg, kg] (+)= dy_grp [ocg, p] col^T [p, kg] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)ocg, (blasint)kg,
-                            (blasint)p, 1.0f, dy_g, (blasint)p, col, (blasint)p,
-                            i == b * CONV_DW_IMAGES ? 0.0f : 1.0f, part + grp * ocg * kg, (blasint)kg);
+                ct_cpu_sgemm(false, true, ocg, kg, p, 1.0f, dy_g, p, col, p,
+                             i == b * CONV_DW_IMAGES ? 0.0f : 1.0f, part + grp * ocg * kg, kg);
                 if (!dx) continue;
                 /* dcol [kg, p] = w_grp^T [kg, ocg] dy_grp [ocg, p] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)kg, (blasint)p,
-                            (blasint)ocg, 1.0f, w_g, (blasint)kg, dy_g, (blasint)p, 0.0f, dcol,
-                            (blasint)p);
+                ct_cpu_sgemm(true, false, kg, p, ocg, 1.0f, w_g, kg, dy_g, p, 0.0f, dcol, p);
                 col2im_serial(dx, dcol, p, g, grp);
             }
         }

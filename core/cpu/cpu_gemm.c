@@ -9,8 +9,18 @@
  * This is not a nested pool: the tiles run on the pool, OpenBLAS itself never starts threads.
  *
  * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
- * is computed in fp32 and rounded once at the end. */
+ * is computed in fp32 and rounded once at the end.
+ *
+ * OpenBLAS is loaded with dlopen on first use, not linked: a linked OpenBLAS (pthreads build)
+ * starts a thread per core in its constructor, before main, and raises SIGINT when one cannot be
+ * made (a low ulimit -v or -u), so ctrain would exit 130 as if interrupted before it could say
+ * why. Loaded here after the CLI set OPENBLAS_NUM_THREADS=1 it starts none, a failure to load is
+ * an error message, and commands that do no arithmetic (config, info) never load it. */
 #include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/cpu/cpu_internal.h"
@@ -24,7 +34,64 @@
 #define MAX_TILES 8
 #define TILE_ALIGN 8
 
-void ct_cpu_gemm_init(void) { openblas_set_num_threads(1); }
+/* The entry points ctrain uses, filled once by blas_load and read-only afterwards. */
+typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+                         const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+                         const float, const float *, const blasint, const float *, const blasint,
+                         const float, float *, const blasint);
+typedef struct blas_lib {
+    sgemm_fn sgemm;
+    void (*set_num_threads)(int);
+    char *(*get_config)(void);
+    char error[512];             /* why it could not be loaded; "" when loaded */
+} blas_lib;
+
+static blas_lib g_blas;
+static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_load(void) {
+    /* Debian's libopenblas.so.0 is the alternatives link to the installed build; the bundle puts
+     * a copy in lib/ beside ctrain, found through the executable's rpath. */
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so"};
+    void *h = NULL;
+    char why[320] = "not found";
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        const char *e = h ? NULL : dlerror();   /* the first name's reason is the one that counts */
+        if (i == 0 && e) snprintf(why, sizeof why, "%s", e);
+    }
+    if (!h) {
+        snprintf(g_blas.error, sizeof g_blas.error, "cannot load OpenBLAS: %s\n  Install it (make "
+                 "deps, or apt-get install libopenblas0); when it is installed, a memory limit "
+                 "(ulimit -v) too small to map it is the likely cause", why);
+        return;
+    }
+    *(void **)&g_blas.sgemm = dlsym(h, "cblas_sgemm");
+    *(void **)&g_blas.set_num_threads = dlsym(h, "openblas_set_num_threads");
+    *(void **)&g_blas.get_config = dlsym(h, "openblas_get_config");
+    if (!g_blas.sgemm || !g_blas.set_num_threads) {
+        snprintf(g_blas.error, sizeof g_blas.error, "the OpenBLAS loaded (libopenblas.so.0) lacks "
+                 "cblas_sgemm or openblas_set_num_threads; install Debian's libopenblas0");
+        return;
+    }
+    g_blas.set_num_threads(1);
+}
+
+int ct_cpu_blas_load(ct_err *err) {
+    pthread_once(&g_blas_once, blas_load);
+    return g_blas.error[0] ? ct_errf(err, CT_ERR_RUNTIME, "%s", g_blas.error) : CT_OK;
+}
+
+const char *ct_cpu_blas_config(void) {
+    return g_blas.get_config ? g_blas.get_config() : NULL;
+}
+
+void ct_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    g_blas.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                 (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb,
+                 beta, c, (blasint)ldc);
+}
 
 /* OpenBLAS's per-thread GEMM buffer: Debian's 0.3.21 maps 128 MiB (BUFFER_SIZE) in
  * blas_memory_alloc for each calling thread (seen with gdb in a run under ulimit -v). */
@@ -60,9 +127,7 @@ static void gemm_tiles(void *ctx, int64_t t0, int64_t t1) {
             c += lo;
             n = hi - lo;
         }
-        cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
-                    (blasint)m, (blasint)n, (blasint)j->k, j->alpha, a, (blasint)j->lda, b,
-                    (blasint)j->ldb, j->beta, c, (blasint)j->ldc);
+        ct_cpu_sgemm(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
     }
 }
 

@@ -130,7 +130,11 @@ void ct_cpu_reduce_install(ct_backend *be);
 void ct_cpu_dtype_install(ct_backend *be);
 void ct_cpu_init_install(ct_backend *be);
 
-/* Keeps OpenBLAS at one thread (cpu_gemm.c); called at backend creation. */
-void ct_cpu_gemm_init(void);
+/* Row-major single-threaded fp32 GEMM, C = alpha op(A) op(B) + beta C (m x n, k inner), through
+ * the OpenBLAS that ct_cpu_blas_load loaded (cpu_gemm.c). */
+void ct_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* openblas_get_config() of the loaded library, or NULL. */
+const char *ct_cpu_blas_config(void);
 
 #endif

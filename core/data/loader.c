@@ -483,10 +483,13 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     setup_cache(l, warn);
     l->threads = ct_xcalloc((size_t)l->o.workers, sizeof *l->threads);
     for (int i = 0; i < l->o.workers; i++) {
-        if (pthread_create(&l->threads[i], NULL, worker_main, l) != 0) {
+        int why = pthread_create(&l->threads[i], NULL, worker_main, l);
+        if (why != 0) {
             int wanted = l->o.workers; /* resolved count (o->workers may be 0 = auto) */
             ct_loader_free(l);
-            return ct_errf(err, CT_ERR_RUNTIME, "cannot start data loader thread %d of %d", i + 1, wanted);
+            return ct_errf(err, CT_ERR_RUNTIME, "cannot start data loader thread %d of %d: %s\n"
+                           "  Use fewer loader threads (data.workers), or raise the process or "
+                           "memory limits (ulimit -u, -v)", i + 1, wanted, strerror(why));
         }
         l->nthreads++;
     }

@@ -32,7 +32,7 @@ srcs=${FUZZ_SRCS:-$default_srcs}
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null 2>&1 || { echo "run_fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I. $(pkg-config --cflags libcjson 2>/dev/null || true)"
-libs="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -lz -lopenblas -lm -pthread"
+libs="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -lz -lm -ldl -pthread"
 mkdir -p build/fuzz
 bin=build/fuzz/$target
 echo "run_fuzz.sh: building $bin from $src $srcs"
