@@ -12,6 +12,7 @@
 #include "core/data/loader.h"
 
 #define BENCH_USAGE "usage: ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]"
+const char ct_bench_data_usage[] = BENCH_USAGE;
 
 typedef struct bench_args {
     const char *config;

@@ -55,5 +55,8 @@ int ct_info_main(int argc, char **argv, ct_err *err);
 int ct_export_main(int argc, char **argv, ct_err *err);
 int ct_pack_main(int argc, char **argv, ct_err *err);
 int ct_bench_data_main(int argc, char **argv, ct_err *err);
+/* Their usage lines ("usage: ctrain eval ..."), for errors and for --help. */
+extern const char ct_eval_usage[], ct_info_usage[], ct_export_usage[], ct_pack_usage[],
+    ct_bench_data_usage[];
 
 #endif

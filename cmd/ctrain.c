@@ -166,9 +166,10 @@ static int parse_args(int argc, char **argv, cli_args *a) {
     return CT_OK;
 }
 
+static const char config_usage[] = "usage: ctrain config check FILE [--world-size N]";
+
 static int cmd_config(int argc, char **argv) {
-    if (argc < 3 || strcmp(argv[2], "check") != 0)
-        return usage_error("%s", "usage: ctrain config check FILE [--world-size N]");
+    if (argc < 3 || strcmp(argv[2], "check") != 0) return usage_error("%s", config_usage);
     const char *file = NULL;
     int world = 0;
     for (int i = 3; i < argc; i++) {
@@ -451,22 +452,45 @@ static void on_fatal(void *ctx, const char *msg) {
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
 
+/* The subcommands: name, entry point and usage line; `ctrain NAME --help` prints the line and
+ * exits 0. "plot" is reserved for a later version. */
+static const struct subcommand {
+    const char *name;
+    int (*main)(int argc, char **argv, ct_err *err);   /* NULL: config (cmd_config) */
+    const char *usage;
+} subcommands[] = {
+    {"config", NULL, config_usage},       {"eval", ct_eval_main, ct_eval_usage},
+    {"info", ct_info_main, ct_info_usage}, {"export", ct_export_main, ct_export_usage},
+    {"pack", ct_pack_main, ct_pack_usage}, {"bench-data", ct_bench_data_main, ct_bench_data_usage},
+};
+
+static bool wants_help(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
+}
+
 static int run_command(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-' && !ct_cli_is_override(argv[1])) {
-        static const char *later[] = {"plot"};
-        if (!strcmp(argv[1], "config")) return cmd_config(argc, argv);
-        if (!strcmp(argv[1], "pack")) return run_subcommand(ct_pack_main, argc - 1, argv + 1);
-        if (!strcmp(argv[1], "info")) return run_subcommand(ct_info_main, argc - 1, argv + 1);
-        if (!strcmp(argv[1], "export")) return run_subcommand(ct_export_main, argc - 1, argv + 1);
-        if (!strcmp(argv[1], "eval")) return run_subcommand(ct_eval_main, argc - 1, argv + 1);
-        if (!strcmp(argv[1], "bench-data")) return run_subcommand(ct_bench_data_main, argc - 1, argv + 1);
-        for (int i = 0; i < CT_ARRAY_LEN(later); i++) {
-            if (!strcmp(argv[1], later[i])) {
-                fprintf(stderr, "ctrain: error: '%s' is not implemented yet in ctrain %s\n", argv[1], CT_VERSION);
-                return CT_ERR_CONFIG;
+        for (int i = 0; i < CT_ARRAY_LEN(subcommands); i++) {
+            const struct subcommand *c = &subcommands[i];
+            if (strcmp(argv[1], c->name) != 0) continue;
+            if (wants_help(argc, argv)) {
+                puts(c->usage);
+                return CT_OK;
             }
+            return c->main ? run_subcommand(c->main, argc - 1, argv + 1) : cmd_config(argc, argv);
         }
-        return usage_error("unknown command \"%s\" (commands: config check; or --config FILE to train)", argv[1]);
+        if (!strcmp(argv[1], "plot")) {
+            fprintf(stderr, "ctrain: error: 'plot' is not implemented yet in ctrain %s\n", CT_VERSION);
+            return CT_ERR_CONFIG;
+        }
+        char what[256];
+        int n = snprintf(what, sizeof what, "unknown command \"%.64s\" (commands:", argv[1]);
+        for (int i = 0; i < CT_ARRAY_LEN(subcommands); i++)
+            n += snprintf(what + n, sizeof what - (size_t)n, " %s", subcommands[i].name);
+        snprintf(what + n, sizeof what - (size_t)n, "; or --config FILE to train)");
+        return usage_error("%s", what);
     }
     cli_args a = {0};
     int rc = parse_args(argc, argv, &a);

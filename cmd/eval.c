@@ -9,7 +9,7 @@
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 
-static const char eval_usage[] =
+const char ct_eval_usage[] =
     "usage: ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N] "
     "[--quiet] [--summary FILE]";
 
@@ -33,14 +33,14 @@ static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             a->summary = v;
         } else if (ct_cli_take_override(argc, argv, &i, &a->ov, &taken, &bad)) {
-            return ct_errf(err, bad.code, "eval: %s\n%s", bad.msg, eval_usage);
+            return ct_errf(err, bad.code, "eval: %s\n%s", bad.msg, ct_eval_usage);
         } else if (!taken) {
-            return ct_errf(err, CT_ERR_CONFIG, "eval: unexpected argument \"%s\"\n%s", argv[i], eval_usage);
+            return ct_errf(err, CT_ERR_CONFIG, "eval: unexpected argument \"%s\"\n%s", argv[i], ct_eval_usage);
         }
     }
     if (!a->config || !a->config[0] || !a->checkpoint || !a->checkpoint[0])
         return ct_errf(err, CT_ERR_CONFIG, "eval: %s is required\n%s",
-                       a->config && a->config[0] ? "--checkpoint DIR" : "--config FILE", eval_usage);
+                       a->config && a->config[0] ? "--checkpoint DIR" : "--config FILE", ct_eval_usage);
     return CT_OK;
 }
 

@@ -164,10 +164,11 @@ static bool is_shard(const char *p, const struct stat *st) {
     return ok;
 }
 
+const char ct_info_usage[] =
+    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR";
+
 int ct_info_main(int argc, char **argv, ct_err *err) {
-    if (argc != 2 || argv[1][0] == '-')
-        return ct_errf(err, CT_ERR_CONFIG,
-                       "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR");
+    if (argc != 2 || argv[1][0] == '-') return ct_errf(err, CT_ERR_CONFIG, "%s", ct_info_usage);
     const char *p = argv[1];
     struct stat st;
     if (stat(p, &st) != 0) return ct_errf(err, CT_ERR_DATA, "%s: %s", p, strerror(errno));
@@ -193,7 +194,7 @@ typedef struct export_args {
     ct_dtype dtype;
 } export_args;
 
-static const char *export_usage =
+const char ct_export_usage[] =
     "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]";
 
 static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
@@ -210,12 +211,12 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
                                 "got \"%s\"", v);
         } else {
             return ct_errf(err, CT_ERR_CONFIG, "export: unexpected argument \"%s\"\n%s", argv[i],
-                           export_usage);
+                           ct_export_usage);
         }
     }
     if (!a->checkpoint || !*a->checkpoint || !a->out || !*a->out)
         return ct_errf(err, CT_ERR_CONFIG, "export: %s is required\n%s",
-                       a->checkpoint && *a->checkpoint ? "--out" : "--checkpoint", export_usage);
+                       a->checkpoint && *a->checkpoint ? "--out" : "--checkpoint", ct_export_usage);
     return CT_OK;
 }
 

@@ -21,6 +21,7 @@
 #define PACK_USAGE \
     "usage: ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress] " \
     "[--labels FILE]"
+const char ct_pack_usage[] = PACK_USAGE;
 
 typedef struct pack_args {
     const char *from, *src, *out, *labels;

@@ -33,6 +33,12 @@ for sub in plot; do
     has "$T/err" "not implemented yet" "$sub says not implemented yet"
 done
 expect 2 "unknown command" -- "$B" frobnicate
+has "$T/err" "commands: config eval info export pack bench-data" "an unknown command lists the commands"
+for sub in config eval info export pack bench-data; do
+    expect 0 "$sub --help exits 0" -- "$B" $sub --help
+    has "$T/out" "^usage: ctrain $sub" "$sub --help prints its usage on stdout"
+done
+expect 0 "-h after other arguments" -- "$B" export --checkpoint x -h
 expect 2 "missing config file" -- "$B" --config "$T/nope.json" --print-config
 has "$T/err" "nope.json" "missing config names the path"
 expect 2 "--set without =" -- "$B" --config x.json --set foo
