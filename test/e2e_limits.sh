@@ -1,5 +1,5 @@
 #!/bin/sh
-# Resource limits: a run that does not fit its address-space limit (ulimit -v) fails at start with
+# Resource limits (ulimit -v, -n): a run that does not fit its address-space limit (ulimit -v) fails at start with
 # exit 1 and a message naming the limit, instead of hanging in OpenBLAS's buffer allocation (which
 # retries a failing mmap forever, and made exit hang joining its thread); a limit too small to map
 # OpenBLAS itself is an error message too (linked, its constructor raised SIGINT before main: exit
@@ -14,22 +14,30 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh
 
-# limited KB CODE DESCRIPTION: train the MLP a few steps under ulimit -v KB (60 s at most).
+# limited OPTION VALUE CODE DESCRIPTION: train the MLP a few steps under ulimit OPTION VALUE (-v
+# KB of address space, -n open files; 60 s at most).
 limited() {
-    (ulimit -v "$1" && exec timeout -s KILL 60 "$B" --quiet --config configs/fmnist_mlp.json \
-        --set train.max_steps=3 --set data.eval.limit=100 --set train.run_dir="$T/run" >/dev/null 2>"$T/err")
+    # redirected outside: under ulimit -n 5 the shell itself could not move descriptors past 5
+    (ulimit "$1" "$2" && exec timeout -s KILL 60 "$B" --quiet --config configs/fmnist_mlp.json \
+        --set train.max_steps=3 --set data.eval.limit=100 --set train.run_dir="$T/run") >/dev/null 2>"$T/err"
     rc=$?
-    if [ "$rc" -eq "$2" ]; then ok "$3"; else bad "$3 (exit $rc, expected $2)"; sed 's/^/     /' "$T/err" | head -4; fi
+    if [ "$rc" -eq "$3" ]; then ok "$4"; else bad "$4 (exit $rc, expected $3)"; sed 's/^/     /' "$T/err" | head -4; fi
 }
-limited 500000 1 "ulimit -v 500000: exit 1 at start"
+limited -v 500000 1 "ulimit -v 500000: exit 1 at start"
 has "$T/err" "of address space but the limit (ulimit -v) is 488.3 MiB" "the message names the limit"
 has "$T/err" "OpenBLAS's GEMM buffers" "the message says where the memory goes"
-limited 100000 1 "ulimit -v 100000: exit 1, no hang at exit"
-has "$T/err" "out of memory" "the message says what ran out"
-limited 50000 1 "ulimit -v 50000: exit 1, not 130 (OpenBLAS is loaded after main, not before)"
+limited -v 100000 1 "ulimit -v 100000: exit 1, no hang at exit"
+has "$T/err" "out of memory\|failed to map" "the message says what ran out"
+limited -v 50000 1 "ulimit -v 50000: exit 1, not 130 (OpenBLAS is loaded after main, not before)"
 has "$T/err" "cannot load OpenBLAS: .*failed to map" "the message says OpenBLAS could not be mapped"
-has "$T/err" "memory limit (ulimit -v)" "and names the likely cause"
-limited 4000000 0 "ulimit -v 4000000: the run fits and trains"
+has "$T/err" "ulimit -v for memory" "and names the likely cause"
+# Too few open files is the process's limit, not bad input: exit 1 (it was 2 for the config, 3 for
+# a data file), naming what could not be opened.
+limited -n 5 1 "ulimit -n 5: the config cannot be opened: exit 1"
+has "$T/err" "fmnist_mlp.json: Too many open files" "the message names the config and the reason"
+limited -n 6 1 "ulimit -n 6: OpenBLAS cannot be opened: exit 1"
+has "$T/err" "ulimit -n for open files" "the message names the limit"
+limited -v 4000000 0 "ulimit -v 4000000: the run fits and trains"
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/cpu/cpu_internal.h"
 
@@ -61,9 +62,11 @@ static void blas_load(void) {
         if (i == 0 && e) snprintf(why, sizeof why, "%s", e);
     }
     if (!h) {
-        snprintf(g_blas.error, sizeof g_blas.error, "cannot load OpenBLAS: %s\n  Install it (make "
-                 "deps, or apt-get install libopenblas0); when it is installed, a memory limit "
-                 "(ulimit -v) too small to map it is the likely cause", why);
+        bool missing = strstr(why, "No such file") || !strcmp(why, "not found");
+        snprintf(g_blas.error, sizeof g_blas.error, "cannot load OpenBLAS: %s\n  %s", why, missing
+                 ? "Install it: make deps, or apt-get install libopenblas0"
+                 : "It is installed: a process limit is the likely cause (ulimit -v for memory, "
+                   "ulimit -n for open files)");
         return;
     }
     *(void **)&g_blas.sgemm = dlsym(h, "cblas_sgemm");

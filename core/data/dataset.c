@@ -135,7 +135,7 @@ static const char *fp_name(const ct_dataset *ds, const char *path) {
 /* The first FP_HEAD bytes of path (fewer when it is shorter) into the content hash. */
 static int fp_head(const char *path, uint64_t *h, ct_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
     uint8_t buf[FP_HEAD];
     size_t got = 0;
     ssize_t r = 1;
@@ -147,7 +147,7 @@ static int fp_head(const char *path, uint64_t *h, ct_err *err) {
     }
     int e = errno;
     close(fd);
-    if (r < 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot read: %s", path, strerror(e));
+    if (r < 0) return ct_errf(err, ct_err_io(e, CT_ERR_DATA), "%s: cannot read: %s", path, strerror(e));
     *h = fnv1a(*h, buf, got);
     return CT_OK;
 }
@@ -171,7 +171,7 @@ int ct_dataset_fingerprint(const ct_dataset *ds, char *out, ct_err *err) {
         const char *path = fp_file(ds, k);
         struct stat st;
         if (stat(path, &st) != 0)
-            return ct_errf(err, CT_ERR_DATA, "%s: cannot stat: %s", path, strerror(errno));
+            return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", path, strerror(errno));
         const char *name = fp_name(ds, path);
         content = fnv1a(content, name, strlen(name) + 1);
         content = fnv_u64(content, (uint64_t)st.st_size);

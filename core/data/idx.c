@@ -113,8 +113,8 @@ static int idx_read(const char *path, const char *field, idx_file *out, ct_err *
     snprintf(out->path, sizeof out->path, "%s", path);
     gzFile f = gzopen(path, "rb");
     if (!f)
-        return ct_errf(err, CT_ERR_DATA, "%s: cannot open %s: %s", field, path,
-                       errno ? strerror(errno) : "out of memory");
+        return ct_errf(err, errno ? ct_err_io(errno, CT_ERR_DATA) : CT_ERR_RUNTIME, "%s: cannot open %s: %s",
+                       field, path, errno ? strerror(errno) : "out of memory");
     gzbuffer(f, 1u << 17);
     uint64_t off = 0;
     uint8_t head[4 + 4 * IDX_MAX_DIMS];

@@ -52,7 +52,7 @@ static int list_dir(const char *dir, bool dirs, char ***out, int64_t *n, ct_err 
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return ct_errf(err, CT_ERR_DATA, "%s: cannot read directory: %s", dir, strerror(errno));
+    if (!d) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot read directory: %s", dir, strerror(errno));
     int64_t cap = 0;
     struct dirent *e;
     char path[2048];

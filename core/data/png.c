@@ -290,7 +290,7 @@ void ct_image8_free(ct_image8 *im) {
 
 int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -313,7 +313,8 @@ int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_e
         if (got <= 0) {
             int e = errno;
             close(fd);
-            return ct_errf(err, CT_ERR_DATA, "%s: read failed at byte offset %zu: %s", path, done,
+            return ct_errf(err, got < 0 ? ct_err_io(e, CT_ERR_DATA) : CT_ERR_DATA,
+                           "%s: read failed at byte offset %zu: %s", path, done,
                            got < 0 ? strerror(e) : "file shrank while reading");
         }
         done += (size_t)got;

@@ -273,14 +273,14 @@ static int check_shard(shard_file *f, ct_dataset *ds, shard_impl *im, bool first
 
 static int map_file(shard_file *f, ct_err *err) {
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", f->path, strerror(errno));
+    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
     int rc = CT_OK;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", f->path);
     } else if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) rc = ct_errf(err, CT_ERR_DATA, "%s: cannot map: %s", f->path, strerror(errno));
+        if (p == MAP_FAILED) rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot map: %s", f->path, strerror(errno));
         else f->map = p;
     }
     f->size = (size_t)st.st_size;
@@ -295,7 +295,7 @@ static int cmp_name(const void *a, const void *b) {
 /* path: a .cts file, or a directory whose *.cts files are the shards in name order. */
 static int list_shards(const char *path, shard_impl *im, ct_err *err) {
     struct stat st;
-    if (stat(path, &st) != 0) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode)) {
         im->files = ct_xcalloc(1, sizeof *im->files);
         snprintf(im->files[0].path, sizeof im->files[0].path, "%s", path);
@@ -303,7 +303,7 @@ static int list_shards(const char *path, shard_impl *im, ct_err *err) {
         return CT_OK;
     }
     DIR *d = opendir(path);
-    if (!d) return ct_errf(err, CT_ERR_DATA, "%s: cannot read directory: %s", path, strerror(errno));
+    if (!d) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot read directory: %s", path, strerror(errno));
     struct dirent *e;
     int cap = 0;
     while ((e = readdir(d))) {

@@ -173,7 +173,7 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0) {
-        rc = ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", file, strerror(errno));
+        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", file);
     } else {

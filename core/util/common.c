@@ -1,6 +1,7 @@
 /* common.c: errors, the fatal handler, warnings, checked allocation, timing, suggestions. */
 #include "core/util/common.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,13 @@ int ct_errf(ct_err *err, int code, const char *fmt, ...) {
         err->code = code;
     }
     return code;
+}
+
+int ct_err_io(int e, int otherwise) {
+    switch (e) {
+    case EMFILE: case ENFILE: case ENOMEM: case EAGAIN: case ENOBUFS: return CT_ERR_RUNTIME;
+    default: return otherwise;
+    }
 }
 
 void ct_err_append(ct_err *err, const char *fmt, ...) {

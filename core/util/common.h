@@ -40,6 +40,11 @@ typedef struct ct_err {
 
 /* Set err (if not NULL) and return code. printf-style. */
 int ct_errf(ct_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The exit code for an input that could not be opened or read with errno e: CT_ERR_RUNTIME when
+ * e is about the process, not the file (EMFILE and ENFILE: ulimit -n; ENOMEM; EAGAIN; ENOBUFS),
+ * which a retry with more resources fixes; else `otherwise`, the input's own code (CT_ERR_DATA for
+ * data and checkpoints, CT_ERR_CONFIG for config files). */
+int ct_err_io(int e, int otherwise);
 /* Append a line ("\n" + text) to an existing message. */
 void ct_err_append(ct_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

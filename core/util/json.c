@@ -1025,7 +1025,7 @@ static int read_all(FILE *f, const char *path, char **out, size_t *out_len, ct_e
     if (ferror(f)) {
         int e = errno;
         free(data);
-        return ct_errf(err, CT_ERR_CONFIG, "cannot read %s: %s", path, strerror(e ? e : EIO));
+        return ct_errf(err, ct_err_io(e, CT_ERR_CONFIG), "cannot read %s: %s", path, strerror(e ? e : EIO));
     }
     if (n > CT_JSON_MAX_FILE) {
         free(data);
@@ -1040,7 +1040,7 @@ static int read_all(FILE *f, const char *path, char **out, size_t *out_len, ct_e
 ct_json_doc *ct_json_parse_file(const char *path, ct_warnings *warn, ct_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        ct_errf(err, CT_ERR_CONFIG, "cannot read %s: %s", path, strerror(errno));
+        ct_errf(err, ct_err_io(errno, CT_ERR_CONFIG), "cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
     char *data = NULL;
