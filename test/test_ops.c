@@ -1228,12 +1228,17 @@ static void ln_backward_ref(const op_case *k, double **v) {
 
 /* ---- losses ---- */
 
-/* softmax_xent: dlogits, result, logits, labels. rows classes grad_scale logit_range; variants:
- * label smoothing 0 and 0.1, and the loss alone (dlogits NULL). Rows 1 and 2 are ignored
- * (labels `classes` and -100), every third row's label logit is 20 so some predictions are right. */
+/* softmax_xent: dlogits, result, logits, labels. rows classes grad_scale logit_range
+ * logit_offset: logits uniform in offset +- range; variants: label smoothing 0 and 0.1, and the
+ * loss alone (dlogits NULL). Rows 1 and 2 are ignored (labels `classes` and -100), every third
+ * row's label logit is offset + max(20, range) so some predictions are right. The offsets of
+ * +-1000 make exp(x) overflow (or every exp(x) underflow) in fp32 and fp64 alike: only a softmax
+ * that subtracts the row's maximum passes them. */
 static const int64_t XENT_SHAPES[][NS] = {{1, 1, 2, 4},    {7, 10, 2, 4},   {33, 7, 2, 4}, {5, 1000, 2, 4},
                                           {300, 3, 2, 4}, {256, 10, 64, 8}, {33, 1000, 64, 8}, {4, 50257, 64, 8},
-                                          {37, 24, 3, 6}, {5000, 5, 1, 4}};
+                                          {37, 24, 3, 6}, {5000, 5, 1, 4},
+                                          {33, 10, 2, 4, 1000}, {33, 10, 2, 4, -1000}, {7, 1000, 64, 3, 1000},
+                                          {300, 3, 2, 1000, 0}, {5000, 5, 1, 2, -1000}};
 static float xent_smoothing(const op_case *k) { return k->var == 0 ? 0.0f : 0.1f; }
 static bool xent_setup(op_case *k) {
     N(0) = k->var == 2 ? 0 : S(0) * S(1);
@@ -1241,15 +1246,17 @@ static bool xent_setup(op_case *k) {
     N(4) = 1;
     N(2) = S(0) * S(1);
     N(3) = S(0);
-    k->a[2].lo = (float)-S(3), k->a[2].hi = (float)S(3);
+    k->a[2].lo = (float)(S(4) - S(3)), k->a[2].hi = (float)(S(4) + S(3));
     k->a[3].hi = (float)S(1);
+    /* fp32 logits near 1000 carry an ulp of 6e-5, which a device's fp32 softmax may show */
+    if (S(4)) k->a[0].dev[0] = 2e-4;
     return true;
 }
 static void xent_init(const op_case *k, double **v) {
     int64_t rows = S(0), C = S(1);
     if (rows > 3) v[3][1] = (double)C, v[3][2] = -100;
     for (int64_t r = 0; r < rows; r += 3)
-        if (v[3][r] >= 0 && v[3][r] < C) v[2][r * C + (int64_t)v[3][r]] = 20.0;
+        if (v[3][r] >= 0 && v[3][r] < C) v[2][r * C + (int64_t)v[3][r]] = (double)S(4) + (S(3) > 20 ? S(3) : 20);
 }
 /* result[1] (the count) is copied into an output of its own, so that it is compared exactly */
 static void copy_count(ct_backend *be, void **p, int to) { be->mem.copy_d2d(be, p[to], (float *)p[1] + 1, sizeof(float)); }
@@ -1290,7 +1297,9 @@ static const int64_t MSE_SHAPES[][NS] = {{1, 1, 500, 30},    {7, 1, 500, 30},   
                                          {37, 24, 500, 6}};
 static const int64_t BCE_SHAPES[][NS] = {{1, 1, 1000, 30},    {7, 1, 1000, 30},      {1, 33, 1000, 30},
                                          {1, 1000, 1000, 30}, {1, 100003, 1000, 30}, {129, 37, 8000, 3},
-                                         {37, 24, 1000, 6}};
+                                         {37, 24, 1000, 6},
+                                         /* |x| up to 1000: exp(|x|) overflows in fp32 and fp64 */
+                                         {129, 37, 1000, 1000}, {1, 5000, 1000, 300}};
 static float loss_scale(const op_case *k) { return (float)S(2) / 1000.0f; }
 static bool elt_loss_setup(op_case *k) {
     int64_t n = S(0) * S(1);
@@ -1318,7 +1327,10 @@ static void mse_ref(const op_case *k, double **v) {
     }
     v[1][0] = s / n, v[1][1] = v[4][0] = 0;
 }
-static void bce_init(const op_case *k, double **v) { v[2][0] = 100.0; /* large |x| must not overflow */ }
+static void bce_init(const op_case *k, double **v) {
+    v[2][0] = 100.0; /* large |x| must not overflow */
+    if (N(2) > 1) v[2][1] = -100.0;
+}
 static void bce_run(ct_backend *be, const op_case *k, void **p) {
     be->loss.bce_logits_loss(be, p[0], p[1], p[2], p[3], S(0), S(1), loss_scale(k), k->dt);
     copy_count(be, p, 4);
@@ -1754,7 +1766,7 @@ static const op_row ROWS[] = {
       {"rstd", IN, F32}},
      ln_backward_setup, ln_backward_run, ln_backward_init, ln_backward_ref, REF_F32(1e-3, 1e-4)},
     /* losses */
-    {"softmax_xent", D_ALL, SHAPES(XENT_SHAPES), "rows classes grad_scale logit_range", "eps=0 eps=0.1 loss_only",
+    {"softmax_xent", D_ALL, SHAPES(XENT_SHAPES), "rows classes grad_scale logit_range logit_offset", "eps=0 eps=0.1 loss_only",
      {{"dlogits", OUT, DT, .ref = TOL(1e-3, 1e-6)},
       {"result", OUT, F32, .cmp = EACH},
       {"logits", IN, DT},
