@@ -19,6 +19,7 @@
 
 #include "core/config/config.h"
 #include "core/data/dataset.h"
+#include "core/data/loader.h"
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
@@ -519,6 +520,59 @@ START_TEST(labels_outside_model_classes) {
 }
 END_TEST
 
+/* A label equal to the class count is one past the last class. The loss ops ignore such a row
+ * (backend.h: labels >= classes are skipped like ignore_index), so nothing downstream would
+ * notice it: the trainer (the dataset's label range against the model's classes) and the loader
+ * (every decoded label) must refuse it, naming the file. */
+START_TEST(label_equal_to_class_count) {
+    /* labels 0..4 with a 4-class model: the largest label is the class count */
+    enum { N_SAMPLES = 40 };
+    uint32_t di[3] = {N_SAMPLES, 8, 8}, dl[1] = {N_SAMPLES};
+    uint8_t pix[N_SAMPLES * 64], lab[N_SAMPLES];
+    ct_rng r;
+    ct_rng_init(&r, 41, CT_RNG_AUGMENT, 7);
+    for (int i = 0; i < N_SAMPLES * 64; i++) pix[i] = (uint8_t)ct_rng_below(&r, 256);
+    for (int i = 0; i < N_SAMPLES; i++) lab[i] = (uint8_t)ct_rng_below(&r, 4);
+    lab[N_SAMPLES - 3] = 4;
+    char p[512];
+    snprintf(p, sizeof p, "%s/fiveclass-images.gz", tmpdir);
+    write_idx(p, true, 3, di, pix, sizeof pix);
+    snprintf(p, sizeof p, "%s/fiveclass-labels.gz", tmpdir);
+    write_idx(p, true, 1, dl, lab, sizeof lab);
+    snprintf(p, sizeof p, "%s/run5.json", tmpdir);
+    write_run_config(p, "fiveclass", mlp_json, "{\"type\": \"Adam\", \"params\": {}}", NULL);
+    ct_config *cfg = load_config(p, NULL, 0);
+    ct_run_opts opts = {.quiet = true};
+    ct_summary s;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_train_run(cfg, &opts, &s, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fiveclass-images.gz") && strstr(err.msg, "up to 4") && strstr(err.msg, "4 classes"),
+                  "%s", err.msg);
+    ck_assert_str_eq(s.status, "error");
+    ck_assert_int_eq(s.steps, 0); /* refused when the run opens, not at the batch holding the label */
+
+    /* the loader's own check, for datasets that do not announce their label range: record 37 has
+     * label 4 of 4 classes */
+    ct_dataset *ds = NULL;
+    ck_assert_msg(ct_dataset_open(cfg, "train", &ds, &err) == CT_OK, "%s", err.msg);
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts lo = {.batch = 8, .workers = 2, .seed = 3, .classes = 4};
+    ct_loader *l = NULL;
+    ck_assert_msg(ct_loader_init(&l, be, ds, &lo, NULL, &err) == CT_OK, "%s", err.msg);
+    ct_loader_batch b;
+    int rc = CT_OK, batches = 0;
+    while (rc == CT_OK && batches < 6) rc = ct_loader_next(l, &b, &err), batches += rc == CT_OK;
+    ck_assert_int_eq(rc, CT_ERR_DATA);
+    ck_assert_int_eq(batches, 4); /* records 0..31 in order, then the batch holding record 37 */
+    ck_assert_msg(strstr(err.msg, "record 37") && strstr(err.msg, "label 4") && strstr(err.msg, "4 classes"), "%s",
+                  err.msg);
+    ct_loader_free(l);
+    ct_dataset_close(ds);
+    ct_backend_destroy(be);
+    ct_config_free(cfg);
+}
+END_TEST
+
 /* ---- loop behaviour ---- */
 
 START_TEST(divergence_is_reported) {
@@ -771,6 +825,7 @@ int main(void) {
     tcase_add_test(tc, idx_corrupt_files);
     tcase_add_test(tc, dataset_format_errors);
     tcase_add_test(tc, labels_outside_model_classes);
+    tcase_add_test(tc, label_equal_to_class_count);
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
     tcase_add_test(tc, dry_run_and_summary);
