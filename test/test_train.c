@@ -25,6 +25,7 @@
 #include "core/util/rng.h"
 #include "core/params/store.h"
 #include "core/train/train.h"
+#include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
 
 static char tmpdir[256];
 
@@ -730,6 +731,100 @@ START_TEST(early_stopping_on_flat_eval_loss) {
 }
 END_TEST
 
+/* ---- evaluation runs the model in eval mode ---- */
+
+static const char *bn_dropout_json =
+    "{\"input\": [1, 8, 8], \"layers\": [{\"type\": \"flatten\", \"name\": \"flat\"}, {\"type\": "
+    "\"linear\", \"name\": \"fc1\", \"out\": 16}, {\"type\": \"batchnorm2d\", \"name\": \"bn\"}, "
+    "{\"type\": \"relu\", \"name\": \"r1\"}, {\"type\": \"dropout\", \"name\": \"drop\", \"p\": 0.5}, "
+    "{\"type\": \"linear\", \"name\": \"fc2\", \"out\": 4}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+typedef struct eval_check {
+    ct_config *cfg;
+    double want;                 /* the eval-mode forward computed here, in double */
+    double again[2];             /* two more ct_trainer_evaluate passes after the run */
+    bool buffers_kept;           /* the running statistics did not move during those passes */
+} eval_check;
+
+/* View `name` of the trained model: trainable ones in the master, buffers in the buffers. */
+static const float *view_data(ct_trainer *t, const char *name, int64_t numel) {
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    int i = ct_param_layout_find(L, name);
+    ck_assert_msg(i >= 0, "no view %s", name);
+    ck_assert_int_eq(L->views[i].numel, numel);
+    const ct_param_store *p = ct_trainer_params(t);
+    return (L->views[i].trainable ? p->master : p->buffers) + L->views[i].offset; /* CPU: host memory */
+}
+
+/* The eval set's mean cross-entropy through flatten, fc1, batchnorm with the running statistics,
+ * ReLU, dropout as the identity and fc2, in double; then the trainer's own eval, twice. */
+static void check_eval_mode(ct_trainer *t, void *ctx) {
+    eval_check *e = ctx;
+    const float *w1 = view_data(t, "fc1.weight", 16 * 64), *b1 = view_data(t, "fc1.bias", 16);
+    const float *g = view_data(t, "bn.weight", 16), *beta = view_data(t, "bn.bias", 16);
+    const float *rm = view_data(t, "bn.running_mean", 16), *rv = view_data(t, "bn.running_var", 16);
+    const float *w2 = view_data(t, "fc2.weight", 4 * 16), *b2 = view_data(t, "fc2.bias", 4);
+    /* the running statistics moved away from their initial 0 and 1 in the train steps */
+    for (int c = 0; c < 16; c++) ck_assert(rm[c] != 0.0f && rv[c] != 1.0f);
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_dataset_open(e->cfg, "eval", &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 50);
+    double total = 0;
+    for (int64_t i = 0; i < ds->count; i++) {
+        float x[64];
+        int32_t y;
+        ck_assert_int_eq(ds->decode(ds, i, x, &y, &err), CT_OK);
+        double h[16], z[4], zmax = -INFINITY, se = 0;
+        for (int o = 0; o < 16; o++) {
+            double a = b1[o];
+            for (int k = 0; k < 64; k++) a += (double)w1[o * 64 + k] * x[k];
+            a = (a - rm[o]) / sqrt((double)rv[o] + 1e-5) * g[o] + beta[o];
+            h[o] = a > 0 ? a : 0;
+        }
+        for (int o = 0; o < 4; o++) {
+            z[o] = b2[o];
+            for (int k = 0; k < 16; k++) z[o] += (double)w2[o * 16 + k] * h[k];
+            zmax = fmax(zmax, z[o]);
+        }
+        for (int o = 0; o < 4; o++) se += exp(z[o] - zmax);
+        total += zmax + log(se) - z[y];
+    }
+    ct_dataset_close(ds);
+    e->want = total / 50;
+    const ct_param_store *p = ct_trainer_params(t);
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    float *before = malloc((size_t)L->n_buffers * sizeof(float));
+    memcpy(before, p->buffers, (size_t)L->n_buffers * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        double acc;
+        ck_assert_msg(ct_trainer_evaluate(t, &e->again[k], &acc, &err) == CT_OK, "%s", err.msg);
+    }
+    e->buffers_kept = memcmp(before, p->buffers, (size_t)L->n_buffers * sizeof(float)) == 0;
+    free(before);
+}
+
+START_TEST(eval_uses_running_stats_and_no_dropout) {
+    /* Four train steps (batch statistics, dropout p = 0.5, running statistics updated), then the
+     * run's final eval: it must be the eval-mode forward (running statistics, no dropout), so it
+     * equals the forward computed here, and evaluating again gives the same loss bit for bit
+     * without moving the running statistics. */
+    const char *opt = "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01}}";
+    const char *sets[] = {"train.max_steps=4", "train.eval_interval=0"};
+    eval_check e = {.cfg = small_run(bn_dropout_json, opt, NULL, sets, 2)};
+    run_result r = run(e.cfg, NULL, check_eval_mode, &e);
+    ck_assert_int_eq(r.rc, CT_OK);
+    ck_assert_int_eq(r.sum.steps, 4);
+    ck_assert_msg(fabs(r.sum.eval_loss - e.want) <= 1e-5 * e.want, "eval loss %.9g, eval-mode forward %.9g",
+                  r.sum.eval_loss, e.want);
+    ck_assert_mem_eq(&e.again[0], &r.sum.eval_loss, sizeof(double));
+    ck_assert_mem_eq(&e.again[1], &r.sum.eval_loss, sizeof(double));
+    ck_assert(e.buffers_kept);
+    free(r.params);
+    ct_config_free(e.cfg);
+}
+END_TEST
+
 /* ---- checkpoints: stop, save, resume ---- */
 
 typedef struct stop_at {
@@ -833,6 +928,7 @@ int main(void) {
     tcase_add_test(tc, scheduler_total_auto_is_the_run);
     tcase_add_test(tc, full_epoch_with_eval_learns);
     tcase_add_test(tc, early_stopping_on_flat_eval_loss);
+    tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
