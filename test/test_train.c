@@ -276,6 +276,8 @@ static const char *const ref_cases[] = {
     "cnn_adam", "cnn_adam_l2", "cnn_adamw", "cnn_sgd_momentum", "cnn_sgd_nesterov", "cnn_lamb",
     "mlp_adam_warmup_lr", "mlp_adam_warmup_decay_lr", "mlp_adam_warmup_cosine_lr",
     "mlp_adam_one_cycle", "mlp_adam_lr_range_test", "mlp_sgd_clip", "cnn_adam_accum2",
+    /* bugs Adam or eps = 1e-8 would hide: accumulation with SGD, a large eps, log warm-ups */
+    "cnn_sgd_accum4", "mlp_adam_eps", "mlp_sgd_warmup_log_lr", "mlp_sgd_warmup_cosine_log_lr",
 };
 
 START_TEST(pytorch_reference) { check_reference_case(ref_cases[_i]); }
