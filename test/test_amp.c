@@ -515,6 +515,7 @@ static void write_clip_regression(const char *path) {
  * clip.csv (written by write_clip_regression); precision: the "fp16"/"bf16" member or "" for
  * fp32. */
 static ct_config *clip_config(const char *precision, int steps) {
+    static int runs; /* each run its own run_dir */
     char csv[512], path[512], text[2048];
     snprintf(csv, sizeof csv, "%s/clip.csv", tmpdir);
     snprintf(path, sizeof path, "%s/clip.json", tmpdir);
@@ -525,8 +526,8 @@ static ct_config *clip_config(const char *precision, int steps) {
              "\"bias\": false}], \"loss\": {\"type\": \"mse\"}},\n"
              " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"%s\"}},\n"
              " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"%s\", \"threads\": 2, "
-             "\"run_dir\": \"%s/run\"}}\n",
-             CLIP_N, *precision ? ", " : "", precision, csv, steps, test_device(), tmpdir);
+             "\"run_dir\": \"%s/clip-run%d\"}}\n",
+             CLIP_N, *precision ? ", " : "", precision, csv, steps, test_device(), tmpdir, ++runs);
     write_text(path, text);
     return load_config(path, NULL, 0);
 }
