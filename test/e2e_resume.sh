@@ -7,13 +7,16 @@
 #  - keep_last, best/ (matches the best eval), early stopping, export -> model.init_from and
 #    ctrain eval round trips, a shape change on resume (exit 2 naming the tensor), a truncated
 #    model.safetensors (exit 3 naming the file), --resume auto with nothing saved starts fresh.
-# Usage: e2e_resume.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
+# Usage: [CT_TEST_SEED=N] e2e_resume.sh BUILD_DIR; N seeds the kill step (printed with it).
+# Exit 77 when no python3 is found (it generates the data).
 set -u
 B=${1:-build}/ctrain
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
 [ -n "$PY" ] || { echo "python3 not found"; exit 77; }
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+seed=${CT_TEST_SEED:-$(date +%s)}
+case $seed in ''|*[!0-9]*) echo "FAIL: CT_TEST_SEED must be a non-negative integer, got '$seed'"; exit 1 ;; esac
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh
@@ -93,8 +96,10 @@ EOF
 # --- kill -9 at a random step after the first checkpoint, then resume auto
 "$B" --config "$C" --set train.run_dir=\""$T/k"\" >/dev/null 2>"$T/k.err" &
 pid=$!
-# a random step K between the first checkpoint (25) and the last one (225)
-K=$(awk 'BEGIN { srand(); printf "%d", 26 + rand() * 150 }')
+# a random step K between the first checkpoint (25) and the last one (225), drawn from
+# CT_TEST_SEED when it is set (to repeat a failure), else from the clock; printed either way
+K=$(awk -v s="$seed" 'BEGIN { srand(s); printf "%d", 26 + rand() * 150 }')
+echo "kill -9 at step $K (seed $seed: CT_TEST_SEED=$seed sh test/e2e_resume.sh repeats it)"
 i=0
 while [ $i -lt 1000 ] && ! grep -q "^step $K/" "$T/k.err"; do sleep 0.01; i=$((i + 1)); done
 kill -9 $pid 2>/dev/null

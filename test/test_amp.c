@@ -368,8 +368,8 @@ static run_out run_trainer(const ct_config *cfg, bool zero_init) {
     o.rc = ct_trainer_fit(t, &err);
     snprintf(o.msg, sizeof o.msg, "%s", err.msg);
     o.p1 = copy_of(be, ps->master, o.n);
-    o.m1 = copy_of(be, opt->m, o.n);
-    o.v1 = copy_of(be, opt->v, o.n);
+    o.m1 = opt->m ? copy_of(be, opt->m, o.n) : NULL;
+    o.v1 = opt->v ? copy_of(be, opt->v, o.n) : NULL;
     o.applied = opt->applied;
     o.sched_t = opt->sched_t;
     o.next_lr = ct_optim_next_lr(opt);
@@ -484,6 +484,104 @@ START_TEST(forward_overflow_skips) {
 }
 END_TEST
 
+/* ---- clipping under loss scaling ---- */
+
+/* t = a . x with x = k / 256 for random integers k in [-256, 256) and a = (0.75, -0.5, 0.25,
+ * 0.625): inputs and targets are exact in fp16, so an fp16 run differs from fp32 only by the
+ * rounding of weights, outputs and gradients. 512 samples. */
+enum { CLIP_N = 512 };
+static const double CLIP_A[4] = {0.75, -0.5, 0.25, 0.625};
+static double clip_x[CLIP_N][4], clip_t[CLIP_N];
+
+static void write_clip_regression(const char *path) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("x0,x1,x2,x3,y\n", f);
+    ct_rng r;
+    ct_rng_init(&r, 23, CT_RNG_AUGMENT, 4);
+    for (int i = 0; i < CLIP_N; i++) {
+        clip_t[i] = 0;
+        for (int j = 0; j < 4; j++) {
+            clip_x[i][j] = ((double)ct_rng_below(&r, 512) - 256) / 256;
+            clip_t[i] += CLIP_A[j] * clip_x[i][j];
+            fprintf(f, "%.9g,", clip_x[i][j]);
+        }
+        fprintf(f, "%.9g\n", clip_t[i]);
+    }
+    fclose(f);
+}
+
+/* SGD (no momentum, no decay) at lr 0.1 with gradient_clipping 0.05 on whole-data batches of
+ * clip.csv (written by write_clip_regression); precision: the "fp16"/"bf16" member or "" for
+ * fp32. */
+static ct_config *clip_config(const char *precision, int steps) {
+    static int runs; /* each run its own run_dir */
+    char csv[512], path[512], text[2048];
+    snprintf(csv, sizeof csv, "%s/clip.csv", tmpdir);
+    snprintf(path, sizeof path, "%s/clip.json", tmpdir);
+    snprintf(text, sizeof text,
+             "{\"train_batch_size\": %d, \"gradient_clipping\": 0.05,\n"
+             " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}%s%s,\n"
+             " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"fc\", \"out\": 1, "
+             "\"bias\": false}], \"loss\": {\"type\": \"mse\"}},\n"
+             " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"%s\"}},\n"
+             " \"train\": {\"max_steps\": %d, \"seed\": 5, \"device\": \"%s\", \"threads\": 2, "
+             "\"run_dir\": \"%s/clip-run%d\"}}\n",
+             CLIP_N, *precision ? ", " : "", precision, csv, steps, test_device(), tmpdir, ++runs);
+    write_text(path, text);
+    return load_config(path, NULL, 0);
+}
+
+START_TEST(fp16_clips_unscaled_gradients) {
+    /* DeepSpeed unscales the gradients before it clips them: the coefficient is
+     * clip / ||g / loss_scale||, the same as in fp32. Here every step's norm (~0.8) is above the
+     * clip (0.05), so each step moves the weights by lr * 0.05 along the gradient; a coefficient
+     * computed on the loss-scaled norm (2^16 times larger) would hardly move them. SGD, whose
+     * update is proportional to the gradient: Adam would hide a wrong coefficient. */
+    enum { STEPS = 6 };
+    char csv[512];
+    snprintf(csv, sizeof csv, "%s/clip.csv", tmpdir);
+    write_clip_regression(csv);
+    double w[4] = {0}, want_loss[STEPS], moved = 0;
+    for (int s = 0; s < STEPS; s++) { /* the update in double, over the whole data each step */
+        double g[4] = {0}, loss = 0, norm = 0;
+        for (int i = 0; i < CLIP_N; i++) {
+            double d = -clip_t[i];
+            for (int j = 0; j < 4; j++) d += w[j] * clip_x[i][j];
+            loss += d * d / CLIP_N;
+            for (int j = 0; j < 4; j++) g[j] += 2 * d * clip_x[i][j] / CLIP_N;
+        }
+        for (int j = 0; j < 4; j++) norm += g[j] * g[j];
+        norm = sqrt(norm);
+        ck_assert_double_gt(norm, 0.5); /* clipping is active in every step */
+        want_loss[s] = loss;
+        for (int j = 0; j < 4; j++) w[j] -= 0.1 * (0.05 / (norm + 1e-6)) * g[j];
+    }
+    for (int j = 0; j < 4; j++) moved += fabs(w[j]);
+    /* the last: 4 micro-batches, so the norm is that of the sum, unscaled and divided once */
+    static const char *const precisions[] = {"", "\"fp16\": {\"enabled\": true}",
+                                             "\"fp16\": {\"enabled\": true, \"loss_scale\": 1024}",
+                                             "\"bf16\": {\"enabled\": true}",
+                                             "\"fp16\": {\"enabled\": true}, \"train_micro_batch_size_per_gpu\": 128"};
+    /* of the distance moved (seen: 4e-8, 1e-6, 1e-6, 1e-5, 1e-6) */
+    static const double tol[] = {1e-5, 2e-4, 2e-4, 1e-3, 2e-4};
+    for (int k = 0; k < 5; k++) {
+        ct_config *cfg = clip_config(precisions[k], STEPS);
+        run_out o = run_trainer(cfg, true);
+        ck_assert_msg(o.rc == CT_OK, "%s: %s", precisions[k], o.msg);
+        ck_assert_int_eq(o.sum.skipped_steps, 0);
+        ck_assert_int_eq(o.applied, STEPS);
+        for (int j = 0; j < 4; j++)
+            ck_assert_msg(fabs(o.p1[j] - w[j]) <= tol[k] * moved, "{%s}: weight %d after %d steps: %.9g, reference %.9g",
+                          precisions[k], j, STEPS, o.p1[j], w[j]);
+        ck_assert_msg(fabs(o.last_loss - want_loss[STEPS - 1]) <= 10 * tol[k] * want_loss[STEPS - 1],
+                      "{%s}: loss %.9g, reference %.9g", precisions[k], o.last_loss, want_loss[STEPS - 1]);
+        run_free(&o);
+        ct_config_free(cfg);
+    }
+}
+END_TEST
+
 /* n random normals times s into backend memory x (host scratch h). */
 static void upload_normal(ct_backend *be, float *x, float *h, int64_t n, ct_rng *r, float s) {
     for (int64_t i = 0; i < n; i++) h[i] = (float)ct_rng_normal(r) * s;
@@ -561,6 +659,7 @@ static Suite *amp_suite(void) {
     tcase_add_test(tc, overflow_skips_whole_run);
     tcase_add_test(tc, overflow_at_minimum_exits);
     tcase_add_test(tc, underflow_needs_scaling);
+    tcase_add_test(tc, fp16_clips_unscaled_gradients);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -175,6 +175,28 @@ START_TEST(override_array_index) {
 }
 END_TEST
 
+/* KEY=VALUE splits at the first '=': the value may hold more (paths, expressions). */
+START_TEST(override_value_keeps_equals) {
+    const char *ovs[] = {"data.train.path=a=b.bin", "train.run_dir=runs/lr=3e-4", "optimizer.params.lr==1"};
+    loaded l = load_opts("{\"train_batch_size\": 16, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}, "
+                         "\"data\": {\"train\": {\"format\": \"csv\", \"path\": \"x.csv\"}}}",
+                         1, ovs, 2, false, false);
+    assert_ok(l);
+    const cJSON *path = cJSON_GetObjectItem(cJSON_GetObjectItem(l.cfg->data, "train"), "path");
+    ck_assert_msg(cJSON_IsString(path) && strcmp(path->valuestring, "a=b.bin") == 0, "data.train.path: %s",
+                  cJSON_IsString(path) ? path->valuestring : "(not a string)");
+    ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetObjectItem(l.cfg->data, "train"), "path=a"));
+    ck_assert_str_eq(l.cfg->train.run_dir, "runs/lr=3e-4");
+    unload(&l);
+    /* "==1" is the value "=1", a string where lr needs a number: refused, naming lr */
+    l = load_opts("{\"train_batch_size\": 16, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}}", 1,
+                  ovs + 2, 1, false, false);
+    ck_assert_int_eq(l.rc, CT_ERR_CONFIG);
+    ck_assert_msg(strstr(l.err.msg, "--set optimizer.params.lr") && strstr(l.err.msg, "\"=1\""), "%s", l.err.msg);
+    unload(&l);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------------------------------- */
 /* "auto"                                                                                          */
 
@@ -614,6 +636,14 @@ static const err_case err_cases[] = {
      .code = CFG, .at = "a.json",
      .has = {"did you mean activation_checkpointing.partition_activations?"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train.epochs"}, .code = CFG, .has = {"expected KEY=VALUE"}},
+    /* an array index equal to the length is past the end (not an append), inside the path or last */
+    {.text = TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"relu\"}, {\"type\": \"relu\"}, "
+             "{\"type\": \"linear\", \"out\": 3}]}}",
+     .set = {"model.layers.3.out=5"}, .code = CFG, .has = {"--set model.layers.3.out", "\"3\""}},
+    {.text = TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"relu\"}]}}",
+     .set = {"model.layers.1={\"type\": \"relu\"}"}, .code = CFG, .has = {"--set model.layers.1", "\"1\""}},
+    {.text = TB8 "\"model\": {\"input\": [4], \"layers\": [{\"type\": \"relu\"}]}}",
+     .set = {"model.input.1=4"}, .code = CFG, .has = {"--set model.input.1", "\"1\""}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train..epochs=3"}, .code = CFG, .has = {"empty component"}},
     {.text = "{\"train_batch_size\": 16}", .set = {"train_batch_size=4", "zero_optimization.stage=\"x\""},
      .code = CFG, .at = "a.json",
@@ -1096,6 +1126,7 @@ int main(void) {
     tcase_add_test(tc, override_forms);
     tcase_add_test(tc, override_replaces_in_place);
     tcase_add_test(tc, override_array_index);
+    tcase_add_test(tc, override_value_keeps_equals);
     tcase_add_test(tc, auto_resolution);
     tcase_add_test(tc, typo_suggestions);
     tcase_add_test(tc, override_typos_refused);

@@ -16,8 +16,16 @@
 #define STEPS 4
 
 /* Three tensors: weight (decayed), bias (not decayed), another weight. */
-static const ct_optim_tensor tensors[] = {{0, 100, true}, {100, 10, false}, {110, 190, true}};
-#define N_TENSORS 3
+static const ct_optim_tensor THREE[] = {{0, 100, true}, {100, 10, false}, {110, 190, true}};
+/* The tensors the optimizers and references of a test use (THREE unless use_tensors says
+ * otherwise), and a factor for each one's initial values (NULL: 1). */
+static const ct_optim_tensor *tensors = THREE;
+static int n_tensors = 3;
+static const float *init_scale;
+
+static void use_tensors(const ct_optim_tensor *t, int n, const float *scale) {
+    tensors = t, n_tensors = n, init_scale = scale;
+}
 
 /* The flat buffers a parameter store would own: master and gradients over [0, N_PARAMS). */
 typedef struct bufs {
@@ -40,7 +48,7 @@ static ct_optim *make(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, 
                       int64_t lo, int64_t hi) {
     ct_optim *o = NULL;
     ct_err err = {0};
-    ck_assert_msg(ct_optim_create(c, sched, clip, be, tensors, N_TENSORS, lo, hi, &o, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_optim_create(c, sched, clip, be, tensors, n_tensors, lo, hi, &o, &err) == CT_OK, "%s", err.msg);
     return o;
 }
 
@@ -80,7 +88,7 @@ static void fill_random(float *x, int64_t n, uint64_t seed, uint64_t stream, flo
 }
 
 static bool decayed(int64_t i) {
-    for (int t = 0; t < N_TENSORS; t++)
+    for (int t = 0; t < n_tensors; t++)
         if (i >= tensors[t].offset && i < tensors[t].offset + tensors[t].numel) return tensors[t].weight_decay;
     return false;
 }
@@ -116,7 +124,7 @@ static void ref_sgd(const ct_optimizer_cfg *c, ref_state *s, const double *g, do
 static void ref_lamb(const ct_optimizer_cfg *c, ref_state *s, const double *g, double lr, long t) {
     double step = lr;
     if (c->bias_correction) step = lr * sqrt(1 - pow(c->beta2, (double)t)) / (1 - pow(c->beta1, (double)t));
-    for (int k = 0; k < N_TENSORS; k++) {
+    for (int k = 0; k < n_tensors; k++) {
         int64_t o = tensors[k].offset, n = tensors[k].numel;
         double wd = tensors[k].weight_decay ? c->weight_decay : 0, wn = 0, un = 0, u[N_PARAMS];
         for (int64_t i = o; i < o + n; i++) {
@@ -147,6 +155,8 @@ static void run_case(const ct_optimizer_cfg *c, const ct_scheduler_cfg *sched, d
     memset(&s, 0, sizeof s);
     float p0[N_PARAMS], g[N_PARAMS];
     fill_random(p0, N_PARAMS, seed, 0, -1.0f, 1.0f);
+    for (int k = 0; init_scale && k < n_tensors; k++)
+        for (int64_t i = tensors[k].offset; i < tensors[k].offset + tensors[k].numel; i++) p0[i] *= init_scale[k];
     if (zero_tensor) memset(p0 + tensors[1].offset, 0, sizeof(float) * (size_t)tensors[1].numel);
     be->mem.copy_h2d(be, b.master, p0, sizeof p0);
     for (int i = 0; i < N_PARAMS; i++) s.p[i] = p0[i];
@@ -267,6 +277,31 @@ START_TEST(lamb_no_bias_correction) {
 }
 END_TEST
 
+START_TEST(lamb_trust_ratio_per_tensor) {
+    /* Two weights side by side with the same decay flag (layers' weights laid out one after the
+     * other): the element-wise optimizers fuse them into one run, but Lamb's trust ratio is per
+     * tensor. Their initial values differ in scale by 32, so their trust ratios are far apart
+     * (about 0.6 and 5) and one ratio over the pair fits neither. */
+    static const ct_optim_tensor adjacent[] = {{0, 100, true}, {100, 60, true}, {160, 10, false}, {170, 130, true}};
+    static const float scale[] = {0.25f, 8.0f, 1.0f, 1.0f};
+    use_tensors(adjacent, 4, scale);
+    ct_optimizer_cfg c = base_cfg(CT_OPT_LAMB);
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_optim *o = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+    ck_assert_int_eq(o->n_tensors, 4);
+    ck_assert_int_eq(o->n_runs, 3); /* the premise: the first two are one run */
+    ct_optim_free(o);
+    ct_backend_destroy(be);
+    run_case(&c, &no_sched, 0, 1.0f, 34, 0);
+    c.bias_correction = false;
+    run_case(&c, &no_sched, 0.5, 1.0f, 35, 0);
+    /* the fused optimizers on the same layout */
+    c = base_cfg(CT_OPT_ADAMW);
+    run_case(&c, &no_sched, 0, 1.0f, 36, 0);
+    use_tensors(THREE, 3, NULL);
+}
+END_TEST
+
 START_TEST(clipping_active) {
     /* Random gradients in [-2, 2) over 300 elements have norm ~20: clip at 1 scales them. */
     ct_optimizer_cfg c = base_cfg(CT_OPT_ADAM);
@@ -274,6 +309,36 @@ START_TEST(clipping_active) {
     c = base_cfg(CT_OPT_SGD);
     c.momentum = 0.5;
     run_case(&c, &no_sched, 1.0, 0.5f, 42, 0);
+}
+END_TEST
+
+START_TEST(clipping_never_scales_up) {
+    /* A norm below gradient_clipping leaves the gradients as they are (coefficient 1), also when
+     * the gradients come loss-scaled (grad_scale 2^-10: the clip compares the unscaled norm, ~20
+     * here, with 25, not the scaled one, ~0.02). SGD: its update is proportional to the
+     * gradient, so a coefficient other than 1 shows in every parameter. */
+    ct_optimizer_cfg c = base_cfg(CT_OPT_SGD);
+    run_case(&c, &no_sched, 25.0, 1.0f, 43, 0);
+    run_case(&c, &no_sched, 25.0, 1.0f / 1024, 44, 0);
+    c.momentum = 0.9;
+    run_case(&c, &no_sched, 1e6, 0.5f, 45, 0);
+    c = base_cfg(CT_OPT_ADAM);
+    run_case(&c, &no_sched, 25.0, 1.0f, 46, 0);
+    /* and the stats say so, for the log */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_optim *o = make(&c, &no_sched, 25.0, be, 0, N_PARAMS);
+    bufs b = bufs_new(be);
+    float g[N_PARAMS];
+    fill_random(g, N_PARAMS, 47, 0, -2.0f, 2.0f);
+    be->mem.copy_h2d(be, b.grads, g, sizeof g);
+    be->mem.copy_h2d(be, b.master, g, sizeof g);
+    ct_optim_stats st;
+    step(o, &b, NULL, CT_F32, 1.0f, &st);
+    ck_assert_double_lt(st.grad_norm, 25.0);
+    ck_assert_double_eq(st.clip_coef, 1.0);
+    bufs_free(be, &b);
+    ct_optim_free(o);
+    ct_backend_destroy(be);
 }
 END_TEST
 
@@ -442,7 +507,7 @@ START_TEST(shard_with_external_norm) {
     ct_optimizer_cfg c = base_cfg(CT_OPT_LAMB);
     ct_optim *o = NULL;
     ct_err err = {0};
-    ck_assert_int_eq(ct_optim_create(&c, &no_sched, 0, be, tensors, N_TENSORS, 50, 300, &o, &err), CT_ERR_CONFIG);
+    ck_assert_int_eq(ct_optim_create(&c, &no_sched, 0, be, tensors, n_tensors, 50, 300, &o, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "whole tensors") && strstr(err.msg, "[50, 300)"), "%s", err.msg);
     ck_assert_ptr_null(o);
     ct_backend_destroy(be);
@@ -463,7 +528,9 @@ int main(void) {
     tcase_add_test(tc, lamb_default);
     tcase_add_test(tc, lamb_clamped_and_zero_tensor);
     tcase_add_test(tc, lamb_no_bias_correction);
+    tcase_add_test(tc, lamb_trust_ratio_per_tensor);
     tcase_add_test(tc, clipping_active);
+    tcase_add_test(tc, clipping_never_scales_up);
     tcase_add_test(tc, schedule_stepping);
     tcase_add_test(tc, layout);
     tcase_add_test(tc, fused_16bit_copy);

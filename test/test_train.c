@@ -19,11 +19,13 @@
 
 #include "core/config/config.h"
 #include "core/data/dataset.h"
+#include "core/data/loader.h"
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
 #include "core/params/store.h"
 #include "core/train/train.h"
+#include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
 
 static char tmpdir[256];
 
@@ -274,6 +276,8 @@ static const char *const ref_cases[] = {
     "cnn_adam", "cnn_adam_l2", "cnn_adamw", "cnn_sgd_momentum", "cnn_sgd_nesterov", "cnn_lamb",
     "mlp_adam_warmup_lr", "mlp_adam_warmup_decay_lr", "mlp_adam_warmup_cosine_lr",
     "mlp_adam_one_cycle", "mlp_adam_lr_range_test", "mlp_sgd_clip", "cnn_adam_accum2",
+    /* bugs Adam or eps = 1e-8 would hide: accumulation with SGD, a large eps, log warm-ups */
+    "cnn_sgd_accum4", "mlp_adam_eps", "mlp_sgd_warmup_log_lr", "mlp_sgd_warmup_cosine_log_lr",
 };
 
 START_TEST(pytorch_reference) { check_reference_case(ref_cases[_i]); }
@@ -519,6 +523,59 @@ START_TEST(labels_outside_model_classes) {
 }
 END_TEST
 
+/* A label equal to the class count is one past the last class. The loss ops ignore such a row
+ * (backend.h: labels >= classes are skipped like ignore_index), so nothing downstream would
+ * notice it: the trainer (the dataset's label range against the model's classes) and the loader
+ * (every decoded label) must refuse it, naming the file. */
+START_TEST(label_equal_to_class_count) {
+    /* labels 0..4 with a 4-class model: the largest label is the class count */
+    enum { N_SAMPLES = 40 };
+    uint32_t di[3] = {N_SAMPLES, 8, 8}, dl[1] = {N_SAMPLES};
+    uint8_t pix[N_SAMPLES * 64], lab[N_SAMPLES];
+    ct_rng r;
+    ct_rng_init(&r, 41, CT_RNG_AUGMENT, 7);
+    for (int i = 0; i < N_SAMPLES * 64; i++) pix[i] = (uint8_t)ct_rng_below(&r, 256);
+    for (int i = 0; i < N_SAMPLES; i++) lab[i] = (uint8_t)ct_rng_below(&r, 4);
+    lab[N_SAMPLES - 3] = 4;
+    char p[512];
+    snprintf(p, sizeof p, "%s/fiveclass-images.gz", tmpdir);
+    write_idx(p, true, 3, di, pix, sizeof pix);
+    snprintf(p, sizeof p, "%s/fiveclass-labels.gz", tmpdir);
+    write_idx(p, true, 1, dl, lab, sizeof lab);
+    snprintf(p, sizeof p, "%s/run5.json", tmpdir);
+    write_run_config(p, "fiveclass", mlp_json, "{\"type\": \"Adam\", \"params\": {}}", NULL);
+    ct_config *cfg = load_config(p, NULL, 0);
+    ct_run_opts opts = {.quiet = true};
+    ct_summary s;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_train_run(cfg, &opts, &s, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fiveclass-images.gz") && strstr(err.msg, "up to 4") && strstr(err.msg, "4 classes"),
+                  "%s", err.msg);
+    ck_assert_str_eq(s.status, "error");
+    ck_assert_int_eq(s.steps, 0); /* refused when the run opens, not at the batch holding the label */
+
+    /* the loader's own check, for datasets that do not announce their label range: record 37 has
+     * label 4 of 4 classes */
+    ct_dataset *ds = NULL;
+    ck_assert_msg(ct_dataset_open(cfg, "train", &ds, &err) == CT_OK, "%s", err.msg);
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts lo = {.batch = 8, .workers = 2, .seed = 3, .classes = 4};
+    ct_loader *l = NULL;
+    ck_assert_msg(ct_loader_init(&l, be, ds, &lo, NULL, &err) == CT_OK, "%s", err.msg);
+    ct_loader_batch b;
+    int rc = CT_OK, batches = 0;
+    while (rc == CT_OK && batches < 6) rc = ct_loader_next(l, &b, &err), batches += rc == CT_OK;
+    ck_assert_int_eq(rc, CT_ERR_DATA);
+    ck_assert_int_eq(batches, 4); /* records 0..31 in order, then the batch holding record 37 */
+    ck_assert_msg(strstr(err.msg, "record 37") && strstr(err.msg, "label 4") && strstr(err.msg, "4 classes"), "%s",
+                  err.msg);
+    ct_loader_free(l);
+    ct_dataset_close(ds);
+    ct_backend_destroy(be);
+    ct_config_free(cfg);
+}
+END_TEST
+
 /* ---- loop behaviour ---- */
 
 START_TEST(divergence_is_reported) {
@@ -676,6 +733,100 @@ START_TEST(early_stopping_on_flat_eval_loss) {
 }
 END_TEST
 
+/* ---- evaluation runs the model in eval mode ---- */
+
+static const char *bn_dropout_json =
+    "{\"input\": [1, 8, 8], \"layers\": [{\"type\": \"flatten\", \"name\": \"flat\"}, {\"type\": "
+    "\"linear\", \"name\": \"fc1\", \"out\": 16}, {\"type\": \"batchnorm2d\", \"name\": \"bn\"}, "
+    "{\"type\": \"relu\", \"name\": \"r1\"}, {\"type\": \"dropout\", \"name\": \"drop\", \"p\": 0.5}, "
+    "{\"type\": \"linear\", \"name\": \"fc2\", \"out\": 4}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+typedef struct eval_check {
+    ct_config *cfg;
+    double want;                 /* the eval-mode forward computed here, in double */
+    double again[2];             /* two more ct_trainer_evaluate passes after the run */
+    bool buffers_kept;           /* the running statistics did not move during those passes */
+} eval_check;
+
+/* View `name` of the trained model: trainable ones in the master, buffers in the buffers. */
+static const float *view_data(ct_trainer *t, const char *name, int64_t numel) {
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    int i = ct_param_layout_find(L, name);
+    ck_assert_msg(i >= 0, "no view %s", name);
+    ck_assert_int_eq(L->views[i].numel, numel);
+    const ct_param_store *p = ct_trainer_params(t);
+    return (L->views[i].trainable ? p->master : p->buffers) + L->views[i].offset; /* CPU: host memory */
+}
+
+/* The eval set's mean cross-entropy through flatten, fc1, batchnorm with the running statistics,
+ * ReLU, dropout as the identity and fc2, in double; then the trainer's own eval, twice. */
+static void check_eval_mode(ct_trainer *t, void *ctx) {
+    eval_check *e = ctx;
+    const float *w1 = view_data(t, "fc1.weight", 16 * 64), *b1 = view_data(t, "fc1.bias", 16);
+    const float *g = view_data(t, "bn.weight", 16), *beta = view_data(t, "bn.bias", 16);
+    const float *rm = view_data(t, "bn.running_mean", 16), *rv = view_data(t, "bn.running_var", 16);
+    const float *w2 = view_data(t, "fc2.weight", 4 * 16), *b2 = view_data(t, "fc2.bias", 4);
+    /* the running statistics moved away from their initial 0 and 1 in the train steps */
+    for (int c = 0; c < 16; c++) ck_assert(rm[c] != 0.0f && rv[c] != 1.0f);
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_dataset_open(e->cfg, "eval", &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 50);
+    double total = 0;
+    for (int64_t i = 0; i < ds->count; i++) {
+        float x[64];
+        int32_t y;
+        ck_assert_int_eq(ds->decode(ds, i, x, &y, &err), CT_OK);
+        double h[16], z[4], zmax = -INFINITY, se = 0;
+        for (int o = 0; o < 16; o++) {
+            double a = b1[o];
+            for (int k = 0; k < 64; k++) a += (double)w1[o * 64 + k] * x[k];
+            a = (a - rm[o]) / sqrt((double)rv[o] + 1e-5) * g[o] + beta[o];
+            h[o] = a > 0 ? a : 0;
+        }
+        for (int o = 0; o < 4; o++) {
+            z[o] = b2[o];
+            for (int k = 0; k < 16; k++) z[o] += (double)w2[o * 16 + k] * h[k];
+            zmax = fmax(zmax, z[o]);
+        }
+        for (int o = 0; o < 4; o++) se += exp(z[o] - zmax);
+        total += zmax + log(se) - z[y];
+    }
+    ct_dataset_close(ds);
+    e->want = total / 50;
+    const ct_param_store *p = ct_trainer_params(t);
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    float *before = malloc((size_t)L->n_buffers * sizeof(float));
+    memcpy(before, p->buffers, (size_t)L->n_buffers * sizeof(float));
+    for (int k = 0; k < 2; k++) {
+        double acc;
+        ck_assert_msg(ct_trainer_evaluate(t, &e->again[k], &acc, &err) == CT_OK, "%s", err.msg);
+    }
+    e->buffers_kept = memcmp(before, p->buffers, (size_t)L->n_buffers * sizeof(float)) == 0;
+    free(before);
+}
+
+START_TEST(eval_uses_running_stats_and_no_dropout) {
+    /* Four train steps (batch statistics, dropout p = 0.5, running statistics updated), then the
+     * run's final eval: it must be the eval-mode forward (running statistics, no dropout), so it
+     * equals the forward computed here, and evaluating again gives the same loss bit for bit
+     * without moving the running statistics. */
+    const char *opt = "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01}}";
+    const char *sets[] = {"train.max_steps=4", "train.eval_interval=0"};
+    eval_check e = {.cfg = small_run(bn_dropout_json, opt, NULL, sets, 2)};
+    run_result r = run(e.cfg, NULL, check_eval_mode, &e);
+    ck_assert_int_eq(r.rc, CT_OK);
+    ck_assert_int_eq(r.sum.steps, 4);
+    ck_assert_msg(fabs(r.sum.eval_loss - e.want) <= 1e-5 * e.want, "eval loss %.9g, eval-mode forward %.9g",
+                  r.sum.eval_loss, e.want);
+    ck_assert_mem_eq(&e.again[0], &r.sum.eval_loss, sizeof(double));
+    ck_assert_mem_eq(&e.again[1], &r.sum.eval_loss, sizeof(double));
+    ck_assert(e.buffers_kept);
+    free(r.params);
+    ct_config_free(e.cfg);
+}
+END_TEST
+
 /* ---- checkpoints: stop, save, resume ---- */
 
 typedef struct stop_at {
@@ -771,6 +922,7 @@ int main(void) {
     tcase_add_test(tc, idx_corrupt_files);
     tcase_add_test(tc, dataset_format_errors);
     tcase_add_test(tc, labels_outside_model_classes);
+    tcase_add_test(tc, label_equal_to_class_count);
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
     tcase_add_test(tc, dry_run_and_summary);
@@ -778,6 +930,7 @@ int main(void) {
     tcase_add_test(tc, scheduler_total_auto_is_the_run);
     tcase_add_test(tc, full_epoch_with_eval_learns);
     tcase_add_test(tc, early_stopping_on_flat_eval_loss);
+    tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -8,6 +8,7 @@ Writes test/ref/train/:
   cases/<case>.json                        a complete ctrain config for the case
   expect.json                              per case: the loss of each of 3 optimizer steps and the
                                            final weights
+Numbers are written with 9 significant digits (float32 round-trips; the files stay small).
 
 The test loads the config, overwrites ctrain's initialised parameters with <model>_init.json
 (so no RNG has to agree), trains 3 steps and compares. Optimizers follow ctrain's documented
@@ -214,9 +215,10 @@ def make_optimizer(opt, model):
     if kind == "SGD":
         return torch.optim.SGD(groups, lr=p["lr"], momentum=p.get("momentum", 0.0),
                                nesterov=p.get("nesterov", False), dampening=p.get("dampening", 0.0))
+    eps = p.get("eps", 1e-8)
     if kind == "AdamW" or p.get("adam_w_mode", True):
-        return torch.optim.AdamW(groups, lr=p["lr"], betas=betas, eps=1e-8)
-    return torch.optim.Adam(groups, lr=p["lr"], betas=betas, eps=1e-8)
+        return torch.optim.AdamW(groups, lr=p["lr"], betas=betas, eps=eps)
+    return torch.optim.Adam(groups, lr=p["lr"], betas=betas, eps=eps)
 
 
 # ---- files ----
@@ -233,8 +235,13 @@ def write_idx(path, tensor, code):
             f.write(tensor.contiguous().numpy().astype("u1").tobytes())
 
 
+def short(x):
+    """x with 9 significant digits: a float32 reads back exactly, in fewer characters."""
+    return float(f"{x:.9g}")
+
+
 def weights_json(model):
-    return {n: {"shape": list(q.shape), "data": [float(x) for x in q.detach().flatten()]}
+    return {n: {"shape": list(q.shape), "data": [short(float(x)) for x in q.detach().flatten()]}
             for n, q in model.named_parameters()}
 
 
@@ -305,18 +312,35 @@ def main():
         cases.append((f"mlp_adam_{sched_name}", "mlp", opt, sched, 0.0, BATCH))
     cases.append(("mlp_sgd_clip", "mlp", OPTIMIZERS["sgd_momentum"], None, 0.1, BATCH))
     cases.append(("cnn_adam_accum2", "cnn", OPTIMIZERS["adam"], None, 0.0, BATCH // 2))
+    # Cases that a plausible bug changes by far more than the tolerance (Adam hides a wrong
+    # gradient scale and eps = 1e-8 matters only for tiny gradients):
+    # SGD (an update proportional to the gradient) over 4 micro-batches of the CNN: accumulated
+    # gradients kept, divided by the accumulation steps, routed through the maxpool's argmax;
+    cases.append(("cnn_sgd_accum4", "cnn", OPTIMIZERS["sgd_momentum"], None, 0.0, BATCH // 4))
+    # an eps comparable to sqrt(v): where eps goes (outside the square root, after the bias
+    # correction) changes every update;
+    cases.append(("mlp_adam_eps", "mlp", {"type": "Adam", "params": {"lr": 1e-2, "eps": 1e-2, "weight_decay": 0.01}},
+                  None, 0.0, BATCH))
+    # log warm-ups (DeepSpeed's default warmup_type) from a non-zero minimum, SGD: the LR of each
+    # of the first steps scales its update directly.
+    cases.append(("mlp_sgd_warmup_log_lr", "mlp", {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.5}},
+                  {"type": "WarmupLR", "params": {"warmup_min_lr": 0.01, "warmup_max_lr": 0.2,
+                                                  "warmup_num_steps": 5}}, 0.0, BATCH))
+    cases.append(("mlp_sgd_warmup_cosine_log_lr", "mlp", {"type": "SGD", "params": {"lr": 0.2}},
+                  {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 4,
+                                                        "warmup_min_ratio": 0.05}}, 0.0, BATCH))
 
     expect = {}
     for name, model_name, opt, sched, clip, micro in cases:
         init, losses, final = run_case(model_name, opt, sched, clip, micro)
         with open(os.path.join(OUT, f"{model_name}_init.json"), "w") as f:
-            json.dump(init, f)
+            json.dump(init, f, separators=(",", ":"))
         with open(os.path.join(OUT, "cases", f"{name}.json"), "w") as f:
             json.dump(config(model_name, opt, sched, clip, micro), f, indent=1)
-        expect[name] = {"model": model_name, "losses": losses,
+        expect[name] = {"model": model_name, "losses": [short(x) for x in losses],
                         "final": {n: w["data"] for n, w in final.items()}}
     with open(os.path.join(OUT, "expect.json"), "w") as f:
-        json.dump(expect, f)
+        json.dump(expect, f, separators=(",", ":"))
     print(f"wrote {len(cases)} cases to {OUT}")
 
 
