@@ -203,5 +203,37 @@ has "$T/e.err" "early stopping: eval_loss did not improve by 0 for 2 evals; best
 [ "$(cat "$T/e/checkpoints/latest")" = global_step15 ] && ok "early-stopped run saved its last step" \
     || bad "early stop checkpoint: latest $(cat "$T/e/checkpoints/latest" 2>/dev/null)"
 
+# --- eval at each epoch's end (eval_interval 0) and save_interval 31 dividing the epoch (62
+# steps): a checkpoint of an epoch's last step is written after that eval (its state.json holds
+# it, best/ agrees with it), and the run's last step is saved once
+"$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/o"\" --set train.epochs=2 --set train.eval_interval=0 \
+    --set train.save_interval=31 --set train.keep_last=0 >/dev/null 2>"$T/o.err"
+rc=$?
+[ $rc -eq 0 ] && ok "epoch-end eval run exits 0" || { bad "epoch-end eval run (exit $rc)"; tail -3 "$T/o.err"; }
+"$PY" - "$T/o.err" "$T/o/checkpoints" <<'EOF' && ok "eval, then save: state.json holds the eval, best/ agrees, the last step saved once" \
+    || bad "eval/save order at an epoch's end"
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+saves = [int(m.group(1)) for l in lines for m in [re.search(r"^saved .*global_step(\d+) ", l)] if m]
+evals = [int(l.split()[2]) for l in lines if l.startswith("eval  step")]
+ok = saves == [31, 62, 93, 124] and evals == [62, 124]
+for s in (62, 124):   # the eval line comes before the save of its step
+    ev = [i for i, l in enumerate(lines) if l.startswith(f"eval  step {s} ")]
+    sv = [i for i, l in enumerate(lines) if re.search(rf"^saved .*global_step{s} ", l)]
+    ok = ok and len(ev) == 1 and len(sv) == 1 and ev[0] < sv[0]
+d = sys.argv[2]
+st = {s: json.load(open(f"{d}/global_step{s}/state.json")) for s in (31, 62, 93, 124)}
+ok = ok and [st[s]["last_eval_step"] for s in (31, 62, 93, 124)] == [-1, 62, 62, 124]
+best = json.load(open(f"{d}/best/state.json"))
+ok = ok and best["best_step"] in (62, 124)
+for s in (62, 124):   # a checkpoint at or after the best eval records it as best/ does
+    if s >= best["best_step"]:
+        ok = ok and st[s]["best_step"] == best["best_step"] and st[s]["best_value"] == best["best_value"]
+if not ok:
+    print("saves", saves, "evals", evals, "last_eval_step", {s: st[s]["last_eval_step"] for s in st},
+          "best", best["best_step"])
+sys.exit(0 if ok else 1)
+EOF
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -86,6 +86,8 @@ typedef struct loop_state {
     long best_step;
     long saved_step;             /* step of the checkpoint last written or resumed (-1: none) */
     long saved_eval_step;        /* last_eval_step at that time */
+    double epoch_t0;             /* when this process began the epoch (the epoch line) */
+    int64_t epoch_s0;            /* samples at that time */
 } loop_state;
 
 /* The optimizer update of this process's range given the global sum of squares of the
@@ -352,7 +354,29 @@ static const char *stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig 
 /* Loop control besides CT_OK ("go on") and the error/exit codes: the run ended normally. */
 #define LOOP_DONE (-1)
 
-/* Bookkeeping, reporting, eval and stop checks after an optimizer step. */
+/* Eval now and early stopping's verdict: LOOP_DONE (status early_stopped) when patience ran out. */
+static int eval_point(ct_trainer *t, loop_state *ls, ct_err *err) {
+    bool stop = false;
+    int rc = do_eval(t, ls, &stop, err);
+    if (rc || !stop) return rc;
+    ct_trainer_set_status(t, "early_stopped", NULL);
+    return LOOP_DONE;
+}
+
+/* The epoch line, once its last step is done. */
+static void report_epoch(ct_trainer *t, const loop_state *ls) {
+    double secs = ct_now() - ls->epoch_t0;
+    if (ls->epoch_n > 0 && ls->samples > ls->epoch_s0)
+        ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
+                        ls->epoch_loss / (double)ls->epoch_n, secs,
+                        (double)(ls->samples - ls->epoch_s0) / fmax(secs, 1e-9));
+}
+
+/* Bookkeeping, reporting, eval, checkpoint and stop checks after an optimizer step, in this
+ * order: the eval of the step (every eval_interval steps; with eval_interval 0 at each epoch's
+ * end; and at the run's end) comes before its checkpoint, so that the checkpoint's state.json
+ * holds that eval and agrees with best/, and a checkpoint saved at the run's end is not saved
+ * again by finish_run. */
 static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim_stats *st,
                       int64_t n, ct_err *err) {
     ls->step++;
@@ -373,23 +397,24 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
     ct_report_step(&t->obs.rep, &e);
+    bool epoch_done = ls->epoch_step >= t->d.steps_per_epoch, last = ls->step >= t->d.total_steps;
+    if (epoch_done) report_epoch(t, ls);
 
-    bool stop = false;
+    /* A pending stop signal skips the epoch's and the run's end eval (the run stops soon; a
+     * resume from the checkpoint it saves makes that eval, see run_epoch), not an interval's. */
     long every = t->cfg->train.eval_interval;
-    if (every > 0 && ls->step % every == 0) {
-        int rc = do_eval(t, ls, &stop, err);
-        if (rc) return rc;
-    }
+    bool signalled = t->opts.stop_signal && *t->opts.stop_signal;
+    bool eval_due = (every > 0 && ls->step % every == 0) ||
+                    (!signalled && ((every == 0 && epoch_done) || last));
+    int verdict = eval_due ? eval_point(t, ls, err) : CT_OK;
+    if (verdict > 0) return verdict;
     long save_every = t->cfg->train.save_interval;
     if (save_every > 0 && ls->step % save_every == 0) {
         int rc = save_now(t, ls, err);
         if (rc) return rc;
     }
-    if (stop) {
-        ct_trainer_set_status(t, "early_stopped", NULL);
-        return LOOP_DONE;
-    }
-    if (t->opts.stop_signal && *t->opts.stop_signal) {
+    if (verdict == LOOP_DONE) return LOOP_DONE; /* early stopping */
+    if (signalled) {
         int sig = *t->opts.stop_signal;
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
@@ -399,10 +424,12 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
-    return ls->step >= t->d.total_steps ? LOOP_DONE : CT_OK;
+    return last ? LOOP_DONE : CT_OK;
 }
 
-/* One epoch: steps, the epoch line, and the end-of-epoch (or end-of-run) eval. */
+/* One epoch of steps (after_step makes the evals, saves and the epoch line). A run resumed from a
+ * checkpoint of an epoch's last step starts with that epoch done: the epoch-end eval a stop
+ * signal skipped then is made now. */
 static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
     int64_t n = t->d.epoch_samples, gb = t->cfg->train_batch_size;
     if (ls->epoch_step == 0) { /* else resumed inside this epoch: its sums go on */
@@ -410,8 +437,10 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ls->epoch_n = 0;
     }
     t->sum->epochs = ls->epoch + 1;
-    double t0 = ct_now();
-    int64_t s0 = ls->samples;
+    ls->epoch_t0 = ct_now();
+    ls->epoch_s0 = ls->samples;
+    if (ls->epoch_step >= t->d.steps_per_epoch)
+        return ls->step > 0 && t->cfg->train.eval_interval == 0 ? eval_point(t, ls, err) : CT_OK;
     int end = CT_OK;
     while (ls->epoch_step < t->d.steps_per_epoch && end == CT_OK) {
         int64_t start = ls->epoch_step * gb, k = n - start < gb ? n - start : gb;
@@ -426,22 +455,6 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ls->wait_s += ls->step_wait_s;
         if (rc) return rc;
         end = after_step(t, ls, loss, &st, k, err);
-    }
-    if (end > 0) return end; /* error or signal: no eval */
-    double secs = ct_now() - t0;
-    if (ls->epoch_step == t->d.steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
-        ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
-                        ls->epoch_loss / (double)ls->epoch_n, secs,
-                        (double)(ls->samples - s0) / fmax(secs, 1e-9));
-    /* Eval at each epoch's end (eval_interval 0) and at the end of the run. */
-    if (t->cfg->train.eval_interval == 0 || end == LOOP_DONE) {
-        bool stop = false;
-        int rc = do_eval(t, ls, &stop, err);
-        if (rc) return rc;
-        if (stop && end == CT_OK) {
-            ct_trainer_set_status(t, "early_stopped", NULL);
-            end = LOOP_DONE;
-        }
     }
     return end;
 }
