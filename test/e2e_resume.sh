@@ -6,7 +6,10 @@
 #    ends byte-identical;
 #  - keep_last, best/ (matches the best eval), early stopping, export -> model.init_from and
 #    ctrain eval round trips, a shape change on resume (exit 2 naming the tensor), a truncated
-#    model.safetensors (exit 3 naming the file), --resume auto with nothing saved starts fresh.
+#    model.safetensors (exit 3 naming the file), a bit flipped in it (exit 3: its checksum),
+#    --resume auto with nothing saved starts fresh;
+#  - with eval at each epoch's end, a checkpoint of that step holds the eval; the last step is
+#    saved once.
 # Usage: e2e_resume.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
 set -u
 B=${1:-build}/ctrain
@@ -169,6 +172,27 @@ has "$T/cut.err" "cut/model.safetensors" "truncated checkpoint names the file"
 "$B" eval --config "$C" --checkpoint "$T/cut" --quiet >/dev/null 2>"$T/cut2.err"
 rc=$?
 [ $rc -eq 3 ] && ok "ctrain eval of a truncated checkpoint exits 3" || bad "eval of truncated checkpoint: exit $rc"
+# a bit flipped in the tensor data (same size, valid header): the checksum in COMPLETE refuses it
+# with exit 3, naming the file and the previous complete checkpoint; ctrain info says so too
+cp -r "$T/a/checkpoints" "$T/flip"
+"$PY" - "$T/flip/$final/model.safetensors" <<'EOF'
+import random, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+start = 8 + struct.unpack("<Q", bytes(b[:8]))[0]
+b[random.randrange(start, len(b))] ^= 1 << random.randrange(8)
+open(sys.argv[1], "wb").write(b)
+EOF
+"$B" --config "$C" --set train.run_dir=\""$T/x"\" --resume "$T/flip" --quiet >/dev/null 2>"$T/flip.err"
+rc=$?
+[ $rc -eq 3 ] && ok "a flipped bit in model.safetensors exits 3" || bad "flipped bit: exit $rc"
+has "$T/flip.err" "flip/$final/model.safetensors: checksum mismatch" "the flipped file is named"
+has "$T/flip.err" "Resume from another checkpoint: --resume .*flip/global_step225" "the previous complete checkpoint is named"
+"$B" info "$T/flip/$final" >"$T/flip.info" 2>&1
+rc=$?
+[ $rc -eq 3 ] && ok "ctrain info of it exits 3" || bad "ctrain info of a flipped checkpoint: exit $rc"
+has "$T/flip.info" "checksums: MISMATCH" "ctrain info says the checksums do not match"
+"$B" info "$T/a/checkpoints/$final" >"$T/a.info" 2>&1
+has "$T/a.info" "checksums: match" "ctrain info of an intact checkpoint: checksums match"
 
 # --- ctrain eval, export and model.init_from give the reference run's eval loss
 "$B" eval --config "$C" --checkpoint "$T/a/checkpoints" --quiet --summary "$T/ev.json" >/dev/null 2>"$T/ev.err"
