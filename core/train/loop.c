@@ -275,11 +275,10 @@ static int from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *l
     t->sum->steps = st->step;
     t->sum->epochs = st->epoch + 1;
     t->sum->train_loss = st->train_loss;
-    int64_t per_step = (t->cfg->train_batch_size + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
     if (st->epoch_step >= t->d.steps_per_epoch)
         ct_loader_seek(t->d.train_l, st->epoch + 1, 0);
     else
-        ct_loader_seek(t->d.train_l, st->epoch, st->epoch_step * per_step);
+        ct_loader_seek(t->d.train_l, st->epoch, st->epoch_step * t->cfg->train_batch_size);
     return CT_OK;
 }
 
