@@ -153,6 +153,76 @@ summary "$T/h.json" "s['skipped_steps'] > 5" "fp16 reference run skipped overflo
 has "$T/i2.err" "train.max_steps: 98 -> 0" "resume lists the changed hyperparameter"
 same "$T/h/checkpoints/$final" "$T/i/checkpoints/$final" "fp16 stop + resume: bitwise equal (loss scaler restored)"
 
+# --- a checkpoint written before epoch_sample and the checksums were recorded (state.json
+# without epoch_sample, COMPLETE without crc32): it loads, its position is epoch_step steps of its
+# train_batch_size, and the resume ends equal to the uninterrupted run
+cp -r "$T/a/checkpoints/global_step225" "$T/old225"
+"$PY" - "$T/old225" <<'EOF'
+import json, os, sys
+d = sys.argv[1]
+st = json.load(open(f"{d}/state.json"))
+del st["epoch_sample"]
+open(f"{d}/state.json", "w").write(json.dumps(st, indent=1) + "\n")
+m = json.load(open(f"{d}/COMPLETE"))
+del m["crc32"]
+m["files"]["state.json"] = os.path.getsize(f"{d}/state.json")
+open(f"{d}/COMPLETE", "w").write(json.dumps(m))
+EOF
+"$B" --config "$C" --set train.run_dir=\""$T/old"\" --resume "$T/old225" --quiet >/dev/null 2>"$T/old.err"
+rc=$?
+[ $rc -eq 0 ] && ok "a checkpoint without epoch_sample and checksums resumes" || { bad "old checkpoint (exit $rc)"; tail -3 "$T/old.err"; }
+same "$T/a/checkpoints/$final" "$T/old/checkpoints/$final" "old checkpoint + resume: bitwise equal"
+"$B" info "$T/old225" >"$T/old.info" 2>&1
+has "$T/old.info" "checksums: none recorded" "ctrain info of an old checkpoint: no checksums recorded"
+
+# --- a resume with another batch size continues at the sample where the checkpoint stopped. lr 0
+# and no dropout: a step's loss is the mean loss of its samples, so a step of 64 samples equals the
+# mean of four steps of 16 of the same samples. Reference: steps of 16; a run of steps of 32 (micro
+# 16) saves at step 25 (sample 800 of epoch 1), resumed with steps of 64 in micro-batches of 64
+# (800 is not a multiple of 64): 18 steps to the last whole step of the epoch (1952; drop_last
+# drops 48), then epoch 2 from its first sample.
+cat >"$T/lr0.json" <<EOF
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 16, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0}},
+ "model": {"input": [1, 16, 16], "layers": [{"type": "flatten", "name": "flat"},
+   {"type": "linear", "name": "fc1", "out": 32}, {"type": "relu", "name": "r1"},
+   {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "idx", "images": "train-images.gz", "labels": "train-labels.gz"},
+          "workers": 2, "transform": {"normalize": {"mean": [0.5], "std": [0.25]}}},
+ "train": {"epochs": 2, "seed": 7, "device": "cpu", "max_steps": 133}}
+EOF
+"$B" --config "$T/lr0.json" --set train.run_dir=\""$T/b16"\" >/dev/null 2>"$T/b16.err"
+"$B" --config "$T/lr0.json" --set train.run_dir=\""$T/b32"\" --set train_batch_size=32 --set train.max_steps=25 \
+    >/dev/null 2>"$T/b32.err"
+"$B" --config "$T/lr0.json" --set train.run_dir=\""$T/b32"\" --resume "$T/b32/checkpoints/global_step25" \
+    --set train_batch_size=64 --set train_micro_batch_size_per_gpu=64 --set train.max_steps=45 \
+    >/dev/null 2>"$T/b64.err"
+rc=$?
+[ $rc -eq 0 ] && ok "resume with steps of 64 from a checkpoint of steps of 32 exits 0" \
+    || { bad "resume with another batch size (exit $rc)"; tail -3 "$T/b64.err"; }
+"$PY" - "$T/b16.err" "$T/b64.err" "$T/b32/checkpoints/global_step45/state.json" <<'EOF' \
+    && ok "another batch size: the resume takes the samples after the checkpoint's, in order" \
+    || bad "another batch size: the resumed steps are not the samples after the checkpoint's"
+import json, re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for l in open(path)
+            for m in [re.match(r"step (\d+)/\d+ .*  loss ([0-9.]+)", l)] if m}
+ref, got = losses(sys.argv[1]), losses(sys.argv[2])
+# resumed step j: reference steps (the 16-sample steps of the same 64 samples)
+want = {j: [50 + 4 * (j - 26) + i for i in range(1, 5)] for j in range(26, 44)}
+want.update({j: [125 + 4 * (j - 44) + i for i in range(1, 5)] for j in (44, 45)})
+bad = [(j, got.get(j), sum(ref[i] for i in r) / 4) for j, r in want.items()
+       if j not in got or abs(got[j] - sum(ref[i] for i in r) / 4) > 1.5e-4]
+st = json.load(open(sys.argv[3]))
+epoch_line = any(re.match(r"epoch 1/\d+ done  step 43 ", l) for l in open(sys.argv[2]))
+ok = not bad and sorted(got) == list(range(26, 46)) and epoch_line and st["epoch"] == 1 \
+    and st["epoch_sample"] == 128 and st["samples_seen"] == 800 + 1152 + 128
+if not ok:
+    print("mismatched steps (step, got, want):", bad[:5], "epoch line at 43:", epoch_line,
+          {k: st.get(k) for k in ("epoch", "epoch_sample", "samples_seen")})
+sys.exit(0 if ok else 1)
+EOF
+
 # --- resume errors: a shape change exits 2 naming the tensor (--resume auto: naming the run
 # directory's config, before loading anything); a truncated file exits 3 naming it
 "$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/a"\" --resume auto --quiet >/dev/null 2>"$T/shape.err"

@@ -55,6 +55,7 @@ void ct_ckpt_state_init(ct_ckpt_state *s) {
     s->best_step = -1;
     s->es_best_step = -1;
     s->last_eval_step = -1;
+    s->epoch_sample = -1;
     s->train_loss = NAN;
     snprintf(s->version, sizeof s->version, "%s", CT_VERSION);
 }
@@ -173,6 +174,7 @@ static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
     cJSON_AddNumberToObject(j, "skipped_steps", (double)s->skipped_steps);
     cJSON_AddNumberToObject(j, "epoch", s->epoch);
     cJSON_AddNumberToObject(j, "epoch_step", (double)s->epoch_step);
+    if (s->epoch_sample >= 0) cJSON_AddNumberToObject(j, "epoch_sample", (double)s->epoch_sample);
     cJSON_AddNumberToObject(j, "samples_seen", (double)s->samples_seen);
     cJSON_AddNumberToObject(j, "micro_step", (double)s->micro_step);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: u64 does not fit a JSON double */
@@ -244,6 +246,10 @@ static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, c
     /* Added after the first checkpoints were written: optional. */
     if (!rc && cJSON_GetObjectItemCaseSensitive(j, "es_best_step"))
         rc = state_long(j, "es_best_step", &s->es_best_step, file, err);
+    bool has_sample = cJSON_GetObjectItemCaseSensitive(j, "epoch_sample") != NULL;
+    if (!rc && has_sample) rc = state_long(j, "epoch_sample", &s->epoch_sample, file, err);
+    if (!rc && has_sample && s->epoch_sample < 0)
+        rc = ct_errf(err, CT_ERR_DATA, "%s: \"epoch_sample\": expected an integer >= 0", file);
     if (!rc) rc = state_double(j, "loss_scale", &s->loss_scale, file, err);
     if (!rc) rc = state_double(j, "best_value", &s->best_value, file, err);
     if (!rc) rc = state_double(j, "es_best", &s->es_best, file, err);

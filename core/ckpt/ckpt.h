@@ -64,9 +64,12 @@ typedef struct ct_ckpt_state {
     long sched_t;                /* scheduler last_batch_iteration */
     long skipped_steps;          /* overflow-skipped steps */
     int epoch;                   /* epoch in progress, 0-based */
-    long epoch_step;             /* loader position: optimizer steps done in this epoch (the
-                                  * epoch's permutation is a function of (seed, epoch); the next
-                                  * sample is order[epoch_step * train_batch_size]) */
+    long epoch_step;             /* optimizer steps done in this epoch (of the sizes they had) */
+    long epoch_sample;           /* the loader position: samples of this epoch's order done (the
+                                  * order is a function of (seed, epoch), not of batch sizes: the
+                                  * next sample is order[epoch_sample]); -1: not recorded (a
+                                  * checkpoint written before it: epoch_step x its config's
+                                  * train_batch_size) */
     double epoch_loss_sum;       /* running sum of step losses in this epoch (summary train_loss) */
     long epoch_loss_n;           /* steps in that sum */
     long last_eval_step;         /* step of the last eval (-1: none) */

@@ -256,6 +256,19 @@ static void report_config_diff(ct_trainer *t, const cJSON *saved) {
         ct_report_line(&t->obs.rep, "  %s", line);
 }
 
+/* A checkpoint written before epoch_sample was recorded gives its loader position as epoch_step,
+ * steps of the train_batch_size of its own config (saved: its config.json). An epoch without
+ * drop_last ends with a shorter step: epoch_step then reaches the epoch's end, not beyond. */
+static void old_position(ct_trainer *t, ct_ckpt_state *st, const cJSON *saved) {
+    if (st->epoch_sample >= 0) return;
+    const cJSON *gb = cJSON_GetObjectItemCaseSensitive(saved, "train_batch_size");
+    long per = cJSON_IsNumber(gb) && gb->valuedouble >= 1 ? (long)gb->valuedouble : t->cfg->train_batch_size;
+    long count = (long)t->d.train_ds->count;
+    st->epoch_sample = st->epoch_step * per;
+    if (st->epoch_sample > count && st->epoch_sample - per < count) st->epoch_sample = count;
+    t->ck.position_step_samples = per;
+}
+
 static int resume(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
     char dir[4096];
@@ -272,13 +285,14 @@ static int resume(ct_trainer *t, ct_err *err) {
     rc = ct_ckpt_load(dir, &t->ck.ck, CT_CKPT_LOAD_ALL, &st, &saved, err);
     if (rc) return rc;
     ck_to_device(t);
+    old_position(t, &st, saved);
     t->m.opt->applied = st.applied;
     t->m.opt->sched_t = st.sched_t;
     t->ck.resumed = true;
     t->ck.resume_state = st;
     snprintf(t->ck.last, sizeof t->ck.last, "%s", dir);
-    ct_report_line(&t->obs.rep, "resuming from %s at step %ld (epoch %d, step %ld of the epoch)", dir, st.step,
-                   st.epoch + 1, st.epoch_step);
+    ct_report_line(&t->obs.rep, "resuming from %s at step %ld (epoch %d, step %ld of the epoch, sample %ld of "
+                   "its order)", dir, st.step, st.epoch + 1, st.epoch_step, st.epoch_sample);
     report_config_diff(t, saved);
     cJSON_Delete(saved);
     return CT_OK;
