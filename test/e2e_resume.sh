@@ -223,6 +223,46 @@ if not ok:
 sys.exit(0 if ok else 1)
 EOF
 
+# --- the data set's fingerprint: a resume on changed data warns, naming the data set and what
+# differs, and --strict-resume refuses it (exit 3); files only rewritten (another modification
+# time, the same sizes and sampled bytes) get a note, never a refusal
+mkdir -p "$T/d"
+cp "$T/train-images.gz" "$T/train-labels.gz" "$T/lr0.json" "$T/d/"
+"$B" --config "$T/d/lr0.json" --set train.run_dir=\""$T/d/run"\" --set train.max_steps=5 --quiet >/dev/null 2>"$T/d0.err"
+ck5="$T/d/run/checkpoints/global_step5"
+# resume RUN_NAME [OPTIONS]: one more step from global_step5
+resume5() {
+    n=$1; shift
+    "$B" --config "$T/d/lr0.json" --set train.run_dir=\""$T/d/run"\" --set train.max_steps=6 --resume "$ck5" "$@" \
+        >/dev/null 2>"$T/$n.err"
+}
+resume5 same --strict-resume
+rc=$?
+[ $rc -eq 0 ] && ok "--strict-resume on the same data exits 0" || { bad "--strict-resume, same data (exit $rc)"; tail -3 "$T/same.err"; }
+grep -q "data.train" "$T/same.err" && bad "same data: the data set is mentioned" || ok "same data: nothing said about it"
+sleep 0.01
+touch "$T/d/train-images.gz"
+resume5 touched --strict-resume
+rc=$?
+[ $rc -eq 0 ] && ok "files only rewritten: --strict-resume still resumes" || { bad "rewritten files with --strict-resume (exit $rc)"; tail -3 "$T/touched.err"; }
+has "$T/touched.err" "^note: data.train .*rewritten or copied" "files only rewritten: a note"
+grep -q "warning: data.train" "$T/touched.err" && bad "files only rewritten: a warning" || ok "files only rewritten: no warning"
+"$PY" - "$T/d/train-images.gz" <<'EOF'
+import gzip, random, struct, sys
+r = random.Random(12)
+with gzip.open(sys.argv[1], "wb", compresslevel=1) as f:
+    f.write(struct.pack(">BBBBIII", 0, 0, 8, 3, 2000, 16, 16) + r.randbytes(2000 * 256))
+EOF
+resume5 changed
+rc=$?
+[ $rc -eq 0 ] && ok "changed data without --strict-resume: resumes" || { bad "changed data (exit $rc)"; tail -3 "$T/changed.err"; }
+has "$T/changed.err" "warning: data.train (.*train-images.gz) changed since .*global_step5 was saved: .*content" \
+    "changed data: a warning naming the data set and what differs"
+resume5 strict --strict-resume
+rc=$?
+[ $rc -eq 3 ] && ok "changed data with --strict-resume exits 3" || bad "changed data with --strict-resume: exit $rc"
+has "$T/strict.err" "error: data.train (.*train-images.gz) changed since .*global_step5 was saved" "the refusal names the data set"
+
 # --- resume errors: a shape change exits 2 naming the tensor (--resume auto: naming the run
 # directory's config, before loading anything); a truncated file exits 3 naming it
 "$B" --config "$T/c_shape.json" --set train.run_dir=\""$T/a"\" --resume auto --quiet >/dev/null 2>"$T/shape.err"

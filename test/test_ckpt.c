@@ -97,6 +97,7 @@ static ct_ckpt_state mkstate(long step) {
     s.skipped_steps = 1;
     s.epoch = 2;
     s.epoch_step = 17;
+    s.epoch_sample = 17 * 32 + 5;
     s.samples_seen = step * 32;
     s.micro_step = step * 4;
     s.seed = 0xfedcba9876543210ull;
@@ -112,6 +113,8 @@ static ct_ckpt_state mkstate(long step) {
     s.epoch_loss_n = 5;
     s.last_eval_step = step - 3;
     snprintf(s.config_hash, sizeof s.config_hash, "0123456789abcdef");
+    snprintf(s.train_data, sizeof s.train_data, "v1 files=2 bytes=%ld content=%016lx mtime=%016lx", step * 1000,
+             (unsigned long)step * 0x9e3779b97f4a7c15ul, (unsigned long)step * 0x2545f4914f6cdd1dul);
     return s;
 }
 
@@ -179,6 +182,9 @@ START_TEST(roundtrip_bitwise) {
     ck_assert_int_eq(s.sched_t, w.sched_t);
     ck_assert_int_eq(s.epoch, 2);
     ck_assert_int_eq(s.epoch_step, 17);
+    ck_assert_int_eq(s.epoch_sample, w.epoch_sample);
+    ck_assert_str_eq(s.train_data, w.train_data);
+    ck_assert_str_eq(s.eval_data, ""); /* none recorded */
     ck_assert_int_eq(s.micro_step, 40);
     ck_assert(s.seed == w.seed);
     ck_assert(s.loss_scale == w.loss_scale && s.best_value == w.best_value &&

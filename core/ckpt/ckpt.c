@@ -192,6 +192,11 @@ static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
     cJSON_AddNumberToObject(j, "last_eval_step", (double)s->last_eval_step);
     cJSON_AddStringToObject(j, "optimizer", t->optimizer);
     cJSON_AddStringToObject(j, "config_hash", s->config_hash);
+    if (s->train_data[0] || s->eval_data[0]) {
+        cJSON *d = cJSON_AddObjectToObject(j, "data_fingerprint");
+        if (s->train_data[0]) cJSON_AddStringToObject(d, "train", s->train_data);
+        if (s->eval_data[0]) cJSON_AddStringToObject(d, "eval", s->eval_data);
+    }
     cJSON_AddStringToObject(j, "ctrain_version", s->version[0] ? s->version : CT_VERSION);
     return j;
 }
@@ -258,6 +263,13 @@ static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, c
     if (!rc) rc = state_string(j, "seed", seed, sizeof seed, file, err);
     if (!rc) rc = state_string(j, "config_hash", s->config_hash, sizeof s->config_hash, file, err);
     if (!rc) rc = state_string(j, "ctrain_version", s->version, sizeof s->version, file, err);
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "data_fingerprint");
+    if (!rc && fp && !cJSON_IsObject(fp))
+        rc = ct_errf(err, CT_ERR_DATA, "%s: \"data_fingerprint\": expected an object", file);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(fp, "train"))
+        rc = state_string(fp, "train", s->train_data, sizeof s->train_data, file, err);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(fp, "eval"))
+        rc = state_string(fp, "eval", s->eval_data, sizeof s->eval_data, file, err);
     if (rc) return rc;
     char *end = NULL;
     errno = 0;

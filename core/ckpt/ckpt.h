@@ -30,6 +30,9 @@
 
 #define CT_CKPT_MARKER "COMPLETE"
 #define CT_CKPT_MAX_SLOTS 4
+/* Bytes of a data set's fingerprint (ct_dataset_fingerprint's CT_DATASET_FINGERPRINT: the train
+ * module checks that they agree; ckpt comes before data and cannot include it). */
+#define CT_CKPT_FINGERPRINT 96
 
 struct ct_optim;
 
@@ -86,6 +89,9 @@ typedef struct ct_ckpt_state {
     long es_best_step;           /* early stopping: step of es_best (-1: none; optional on load) */
     double train_loss;           /* last reported train loss (NAN: none) */
     char config_hash[17];        /* ct_ckpt_config_hash of the resolved config */
+    /* ct_dataset_fingerprint of data.train and data.eval as the run opened them ("": none, or
+     * a checkpoint written before they were recorded), compared on resume */
+    char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];
     char version[32];            /* ctrain version that wrote it */
 } ct_ckpt_state;
 

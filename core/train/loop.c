@@ -245,6 +245,8 @@ static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_sta
     st->es_bad_evals = ls->bad_evals;
     st->train_loss = t->sum->train_loss;
     memcpy(st->config_hash, t->ck.config_hash, sizeof st->config_hash);
+    memcpy(st->train_data, t->ck.train_data, sizeof st->train_data);
+    memcpy(st->eval_data, t->ck.eval_data, sizeof st->eval_data);
 }
 
 /* Continue where the checkpoint left off: counters, running sums, the loss scaler, and the train
