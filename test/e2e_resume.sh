@@ -223,6 +223,32 @@ if not ok:
 sys.exit(0 if ok else 1)
 EOF
 
+# and at a sample where less than a step of the new size is left (sample 1960 of 2000 after 49
+# steps of 40; steps of 48): the epoch is done, the next one starts from its first sample
+"$B" --config "$T/lr0.json" --set train.run_dir=\""$T/b40"\" --set train_batch_size=40 --set train_micro_batch_size_per_gpu=20 \
+    --set train.max_steps=49 \
+    >/dev/null 2>"$T/b40.err"
+"$B" --config "$T/lr0.json" --set train.run_dir=\""$T/b40"\" --resume "$T/b40/checkpoints/global_step49" \
+    --set train_batch_size=48 --set train_micro_batch_size_per_gpu=48 --set train.max_steps=51 \
+    >/dev/null 2>"$T/b48.err"
+"$PY" - "$T/b16.err" "$T/b48.err" "$T/b40/checkpoints/global_step51/state.json" <<'EOF' \
+    && ok "another batch size, less than a step left: the resume starts the next epoch" \
+    || bad "another batch size, less than a step left in the epoch"
+import json, re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for l in open(path)
+            for m in [re.match(r"step (\d+)/\d+ .*  loss ([0-9.]+)", l)] if m}
+ref, got = losses(sys.argv[1]), losses(sys.argv[2])
+want = {50: [126, 127, 128], 51: [129, 130, 131]}
+ok = sorted(got) == [50, 51] and all(abs(got[j] - sum(ref[i] for i in r) / 3) <= 1.5e-4 for j, r in want.items())
+st = json.load(open(sys.argv[3]))
+ok = ok and st["epoch"] == 1 and st["epoch_sample"] == 96 and st["samples_seen"] == 1960 + 96
+if not ok:
+    print(got, {j: sum(ref[i] for i in r) / 3 for j, r in want.items()},
+          {k: st.get(k) for k in ("epoch", "epoch_sample", "samples_seen")})
+sys.exit(0 if ok else 1)
+EOF
+
 # --- the data set's fingerprint: a resume on changed data warns, naming the data set and what
 # differs, and --strict-resume refuses it (exit 3); files only rewritten (another modification
 # time, the same sizes and sampled bytes) get a note, never a refusal

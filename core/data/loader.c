@@ -63,6 +63,10 @@ struct ct_loader {
     /* The stream since the last seek: batches [0, base_batches) are the rest of base_epoch from
      * sample base_off to base_end; then epochs base_epoch + 1, ... of bpe batches each. */
     int64_t base_epoch, base_off, base_end, base_batches;
+    /* The epoch a seek asked for and where the stream's part of it ends: base_epoch and base_end,
+     * or when nothing was left of it, the sample asked for (the stream then starts at the next
+     * epoch, and the caller's epoch must end where it stands, not at the usual end). */
+    int64_t sought_epoch, sought_end;
     bool class_targets;
 
     pthread_mutex_t mu;
@@ -511,7 +515,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
                        ds->source, (long long)ds->count, (long long)step);
     }
     l->bpe = (l->epoch_samples + o->batch - 1) / o->batch;
-    l->base_end = l->epoch_samples;   /* the stream from (epoch 0, sample 0) */
+    l->base_end = l->sought_end = l->epoch_samples;   /* the stream from (epoch 0, sample 0) */
     l->base_batches = l->bpe;
     l->taken = -1;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
@@ -713,7 +717,7 @@ void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *sample) {
 }
 
 int64_t ct_loader_epoch_end(const ct_loader *l, int64_t epoch) {
-    return epoch == l->base_epoch ? l->base_end : l->epoch_samples;
+    return epoch == l->base_epoch ? l->base_end : epoch == l->sought_epoch ? l->sought_end : l->epoch_samples;
 }
 
 void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample) {
@@ -731,6 +735,8 @@ void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample) {
     /* No fill is running now (the loop above), so the base the workers read can change. */
     int64_t from = sample < 0 ? 0 : sample;
     int64_t end = epoch_end_from(l, from);
+    l->sought_epoch = epoch;
+    l->sought_end = end > from ? end : from;
     if (end <= from) { /* nothing left of that epoch: the next one from its start */
         epoch++;
         from = 0;

@@ -95,7 +95,8 @@ void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *sample);
  * end), the stream goes on at the next epoch's first sample. */
 void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample);
 /* Where an epoch's part of the stream ends, in samples of its order: for the epoch of the last
- * seek, as ct_loader_seek says; for the others the samples an epoch uses (drop_last). */
+ * seek, as ct_loader_seek says (the sample sought when nothing was left of it); for the others
+ * the samples an epoch uses (drop_last). */
 int64_t ct_loader_epoch_end(const ct_loader *l, int64_t epoch);
 int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 /* Seconds the caller waited in ct_loader_next: the last call and the total. */
