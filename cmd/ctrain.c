@@ -44,6 +44,8 @@ static const char USAGE[] =
     "  --device DEV         auto, cpu, cuda or cuda:N (same as --set train.device=DEV)\n"
     "  --seed N             random seed (same as --set train.seed=N)\n"
     "  --resume auto|DIR    resume from the latest checkpoint (or start fresh) or from DIR\n"
+    "  --strict-resume      with --resume: exit 3 when the data changed since the checkpoint\n"
+    "                       (otherwise a warning)\n"
     "  --summary FILE       also write the final JSON summary line to FILE\n"
     "  --quiet              print only errors, warnings and the summary\n"
     "  --world-size N       data-parallel ranks for the batch rule (default: from the launcher)\n"
@@ -115,7 +117,7 @@ static int parse_world_size(const char *s, int *out) {
 typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
     ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
-    bool print_config, dry_run, quiet;
+    bool print_config, dry_run, quiet, strict_resume;
     int world_size;
 } cli_args;
 
@@ -134,6 +136,8 @@ static int parse_args(int argc, char **argv, cli_args *a) {
             a->dry_run = true;
         } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
             a->quiet = true;
+        } else if (!strcmp(arg, "--strict-resume")) {
+            a->strict_resume = true;
         } else if (!strncmp(arg, "--local_rank", 12) && (arg[12] == '=' || arg[12] == '\0')) {
             if (arg[12] == '\0' && i + 1 < argc) i++; /* "--local_rank N": skip the value too */
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--config"))) {
@@ -421,6 +425,7 @@ static int run_training(cli_args *a) {
 
     ct_run_opts ro = {
         .resume = a->resume,
+        .strict_resume = a->strict_resume,
         .summary_path = a->summary,
         .quiet = a->quiet,
         .dry_run = a->dry_run,

@@ -85,13 +85,21 @@ static void print_state(const char *dir, FILE *out) {
 static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
     bool complete = ct_ckpt_is_complete(dir);
     fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
+    int rc = CT_OK, n = 0;
+    ct_err e = {0};
+    if (complete && ct_ckpt_verify(dir, &n, &e) != CT_OK) {
+        fprintf(out, "  checksums: MISMATCH: %.*s\n", (int)strcspn(e.msg, "\n"), e.msg);
+        rc = ct_errf(err, e.code, "%s", e.msg);
+    } else if (complete) {
+        fprintf(out, n ? "  checksums: match (CRC-32 of the %d tensor files)\n"
+                       : "  checksums: none recorded (saved before ctrain recorded them; sizes match)\n", n);
+    }
     print_state(dir, out);
     static const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    int rc = CT_OK;
     for (int i = 0; i < 2; i++) {
         char path[CLI_PATH];
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        ct_err e = {0};
+        e = (ct_err){0};
         ct_st_file *f = ct_st_open(path, &e);
         if (!f) {
             fprintf(out, "  %s\n", e.msg);

@@ -122,14 +122,22 @@ expect 0 "--set data.train.limit=null trains" -- "$B" --config "$R" --quiet --se
     --set data.train.limit=null --set data.transform=null --set model.layers.0.init=null
 has "$T/out" '"status":"ok","steps":40' "null keys: the whole data set (20 steps x 2 epochs)"
 
-# A hand-edited state.json whose epoch_step lies beyond the epoch (20 steps here) is refused, as
-# a data error naming the file and the field, instead of resuming somewhere else.
+# A hand-edited state.json whose loader position (epoch_sample) lies beyond the epoch (640
+# samples here) is refused, as a data error naming the file and the field, instead of resuming
+# somewhere else; so is an epoch_step beyond it in a checkpoint without epoch_sample (written
+# before it was recorded: the position is epoch_step steps of its train_batch_size).
 ck="$T/null/checkpoints/global_step40"
 cp "$ck/state.json" "$T/state.saved"
-sed 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' "$T/state.saved" >"$ck/state.json"
-expect 3 "resume: epoch_step beyond the epoch refused" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
+sed 's/"epoch_sample":[[:space:]]*[0-9]*/"epoch_sample": 700/' "$T/state.saved" >"$ck/state.json"
+expect 3 "resume: epoch_sample beyond the epoch refused" -- "$B" --config "$R" --quiet --set train.run_dir=\""$T/null"\" \
     --resume "$ck"
-has "$T/err" "global_step40/state.json: epoch_step: 23 is beyond the epoch (20 steps" "the file and the field are named"
+has "$T/err" "global_step40/state.json: epoch_sample: 700 is beyond the epoch (640 samples" "the file and the field are named"
+# (the key renamed, not removed: the marker's size of state.json still holds)
+sed -e 's/"epoch_step":[[:space:]]*[0-9]*/"epoch_step": 23/' -e 's/"epoch_sample"/"epoch_sampl_"/' "$T/state.saved" >"$ck/state.json"
+expect 3 "resume: epoch_step beyond the epoch refused (no epoch_sample)" -- "$B" --config "$R" --quiet \
+    --set train.run_dir=\""$T/null"\" --resume "$ck"
+has "$T/err" "global_step40/state.json: epoch_step: 23 steps of 32 samples .* beyond the epoch (640 samples" \
+    "the file and the field are named (no epoch_sample)"
 cp "$T/state.saved" "$ck/state.json"
 
 # ctrain eval takes the run options that apply to an evaluation, in the forms a run takes them

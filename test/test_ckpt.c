@@ -97,6 +97,7 @@ static ct_ckpt_state mkstate(long step) {
     s.skipped_steps = 1;
     s.epoch = 2;
     s.epoch_step = 17;
+    s.epoch_sample = 17 * 32 + 5;
     s.samples_seen = step * 32;
     s.micro_step = step * 4;
     s.seed = 0xfedcba9876543210ull;
@@ -112,6 +113,8 @@ static ct_ckpt_state mkstate(long step) {
     s.epoch_loss_n = 5;
     s.last_eval_step = step - 3;
     snprintf(s.config_hash, sizeof s.config_hash, "0123456789abcdef");
+    snprintf(s.train_data, sizeof s.train_data, "v1 files=2 bytes=%ld content=%016lx mtime=%016lx", step * 1000,
+             (unsigned long)step * 0x9e3779b97f4a7c15ul, (unsigned long)step * 0x2545f4914f6cdd1dul);
     return s;
 }
 
@@ -179,6 +182,9 @@ START_TEST(roundtrip_bitwise) {
     ck_assert_int_eq(s.sched_t, w.sched_t);
     ck_assert_int_eq(s.epoch, 2);
     ck_assert_int_eq(s.epoch_step, 17);
+    ck_assert_int_eq(s.epoch_sample, w.epoch_sample);
+    ck_assert_str_eq(s.train_data, w.train_data);
+    ck_assert_str_eq(s.eval_data, ""); /* none recorded */
     ck_assert_int_eq(s.micro_step, 40);
     ck_assert(s.seed == w.seed);
     ck_assert(s.loss_scale == w.loss_scale && s.best_value == w.best_value &&
@@ -431,6 +437,131 @@ START_TEST(corrupt_files_named) {
     fclose(f);
     ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "state.json") != NULL, "%s", err.msg);
+}
+END_TEST
+
+/* `ctrain info PATH`: its exit status and what it printed. */
+static char *info_text(const char *path, int *rc, ct_err *err) {
+    char out[700];
+    snprintf(out, sizeof out, "%s/info.txt", tmpdir);
+    char *argv[] = {"info", (char *)path, NULL};
+    fflush(stdout);
+    FILE *saved = stdout;
+    stdout = fopen(out, "w");
+    ck_assert_ptr_nonnull(stdout);
+    *rc = ct_info_main(2, argv, err);
+    fclose(stdout);
+    stdout = saved;
+    char *text = ct_fs_read_small(out, 1 << 20, NULL);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+/* Flip one bit of the tensor data (past the safetensors header) of dir/name at a random offset;
+ * returns the offset, so the caller can flip it back. */
+static long flip_tensor_bit(const char *dir, const char *name, ct_rng *r, int *bit) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r+b");
+    ck_assert_ptr_nonnull(f);
+    uint8_t h[8];
+    ck_assert_int_eq(fread(h, 1, 8, f), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | h[i];
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f), start = 8 + (long)hlen;
+    ck_assert_int_gt(size, start);
+    long at = start + (long)ct_rng_below(r, (uint32_t)(size - start));
+    *bit = (int)ct_rng_below(r, 8);
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ (1 << *bit), f);
+    fclose(f);
+    return at;
+}
+
+static void flip_back(const char *dir, const char *name, long at, int bit) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r+b");
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ (1 << bit), f);
+    fclose(f);
+}
+
+/* A bit flipped in a checkpoint's tensor data (the file keeps its size and a valid header) is
+ * found by the checksum the marker records, before anything is loaded: CT_ERR_DATA naming the
+ * file, the checkpoint and the previous complete checkpoint to resume from; `ctrain info` says
+ * the checksums do not match. The optimizer's file is not read by a model-only load (eval). A
+ * checkpoint whose marker records no checksums (written before them) still loads. */
+START_TEST(checksum_mismatch_refused) {
+    model a, b, c;
+    model_init(&a, 21);
+    model_init(&c, 22);
+    save(&c, 3, 0);
+    save(&a, 6, 0);
+    char dir[600], file[700];
+    snprintf(dir, sizeof dir, "%s/global_step6", save_dir);
+    ct_rng r;
+    ct_rng_init(&r, 2024, 5, 0);
+    ct_err err = {0};
+    int rc, bit;
+    char *text = info_text(dir, &rc, &err);
+    ck_assert_int_eq(rc, CT_OK);
+    ck_assert_msg(strstr(text, "checksums: match"), "%s", text);
+    free(text);
+    for (int trial = 0; trial < 4; trial++) {
+        long at = flip_tensor_bit(dir, "model.safetensors", &r, &bit);
+        ck_assert(ct_ckpt_is_complete(dir)); /* same size: the marker's sizes cannot tell */
+        model_init(&b, 0);
+        ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        ck_assert_msg(strstr(err.msg, file) && strstr(err.msg, "checksum"), "%s", err.msg);
+        ck_assert_msg(strstr(err.msg, "--resume") && strstr(err.msg, "global_step3"), "%s", err.msg);
+        ck_assert(b.params[0] == 0.0f && b.m[0] == 0.0f && b.buffers[0] == 0.0f); /* nothing loaded */
+        text = info_text(dir, &rc, &err);
+        ck_assert_int_eq(rc, CT_ERR_DATA);
+        ck_assert_msg(strstr(text, "checksums: MISMATCH") && strstr(text, "model.safetensors"), "%s", text);
+        free(text);
+        flip_back(dir, "model.safetensors", at, bit);
+    }
+    model_init(&b, 0);
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert(models_equal(&a, &b));
+    /* the optimizer's file: refused for a resume, not read by a model-only load */
+    long at = flip_tensor_bit(dir, "optimizer.safetensors", &r, &bit);
+    model_init(&b, 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "optimizer.safetensors") && strstr(err.msg, "global_step3"), "%s", err.msg);
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_MODEL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+    flip_back(dir, "optimizer.safetensors", at, bit);
+    /* the oldest checkpoint has no other to name */
+    snprintf(dir, sizeof dir, "%s/global_step3", save_dir);
+    flip_tensor_bit(dir, "model.safetensors", &r, &bit);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_MODEL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "no other complete checkpoint"), "%s", err.msg);
+    /* written before checksums: the marker lists sizes only; it loads, and info says so */
+    save(&a, 9, 0);
+    snprintf(dir, sizeof dir, "%s/global_step9", save_dir);
+    snprintf(file, sizeof file, "%s/COMPLETE", dir);
+    char *marker = ct_fs_read_small(file, 1 << 16, NULL);
+    cJSON *m = cJSON_Parse(marker);
+    free(marker);
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "crc32");
+    marker = cJSON_Print(m);
+    cJSON_Delete(m);
+    ck_assert_int_eq(ct_fs_write_sync(file, marker, strlen(marker), &err), CT_OK);
+    free(marker);
+    model_init(&b, 0);
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert(models_equal(&a, &b));
+    text = info_text(dir, &rc, &err);
+    ck_assert_int_eq(rc, CT_OK);
+    ck_assert_msg(strstr(text, "checksums: none recorded"), "%s", text);
+    free(text);
 }
 END_TEST
 
@@ -852,6 +983,7 @@ int main(void) {
     tcase_add_test(tc, dead_save_between_renames_recovered);
     tcase_add_test(tc, incomplete_is_never_loaded);
     tcase_add_test(tc, corrupt_files_named);
+    tcase_add_test(tc, checksum_mismatch_refused);
     tcase_add_test(tc, shape_mismatch_names_tensor);
     tcase_add_test(tc, best_dir);
     tcase_add_test(tc, init_from_strict_and_partial);

@@ -64,11 +64,11 @@ static ct_loader_opts opts(int workers) {
 
 /* Concatenated bytes (inputs, then targets, then n) of `nb` batches. */
 static uint8_t *collect(ct_backend *be, const ct_dataset *ds, const ct_loader_opts *o, int64_t epoch,
-                        int64_t batch, int nb, size_t *len) {
+                        int64_t sample, int nb, size_t *len) {
     ct_loader *l;
     ct_err err = {0};
     ck_assert_msg(ct_loader_init(&l, be, ds, o, NULL, &err) == CT_OK, "%s", err.msg);
-    if (epoch || batch) ct_loader_seek(l, epoch, batch);
+    if (epoch || sample) ct_loader_seek(l, epoch, sample);
     size_t per = (size_t)o->batch * (C * H * W * 4 + 4) + 8;
     uint8_t *all = calloc((size_t)nb, per);
     for (int i = 0; i < nb; i++) {
@@ -100,9 +100,9 @@ START_TEST(test_workers_identical) {
     ck_assert(n1 == n2 && n1 == n4);
     ck_assert_msg(memcmp(a, b, n1) == 0, "1 vs 2 workers differ");
     ck_assert_msg(memcmp(a, c, n1) == 0, "1 vs 4 workers differ");
-    /* Resume: from (epoch 1, batch 5) the same bytes as the uninterrupted run. */
+    /* Resume: from (epoch 1, sample 40: batch 5) the same bytes as the uninterrupted run. */
     size_t nr, per = n1 / (size_t)nb;
-    uint8_t *r = collect(be, &ds, &o, 1, 5, nb - 18, &nr);
+    uint8_t *r = collect(be, &ds, &o, 1, 5 * 8, nb - 18, &nr);
     ck_assert_msg(memcmp(a + 18 * per, r, nr) == 0, "resumed batches differ");
     /* Epochs differ (shuffle and augmentation change). */
     ck_assert(memcmp(a, a + 13 * per, per) != 0);
@@ -110,6 +110,114 @@ START_TEST(test_workers_identical) {
     free(b);
     free(c);
     free(r);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* One sample as the loader hands it out: its input bytes (augmented), its target, its epoch. */
+enum { SAMPLE_BYTES = C * H * W * 4 + 4 };
+typedef struct taken {
+    uint8_t *bytes;              /* [n, SAMPLE_BYTES] */
+    int64_t *epoch;              /* [n] */
+    int64_t n;
+} taken;
+
+/* Take batches until `epochs_done` epochs have ended (after a seek, the first is the rest of the
+ * epoch sought), flattened to samples; checks each batch's size and last_of_epoch against the
+ * epoch's end (ct_loader_epoch_end) and the micro-batch. */
+static taken take_epochs(ct_loader *l, int64_t batch, int epochs_done) {
+    taken t = {.bytes = malloc((size_t)(epochs_done + 1) * N * SAMPLE_BYTES),
+               .epoch = malloc((size_t)(epochs_done + 1) * N * sizeof(int64_t))};
+    int64_t e0, at;
+    ct_loader_position(l, &e0, &at);
+    ct_err err = {0};
+    for (int done = 0; done < epochs_done;) {
+        ct_loader_batch b;
+        ck_assert_msg(ct_loader_next(l, &b, &err) == CT_OK, "%s", err.msg);
+        int64_t end = ct_loader_epoch_end(l, b.epoch);
+        ck_assert_int_eq(b.epoch, e0 + done);
+        ck_assert_int_eq(b.n, end - at < batch ? end - at : batch);
+        ck_assert(b.last_of_epoch == (at + b.n == end));
+        for (int64_t k = 0; k < b.n; k++, t.n++) {
+            memcpy(t.bytes + t.n * SAMPLE_BYTES, (const uint8_t *)b.input + k * (SAMPLE_BYTES - 4), SAMPLE_BYTES - 4);
+            memcpy(t.bytes + t.n * SAMPLE_BYTES + SAMPLE_BYTES - 4, (const int32_t *)b.target + k, 4);
+            t.epoch[t.n] = b.epoch;
+        }
+        at += b.n;
+        if (b.last_of_epoch) {
+            done++;
+            at = 0;
+        }
+    }
+    return t;
+}
+
+/* ct_loader_seek(epoch, sample) continues at that sample of the epoch's order whatever the
+ * micro-batch and step size (train_batch_size) of the loader that seeks, so a resume with other
+ * batch sizes sees the samples the interrupted run had not seen, in the same order and with the
+ * same augmentation: the rest of the epoch (up to the last full step from there with drop_last,
+ * else to its end) in micro-batches from that sample, then whole epochs as usual. Checked against
+ * the epoch's order and augmented bytes as a loader of single samples gives them, for random
+ * positions (on and off batch boundaries, at and past the epoch's end), batch sizes and
+ * drop_last. */
+START_TEST(test_seek_by_sample) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    syn s;
+    ct_dataset ds = make_ds(&s);
+    ct_loader_opts ref = opts(2);
+    ref.batch = 1;
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_loader_init(&l, be, &ds, &ref, NULL, &err), CT_OK);
+    taken all = take_epochs(l, 1, 5); /* the full order of epochs 0..4, every sample */
+    ct_loader_free(l);
+    ck_assert_int_eq(all.n, 5 * N);
+    ct_rng r;
+    ct_rng_init(&r, 99, 1, 0);
+    for (int trial = 0; trial < 24; trial++) {
+        ct_loader_opts o = opts(1 + (int)ct_rng_below(&r, 3));
+        o.prefetch = 1 + (int)ct_rng_below(&r, 4);
+        o.batch = 1 + ct_rng_below(&r, 16);
+        o.step_samples = o.batch * (1 + ct_rng_below(&r, 4));
+        o.drop_last = ct_rng_below(&r, 2);
+        int64_t e = ct_rng_below(&r, 3);
+        /* a third on a batch boundary, some at or past the end, the rest anywhere */
+        int64_t p = trial % 3 == 0 ? o.batch * ct_rng_below(&r, N / o.batch + 1)
+                    : trial % 7 == 1 ? N - (int64_t)ct_rng_below(&r, 3) : ct_rng_below(&r, N + 1);
+        ck_assert_int_eq(ct_loader_init(&l, be, &ds, &o, NULL, &err), CT_OK);
+        ct_loader_seek(l, e, p);
+        /* where the epoch sought ends; the next epoch is cut as usual */
+        int64_t end = o.drop_last ? p + (N - p) / o.step_samples * o.step_samples : N;
+        int64_t full = o.drop_last ? N / o.step_samples * o.step_samples : N;
+        int64_t pe, pp;
+        ct_loader_position(l, &pe, &pp);
+        if (end <= p) { /* nothing left of epoch e: the next one from its start */
+            ck_assert_msg(pe == e + 1 && pp == 0, "trial %d: position %lld/%lld", trial, (long long)pe,
+                          (long long)pp);
+            /* and epoch e ends there for the caller too, even where its usual end lies after p */
+            ck_assert_int_le(ct_loader_epoch_end(l, e), p);
+            e++, p = 0, end = full;
+        } else {
+            ck_assert_msg(pe == e && pp == p, "trial %d: position %lld/%lld", trial, (long long)pe, (long long)pp);
+        }
+        ck_assert_int_eq(ct_loader_epoch_end(l, e), end);
+        ck_assert_int_eq(ct_loader_epoch_end(l, e + 1), full);
+        taken t = take_epochs(l, o.batch, 2);
+        ct_loader_free(l);
+        ck_assert_int_eq(t.n, end - p + full);
+        for (int64_t j = 0; j < t.n; j++) {
+            int64_t want = j < end - p ? e * N + p + j : (e + 1) * N + (j - (end - p));
+            ck_assert_int_eq(t.epoch[j], want / N);
+            ck_assert_msg(memcmp(t.bytes + j * SAMPLE_BYTES, all.bytes + want * SAMPLE_BYTES, SAMPLE_BYTES) == 0,
+                          "trial %d (batch %lld, step %lld, drop_last %d, seek %lld/%lld): sample %lld differs",
+                          trial, (long long)o.batch, (long long)o.step_samples, o.drop_last, (long long)e,
+                          (long long)p, (long long)j);
+        }
+        free(t.bytes);
+        free(t.epoch);
+    }
+    free(all.bytes);
+    free(all.epoch);
     ct_backend_destroy(be);
 }
 END_TEST
@@ -374,7 +482,7 @@ START_TEST(test_on_device_flip_rule) {
         ck_assert_msg(ct_loader_next(l, &b, &err) == CT_OK, "%s", err.msg);
         ck_assert_int_eq(b.input_dtype, CT_F32);
         for (int64_t j = 0; j < b.n; j++) {
-            int64_t idx = b.index * o.batch + j;
+            int64_t idx = b.start + j; /* no shuffle: sample k of the epoch is record k */
             ct_rng r;
             ct_rng_init(&r, o.seed, CT_RNG_AUGMENT, (uint64_t)b.epoch * N + (uint64_t)idx);
             bool flip = ct_rng_u32(&r) & 1;
@@ -428,7 +536,7 @@ START_TEST(test_errors_and_skip) {
     ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_OK);
     ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "syn.bin: record 17"), "%s", err.msg);
-    ct_loader_seek(l, 0, 4);
+    ct_loader_seek(l, 0, 40);
     ck_assert_int_eq(ct_loader_next(l, &b, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "syn.bin: record 40: label 99 is outside"), "%s", err.msg);
     ct_loader_free(l);
@@ -599,6 +707,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_workers_identical);
     tcase_add_test(tc, test_eval_order_and_drop_last);
+    tcase_add_test(tc, test_seek_by_sample);
     tcase_add_test(tc, test_augment_shape);
     tcase_add_test(tc, test_cache);
     tcase_add_test(tc, test_on_device_equals_host);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/util/fs.h"
 #include "core/optim/optim.h"
@@ -22,6 +23,14 @@
 #define CKPT_STATE "state.json"
 #define CKPT_CONFIG "config.json"
 #define CKPT_PATH 4096
+
+/* The tensor files: the marker records the CRC-32 of each, and a load compares it before anything
+ * is used (bit k of a mask selects tensor_files[k]: the same bits as CT_CKPT_LOAD_MODEL and
+ * CT_CKPT_LOAD_OPTIM). state.json and config.json are text a user may edit; they are checked by
+ * parsing them. */
+static const char *const tensor_files[] = {CKPT_MODEL, CKPT_OPTIM};
+enum { N_TENSOR_FILES = 2 };
+_Static_assert(CT_CKPT_LOAD_MODEL == 1 && CT_CKPT_LOAD_OPTIM == 2, "tensor_files[] order");
 
 /* ---------------------------------------------------------------- tensors and state */
 
@@ -46,6 +55,7 @@ void ct_ckpt_state_init(ct_ckpt_state *s) {
     s->best_step = -1;
     s->es_best_step = -1;
     s->last_eval_step = -1;
+    s->epoch_sample = -1;
     s->train_loss = NAN;
     snprintf(s->version, sizeof s->version, "%s", CT_VERSION);
 }
@@ -164,6 +174,7 @@ static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
     cJSON_AddNumberToObject(j, "skipped_steps", (double)s->skipped_steps);
     cJSON_AddNumberToObject(j, "epoch", s->epoch);
     cJSON_AddNumberToObject(j, "epoch_step", (double)s->epoch_step);
+    if (s->epoch_sample >= 0) cJSON_AddNumberToObject(j, "epoch_sample", (double)s->epoch_sample);
     cJSON_AddNumberToObject(j, "samples_seen", (double)s->samples_seen);
     cJSON_AddNumberToObject(j, "micro_step", (double)s->micro_step);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: u64 does not fit a JSON double */
@@ -181,6 +192,11 @@ static cJSON *state_to_json(const ct_ckpt_state *s, const ct_ckpt_tensors *t) {
     cJSON_AddNumberToObject(j, "last_eval_step", (double)s->last_eval_step);
     cJSON_AddStringToObject(j, "optimizer", t->optimizer);
     cJSON_AddStringToObject(j, "config_hash", s->config_hash);
+    if (s->train_data[0] || s->eval_data[0]) {
+        cJSON *d = cJSON_AddObjectToObject(j, "data_fingerprint");
+        if (s->train_data[0]) cJSON_AddStringToObject(d, "train", s->train_data);
+        if (s->eval_data[0]) cJSON_AddStringToObject(d, "eval", s->eval_data);
+    }
     cJSON_AddStringToObject(j, "ctrain_version", s->version[0] ? s->version : CT_VERSION);
     return j;
 }
@@ -235,6 +251,10 @@ static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, c
     /* Added after the first checkpoints were written: optional. */
     if (!rc && cJSON_GetObjectItemCaseSensitive(j, "es_best_step"))
         rc = state_long(j, "es_best_step", &s->es_best_step, file, err);
+    bool has_sample = cJSON_GetObjectItemCaseSensitive(j, "epoch_sample") != NULL;
+    if (!rc && has_sample) rc = state_long(j, "epoch_sample", &s->epoch_sample, file, err);
+    if (!rc && has_sample && s->epoch_sample < 0)
+        rc = ct_errf(err, CT_ERR_DATA, "%s: \"epoch_sample\": expected an integer >= 0", file);
     if (!rc) rc = state_double(j, "loss_scale", &s->loss_scale, file, err);
     if (!rc) rc = state_double(j, "best_value", &s->best_value, file, err);
     if (!rc) rc = state_double(j, "es_best", &s->es_best, file, err);
@@ -243,6 +263,13 @@ static int state_from_json(const cJSON *j, ct_ckpt_state *s, const char *file, c
     if (!rc) rc = state_string(j, "seed", seed, sizeof seed, file, err);
     if (!rc) rc = state_string(j, "config_hash", s->config_hash, sizeof s->config_hash, file, err);
     if (!rc) rc = state_string(j, "ctrain_version", s->version, sizeof s->version, file, err);
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(j, "data_fingerprint");
+    if (!rc && fp && !cJSON_IsObject(fp))
+        rc = ct_errf(err, CT_ERR_DATA, "%s: \"data_fingerprint\": expected an object", file);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(fp, "train"))
+        rc = state_string(fp, "train", s->train_data, sizeof s->train_data, file, err);
+    if (!rc && cJSON_GetObjectItemCaseSensitive(fp, "eval"))
+        rc = state_string(fp, "eval", s->eval_data, sizeof s->eval_data, file, err);
     if (rc) return rc;
     char *end = NULL;
     errno = 0;
@@ -268,7 +295,8 @@ static int fault(const ct_ckpt_save_opts *o, const char *stage, ct_err *err) {
     return CT_OK;
 }
 
-static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *tag, ct_err *err) {
+static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *tag, uint32_t *crc,
+                       ct_err *err) {
     ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
@@ -284,7 +312,7 @@ static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *ta
     const char *mv[] = {"pt", CT_VERSION, tag};
     char path[CKPT_PATH];
     int rc = ct_fs_join(path, sizeof path, dir, CKPT_MODEL, err);
-    if (!rc) rc = ct_st_write(path, e, t->n_views, mk, mv, 3, err);
+    if (!rc) rc = ct_st_write_crc(path, e, t->n_views, mk, mv, 3, crc, err);
     free(e);
     return rc;
 }
@@ -295,7 +323,7 @@ static void slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
         snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", s ? "," : "", t->slot_name[s]);
 }
 
-static int write_optim(const char *dir, const ct_ckpt_tensors *t, ct_err *err) {
+static int write_optim(const char *dir, const ct_ckpt_tensors *t, uint32_t *crc, ct_err *err) {
     int cap = t->n_views * (t->n_slots ? t->n_slots : 1) + 1, n = 0;
     ct_st_entry *e = ct_xcalloc((size_t)cap, sizeof *e);
     char (*names)[160] = ct_xcalloc((size_t)cap, sizeof *names);
@@ -314,7 +342,7 @@ static int write_optim(const char *dir, const ct_ckpt_tensors *t, ct_err *err) {
     const char *mv[] = {t->optimizer, slots, CT_VERSION};
     char path[CKPT_PATH];
     int rc = ct_fs_join(path, sizeof path, dir, CKPT_OPTIM, err);
-    if (!rc) rc = ct_st_write(path, e, n, mk, mv, 3, err);
+    if (!rc) rc = ct_st_write_crc(path, e, n, mk, mv, 3, crc, err);
     free(names);
     free(e);
     return rc;
@@ -334,8 +362,11 @@ static int write_json(const char *dir, const char *name, const cJSON *j, ct_err 
     return rc;
 }
 
-/* The marker lists every file with its size, so a truncated file is caught before parsing. */
-static int write_marker(const char *dir, const char *tag, ct_err *err) {
+/* The marker lists every file with its size, so a truncated file is caught before parsing, and
+ * the CRC-32 of each tensor file (computed while writing it), so flipped bytes are caught before
+ * a tensor is used. */
+static int write_marker(const char *dir, const char *tag, const uint32_t crc[N_TENSOR_FILES],
+                        ct_err *err) {
     static const char *files[] = {CKPT_MODEL, CKPT_OPTIM, CKPT_STATE, CKPT_CONFIG};
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "tag", tag);
@@ -349,6 +380,12 @@ static int write_marker(const char *dir, const char *tag, ct_err *err) {
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
         if (!rc) cJSON_AddNumberToObject(f, files[i], (double)st.st_size);
     }
+    cJSON *c = cJSON_AddObjectToObject(j, "crc32");
+    for (int i = 0; i < N_TENSOR_FILES; i++) {
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08" PRIx32, crc[i]);
+        cJSON_AddStringToObject(c, tensor_files[i], hex);
+    }
     if (!rc) rc = write_json(dir, CT_CKPT_MARKER, j, err);
     cJSON_Delete(j);
     return rc;
@@ -357,9 +394,10 @@ static int write_marker(const char *dir, const char *tag, ct_err *err) {
 static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_state *s,
                      const cJSON *config, const char *tag, const ct_ckpt_save_opts *o,
                      ct_err *err) {
-    int rc = write_model(dir, t, tag, err);
+    uint32_t crc[N_TENSOR_FILES];
+    int rc = write_model(dir, t, tag, &crc[0], err);
     if (!rc) rc = fault(o, CKPT_MODEL, err);
-    if (!rc) rc = write_optim(dir, t, err);
+    if (!rc) rc = write_optim(dir, t, &crc[1], err);
     if (!rc) rc = fault(o, CKPT_OPTIM, err);
     if (!rc) {
         cJSON *sj = state_to_json(s, t);
@@ -369,7 +407,7 @@ static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_st
     if (!rc) rc = fault(o, CKPT_STATE, err);
     if (!rc) rc = write_json(dir, CKPT_CONFIG, config, err);
     if (!rc) rc = fault(o, CKPT_CONFIG, err);
-    if (!rc) rc = write_marker(dir, tag, err);
+    if (!rc) rc = write_marker(dir, tag, crc, err);
     if (!rc) rc = fault(o, CT_CKPT_MARKER, err);
     if (!rc) rc = ct_fs_sync_dir(dir, err);
     return rc;
@@ -600,6 +638,92 @@ static int check_marker(const char *dir, ct_err *err) {
 
 bool ct_ckpt_is_complete(const char *dir) { return check_marker(dir, NULL) == CT_OK; }
 
+/* CRC-32 of a whole file. */
+static int file_crc(const char *path, uint32_t *out, ct_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = ct_xmalloc(CHUNK);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    size_t k;
+    while ((k = fread(buf, 1, CHUNK, f)) > 0) crc = crc32(crc, buf, (uInt)k);
+    int bad = ferror(f), e = errno;
+    fclose(f);
+    free(buf);
+    if (bad) return ct_errf(err, CT_ERR_DATA, "%s: cannot read: %s", path, strerror(e));
+    *out = (uint32_t)crc;
+    return CT_OK;
+}
+
+/* Where to resume from when the checkpoint dir cannot be trusted: the newest complete
+ * global_step* beside it (in its parent directory), older than it when dir is a global_step<N>
+ * itself. out = "" when there is none. */
+static void previous_complete(const char *dir, char *out, size_t n) {
+    char self[CKPT_PATH], parent[CKPT_PATH];
+    snprintf(self, sizeof self, "%s", dir);
+    for (size_t len = strlen(self); len > 1 && self[len - 1] == '/'; len--) self[len - 1] = 0;
+    const char *base = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
+    long step = tag_step(base);
+    ct_fs_parent(self, parent, sizeof parent);
+    out[0] = 0;
+    int k;
+    long *steps = list_steps(parent, &k);
+    for (int i = 0; i < k && !out[0]; i++) {
+        char path[CKPT_PATH];
+        if ((step >= 0 && steps[i] >= step) ||
+            snprintf(path, sizeof path, "%s/global_step%ld", parent, steps[i]) >= (int)sizeof path)
+            continue;
+        if (ct_ckpt_is_complete(path) && snprintf(out, n, "%s", path) >= (int)n) out[0] = 0;
+    }
+    free(steps);
+}
+
+/* Compare the CRC-32 the marker recorded for each tensor file that `which` selects (bits as in
+ * tensor_files[]) with the file's bytes now. *n_checked (may be NULL): files compared; 0 when the
+ * marker records none (written before checksums were: such a checkpoint is trusted on its sizes,
+ * as it was then). A mismatch is CT_ERR_DATA naming the file and the checkpoint to take instead. */
+static int verify_crcs(const char *dir, int which, int *n_checked, ct_err *err) {
+    if (n_checked) *n_checked = 0;
+    cJSON *m = NULL;
+    int rc = read_json_file(dir, CT_CKPT_MARKER, &m, err);
+    const cJSON *sums = rc ? NULL : cJSON_GetObjectItemCaseSensitive(m, "crc32");
+    for (int i = 0; i < N_TENSOR_FILES && sums && !rc; i++) {
+        if (!(which & (1 << i))) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sums, tensor_files[i]);
+        char path[CKPT_PATH], *end = NULL;
+        unsigned long want = cJSON_IsString(v) ? strtoul(v->valuestring, &end, 16) : 0;
+        uint32_t have = 0;
+        rc = ct_fs_join(path, sizeof path, dir, tensor_files[i], err);
+        if (!rc && (!end || *end || strlen(v->valuestring) != 8))
+            rc = ct_errf(err, CT_ERR_DATA, "%s/%s: marker is not valid (crc32 of %s)", dir,
+                         CT_CKPT_MARKER, tensor_files[i]);
+        if (!rc) rc = file_crc(path, &have, err);
+        if (rc) break;
+        if (n_checked) ++*n_checked;
+        if (have == (uint32_t)want) continue;
+        char prev[CKPT_PATH];
+        previous_complete(dir, prev, sizeof prev);
+        rc = ct_errf(err, CT_ERR_DATA, "%s: checksum mismatch: CRC-32 %08" PRIx32 ", but checkpoint %s "
+                     "recorded %08lx when it wrote the file: its bytes changed after the save (a disk, "
+                     "memory or copy error, or an edit), so the checkpoint cannot be trusted; nothing "
+                     "was loaded from it.", path, have, dir, want);
+        if (prev[0])
+            ct_err_append(err, "  Resume from another checkpoint: --resume %s (the previous complete one)",
+                          prev);
+        else
+            ct_err_append(err, "  There is no other complete checkpoint beside it: restore this one "
+                          "from a copy, or start again without --resume.");
+    }
+    cJSON_Delete(m);
+    return rc;
+}
+
+int ct_ckpt_verify(const char *dir, int *n_checked, ct_err *err) {
+    if (n_checked) *n_checked = 0;
+    int rc = check_marker(dir, err);
+    return rc ? rc : verify_crcs(dir, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_OPTIM, n_checked, err);
+}
+
 /* Newest complete global_step* in save_dir into out, or "" when none. */
 static void newest_complete(const char *save_dir, char *out, size_t n) {
     int k;
@@ -829,6 +953,8 @@ int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_st
     cJSON *sj = NULL;
     ct_ckpt_state st;
     int rc = check_marker(dir, err);
+    /* the bytes first: a flipped bit can leave a valid header and plausible values */
+    if (!rc) rc = verify_crcs(dir, what & (CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_OPTIM), NULL, err);
     if (!rc && (what & CT_CKPT_LOAD_MODEL)) rc = open_in(dir, CKPT_MODEL, &model, err);
     if (!rc && model) rc = check_model(model, t, dir, err);
     if (!rc && (what & CT_CKPT_LOAD_OPTIM)) rc = open_in(dir, CKPT_OPTIM, &optim, err);

@@ -6,7 +6,8 @@
  *   <save_dir>/global_step<N>/optimizer.safetensors  "<view>.exp_avg", "<view>.exp_avg_sq", ...
  *   <save_dir>/global_step<N>/state.json   counters, loader position, scaler, scheduler, hashes
  *   <save_dir>/global_step<N>/config.json  the resolved config of the run that saved it
- *   <save_dir>/global_step<N>/COMPLETE     written last: {"tag", "files": {name: bytes}}
+ *   <save_dir>/global_step<N>/COMPLETE     written last: {"tag", "files": {name: bytes},
+ *                                          "crc32": {tensor file: CRC-32 as 8 hex digits}}
  *   <save_dir>/best/                       the same files, for the best metric so far
  * Protocol: files are written into <save_dir>/.tmp-<tag>-<pid>/ and fsynced, the marker last;
  * the directory is fsynced and renamed into place; save_dir is fsynced; then latest is replaced
@@ -29,6 +30,9 @@
 
 #define CT_CKPT_MARKER "COMPLETE"
 #define CT_CKPT_MAX_SLOTS 4
+/* Bytes of a data set's fingerprint (ct_dataset_fingerprint's CT_DATASET_FINGERPRINT: the train
+ * module checks that they agree; ckpt comes before data and cannot include it). */
+#define CT_CKPT_FINGERPRINT 96
 
 struct ct_optim;
 
@@ -63,9 +67,12 @@ typedef struct ct_ckpt_state {
     long sched_t;                /* scheduler last_batch_iteration */
     long skipped_steps;          /* overflow-skipped steps */
     int epoch;                   /* epoch in progress, 0-based */
-    long epoch_step;             /* loader position: optimizer steps done in this epoch (the
-                                  * epoch's permutation is a function of (seed, epoch); the next
-                                  * sample is order[epoch_step * train_batch_size]) */
+    long epoch_step;             /* optimizer steps done in this epoch (of the sizes they had) */
+    long epoch_sample;           /* the loader position: samples of this epoch's order done (the
+                                  * order is a function of (seed, epoch), not of batch sizes: the
+                                  * next sample is order[epoch_sample]); -1: not recorded (a
+                                  * checkpoint written before it: epoch_step x its config's
+                                  * train_batch_size) */
     double epoch_loss_sum;       /* running sum of step losses in this epoch (summary train_loss) */
     long epoch_loss_n;           /* steps in that sum */
     long last_eval_step;         /* step of the last eval (-1: none) */
@@ -82,6 +89,9 @@ typedef struct ct_ckpt_state {
     long es_best_step;           /* early stopping: step of es_best (-1: none; optional on load) */
     double train_loss;           /* last reported train loss (NAN: none) */
     char config_hash[17];        /* ct_ckpt_config_hash of the resolved config */
+    /* ct_dataset_fingerprint of data.train and data.eval as the run opened them ("": none, or
+     * a checkpoint written before they were recorded), compared on resume */
+    char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];
     char version[32];            /* ctrain version that wrote it */
 } ct_ckpt_state;
 
@@ -149,14 +159,24 @@ int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
 /* True when dir holds a marker whose listed files exist with the listed sizes. */
 bool ct_ckpt_is_complete(const char *dir);
 
+/* Whether the tensor files of a complete checkpoint still hold the bytes written: their CRC-32
+ * against the marker's (`ctrain info`; ct_ckpt_load does the same for the files it reads). CT_OK
+ * when they match; *n_checked (may be NULL) receives the number of files compared, 0 for a
+ * checkpoint whose marker records no checksums (written by a version before them: trusted on its
+ * sizes). Incomplete, or a mismatch: CT_ERR_DATA naming the file, the checkpoint and the
+ * previous complete checkpoint beside it to resume from instead. Reads every byte. */
+int ct_ckpt_verify(const char *dir, int *n_checked, ct_err *err);
+
 enum { CT_CKPT_LOAD_MODEL = 1, CT_CKPT_LOAD_OPTIM = 2, CT_CKPT_LOAD_STATE = 4,
        CT_CKPT_LOAD_ALL = 7 };
 
 /* Load a complete checkpoint directory into t (and state, and *config_out when not NULL: the
  * saved config, caller frees with cJSON_Delete). Everything is validated before anything is
- * written into t: a tensor missing, extra or of another shape than the model's view is
- * CT_ERR_CONFIG naming the tensor and both shapes; optimizer state for another optimizer is
- * CT_ERR_CONFIG; a corrupt or truncated file is CT_ERR_DATA naming the file. */
+ * written into t: first the CRC-32 of the tensor files it reads (as ct_ckpt_verify; a mismatch
+ * is CT_ERR_DATA naming the file and the checkpoint to resume from instead), then a tensor
+ * missing, extra or of another shape than the model's view is CT_ERR_CONFIG naming the tensor
+ * and both shapes; optimizer state for another optimizer is CT_ERR_CONFIG; a corrupt or
+ * truncated file is CT_ERR_DATA naming the file. */
 int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
                  cJSON **config_out, ct_err *err);
 

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"
@@ -406,24 +407,32 @@ static int st_cmp_write(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static int st_write_all(int fd, const void *p, size_t n, const char *path, ct_err *err) {
-    const char *c = p;
+/* The file being written, and the CRC-32 (zlib's) of the bytes written so far. */
+typedef struct st_out {
+    int fd;
+    const char *path;
+    uLong crc;
+} st_out;
+
+static int st_write_all(st_out *o, const void *p, size_t n, ct_err *err) {
+    const unsigned char *c = p;
     while (n > 0) {
-        ssize_t k = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t k = write(o->fd, c, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", path,
+        if (k <= 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", o->path,
                                    k < 0 ? strerror(errno) : "no progress");
+        o->crc = crc32(o->crc, c, (uInt)k);
         c += k;
         n -= (size_t)k;
     }
     return CT_OK;
 }
 
-static int st_write_entry(int fd, const ct_st_entry *e, const char *path, ct_err *err) {
+static int st_write_entry(st_out *o, const ct_st_entry *e, ct_err *err) {
     int64_t n = ct_shape_numel(&e->shape);
     if (!e->from_f32 || e->dtype == CT_F32)
-        return st_write_all(fd, e->from_f32 ? (const void *)e->from_f32 : e->data,
-                            (size_t)n * ct_dtype_size(e->dtype), path, err);
+        return st_write_all(o, e->from_f32 ? (const void *)e->from_f32 : e->data,
+                            (size_t)n * ct_dtype_size(e->dtype), err);
     enum { CHUNK = 16384 };
     uint16_t tmp[CHUNK];
     for (int64_t i = 0; i < n; i += CHUNK) {
@@ -431,7 +440,7 @@ static int st_write_entry(int fd, const ct_st_entry *e, const char *path, ct_err
         for (int64_t j = 0; j < k; j++)
             tmp[j] = e->dtype == CT_F16 ? ct_f32_to_f16(e->from_f32[i + j])
                                         : ct_f32_to_bf16(e->from_f32[i + j]);
-        int rc = st_write_all(fd, tmp, (size_t)k * 2, path, err);
+        int rc = st_write_all(o, tmp, (size_t)k * 2, err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -489,6 +498,11 @@ static int st_cmp_entry_name(const void *a, const void *b) {
 
 int ct_st_write(const char *path, const ct_st_entry *entries, int n, const char *const *meta_keys,
                 const char *const *meta_vals, int n_meta, ct_err *err) {
+    return ct_st_write_crc(path, entries, n, meta_keys, meta_vals, n_meta, NULL, err);
+}
+
+int ct_st_write_crc(const char *path, const ct_st_entry *entries, int n, const char *const *meta_keys,
+                    const char *const *meta_vals, int n_meta, uint32_t *crc, ct_err *err) {
     st_order *ord = ct_xcalloc((size_t)n + 1, sizeof *ord);
     for (int i = 0; i < n; i++) ord[i].e = &entries[i];
     qsort(ord, (size_t)n, sizeof *ord, st_cmp_entry_name);
@@ -507,20 +521,22 @@ int ct_st_write(const char *path, const ct_st_entry *entries, int n, const char 
     st_buf h = {0};
     st_build_header(&h, ord, n, meta_keys, meta_vals, n_meta);
 
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    st_out o = {.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), .path = path,
+                .crc = crc32(0L, Z_NULL, 0)};
+    if (o.fd < 0) {
         rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
     } else {
         uint64_t hlen = h.n;
-        rc = st_write_all(fd, &hlen, 8, path, err);
-        if (!rc) rc = st_write_all(fd, h.p, h.n, path, err);
-        for (int i = 0; i < n && !rc; i++) rc = st_write_entry(fd, ord[i].e, path, err);
-        if (!rc && fsync(fd) != 0)
+        rc = st_write_all(&o, &hlen, 8, err);
+        if (!rc) rc = st_write_all(&o, h.p, h.n, err);
+        for (int i = 0; i < n && !rc; i++) rc = st_write_entry(&o, ord[i].e, err);
+        if (!rc && fsync(o.fd) != 0)
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
-        if (close(fd) != 0 && !rc)
+        if (close(o.fd) != 0 && !rc)
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
         if (rc) unlink(path);
     }
+    if (!rc && crc) *crc = (uint32_t)o.crc;
     free(h.p);
     free(ord);
     return rc;

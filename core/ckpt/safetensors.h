@@ -84,5 +84,9 @@ typedef struct ct_st_entry {
  * (duplicate names, unsupported conversion). */
 int ct_st_write(const char *path, const ct_st_entry *entries, int n, const char *const *meta_keys,
                 const char *const *meta_vals, int n_meta, ct_err *err);
+/* ct_st_write, and *crc receives the CRC-32 (zlib's crc32) of every byte written, computed as
+ * they are written (a checkpoint records it without reading the file back). */
+int ct_st_write_crc(const char *path, const ct_st_entry *entries, int n, const char *const *meta_keys,
+                    const char *const *meta_vals, int n_meta, uint32_t *crc, ct_err *err);
 
 #endif

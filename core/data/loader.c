@@ -1,11 +1,17 @@
 /* loader.c: worker threads filling a ring of batch slots in stream order (see loader.h).
  *
- * Batch g of the stream goes to slot g % prefetch. Workers claim batch numbers in increasing
- * order under the mutex, fill the slot without it, and mark it READY; the trainer takes batch
- * `next_take` when its slot is READY, and frees it on its next call. Claims are limited to the
- * trainer's epoch and the one after it, so two cached permutations (indexed by epoch % 2) cover
- * every batch being filled. A seek bumps the generation: batches of the old generation still
- * being filled are thrown away when their worker finishes.
+ * Batch g of the stream (counted from the last seek; ct_loader_init is a seek to sample 0 of
+ * epoch 0) goes to slot g % prefetch. Workers claim batch numbers in increasing order under the
+ * mutex, fill the slot without it, and mark it READY; the trainer takes batch `next_take` when its
+ * slot is READY, and frees it on its next call. Claims are limited to the trainer's epoch and the
+ * one after it, so two cached permutations (indexed by epoch % 2) cover every batch being filled.
+ * A seek bumps the generation: batches of the old generation still being filled are thrown away
+ * when their worker finishes.
+ *
+ * Positions are samples of an epoch's order, not batches, so that a seek lands on the same sample
+ * whatever the micro-batch: after a seek to (epoch e, sample p) the stream is the rest of epoch e
+ * in micro-batches starting at p (its first `base_batches` batches), then whole epochs from
+ * their first sample.
  *
  * Staged mode (device backends, and on_device): the taken slot is uploaded with be->upload into
  * one of two sets of device buffers (alternate batches; the upload waits only for the steps that
@@ -36,6 +42,7 @@ typedef struct slot {
     int state;
     uint64_t ticket;             /* UPLOADING: the upload that reads this slot last */
     int64_t g, n;
+    int64_t epoch, start, want; /* batch g: `want` samples of epoch's order from `start` */
     uint64_t gen;
     int rc;
     ct_err err;
@@ -51,7 +58,15 @@ struct ct_loader {
     const ct_dataset *ds;
     ct_loader_opts o;
     size_t in_bytes, tgt_bytes;
-    int64_t epoch_samples, bpe;
+    int64_t epoch_samples, bpe;  /* an epoch from its start: samples used (drop_last), batches */
+    int64_t step;                /* drop_last cuts epochs to whole steps of this many samples */
+    /* The stream since the last seek: batches [0, base_batches) are the rest of base_epoch from
+     * sample base_off to base_end; then epochs base_epoch + 1, ... of bpe batches each. */
+    int64_t base_epoch, base_off, base_end, base_batches;
+    /* The epoch a seek asked for and where the stream's part of it ends: base_epoch and base_end,
+     * or when nothing was left of it, the sample asked for (the stream then starts at the next
+     * epoch, and the caller's epoch must end where it stands, not at the usual end). */
+    int64_t sought_epoch, sought_end;
     bool class_targets;
 
     pthread_mutex_t mu;
@@ -279,10 +294,40 @@ static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_
     return rc;
 }
 
-/* Assemble batch s->g into slot s. Runs without the mutex. */
+/* Where batch g of the stream lies: its epoch, its first sample in that epoch's order, and where
+ * that epoch ends (it holds min(batch, *end - *start) samples). */
+static void batch_at(const ct_loader *l, int64_t g, int64_t *epoch, int64_t *start, int64_t *end) {
+    if (g < l->base_batches) {
+        *epoch = l->base_epoch;
+        *start = l->base_off + g * l->o.batch;
+        *end = l->base_end;
+        return;
+    }
+    g -= l->base_batches;
+    *epoch = l->base_epoch + 1 + g / l->bpe;
+    *start = g % l->bpe * l->o.batch;
+    *end = l->epoch_samples;
+}
+
+static int64_t epoch_of(const ct_loader *l, int64_t g) {
+    int64_t e, start, end;
+    batch_at(l, g, &e, &start, &end);
+    return e;
+}
+
+/* Where an epoch entered at sample `from` ends: with drop_last after the last whole step from
+ * there (a resume with another train_batch_size keeps every step full; from sample 0 that is
+ * epoch_samples), else at the last sample. At most `from`: nothing is left. */
+static int64_t epoch_end_from(const ct_loader *l, int64_t from) {
+    int64_t count = l->ds->count;
+    if (from >= count) return from;
+    return l->o.drop_last ? from + (count - from) / l->step * l->step : count;
+}
+
+/* Assemble batch s->g into slot s (its position was set when it was claimed). Runs without the
+ * mutex. */
 static void fill(ct_loader *l, slot *s, const uint32_t *perm, void *scratch) {
-    int64_t epoch = s->g / l->bpe, start = (s->g % l->bpe) * l->o.batch;
-    int64_t n = l->epoch_samples - start < l->o.batch ? l->epoch_samples - start : l->o.batch;
+    int64_t epoch = s->epoch, start = s->start, n = s->want;
     int64_t out = 0;
     s->rc = CT_OK;
     s->n_skip = 0;
@@ -333,15 +378,18 @@ static void *worker_main(void *arg) {
     while (!l->stop) {
         int64_t g = l->next_claim;
         slot *s = &l->slots[g % l->nslots];
-        if (s->state != SLOT_FREE || g / l->bpe > l->next_take / l->bpe + 1) {
+        if (s->state != SLOT_FREE || epoch_of(l, g) > epoch_of(l, l->next_take) + 1) {
             pthread_cond_wait(&l->cv_work, &l->mu);
             continue;
         }
         s->state = SLOT_FILLING;
+        int64_t end;
         s->g = g;
+        batch_at(l, g, &s->epoch, &s->start, &end);
+        s->want = end - s->start < l->o.batch ? end - s->start : l->o.batch;
         s->gen = l->gen;
         l->next_claim++;
-        const uint32_t *perm = epoch_perm(l, g / l->bpe);
+        const uint32_t *perm = epoch_perm(l, s->epoch);
         pthread_mutex_unlock(&l->mu);
         fill(l, s, perm, scratch);
         pthread_mutex_lock(&l->mu);
@@ -457,15 +505,18 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * (l->u8 ? 1 : ct_dtype_size(ds->sample_dtype));
     l->tgt_bytes = (size_t)ct_shape_numel(&ds->target_shape) * ct_dtype_size(ds->target_dtype);
     l->class_targets = ds->target_dtype == CT_I32 && ds->target_shape.ndim == 0 && o->classes > 0;
-    int64_t step = o->step_samples > 0 ? o->step_samples : o->batch;
-    l->epoch_samples = o->drop_last ? ds->count / step * step : ds->count;
+    l->step = o->step_samples > 0 ? o->step_samples : o->batch;
+    l->epoch_samples = epoch_end_from(l, 0);
     if (l->epoch_samples == 0) {
+        int64_t step = l->step;
         free(l);
         return ct_errf(err, CT_ERR_CONFIG, "%s: %lld samples make no full batch of %lld with "
                        "data.drop_last true; use a smaller batch or set data.drop_last false",
                        ds->source, (long long)ds->count, (long long)step);
     }
     l->bpe = (l->epoch_samples + o->batch - 1) / o->batch;
+    l->base_end = l->sought_end = l->epoch_samples;   /* the stream from (epoch 0, sample 0) */
+    l->base_batches = l->bpe;
     l->taken = -1;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
     l->skip_epoch = -1;
@@ -650,9 +701,9 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
         return s->rc;
     }
     b->n = s->n;
-    b->epoch = s->g / l->bpe;
-    b->index = s->g % l->bpe;
-    b->last_of_epoch = b->index == l->bpe - 1;
+    int64_t end;
+    batch_at(l, s->g, &b->epoch, &b->start, &end);
+    b->last_of_epoch = b->start + l->o.batch >= end;
     b->input = s->in;
     b->target = s->tgt;
     b->input_dtype = l->ds->sample_dtype;
@@ -661,14 +712,18 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     return CT_OK;
 }
 
-void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *batch) {
+void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *sample) {
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
-    *epoch = l->next_take / l->bpe;
-    *batch = l->next_take % l->bpe;
+    int64_t end;
+    batch_at(l, l->next_take, epoch, sample, &end);
     pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
 }
 
-void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch) {
+int64_t ct_loader_epoch_end(const ct_loader *l, int64_t epoch) {
+    return epoch == l->base_epoch ? l->base_end : epoch == l->sought_epoch ? l->sought_end : l->epoch_samples;
+}
+
+void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample) {
     pthread_mutex_lock(&l->mu);
     l->gen++;
     if (l->staged) wait_uploads_unlocked(l); /* the DMA must be done reading before refills */
@@ -680,7 +735,21 @@ void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch) {
     }
     for (int i = 0; i < l->nslots; i++) l->slots[i].state = SLOT_FREE;
     l->taken = -1;
-    l->next_claim = l->next_take = epoch * l->bpe + batch;
+    /* No fill is running now (the loop above), so the base the workers read can change. */
+    int64_t from = sample < 0 ? 0 : sample;
+    int64_t end = epoch_end_from(l, from);
+    l->sought_epoch = epoch;
+    l->sought_end = end > from ? end : from;
+    if (end <= from) { /* nothing left of that epoch: the next one from its start */
+        epoch++;
+        from = 0;
+        end = l->epoch_samples;
+    }
+    l->base_epoch = epoch;
+    l->base_off = from;
+    l->base_end = end;
+    l->base_batches = (end - from + l->o.batch - 1) / l->o.batch;
+    l->next_claim = l->next_take = 0;
     pthread_cond_broadcast(&l->cv_work);
     pthread_mutex_unlock(&l->mu);
 }

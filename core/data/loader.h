@@ -5,7 +5,8 @@
  * stream (epoch g / batches_per_epoch) holds the same bytes whatever the worker count or timing:
  * its samples come from ct_rng_permutation(seed, epoch) (or 0..n-1 without shuffle) and its
  * augmentation from Philox (seed, CT_RNG_AUGMENT, epoch * count + sample). The stream runs on
- * across epochs; ct_loader_seek restarts it anywhere (resume).
+ * across epochs; ct_loader_seek restarts it at any sample of an epoch's order (resume), which
+ * does not depend on the batch sizes.
  *
  * Slots are backend->alloc_host_pinned memory. On the CPU backend the graph reads the slot
  * directly; on a device backend ct_loader_next queues be->upload straight from the slot into
@@ -72,7 +73,8 @@ typedef struct ct_loader_batch {
     ct_dtype input_dtype;        /* of input: the dataset's, or opts.device_dtype on_device */
     int64_t n;                   /* samples (fewer than opts.batch at an epoch's end or when
                                     skip_corrupt dropped records; may be 0 then) */
-    int64_t epoch, index;        /* position of this batch */
+    int64_t epoch, start;        /* position of this batch: it holds samples start, start + 1, ...
+                                    of the epoch's order */
     bool last_of_epoch;
 } ct_loader_batch;
 
@@ -82,9 +84,20 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
 /* Take the next batch in order, waiting for it if needed. Data errors: CT_ERR_DATA naming the
  * file and record (without skip_corrupt). */
 int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err);
-/* Position of the batch the next ct_loader_next returns; seek there (resume). */
-void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *batch);
-void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t batch);
+/* Position of the batch the next ct_loader_next returns: its epoch and its first sample in the
+ * epoch's order. */
+void ct_loader_position(const ct_loader *l, int64_t *epoch, int64_t *sample);
+/* Continue at sample `sample` of epoch `epoch`'s order (a resume: the samples of that epoch the
+ * interrupted run had taken, whatever its batch sizes were). The rest of that epoch comes in
+ * micro-batches from there; with drop_last it ends after the last whole step (step_samples) from
+ * there, the remainder dropped as drop_last drops it at every epoch's end; later epochs are cut
+ * from their start as usual. When nothing is left of the epoch (sample at or past where it would
+ * end), the stream goes on at the next epoch's first sample. */
+void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample);
+/* Where an epoch's part of the stream ends, in samples of its order: for the epoch of the last
+ * seek, as ct_loader_seek says (the sample sought when nothing was left of it); for the others
+ * the samples an epoch uses (drop_last). */
+int64_t ct_loader_epoch_end(const ct_loader *l, int64_t epoch);
 int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 /* Seconds the caller waited in ct_loader_next: the last call and the total. */
 double ct_loader_last_wait(const ct_loader *l);

@@ -280,6 +280,81 @@ static void report_config_diff(ct_trainer *t, const cJSON *saved) {
         ct_report_line(&t->obs.rep, "  %s", line);
 }
 
+/* A checkpoint written before epoch_sample was recorded gives its loader position as epoch_step,
+ * steps of the train_batch_size of its own config (saved: its config.json). An epoch without
+ * drop_last ends with a shorter step: epoch_step then reaches the epoch's end, not beyond. */
+static void old_position(ct_trainer *t, ct_ckpt_state *st, const cJSON *saved) {
+    if (st->epoch_sample >= 0) return;
+    const cJSON *gb = cJSON_GetObjectItemCaseSensitive(saved, "train_batch_size");
+    long per = cJSON_IsNumber(gb) && gb->valuedouble >= 1 ? (long)gb->valuedouble : t->cfg->train_batch_size;
+    long count = (long)t->d.train_ds->count;
+    st->epoch_sample = st->epoch_step * per;
+    if (st->epoch_sample > count && st->epoch_sample - per < count) st->epoch_sample = count;
+    t->ck.position_step_samples = per;
+}
+
+/* ---- the data a checkpoint was trained on ---- */
+
+_Static_assert(CT_CKPT_FINGERPRINT == CT_DATASET_FINGERPRINT, "a fingerprint fits state.json's field");
+
+/* The fingerprints of this run's data sets, once they are open (a checkpoint records them). */
+static int fingerprint_data(ct_trainer *t, ct_err *err) {
+    int rc = ct_dataset_fingerprint(t->d.train_ds, t->ck.train_data, err);
+    if (!rc && t->d.eval_ds) rc = ct_dataset_fingerprint(t->d.eval_ds, t->ck.eval_data, err);
+    return rc;
+}
+
+/* A fingerprint's fields ("v1 files=N bytes=B content=X mtime=Y"); false when it is not one. */
+typedef struct data_fp {
+    long long files;
+    unsigned long long bytes;
+    char content[17], mtime[17];
+} data_fp;
+
+static bool parse_fp(const char *text, data_fp *f) {
+    int used = 0;
+    return sscanf(text, "v1 files=%lld bytes=%llu content=%16[0-9a-f] mtime=%16[0-9a-f]%n", &f->files,
+                  &f->bytes, f->content, f->mtime, &used) == 4 && text[used] == '\0';
+}
+
+/* Compare data.<which> with the data the checkpoint in dir recorded. Files, bytes or sampled
+ * content differing: the data changed, and the resume would go on at the same sample position of
+ * another data set: a warning naming what differs, or with --strict-resume CT_ERR_DATA. Only the
+ * modification times differing: the same files rewritten or copied (cp without -p): a note.
+ * Nothing recorded (a checkpoint from before fingerprints, or no such data set then): nothing to
+ * compare. */
+static int check_data(ct_trainer *t, const char *which, const ct_dataset *ds, const char *saved,
+                      const char *mine, const char *dir, ct_warnings *warn, ct_err *err) {
+    if (!saved[0] || !mine[0] || strcmp(saved, mine) == 0) return CT_OK;
+    data_fp a, b;
+    char what[256] = "";
+    if (!parse_fp(saved, &a) || !parse_fp(mine, &b)) {
+        snprintf(what, sizeof what, "its fingerprint is not comparable (\"%.40s\")", saved);
+    } else {
+        if (a.files != b.files) snprintf(what, sizeof what, "files %lld -> %lld; ", a.files, b.files);
+        if (a.bytes != b.bytes)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "bytes %llu -> %llu; ", a.bytes, b.bytes);
+        if (strcmp(a.content, b.content) != 0)
+            snprintf(what + strlen(what), sizeof what - strlen(what), "content differs (names, sizes or "
+                     "the first bytes of its files); ");
+        if (!what[0]) {
+            ct_report_line(&t->obs.rep, "note: data.%s (%s): the same files, sizes and sampled bytes as when "
+                           "%s was saved, but rewritten or copied since (other modification times)", which,
+                           ds->source, dir);
+            return CT_OK;
+        }
+        what[strlen(what) - 2] = '\0';
+    }
+    if (t->opts.strict_resume)
+        return ct_errf(err, CT_ERR_DATA, "data.%s (%s) changed since %s was saved: %s. --strict-resume "
+                       "refuses to continue a run on other data.\n  Put back the data the checkpoint was "
+                       "trained on, or resume without --strict-resume to go on with this data.", which,
+                       ds->source, dir, what);
+    ct_warnf(warn, "data.%s (%s) changed since %s was saved: %s; the run goes on at the checkpoint's "
+             "position in this data's order (--strict-resume refuses instead)", which, ds->source, dir, what);
+    return CT_OK;
+}
+
 static int resume(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
     char dir[4096];
@@ -295,14 +370,22 @@ static int resume(ct_trainer *t, ct_err *err) {
     cJSON *saved = NULL;
     rc = ct_ckpt_load(dir, &t->ck.ck, CT_CKPT_LOAD_ALL, &st, &saved, err);
     if (rc) return rc;
+    rc = check_data(t, "train", t->d.train_ds, st.train_data, t->ck.train_data, dir, &warn, err);
+    if (!rc && t->d.eval_ds) rc = check_data(t, "eval", t->d.eval_ds, st.eval_data, t->ck.eval_data, dir, &warn, err);
+    print_warnings(&warn);
+    if (rc) {
+        cJSON_Delete(saved);
+        return rc;
+    }
     ck_to_device(t);
+    old_position(t, &st, saved);
     t->m.opt->applied = st.applied;
     t->m.opt->sched_t = st.sched_t;
     t->ck.resumed = true;
     t->ck.resume_state = st;
     snprintf(t->ck.last, sizeof t->ck.last, "%s", dir);
-    ct_report_line(&t->obs.rep, "resuming from %s at step %ld (epoch %d, step %ld of the epoch)", dir, st.step,
-                   st.epoch + 1, st.epoch_step);
+    ct_report_line(&t->obs.rep, "resuming from %s at step %ld (epoch %d, step %ld of the epoch, sample %ld of "
+                   "its order)", dir, st.step, st.epoch + 1, st.epoch_step, st.epoch_sample);
     report_config_diff(t, saved);
     cJSON_Delete(saved);
     return CT_OK;
@@ -348,6 +431,7 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
     ck_setup(t);
     ct_ckpt_config_hash(t->cfg->resolved, t->ck.config_hash);
     int rc = t->opts.dry_run ? CT_OK : write_run_config(t, err);
+    if (!rc) rc = fingerprint_data(t, err);
     if (!rc && t->opts.resume) rc = resume(t, err);
     if (!rc && !t->ck.resumed) rc = init_from(t, err);
     if (!rc && !t->opts.dry_run) start_prune(t);

@@ -50,7 +50,13 @@ typedef struct ct_trainer_ckpt {
     bool staged;                 /* ck points at staging buffers (device backend) */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
+    long position_step_samples;  /* > 0: its epoch_sample was derived as epoch_step x this (the
+                                    train_batch_size of a checkpoint written before epoch_sample
+                                    was recorded) */
     char config_hash[17];        /* of cfg->resolved, recorded in every checkpoint */
+    /* ct_dataset_fingerprint of data.train and data.eval as this run opened them ("": no eval
+     * set), recorded in every checkpoint and compared with a resumed checkpoint's */
+    char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];
     char last[4096];             /* the newest checkpoint this run saved or resumed from ("": none) */
     bool locked;                 /* lock_fd holds run_dir/.lock for the whole run */
     int lock_fd;

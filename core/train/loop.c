@@ -81,11 +81,17 @@ typedef struct loop_state {
     int bad_evals;
     long best_at;                /* early stopping: step of `best` (-1: unknown) */
     long last_eval_step;
-    long epoch_step;             /* optimizer steps done in this epoch: the loader position */
+    long epoch_step;             /* optimizer steps done in this epoch (the progress line) */
+    long epoch_steps;            /* steps this epoch has in all (after a resume with another
+                                    train_batch_size: those done plus those left) */
+    int64_t epoch_pos;           /* samples of this epoch's order done: the loader position */
+    int64_t epoch_end;           /* where this epoch ends in that order (ct_loader_epoch_end) */
     double best_value;           /* best/: best train.best_metric so far (NAN: none) */
     long best_step;
     long saved_step;             /* step of the checkpoint last written or resumed (-1: none) */
     long saved_eval_step;        /* last_eval_step at that time */
+    double epoch_t0;             /* when this process began the epoch (the epoch line) */
+    int64_t epoch_s0;            /* samples at that time */
 } loop_state;
 
 /* The optimizer update of this process's range given the global sum of squares of the
@@ -220,6 +226,7 @@ static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_sta
     st->skipped_steps = a->skipped;
     st->epoch = ls->epoch;
     st->epoch_step = ls->epoch_step;
+    st->epoch_sample = (long)ls->epoch_pos;
     st->epoch_loss_sum = ls->epoch_loss;
     st->epoch_loss_n = ls->epoch_n;
     st->last_eval_step = ls->last_eval_step;
@@ -238,23 +245,35 @@ static void to_ckpt_state(const ct_trainer *t, const loop_state *ls, ct_ckpt_sta
     st->es_bad_evals = ls->bad_evals;
     st->train_loss = t->sum->train_loss;
     memcpy(st->config_hash, t->ck.config_hash, sizeof st->config_hash);
+    memcpy(st->train_data, t->ck.train_data, sizeof st->train_data);
+    memcpy(st->eval_data, t->ck.eval_data, sizeof st->eval_data);
 }
 
 /* Continue where the checkpoint left off: counters, running sums, the loss scaler, and the train
- * loader at the first micro-batch of the next step (the next epoch's first when the epoch was
- * complete). An epoch_step past the end of this run's epoch cannot be a position in it (a
- * hand-edited state.json, or another data set or batch size): CT_ERR_DATA rather than resuming
- * somewhere else. */
+ * loader at the next sample of the epoch's order, whatever the batch sizes are now (the loader
+ * cuts the rest of the epoch into this run's micro-batches and steps: ct_loader_seek). A position
+ * past the end of the data set cannot be one in this epoch (a hand-edited state.json, or another
+ * data set): CT_ERR_DATA rather than resuming somewhere else. A checkpoint written before
+ * epoch_sample was recorded has it derived from epoch_step (checkpoint.c, resume). */
 static int from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *ls, ct_err *err) {
-    if (st->epoch_step > t->d.steps_per_epoch)
-        return ct_errf(err, CT_ERR_DATA, "%s/state.json: epoch_step: %ld is beyond the epoch (%ld steps with "
-                       "this config and data set); the file was edited, or the data set or batch size changed "
-                       "since it was saved: resume from another checkpoint or start fresh", t->ck.last,
-                       st->epoch_step, t->d.steps_per_epoch);
+    int64_t count = t->d.train_ds->count;
+    if (st->epoch_sample > count) {
+        char what[160];
+        long per = t->ck.position_step_samples;
+        if (per > 0) /* derived from epoch_step */
+            snprintf(what, sizeof what, "epoch_step: %ld steps of %ld samples (its train_batch_size) reach "
+                     "sample %ld, which", st->epoch_step, per, st->epoch_sample);
+        else
+            snprintf(what, sizeof what, "epoch_sample: %ld", st->epoch_sample);
+        return ct_errf(err, CT_ERR_DATA, "%s/state.json: %s is beyond the epoch (%lld samples in data.train %s); "
+                       "the file was edited, or the data set changed since it was saved: resume from another "
+                       "checkpoint or start fresh", t->ck.last, what, (long long)count, t->d.train_ds->source);
+    }
     ct_amp *a = &t->m.amp;
     ls->step = st->step;
     ls->epoch = st->epoch;
     ls->epoch_step = st->epoch_step;
+    ls->epoch_pos = st->epoch_sample;
     ls->micro = (uint64_t)st->micro_step;
     ls->epoch_loss = st->epoch_loss_sum;
     ls->epoch_n = st->epoch_loss_n;
@@ -273,11 +292,9 @@ static int from_ckpt_state(ct_trainer *t, const ct_ckpt_state *st, loop_state *l
     t->sum->steps = st->step;
     t->sum->epochs = st->epoch + 1;
     t->sum->train_loss = st->train_loss;
-    int64_t per_step = (t->cfg->train_batch_size + t->cfg->micro_batch - 1) / t->cfg->micro_batch;
-    if (st->epoch_step >= t->d.steps_per_epoch)
-        ct_loader_seek(t->d.train_l, st->epoch + 1, 0);
-    else
-        ct_loader_seek(t->d.train_l, st->epoch, st->epoch_step * per_step);
+    /* The loader goes on to the next epoch by itself when nothing is left of this one; the loop
+     * then finds this epoch done (ct_loader_epoch_end <= epoch_pos). */
+    ct_loader_seek(t->d.train_l, st->epoch, st->epoch_sample);
     return CT_OK;
 }
 
@@ -352,7 +369,29 @@ static const char *stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig 
 /* Loop control besides CT_OK ("go on") and the error/exit codes: the run ended normally. */
 #define LOOP_DONE (-1)
 
-/* Bookkeeping, reporting, eval and stop checks after an optimizer step. */
+/* Eval now and early stopping's verdict: LOOP_DONE (status early_stopped) when patience ran out. */
+static int eval_point(ct_trainer *t, loop_state *ls, ct_err *err) {
+    bool stop = false;
+    int rc = do_eval(t, ls, &stop, err);
+    if (rc || !stop) return rc;
+    ct_trainer_set_status(t, "early_stopped", NULL);
+    return LOOP_DONE;
+}
+
+/* The epoch line, once its last step is done. */
+static void report_epoch(ct_trainer *t, const loop_state *ls) {
+    double secs = ct_now() - ls->epoch_t0;
+    if (ls->epoch_n > 0 && ls->samples > ls->epoch_s0)
+        ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
+                        ls->epoch_loss / (double)ls->epoch_n, secs,
+                        (double)(ls->samples - ls->epoch_s0) / fmax(secs, 1e-9));
+}
+
+/* Bookkeeping, reporting, eval, checkpoint and stop checks after an optimizer step, in this
+ * order: the eval of the step (every eval_interval steps; with eval_interval 0 at each epoch's
+ * end; and at the run's end) comes before its checkpoint, so that the checkpoint's state.json
+ * holds that eval and agrees with best/, and a checkpoint saved at the run's end is not saved
+ * again by finish_run. */
 static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim_stats *st,
                       int64_t n, ct_err *err) {
     ls->step++;
@@ -362,34 +401,35 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ls->epoch_n++;
     }
     ls->samples += n;
+    ls->epoch_pos += n;
     t->sum->steps = ls->step;
     t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
     if (t->obs.on_step) t->obs.on_step(t->obs.on_step_ctx, ls->step, loss);
     ct_step_event e = {.step = ls->step, .total_steps = t->d.total_steps, .epoch = ls->epoch + 1,
                        .epochs = t->d.epochs_planned,
-                       .epoch_step = (ls->step - 1) % t->d.steps_per_epoch + 1,
-                       .epoch_steps = t->d.steps_per_epoch, .loss = loss, .lr = st->lr,
+                       .epoch_step = ls->epoch_step, .epoch_steps = ls->epoch_steps, .loss = loss, .lr = st->lr,
                        .grad_norm = st->grad_norm, .samples = n,
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
     ct_report_step(&t->obs.rep, &e);
+    bool epoch_done = ls->epoch_pos >= ls->epoch_end, last = ls->step >= t->d.total_steps;
+    if (epoch_done) report_epoch(t, ls);
 
-    bool stop = false;
+    /* A pending stop signal skips the epoch's and the run's end eval (the run stops soon; a
+     * resume from the checkpoint it saves makes that eval, see run_epoch), not an interval's. */
     long every = t->cfg->train.eval_interval;
-    if (every > 0 && ls->step % every == 0) {
-        int rc = do_eval(t, ls, &stop, err);
-        if (rc) return rc;
-    }
+    bool signalled = t->opts.stop_signal && *t->opts.stop_signal;
+    bool eval_due = (every > 0 && ls->step % every == 0) ||
+                    (!signalled && ((every == 0 && epoch_done) || last));
+    int verdict = eval_due ? eval_point(t, ls, err) : CT_OK;
+    if (verdict > 0) return verdict;
     long save_every = t->cfg->train.save_interval;
     if (save_every > 0 && ls->step % save_every == 0) {
         int rc = save_now(t, ls, err);
         if (rc) return rc;
     }
-    if (stop) {
-        ct_trainer_set_status(t, "early_stopped", NULL);
-        return LOOP_DONE;
-    }
-    if (t->opts.stop_signal && *t->opts.stop_signal) {
+    if (verdict == LOOP_DONE) return LOOP_DONE; /* early stopping */
+    if (signalled) {
         int sig = *t->opts.stop_signal;
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
@@ -399,22 +439,30 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
-    return ls->step >= t->d.total_steps ? LOOP_DONE : CT_OK;
+    return last ? LOOP_DONE : CT_OK;
 }
 
-/* One epoch: steps, the epoch line, and the end-of-epoch (or end-of-run) eval. */
+/* One epoch of steps of train_batch_size samples, the last one fewer when the epoch ends first
+ * (data.drop_last false); after_step makes the evals, saves and the epoch line. The epoch ends
+ * where the loader says (a resume with another train_batch_size ends it after the last whole step
+ * from where it resumed, under drop_last). A run resumed from a checkpoint of an epoch's last step
+ * starts with that epoch done: the epoch-end eval a stop signal skipped then is made now. */
 static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
-    int64_t n = t->d.epoch_samples, gb = t->cfg->train_batch_size;
-    if (ls->epoch_step == 0) { /* else resumed inside this epoch: its sums go on */
+    int64_t gb = t->cfg->train_batch_size;
+    if (ls->epoch_pos == 0) { /* else resumed inside this epoch: its sums go on */
         ls->epoch_loss = 0;
         ls->epoch_n = 0;
     }
     t->sum->epochs = ls->epoch + 1;
-    double t0 = ct_now();
-    int64_t s0 = ls->samples;
+    ls->epoch_t0 = ct_now();
+    ls->epoch_s0 = ls->samples;
+    ls->epoch_end = ct_loader_epoch_end(t->d.train_l, ls->epoch);
+    if (ls->epoch_pos >= ls->epoch_end)
+        return ls->step > 0 && t->cfg->train.eval_interval == 0 ? eval_point(t, ls, err) : CT_OK;
+    ls->epoch_steps = ls->epoch_step + (long)((ls->epoch_end - ls->epoch_pos + gb - 1) / gb);
     int end = CT_OK;
-    while (ls->epoch_step < t->d.steps_per_epoch && end == CT_OK) {
-        int64_t start = ls->epoch_step * gb, k = n - start < gb ? n - start : gb;
+    while (ls->epoch_pos < ls->epoch_end && end == CT_OK) {
+        int64_t k = ls->epoch_end - ls->epoch_pos < gb ? ls->epoch_end - ls->epoch_pos : gb;
         if (ls->step == 0) {
             t->sum->first_step_s = ct_process_age_s();
             ct_report_line(&t->obs.rep, "first step %.2fs after launch", t->sum->first_step_s);
@@ -426,22 +474,6 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ls->wait_s += ls->step_wait_s;
         if (rc) return rc;
         end = after_step(t, ls, loss, &st, k, err);
-    }
-    if (end > 0) return end; /* error or signal: no eval */
-    double secs = ct_now() - t0;
-    if (ls->epoch_step == t->d.steps_per_epoch && ls->epoch_n > 0 && ls->samples > s0)
-        ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
-                        ls->epoch_loss / (double)ls->epoch_n, secs,
-                        (double)(ls->samples - s0) / fmax(secs, 1e-9));
-    /* Eval at each epoch's end (eval_interval 0) and at the end of the run. */
-    if (t->cfg->train.eval_interval == 0 || end == LOOP_DONE) {
-        bool stop = false;
-        int rc = do_eval(t, ls, &stop, err);
-        if (rc) return rc;
-        if (stop && end == CT_OK) {
-            ct_trainer_set_status(t, "early_stopped", NULL);
-            end = LOOP_DONE;
-        }
     }
     return end;
 }
@@ -483,6 +515,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
         if (rc == CT_OK) { /* the epoch is complete and the run goes on */
             ls.epoch++;
             ls.epoch_step = 0;
+            ls.epoch_pos = 0;
         }
     }
     if (rc == LOOP_DONE) rc = finish_run(t, &ls, err);

@@ -18,6 +18,8 @@
 
 typedef struct ct_run_opts {
     const char *resume;          /* NULL, "auto" or a checkpoint directory */
+    bool strict_resume;          /* --strict-resume: a resume on data that changed since the
+                                    checkpoint (its fingerprint) is CT_ERR_DATA, not a warning */
     const char *summary_path;    /* --summary FILE, or NULL */
     bool quiet;                  /* --quiet: no progress, only errors and the summary */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
