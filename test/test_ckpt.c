@@ -565,6 +565,32 @@ START_TEST(checksum_mismatch_refused) {
 }
 END_TEST
 
+/* state.json may be edited by hand: a changed byte is loaded, and flagged so the resume warns. */
+START_TEST(state_change_flagged) {
+    model a, b;
+    model_init(&a, 23);
+    save(&a, 4, 0);
+    char dir[600], file[700];
+    snprintf(dir, sizeof dir, "%s/global_step4", save_dir);
+    snprintf(file, sizeof file, "%s/state.json", dir);
+    ct_err err = {0};
+    ct_ckpt_state st;
+    model_init(&b, 0);
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, &st, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert(!st.state_changed);
+    size_t len = 0;
+    char *text = ct_fs_read_small(file, 1 << 16, &len);
+    char *at = strstr(text, "\"micro_step\":");
+    ck_assert_ptr_nonnull(at);
+    at += strcspn(at, "0123456789");
+    *at = *at == '7' ? '8' : '7';   /* same size: the marker's sizes cannot tell */
+    ck_assert_int_eq(ct_fs_write_sync(file, text, len, &err), CT_OK);
+    free(text);
+    ck_assert_msg(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, &st, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert(st.state_changed);
+}
+END_TEST
+
 START_TEST(shape_mismatch_names_tensor) {
     model a, b;
     model_init(&a, 10);
@@ -984,6 +1010,7 @@ int main(void) {
     tcase_add_test(tc, incomplete_is_never_loaded);
     tcase_add_test(tc, corrupt_files_named);
     tcase_add_test(tc, checksum_mismatch_refused);
+    tcase_add_test(tc, state_change_flagged);
     tcase_add_test(tc, shape_mismatch_names_tensor);
     tcase_add_test(tc, best_dir);
     tcase_add_test(tc, init_from_strict_and_partial);

@@ -362,11 +362,29 @@ static int write_json(const char *dir, const char *name, const cJSON *j, ct_err 
     return rc;
 }
 
+/* CRC-32 of a whole file. */
+static int file_crc(const char *path, uint32_t *out, ct_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = ct_xmalloc(CHUNK);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    size_t k;
+    while ((k = fread(buf, 1, CHUNK, f)) > 0) crc = crc32(crc, buf, (uInt)k);
+    int bad = ferror(f), e = errno;
+    fclose(f);
+    free(buf);
+    if (bad) return ct_errf(err, ct_err_io(e, CT_ERR_DATA), "%s: cannot read: %s", path, strerror(e));
+    *out = (uint32_t)crc;
+    return CT_OK;
+}
+
 /* The marker lists every file with its size, so a truncated file is caught before parsing, and
  * the CRC-32 of each tensor file (computed while writing it), so flipped bytes are caught before
- * a tensor is used. */
+ * a tensor is used; and state.json's, so a resume can say that it changed since (it is text a
+ * user may edit: a warning, not a refusal). */
 static int write_marker(const char *dir, const char *tag, const uint32_t crc[N_TENSOR_FILES],
-                        ct_err *err) {
+                        uint32_t state_crc, ct_err *err) {
     static const char *files[] = {CKPT_MODEL, CKPT_OPTIM, CKPT_STATE, CKPT_CONFIG};
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "tag", tag);
@@ -386,6 +404,9 @@ static int write_marker(const char *dir, const char *tag, const uint32_t crc[N_T
         snprintf(hex, sizeof hex, "%08" PRIx32, crc[i]);
         cJSON_AddStringToObject(c, tensor_files[i], hex);
     }
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08" PRIx32, state_crc);
+    cJSON_AddStringToObject(c, CKPT_STATE, hex);
     if (!rc) rc = write_json(dir, CT_CKPT_MARKER, j, err);
     cJSON_Delete(j);
     return rc;
@@ -394,7 +415,8 @@ static int write_marker(const char *dir, const char *tag, const uint32_t crc[N_T
 static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_state *s,
                      const cJSON *config, const char *tag, const ct_ckpt_save_opts *o,
                      ct_err *err) {
-    uint32_t crc[N_TENSOR_FILES];
+    uint32_t crc[N_TENSOR_FILES], state_crc = 0;
+    char state_path[CKPT_PATH];
     int rc = write_model(dir, t, tag, &crc[0], err);
     if (!rc) rc = fault(o, CKPT_MODEL, err);
     if (!rc) rc = write_optim(dir, t, &crc[1], err);
@@ -404,10 +426,12 @@ static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_st
         rc = write_json(dir, CKPT_STATE, sj, err);
         cJSON_Delete(sj);
     }
+    if (!rc) rc = ct_fs_join(state_path, sizeof state_path, dir, CKPT_STATE, err);
+    if (!rc) rc = file_crc(state_path, &state_crc, err);   /* a few hundred bytes, just written */
     if (!rc) rc = fault(o, CKPT_STATE, err);
     if (!rc) rc = write_json(dir, CKPT_CONFIG, config, err);
     if (!rc) rc = fault(o, CKPT_CONFIG, err);
-    if (!rc) rc = write_marker(dir, tag, crc, err);
+    if (!rc) rc = write_marker(dir, tag, crc, state_crc, err);
     if (!rc) rc = fault(o, CT_CKPT_MARKER, err);
     if (!rc) rc = ct_fs_sync_dir(dir, err);
     return rc;
@@ -638,22 +662,6 @@ static int check_marker(const char *dir, ct_err *err) {
 
 bool ct_ckpt_is_complete(const char *dir) { return check_marker(dir, NULL) == CT_OK; }
 
-/* CRC-32 of a whole file. */
-static int file_crc(const char *path, uint32_t *out, ct_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
-    enum { CHUNK = 1 << 20 };
-    unsigned char *buf = ct_xmalloc(CHUNK);
-    uLong crc = crc32(0L, Z_NULL, 0);
-    size_t k;
-    while ((k = fread(buf, 1, CHUNK, f)) > 0) crc = crc32(crc, buf, (uInt)k);
-    int bad = ferror(f), e = errno;
-    fclose(f);
-    free(buf);
-    if (bad) return ct_errf(err, CT_ERR_DATA, "%s: cannot read: %s", path, strerror(e));
-    *out = (uint32_t)crc;
-    return CT_OK;
-}
 
 /* Where to resume from when the checkpoint dir cannot be trusted: the newest complete
  * global_step* beside it (in its parent directory), older than it when dir is a global_step<N>
@@ -940,11 +948,26 @@ static int read_json_file(const char *dir, const char *name, cJSON **out, ct_err
     int rc = ct_fs_join(path, sizeof path, dir, name, err);
     if (rc) return rc;
     char *text = ct_fs_read_small(path, 64u << 20, NULL);
-    if (!text) return ct_errf(err, CT_ERR_DATA, "%s: cannot read: %s", path, strerror(errno));
+    if (!text) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot read: %s", path, strerror(errno));
     *out = cJSON_Parse(text);
     free(text);
     if (!*out) return ct_errf(err, CT_ERR_DATA, "%s: not valid JSON", path);
     return CT_OK;
+}
+
+/* state.json no longer has the CRC-32 the marker recorded for it (none recorded: false). */
+static bool state_changed(const char *dir) {
+    cJSON *m = NULL;
+    ct_err e = {0};
+    if (read_json_file(dir, CT_CKPT_MARKER, &m, &e)) return false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, "crc32"),
+                                                      CKPT_STATE);
+    char path[CKPT_PATH];
+    uint32_t have = 0;
+    bool changed = cJSON_IsString(v) && !ct_fs_join(path, sizeof path, dir, CKPT_STATE, &e) &&
+                   !file_crc(path, &have, &e) && strtoul(v->valuestring, NULL, 16) != have;
+    cJSON_Delete(m);
+    return changed;
 }
 
 int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
@@ -964,6 +987,7 @@ int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_st
         rc = read_json_file(dir, CKPT_STATE, &sj, err);
         if (!rc) rc = ct_fs_join(path, sizeof path, dir, CKPT_STATE, err);
         if (!rc) rc = state_from_json(sj, &st, path, err);
+        if (!rc) st.state_changed = state_changed(dir);
     }
     if (!rc && config_out) rc = read_json_file(dir, CKPT_CONFIG, config_out, err);
     /* Everything validated: only now touch the caller's buffers. */

@@ -93,6 +93,9 @@ typedef struct ct_ckpt_state {
      * a checkpoint written before they were recorded), compared on resume */
     char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];
     char version[32];            /* ctrain version that wrote it */
+    /* On load: state.json's bytes differ from the CRC-32 the marker recorded (edited by hand, or
+     * damaged). Its values are still used (hand edits are allowed); the caller warns. */
+    bool state_changed;
 } ct_ckpt_state;
 
 void ct_ckpt_state_init(ct_ckpt_state *s);

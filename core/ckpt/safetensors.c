@@ -293,7 +293,7 @@ ct_st_file *ct_st_parse(const void *buf, size_t len, const char *name, ct_err *e
 ct_st_file *ct_st_open(const char *path, ct_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        ct_errf(err, CT_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+        ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;

@@ -370,6 +370,11 @@ static int resume(ct_trainer *t, ct_err *err) {
     cJSON *saved = NULL;
     rc = ct_ckpt_load(dir, &t->ck.ck, CT_CKPT_LOAD_ALL, &st, &saved, err);
     if (rc) return rc;
+    if (st.state_changed)
+        ct_warnf(&warn, "%s/state.json changed after ctrain saved it (edited by hand, or damaged: "
+                 "its checksum differs); its values are used as they are now: step %ld, epoch %d, "
+                 "sample %ld of the epoch, scheduler step %ld", dir, st.step, st.epoch + 1,
+                 st.epoch_sample, st.sched_t);
     rc = check_data(t, "train", t->d.train_ds, st.train_data, t->ck.train_data, dir, &warn, err);
     if (!rc && t->d.eval_ds) rc = check_data(t, "eval", t->d.eval_ds, st.eval_data, t->ck.eval_data, dir, &warn, err);
     print_warnings(&warn);

@@ -12,7 +12,8 @@ TARGET is one of
             micro-batch, accumulation, a layer's width, the optimizer, the precision, the seed, the
             data) or a damaged checkpoint file. Properties: exit 0, 2 or 3 only; 0 only for changes
             a resume may absorb, with the changes listed; 2/3 name the file or setting; never a
-            crash or a hang; the checkpoint directory is unchanged by a refused resume.
+            crash or a hang; a damaged tensor file is refused (exit 3, its checksum); the
+            checkpoint directory is unchanged by a refused resume.
   paths     output paths drawn from a bag of bad ones (missing parents, a file where a directory
             goes, read-only directories, the config or a data file, a checkpoint's files, the run
             directory's config.json and lock, /dev/full, /dev/null, symlinks, long names) for
@@ -242,6 +243,7 @@ class Campaign:
         ck = os.path.join(rd, "checkpoints")
         tag = open(os.path.join(ck, "latest")).read().strip()
         damage = self.rng.random() < 0.3
+        victim = None
         if damage:
             victim = os.path.join(ck, tag, self.rng.choice(["model.safetensors", "optimizer.safetensors", "state.json"]))
             data = bytearray(open(victim, "rb").read())
@@ -257,7 +259,10 @@ class Campaign:
         if not self.judge_exit(r, args):
             return
         code, out, err, _ = r
-        self.count(f"{'damaged ' if damage else ''}exit {code}")
+        self.count(f"{'damaged ' + os.path.basename(victim) + ' ' if damage else ''}exit {code}")
+        if damage and victim.endswith(".safetensors") and code != 3:
+            # the tensor files carry a CRC-32 in COMPLETE: a flipped bit is never trained on
+            self.finding("corrupt", args, f"a damaged {os.path.basename(victim)} gave exit {code}, not 3", err)
         if code not in (0, 2, 3):
             self.finding("exit", args, f"resume under {over} damaged={damage}: exit {code}", err)
         after = {n: self.digest(os.path.join(ck, tag, n)) for n in before}
