@@ -263,6 +263,8 @@ class Campaign:
         if damage and victim.endswith(".safetensors") and code != 3:
             # the tensor files carry a CRC-32 in COMPLETE: a flipped bit is never trained on
             self.finding("corrupt", args, f"a damaged {os.path.basename(victim)} gave exit {code}, not 3", err)
+        if damage and victim.endswith("state.json") and code == 0 and "state.json changed" not in err:
+            self.finding("silent", args, "a damaged state.json resumed without a warning", err)
         if code not in (0, 2, 3):
             self.finding("exit", args, f"resume under {over} damaged={damage}: exit {code}", err)
         after = {n: self.digest(os.path.join(ck, tag, n)) for n in before}
