@@ -6,11 +6,9 @@
 # Usage: e2e_amp.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
 set -u
 B=${1:-build}/ctrain
-D=/usr/share/datasets/fashion-mnist
-[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh
+fmnist_or_skip
+scratch_dir
 # run CODE NAME DESCRIPTION ARGS...: ctrain --summary $T/NAME.json ARGS; check the exit code
 run() {
     code=$1; name=$2; what=$3; shift 3

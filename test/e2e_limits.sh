@@ -8,11 +8,9 @@
 # Usage: e2e_limits.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
 set -u
 B=${1:-build}/ctrain
-D=/usr/share/datasets/fashion-mnist
-[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh
+fmnist_or_skip
+scratch_dir
 
 # limited OPTION VALUE CODE DESCRIPTION: train the MLP a few steps under ulimit OPTION VALUE (-v
 # KB of address space, -n open files; 60 s at most).

@@ -9,11 +9,9 @@
 # Usage: e2e_plan.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
 set -u
 B=${1:-build}/ctrain
-D=/usr/share/datasets/fashion-mnist
-[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh
+fmnist_or_skip
+scratch_dir
 
 # plan_vs_peak MODEL PRECISION SKIP: within 5% per category (SKIP: a category not compared).
 plan_vs_peak() {

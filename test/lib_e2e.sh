@@ -1,6 +1,16 @@
 # lib_e2e.sh: helpers shared by the end-to-end scripts (not itself a test); sourced from the repository root
 # (`. test/lib_e2e.sh`). Each check prints "ok   ..." or "FAIL ..."; $fails counts failures.
 fails=0
+# fmnist_or_skip: D is the Fashion-MNIST package's directory; exit 77 (skipped) without it.
+fmnist_or_skip() {
+    D=/usr/share/datasets/fashion-mnist
+    [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+}
+# scratch_dir: T is a new temporary directory, removed when the script exits.
+scratch_dir() {
+    T=$(mktemp -d)
+    trap 'rm -rf "$T"' EXIT
+}
 ok()  { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 # has FILE PATTERN DESCRIPTION: FILE contains PATTERN (grep), else show the end of FILE.
