@@ -258,21 +258,11 @@ static int export_write(const ct_st_file *f, const export_args *a, const char *s
     ct_st_entry *e = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *e);
     float **owned = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *owned);
     int rc = export_entries(f, a->dtype, e, owned, err);
-    char tmp[CLI_PATH];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", a->out, (long)getpid());
     const char *mk[] = {"format", "ctrain_version", "source", "dtype"};
     const char *mv[] = {"pt", CT_VERSION, src, ct_dtype_safetensors_name(a->dtype)};
-    if (!rc) rc = ct_st_write(tmp, e, f->n_tensors, mk, mv, 4, err);
-    if (!rc && rename(tmp, a->out) != 0) {
-        rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot rename to %s: %s", tmp, a->out,
-                     strerror(errno));
-        unlink(tmp);
-    }
-    if (!rc) {
-        char dir[CLI_PATH];
-        ct_fs_parent(a->out, dir, sizeof dir);
-        rc = ct_fs_sync_dir(dir, err);
-    }
+    ct_fs_out out;   /* a temporary file renamed into place (a device is written through) */
+    if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
+    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, f->n_tensors, mk, mv, 4, err), err);
     for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
     free(owned);
     free(e);

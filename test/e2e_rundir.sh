@@ -15,7 +15,9 @@
 #    incomplete checkpoints left alone;
 #  - --summary on a full file system (a 64 KiB tmpfs; skipped when mount is not permitted): a
 #    message on stderr, exit 0 because the final checkpoint is saved, no empty file, and an old
-#    summary survives.
+#    summary survives;
+#  - --summary through a symbolic link (the link stays), into a FIFO and into device nodes made
+#    here (they stay devices; the full one is a message and exit 0).
 # Usage: e2e_rundir.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
 set -u
 B=$(cd "$(dirname "${1:-build}/ctrain")" && pwd)/ctrain
@@ -219,6 +221,41 @@ if mount -t tmpfs -o size=64k tmpfs "$T/full" 2>/dev/null; then
     umount "$T/full"
 else
     echo "skip full-disk --summary check: mount -t tmpfs is not permitted here"
+fi
+
+# --- --summary that is not a plain file: a link stays a link, a FIFO and a device are written
+# through (renaming over them replaced the device: --summary /dev/null as root turned /dev/null
+# into a regular file). Device nodes are made here (mknod), never /dev's own.
+echo '{"old": true}' >"$T/target.json"
+ln -s target.json "$T/link.json"
+C --config expA/ds_config.json --set train.run_dir=runs/l1 --quiet --summary "$T/link.json" >/dev/null 2>"$T/l1.err"
+code $? 0 "--summary through a symbolic link" "$T/l1.err"
+[ -L "$T/link.json" ] && ok "the link is still a link" || bad "the link was replaced by a file"
+has "$T/target.json" '"status":"ok"' "the file the link names holds the summary"
+ln -s "$T/no/such/dir/x.json" "$T/dangling.json"
+C --config expA/ds_config.json --set train.run_dir=runs/l0 --quiet --summary "$T/dangling.json" >/dev/null 2>"$T/l0.err"
+code $? 2 "--summary through a link into a missing directory: exit 2 at start" "$T/l0.err"
+untrained "$T/l0.err" "a link into a missing directory: found before training"
+mkfifo "$T/fifo"
+timeout 20 cat "$T/fifo" >"$T/fifo.out" &   # a reader that never gets its line gives up
+C --config expA/ds_config.json --set train.run_dir=runs/l2 --quiet --summary "$T/fifo" >/dev/null 2>"$T/l2.err"
+code $? 0 "--summary into a FIFO" "$T/l2.err"
+wait
+[ -p "$T/fifo" ] && ok "the FIFO is still a FIFO" || bad "the FIFO was replaced"
+has "$T/fifo.out" '"status":"ok"' "the reader got the summary"
+if mknod "$T/null" c 1 3 2>/dev/null && mknod "$T/full-dev" c 1 7 2>/dev/null; then
+    C --config expA/ds_config.json --set train.run_dir=runs/l3 --quiet --summary "$T/null" >/dev/null 2>"$T/l3.err"
+    code $? 0 "--summary into a null device" "$T/l3.err"
+    [ -c "$T/null" ] && ok "the null device is still a device" || bad "the null device was replaced by a file"
+    C --config expA/ds_config.json --set train.run_dir=runs/l4 --quiet --summary "$T/full-dev" >/dev/null 2>"$T/l4.err"
+    code $? 0 "--summary into a full device, checkpoint saved: exit 0" "$T/l4.err"
+    has "$T/l4.err" "full-dev.*No space left" "the failed write is on stderr"
+    [ -c "$T/full-dev" ] && ok "the full device is still a device" || bad "the full device was replaced by a file"
+    C export --checkpoint runs/l4/checkpoints --out "$T/full-dev" >/dev/null 2>"$T/l5.err"
+    code $? 1 "export into a full device: exit 1" "$T/l5.err"
+    [ -c "$T/full-dev" ] && ok "export left the device a device" || bad "export removed or replaced the device"
+else
+    echo "skip device --summary checks: mknod is not permitted here"
 fi
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"

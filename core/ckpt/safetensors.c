@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/util/fs.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (the format is little-endian)"
 #endif
@@ -530,11 +532,13 @@ int ct_st_write_crc(const char *path, const ct_st_entry *entries, int n, const c
         rc = st_write_all(&o, &hlen, 8, err);
         if (!rc) rc = st_write_all(&o, h.p, h.n, err);
         for (int i = 0; i < n && !rc; i++) rc = st_write_entry(&o, ord[i].e, err);
-        if (!rc && fsync(o.fd) != 0)
+        if (!rc && ct_fs_fsync(o.fd) != 0)
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+        struct stat st;   /* a partial file is removed; a device written through is not a file */
+        bool regular = fstat(o.fd, &st) == 0 && S_ISREG(st.st_mode);
         if (close(o.fd) != 0 && !rc)
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
-        if (rc) unlink(path);
+        if (rc && regular) unlink(path);
     }
     if (!rc && crc) *crc = (uint32_t)o.crc;
     free(h.p);

@@ -37,6 +37,11 @@ int ct_fs_mkdirs(const char *path, ct_err *err) {
     return CT_OK;
 }
 
+int ct_fs_fsync(int fd) {
+    /* a device, a FIFO or a terminal has nothing to flush to a disk: EINVAL (or EROFS) */
+    return fsync(fd) == 0 || errno == EINVAL || errno == EROFS ? 0 : -1;
+}
+
 int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
@@ -52,7 +57,7 @@ int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err
         p += k;
         len -= (size_t)k;
     }
-    if (fsync(fd) != 0) {
+    if (ct_fs_fsync(fd) != 0) {
         int e = errno;
         close(fd);
         return ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(e));
@@ -131,22 +136,77 @@ static int tmp_name(const char *path, char *out, size_t n, ct_err *err) {
     return CT_OK;
 }
 
-int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *err) {
-    char tmp[4200], dir[4096];
-    int rc = tmp_name(path, tmp, sizeof tmp, err);
-    if (!rc) rc = ct_fs_write_sync(tmp, data, len, err);
+/* Where an output named `path` really goes. A symbolic link to a regular file, or to nothing yet:
+ * the file it names, so the link stays a link (renaming over it would replace the link itself, and
+ * a link in /dev such as /dev/stdout with it). Something that is not a regular file (/dev/null,
+ * /dev/full, a FIFO, a terminal): a stream, written in place through the name (renaming over a
+ * device would replace the device: `--summary /dev/null` as root turned /dev/null into a regular
+ * file). Else path itself. */
+typedef struct output_target {
+    char path[PATH_MAX];
+    bool stream;
+} output_target;
+
+static int resolve_output(const char *path, output_target *t, ct_err *err) {
+    struct stat st, lst;
+    bool exists = stat(path, &st) == 0, link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    t->stream = exists && !S_ISREG(st.st_mode);
+    if (exists && S_ISDIR(st.st_mode)) return ct_errf(err, CT_ERR_RUNTIME, "%s: is a directory", path);
+    if (link && exists && !t->stream) {
+        if (!realpath(path, t->path))
+            return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot resolve the link: %s", path, strerror(errno));
+        return CT_OK;
+    }
+    if (link && !exists) {   /* the name it holds, relative to the link's directory */
+        char to[PATH_MAX], dir[PATH_MAX];
+        ssize_t k = readlink(path, to, sizeof to - 1);
+        if (k < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot read the link: %s", path, strerror(errno));
+        to[k] = '\0';
+        ct_fs_parent(path, dir, sizeof dir);
+        int n = to[0] == '/' ? snprintf(t->path, sizeof t->path, "%s", to)
+                             : snprintf(t->path, sizeof t->path, "%s/%s", dir, to);
+        return n < (int)sizeof t->path ? CT_OK : ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", path);
+    }
+    if (snprintf(t->path, sizeof t->path, "%s", path) >= (int)sizeof t->path)
+        return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", path);
+    return CT_OK;
+}
+
+int ct_fs_out_begin(const char *path, ct_fs_out *o, ct_err *err) {
+    output_target t;
+    int rc = resolve_output(path, &t, err);
+    if (rc) return rc;
+    o->in_place = t.stream;
+    snprintf(o->final, sizeof o->final, "%s", t.path);
+    if (o->in_place) {
+        snprintf(o->write_to, sizeof o->write_to, "%s", path);   /* through the name */
+        return CT_OK;
+    }
+    return tmp_name(o->final, o->write_to, sizeof o->write_to, err);
+}
+
+int ct_fs_out_commit(const ct_fs_out *o, int rc, ct_err *err) {
+    if (o->in_place) return rc;
     if (rc) {
-        unlink(tmp);
+        unlink(o->write_to);
         return rc;
     }
-    if (rename(tmp, path) != 0) {
-        rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot rename to %s: %s", tmp, path,
+    if (rename(o->write_to, o->final) != 0) {
+        rc = ct_errf(err, CT_ERR_RUNTIME, "%s: cannot rename to %s: %s", o->write_to, o->final,
                      strerror(errno));
-        unlink(tmp);
+        unlink(o->write_to);
         return rc;
     }
-    ct_fs_parent(path, dir, sizeof dir);
+    char dir[4096];
+    ct_fs_parent(o->final, dir, sizeof dir);
     return ct_fs_sync_dir(dir, err);
+}
+
+int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *err) {
+    ct_fs_out o;
+    int rc = ct_fs_out_begin(path, &o, err);
+    if (rc) return rc;
+    return ct_fs_out_commit(&o, ct_fs_write_sync(o.write_to, data, len, err), err);
 }
 
 int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,
@@ -203,16 +263,29 @@ int ct_fs_check_dir_writable(const char *dir, ct_err *err) {
     return probe_create(probe, dir, err);
 }
 
-int ct_fs_check_output_file(const char *path, ct_err *err) {
-    char dir[4096], tmp[4200];
-    if (ct_fs_is_dir(path)) return ct_errf(err, CT_ERR_RUNTIME, "%s: is a directory", path);
+int ct_fs_check_output_file(const char *name, ct_err *err) {
+    char dir[4096], tmp[PATH_MAX + 32];
+    output_target t;
+    int rc = resolve_output(name, &t, err);
+    if (rc) return rc;
+    if (t.stream) {
+        struct stat st;
+        /* a FIFO is left alone (opening it for writing waits for, or without O_NONBLOCK fails
+         * for lack of, a reader that may come by the end); a device must open for writing */
+        if (stat(name, &st) == 0 && S_ISFIFO(st.st_mode)) return CT_OK;
+        int fd = open(name, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) close(fd);
+        return fd >= 0 ? CT_OK
+               : ct_errf(err, CT_ERR_RUNTIME, "%s: cannot open for writing: %s", name, strerror(errno));
+    }
+    const char *path = t.path;
     ct_fs_parent(path, dir, sizeof dir);
     struct stat st;
     if (stat(dir, &st) != 0)
         return ct_errf(err, CT_ERR_RUNTIME, "%s: directory %s: %s", path, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return ct_errf(err, CT_ERR_RUNTIME, "%s: %s is not a directory", path, dir);
-    int rc = tmp_name(path, tmp, sizeof tmp, err);
+    rc = tmp_name(path, tmp, sizeof tmp, err);
     return rc ? rc : probe_create(tmp, path, err);
 }
 

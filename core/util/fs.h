@@ -12,6 +12,9 @@
 int ct_fs_join(char *out, size_t n, const char *a, const char *b, ct_err *err);
 /* mkdir -p (mode 0755). */
 int ct_fs_mkdirs(const char *path, ct_err *err);
+/* fsync(2) that succeeds for files that cannot be synced (a device, a FIFO: EINVAL, EROFS);
+ * -1 with errno set otherwise. */
+int ct_fs_fsync(int fd);
 /* Write the whole file (truncate), fsync, close. */
 int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err);
 /* fsync a directory so renames and creations inside it are durable. */
@@ -26,8 +29,22 @@ bool ct_fs_exists(const char *path);
 /* The directory part of path into out: "a/b" for "a/b/c", "." for "c", "/" for "/c". */
 void ct_fs_parent(const char *path, char *out, size_t n);
 /* Write path atomically: path.tmp-<pid>, fsync, rename over path, fsync its directory. A reader
- * sees the old content or the new, never a part; on failure the old file is untouched. */
+ * sees the old content or the new, never a part; on failure the old file is untouched. A symbolic
+ * link to a file: the file it names is replaced, the link stays. Not a regular file (/dev/null,
+ * /dev/stdout to a pipe, a FIFO) or a link that names nothing yet: written in place through the
+ * name (a device is never replaced). A directory: an error. */
 int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *err);
+/* The same for a file another writer produces (a large file written piece by piece):
+ * ct_fs_out_begin says where to write (write_to: a temporary name beside the final file, or the
+ * name itself for a device or FIFO), ct_fs_out_commit(o, rc) takes the writer's result and puts
+ * the file in place (rename, directory fsync), or removes the temporary when rc failed. */
+typedef struct ct_fs_out {
+    char write_to[4200];
+    char final[4096];            /* the file replaced: path, or the file a link to it names */
+    bool in_place;
+} ct_fs_out;
+int ct_fs_out_begin(const char *path, ct_fs_out *o, ct_err *err);
+int ct_fs_out_commit(const ct_fs_out *o, int rc, ct_err *err);
 /* ct_fs_write_atomic of dir/name. */
 int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,
                        ct_err *err);
@@ -46,7 +63,8 @@ bool ct_fs_within(const char *path, const char *dir);
 int ct_fs_check_dir_writable(const char *dir, ct_err *err);
 /* Check that ct_fs_write_atomic(path) can succeed without touching path: path is not a
  * directory, its directory exists, and the temporary name can be created there (created and
- * removed). CT_ERR_RUNTIME naming the path and the reason. */
+ * removed); a device must open for writing (a FIFO is not opened). CT_ERR_RUNTIME naming the
+ * path and the reason. */
 int ct_fs_check_output_file(const char *path, ct_err *err);
 /* An exclusive lock on path (created 0644 when missing), taken without waiting with flock(2):
  * the kernel drops it when *fd is closed or the process dies, so a killed holder never leaves a

@@ -16,10 +16,11 @@ TARGET is one of
             checkpoint directory is unchanged by a refused resume.
   paths     output paths drawn from a bag of bad ones (missing parents, a file where a directory
             goes, read-only directories, the config or a data file, a checkpoint's files, the run
-            directory's config.json and lock, /dev/full, /dev/null, symlinks, long names) for
+            directory's config.json and lock, null and full device nodes made in the scratch
+            directory, a link to a file, symlinks, long names) for
             train.run_dir, train.save_dir, --summary and export --out. Properties: exit 0 or 2
-            (1 only for /dev/full), a refusal comes before any training step, no input file or
-            checkpoint changes, no partial summary.
+            (1 only for the full device), a refusal comes before any training step, no input
+            file or checkpoint changes, devices and links stay what they were, no partial summary.
   limits    random address-space, file-size and open-file limits. Properties: a documented exit
             code, a message on stderr for every failure, no hang, no crash.
 
@@ -33,6 +34,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -282,13 +284,28 @@ class Campaign:
             os.symlink(os.path.join(scratch, "nowhere", "deeper"), link)
         ck = os.path.join(self.ref_dir, "checkpoints")
         tag = open(os.path.join(ck, "latest")).read().strip()
-        return [os.path.join(scratch, "new", "deeper", "dir"), afile, os.path.join(afile, "sub"), ro,
+        # device nodes of our own (never /dev's: a regression would replace them), a link to a
+        # file; each must still be what it was after the run
+        specials = []
+        for name, minor in (("null", 3), ("full", 7)):
+            dev = os.path.join(scratch, name)
+            try:
+                os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+                specials.append(dev)
+            except OSError:
+                pass
+        target = os.path.join(scratch, "target.json")
+        open(target, "w").write("{}\n")
+        os.symlink(target, os.path.join(scratch, "to_file"))
+        specials.append(os.path.join(scratch, "to_file"))
+        self.specials = specials
+        return specials + [os.path.join(scratch, "new", "deeper", "dir"), afile, os.path.join(afile, "sub"), ro,
                 os.path.join(ro, "sub"), link, os.path.join(scratch, "x" * 300),
                 os.path.join(self.data, "images"), os.path.join(self.data, "labels"),
                 os.path.join(self.dir, "paths.json"), os.path.join(ck, "latest"),
                 os.path.join(ck, tag, "model.safetensors"), os.path.join(ck, tag),
                 os.path.join(self.ref_dir, "config.json"), os.path.join(self.ref_dir, ".lock"),
-                "/dev/full", "/dev/null", scratch, os.path.join(scratch, "ok")]
+                scratch, os.path.join(scratch, "ok")]
 
     def inputs(self, which):
         """Files the command reads, which it must not change: a training run's data (its config is
@@ -338,7 +355,7 @@ class Campaign:
             self.count(f"{which} exit {code}")
             if code not in (0, 1, 2):
                 self.finding("exit", args, f"{which}={path}: exit {code}", err)
-            if code == 1 and "/dev/full" not in path:
+            if code == 1 and not path.endswith("/full"):
                 self.finding("exit", args, f"{which}={path}: exit 1 (a path the user must fix is 2)", err)
             if code == 2 and "step 1/" in err:
                 self.finding("late", args, f"{which}={path} refused after training started", err)
@@ -350,6 +367,12 @@ class Campaign:
                     changed.append(cf)
                 self.finding("loss", args, f"{which}={path}: input files changed: {changed}", err)
                 self.data = self.make_data()   # intact inputs again: one finding counts once
+            kinds = {os.path.basename(p): (os.path.islink(p), stat.S_IFMT(os.lstat(p).st_mode))
+                     for p in self.specials if os.path.lexists(p)}
+            if len(kinds) != len(self.specials) or any(
+                    (k == "to_file") != v[0] or (k != "to_file" and v[1] != stat.S_IFCHR)
+                    for k, v in kinds.items()):
+                self.finding("loss", args, f"{which}={path}: a device node or a link was replaced: {kinds}", err)
             if which == "summary" and os.path.isfile(path) and path not in inputs + [cf]:
                 text = open(path).read()
                 if text and not text.endswith("}\n"):

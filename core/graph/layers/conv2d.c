@@ -91,12 +91,27 @@ static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return 2 * ct_nbytes(col_rows(l) * p, dt);   /* col and dcol, in the activation dtype */
 }
 
+/* The sizes both passes use: per group, W_grp is [ocg, kg], a column buffer [kg, p], y [ocg, p];
+ * in_sz and out_sz are one sample's input and output elements. */
+typedef struct conv_dims {
+    ct_conv2d_geom g;
+    int64_t kg, p, ocg, in_sz, out_sz;
+} conv_dims;
+
+static conv_dims dims_of(const ct_layer *l, int64_t n) {
+    const conv_cfg *c = l->cfg_data;
+    conv_dims d = {.g = geom(l, n), .kg = col_rows(l), .ocg = c->out / c->groups,
+                   .in_sz = ct_layer_in_numel(l, 0), .out_sz = ct_layer_out_numel(l)};
+    d.p = d.g.oh * d.g.ow;
+    return d;
+}
+
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     const conv_cfg *c = l->cfg_data;
     ct_backend *be = io->be;
-    ct_conv2d_geom g = geom(l, io->n);
-    int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
-    int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
+    conv_dims d = dims_of(l, io->n);
+    ct_conv2d_geom g = d.g;
+    int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws;                                    /* [kg, p] */
     if (be->conv.conv2d_forward) {
@@ -116,9 +131,9 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const conv_cfg *c = l->cfg_data;
     ct_backend *be = io->be;
-    ct_conv2d_geom g = geom(l, io->n);
-    int64_t kg = col_rows(l), p = g.oh * g.ow, ocg = c->out / c->groups;
-    int64_t in_sz = ct_layer_in_numel(l, 0), out_sz = ct_layer_out_numel(l);
+    conv_dims d = dims_of(l, io->n);
+    ct_conv2d_geom g = d.g;
+    int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws, *dcol = ct_elem(col, kg * p, dt);  /* [kg, p] each */
     if (be->conv.conv2d_backward) {
