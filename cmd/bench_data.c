@@ -73,11 +73,11 @@ static int run(const bench_args *a, ct_config *cfg, ct_warnings *warn, ct_err *e
     int rc = ct_dataset_open(cfg, which, &ds, err);
     if (!rc && !ds) rc = ct_errf(err, CT_ERR_CONFIG, "%s: no data.%s dataset to benchmark", cfg->path, which);
     if (rc) return rc;
-    ct_backend *be = ct_cpu_backend_create(1);
+    ct_backend *be = NULL;
     ct_loader_opts o;
     ct_loader *l = NULL;
-    rc = be ? ct_loader_opts_from_config(cfg, ds, !a->eval, ds->classes, &o, err)
-            : ct_errf(err, CT_ERR_RUNTIME, "cannot start the CPU backend");
+    rc = ct_backend_create("cpu", 1, &be, err);   /* says why it could not start */
+    if (!rc) rc = ct_loader_opts_from_config(cfg, ds, !a->eval, ds->classes, &o, err);
     if (!rc && a->workers >= 0) o.workers = a->workers;
     o.warn_fn = print_warning;
     double t0 = ct_now();
