@@ -121,10 +121,15 @@ has pkg-config pkgconf
 has python3 python3-minimal libpython3-stdlib
 has python3-numpy python3
 TABLE
-for m in argparse array base64 binascii collections contextlib copy csv dataclasses datetime enum \
-         errno functools glob gzip hashlib io itertools json math operator os pathlib pickle \
-         platform queue random re resource shutil signal socket statistics string struct \
-         subprocess sys tempfile textwrap threading time traceback typing unittest warnings zlib; do
+# python's standard library (Debian's python3 and what it depends on; not tkinter, venv, distutils)
+for m in abc argparse array ast atexit base64 binascii bisect bz2 calendar codecs collections \
+         concurrent contextlib copy csv ctypes dataclasses datetime decimal difflib enum errno \
+         fcntl filecmp fnmatch fractions functools gc getopt glob gzip hashlib heapq hmac html http \
+         inspect io itertools json locale logging lzma math mmap multiprocessing numbers operator os \
+         pathlib pickle platform pprint queue random re resource secrets select shlex shutil signal \
+         socket sqlite3 stat statistics string struct subprocess sys tarfile tempfile textwrap \
+         threading time timeit traceback types typing unicodedata unittest urllib uuid warnings \
+         weakref zipfile zlib; do
     echo "py $m python3"
 done >>"$T/table"
 
