@@ -62,12 +62,11 @@ else
     exit 2
 fi
 
-if [ -z "$log" ]; then
+# the log: FILE, or a new temporary file when none is given or FILE cannot be written (another
+# user's build/, say)
+if [ -z "$log" ] || ! { mkdir -p "$(dirname "$log")" && : >"$log"; } 2>/dev/null; then
     log=$(mktemp "${TMPDIR:-/tmp}/ctrain-deps.XXXXXX")
-else
-    mkdir -p "$(dirname "$log")"
 fi
-: >"$log"
 # fail MESSAGE: say what failed, where apt-get's whole output is, and how it ends
 fail() {
     echo "deps: $1; apt-get's output is in $log, which ends with:" >&2

@@ -21,7 +21,8 @@
 # 2. datasets/deps.sh, run with stand-ins for id, dpkg-query, apt-get and sudo on a PATH of its own:
 #    --check; not root and no sudo (exit 2 and the apt-get command to run as root, nothing run);
 #    not root with sudo (says so, installs through sudo); a failing apt-get (exit 1, the log's path
-#    and its end); no dpkg (exit 2); and at most a few lines on the terminal.
+#    and its end); a log it cannot write (a temporary one instead); no dpkg (exit 2); and at most a
+#    few lines on the terminal.
 #
 # Usage: sh test/check_deps.sh [--list]   (from anywhere; run by test/run_tests.sh; no network, no
 # root). --list: also print each name found, its package and where it is first used.
@@ -567,12 +568,12 @@ chmod +x "$T/bin/id" "$T/bin/dpkg-query" "$T/bin/apt-get" "$T/sudo/sudo"
 deps() {
     uid=$1; path=$2; shift 2
     : >"$T/calls"
-    env -i PATH="$path" FAKE_UID="$uid" FAKE_DB="$T/db" FAKE_CALLS="$T/calls" FAKE_FAIL="${FAKE_FAIL:-}" \
-        "$SH" datasets/deps.sh "$@" >"$T/out" 2>&1
+    env -i PATH="$path" TMPDIR="$T" FAKE_UID="$uid" FAKE_DB="$T/db" FAKE_CALLS="$T/calls" \
+        FAKE_FAIL="${FAKE_FAIL:-}" "$SH" datasets/deps.sh "$@" >"$T/out" 2>&1
     rc=$?
 }
 bad() { echo "check_deps: FAIL: deps.sh: $1"; sed 's/^/    /' "$T/out"; fails=1; }
-want() { grep -q -F -- "$1" "$2" || bad "$3: no '$1' in $(basename "$2")"; }
+want() { grep -q -F -- "$1" "$2" 2>/dev/null || bad "$3: no '$1' in $(basename "$2")"; }
 printf '%s\n' libc6 zlib1g-dev >"$T/db"
 deps 1000 "$T/bin" --check zlib1g-dev
 [ $rc -eq 0 ] && [ ! -s "$T/out" ] || bad "--check with everything installed: exit $rc (want 0, silent)"
@@ -600,9 +601,13 @@ want "output is in $T/log" "$T/out" "a failing apt-get install"
 want "E: Unable to locate package nosuch-pkg" "$T/out" "a failing apt-get install"
 [ "$(wc -l <"$T/out")" -le 25 ] || bad "a failing install printed $(wc -l <"$T/out") lines (at most 25 wanted)"
 grep -q "^sudo" "$T/calls" && bad "root used sudo"
+echo "a file" >"$T/file"
+deps 0 "$T/bin" --log "$T/file/deps.log" xxd
+[ $rc -eq 0 ] || bad "a log that cannot be written: exit $rc, want 0"
+want "output in $T/ctrain-deps." "$T/out" "a log that cannot be written: a temporary one instead"
 rm "$T/bin/dpkg-query"
 deps 0 "$T/bin" zlib1g-dev
 [ $rc -eq 2 ] || bad "no dpkg-query: exit $rc, want 2"
 want "not a Debian system" "$T/out" "no dpkg-query"
-[ $fails -eq 0 ] && echo "check_deps: ok: datasets/deps.sh: --check, not root without sudo (exit 2, the command for root), with sudo, a failing apt-get (the log), no dpkg"
+[ $fails -eq 0 ] && echo "check_deps: ok: datasets/deps.sh: --check, not root without sudo (exit 2, the command for root), with sudo, a failing apt-get (the log), an unwritable log, no dpkg"
 exit $fails
