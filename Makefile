@@ -96,17 +96,24 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
-# deps: install what the build and tests need from Debian packages; does nothing when all is present.
-DEB_PKGS := libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check libsubunit-dev libopenmpi-dev \
-            openmpi-bin pkg-config dataset-fashion-mnist python3 python3-numpy
+# deps: the Debian packages the build and the tests use: the compiler (build-essential: gcc, make,
+# libc6-dev, and g++ for nvcc), pkg-config and the libraries, the data set, python3 for the
+# end-to-end scripts, and the packages of the commands they run (timeout from coreutils, mount for
+# a tmpfs, ...: there on any Debian system, listed so that the list is complete).
+# test/check_deps.sh checks that it covers what the Makefile and test/*.sh use. `make deps`
+# installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
+# call it (through check-deps) when one is missing.
+DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check \
+            libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy \
+            coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux
 deps:
-	@sh datasets/deps.sh $(DEB_PKGS)
+	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)
 
 check-deps:
 	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
 
-# run and test install missing packages first, then build in a fresh make (so pkg-config and the
-# libraries it reports are seen), then run: never compiling while apt-get is still installing.
+# run, test and test-cuda install missing packages first, then build in a fresh make (so pkg-config
+# and the libraries it reports are seen), then run: never compiling while apt-get is still installing.
 run: check-deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/ctrain --config configs/fmnist_mlp.json
@@ -117,7 +124,8 @@ test: check-deps
 
 tests: $(TEST_BIN)
 
-test-cuda: all $(TEST_BIN)
+test-cuda: check-deps
+	@$(MAKE) --no-print-directory all tests
 	@sh test/run_tests.sh $(BUILD) cuda
 
 # bundle/: build/ctrain, the test binaries and scripts, configs, and the shared libraries they link

@@ -32,6 +32,7 @@ if [ "$MODE" = "cuda" ]; then
     for s in test/e2e_cuda*.sh; do [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"; done
 else
     run_one check_layout sh test/check_layout.sh
+    run_one check_deps sh test/check_deps.sh
     for t in "$BUILD"/test/test_*; do
         case "$t" in *.log) continue ;; esac
         [ -x "$t" ] && run_one "$(basename "$t")" "$t"
