@@ -83,9 +83,9 @@ cmd nvcc @cuda
 cmd nvidia-smi @cuda
 TABLE
 for c in basename cat chmod comm cp cut date dd df dirname du env expr fold head id install join \
-         ln ls md5sum mkdir mktemp mv nice nohup nproc od paste readlink realpath rm rmdir seq \
-         sha1sum sha256sum sleep sort split stat sync tail tee timeout touch tr truncate uname uniq \
-         wc yes; do
+         ln ls md5sum mkdir mkfifo mknod mktemp mv nice nohup nproc od paste readlink realpath rm \
+         rmdir seq sha1sum sha256sum sleep sort split stat sync tail tee timeout touch tr truncate \
+         uname uniq wc yes; do
     echo "cmd $c coreutils"
 done >>"$T/table"
 cat >>"$T/table" <<'TABLE'
