@@ -50,9 +50,11 @@ has "$T/pipe.json" '"steps":6,' "closed log pipe: every step trained"
 [ -f "$T/pipe/checkpoints/global_step6/model.safetensors" ] && ok "closed log pipe: final checkpoint saved" \
     || bad "closed log pipe: no final checkpoint"
 
-# start NAME: a run in the background (50 epochs: far longer than the test), its pid in $pid
+# start NAME: a run in the background (50 epochs: far longer than the test), its pid in $pid.
+# SIGHUP back to its default first: a suite started under nohup passes SIGHUP ignored to every
+# child, and ctrain (rightly) keeps it ignored, which is the nohup case below, not this one.
 start() {
-    "$B" --config "$C" --set train.run_dir=\""$T/$1"\" --summary "$T/$1.json" >"$T/$1.out" 2>"$T/$1.err" &
+    env --default-signal=HUP "$B" --config "$C" --set train.run_dir=\""$T/$1"\" --summary "$T/$1.json" >"$T/$1.out" 2>"$T/$1.err" &
     pid=$!
 }
 # steps FILE: the "steps" of the summary line in FILE
