@@ -800,6 +800,24 @@ START_TEST(test_tokens) {
     ck_assert_int_eq(ds->decode(ds, 2, x, y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "token 7 (byte offset 60) is 10"), "%s", err.msg);
     ct_dataset_close(ds);
+    /* Window counts at the boundary: a window needs seq_len + 1 tokens (its targets run one
+     * further), so 12 tokens make 2 windows of 4 + 1 (not 3) and 13 make 3, whose last target is
+     * the last token. (44 tokens over 5 above cannot tell (n - 1) / T from n / T.) */
+    for (int i = 0; i < 12; i++) toks[i] = (uint32_t)(i % 10);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4}", file);
+    for (int n_tok = 12; n_tok <= 13; n_tok++) {
+        uint32_t more[13];
+        memcpy(more, toks, sizeof toks);
+        more[12] = 7;
+        ck_assert_int_eq(ct_tokens_write(file, more, (uint64_t)n_tok, 2, 10, &err), CT_OK);
+        ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, (n_tok - 1) / 4);
+        int32_t x4[4], y4[4];
+        ck_assert_int_eq(ds->decode(ds, ds->count - 1, x4, y4, &err), CT_OK);
+        ck_assert_int_eq(x4[0], (int32_t)more[(ds->count - 1) * 4]);
+        ck_assert_int_eq(y4[3], (int32_t)more[ds->count * 4]);
+        ct_dataset_close(ds);
+    }
     free(b);
 }
 END_TEST

@@ -195,6 +195,65 @@ START_TEST(init_defaults_and_override) {
 }
 END_TEST
 
+/* Max |w| of a view (a uniform draw's bound) and its root mean square (a zero-mean normal's std). */
+static void view_stats(const float *p, const ct_param_view *v, double *mx, double *rms) {
+    double m = 0, ss = 0;
+    for (int64_t i = 0; i < v->numel; i++) {
+        m = fmax(m, fabs(p[v->offset + i]));
+        ss += (double)p[v->offset + i] * p[v->offset + i];
+    }
+    *mx = m;
+    *rms = sqrt(ss / (double)v->numel);
+}
+
+/* Every fan-based scheme on shapes whose fan_in and fan_out differ by 4 to 16 times (a square
+ * layer cannot tell fan_in from fan_out), conv fans counting the receptive field: a bound or std
+ * computed from the wrong fan is off by a factor of 2 or more, far outside these bounds. */
+START_TEST(init_fans_on_non_square_layers) {
+    built b;
+    expect_ok("{\"input\": [3, 8, 8], \"layers\": ["
+              " {\"type\": \"conv2d\", \"out\": 48, \"kernel\": 3, \"bias\": false,"
+              "  \"init\": {\"type\": \"xavier_uniform\"}},"
+              " {\"type\": \"flatten\"},"
+              " {\"type\": \"linear\", \"out\": 16, \"bias\": false, \"init\": {\"type\": \"xavier_normal\", \"gain\": 2}},"
+              " {\"type\": \"linear\", \"out\": 256, \"bias\": false, \"init\": {\"type\": \"xavier_uniform\", \"gain\": 0.5}},"
+              " {\"type\": \"linear\", \"out\": 32, \"bias\": false,"
+              "  \"init\": {\"type\": \"kaiming_uniform\", \"mode\": \"fan_out\"}},"
+              " {\"type\": \"linear\", \"out\": 512, \"bias\": false, \"init\": {\"type\": \"kaiming_normal\", \"a\": 1}},"
+              " {\"type\": \"linear\", \"out\": 8, \"bias\": false, \"init\": {\"type\": \"kaiming_normal\", \"mode\": \"fan_out\"}}],"
+              " \"loss\": {\"type\": \"mse\"}}", &b);
+    const ct_param_layout *L = ct_graph_layout(b.g);
+    ck_assert_int_eq(L->n_views, 6);
+    ct_param_store *st;
+    ct_err err;
+    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, &st, &err), CT_OK);
+    ct_param_store_init(st, 11);
+    /* fan_in, fan_out of each weight ([out, in] or [out, c, kh, kw]); conv: 3·9 = 27 in, 48·9 out */
+    const double fin[6] = {27, 48 * 36, 16, 256, 32, 512}, fout[6] = {48 * 9, 16, 256, 32, 512, 8};
+    const double gain_relu = sqrt(2.0);
+    const bool uniform[6] = {true, false, true, true, false, false};
+    const double want[6] = {
+        sqrt(6.0 / (fin[0] + fout[0])),             /* xavier_uniform bound */
+        2.0 * sqrt(2.0 / (fin[1] + fout[1])),       /* xavier_normal std, gain 2 */
+        0.5 * sqrt(6.0 / (fin[2] + fout[2])),       /* xavier_uniform bound, gain 0.5 */
+        gain_relu * sqrt(3.0 / fout[3]),            /* kaiming_uniform bound, mode fan_out */
+        1.0 / sqrt(fin[4]),                         /* kaiming_normal std, a = 1: gain 1 */
+        gain_relu / sqrt(fout[5]),                  /* kaiming_normal std, mode fan_out */
+    };
+    for (int i = 0; i < 6; i++) {
+        double mx, rms;
+        view_stats(st->master, &L->views[i], &mx, &rms);
+        if (uniform[i])   /* U(-k, k): max just under k, rms k/sqrt(3) */
+            ck_assert_msg(mx <= want[i] && mx > 0.97 * want[i] && fabs(rms * sqrt(3.0) / want[i] - 1) < 0.05,
+                          "weight %d: bound %g, max %g, rms·sqrt3 %g", i, want[i], mx, rms * sqrt(3.0));
+        else
+            ck_assert_msg(fabs(rms / want[i] - 1) < 0.05, "weight %d: std %g, got %g", i, want[i], rms);
+    }
+    ct_param_store_free(st);
+    unbuild(&b);
+}
+END_TEST
+
 /* ---- running a built graph: loss and finite-difference gradients through the whole graph ---- */
 
 typedef struct {
@@ -944,6 +1003,7 @@ int main(void) {
     tcase_add_test(tc, cnn_param_count);
     tcase_add_loop_test(tc, half_precision_halves_activations, 0, 2);
     tcase_add_test(tc, init_defaults_and_override);
+    tcase_add_test(tc, init_fans_on_non_square_layers);
     tcase_add_test(tc, residual_add_and_concat);
     tcase_add_test(tc, repeat_expansion);
     tcase_add_test(tc, reshape_infers_minus_one);

@@ -305,6 +305,68 @@ START_TEST(test_augment_shape) {
 }
 END_TEST
 
+/* The crop offset that turns sample `want` into `got` (pad values where the shifted window leaves
+ * the image), searched over [-p, p]^2; false when none does. */
+static bool find_crop(const float *got, const float *want, const float *pad, int p, int *dy, int *dx) {
+    for (int oy = -p; oy <= p; oy++)
+        for (int ox = -p; ox <= p; ox++) {
+            bool eq = true;
+            for (int c = 0; c < C && eq; c++)
+                for (int y = 0; y < H && eq; y++)
+                    for (int x = 0; x < W && eq; x++) {
+                        int sy = y + oy, sx = x + ox;
+                        float v = sy >= 0 && sy < H && sx >= 0 && sx < W ? want[(c * H + sy) * W + sx] : pad[c];
+                        eq = got[(c * H + y) * W + x] == v;
+                    }
+            if (eq) {
+                *dy = oy;
+                *dx = ox;
+                return true;
+            }
+        }
+    return false;
+}
+
+START_TEST(test_crop_offsets_cover_range) {
+    /* random_crop with padding p draws each offset from all 2p + 1 values, evenly: a draw over
+     * 2p values (one edge never reached) or a shifted range leaves a count at 0 here. */
+    enum { P = 2, EPOCHS = 4, PER_EPOCH = (N + 7) / 8 };
+    ct_backend *be = ct_cpu_backend_create(1);
+    syn s;
+    ct_dataset ds = make_ds(&s);
+    ct_loader_opts o = opts(2);
+    o.shuffle = false;
+    o.aug.hflip = false;
+    o.aug.crop_pad = P;
+    size_t len;
+    uint8_t *all = collect(be, &ds, &o, 0, 0, EPOCHS * PER_EPOCH, &len);
+    size_t per = len / (EPOCHS * PER_EPOCH), sample_bytes = C * H * W * sizeof(float);
+    int hy[2 * P + 1] = {0}, hx[2 * P + 1] = {0}, total = 0;
+    for (int b = 0; b < EPOCHS * PER_EPOCH; b++) {
+        int64_t n;
+        memcpy(&n, all + (size_t)(b + 1) * per - 8, 8);
+        for (int j = 0; j < n; j++) {
+            float want[C * H * W];
+            int32_t t;
+            ct_err err;
+            syn_decode(&ds, (b % PER_EPOCH) * 8 + j, want, &t, &err);
+            int dy, dx;
+            ck_assert_msg(find_crop((const float *)(all + (size_t)b * per + j * sample_bytes), want, o.pad_value,
+                                    P, &dy, &dx), "batch %d sample %d is no crop of its record", b, j);
+            hy[dy + P]++;
+            hx[dx + P]++;
+            total++;
+        }
+    }
+    ck_assert_int_eq(total, EPOCHS * N);
+    for (int k = 0; k <= 2 * P; k++)
+        ck_assert_msg(hy[k] > total / (2 * P + 1) / 2 && hx[k] > total / (2 * P + 1) / 2,
+                      "offset %d drawn %d times (rows), %d (columns) of %d", k - P, hy[k], hx[k], total);
+    free(all);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 /* ---- data.transform.on_device on the CPU backend (forced) ---- */
 
 static const float u8_mean[C] = {0.485f, 0.406f}, u8_std[C] = {0.229f, 0.225f};
@@ -709,6 +771,7 @@ int main(void) {
     tcase_add_test(tc, test_eval_order_and_drop_last);
     tcase_add_test(tc, test_seek_by_sample);
     tcase_add_test(tc, test_augment_shape);
+    tcase_add_test(tc, test_crop_offsets_cover_range);
     tcase_add_test(tc, test_cache);
     tcase_add_test(tc, test_on_device_equals_host);
     tcase_add_test(tc, test_on_device_flip_rule);
