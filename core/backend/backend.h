@@ -369,6 +369,30 @@ typedef struct ct_backend_embed {
 
 } ct_backend_embed;
 
+/* ---- attention ---- */
+typedef struct ct_backend_attn {
+    /* Causal multi-head scaled-dot-product attention over a fused qkv projection, B sequences of
+     * T tokens, H heads of D (C = H * D, D <= 128):
+     *   qkv [B, T, 3, H, D] (dt): per token q, then k, then v (a linear layer with out = 3C);
+     *   y   [B, T, H, D]    (dt): y[b,t,h] = sum_{j <= t} P[b,h,t,j] * keep(b,h,t,j) * v[b,j,h],
+     *   P[b,h,t,:] = softmax_j (q[b,t,h] . k[b,j,h] / sqrt(D)) over j <= t;
+     *   lse [B, H, T] (fp32, written): the natural log-sum-exp of each row's scaled scores, all
+     *   backward keeps: it recomputes the scores from q and k, no T x T matrix is stored.
+     * Attention dropout with probability p (0: none): keep(b,h,t,j) = 0 when
+     * ct_rng_at(seed, CT_RNG_DROPOUT, stream, e) < p * 2^32 for e = ((b H + h) T + t) T + j (the
+     * rule of dropout_forward, element e), else 1 / (1 - p); backward draws the same words.
+     * Scores, softmax and sums are fp32 whatever dt is; one rounding per 16-bit store;
+     * deterministic (no atomics, a fixed order of every sum). */
+    void (*causal_attention_forward)(ct_backend *be, void *y, float *lse, const void *qkv, int64_t B,
+                                     int64_t T, int64_t H, int64_t D, float p, uint64_t seed,
+                                     uint64_t stream, ct_dtype dt);
+    /* dqkv [B, T, 3, H, D] (dt) WRITTEN (dq, dk, dv) from dy [B, T, H, D], the forward's qkv, y and
+     * lse, and the same p, seed, stream. dqkv may not alias qkv, y or dy. */
+    void (*causal_attention_backward)(ct_backend *be, void *dqkv, const void *dy, const void *qkv,
+                                      const void *y, const float *lse, int64_t B, int64_t T, int64_t H,
+                                      int64_t D, float p, uint64_t seed, uint64_t stream, ct_dtype dt);
+} ct_backend_attn;
+
 /* ---- losses ---- */
 typedef struct ct_backend_loss {
     /* Mean over the batch; write dlogits = d(loss_mean)/dlogits * grad_scale.
@@ -415,7 +439,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 5
+#define CT_BACKEND_ABI 6
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
@@ -431,6 +455,7 @@ struct ct_backend {
     ct_backend_conv conv;
     ct_backend_norm norm;
     ct_backend_embed embed;
+    ct_backend_attn attn;
     ct_backend_loss loss;
     ct_backend_optim optim;
 };
