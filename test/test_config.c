@@ -814,6 +814,15 @@ static const err_case err_cases[] = {
      .code = CFG, .at = "a.json:1:192",
      .has = {"curriculum_learning.schedule_config.difficulty: expected a non-empty list one longer than "
              "max_step"}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": 5, \"min_difficulty\": 1, "
+             "\"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\", \"schedule_config\": {}}}",
+     .code = CFG, .at = "a.json:1:66",
+     .has = {"curriculum_learning.curriculum_type: expected a name such as \"seqlen\", got 5"}},
+    {.text = TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 1, "
+             "\"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\", \"schedule_config\": {\"difficulty\": "
+             "[1, 2, 3], \"max_step\": [5, \"ten\"]}}}",
+     .code = CFG,
+     .has = {"curriculum_learning.schedule_config.max_step[1]: expected an integer"}},
     {.text = TB8 "\"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": 3}}}}", .code = CFG,
      .at = "a.json:1:87",
      .has = {"data_efficiency.data_sampling.curriculum_learning.enabled: expected true or false, got 3"}},
@@ -893,6 +902,35 @@ END_TEST
 /* A config that switches on settings ctrain accepts but does not implement yet, one line of
  * ct_config_not_yet() it must give, and what the generic "read but not used" warning must then
  * no longer name (that line says it). */
+/* The legacy curriculum section is kept as the schedule ct_curriculum_difficulty reads. */
+START_TEST(curriculum_kept) {
+    loaded l = load(TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+                    "\"min_difficulty\": 8, \"max_difficulty\": 1024, \"schedule_type\": \"fixed_root\", "
+                    "\"schedule_config\": {\"total_curriculum_step\": 60000, \"difficulty_step\": 8, "
+                    "\"root_degree\": 2}}}", 1);
+    assert_ok(l);
+    const ct_curriculum_cfg *c = &l.cfg->curriculum;
+    ck_assert(c->enabled && c->schedule == CT_CURRICULUM_FIXED_ROOT);
+    ck_assert_str_eq(c->type, "seqlen");
+    ck_assert(c->min_difficulty == 8 && c->max_difficulty == 1024 && c->total_curriculum_step == 60000 &&
+              c->difficulty_step == 8 && c->root_degree == 2);
+    ck_assert(l.cfg->pending.curriculum); /* still "accepted, not used yet": no truncation by it */
+    unload(&l);
+    l = load(TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
+             "\"min_difficulty\": 1, \"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\", "
+             "\"schedule_config\": {\"difficulty\": [1, 2, 3], \"max_step\": [5, 10]}}}", 1);
+    assert_ok(l);
+    c = &l.cfg->curriculum;
+    ck_assert(c->schedule == CT_CURRICULUM_FIXED_DISCRETE && c->stages == 3 && c->difficulty[2] == 3 &&
+              c->max_step[0] == 5 && c->max_step[1] == 10);
+    unload(&l);
+    l = load(TB8 "\"curriculum_learning\": {\"enabled\": false}}", 1);
+    assert_ok(l);
+    ck_assert(!l.cfg->curriculum.enabled && !l.cfg->pending.curriculum);
+    unload(&l);
+}
+END_TEST
+
 typedef struct not_yet_case {
     const char *text;
     int lines;          /* how many lines the config gives */
@@ -1123,6 +1161,7 @@ int main(void) {
     TCase *tc = tcase_create("config");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, batch_derivations);
+    tcase_add_test(tc, curriculum_kept);
     tcase_add_test(tc, override_forms);
     tcase_add_test(tc, override_replaces_in_place);
     tcase_add_test(tc, override_array_index);

@@ -260,6 +260,65 @@ START_TEST(no_scheduler_is_constant) {
 }
 END_TEST
 
+/* ---- curriculum_learning: worked values of DeepSpeed's CurriculumScheduler (run unmodified on
+ * these configs; pairs are s = global_steps + 1 -> difficulty) ---- */
+
+static ct_curriculum_cfg curriculum(ct_curriculum_schedule sch, long lo, long hi, long total, long step, double root) {
+    ct_curriculum_cfg c = {.enabled = true, .schedule = sch, .min_difficulty = lo, .max_difficulty = hi,
+                           .total_curriculum_step = total, .difficulty_step = step, .root_degree = root};
+    return c;
+}
+
+/* Each pair evaluated from the start's difficulty (min) and, as a run would, from the previous. */
+static void check_curriculum(const ct_curriculum_cfg *c, const long (*pairs)[2], int n) {
+    for (int i = 0; i < n; i++) {
+        long got = ct_curriculum_difficulty(c, pairs[i][0], c->min_difficulty);
+        ck_assert_msg(got == pairs[i][1], "s=%ld: got %ld want %ld", pairs[i][0], got, pairs[i][1]);
+        if (i > 0) {
+            long prev = ct_curriculum_difficulty(c, pairs[i - 1][0], c->min_difficulty);
+            ck_assert_int_eq(ct_curriculum_difficulty(c, pairs[i][0], prev),
+                             prev >= c->max_difficulty ? prev : pairs[i][1]);
+        }
+    }
+}
+
+START_TEST(curriculum_worked) {
+    ct_curriculum_cfg lin = curriculum(CT_CURRICULUM_FIXED_LINEAR, 8, 1024, 60000, 8, 1);
+    const long lin_pairs[][2] = {{1, 8},       {100, 8},     {1000, 24},    {15000, 256}, {30000, 512},
+                                 {45000, 768}, {59999, 1016}, {60000, 1024}, {70000, 1024}};
+    check_curriculum(&lin, lin_pairs, 9);
+    ct_curriculum_cfg root = curriculum(CT_CURRICULUM_FIXED_ROOT, 8, 1024, 60000, 8, 2);
+    const long root_pairs[][2] = {{1, 8},      {100, 48},    {1000, 136},   {15000, 512},
+                                  {30000, 720}, {45000, 880}, {59999, 1016}, {60000, 1024}};
+    check_curriculum(&root, root_pairs, 8);
+    /* bigscience's tests/ds_config_cl.json: the first value already exceeds min */
+    ct_curriculum_cfg small = curriculum(CT_CURRICULUM_FIXED_LINEAR, 8, 128, 30, 4, 1);
+    const long small_pairs[][2] = {{1, 12}, {2, 16}, {3, 20}, {10, 48}, {15, 68}, {29, 124}, {30, 128}};
+    check_curriculum(&small, small_pairs, 7);
+    ct_curriculum_cfg disc = {.enabled = true, .schedule = CT_CURRICULUM_FIXED_DISCRETE, .min_difficulty = 1,
+                              .max_difficulty = 3, .stages = 3, .difficulty = {1, 2, 3}, .max_step = {5, 10}};
+    const long disc_pairs[][2] = {{1, 1}, {5, 1}, {6, 2}, {10, 2}, {11, 3}, {100, 3}};
+    check_curriculum(&disc, disc_pairs, 6);
+}
+END_TEST
+
+START_TEST(curriculum_stops_at_max) {
+    /* DeepSpeed updates the difficulty only while the one in force is below max_difficulty: a
+     * discrete schedule that goes back down stays at its maximum once reached. */
+    ct_curriculum_cfg c = {.enabled = true, .schedule = CT_CURRICULUM_FIXED_DISCRETE, .min_difficulty = 16,
+                           .max_difficulty = 64, .stages = 3, .difficulty = {16, 64, 32}, .max_step = {3, 6}};
+    long d = c.min_difficulty;
+    const long want[] = {16, 16, 16, 64, 64, 64, 64, 64};
+    for (long s = 1; s <= 8; s++) {
+        d = ct_curriculum_difficulty(&c, s, d);
+        ck_assert_msg(d == want[s - 1], "s=%ld: got %ld want %ld", s, d, want[s - 1]);
+    }
+    ck_assert_int_eq(ct_curriculum_difficulty(&c, 8, 16), 32); /* from below max it follows the list */
+    c.schedule = CT_CURRICULUM_CUSTOM;                         /* a user function: nothing to run */
+    ck_assert_int_eq(ct_curriculum_difficulty(&c, 5, 24), 24);
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("sched");
     TCase *tc = tcase_create("sched");
@@ -275,6 +334,8 @@ int main(void) {
     tcase_add_test(tc, range_test_worked);
     tcase_add_test(tc, range_test_by_hand);
     tcase_add_test(tc, no_scheduler_is_constant);
+    tcase_add_test(tc, curriculum_worked);
+    tcase_add_test(tc, curriculum_stops_at_max);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

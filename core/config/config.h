@@ -104,6 +104,29 @@ typedef struct ct_zero_cfg {
     bool gather_16bit_weights_on_model_save;
 } ct_zero_cfg;
 
+/* Legacy top-level curriculum_learning (DeepSpeed's CurriculumScheduler): the difficulty (the
+ * sequence length for curriculum_type "seqlen") by step, ct_curriculum_difficulty (sched.h). */
+typedef enum {
+    CT_CURRICULUM_FIXED_LINEAR = 0,
+    CT_CURRICULUM_FIXED_ROOT,
+    CT_CURRICULUM_FIXED_DISCRETE,
+    CT_CURRICULUM_CUSTOM,       /* DeepSpeed calls a user function: nothing ctrain can run */
+} ct_curriculum_schedule;
+
+#define CT_CURRICULUM_MAX_STAGES 64 /* fixed_discrete: entries of "difficulty" */
+
+typedef struct ct_curriculum_cfg {
+    bool enabled;
+    char type[32];              /* curriculum_type: "seqlen" is the one DeepSpeed's engine acts on */
+    ct_curriculum_schedule schedule;
+    long min_difficulty, max_difficulty;
+    long total_curriculum_step, difficulty_step; /* fixed_linear, fixed_root */
+    double root_degree;                          /* fixed_root; 1 for fixed_linear */
+    int stages;                                  /* fixed_discrete: difficulty[stages], */
+    long difficulty[CT_CURRICULUM_MAX_STAGES];   /* max_step[stages - 1] */
+    long max_step[CT_CURRICULUM_MAX_STAGES - 1];
+} ct_curriculum_cfg;
+
 /* DeepSpeed settings ctrain accepts and validates but does not act on yet (ZeRO's are in
  * ct_zero_cfg, wall_clock_breakdown in ct_config): ct_config_not_yet() lists those switched on. */
 typedef struct ct_pending_cfg {
@@ -162,6 +185,7 @@ typedef struct ct_config {
     long steps_per_print;       /* 0 = DeepSpeed's null: ctrain prints per epoch / TTY progress */
     bool wall_clock_breakdown, memory_breakdown;
     ct_zero_cfg zero;
+    ct_curriculum_cfg curriculum;
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_train_cfg train;
 

@@ -67,9 +67,20 @@ static int refuse_enabled(ct_rd *r, const cJSON *root, const char *name, const c
     return CT_OK;
 }
 
+/* One integer of a fixed_discrete list: curriculum_learning.schedule_config.NAME[i]. */
+static int read_stage(ct_rd *r, const cJSON *list, const char *name, int i, long *out) {
+    char p[96];
+    snprintf(p, sizeof p, "curriculum_learning.schedule_config.%s[%d]", name, i);
+    double x;
+    int rc = ct_rd_value(r, cJSON_GetArrayItem(list, i), p, CT_K_INT, 0, 9e15, false, &x);
+    *out = (long)x;
+    return rc;
+}
+
 /* Legacy top-level curriculum_learning (DeepSpeed's CurriculumScheduler,
  * deepspeed/runtime/data_pipeline/curriculum_scheduler.py): DeepSpeed's required keys, so a file
- * DeepSpeed rejects is rejected here too. ctrain does not schedule sequence lengths yet. */
+ * DeepSpeed rejects is rejected here too; the schedule is kept in cfg->curriculum
+ * (ct_curriculum_difficulty). ctrain does not truncate sequences by it yet (pending). */
 static int read_curriculum(ct_rd *r, const cJSON *root) {
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "curriculum_learning");
     if (!ct_rd_given(cl)) return CT_OK;
@@ -91,10 +102,18 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
             snprintf(p, sizeof p, "curriculum_learning.%s", req[i]);
             return ct_rd_fail(r, cl, p, "required when curriculum learning is enabled");
         }
+    ct_curriculum_cfg *c = &r->cfg->curriculum;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(cl, "curriculum_type");
+    if (!cJSON_IsString(ty) || strlen(ty->valuestring) >= sizeof c->type)
+        return ct_rd_fail(r, ty, "curriculum_learning.curriculum_type", "expected a name such as \"seqlen\", got %s",
+                          ct_rd_show(ty, shown, sizeof shown));
+    snprintf(c->type, sizeof c->type, "%s", ty->valuestring);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cl, "min_difficulty");
     if ((rc = ct_rd_value(r, v, "curriculum_learning.min_difficulty", CT_K_INT, 0, 9e15, false, &x))) return rc;
+    c->min_difficulty = (long)x;
     v = cJSON_GetObjectItemCaseSensitive(cl, "max_difficulty");
     if ((rc = ct_rd_value(r, v, "curriculum_learning.max_difficulty", CT_K_INT, 0, 9e15, false, &x))) return rc;
+    c->max_difficulty = (long)x;
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(cl, "schedule_type");
     static const char *const types[] = {"fixed_linear", "fixed_root", "fixed_discrete", "custom"};
     int t = -1;
@@ -104,6 +123,8 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
         return ct_rd_fail(r, st, "curriculum_learning.schedule_type",
                           "expected fixed_linear, fixed_root, fixed_discrete or custom, got %s",
                           ct_rd_show(st, shown, sizeof shown));
+    c->schedule = (ct_curriculum_schedule)t;
+    c->root_degree = 1;
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(cl, "schedule_config");
     if (!cJSON_IsObject(sc))
         return ct_rd_fail(r, sc, "curriculum_learning.schedule_config", "expected an object, got %s",
@@ -120,6 +141,9 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
         if (t <= 1 && (rc = ct_rd_value(r, v, p, CT_K_INT, 1, 9e15, false, &x))) return rc;
         if (t <= 1 && i == 1 && (long)x % 8)
             ct_rd_warn(r, v, p, "%g is not a multiple of 8 (tensor-core alignment)", x);
+        if (t <= 1 && i == 0) c->total_curriculum_step = (long)x;
+        if (t <= 1 && i == 1) c->difficulty_step = (long)x;
+        if (t == 1 && i == 2) c->root_degree = x;
     }
     if (t == 2) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(sc, "difficulty");
@@ -128,7 +152,16 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
             cJSON_GetArraySize(d) != cJSON_GetArraySize(m) + 1)
             return ct_rd_fail(r, d, "curriculum_learning.schedule_config.difficulty",
                               "expected a non-empty list one longer than max_step");
+        c->stages = cJSON_GetArraySize(d);
+        if (c->stages > CT_CURRICULUM_MAX_STAGES)
+            return ct_rd_fail(r, d, "curriculum_learning.schedule_config.difficulty",
+                              "%d stages: ctrain takes at most %d", c->stages, CT_CURRICULUM_MAX_STAGES);
+        for (int i = 0; i < c->stages; i++)
+            if ((rc = read_stage(r, d, "difficulty", i, &c->difficulty[i])) ||
+                (i + 1 < c->stages && (rc = read_stage(r, m, "max_step", i, &c->max_step[i]))))
+                return rc;
     }
+    c->enabled = true;
     r->cfg->pending.curriculum = true;
     return CT_OK;
 }

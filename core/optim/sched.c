@@ -127,3 +127,22 @@ void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps, char *war
     snprintf(warn, n, "scheduler.params.total_num_steps: %ld is shorter than the run (%ld optimizer steps): %s; "
              "set it to %ld or \"auto\"", s->total_num_steps, run_total_steps, what, run_total_steps);
 }
+
+long ct_curriculum_difficulty(const ct_curriculum_cfg *c, long s, long current) {
+    if (current >= c->max_difficulty) return current;
+    switch (c->schedule) {
+    case CT_CURRICULUM_FIXED_LINEAR:
+    case CT_CURRICULUM_FIXED_ROOT: {
+        double frac = pow((double)s / (double)c->total_curriculum_step, 1.0 / c->root_degree);
+        long v = (long)floor(frac * (double)(c->max_difficulty - c->min_difficulty) + (double)c->min_difficulty);
+        v -= v % c->difficulty_step;
+        return v < c->max_difficulty ? v : c->max_difficulty;
+    }
+    case CT_CURRICULUM_FIXED_DISCRETE:
+        for (int i = 0; i + 1 < c->stages; i++)
+            if (s <= c->max_step[i]) return c->difficulty[i];
+        return c->difficulty[c->stages - 1];
+    case CT_CURRICULUM_CUSTOM: break;
+    }
+    return current;
+}

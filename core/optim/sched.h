@@ -24,4 +24,13 @@ bool ct_sched_betas(const ct_scheduler_cfg *s, long t, double *beta1, double *be
  * WarmupCosineLR have a total. */
 void ct_sched_resolve_total(ct_scheduler_cfg *s, long run_total_steps, char *warn, size_t n);
 
+/* DeepSpeed's legacy curriculum schedule: the difficulty (for curriculum_type "seqlen", the
+ * sequence length) of the step whose update is number s (DeepSpeed's global_steps + 1, so 1 for
+ * the first step), given the difficulty in force before it (min_difficulty at the start). As in
+ * DeepSpeed, the difficulty changes only while the one in force is below max_difficulty.
+ * fixed_linear/fixed_root: floor((s / total)^(1 / root) * (max - min) + min), rounded down to a
+ * multiple of difficulty_step, at most max; fixed_discrete: difficulty[i] for the first i with
+ * s <= max_step[i], the last difficulty after the last max_step; custom: unchanged. */
+long ct_curriculum_difficulty(const ct_curriculum_cfg *c, long s, long current);
+
 #endif
