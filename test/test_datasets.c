@@ -925,6 +925,62 @@ START_TEST(test_tokens_llmc) {
 }
 END_TEST
 
+/* pack --from text with several files and --eval-fraction: train.bin holds the bytes of the files
+ * in the order given up to the split, eval.bin the last fraction. */
+START_TEST(test_pack_text_split) {
+    char src[3][300], out[300], json[700], file[400];
+    size_t len[3] = {777, 1, 2500}, total = 0;
+    uint8_t all[3278];
+    srand(99);
+    for (int f = 0; f < 3; f++) {
+        snprintf(src[f], sizeof src[f], "%s/part%d.txt", tmp, f);
+        uint8_t b[2500];
+        for (size_t i = 0; i < len[f]; i++) b[i] = (uint8_t)rand();
+        write_bytes(src[f], b, len[f]);
+        memcpy(all + total, b, len[f]);
+        total += len[f];
+    }
+    snprintf(out, sizeof out, "%s/txt/split", tmp);
+    char *argv[] = {"pack", "--from", "text", src[0], src[1], src[2], "--out", out, "--eval-fraction", "0.1"};
+    ct_err err = {0};
+    ck_assert_msg(ct_pack_main(10, argv, &err) == CT_OK, "%s", err.msg);
+    size_t n_eval = (size_t)(total * 0.1), n_train = total - n_eval; /* 327 and 2951 */
+    const char *names[2] = {"train.bin", "eval.bin"};
+    size_t counts[2] = {n_train, n_eval}, first[2] = {0, n_train};
+    for (int s = 0; s < 2; s++) {
+        snprintf(file, sizeof file, "%s/%s", out, names[s]);
+        snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 1}", file);
+        ct_dataset *ds;
+        ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, (int64_t)counts[s] - 1);
+        ck_assert_int_eq(ds->classes, 256);
+        for (int64_t i = 0; i < ds->count; i++) {
+            int32_t x, y;
+            ck_assert_int_eq(ds->decode(ds, i, &x, &y, &err), CT_OK);
+            ck_assert_int_eq(x, all[first[s] + (size_t)i]);
+            ck_assert_int_eq(y, all[first[s] + (size_t)i + 1]);
+        }
+        ct_dataset_close(ds);
+    }
+    snprintf(file, sizeof file, "%s/tokens.bin", out);
+    ck_assert(access(file, F_OK) != 0);
+    /* Bad fractions and a missing input: exit 2 with the value, exit 3 naming the file. */
+    const char *bad[] = {"0", "1", "-0.1", "x", "0.5x"};
+    for (int i = 0; i < 5; i++) {
+        argv[9] = (char *)bad[i];
+        ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_CONFIG);
+        ck_assert_msg(strstr(err.msg, "--eval-fraction") && strstr(err.msg, bad[i]), "%s", err.msg);
+    }
+    argv[9] = "0.0001"; /* 0.33 bytes: no eval byte */
+    ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "3278 bytes"), "%s", err.msg);
+    argv[9] = "0.1";
+    snprintf(src[1], sizeof src[1], "%s/missing.txt", tmp);
+    ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "missing.txt: cannot open"), "%s", err.msg);
+}
+END_TEST
+
 START_TEST(test_csv) {
     char file[300], json[600];
     snprintf(file, sizeof file, "%s/t.csv", tmp);
@@ -1203,6 +1259,7 @@ int main(void) {
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_tokens_llmc);
+    tcase_add_test(tc, test_pack_text_split);
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);
     tcase_add_test(tc, test_on_device_formats);
