@@ -147,7 +147,7 @@ static int check_header(ct_dataset *ds, tok_impl *im, uint32_t vocab, ct_err *er
     if (memcmp(h, CT_TOKENS_MAGIC, 8) != 0)
         return ct_errf(err, CT_ERR_DATA, "%s: not a token file: neither ctrain's magic \"CTTOKENS\" nor "
                        "llm.c's %u starts it (write one with ctrain pack --from text; nanoGPT's headerless "
-                       "uint16 .bin files need llm.c's header first: docs/formats.md)", f, CT_LLMC_MAGIC);
+                       "uint16 .bin files need a header first: docs/formats.md, \"nanoGPT\")", f, CT_LLMC_MAGIC);
     if (get32(h + 28) != (uint32_t)crc32(0, h, 28))
         return ct_errf(err, CT_ERR_DATA, "%s: header checksum mismatch: the file is corrupt", f);
     if (get32(h + 8) != CT_TOKENS_VERSION)
