@@ -51,7 +51,7 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps run test tests test-cuda install uninstall clean bundle check-deps
+.PHONY: all deps run test tests test-cuda install uninstall clean bundle check-deps data-text
 all: $(BUILD)/ctrain $(CUDA_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
@@ -105,7 +105,7 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # call it (through check-deps) when one is missing.
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check \
             libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy \
-            coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux
+            coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux base-files
 deps:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)
 
@@ -127,6 +127,14 @@ tests: $(TEST_BIN)
 test-cuda: check-deps
 	@$(MAKE) --no-print-directory all tests
 	@sh test/run_tests.sh $(BUILD) cuda
+
+# data-text: byte-level token files (vocabulary 256) for a small language model, from plain text
+# every Debian system has: the licences of base-files and each installed package's copyright file
+# (plain text by Debian policy). $(sort) orders the names byte-wise, so the same installed packages
+# give the same files; eval.bin is the last 5% of the bytes. Output: datasets/text/{train,eval}.bin.
+TEXT_SRC = $(sort $(wildcard /usr/share/common-licenses/* /usr/share/doc/*/copyright))
+data-text: $(BUILD)/ctrain
+	@sh datasets/text_tokens.sh --ctrain $(BUILD)/ctrain --eval-fraction 0.05 datasets/text $(TEXT_SRC)
 
 # bundle/: build/ctrain, the test binaries and scripts, configs, and the shared libraries they link
 # that a GPU machine with only the CUDA toolkit and driver lacks (cJSON, OpenBLAS, ...).

@@ -18,7 +18,9 @@
  *       save_dir (then its latest), fp32 tensors converted to --dtype, atomically.
  *   ctrain pack --from image_folder ROOT --out DIR [--shard-size MB] [--compress]      (pack.c)
  *   ctrain pack --from idx IMAGES [--labels LABELS] --out DIR [--shard-size MB] [--compress]
- *   ctrain pack --from text FILE --out DIR          (byte-level tokens: DIR/tokens.bin)
+ *   ctrain pack --from text FILE... --out DIR [--eval-fraction F]
+ *                    (byte-level tokens of the files in order: DIR/tokens.bin, or with F
+ *                    DIR/train.bin and DIR/eval.bin = the last F of the bytes)
  *       Images are stored as decoded u8 pixels [C, H, W] (idx files of other element types as
  *       f32) in shard-NNNNNN.cts files; use them with {"format": "shard", "path": DIR}. For idx,
  *       LABELS defaults to IMAGES with "images-idx3" replaced by "labels-idx1" (MNIST's names).

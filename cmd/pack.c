@@ -19,13 +19,16 @@
 #include "core/data/tokens.h"
 
 #define PACK_USAGE \
-    "usage: ctrain pack --from image_folder|idx|text SRC --out DIR [--shard-size MB] [--compress] " \
-    "[--labels FILE]"
+    "usage: ctrain pack --from image_folder|idx SRC --out DIR [--shard-size MB] [--compress] " \
+    "[--labels FILE]\n       ctrain pack --from text FILE... --out DIR [--eval-fraction F]"
 const char ct_pack_usage[] = PACK_USAGE;
 
 typedef struct pack_args {
     const char *from, *src, *out, *labels;
+    char **texts;      /* --from text: the files, in the order given (texts[0] == src) */
+    int n_texts;
     double shard_mb;
+    double eval_frac;  /* --from text: 0, or the fraction of the bytes that goes to eval.bin */
     bool compress;
 } pack_args;
 
@@ -40,6 +43,20 @@ static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
         } else if (strcmp(o, "--from") == 0 && i + 2 < argc) {
             a->from = argv[++i];
             a->src = argv[++i];
+            /* text takes several files: the words up to the next option (a file whose name starts
+             * with "-" is given as ./-name) */
+            a->texts = argv + i;
+            a->n_texts = 1;
+            while (strcmp(a->from, "text") == 0 && i + 1 < argc && argv[i + 1][0] != '-') {
+                i++;
+                a->n_texts++;
+            }
+        } else if (strcmp(o, "--eval-fraction") == 0 && has_val) {
+            char *end;
+            a->eval_frac = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(a->eval_frac > 0 && a->eval_frac < 1))
+                return ct_errf(err, CT_ERR_CONFIG, "pack: --eval-fraction: expected a number between 0 and "
+                               "1 (exclusive), got \"%s\"\n" PACK_USAGE, argv[i]);
         } else if (strcmp(o, "--out") == 0 && has_val) {
             a->out = argv[++i];
         } else if (strcmp(o, "--labels") == 0 && has_val) {
@@ -60,27 +77,57 @@ static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
     if (strcmp(a->from, "image_folder") && strcmp(a->from, "idx") && strcmp(a->from, "text"))
         return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx or text, got \"%s\"",
                        a->from);
+    if (a->eval_frac && strcmp(a->from, "text"))
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --eval-fraction is for --from text\n" PACK_USAGE);
     return CT_OK;
 }
 
-/* Bytes of text -> tokens 0..255 in OUT/tokens.bin. */
-static int pack_text(const pack_args *a, ct_err *err) {
-    uint8_t *text = NULL;
-    size_t cap = 0, len = 0;
-    int rc = ct_read_file(a->src, &text, &cap, &len, err);
-    if (rc) return rc;
-    rc = ct_fs_mkdirs(a->out, err); /* like mkdir -p: --out may name a new nested folder */
-    if (rc) {
-        free(text);
-        return rc;
-    }
-    uint32_t *tok = ct_xmalloc((len ? len : 1) * sizeof *tok);
-    for (size_t i = 0; i < len; i++) tok[i] = text[i];
-    char path[1100];
-    snprintf(path, sizeof path, "%s/tokens.bin", a->out);
-    rc = ct_tokens_write(path, tok, len, 2, 256, err);
-    if (!rc) printf("packed %zu byte-level tokens (vocabulary 256) into %s\n", len, path);
+/* Write tokens [0, n) of the text as byte tokens (vocabulary 256, 2 bytes each) to DIR/name. */
+static int write_bytes_as_tokens(const char *dir, const char *name, const uint8_t *text, size_t n,
+                                 char *path, size_t path_n, ct_err *err) {
+    uint32_t *tok = ct_xmalloc((n ? n : 1) * sizeof *tok);
+    for (size_t i = 0; i < n; i++) tok[i] = text[i];
+    snprintf(path, path_n, "%s/%s", dir, name);
+    int rc = ct_tokens_write(path, tok, n, 2, 256, err);
     free(tok);
+    return rc;
+}
+
+/* Bytes of the text files, one after another in the order given -> tokens 0..255: OUT/tokens.bin,
+ * or with --eval-fraction F OUT/train.bin and OUT/eval.bin, eval holding the last floor(F x bytes)
+ * bytes (the end of the last files: a split by position, so the same files give the same split). */
+static int pack_text(const pack_args *a, ct_err *err) {
+    uint8_t *text = NULL, *buf = NULL;
+    size_t cap = 0, len = 0, bcap = 0, blen = 0;
+    int rc = CT_OK;
+    for (int f = 0; f < a->n_texts && !rc; f++) {
+        rc = ct_read_file(a->texts[f], &buf, &bcap, &blen, err);
+        if (rc) break;
+        if (len + blen > cap) {
+            cap = 2 * (len + blen); /* doubling: many small files cost O(total) copying */
+            text = ct_xrealloc(text, cap);
+        }
+        if (blen) memcpy(text + len, buf, blen);
+        len += blen;
+    }
+    free(buf);
+    size_t n_eval = (size_t)((double)len * a->eval_frac);
+    if (!rc && a->eval_frac && (n_eval == 0 || n_eval == len))
+        rc = ct_errf(err, CT_ERR_CONFIG, "pack: --eval-fraction %g of %zu bytes leaves %s split empty: give "
+                     "more text or another fraction", a->eval_frac, len, n_eval ? "the train" : "the eval");
+    if (!rc) rc = ct_fs_mkdirs(a->out, err); /* like mkdir -p: --out may name a new nested folder */
+    char path[1100], epath[1100];
+    if (!rc && !a->eval_frac) {
+        rc = write_bytes_as_tokens(a->out, "tokens.bin", text, len, path, sizeof path, err);
+        if (!rc) printf("packed %zu byte-level tokens (vocabulary 256) from %d file(s) into %s\n", len,
+                        a->n_texts, path);
+    } else if (!rc) {
+        rc = write_bytes_as_tokens(a->out, "train.bin", text, len - n_eval, path, sizeof path, err);
+        if (!rc) rc = write_bytes_as_tokens(a->out, "eval.bin", text + len - n_eval, n_eval, epath,
+                                            sizeof epath, err);
+        if (!rc) printf("packed %zu byte-level tokens (vocabulary 256) from %d file(s): %zu into %s, %zu "
+                        "into %s\n", len, a->n_texts, len - n_eval, path, n_eval, epath);
+    }
     free(text);
     return rc;
 }

@@ -111,6 +111,8 @@ pc zlib zlib1g-dev
 pc check check
 path /usr/include/openblas libopenblas-dev
 path /usr/share/datasets/fashion-mnist dataset-fashion-mnist
+path /usr/share/common-licenses base-files
+path /usr/share/doc base-files
 py numpy python3-numpy
 py torch @optional
 has build-essential gcc g++ make libc6-dev dpkg-dev

@@ -788,7 +788,7 @@ START_TEST(test_tokens) {
     b[0] = 'X';
     write_bytes(file, b, n);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "wrong magic"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "tokens.bin: not a token file"), "%s", err.msg);
     /* A token outside the vocabulary (uint32 file, vocab 10). */
     uint32_t toks[12];
     for (int i = 0; i < 12; i++) toks[i] = (uint32_t)(i % 10);
@@ -819,6 +819,165 @@ START_TEST(test_tokens) {
         ct_dataset_close(ds);
     }
     free(b);
+}
+END_TEST
+
+/* An llm.c shard: 256 int32 header (magic, version, count) then uint16 tokens. `count` is what the
+ * header claims, `n` how many tokens are written: they differ for the truncated/oversized cases. */
+static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t count, const uint16_t *tok,
+                       size_t n) {
+    uint8_t *b = calloc(1, 1024 + 2 * n);
+    int32_t h[3] = {magic, version, count};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) b[4 * i + k] = (uint8_t)((uint32_t)h[i] >> (8 * k));
+    for (size_t i = 0; i < n; i++) {
+        b[1024 + 2 * i] = (uint8_t)tok[i];
+        b[1024 + 2 * i + 1] = (uint8_t)(tok[i] >> 8);
+    }
+    write_bytes(path, b, 1024 + 2 * n);
+    free(b);
+}
+
+START_TEST(test_tokens_llmc) {
+    char file[300], json[700];
+    snprintf(file, sizeof file, "%s/fineweb_train_000001.bin", tmp);
+    enum { N = 1000, T = 16 };
+    uint16_t tok[N + 1];
+    srand(1234);
+    for (int i = 0; i <= N; i++) tok[i] = (uint16_t)(rand() % 50257);
+    write_llmc(file, 20240520, 1, N, tok, N);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": %d}", file, T);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, (N - 1) / T);
+    ck_assert_int_eq(ds->classes, 50257); /* GPT-2's vocabulary when the entry gives none */
+    int32_t x[T], y[T];
+    for (int64_t i = 0; i < ds->count; i++) {
+        ck_assert_int_eq(ds->decode(ds, i, x, y, &err), CT_OK);
+        for (int t = 0; t < T; t++) {
+            ck_assert_int_eq(x[t], tok[i * T + t]);
+            ck_assert_int_eq(y[t], tok[i * T + t + 1]);
+        }
+    }
+    ct_dataset_close(ds);
+    /* "vocab": a smaller vocabulary; token 517 (window 32) is outside it. */
+    for (int i = 0; i < N; i++) tok[i] = (uint16_t)(rand() % 1000);
+    tok[517] = 1000;
+    write_llmc(file, 20240520, 1, N, tok, N);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": %d, \"vocab\": 1000}",
+             file, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->classes, 1000);
+    ck_assert_int_eq(ds->decode(ds, 31, x, y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 32, x, y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: token 517 (byte offset 2058) is 1000, outside the "
+                         "vocabulary of 1000"), "%s", err.msg);
+    ct_dataset_close(ds);
+    /* Without "vocab" the same file is fine; 50257 is outside GPT-2's. */
+    tok[517] = 50257;
+    write_llmc(file, 20240520, 1, N, tok, N);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": %d}", file, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 32, x, y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "token 517 (byte offset 2058) is 50257, outside the vocabulary of 50257") &&
+                  strstr(err.msg, "\"vocab\""), "%s", err.msg);
+    ct_dataset_close(ds);
+    /* A header count that disagrees with the file size, either way: both numbers named. */
+    write_llmc(file, 20240520, 1, N, tok, N - 1);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: 3022 bytes") && strstr(err.msg, "1000 tokens") &&
+                  strstr(err.msg, "3024 bytes"), "%s", err.msg);
+    write_llmc(file, 20240520, 1, N, tok, N + 1);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "3026 bytes") && strstr(err.msg, "1000 tokens"), "%s", err.msg);
+    write_llmc(file, 20240520, 1, -5, tok, N);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "-5 tokens"), "%s", err.msg);
+    /* Version 2 (llm.c's uint32 tokens) is not read. */
+    write_llmc(file, 20240520, 2, N, tok, N);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: llm.c version 2"), "%s", err.msg);
+    /* Shorter than its header. */
+    uint8_t head[100] = {0x88, 0xd8, 0x34, 0x01, 1}; /* 20240520, version 1 */
+    write_bytes(file, head, sizeof head);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: truncated: 100 bytes") && strstr(err.msg, "1024"),
+                  "%s", err.msg);
+    /* A headerless file (nanoGPT's train.bin): not read, and the message says where to look. */
+    write_bytes(file, tok, sizeof tok);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: not a token file") && strstr(err.msg, "nanoGPT"),
+                  "%s", err.msg);
+    /* "vocab" on a ctrain token file must agree with its header; a bad value is a config error. */
+    uint32_t small[40];
+    for (int i = 0; i < 40; i++) small[i] = (uint32_t)(rand() % 256);
+    ck_assert_int_eq(ct_tokens_write(file, small, 40, 2, 256, &err), CT_OK);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4, \"vocab\": 256}", file);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ct_dataset_close(ds);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4, \"vocab\": 300}", file);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "vocab") && strstr(err.msg, "300") && strstr(err.msg, "256"), "%s", err.msg);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4, \"vocab\": 0}", file);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.vocab"), "%s", err.msg);
+}
+END_TEST
+
+/* pack --from text with several files and --eval-fraction: train.bin holds the bytes of the files
+ * in the order given up to the split, eval.bin the last fraction. */
+START_TEST(test_pack_text_split) {
+    char src[3][300], out[300], json[700], file[400];
+    size_t len[3] = {777, 1, 2500}, total = 0;
+    uint8_t all[3278];
+    srand(99);
+    for (int f = 0; f < 3; f++) {
+        snprintf(src[f], sizeof src[f], "%s/part%d.txt", tmp, f);
+        uint8_t b[2500];
+        for (size_t i = 0; i < len[f]; i++) b[i] = (uint8_t)rand();
+        write_bytes(src[f], b, len[f]);
+        memcpy(all + total, b, len[f]);
+        total += len[f];
+    }
+    snprintf(out, sizeof out, "%s/txt/split", tmp);
+    char *argv[] = {"pack", "--from", "text", src[0], src[1], src[2], "--out", out, "--eval-fraction", "0.1"};
+    ct_err err = {0};
+    ck_assert_msg(ct_pack_main(10, argv, &err) == CT_OK, "%s", err.msg);
+    size_t n_eval = (size_t)(total * 0.1), n_train = total - n_eval; /* 327 and 2951 */
+    const char *names[2] = {"train.bin", "eval.bin"};
+    size_t counts[2] = {n_train, n_eval}, first[2] = {0, n_train};
+    for (int s = 0; s < 2; s++) {
+        snprintf(file, sizeof file, "%s/%s", out, names[s]);
+        snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 1}", file);
+        ct_dataset *ds;
+        ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, (int64_t)counts[s] - 1);
+        ck_assert_int_eq(ds->classes, 256);
+        for (int64_t i = 0; i < ds->count; i++) {
+            int32_t x, y;
+            ck_assert_int_eq(ds->decode(ds, i, &x, &y, &err), CT_OK);
+            ck_assert_int_eq(x, all[first[s] + (size_t)i]);
+            ck_assert_int_eq(y, all[first[s] + (size_t)i + 1]);
+        }
+        ct_dataset_close(ds);
+    }
+    snprintf(file, sizeof file, "%s/tokens.bin", out);
+    ck_assert(access(file, F_OK) != 0);
+    /* Bad fractions and a missing input: exit 2 with the value, exit 3 naming the file. */
+    const char *bad[] = {"0", "1", "-0.1", "x", "0.5x"};
+    for (int i = 0; i < 5; i++) {
+        argv[9] = (char *)bad[i];
+        ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_CONFIG);
+        ck_assert_msg(strstr(err.msg, "--eval-fraction") && strstr(err.msg, bad[i]), "%s", err.msg);
+    }
+    argv[9] = "0.0001"; /* 0.33 bytes: no eval byte */
+    ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "3278 bytes"), "%s", err.msg);
+    argv[9] = "0.1";
+    snprintf(src[1], sizeof src[1], "%s/missing.txt", tmp);
+    ck_assert_int_eq(ct_pack_main(10, argv, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "missing.txt: cannot open"), "%s", err.msg);
 }
 END_TEST
 
@@ -1099,6 +1258,8 @@ int main(void) {
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
+    tcase_add_test(tc, test_tokens_llmc);
+    tcase_add_test(tc, test_pack_text_split);
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);
     tcase_add_test(tc, test_on_device_formats);

@@ -58,7 +58,7 @@ static const struct {
     {"idx", {"images", "labels"}},
     {"image_folder", {"root", "size", "channels", "resize"}},
     {"shard", {"path"}},
-    {"tokens", {"path", "seq_len"}},
+    {"tokens", {"path", "seq_len", "vocab"}},
     {"csv", {"path", "label_column"}},
 };
 static const char *const ds_common[] = {"format", "transform", "limit"};

@@ -1,8 +1,12 @@
-/* tokens.c: token files (see tokens.h), read through mmap.
+/* tokens.c: token files (see tokens.h), read through mmap: ctrain's own, and llm.c's .bin shards
+ * (a 256 x int32 header: magic 20240520, version 1, token count; then uint16 tokens), told apart
+ * by their first bytes.
  *
- * Entry fields: {"format": "tokens", "path": FILE, "seq_len": T, "limit": N}. Samples are
- * [T] int32 inputs and [T] int32 targets (the next token at each position); ds->classes is the
- * vocabulary size. A token >= the vocabulary size is reported as corrupt data at decode. */
+ * Entry fields: {"format": "tokens", "path": FILE, "seq_len": T, "vocab": V, "limit": N}. Samples
+ * are [T] int32 inputs and [T] int32 targets (the next token at each position); ds->classes is the
+ * vocabulary size: a ctrain file's header, else "vocab" (default GPT-2's 50257, since llm.c's
+ * header does not carry one). A token >= the vocabulary size is reported as corrupt data at
+ * decode. */
 #include "core/data/tokens.h"
 
 #include <errno.h>
@@ -26,7 +30,7 @@ static uint32_t get32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Header: magic[8], u32 version, u32 width, u64 count, u32 vocab, u32 reserved, u32 crc, u32 0. */
+/* Header: magic[8], u32 version, u32 width, u64 count, u32 vocab, u32 crc of bytes 0..27. */
 static void make_header(uint8_t h[CT_TOKENS_HEADER], int width, uint64_t n, uint32_t vocab) {
     memset(h, 0, CT_TOKENS_HEADER);
     memcpy(h, CT_TOKENS_MAGIC, 8);
@@ -63,8 +67,10 @@ int ct_tokens_write(const char *path, const uint32_t *tokens, uint64_t n, int wi
 typedef struct tok_impl {
     const uint8_t *map;
     size_t size;
+    size_t data_off; /* where the tokens start: CT_TOKENS_HEADER or CT_LLMC_HEADER */
     int width;
     uint32_t vocab;
+    bool llmc;       /* the vocabulary came from the entry, not the file: say so in errors */
     int64_t seq_len;
 } tok_impl;
 
@@ -79,30 +85,69 @@ static int tok_decode(const ct_dataset *ds, int64_t i, void *input, void *target
     const tok_impl *im = ds->impl;
     if (i < 0 || i >= ds->count)
         return ct_errf(err, CT_ERR_DATA, "%s: window %lld out of range", ds->source, (long long)i);
-    const uint8_t *p = im->map + CT_TOKENS_HEADER + (size_t)(i * im->seq_len) * (size_t)im->width;
+    const uint8_t *p = im->map + im->data_off + (size_t)(i * im->seq_len) * (size_t)im->width;
     int32_t *x = input, *y = target;
     for (int64_t t = 0; t <= im->seq_len; t++) {
         const uint8_t *q = p + t * im->width;
         uint32_t v = im->width == 2 ? (uint32_t)(q[0] | q[1] << 8) : get32(q);
         if (v >= im->vocab)
             return ct_errf(err, CT_ERR_DATA, "%s: token %lld (byte offset %llu) is %u, outside the "
-                           "vocabulary of %u", ds->source, (long long)(i * im->seq_len + t),
-                           (unsigned long long)(q - im->map), v, im->vocab);
+                           "vocabulary of %u%s", ds->source, (long long)(i * im->seq_len + t),
+                           (unsigned long long)(q - im->map), v, im->vocab,
+                           im->llmc ? " (the entry's \"vocab\", default GPT-2's 50257: set it to the "
+                                      "vocabulary the file was tokenized with)" : "");
         if (t < im->seq_len) x[t] = (int32_t)v;
         if (t > 0 && y) y[t - 1] = (int32_t)v;
     }
     return CT_OK;
 }
 
-static int check_header(ct_dataset *ds, tok_impl *im, ct_err *err) {
+/* Windows of seq_len + 1 tokens out of n; none is a data error. */
+static int count_windows(ct_dataset *ds, const tok_impl *im, uint64_t n, ct_err *err) {
+    ds->count = n > (uint64_t)im->seq_len ? (int64_t)((n - 1) / (uint64_t)im->seq_len) : 0;
+    if (ds->count == 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: %llu tokens make no window of seq_len + 1 = %lld", ds->source,
+                       (unsigned long long)n, (long long)im->seq_len + 1);
+    return CT_OK;
+}
+
+/* llm.c's shard (its dev/data/data_common.py write_datafile): int32 header[256] = {magic,
+ * version, count, 0...}. Version 1 is uint16 tokens (GPT-2); version 2's uint32 tokens (LLaMA 3)
+ * are refused rather than guessed at. The count is an int32, so it is checked for sign too. */
+static int check_llmc(ct_dataset *ds, tok_impl *im, uint32_t vocab, ct_err *err) {
     const uint8_t *h = im->map;
     const char *f = ds->source;
+    if (im->size < CT_LLMC_HEADER)
+        return ct_errf(err, CT_ERR_DATA, "%s: truncated: %zu bytes, the header of an llm.c shard (magic %u) "
+                       "alone is %u", f, im->size, CT_LLMC_MAGIC, CT_LLMC_HEADER);
+    uint32_t version = get32(h + 4);
+    if (version != 1)
+        return ct_errf(err, CT_ERR_DATA, "%s: llm.c version %u, ctrain reads version 1 (uint16 GPT-2 tokens)",
+                       f, version);
+    int32_t n = (int32_t)get32(h + 8);
+    uint64_t want = CT_LLMC_HEADER + 2 * (uint64_t)(n < 0 ? 0 : n);
+    if (n < 0 || im->size != want)
+        return ct_errf(err, CT_ERR_DATA, "%s: %zu bytes, but its llm.c header gives %d tokens (%u + 2 x %d = "
+                       "%llu bytes): truncated or corrupt", f, im->size, n, CT_LLMC_HEADER, n,
+                       (unsigned long long)want);
+    im->data_off = CT_LLMC_HEADER;
+    im->width = 2;
+    im->vocab = vocab ? vocab : CT_LLMC_VOCAB;
+    im->llmc = true;
+    return count_windows(ds, im, (uint64_t)n, err);
+}
+
+static int check_header(ct_dataset *ds, tok_impl *im, uint32_t vocab, ct_err *err) {
+    const uint8_t *h = im->map;
+    const char *f = ds->source;
+    if (im->size >= 4 && get32(h) == CT_LLMC_MAGIC) return check_llmc(ds, im, vocab, err);
     if (im->size < CT_TOKENS_HEADER)
         return ct_errf(err, CT_ERR_DATA, "%s: truncated: %zu bytes, the header alone is %u", f, im->size,
                        CT_TOKENS_HEADER);
     if (memcmp(h, CT_TOKENS_MAGIC, 8) != 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: not a ctrain token file (wrong magic number; write one "
-                       "with ctrain pack --from text)", f);
+        return ct_errf(err, CT_ERR_DATA, "%s: not a token file: neither ctrain's magic \"CTTOKENS\" nor "
+                       "llm.c's %u starts it (write one with ctrain pack --from text; nanoGPT's headerless "
+                       "uint16 .bin files need a header first: docs/formats.md, \"nanoGPT\")", f, CT_LLMC_MAGIC);
     if (get32(h + 28) != (uint32_t)crc32(0, h, 28))
         return ct_errf(err, CT_ERR_DATA, "%s: header checksum mismatch: the file is corrupt", f);
     if (get32(h + 8) != CT_TOKENS_VERSION)
@@ -118,19 +163,17 @@ static int check_header(ct_dataset *ds, tok_impl *im, ct_err *err) {
         return ct_errf(err, CT_ERR_DATA, "%s: %zu bytes, but the header gives %llu tokens of %d bytes "
                        "(%llu bytes): truncated or corrupt", f, im->size, (unsigned long long)n, im->width,
                        (unsigned long long)(CT_TOKENS_HEADER + n * (uint64_t)im->width));
-    ds->count = n > (uint64_t)im->seq_len ? (int64_t)((n - 1) / (uint64_t)im->seq_len) : 0;
-    if (ds->count == 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: %llu tokens make no window of seq_len + 1 = %lld", f,
-                       (unsigned long long)n, (long long)im->seq_len + 1);
-    return CT_OK;
+    im->data_off = CT_TOKENS_HEADER;
+    return count_windows(ds, im, n, err);
 }
 
 static int read_entry(const ct_config *cfg, const cJSON *entry, const char *path, char *file, size_t n,
-                      int64_t *seq_len, int64_t *limit, ct_err *err) {
+                      int64_t *seq_len, int64_t *limit, uint32_t *vocab, ct_err *err) {
     char where[1200];
     const cJSON *it;
     *limit = 0;
     *seq_len = 0;
+    *vocab = 0;
     file[0] = 0;
     cJSON_ArrayForEach(it, entry) {
         ct_config_where(cfg, it, where, sizeof where);
@@ -142,12 +185,16 @@ static int read_entry(const ct_config *cfg, const cJSON *entry, const char *path
             *seq_len = (int64_t)it->valuedouble;
         else if (strcmp(k, "limit") == 0 && num)
             *limit = (int64_t)it->valuedouble;
+        else if (strcmp(k, "vocab") == 0 && num && it->valuedouble <= 4294967295.0)
+            *vocab = (uint32_t)it->valuedouble;
         else if (strcmp(k, "format") != 0)
             return ct_errf(err, CT_ERR_CONFIG, "%s: %s.%s: %s", where, path, k,
                            strcmp(k, "path") == 0 ? "expected a file path (string)"
                            : strcmp(k, "seq_len") == 0 || strcmp(k, "limit") == 0
                                ? "expected a positive integer"
-                               : "unknown key for format tokens (expected path, seq_len, limit)");
+                           : strcmp(k, "vocab") == 0
+                               ? "expected the vocabulary size, a positive integer below 2^32"
+                               : "unknown key for format tokens (expected path, seq_len, vocab, limit)");
     }
     ct_config_where(cfg, entry, where, sizeof where);
     if (!file[0] || !*seq_len)
@@ -160,7 +207,8 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     *out = NULL;
     char file[1024];
     int64_t seq_len, limit;
-    int rc = read_entry(cfg, entry, path, file, sizeof file, &seq_len, &limit, err);
+    uint32_t vocab;
+    int rc = read_entry(cfg, entry, path, file, sizeof file, &seq_len, &limit, &vocab, err);
     if (rc) return rc;
     ct_dataset *ds = ct_xcalloc(1, sizeof *ds);
     tok_impl *im = ct_xcalloc(1, sizeof *im);
@@ -180,10 +228,19 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
         im->size = (size_t)st.st_size;
         void *p = im->size ? mmap(NULL, im->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
         if (p != MAP_FAILED) im->map = p;
-        rc = im->map ? check_header(ds, im, err)
+        rc = im->map ? check_header(ds, im, vocab, err)
                      : ct_errf(err, CT_ERR_DATA, "%s: empty or unmappable file", file);
     }
     if (fd >= 0) close(fd);
+    /* A ctrain file names its vocabulary: an entry's "vocab" can only repeat it (a larger one would
+     * hide a file tokenized with another vocabulary than the model's). */
+    if (!rc && vocab && !im->llmc && vocab != im->vocab) {
+        char where[1200];
+        ct_config_where(cfg, cJSON_GetObjectItemCaseSensitive(entry, "vocab"), where, sizeof where);
+        rc = ct_errf(err, CT_ERR_CONFIG, "%s: %s.vocab: %u, but %s's header gives a vocabulary of %u (vocab "
+                     "is for llm.c shards, whose header has none; leave it out)", where, path, vocab, file,
+                     im->vocab);
+    }
     if (rc) {
         tok_close(ds);
         return rc;
@@ -194,8 +251,12 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->target_shape = ds->sample_shape;
     ds->target_dtype = CT_I32;
     ds->classes = im->vocab;
-    snprintf(ds->label_note, sizeof ds->label_note, "%s: vocabulary of %u tokens in its header", file,
-             im->vocab);
+    if (im->llmc)
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: llm.c shard, vocabulary of %u tokens from the "
+                 "entry's \"vocab\" (default GPT-2's 50257)", file, im->vocab);
+    else
+        snprintf(ds->label_note, sizeof ds->label_note, "%s: vocabulary of %u tokens in its header", file,
+                 im->vocab);
     *out = ds;
     return CT_OK;
 }
