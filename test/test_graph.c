@@ -826,6 +826,33 @@ START_TEST(embedding_tokens) {
 }
 END_TEST
 
+/* position_embedding adds rows of one [max_len, C] table: over a layer's output it runs in place
+ * (dx is dy), over an output another layer also reads it copies; both give the same gradients. */
+START_TEST(position_embedding_graph) {
+    const char *in_place =
+        "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\", \"name\": \"tok\", \"out\": 6},"
+        " {\"type\": \"position_embedding\", \"name\": \"pos\", \"max_len\": 7}, {\"type\": \"layernorm\"},"
+        " {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    const char *copied =
+        "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\", \"name\": \"tok\", \"out\": 6},"
+        " {\"type\": \"position_embedding\", \"name\": \"pos\", \"max_len\": 7},"
+        " {\"type\": \"add\", \"inputs\": [\"pos\", \"tok\"]}, {\"type\": \"linear\", \"out\": 3}],"
+        " \"loss\": {\"type\": \"cross_entropy\"}}";
+    built b;
+    expect_ok(in_place, &b);
+    ck_assert_ptr_eq(ct_graph_activation(b.g, 1), ct_graph_activation(b.g, 0));
+    const ct_param_layout *L = ct_graph_layout(b.g);
+    ck_assert_str_eq(L->views[2].name, "pos.weight");
+    ck_assert_int_eq(L->views[2].shape.d[0], 7);   /* sized by max_len, not T = 4 */
+    unbuild(&b);
+    expect_ok(copied, &b);
+    ck_assert_ptr_ne(ct_graph_activation(b.g, 1), ct_graph_activation(b.g, 0));
+    unbuild(&b);
+    check_graph_grads(in_place, 3, 1e-2, 2e-2);
+    check_graph_grads(copied, 3, 1e-2, 2e-2);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -905,6 +932,13 @@ START_TEST(bad_shapes_and_dims) {
                  " \"vocab\": 5, \"dim\": 2}]}", "(embedding)", "token ids");
     EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"embedding\", \"vocab\": 5, \"dim\": 2},"
                  " {\"type\": \"linear\", \"out\": 3, \"inputs\": [\"input\"]}]}", "(linear)", "token ids");
+    EXPECT_ERROR("{\"input\": [9, 4], \"layers\": [{\"type\": \"position_embedding\", \"name\": \"wpe\","
+                 " \"max_len\": 8}, {\"type\": \"linear\", \"out\": 3}]}", "model.layers[0] \"wpe\" (position_embedding)",
+                 "T = 9 (from the model input) is longer than max_len = 8", "raise max_len");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"position_embedding\", \"max_len\": 8},"
+                 " {\"type\": \"linear\", \"out\": 3}]}", "(position_embedding)", "expected [T, C]", "got [4]");
+    EXPECT_ERROR("{\"input\": [4, 2], \"layers\": [{\"type\": \"position_embedding\"},"
+                 " {\"type\": \"linear\", \"out\": 3}]}", "(position_embedding)", "missing field \"max_len\"");
 }
 END_TEST
 
@@ -1018,6 +1052,7 @@ int main(void) {
     tcase_add_test(tc, tied_head_matches_pytorch);
     tcase_add_test(tc, views_aligned_and_ties_checked);
     tcase_add_test(tc, embedding_tokens);
+    tcase_add_test(tc, position_embedding_graph);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);
