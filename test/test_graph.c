@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/graph/graph.h"
+#include "core/graph/internal.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
 #include "core/util/json.h"
@@ -375,6 +376,84 @@ START_TEST(repeat_expansion) {
     ck_assert_str_eq(desc, "12 layers: linear([16]->[16]) 3 × [ linear([16]->[16]) silu add ] add linear([16]->[4])");
     unbuild(&b);
     check_graph_grads(text, 3, 1e-2, 2e-2);
+}
+END_TEST
+
+/* A pre-norm transformer-style block written once with "block_input", and the same model written
+ * out by hand with each iteration's names: the same wiring, so the same loss and gradients bit for
+ * bit (parameters draw by view index, not by name). */
+static const char *pre_norm_block =
+    "{\"type\": \"layernorm\", \"name\": \"ln1\"}, {\"type\": \"linear\", \"name\": \"fc\", \"out\": 12},"
+    " {\"type\": \"gelu\"}, {\"type\": \"linear\", \"name\": \"proj\", \"out\": 6},"
+    " {\"type\": \"add\", \"name\": \"res1\", \"inputs\": [\"block_input\", \"proj\"]},"
+    " {\"type\": \"layernorm\", \"inputs\": [\"res1\"]}, {\"type\": \"linear\", \"name\": \"fc2\", \"out\": 6},"
+    " {\"type\": \"add\", \"name\": \"res2\", \"inputs\": [\"res1\", \"fc2\"]}";
+
+START_TEST(repeat_block_input) {
+    char once[2048], written[8192];
+    snprintf(once, sizeof once, "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\", \"name\": \"stem\","
+             " \"out\": 6}, {\"type\": \"repeat\", \"times\": 3, \"layers\": [%s]},"
+             " {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}", pre_norm_block);
+    int at = snprintf(written, sizeof written, "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\","
+                      " \"name\": \"stem\", \"out\": 6}");
+    for (int i = 0; i < 3; i++) {
+        char from[16];
+        if (i == 0) snprintf(from, sizeof from, "stem");
+        else snprintf(from, sizeof from, "r2_%d", i - 1);
+        at += snprintf(written + at, sizeof written - (size_t)at,
+                       ", {\"type\": \"layernorm\", \"inputs\": [\"%s\"]}, {\"type\": \"linear\", \"out\": 12},"
+                       " {\"type\": \"gelu\"}, {\"type\": \"linear\", \"out\": 6},"
+                       " {\"type\": \"add\", \"name\": \"r1_%d\", \"inputs\": [\"%s\", \"prev\"]},"
+                       " {\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 6},"
+                       " {\"type\": \"add\", \"name\": \"r2_%d\", \"inputs\": [\"r1_%d\", \"prev\"]}",
+                       from, i, from, i, i);
+    }
+    snprintf(written + at, sizeof written - (size_t)at,
+             ", {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}");
+
+    runner a, b;
+    runner_start(&a, once, 3, 7);
+    runner_start(&b, written, 3, 7);
+    ck_assert_int_eq(a.b.g->n_nodes, 1 + 3 * 8 + 1);
+    ck_assert_int_eq(b.b.g->n_nodes, a.b.g->n_nodes);
+    ck_assert_int_eq(a.b.g->nodes[5].l.in_from[0], 0);                 /* res1.0: the stem */
+    ck_assert_int_eq(a.b.g->nodes[13].l.in_from[0], 8);                /* res1.1: res2.0 */
+    for (int j = 0; j < a.b.g->n_nodes; j++) {
+        const ct_layer *la = &a.b.g->nodes[j].l, *lb = &b.b.g->nodes[j].l;
+        ck_assert_str_eq(la->type->name, lb->type->name);
+        ck_assert_int_eq(la->n_in, lb->n_in);
+        for (int i = 0; i < la->n_in; i++)
+            ck_assert_msg(la->in_from[i] == lb->in_from[i], "layer %d (%s) input %d: %d vs %d", j, la->name, i,
+                          la->in_from[i], lb->in_from[i]);
+    }
+    int64_t np = ct_graph_info_get(a.b.g)->n_params;
+    ck_assert_int_eq(ct_graph_info_get(b.b.g)->n_params, np);
+    ck_assert_int_eq(memcmp(a.params, b.params, sizeof(float) * (size_t)np), 0);
+    double la = runner_loss(&a), lb = runner_loss(&b);
+    runner_backward(&a, NULL);
+    runner_backward(&b, NULL);
+    ck_assert_msg(memcmp(&la, &lb, sizeof la) == 0, "loss %.17g vs %.17g", la, lb);
+    ck_assert_int_eq(memcmp(a.grads, b.grads, sizeof(float) * (size_t)np), 0);
+    runner_stop(&a);
+    runner_stop(&b);
+    check_graph_grads(once, 3, 1e-2, 3e-2);
+
+    /* a block that starts the model reads the model input in its first iteration; a nested block
+       reads its own iteration's input, and the outer one's is back after it */
+    built g;
+    expect_ok("{\"input\": [6], \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+              " {\"type\": \"linear\", \"out\": 6},"
+              " {\"type\": \"repeat\", \"times\": 2, \"layers\": [{\"type\": \"tanh\"},"
+              "   {\"type\": \"add\", \"inputs\": [\"block_input\", \"prev\"]}]},"
+              " {\"type\": \"add\", \"inputs\": [\"block_input\", \"prev\"]}]},"
+              " {\"type\": \"linear\", \"out\": 3}]}", &g);
+    /* layer: 0 linear, 1 tanh, 2 add, 3 tanh, 4 add, 5 add, 6 linear, 7 tanh, 8 add, 9 tanh, 10 add,
+       11 add, 12 linear; each add's input 0 is its block's input */
+    static const int add[] = {2, 4, 5, 8, 10, 11}, from[] = {0, 2, -1, 6, 8, 5};
+    for (int k = 0; k < CT_ARRAY_LEN(add); k++)
+        ck_assert_msg(g.g->nodes[add[k]].l.in_from[0] == from[k], "layer %d reads %d, expected %d", add[k],
+                      g.g->nodes[add[k]].l.in_from[0], from[k]);
+    unbuild(&g);
 }
 END_TEST
 
@@ -826,6 +905,33 @@ START_TEST(embedding_tokens) {
 }
 END_TEST
 
+/* position_embedding adds rows of one [max_len, C] table: over a layer's output it runs in place
+ * (dx is dy), over an output another layer also reads it copies; both give the same gradients. */
+START_TEST(position_embedding_graph) {
+    const char *in_place =
+        "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\", \"name\": \"tok\", \"out\": 6},"
+        " {\"type\": \"position_embedding\", \"name\": \"pos\", \"max_len\": 7}, {\"type\": \"layernorm\"},"
+        " {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    const char *copied =
+        "{\"input\": [4, 5], \"layers\": [{\"type\": \"linear\", \"name\": \"tok\", \"out\": 6},"
+        " {\"type\": \"position_embedding\", \"name\": \"pos\", \"max_len\": 7},"
+        " {\"type\": \"add\", \"inputs\": [\"pos\", \"tok\"]}, {\"type\": \"linear\", \"out\": 3}],"
+        " \"loss\": {\"type\": \"cross_entropy\"}}";
+    built b;
+    expect_ok(in_place, &b);
+    ck_assert_ptr_eq(ct_graph_activation(b.g, 1), ct_graph_activation(b.g, 0));
+    const ct_param_layout *L = ct_graph_layout(b.g);
+    ck_assert_str_eq(L->views[2].name, "pos.weight");
+    ck_assert_int_eq(L->views[2].shape.d[0], 7);   /* sized by max_len, not T = 4 */
+    unbuild(&b);
+    expect_ok(copied, &b);
+    ck_assert_ptr_ne(ct_graph_activation(b.g, 1), ct_graph_activation(b.g, 0));
+    unbuild(&b);
+    check_graph_grads(in_place, 3, 1e-2, 2e-2);
+    check_graph_grads(copied, 3, 1e-2, 2e-2);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -905,6 +1011,13 @@ START_TEST(bad_shapes_and_dims) {
                  " \"vocab\": 5, \"dim\": 2}]}", "(embedding)", "token ids");
     EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"embedding\", \"vocab\": 5, \"dim\": 2},"
                  " {\"type\": \"linear\", \"out\": 3, \"inputs\": [\"input\"]}]}", "(linear)", "token ids");
+    EXPECT_ERROR("{\"input\": [9, 4], \"layers\": [{\"type\": \"position_embedding\", \"name\": \"wpe\","
+                 " \"max_len\": 8}, {\"type\": \"linear\", \"out\": 3}]}", "model.layers[0] \"wpe\" (position_embedding)",
+                 "T = 9 (from the model input) is longer than max_len = 8", "raise max_len");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"position_embedding\", \"max_len\": 8},"
+                 " {\"type\": \"linear\", \"out\": 3}]}", "(position_embedding)", "expected [T, C]", "got [4]");
+    EXPECT_ERROR("{\"input\": [4, 2], \"layers\": [{\"type\": \"position_embedding\"},"
+                 " {\"type\": \"linear\", \"out\": 3}]}", "(position_embedding)", "missing field \"max_len\"");
 }
 END_TEST
 
@@ -930,6 +1043,21 @@ START_TEST(bad_graph_references) {
     EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": ["
                  " {\"type\": \"linear\", \"name\": \"h\", \"out\": 4}]}, {\"type\": \"add\", \"inputs\": [\"h\", \"prev\"]}]}",
                  "no layer named \"h\"");
+    /* "block_input" only inside a repeat block, and never as a name (not even inside one, where it
+       would be "block_input.0") */
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 4},"
+                 " {\"type\": \"add\", \"inputs\": [\"block_input\", \"a\"]}, {\"type\": \"linear\", \"out\": 2}]}",
+                 "model.layers[1] \"add1\" (add)", "\"block_input\" is the input of a repeat block's iteration",
+                 "not inside a repeat block", "name the layer it means");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"relu\", \"name\": \"block_input\"},"
+                 " {\"type\": \"linear\", \"out\": 2}]}", "model.layers[0]", "\"block_input\" is reserved");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+                 " {\"type\": \"relu\", \"name\": \"block_input\"}]}, {\"type\": \"linear\", \"out\": 2}]}",
+                 "model.layers[0].layers[0]", "\"block_input\" is reserved");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+                 " {\"type\": \"relu\"}, {\"type\": \"add\", \"inputs\": [\"prev\", \"block_inptu\"]}]},"
+                 " {\"type\": \"linear\", \"out\": 2}]}", "no layer named \"block_inptu\"",
+                 "did you mean \"block_input\"");
 }
 END_TEST
 
@@ -1006,6 +1134,7 @@ int main(void) {
     tcase_add_test(tc, init_fans_on_non_square_layers);
     tcase_add_test(tc, residual_add_and_concat);
     tcase_add_test(tc, repeat_expansion);
+    tcase_add_test(tc, repeat_block_input);
     tcase_add_test(tc, reshape_infers_minus_one);
     tcase_add_test(tc, norms_on_model_input);
     tcase_add_test(tc, in_place_relu);
@@ -1018,6 +1147,7 @@ int main(void) {
     tcase_add_test(tc, tied_head_matches_pytorch);
     tcase_add_test(tc, views_aligned_and_ties_checked);
     tcase_add_test(tc, embedding_tokens);
+    tcase_add_test(tc, position_embedding_graph);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

@@ -246,6 +246,11 @@ START_TEST(fd_every_layer) {
         snprintf(js, sizeof js, "{\"type\":\"embedding\",\"vocab\":%lld,\"dim\":%lld}", (long long)rnd(&r, 2, 9), (long long)f);
         ct_shape tok = SHAPE(rnd(&r, 1, 5));
         fd_check(js, 1, &tok, CT_I32, n, seed, true, 1e-2, 5e-3);
+
+        /* max_len > T on reps 1, 2: table rows past T must get exactly no gradient */
+        snprintf(js, sizeof js, "{\"type\":\"position_embedding\",\"max_len\":%lld}",
+                 (long long)(seq.d[0] + rep));
+        fd_check(js, 1, &seq, CT_F32, n, seed, true, 1e-2, 5e-3);
     }
 }
 END_TEST
@@ -562,6 +567,7 @@ static const half_case half_cases[] = {
     {"{\"type\":\"concat\"}", 2, {SHAPE(2, 3, 3), SHAPE(3, 3, 3)}, CT_F32, 2, true, false, false},
     {"{\"type\":\"concat\",\"axis\":-1}", 2, {SHAPE(2, 3), SHAPE(2, 5)}, CT_F32, 2, true, false, false},
     {"{\"type\":\"embedding\",\"vocab\":7,\"dim\":6}", 1, {SHAPE(5)}, CT_I32, 3, true, false, false},
+    {"{\"type\":\"position_embedding\",\"max_len\":9}", 1, {SHAPE(5, 6)}, CT_F32, 3, false, false, false},
 };
 
 static uint16_t half_bits(float v, ct_dtype dt) { return dt == CT_F16 ? ct_f32_to_f16(v) : ct_f32_to_bf16(v); }
@@ -743,7 +749,9 @@ static void ref_layer(const char *file) {
         for (int d = 1; d < a->shape.ndim; d++) in[n_in].d[d - 1] = a->shape.d[d];
     }
     const ref_array *x0 = ref_get(&rf, "x0");
-    bool tokens = strstr(cfg, "embedding") != NULL;
+    /* by the type's flag, not the name: position_embedding takes floats */
+    bool tokens = ct_layer_type_find(cJSON_GetObjectItem(cJSON_GetObjectItem(rf.meta, "layer"), "type")
+                                         ->valuestring)->flags & CT_LAYER_TAKES_IDS;
     harness h;
     h_setup(&h, cfg, n_in, in, tokens ? CT_I32 : CT_F32, x0->shape.d[0], 1);
     h.train = !eval;
@@ -789,7 +797,8 @@ static const char *const layer_refs[] = {
     "linear", "linear_rank3_nobias", "conv2d", "conv2d_groups", "maxpool2d", "avgpool2d", "avgpool2d_nopad",
     "global_avgpool", "batchnorm2d", "batchnorm2d_eval", "layernorm", "relu", "leaky_relu", "gelu",
     "gelu_tanh", "silu", "tanh", "sigmoid", "dropout_eval", "flatten", "reshape", "add", "concat",
-    "concat_last", "embedding"};
+    "concat_last", "embedding",
+    "position_embedding"};
 
 START_TEST(pytorch_layers) {
     ref_layer(layer_refs[_i]);

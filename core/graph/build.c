@@ -10,6 +10,8 @@
 
 #define MAX_REPEAT_DEPTH 8
 #define MODEL_INPUT_NAME "input"
+#define BLOCK_INPUT_NAME "block_input"
+#define NO_BLOCK (-2)          /* builder.block_input outside every repeat block */
 
 typedef struct builder {
     const ct_config *cfg;
@@ -19,6 +21,8 @@ typedef struct builder {
     int cap;
     ct_shape input;
     ct_dtype input_dtype;
+    int block_input;           /* what "block_input" names: the node feeding the current iteration
+                                  of the innermost repeat block (-1: the model input), or NO_BLOCK */
 } builder;
 
 static int model_errf(const builder *b, const cJSON *node, const char *fmt, ...)
@@ -91,10 +95,11 @@ static int unknown_input(const builder *b, const ct_layer *l, const cJSON *at, c
     if (name_in_json(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), ref))
         return ct_layer_errf(l, b->err, at, "inputs: \"%s\" is defined after this layer; layers run in "
                              "order, so an input must come earlier (a forward reference or cycle)", ref);
-    const char **cands = ct_xmalloc(sizeof(char *) * (size_t)(g->n_nodes + 2));
+    const char **cands = ct_xmalloc(sizeof(char *) * (size_t)(g->n_nodes + 3));
     int n = 0;
     cands[n++] = "prev";
     cands[n++] = MODEL_INPUT_NAME;
+    if (b->block_input != NO_BLOCK) cands[n++] = BLOCK_INPUT_NAME;
     for (int i = 0; i < l->index; i++) cands[n++] = g->nodes[i].l.name;
     const char *near = ct_suggest(ref, cands, n);
     char hint[200] = "";
@@ -123,6 +128,13 @@ static int resolve_inputs(builder *b, ct_layer *l, const char *suffix) {
         int src;
         if (strcmp(ref, "prev") == 0) src = l->index - 1;
         else if (strcmp(ref, MODEL_INPUT_NAME) == 0) src = -1;
+        else if (strcmp(ref, BLOCK_INPUT_NAME) == 0) {
+            if (b->block_input == NO_BLOCK)
+                return ct_layer_errf(l, b->err, e, "inputs: \"%s\" is the input of a repeat block's "
+                                     "iteration, and this layer is not inside a repeat block; name the "
+                                     "layer it means (or \"prev\", \"%s\")", ref, MODEL_INPUT_NAME);
+            src = b->block_input;
+        }
         else if ((src = resolve_scoped(b->g, ref, suffix, l->index)) < 0) return unknown_input(b, l, e, ref, suffix);
         l->in_from[i] = src;
         if (src < 0) {
@@ -182,9 +194,12 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     }
     g->n_nodes++;   /* from here on the node is owned by the graph (freed with it) */
     l->cfg_data = ct_xcalloc(1, l->type->cfg_size ? l->type->cfg_size : 1);
-    if (strcmp(l->name, "prev") == 0 || strcmp(l->name, MODEL_INPUT_NAME) == 0)
+    /* the name as written: inside a repeat "prev" would become "prev.0" yet still read as "prev" */
+    const char *given = name ? name->valuestring : "";
+    if (strcmp(given, "prev") == 0 || strcmp(given, MODEL_INPUT_NAME) == 0 ||
+        strcmp(given, BLOCK_INPUT_NAME) == 0)
         return ct_layer_errf(l, b->err, name, "name: \"%s\" is reserved for inputs; choose another",
-                             l->name);
+                             given);
     int dup = find_node(g, l->name, l->index);
     if (dup >= 0)
         return ct_layer_errf(l, b->err, name, "duplicate name; %s already uses it",
@@ -231,13 +246,18 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
             return model_errf(b, it, "%s (repeat): nested deeper than %d", ipath, MAX_REPEAT_DEPTH);
         char sub_path[128];
         snprintf(sub_path, sizeof sub_path, "%s.layers", ipath);
+        int outer_block_input = b->block_input;
         for (int r = 0; r < (int)times->valuedouble; r++) {
             char sub_suffix[96];
             snprintf(sub_suffix, sizeof sub_suffix, "%s.%d", suffix, r);
+            /* layers are appended in order, so the last one so far feeds this iteration: the layer
+               before the block for r = 0, the previous iteration's last layer after */
+            b->block_input = b->g->n_nodes - 1;
             if ((rc = expand(b, cJSON_GetObjectItemCaseSensitive(it, "layers"), sub_path, sub_suffix,
                              depth + 1)))
                 return rc;
         }
+        b->block_input = outer_block_input;
     }
     return CT_OK;
 }
@@ -347,7 +367,7 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **
     ct_graph *g = ct_xcalloc(1, sizeof *g);
     g->batch = batch;
     g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
-    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g};
+    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK};
     int rc = build(&b, batch);
     if (rc) {
         ct_graph_free(g);

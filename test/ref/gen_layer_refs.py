@@ -182,10 +182,17 @@ def tied_lm_case():
                                          ("d_ln_w", ln_w.grad), ("d_ln_b", ln_b.grad)])
 
 
+def position_embedding_case():
+    """GPT-2's wpe: x + W[0:T] with max_len > T, so the rows past T must get no gradient."""
+    x, w = rand(2, 4, 3), rand(6, 3)
+    run_layer("position_embedding", {"type": "position_embedding", "max_len": 6}, [x],
+              lambda xs, p, _: xs[0] + F.embedding(torch.arange(4), p[0]), [w])
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
-    # tied_lm last: each case draws from the seeded generator, so earlier files stay as they were
+    # new cases last: each case draws from the seeded generator, so earlier files stay as they were
     for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases,
-                 tied_lm_case):
+                 tied_lm_case, position_embedding_case):
         make()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)

@@ -8,6 +8,7 @@ extern const ct_layer_type ct_layer_linear, ct_layer_conv2d, ct_layer_maxpool2d,
     ct_layer_relu, ct_layer_leaky_relu, ct_layer_gelu, ct_layer_silu, ct_layer_tanh,
     ct_layer_sigmoid, ct_layer_flatten, ct_layer_reshape, ct_layer_add, ct_layer_concat,
     ct_layer_embedding;
+extern const ct_layer_type ct_layer_position_embedding;
 
 static const ct_layer_type *const types[] = {
     &ct_layer_linear,      &ct_layer_conv2d,     &ct_layer_maxpool2d, &ct_layer_avgpool2d,
@@ -15,13 +16,16 @@ static const ct_layer_type *const types[] = {
     &ct_layer_relu,        &ct_layer_leaky_relu, &ct_layer_gelu,      &ct_layer_silu,
     &ct_layer_tanh,        &ct_layer_sigmoid,    &ct_layer_flatten,   &ct_layer_reshape,
     &ct_layer_add,         &ct_layer_concat,     &ct_layer_embedding,
+    &ct_layer_position_embedding,
 };
 
 /* Names in registry order, plus "repeat" (expanded by the graph builder, not a layer). */
 static const char *const names[] = {
     "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm2d", "layernorm",
     "dropout", "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "flatten", "reshape",
-    "add", "concat", "embedding", "repeat",
+    "add", "concat", "embedding",
+    "position_embedding",
+    "repeat",
 };
 _Static_assert(sizeof names / sizeof names[0] == sizeof types / sizeof types[0] + 1,
                "names[] lists every registered type plus repeat");
