@@ -1262,6 +1262,119 @@ static void ln_backward_ref(const op_case *k, double **v) {
     }
 }
 
+/* ---- causal attention: B T H D ---- */
+
+/* T = 1, T and D that are no multiple of a tile or vector width, the largest head dim, and a case
+ * big enough (T^2 D above the CPU's grain) to be cut between threads. */
+static const int64_t ATTN_SHAPES[][NS] = {{1, 1, 1, 1}, {2, 5, 2, 3},    {1, 33, 3, 8},
+                                          {2, 17, 1, 64}, {1, 6, 2, 128}, {3, 70, 2, 16}};
+static const float ATTN_P[] = {0.0f, 0.25f};
+#define ATTN_SEED 77
+static uint64_t attn_stream(const op_case *k) { return 5 + (uint64_t)k->shape; }
+/* Element d of q (which 0), k (1) or v (2) of head h at token (b, t), and of y/dy. */
+static int64_t attn_qkv_at(const op_case *k, int64_t b, int64_t t, int which, int64_t h) {
+    return ((b * S(1) + t) * 3 + which) * S(2) * S(3) + h * S(3);
+}
+static int64_t attn_y_at(const op_case *k, int64_t b, int64_t t, int64_t h) {
+    return ((b * S(1) + t) * S(2) + h) * S(3);
+}
+/* The dropout factor of score (b, h, t, j): dropout_forward's rule on element ((b H + h) T + t) T + j. */
+static double attn_keep(const op_case *k, int64_t b, int64_t h, int64_t t, int64_t j) {
+    double p = ATTN_P[k->var];
+    uint64_t e = (uint64_t)(((b * S(2) + h) * S(1) + t) * S(1) + j);
+    return (double)ct_rng_at(ATTN_SEED, CT_RNG_DROPOUT, attn_stream(k), e) >= p * 4294967296.0 ? 1.0 / (1.0 - p) : 0.0;
+}
+/* P [T, T] (causal softmax of the scaled scores, 0 above the diagonal) and lse [T] of (b, h), from qkv. */
+static void attn_probs(const op_case *k, const double *qkv, int64_t b, int64_t h, double *P, double *lse) {
+    int64_t T = S(1), D = S(3);
+    for (int64_t t = 0; t < T; t++) {
+        double m = -INFINITY, l = 0;
+        for (int64_t j = 0; j <= t; j++) {
+            double sc = 0;
+            for (int64_t d = 0; d < D; d++) sc += qkv[attn_qkv_at(k, b, t, 0, h) + d] * qkv[attn_qkv_at(k, b, j, 1, h) + d];
+            P[t * T + j] = sc / sqrt((double)D);
+            m = fmax(m, P[t * T + j]);
+        }
+        for (int64_t j = 0; j <= t; j++) l += exp(P[t * T + j] - m);
+        for (int64_t j = 0; j < T; j++) P[t * T + j] = j <= t ? exp(P[t * T + j] - m) / l : 0.0;
+        lse[t] = m + log(l);
+    }
+}
+/* y and lse of the whole batch in double: y[b,t,h] = sum_j P keep v_j. */
+static void attn_forward_double(const op_case *k, const double *qkv, double *y, double *lse) {
+    int64_t T = S(1), H = S(2), D = S(3);
+    double *P = malloc(sizeof(double) * (size_t)(T * T));
+    for (int64_t b = 0; b < S(0); b++)
+        for (int64_t h = 0; h < H; h++) {
+            attn_probs(k, qkv, b, h, P, lse + (b * H + h) * T);
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j <= t; j++)
+                        acc += P[t * T + j] * attn_keep(k, b, h, t, j) * qkv[attn_qkv_at(k, b, j, 2, h) + d];
+                    y[attn_y_at(k, b, t, h) + d] = acc;
+                }
+        }
+    free(P);
+}
+/* forward: y, lse, qkv */
+static bool attn_forward_setup(op_case *k) {
+    N(0) = S(0) * S(1) * S(2) * S(3);
+    N(1) = S(0) * S(2) * S(1);
+    N(2) = 3 * N(0);
+    return true;
+}
+static void attn_forward_run(ct_backend *be, const op_case *k, void **p) {
+    be->attn.causal_attention_forward(be, p[0], p[1], p[2], S(0), S(1), S(2), S(3), ATTN_P[k->var], ATTN_SEED,
+                                      attn_stream(k), k->dt);
+}
+static void attn_forward_ref(const op_case *k, double **v) { attn_forward_double(k, v[2], v[0], v[1]); }
+/* backward: dqkv, dy, qkv, y, lse (y and lse the forward's, from qkv) */
+static bool attn_backward_setup(op_case *k) {
+    N(1) = N(3) = S(0) * S(1) * S(2) * S(3);
+    N(0) = N(2) = 3 * N(1);
+    N(4) = S(0) * S(2) * S(1);
+    return true;
+}
+static void attn_backward_init(const op_case *k, double **v) { attn_forward_double(k, v[2], v[3], v[4]); }
+static void attn_backward_run(ct_backend *be, const op_case *k, void **p) {
+    be->attn.causal_attention_backward(be, p[0], p[1], p[2], p[3], p[4], S(0), S(1), S(2), S(3), ATTN_P[k->var],
+                                       ATTN_SEED, attn_stream(k), k->dt);
+}
+/* The gradient of sum(dy . y) by the plain formula with T x T matrices: dP = keep (dy . v),
+ * dS = P (dP - sum_j P dP), dq = scale dS k, dk = scale dS^T q, dv = (P keep)^T dy. */
+static void attn_backward_ref(const op_case *k, double **v) {
+    int64_t T = S(1), H = S(2), D = S(3);
+    const double *qkv = v[2], *dy = v[1];
+    double *P = malloc(sizeof(double) * (size_t)(T * T)), *lse = malloc(sizeof(double) * (size_t)T);
+    double *dP = malloc(sizeof(double) * (size_t)(T * T)), scale = 1 / sqrt((double)D);
+    for (int64_t i = 0; i < N(0); i++) v[0][i] = 0;
+    for (int64_t b = 0; b < S(0); b++)
+        for (int64_t h = 0; h < H; h++) {
+            attn_probs(k, qkv, b, h, P, lse);
+            for (int64_t t = 0; t < T; t++) {
+                double dsum = 0;
+                for (int64_t j = 0; j <= t; j++) {
+                    double dv = 0;
+                    for (int64_t d = 0; d < D; d++) dv += dy[attn_y_at(k, b, t, h) + d] * qkv[attn_qkv_at(k, b, j, 2, h) + d];
+                    dP[t * T + j] = attn_keep(k, b, h, t, j) * dv;
+                    dsum += P[t * T + j] * dP[t * T + j];
+                }
+                for (int64_t j = 0; j <= t; j++) {
+                    double ds = P[t * T + j] * (dP[t * T + j] - dsum) * scale, pk = P[t * T + j] * attn_keep(k, b, h, t, j);
+                    for (int64_t d = 0; d < D; d++) {
+                        v[0][attn_qkv_at(k, b, t, 0, h) + d] += ds * qkv[attn_qkv_at(k, b, j, 1, h) + d];
+                        v[0][attn_qkv_at(k, b, j, 1, h) + d] += ds * qkv[attn_qkv_at(k, b, t, 0, h) + d];
+                        v[0][attn_qkv_at(k, b, j, 2, h) + d] += pk * dy[attn_y_at(k, b, t, h) + d];
+                    }
+                }
+            }
+        }
+    free(P);
+    free(lse);
+    free(dP);
+}
+
 /* ---- losses ---- */
 
 /* softmax_xent: dlogits, result, logits, labels. rows classes grad_scale logit_range
@@ -1801,6 +1914,15 @@ static const op_row ROWS[] = {
       {"mean", IN, F32},
       {"rstd", IN, F32}},
      ln_backward_setup, ln_backward_run, ln_backward_init, ln_backward_ref, REF_F32(1e-3, 1e-4)},
+    /* attention: scores in [-2, 2] for qkv in [-1, 1] (D <= 128 terms / sqrt(D)), so the softmax
+     * is far from one-hot; fp32 sums of at most 128 products and 70 keys: 1e-5 relative, with an
+     * atol for outputs that cancel (y is a convex mix of v, gradients sums of signed terms) */
+    {"causal_attention_forward", D_ALL, SHAPES(ATTN_SHAPES), "B T H D", "p=0 p=0.25",
+     {{"y", OUT, DT}, {"lse", OUT, F32, .ref = TOL(1e-5, 1e-5)}, {"qkv", IN, DT, -1, 1}},
+     attn_forward_setup, attn_forward_run, NULL, attn_forward_ref, REF_F32(1e-4, 1e-5)},
+    {"causal_attention_backward", D_ALL, SHAPES(ATTN_SHAPES), "B T H D", "p=0 p=0.25",
+     {{"dqkv", OUT, DT}, {"dy", IN, DT, -1, 1}, {"qkv", IN, DT, -1, 1}, {"y", IN, DT}, {"lse", IN, F32}},
+     attn_backward_setup, attn_backward_run, attn_backward_init, attn_backward_ref, REF_F32(1e-4, 1e-4)},
     /* losses */
     {"softmax_xent", D_ALL, SHAPES(XENT_SHAPES), "rows classes grad_scale logit_range logit_offset", "eps=0 eps=0.1 loss_only",
      {{"dlogits", OUT, DT, .ref = TOL(1e-3, 1e-6)},

@@ -300,6 +300,17 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
        OUT(dx, rows * d) IN(dy, rows * d) IN(x, rows * d) IN(gamma, d),                                                \
        ct_cpu_f32_layernorm_backward(be, F(dx), dgamma, dbeta, F(dy), F(x), F(gamma), save_mean, save_rstd,            \
                                      rows, d))                                                                         \
+    /* attention */                                                                                                    \
+    OP(attn, causal_attention_forward,                                                                                 \
+       (void *y, float *lse, const void *qkv, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed,      \
+        uint64_t stream, ct_dtype dt),                                                                                 \
+       OUT(y, B * T * H * D) IN(qkv, B * T * 3 * H * D),                                                               \
+       ct_cpu_f32_causal_attention_forward(be, F(y), lse, F(qkv), B, T, H, D, p, seed, stream))                        \
+    OP(attn, causal_attention_backward,                                                                                \
+       (void *dqkv, const void *dy, const void *qkv, const void *y, const float *lse, int64_t B, int64_t T, int64_t H,  \
+        int64_t D, float p, uint64_t seed, uint64_t stream, ct_dtype dt),                                              \
+       OUT(dqkv, B * T * 3 * H * D) IN(dy, B * T * H * D) IN(qkv, B * T * 3 * H * D) IN(y, B * T * H * D),             \
+       ct_cpu_f32_causal_attention_backward(be, F(dqkv), F(dy), F(qkv), F(y), lse, B, T, H, D, p, seed, stream))       \
     /* losses */                                                                                                       \
     OP(loss, softmax_xent,                                                                                             \
        (void *dlogits, float *result, const void *logits, const int32_t *labels, int64_t rows, int64_t classes,        \

@@ -103,6 +103,8 @@ void ct_cpu_f32_batchnorm_forward(ct_backend *be, float *y, const float *x, cons
 void ct_cpu_f32_batchnorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_invstd, int64_t n, int64_t c, int64_t hw);
 void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, float *save_rstd, const float *x, const float *gamma, const float *beta, int64_t rows, int64_t d, float eps);
 void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d);
+void ct_cpu_f32_causal_attention_forward(ct_backend *be, float *y, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
+void ct_cpu_f32_causal_attention_backward(ct_backend *be, float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
 void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x, const ct_pool2d_geom *g);
 void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);
