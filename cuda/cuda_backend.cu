@@ -195,6 +195,7 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     ct_cuda_eltwise_install(be);
     ct_cuda_conv_install(be);
     ct_cuda_norm_install(be);
+    ct_cuda_attn_install(be);
     ct_cuda_loss_install(be);
     ct_cuda_optim_install(be);
     ct_cuda_graph_install(be);

@@ -311,6 +311,7 @@ void ct_cuda_gemm_install(ct_backend *be);
 void ct_cuda_eltwise_install(ct_backend *be);
 void ct_cuda_conv_install(ct_backend *be);
 void ct_cuda_norm_install(ct_backend *be);
+void ct_cuda_attn_install(ct_backend *be);          /* causal attention (cuda_attention.cu) */
 void ct_cuda_loss_install(ct_backend *be);
 void ct_cuda_optim_install(ct_backend *be);
 void ct_cuda_graph_install(ct_backend *be);         /* capture_* (cuda_graph.cu) */

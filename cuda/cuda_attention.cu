@@ -1,0 +1,423 @@
+/* cuda_attention.cu: causal multi-head attention over a fused qkv (backend.h, ct_backend_attn).
+ *
+ * Layouts (E = the storage type: float, __half or __nv_bfloat16; everything else is fp32):
+ *   qkv [B, T, 3, H, D]: token (b, t) starts at (b T + t) * 3HD; q of head h at + h D,
+ *                        k at + HD + h D, v at + 2HD + h D.
+ *   y, dy [B, T, H, D]:  row (b, t, h) at ((b T + t) H + h) D.
+ *   lse, dsum [B, H, T]: row (b, h, t) at (bh) T + t with bh = b H + h.
+ * s_tj = (q_t . k_j) * scale, scale = 1/sqrt(D), only j <= t (the causal bound) ever contributes.
+ *
+ * Forward (flash-attention style, one CTA per (query tile of 16 rows, bh), 4 warps, one warp per
+ * query row at a time): the CTA keeps its 16 q rows in shared memory and walks the key tiles of
+ * 32 keys from key 0 to its last row, loading k and v of the tile into shared memory. For one
+ * row, lane j computes s of key k0 + j; the warp takes the tile's max and the online softmax
+ * rescales the running sum l and the running output (each lane owns dims lane, lane+32, ...);
+ * then the 32 probabilities are broadcast in key order and accumulated into the output. At the
+ * end y = acc / l and lse = m + log(l). Attention dropout multiplies the probability used for y
+ * (not the one summed into l) by keep(b,h,t,j), drawn from the Philox word e = (bh T + t) T + j.
+ *   Memory traffic per (b, h): q, y, lse once; k and v of keys <= the tile's last row once per
+ *   query tile, about T^2 D / 16 elements each (no T x T matrix anywhere).
+ *
+ * Backward (recomputes the scores; writes every element of dqkv exactly once, no atomics):
+ *   1. k_attn_dsum: dsum_t = dy_t . y_t per row (one warp per row).
+ *   2. k_attn_dq: one CTA per (query tile of 8 rows, bh), walking key tiles of 32 keys as the
+ *      forward does: P_tj = exp(s_tj - lse_t), dP_tj = keep_tj * (dy_t . v_j),
+ *      dS_tj = P_tj (dP_tj - dsum_t), dq_t = scale * sum_j dS_tj k_j (j in increasing order).
+ *   3. k_attn_dkdv: one CTA per (key tile of 8 keys, bh), walking query tiles of 32 queries from
+ *      the one holding the tile's first key to T - 1, one warp per key row at a time, lane i the
+ *      query t0 + i: dv_j = sum_t P_tj keep_tj dy_t, dk_j = scale * sum_t dS_tj q_t (t in
+ *      increasing order).
+ *   Memory traffic per (b, h): k, v about T^2 D / 8 elements each (step 2), q and dy about
+ *   T^2 D / 8 each (step 3), plus dq, dk, dv, lse and dsum once.
+ * Every sum runs in a fixed order (sequential loops, butterfly warp reductions), so the results do
+ * not depend on the grid or on scheduling. This first version is plain fp32 FMA on CUDA cores,
+ * written to be obviously right; tensor cores (mma for 16-bit) come next. */
+#include "cuda/cuda_dtype.cuh"
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_rng.cuh"
+
+extern "C" {
+#include "core/util/rng.h"
+}
+
+#define ATT_DMAX 128                  /* the largest head dim (backend.h) */
+#define ATT_DPL (ATT_DMAX / 32)       /* dims per lane: lane owns d = lane + 32 i, i < ATT_DPL */
+#define ATT_WARPS 4
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_TILE 32                   /* keys (forward, dq) or queries (dkdv) per inner tile */
+#define ATT_PAD (ATT_DMAX + 1)        /* row stride of tiles read lane-per-row: no bank conflicts */
+
+#define FWD_ROWS_PER_WARP 4
+#define FWD_BQ (ATT_WARPS * FWD_ROWS_PER_WARP)    /* 16 query rows per forward CTA */
+#define DQ_ROWS_PER_WARP 2
+#define DQ_BQ (ATT_WARPS * DQ_ROWS_PER_WARP)      /* 8 query rows per dq CTA */
+#define DKV_ROWS_PER_WARP 2
+#define DKV_BK (ATT_WARPS * DKV_ROWS_PER_WARP)    /* 8 key rows per dk/dv CTA */
+
+/* keep(b,h,t,j) of element e = (bh T + t) T + j: word e of the dropout stream (ct_rng_at: word
+ * e & 3 of Philox block e >> 2), kept when it is >= thresh = floor(p 2^32). */
+__device__ __forceinline__ float attn_keep(uint64_t key, uint64_t stream, uint64_t e,
+                                           uint64_t thresh, float keep_scale) {
+    uint4 w = ct_dev_philox_block(key, stream, e >> 2);
+    unsigned k = (unsigned)(e & 3);
+    uint32_t word = k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
+    return (uint64_t)word >= thresh ? keep_scale : 0.0f;
+}
+
+/* Load rows [r0, r0 + n) of one head's q, k or v (`src` already points at the head's column
+ * in token 0 of the sequence, row stride ld) into sh[r][d] (row stride `stride`) as fp32;
+ * rows at or past T read as 0. Consecutive threads read consecutive d: coalesced. */
+template <typename E>
+__device__ __forceinline__ void attn_load_tile(float *sh, int stride, const E *src, int64_t ld,
+                                               int64_t r0, int n, int64_t T, int D) {
+    for (int i = threadIdx.x; i < n * D; i += blockDim.x) {
+        int r = i / D, d = i - r * D;
+        int64_t t = r0 + r;
+        sh[r * stride + d] = t < T ? ct_ld(src[t * ld + d]) : 0.0f;
+    }
+}
+
+/* Dot product of two fp32 rows of length D in shared memory, d in increasing order. */
+__device__ __forceinline__ float attn_dot(const float *a, const float *b, int D) {
+    float s = 0.0f;
+    for (int d = 0; d < D; d++) s += a[d] * b[d];
+    return s;
+}
+
+/* ---- forward ---- */
+
+/* grid (ceil(T / FWD_BQ), B H), ATT_THREADS threads. */
+template <typename E>
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attn_forward(E *__restrict__ y, float *__restrict__ lse, const E *__restrict__ qkv, int64_t T,
+               int64_t H, int D, float scale, uint64_t thresh, float keep_scale, uint64_t key,
+               uint64_t stream) {
+    __shared__ float qs[FWD_BQ][ATT_DMAX];     /* q rows of this tile (read as broadcasts) */
+    __shared__ float ks[ATT_TILE][ATT_PAD];    /* k rows of the key tile (lane j reads row j) */
+    __shared__ float vs[ATT_TILE][ATT_DMAX];   /* v rows of the key tile (lane reads its dims) */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
+    const int64_t q0 = (int64_t)blockIdx.x * FWD_BQ;           /* first query row of the tile */
+    const int64_t ld = 3 * H * D;                               /* token stride of qkv */
+    const E *qh = qkv + b * T * ld + h * D;                     /* q of head h, token 0 */
+    const E *kh = qh + H * D, *vh = qh + 2 * H * D;
+    const int64_t t_last = (q0 + FWD_BQ < T ? q0 + FWD_BQ : T) - 1;  /* last valid row here */
+
+    attn_load_tile(&qs[0][0], ATT_DMAX, qh, ld, q0, FWD_BQ, T, D);
+
+    /* per row this warp owns (r = warp * FWD_ROWS_PER_WARP + rr): running max, sum, output */
+    float m[FWD_ROWS_PER_WARP], l[FWD_ROWS_PER_WARP], acc[FWD_ROWS_PER_WARP][ATT_DPL];
+#pragma unroll
+    for (int rr = 0; rr < FWD_ROWS_PER_WARP; rr++) {
+        m[rr] = -INFINITY;
+        l[rr] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) acc[rr][i] = 0.0f;
+    }
+
+    /* key tiles [k0, k0 + 32) up to the one holding t_last: later keys are all masked here */
+    for (int64_t k0 = 0; k0 <= t_last; k0 += ATT_TILE) {
+        __syncthreads(); /* the previous tile's k, v are no longer read (and q is loaded) */
+        attn_load_tile(&ks[0][0], ATT_PAD, kh, ld, k0, ATT_TILE, T, D);
+        attn_load_tile(&vs[0][0], ATT_DMAX, vh, ld, k0, ATT_TILE, T, D);
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < FWD_ROWS_PER_WARP; rr++) {
+            const int r = warp * FWD_ROWS_PER_WARP + rr;
+            const int64_t t = q0 + r;
+            if (t >= T || k0 > t) continue; /* warp-uniform: no key of this tile is <= t */
+            const int64_t j = k0 + lane;
+            const bool valid = j <= t;      /* causal bound (also implies j < T) */
+            float s = valid ? attn_dot(qs[r], ks[lane], D) * scale : -INFINITY;
+            float m_new = fmaxf(m[rr], ct_warp_max(s));        /* finite: key k0 is valid */
+            float corr = expf(m[rr] - m_new);                   /* 0 on the first tile */
+            float pj = valid ? expf(s - m_new) : 0.0f;
+            l[rr] = l[rr] * corr + ct_warp_sum(pj);             /* softmax sum: no dropout */
+            if (thresh != 0 && valid)
+                pj *= attn_keep(key, stream, ((uint64_t)bh * T + t) * T + j, thresh, keep_scale);
+            m[rr] = m_new;
+#pragma unroll
+            for (int i = 0; i < ATT_DPL; i++) acc[rr][i] *= corr;
+            /* acc[d] += sum over keys jj = 0 .. t - k0 of p_jj v_jj[d], in key order */
+            const int n_keys = t - k0 + 1 < ATT_TILE ? (int)(t - k0 + 1) : ATT_TILE;
+            for (int jj = 0; jj < n_keys; jj++) {
+                float pb = __shfl_sync(0xffffffffu, pj, jj);
+#pragma unroll
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < D) acc[rr][i] += pb * vs[jj][d];
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < FWD_ROWS_PER_WARP; rr++) {
+        const int64_t t = q0 + warp * FWD_ROWS_PER_WARP + rr;
+        if (t >= T) continue;
+        E *yr = y + ((b * T + t) * H + h) * D;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < D) yr[d] = ct_st<E>(acc[rr][i] / l[rr]);
+        }
+        if (lane == 0) lse[bh * T + t] = m[rr] + logf(l[rr]);
+    }
+}
+
+/* ---- backward ---- */
+
+/* dsum[bh T + t] = dy_t . y_t, one warp per row (b, t, h); grid-stride over rows. */
+template <typename E>
+__global__ void k_attn_dsum(float *__restrict__ dsum, const E *__restrict__ dy,
+                            const E *__restrict__ y, int64_t B, int64_t T, int64_t H, int D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n = B * T * H, warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < n;
+         row += warps) {
+        /* row = (b T + t) H + h */
+        const int64_t h = row % H, bt = row / H, t = bt % T, b = bt / T;
+        float s = 0.0f;
+        for (int d = lane; d < D; d += 32) s += ct_ld(dy[row * D + d]) * ct_ld(y[row * D + d]);
+        s = ct_warp_sum(s);
+        if (lane == 0) dsum[(b * H + h) * T + t] = s;
+    }
+}
+
+/* dq. grid (ceil(T / DQ_BQ), B H), ATT_THREADS threads. */
+template <typename E>
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attn_dq(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restrict__ qkv,
+          const float *__restrict__ lse, const float *__restrict__ dsum, int64_t T, int64_t H,
+          int D, float scale, uint64_t thresh, float keep_scale, uint64_t key, uint64_t stream) {
+    __shared__ float qs[DQ_BQ][ATT_DMAX];      /* q rows (broadcast reads) */
+    __shared__ float dys[DQ_BQ][ATT_DMAX];     /* dy rows (broadcast reads) */
+    __shared__ float ks[ATT_TILE][ATT_PAD];    /* lane j reads row j for s; lanes read dims for dq */
+    __shared__ float vs[ATT_TILE][ATT_PAD];    /* lane j reads row j for dP */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
+    const int64_t q0 = (int64_t)blockIdx.x * DQ_BQ;
+    const int64_t ld = 3 * H * D;
+    const E *qh = qkv + b * T * ld + h * D;
+    const E *kh = qh + H * D, *vh = qh + 2 * H * D;
+    const E *dyh = dy + b * T * H * D + h * D;                  /* dy of head h, token 0 */
+    const int64_t t_last = (q0 + DQ_BQ < T ? q0 + DQ_BQ : T) - 1;
+
+    attn_load_tile(&qs[0][0], ATT_DMAX, qh, ld, q0, DQ_BQ, T, D);
+    attn_load_tile(&dys[0][0], ATT_DMAX, dyh, H * D, q0, DQ_BQ, T, D);
+
+    float lse_r[DQ_ROWS_PER_WARP], ds_r[DQ_ROWS_PER_WARP], acc[DQ_ROWS_PER_WARP][ATT_DPL];
+#pragma unroll
+    for (int rr = 0; rr < DQ_ROWS_PER_WARP; rr++) {
+        const int64_t t = q0 + warp * DQ_ROWS_PER_WARP + rr;
+        lse_r[rr] = t < T ? lse[bh * T + t] : 0.0f;
+        ds_r[rr] = t < T ? dsum[bh * T + t] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) acc[rr][i] = 0.0f;
+    }
+
+    for (int64_t k0 = 0; k0 <= t_last; k0 += ATT_TILE) {
+        __syncthreads();
+        attn_load_tile(&ks[0][0], ATT_PAD, kh, ld, k0, ATT_TILE, T, D);
+        attn_load_tile(&vs[0][0], ATT_PAD, vh, ld, k0, ATT_TILE, T, D);
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < DQ_ROWS_PER_WARP; rr++) {
+            const int r = warp * DQ_ROWS_PER_WARP + rr;
+            const int64_t t = q0 + r;
+            if (t >= T || k0 > t) continue; /* warp-uniform */
+            const int64_t j = k0 + lane;
+            float dS = 0.0f;
+            if (j <= t) {
+                float p = expf(attn_dot(qs[r], ks[lane], D) * scale - lse_r[rr]);
+                float dp = attn_dot(dys[r], vs[lane], D);
+                if (thresh != 0)
+                    dp *= attn_keep(key, stream, ((uint64_t)bh * T + t) * T + j, thresh, keep_scale);
+                dS = p * (dp - ds_r[rr]);
+            }
+            /* acc[d] += sum over keys jj = 0 .. t - k0 of dS_jj k_jj[d], in key order */
+            const int n_keys = t - k0 + 1 < ATT_TILE ? (int)(t - k0 + 1) : ATT_TILE;
+            for (int jj = 0; jj < n_keys; jj++) {
+                float g = __shfl_sync(0xffffffffu, dS, jj);
+#pragma unroll
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < D) acc[rr][i] += g * ks[jj][d];
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < DQ_ROWS_PER_WARP; rr++) {
+        const int64_t t = q0 + warp * DQ_ROWS_PER_WARP + rr;
+        if (t >= T) continue;
+        E *dq = dqkv + (b * T + t) * ld + h * D;                /* q slot of token (b, t) */
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < D) dq[d] = ct_st<E>(acc[rr][i] * scale);
+        }
+    }
+}
+
+/* dk and dv. grid (ceil(T / DKV_BK), B H), ATT_THREADS threads. */
+template <typename E>
+__global__ void __launch_bounds__(ATT_THREADS)
+k_attn_dkdv(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restrict__ qkv,
+            const float *__restrict__ lse, const float *__restrict__ dsum, int64_t T, int64_t H,
+            int D, float scale, uint64_t thresh, float keep_scale, uint64_t key, uint64_t stream) {
+    __shared__ float ks[DKV_BK][ATT_DMAX];     /* k rows of this key tile (broadcast reads) */
+    __shared__ float vs[DKV_BK][ATT_DMAX];     /* v rows (broadcast reads) */
+    __shared__ float qs[ATT_TILE][ATT_PAD];    /* q rows of the query tile: lane i reads row i */
+    __shared__ float dys[ATT_TILE][ATT_PAD];   /* dy rows of the query tile: lane i reads row i */
+    __shared__ float lse_s[ATT_TILE], ds_s[ATT_TILE];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
+    const int64_t j0 = (int64_t)blockIdx.x * DKV_BK;            /* first key row of the tile */
+    const int64_t ld = 3 * H * D;
+    const E *qh = qkv + b * T * ld + h * D;
+    const E *kh = qh + H * D, *vh = qh + 2 * H * D;
+    const E *dyh = dy + b * T * H * D + h * D;
+
+    attn_load_tile(&ks[0][0], ATT_DMAX, kh, ld, j0, DKV_BK, T, D);
+    attn_load_tile(&vs[0][0], ATT_DMAX, vh, ld, j0, DKV_BK, T, D);
+
+    float dk[DKV_ROWS_PER_WARP][ATT_DPL], dv[DKV_ROWS_PER_WARP][ATT_DPL];
+#pragma unroll
+    for (int rr = 0; rr < DKV_ROWS_PER_WARP; rr++)
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) dk[rr][i] = dv[rr][i] = 0.0f;
+
+    /* query tiles [t0, t0 + 32) from the one holding key j0 (earlier queries see none of these
+     * keys) to the last one */
+    for (int64_t t0 = j0 - j0 % ATT_TILE; t0 < T; t0 += ATT_TILE) {
+        __syncthreads();
+        attn_load_tile(&qs[0][0], ATT_PAD, qh, ld, t0, ATT_TILE, T, D);
+        attn_load_tile(&dys[0][0], ATT_PAD, dyh, H * D, t0, ATT_TILE, T, D);
+        if (threadIdx.x < ATT_TILE) {
+            int64_t t = t0 + threadIdx.x;
+            lse_s[threadIdx.x] = t < T ? lse[bh * T + t] : 0.0f;
+            ds_s[threadIdx.x] = t < T ? dsum[bh * T + t] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < DKV_ROWS_PER_WARP; rr++) {
+            const int r = warp * DKV_ROWS_PER_WARP + rr;
+            const int64_t j = j0 + r;
+            if (j >= T || t0 + ATT_TILE - 1 < j) continue; /* warp-uniform: no query t >= j here */
+            const int64_t t = t0 + lane;
+            float pk = 0.0f, dS = 0.0f;  /* P keep (for dv) and dS (for dk) of query t, key j */
+            if (t >= j && t < T) {
+                float p = expf(attn_dot(qs[lane], ks[r], D) * scale - lse_s[lane]);
+                float keep = thresh != 0 ? attn_keep(key, stream, ((uint64_t)bh * T + t) * T + j,
+                                                     thresh, keep_scale)
+                                         : 1.0f;
+                float dp = attn_dot(dys[lane], vs[r], D) * keep;
+                pk = p * keep;
+                dS = p * (dp - ds_s[lane]);
+            }
+            /* queries t0 + tt for tt in [max(0, j - t0), min(32, T - t0)), in increasing order */
+            const int tt_lo = j > t0 ? (int)(j - t0) : 0;
+            const int tt_hi = T - t0 < ATT_TILE ? (int)(T - t0) : ATT_TILE;
+            for (int tt = tt_lo; tt < tt_hi; tt++) {
+                float gv = __shfl_sync(0xffffffffu, pk, tt);
+                float gk = __shfl_sync(0xffffffffu, dS, tt);
+#pragma unroll
+                for (int i = 0; i < ATT_DPL; i++) {
+                    int d = lane + 32 * i;
+                    if (d < D) {
+                        dv[rr][i] += gv * dys[tt][d];
+                        dk[rr][i] += gk * qs[tt][d];
+                    }
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < DKV_ROWS_PER_WARP; rr++) {
+        const int64_t j = j0 + warp * DKV_ROWS_PER_WARP + rr;
+        if (j >= T) continue;
+        E *dkr = dqkv + (b * T + j) * ld + H * D + h * D;       /* k slot of token (b, j) */
+        E *dvr = dkr + H * D;                                   /* v slot */
+#pragma unroll
+        for (int i = 0; i < ATT_DPL; i++) {
+            int d = lane + 32 * i;
+            if (d < D) {
+                dkr[d] = ct_st<E>(dk[rr][i] * scale);
+                dvr[d] = ct_st<E>(dv[rr][i]);
+            }
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+/* The dropout rule's numbers, exactly as dropout_forward computes them (cuda_eltwise.cu). */
+static uint64_t attn_thresh(float p) {
+    double t = (double)p * 4294967296.0;
+    return t <= 0.0 ? 0 : (uint64_t)t;
+}
+static float attn_keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* Checks the sizes; false when there is nothing to do. */
+static bool attn_check(int64_t B, int64_t T, int64_t H, int64_t D, int rows_per_cta) {
+    CT_CUDA_REQUIRE(B >= 0 && T >= 0 && H >= 0 && D >= 0, "causal attention: negative size");
+    if (B == 0 || T == 0 || H == 0) return false;
+    CT_CUDA_REQUIRE(D >= 1 && D <= ATT_DMAX, "causal attention: head dim must be 1 .. 128");
+    CT_CUDA_REQUIRE(B * H <= 65535, "causal attention: B * H over the grid's y limit (65535)");
+    CT_CUDA_REQUIRE((T + rows_per_cta - 1) / rows_per_cta <= INT32_MAX,
+                    "causal attention: T over the grid's x limit");
+    return true;
+}
+
+static void cu_attn_forward(ct_backend *be, void *y, float *lse, const void *qkv, int64_t B,
+                            int64_t T, int64_t H, int64_t D, float p, uint64_t seed,
+                            uint64_t stream, ct_dtype dt) {
+    if (!attn_check(B, T, H, D, FWD_BQ)) return;
+    float scale = (float)(1.0 / sqrt((double)D));
+    uint64_t key = ct_cuda_rng_key(seed, CT_RNG_DROPOUT);
+    dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * H));
+    CT_DT_DISPATCH(dt, E, {
+        k_attn_forward<E><<<grid, ATT_THREADS, 0, ct_cuda_stream(be)>>>(
+            (E *)y, lse, (const E *)qkv, T, H, (int)D, scale, attn_thresh(p), attn_keep_scale(p),
+            key, stream);
+        CT_CUDA_LAUNCH_CHECK();
+    });
+}
+
+static void cu_attn_backward(ct_backend *be, void *dqkv, const void *dy, const void *qkv,
+                             const void *y, const float *lse, int64_t B, int64_t T, int64_t H,
+                             int64_t D, float p, uint64_t seed, uint64_t stream, ct_dtype dt) {
+    if (!attn_check(B, T, H, D, DQ_BQ)) return;
+    float scale = (float)(1.0 / sqrt((double)D));
+    uint64_t key = ct_cuda_rng_key(seed, CT_RNG_DROPOUT), thresh = attn_thresh(p);
+    float keep_scale = attn_keep_scale(p);
+    cudaStream_t st = ct_cuda_stream(be);
+    float *dsum = (float *)CT_CUDA_SCRATCH(be, (size_t)(B * H * T) * sizeof(float));
+    dim3 grid_q((unsigned)((T + DQ_BQ - 1) / DQ_BQ), (unsigned)(B * H));
+    dim3 grid_kv((unsigned)((T + DKV_BK - 1) / DKV_BK), (unsigned)(B * H));
+    CT_DT_DISPATCH(dt, E, {
+        k_attn_dsum<E><<<ct_cuda_grid(be, B * T * H * 32, 256), 256, 0, st>>>(
+            dsum, (const E *)dy, (const E *)y, B, T, H, (int)D);
+        CT_CUDA_LAUNCH_CHECK();
+        k_attn_dq<E><<<grid_q, ATT_THREADS, 0, st>>>((E *)dqkv, (const E *)dy, (const E *)qkv, lse,
+                                                     dsum, T, H, (int)D, scale, thresh, keep_scale,
+                                                     key, stream);
+        CT_CUDA_LAUNCH_CHECK();
+        k_attn_dkdv<E><<<grid_kv, ATT_THREADS, 0, st>>>((E *)dqkv, (const E *)dy, (const E *)qkv,
+                                                        lse, dsum, T, H, (int)D, scale, thresh,
+                                                        keep_scale, key, stream);
+        CT_CUDA_LAUNCH_CHECK();
+    });
+    ct_cuda_scratch_free(be, dsum);
+}
+
+void ct_cuda_attn_install(ct_backend *be) {
+    be->attn.causal_attention_forward = cu_attn_forward;
+    be->attn.causal_attention_backward = cu_attn_backward;
+}
