@@ -932,6 +932,47 @@ START_TEST(position_embedding_graph) {
 }
 END_TEST
 
+/* A GPT-2-shaped model: positions, two pre-norm blocks written once (block_input), causal
+ * attention with dropout, a GELU MLP, residual adds, a final layernorm and a head over the
+ * positions; finite differences of the whole graph, and the attention errors. */
+START_TEST(transformer_graph) {
+    const char *gpt =
+        "{\"input\": [5, 8], \"layers\": ["
+        " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8},"
+        " {\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+        "  {\"type\": \"layernorm\", \"name\": \"ln1\"}, {\"type\": \"linear\", \"out\": 24},"
+        "  {\"type\": \"causal_self_attention\", \"heads\": 2, \"dropout\": 0.2},"
+        "  {\"type\": \"linear\", \"name\": \"proj\", \"out\": 8},"
+        "  {\"type\": \"add\", \"name\": \"res1\", \"inputs\": [\"block_input\", \"proj\"]},"
+        "  {\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 32}, {\"type\": \"gelu\", \"approximate\": \"tanh\"},"
+        "  {\"type\": \"linear\", \"name\": \"fc2\", \"out\": 8},"
+        "  {\"type\": \"add\", \"inputs\": [\"res1\", \"fc2\"]}]},"
+        " {\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 7}],"
+        " \"loss\": {\"type\": \"cross_entropy\"}}";
+    built b;
+    expect_ok(gpt, &b);
+    /* dropout > 0 makes the attention a random layer (no CUDA-graph capture); 0 does not */
+    ck_assert(ct_graph_layer_flags(b.g, 3) & CT_LAYER_RANDOM);
+    unbuild(&b);
+    check_graph_grads(gpt, 3, 1e-2, 3e-2);
+    expect_ok("{\"input\": [5, 12], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 2}],"
+              " \"loss\": {\"type\": \"mse\"}}", &b);
+    ck_assert(!(ct_graph_layer_flags(b.g, 0) & CT_LAYER_RANDOM));
+    ck_assert_int_eq(ct_graph_info_get(b.g)->output_shape.d[1], 4);
+    unbuild(&b);
+    EXPECT_ERROR("{\"input\": [5, 13], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 2}]}",
+                 "(causal_self_attention)", "input is [5, 13]", "expected [T, 3C]");
+    EXPECT_ERROR("{\"input\": [5, 12], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 3}]}",
+                 "width C = 4 (input 12 / 3) is not divisible by heads = 3");
+    EXPECT_ERROR("{\"input\": [2, 774], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 2}]}",
+                 "head dim C / heads = 129 is above 128: use more heads");
+    EXPECT_ERROR("{\"input\": [5, 12], \"layers\": [{\"type\": \"causal_self_attention\"}]}",
+                 "missing field \"heads\"");
+    EXPECT_ERROR("{\"input\": [5, 12], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 2,"
+                 " \"dropout\": 1}]}", "dropout");
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -1148,6 +1189,7 @@ int main(void) {
     tcase_add_test(tc, views_aligned_and_ties_checked);
     tcase_add_test(tc, embedding_tokens);
     tcase_add_test(tc, position_embedding_graph);
+    tcase_add_test(tc, transformer_graph);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

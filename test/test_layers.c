@@ -251,6 +251,12 @@ START_TEST(fd_every_layer) {
         snprintf(js, sizeof js, "{\"type\":\"position_embedding\",\"max_len\":%lld}",
                  (long long)(seq.d[0] + rep));
         fd_check(js, 1, &seq, CT_F32, n, seed, true, 1e-2, 5e-3);
+
+        /* causal attention over a fused qkv of 2 heads of 3 (T from 1), with and without dropout */
+        ct_shape qkv = SHAPE(rnd(&r, 1, 6), 18);
+        fd_check("{\"type\":\"causal_self_attention\",\"heads\":2}", 1, &qkv, CT_F32, n, seed, true, 1e-2, 5e-3);
+        fd_check("{\"type\":\"causal_self_attention\",\"heads\":3,\"dropout\":0.3}", 1, &qkv, CT_F32, n, seed,
+                 true, 1e-2, 5e-3);
     }
 }
 END_TEST
@@ -568,6 +574,7 @@ static const half_case half_cases[] = {
     {"{\"type\":\"concat\",\"axis\":-1}", 2, {SHAPE(2, 3), SHAPE(2, 5)}, CT_F32, 2, true, false, false},
     {"{\"type\":\"embedding\",\"vocab\":7,\"dim\":6}", 1, {SHAPE(5)}, CT_I32, 3, true, false, false},
     {"{\"type\":\"position_embedding\",\"max_len\":9}", 1, {SHAPE(5, 6)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"causal_self_attention\",\"heads\":2}", 1, {SHAPE(7, 24)}, CT_F32, 3, false, false, false},
 };
 
 static uint16_t half_bits(float v, ct_dtype dt) { return dt == CT_F16 ? ct_f32_to_f16(v) : ct_f32_to_bf16(v); }
@@ -798,7 +805,7 @@ static const char *const layer_refs[] = {
     "global_avgpool", "batchnorm2d", "batchnorm2d_eval", "layernorm", "relu", "leaky_relu", "gelu",
     "gelu_tanh", "silu", "tanh", "sigmoid", "dropout_eval", "flatten", "reshape", "add", "concat",
     "concat_last", "embedding",
-    "position_embedding"};
+    "position_embedding", "causal_self_attention"};
 
 START_TEST(pytorch_layers) {
     ref_layer(layer_refs[_i]);

@@ -203,7 +203,11 @@ const char *ct_graph_layer_type(const ct_graph *g, int j) {
     return j >= 0 && j < g->n_nodes ? g->nodes[j].l.type->name : NULL;
 }
 unsigned ct_graph_layer_flags(const ct_graph *g, int j) {
-    return j >= 0 && j < g->n_nodes ? g->nodes[j].l.type->flags : 0;
+    if (j < 0 || j >= g->n_nodes) return 0;
+    const ct_layer *l = &g->nodes[j].l;
+    unsigned f = l->type->flags;
+    if (l->type->draws_random) f = l->type->draws_random(l) ? f | CT_LAYER_RANDOM : f & ~(unsigned)CT_LAYER_RANDOM;
+    return f;
 }
 void *ct_graph_activation(const ct_graph *g, int j) { return j >= 0 && j < g->n_nodes ? g->nodes[j].y : NULL; }
 void *ct_graph_activation_grad(const ct_graph *g, int j) {

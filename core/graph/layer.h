@@ -96,6 +96,9 @@ typedef struct ct_layer_type {
      *   overwrite it in place. */
     bool (*in_place)(const ct_layer *l);
     bool backward_reads_output;
+    /* Optional: whether this layer draws random numbers in train mode, when that depends on its
+     * config (attention dropout of 0 draws nothing); it then decides CT_LAYER_RANDOM for it. */
+    bool (*draws_random)(const ct_layer *l);
 } ct_layer_type;
 
 struct ct_layer {

@@ -13,6 +13,7 @@ Array names: x0, x1, ... inputs; p0, p1, ... parameters and buffers in the layer
 gradients; r2, r3 batchnorm running statistics after the forward.
 Losses: logits, target, loss (scalar, mean), dlogits (gradient of the mean loss)."""
 import json
+import math
 import os
 import struct
 
@@ -189,10 +190,25 @@ def position_embedding_case():
               lambda xs, p, _: xs[0] + F.embedding(torch.arange(4), p[0]), [w])
 
 
+def causal_self_attention_case():
+    """GPT-2's attention core on a fused qkv [B, T, 3C]: q, k, v of H heads of D, a causal softmax
+    of q k^T / sqrt(D), heads side by side; written with explicit T x T matrices."""
+    B, T, H, D = 2, 5, 2, 3
+    x = rand(B, T, 3 * H * D)
+
+    def attend(xs, _p, _b):
+        q, k, v = xs[0].view(B, T, 3, H, D).permute(2, 0, 3, 1, 4)  # each [B, H, T, D]
+        s = q @ k.transpose(-1, -2) / math.sqrt(D)
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * D)
+
+    run_layer("causal_self_attention", {"type": "causal_self_attention", "heads": H}, [x], attend, [])
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     # new cases last: each case draws from the seeded generator, so earlier files stay as they were
     for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases,
-                 tied_lm_case, position_embedding_case):
+                 tied_lm_case, position_embedding_case, causal_self_attention_case):
         make()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)

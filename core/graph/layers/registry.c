@@ -8,7 +8,7 @@ extern const ct_layer_type ct_layer_linear, ct_layer_conv2d, ct_layer_maxpool2d,
     ct_layer_relu, ct_layer_leaky_relu, ct_layer_gelu, ct_layer_silu, ct_layer_tanh,
     ct_layer_sigmoid, ct_layer_flatten, ct_layer_reshape, ct_layer_add, ct_layer_concat,
     ct_layer_embedding;
-extern const ct_layer_type ct_layer_position_embedding;
+extern const ct_layer_type ct_layer_position_embedding, ct_layer_causal_self_attention;
 
 static const ct_layer_type *const types[] = {
     &ct_layer_linear,      &ct_layer_conv2d,     &ct_layer_maxpool2d, &ct_layer_avgpool2d,
@@ -16,7 +16,7 @@ static const ct_layer_type *const types[] = {
     &ct_layer_relu,        &ct_layer_leaky_relu, &ct_layer_gelu,      &ct_layer_silu,
     &ct_layer_tanh,        &ct_layer_sigmoid,    &ct_layer_flatten,   &ct_layer_reshape,
     &ct_layer_add,         &ct_layer_concat,     &ct_layer_embedding,
-    &ct_layer_position_embedding,
+    &ct_layer_position_embedding, &ct_layer_causal_self_attention,
 };
 
 /* Names in registry order, plus "repeat" (expanded by the graph builder, not a layer). */
@@ -24,7 +24,7 @@ static const char *const names[] = {
     "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm2d", "layernorm",
     "dropout", "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "flatten", "reshape",
     "add", "concat", "embedding",
-    "position_embedding",
+    "position_embedding", "causal_self_attention",
     "repeat",
 };
 _Static_assert(sizeof names / sizeof names[0] == sizeof types / sizeof types[0] + 1,
