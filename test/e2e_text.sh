@@ -79,6 +79,16 @@ if [ -f "$1" ]; then
     [ "$(windows "$T/bt")" = $(((total - n_eval - 1) / 64)) ] && [ "$(windows "$T/be")" = $(((n_eval - 1) / 64)) ] &&
         ok "/usr/share/common-licenses: $total bytes, $(((n_eval - 1) / 64)) eval windows of 64 (5%)" ||
         bad "licence window counts: $(cat "$T/log" "$T/bt" "$T/be" "$T/err")"
+    # accuracy of a sequence model counts every position: a share of the eval set's labels, not of
+    # its samples (it read 64 x the share, e.g. 2213%, when divided by samples)
+    rm -rf "$T/run"
+    if "$B" --quiet --config "$T/lm.json" --summary "$T/s.json" >/dev/null 2>"$T/err"; then
+        acc=$(sed -n 's/.*"eval_accuracy":\([0-9.e+-]*\).*/\1/p' "$T/s.json")
+        awk -v a="$acc" 'BEGIN { exit !(a > 0 && a <= 1) }' && ok "eval accuracy over positions: $acc" ||
+            bad "eval_accuracy $acc is not a share of the labels: $(cat "$T/s.json")"
+    else
+        bad "training on the licences: $(tail -3 "$T/err")"
+    fi
 else
     echo "skip /usr/share/common-licenses: empty here"
 fi

@@ -62,7 +62,9 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
     double sum, correct;
     read_loss_acc(t, &sum, &correct);
     *loss = n ? sum / (double)n : NAN;
-    *accuracy = t->m.info->classes > 0 && n ? correct / (double)n : NAN;
+    /* correct counts labels: one per sample for a classifier, one per position for a sequence */
+    int64_t labels = n * ct_shape_numel(&t->m.info->target_shape);
+    *accuracy = t->m.info->classes > 0 && labels ? correct / (double)labels : NAN;
     return CT_OK;
 }
 
