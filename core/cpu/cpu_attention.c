@@ -2,10 +2,11 @@
  * CPU reference of the CUDA kernels and the CPU backend's own.
  *
  * One task per (sequence b, head h): its q, k, v columns of qkv are read, its y rows and its dq,
- * dk, dv columns of dqkv written, so tasks share nothing and no bit depends on the thread count.
- * Within a task every sum runs in a fixed order (keys, then queries, increasing). Scores live in
- * one row of T floats per task at a time: the forward keeps the log-sum-exp per row, and the
- * backward recomputes the row's probabilities from q, k and it, as the GPU kernels do.
+ * dk, dv columns of dqkv written, so tasks share nothing and no bit depends on the thread count
+ * (the GEMMs inside a task run on that task's thread). A task holds the scores of its head as a
+ * T x T scratch while it runs (GEMMs make the T^2 D products fast; the masked half is computed
+ * and ignored); nothing of it is kept: the forward keeps the log-sum-exp per row, and the
+ * backward recomputes the probabilities from q, k and it, as the GPU kernels do.
  *
  * Layouts: qkv [B, T, 3, H, D] (token (b, t): q of head h at (b T + t) 3HD + h D, k at + HD,
  * v at + 2HD), y and dy [B, T, H, D], lse [B, H, T]. */
@@ -46,77 +47,80 @@ static float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-/* Scores s[j] = q_t . k_j * scale for j <= t; returns their maximum. */
-static float row_scores(const attn_ctx *k, const float *q_t, const float *k0, int64_t t, float *s) {
-    int64_t ld = 3 * k->H * k->D;
-    float m = -INFINITY;
-    for (int64_t j = 0; j <= t; j++) {
-        s[j] = dot(q_t, k0 + j * ld, k->D) * k->scale;
-        if (s[j] > m) m = s[j];
-    }
-    return m;
+/* One (b, h)'s operands: q, k, v rows (stride 3HD) in qkv and rows of y/dy (stride HD). */
+typedef struct {
+    int64_t ld, ldy;
+    const float *q, *k, *v;
+    size_t y; /* offset of row 0 of the head in y / dy */
+} head_view;
+
+static head_view head_of(const attn_ctx *c, int64_t bh) {
+    int64_t b = bh / c->H, h = bh % c->H, HD = c->H * c->D;
+    head_view v = {.ld = 3 * HD, .ldy = HD};
+    v.q = c->qkv + b * c->T * 3 * HD + h * c->D;
+    v.k = v.q + HD;
+    v.v = v.q + 2 * HD;
+    v.y = (size_t)(b * c->T * HD + h * c->D);
+    return v;
+}
+
+/* S [T, T] = q k^T / sqrt(D) for every pair; only j <= t is used. One GEMM: the T^2 D products
+ * at BLAS speed beat skipping the masked half. */
+static void scores(const attn_ctx *c, const head_view *v, float *S) {
+    ct_cpu_sgemm(false, true, c->T, c->T, c->D, c->scale, v->q, v->ld, v->k, v->ld, 0.0f, S, c->T);
 }
 
 static void fwd_range(void *ctx, int64_t bh0, int64_t bh1) {
-    const attn_ctx *k = ctx;
-    int64_t T = k->T, H = k->H, D = k->D, ld = 3 * H * D;
-    float *s = ct_xmalloc((size_t)(2 * T) * sizeof(float)), *keep = s + T;
+    const attn_ctx *c = ctx;
+    int64_t T = c->T, D = c->D;
+    float *S = ct_xmalloc((size_t)(T * T + T) * sizeof(float)), *keep = S + T * T;
     for (int64_t bh = bh0; bh < bh1; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q0 = k->qkv + b * T * ld + h * D, *k0 = q0 + H * D, *v0 = q0 + 2 * H * D;
+        head_view v = head_of(c, bh);
+        scores(c, &v, S);
         for (int64_t t = 0; t < T; t++) {
-            float m = row_scores(k, q0 + t * ld, k0, t, s);
-            float l = 0.0f;
-            for (int64_t j = 0; j <= t; j++) l += (s[j] = expf(s[j] - m));
-            row_keep(k, bh, t, keep);
-            float *y = k->y + ((b * T + t) * H + h) * D, inv = 1.0f / l;
-            memset(y, 0, (size_t)D * sizeof(float));
-            for (int64_t j = 0; j <= t; j++) {
-                float w = s[j] * inv * keep[j];
-                const float *v = v0 + j * ld;
-                for (int64_t d = 0; d < D; d++) y[d] += w * v[d];
-            }
-            k->lse[bh * T + t] = m + logf(l);
+            float *row = S + t * T, m = -INFINITY, l = 0.0f;
+            for (int64_t j = 0; j <= t; j++) m = row[j] > m ? row[j] : m;
+            for (int64_t j = 0; j <= t; j++) l += (row[j] = expf(row[j] - m));
+            row_keep(c, bh, t, keep);
+            float inv = 1.0f / l;
+            for (int64_t j = 0; j <= t; j++) row[j] *= inv * keep[j];
+            for (int64_t j = t + 1; j < T; j++) row[j] = 0.0f;
+            c->lse[bh * T + t] = m + logf(l);
         }
+        /* y [T, D] (rows HD apart) = P keep v */
+        ct_cpu_sgemm(false, false, T, D, T, 1.0f, S, T, v.v, v.ld, 0.0f, c->y + v.y, v.ldy);
     }
-    free(s);
+    free(S);
 }
 
-/* Per (b, h): dq row by row; dk and dv accumulated over the queries in increasing order. */
+/* Per (b, h), with P = exp(S - lse) recomputed: dP = dy v^T, dS = P (keep dP - dy . y) / sqrt(D),
+ * dq = dS k, dk = dS^T q, dv = (P keep)^T dy: five GEMMs over T x T. */
 static void bwd_range(void *ctx, int64_t bh0, int64_t bh1) {
-    const attn_ctx *k = ctx;
-    int64_t T = k->T, H = k->H, D = k->D, ld = 3 * H * D;
-    float *s = ct_xmalloc((size_t)(2 * T) * sizeof(float)), *keep = s + T;
+    const attn_ctx *c = ctx;
+    int64_t T = c->T, D = c->D;
+    float *P = ct_xmalloc((size_t)(2 * T * T + T) * sizeof(float)), *dS = P + T * T, *keep = dS + T * T;
     for (int64_t bh = bh0; bh < bh1; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q0 = k->qkv + b * T * ld + h * D, *k0 = q0 + H * D, *v0 = q0 + 2 * H * D;
-        float *dq0 = k->dqkv + b * T * ld + h * D, *dk0 = dq0 + H * D, *dv0 = dq0 + 2 * H * D;
+        head_view v = head_of(c, bh);
+        const float *dy = c->dy + v.y, *y = c->yin + v.y;
+        scores(c, &v, P);
+        ct_cpu_sgemm(false, true, T, T, D, 1.0f, dy, v.ldy, v.v, v.ld, 0.0f, dS, T);
         for (int64_t t = 0; t < T; t++) {
-            memset(dk0 + t * ld, 0, (size_t)D * sizeof(float));
-            memset(dv0 + t * ld, 0, (size_t)D * sizeof(float));
-        }
-        for (int64_t t = 0; t < T; t++) {
-            const float *q = q0 + t * ld, *dy = k->dy + ((b * T + t) * H + h) * D;
-            const float *y = k->yin + ((b * T + t) * H + h) * D;
-            float lse = k->lse_in[bh * T + t], dsum = dot(dy, y, D);
-            row_scores(k, q, k0, t, s);
-            row_keep(k, bh, t, keep);
-            float *dq = dq0 + t * ld;
-            memset(dq, 0, (size_t)D * sizeof(float));
+            float *p = P + t * T, *ds = dS + t * T, lse = c->lse_in[bh * T + t];
+            float dsum = dot(dy + t * v.ldy, y + t * v.ldy, D);
+            row_keep(c, bh, t, keep);
             for (int64_t j = 0; j <= t; j++) {
-                float p = expf(s[j] - lse), pk = p * keep[j];
-                const float *kj = k0 + j * ld, *vj = v0 + j * ld;
-                float ds = p * (keep[j] * dot(dy, vj, D) - dsum) * k->scale;
-                float *dk = dk0 + j * ld, *dv = dv0 + j * ld;
-                for (int64_t d = 0; d < D; d++) {
-                    dq[d] += ds * kj[d];
-                    dk[d] += ds * q[d];
-                    dv[d] += pk * dy[d];
-                }
+                p[j] = expf(p[j] - lse);
+                ds[j] = p[j] * (keep[j] * ds[j] - dsum) * c->scale;
+                p[j] *= keep[j];
             }
+            for (int64_t j = t + 1; j < T; j++) p[j] = ds[j] = 0.0f;
         }
+        float *dq = c->dqkv + (v.q - c->qkv), *dk = c->dqkv + (v.k - c->qkv), *dv = c->dqkv + (v.v - c->qkv);
+        ct_cpu_sgemm(false, false, T, D, T, 1.0f, dS, T, v.k, v.ld, 0.0f, dq, v.ld);
+        ct_cpu_sgemm(true, false, T, D, T, 1.0f, dS, T, v.q, v.ld, 0.0f, dk, v.ld);
+        ct_cpu_sgemm(true, false, T, D, T, 1.0f, P, T, dy, v.ldy, 0.0f, dv, v.ld);
     }
-    free(s);
+    free(P);
 }
 
 static attn_ctx ctx_for(int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream) {
