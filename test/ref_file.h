@@ -22,7 +22,7 @@ typedef struct {
 
 typedef struct {
     cJSON *meta;
-    ref_array a[24];
+    ref_array a[64];        /* gpt_small: 3 + 2 per parameter tensor */
     int n;
 } ref_file;
 
@@ -38,7 +38,7 @@ static inline void ref_load(ref_file *rf, const char *path) {
     ck_assert(rd(f, js, len));
     rf->meta = cJSON_Parse(js);
     free(js);
-    ck_assert(rf->meta && rd(f, &n, 4) && n <= 24);
+    ck_assert(rf->meta && rd(f, &n, 4) && n <= CT_ARRAY_LEN(rf->a));
     rf->n = (int)n;
     for (uint32_t i = 0; i < n; i++) {
         ref_array *a = &rf->a[i];

@@ -857,6 +857,41 @@ START_TEST(tied_head_matches_pytorch) {
 }
 END_TEST
 
+/* A whole GPT-2-shaped model against PyTorch (gen_layer_refs.py, case gpt_small: embeddings, two
+ * pre-norm blocks written once with block_input, causal attention, GELU-tanh MLP, residuals, final
+ * layernorm, tied head): every parameter loaded by its view name, the loss and every gradient. */
+START_TEST(gpt_matches_pytorch) {
+    ref_file rf;
+    ref_load(&rf, "test/ref/layers/gpt_small.bin");
+    char *text = cJSON_PrintUnformatted(cJSON_GetObjectItem(rf.meta, "model"));
+    const ref_array *ids = ref_get(&rf, "ids"), *tgt = ref_get(&rf, "target");
+    runner r;
+    runner_start(&r, text, ids->shape.d[0], 1);
+    const ct_param_layout *L = ct_graph_layout(r.b.g);
+    ck_assert_int_eq(L->n_views, 2 + 2 * 12 + 2);   /* wte, wpe, 12 per block, ln_f */
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        const ref_array *a = ref_get(&rf, v->name);
+        ck_assert_msg(a && ct_shape_numel(&a->shape) == v->numel, "gpt_small: no tensor %s", v->name);
+        memcpy(r.params + v->offset, a->data, sizeof(float) * (size_t)v->numel);
+    }
+    int32_t *tok = (int32_t *)r.input, *lab = r.target;
+    for (int64_t i = 0; i < ct_shape_numel(&ids->shape); i++) tok[i] = (int32_t)ids->data[i], lab[i] = (int32_t)tgt->data[i];
+    runner_loss(&r);
+    runner_backward(&r, NULL);
+    ref_compare("gpt_small", "loss", &r.io.loss, ref_get(&rf, "loss"), 1e-5);
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        char key[sizeof v->name + 2];
+        snprintf(key, sizeof key, "d:%s", v->name);
+        ref_compare("gpt_small", key, r.grads + v->offset, ref_get(&rf, key), 1e-4);
+    }
+    free(text);
+    ref_free(&rf);
+    runner_stop(&r);
+}
+END_TEST
+
 START_TEST(views_aligned_and_ties_checked) {
     built b;
     expect_ok("{\"input\": [3], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 5},"
@@ -1190,6 +1225,7 @@ int main(void) {
     tcase_add_test(tc, embedding_tokens);
     tcase_add_test(tc, position_embedding_graph);
     tcase_add_test(tc, transformer_graph);
+    tcase_add_test(tc, gpt_matches_pytorch);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

@@ -205,10 +205,65 @@ def causal_self_attention_case():
     run_layer("causal_self_attention", {"type": "causal_self_attention", "heads": H}, [x], attend, [])
 
 
+def gpt_small_case():
+    """A whole GPT-2-shaped model (test_graph.c): token and position embeddings, 2 pre-norm blocks
+    (causal attention over a fused qkv, GELU-tanh MLP, residuals), a final layernorm and the head
+    tied to the token embedding; loss and every parameter's gradient, keyed by ctrain's view names."""
+    B, T, C, H, V, L = 2, 8, 16, 2, 32, 2
+    blocks = [
+        {"type": "layernorm", "name": "ln1"}, {"type": "linear", "name": "qkv", "out": 3 * C},
+        {"type": "causal_self_attention", "name": "attn", "heads": H},
+        {"type": "linear", "name": "proj", "out": C},
+        {"type": "add", "name": "res1", "inputs": ["block_input", "proj"]},
+        {"type": "layernorm", "name": "ln2"}, {"type": "linear", "name": "fc1", "out": 4 * C},
+        {"type": "gelu", "name": "act", "approximate": "tanh"}, {"type": "linear", "name": "fc2", "out": C},
+        {"type": "add", "name": "res2", "inputs": ["res1", "fc2"]}]
+    model = {"input": [T], "loss": {"type": "cross_entropy"}, "layers": [
+        {"type": "embedding", "name": "wte", "vocab": V, "dim": C},
+        {"type": "position_embedding", "name": "wpe", "max_len": T},
+        {"type": "repeat", "times": L, "layers": blocks},
+        {"type": "layernorm", "name": "ln_f"},
+        {"type": "linear", "name": "head", "out": V, "bias": False, "tie": "wte.weight"}]}
+    ids = torch.randint(0, V, (B, T + 1))
+    P = {"wte.weight": rand(V, C) * 0.5, "wpe.weight": rand(T, C) * 0.2}
+    for i in range(L):
+        for ln in ("ln1", "ln2"):
+            P["%s.%d.weight" % (ln, i)] = 1.0 + 0.2 * rand(C)
+            P["%s.%d.bias" % (ln, i)] = 0.1 * rand(C)
+        for name, o, n_in in (("qkv", 3 * C, C), ("proj", C, C), ("fc1", 4 * C, C), ("fc2", C, 4 * C)):
+            P["%s.%d.weight" % (name, i)] = rand(o, n_in) / math.sqrt(n_in)
+            P["%s.%d.bias" % (name, i)] = 0.1 * rand(o)
+    P["ln_f.weight"], P["ln_f.bias"] = 1.0 + 0.2 * rand(C), 0.1 * rand(C)
+    for t in P.values():
+        t.requires_grad_(True)
+
+    def lin(x, name):
+        return F.linear(x, P[name + ".weight"], P[name + ".bias"])
+
+    def ln(x, name):
+        return F.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"])
+
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    x = F.embedding(ids[:, :-1], P["wte.weight"]) + P["wpe.weight"][:T]
+    for i in range(L):
+        q, k, v = lin(ln(x, "ln1.%d" % i), "qkv.%d" % i).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        s = (q @ k.transpose(-1, -2) / math.sqrt(C // H)).masked_fill(mask, float("-inf"))
+        a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + lin(a, "proj.%d" % i)
+        x = x + lin(F.gelu(lin(ln(x, "ln2.%d" % i), "fc1.%d" % i), approximate="tanh"), "fc2.%d" % i)
+    logits = F.linear(ln(x, "ln_f"), P["wte.weight"])
+    loss = F.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
+    loss.backward()
+    arrays = [("ids", ids[:, :-1]), ("target", ids[:, 1:]), ("loss", loss.reshape(1))]
+    arrays += [(name, t) for name, t in P.items()] + [("d:" + name, t.grad) for name, t in P.items()]
+    write("gpt_small", {"model": model}, arrays)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     # new cases last: each case draws from the seeded generator, so earlier files stay as they were
     for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases,
-                 tied_lm_case, position_embedding_case, causal_self_attention_case):
+                 tied_lm_case, position_embedding_case, causal_self_attention_case,
+                 gpt_small_case):
         make()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)
