@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""CPU benchmark: ctrain against PyTorch on configs/tiny_lm.json (a byte-level GPT: 4 pre-norm
+blocks, width 128, 4 heads, sequences of 128, tied head), tokens per second of training.
+
+Run from the repository root after `make data-text`, with Debian's python3-torch:
+    /usr/bin/python3 bench/bench_lm.py [--build build] [--steps 40] [--warmup 5]
+
+Both sides train the same model (same layers and initial scales, AdamW lr 2e-3, betas 0.9/0.95,
+weight decay 0.1, gradient clipping 1.0, micro-batch 32 x 128 tokens from datasets/text/train.bin,
+no eval) for --warmup + --steps steps and time the last --steps. PyTorch runs in its own process
+per thread setting (torch threads 1 and 2) and its fastest is the baseline; ctrain runs with 1
+and 2 threads (train.threads). One JSON line per measurement, then one with the ratio
+ctrain / PyTorch of the best tokens/s (the transformer issue's target: >= 1.0).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+B, T, C, L, H, V = 32, 128, 128, 4, 4, 256
+DATA = "datasets/text/train.bin"
+
+
+def torch_child(threads, steps, warmup):
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    raw = np.fromfile(DATA, dtype=np.uint16, offset=32)  # ctrain token file: 32-byte header, uint16
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc1, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+            self.register_buffer("mask", mask)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
+            a = torch.softmax(s.masked_fill(self.mask, float("-inf")), -1) @ v
+            x = x + self.proj(a.transpose(1, 2).reshape(B, T, C))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.ln_f = nn.LayerNorm(C)
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+
+        def forward(self, ids):
+            x = self.wte(ids) + self.wpe.weight[:T]
+            for b in self.blocks:
+                x = b(x)
+            return F.linear(self.ln_f(x), self.wte.weight)
+
+    model = GPT()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=2e-3, betas=(0.9, 0.95))
+    rng = np.random.default_rng(0)
+    n_win = (len(raw) - 1) // T
+    t0 = None
+    for step in range(warmup + steps):
+        if step == warmup:
+            t0 = time.perf_counter()
+        w = rng.integers(0, n_win, B) * T
+        batch = torch.from_numpy(np.stack([raw[i:i + T + 1] for i in w]).astype(np.int64))
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"impl": "pytorch", "threads": threads, "steps": steps, "s_per_step": dt / steps,
+                      "tokens_per_s": steps * B * T / dt, "loss": float(loss)}))
+
+
+def run_ctrain(build, threads, steps, warmup):
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.json")
+
+        def one(n):
+            cmd = [os.path.join(build, "ctrain"), "--quiet", "--config", "configs/tiny_lm.json",
+                   "--set", "train.max_steps=%d" % n, "--set", "train.threads=%d" % threads,
+                   "--set", "data.eval=null", "--set", 'train.run_dir="%s/run%d"' % (tmp, n),
+                   "--set", "train.device=\"cpu\"", "--summary", summary]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            with open(summary) as f:
+                return json.load(f)
+
+        # the difference of two runs cancels set-up, the first steps and the final save
+        a, b = one(warmup), one(warmup + steps)
+        dt = b["wall_s"] - a["wall_s"]
+        print(json.dumps({"impl": "ctrain", "threads": threads, "steps": steps, "s_per_step": dt / steps,
+                          "tokens_per_s": steps * B * T / dt, "loss": b["train_loss"]}))
+        return steps * B * T / dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--child", type=int, default=0)
+    a = ap.parse_args()
+    if a.child:
+        torch_child(a.child, a.steps, a.warmup)
+        return
+    if not os.path.exists(DATA):
+        sys.exit("bench_lm: %s is missing: run `make data-text` first" % DATA)
+    best_torch = 0.0
+    for threads in (1, 2):
+        out = subprocess.run([sys.executable, __file__, "--child", str(threads), "--steps", str(a.steps),
+                              "--warmup", str(a.warmup)], check=True, capture_output=True, text=True).stdout
+        print(out.strip())
+        best_torch = max(best_torch, json.loads(out)["tokens_per_s"])
+    best_ct = max(run_ctrain(a.build, t, a.steps, a.warmup) for t in (1, 2))
+    print(json.dumps({"ratio_tokens_per_s": best_ct / best_torch, "ctrain": best_ct, "pytorch": best_torch,
+                      "target": 1.0}))
+
+
+if __name__ == "__main__":
+    main()
