@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "test/fuzz/fuzz_file.h"
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
@@ -47,11 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         data = copy;
     }
     char path[64];
-    snprintf(path, sizeof path, "/tmp/fuzz_shard_%d.cts", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (size && fwrite(data, 1, size, f) != size) abort();
-    fclose(f);
+    fuzz_write_file(path, sizeof path, "shard", ".cts", data, size);
     ct_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cJSON *e = cJSON_CreateObject();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "test/fuzz/fuzz_file.h"
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
@@ -33,11 +34,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int seq_len = size ? 1 + (data[size - 1] >> 1) % 8 : 1;
     bool vocab = size && (data[size - 1] & 0x20);
     char path[64];
-    snprintf(path, sizeof path, "/tmp/fuzz_tokens_%d.bin", (int)getpid());
-    FILE *f = fopen(path, "wb");
-    if (!f) abort();
-    if (size && fwrite(data, 1, size, f) != size) abort();
-    fclose(f);
+    fuzz_write_file(path, sizeof path, "tokens", ".bin", data, size);
     ct_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cJSON *e = cJSON_CreateObject();
