@@ -116,6 +116,13 @@ static double eta_s(const ct_report *r, const ct_step_event *e, double now) {
     return (now - r->t0) / (double)e->step * (double)(e->total_steps - e->step);
 }
 
+/* "1234 samples/s", or "158000 tokens/s" for a language model. */
+static const char *rate_text(const ct_report *r, double samples_per_s, char *buf, size_t n) {
+    if (r->tokens_per_sample > 0) snprintf(buf, n, "%.0f tokens/s", samples_per_s * (double)r->tokens_per_sample);
+    else snprintf(buf, n, "%.0f samples/s", samples_per_s);
+    return buf;
+}
+
 void ct_report_step(ct_report *r, const ct_step_event *e) {
     if (!isnan(e->loss)) { /* NaN: every record of the step was skipped as corrupt */
         r->win_loss += e->loss;
@@ -136,10 +143,11 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
             snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
         else if (e->loss_scale > 0)
             snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
-        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %.0f samples/s  "
-                       "data %.1f%%  ETA %s",
-                       e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr,
-                       e->grad_norm, scale, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+        char rt[48];
+        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
+                       e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr, e->grad_norm,
+                       scale, rate_text(r, rate, rt, sizeof rt), wait_pct,
+                       ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         r->win_loss = 0;
         r->win_n = 0;
         r->win_samples = 0;
@@ -147,9 +155,10 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
         r->win_t0 = now;
     } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
         double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
-        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %.0f samples/s  data %.1f%%  ETA %s",
+        char rt[48];
+        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %s  data %.1f%%  ETA %s",
                 e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
-                e->lr, rate, wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+                e->lr, rate_text(r, rate, rt, sizeof rt), wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         fflush(r->out);
         r->redrawn = true;
         r->last_draw = now;
@@ -159,9 +168,11 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
 
 void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
                     double secs) {
-    char acc[48] = "";
+    char acc[48] = "", ppl[32] = "";
     if (isfinite(accuracy)) snprintf(acc, sizeof acc, "  accuracy %.2f%%", 100 * accuracy);
-    ct_report_line(r, "eval  step %ld  epoch %d  loss %.4f%s  (%lld samples, %.2fs)", step, epoch, loss,
+    /* a language model's loss is nats per token: its perplexity is exp(loss) */
+    if (r->tokens_per_sample > 0 && isfinite(loss)) snprintf(ppl, sizeof ppl, "  ppl %.2f", exp(loss));
+    ct_report_line(r, "eval  step %ld  epoch %d  loss %.4f%s%s  (%lld samples, %.2fs)", step, epoch, loss, ppl,
                    acc, (long long)n, secs);
 }
 
@@ -174,10 +185,10 @@ void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double trai
         r->win_wait = 0;
         r->win_t0 = ct_now();
     }
-    char d[32];
-    ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %.0f samples/s  data wait %.1f%%",
-                   epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d), samples_per_s,
-                   100 * r->epoch_wait / fmax(secs, 1e-9));
+    char d[32], rt[48];
+    ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %s  data wait %.1f%%",
+                   epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d),
+                   rate_text(r, samples_per_s, rt, sizeof rt), 100 * r->epoch_wait / fmax(secs, 1e-9));
     r->epoch_wait = 0;
 }
 

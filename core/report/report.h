@@ -62,6 +62,8 @@ typedef struct ct_report {
     bool tty;                    /* out is a terminal: the progress line is redrawn */
     bool redrawn;                /* a progress line is on screen and must be cleared first */
     long steps_per_print;        /* 0: per-epoch lines (+ the TTY line) */
+    int64_t tokens_per_sample;   /* a language model's sequence length: rates in tokens/s, eval
+                                    with perplexity; 0 otherwise */
     double t0;                   /* ct_now() when training started */
     double last_draw;
     double win_loss;             /* loss sum / count over the current print window */

@@ -261,6 +261,8 @@ static int setup_data(ct_trainer *t, ct_err *err) {
 static int build_graph(ct_trainer *t, ct_err *err) {
     int rc = ct_graph_build(t->cfg, t->cfg->micro_batch, ct_amp_compute_dtype(t->cfg), &t->m.g, err);
     if (!rc) t->m.info = ct_graph_info_get(t->m.g);
+    if (!rc && t->m.info->input_dtype == CT_I32)   /* a language model: progress in tokens */
+        t->obs.rep.tokens_per_sample = ct_shape_numel(&t->m.info->input_shape);
     return rc;
 }
 
