@@ -175,7 +175,7 @@ static void mlp_step(void *p) {
         in = c->h[i];
     }
     float loss[2];
-    be->loss.softmax_xent(be, c->dh[2], loss, c->h[2], c->labels, c->b, 10, 0.0f, 1.0f, CT_F32);
+    be->loss.softmax_xent(be, c->dh[2], loss, c->h[2], c->labels, c->b, 10, 10, 0.0f, 1.0f, CT_F32);
     be->mem.memset0(be, c->grads, (size_t)c->n_params * 4);
     for (int i = 2; i >= 0; i--) {
         const float *xin = i ? c->h[i - 1] : c->x;

@@ -29,25 +29,32 @@ __device__ __forceinline__ void argmax_merge(float &v, int64_t &i, float v2, int
     }
 }
 
-/* One block per row. stats[r] = {loss of the row, 1 if argmax == label}. valid_dev[0]: number of
- * rows with a valid label (the mean's divisor). */
+/* One block per row of ld elements, the first `classes` of them predicted (the rest vocabulary
+ * padding: gradient 0). stats[r] = {loss of the row, 1 if argmax == label}. valid_dev[0]: number
+ * of rows with a valid label (the mean's divisor). dlogits may be logits: every read of the row
+ * comes before the block-wide sums' barriers, and after them each thread writes only the
+ * elements it reads. */
 template <typename T>
 __global__ void k_softmax_xent(T *dlogits, double *stats, const T *logits, const int32_t *labels,
-                               const double *valid_dev, int64_t classes, float smoothing,
+                               const double *valid_dev, int64_t classes, int64_t ld, float smoothing,
                                float grad_scale) {
     __shared__ double shd[32];
     __shared__ float shv[32];
     __shared__ int64_t shi[32];
     int64_t r = blockIdx.x;
-    const T *x = logits + r * classes;
-    T *g = dlogits ? dlogits + r * classes : NULL;
+    const T *x = logits + r * ld;
+    T *g = dlogits ? dlogits + r * ld : NULL;
     int32_t label = labels[r];
+    if (g)
+        for (int64_t j = classes + threadIdx.x; j < ld; j += blockDim.x) g[j] = ct_st<T>(0.0f);
     if (label < 0 || label >= classes) { /* ignored row: whole block takes this branch */
         if (g)
             for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) g[j] = ct_st<T>(0.0f);
         if (threadIdx.x == 0) stats[2 * r] = stats[2 * r + 1] = 0.0;
         return;
     }
+    /* read before any thread can overwrite it in place */
+    float x_label = ct_ld(x[label]);
     /* max and its first index */
     float best = -INFINITY;
     int64_t arg = INT64_MAX;
@@ -78,7 +85,7 @@ __global__ void k_softmax_xent(T *dlogits, double *stats, const T *logits, const
     sx = ct_block_sum(sx, shd);
     double lse = (double)mx + log(se);
     if (threadIdx.x == 0) {
-        double nll = lse - (double)ct_ld(x[label]);
+        double nll = lse - (double)x_label;
         double smooth = lse - sx / (double)classes;
         stats[2 * r] = (1.0 - (double)smoothing) * nll + (double)smoothing * smooth;
         stats[2 * r + 1] = arg == (int64_t)label ? 1.0 : 0.0;
@@ -129,9 +136,9 @@ static void zero_result(ct_backend *be, float *result) {
 }
 
 static void cu_softmax_xent(ct_backend *be, void *dlogits, float *result, const void *logits,
-                            const int32_t *labels, int64_t rows, int64_t classes,
+                            const int32_t *labels, int64_t rows, int64_t classes, int64_t ld,
                             float label_smoothing, float grad_scale, ct_dtype dt) {
-    CT_CUDA_REQUIRE(rows >= 0 && classes >= 1 && rows <= INT32_MAX, "softmax_xent: bad shape");
+    CT_CUDA_REQUIRE(rows >= 0 && classes >= 1 && ld >= classes && rows <= INT32_MAX, "softmax_xent: bad shape");
     if (rows == 0) {
         zero_result(be, result);
         return;
@@ -144,7 +151,7 @@ static void cu_softmax_xent(ct_backend *be, void *dlogits, float *result, const 
     int threads = classes >= 1024 ? 256 : classes > 64 ? 128 : 32;
     CT_DT_DISPATCH(dt, T, {
         k_softmax_xent<T><<<(unsigned)rows, threads, 0, ct_cuda_stream(be)>>>(
-            (T *)dlogits, stats, (const T *)logits, labels, dev, classes, label_smoothing,
+            (T *)dlogits, stats, (const T *)logits, labels, dev, classes, ld, label_smoothing,
             grad_scale);
         CT_CUDA_LAUNCH_CHECK();
     });

@@ -1008,6 +1008,50 @@ START_TEST(transformer_graph) {
 }
 END_TEST
 
+/* A padded vocabulary: "classes" predicts the first 10 of the head's 13 outputs, so the padded rows
+ * get no probability and no gradient; and the loss writes its gradient over the logits (one
+ * buffer, not two) unless the last layer's backward reads its output. */
+START_TEST(padded_vocab_loss_in_place) {
+    const char *text =
+        "{\"input\": [4, 6], \"layers\": [{\"type\": \"layernorm\"}, {\"type\": \"linear\", \"name\": \"head\","
+        " \"out\": 13}], \"loss\": {\"type\": \"cross_entropy\", \"classes\": 10}}";
+    built b;
+    expect_ok(text, &b);
+    ck_assert_int_eq(ct_graph_info_get(b.g)->classes, 10);
+    ck_assert_int_eq(ct_graph_info_get(b.g)->padded_classes, 13);
+    ck_assert_ptr_eq(ct_graph_activation_grad(b.g, 1), ct_graph_activation(b.g, 1));
+    unbuild(&b);
+    check_graph_grads(text, 3, 1e-2, 2e-2);
+    runner r;
+    runner_start(&r, text, 3, 7);
+    runner_loss(&r);
+    runner_backward(&r, NULL);
+    const ct_param_layout *L = ct_graph_layout(r.b.g);
+    int checked = 0;
+    for (int v = 0; v < L->n_views; v++) {
+        const ct_param_view *pv = &L->views[v];
+        if (strncmp(pv->name, "head.", 5) != 0) continue;
+        int64_t per_row = pv->numel / 13;   /* weight [13, 6], bias [13] */
+        for (int64_t i = 0; i < pv->numel; i++) {
+            float g = r.grads[pv->offset + i];
+            if (i / per_row >= 10) ck_assert_msg(g == 0.0f, "%s[%lld]: padded row has gradient %g", pv->name, (long long)i, g);
+            else checked += g != 0.0f;
+        }
+    }
+    ck_assert_int_gt(checked, 60);
+    runner_stop(&r);
+    /* tanh's backward reads its output: the loss's gradient goes to a slot of its own */
+    expect_ok("{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5}, {\"type\": \"tanh\"}],"
+              " \"loss\": {\"type\": \"mse\"}}", &b);
+    ck_assert_ptr_ne(ct_graph_activation_grad(b.g, 1), ct_graph_activation(b.g, 1));
+    unbuild(&b);
+    EXPECT_ERROR("{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 13}],"
+                 " \"loss\": {\"type\": \"cross_entropy\", \"classes\": 14}}", "model.loss.classes", "[2, 13]");
+    EXPECT_ERROR("{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 13}],"
+                 " \"loss\": {\"type\": \"mse\", \"classes\": 10}}", "model.loss.classes", "with cross_entropy");
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -1226,6 +1270,7 @@ int main(void) {
     tcase_add_test(tc, position_embedding_graph);
     tcase_add_test(tc, transformer_graph);
     tcase_add_test(tc, gpt_matches_pytorch);
+    tcase_add_test(tc, padded_vocab_loss_in_place);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

@@ -1378,22 +1378,29 @@ static void attn_backward_ref(const op_case *k, double **v) {
 /* ---- losses ---- */
 
 /* softmax_xent: dlogits, result, logits, labels. rows classes grad_scale logit_range
- * logit_offset: logits uniform in offset +- range; variants: label smoothing 0 and 0.1, and the
- * loss alone (dlogits NULL). Rows 1 and 2 are ignored (labels `classes` and -100), every third
- * row's label logit is offset + max(20, range) so some predictions are right. The offsets of
- * +-1000 make exp(x) overflow (or every exp(x) underflow) in fp32 and fp64 alike: only a softmax
- * that subtracts the row's maximum passes them. */
+ * logit_offset pad: logits uniform in offset +- range, rows of classes + pad elements (the pad
+ * columns are a padded vocabulary: set far above every real logit, so a kernel that reads them
+ * into the softmax or the argmax fails, and their gradient must be 0); variants: label smoothing 0
+ * and 0.1, the loss alone (dlogits NULL), and the gradient written over the logits in place. Rows
+ * 1 and 2 are ignored (labels `classes` and -100), every third row's label logit is offset +
+ * max(20, range) so some predictions are right. The offsets of +-1000 make exp(x) overflow (or
+ * every exp(x) underflow) in fp32 and fp64 alike: only a softmax that subtracts the row's maximum
+ * passes them. */
 static const int64_t XENT_SHAPES[][NS] = {{1, 1, 2, 4},    {7, 10, 2, 4},   {33, 7, 2, 4}, {5, 1000, 2, 4},
                                           {300, 3, 2, 4}, {256, 10, 64, 8}, {33, 1000, 64, 8}, {4, 50257, 64, 8},
                                           {37, 24, 3, 6}, {5000, 5, 1, 4},
                                           {33, 10, 2, 4, 1000}, {33, 10, 2, 4, -1000}, {7, 1000, 64, 3, 1000},
-                                          {300, 3, 2, 1000, 0}, {5000, 5, 1, 2, -1000}};
-static float xent_smoothing(const op_case *k) { return k->var == 0 ? 0.0f : 0.1f; }
+                                          {300, 3, 2, 1000, 0}, {5000, 5, 1, 2, -1000},
+                                          {7, 10, 2, 4, 0, 6}, {33, 1000, 64, 8, 0, 24}, {4, 50257, 64, 8, 0, 47},
+                                          {37, 3, 2, 4, 1000, 1}};
+enum { XENT_EPS0, XENT_EPS, XENT_LOSS_ONLY, XENT_IN_PLACE };
+static float xent_smoothing(const op_case *k) { return k->var == XENT_EPS || k->var == XENT_LOSS_ONLY ? 0.1f : 0.0f; }
+static int64_t xent_ld(const op_case *k) { return S(1) + S(5); }
 static bool xent_setup(op_case *k) {
-    N(0) = k->var == 2 ? 0 : S(0) * S(1);
+    N(0) = k->var == XENT_LOSS_ONLY ? 0 : S(0) * xent_ld(k);
     N(1) = 2;
     N(4) = 1;
-    N(2) = S(0) * S(1);
+    N(2) = S(0) * xent_ld(k);
     N(3) = S(0);
     k->a[2].lo = (float)(S(4) - S(3)), k->a[2].hi = (float)(S(4) + S(3));
     k->a[3].hi = (float)S(1);
@@ -1402,28 +1409,35 @@ static bool xent_setup(op_case *k) {
     return true;
 }
 static void xent_init(const op_case *k, double **v) {
-    int64_t rows = S(0), C = S(1);
+    int64_t rows = S(0), C = S(1), ld = xent_ld(k);
+    double top = (double)S(4) + (S(3) > 20 ? S(3) : 20);
     if (rows > 3) v[3][1] = (double)C, v[3][2] = -100;
     for (int64_t r = 0; r < rows; r += 3)
-        if (v[3][r] >= 0 && v[3][r] < C) v[2][r * C + (int64_t)v[3][r]] = (double)S(4) + (S(3) > 20 ? S(3) : 20);
+        if (v[3][r] >= 0 && v[3][r] < C) v[2][r * ld + (int64_t)v[3][r]] = top;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = C; j < ld; j++) v[2][r * ld + j] = top + 30 + (double)(j - C);
 }
 /* result[1] (the count) is copied into an output of its own, so that it is compared exactly */
 static void copy_count(ct_backend *be, void **p, int to) { be->mem.copy_d2d(be, p[to], (float *)p[1] + 1, sizeof(float)); }
 static void xent_run(ct_backend *be, const op_case *k, void **p) {
-    be->loss.softmax_xent(be, p[0], p[1], p[2], p[3], S(0), S(1), xent_smoothing(k), (float)S(2), k->dt);
+    const void *logits = p[2];
+    if (k->var == XENT_IN_PLACE) {   /* the logits become their gradient */
+        be->mem.copy_d2d(be, p[0], p[2], (size_t)N(2) * ct_dtype_size(k->dt));
+        logits = p[0];
+    }
+    be->loss.softmax_xent(be, p[0], p[1], logits, p[3], S(0), S(1), xent_ld(k), xent_smoothing(k), (float)S(2),
+                          k->dt);
     copy_count(be, p, 4);
 }
 static void xent_ref(const op_case *k, double **v) {
-    int64_t rows = S(0), C = S(1), valid = 0, correct = 0;
+    int64_t rows = S(0), C = S(1), ld = xent_ld(k), valid = 0, correct = 0;
     double eps = xent_smoothing(k), total = 0;
     for (int64_t r = 0; r < rows; r++) valid += v[3][r] >= 0 && v[3][r] < C;
+    for (int64_t j = 0; j < N(0); j++) v[0][j] = 0;   /* ignored rows and padding columns */
     for (int64_t r = 0; r < rows; r++) {
-        const double *x = v[2] + r * C;
+        const double *x = v[2] + r * ld;
         int64_t label = (int64_t)v[3][r];
-        if (label < 0 || label >= C) {
-            for (int64_t j = 0; N(0) && j < C; j++) v[0][r * C + j] = 0;
-            continue;
-        }
+        if (label < 0 || label >= C) continue;
         int64_t arg = 0;
         for (int64_t j = 1; j < C; j++)
             if (x[j] > x[arg]) arg = j;
@@ -1433,7 +1447,7 @@ static void xent_ref(const op_case *k, double **v) {
         total += (1 - eps) * (lse - x[label]) + eps * (lse - sx / C);
         correct += arg == label;
         for (int64_t j = 0; N(0) && j < C; j++)
-            v[0][r * C + j] = S(2) / (double)valid * (exp(x[j] - lse) - eps / C - (j == label ? 1 - eps : 0));
+            v[0][r * ld + j] = S(2) / (double)valid * (exp(x[j] - lse) - eps / C - (j == label ? 1 - eps : 0));
     }
     v[1][0] = valid ? total / valid : 0;
     v[1][1] = v[4][0] = (double)correct;
@@ -1924,7 +1938,8 @@ static const op_row ROWS[] = {
      {{"dqkv", OUT, DT}, {"dy", IN, DT, -1, 1}, {"qkv", IN, DT, -1, 1}, {"y", IN, DT}, {"lse", IN, F32}},
      attn_backward_setup, attn_backward_run, attn_backward_init, attn_backward_ref, REF_F32(1e-4, 1e-4)},
     /* losses */
-    {"softmax_xent", D_ALL, SHAPES(XENT_SHAPES), "rows classes grad_scale logit_range logit_offset", "eps=0 eps=0.1 loss_only",
+    {"softmax_xent", D_ALL, SHAPES(XENT_SHAPES), "rows classes grad_scale logit_range logit_offset pad",
+     "eps=0 eps=0.1 loss_only in_place",
      {{"dlogits", OUT, DT, .ref = TOL(1e-3, 1e-6)},
       {"result", OUT, F32, .cmp = EACH},
       {"logits", IN, DT},

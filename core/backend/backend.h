@@ -403,9 +403,14 @@ typedef struct ct_backend_loss {
      * (1 - eps) * -log p[label] + eps * mean_j(-log p[j]); a label < 0 (or >= classes) is
      * ignored like ignore_index: no loss, no gradient, not counted in the mean. MSE and BCE
      * average over all n_rows * n_cols elements; their targets are fp32. dlogits/dpred may be
-     * NULL (loss only). Softmax and the sums are fp32 whatever dt is. */
+     * NULL (loss only). Softmax and the sums are fp32 whatever dt is.
+     * softmax_xent's rows are ld >= classes elements apart: the columns [classes, ld) are a
+     * padded vocabulary's rows (GPT-2's 50257 padded to 50304), never predicted: no probability,
+     * not the argmax, gradient 0. Every loss may write its gradient over its input
+     * (dlogits == logits, dpred == pred): a vocabulary-sized logits buffer then holds its own
+     * gradient, and the planner counts one buffer, not two. */
     void (*softmax_xent)(ct_backend *be, void *dlogits, float *result, const void *logits,
-                         const int32_t *labels, int64_t rows, int64_t classes,
+                         const int32_t *labels, int64_t rows, int64_t classes, int64_t ld,
                          float label_smoothing, float grad_scale, ct_dtype dt);
     void (*mse_loss)(ct_backend *be, void *dpred, float *result, const void *pred,
                      const float *target, int64_t n_rows, int64_t n_cols, float grad_scale,
@@ -439,7 +444,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 6
+#define CT_BACKEND_ABI 7
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

@@ -152,9 +152,9 @@ static void embedding_lookup(ct_backend *be, void *y, const int32_t *ids, const 
 /* The losses' result pair stays in "device" (host) memory: result[0] the mean loss, result[1] the
  * correct predictions (cross entropy) or 0. */
 static void xent_f32(ct_backend *be, float *dlogits, float *result, const float *logits, const int32_t *labels,
-                     int64_t rows, int64_t classes, float label_smoothing, float grad_scale) {
+                     int64_t rows, int64_t classes, int64_t ld, float label_smoothing, float grad_scale) {
     int64_t correct = 0;
-    ct_cpu_f32_softmax_xent(be, dlogits, &result[0], &correct, logits, labels, rows, classes, label_smoothing,
+    ct_cpu_f32_softmax_xent(be, dlogits, &result[0], &correct, logits, labels, rows, classes, ld, label_smoothing,
                             grad_scale);
     result[1] = (float)correct;
 }
@@ -314,9 +314,9 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
     /* losses */                                                                                                       \
     OP(loss, softmax_xent,                                                                                             \
        (void *dlogits, float *result, const void *logits, const int32_t *labels, int64_t rows, int64_t classes,        \
-        float label_smoothing, float grad_scale, ct_dtype dt),                                                         \
-       OUT(dlogits, rows * classes) IN(logits, rows * classes),                                                        \
-       xent_f32(be, F(dlogits), result, F(logits), labels, rows, classes, label_smoothing, grad_scale))                \
+        int64_t ld, float label_smoothing, float grad_scale, ct_dtype dt),                                             \
+       OUT(dlogits, rows * ld) IN(logits, rows * ld),                                                                  \
+       xent_f32(be, F(dlogits), result, F(logits), labels, rows, classes, ld, label_smoothing, grad_scale))            \
     OP(loss, mse_loss,                                                                                                 \
        (void *dpred, float *result, const void *pred, const float *target, int64_t n_rows, int64_t n_cols,             \
         float grad_scale, ct_dtype dt),                                                                                \

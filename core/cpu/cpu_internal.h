@@ -96,7 +96,7 @@ void ct_cpu_f32_dropout_forward(ct_backend *be, float *y, uint8_t *mask, const f
 void ct_cpu_f32_dropout_backward(ct_backend *be, float *dx, const float *dy, const uint8_t *mask, int64_t n, float p);
 void ct_cpu_f32_embedding_forward(ct_backend *be, float *y, const int32_t *ids, const float *table, int64_t n_ids, int64_t dim);
 void ct_cpu_f32_embedding_backward(ct_backend *be, float *dtable, const float *dy, const int32_t *ids, int64_t n_ids, int64_t vocab, int64_t dim);
-void ct_cpu_f32_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host, const float *logits, const int32_t *labels, int64_t rows, int64_t classes, float label_smoothing, float grad_scale);
+void ct_cpu_f32_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host, const float *logits, const int32_t *labels, int64_t rows, int64_t classes, int64_t ld, float label_smoothing, float grad_scale);
 void ct_cpu_f32_mse_loss(ct_backend *be, float *dpred, float *loss_host, const float *pred, const float *target, int64_t n_rows, int64_t n_cols, float grad_scale);
 void ct_cpu_f32_bce_logits_loss(ct_backend *be, float *dlogits, float *loss_host, const float *logits, const float *target, int64_t n_rows, int64_t n_cols, float grad_scale);
 void ct_cpu_f32_batchnorm_forward(ct_backend *be, float *y, const float *x, const float *gamma, const float *beta, float *running_mean, float *running_var, float *save_mean, float *save_invstd, int64_t n, int64_t c, int64_t hw, float eps, float momentum, bool train);

@@ -4,7 +4,11 @@
  *   loss_row = (1 - eps) * (-log p[label]) + eps * mean_j(-log p[j])
  * A negative label (or one >= classes) marks an ignored row, as ignore_index does: it adds no
  * loss and no gradient and is not counted in the mean. MSE and BCE-with-logits average over
- * every element. Loss sums go through the deterministic chunked reduction. */
+ * every element. Loss sums go through the deterministic chunked reduction.
+ *
+ * softmax_xent's rows are ld apart; the columns [classes, ld) are vocabulary padding: never read
+ * into the softmax, gradient 0. Every loss may write its gradient over its input: a row's (or
+ * element's) values are read before its gradient is written. */
 #include <math.h>
 #include <string.h>
 
@@ -14,7 +18,7 @@ typedef struct {
     float *grad;
     const float *x, *target;
     const int32_t *labels;
-    int64_t rows, cols, n, rows_per_chunk;
+    int64_t rows, cols, ld, n, rows_per_chunk;
     float smoothing;
     float grad_mul; /* grad_scale / count */
 } loss_ctx;
@@ -28,9 +32,10 @@ static void xent_chunk(void *c, int64_t chunk, double *out) {
     double loss = 0.0, correct = 0.0;
     int64_t C = k->cols;
     for (int64_t r = r0; r < r1; r++) {
-        const float *x = k->x + r * C;
-        float *g = k->grad ? k->grad + r * C : NULL;
+        const float *x = k->x + r * k->ld;
+        float *g = k->grad ? k->grad + r * k->ld : NULL;
         int32_t label = k->labels[r];
+        if (g && k->ld > C) memset(g + C, 0, (size_t)(k->ld - C) * sizeof(float));
         if (!label_valid(label, C)) {
             if (g) memset(g, 0, (size_t)C * sizeof(float));
             continue;
@@ -66,13 +71,13 @@ static void xent_chunk(void *c, int64_t chunk, double *out) {
 
 void ct_cpu_f32_softmax_xent(ct_backend *be, float *dlogits, float *loss_host, int64_t *correct_host,
                              const float *logits, const int32_t *labels, int64_t rows,
-                             int64_t classes, float label_smoothing, float grad_scale) {
+                             int64_t classes, int64_t ld, float label_smoothing, float grad_scale) {
     int64_t valid = 0;
     for (int64_t r = 0; r < rows; r++) valid += label_valid(labels[r], classes);
-    loss_ctx k = {.grad = dlogits, .x = logits, .labels = labels, .rows = rows, .cols = classes,
+    loss_ctx k = {.grad = dlogits, .x = logits, .labels = labels, .rows = rows, .cols = classes, .ld = ld,
                   .smoothing = label_smoothing,
                   .grad_mul = valid ? grad_scale / (float)valid : 0.0f,
-                  .rows_per_chunk = classes >= CT_CPU_CHUNK ? 1 : CT_CPU_CHUNK / (classes > 0 ? classes : 1)};
+                  .rows_per_chunk = ld >= CT_CPU_CHUNK ? 1 : CT_CPU_CHUNK / (ld > 0 ? ld : 1)};
     double total[2];
     ct_cpu_reduce_chunks(ct_cpu_pool_of(be), ct_cpu_ceil_div(rows, k.rows_per_chunk), 2, xent_chunk,
                          &k, total);

@@ -294,13 +294,13 @@ static int parse_loss(builder *b) {
     const ct_layer *last = &b->g->nodes[b->g->n_nodes - 1].l;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->model, "loss");
     static const char *const kinds[] = {"cross_entropy", "mse", "bce_with_logits"};
-    static const char *const keys[] = {"type", "label_smoothing"};
+    static const char *const keys[] = {"type", "label_smoothing", "classes"};
     const char *kind = "cross_entropy";   /* documented default: classification */
     int rc;
     if (v) {
         if (!cJSON_IsObject(v))
             return model_errf(b, v, "model.loss: expected an object such as {\"type\": \"cross_entropy\"}");
-        if ((rc = ct_model_check_keys(b->cfg, NULL, v, "model.loss", keys, 2, b->err))) return rc;
+        if ((rc = ct_model_check_keys(b->cfg, NULL, v, "model.loss", keys, CT_ARRAY_LEN(keys), b->err))) return rc;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
         if (!cJSON_IsString(t))
             return model_errf(b, t ? t : v, "model.loss.type: expected \"cross_entropy\", \"mse\" or "
@@ -325,8 +325,20 @@ static int parse_loss(builder *b) {
     b->g->label_smoothing = ls ? ls->valuedouble : 0.0;
     in->target_shape = last->out;
     in->target_dtype = CT_F32;
+    /* "classes": the first N outputs of each row are predicted and the rest are vocabulary padding
+     * (GPT-2's 50257 tokens in a 50304-row table, a multiple of 64 that tiles well): never
+     * predicted, gradient 0. Default: every output. */
+    const cJSON *cl = v ? cJSON_GetObjectItemCaseSensitive(v, "classes") : NULL;
+    int64_t width = last->out.d[last->out.ndim - 1];
+    if (cl && (k != CT_LOSS_CROSS_ENTROPY || !cJSON_IsNumber(cl) || cl->valuedouble != (double)(int64_t)cl->valuedouble ||
+               cl->valuedouble < 2 || cl->valuedouble > (double)width))
+        return model_errf(b, cl, "model.loss.classes: expected an integer in [2, %lld] (the last layer's "
+                          "outputs) with cross_entropy; the outputs past it are padding, never predicted",
+                          (long long)width);
+    in->padded_classes = 0;
     if (k == CT_LOSS_CROSS_ENTROPY) {
-        in->classes = last->out.d[last->out.ndim - 1];
+        in->padded_classes = width;
+        in->classes = cl ? (int64_t)cl->valuedouble : width;
         in->target_shape.ndim--;   /* one class index per row: [n, ...] without the class dim */
         in->target_dtype = CT_I32;
         if (in->classes < 2)

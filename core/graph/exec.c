@@ -123,9 +123,9 @@ int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err) {
     int64_t per_sample = ct_shape_numel(&g->info.output_shape);
     switch (g->info.loss) {
     case CT_LOSS_CROSS_ENTROPY: {
-        int64_t rows = io->n * per_sample / g->info.classes;
+        int64_t rows = io->n * per_sample / g->info.padded_classes;
         be->loss.softmax_xent(be, dout, g->loss_result, out, io->target, rows, g->info.classes,
-                              (float)g->label_smoothing, scale, g->dt);
+                              g->info.padded_classes, (float)g->label_smoothing, scale, g->dt);
         break;
     }
     case CT_LOSS_MSE:

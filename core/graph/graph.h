@@ -37,7 +37,8 @@ typedef struct ct_graph_info {
     ct_dtype input_dtype;        /* CT_F32 for images/features, CT_I32 for tokens */
     ct_shape output_shape;       /* per sample */
     ct_loss_kind loss;
-    int64_t classes;             /* cross entropy: number of classes; else 0 */
+    int64_t classes;             /* cross entropy: number of classes predicted; else 0 */
+    int64_t padded_classes;      /* cross entropy: outputs per row (classes + vocabulary padding) */
     ct_dtype target_dtype;       /* CT_I32 labels or CT_F32 targets */
     ct_shape target_shape;       /* per sample */
 } ct_graph_info;

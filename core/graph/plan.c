@@ -1,8 +1,8 @@
 /* plan.c: the activation plan, a pure function of the graph, micro-batch and dtype: byte offsets
  * in one arena for the layers' outputs (relu-like layers overwrite their input in place), their
- * gradients (slots shared by lifetime), forward-to-backward state, the shared workspace and
- * fan-out scratch, all in the graph's dtype (2 bytes per element under mixed precision). Binding
- * (ct_graph_bind) turns the offsets into pointers on a backend. */
+ * gradients (slots shared by lifetime; the loss's written over the logits), forward-to-backward
+ * state, the shared workspace and fan-out scratch, all in the graph's dtype (2 bytes per element
+ * under mixed precision). Binding (ct_graph_bind) turns the offsets into pointers on a backend. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
@@ -53,6 +53,17 @@ static bool grad_in_place(const ct_graph *g, const int *alias, int k, int *consu
     return false;
 }
 
+/* The loss writes its gradient over the logits (backend.h: every loss may): the last layer's dy is
+ * its y, so a 50k-vocabulary head costs one logits buffer, not two. Allowed when the last layer
+ * owns its output (it did not run in place over its producer, whose y would be lost) and its
+ * backward reads only its input. After a train-mode loss the last activation holds the gradient:
+ * nothing reads the logits after the loss (accuracy is counted inside it), and a recompute of the
+ * last layer would have to come before the loss. */
+static bool loss_grad_in_place(const ct_graph *g, const int *alias) {
+    int last = g->n_nodes - 1;
+    return alias[last] < 0 && !g->nodes[last].l.type->backward_reads_output;
+}
+
 /* Output gradients live only from the backward step that first writes them to the step of their
  * own layer, so they share memory: each gets a slot free by then (best fit, else the largest free
  * slot grown to fit, else a new one). A chain needs two slots instead of one per layer, and a
@@ -65,7 +76,7 @@ static int plan_grad_slots(const ct_graph *g, const int *alias, int64_t batch, i
     int m = 0;
     for (int k = 0; k < n; k++) {
         slot_of[k] = -1;
-        if (!g->nodes[k].runs_backward) continue;
+        if (!g->nodes[k].runs_backward || (k == n - 1 && loss_grad_in_place(g, alias))) continue;
         int at = m++;   /* insertion sort by grad_start */
         while (at > 0 && g->nodes[order[at - 1]].grad_start > g->nodes[k].grad_start) {
             order[at] = order[at - 1];
@@ -151,6 +162,8 @@ void ct_graph_plan_memory(ct_graph *g) {
         p->aux += end - before;
         gn->dy_off = slot_of[i] >= 0 ? slot_off[slot_of[i]] : CT_NO_OFFSET;
     }
+    ct_gnode *last = &g->nodes[g->n_nodes - 1];
+    if (last->runs_backward && loss_grad_in_place(g, alias)) last->dy_off = last->y_off;
     /* A float model input is converted to a 16-bit copy the first layers read. */
     bool converts_input = g->dt != CT_F32 && g->info.input_dtype != CT_I32;
     size_t at = end;
