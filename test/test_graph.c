@@ -279,7 +279,10 @@ static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) 
     r->target = malloc(sizeof(float) * (size_t)nt);
     ct_rng rng;
     ct_rng_init(&rng, seed, CT_RNG_AUGMENT, 99);
-    for (int64_t i = 0; i < ni; i++) r->input[i] = 2.0f * ct_rng_uniform(&rng) - 1.0f;
+    /* token ids (an embedding first) below the class count: the test models' vocabularies */
+    for (int64_t i = 0; i < ni; i++)
+        if (in->input_dtype == CT_I32) ((int32_t *)r->input)[i] = (int32_t)ct_rng_below(&rng, in->classes > 0 ? (uint32_t)in->classes : 2);
+        else r->input[i] = 2.0f * ct_rng_uniform(&rng) - 1.0f;
     for (int64_t i = 0; i < nt; i++) {
         if (in->target_dtype == CT_I32) ((int32_t *)r->target)[i] = (int32_t)ct_rng_below(&rng, (uint32_t)in->classes);
         else ((float *)r->target)[i] = ct_rng_uniform(&rng);
@@ -1052,6 +1055,63 @@ START_TEST(padded_vocab_loss_in_place) {
 }
 END_TEST
 
+/* The transformer_block shorthand expands into the layers of the same block written out (GPT-2
+ * initialisation: weights normal(0, 0.02), the residual projections 0.02 / sqrt(2 * 2 blocks),
+ * biases zero): the same views by name and shape, the same initial values and the same loss and
+ * gradients bit for bit. */
+#define GPT_HEAD "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 32, \"dim\": 16}," \
+                 " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8}, {\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+#define GPT_TAIL "]}, {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32," \
+                 " \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\": {\"type\": \"cross_entropy\"}}"
+#define LIN(name, out, std) "{\"type\": \"linear\", \"name\": \"" name "\", \"out\": " #out ", \"init\": {\"type\": \"normal\"," \
+                            " \"std\": " std "}, \"bias_init\": {\"type\": \"zeros\"}}"
+START_TEST(transformer_block_expands) {
+    const char *shorthand = GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"attn_dropout\": 0.1}" GPT_TAIL;
+    const char *written =
+        GPT_HEAD "{\"type\": \"layernorm\", \"name\": \"ln1\"}, " LIN("qkv", 48, "0.02") ","
+        " {\"type\": \"causal_self_attention\", \"name\": \"attn\", \"heads\": 2, \"dropout\": 0.1}, " LIN("proj", 16, "0.01") ","
+        " {\"type\": \"add\", \"name\": \"res1\", \"inputs\": [\"block_input\", \"proj\"]},"
+        " {\"type\": \"layernorm\", \"name\": \"ln2\"}, " LIN("fc1", 64, "0.02") ", {\"type\": \"gelu\", \"approximate\": \"tanh\"},"
+        " " LIN("fc2", 16, "0.01") ", {\"type\": \"add\", \"name\": \"res2\", \"inputs\": [\"res1\", \"fc2\"]}" GPT_TAIL;
+    runner a, b;
+    runner_start(&a, shorthand, 3, 11);
+    runner_start(&b, written, 3, 11);
+    const ct_param_layout *La = ct_graph_layout(a.b.g), *Lb = ct_graph_layout(b.b.g);
+    ck_assert_int_eq(ct_graph_info_get(a.b.g)->n_layers, ct_graph_info_get(b.b.g)->n_layers);
+    ck_assert_int_eq(La->n_views, Lb->n_views);
+    ck_assert_int_eq(La->n_params, Lb->n_params);
+    for (int v = 0; v < La->n_views; v++) {
+        ck_assert_str_eq(La->views[v].name, Lb->views[v].name);
+        ck_assert(ct_shape_eq(&La->views[v].shape, &Lb->views[v].shape));
+    }
+    ck_assert_str_eq(La->views[4].name, "qkv.0.weight");
+    ck_assert(memcmp(a.params, b.params, sizeof(float) * (size_t)La->n_params) == 0);
+    double la = runner_loss(&a), lb = runner_loss(&b);
+    ck_assert_msg(la == lb, "loss %.9g vs %.9g", la, lb);
+    runner_backward(&a, NULL);
+    runner_backward(&b, NULL);
+    ck_assert(memcmp(a.grads, b.grads, sizeof(float) * (size_t)La->n_params) == 0);
+    runner_stop(&a);
+    runner_stop(&b);
+    /* named: "h.ln1.0"; residual dropout adds drop1/drop2; the gradient still checks out */
+    built g;
+    expect_ok(GPT_HEAD "{\"type\": \"transformer_block\", \"name\": \"h\", \"heads\": 4, \"dropout\": 0.2,"
+              " \"mlp_ratio\": 2, \"bias\": false}" GPT_TAIL, &g);
+    ck_assert_str_eq(ct_graph_layout(g.g)->views[2].name, "h.ln1.0.weight");
+    ck_assert_str_eq(ct_graph_layer_name(g.g, 6), "h.drop1.0");
+    ck_assert_int_eq(ct_graph_info_get(g.g)->n_layers, 2 + 2 * 12 + 2);
+    unbuild(&g);
+    check_graph_grads(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"mlp_ratio\": 2}" GPT_TAIL, 2, 1e-2, 3e-2);
+    EXPECT_ERROR(GPT_HEAD "{\"type\": \"transformer_block\"}" GPT_TAIL, "(transformer_block)", "missing field \"heads\"");
+    EXPECT_ERROR(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 3}" GPT_TAIL, "width C = 16 is not divisible by heads = 3");
+    EXPECT_ERROR(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"head\": 2}" GPT_TAIL, "\"head\"");
+    EXPECT_ERROR(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"dropout\": 1}" GPT_TAIL, "dropout: expected a number in [0, 1)");
+    EXPECT_ERROR("{\"input\": [8], \"layers\": [{\"type\": \"transformer_block\", \"heads\": 2}]}",
+                 "takes a sequence [T, C]", "put an embedding before it");
+    EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"transformer_blok\"}]}", "did you mean \"transformer_block\"");
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -1271,6 +1331,7 @@ int main(void) {
     tcase_add_test(tc, transformer_graph);
     tcase_add_test(tc, gpt_matches_pytorch);
     tcase_add_test(tc, padded_vocab_loss_in_place);
+    tcase_add_test(tc, transformer_block_expands);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

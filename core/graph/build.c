@@ -22,7 +22,8 @@ typedef struct builder {
     ct_shape input;
     ct_dtype input_dtype;
     int block_input;           /* what "block_input" names: the node feeding the current iteration
-                                  of the innermost repeat block (-1: the model input), or NO_BLOCK */
+                                  of the innermost repeat block or block type (-1: the model
+                                  input), or NO_BLOCK */
 } builder;
 
 static int model_errf(const builder *b, const cJSON *node, const char *fmt, ...)
@@ -216,7 +217,51 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     return rc;
 }
 
-/* Expand a "layers" array in order; "repeat" blocks unroll with ".<i>" appended to names. */
+static int expand(builder *b, const cJSON *arr, const char *path, const char *suffix, int depth);
+
+/* How many layers of block type bt the array holds, repeats multiplied out (a transformer
+ * block's residual initialisation scales with the model's depth). Malformed repeats count once:
+ * expand reports them. */
+static int count_blocks(const cJSON *arr, const ct_block_type *bt, int depth) {
+    double n = 0;
+    for (const cJSON *it = cJSON_IsArray(arr) && depth <= MAX_REPEAT_DEPTH ? arr->child : NULL; it; it = it->next) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+        if (!cJSON_IsString(type)) continue;
+        if (strcmp(type->valuestring, bt->name) == 0) n += 1;
+        if (strcmp(type->valuestring, "repeat") != 0) continue;
+        const cJSON *times = cJSON_GetObjectItemCaseSensitive(it, "times");
+        double t = cJSON_IsNumber(times) && times->valuedouble >= 1 && times->valuedouble <= 10000 ? times->valuedouble : 1;
+        n += t * count_blocks(cJSON_GetObjectItemCaseSensitive(it, "layers"), bt, depth + 1);
+    }
+    return n > 1e6 ? 1000000 : (int)n;
+}
+
+/* A block type at `it`: its expansion (kept by the graph: the layers point into it) unrolled like
+ * a one-iteration repeat, so "block_input" inside it names the block's input. */
+static int expand_block(builder *b, const cJSON *it, const ct_block_type *bt, const char *ipath,
+                        const char *suffix, int depth) {
+    ct_graph *g = b->g;
+    const ct_shape *in = g->n_nodes ? &g->nodes[g->n_nodes - 1].l.out : &b->input;
+    if (in->ndim < 1)
+        return model_errf(b, it, "%s (%s): takes an input with at least one dimension per sample", ipath, bt->name);
+    ct_block_ctx ctx = {.cfg = b->cfg, .path = ipath, .width = in->d[in->ndim - 1], .input_rank = in->ndim,
+                        .n_blocks = count_blocks(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), bt, 0)};
+    cJSON *layers = NULL;
+    int rc = bt->expand(&ctx, it, &layers, b->err);
+    if (rc) return rc;
+    g->expanded = ct_xrealloc(g->expanded, sizeof(cJSON *) * (size_t)(g->n_expanded + 1));
+    g->expanded[g->n_expanded++] = layers;
+    char sub_path[128];
+    snprintf(sub_path, sizeof sub_path, "%s.%s", ipath, bt->name);
+    int outer_block_input = b->block_input;
+    b->block_input = g->n_nodes - 1;
+    rc = expand(b, layers, sub_path, suffix, depth + 1);
+    b->block_input = outer_block_input;
+    return rc;
+}
+
+/* Expand a "layers" array in order; "repeat" blocks unroll with ".<i>" appended to names, block
+ * types (transformer_block) into the layers they stand for. */
 static int expand(builder *b, const cJSON *arr, const char *path, const char *suffix, int depth) {
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) == 0)
         return model_errf(b, arr, "%s: expected a non-empty array of layers", path);
@@ -231,6 +276,13 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
             return model_errf(b, type ? type : it, "%s: %s \"type\" (a string such as \"linear\")", ipath,
                               type ? "expected" : "missing field");
         int rc;
+        const ct_block_type *bt = ct_block_type_find(type->valuestring);
+        if (bt) {
+            if (depth >= MAX_REPEAT_DEPTH)
+                return model_errf(b, it, "%s (%s): nested deeper than %d", ipath, bt->name, MAX_REPEAT_DEPTH);
+            if ((rc = expand_block(b, it, bt, ipath, suffix, depth))) return rc;
+            continue;
+        }
         if (strcmp(type->valuestring, "repeat") != 0) {
             if ((rc = add_layer(b, it, ipath, suffix))) return rc;
             continue;
@@ -393,6 +445,8 @@ void ct_graph_free(ct_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i].l.cfg_data);
     free(g->nodes);
+    for (int i = 0; i < g->n_expanded; i++) cJSON_Delete(g->expanded[i]);
+    free(g->expanded);
     ct_param_layout_free(&g->layout);
     if (g->owns_arena) g->be->mem.free(g->be, g->arena);
     free(g);

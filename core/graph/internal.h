@@ -31,6 +31,9 @@ struct ct_graph {
     double label_smoothing;
     ct_dtype dt;                        /* storage of activations, their gradients, parameters */
     ct_act_plan plan;                   /* offsets of the shared parts below */
+    cJSON **expanded;                   /* the layer arrays block types expanded into: the layers'
+                                           config nodes point into them */
+    int n_expanded;
     size_t ws_off, dtmp_off, input_off, loss_off;
 
     /* Bound by ct_graph_bind. */

@@ -121,6 +121,22 @@ struct ct_layer {
 
 /* ---- registry (core/graph/layers/registry.c) ---- */
 const ct_layer_type *ct_layer_type_find(const char *name);
+
+/* A block type: a config shorthand the builder expands into ordinary layers before anything else
+ * sees them (so checkpointing, ZeRO-3 and the profiler see layers). expand returns a new cJSON
+ * array of layer objects (the caller owns it) whose "block_input" names the block's input. */
+typedef struct ct_block_ctx {
+    const ct_config *cfg;
+    const char *path;            /* "model.layers[2].layers[0]", for messages */
+    int64_t width;               /* the last dimension of the block's input */
+    int input_rank;              /* dimensions of the block's input per sample */
+    int n_blocks;                /* blocks of this type in the whole model (repeats counted) */
+} ct_block_ctx;
+typedef struct ct_block_type {
+    const char *name;
+    int (*expand)(const ct_block_ctx *ctx, const cJSON *node, cJSON **layers, ct_err *err);
+} ct_block_type;
+const ct_block_type *ct_block_type_find(const char *name);
 /* All registered type names (for suggestions and docs); returns the count. */
 int ct_layer_type_names(const char *const **names);
 
