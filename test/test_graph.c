@@ -355,6 +355,11 @@ START_TEST(residual_add_and_concat) {
     unbuild(&b);
     /* "a" feeds tanh and add, "sum" feeds concat twice: the executor must add both gradients */
     check_graph_grads(residual, 3, 1e-2, 2e-2);
+    /* no attention: three times the forward FLOPs */
+    expect_ok(residual, &b);
+    ck_assert_double_eq(ct_graph_train_flops_per_sample(b.g), 3 * ct_graph_info_get(b.g)->flops_per_sample);
+    ck_assert_double_gt(ct_graph_info_get(b.g)->flops_per_sample, 0);
+    unbuild(&b);
 }
 END_TEST
 
@@ -1085,6 +1090,9 @@ START_TEST(transformer_block_expands) {
         ck_assert(ct_shape_eq(&La->views[v].shape, &Lb->views[v].shape));
     }
     ck_assert_str_eq(La->views[4].name, "qkv.0.weight");
+    /* MFU's FLOPs: 6 N + 6 L C T per token (2 blocks of width 16 over 8 positions), 8 tokens */
+    double N = (double)ct_graph_info_get(a.b.g)->n_param_elems;
+    ck_assert_double_eq(ct_graph_train_flops_per_sample(a.b.g), 8 * (6 * N + 6 * 2 * 16 * 8));
     ck_assert(memcmp(a.params, b.params, sizeof(float) * (size_t)La->n_params) == 0);
     double la = runner_loss(&a), lb = runner_loss(&b);
     ck_assert_msg(la == lb, "loss %.9g vs %.9g", la, lb);

@@ -666,6 +666,38 @@ START_TEST(report_goes_quiet_on_a_dead_stream) {
 }
 END_TEST
 
+/* MFU: the peak table matches whole names ("A10" is not the A100), an unknown device (a CPU) has
+ * none and prints none, and the step line shows rate x FLOPs / peak. */
+START_TEST(mfu_from_the_peak_table) {
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA H100 80GB HBM3, sm_90, 79 GiB"), 989e12);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA H100 PCIe, sm_90, 79 GiB"), 756e12);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA A100-SXM4-40GB, sm_80, 39 GiB"), 312e12);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA A10, sm_86, 22 GiB"), 125e12);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA L40S, sm_89, 44 GiB"), 362e12);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA GH200 480GB, sm_90, 94 GiB"), 989e12);
+    ck_assert_double_eq(ct_device_peak_flops("x86-64, 2 threads, OpenBLAS 0.3.21"), 0);
+    ck_assert_double_eq(ct_device_peak_flops("NVIDIA GeForce GTX 1080, sm_61, 8 GiB"), 0);
+    ck_assert_double_eq(ct_device_peak_flops(NULL), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    ct_report r;
+    ct_report_init(&r, out, false, 1);
+    r.tokens_per_sample = 1024;
+    r.train_flops_per_sample = 1024 * 6.0 * 124e6;   /* GPT-2-sized */
+    ck_assert(isnan(ct_report_mfu(&r, 100.0)));      /* peak unknown */
+    r.peak_flops = ct_device_peak_flops("NVIDIA H100 80GB HBM3");
+    double mfu = ct_report_mfu(&r, 500.0);           /* 512k tokens/s */
+    ck_assert_msg(fabs(mfu - 500.0 * 1024 * 6 * 124e6 / 989e12) < 1e-12, "mfu %g", mfu);
+    r.t0 = r.win_t0 = ct_now() - 1.0;
+    ct_step_event e = {.step = 1, .total_steps = 2, .epoch = 1, .epochs = 1, .loss = 2.0, .lr = 1e-3, .samples = 500};
+    ct_report_step(&r, &e);
+    fclose(out);
+    ck_assert_msg(strstr(buf, "tokens/s  MFU ") != NULL, "%s", buf);
+    free(buf);
+}
+END_TEST
+
 START_TEST(dry_run_and_summary) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {}}";
     ct_config *cfg = small_run(mlp_json, opt, NULL, NULL, 0);
@@ -685,12 +717,13 @@ START_TEST(dry_run_and_summary) {
     cJSON *j = cJSON_Parse(buf);
     ck_assert_msg(j != NULL, "not JSON: %s", buf);
     const char *keys[] = {"status", "steps", "epochs", "train_loss", "eval_loss", "eval_accuracy",
-                          "wall_s", "samples_per_s", "tokens_per_s", "peak_host_bytes",
+                          "wall_s", "samples_per_s", "tokens_per_s", "mfu", "peak_host_bytes",
                           "peak_device_bytes", "loss_scale", "skipped_steps", "run_dir"};
     for (int i = 0; i < CT_ARRAY_LEN(keys); i++)
         ck_assert_msg(cJSON_GetObjectItemCaseSensitive(j, keys[i]), "missing %s in %s", keys[i], buf);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "eval_loss")));
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "tokens_per_s")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "mfu")));   /* a CPU has no known peak */
     ck_assert_int_gt(cJSON_GetObjectItemCaseSensitive(j, "peak_host_bytes")->valuedouble, 1e5);
     cJSON_Delete(j);
     free(buf);
@@ -925,6 +958,7 @@ int main(void) {
     tcase_add_test(tc, label_equal_to_class_count);
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
+    tcase_add_test(tc, mfu_from_the_peak_table);
     tcase_add_test(tc, dry_run_and_summary);
     tcase_add_test(tc, report_goes_quiet_on_a_dead_stream);
     tcase_add_test(tc, scheduler_total_auto_is_the_run);

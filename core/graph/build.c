@@ -454,6 +454,17 @@ void ct_graph_free(ct_graph *g) {
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g) { return &g->info; }
 const ct_param_layout *ct_graph_layout(const ct_graph *g) { return &g->layout; }
+
+double ct_graph_train_flops_per_sample(const ct_graph *g) {
+    double lct = 0;   /* sum over attention layers of C·T */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ct_layer *l = &g->nodes[i].l;
+        if (strcmp(l->type->name, "causal_self_attention") == 0) lct += (double)l->out.d[0] * (double)l->out.d[1];
+    }
+    if (lct == 0) return 3.0 * g->info.flops_per_sample;
+    double tokens = (double)ct_shape_numel(&g->info.input_shape);
+    return tokens * (6.0 * (double)g->info.n_param_elems + 6.0 * lct);
+}
 const ct_act_plan *ct_graph_plan(const ct_graph *g) { return &g->plan; }
 
 /* One layer for the description: its type, and its shapes when it has parameters. */

@@ -63,6 +63,12 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **
 void ct_graph_free(ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
+/* Training FLOPs (forward + backward) per sample, for MFU. A transformer (causal attention
+ * layers) counts 6·N + 6·L·C·T per token, the convention of the PaLM paper's appendix B as nanoGPT
+ * and llm.c use it (N parameters, L attention layers of width C over T positions; causal
+ * attention's scores cost half of 12·L·C·T), so MFU compares with theirs; any other model three
+ * times its layers' forward FLOPs. */
+double ct_graph_train_flops_per_sample(const ct_graph *g);
 const ct_param_layout *ct_graph_layout(const ct_graph *g);
 const ct_act_plan *ct_graph_plan(const ct_graph *g);
 

@@ -116,10 +116,19 @@ static double eta_s(const ct_report *r, const ct_step_event *e, double now) {
     return (now - r->t0) / (double)e->step * (double)(e->total_steps - e->step);
 }
 
-/* "1234 samples/s", or "158000 tokens/s" for a language model. */
+double ct_report_mfu(const ct_report *r, double samples_per_s) {
+    if (!(r->peak_flops > 0) || !(r->train_flops_per_sample > 0) || !isfinite(samples_per_s)) return NAN;
+    return samples_per_s * r->train_flops_per_sample / r->peak_flops;
+}
+
+/* "1234 samples/s", or "158000 tokens/s" for a language model; "  MFU 41.3%" after it where
+ * the device's peak is known. */
 static const char *rate_text(const ct_report *r, double samples_per_s, char *buf, size_t n) {
-    if (r->tokens_per_sample > 0) snprintf(buf, n, "%.0f tokens/s", samples_per_s * (double)r->tokens_per_sample);
-    else snprintf(buf, n, "%.0f samples/s", samples_per_s);
+    int k;
+    if (r->tokens_per_sample > 0) k = snprintf(buf, n, "%.0f tokens/s", samples_per_s * (double)r->tokens_per_sample);
+    else k = snprintf(buf, n, "%.0f samples/s", samples_per_s);
+    double mfu = ct_report_mfu(r, samples_per_s);
+    if (isfinite(mfu) && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "  MFU %.1f%%", 100 * mfu);
     return buf;
 }
 
@@ -143,7 +152,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
             snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
         else if (e->loss_scale > 0)
             snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
-        char rt[48];
+        char rt[80];
         ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
                        e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr, e->grad_norm,
                        scale, rate_text(r, rate, rt, sizeof rt), wait_pct,
@@ -155,7 +164,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
         r->win_t0 = now;
     } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
         double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
-        char rt[48];
+        char rt[80];
         fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %s  data %.1f%%  ETA %s",
                 e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
                 e->lr, rate_text(r, rate, rt, sizeof rt), wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
@@ -185,7 +194,7 @@ void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double trai
         r->win_wait = 0;
         r->win_t0 = ct_now();
     }
-    char d[32], rt[48];
+    char d[32], rt[80];
     ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %s  data wait %.1f%%",
                    epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d),
                    rate_text(r, samples_per_s, rt, sizeof rt), 100 * r->epoch_wait / fmax(secs, 1e-9));
@@ -209,7 +218,7 @@ void ct_summary_init(ct_summary *s) {
     memset(s, 0, sizeof *s);
     snprintf(s->status, sizeof s->status, "error");
     s->train_loss = s->eval_loss = s->eval_accuracy = NAN;
-    s->tokens_per_s = s->loss_scale = s->samples_per_s = NAN;
+    s->tokens_per_s = s->loss_scale = s->samples_per_s = s->mfu = NAN;
     s->first_step_s = NAN;
     s->data_wait_share = NAN;
 }
@@ -250,6 +259,7 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_num(f, "wall_s", s->wall_s, "%.3f");
     put_num(f, "samples_per_s", s->samples_per_s, "%.1f");
     put_num(f, "tokens_per_s", s->tokens_per_s, "%.1f");
+    put_num(f, "mfu", s->mfu, "%.4f");
     fprintf(f, ",\"peak_host_bytes\":%zu,\"peak_device_bytes\":%zu", s->peak_host_bytes,
             s->peak_device_bytes);
     put_num(f, "loss_scale", s->loss_scale, "%.6g");

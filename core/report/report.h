@@ -26,6 +26,8 @@ typedef struct ct_summary {
     double wall_s;
     double samples_per_s;
     double tokens_per_s;         /* NAN unless a language model */
+    double mfu;                  /* model FLOPs utilisation in [0, 1]; NAN when the device's peak
+                                    is unknown (ct_device_peak_flops) */
     size_t peak_host_bytes;
     size_t peak_device_bytes;
     double loss_scale;           /* NAN when not fp16 */
@@ -50,6 +52,11 @@ typedef struct ct_summary {
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);
+
+/* The dense bf16/fp16 tensor-core peak in FLOP/s of the device a backend describes
+ * (be->device_desc: "NVIDIA H100 80GB HBM3, sm_90, 79 GiB"), from a table of known GPUs (peak.c);
+ * 0 when unknown (a CPU, an unlisted GPU): no MFU is reported then. */
+double ct_device_peak_flops(const char *device_desc);
 /* One line of JSON, no trailing newline in the buffer-less form: writes it plus "\n" to f. */
 void ct_summary_write(const ct_summary *s, FILE *f);
 /* The line into path atomically (ct_fs_write_atomic: a reader sees the old summary or the new
@@ -64,6 +71,8 @@ typedef struct ct_report {
     long steps_per_print;        /* 0: per-epoch lines (+ the TTY line) */
     int64_t tokens_per_sample;   /* a language model's sequence length: rates in tokens/s, eval
                                     with perplexity; 0 otherwise */
+    double train_flops_per_sample; /* ct_graph_train_flops_per_sample */
+    double peak_flops;           /* the device's (ct_device_peak_flops); 0: unknown, no MFU */
     double t0;                   /* ct_now() when training started */
     double last_draw;
     double win_loss;             /* loss sum / count over the current print window */
@@ -73,6 +82,9 @@ typedef struct ct_report {
     double win_wait;             /* seconds the loop waited for data in the window */
     double epoch_wait;           /* ... in the current epoch */
 } ct_report;
+
+/* MFU of a rate: samples_per_s * r->train_flops_per_sample / r->peak_flops; NAN when unknown. */
+double ct_report_mfu(const ct_report *r, double samples_per_s);
 
 /* One optimizer step, as the loop saw it. */
 typedef struct ct_step_event {

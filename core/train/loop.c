@@ -527,6 +527,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     t->sum->samples_per_s = ls.train_s > 0 ? (double)ls.samples / ls.train_s : NAN;
     if (t->m.info->input_dtype == CT_I32)   /* a language model: every sample is T tokens */
         t->sum->tokens_per_s = t->sum->samples_per_s * (double)ct_shape_numel(&t->m.info->input_shape);
+    t->sum->mfu = ct_report_mfu(&t->obs.rep, t->sum->samples_per_s);
     t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);

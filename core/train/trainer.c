@@ -261,6 +261,7 @@ static int setup_data(ct_trainer *t, ct_err *err) {
 static int build_graph(ct_trainer *t, ct_err *err) {
     int rc = ct_graph_build(t->cfg, t->cfg->micro_batch, ct_amp_compute_dtype(t->cfg), &t->m.g, err);
     if (!rc) t->m.info = ct_graph_info_get(t->m.g);
+    if (!rc) t->obs.rep.train_flops_per_sample = ct_graph_train_flops_per_sample(t->m.g);
     if (!rc && t->m.info->input_dtype == CT_I32)   /* a language model: progress in tokens */
         t->obs.rep.tokens_per_sample = ct_shape_numel(&t->m.info->input_shape);
     return rc;
@@ -324,6 +325,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     ct_amp_init(&t->m.amp, cfg);
     rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
     if (!rc) t->comm = ct_comm_single(t->be);
+    if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
     if (rc || data_rc) return rc ? rc : data_rc;
