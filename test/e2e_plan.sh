@@ -72,7 +72,7 @@ cat >"$T/notyet.json" <<'JSON'
 {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
  "activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true, "partition_activations": true},
  "flops_profiler": {"enabled": true}, "wall_clock_breakdown": true,
- "curriculum_learning": {"enabled": true, "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 16,
+ "curriculum_learning": {"enabled": true, "curriculum_type": "vocab", "min_difficulty": 8, "max_difficulty": 16,
                          "schedule_type": "fixed_linear", "schedule_config": {"total_curriculum_step": 10, "difficulty_step": 8}}}
 JSON
 python3 - "$T/notyet.json" "$T/cfg.json" <<'PY'
@@ -91,7 +91,7 @@ for mode in run dry; do
     for key in "zero_optimization.stage 3" "zero_optimization.offload_optimizer.device cpu" \
                "zero_optimization.offload_param.device cpu" "model.layers\[1\].checkpoint true" \
                "activation_checkpointing.number_checkpoints 2" "activation_checkpointing.cpu_checkpointing true" \
-               "activation_checkpointing.partition_activations true" "curriculum_learning.enabled true" \
+               "activation_checkpointing.partition_activations true" "curriculum_learning.curriculum_type \"vocab\"" \
                "flops_profiler.enabled true" "wall_clock_breakdown true"; do
         has "$T/err" "^ctrain: warning: $key: accepted, not used yet: this version trains without" "$mode: $key says it is not used yet"
     done

@@ -902,7 +902,8 @@ END_TEST
 /* A config that switches on settings ctrain accepts but does not implement yet, one line of
  * ct_config_not_yet() it must give, and what the generic "read but not used" warning must then
  * no longer name (that line says it). */
-/* The legacy curriculum section is kept as the schedule ct_curriculum_difficulty reads. */
+/* The legacy curriculum section is kept as the schedule ct_curriculum_difficulty reads (a seqlen
+ * curriculum is acted on: no "not used yet" line). */
 START_TEST(curriculum_kept) {
     loaded l = load(TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
                     "\"min_difficulty\": 8, \"max_difficulty\": 1024, \"schedule_type\": \"fixed_root\", "
@@ -914,7 +915,7 @@ START_TEST(curriculum_kept) {
     ck_assert_str_eq(c->type, "seqlen");
     ck_assert(c->min_difficulty == 8 && c->max_difficulty == 1024 && c->total_curriculum_step == 60000 &&
               c->difficulty_step == 8 && c->root_degree == 2);
-    ck_assert(l.cfg->pending.curriculum); /* still "accepted, not used yet": no truncation by it */
+    ck_assert(!l.cfg->pending.curriculum); /* acted on: every step's sequences are cut to it */
     unload(&l);
     l = load(TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", "
              "\"min_difficulty\": 1, \"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\", "
@@ -986,12 +987,13 @@ static const not_yet_case not_yet_cases[] = {
      "activation_checkpointing.partition_activations",
      "activation_checkpointing.partition_activations true: accepted, not used yet: this version trains without "
      "activation checkpointing", "activation_checkpointing"},
-    {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+    /* another type than seqlen is DeepSpeed's user code: a line (seqlen cuts sequences: none) */
+    {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"vocab\", \"min_difficulty\": 8, "
          "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
          "{\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}",
-     1, "curriculum_learning.enabled",
-     "curriculum_learning.enabled true: accepted, not used yet: this version trains without curriculum learning",
-     "curriculum_learning"},
+     1, "curriculum_learning.curriculum_type",
+     "curriculum_learning.curriculum_type \"vocab\": accepted, not used yet: this version trains without curriculum "
+     "learning of this type", "curriculum_learning"},
     {TB8 "\"data_efficiency\": {\"enabled\": true, \"data_sampling\": {\"curriculum_learning\": {\"enabled\": true, "
          "\"curriculum_metrics\": {}}}}}",
      1, "data_efficiency.data_sampling.curriculum_learning.enabled",
@@ -1052,6 +1054,9 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"activation_checkpointing\": {\"number_checkpoints\": 0}}", 0, "activation_checkpointing"},
         {TB8 "\"flops_profiler\": {\"enabled\": false}}", 0, "flops_profiler"},
         {TB8 "\"curriculum_learning\": {\"enabled\": false}}", 0, "curriculum_learning"},
+        {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
+             "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
+             "{\"total_curriculum_step\": 10, \"difficulty_step\": 8}}}", 0, NULL},
         {TB8 "\"data_efficiency\": {\"enabled\": true, \"data_routing\": {\"enabled\": true}}}", 0, "data_efficiency"},
         {TB8 "\"data_efficiency\": {\"data_routing\": {}, \"data_sampling\": {\"enabled\": true, "
              "\"curriculum_learning\": {\"enabled\": true, \"curriculum_metrics\": {}}}}}",
@@ -1070,7 +1075,7 @@ START_TEST(not_yet_only_when_on) {
         unload(&l);
     }
     /* data_efficiency partly covered: its curriculum has a line, its other members stay listed */
-    loaded l = load(cases[9].text, 1);
+    loaded l = load(cases[10].text, 1);
     ck_assert_msg(strstr(unused_warning(&l), "data_efficiency.data_sampling") == NULL, "%s", unused_warning(&l));
     unload(&l);
 }
@@ -1084,7 +1089,7 @@ START_TEST(not_yet_all_and_max) {
         "   \"offload_param\": {\"device\": \"cpu\"}},\n"
         " \"activation_checkpointing\": {\"partition_activations\": true, \"cpu_checkpointing\": true,\n"
         "   \"number_checkpoints\": 2},\n"
-        " \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 1,\n"
+        " \"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"vocab\", \"min_difficulty\": 1,\n"
         "   \"max_difficulty\": 3, \"schedule_type\": \"fixed_discrete\",\n"
         "   \"schedule_config\": {\"difficulty\": [1, 2, 3], \"max_step\": [5, 10]}},\n"
         " \"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": true,\n"
@@ -1097,7 +1102,7 @@ START_TEST(not_yet_all_and_max) {
         "zero_optimization.offload_param.device", "model.layers[0].checkpoint",
         "activation_checkpointing.number_checkpoints",
         "activation_checkpointing.cpu_checkpointing", "activation_checkpointing.partition_activations",
-        "curriculum_learning.enabled", "data_efficiency.data_sampling.curriculum_learning.enabled",
+        "curriculum_learning.curriculum_type", "data_efficiency.data_sampling.curriculum_learning.enabled",
         "flops_profiler.enabled", "wall_clock_breakdown"};
     ct_not_yet ny[CT_NOT_YET_MAX];
     int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);

@@ -685,15 +685,18 @@ START_TEST(mfu_from_the_peak_table) {
     ct_report_init(&r, out, false, 1);
     r.tokens_per_sample = 1024;
     r.train_flops_per_sample = 1024 * 6.0 * 124e6;   /* GPT-2-sized */
-    ck_assert(isnan(ct_report_mfu(&r, 100.0)));      /* peak unknown */
+    ck_assert(isnan(ct_report_mfu(&r, 100.0, 102400.0)));   /* peak unknown */
     r.peak_flops = ct_device_peak_flops("NVIDIA H100 80GB HBM3");
-    double mfu = ct_report_mfu(&r, 500.0);           /* 512k tokens/s */
+    double mfu = ct_report_mfu(&r, 500.0, 512000.0);   /* 512k tokens/s */
     ck_assert_msg(fabs(mfu - 500.0 * 1024 * 6 * 124e6 / 989e12) < 1e-12, "mfu %g", mfu);
     r.t0 = r.win_t0 = ct_now() - 1.0;
-    ct_step_event e = {.step = 1, .total_steps = 2, .epoch = 1, .epochs = 1, .loss = 2.0, .lr = 1e-3, .samples = 500};
+    ct_step_event e = {.step = 1, .total_steps = 2, .epoch = 1, .epochs = 1, .loss = 2.0, .lr = 1e-3, .samples = 500,
+                       .tokens = 512000};
     ct_report_step(&r, &e);
     fclose(out);
     ck_assert_msg(strstr(buf, "tokens/s  MFU ") != NULL, "%s", buf);
+    /* a curriculum's half-length samples: half the tokens, half the MFU */
+    ck_assert_double_eq_tol(ct_report_mfu(&r, 500.0, 256000.0), mfu / 2, 1e-12);
     free(buf);
 }
 END_TEST

@@ -80,7 +80,8 @@ static int read_stage(ct_rd *r, const cJSON *list, const char *name, int i, long
 /* Legacy top-level curriculum_learning (DeepSpeed's CurriculumScheduler,
  * deepspeed/runtime/data_pipeline/curriculum_scheduler.py): DeepSpeed's required keys, so a file
  * DeepSpeed rejects is rejected here too; the schedule is kept in cfg->curriculum
- * (ct_curriculum_difficulty). ctrain does not truncate sequences by it yet (pending). */
+ * (ct_curriculum_difficulty) and a seqlen curriculum cuts every training step's sequences to
+ * it (core/train/curriculum.c). */
 static int read_curriculum(ct_rd *r, const cJSON *root) {
     const cJSON *cl = cJSON_GetObjectItemCaseSensitive(root, "curriculum_learning");
     if (!ct_rd_given(cl)) return CT_OK;
@@ -88,11 +89,11 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
     if (!cJSON_IsObject(cl))
         return ct_rd_fail(r, cl, "curriculum_learning", "expected an object, got %s",
                           ct_rd_show(cl, shown, sizeof shown));
-    ct_rd_add_unused(r, "curriculum_learning");
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(cl, "enabled");
     double x;
     if (!en) return ct_rd_fail(r, cl, "curriculum_learning.enabled", "required when the section is present");
     int rc = ct_rd_value(r, en, "curriculum_learning.enabled", CT_K_BOOL, 0, 1, false, &x);
+    if (!rc && !x) ct_rd_add_unused(r, "curriculum_learning");   /* switched off: nothing of it is used */
     if (rc || !x) return rc;
     static const char *const req[] = {"curriculum_type", "min_difficulty", "max_difficulty", "schedule_type",
                                       "schedule_config"};
@@ -162,7 +163,12 @@ static int read_curriculum(ct_rd *r, const cJSON *root) {
                 return rc;
     }
     c->enabled = true;
-    r->cfg->pending.curriculum = true;
+    /* DeepSpeed's engine acts on curriculum_type seqlen only (it passes curriculum_seqlen to the
+     * model); other types and a custom schedule are the user's code to run: not acted on here */
+    if (strcmp(c->type, "seqlen") != 0 || c->schedule == CT_CURRICULUM_CUSTOM) {
+        ct_rd_add_unused(r, "curriculum_learning");
+        r->cfg->pending.curriculum = true;
+    }
     return CT_OK;
 }
 

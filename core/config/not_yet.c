@@ -110,10 +110,16 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "activation_checkpointing", "activation_checkpointing.partition_activations",
             "activation_checkpointing.partition_activations true: %s activation checkpointing (no activation "
             "is partitioned across model-parallel ranks)", ny);
-    if (p->curriculum)
-        add(l, "curriculum_learning", "curriculum_learning.enabled",
-            "curriculum_learning.enabled true: %s curriculum learning (every step sees full-length samples; no "
-            "difficulty schedule)", ny);
+    if (p->curriculum && cfg->curriculum.schedule == CT_CURRICULUM_CUSTOM)
+        add(l, "curriculum_learning", "curriculum_learning.schedule_type",
+            "curriculum_learning.schedule_type custom: %s a custom curriculum (DeepSpeed calls a function of the "
+            "user's script for the difficulty; ctrain has none to call, so every step sees full-length "
+            "samples)", ny);
+    else if (p->curriculum)
+        add(l, "curriculum_learning", "curriculum_learning.curriculum_type",
+            "curriculum_learning.curriculum_type \"%s\": %s curriculum learning of this type (only \"seqlen\" "
+            "cuts sequences, as in DeepSpeed's engine, which leaves other types to the user's model code; every "
+            "step sees full-length samples)", cfg->curriculum.type, ny);
     if (p->data_curriculum)
         add(l, "data_efficiency.data_sampling", "data_efficiency.data_sampling.curriculum_learning.enabled",
             "data_efficiency.data_sampling.curriculum_learning.enabled true: %s curriculum data sampling "

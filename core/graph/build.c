@@ -21,6 +21,7 @@ typedef struct builder {
     int cap;
     ct_shape input;
     ct_dtype input_dtype;
+    int64_t seq_len;           /* > 0: model.input [T] is built as [seq_len] (ct_graph_build_seq) */
     int block_input;           /* what "block_input" names: the node feeding the current iteration
                                   of the innermost repeat block or block type (-1: the model
                                   input), or NO_BLOCK */
@@ -333,6 +334,11 @@ static int parse_input(builder *b) {
     }
     if (ct_shape_too_big(&b->input))
         return model_errf(b, v, "model.input: too large (over 2^40 elements per sample)");
+    if (b->seq_len > 0 && (n != 1 || b->seq_len > b->input.d[0]))
+        return model_errf(b, v, "model.input: a sequence length of %lld needs a sequence input [T] with T >= "
+                          "%lld (curriculum_learning seqlen truncates [T] token sequences)",
+                          (long long)b->seq_len, (long long)b->seq_len);
+    if (b->seq_len > 0) b->input.d[0] = b->seq_len;
     /* Token ids when the first layer takes them (an embedding). */
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b->model, "layers"), 0);
     const cJSON *t = first ? cJSON_GetObjectItemCaseSensitive(first, "type") : NULL;
@@ -424,6 +430,11 @@ static int build(builder *b, int64_t batch) {
 }
 
 int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **out, ct_err *err) {
+    return ct_graph_build_seq(cfg, batch, dt, 0, out, err);
+}
+
+int ct_graph_build_seq(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, ct_graph **out,
+                       ct_err *err) {
     *out = NULL;
     if (!cfg || !cfg->model) return ct_errf(err, CT_ERR_CONFIG, "model: missing; the config needs a "
                                             "\"model\" section (input, layers, loss)");
@@ -431,7 +442,7 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **
     ct_graph *g = ct_xcalloc(1, sizeof *g);
     g->batch = batch;
     g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
-    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK};
+    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK, .seq_len = seq_len};
     int rc = build(&b, batch);
     if (rc) {
         ct_graph_free(g);

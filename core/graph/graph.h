@@ -60,6 +60,12 @@ typedef struct ct_act_plan {
  * the parameters forward/backward read in `dt` (CT_F32, or CT_F16/CT_BF16 under mixed precision;
  * core/optim/amp.h). Pure: no backend, no tensor memory. */
 int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **out, ct_err *err);
+/* The same model for sequences of seq_len positions (curriculum learning truncates samples): a
+ * model.input [T] is built as [seq_len], 1 <= seq_len <= T; seq_len 0 is ct_graph_build. Whether
+ * the parameters are the same as at T is the caller's to check (ct_param_layout_same): a
+ * position_embedding's table is sized by its max_len, not by T. */
+int ct_graph_build_seq(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, ct_graph **out,
+                       ct_err *err);
 void ct_graph_free(ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
@@ -77,6 +83,8 @@ const ct_act_plan *ct_graph_plan(const ct_graph *g);
  * NULL, in an allocation the graph owns (CT_MEM_ACTIVATIONS; CT_ERR_RUNTIME when it fails).
  * Binding again moves the graph to the new arena. */
 int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err);
+/* The arena the graph is bound to (NULL before ct_graph_bind). */
+void *ct_graph_arena(const ct_graph *g);
 
 /* Short description: "3 layers: linear(784->512) relu ..." for the plan printout. */
 void ct_graph_describe(const ct_graph *g, char *buf, size_t n);

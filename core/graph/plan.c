@@ -213,3 +213,5 @@ int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
     g->loss_result = at_offset(arena, g->loss_off);
     return CT_OK;
 }
+
+void *ct_graph_arena(const ct_graph *g) { return g->arena; }

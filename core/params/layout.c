@@ -55,6 +55,17 @@ int ct_param_layout_find(const ct_param_layout *L, const char *name) {
     return -1;
 }
 
+bool ct_param_layout_same(const ct_param_layout *a, const ct_param_layout *b) {
+    if (a->n_views != b->n_views || a->n_params != b->n_params || a->n_buffers != b->n_buffers) return false;
+    for (int i = 0; i < a->n_views; i++) {
+        const ct_param_view *x = &a->views[i], *y = &b->views[i];
+        if (strcmp(x->name, y->name) != 0 || !ct_shape_eq(&x->shape, &y->shape) || x->offset != y->offset ||
+            x->trainable != y->trainable || x->weight_decay != y->weight_decay)
+            return false;
+    }
+    return true;
+}
+
 int ct_param_layout_layer_view(const ct_param_layout *L, int layer, int spec) {
     if (layer < 0 || layer >= L->n_layers || spec < 0 || spec >= CT_LAYER_MAX_PARAMS) return -1;
     return L->layer_view[layer][spec];

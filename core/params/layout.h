@@ -83,6 +83,9 @@ void ct_param_layout_set_specs(ct_param_layout *L, int layer, int n_specs);
 int ct_param_layout_find(const ct_param_layout *L, const char *name);
 int ct_param_layout_layer_view(const ct_param_layout *L, int layer, int spec);
 int ct_param_layout_layer_specs(const ct_param_layout *L, int layer);
+/* The same views (names, shapes, offsets, flags) in the same spaces: two builds of one model
+ * that can share a parameter store. */
+bool ct_param_layout_same(const ct_param_layout *a, const ct_param_layout *b);
 /* True when spec s of layer j names a view another layer declared (a tie). */
 bool ct_param_layout_is_alias(const ct_param_layout *L, int layer, int spec);
 

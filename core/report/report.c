@@ -116,18 +116,21 @@ static double eta_s(const ct_report *r, const ct_step_event *e, double now) {
     return (now - r->t0) / (double)e->step * (double)(e->total_steps - e->step);
 }
 
-double ct_report_mfu(const ct_report *r, double samples_per_s) {
-    if (!(r->peak_flops > 0) || !(r->train_flops_per_sample > 0) || !isfinite(samples_per_s)) return NAN;
-    return samples_per_s * r->train_flops_per_sample / r->peak_flops;
+double ct_report_mfu(const ct_report *r, double samples_per_s, double tokens_per_s) {
+    if (!(r->peak_flops > 0) || !(r->train_flops_per_sample > 0)) return NAN;
+    double flops = r->tokens_per_sample > 0
+                       ? tokens_per_s * r->train_flops_per_sample / (double)r->tokens_per_sample
+                       : samples_per_s * r->train_flops_per_sample;
+    return isfinite(flops) ? flops / r->peak_flops : NAN;
 }
 
 /* "1234 samples/s", or "158000 tokens/s" for a language model; "  MFU 41.3%" after it where
  * the device's peak is known. */
-static const char *rate_text(const ct_report *r, double samples_per_s, char *buf, size_t n) {
+static const char *rate_text(const ct_report *r, double samples_per_s, double tokens_per_s, char *buf, size_t n) {
     int k;
-    if (r->tokens_per_sample > 0) k = snprintf(buf, n, "%.0f tokens/s", samples_per_s * (double)r->tokens_per_sample);
+    if (r->tokens_per_sample > 0) k = snprintf(buf, n, "%.0f tokens/s", tokens_per_s);
     else k = snprintf(buf, n, "%.0f samples/s", samples_per_s);
-    double mfu = ct_report_mfu(r, samples_per_s);
+    double mfu = ct_report_mfu(r, samples_per_s, tokens_per_s);
     if (isfinite(mfu) && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "  MFU %.1f%%", 100 * mfu);
     return buf;
 }
@@ -138,6 +141,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
         r->win_n++;
     }
     r->win_samples += e->samples;
+    r->win_tokens += e->tokens;
     r->win_wait += e->data_wait_s;
     r->epoch_wait += e->data_wait_s;
     if (r->quiet) return;
@@ -146,7 +150,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
     char eta[32], total[32] = "";
     if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
     if (r->steps_per_print > 0 && e->step % r->steps_per_print == 0) {
-        double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
+        double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
         char scale[80] = "";
         if (e->loss_scale > 0 && e->skipped_steps > 0)
             snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
@@ -155,19 +159,20 @@ void ct_report_step(ct_report *r, const ct_step_event *e) {
         char rt[80];
         ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
                        e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr, e->grad_norm,
-                       scale, rate_text(r, rate, rt, sizeof rt), wait_pct,
+                       scale, rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct,
                        ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         r->win_loss = 0;
         r->win_n = 0;
         r->win_samples = 0;
+        r->win_tokens = 0;
         r->win_wait = 0;
         r->win_t0 = now;
     } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
-        double rate = (double)r->win_samples / fmax(now - r->win_t0, 1e-9);
+        double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
         char rt[80];
         fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %s  data %.1f%%  ETA %s",
                 e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
-                e->lr, rate_text(r, rate, rt, sizeof rt), wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+                e->lr, rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
         fflush(r->out);
         r->redrawn = true;
         r->last_draw = now;
@@ -186,18 +191,19 @@ void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accu
 }
 
 void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
-                     double samples_per_s) {
+                     double samples_per_s, double tokens_per_s) {
     if (r->steps_per_print == 0) {
         r->win_loss = 0;
         r->win_n = 0;
         r->win_samples = 0;
+        r->win_tokens = 0;
         r->win_wait = 0;
         r->win_t0 = ct_now();
     }
     char d[32], rt[80];
     ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %s  data wait %.1f%%",
                    epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d),
-                   rate_text(r, samples_per_s, rt, sizeof rt), 100 * r->epoch_wait / fmax(secs, 1e-9));
+                   rate_text(r, samples_per_s, tokens_per_s, rt, sizeof rt), 100 * r->epoch_wait / fmax(secs, 1e-9));
     r->epoch_wait = 0;
 }
 

@@ -79,12 +79,17 @@ typedef struct ct_report {
     long win_n;
     double win_t0;               /* ct_now() at the window start */
     int64_t win_samples;
+    int64_t win_tokens;          /* a language model's tokens in the window (curriculum learning
+                                    cuts samples short: tokens are not samples x T) */
     double win_wait;             /* seconds the loop waited for data in the window */
     double epoch_wait;           /* ... in the current epoch */
 } ct_report;
 
-/* MFU of a rate: samples_per_s * r->train_flops_per_sample / r->peak_flops; NAN when unknown. */
-double ct_report_mfu(const ct_report *r, double samples_per_s);
+/* MFU of a rate: the training FLOPs per second over r->peak_flops; NAN when the peak is unknown.
+ * A language model's FLOPs go by its tokens (tokens_per_s x the FLOPs per token at full length:
+ * a curriculum's shorter sequences cost slightly less attention than that counts), any other's
+ * by samples_per_s. */
+double ct_report_mfu(const ct_report *r, double samples_per_s, double tokens_per_s);
 
 /* One optimizer step, as the loop saw it. */
 typedef struct ct_step_event {
@@ -94,6 +99,8 @@ typedef struct ct_step_event {
     double loss;                 /* mean loss of this step */
     double lr, grad_norm;
     int64_t samples;             /* samples in this step */
+    int64_t tokens;              /* a language model's tokens in this step (samples x the length
+                                    they were cut to); 0 otherwise */
     double loss_scale;           /* fp16: the loss scale the next step uses; 0 when not fp16 */
     long skipped_steps;          /* fp16: steps skipped for gradient overflow so far */
     double data_wait_s;          /* seconds this step waited for its batches */
@@ -107,7 +114,7 @@ void ct_report_step(ct_report *r, const ct_step_event *e);
 void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
                     double secs);
 void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
-                     double samples_per_s);
+                     double samples_per_s, double tokens_per_s);
 /* "done in 41.2s · 2345 steps · eval loss 0.33 · accuracy 88.9%" (or the status when not ok). */
 void ct_report_end(ct_report *r, const ct_summary *s);
 

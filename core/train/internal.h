@@ -62,6 +62,20 @@ typedef struct ct_trainer_ckpt {
     int lock_fd;
 } ct_trainer_ckpt;
 
+/* Curriculum learning by sequence length (curriculum.c): the graphs of the shorter lengths. */
+typedef struct ct_seq_graph {
+    int64_t len;
+    ct_graph *g;                 /* model.input [len]; bound to the full graph's arena when it fits */
+    ct_step_runner runner;
+} ct_seq_graph;
+typedef struct ct_trainer_curriculum {
+    int64_t len;                 /* the length in force (DeepSpeed's current difficulty) */
+    long at_step;                /* the step len was computed for */
+    ct_seq_graph *graphs;        /* built when a step first needs the length */
+    int n;
+    void *input, *target;        /* [micro, T] int32 backend memory: a micro-batch cut to len */
+} ct_trainer_curriculum;
+
 /* What the user sees. */
 typedef struct ct_trainer_obs {
     ct_report rep;
@@ -82,7 +96,29 @@ struct ct_trainer {
     ct_trainer_data d;
     ct_trainer_ckpt ck;
     ct_trainer_obs obs;
+    ct_trainer_curriculum cur;
 };
+
+/* ---- curriculum learning (curriculum.c) ---- */
+
+/* The config's curriculum_learning cuts sequences: enabled, curriculum_type "seqlen" and a schedule
+ * ctrain can compute (not "custom"). */
+bool ct_curriculum_acts(const ct_config *cfg);
+/* The model can be cut by the schedule: token ids [T] in, a token per position out, every length in
+ * [1, T], the same parameters at the shortest length (CT_ERR_CONFIG naming what is wrong). Pure: a
+ * dry run calls it too. */
+int ct_curriculum_check(const ct_config *cfg, const ct_graph *g, ct_err *err);
+/* After the graph is bound: ct_curriculum_check, then allocate the cut batch. */
+int ct_curriculum_setup(ct_trainer *t, ct_err *err);
+/* The sequence length of optimizer step `step` (1-based): T without a curriculum. */
+int64_t ct_curriculum_len(ct_trainer *t, long step);
+/* The graph and step runner for that length (built and bound the first time). */
+int ct_curriculum_graph(ct_trainer *t, int64_t len, ct_graph **g, ct_step_runner **runner, ct_err *err);
+/* A micro-batch of n samples cut to len positions (into the curriculum's buffers; len = T: the
+ * batch itself). */
+void ct_curriculum_cut(ct_trainer *t, const void *input, const void *target, int64_t n, int64_t len,
+                       const void **input_out, const void **target_out);
+void ct_curriculum_free(ct_trainer *t);
 
 /* ---- the summary (summary.c) ---- */
 

@@ -25,9 +25,9 @@ static ct_exec_bufs exec_bufs(const ct_trainer *t) {
 }
 
 /* Add the last loss (times `weight` samples) and its correct count into the accumulator. */
-static void accumulate_loss(ct_trainer *t, float weight) {
+static void accumulate_loss(ct_trainer *t, const ct_graph *g, float weight) {
     ct_backend *be = t->be;
-    const float *r = ct_graph_loss_result(t->m.g);
+    const float *r = ct_graph_loss_result(g);
     be->elt.axpy(be, t->m.loss_acc, weight, r, 1, CT_F32);
     be->elt.axpy(be, t->m.loss_acc + 1, 1.0f, r + 1, 1, CT_F32);
 }
@@ -56,7 +56,7 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
                          .defer_loss = true};
         rc = ct_graph_forward(t->m.g, &bufs, &io, NULL, err);
         if (rc) return rc;
-        accumulate_loss(t, (float)b.n);
+        accumulate_loss(t, t->m.g, (float)b.n);
         n += b.n;
     } while (!b.last_of_epoch);
     double sum, correct;
@@ -79,6 +79,8 @@ typedef struct loop_state {
     double wait_s;               /* of which waiting for the loader */
     double step_wait_s;          /* waiting for the loader in the last step */
     int64_t samples;             /* training samples processed */
+    int64_t tokens;              /* a language model's tokens processed (curriculum: cut samples) */
+    int64_t step_len;            /* the sequence length of the last step (curriculum learning) */
     double best;                 /* early stopping: best metric so far */
     int bad_evals;
     long best_at;                /* early stopping: step of `best` (-1: unknown) */
@@ -94,6 +96,7 @@ typedef struct loop_state {
     long saved_eval_step;        /* last_eval_step at that time */
     double epoch_t0;             /* when this process began the epoch (the epoch line) */
     int64_t epoch_s0;            /* samples at that time */
+    int64_t epoch_k0;            /* tokens at that time */
 } loop_state;
 
 /* The optimizer update of this process's range given the global sum of squares of the
@@ -172,6 +175,13 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     const ct_config *cfg = t->cfg;
     ct_trainer_model *m = &t->m;
     int64_t mb = cfg->micro_batch, seen = 0;
+    /* curriculum learning: this step's sequence length, and the graph built for it */
+    int64_t len = ct_curriculum_len(t, ls->step + 1);
+    ct_graph *g = m->g;
+    ct_step_runner *runner = &m->runner;
+    int rc0 = ct_curriculum_graph(t, len, &g, &runner, err);
+    if (rc0) return rc0;
+    ls->step_len = len;
     ct_param_store_zero_grads(m->params);
     t->be->mem.memset0(t->be, m->loss_acc, 2 * sizeof(float));
     ls->step_wait_s = 0;
@@ -187,11 +197,13 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         int64_t k = b.n;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;
-        ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = k,
+        const void *input, *target;
+        ct_curriculum_cut(t, b.input, b.target, k, len, &input, &target);
+        ct_step_io io = {.input = input, .input_dt = b.input_dtype, .target = target, .n = k,
                          .train = true, .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n * scale};
-        if ((rc = ct_step_run(&m->runner, &bufs, &io, &m->hooks, err))) return rc;
-        accumulate_loss(t, (float)k);
+        if ((rc = ct_step_run(runner, &bufs, &io, &m->hooks, err))) return rc;
+        accumulate_loss(t, g, (float)k);
     }
     if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
         *loss = NAN;
@@ -386,7 +398,8 @@ static void report_epoch(ct_trainer *t, const loop_state *ls) {
     if (ls->epoch_n > 0 && ls->samples > ls->epoch_s0)
         ct_report_epoch(&t->obs.rep, ls->epoch + 1, t->d.epochs_planned, ls->step,
                         ls->epoch_loss / (double)ls->epoch_n, secs,
-                        (double)(ls->samples - ls->epoch_s0) / fmax(secs, 1e-9));
+                        (double)(ls->samples - ls->epoch_s0) / fmax(secs, 1e-9),
+                        (double)(ls->tokens - ls->epoch_k0) / fmax(secs, 1e-9));
 }
 
 /* Bookkeeping, reporting, eval, checkpoint and stop checks after an optimizer step, in this
@@ -402,7 +415,9 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ls->epoch_loss += loss;
         ls->epoch_n++;
     }
+    int64_t tokens = t->obs.rep.tokens_per_sample > 0 ? n * ls->step_len : 0;
     ls->samples += n;
+    ls->tokens += tokens;
     ls->epoch_pos += n;
     t->sum->steps = ls->step;
     t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
@@ -410,7 +425,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     ct_step_event e = {.step = ls->step, .total_steps = t->d.total_steps, .epoch = ls->epoch + 1,
                        .epochs = t->d.epochs_planned,
                        .epoch_step = ls->epoch_step, .epoch_steps = ls->epoch_steps, .loss = loss, .lr = st->lr,
-                       .grad_norm = st->grad_norm, .samples = n,
+                       .grad_norm = st->grad_norm, .samples = n, .tokens = tokens,
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
     ct_report_step(&t->obs.rep, &e);
@@ -458,6 +473,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
     t->sum->epochs = ls->epoch + 1;
     ls->epoch_t0 = ct_now();
     ls->epoch_s0 = ls->samples;
+    ls->epoch_k0 = ls->tokens;
     ls->epoch_end = ct_loader_epoch_end(t->d.train_l, ls->epoch);
     if (ls->epoch_pos >= ls->epoch_end)
         return ls->step > 0 && t->cfg->train.eval_interval == 0 ? eval_point(t, ls, err) : CT_OK;
@@ -525,9 +541,9 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
         ct_err_append(err, "  %s%s", t->ck.last[0] ? "Last good checkpoint: " : "No checkpoint was "
                       "saved in this run.", t->ck.last);
     t->sum->samples_per_s = ls.train_s > 0 ? (double)ls.samples / ls.train_s : NAN;
-    if (t->m.info->input_dtype == CT_I32)   /* a language model: every sample is T tokens */
-        t->sum->tokens_per_s = t->sum->samples_per_s * (double)ct_shape_numel(&t->m.info->input_shape);
-    t->sum->mfu = ct_report_mfu(&t->obs.rep, t->sum->samples_per_s);
+    if (t->obs.rep.tokens_per_sample > 0)   /* a language model: tokens as the steps cut them */
+        t->sum->tokens_per_s = ls.train_s > 0 ? (double)ls.tokens / ls.train_s : NAN;
+    t->sum->mfu = ct_report_mfu(&t->obs.rep, t->sum->samples_per_s, t->sum->tokens_per_s);
     t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);

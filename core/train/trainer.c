@@ -336,6 +336,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     if (!rc) rc = ct_graph_bind(t->m.g, t->be, NULL, err);
     if (!rc) rc = alloc_params(t, err);
     if (!rc) rc = start_step_runner(t, err);
+    if (!rc) rc = ct_curriculum_setup(t, err);
     return rc;
 }
 
@@ -405,6 +406,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_warnings_free(&t->obs.warn);
     ct_trainer_ckpt_close(t);
     if (t->be) ct_step_runner_reset(&t->m.runner);
+    if (t->be) ct_curriculum_free(t);
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
     ct_param_store_free(t->m.params);
@@ -434,6 +436,7 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
     print_warnings(t);
     int rc = check_supported(cfg, err);
     if (!rc) rc = build_graph(t, err);
+    if (!rc) rc = ct_curriculum_check(cfg, t->m.g, err);
     if (!rc) {
         bool gpu = strcmp(cfg->train.device, "cpu") != 0 &&
                    (strncmp(cfg->train.device, "cuda", 4) == 0 || ct_cuda_available());
