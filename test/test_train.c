@@ -2,6 +2,9 @@
  *
  *  - PyTorch reference: losses and weights after 3 optimizer steps of a small MLP and CNN for each
  *    optimizer and schedule (test/ref/train, written by test/ref/gen_train_refs.py);
+ *  - a small GPT against PyTorch (test/ref/gpt, written by test/ref/gen_gpt_refs.py): loss, logits
+ *    and every gradient, then 5 AdamW steps; on CT_TEST_DEVICE (`make test-cuda`: "cuda", fp32
+ *    and bf16, case "gpt" alone);
  *  - gradient accumulation: k micro-batches of b equal one batch of k*b up to float rounding;
  *  - determinism: bitwise identical losses and weights with 1 and 2 threads;
  *  - IDX files (plain and .gz) written by the test: decoding, normalisation, and every kind of
