@@ -3,8 +3,8 @@
  *  - PyTorch reference: losses and weights after 3 optimizer steps of a small MLP and CNN for each
  *    optimizer and schedule (test/ref/train, written by test/ref/gen_train_refs.py);
  *  - a small GPT against PyTorch (test/ref/gpt, written by test/ref/gen_gpt_refs.py): loss, logits
- *    and every gradient, then 5 AdamW steps; on CT_TEST_DEVICE (`make test-cuda`: "cuda", fp32
- *    and bf16, case "gpt" alone);
+ *    and every gradient, then 5 AdamW steps, in fp32 and bf16 on CT_TEST_DEVICE (`make test-cuda`
+ *    runs the case "gpt" alone with "cuda");
  *  - gradient accumulation: k micro-batches of b equal one batch of k*b up to float rounding;
  *  - determinism: bitwise identical losses and weights with 1 and 2 threads;
  *  - IDX files (plain and .gz) written by the test: decoding, normalisation, and every kind of
@@ -1021,11 +1021,14 @@ static double gpt_compare(const char *what, const char *name, const gpt_summary 
  * (measured: 1.3e-4 on fc2's dot products). A bug in the update (a missing bias correction, decay
  * on a bias or a layernorm weight, a wrong beta) moves them by far more than 1e-3.
  * bf16 stores activations, parameters and activation gradients with an 8-bit mantissa: each
- * store rounds by up to 2^-9 ~ 2e-3 relative, and a value passes ~20 such stores from the
- * embedding to the loss and back (per block: layernorm, qkv, attention, proj, add, layernorm,
- * fc1, GELU, fc2, add, forward and backward), errors partly cancelling: ~20 x 2e-3 / sqrt(few)
- * gives 2e-2 on the loss and the step losses, and 5e-2 on logits and gradient summaries, whose
- * elements go through more stores than their sum does. */
+ * store rounds by up to 2^-9 ~ 2e-3 relative, and a gradient element passes ~20 such stores from
+ * the embedding to the loss and back (per block: layernorm, qkv, attention, proj, add,
+ * layernorm, fc1, GELU, fc2, add, forward and backward): a random walk of ~sqrt(20) x 2e-3 ~ 1e-2
+ * per element, ~4e-2 at the worst of the ~900 sampled elements. Measured with the CPU's bf16
+ * (the GPU's rounding points, "widen, fp32, round once"): samples up to 4.8e-2, dot products
+ * 3e-2, norms 4e-3; the bound is 1e-1 because the GPU's GEMMs sum in another order. The loss
+ * averages 64 rows of rounded logits (measured 2.5e-5, step losses 1e-4): bound 5e-3, about 2.5
+ * bf16 roundings of the loss itself. */
 typedef struct gpt_tol {
     double loss, sums, update;
     bool update_parts;
@@ -1035,8 +1038,8 @@ static const gpt_tol gpt_tol_f32 = {1e-4, 1e-4, 1e-3, true};
 /* bf16 updates: Adam's step m / (sqrt(v) + eps) is about the sign of the gradient for a gradient
  * near zero, and bf16's ~1% gradient error flips that sign for the ~1% of elements whose
  * gradient is that close to zero, moving them by 2 lr: single elements and the signed sum say
- * nothing then, while the norm of the update stays within the bound. */
-static const gpt_tol gpt_tol_bf16 = {2e-2, 5e-2, 5e-2, false};
+ * nothing then, while the norm of the update stays within 5e-2 (measured on the CPU: 3.8e-3). */
+static const gpt_tol gpt_tol_bf16 = {5e-3, 1e-1, 5e-2, false};
 
 static ct_config *gpt_config(const char *tokens_path, ct_dtype dt) {
     char data[512], dev[64];
@@ -1179,10 +1182,9 @@ static void gpt_check_formula(const cJSON *expect, const ct_param_layout *L) {
     for (int i = 0; i < L->n_views; i++) ck_assert_str_eq(cJSON_GetArrayItem(names, i)->valuestring, L->views[i].name);
 }
 
-/* _i = 0: fp32; 1: bf16 (on the GPU only: the CPU's bf16 path is test_amp's and test_graph's). */
+/* _i = 0: fp32; 1: bf16 (activations and parameters in bf16, fp32 master and gradients). */
 START_TEST(gpt_small_matches_pytorch) {
     ct_dtype dt = _i ? CT_BF16 : CT_F32;
-    if (dt == CT_BF16 && !strcmp(test_device(), "cpu")) return;
     const gpt_tol *tol = dt == CT_BF16 ? &gpt_tol_bf16 : &gpt_tol_f32;
     cJSON *expect = read_json("test/ref/gpt/expect.json");
     char tokens_path[400];
