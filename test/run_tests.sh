@@ -29,6 +29,8 @@ if [ "$MODE" = "cuda" ]; then
     run_one test_ops_on_cuda env CT_TEST_DEVICE=cuda "$BUILD/test/test_ops"
     # the mixed-precision tests again, with their trainer and optimizer on the GPU
     run_one test_amp_on_cuda env CT_TEST_DEVICE=cuda "$BUILD/test/test_amp"
+    # the small GPT against PyTorch (test_train's case "gpt"), fp32 and bf16 on the GPU
+    run_one test_train_gpt_on_cuda env CT_TEST_DEVICE=cuda CK_RUN_CASE=gpt "$BUILD/test/test_train"
     for s in test/e2e_cuda*.sh; do [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"; done
 else
     run_one check_layout sh test/check_layout.sh

@@ -2,6 +2,9 @@
  *
  *  - PyTorch reference: losses and weights after 3 optimizer steps of a small MLP and CNN for each
  *    optimizer and schedule (test/ref/train, written by test/ref/gen_train_refs.py);
+ *  - a small GPT against PyTorch (test/ref/gpt, written by test/ref/gen_gpt_refs.py): loss, logits
+ *    and every gradient, then 5 AdamW steps, in fp32 and bf16 on CT_TEST_DEVICE (`make test-cuda`
+ *    runs the case "gpt" alone with "cuda");
  *  - gradient accumulation: k micro-batches of b equal one batch of k*b up to float rounding;
  *  - determinism: bitwise identical losses and weights with 1 and 2 threads;
  *  - IDX files (plain and .gz) written by the test: decoding, normalisation, and every kind of
@@ -20,6 +23,7 @@
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/data/tokens.h"
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
@@ -169,7 +173,8 @@ static run_result run(ct_config *cfg, void (*init)(ct_trainer *, void *),
     const ct_param_store *p = ct_trainer_params(t);
     r.n_params = p->hi - p->lo;
     r.params = malloc((size_t)r.n_params * sizeof(float));
-    memcpy(r.params, p->master, (size_t)r.n_params * sizeof(float)); /* CPU backend: host memory */
+    ct_backend *be = ct_trainer_backend(t);   /* the master is device memory on a GPU */
+    be->mem.copy_d2h(be, r.params, p->master, (size_t)r.n_params * sizeof(float));
     ct_trainer_close(t);
     return r;
 }
@@ -934,6 +939,324 @@ START_TEST(resume_after_stop_is_bitwise) {
 }
 END_TEST
 
+/* ---- a small GPT against PyTorch (issue #13; test/ref/gen_gpt_refs.py) ----
+ *
+ * 2 layers, 64 wide, 4 heads, sequence 32, vocabulary 256 (~120k parameters), batch 2. Its weights
+ * and tokens would take a megabyte to store, so both sides compute them from gpt_formula (integer
+ * hash, exact division by 2^15, power-of-two scales: bit-identical float32 here and in Python),
+ * and the reference stores summaries of each tensor (gpt_summary). Runs on CT_TEST_DEVICE ("cpu"
+ * unless set; `make test-cuda` runs this case again with "cuda", in fp32 and bf16). */
+
+#define GPT_SAMPLED 16
+#define GPT_TAG_TOKENS 1000u
+#define GPT_TAG_SIGN 2000u
+#define GPT_TAG_LOGITS 3000u
+#define GPT_TAG_POS 4000u
+
+static const char *test_device(void) {
+    const char *d = getenv("CT_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
+
+/* gen_gpt_refs.py's mix(): a multiplicative key, then the "lowbias32" finaliser (uint32 wraps as
+ * Python's & 0xFFFFFFFF does). */
+static uint32_t gpt_mix(uint32_t tag, uint32_t i) {
+    uint32_t x = tag * 0x9E3779B1u + i + 0x165667B1u;
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* Element i of view v (index `tag` in the layout), as gen_gpt_refs.py's formula(): 16 hashed bits
+ * centred and divided by 2^15, times a power of two: every step exact in float32, so the two
+ * sides agree bit for bit whatever their rounding. The scale follows from the name and shape:
+ * embeddings 2^-5, linear weights 1/sqrt(fan_in) (8 or 16), layernorm weights 1 + 2^-3 u,
+ * layernorm biases 2^-4, other biases 2^-5. */
+static float gpt_formula(const ct_param_view *v, uint32_t tag, uint32_t i) {
+    float u = (float)((int32_t)(gpt_mix(tag, i) >> 16) - 32768) / 32768.0f;
+    bool ln = strncmp(v->name, "ln", 2) == 0;
+    if (v->shape.ndim == 2) {
+        bool emb = !strncmp(v->name, "wte.", 4) || !strncmp(v->name, "wpe.", 4);
+        return u * (emb ? 0.03125f : 1.0f / sqrtf((float)v->shape.d[1]));
+    }
+    if (ln && strstr(v->name, ".weight")) return 1.0f + u * 0.125f;
+    return u * (ln ? 0.0625f : 0.03125f);
+}
+
+/* All parameters [n_params] as the formula gives them (the padding between views stays 0). */
+static float *gpt_weights(const ct_param_layout *L) {
+    float *w = calloc((size_t)L->n_params, sizeof(float));
+    for (int i = 0; i < L->n_views; i++)
+        for (int64_t k = 0; k < L->views[i].numel; k++)
+            w[L->views[i].offset + k] = gpt_formula(&L->views[i], (uint32_t)i, (uint32_t)k);
+    return w;
+}
+
+typedef struct gpt_summary {
+    double norm, dot, at[GPT_SAMPLED];
+} gpt_summary;
+
+/* L2 norm, dot with the +-1 vector of the sign tag, and GPT_SAMPLED elements at hashed positions. */
+static gpt_summary gpt_summarise(const float *g, int64_t n, uint32_t tag) {
+    gpt_summary s = {0};
+    for (int64_t i = 0; i < n; i++) {
+        s.norm += (double)g[i] * g[i];
+        s.dot += gpt_mix(GPT_TAG_SIGN, (uint32_t)i) >> 31 ? -(double)g[i] : (double)g[i];
+    }
+    s.norm = sqrt(s.norm);
+    for (int j = 0; j < GPT_SAMPLED; j++) s.at[j] = g[gpt_mix(GPT_TAG_POS + tag, (uint32_t)j) % (uint32_t)n];
+    return s;
+}
+
+/* Worst relative errors seen per comparison, printed at the end of a case (for the record). */
+typedef struct gpt_worst {
+    double loss, logits, grads, losses, update;
+} gpt_worst;
+
+/* Compare a summary with the reference's; returns the largest relative error. All three parts are
+ * measured against the tensor's scale, the reference norm: the dot with random signs has the norm
+ * as its natural size (its error, like the norm's, is about |error vector|), and a sampled element
+ * is measured against the tensor's RMS, norm / sqrt(n), because an element's rounding error comes
+ * from sums as large as the typical element, not from the element (which may be near 0).
+ * check_parts false: the norm only (see the bf16 updates). */
+static double gpt_compare(const char *what, const char *name, const gpt_summary *got, const cJSON *want,
+                          int64_t n, double tol, bool check_parts) {
+    double norm = cJSON_GetObjectItem(want, "norm")->valuedouble;
+    double dot = cJSON_GetObjectItem(want, "dot")->valuedouble;
+    const cJSON *at = cJSON_GetObjectItem(want, "at");
+    ck_assert_msg(norm > 0, "%s %s: reference norm 0", what, name);
+    double e = fabs(got->norm - norm) / norm;
+    ck_assert_msg(e <= tol, "%s %s norm: ctrain %.9g pytorch %.9g (rel %.3g > %.3g)", what, name, got->norm,
+                  norm, e, tol);
+    if (!check_parts) return e;
+    double ed = fabs(got->dot - dot) / norm;
+    ck_assert_msg(ed <= tol, "%s %s dot: ctrain %.9g pytorch %.9g (rel %.3g > %.3g)", what, name, got->dot,
+                  dot, ed, tol);
+    e = fmax(e, ed);
+    double rms = norm / sqrt((double)n);
+    ck_assert_int_eq(cJSON_GetArraySize(at), GPT_SAMPLED);
+    for (int j = 0; j < GPT_SAMPLED; j++) {
+        double w = cJSON_GetArrayItem(at, j)->valuedouble, ej = fabs(got->at[j] - w) / rms;
+        ck_assert_msg(ej <= tol, "%s %s sample %d: ctrain %.9g pytorch %.9g (rel to rms %.3g > %.3g)", what,
+                      name, j, got->at[j], w, ej, tol);
+        e = fmax(e, ej);
+    }
+    return e;
+}
+
+/* Tolerances of one precision. fp32 (CPU and CUDA): 1e-4 on the loss, logits, gradients and step
+ * losses, the issue's bound; fp32 rounding (2^-24 ~ 6e-8 per op) through two blocks and sums of
+ * up to 256 terms stays near 1e-6 (measured on the CPU: 2e-8 loss, 1.3e-6 logits, 2.4e-6
+ * gradients, 4e-8 step losses). The updates after 5 AdamW steps get 1e-3: a layernorm weight
+ * near 1 is stored on a grid of 2^-23 ~ 1.2e-7, so each of its five ~1e-3 steps rounds by up to
+ * 6e-8, ~1e-4 of the update after five; and Adam divides each gradient by its running RMS, so an
+ * element whose gradient is small against that RMS carries the gradient's error magnified
+ * (measured: 1.3e-4 on fc2's dot products). A bug in the update (a missing bias correction, decay
+ * on a bias or a layernorm weight, a wrong beta) moves them by far more than 1e-3.
+ * bf16 stores activations, parameters and activation gradients with an 8-bit mantissa: each
+ * store rounds by up to 2^-9 ~ 2e-3 relative, and a gradient element passes ~20 such stores from
+ * the embedding to the loss and back (per block: layernorm, qkv, attention, proj, add,
+ * layernorm, fc1, GELU, fc2, add, forward and backward): a random walk of ~sqrt(20) x 2e-3 ~ 1e-2
+ * per element, ~4e-2 at the worst of the ~900 sampled elements. Measured with the CPU's bf16
+ * (the GPU's rounding points, "widen, fp32, round once"): samples up to 4.8e-2, dot products
+ * 3e-2, norms 4e-3; the bound is 1e-1 because the GPU's GEMMs sum in another order. The loss
+ * averages 64 rows of rounded logits (measured 2.5e-5, step losses 1e-4): bound 5e-3, about 2.5
+ * bf16 roundings of the loss itself. */
+typedef struct gpt_tol {
+    double loss, sums, update;
+    bool update_parts;
+} gpt_tol;
+
+static const gpt_tol gpt_tol_f32 = {1e-4, 1e-4, 1e-3, true};
+/* bf16 updates: Adam's step m / (sqrt(v) + eps) is about the sign of the gradient for a gradient
+ * near zero, and bf16's ~1% gradient error flips that sign for the ~1% of elements whose
+ * gradient is that close to zero, moving them by 2 lr: single elements and the signed sum say
+ * nothing then, while the norm of the update stays within 5e-2 (measured on the CPU: 3.8e-3). */
+static const gpt_tol gpt_tol_bf16 = {5e-3, 1e-1, 5e-2, false};
+
+static ct_config *gpt_config(const char *tokens_path, ct_dtype dt) {
+    char data[512], dev[64];
+    snprintf(data, sizeof data, "data.train.path=\"%s\"", tokens_path);
+    snprintf(dev, sizeof dev, "train.device=\"%s\"", test_device());
+    const char *sets[] = {data, dev, dt == CT_BF16 ? "bf16.enabled=true" : "bf16.enabled=false"};
+    return load_config("test/ref/gpt/gpt.json", sets, 3);
+}
+
+/* Forward and backward of samples 0 and 1 on the test's device in dt: the loss, the logits and
+ * every parameter gradient against the reference. */
+static void gpt_forward_backward(ct_config *cfg, const cJSON *expect, ct_dtype dt, const gpt_tol *tol,
+                                 gpt_worst *worst) {
+    ct_backend *be = NULL;
+    ct_graph *g = NULL;
+    ct_param_store *store = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_backend_create(test_device(), 2, &be, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_build(cfg, 2, dt, &g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_bind(g, be, NULL, &err) == CT_OK, "%s", err.msg);
+    const ct_param_layout *L = ct_graph_layout(g);
+    const ct_graph_info *in = ct_graph_info_get(g);
+    ck_assert_int_eq(ct_param_store_create(L, be, dt, 0, L->n_params, &store, &err), CT_OK);
+    float *w = gpt_weights(L);
+    be->mem.copy_h2d(be, store->master, w, sizeof(float) * (size_t)L->n_params);
+    ct_param_store_refresh(store);
+
+    int64_t T = in->input_shape.d[0], nt = 2 * T;
+    int32_t ids[2 * 32], tgt[2 * 32];
+    ck_assert_int_eq(nt, 64);
+    for (int64_t s = 0; s < 2; s++)   /* sample s: the window of T + 1 tokens at s * T */
+        for (int64_t t = 0; t < T; t++) {
+            ids[s * T + t] = (int32_t)(gpt_mix(GPT_TAG_TOKENS, (uint32_t)(s * T + t)) % 256);
+            tgt[s * T + t] = (int32_t)(gpt_mix(GPT_TAG_TOKENS, (uint32_t)(s * T + t + 1)) % 256);
+        }
+    void *d_ids = be->mem.alloc(be, sizeof ids, CT_MEM_ACTIVATIONS), *d_tgt = be->mem.alloc(be, sizeof tgt, CT_MEM_ACTIVATIONS);
+    be->mem.copy_h2d(be, d_ids, ids, sizeof ids);
+    be->mem.copy_h2d(be, d_tgt, tgt, sizeof tgt);
+    ct_step_io io = {.input = d_ids, .target = d_tgt, .n = 2, .train = true, .seed = 1, .loss_grad_scale = 1.0f};
+    ct_exec_bufs b = {.params = store->params, .grads = store->grads, .buffers = store->buffers};
+    ck_assert_msg(ct_graph_forward(g, &b, &io, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_backward(g, &b, &io, NULL, &err) == CT_OK, "%s", err.msg);
+    be->queue.sync(be);
+
+    double want = cJSON_GetObjectItem(expect, "loss")->valuedouble;
+    worst->loss = fabs(io.loss - want) / want;
+    ck_assert_msg(worst->loss <= tol->loss, "gpt loss: ctrain %.9g pytorch %.9g", io.loss, want);
+
+    int64_t nl = nt * 256;   /* logits [2, T, V], in dt */
+    ck_assert_int_eq(ct_shape_numel(&in->output_shape) * 2, nl);
+    void *raw = malloc(ct_nbytes(nl, dt));
+    float *logits = malloc(sizeof(float) * (size_t)nl);
+    be->mem.copy_d2h(be, raw, ct_graph_activation(g, in->n_layers - 1), ct_nbytes(nl, dt));
+    for (int64_t i = 0; i < nl; i++) logits[i] = dt == CT_BF16 ? ct_bf16_to_f32(((uint16_t *)raw)[i]) : ((float *)raw)[i];
+    gpt_summary s = gpt_summarise(logits, nl, GPT_TAG_LOGITS);
+    worst->logits = gpt_compare("gpt", "logits", &s, cJSON_GetObjectItem(expect, "logits"), nl, tol->sums, true);
+
+    float *grads = malloc(sizeof(float) * (size_t)L->n_params);
+    be->mem.copy_d2h(be, grads, store->grads, sizeof(float) * (size_t)L->n_params);
+    const cJSON *ref = cJSON_GetObjectItem(expect, "grads");
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        s = gpt_summarise(grads + v->offset, v->numel, (uint32_t)i);
+        double e = gpt_compare("gradient of", v->name, &s, cJSON_GetObjectItem(ref, v->name), v->numel,
+                               tol->sums, true);
+        worst->grads = fmax(worst->grads, e);
+    }
+    free(raw), free(logits), free(grads), free(w);
+    be->mem.free(be, d_ids), be->mem.free(be, d_tgt);
+    ct_param_store_free(store);
+    ct_graph_free(g);
+    ct_backend_destroy(be);
+}
+
+/* The formula weights as the trainer's initial master (an init callback of run()). */
+static void gpt_load_weights(ct_trainer *t, void *ctx) {
+    (void)ctx;
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    ct_backend *be = ct_trainer_backend(t);
+    float *w = gpt_weights(L);
+    be->mem.copy_h2d(be, ct_trainer_params(t)->master, w, sizeof(float) * (size_t)L->n_params);
+    free(w);
+}
+
+typedef struct gpt_update_ctx {
+    const cJSON *expect;
+    const gpt_tol *tol;
+    gpt_worst *worst;
+} gpt_update_ctx;
+
+/* After the 5 steps (a check callback of run()): each parameter's update, final - formula. */
+static void gpt_compare_updates(ct_trainer *t, void *ctx) {
+    const gpt_update_ctx *c = ctx;
+    const ct_param_layout *L = ct_graph_layout(ct_trainer_graph(t));
+    ct_backend *be = ct_trainer_backend(t);
+    float *w0 = gpt_weights(L), *w = malloc(sizeof(float) * (size_t)L->n_params);
+    be->mem.copy_d2h(be, w, ct_trainer_params(t)->master, sizeof(float) * (size_t)L->n_params);
+    for (int64_t i = 0; i < L->n_params; i++) w[i] -= w0[i];
+    const cJSON *ref = cJSON_GetObjectItem(c->expect, "update");
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        /* The key third of a qkv bias has a gradient of exactly 0 (a constant added to every score
+         * of a row cancels in the softmax), so Adam's step there is rounding noise over its own
+         * size plus eps: ~0.01 lr from fp32 noise, nothing from float64's. gen_gpt_refs.py leaves
+         * those elements out too. */
+        if (!strncmp(v->name, "qkv.", 4) && v->shape.ndim == 1)
+            memset(w + v->offset + v->numel / 3, 0, sizeof(float) * (size_t)(v->numel / 3));
+        gpt_summary s = gpt_summarise(w + v->offset, v->numel, (uint32_t)i);
+        double e = gpt_compare("update of", v->name, &s, cJSON_GetObjectItem(ref, v->name), v->numel,
+                               c->tol->update, c->tol->update_parts);
+        c->worst->update = fmax(c->worst->update, e);
+    }
+    free(w0), free(w);
+}
+
+/* The formula on this side against the values gen_gpt_refs.py printed: hashes, weights and
+ * tokens bit for bit (a difference here would make every other comparison meaningless). */
+static void gpt_check_formula(const cJSON *expect, const ct_param_layout *L) {
+    const cJSON *f = cJSON_GetObjectItem(expect, "formula"), *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(f, "mix")) {
+        uint32_t tag = (uint32_t)cJSON_GetArrayItem(x, 0)->valuedouble, i = (uint32_t)cJSON_GetArrayItem(x, 1)->valuedouble;
+        ck_assert_uint_eq(gpt_mix(tag, i), (uint32_t)cJSON_GetArrayItem(x, 2)->valuedouble);
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(f, "weights")) {
+        int v = cJSON_GetArrayItem(x, 0)->valueint;
+        uint32_t k = (uint32_t)cJSON_GetArrayItem(x, 1)->valuedouble;
+        float got = gpt_formula(&L->views[v], (uint32_t)v, k);
+        ck_assert_msg((double)got == cJSON_GetArrayItem(x, 2)->valuedouble, "formula %s[%u]: %.17g vs %.17g",
+                      L->views[v].name, k, (double)got, cJSON_GetArrayItem(x, 2)->valuedouble);
+    }
+    int k = 0;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItem(f, "tokens")) {
+        ck_assert_int_eq((int)(gpt_mix(GPT_TAG_TOKENS, (uint32_t)k) % 256), x->valueint);
+        k++;
+    }
+    ck_assert_int_eq(k, 8);
+    /* the views in the reference's order: the formula's tensor index is the view index */
+    const cJSON *names = cJSON_GetObjectItem(expect, "names");
+    ck_assert_int_eq(cJSON_GetArraySize(names), L->n_views);
+    for (int i = 0; i < L->n_views; i++) ck_assert_str_eq(cJSON_GetArrayItem(names, i)->valuestring, L->views[i].name);
+}
+
+/* _i = 0: fp32; 1: bf16 (activations and parameters in bf16, fp32 master and gradients). */
+START_TEST(gpt_small_matches_pytorch) {
+    ct_dtype dt = _i ? CT_BF16 : CT_F32;
+    const gpt_tol *tol = dt == CT_BF16 ? &gpt_tol_bf16 : &gpt_tol_f32;
+    cJSON *expect = read_json("test/ref/gpt/expect.json");
+    char tokens_path[400];
+    snprintf(tokens_path, sizeof tokens_path, "%s/gpt_tokens.bin", tmpdir);
+    uint32_t tok[5 * 2 * 32 + 1];   /* 5 steps of 2 samples of 32, plus the last target */
+    for (uint32_t i = 0; i < CT_ARRAY_LEN(tok); i++) tok[i] = gpt_mix(GPT_TAG_TOKENS, i) % 256;
+    ct_err err = {0};
+    ck_assert_msg(ct_tokens_write(tokens_path, tok, CT_ARRAY_LEN(tok), 2, 256, &err) == CT_OK, "%s", err.msg);
+    ct_config *cfg = gpt_config(tokens_path, dt);
+    {
+        ct_graph *g = NULL;
+        ck_assert_msg(ct_graph_build(cfg, 2, CT_F32, &g, &err) == CT_OK, "%s", err.msg);
+        gpt_check_formula(expect, ct_graph_layout(g));
+        ct_graph_free(g);
+    }
+    gpt_worst worst = {0};
+    gpt_forward_backward(cfg, expect, dt, tol, &worst);
+
+    gpt_update_ctx uc = {expect, tol, &worst};
+    run_result r = run(cfg, gpt_load_weights, gpt_compare_updates, &uc);
+    const cJSON *ref_losses = cJSON_GetObjectItem(expect, "losses");
+    ck_assert_int_eq(r.loss.n, cJSON_GetArraySize(ref_losses));
+    for (int i = 0; i < r.loss.n; i++) {
+        double want = cJSON_GetArrayItem(ref_losses, i)->valuedouble, e = fabs(r.loss.v[i] - want) / want;
+        ck_assert_msg(e <= tol->loss, "gpt step %d loss: ctrain %.9g pytorch %.9g", i + 1, r.loss.v[i], want);
+        worst.losses = fmax(worst.losses, e);
+    }
+    printf("gpt %s on %s: max relative error: loss %.2g, logits %.2g, gradients %.2g, step losses %.2g, "
+           "updates %.2g\n", dt == CT_BF16 ? "bf16" : "fp32", test_device(), worst.loss, worst.logits,
+           worst.grads, worst.losses, worst.update);
+    free(r.params);
+    ct_config_free(cfg);
+    cJSON_Delete(expect);
+}
+END_TEST
+
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_train_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
@@ -970,6 +1293,16 @@ int main(void) {
     tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
+    /* its own case, so that `make test-cuda` runs it alone on the GPU (CK_RUN_CASE=gpt) */
+    TCase *gpt = tcase_create("gpt");
+    tcase_set_timeout(gpt, 120);
+    tcase_add_checked_fixture(gpt, setup, teardown);
+    tcase_add_loop_test(gpt, gpt_small_matches_pytorch, 0, 2);
+    suite_add_tcase(s, gpt);
+    if (strcmp(test_device(), "cpu") != 0 && !ct_cuda_available()) {
+        printf("CT_TEST_DEVICE=%s but no CUDA device is usable: skipped\n", test_device());
+        return 77;
+    }
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

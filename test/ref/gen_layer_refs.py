@@ -205,11 +205,10 @@ def causal_self_attention_case():
     run_layer("causal_self_attention", {"type": "causal_self_attention", "heads": H}, [x], attend, [])
 
 
-def gpt_small_case():
-    """A whole GPT-2-shaped model (test_graph.c): token and position embeddings, 2 pre-norm blocks
-    (causal attention over a fused qkv, GELU-tanh MLP, residuals), a final layernorm and the head
-    tied to the token embedding; loss and every parameter's gradient, keyed by ctrain's view names."""
-    B, T, C, H, V, L = 2, 8, 16, 2, 32, 2
+def gpt_model(T, C, H, V, L):
+    """ctrain's model section of a GPT-2-shaped model: token and position embeddings, L pre-norm
+    blocks written once with block_input (causal attention over a fused qkv, GELU-tanh MLP,
+    residuals), a final layernorm and the head tied to the token embedding."""
     blocks = [
         {"type": "layernorm", "name": "ln1"}, {"type": "linear", "name": "qkv", "out": 3 * C},
         {"type": "causal_self_attention", "name": "attn", "heads": H},
@@ -218,12 +217,42 @@ def gpt_small_case():
         {"type": "layernorm", "name": "ln2"}, {"type": "linear", "name": "fc1", "out": 4 * C},
         {"type": "gelu", "name": "act", "approximate": "tanh"}, {"type": "linear", "name": "fc2", "out": C},
         {"type": "add", "name": "res2", "inputs": ["res1", "fc2"]}]
-    model = {"input": [T], "loss": {"type": "cross_entropy"}, "layers": [
+    return {"input": [T], "loss": {"type": "cross_entropy"}, "layers": [
         {"type": "embedding", "name": "wte", "vocab": V, "dim": C},
         {"type": "position_embedding", "name": "wpe", "max_len": T},
         {"type": "repeat", "times": L, "layers": blocks},
         {"type": "layernorm", "name": "ln_f"},
         {"type": "linear", "name": "head", "out": V, "bias": False, "tie": "wte.weight"}]}
+
+
+def gpt_logits(P, ids, H, L):
+    """The logits [B, T, V] of gpt_model's network for token ids [B, T], the parameters P keyed by
+    ctrain's view names; computes in P's dtype."""
+    B, T = ids.shape
+    C = P["wte.weight"].shape[1]
+
+    def lin(x, name):
+        return F.linear(x, P[name + ".weight"], P[name + ".bias"])
+
+    def ln(x, name):
+        return F.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"])
+
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    x = F.embedding(ids, P["wte.weight"]) + P["wpe.weight"][:T]
+    for i in range(L):
+        q, k, v = lin(ln(x, "ln1.%d" % i), "qkv.%d" % i).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+        s = (q @ k.transpose(-1, -2) / math.sqrt(C // H)).masked_fill(mask, float("-inf"))
+        a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + lin(a, "proj.%d" % i)
+        x = x + lin(F.gelu(lin(ln(x, "ln2.%d" % i), "fc1.%d" % i), approximate="tanh"), "fc2.%d" % i)
+    return F.linear(ln(x, "ln_f"), P["wte.weight"])
+
+
+def gpt_small_case():
+    """A whole GPT-2-shaped model (test_graph.c, gpt_model above): loss and every parameter's
+    gradient, keyed by ctrain's view names."""
+    B, T, C, H, V, L = 2, 8, 16, 2, 32, 2
+    model = gpt_model(T, C, H, V, L)
     ids = torch.randint(0, V, (B, T + 1))
     P = {"wte.weight": rand(V, C) * 0.5, "wpe.weight": rand(T, C) * 0.2}
     for i in range(L):
@@ -236,22 +265,7 @@ def gpt_small_case():
     P["ln_f.weight"], P["ln_f.bias"] = 1.0 + 0.2 * rand(C), 0.1 * rand(C)
     for t in P.values():
         t.requires_grad_(True)
-
-    def lin(x, name):
-        return F.linear(x, P[name + ".weight"], P[name + ".bias"])
-
-    def ln(x, name):
-        return F.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"])
-
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-    x = F.embedding(ids[:, :-1], P["wte.weight"]) + P["wpe.weight"][:T]
-    for i in range(L):
-        q, k, v = lin(ln(x, "ln1.%d" % i), "qkv.%d" % i).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
-        s = (q @ k.transpose(-1, -2) / math.sqrt(C // H)).masked_fill(mask, float("-inf"))
-        a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + lin(a, "proj.%d" % i)
-        x = x + lin(F.gelu(lin(ln(x, "ln2.%d" % i), "fc1.%d" % i), approximate="tanh"), "fc2.%d" % i)
-    logits = F.linear(ln(x, "ln_f"), P["wte.weight"])
+    logits = gpt_logits(P, ids[:, :-1], H, L)
     loss = F.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
     loss.backward()
     arrays = [("ids", ids[:, :-1]), ("target", ids[:, 1:]), ("loss", loss.reshape(1))]
