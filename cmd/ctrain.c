@@ -29,6 +29,8 @@ static const char USAGE[] =
     "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]\n"
     "                   [--quiet] [--summary FILE]\n"
     "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
+    "       ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--tokens N]\n"
+    "                   [--temperature T] [--top-k K] [--seed S] [--config FILE] [--device DEV]\n"
     "       ctrain plot ...   (not implemented yet)\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
@@ -468,6 +470,7 @@ static const struct subcommand {
     {"config", NULL, config_usage},       {"eval", ct_eval_main, ct_eval_usage},
     {"info", ct_info_main, ct_info_usage}, {"export", ct_export_main, ct_export_usage},
     {"pack", ct_pack_main, ct_pack_usage}, {"bench-data", ct_bench_data_main, ct_bench_data_usage},
+    {"generate", ct_generate_main, ct_generate_usage},
 };
 
 static bool wants_help(int argc, char **argv) {

@@ -28,6 +28,7 @@
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
 #include "core/params/store.h"
+#include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
 
@@ -706,6 +707,38 @@ START_TEST(mfu_from_the_peak_table) {
 }
 END_TEST
 
+/* Generation's sampler: temperature 0 and top-k 1 are the argmax (the first of equal maxima),
+ * top-k never draws outside the k largest, and 20000 draws follow softmax(logits / temperature)
+ * within 4.5 standard deviations per class. */
+START_TEST(sampler_follows_softmax) {
+    const float logits[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, -0.25f};
+    ct_rng rng;
+    ct_rng_init(&rng, 5, CT_RNG_SAMPLE, 0);
+    ck_assert_int_eq(ct_sample_token(logits, 6, 0.0, 0, &rng), 1);
+    for (int i = 0; i < 50; i++) ck_assert_int_eq(ct_sample_token(logits, 6, 1.0, 1, &rng), 1);
+    for (int i = 0; i < 2000; i++) {
+        int32_t t = ct_sample_token(logits, 6, 3.0, 3, &rng);
+        ck_assert_msg(t == 1 || t == 3 || t == 4, "top-k 3 drew %d", t);
+    }
+    const double temps[] = {1.0, 0.5, 2.0};
+    for (int k = 0; k < 3; k++) {
+        int counts[6] = {0};
+        const int n = 20000;
+        for (int i = 0; i < n; i++) counts[ct_sample_token(logits, 6, temps[k], 0, &rng)]++;
+        double z = 0, p[6];
+        for (int j = 0; j < 6; j++) z += p[j] = exp(logits[j] / temps[k]);
+        for (int j = 0; j < 6; j++) {
+            double want = p[j] / z, sd = sqrt(want * (1 - want) / n), got = counts[j] / (double)n;
+            ck_assert_msg(fabs(got - want) < 4.5 * sd + 1e-9, "T %g class %d: %.4f drawn, softmax %.4f", temps[k], j,
+                          got, want);
+        }
+    }
+    /* NaN logits are never drawn */
+    const float with_nan[3] = {NAN, 0.0f, 1.0f};
+    for (int i = 0; i < 200; i++) ck_assert_int_ne(ct_sample_token(with_nan, 3, 1.0, 0, &rng), 0);
+}
+END_TEST
+
 START_TEST(dry_run_and_summary) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {}}";
     ct_config *cfg = small_run(mlp_json, opt, NULL, NULL, 0);
@@ -1288,6 +1321,7 @@ int main(void) {
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
     tcase_add_test(tc, mfu_from_the_peak_table);
+    tcase_add_test(tc, sampler_follows_softmax);
     tcase_add_test(tc, dry_run_and_summary);
     tcase_add_test(tc, report_goes_quiet_on_a_dead_stream);
     tcase_add_test(tc, scheduler_total_auto_is_the_run);

@@ -14,6 +14,7 @@ enum {
     CT_RNG_DROPOUT = 2,   /* index = (step, layer) */
     CT_RNG_SHUFFLE = 3,   /* index = epoch */
     CT_RNG_AUGMENT = 4,   /* index = (epoch, sample) */
+    CT_RNG_SAMPLE = 5,    /* text generation's token draws: index = 0 */
 };
 
 typedef struct { uint32_t v[4]; } ct_philox_ctr;

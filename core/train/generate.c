@@ -1,0 +1,145 @@
+/* generate.c: a trained language model predicting its next token (generate.h). */
+#include "core/train/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend/backend.h"
+#include "core/ckpt/ckpt.h"
+#include "core/graph/graph.h"
+#include "core/optim/amp.h"
+#include "core/params/store.h"
+
+struct ct_lm {
+    ct_backend *be;
+    ct_graph *g;                 /* built for one sample */
+    const ct_graph_info *info;
+    ct_param_store *store;
+    int64_t T, classes, ld;      /* context, classes predicted, outputs per position */
+    int32_t *window;             /* [T] host: the ids the next forward reads */
+    void *ids;                   /* [T] backend memory */
+    void *row;                   /* [ld] host: one position's logits in the graph's dtype */
+};
+
+int64_t ct_lm_context(const ct_lm *m) { return m->T; }
+int64_t ct_lm_classes(const ct_lm *m) { return m->classes; }
+const char *ct_lm_device(const ct_lm *m) { return m->be->device_desc; }
+
+/* The checkpoint's weights (and buffers) into the store's master, then its compute copy. */
+static int load_weights(ct_lm *m, const char *dir, ct_err *err) {
+    const ct_param_layout *L = ct_graph_layout(m->g);
+    float *params = ct_xcalloc((size_t)L->n_params + 1, sizeof(float));
+    float *buffers = ct_xcalloc((size_t)L->n_buffers + 1, sizeof(float));
+    ct_ckpt_tensors ck;
+    ct_ckpt_tensors_for(L, NULL, 0, L->n_params, params, buffers, &ck);
+    int rc = ct_ckpt_load(dir, &ck, CT_CKPT_LOAD_MODEL, NULL, NULL, err);
+    if (!rc) {
+        m->be->mem.copy_h2d(m->be, m->store->master, params, sizeof(float) * (size_t)L->n_params);
+        if (L->n_buffers)
+            m->be->mem.copy_h2d(m->be, m->store->buffers, buffers, sizeof(float) * (size_t)L->n_buffers);
+        ct_param_store_refresh(m->store);
+    }
+    free(params);
+    free(buffers);
+    return rc;
+}
+
+int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_err *err) {
+    *out = NULL;
+    ct_lm *m = ct_xcalloc(1, sizeof *m);
+    int rc = ct_graph_build(cfg, 1, ct_amp_compute_dtype(cfg), &m->g, err);
+    if (!rc) {
+        m->info = ct_graph_info_get(m->g);
+        if (m->info->input_dtype != CT_I32 || m->info->input_shape.ndim != 1 || m->info->classes < 2 ||
+            m->info->target_shape.ndim != 1)
+            rc = ct_errf(err, CT_ERR_CONFIG, "%s: generate needs a language model: token ids [T] in and a "
+                         "cross-entropy prediction per position out (as configs/tiny_lm.json)", cfg->path);
+    }
+    if (!rc) rc = ct_backend_create(cfg->train.device, cfg->train.threads, &m->be, err);
+    if (!rc) rc = ct_graph_bind(m->g, m->be, NULL, err);
+    const ct_param_layout *L = rc ? NULL : ct_graph_layout(m->g);
+    if (!rc) rc = ct_param_store_create(L, m->be, ct_graph_compute_dtype(m->g), 0, L->n_params, &m->store, err);
+    if (!rc) rc = load_weights(m, checkpoint_dir, err);
+    if (rc) {
+        ct_lm_close(m);
+        return rc;
+    }
+    m->T = m->info->input_shape.d[0];
+    m->classes = m->info->classes;
+    m->ld = m->info->padded_classes;
+    m->window = ct_xcalloc((size_t)m->T, sizeof(int32_t));
+    m->row = ct_xmalloc((size_t)m->ld * ct_dtype_size(ct_graph_compute_dtype(m->g)));
+    m->ids = m->be->mem.alloc(m->be, (size_t)m->T * sizeof(int32_t), CT_MEM_ACTIVATIONS);
+    if (!m->ids) {
+        ct_lm_close(m);
+        return ct_errf(err, CT_ERR_RUNTIME, "out of memory on %s", cfg->train.device);
+    }
+    *out = m;
+    return CT_OK;
+}
+
+void ct_lm_close(ct_lm *m) {
+    if (!m) return;
+    if (m->ids) m->be->mem.free(m->be, m->ids);
+    ct_param_store_free(m->store);
+    ct_graph_free(m->g);
+    if (m->be) ct_backend_destroy(m->be);
+    free(m->window);
+    free(m->row);
+    free(m);
+}
+
+int ct_lm_next_logits(ct_lm *m, const int32_t *ids, int64_t n, float *logits, ct_err *err) {
+    if (n < 1) return ct_errf(err, CT_ERR_RUNTIME, "generate: no token to continue from");
+    int64_t k = n < m->T ? n : m->T;   /* the last k tokens, at positions 0..k-1 */
+    memset(m->window, 0, sizeof(int32_t) * (size_t)m->T);
+    memcpy(m->window, ids + (n - k), sizeof(int32_t) * (size_t)k);
+    ct_backend *be = m->be;
+    be->mem.copy_h2d(be, m->ids, m->window, sizeof(int32_t) * (size_t)m->T);
+    ct_exec_bufs b = {.params = m->store->params, .buffers = m->store->buffers};
+    ct_step_io io = {.input = m->ids, .input_dt = CT_I32, .n = 1, .train = false, .loss_grad_scale = 1.0f};
+    int rc = ct_graph_forward_range(m->g, 0, m->info->n_layers, CT_PASS_FORWARD, &b, &io, NULL, err);
+    if (rc) return rc;
+    ct_dtype dt = ct_graph_compute_dtype(m->g);
+    size_t es = ct_dtype_size(dt);
+    const char *y = ct_graph_activation(m->g, m->info->n_layers - 1);
+    be->mem.copy_d2h(be, m->row, y + (size_t)((k - 1) * m->ld) * es, (size_t)m->ld * es);
+    for (int64_t j = 0; j < m->classes; j++)
+        logits[j] = dt == CT_F32 ? ((const float *)m->row)[j]
+                    : dt == CT_BF16 ? ct_bf16_to_f32(((const uint16_t *)m->row)[j])
+                                    : ct_f16_to_f32(((const uint16_t *)m->row)[j]);
+    return CT_OK;
+}
+
+typedef struct {
+    float v;
+    int32_t i;
+} scored;
+
+/* Larger logit first; the smaller index first on ties (so the argmax is the first maximum). */
+static int by_logit(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int32_t ct_sample_token(const float *logits, int64_t classes, double temperature, int64_t top_k, ct_rng *rng) {
+    scored *s = ct_xmalloc(sizeof *s * (size_t)classes);
+    for (int64_t j = 0; j < classes; j++) s[j] = (scored){isnan(logits[j]) ? -INFINITY : logits[j], (int32_t)j};
+    qsort(s, (size_t)classes, sizeof *s, by_logit);
+    int64_t k = top_k > 0 && top_k < classes ? top_k : classes;
+    int32_t pick = s[0].i;
+    if (temperature > 0 && isfinite(s[0].v)) {
+        double total = 0;
+        for (int64_t j = 0; j < k; j++) total += exp(((double)s[j].v - s[0].v) / temperature);
+        double u = ct_rng_uniform_f64(rng) * total, acc = 0;
+        for (int64_t j = 0; j < k; j++) {
+            acc += exp(((double)s[j].v - s[0].v) / temperature);
+            pick = s[j].i;
+            if (u < acc) break;
+        }
+    }
+    free(s);
+    return pick;
+}
