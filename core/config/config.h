@@ -150,6 +150,8 @@ typedef struct ct_train_cfg {
     int epochs;                 /* 5 */
     long max_steps;             /* 0 = no limit */
     long eval_interval;         /* 0 = each epoch */
+    long sample_every;          /* a byte-level language model prints a generated sample every N
+                                   steps; 0 = never */
     uint64_t seed;              /* 42 */
     char device[32];            /* "auto" | "cpu" | "cuda" | "cuda:N" */
     char run_dir[1024];         /* resolved: "runs/<config name>" by default */

@@ -116,6 +116,7 @@ static const ct_field train_fields[] = {
     CT_F_INT(ct_train_cfg, epochs, 5, 0, 2147483647),
     CT_F_LONG(ct_train_cfg, max_steps, 0, 0, CT_BIG),
     CT_F_LONG(ct_train_cfg, eval_interval, 0, 0, CT_BIG),
+    CT_F_LONG(ct_train_cfg, sample_every, 0, 0, CT_BIG),
     {"seed", NULL, CT_K_INT, CT_S_U64, offsetof(ct_train_cfg, seed), 0, 42, 0, CT_BIG, NULL},
     CT_F_STR(ct_train_cfg, device, "auto"),
     CT_F_STR(ct_train_cfg, run_dir, ""),

@@ -20,7 +20,36 @@ struct ct_lm {
     int32_t *window;             /* [T] host: the ids the next forward reads */
     void *ids;                   /* [T] backend memory */
     void *row;                   /* [ld] host: one position's logits in the graph's dtype */
+    bool borrowed;               /* be, g and store are the caller's */
 };
+
+static bool is_lm(const ct_graph_info *in) {
+    return in->input_dtype == CT_I32 && in->input_shape.ndim == 1 && in->classes >= 2 && in->target_shape.ndim == 1;
+}
+
+/* The parts every model needs once the graph is bound and the weights are in: false when out of
+ * memory. */
+static bool lm_buffers(ct_lm *m) {
+    m->info = ct_graph_info_get(m->g);
+    m->T = m->info->input_shape.d[0];
+    m->classes = m->info->classes;
+    m->ld = m->info->padded_classes;
+    m->window = ct_xcalloc((size_t)m->T, sizeof(int32_t));
+    m->row = ct_xmalloc((size_t)m->ld * ct_dtype_size(ct_graph_compute_dtype(m->g)));
+    m->ids = m->be->mem.alloc(m->be, (size_t)m->T * sizeof(int32_t), CT_MEM_ACTIVATIONS);
+    return m->ids != NULL;
+}
+
+ct_lm *ct_lm_borrow(ct_backend *be, ct_graph *g, ct_param_store *store) {
+    if (!is_lm(ct_graph_info_get(g))) return NULL;
+    ct_lm *m = ct_xcalloc(1, sizeof *m);
+    *m = (ct_lm){.be = be, .g = g, .store = store, .borrowed = true};
+    if (!lm_buffers(m)) {
+        ct_lm_close(m);
+        return NULL;
+    }
+    return m;
+}
 
 int64_t ct_lm_context(const ct_lm *m) { return m->T; }
 int64_t ct_lm_classes(const ct_lm *m) { return m->classes; }
@@ -49,13 +78,9 @@ int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct
     *out = NULL;
     ct_lm *m = ct_xcalloc(1, sizeof *m);
     int rc = ct_graph_build(cfg, 1, ct_amp_compute_dtype(cfg), &m->g, err);
-    if (!rc) {
-        m->info = ct_graph_info_get(m->g);
-        if (m->info->input_dtype != CT_I32 || m->info->input_shape.ndim != 1 || m->info->classes < 2 ||
-            m->info->target_shape.ndim != 1)
+    if (!rc && !is_lm(ct_graph_info_get(m->g)))
             rc = ct_errf(err, CT_ERR_CONFIG, "%s: generate needs a language model: token ids [T] in and a "
                          "cross-entropy prediction per position out (as configs/tiny_lm.json)", cfg->path);
-    }
     if (!rc) rc = ct_backend_create(cfg->train.device, cfg->train.threads, &m->be, err);
     if (!rc) rc = ct_graph_bind(m->g, m->be, NULL, err);
     const ct_param_layout *L = rc ? NULL : ct_graph_layout(m->g);
@@ -65,13 +90,7 @@ int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct
         ct_lm_close(m);
         return rc;
     }
-    m->T = m->info->input_shape.d[0];
-    m->classes = m->info->classes;
-    m->ld = m->info->padded_classes;
-    m->window = ct_xcalloc((size_t)m->T, sizeof(int32_t));
-    m->row = ct_xmalloc((size_t)m->ld * ct_dtype_size(ct_graph_compute_dtype(m->g)));
-    m->ids = m->be->mem.alloc(m->be, (size_t)m->T * sizeof(int32_t), CT_MEM_ACTIVATIONS);
-    if (!m->ids) {
+    if (!lm_buffers(m)) {
         ct_lm_close(m);
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory on %s", cfg->train.device);
     }
@@ -82,9 +101,11 @@ int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct
 void ct_lm_close(ct_lm *m) {
     if (!m) return;
     if (m->ids) m->be->mem.free(m->be, m->ids);
-    ct_param_store_free(m->store);
-    ct_graph_free(m->g);
-    if (m->be) ct_backend_destroy(m->be);
+    if (!m->borrowed) {
+        ct_param_store_free(m->store);
+        ct_graph_free(m->g);
+        if (m->be) ct_backend_destroy(m->be);
+    }
     free(m->window);
     free(m->row);
     free(m);

@@ -10,13 +10,21 @@
 #ifndef CT_TRAIN_GENERATE_H
 #define CT_TRAIN_GENERATE_H
 
+#include "core/backend/backend.h"
 #include "core/config/config.h"
+#include "core/graph/graph.h"
+#include "core/params/store.h"
 #include "core/util/common.h"
 #include "core/util/rng.h"
 
 typedef struct ct_lm ct_lm;
 
 int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_err *err);
+/* A model that is already there (a training run's graph and parameters, train.sample_every):
+ * borrowed, never freed by ct_lm_close. The graph's activations are overwritten by every call
+ * (between training steps nothing needs them); parameters, buffers, random streams and the loss
+ * are left alone. NULL when the graph is not a language model. */
+ct_lm *ct_lm_borrow(ct_backend *be, ct_graph *g, ct_param_store *store);
 void ct_lm_close(ct_lm *m);
 /* The context length T and the classes predicted (the vocabulary without its padding). */
 int64_t ct_lm_context(const ct_lm *m);

@@ -31,6 +31,7 @@ typedef struct ct_trainer_model {
                                     gathers, gradient buckets and the profiler fill (none yet) */
     float *loss_acc;             /* [4] backend memory: loss sum and correct count of the micro-
                                     batches so far (weighted by samples), then eval's */
+    struct ct_lm *sampler;       /* train.sample_every: the model borrowed for generation */
 } ct_trainer_model;
 
 /* Where the batches come from. */

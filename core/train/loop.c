@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <string.h>
 
+#include "core/train/generate.h"
 #include "core/train/internal.h"
 
 /* The flat buffers as the executor reads them. */
@@ -402,6 +403,32 @@ static void report_epoch(ct_trainer *t, const loop_state *ls) {
                         (double)(ls->tokens - ls->epoch_k0) / fmax(secs, 1e-9));
 }
 
+/* train.sample_every: 64 bytes continuing a newline (temperature 0.8, top-k 40, drawn from the
+ * stream (train.seed, sample, step) so a run prints the same samples again), as one report line
+ * with newlines, quotes and unprintable bytes escaped. The training graph's activations are
+ * overwritten; parameters, random streams and the loss are not, so training goes on bit for bit
+ * as without it. */
+static int print_sample(ct_trainer *t, long step, ct_err *err) {
+    enum { N = 64 };
+    int32_t ids[N + 1] = {'\n'};
+    float logits[256];
+    ct_rng rng;
+    ct_rng_init(&rng, t->cfg->train.seed, CT_RNG_SAMPLE, (uint64_t)step);
+    char text[4 * N + 1];
+    size_t k = 0;
+    for (int i = 1; i <= N; i++) {
+        int rc = ct_lm_next_logits(t->m.sampler, ids, i, logits, err);
+        if (rc) return rc;
+        int c = ids[i] = ct_sample_token(logits, 256, 0.8, 40, &rng);
+        if (c == '\n') k += (size_t)snprintf(text + k, sizeof text - k, "\\n");
+        else if (c == '"' || c == '\\') k += (size_t)snprintf(text + k, sizeof text - k, "\\%c", c);
+        else if (c < 32 || c > 126) k += (size_t)snprintf(text + k, sizeof text - k, "\\x%02x", c);
+        else text[k++] = (char)c, text[k] = 0;
+    }
+    ct_report_line(&t->obs.rep, "sample (step %ld): \"%s\"", step, text);
+    return CT_OK;
+}
+
 /* Bookkeeping, reporting, eval, checkpoint and stop checks after an optimizer step, in this
  * order: the eval of the step (every eval_interval steps; with eval_interval 0 at each epoch's
  * end; and at the run's end) comes before its checkpoint, so that the checkpoint's state.json
@@ -429,6 +456,11 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
     ct_report_step(&t->obs.rep, &e);
+    long sample_every = t->cfg->train.sample_every;
+    if (sample_every > 0 && ls->step % sample_every == 0) {
+        int rc = print_sample(t, ls->step, err);
+        if (rc) return rc;
+    }
     bool epoch_done = ls->epoch_pos >= ls->epoch_end, last = ls->step >= t->d.total_steps;
     if (epoch_done) report_epoch(t, ls);
 

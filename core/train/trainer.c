@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/optim/sched.h"
+#include "core/train/generate.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 #include "core/util/json.h"
@@ -337,6 +338,13 @@ static int setup(ct_trainer *t, ct_err *err) {
     if (!rc) rc = alloc_params(t, err);
     if (!rc) rc = start_step_runner(t, err);
     if (!rc) rc = ct_curriculum_setup(t, err);
+    if (!rc && cfg->train.sample_every > 0) {
+        t->m.sampler = ct_lm_borrow(t->be, t->m.g, t->m.params);
+        if (!t->m.sampler || ct_lm_classes(t->m.sampler) != 256)
+            rc = ct_errf(err, CT_ERR_CONFIG, "%s: train.sample_every: prints text from a byte-level language "
+                         "model (token ids [T] in, 256 classes per position out); this model is not one: "
+                         "remove train.sample_every (or use ctrain generate --prompt-ids)", cfg->path);
+    }
     return rc;
 }
 
@@ -407,6 +415,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_trainer_ckpt_close(t);
     if (t->be) ct_step_runner_reset(&t->m.runner);
     if (t->be) ct_curriculum_free(t);
+    ct_lm_close(t->m.sampler);
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
     ct_param_store_free(t->m.params);
