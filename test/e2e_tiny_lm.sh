@@ -10,9 +10,7 @@ cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
 scratch_dir
-set -- /usr/share/common-licenses/*
-[ -f "$1" ] || { echo "no /usr/share/common-licenses here"; exit 77; }
-sh datasets/text_tokens.sh --ctrain "$B" "$T/lic" "$@" >"$T/log" 2>&1 || { cat "$T/log"; exit 1; }
+licence_tokens "$B" "$T/lic"
 
 run() {
     "$B" --config configs/tiny_lm.json --set data.train.path=\""$T/lic/train.bin"\" \

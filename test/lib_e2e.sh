@@ -28,3 +28,11 @@ random_csv() {
         }
     }' >"$1"
 }
+# licence_tokens CTRAIN DIR: byte tokens of the licence texts every Debian has
+# (/usr/share/common-licenses) in DIR/train.bin and DIR/eval.bin; exits 77 (skipped) without them.
+licence_tokens() {
+    lt_b=$1 lt_d=$2
+    set -- /usr/share/common-licenses/*
+    [ -f "$1" ] || { echo "no /usr/share/common-licenses here"; exit 77; }
+    sh datasets/text_tokens.sh --ctrain "$lt_b" "$lt_d" "$@" >"$T/log" 2>&1 || { cat "$T/log"; exit 1; }
+}
