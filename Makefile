@@ -18,8 +18,10 @@ CFLAGS    ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) $(shell pkg-config --cflags libcjson libpng zlib 2>/dev/null) -I/usr/include/openblas
 # OpenBLAS is loaded with dlopen (core/cpu/cpu_gemm.c says why); its header gives the types.
 LDLIBS    = -lcjson -lpng -lz -lm -ldl -pthread
-# `make bundle` puts the non-system libraries next to the binaries: look there first.
-LDLIBS   += -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib'
+# `make bundle` puts the non-system libraries next to the binaries: look there first. An RPATH, not
+# a RUNPATH (--disable-new-dtags): the loader uses a RUNPATH only for the binary's own needs, so
+# OpenBLAS's libgfortran would not be found in bundle/lib on a machine without Debian's copy.
+LDLIBS   += -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/lib' -Wl,-rpath,'$$ORIGIN/../lib'
 
 NVCC := $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 ifeq ($(CUDA),0)
@@ -51,7 +53,7 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps run test tests test-cuda install uninstall clean bundle check-deps data-text
+.PHONY: all deps run test tests test-cuda gpu-check install uninstall clean bundle check-deps data-text
 all: $(BUILD)/ctrain $(CUDA_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
@@ -140,6 +142,11 @@ data-text: $(BUILD)/ctrain
 # that a GPU machine with only the CUDA toolkit and driver lacks (cJSON, OpenBLAS, ...).
 bundle: all $(TEST_BIN)
 	@sh test/bundle.sh $(BUILD) bundle
+
+# gpu-check: everything that needs a GPU, in one command (test/gpu_check.sh says what), from the
+# bundle; on the GPU machine run it inside the bundle (`cd bundle && make gpu-check`).
+gpu-check:
+	@sh test/gpu_check.sh $(or $(GPU_CHECK_DIR),bundle)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1

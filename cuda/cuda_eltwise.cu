@@ -127,7 +127,7 @@ static void cu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dt
                     "cast: unknown dtype");
     if (n <= 0) return;
     if (y_dt == x_dt) {
-        if (y != x && !ct_cuda_capture_doomed(be))   /* a doomed capture: see cuda_internal.h */
+        if (y != x)
             CT_CUDA_CHECK(cudaMemcpyAsync(y, x, (size_t)n * ct_dtype_size(x_dt),
                                           cudaMemcpyDeviceToDevice, ct_cuda_stream(be)));
     } else if (x_dt == CT_F32 && y_dt == CT_F16) {

@@ -2,8 +2,9 @@
  * graph_free).
  *
  * The compute stream is captured in thread-local mode, so the loader's worker threads (which
- * never touch the device) are unaffected. While capturing, the caching allocator serves only
- * cached blocks and keeps every block freed during the capture for the graph: the recorded
+ * never touch the device) are unaffected. While capturing, the caching allocator serves cached
+ * blocks first (cudaMalloc under a relaxed capture mode when none fits) and keeps every block
+ * freed during the capture for the graph: the recorded
  * kernels hold those addresses, and a replay must find them unchanged (cuda_mem.cu). Uploads,
  * copies to the host, syncs and host-visible reductions fail loudly during a capture: they use
  * the copy stream, events or a host wait, which a graph cannot hold. */
@@ -48,16 +49,10 @@ static void *cu_capture_end(ct_backend *be, ct_err *err) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(cu->compute, &graph);
     ct_cuda_blocks owned;
-    size_t missing = ct_cuda_alloc_capture_end(&cu->mem, &owned);
+    ct_cuda_alloc_capture_end(&cu->mem, &owned);
     if (e != cudaSuccess || !graph) {
         ct_errf(err, CT_ERR_RUNTIME, "CUDA graph capture failed: %s (an op not allowed in a graph "
                 "ran during the captured step)", cudaGetErrorString(e));
-        return capture_failed(cu, graph, &owned);
-    }
-    if (missing) {
-        ct_errf(err, CT_ERR_RUNTIME, "CUDA graph capture failed: the step needed %zu bytes of device "
-                "scratch that the allocator had not cached (run the step once uncaptured first)",
-                missing);
         return capture_failed(cu, graph, &owned);
     }
     cudaGraphExec_t exec = NULL;

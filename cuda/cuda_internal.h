@@ -43,7 +43,7 @@ void ct_cublas_check_at(cublasStatus_t s, const char *call, const char *file, in
  * by the host and handed out again is only touched by later work on that stream. */
 typedef struct ct_cuda_block {
     void *ptr;
-    size_t bytes;                 /* rounded size (the class); 0: a phantom (failed capture) */
+    size_t bytes;                 /* rounded size (the class) */
     int cat;                      /* ct_mem_cat it is counted under while live */
 } ct_cuda_block;
 
@@ -63,13 +63,11 @@ typedef struct ct_cuda_alloc {
     size_t cat_bytes[CT_MEM_CAT_COUNT], cat_peak[CT_MEM_CAT_COUNT];
     /* Graph capture (cuda_graph.cu): blocks freed while capturing may be reused by the same
      * capture only (the graph's kernels keep their addresses), so they go to `captured`, which the
-     * graph owns from capture_end until graph_free. A capture never calls cudaMalloc: without a
-     * cached block it hands out a phantom address (kernels are only recorded, never run, during a
-     * capture) and capture_end fails cleanly. */
+     * graph owns from capture_end until graph_free. Without a cached block a capture calls
+     * cudaMalloc under a relaxed capture mode (capture_mallocs counts those). */
     bool capturing;
     ct_cuda_blocks captured;
-    size_t capture_missing;       /* bytes a capture could not get from the cache */
-    uint64_t phantom_next;
+    uint64_t capture_mallocs;
     size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
     uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
 } ct_cuda_alloc;
@@ -328,17 +326,13 @@ void ct_cuda_stages_release(ct_cuda *cu, bool strict);
  * from the cache (non-zero: the capture is unusable). give_back: return a graph's blocks to the
  * free list (graph_free, or a failed capture). */
 void ct_cuda_alloc_capture_begin(ct_cuda_alloc *a);
-size_t ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned);
+void ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned);
 void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned);
 /* The copy ring's and the timer ring's events: created at init, destroyed at teardown (strict as
  * for the stages). */
 bool ct_cuda_queue_events_init(ct_cuda *cu);
 void ct_cuda_queue_events_release(ct_cuda *cu, bool strict);
 /* A host-synchronizing or copy-stream call while capturing is a caller bug: fail loudly. */
-/* True while a capture runs whose allocator already handed out a phantom block (cache miss):
- * the capture will fail at capture_end, and memset/memcpy nodes (which, unlike kernel launches,
- * validate their pointers when recorded) must not be recorded meanwhile. */
-bool ct_cuda_capture_doomed(ct_backend *be);
 void ct_cuda_require_not_capturing(ct_backend *be, const char *what);
 /* GEMM plan cache teardown (cuda_gemm.cu). */
 void ct_cuda_gemm_plans_destroy(ct_cuda *cu);

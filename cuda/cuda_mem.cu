@@ -176,17 +176,29 @@ static ct_cuda_block device_malloc(ct_cuda_alloc *a, size_t cls) {
     return b;
 }
 
-/* While capturing: the capture's own freed blocks first, then the cache; never cudaMalloc (not
- * allowed inside a capture). Missing memory yields a phantom address, never dereferenced because
- * captured work is only recorded, and makes capture_end fail. */
+/* While capturing: the capture's own freed blocks first, then the cache, then a fresh cudaMalloc
+ * with this thread's capture mode relaxed for the call (cudaMalloc is refused in a thread-local
+ * capture, and it does not touch the captured stream). The new block is the graph's like any other
+ * it uses. (Handing out a placeholder address instead fails as soon as a library records a memset
+ * on it, as CUB's radix sort does in the embedding backward.) ptr NULL: the device is out of
+ * memory; no retry, since releasing the cache would need a device sync, which a capture forbids. */
 static ct_cuda_block capture_take(ct_cuda_alloc *a, size_t cls) {
     ct_cuda_block b = blocks_take(&a->captured, cls);
     if (!b.ptr) b = free_take(a, cls);
-    if (!b.ptr) {
-        a->capture_missing += cls;
-        b.ptr = (void *)(uintptr_t)(((uint64_t)1 << 12) + (a->phantom_next++ << 12));
-        b.bytes = 0;
+    if (b.ptr) return b;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    cudaError_t e = cudaMalloc(&b.ptr, cls);
+    CT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        b.ptr = NULL;
+        return b;
     }
+    a->n_cuda_malloc++;
+    a->capture_mallocs++;
+    a->reserved_bytes += cls;
+    if (a->reserved_bytes > a->peak_reserved_bytes) a->peak_reserved_bytes = a->reserved_bytes;
     return b;
 }
 
@@ -206,7 +218,7 @@ static void count_live(ct_cuda_alloc *a, const ct_cuda_block *b, bool add) {
 static void *alloc_locked(ct_cuda_alloc *a, size_t bytes, ct_mem_cat cat) {
     size_t cls = size_class(bytes);
     ct_cuda_block b = a->capturing ? capture_take(a, cls) : free_take(a, cls);
-    if (!b.ptr) b = device_malloc(a, cls);
+    if (!b.ptr && !a->capturing) b = device_malloc(a, cls);
     if (!b.ptr) return NULL;
     b.cat = (int)cat;
     live_insert(a, b);
@@ -221,7 +233,6 @@ static void free_locked(ct_cuda_alloc *a, void *p) {
                         __FILE__, __LINE__);
     }
     count_live(a, &b, false);
-    if (!b.bytes) return;                        /* phantom of a failed capture */
     if (a->capturing) blocks_push(&a->captured, b);
     else free_push(a, b);
 }
@@ -229,20 +240,16 @@ static void free_locked(ct_cuda_alloc *a, void *p) {
 void ct_cuda_alloc_capture_begin(ct_cuda_alloc *a) {
     pthread_mutex_lock(&a->mu);
     a->capturing = true;
-    a->capture_missing = 0;
     a->captured.n = 0;
     pthread_mutex_unlock(&a->mu);
 }
 
-size_t ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned) {
+void ct_cuda_alloc_capture_end(ct_cuda_alloc *a, ct_cuda_blocks *owned) {
     pthread_mutex_lock(&a->mu);
     a->capturing = false;
     *owned = a->captured;
     memset(&a->captured, 0, sizeof a->captured);
-    size_t missing = a->capture_missing;
-    a->capture_missing = 0;
     pthread_mutex_unlock(&a->mu);
-    return missing;
 }
 
 /* Every later user of a block runs on the compute stream, after the work queued before it. */
@@ -409,14 +416,6 @@ static ct_cuda_stage *stage_get(ct_cuda *cu, size_t bytes) {
     return s;
 }
 
-bool ct_cuda_capture_doomed(ct_backend *be) {
-    ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
-    pthread_mutex_lock(&a->mu);
-    bool doomed = a->capturing && a->capture_missing > 0;
-    pthread_mutex_unlock(&a->mu);
-    return doomed;
-}
-
 void ct_cuda_require_not_capturing(ct_backend *be, const char *what) {
     ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
     pthread_mutex_lock(&a->mu);
@@ -579,7 +578,7 @@ static void cu_copy_d2h(ct_backend *be, void *dst_host, const void *src, size_t 
 }
 
 static void cu_copy_d2d(ct_backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes || dst == src || ct_cuda_capture_doomed(be)) return;
+    if (!bytes || dst == src) return;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     if (d < s + bytes && s < d + bytes) {
         /* overlapping ranges (the CPU backend's memmove allows them; cudaMemcpy does not) */
@@ -593,7 +592,7 @@ static void cu_copy_d2d(ct_backend *be, void *dst, const void *src, size_t bytes
 }
 
 static void cu_memset0(ct_backend *be, void *p, size_t bytes) {
-    if (!bytes || ct_cuda_capture_doomed(be)) return;
+    if (!bytes) return;
     CT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ct_cuda_stream(be)));
 }
 

@@ -30,8 +30,13 @@ BLAS=$(ldconfig -p | awk '$1 == "libopenblas.so.0" && $NF ~ /^\// {print $NF; ex
     sort -u | while read -r lib; do
         case "$(basename "$lib")" in
         libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libresolv.so*) continue ;;
+        # the compiler's runtime: every image has one, and Debian 12's older copy would shadow a
+        # newer one (PyTorch's) wherever bundle/lib is on LD_LIBRARY_PATH
+        libstdc++.so*|libgcc_s.so*|libgomp.so*) continue ;;
         esac
         case "$lib" in /usr/local/cuda*|*/libctrain_cuda.so) continue ;; esac
         cp -L "$lib" "$OUT/lib/"
     done
+# `make gpu-check` inside the bundle, where Debian's build tree is absent
+printf 'gpu-check:\n\t@sh test/gpu_check.sh .\n' > "$OUT/Makefile"
 echo "bundle: $OUT ($(du -sh "$OUT" | cut -f1)); libraries: $(ls "$OUT/lib" | tr '\n' ' ')"

@@ -81,6 +81,7 @@ cmd git git
 cmd clang clang
 cmd nvcc @cuda
 cmd nvidia-smi @cuda
+cmd compute-sanitizer @cuda
 TABLE
 for c in basename cat chmod comm cp cut date dd df dirname du env expr fold head id install join \
          ln ls md5sum mkdir mkfifo mknod mktemp mv nice nohup nproc od paste readlink realpath rm \

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run every test this machine can run: the Check unit tests (build/test/test_*) and the
 # end-to-end scripts (test/e2e_*.sh). Usage: run_tests.sh BUILD_DIR [cuda]
-# A test exiting 77 is reported as skipped, never as passed. Ends with "N passed, N failed, N skipped".
+# A test exiting 77 is reported as skipped, never as passed (in cuda mode: as failed). Ends with "N passed, N failed, N skipped".
 BUILD=${1:-build}
 MODE=${2:-cpu}
 passed=0; failed=0; skipped=0; failures=""
@@ -14,6 +14,9 @@ run_one() {
     if [ $rc -eq 0 ]; then
         passed=$((passed + 1)); echo "PASS  $name (${secs}s)"
         grep -E '^[0-9]+%: Checks: ' "$BUILD/test/$name.log" | sed 's/^/      /'
+    elif [ $rc -eq 77 ] && [ "$MODE" = "cuda" ]; then
+        # on the GPU a skip tests nothing: a GPU check that skips has failed
+        failed=$((failed + 1)); failures="$failures $name"; echo "FAIL  $name (skipped in cuda mode: $(tail -n 1 "$BUILD/test/$name.log"))"
     elif [ $rc -eq 77 ]; then
         skipped=$((skipped + 1)); echo "SKIP  $name: $(tail -n 1 "$BUILD/test/$name.log")"
     else

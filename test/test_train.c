@@ -1341,6 +1341,8 @@ int main(void) {
         return 77;
     }
     SRunner *sr = srunner_create(s);
+    /* ct_cuda_available initialised CUDA in this process, and CUDA does not survive a fork */
+    if (strcmp(test_device(), "cpu") != 0) srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -54,10 +54,11 @@ int ct_cuda_lib_open(const char *path, ct_cuda_lib *out, ct_err *err) {
 }
 
 /* Candidates, in order: $CTRAIN_CUDA_LIB; beside the executable (build/); bundle/lib/;
- * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries). The first that
- * loads is used; one that loads but is refused ends the search with its reason. */
+ * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries); the sibling lib/
+ * (bundle/test/ binaries). The first that loads is used; one that loads but is refused ends the
+ * search with its reason. */
 static bool load_cuda_lib(cuda_entry *e) {
-    char exe[1024], dir[1024], cand[5][1200];
+    char exe[1024], dir[1024], cand[6][1200];
     int n = 0;
     const char *env = getenv("CTRAIN_CUDA_LIB");
     if (env && *env) snprintf(cand[n++], sizeof cand[0], "%s", env);
@@ -71,6 +72,7 @@ static bool load_cuda_lib(cuda_entry *e) {
         snprintf(cand[n++], sizeof cand[0], "%s/lib/libctrain_cuda.so", dir);
         snprintf(cand[n++], sizeof cand[0], "%s/../lib/ctrain/libctrain_cuda.so", dir);
         snprintf(cand[n++], sizeof cand[0], "%s/../libctrain_cuda.so", dir);
+        snprintf(cand[n++], sizeof cand[0], "%s/../lib/libctrain_cuda.so", dir);
     }
     e->tried[0] = e->refused[0] = '\0';
     for (int i = 0; i < n; i++) {

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""GPU benchmark: ctrain against PyTorch 2.x on configs/gpt2_124m.json (GPT-2 124M: 12 pre-norm
+blocks, width 768, 12 heads, sequences of 1024, vocabulary 50304, tied head), bf16, tokens/s,
+MFU and peak GPU memory.
+
+Run from the repository root (or a bundle's root) on a machine with a GPU and PyTorch 2.x:
+    python3 bench/bench_gpt2_gpu.py [--build build] [--micro-batch 16] [--steps 20] [--warmup 5]
+
+Data: random token ids in an llm.c shard (written once into --data, 4M tokens); the speed of a
+step does not depend on the text. Both sides train the same model (GPT-2 init, AdamW lr 6e-4,
+betas 0.9/0.95, weight decay 0.1 on 2-D weights, gradient clipping 1.0, bf16 autocast, no eval)
+for --warmup + --steps steps and time the last --steps.
+
+PyTorch runs in a fresh process per mode (so peak memory is per run), the way nanoGPT trains:
+  eager     bf16 autocast, F.scaled_dot_product_attention (flash), fused AdamW
+  compile   the same under torch.compile
+ctrain runs twice (--warmup and --warmup + --steps steps) and the difference of the summaries'
+wall times cancels start-up, the first steps and the final save. One JSON line per measurement,
+then one with the ratios (the transformer issue's targets: MFU >= 45%, tokens/s >= 1.0x compile).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+T, C, L, H, V, VOCAB = 1024, 768, 12, 12, 50304, 50257
+H100_BF16_PEAK = 989e12  # dense bf16 tensor-core peak of an H100 SXM, the figure MFU is quoted against
+
+
+def write_shard(path, n_tokens, seed=0):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, n_tokens
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(rng.integers(0, VOCAB, n_tokens, dtype=np.uint16).tobytes())
+
+
+def torch_child(mode, data, B, steps, warmup):
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    dev = "cuda"
+    raw = np.fromfile(data, dtype=np.uint16, offset=1024)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc1, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, H, C // H).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.ln_f = nn.LayerNorm(C)
+            for name, p in self.named_parameters():
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
+                    nn.init.normal_(p, 0.0, std)
+
+        def forward(self, ids):
+            x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
+            for b in self.blocks:
+                x = b(x)
+            return F.linear(self.ln_f(x), self.wte.weight)
+
+    model = GPT().to(dev)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), fused=True)
+    fwd = torch.compile(model) if mode == "compile" else model
+    rng = np.random.default_rng(0)
+    n_win = (len(raw) - 1) // T
+
+    def batch():
+        w = rng.integers(0, n_win, B) * T
+        x = torch.from_numpy(np.stack([raw[i:i + T + 1] for i in w]).astype(np.int64)).pin_memory()
+        return x.to(dev, non_blocking=True)
+
+    torch.cuda.reset_peak_memory_stats()
+    t0 = None
+    for step in range(warmup + steps):
+        if step == warmup:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        x = batch()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = fwd(x[:, :-1])
+        loss = F.cross_entropy(logits.float()[..., :VOCAB].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    n_params = sum(p.numel() for p in model.parameters())
+    tps = steps * B * T / dt
+    flops_per_token = 6 * n_params + 6 * L * C * T  # the same count as ctrain's summary
+    print(json.dumps({"impl": "pytorch-" + mode, "micro_batch": B, "steps": steps, "s_per_step": dt / steps,
+                      "tokens_per_s": tps, "mfu": tps * flops_per_token / H100_BF16_PEAK,
+                      "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                      "peak_allocated_bytes": torch.cuda.max_memory_allocated(), "loss": float(loss)}))
+
+
+def run_ctrain(build, data, B, steps, warmup, extra):
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = os.path.join(tmp, "s.json")
+
+        def one(n):
+            cmd = [os.path.join(build, "ctrain"), "--quiet", "--device", "cuda", "--config", "configs/gpt2_124m.json",
+                   "--set", "train.max_steps=%d" % n, "--set", "data.eval=null",
+                   "--set", 'data.train.path="%s"' % os.path.abspath(data),
+                   "--set", "train_batch_size=%d" % B, "--set", "train_micro_batch_size_per_gpu=%d" % B,
+                   "--set", "scheduler.params.warmup_num_steps=2",
+                   "--set", 'train.run_dir="%s/run%d"' % (tmp, n), "--summary", summary] + extra
+            r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                print(json.dumps({"impl": "ctrain", "error": r.returncode, "stderr": r.stderr[-2000:]}))
+                return None
+            with open(summary) as f:
+                return json.load(f)
+
+        a, b = one(warmup), one(warmup + steps)
+        if not a or not b:
+            return None
+        dt = b["wall_s"] - a["wall_s"]
+        tps = steps * B * T / dt
+        out = {"impl": "ctrain", "micro_batch": B, "steps": steps, "s_per_step": dt / steps, "tokens_per_s": tps,
+               "summary_tokens_per_s": b.get("tokens_per_s"), "summary_mfu": b.get("mfu"),
+               "peak_device_bytes": b.get("peak_device_bytes"), "memory": b.get("memory"),
+               "loss": b.get("train_loss")}
+        print(json.dumps(out), flush=True)
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--data", default="/tmp/gpt2_random.bin")
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--ctrain-set", action="append", default=[], help="extra --set for ctrain (repeatable)")
+    ap.add_argument("--child", default="")
+    a = ap.parse_args()
+    if a.child:
+        torch_child(a.child, a.data, a.micro_batch, a.steps, a.warmup)
+        return
+    if not os.path.exists(a.data):
+        write_shard(a.data, 4 << 20)
+    extra = sum((["--set", s] for s in a.ctrain_set), [])
+    ct = run_ctrain(a.build, a.data, a.micro_batch, a.steps, a.warmup, extra)
+    res = {}
+    for mode in a.modes.split(","):
+        r = subprocess.run([sys.executable, __file__, "--child", mode, "--data", a.data, "--micro-batch",
+                            str(a.micro_batch), "--steps", str(a.steps), "--warmup", str(a.warmup)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(json.dumps({"impl": "pytorch-" + mode, "error": r.returncode, "stderr": r.stderr[-2000:]}))
+            continue
+        print(r.stdout.strip(), flush=True)
+        res[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    if ct:
+        print(json.dumps({"ratio_vs_" + m: ct["tokens_per_s"] / res[m]["tokens_per_s"] for m in res} |
+                         {"ctrain_mfu": ct["summary_mfu"], "targets": {"mfu": 0.45, "ratio_vs_compile": 1.0}}))
+
+
+if __name__ == "__main__":
+    main()
