@@ -30,11 +30,16 @@
  *   Memory traffic per (b, h): k, v about T^2 D / 8 elements each (step 2), q and dy about
  *   T^2 D / 8 each (step 3), plus dq, dk, dv, lse and dsum once.
  * Every sum runs in a fixed order (sequential loops, butterfly warp reductions), so the results do
- * not depend on the grid or on scheduling. This first version is plain fp32 FMA on CUDA cores,
- * written to be obviously right; tensor cores (mma for 16-bit) come next. */
+ * not depend on the grid or on scheduling. These kernels are plain fp32 FMA on CUDA cores, written
+ * to be obviously right: they serve fp32, head dims that are not a multiple of 16 and unaligned
+ * buffers. fp16/bf16 run on tensor cores (cuda_attention_mma.cu, cuda_attention_tc.cu; see
+ * ATTN_AUTO below for which and how to choose). */
+#include "cuda/cuda_attention.cuh"
 #include "cuda/cuda_dtype.cuh"
 #include "cuda/cuda_internal.h"
-#include "cuda/cuda_rng.cuh"
+
+#include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "core/util/rng.h"
@@ -53,16 +58,6 @@ extern "C" {
 #define DQ_BQ (ATT_WARPS * DQ_ROWS_PER_WARP)      /* 8 query rows per dq CTA */
 #define DKV_ROWS_PER_WARP 2
 #define DKV_BK (ATT_WARPS * DKV_ROWS_PER_WARP)    /* 8 key rows per dk/dv CTA */
-
-/* keep(b,h,t,j) of element e = (bh T + t) T + j: word e of the dropout stream (ct_rng_at: word
- * e & 3 of Philox block e >> 2), kept when it is >= thresh = floor(p 2^32). */
-__device__ __forceinline__ float attn_keep(uint64_t key, uint64_t stream, uint64_t e,
-                                           uint64_t thresh, float keep_scale) {
-    uint4 w = ct_dev_philox_block(key, stream, e >> 2);
-    unsigned k = (unsigned)(e & 3);
-    uint32_t word = k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w;
-    return (uint64_t)word >= thresh ? keep_scale : 0.0f;
-}
 
 /* Load rows [r0, r0 + n) of one head's q, k or v (`src` already points at the head's column
  * in token 0 of the sequence, row stride ld) into sh[r][d] (row stride `stride`) as fp32;
@@ -357,6 +352,12 @@ k_attn_dkdv(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restrict_
 
 /* ---- host side ---- */
 
+/* Which kernels run (CTRAIN_CUDA_ATTENTION, read once at backend creation): by default the
+ * fastest that applies: cuda_attention_mma.cu (fp16/bf16, D of 32, 64, 128), then
+ * cuda_attention_tc.cu (fp16/bf16, D % 16 == 0), then the kernels of this file. "wmma" skips the
+ * first, "reference" both: to compare them, or to rule the fast paths out. */
+enum { ATTN_AUTO = 0, ATTN_WMMA = 1, ATTN_REFERENCE = 2 };
+
 /* The dropout rule's numbers, exactly as dropout_forward computes them (cuda_eltwise.cu). */
 static uint64_t attn_thresh(float p) {
     double t = (double)p * 4294967296.0;
@@ -381,6 +382,17 @@ static void cu_attn_forward(ct_backend *be, void *y, float *lse, const void *qkv
     if (!attn_check(B, T, H, D, FWD_BQ)) return;
     float scale = (float)(1.0 / sqrt((double)D));
     uint64_t key = ct_cuda_rng_key(seed, CT_RNG_DROPOUT);
+    int path = ct_cuda_of(be)->attn_path;
+    if (path == ATTN_AUTO && ct_cuda_attn_mma_usable(dt, D, y, qkv, NULL, NULL)) {
+        ct_cuda_attn_mma_forward(ct_cuda_stream(be), y, lse, qkv, B, T, H, D, scale, attn_thresh(p),
+                                 attn_keep_scale(p), key, stream, dt);
+        return;
+    }
+    if (path != ATTN_REFERENCE && ct_cuda_attn_tc_usable(dt, D, y, qkv, NULL, NULL)) {
+        ct_cuda_attn_tc_forward(ct_cuda_stream(be), y, lse, qkv, B, T, H, D, scale, attn_thresh(p),
+                                attn_keep_scale(p), key, stream, dt);
+        return;
+    }
     dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * H));
     CT_DT_DISPATCH(dt, E, {
         k_attn_forward<E><<<grid, ATT_THREADS, 0, ct_cuda_stream(be)>>>(
@@ -405,6 +417,17 @@ static void cu_attn_backward(ct_backend *be, void *dqkv, const void *dy, const v
         k_attn_dsum<E><<<ct_cuda_grid(be, B * T * H * 32, 256), 256, 0, st>>>(
             dsum, (const E *)dy, (const E *)y, B, T, H, (int)D);
         CT_CUDA_LAUNCH_CHECK();
+        int path = ct_cuda_of(be)->attn_path;
+        if (path == ATTN_AUTO && ct_cuda_attn_mma_usable(dt, D, dqkv, dy, qkv, y)) {
+            ct_cuda_attn_mma_backward(st, dqkv, dy, qkv, lse, dsum, B, T, H, D, scale, thresh,
+                                      keep_scale, key, stream, dt);
+            break;
+        }
+        if (path != ATTN_REFERENCE && ct_cuda_attn_tc_usable(dt, D, dqkv, dy, qkv, y)) {
+            ct_cuda_attn_tc_backward(st, dqkv, dy, qkv, lse, dsum, B, T, H, D, scale, thresh,
+                                     keep_scale, key, stream, dt);
+            break;
+        }
         k_attn_dq<E><<<grid_q, ATT_THREADS, 0, st>>>((E *)dqkv, (const E *)dy, (const E *)qkv, lse,
                                                      dsum, T, H, (int)D, scale, thresh, keep_scale,
                                                      key, stream);
@@ -418,6 +441,12 @@ static void cu_attn_backward(ct_backend *be, void *dqkv, const void *dy, const v
 }
 
 void ct_cuda_attn_install(ct_backend *be) {
+    const char *env = getenv("CTRAIN_CUDA_ATTENTION");
+    ct_cuda_of(be)->attn_path = !env ? ATTN_AUTO : strcmp(env, "reference") == 0 ? ATTN_REFERENCE
+                                : strcmp(env, "wmma") == 0                       ? ATTN_WMMA
+                                                                                 : ATTN_AUTO;
+    ct_cuda_attn_tc_init();
+    ct_cuda_attn_mma_init();
     be->attn.causal_attention_forward = cu_attn_forward;
     be->attn.causal_attention_backward = cu_attn_backward;
 }
