@@ -167,7 +167,7 @@ __device__ __forceinline__ float gelu_tanh_den(float x) {
 
 __device__ __forceinline__ float act_f(float x, int act, float alpha) {
     switch (act) {
-    case CT_ACT_RELU: return x > 0.0f ? x : 0.0f; /* as the CPU backend: NaN -> 0 */
+    case CT_ACT_RELU: return x <= 0.0f ? 0.0f : x; /* NaN stays NaN, as in PyTorch */
     case CT_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
     case CT_ACT_GELU: return 0.5f * x * (1.0f + erff(x * CT_SQRT1_2));
     case CT_ACT_GELU_TANH: return x / gelu_tanh_den(x);
