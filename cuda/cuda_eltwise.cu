@@ -147,19 +147,31 @@ static void cu_cast(ct_backend *be, void *y, ct_dtype y_dt, const void *x, ct_dt
 
 #define CT_SQRT1_2 0.70710678118654752f
 #define CT_INV_SQRT_2PI 0.39894228040143268f
-#define CT_GELU_K0 0.79788456080286536f /* sqrt(2/pi) */
+#define CT_GELU_K0 0.79788456080286536f /* sqrt(2/pi), the CPU's CT_SQRT_2_PI */
 #define CT_GELU_K1 0.044715f
 
+/* The formulas are core/cpu/cpu_eltwise.c's, operation for operation: the same expression in the
+ * same order, and every product that feeds an addition written __fmul_rn, because the CPU (ISO C,
+ * no contraction) rounds it and nvcc would otherwise fuse it into an FMA. Near a zero of the
+ * derivative (gelu' crosses 0 at x = -0.75) the sum cancels, and an FMA there changes the
+ * result's leading digits. What remains between the two backends is expf/erff/tanhf, within an
+ * ulp or two of glibc's. */
 __device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* 1 + exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3): gelu_tanh(x) = x / it, and
+ * 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / it (one expf, no cancellation where tanh(u) is near -1) */
+__device__ __forceinline__ float gelu_tanh_den(float x) {
+    float inner = x + __fmul_rn(__fmul_rn(CT_GELU_K1 * x, x), x);
+    return 1.0f + expf(-2.0f * CT_GELU_K0 * inner);
+}
 
 __device__ __forceinline__ float act_f(float x, int act, float alpha) {
     switch (act) {
-    case CT_ACT_RELU: return x > 0.0f ? x : 0.0f; /* as the CPU backend: NaN -> 0 */
+    case CT_ACT_RELU: return x <= 0.0f ? 0.0f : x; /* NaN stays NaN, as in PyTorch */
     case CT_ACT_LEAKY_RELU: return x > 0.0f ? x : alpha * x;
     case CT_ACT_GELU: return 0.5f * x * (1.0f + erff(x * CT_SQRT1_2));
-    case CT_ACT_GELU_TANH:
-        return 0.5f * x * (1.0f + tanhf(CT_GELU_K0 * (x + CT_GELU_K1 * x * x * x)));
-    case CT_ACT_SILU: return x * dev_sigmoid(x);
+    case CT_ACT_GELU_TANH: return x / gelu_tanh_den(x);
+    case CT_ACT_SILU: return x / (1.0f + expf(-x));
     case CT_ACT_TANH: return tanhf(x);
     case CT_ACT_SIGMOID: return dev_sigmoid(x);
     default: return x;
@@ -184,22 +196,23 @@ __device__ __forceinline__ float act_grad(float dy, const T *x, const T *y, int6
         float v = ct_ld(x[i]);
         float cdf = 0.5f * (1.0f + erff(v * CT_SQRT1_2));
         float pdf = CT_INV_SQRT_2PI * expf(-0.5f * v * v);
-        return dy * (cdf + v * pdf);
+        return dy * (cdf + __fmul_rn(v, pdf));
     }
     case CT_ACT_GELU_TANH: {
+        /* s = sigmoid(2u), 0.5 (1 - tanh(u)^2) = 2 s (1 - s) */
         float v = ct_ld(x[i]);
-        float t = tanhf(CT_GELU_K0 * (v + CT_GELU_K1 * v * v * v));
-        float du = CT_GELU_K0 * (1.0f + 3.0f * CT_GELU_K1 * v * v);
-        return dy * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+        float s = 1.0f / gelu_tanh_den(v);
+        float dinner = CT_GELU_K0 * (1.0f + __fmul_rn(3.0f * CT_GELU_K1 * v, v));
+        return dy * (s + __fmul_rn(2.0f * v * s * (1.0f - s), dinner));
     }
     case CT_ACT_SILU: {
         float v = ct_ld(x[i]);
         float s = dev_sigmoid(v);
-        return dy * s * (1.0f + v * (1.0f - s));
+        return dy * s * (1.0f + __fmul_rn(v, 1.0f - s));
     }
     case CT_ACT_TANH: {
         float t = y ? ct_ld(y[i]) : tanhf(ct_ld(x[i]));
-        return dy * (1.0f - t * t);
+        return dy * (1.0f - __fmul_rn(t, t));
     }
     case CT_ACT_SIGMOID: {
         float s = y ? ct_ld(y[i]) : dev_sigmoid(ct_ld(x[i]));

@@ -272,20 +272,22 @@ static void cu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_t
 }
 
 /* y[rows, out] = act(x[rows, in] w[out, in]^T + bias[out]), all in dt. The bias and the
- * activation ride in a cuBLASLt epilogue where one computes ours: BIAS, RELU(_BIAS), and, for
- * 16-bit outputs only, GELU(_BIAS) for the tanh form (cuBLASLt's GELU is the tanh approximation;
- * its fast tanh is well inside 16-bit rounding but not inside fp32's 1e-5 budget). Otherwise, or
- * when the heuristic has no fused kernel, a plain GEMM followed by bias_act_forward. In cuBLASLt's
- * column-major view D is [out, rows], so the bias runs along D's rows as the epilogue requires. */
+ * activation ride in a cuBLASLt epilogue where one computes ours: BIAS, and, for 16-bit outputs
+ * only, GELU(_BIAS) for the tanh form (cuBLASLt's GELU is the tanh approximation; its fast tanh is
+ * well inside 16-bit rounding but not inside fp32's 1e-5 budget). Not RELU(_BIAS): cuBLASLt
+ * documents it as max(x, 0), which on the GPU maps NaN to 0, and our ReLU keeps NaN (an
+ * overflowed 16-bit forward must reach the loss check); the ReLU then runs in bias_act_forward.
+ * Otherwise, or when the heuristic has no fused kernel, a plain GEMM followed by
+ * bias_act_forward. In cuBLASLt's column-major view D is [out, rows], so the bias runs along D's
+ * rows as the epilogue requires. */
 static bool linear_act_fused(ct_act act, ct_dtype dt) {
-    return act == CT_ACT_NONE || act == CT_ACT_RELU || (act == CT_ACT_GELU_TANH && dt != CT_F32);
+    return act == CT_ACT_NONE || (act == CT_ACT_GELU_TANH && dt != CT_F32);
 }
 
 static int linear_epilogue(ct_act act, ct_dtype dt, bool has_bias) {
     if (!linear_act_fused(act, dt)) act = CT_ACT_NONE; /* bias only; the activation follows */
     switch (act) {
     case CT_ACT_NONE: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    case CT_ACT_RELU: return has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case CT_ACT_GELU_TANH: return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     default: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     }

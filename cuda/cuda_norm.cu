@@ -2,7 +2,9 @@
  *
  * Statistics in double, reduced in a fixed order (cuda_reduce.cuh for per-channel sums, fixed
  * block trees for per-row sums); the element formulas are core/cpu/cpu_norm.c's, so results agree
- * with the CPU reference to float rounding. Embedding backward sorts (id, position) pairs with a
+ * with the CPU reference to float rounding. Where a product feeds an addition that can cancel,
+ * it is written __fmul_rn: the CPU (ISO C, no contraction) rounds every product, and nvcc's
+ * default FMA contraction would not. Embedding backward sorts (id, position) pairs with a
  * stable radix sort and lets one warp own each distinct id: rows are summed in position order,
  * as on the CPU, with no atomics. */
 #include "cuda/cuda_dtype.cuh"
@@ -216,7 +218,7 @@ __global__ void k_ln_fwd(T *y, float *save_mean, float *save_rstd, const T *x, c
     }
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
         float v = (ct_ld(xr[j]) - fmean) * rstd;
-        yr[j] = ct_st<T>(v * (gamma ? ct_ld(gamma[j]) : 1.0f) + (beta ? ct_ld(beta[j]) : 0.0f));
+        yr[j] = ct_st<T>(__fmul_rn(v, gamma ? ct_ld(gamma[j]) : 1.0f) + (beta ? ct_ld(beta[j]) : 0.0f));
     }
 }
 
@@ -230,7 +232,7 @@ __global__ void k_ln_bwd_dx(T *dx, const T *dy, const T *x, const T *gamma, cons
     float mu = mean[r], rs = rstd[r];
     double sg = 0.0, sgx = 0.0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-        float g = ct_ld(dyr[j]) * (gamma ? ct_ld(gamma[j]) : 1.0f);
+        float g = __fmul_rn(ct_ld(dyr[j]), gamma ? ct_ld(gamma[j]) : 1.0f);
         sg += g;
         sgx += (double)g * ((ct_ld(xr[j]) - mu) * rs);
     }
@@ -238,9 +240,13 @@ __global__ void k_ln_bwd_dx(T *dx, const T *dy, const T *x, const T *gamma, cons
     sgx = ct_block_sum(sgx, sh);
     float mean_g = (float)(sg / (double)d), mean_gx = (float)(sgx / (double)d);
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-        float g = ct_ld(dyr[j]) * (gamma ? ct_ld(gamma[j]) : 1.0f);
+        /* the CPU's rstd (g - mean_g - xhat mean_gx) with every product rounded on its own: an
+         * FMA would keep dy gamma unrounded against mean_g, made from the rounded products, and
+         * a constant row (g == mean_g, xhat == 0) would give rstd times that rounding error
+         * instead of 0 */
+        float g = __fmul_rn(ct_ld(dyr[j]), gamma ? ct_ld(gamma[j]) : 1.0f);
         float xhat = (ct_ld(xr[j]) - mu) * rs;
-        dxr[j] = ct_st<T>(rs * (g - mean_g - xhat * mean_gx));
+        dxr[j] = ct_st<T>(rs * (g - mean_g - __fmul_rn(xhat, mean_gx)));
     }
 }
 

@@ -370,27 +370,35 @@ START_TEST(conv2d_batched) {
 }
 END_TEST
 
-/* linear_forward against gemm + bias_act on the CPU (fp32 from the rounded inputs). */
+/* linear_forward against gemm + bias_act on the CPU (fp32 from the rounded inputs). With relu,
+ * row 5 of x holds a NaN: that output row must be NaN, not the 0 of a max(x, 0) epilogue. */
 START_TEST(linear_forward_op) {
     const ct_act acts[5] = {CT_ACT_NONE, CT_ACT_RELU, CT_ACT_GELU_TANH, CT_ACT_GELU, CT_ACT_LEAKY_RELU};
     int64_t rows = 67, in = 96, out = 40;
     float *x = hrand(rows * in, -1, 1), *w = hrand(out * in, -0.3f, 0.3f), *b = hrand(out, -1, 1);
+    float *x_nan = malloc((size_t)(rows * in) * sizeof(float));
+    memcpy(x_nan, x, (size_t)(rows * in) * sizeof(float));
+    x_nan[5 * in + 7] = NAN;
     for (int t = 0; t < 3; t++) {
         ct_dtype dt = DTS[t];
         size_t es = ct_dtype_size(dt);
         void *hx = hdt(x, rows * in, dt), *hw = hdt(w, out * in, dt), *hb = hdt(b, out, dt);
+        void *hxn = hdt(x_nan, rows * in, dt);
         float *xr = hf32(hx, rows * in, dt), *wr = hf32(hw, out * in, dt), *br = hf32(hb, out, dt);
+        float *xrn = hf32(hxn, rows * in, dt);
         void *dx = upd(hx, rows * in, dt), *dw = upd(hw, out * in, dt), *db = upd(hb, out, dt);
+        void *dxn = upd(hxn, rows * in, dt);
         for (int a = 0; a < 5; a++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {
+                bool nan_in = acts[a] == CT_ACT_RELU;
                 float *want = malloc((size_t)(rows * out) * 4);
-                cpu->blas.gemm(cpu, false, true, rows, out, in, 1.0f, xr, CT_F32, in, wr, CT_F32, in,
+                cpu->blas.gemm(cpu, false, true, rows, out, in, 1.0f, nan_in ? xrn : xr, CT_F32, in, wr, CT_F32, in,
                           0.0f, want, CT_F32, out);
                 cpu->elt.bias_act_forward(cpu, want, with_bias ? br : NULL, rows, out, 1, acts[a], 0.1f,
                                       CT_F32);
                 void *dy = poison_dt(rows * out, dt);
-                gpu->blas.linear_forward(gpu, dy, dx, dw, with_bias ? db : NULL, rows, in, out, acts[a],
-                                    0.1f, dt);
+                gpu->blas.linear_forward(gpu, dy, nan_in ? dxn : dx, dw, with_bias ? db : NULL, rows, in, out,
+                                         acts[a], 0.1f, dt);
                 void *got = down(dy, (size_t)(rows * out) * es);
                 float *gf = hf32(got, rows * out, dt);
                 char what[64];
@@ -400,10 +408,10 @@ START_TEST(linear_forward_op) {
                 gfree(dy);
                 free(want), free(got), free(gf);
             }
-        gfree(dx), gfree(dw), gfree(db);
-        free(hx), free(hw), free(hb), free(xr), free(wr), free(br);
+        gfree(dx), gfree(dw), gfree(db), gfree(dxn);
+        free(hx), free(hw), free(hb), free(xr), free(wr), free(br), free(hxn), free(xrn);
     }
-    free(x), free(w), free(b);
+    free(x), free(w), free(b), free(x_nan);
 }
 END_TEST
 

@@ -228,9 +228,11 @@ static void act_apply(float *y, const float *x, int64_t n, ct_act act, float alp
         if (y != x) memmove(y, x, (size_t)n * sizeof(float));
         break;
     case CT_ACT_RELU:
+        /* NaN stays NaN, as in PyTorch: a 16-bit forward that overflowed must reach the loss
+         * check, not turn into zeros */
         for (int64_t i = 0; i < n; i++) {
             float v = x[i];
-            y[i] = v > 0.0f ? v : 0.0f;
+            y[i] = v <= 0.0f ? 0.0f : v;
         }
         break;
     case CT_ACT_LEAKY_RELU:
