@@ -80,14 +80,26 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
 
-# test_backend loads stand-ins for a CUDA library built for another op table.
+# test_backend loads stand-ins: a CUDA library built for another op table ...
 $(BUILD)/test/libfake_cuda_v1.so: test/fixtures/fake_cuda_lib.c
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -DFAKE_ABI=1 $< -o $@
 $(BUILD)/test/libfake_cuda_noabi.so: test/fixtures/fake_cuda_lib.c
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC $< -o $@
-$(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so
+# ... one that needs a library no machine has (as libctrain_cuda.so without its libcublasLt.so.13):
+# linked against a stub that is then left out of every search path ...
+$(BUILD)/test/libfake_cuda_needs.so: test/fixtures/fake_cuda_lib.c
+	@mkdir -p $(BUILD)/test/absent
+	$(CC) -shared -fPIC -Wl,-soname,libctrain_absent_dep.so.13 -x c /dev/null -o $(BUILD)/test/absent/libctrain_absent_dep.so
+	$(CC) -shared -fPIC $< -o $@ -Wl,--no-as-needed -L$(BUILD)/test/absent -lctrain_absent_dep
+	rm -rf $(BUILD)/test/absent
+# ... and the NVIDIA driver's name (soname libcuda.so.1) for a process that loads it first.
+$(BUILD)/test/libfake_driver.so:
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -Wl,-soname,libcuda.so.1 -x c /dev/null -o $@
+$(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so \
+    $(BUILD)/test/libfake_cuda_needs.so $(BUILD)/test/libfake_driver.so
 
 # test_cuda* call the CUDA backend's own entry points, so they link the library directly.
 $(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)

@@ -324,7 +324,9 @@ static int setup(ct_trainer *t, ct_err *err) {
     open_start(&jobs[0], cfg, "train");
     open_start(&jobs[1], cfg, "eval");
     ct_amp_init(&t->m.amp, cfg);
-    rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
+    char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
+    rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &t->be, notice, sizeof notice, err);
+    if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
     if (!rc) t->comm = ct_comm_single(t->be);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
