@@ -28,7 +28,11 @@ ifeq ($(CUDA),0)
   NVCC :=
 endif
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
+# What CUDA_ARCH puts in the library ("sm_80/sm_90/compute_90"): the backend refuses a device none of
+# it runs on, naming both (cuda/cuda_backend.cu).
+comma := ,
+CUDA_ARCH_CODES = $(subst $(eval) ,/,$(strip $(subst code=,,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCH))))))
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -DCT_CUDA_BUILT_FOR=$(CUDA_ARCH_CODES) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
 
 # Every module folder under core/ (docs/DESIGN.md), and the subcommands of cmd/ (all but main):
 # tests call the subcommands too, so they live in libctrain.a with the rest.

@@ -536,6 +536,39 @@ START_TEST(missing_library_named) {
 }
 END_TEST
 
+/* Compute capabilities: the library built by the Makefile's default CUDA_ARCH (sm_80, sm_90 machine
+ * code, compute_90 PTX) takes 8.0 and newer and refuses older GPUs, naming the device, its
+ * capability and what the library holds. Needs no GPU: the check gets the properties as arguments. */
+START_TEST(capability_below_sm80_refused) {
+    char path[PATH_MAX + 64];
+    beside_me("../libctrain_cuda.so", path, sizeof path);
+    if (access(path, F_OK) != 0) return; /* a bundle without the library: nothing to check */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h, "%s", dlerror());
+    int (*check)(int, const char *, int, int, ct_err *) =
+        (int (*)(int, const char *, int, int, ct_err *))dlsym(h, "ct_cuda_check_capability");
+    ck_assert(check);
+    static const struct { int major, minor; bool ok; } cases[] = {
+        {6, 1, false}, {7, 0, false}, {7, 5, false},             /* P100, V100, T4 */
+        {8, 0, true}, {8, 6, true}, {8, 9, true}, {9, 0, true},  /* sm_80 code; sm_90 code */
+        {10, 0, true}, {12, 0, true},                            /* compute_90 PTX, JIT-compiled */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ct_err err = {0};
+        int rc = check(3, "Tesla Test", cases[i].major, cases[i].minor, &err);
+        ck_assert_msg(rc == (cases[i].ok ? CT_OK : CT_ERR_RUNTIME), "%d.%d: rc %d %s", cases[i].major,
+                      cases[i].minor, rc, err.msg);
+        if (cases[i].ok) continue;
+        char cap[32];
+        snprintf(cap, sizeof cap, "compute capability %d.%d", cases[i].major, cases[i].minor);
+        ck_assert_msg(strstr(err.msg, "CUDA device 3 (Tesla Test)") && strstr(err.msg, cap) &&
+                      strstr(err.msg, "8.0 or newer") && strstr(err.msg, "holds code for sm_80") &&
+                      strstr(err.msg, "--device cpu"), "%s", err.msg);
+    }
+    dlclose(h);
+}
+END_TEST
+
 /* The dynamic loader's reason, word for word: what a user needs to fix a GPU machine. */
 #define ABSENT_DEP_REASON "libctrain_absent_dep.so.13: cannot open shared object file"
 
@@ -639,6 +672,7 @@ int main(void) {
     tcase_add_test(tc, unversioned_refused);
     tcase_add_test(tc, own_library_accepted);
     tcase_add_test(tc, missing_library_named);
+    tcase_add_test(tc, capability_below_sm80_refused);
     tcase_add_test(tc, unresolved_dependency_reason_whole);
     tcase_add_test(tc, not_an_elf_file_reason_whole);
     tcase_add_test(tc, auto_says_why_it_uses_the_cpu);
