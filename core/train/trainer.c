@@ -222,6 +222,7 @@ static void loader_warning(void *ctx, const char *line) {
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
     int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->m.info->classes, &o, err);
+    o.ids_below = t->m.info->input_ids_below;      /* token ids must fit the embedding's table */
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
     o.warn_fn = loader_warning;
     o.warn_ctx = &t->obs.rep;
