@@ -28,7 +28,11 @@ ifeq ($(CUDA),0)
   NVCC :=
 endif
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
+# What CUDA_ARCH puts in the library ("sm_80/sm_90/compute_90"): the backend refuses a device none of
+# it runs on, naming both (cuda/cuda_backend.cu).
+comma := ,
+CUDA_ARCH_CODES = $(subst $(eval) ,/,$(strip $(subst code=,,$(filter code=%,$(subst $(comma), ,$(CUDA_ARCH))))))
+NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -DCT_CUDA_BUILT_FOR=$(CUDA_ARCH_CODES) -I. -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter
 
 # Every module folder under core/ (docs/DESIGN.md), and the subcommands of cmd/ (all but main):
 # tests call the subcommands too, so they live in libctrain.a with the rest.
@@ -80,14 +84,26 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
 
-# test_backend loads stand-ins for a CUDA library built for another op table.
+# test_backend loads stand-ins: a CUDA library built for another op table ...
 $(BUILD)/test/libfake_cuda_v1.so: test/fixtures/fake_cuda_lib.c
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -DFAKE_ABI=1 $< -o $@
 $(BUILD)/test/libfake_cuda_noabi.so: test/fixtures/fake_cuda_lib.c
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC $< -o $@
-$(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so
+# ... one that needs a library no machine has (as libctrain_cuda.so without its libcublasLt.so.13):
+# linked against a stub that is then left out of every search path ...
+$(BUILD)/test/libfake_cuda_needs.so: test/fixtures/fake_cuda_lib.c
+	@mkdir -p $(BUILD)/test/absent
+	$(CC) -shared -fPIC -Wl,-soname,libctrain_absent_dep.so.13 -x c /dev/null -o $(BUILD)/test/absent/libctrain_absent_dep.so
+	$(CC) -shared -fPIC $< -o $@ -Wl,--no-as-needed -L$(BUILD)/test/absent -lctrain_absent_dep
+	rm -rf $(BUILD)/test/absent
+# ... and the NVIDIA driver's name (soname libcuda.so.1) for a process that loads it first.
+$(BUILD)/test/libfake_driver.so:
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -Wl,-soname,libcuda.so.1 -x c /dev/null -o $@
+$(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so \
+    $(BUILD)/test/libfake_cuda_needs.so $(BUILD)/test/libfake_driver.so
 
 # test_cuda* call the CUDA backend's own entry points, so they link the library directly.
 $(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)

@@ -175,7 +175,9 @@ int ct_generate_main(int argc, char **argv, ct_err *err) {
     ct_config *cfg = NULL;
     if (!rc) rc = load_config(&a, dir, &cfg, err);
     ct_lm *m = NULL;
-    if (!rc) rc = ct_lm_open(cfg, dir, &m, err);
+    if (!rc) rc = ct_lm_open(cfg, dir, &m, &warn, err);
+    for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
+    ct_warnings_free(&warn);
     int32_t *ids = NULL;
     int64_t n = 0;
     if (!rc) rc = prompt_ids(&a, ct_lm_classes(m), &ids, &n, a.tokens, err);

@@ -140,6 +140,53 @@ static bool init_state(ct_cuda *cu, int device, ct_err *err) {
     return true;
 }
 
+/* What the library holds (the Makefile's CUDA_ARCH): machine code sm_XY, PTX compute_XY. */
+#ifndef CT_CUDA_BUILT_FOR
+#define CT_CUDA_BUILT_FOR sm_80/sm_90/compute_90
+#endif
+#define CT_STR_(x) #x
+#define CT_STR(x) CT_STR_(x)
+static const char built_for[] = CT_STR(CT_CUDA_BUILT_FOR);
+
+/* Whether one of `codes` ("sm_80/sm_90/compute_90") runs on compute capability cc (10 * major +
+ * minor): machine code sm_XY on the same major with a minor of at least Y (sm_XYa: on XY only);
+ * PTX compute_XY, which the driver compiles, on any cc of at least XY. */
+static bool built_code_runs_on(const char *codes, int cc) {
+    for (const char *p = codes; *p;) {
+        bool ptx = strncmp(p, "compute_", 8) == 0, sass = strncmp(p, "sm_", 3) == 0;
+        const char *num = p + (ptx ? 8 : sass ? 3 : 0);
+        char *end = NULL;
+        long v = (ptx || sass) ? strtol(num, &end, 10) : -1;
+        if (v > 0) {
+            bool exact = end && *end == 'a';
+            if (ptx && cc >= v) return true;
+            if (sass && (exact ? cc == v : cc / 10 == v / 10 && cc >= v)) return true;
+        }
+        const char *slash = strchr(p, '/');
+        if (!slash) break;
+        p = slash + 1;
+    }
+    return false;
+}
+
+/* sm_80 is the floor whatever CUDA_ARCH says: the kernels compute in bf16 and the config takes
+ * bf16 support for granted on every GPU (cmd/ctrain.c). Older GPUs (V100, T4) would pass a
+ * device query and then fail at the first launch with "no kernel image". */
+extern "C" int ct_cuda_check_capability(int device, const char *name, int major, int minor, ct_err *err) {
+    int cc = 10 * major + minor;
+    if (cc >= 80 && built_code_runs_on(built_for, cc)) return CT_OK;
+    if (cc < 80)
+        return ct_errf(err, CT_ERR_RUNTIME,
+                       "CUDA device %d (%s) has compute capability %d.%d; ctrain needs 8.0 or newer (A100, "
+                       "A10, L4, RTX 30xx, H100 and later): its CUDA library holds code for %s (Makefile "
+                       "CUDA_ARCH).\n  Use --device cpu.", device, name, major, minor, built_for);
+    return ct_errf(err, CT_ERR_RUNTIME,
+                   "CUDA device %d (%s) has compute capability %d.%d; this ctrain's CUDA library holds "
+                   "code for %s (Makefile CUDA_ARCH), none of which runs on it.\n  Rebuild with "
+                   "make CUDA_ARCH='-gencode arch=compute_%d,code=sm_%d', or use --device cpu.",
+                   device, name, major, minor, built_for, cc, cc);
+}
+
 extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -171,11 +218,7 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     cudaDeviceProp prop;
     if (!setup_ok(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", err))
         return NULL;
-    if (prop.major < 7) {
-        ct_errf(err, CT_ERR_RUNTIME, "CUDA device %d (%s, sm_%d%d) is too old: ctrain needs sm_70+",
-                device, prop.name, prop.major, prop.minor);
-        return NULL;
-    }
+    if (ct_cuda_check_capability(device, prop.name, prop.major, prop.minor, err)) return NULL;
 
     ct_backend *be = (ct_backend *)ct_xcalloc(1, sizeof *be);
     ct_cuda *cu = (ct_cuda *)ct_xcalloc(1, sizeof *cu);

@@ -27,6 +27,11 @@ bool ct_cuda_probe(void);
  * not usable: no driver, no such device, or a stream/cuBLASLt handle cannot be created. */
 ct_backend *ct_cuda_backend_create(int device, ct_err *err);
 
+/* CT_OK when this library has code for a device of compute capability major.minor (8.0 or newer,
+ * and covered by the Makefile's CUDA_ARCH); else CT_ERR_RUNTIME naming the device, its capability
+ * and what the library holds. Needs no GPU (the backend calls it with the device's properties). */
+int ct_cuda_check_capability(int device, const char *name, int major, int minor, ct_err *err);
+
 /* TF32 tensor cores for fp32 GEMMs: off by default (bit-comparable with the CPU within 1e-5);
  * the config turns it on explicitly. `be` must be a CUDA backend. */
 void ct_cuda_set_tf32(ct_backend *be, bool on);

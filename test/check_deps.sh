@@ -85,7 +85,7 @@ cmd compute-sanitizer @cuda
 TABLE
 for c in basename cat chmod comm cp cut date dd df dirname du env expr fold head id install join \
          ln ls md5sum mkdir mkfifo mknod mktemp mv nice nohup nproc od paste readlink realpath rm \
-         rmdir seq sha1sum sha256sum sleep sort split stat sync tail tee timeout touch tr truncate \
+         rmdir chroot seq sha1sum sha256sum sleep sort split stat sync tail tee timeout touch tr truncate \
          uname uniq wc yes; do
     echo "cmd $c coreutils"
 done >>"$T/table"
@@ -103,6 +103,7 @@ lib check check
 lib subunit libsubunit-dev
 lib stdc++ libstdc++-12-dev
 lib ctrain_cuda @built
+lib ctrain_absent_dep @built
 lib cudart @cuda
 lib cublas @cuda
 lib cublasLt @cuda

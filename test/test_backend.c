@@ -3,8 +3,12 @@
  * CPU (every build): asynchronous downloads and their tickets, timing marks, init_fill (thread
  * count, every instruction-set kernel against an independent scalar reference, moments, streams),
  * and the fatal handler. CUDA builds also check that a library built for another op table is
- * refused with a message naming both versions (the table crosses the dlopen boundary). */
+ * refused with a message naming both versions (the table crosses the dlopen boundary), that a
+ * library that cannot be loaded (a missing dependency, not an ELF file) is reported with the
+ * loader's whole reason, and that device "auto" says in one line why a machine with the NVIDIA
+ * driver trains on the CPU. */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -531,6 +535,113 @@ START_TEST(missing_library_named) {
     ck_assert_msg(strstr(err.msg, "/nonexistent/libctrain_cuda.so"), "%s", err.msg);
 }
 END_TEST
+
+/* Compute capabilities: the library built by the Makefile's default CUDA_ARCH (sm_80, sm_90 machine
+ * code, compute_90 PTX) takes 8.0 and newer and refuses older GPUs, naming the device, its
+ * capability and what the library holds. Needs no GPU: the check gets the properties as arguments. */
+START_TEST(capability_below_sm80_refused) {
+    char path[PATH_MAX + 64];
+    beside_me("../libctrain_cuda.so", path, sizeof path);
+    if (access(path, F_OK) != 0) return; /* a bundle without the library: nothing to check */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h, "%s", dlerror());
+    int (*check)(int, const char *, int, int, ct_err *) =
+        (int (*)(int, const char *, int, int, ct_err *))dlsym(h, "ct_cuda_check_capability");
+    ck_assert(check);
+    static const struct { int major, minor; bool ok; } cases[] = {
+        {6, 1, false}, {7, 0, false}, {7, 5, false},             /* P100, V100, T4 */
+        {8, 0, true}, {8, 6, true}, {8, 9, true}, {9, 0, true},  /* sm_80 code; sm_90 code */
+        {10, 0, true}, {12, 0, true},                            /* compute_90 PTX, JIT-compiled */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ct_err err = {0};
+        int rc = check(3, "Tesla Test", cases[i].major, cases[i].minor, &err);
+        ck_assert_msg(rc == (cases[i].ok ? CT_OK : CT_ERR_RUNTIME), "%d.%d: rc %d %s", cases[i].major,
+                      cases[i].minor, rc, err.msg);
+        if (cases[i].ok) continue;
+        char cap[32];
+        snprintf(cap, sizeof cap, "compute capability %d.%d", cases[i].major, cases[i].minor);
+        ck_assert_msg(strstr(err.msg, "CUDA device 3 (Tesla Test)") && strstr(err.msg, cap) &&
+                      strstr(err.msg, "8.0 or newer") && strstr(err.msg, "holds code for sm_80") &&
+                      strstr(err.msg, "--device cpu"), "%s", err.msg);
+    }
+    dlclose(h);
+}
+END_TEST
+
+/* The dynamic loader's reason, word for word: what a user needs to fix a GPU machine. */
+#define ABSENT_DEP_REASON "libctrain_absent_dep.so.13: cannot open shared object file"
+
+START_TEST(unresolved_dependency_reason_whole) {
+    char path[PATH_MAX + 64];
+    beside_me("libfake_cuda_needs.so", path, sizeof path);
+    ct_err err = {0};
+    ct_cuda_lib lib;
+    ck_assert_int_eq(ct_cuda_lib_open(path, &lib, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, ABSENT_DEP_REASON), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(not_an_elf_file_reason_whole) {
+    char dir[] = "/tmp/ct_backend_XXXXXX", path[64];
+    ck_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/libctrain_cuda.so", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert(f);
+    for (int i = 0; i < 8; i++) fputs("not a shared library, a text file by that name\n", f);
+    fclose(f);
+    ct_err err = {0};
+    ct_cuda_lib lib;
+    int rc = ct_cuda_lib_open(path, &lib, &err);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_int_eq(rc, CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "invalid ELF header"), "%s", err.msg);
+}
+END_TEST
+
+/* A GPU machine (the driver stand-in, soname libcuda.so.1, loaded first so that dlopen of that
+ * name finds it) whose CUDA library fails to load: "cuda" is an error and "auto" trains on the CPU
+ * with one notice line, both carrying the loader's reason. The stand-in stays loaded for the rest
+ * of the process, so this runs only in a forked test. */
+START_TEST(auto_says_why_it_uses_the_cpu) {
+    const char *fork_mode = getenv("CK_FORK");
+    if (fork_mode && strcmp(fork_mode, "no") == 0) return;
+    char driver[PATH_MAX + 64], lib[PATH_MAX + 64];
+    beside_me("libfake_driver.so", driver, sizeof driver);
+    beside_me("libfake_cuda_needs.so", lib, sizeof lib);
+    ck_assert_msg(dlopen(driver, RTLD_NOW | RTLD_LOCAL), "%s", dlerror());
+    setenv("CTRAIN_CUDA_LIB", lib, 1);
+
+    ct_err err = {0};
+    ct_backend *be = NULL;
+    ck_assert_int_eq(ct_backend_create("cuda", 1, &be, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, lib) && strstr(err.msg, ABSENT_DEP_REASON), "%s", err.msg);
+
+    char notice[CT_ERR_MSG + 64];
+    ck_assert_msg(ct_backend_create_noting("auto", 1, &be, notice, sizeof notice, &err) == CT_OK, "%s", err.msg);
+    ck_assert_str_eq(be->name, "cpu");
+    ct_backend_destroy(be);
+    ck_assert_msg(strstr(notice, "training on the CPU") && strstr(notice, lib) &&
+                  strstr(notice, ABSENT_DEP_REASON) && !strchr(notice, '\n'), "%s", notice);
+}
+END_TEST
+
+/* No driver: "auto" says nothing (a CPU machine is not a fault), even with a broken library. */
+START_TEST(auto_without_driver_is_quiet) {
+    if (dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) return; /* a GPU machine: nothing to check */
+    char lib[PATH_MAX + 64];
+    beside_me("libfake_cuda_needs.so", lib, sizeof lib);
+    setenv("CTRAIN_CUDA_LIB", lib, 1);
+    char notice[CT_ERR_MSG + 64] = "unset";
+    ct_err err = {0};
+    ct_backend *be = NULL;
+    ck_assert_msg(ct_backend_create_noting("auto", 1, &be, notice, sizeof notice, &err) == CT_OK, "%s", err.msg);
+    ck_assert_str_eq(be->name, "cpu");
+    ct_backend_destroy(be);
+    ck_assert_str_eq(notice, "");
+}
+END_TEST
 #endif
 
 int main(void) {
@@ -561,6 +672,11 @@ int main(void) {
     tcase_add_test(tc, unversioned_refused);
     tcase_add_test(tc, own_library_accepted);
     tcase_add_test(tc, missing_library_named);
+    tcase_add_test(tc, capability_below_sm80_refused);
+    tcase_add_test(tc, unresolved_dependency_reason_whole);
+    tcase_add_test(tc, not_an_elf_file_reason_whole);
+    tcase_add_test(tc, auto_says_why_it_uses_the_cpu);
+    tcase_add_test(tc, auto_without_driver_is_quiet);
     suite_add_tcase(s, tc);
 #endif
     SRunner *sr = srunner_create(s);

@@ -30,7 +30,9 @@ static bool driver_present(char *why, size_t n) {
 
 int ct_cuda_lib_open(const char *path, ct_cuda_lib *out, ct_err *err) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, dlerror());
+    /* dlerror's text whole: it names the missing dependency or symbol (libcublasLt.so.13, ...) */
+    if (!h) return ct_errf(err, CT_ERR_RUNTIME, "%s: %s (`ldd %s` shows what it needs and what is missing)",
+                           path, dlerror(), path);
     int (*abi)(size_t *) = (int (*)(size_t *))dlsym(h, "ct_cuda_backend_abi");
     out->probe = (bool (*)(void))dlsym(h, "ct_cuda_probe");
     out->create = (ct_backend * (*)(int, ct_err *)) dlsym(h, "ct_cuda_backend_create");
@@ -90,14 +92,36 @@ static bool load_cuda_lib(cuda_entry *e) {
 }
 #endif
 
-bool ct_cuda_available(void) {
 #ifdef CT_HAVE_CUDA
+/* Why the CUDA backend library cannot be used, in one line: the loader's whole reason when one was
+ * found (a missing libcublasLt.so.13, an undefined symbol, another op table), else where it was
+ * looked for. */
+static void lib_failure(const cuda_entry *e, char *why, size_t n) {
+    if (e->refused[0]) snprintf(why, n, "the CUDA backend library: %s", e->refused);
+    else snprintf(why, n, "the CUDA backend library libctrain_cuda.so was not found (looked in: %s); "
+                  "set CTRAIN_CUDA_LIB to its path", e->tried);
+}
+#endif
+
+/* why (may be NULL) is set only when the NVIDIA driver is there but the CUDA backend library is
+ * missing or cannot be loaded: a GPU machine that will train on the CPU, which must not pass
+ * unnoticed. No driver, or a driver that sees no device, is the ordinary CPU machine: why "". */
+static bool cuda_usable(char *why, size_t n) {
+    if (why && n) why[0] = '\0';
+#ifdef CT_HAVE_CUDA
+    if (!driver_present(NULL, 0)) return false;
     cuda_entry e;
-    return driver_present(NULL, 0) && load_cuda_lib(&e) && e.lib.probe();
+    if (!load_cuda_lib(&e)) {
+        if (why && n) lib_failure(&e, why, n);
+        return false;
+    }
+    return e.lib.probe();
 #else
     return false;
 #endif
 }
+
+bool ct_cuda_available(void) { return cuda_usable(NULL, 0); }
 
 /* "cuda" -> 0, "cuda:N" -> N; -1 when the text after "cuda" is not ":<non-negative integer>". */
 static int parse_cuda_index(const char *device) {
@@ -119,9 +143,9 @@ static int create_cuda(int index, ct_backend **out, ct_err *err) {
                        "(%s); use --device cpu", why);
     cuda_entry e;
     if (!load_cuda_lib(&e)) {
-        if (e.refused[0]) return ct_errf(err, CT_ERR_RUNTIME, "the CUDA backend library: %s", e.refused);
-        return ct_errf(err, CT_ERR_RUNTIME, "the CUDA backend library libctrain_cuda.so was not found "
-                       "(looked in: %s); set CTRAIN_CUDA_LIB to its path", e.tried);
+        char why_lib[CT_ERR_MSG + 64];
+        lib_failure(&e, why_lib, sizeof why_lib);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s", why_lib);
     }
     ct_backend *be = e.lib.create(index, err);
     if (!be) return err && err->code ? err->code : CT_ERR_RUNTIME;
@@ -150,10 +174,15 @@ static int create_cpu(int threads, ct_backend **out, ct_err *err) {
     return CT_OK;
 }
 
-int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err) {
+int ct_backend_create_noting(const char *device, int threads, ct_backend **out, char *notice,
+                             size_t notice_n, ct_err *err) {
     *out = NULL;
+    if (notice_n) notice[0] = '\0';
     if (!device || strcmp(device, "auto") == 0) {
-        if (ct_cuda_available()) return create_cuda(0, out, err);
+        char why[CT_ERR_MSG + 64];
+        if (cuda_usable(why, sizeof why)) return create_cuda(0, out, err);
+        if (why[0] && notice_n)
+            snprintf(notice, notice_n, "train.device \"auto\": training on the CPU: %s", why);
         return create_cpu(threads, out, err);
     }
     if (strcmp(device, "cpu") == 0) return create_cpu(threads, out, err);
@@ -164,6 +193,10 @@ int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err 
     return ct_errf(err, CT_ERR_CONFIG,
                    "train.device: expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"",
                    device);
+}
+
+int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err) {
+    return ct_backend_create_noting(device, threads, out, NULL, 0, err);
 }
 
 void ct_backend_destroy(ct_backend *be) {

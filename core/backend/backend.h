@@ -467,6 +467,11 @@ struct ct_backend {
 
 /* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). */
 int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err);
+/* As ct_backend_create, and for device "auto": when the NVIDIA driver is there but the CUDA
+ * backend library is missing or fails to load, the run goes on on the CPU and *notice says why in
+ * one line, with the loader's own reason (dlerror) whole; "" otherwise. */
+int ct_backend_create_noting(const char *device, int threads, ct_backend **out, char *notice,
+                             size_t notice_n, ct_err *err);
 void ct_backend_destroy(ct_backend *be);
 /* True when a CUDA device is usable (driver present, device count > 0). */
 bool ct_cuda_available(void);

@@ -68,6 +68,7 @@ struct ct_loader {
      * epoch, and the caller's epoch must end where it stands, not at the usual end). */
     int64_t sought_epoch, sought_end;
     bool class_targets;
+    bool id_samples;             /* int32 samples checked against o.ids_below */
 
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
@@ -274,6 +275,23 @@ static int check_label(const ct_loader *l, int64_t idx, const void *tgt, ct_err 
                    (long long)l->o.classes - 1);
 }
 
+/* Token ids past the model's embedding table: a data error naming the record and the position. */
+static int check_ids(const ct_loader *l, int64_t idx, const void *in, ct_err *err) {
+    if (!l->id_samples) return CT_OK;
+    const int32_t *ids = in;
+    int64_t n = ct_shape_numel(&l->ds->sample_shape);
+    for (int64_t t = 0; t < n; t++) {
+        if (ids[t] >= 0 && ids[t] < l->o.ids_below) continue;
+        return ct_errf(err, CT_ERR_DATA, "%s: record %lld, position %lld: token id %d is outside the "
+                       "model's embedding vocabulary of %lld (0..%lld)\n  The data was tokenized with "
+                       "another vocabulary than the model's: set the embedding's \"vocab\" to the "
+                       "tokenizer's (GPT-2: 50257, or 50304 padded), or re-tokenize the data",
+                       l->ds->source, (long long)idx, (long long)t, ids[t], (long long)l->o.ids_below,
+                       (long long)l->o.ids_below - 1);
+    }
+    return CT_OK;
+}
+
 /* Decoded, label-checked sample idx (from the cache when it holds it). */
 static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_err *err) {
     uint8_t *c = l->cache ? l->cache + (size_t)idx * (l->in_bytes + l->tgt_bytes) : NULL;
@@ -284,6 +302,7 @@ static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_
     }
     int rc = l->u8 ? l->ds->decode_u8(l->ds, idx, in, tgt, err) : l->ds->decode(l->ds, idx, in, tgt, err);
     if (!rc) rc = check_label(l, idx, tgt, err);
+    if (!rc) rc = check_ids(l, idx, in, err);
     uint8_t expect = CACHE_EMPTY;
     if (!rc && c &&
         atomic_compare_exchange_strong(&l->cstate[idx], &expect, (uint8_t)CACHE_WRITING)) {
@@ -505,6 +524,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * (l->u8 ? 1 : ct_dtype_size(ds->sample_dtype));
     l->tgt_bytes = (size_t)ct_shape_numel(&ds->target_shape) * ct_dtype_size(ds->target_dtype);
     l->class_targets = ds->target_dtype == CT_I32 && ds->target_shape.ndim == 0 && o->classes > 0;
+    l->id_samples = ds->sample_dtype == CT_I32 && !l->u8 && o->ids_below > 0;
     l->step = o->step_samples > 0 ? o->step_samples : o->batch;
     l->epoch_samples = epoch_end_from(l, 0);
     if (l->epoch_samples == 0) {

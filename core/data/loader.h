@@ -40,6 +40,10 @@ typedef struct ct_loader_opts {
     bool shuffle, drop_last, cache, skip_corrupt;
     uint64_t seed;
     int64_t classes;             /* class-index targets must be < classes (0: not checked) */
+    int64_t ids_below;           /* token-id (int32) samples: every id must be in [0, ids_below), the
+                                    model's embedding vocabulary (0: not checked). Checked here, on
+                                    the loader's threads: a device kernel reading past its table
+                                    would fault (or read garbage) instead of naming the data */
     ct_augment aug;
     float pad_value[4];          /* per channel: what a zero pixel normalises to (-mean/std) */
     bool on_device;              /* data.transform.on_device (used only off the CPU backend) */

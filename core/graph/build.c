@@ -424,6 +424,12 @@ static int build(builder *b, int64_t batch) {
     in->input_shape = b->input;
     in->input_dtype = b->input_dtype;
     in->output_shape = b->g->nodes[b->g->n_nodes - 1].l.out;
+    in->input_ids_below = 0;
+    for (int i = 0; i < b->g->n_nodes; i++) {
+        const ct_layer *l = &b->g->nodes[i].l;
+        int64_t lim = l->in_dtype == CT_I32 && l->type->id_limit ? l->type->id_limit(l) : 0;
+        if (lim > 0 && (!in->input_ids_below || lim < in->input_ids_below)) in->input_ids_below = lim;
+    }
     if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
     ct_graph_plan_memory(b->g);
     return CT_OK;

@@ -35,6 +35,8 @@ typedef struct ct_graph_info {
     double flops_per_sample;     /* forward FLOPs; training step ~ 3x */
     ct_shape input_shape;        /* per sample, without N */
     ct_dtype input_dtype;        /* CT_F32 for images/features, CT_I32 for tokens */
+    int64_t input_ids_below;     /* CT_I32 input: every id must be < this (the smallest vocabulary of
+                                    the layers reading the ids); 0: not token ids */
     ct_shape output_shape;       /* per sample */
     ct_loss_kind loss;
     int64_t classes;             /* cross entropy: number of classes predicted; else 0 */

@@ -99,6 +99,9 @@ typedef struct ct_layer_type {
     /* Optional: whether this layer draws random numbers in train mode, when that depends on its
      * config (attention dropout of 0 draws nothing); it then decides CT_LAYER_RANDOM for it. */
     bool (*draws_random)(const ct_layer *l);
+    /* CT_LAYER_TAKES_IDS layers: the ids it reads must be below this (an embedding's vocabulary;
+     * a larger id reads past its table, which no kernel checks: the loader does, ct_graph_info). */
+    int64_t (*id_limit)(const ct_layer *l);
 } ct_layer_type;
 
 struct ct_layer {

@@ -74,14 +74,16 @@ static int load_weights(ct_lm *m, const char *dir, ct_err *err) {
     return rc;
 }
 
-int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_err *err) {
+int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_warnings *warn, ct_err *err) {
     *out = NULL;
     ct_lm *m = ct_xcalloc(1, sizeof *m);
     int rc = ct_graph_build(cfg, 1, ct_amp_compute_dtype(cfg), &m->g, err);
     if (!rc && !is_lm(ct_graph_info_get(m->g)))
             rc = ct_errf(err, CT_ERR_CONFIG, "%s: generate needs a language model: token ids [T] in and a "
                          "cross-entropy prediction per position out (as configs/tiny_lm.json)", cfg->path);
-    if (!rc) rc = ct_backend_create(cfg->train.device, cfg->train.threads, &m->be, err);
+    char notice[CT_ERR_MSG + 64];
+    if (!rc) rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &m->be, notice, sizeof notice, err);
+    if (!rc && notice[0] && warn) ct_warnf(warn, "%s", notice);
     if (!rc) rc = ct_graph_bind(m->g, m->be, NULL, err);
     const ct_param_layout *L = rc ? NULL : ct_graph_layout(m->g);
     if (!rc) rc = ct_param_store_create(L, m->be, ct_graph_compute_dtype(m->g), 0, L->n_params, &m->store, err);

@@ -19,7 +19,8 @@
 
 typedef struct ct_lm ct_lm;
 
-int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_err *err);
+/* warn (may be NULL) collects why device "auto" runs on the CPU on a machine with a GPU. */
+int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct_warnings *warn, ct_err *err);
 /* A model that is already there (a training run's graph and parameters, train.sample_every):
  * borrowed, never freed by ct_lm_close. The graph's activations are overwritten by every call
  * (between training steps nothing needs them); parameters, buffers, random streams and the loss

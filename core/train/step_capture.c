@@ -65,9 +65,9 @@ static ct_step_graph *victim(ct_step_runner *r) {
 
 /* Record forward + backward into slot s. Returns the step's own error (err filled), or CT_OK with
  * s->graph set, or with s->graph NULL when the capture failed. A key gets CT_STEP_CAPTURE_TRIES
- * captures: a failure can be a scratch block the allocator had not cached yet (another key's
- * capture took it), which the direct run that follows puts back in the cache; after the last try
- * capture is off for the run. */
+ * captures (a failure is an op a graph cannot hold, or the device out of memory: a cache miss
+ * no longer fails, the allocator then calls cudaMalloc under a relaxed capture mode); after the
+ * last try capture is off for the run. */
 static int capture(ct_step_runner *r, ct_step_graph *s, const ct_exec_bufs *b, ct_step_io *io,
                    const ct_exec_hooks *hooks, ct_err *err) {
     ct_err cerr = {0};
@@ -93,7 +93,7 @@ static int capture(ct_step_runner *r, ct_step_graph *s, const ct_exec_bufs *b, c
 }
 
 /* A key's first micro-batch runs directly (it also fills the allocator's cache with the scratch
- * blocks the ops use: a capture cannot allocate new device memory), its second is captured and
+ * blocks the ops use, so a capture rarely has to allocate), its second is captured and
  * replayed, and every later one is replayed. One-off keys, such as an epoch's short last step,
  * are never captured. */
 int ct_step_run(ct_step_runner *r, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,

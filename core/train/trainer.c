@@ -222,6 +222,7 @@ static void loader_warning(void *ctx, const char *line) {
 static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_loader **out, ct_err *err) {
     ct_loader_opts o;
     int rc = ct_loader_opts_from_config(t->cfg, ds, train, t->m.info->classes, &o, err);
+    o.ids_below = t->m.info->input_ids_below;      /* token ids must fit the embedding's table */
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
     o.warn_fn = loader_warning;
     o.warn_ctx = &t->obs.rep;
@@ -324,7 +325,9 @@ static int setup(ct_trainer *t, ct_err *err) {
     open_start(&jobs[0], cfg, "train");
     open_start(&jobs[1], cfg, "eval");
     ct_amp_init(&t->m.amp, cfg);
-    rc = ct_backend_create(cfg->train.device, cfg->train.threads, &t->be, err);
+    char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
+    rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &t->be, notice, sizeof notice, err);
+    if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
     if (!rc) t->comm = ct_comm_single(t->be);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
