@@ -139,8 +139,8 @@ static bool has_between(const ct_graph *g, int lo, int hi, const char *type, con
 static int check_shape(const ct_graph *g, const int *pl, int n, int *blocks, ct_err *err) {
     int fixed = slots_in(PART_EMBED) + slots_in(PART_FINAL), per = slots_in(PART_BLOCK);
     if (n < fixed + per || (n - fixed) % per)
-        return shape_errf(g, -1, err, "%d layers hold parameters, expected %d + %d per block (wte, wpe, "
-                          "6 per block, ln_f, the head)", n, fixed, per);
+        return shape_errf(g, -1, err, "layers holding parameters: %d, expected %d + %d per block (wte, wpe, "
+                          "%d per block, ln_f, the head)", n, fixed, per, per);
     *blocks = (n - fixed) / per;
     for (int k = 0; k < n; k++) {
         part p = k < slots_in(PART_EMBED) ? PART_EMBED : k >= n - slots_in(PART_FINAL) ? PART_FINAL : PART_BLOCK;
