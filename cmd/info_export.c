@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/ckpt/ckpt.h"
+#include "core/ckpt/mapped.h"
+#include "core/graph/hf_gpt2.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
 #include "core/ckpt/safetensors.h"
@@ -200,10 +202,12 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
 typedef struct export_args {
     const char *checkpoint, *out;
     ct_dtype dtype;
+    bool hf_gpt2;                /* --layout hf-gpt2: GPT-2's names and layout (core/graph/hf_gpt2.h) */
 } export_args;
 
 const char ct_export_usage[] =
-    "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]";
+    "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16] "
+    "[--layout ctrain|hf-gpt2]";
 
 static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     a->dtype = CT_F32;
@@ -217,6 +221,11 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
             else if (strcmp(v, "bf16") == 0) a->dtype = CT_BF16;
             else return ct_errf(err, CT_ERR_CONFIG, "export: --dtype: expected fp32, fp16 or bf16, "
                                 "got \"%s\"", v);
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--layout"))) {
+            if (strcmp(v, CT_HF_GPT2_LAYOUT) == 0) a->hf_gpt2 = true;
+            else if (strcmp(v, "ctrain") == 0) a->hf_gpt2 = false;
+            else return ct_errf(err, CT_ERR_CONFIG, "export: --layout: expected ctrain or %s, got \"%s\"",
+                                CT_HF_GPT2_LAYOUT, v);
         } else {
             return ct_errf(err, CT_ERR_CONFIG, "export: unexpected argument \"%s\"\n%s", argv[i],
                            ct_export_usage);
@@ -297,6 +306,51 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
     return CT_OK;
 }
 
+/* The model of the checkpoint's own config.json, built for one sample (no data is opened). */
+static int checkpoint_graph(const char *dir, ct_config **cfg, ct_graph **g, ct_err *err) {
+    char path[CLI_PATH + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ct_config_opts co = {.path = path, .world_size = 1};
+    ct_warnings warn = {0};
+    int rc = ct_config_load(&co, cfg, &warn, err);
+    ct_warnings_free(&warn);
+    if (!rc) rc = ct_graph_build(*cfg, 1, CT_F32, g, err);
+    return rc;
+}
+
+/* --layout hf-gpt2: the checkpoint's tensors in GPT-2's names and layout, through the map of the
+ * model its config.json describes. */
+static int export_hf_gpt2(const ct_st_file *f, const export_args *a, const char *dir, int *n_out,
+                          ct_err *err) {
+    ct_config *cfg = NULL;
+    ct_graph *g = NULL;
+    ct_tensor_map map = {0};
+    ct_mapped_export x = {0};
+    int rc = checkpoint_graph(dir, &cfg, &g, err);
+    if (!rc && (rc = ct_hf_gpt2_map(g, &map, err))) {
+        char why[CT_ERR_MSG];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = ct_errf(err, rc, "export: --layout %s: %s/config.json: %s", CT_HF_GPT2_LAYOUT, dir, why);
+    }
+    if (!rc) rc = ct_ckpt_map_export(f, ct_graph_layout(g)->views, &map, a->dtype, &x, err);
+    const char *mk[] = {"format", "ctrain_version", "source", "dtype", "layout"};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype), CT_HF_GPT2_LAYOUT};
+    ct_fs_out out;
+    if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
+    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, x.entries, x.n, mk, mv, 5, err), err);
+    if (!rc) {
+        char hf[512];
+        ct_hf_gpt2_config(g, hf, sizeof hf);
+        *n_out = x.n;
+        printf("GPT2LMHeadModel loads it with GPT2Config(%s)\n", hf);
+    }
+    ct_mapped_export_free(&x);
+    ct_tensor_map_free(&map);
+    ct_graph_free(g);
+    ct_config_free(cfg);
+    return rc;
+}
+
 int ct_export_main(int argc, char **argv, ct_err *err) {
     export_args a = {0};
     int rc = export_parse(argc, argv, &a, err);
@@ -308,8 +362,12 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     snprintf(model, sizeof model, "%s/model.safetensors", dir);
     ct_st_file *f = ct_st_open(model, err);
     if (!f) return err->code;
-    rc = export_write(f, &a, dir, err);
-    if (!rc) {
+    int n = f->n_tensors;
+    rc = a.hf_gpt2 ? export_hf_gpt2(f, &a, dir, &n, err) : export_write(f, &a, dir, err);
+    if (!rc && a.hf_gpt2) {
+        printf("exported %d tensors (%s, layout %s) from %s to %s\n", n, ct_dtype_safetensors_name(a.dtype),
+               CT_HF_GPT2_LAYOUT, dir, a.out);
+    } else if (!rc) {
         uint64_t values = 0;
         for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
         printf("exported %d tensors (%llu values, %s) from %s to %s\n", f->n_tensors,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/graph/graph.h"
+#include "core/graph/hf_gpt2.h"
 #include "core/graph/internal.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
@@ -1070,6 +1071,102 @@ END_TEST
                  " \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\": {\"type\": \"cross_entropy\"}}"
 #define LIN(name, out, std) "{\"type\": \"linear\", \"name\": \"" name "\", \"out\": " #out ", \"init\": {\"type\": \"normal\"," \
                             " \"std\": " std "}, \"bias_init\": {\"type\": \"zeros\"}}"
+/* The map of GPT-2's names read off the graph (core/graph/hf_gpt2.c): what each entry fills and
+ * how, the same for the block shorthand and for the layers written by hand under other names,
+ * and a clear refusal naming the layer for every model of another shape. */
+static const ct_tmap_entry *map_entry(const ct_tensor_map *m, const char *name) {
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->entries[i].name, name) == 0) return &m->entries[i];
+    ck_abort_msg("no map entry %s", name);
+    return NULL;
+}
+
+static void expect_map_refused(const char *text, const char *part1, const char *part2) {
+    built b;
+    expect_ok(text, &b);
+    ct_tensor_map m;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_hf_gpt2_map(b.g, &m, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, part1) && strstr(err.msg, part2), "message lacks \"%s\"/\"%s\": %s", part1,
+                  part2, err.msg);
+    ck_assert_ptr_null(m.entries);
+    unbuild(&b);
+}
+
+#define GPT_PADDED_TAIL "]}, {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32," \
+                        " \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\": {\"type\": \"cross_entropy\", \"classes\": 27}}"
+START_TEST(hf_gpt2_map_from_structure) {
+    const char *names[] = {"wte.weight", "transformer.h.11.attn.c_attn.weight"};
+    ck_assert(ct_hf_gpt2_names(names, 2));
+    const char *ours[] = {"wte.weight", "h.ln1.0.weight", "qkv.0.weight", "h.x", "h.1x"};
+    ck_assert(!ct_hf_gpt2_names(ours, 5));
+
+    built a, b;
+    expect_ok(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2}" GPT_PADDED_TAIL, &a);
+    /* the same network by hand, every layer under another name */
+    expect_ok(GPT_HEAD "{\"type\": \"layernorm\", \"name\": \"n1\"}, " LIN("a", 48, "0.02") ","
+              " {\"type\": \"causal_self_attention\", \"name\": \"sa\", \"heads\": 2}, " LIN("b", 16, "0.01") ","
+              " {\"type\": \"add\", \"name\": \"r1\", \"inputs\": [\"block_input\", \"b\"]},"
+              " {\"type\": \"layernorm\", \"name\": \"n2\"}, " LIN("c", 64, "0.02") ", {\"type\": \"gelu\", \"approximate\": \"tanh\"},"
+              " " LIN("d", 16, "0.01") ", {\"type\": \"add\", \"name\": \"r2\", \"inputs\": [\"r1\", \"d\"]}" GPT_PADDED_TAIL, &b);
+    ct_tensor_map ma, mb;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_hf_gpt2_map(a.g, &ma, &err), CT_OK);
+    ck_assert_int_eq(ct_hf_gpt2_map(b.g, &mb, &err), CT_OK);
+    ck_assert_int_eq(ma.n, 2 + 2 * 12 + 2 + 1);
+    ck_assert_int_eq(mb.n, ma.n);
+    const ct_param_layout *L = ct_graph_layout(a.g);
+    for (int i = 0; i < ma.n; i++) {
+        ck_assert_str_eq(ma.entries[i].name, mb.entries[i].name);
+        ck_assert_int_eq(ma.entries[i].view, mb.entries[i].view);
+        ck_assert_int_eq(ma.entries[i].transpose, mb.entries[i].transpose);
+        ck_assert_int_eq(ma.entries[i].rows, mb.entries[i].rows);
+    }
+    const ct_tmap_entry *e = map_entry(&ma, "h.1.attn.c_attn.weight");
+    ck_assert_str_eq(L->views[e->view].name, "qkv.1.weight");
+    ck_assert(e->transpose && e->rows == 48 && !e->duplicate);
+    e = map_entry(&ma, "h.0.mlp.c_proj.weight");
+    ck_assert_str_eq(L->views[e->view].name, "fc2.0.weight");
+    ck_assert(e->transpose && e->rows == 16);
+    e = map_entry(&ma, "h.0.mlp.c_fc.bias");
+    ck_assert_str_eq(L->views[e->view].name, "fc1.0.bias");
+    ck_assert(!e->transpose && e->rows == 64);
+    e = map_entry(&ma, "h.1.ln_2.weight");
+    ck_assert_str_eq(L->views[e->view].name, "ln2.1.weight");
+    /* the padded vocabulary: 27 of wte's 32 rows are GPT-2's; lm_head is an optional copy */
+    e = map_entry(&ma, "wte.weight");
+    ck_assert(e->rows == 27 && !e->transpose && !e->duplicate);
+    const ct_tmap_entry *head = map_entry(&ma, "lm_head.weight");
+    ck_assert(head->duplicate && head->view == e->view && head->rows == 27);
+    ck_assert_int_eq(map_entry(&ma, "wpe.weight")->rows, 8);
+    ck_assert_int_eq(ma.n_ignored, 4);
+    ck_assert_str_eq(ma.ignored[3], "h.1.attn.masked_bias");
+    ck_assert_str_eq(ma.prefix, "transformer.");
+    char cfg[512];
+    ct_hf_gpt2_config(a.g, cfg, sizeof cfg);
+    ck_assert_msg(strstr(cfg, "vocab_size=27, n_positions=8, n_embd=16, n_layer=2, n_head=2"), "%s", cfg);
+    ct_tensor_map_free(&ma);
+    ct_tensor_map_free(&mb);
+    unbuild(&a);
+    unbuild(&b);
+
+    /* other shapes: each refused naming the layer */
+    expect_map_refused(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"bias\": false}" GPT_TAIL,
+                       "\"qkv.0\" (linear)", "without bias");
+    expect_map_refused(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2}" "]}, {\"type\": \"layernorm\", "
+                       "\"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32, \"bias\": false}], "
+                       "\"loss\": {\"type\": \"cross_entropy\"}}", "\"head\" (linear)", "tied to wte");
+    expect_map_refused(GPT_HEAD "{\"type\": \"layernorm\", \"name\": \"n1\"}, " LIN("a", 48, "0.02") ","
+                       " {\"type\": \"causal_self_attention\", \"name\": \"sa\", \"heads\": 2}, " LIN("b", 16, "0.01") ","
+                       " {\"type\": \"add\", \"name\": \"r1\", \"inputs\": [\"block_input\", \"b\"]},"
+                       " {\"type\": \"layernorm\", \"name\": \"n2\"}, " LIN("c", 64, "0.02") ", {\"type\": \"gelu\"},"
+                       " " LIN("d", 16, "0.01") ", {\"type\": \"add\", \"name\": \"r2\", \"inputs\": [\"r1\", \"d\"]}" GPT_TAIL,
+                       "\"c.0\" (linear)", "gelu with approximate tanh");
+    expect_map_refused("{\"input\": [8], \"layers\": [" LIN("fc", 4, "0.1") "], \"loss\": {\"type\": \"mse\"}}",
+                       "not GPT-2's shape", "layers holding parameters: 1, expected 4 + 6 per block");
+}
+END_TEST
+
 START_TEST(transformer_block_expands) {
     const char *shorthand = GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"attn_dropout\": 0.1}" GPT_TAIL;
     const char *written =
@@ -1340,6 +1437,7 @@ int main(void) {
     tcase_add_test(tc, gpt_matches_pytorch);
     tcase_add_test(tc, padded_vocab_loss_in_place);
     tcase_add_test(tc, transformer_block_expands);
+    tcase_add_test(tc, hf_gpt2_map_from_structure);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

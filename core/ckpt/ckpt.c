@@ -135,7 +135,7 @@ bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
     return ct_ckpt_experiment_diff(a, b, NULL, 0) == 0;
 }
 
-static float *view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
+float *ct_ckpt_view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
     return v->trainable ? t->params + (v->offset - t->lo) : t->buffers + v->offset;
 }
 
@@ -143,7 +143,7 @@ static float *slot_data(const ct_ckpt_tensors *t, int s, const ct_param_view *v)
     return t->slot[s] + (v->offset - t->lo);
 }
 
-static bool view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
+bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
     int64_t lo = v->trainable ? t->lo : 0, hi = v->trainable ? t->hi : t->n_buffers;
     float *base = v->trainable ? t->params : t->buffers;
     return base && v->offset >= lo && v->numel >= 0 && v->offset + v->numel <= hi &&
@@ -300,13 +300,13 @@ static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *ta
     ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
-        if (!view_in_bounds(t, v)) {
+        if (!ct_ckpt_view_in_bounds(t, v)) {
             free(e);
             return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
                            v->name);
         }
         e[i] = (ct_st_entry){.name = v->name, .dtype = CT_F32, .shape = v->shape,
-                             .data = view_data(t, v)};
+                             .data = ct_ckpt_view_data(t, v)};
     }
     const char *mk[] = {"format", "ctrain_version", "tag"};
     const char *mv[] = {"pt", CT_VERSION, tag};
@@ -870,7 +870,7 @@ static void copy_views(const ct_st_file *f, const ct_ckpt_tensors *t, const bool
     for (int i = 0; i < t->n_views; i++) {
         if (ok && !ok[i]) continue;
         const ct_param_view *v = &t->views[i];
-        ct_st_read_f32(ct_st_find(f, v->name), view_data(t, v), v->numel);
+        ct_st_read_f32(ct_st_find(f, v->name), ct_ckpt_view_data(t, v), v->numel);
     }
 }
 
@@ -885,7 +885,7 @@ static int open_in(const char *dir, const char *name, ct_st_file **out, ct_err *
 static int check_model(const ct_st_file *f, const ct_ckpt_tensors *t, const char *dir,
                        ct_err *err) {
     for (int i = 0; i < t->n_views; i++)
-        if (!view_in_bounds(t, &t->views[i]))
+        if (!ct_ckpt_view_in_bounds(t, &t->views[i]))
             return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
                            t->views[i].name);
     ct_errf(err, CT_ERR_CONFIG, "checkpoint %s does not fit the model (changed layers?):", dir);
@@ -1008,7 +1008,7 @@ int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, i
     ct_st_file *f = ct_st_open(file, err);
     if (!f) return err && err->code ? err->code : CT_ERR_DATA;
     for (int i = 0; i < t->n_views; i++)
-        if (!view_in_bounds(t, &t->views[i])) {
+        if (!ct_ckpt_view_in_bounds(t, &t->views[i])) {
             ct_st_close(f);
             return ct_errf(err, CT_ERR_RUNTIME, "init_from: view \"%s\" lies outside its buffer",
                            t->views[i].name);

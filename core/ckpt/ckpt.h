@@ -60,6 +60,11 @@ typedef struct ct_ckpt_tensors {
 void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
                          float *params, float *buffers, ct_ckpt_tensors *out);
 
+/* Where view v's values live in t (params or buffers), and whether that range lies inside the
+ * buffers t holds (and v's element count agrees with its shape). */
+float *ct_ckpt_view_data(const ct_ckpt_tensors *t, const ct_param_view *v);
+bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v);
+
 /* Everything besides tensors that a resume restores. */
 typedef struct ct_ckpt_state {
     long step;                   /* optimizer steps taken (applied + skipped): the tag number */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/ckpt/mapped.h"
+#include "core/graph/hf_gpt2.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 
@@ -396,6 +398,40 @@ static int resume(ct_trainer *t, ct_err *err) {
     return CT_OK;
 }
 
+/* Whether the file's tensor names are Hugging Face's GPT-2 ones (core/graph/hf_gpt2.h). A file
+ * that cannot be read is not: ct_ckpt_init_from then reports why. */
+static bool holds_hf_gpt2(const char *path) {
+    ct_err e = {0};
+    ct_st_file *f = ct_st_open(path, &e);
+    if (!f) return false;
+    const char **names = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *names);
+    for (int i = 0; i < f->n_tensors; i++) names[i] = f->tensors[i].name;
+    bool hf = ct_hf_gpt2_names(names, f->n_tensors);
+    free(names);
+    ct_st_close(f);
+    return hf;
+}
+
+/* A GPT-2 model.safetensors through the graph's map: always whole (the map names every tensor;
+ * init_strict false is for ctrain's own names, and loading part of GPT-2 is refused the same). */
+static int init_from_hf_gpt2(ct_trainer *t, const char *path, bool strict, int *n, ct_warnings *warn,
+                             ct_err *err) {
+    ct_tensor_map map;
+    int rc = ct_hf_gpt2_map(t->m.g, &map, err);
+    if (rc) {
+        char why[CT_ERR_MSG];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return ct_errf(err, rc, "model.init_from %s holds GPT-2 weights in Hugging Face's names, but %s",
+                       path, why);
+    }
+    if (!strict)
+        ct_warnf(warn, "model.init_strict false does not apply to a Hugging Face GPT-2 file: every "
+                 "tensor must match, and all are loaded");
+    rc = ct_ckpt_init_from_map(path, &t->ck.ck, &map, n, err);
+    ct_tensor_map_free(&map);
+    return rc;
+}
+
 /* model.init_from (relative to the config's directory) with model.init_strict (default true). */
 static int init_from(ct_trainer *t, ct_err *err) {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(t->cfg->model, "init_from");
@@ -406,11 +442,14 @@ static int init_from(ct_trainer *t, ct_err *err) {
     ct_warnings warn = {0};
     int n = 0;
     ck_to_host(t); /* the seed's initialisation stays where the file has no tensor */
-    int rc = ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
+    bool hf = holds_hf_gpt2(path);
+    int rc = hf ? init_from_hf_gpt2(t, path, strict, &n, &warn, err)
+                : ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
     ck_to_device(t);
-    ct_report_line(&t->obs.rep, "init_from %s: %d of %d tensors loaded%s", path, n, t->ck.ck.n_views,
+    ct_report_line(&t->obs.rep, "init_from %s%s: %d of %d tensors loaded%s", path,
+                   hf ? " (Hugging Face GPT-2 layout)" : "", n, t->ck.ck.n_views,
                    n < t->ck.ck.n_views ? " (init_strict false; the rest keep their initialisation)" : "");
     return CT_OK;
 }
