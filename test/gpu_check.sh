@@ -4,20 +4,21 @@
 #   1. the device, driver and clocks;
 #   2. every library the binaries need resolves (ldd) and the CUDA backend loads;
 #   3. every CUDA test and the GPU end-to-end runs (run_tests.sh DIR cuda: a skip is a failure);
-#   4. compute-sanitizer memcheck on the op tests and on a short captured fp16 run;
-#   5. the benchmarks against PyTorch on the same GPU (bench_gpu.py, bench_gpt2_gpu.py), when
-#      python3 has torch.
+#   4. the benchmarks against PyTorch on the same GPU (bench_gpt2_gpu.py, bench_gpu.py; python3
+#      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes);
+#   5. compute-sanitizer: memcheck on the op tests, memcheck and racecheck on the attention and
+#      cross-entropy rows, memcheck on a short captured fp16 run.
 # Ends with one line per phase and "gpu-check: N passed, N failed"; exit 0 only when all passed.
 # Fashion-MNIST: the four .gz files in $CT_FMNIST_DIR (default /usr/share/datasets/fashion-mnist);
 # when they are elsewhere and that default is writable, they are linked there (the configs name it).
-# GPU_CHECK_PHASES (default "device libs tests memcheck bench") picks phases; GPU_CHECK_LOGS names
+# GPU_CHECK_PHASES (default "device libs tests bench memcheck") picks phases; GPU_CHECK_LOGS names
 # a folder that receives each phase's full log (default DIR/gpu-check-logs).
 set -u
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 DIR=${1:-bundle}
 cd "$DIR" || { echo "gpu-check: no folder $DIR (run make bundle first)"; exit 2; }
 LOGS=${GPU_CHECK_LOGS:-$PWD/gpu-check-logs}
-PHASES=${GPU_CHECK_PHASES:-device libs tests memcheck bench}
+PHASES=${GPU_CHECK_PHASES:-device libs tests bench memcheck}
 mkdir -p "$LOGS"
 results=""; npass=0; nfail=0
 phase() {   # phase NAME SECONDS CMD...: run CMD (a command or one of the functions below, run
@@ -87,8 +88,9 @@ memcheck() {
 
 bench() {
     python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "python3 has no CUDA torch"; return 1; }
-    python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 20 --warmup 5 || return 1
-    python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4
+    python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 30 --warmup 5 || return 1
+    python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4 \
+        --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}"
 }
 
 if [ "${2:-}" = "--run" ]; then "$3"; exit $?; fi
@@ -103,8 +105,8 @@ fi
 phase device 60 device_info
 phase libs 120 libs_resolve
 phase tests 1500 sh test/run_tests.sh . cuda
-phase memcheck 900 memcheck
 phase bench 1500 bench
+phase memcheck 900 memcheck
 echo
 echo "gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ)):$results"
 echo "gpu-check: $npass passed, $nfail failed (logs: $LOGS)"
