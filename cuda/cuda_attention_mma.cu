@@ -15,7 +15,8 @@
  * sum are reduced over the four lanes that share g.
  *
  * A CTA is 4 warps and a 64-row tile (queries in the forward and dq kernels, keys in dk/dv); it
- * walks the other side in tiles of 64, loaded by all warps into shared memory. Tiles are aligned to
+ * walks the other side in tiles of 64, loaded by all warps into shared memory with cp.async, the
+ * next tile in flight while this one is used (two buffers). Tiles are aligned to
  * 64, so a query tile meets keys k0 <= q0 only and every valid query row has a valid key in every
  * tile it visits (key k0 <= t). 16-column blocks that hold no pair inside the causal bound are
  * skipped (their products would add exact zeros). Every sum has a fixed order (per lane, then a
@@ -102,17 +103,25 @@ __device__ __forceinline__ void load_b_kn(uint32_t b[4], const E *tile, int ld, 
 }
 
 /* Rows [r0, r0 + 64) of one head (src at the head's column of token 0, row stride ld) into sh
- * (row stride D + 8) with 16-byte copies; rows at or past T read as 0. */
+ * (row stride D + 8) as asynchronous 16-byte copies (cp.async, sm_80+), so that the next tile
+ * loads while this one is used; rows at or past T are zero-filled (0 bytes read, from row 0's
+ * address). The caller commits the group and waits for it. */
 template <typename E, int D>
-__device__ __forceinline__ void load_rows(E *sh, const E *src, int64_t ld, int64_t r0, int64_t T) {
+__device__ __forceinline__ void load_rows_async(E *sh, const E *src, int64_t ld, int64_t r0, int64_t T) {
     constexpr int VEC = D / 8, LDH = D + 8;
     for (int i = threadIdx.x; i < MMA_ROWS * VEC; i += blockDim.x) {
         int r = i / VEC, c = (i - r * VEC) * 8;
         int64_t t = r0 + r;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (t < T) v = *reinterpret_cast<const uint4 *>(src + t * ld + c);
-        *reinterpret_cast<uint4 *>(sh + r * LDH + c) = v;
+        const bool ok = t < T;
+        const E *from = src + (ok ? t : 0) * ld + c;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(mma_smem_addr(sh + r * LDH + c)),
+                     "l"(from), "r"(ok ? 16 : 0));
     }
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits until at most the newest group of this thread's copies is still in flight. */
+__device__ __forceinline__ void cp_async_wait_all_but_newest(void) {
+    asm volatile("cp.async.wait_group 1;\n" ::);
 }
 
 /* Row max and sum over the four lanes that hold a row (lanes 4g .. 4g + 3). */
@@ -134,8 +143,7 @@ k_attn_fwd_mma(E *__restrict__ y, float *__restrict__ lse, const E *__restrict__
     constexpr int LDH = D + 8, KD = D / 16, ND = D / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     E *Qs = reinterpret_cast<E *>(smem);
-    E *Ks = Qs + MMA_ROWS * LDH;
-    E *Vs = Ks + MMA_ROWS * LDH;
+    E *KVs = Qs + MMA_ROWS * LDH;   /* two buffers of (K tile, V tile): this one and the next */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
@@ -149,23 +157,35 @@ k_attn_fwd_mma(E *__restrict__ y, float *__restrict__ lse, const E *__restrict__
     const bool active = w0 <= t_last;
     const int64_t row_t[2] = {w0 + g, w0 + g + 8};   /* the two query rows of this lane */
 
-    load_rows<E, D>(Qs, qh, ld, q0, T);
-    __syncthreads();
+    load_rows_async<E, D>(Qs, qh, ld, q0, T);
+    load_rows_async<E, D>(KVs, kh, ld, 0, T);
+    load_rows_async<E, D>(KVs + MMA_ROWS * LDH, vh, ld, 0, T);
+    cp_async_commit();
     uint32_t qa[KD][4];
-#pragma unroll
-    for (int kd = 0; kd < KD; kd++) load_a(qa[kd], Qs, LDH, warp * 16, kd * 16);
 
     float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  /* l: this lane's share of the sum */
 
-    for (int64_t k0 = 0; k0 <= t_last; k0 += MMA_ROWS) {
-        __syncthreads(); /* every warp is done with the previous K, V */
-        load_rows<E, D>(Ks, kh, ld, k0, T);
-        load_rows<E, D>(Vs, vh, ld, k0, T);
+    for (int64_t k0 = 0, it = 0; k0 <= t_last; k0 += MMA_ROWS, it++) {
+        const E *Ks = KVs + (it & 1) * 2 * MMA_ROWS * LDH, *Vs = Ks + MMA_ROWS * LDH;
+        __syncthreads(); /* every warp is done with the buffer the next tile goes to */
+        if (k0 + MMA_ROWS <= t_last) {
+            E *next = KVs + ((it + 1) & 1) * 2 * MMA_ROWS * LDH;
+            load_rows_async<E, D>(next, kh, ld, k0 + MMA_ROWS, T);
+            load_rows_async<E, D>(next + MMA_ROWS * LDH, vh, ld, k0 + MMA_ROWS, T);
+        }
+        cp_async_commit();
+        cp_async_wait_all_but_newest(); /* this tile (and Q) */
         __syncthreads();
         if (!active) continue;
+        if (it == 0) {
+#pragma unroll
+            for (int kd = 0; kd < KD; kd++) load_a(qa[kd], Qs, LDH, warp * 16, kd * 16);
+        }
+        /* below the diagonal, with every row inside the sequence, no score is masked */
+        const bool unmasked = k0 + MMA_ROWS - 1 <= w0 && w0 + 15 < T;
 
         float s[8][4];
 #pragma unroll
@@ -182,16 +202,26 @@ k_attn_fwd_mma(E *__restrict__ y, float *__restrict__ lse, const E *__restrict__
             }
 
         float mx[2] = {-INFINITY, -INFINITY};
+        if (unmasked) {
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int hh = e >> 1;
-                const int64_t j = k0 + nt * 8 + 2 * q + (e & 1);
-                float v = (row_t[hh] < T && j <= row_t[hh]) ? s[nt][e] * scale2 : -INFINITY;
-                s[nt][e] = v;
-                mx[hh] = fmaxf(mx[hh], v);
-            }
+                for (int e = 0; e < 4; e++) {
+                    s[nt][e] *= scale2;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+                }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hh = e >> 1;
+                    const int64_t j = k0 + nt * 8 + 2 * q + (e & 1);
+                    float v = (row_t[hh] < T && j <= row_t[hh]) ? s[nt][e] * scale2 : -INFINITY;
+                    s[nt][e] = v;
+                    mx[hh] = fmaxf(mx[hh], v);
+                }
+        }
         float corr[2];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
@@ -266,8 +296,7 @@ k_attn_dq_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restric
     extern __shared__ __align__(128) unsigned char smem[];
     E *Qs = reinterpret_cast<E *>(smem);
     E *dYs = Qs + MMA_ROWS * LDH;
-    E *Ks = dYs + MMA_ROWS * LDH;
-    E *Vs = Ks + MMA_ROWS * LDH;
+    E *KVs = dYs + MMA_ROWS * LDH;  /* two buffers of (K tile, V tile) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
@@ -290,17 +319,26 @@ k_attn_dq_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restric
         ds_row[hh] = ok ? dsum[bh * T + row_t[hh]] : 0.0f;
     }
 
-    load_rows<E, D>(Qs, qh, ld, q0, T);
-    load_rows<E, D>(dYs, dyh, H * D, q0, T);
+    load_rows_async<E, D>(Qs, qh, ld, q0, T);
+    load_rows_async<E, D>(dYs, dyh, H * D, q0, T);
+    load_rows_async<E, D>(KVs, kh, ld, 0, T);
+    load_rows_async<E, D>(KVs + MMA_ROWS * LDH, vh, ld, 0, T);
+    cp_async_commit();
 
     float dq[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-    for (int64_t k0 = 0; k0 <= t_last; k0 += MMA_ROWS) {
+    for (int64_t k0 = 0, it = 0; k0 <= t_last; k0 += MMA_ROWS, it++) {
+        const E *Ks = KVs + (it & 1) * 2 * MMA_ROWS * LDH, *Vs = Ks + MMA_ROWS * LDH;
         __syncthreads();
-        load_rows<E, D>(Ks, kh, ld, k0, T);
-        load_rows<E, D>(Vs, vh, ld, k0, T);
+        if (k0 + MMA_ROWS <= t_last) {
+            E *next = KVs + ((it + 1) & 1) * 2 * MMA_ROWS * LDH;
+            load_rows_async<E, D>(next, kh, ld, k0 + MMA_ROWS, T);
+            load_rows_async<E, D>(next + MMA_ROWS * LDH, vh, ld, k0 + MMA_ROWS, T);
+        }
+        cp_async_commit();
+        cp_async_wait_all_but_newest();
         __syncthreads();
         if (!active) continue;
 
@@ -382,10 +420,8 @@ k_attn_dkdv_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restr
     extern __shared__ __align__(128) unsigned char smem[];
     E *Ks = reinterpret_cast<E *>(smem);
     E *Vs = Ks + MMA_ROWS * LDH;
-    E *Qs = Vs + MMA_ROWS * LDH;
-    E *dYs = Qs + MMA_ROWS * LDH;
-    float *lse2_s = reinterpret_cast<float *>(dYs + MMA_ROWS * LDH);
-    float *ds_s = lse2_s + MMA_ROWS;
+    E *QdYs = Vs + MMA_ROWS * LDH;   /* two buffers of (Q tile, dY tile) */
+    float *rows_s = reinterpret_cast<float *>(QdYs + 4 * MMA_ROWS * LDH); /* two of (lse2, dsum) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int64_t bh = blockIdx.y, b = bh / H, h = bh - b * H;
@@ -399,8 +435,21 @@ k_attn_dkdv_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restr
     const int64_t row_j[2] = {w0 + g, w0 + g + 8};         /* the two key rows of this lane */
     const float scale2 = scale * MMA_LOG2E;
 
-    load_rows<E, D>(Ks, kh, ld, j0, T);
-    load_rows<E, D>(Vs, vh, ld, j0, T);
+    /* lse (in log2 units) and dsum of the query tile t0 into buffer buf */
+    auto load_row_values = [&](int64_t t0, int buf) {
+        float *l2 = rows_s + buf * 2 * MMA_ROWS, *dsv = l2 + MMA_ROWS;
+        for (int i = threadIdx.x; i < MMA_ROWS; i += blockDim.x) {
+            int64_t tt = t0 + i;
+            l2[i] = tt < T ? lse[bh * T + tt] * MMA_LOG2E : 0.0f;
+            dsv[i] = tt < T ? dsum[bh * T + tt] : 0.0f;
+        }
+    };
+    load_rows_async<E, D>(Ks, kh, ld, j0, T);
+    load_rows_async<E, D>(Vs, vh, ld, j0, T);
+    load_rows_async<E, D>(QdYs, qh, ld, j0, T);
+    load_rows_async<E, D>(QdYs + MMA_ROWS * LDH, dyh, H * D, j0, T);
+    cp_async_commit();
+    load_row_values(j0, 0);
 
     float dk[ND][4], dv[ND][4];
 #pragma unroll
@@ -408,15 +457,18 @@ k_attn_dkdv_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restr
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-    for (int64_t t0 = j0; t0 < T; t0 += MMA_ROWS) {
+    for (int64_t t0 = j0, it = 0; t0 < T; t0 += MMA_ROWS, it++) {
+        const E *Qs = QdYs + (it & 1) * 2 * MMA_ROWS * LDH, *dYs = Qs + MMA_ROWS * LDH;
+        const float *lse2_s = rows_s + (it & 1) * 2 * MMA_ROWS, *ds_s = lse2_s + MMA_ROWS;
         __syncthreads();
-        load_rows<E, D>(Qs, qh, ld, t0, T);
-        load_rows<E, D>(dYs, dyh, H * D, t0, T);
-        for (int i = threadIdx.x; i < MMA_ROWS; i += blockDim.x) {
-            int64_t tt = t0 + i;
-            lse2_s[i] = tt < T ? lse[bh * T + tt] * MMA_LOG2E : 0.0f;
-            ds_s[i] = tt < T ? dsum[bh * T + tt] : 0.0f;
+        if (t0 + MMA_ROWS < T) {
+            E *next = QdYs + ((it + 1) & 1) * 2 * MMA_ROWS * LDH;
+            load_rows_async<E, D>(next, qh, ld, t0 + MMA_ROWS, T);
+            load_rows_async<E, D>(next + MMA_ROWS * LDH, dyh, H * D, t0 + MMA_ROWS, T);
+            load_row_values(t0 + MMA_ROWS, (int)((it + 1) & 1));
         }
+        cp_async_commit();
+        cp_async_wait_all_but_newest();
         __syncthreads();
         if (!active) continue;
 
@@ -503,9 +555,11 @@ k_attn_dkdv_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restr
 
 /* ---- host side ---- */
 
-static size_t fwd_smem(int D) { return (size_t)3 * MMA_ROWS * (D + 8) * 2; }
-static size_t dq_smem(int D) { return (size_t)4 * MMA_ROWS * (D + 8) * 2; }
-static size_t dkdv_smem(int D) { return (size_t)4 * MMA_ROWS * (D + 8) * 2 + 2 * MMA_ROWS * sizeof(float); }
+/* 64-row tiles of D + 8 16-bit values: Q and two (K, V); Q, dY and two (K, V); K, V and two
+ * (Q, dY) plus two (lse, dsum) rows */
+static size_t fwd_smem(int D) { return (size_t)5 * MMA_ROWS * (D + 8) * 2; }
+static size_t dq_smem(int D) { return (size_t)6 * MMA_ROWS * (D + 8) * 2; }
+static size_t dkdv_smem(int D) { return (size_t)6 * MMA_ROWS * (D + 8) * 2 + 4 * MMA_ROWS * sizeof(float); }
 
 bool ct_cuda_attn_mma_usable(ct_dtype dt, int64_t D, const void *a, const void *b, const void *c,
                              const void *d) {
