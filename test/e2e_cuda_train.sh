@@ -79,5 +79,13 @@ else
     bad "fp16 activations not halved"
 fi
 
+# A capture that fails falls back to launching the ops with one notice on stderr: the runs above
+# would still pass, slower. None of them may print it.
+if grep -il "capture" "$T"/*.err >/dev/null 2>&1; then
+    bad "a CUDA graph capture failed: $(grep -ih "capture" "$T"/*.err | head -n 1)"
+else
+    ok "no run reported a failed CUDA graph capture"
+fi
+
 [ "$fails" -eq 0 ] || { echo "$fails failed"; exit 1; }
 echo "all passed"
