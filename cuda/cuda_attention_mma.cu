@@ -102,6 +102,28 @@ __device__ __forceinline__ void load_b_kn(uint32_t b[4], const E *tile, int ld, 
     ldsm_x4_trans(b, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
 }
 
+/* The A fragment of 16-column block kk of a 16 x 64 tile held as C fragments (c[2kk], c[2kk+1]),
+ * rounded to E: how P and dS enter their second product without leaving the registers. */
+template <typename E>
+__device__ __forceinline__ void c_block_to_a(uint32_t a[4], const float (*c)[4], int kk) {
+    a[0] = pack_e<E>(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = pack_e<E>(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = pack_e<E>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = pack_e<E>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* acc[16 x D] += A times rows [16 kk, 16 kk + 16) of B (a [k][n] tile, stride ldb, D columns). */
+template <typename E, int D>
+__device__ __forceinline__ void mma_a_rows(float (*acc)[4], const uint32_t a[4], const E *B, int ldb, int kk) {
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) {
+        uint32_t b[4];
+        load_b_kn(b, B, ldb, kk * 16, n * 16);
+        mma_e<E>(acc[2 * n], a, b[0], b[1]);
+        mma_e<E>(acc[2 * n + 1], a, b[2], b[3]);
+    }
+}
+
 /* Rows [r0, r0 + 64) of one head (src at the head's column of token 0, row stride ld) into sh
  * (row stride D + 8) as asynchronous 16-byte copies (cp.async, sm_80+), so that the next tile
  * loads while this one is used; rows at or past T are zero-filled (0 bytes read, from row 0's
@@ -258,16 +280,9 @@ k_attn_fwd_mma(E *__restrict__ y, float *__restrict__ lse, const E *__restrict__
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             if (k0 + kk * 16 > w_last) continue;
-            uint32_t pa[4] = {pack_e<E>(s[2 * kk][0], s[2 * kk][1]), pack_e<E>(s[2 * kk][2], s[2 * kk][3]),
-                              pack_e<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_e<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int dp = 0; dp < KD; dp++) {
-                uint32_t bv[4];
-                load_b_kn(bv, Vs, LDH, kk * 16, dp * 16);
-                mma_e<E>(o[2 * dp], pa, bv[0], bv[1]);
-                mma_e<E>(o[2 * dp + 1], pa, bv[2], bv[3]);
-            }
+            uint32_t pa[4];
+            c_block_to_a<E>(pa, s, kk);
+            mma_a_rows<E, D>(o, pa, Vs, LDH, kk);
         }
     }
     if (!active) return;
@@ -386,16 +401,9 @@ k_attn_dq_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restric
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             if (k0 + kk * 16 > w_last) continue;
-            uint32_t da[4] = {pack_e<E>(s[2 * kk][0], s[2 * kk][1]), pack_e<E>(s[2 * kk][2], s[2 * kk][3]),
-                              pack_e<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_e<E>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int dpi = 0; dpi < KD; dpi++) {
-                uint32_t bk[4];
-                load_b_kn(bk, Ks, LDH, kk * 16, dpi * 16);
-                mma_e<E>(dq[2 * dpi], da, bk[0], bk[1]);
-                mma_e<E>(dq[2 * dpi + 1], da, bk[2], bk[3]);
-            }
+            uint32_t da[4];
+            c_block_to_a<E>(da, s, kk);
+            mma_a_rows<E, D>(dq, da, Ks, LDH, kk);
         }
     }
     if (!active) return;
@@ -519,22 +527,11 @@ k_attn_dkdv_mma(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restr
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             if (!NEEDED(kk)) continue;
-            uint32_t pa[4] = {pack_e<E>(st[2 * kk][0], st[2 * kk][1]), pack_e<E>(st[2 * kk][2], st[2 * kk][3]),
-                              pack_e<E>(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              pack_e<E>(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-            uint32_t sa[4] = {pack_e<E>(dpt[2 * kk][0], dpt[2 * kk][1]), pack_e<E>(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              pack_e<E>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              pack_e<E>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
-#pragma unroll
-            for (int dpi = 0; dpi < KD; dpi++) {
-                uint32_t bd[4], bq[4];
-                load_b_kn(bd, dYs, LDH, kk * 16, dpi * 16);
-                load_b_kn(bq, Qs, LDH, kk * 16, dpi * 16);
-                mma_e<E>(dv[2 * dpi], pa, bd[0], bd[1]);
-                mma_e<E>(dv[2 * dpi + 1], pa, bd[2], bd[3]);
-                mma_e<E>(dk[2 * dpi], sa, bq[0], bq[1]);
-                mma_e<E>(dk[2 * dpi + 1], sa, bq[2], bq[3]);
-            }
+            uint32_t pa[4], sa[4];
+            c_block_to_a<E>(pa, st, kk);
+            c_block_to_a<E>(sa, dpt, kk);
+            mma_a_rows<E, D>(dv, pa, dYs, LDH, kk);
+            mma_a_rows<E, D>(dk, sa, Qs, LDH, kk);
         }
 #undef NEEDED
     }
