@@ -106,50 +106,19 @@ static int prompt_ids(const gen_args *a, int64_t classes, int32_t **ids, int64_t
     return CT_OK;
 }
 
-/* A copy of the config the checkpoint saved, without its scheduler: the saved form records
- * total_num_steps "auto" as -1, which the config reader refuses, and generation needs no
- * schedule. Written next to nothing of the user's: a private temporary file, removed at once. */
-static int saved_config(const char *dir, char *tmp, size_t n, ct_err *err) {
-    char path[GEN_PATH];
-    if (ct_fs_join(path, sizeof path, dir, "config.json", err)) return err->code;
-    char *text = ct_fs_read_small(path, 64u << 20, NULL);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!j) return ct_errf(err, CT_ERR_DATA, "%s: missing or not JSON; give the model's config with --config FILE", path);
-    cJSON_DeleteItemFromObjectCaseSensitive(j, "scheduler");
-    char *out = cJSON_Print(j);
-    cJSON_Delete(j);
-    const char *td = getenv("TMPDIR");
-    snprintf(tmp, n, "%s/ctrain-generate-XXXXXX", td && td[0] ? td : "/tmp");
-    int fd = mkstemp(tmp);
-    bool ok = fd >= 0 && write(fd, out, strlen(out)) == (ssize_t)strlen(out);
-    if (fd >= 0) close(fd);
-    free(out);
-    if (!ok) {
-        if (fd >= 0) unlink(tmp);
-        return ct_errf(err, CT_ERR_RUNTIME, "generate: cannot write a temporary copy of %s in %s: %s", path,
-                       td && td[0] ? td : "/tmp", strerror(errno));
-    }
-    return CT_OK;
-}
-
 /* The config: --config, else the one the checkpoint saved (its data need not exist). */
 static int load_config(const gen_args *a, const char *dir, ct_config **cfg, ct_err *err) {
-    char tmp[GEN_PATH] = "";
-    if (!a->config) {
-        int rc = saved_config(dir, tmp, sizeof tmp, err);
-        if (rc) return rc;
-    }
+    char saved[GEN_PATH] = "";
+    if (!a->config && ct_fs_join(saved, sizeof saved, dir, "config.json", err)) return err->code;
     char device[80] = "";
     const char *ov[1] = {device};
     if (a->device) snprintf(device, sizeof device, "train.device=\"%.60s\"", a->device);
     bool gpu = ct_cuda_available();
-    ct_config_opts co = {.path = a->config ? a->config : tmp, .overrides = ov, .n_overrides = a->device ? 1 : 0,
+    ct_config_opts co = {.path = a->config ? a->config : saved, .overrides = ov, .n_overrides = a->device ? 1 : 0,
                          .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
     ct_warnings warn = {0};
     int rc = ct_config_load(&co, cfg, &warn, err);
     ct_warnings_free(&warn);   /* the training run showed them */
-    if (tmp[0]) unlink(tmp);
     return rc;
 }
 

@@ -236,7 +236,7 @@ START_TEST(auto_resolution) {
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "fp16"), "enabled")));
     const cJSON *sp = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "scheduler"), "params");
     ck_assert(cJSON_GetObjectItem(sp, "warmup_max_lr")->valuedouble == 1e-3);
-    ck_assert(cJSON_GetObjectItem(sp, "total_num_steps")->valuedouble == -1);
+    ck_assert_str_eq(cJSON_GetObjectItem(sp, "total_num_steps")->valuestring, "auto");
     const char *const numeric[][3] = {{"train_batch_size", NULL, NULL}, {"optimizer", "params", "lr"},
                                       {"optimizer", "params", "eps"}, {"zero_optimization", "reduce_bucket_size", NULL},
                                       {"zero_optimization", "prefetch_bucket_size", NULL},
@@ -248,7 +248,12 @@ START_TEST(auto_resolution) {
     }
     char *json = ct_config_to_json(l.cfg);
     ck_assert_ptr_nonnull(strstr(json, "\"gather_16bit_weights_on_model_save\":\tfalse"));
+    unload(&l);
+    /* the resolved config (what a checkpoint saves as config.json) reads again, "auto" kept */
+    l = load(json, 4);
     free(json);
+    assert_ok(l);
+    ck_assert_int_eq(l.cfg->scheduler.total_num_steps, -1);
     unload(&l);
     /* precision "auto" by device */
     l = load_opts(auto_text, 1, NULL, 0, true, false);

@@ -329,6 +329,10 @@ cJSON *ct_rd_emit_scheduler(const ct_scheduler_cfg *s, const cJSON *in) {
     cJSON *p = ct_rd_emit(&sched_secs[s->type], s, params);
     if (s->type <= CT_SCHED_WARMUP_COSINE_LR)
         cJSON_AddStringToObject(p, "warmup_type", s->warmup_type == CT_WARMUP_LINEAR ? "linear" : "log");
+    /* -1 is how "auto" (the run's total) is held; written back as "auto" so that the resolved
+     * config (a checkpoint's config.json) reads again */
+    if (s->total_num_steps < 0 && cJSON_GetObjectItemCaseSensitive(p, "total_num_steps"))
+        cJSON_ReplaceItemInObjectCaseSensitive(p, "total_num_steps", cJSON_CreateString("auto"));
     cJSON_AddItemToObject(out, "params", p);
     return out;
 }
