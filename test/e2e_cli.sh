@@ -82,7 +82,7 @@ cat > "$T/z.json" <<'JSON'
 {
   "train_batch_size": 16,
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
-  "activation_checkpointing": {"partition_activations": true},
+  "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true},
   "wall_clock_breakdown": true
 }
 JSON
@@ -90,7 +90,8 @@ expect 0 "config check (ZeRO and friends)" -- "$B" config check "$T/z.json"
 has "$T/out" '^accepted, not used yet:$' "config check prints the not-yet heading"
 has "$T/out" '^  zero_optimization.stage 2: accepted, not used yet: this version trains without ZeRO' "config check lists the ZeRO stage as not used yet"
 has "$T/out" '^  zero_optimization.offload_optimizer.device cpu: accepted, not used yet' "config check lists CPU offload as not used yet"
-has "$T/out" '^  activation_checkpointing.partition_activations true: accepted, not used yet' "config check lists activation checkpointing"
+has "$T/out" '^  activation_checkpointing.cpu_checkpointing true: accepted, not used yet: activation offload is not supported yet' "config check lists activation offload"
+if grep -q 'partition_activations' "$T/out"; then bad "partition_activations (a no-op) listed as not used"; else ok "partition_activations accepted"; fi
 has "$T/out" '^  wall_clock_breakdown true: accepted, not used yet' "config check lists wall_clock_breakdown"
 has "$T/out" '^zero .*asks for stage 2.*not used yet' "config check shows the ZeRO stage as asked for"
 if grep -q '^zero  *stage 2, offload' "$T/out"; then bad "config check prints ZeRO as if active"; else ok "ZeRO not printed as active"; fi

@@ -79,8 +79,9 @@ python3 - "$T/notyet.json" "$T/cfg.json" <<'PY'
 import json, sys
 cfg = json.load(open("configs/fmnist_mlp.json"))
 cfg.update(json.load(open(sys.argv[1])))
-cfg["model"]["layers"][1]["checkpoint"] = True
 json.dump(cfg, open(sys.argv[2], "w"))
+cfg["model"]["layers"][1]["checkpoint"] = True   # and number_checkpoints: two ways to choose segments
+json.dump(cfg, open(sys.argv[2] + ".both", "w"))
 PY
 for mode in run dry; do
     if [ $mode = run ]; then
@@ -89,13 +90,17 @@ for mode in run dry; do
         "$B" --config "$T/cfg.json" --dry-run >/dev/null 2>"$T/err"
     fi
     for key in "zero_optimization.stage 3" "zero_optimization.offload_optimizer.device cpu" \
-               "zero_optimization.offload_param.device cpu" "model.layers\[1\].checkpoint true" \
-               "activation_checkpointing.number_checkpoints 2" "activation_checkpointing.cpu_checkpointing true" \
-               "activation_checkpointing.partition_activations true" "curriculum_learning.curriculum_type \"vocab\"" \
+               "zero_optimization.offload_param.device cpu" "activation_checkpointing.cpu_checkpointing true" \
+               "curriculum_learning.curriculum_type \"vocab\"" \
                "flops_profiler.enabled true" "wall_clock_breakdown true"; do
-        has "$T/err" "^ctrain: warning: $key: accepted, not used yet: this version trains without" "$mode: $key says it is not used yet"
+        has "$T/err" "^ctrain: warning: $key: accepted, not used yet: " "$mode: $key says it is not used yet"
     done
+    # checkpointing is done (number_checkpoints 2: two segments recomputed), partitioning a no-op
+    has "$T/err" "recompute buffer .* (2 checkpointed segments)" "$mode: the plan has the checkpointed segments"
+    if grep -q "number_checkpoints\|partition_activations" "$T/err"; then bad "$mode: checkpointing said not used"; else ok "$mode: checkpointing not listed as not used"; fi
 done
+"$B" --config "$T/cfg.json.both" --dry-run >/dev/null 2>"$T/err"
+if [ $? -eq 2 ] && grep -q 'number_checkpoints 2 both choose' "$T/err"; then ok "marks and number_checkpoints: exit 2"; else bad "marks and number_checkpoints"; fi
 
 # A byte-level language model on token data: tokens_per_s = samples_per_s * seq_len (both printed
 # rounded to 0.1, hence the tolerance).

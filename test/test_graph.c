@@ -27,9 +27,10 @@ typedef struct {
 } built;
 
 /* Parse `text` as the model section of a file called "m.json" and build at `batch`, storing
- * activations in `dt`. */
-static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) {
+ * activations in `dt`, with activation_checkpointing.number_checkpoints `n_checkpoints` (0: none). */
+static void build_full(built *b, const char *text, int64_t batch, ct_dtype dt, long n_checkpoints) {
     memset(b, 0, sizeof *b);
+    b->cfg.pending.number_checkpoints = n_checkpoints;
     ct_warnings w = {0};
     b->doc = ct_json_parse(text, strlen(text), "m.json", &w, &b->err);
     ct_warnings_free(&w);
@@ -42,12 +43,14 @@ static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) {
     if (b->rc == CT_OK) ck_assert_int_eq(ct_graph_bind(b->g, b->be, NULL, &b->err), CT_OK);
 }
 
+static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) { build_full(b, text, batch, dt, 0); }
+
 static void build(built *b, const char *text, int64_t batch) { build_dt(b, text, batch, CT_F32); }
 
 /* Activations and their gradients in the plan: everything but the layer workspace and the loss. */
 static size_t activation_bytes(const ct_graph *g) {
     const ct_act_plan *p = ct_graph_plan(g);
-    return p->outputs + p->aux + p->grads + p->scratch + p->input;
+    return p->outputs + p->aux + p->grads + p->scratch + p->input + p->recompute;
 }
 
 static void unbuild(built *b) {
@@ -266,8 +269,8 @@ typedef struct {
     ct_step_io io;
 } runner;
 
-static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) {
-    build(&r->b, text, n);
+static void runner_start_ckpt(runner *r, const char *text, int64_t n, uint64_t seed, long n_checkpoints) {
+    build_full(&r->b, text, n, CT_F32, n_checkpoints);
     ck_assert_msg(r->b.rc == CT_OK, "build failed: %s", r->b.err.msg);
     const ct_graph_info *in = ct_graph_info_get(r->b.g);
     const ct_param_layout *L = ct_graph_layout(r->b.g);
@@ -290,6 +293,10 @@ static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) 
     }
     r->io = (ct_step_io){.input = r->input, .target = r->target, .n = n, .train = true, .seed = seed,
                          .loss_grad_scale = 1.0f};
+}
+
+static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) {
+    runner_start_ckpt(r, text, n, seed, 0);
 }
 
 static ct_exec_bufs runner_bufs(const runner *r) {
@@ -732,6 +739,127 @@ START_TEST(recompute_restores_a_range) {
     ck_assert_int_eq(ct_graph_forward_range(r.b.g, 0, 2, CT_PASS_RECOMPUTE, &b, &r.io, NULL, &err), CT_ERR_RUNTIME);
     snap_free(&want);
     runner_stop(&r);
+}
+END_TEST
+
+/* ---- activation checkpointing: the same bits as keeping everything, in less memory ---- */
+
+#define CK ", \"checkpoint\": true"
+
+/* `text` without its checkpoint marks (a malloc'd copy). */
+static char *strip_marks(const char *text) {
+    char *out = strdup(text), *at;
+    while ((at = strstr(out, CK))) memmove(at, at + strlen(CK), strlen(at + strlen(CK)) + 1);
+    return out;
+}
+
+/* Two micro-steps (the second accumulates, with other dropout masks) of the model as written and
+ * of the model checkpointed (its "checkpoint" marks, or n_checkpoints even segments over it):
+ * loss, gradients and running statistics equal bit for bit after each. Returns the two plans'
+ * activation bytes (one-layer segments save nothing and lose in-place layers: callers check). */
+static void expect_checkpointing_exact(const char *what, const char *marked, long n_checkpoints, size_t *plain_bytes,
+                                       size_t *ckpt_bytes) {
+    char *plain = strip_marks(marked);
+    runner a, c;
+    runner_start(&a, plain, 4, 7);
+    runner_start_ckpt(&c, marked, 4, 7, n_checkpoints);
+    ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0 && ct_graph_plan(c.b.g)->recompute > 0,
+                  "%s: no checkpointed segment planned", what);
+    ck_assert_int_eq(ct_graph_plan(a.b.g)->segments, 0);
+    snapshot want = one_pass(&a), got = one_pass(&c);
+    expect_same(&c, &want, what);
+    a.io.step = c.io.step = 1;   /* the next micro-step: new masks, gradients accumulate */
+    runner_loss(&a), runner_loss(&c);
+    runner_backward(&a, NULL), runner_backward(&c, NULL);
+    snap_free(&want);
+    want = snap(&a);
+    expect_same(&c, &want, what);
+    *plain_bytes = activation_bytes(a.b.g);
+    *ckpt_bytes = activation_bytes(c.b.g);
+    snap_free(&want), snap_free(&got);
+    runner_stop(&a), runner_stop(&c);
+    free(plain);
+}
+
+/* Two marked runs at the top level (an unmarked linear between them); dropout in both; gelu
+ * after the unmarked linear may not run in place over what enters its segment. */
+static const char *ck_mlp =
+    "{\"input\": [12], \"layers\": ["
+    " {\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"relu\"" CK "}, {\"type\": \"dropout\", \"p\": 0.3" CK "},"
+    " {\"type\": \"linear\", \"out\": 16},"
+    " {\"type\": \"gelu\"" CK "}, {\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"dropout\", \"p\": 0.3" CK "},"
+    " {\"type\": \"tanh\"" CK "}, {\"type\": \"linear\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+/* Batchnorm in both segments (running statistics must move once), and a residual from inside the
+ * first segment ("bn1", not its last layer) into the second. */
+static const char *ck_cnn =
+    "{\"input\": [2, 8, 8], \"layers\": ["
+    " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1" CK "},"
+    " {\"type\": \"batchnorm2d\", \"name\": \"bn1\"" CK "}, {\"type\": \"relu\"" CK "},"
+    " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"batchnorm2d\"" CK "}, {\"type\": \"silu\", \"name\": \"s2\"" CK "},"
+    " {\"type\": \"dropout\", \"p\": 0.2" CK "}, {\"type\": \"add\", \"inputs\": [\"bn1\", \"prev\"]" CK "},"
+    " {\"type\": \"avgpool2d\", \"kernel\": 2}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": 10}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}";
+/* Every block checkpointed: attention and residual dropout, residuals reading block_input (the
+ * previous segment's last output). */
+#define CK_GPT(times) \
+    "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 32, \"dim\": 16}," \
+    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8}, {\"type\": \"repeat\", \"times\": " #times "," \
+    " \"layers\": [{\"type\": \"transformer_block\", \"heads\": 2, \"attn_dropout\": 0.1, \"dropout\": 0.1" CK "}]}," \
+    " {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32," \
+    " \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\": {\"type\": \"cross_entropy\"}}"
+
+START_TEST(checkpointing_is_exact) {
+    size_t plain, ckpt;
+    expect_checkpointing_exact("mlp, marked", ck_mlp, 0, &plain, &ckpt);
+    ck_assert(ckpt < plain);
+    expect_checkpointing_exact("cnn, marked", ck_cnn, 0, &plain, &ckpt);
+    ck_assert(ckpt < plain);
+    expect_checkpointing_exact("gpt, every block", CK_GPT(2), 0, &plain, &ckpt);
+    ck_assert(ckpt < plain);
+    /* even segments cut anywhere, residuals crossing their boundaries */
+    char *mlp = strip_marks(ck_mlp), *cnn = strip_marks(ck_cnn), *gpt = strip_marks(CK_GPT(2));
+    for (long n = 1; n <= 4; n++) {
+        char what[64];
+        snprintf(what, sizeof what, "mlp, %ld segments", n);
+        expect_checkpointing_exact(what, mlp, n, &plain, &ckpt);
+        snprintf(what, sizeof what, "cnn, %ld segments", n);
+        expect_checkpointing_exact(what, cnn, n, &plain, &ckpt);
+        snprintf(what, sizeof what, "gpt, %ld segments", n + 1);
+        expect_checkpointing_exact(what, gpt, n + 1, &plain, &ckpt);
+    }
+    /* more segments than layers: one layer each (exact, though it saves no memory) */
+    expect_checkpointing_exact("mlp, 100 segments", mlp, 100, &plain, &ckpt);
+    free(mlp), free(cnn), free(gpt);
+}
+END_TEST
+
+/* The plan: a checkpointed block keeps only its output; the others' inner activations share one
+ * block's worth of recompute buffer. Eight blocks: outputs and saved state drop by more than
+ * half, and the plan says how many segments it recomputes. */
+START_TEST(checkpointing_shrinks_the_plan) {
+    built a, c;
+    char *plain = strip_marks(CK_GPT(8));
+    build(&a, plain, 4);
+    build(&c, CK_GPT(8), 4);
+    ck_assert_int_eq(a.rc, CT_OK);
+    ck_assert_int_eq(c.rc, CT_OK);
+    const ct_act_plan *pa = ct_graph_plan(a.g), *pc = ct_graph_plan(c.g);
+    ck_assert_int_eq(pc->segments, 8);
+    ck_assert_int_eq(pa->segments, 0);
+    ck_assert_int_eq(pa->recompute, 0);
+    size_t kept_a = pa->outputs + pa->aux, kept_c = pc->outputs + pc->aux + pc->recompute;
+    ck_assert_msg(2 * kept_c < kept_a, "checkpointed %zu bytes, all kept %zu", kept_c, kept_a);
+    ck_assert(activation_bytes(c.g) < activation_bytes(a.g));
+    ck_assert(pc->total < pa->total);
+    unbuild(&a), unbuild(&c);
+    free(plain);
+    /* marks and number_checkpoints both: refused, naming the layer and both settings */
+    build_full(&c, CK_GPT(2), 4, CT_F32, 3);
+    ck_assert_int_eq(c.rc, CT_ERR_CONFIG);
+    ck_assert_msg(strstr(c.err.msg, "number_checkpoints 3") && strstr(c.err.msg, "\"checkpoint\": true"), "%s",
+                  c.err.msg);
+    unbuild(&c);
 }
 END_TEST
 
@@ -1427,6 +1555,8 @@ int main(void) {
     tcase_add_loop_test(tc, half_graph_matches_f32, 0, 2);
     tcase_add_test(tc, ranges_equal_one_pass);
     tcase_add_test(tc, recompute_restores_a_range);
+    tcase_add_test(tc, checkpointing_is_exact);
+    tcase_add_test(tc, checkpointing_shrinks_the_plan);
     tcase_add_test(tc, prepare_hook_redirects_parameters);
     tcase_add_test(tc, failing_hook_stops_the_walk);
     tcase_add_test(tc, tied_head_matches_pytorch);

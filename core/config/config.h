@@ -130,9 +130,13 @@ typedef struct ct_curriculum_cfg {
 /* DeepSpeed settings ctrain accepts and validates but does not act on yet (ZeRO's are in
  * ct_zero_cfg, wall_clock_breakdown in ct_config): ct_config_not_yet() lists those switched on. */
 typedef struct ct_pending_cfg {
-    bool partition_activations; /* activation_checkpointing.partition_activations */
-    bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing */
-    long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null */
+    bool partition_activations; /* activation_checkpointing.partition_activations (a no-op
+                                   without model parallelism: accepted, no line) */
+    bool contiguous_memory_optimization; /* activation_checkpointing.*: a no-op likewise (the
+                                   recompute buffer is one contiguous block already) */
+    bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing (not yet: a line) */
+    long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:
+                                   that many even checkpointed segments (core/graph/segments.c) */
     bool flops_profiler;        /* flops_profiler.enabled */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
@@ -227,7 +231,8 @@ void ct_config_resolve_path(const ct_config *cfg, const char *rel, char *out, si
 
 /* One setting a loaded config switches on that ctrain accepts but does not implement yet. */
 typedef struct ct_not_yet {
-    char path[160];             /* JSON path: "zero_optimization.stage", "model.layers[2].checkpoint" */
+    char path[160];             /* JSON path: "zero_optimization.stage",
+                                   "activation_checkpointing.cpu_checkpointing" */
     char text[480];             /* one line, for a warning: "zero_optimization.stage 2: accepted, not
                                    used yet: this version trains without ZeRO partitioning (...)" */
 } ct_not_yet;
@@ -236,7 +241,7 @@ typedef struct ct_not_yet {
 #define CT_NOT_YET_MAX 16
 
 /* Every accepted-but-not-yet-implemented setting that cfg switches on (ZeRO stage >= 1 and its CPU
- * offload, activation checkpointing, curriculum learning, the FLOPS profiler, wall_clock_breakdown;
+ * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler, wall_clock_breakdown;
  * docs/config.md, "Accepted, not used yet"), in that order. Writes at most `max` entries to out
  * (out may be NULL when max is 0) and returns how many there are. The trainer prints each text
  * as a warning at start; `ctrain config check` lists them. The "keys read but not used" warning of

@@ -25,10 +25,14 @@ static const ct_field comet_fields[] = {
 };
 static const ct_field comms_fields[] = {CT_U_BOOL("enabled"), CT_U_BOOL("verbose"), CT_U_BOOL("prof_all"),
                                         CT_U_BOOL("debug"), CT_U_ANY("prof_ops")};
-/* The switches ct_config_not_yet() reports are stored (in cfg->pending); the rest only checked. */
+/* activation_checkpointing: number_checkpoints is acted on (even segments, core/graph/segments.c);
+ * partition_activations and contiguous_memory_optimization are stored because they are done (no-ops
+ * without model parallelism: nothing to partition, and the recompute buffer is one block already);
+ * cpu_checkpointing gets a "not used yet" line; the two others are listed as read but not used. */
 static const ct_field ac_fields[] = {
     CT_F_BOOL(ct_pending_cfg, partition_activations, false), CT_F_BOOL(ct_pending_cfg, cpu_checkpointing, false),
-    CT_U_BOOL("contiguous_memory_optimization"), CT_F_LONG(ct_pending_cfg, number_checkpoints, 0, 0, CT_BIG),
+    CT_F_BOOL(ct_pending_cfg, contiguous_memory_optimization, false),
+    CT_F_LONG(ct_pending_cfg, number_checkpoints, 0, 0, CT_BIG),
     CT_U_BOOL("synchronize_checkpoint_boundary"), CT_U_BOOL("profile"),
 };
 static const ct_field flops_fields[] = {
@@ -44,7 +48,8 @@ static const ct_field ckpt_fields[] = {CT_U_STR("tag_validation"), CT_U_BOOL("lo
 static const ct_section ds_sections[] = {
     WHOLE("tensorboard", tb_fields, true),          WHOLE("csv_monitor", tb_fields, true),
     WHOLE("wandb", wandb_fields, true),             WHOLE("comet", comet_fields, true),
-    WHOLE("comms_logger", comms_fields, true),      WHOLE("activation_checkpointing", ac_fields, false),
+    WHOLE("comms_logger", comms_fields, true),
+    {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
     WHOLE("flops_profiler", flops_fields, false),   WHOLE("checkpoint", ckpt_fields, false),
 };
 
@@ -210,7 +215,7 @@ int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
         if (!sec) continue;
         int rc = ct_rd_section(r, sec, ds_sections[i].name, &ds_sections[i], &r->cfg->pending);
         if (rc) return rc;
-        ct_rd_add_unused(r, ds_sections[i].name);
+        if (ds_sections[i].whole) ct_rd_add_unused(r, ds_sections[i].name);
     }
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
     const cJSON *tv = cJSON_IsObject(ck) ? cJSON_GetObjectItemCaseSensitive(ck, "tag_validation") : NULL;

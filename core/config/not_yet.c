@@ -41,30 +41,6 @@ static void add(list *l, const char *covers, const char *path, const char *fmt, 
     l->n++;
 }
 
-/* Layers written with "checkpoint": true in a layers array, "repeat" blocks' "layers" included:
- * how many, and the path of the first ("model.layers[1].layers[0].checkpoint") into `first` (which
- * starts empty). The graph builder checks that "checkpoint" is a boolean. */
-static int checkpointed_layers(const cJSON *layers, const char *path, char *first, size_t n, int depth) {
-    if (!cJSON_IsArray(layers) || depth > 64) return 0;
-    int count = 0, i = 0;
-    for (const cJSON *l = layers->child; l; l = l->next, i++) {
-        if (!cJSON_IsObject(l)) continue;
-        char here[160];
-        snprintf(here, sizeof here, "%.140s[%d]", path, i); /* deeper paths are cut, not overrun */
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "checkpoint"))) {
-            count++;
-            if (!first[0]) snprintf(first, n, "%.148s.checkpoint", here);
-        }
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(l, "type");
-        if (cJSON_IsString(type) && strcmp(type->valuestring, "repeat") == 0) {
-            char sub[176];
-            snprintf(sub, sizeof sub, "%.160s.layers", here);
-            count += checkpointed_layers(cJSON_GetObjectItemCaseSensitive(l, "layers"), sub, first, n, depth + 1);
-        }
-    }
-    return count;
-}
-
 static void collect(const ct_config *cfg, list *l) {
     static const char *const dev[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
                                       [CT_OFFLOAD_NVME] = "nvme"};
@@ -86,30 +62,14 @@ static void collect(const ct_config *cfg, list *l) {
             "zero_optimization.offload_param.device %s: %s parameter offload (every parameter stays on the "
             "training device)", dev[z->offload_param.device], ny);
 
-    char first[160] = "";
-    int n = cfg->model ? checkpointed_layers(cJSON_GetObjectItemCaseSensitive(cfg->model, "layers"), "model.layers",
-                                             first, sizeof first, 0)
-                       : 0;
-    if (n > 0) {
-        char more[48] = "";
-        if (n > 1) snprintf(more, sizeof more, " (and %d more layer%s)", n - 1, n > 2 ? "s" : "");
-        add(l, "", first,
-            "%s true%s: %s activation checkpointing (every activation is kept for backward; none is "
-            "recomputed)", first, more, ny);
-    }
     const ct_pending_cfg *p = &cfg->pending;
-    if (p->number_checkpoints > 0)
-        add(l, "activation_checkpointing", "activation_checkpointing.number_checkpoints",
-            "activation_checkpointing.number_checkpoints %ld: %s activation checkpointing (no checkpoint "
-            "buffer; every activation is kept for backward)", p->number_checkpoints, ny);
+    /* Activation checkpointing itself (layers' "checkpoint", number_checkpoints) is done, and
+     * partition_activations is a no-op without model parallelism: no line. Offload is not done. */
     if (p->cpu_checkpointing)
         add(l, "activation_checkpointing", "activation_checkpointing.cpu_checkpointing",
-            "activation_checkpointing.cpu_checkpointing true: %s activation checkpointing (no activation is "
-            "moved to CPU memory)", ny);
-    if (p->partition_activations)
-        add(l, "activation_checkpointing", "activation_checkpointing.partition_activations",
-            "activation_checkpointing.partition_activations true: %s activation checkpointing (no activation "
-            "is partitioned across model-parallel ranks)", ny);
+            "activation_checkpointing.cpu_checkpointing true: accepted, not used yet: activation offload is "
+            "not supported yet (checkpointed segments' inputs stay in the training device's memory; none is "
+            "moved to CPU memory)");
     if (p->curriculum && cfg->curriculum.schedule == CT_CURRICULUM_CUSTOM)
         add(l, "curriculum_learning", "curriculum_learning.schedule_type",
             "curriculum_learning.schedule_type custom: %s a custom curriculum (DeepSpeed calls a function of the "

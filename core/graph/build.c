@@ -22,6 +22,7 @@ typedef struct builder {
     ct_shape input;
     ct_dtype input_dtype;
     int64_t seq_len;           /* > 0: model.input [T] is built as [seq_len] (ct_graph_build_seq) */
+    int group;                 /* block instance the next layer belongs to (ct_gnode.group) */
     int block_input;           /* what "block_input" names: the node feeding the current iteration
                                   of the innermost repeat block or block type (-1: the model
                                   input), or NO_BLOCK */
@@ -178,6 +179,7 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     ct_gnode *gn = &g->nodes[g->n_nodes];
     memset(gn, 0, sizeof *gn);
     ct_layer *l = &gn->l;
+    gn->group = b->group;
     l->index = g->n_nodes;
     l->node = node;
     l->cfg = b->cfg;
@@ -256,7 +258,9 @@ static int expand_block(builder *b, const cJSON *it, const ct_block_type *bt, co
     snprintf(sub_path, sizeof sub_path, "%s.%s", ipath, bt->name);
     int outer_block_input = b->block_input;
     b->block_input = g->n_nodes - 1;
+    b->group++;   /* the block's layers, then what follows it, are block instances of their own */
     rc = expand(b, layers, sub_path, suffix, depth + 1);
+    b->group++;
     b->block_input = outer_block_input;
     return rc;
 }
@@ -306,11 +310,13 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
             /* layers are appended in order, so the last one so far feeds this iteration: the layer
                before the block for r = 0, the previous iteration's last layer after */
             b->block_input = b->g->n_nodes - 1;
+            b->group++;   /* each iteration is a block instance (a checkpointed segment of its own) */
             if ((rc = expand(b, cJSON_GetObjectItemCaseSensitive(it, "layers"), sub_path, sub_suffix,
                              depth + 1)))
                 return rc;
         }
         b->block_input = outer_block_input;
+        b->group++;
     }
     return CT_OK;
 }
@@ -431,6 +437,7 @@ static int build(builder *b, int64_t batch) {
         if (lim > 0 && (!in->input_ids_below || lim < in->input_ids_below)) in->input_ids_below = lim;
     }
     if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
+    if ((rc = ct_graph_segments(b->g, b->cfg, b->err))) return rc;
     ct_graph_plan_memory(b->g);
     return CT_OK;
 }
@@ -464,6 +471,7 @@ void ct_graph_free(ct_graph *g) {
     free(g->nodes);
     for (int i = 0; i < g->n_expanded; i++) cJSON_Delete(g->expanded[i]);
     free(g->expanded);
+    free(g->segs);
     ct_param_layout_free(&g->layout);
     if (g->owns_arena) g->be->mem.free(g->be, g->arena);
     free(g);

@@ -1,6 +1,7 @@
 /* exec.c: the executor. Forward walks a range of layers in order, the loss is its own call, and
- * backward walks a range in reverse from the output gradients in place; hooks run around every
- * layer (graph.h). Nothing here allocates: every buffer was placed by ct_graph_bind. */
+ * backward walks a range in reverse from the output gradients in place, running a checkpointed
+ * segment's forward again (the recompute pass) before its backward; hooks run around every layer
+ * (graph.h). Nothing here allocates: every buffer was placed by ct_graph_bind. */
 #include "core/graph/internal.h"
 
 /* Pointers for layer j. Buffers (running statistics) are visible only in forward. `input` is the
@@ -166,6 +167,13 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
     const void *input = model_input(g, io);   /* as forward converted it */
     for (int j = hi - 1; j >= lo && !rc; j--) {
         ct_gnode *gn = &g->nodes[j];
+        /* Entering a checkpointed segment from above: its inner outputs and saved state were
+         * overwritten by later segments' forwards (they share the recompute buffer), so run its
+         * forward again first. A range that starts inside a segment finds it recomputed by the
+         * call that entered it from above. */
+        if (gn->seg >= 0 && j == g->segs[gn->seg].hi - 1 &&
+            (rc = ct_graph_forward_range(g, g->segs[gn->seg].lo, j + 1, CT_PASS_RECOMPUTE, b, io, hooks, err)))
+            break;
         if (!gn->runs_backward) continue;
         ct_layer_io lio;
         layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);

@@ -55,6 +55,10 @@ typedef struct ct_act_plan {
     size_t input;                /* the 16-bit copy of a float model input */
     size_t workspace;            /* shared layer workspace: the largest any layer declares */
     size_t loss;                 /* the loss ops' result */
+    size_t recompute;            /* activation checkpointing: the one buffer every checkpointed
+                                    segment's inner outputs and saved state share (the largest
+                                    segment's); 0 without checkpointing */
+    int segments;                /* checkpointed segments (recomputed in backward) */
     size_t total;
 } ct_act_plan;
 

@@ -20,7 +20,20 @@ typedef struct ct_gnode {
                                            g->dtmp, then added to the producer's dy */
     bool runs_backward;                 /* false when no gradient reaches this layer's output */
     int grad_start;                     /* backward step (0 = last layer's) that first writes dy */
+    /* Activation checkpointing (build.c marks, plan.c places, exec.c recomputes). */
+    int group;                          /* block instance the layer was expanded in (a repeat
+                                           iteration, a block type; the top level between them):
+                                           marked layers form one segment per run in one group */
+    int seg;                            /* checkpointed segment (index in g->segs), or -1 */
+    bool kept;                          /* in a segment, but its output is kept through backward
+                                           (the segment's last layer, or read after the segment) */
 } ct_gnode;
+
+/* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state live in the shared
+ * recompute buffer; backward runs its forward again (CT_PASS_RECOMPUTE) before its backward. */
+typedef struct ct_ckpt_seg {
+    int lo, hi;
+} ct_ckpt_seg;
 
 struct ct_graph {
     ct_graph_info info;
@@ -34,6 +47,8 @@ struct ct_graph {
     cJSON **expanded;                   /* the layer arrays block types expanded into: the layers'
                                            config nodes point into them */
     int n_expanded;
+    ct_ckpt_seg *segs;                  /* checkpointed segments, in layer order (ct_graph_segments) */
+    int n_segs;
     size_t ws_off, dtmp_off, input_off, loss_off;
 
     /* Bound by ct_graph_bind. */
@@ -51,6 +66,7 @@ struct ct_graph {
 
 /* The build steps (build.c calls them in this order). */
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
+int ct_graph_segments(ct_graph *g, const ct_config *cfg, ct_err *err);   /* segments.c */
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
 #endif

@@ -118,8 +118,8 @@ struct ct_layer {
     ct_dtype in_dtype;                  /* CT_I32 only for an embedding fed by token ids */
     ct_shape out;                       /* per-sample output shape */
     char in_name[CT_LAYER_MAX_IN][104]; /* for messages: "\"fc1\"" (quoted) or "the model input" */
-    bool checkpoint;                    /* "checkpoint": true (activation checkpointing: not used
-                                           yet; the config module says so at start) */
+    bool checkpoint;                    /* "checkpoint": true: recomputed in backward, in a
+                                           segment with the marked layers around it (segments.c) */
 };
 
 /* ---- registry (core/graph/layers/registry.c) ---- */

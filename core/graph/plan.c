@@ -2,7 +2,13 @@
  * in one arena for the layers' outputs (relu-like layers overwrite their input in place), their
  * gradients (slots shared by lifetime; the loss's written over the logits), forward-to-backward
  * state, the shared workspace and fan-out scratch, all in the graph's dtype (2 bytes per element
- * under mixed precision). Binding (ct_graph_bind) turns the offsets into pointers on a backend. */
+ * under mixed precision). Binding (ct_graph_bind) turns the offsets into pointers on a backend.
+ *
+ * Activation checkpointing (segments.c): a checkpointed segment's inner outputs and every saved
+ * state of its layers live only from its forward to the next segment's, and again from its
+ * recompute to its backward, so all segments share one recompute buffer as large as the largest
+ * segment's. What leaves a segment (its last output, an output read by a later layer: a residual
+ * crossing the boundary) is kept in a buffer of its own, as without checkpointing. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
@@ -117,10 +123,29 @@ static int in_place_source(const ct_graph *g, int j) {
     if (!l->type->in_place || l->n_in != 1 || l->in_from[0] < 0 || !l->type->in_place(l)) return -1;
     int src = l->in_from[0];
     if (g->nodes[src].l.type->backward_reads_output) return -1;
+    /* a segment's recompute reads what enters it again: no layer of it may overwrite that */
+    if (g->nodes[j].seg >= 0 && g->nodes[src].seg != g->nodes[j].seg) return -1;
     for (int k = src + 1; k < g->n_nodes; k++)
         for (int i = 0; i < g->nodes[k].l.n_in; i++)
             if (g->nodes[k].l.in_from[i] == src && k != j) return -1;
     return src;
+}
+
+/* Which outputs of checkpointed layers are kept through backward (gn->kept): a segment's last
+ * one, any read by a layer after its segment, and the producer whose buffer a kept in-place
+ * output is (alias[] chains point backwards, so one reverse walk follows them). */
+static void mark_kept(ct_graph *g, const int *alias) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        ct_gnode *gn = &g->nodes[j];
+        gn->kept = gn->seg >= 0 && j == g->segs[gn->seg].hi - 1;
+    }
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int i = 0; i < g->nodes[k].l.n_in; i++) {
+            int src = g->nodes[k].l.in_from[i];
+            if (src >= 0 && g->nodes[src].seg >= 0 && g->nodes[src].seg != g->nodes[k].seg) g->nodes[src].kept = true;
+        }
+    for (int j = g->n_nodes - 1; j >= 0; j--)
+        if (g->nodes[j].kept && alias[j] >= 0) g->nodes[alias[j]].kept = true;
 }
 
 /* Bytes of part p appended at *end (64-byte aligned): returns its offset. */
@@ -147,21 +172,40 @@ void ct_graph_plan_memory(ct_graph *g) {
     size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), *slot_off = NULL;
     int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
 
-    /* Arena order: gradient slots, then per layer its output and aux, then the shared parts. */
+    mark_kept(g, alias);
+
+    /* Arena order: gradient slots, then per layer its output and aux, then the recompute buffer
+     * (checkpointed segments' inner outputs and aux, at offsets from its start: seg_end[s] is
+     * segment s's use of it so far), then the shared parts. */
     slot_off = ct_xmalloc(sizeof(size_t) * (size_t)(n_slots ? n_slots : 1));
     for (int s = 0; s < n_slots; s++) slot_off[s] = take(&end, slot_size[s]);
     p->grads = end;
+    size_t *seg_end = ct_xcalloc((size_t)(g->n_segs ? g->n_segs : 1), sizeof(size_t)), region = 0;
+    bool *y_in_region = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
     for (int i = 0; i < g->n_nodes; i++) {
         ct_gnode *gn = &g->nodes[i];
-        size_t before = end;
+        size_t y_bytes = (size_t)(batch * ct_layer_out_numel(&gn->l)) * esz;
+        size_t aux_bytes = gn->l.type->aux_bytes ? gn->l.type->aux_bytes(&gn->l, batch, g->dt) : 0;
+        size_t *at_end = gn->seg >= 0 ? &seg_end[gn->seg] : &end, before = end;
         gn->y_from = alias[i];
-        gn->y_off = alias[i] >= 0 ? CT_NO_OFFSET : take(&end, (size_t)(batch * ct_layer_out_numel(&gn->l)) * esz);
+        y_in_region[i] = alias[i] < 0 && gn->seg >= 0 && !gn->kept;
+        gn->y_off = alias[i] >= 0 ? CT_NO_OFFSET : take(y_in_region[i] ? at_end : &end, y_bytes);
         p->outputs += end - before;
         before = end;
-        gn->aux_off = gn->l.type->aux_bytes ? take(&end, gn->l.type->aux_bytes(&gn->l, batch, g->dt)) : CT_NO_OFFSET;
+        gn->aux_off = gn->l.type->aux_bytes ? take(at_end, aux_bytes) : CT_NO_OFFSET;
         p->aux += end - before;
         gn->dy_off = slot_of[i] >= 0 ? slot_off[slot_of[i]] : CT_NO_OFFSET;
+        if (gn->seg >= 0 && seg_end[gn->seg] > region) region = seg_end[gn->seg];
     }
+    size_t region_off = take(&end, region);
+    p->recompute = region;
+    p->segments = g->n_segs;
+    for (int i = 0; i < g->n_nodes; i++) {   /* the recompute buffer's offsets are from its start */
+        ct_gnode *gn = &g->nodes[i];
+        if (y_in_region[i]) gn->y_off += region_off;
+        if (gn->seg >= 0 && gn->aux_off != CT_NO_OFFSET) gn->aux_off += region_off;
+    }
+    free(seg_end), free(y_in_region);
     ct_gnode *last = &g->nodes[g->n_nodes - 1];
     if (last->runs_backward && loss_grad_in_place(g, alias)) last->dy_off = last->y_off;
     /* A float model input is converted to a 16-bit copy the first layers read. */

@@ -135,11 +135,16 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt) {
                    cpu_scratch ? " + the CPU's fp32 copies of 16-bit arguments (sized in the first step)" : "",
                    p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
                    ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory");
+    /* checkpointed segments: their inner outputs and saved state are in the recompute buffer */
+    char ckpt[96] = "", rb[32];
+    if (p->act.segments > 0)
+        snprintf(ckpt, sizeof ckpt, ", recompute buffer %s (%d checkpointed segment%s)",
+                 ct_fmt_bytes((double)p->act.recompute, rb, sizeof rb), p->act.segments, p->act.segments == 1 ? "" : "s");
     ct_report_line(r, "activations by lifetime: outputs %s, saved for backward %s, gradients %s, fan-out "
-                   "%s, input copy %s, layer workspace %s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
+                   "%s, input copy %s, layer workspace %s%s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
                    ct_fmt_bytes((double)p->act.aux, a[1], 32), ct_fmt_bytes((double)p->act.grads, a[2], 32),
                    ct_fmt_bytes((double)p->act.scratch, a[3], 32), ct_fmt_bytes((double)p->act.input, a[4], 32),
-                   ct_fmt_bytes((double)p->act.workspace, a[5], 32));
+                   ct_fmt_bytes((double)p->act.workspace, a[5], 32), ckpt);
 }
 
 /* The first lines of a run: version and device, the model, the batch, the memory plan. */

@@ -1,0 +1,59 @@
+/* segments.c: which layers activation checkpointing recomputes. A segment is a run of layers
+ * [lo, hi) that keeps only what enters it (and what leaves it) through backward: plan.c places
+ * its inner outputs and saved state in one buffer all segments share, and the executor runs the
+ * segment's forward again (CT_PASS_RECOMPUTE) right before its backward (exec.c).
+ *
+ * Segments come from the config in one of two ways, never both:
+ * - layers marked "checkpoint": true: each run of consecutive marked layers expanded in the same
+ *   block instance (one iteration of a "repeat", one transformer_block, or the top level between
+ *   blocks) is one segment, so a checkpointed transformer_block is a segment per block;
+ * - activation_checkpointing.number_checkpoints N over an unmarked model: N segments of (as
+ *   nearly as possible) equal layer counts.
+ * The last layer never belongs to a segment: its output holds the loss's gradient once the loss
+ * has run (plan.c writes it over the logits), and recomputing it there would overwrite that. */
+#include <stdlib.h>
+
+#include "core/graph/internal.h"
+
+static void add_segment(ct_graph *g, int lo, int hi) {
+    if (hi > g->n_nodes - 1) hi = g->n_nodes - 1;   /* never the last layer (see above) */
+    if (hi <= lo) return;
+    g->segs = ct_xrealloc(g->segs, sizeof(ct_ckpt_seg) * (size_t)(g->n_segs + 1));
+    g->segs[g->n_segs++] = (ct_ckpt_seg){lo, hi};
+}
+
+static void segments_from_marks(ct_graph *g) {
+    for (int j = 0; j < g->n_nodes;) {
+        if (!g->nodes[j].l.checkpoint) {
+            j++;
+            continue;
+        }
+        int lo = j;
+        while (j < g->n_nodes && g->nodes[j].l.checkpoint && g->nodes[j].group == g->nodes[lo].group) j++;
+        add_segment(g, lo, j);
+    }
+}
+
+static void even_segments(ct_graph *g, long n_segments) {
+    int64_t layers = g->n_nodes - 1;   /* all but the last */
+    if (layers < 1) return;
+    int64_t n = n_segments < layers ? n_segments : layers;
+    for (int64_t k = 0; k < n; k++) add_segment(g, (int)(k * layers / n), (int)((k + 1) * layers / n));
+}
+
+int ct_graph_segments(ct_graph *g, const ct_config *cfg, ct_err *err) {
+    const ct_layer *marked = NULL;
+    for (int j = 0; j < g->n_nodes && !marked; j++)
+        if (g->nodes[j].l.checkpoint) marked = &g->nodes[j].l;
+    long n = cfg->pending.number_checkpoints;
+    if (marked && n > 0)
+        return ct_layer_errf(marked, err, NULL, "\"checkpoint\": true and activation_checkpointing."
+                             "number_checkpoints %ld both choose the segments to recompute; use one "
+                             "(remove number_checkpoints to keep the marked layers)", n);
+    if (marked) segments_from_marks(g);
+    else if (n > 0) even_segments(g, n);
+    for (int j = 0; j < g->n_nodes; j++) g->nodes[j].seg = -1;
+    for (int s = 0; s < g->n_segs; s++)
+        for (int j = g->segs[s].lo; j < g->segs[s].hi; j++) g->nodes[j].seg = s;
+    return CT_OK;
+}
