@@ -20,7 +20,6 @@ then one with the ratios (the transformer issue's targets: MFU >= 45%, tokens/s 
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -44,50 +43,16 @@ def write_shard(path, n_tokens, seed=0):
 def torch_child(mode, data, B, steps, warmup):
     import numpy as np
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
+    from torch_gpt import adamw_gpt, build_gpt
 
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = "cuda"
     raw = np.fromfile(data, dtype=np.uint16, offset=1024)
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc1, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, H, C // H).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(a.transpose(1, 2).reshape(b, t, C))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-            self.blocks = nn.ModuleList(Block() for _ in range(L))
-            self.ln_f = nn.LayerNorm(C)
-            for name, p in self.named_parameters():
-                if p.dim() == 2:
-                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
-                    nn.init.normal_(p, 0.0, std)
-
-        def forward(self, ids):
-            x = self.wte(ids) + self.wpe.weight[: ids.shape[1]]
-            for b in self.blocks:
-                x = b(x)
-            return F.linear(self.ln_f(x), self.wte.weight)
-
-    model = GPT().to(dev)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), fused=True)
+    model = build_gpt(C, L, H, V, T, flash=True).to(dev)
+    opt = adamw_gpt(model, 6e-4, fused=True)
     fwd = torch.compile(model) if mode == "compile" else model
     rng = np.random.default_rng(0)
     n_win = (len(raw) - 1) // T

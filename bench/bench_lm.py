@@ -14,7 +14,6 @@ ctrain / PyTorch of the best tokens/s (the transformer issue's target: >= 1.0).
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -28,51 +27,15 @@ DATA = "datasets/text/train.bin"
 def torch_child(threads, steps, warmup):
     import numpy as np
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
+    from torch_gpt import adamw_gpt, build_gpt
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     raw = np.fromfile(DATA, dtype=np.uint16, offset=32)  # ctrain token file: 32-byte header, uint16
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc1, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-            mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-            self.register_buffer("mask", mask)
-
-        def forward(self, x):
-            q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
-            s = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
-            a = torch.softmax(s.masked_fill(self.mask, float("-inf")), -1) @ v
-            x = x + self.proj(a.transpose(1, 2).reshape(B, T, C))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-            self.blocks = nn.ModuleList(Block() for _ in range(L))
-            self.ln_f = nn.LayerNorm(C)
-            for name, p in self.named_parameters():
-                if p.dim() == 2:
-                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
-                    nn.init.normal_(p, 0.0, std)
-
-        def forward(self, ids):
-            x = self.wte(ids) + self.wpe.weight[:T]
-            for b in self.blocks:
-                x = b(x)
-            return F.linear(self.ln_f(x), self.wte.weight)
-
-    model = GPT()
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=2e-3, betas=(0.9, 0.95))
+    model = build_gpt(C, L, H, V, T, flash=False)
+    opt = adamw_gpt(model, 2e-3)
     rng = np.random.default_rng(0)
     n_win = (len(raw) - 1) // T
     t0 = None
