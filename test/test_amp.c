@@ -27,14 +27,11 @@
 #include "core/params/store.h"
 #include "core/util/rng.h"
 #include "core/train/train.h"
+#include "test/test_device.h"
 
 static char tmpdir[256];
 
 /* The device of the trainer and optimizer tests. */
-static const char *test_device(void) {
-    const char *d = getenv("CT_TEST_DEVICE");
-    return d && *d ? d : "cpu";
-}
 
 /* ---- the scaler ---- */
 
@@ -665,15 +662,11 @@ static Suite *amp_suite(void) {
 }
 
 int main(void) {
-    if (strcmp(test_device(), "cpu") != 0 && !ct_cuda_available()) {
-        printf("CT_TEST_DEVICE=%s but no CUDA device is usable: skipped\n", test_device());
-        return 77;
-    }
+    if (test_device_unusable()) return 77;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_amp_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     SRunner *sr = srunner_create(amp_suite());
-    /* ct_cuda_available initialised CUDA in this process, and CUDA does not survive a fork */
-    if (strcmp(test_device(), "cpu") != 0) srunner_set_fork_status(sr, CK_NOFORK);
+    test_device_runner(sr);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -31,6 +31,7 @@
 #include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
+#include "test/test_device.h"
 
 static char tmpdir[256];
 
@@ -986,10 +987,6 @@ END_TEST
 #define GPT_TAG_LOGITS 3000u
 #define GPT_TAG_POS 4000u
 
-static const char *test_device(void) {
-    const char *d = getenv("CT_TEST_DEVICE");
-    return d && *d ? d : "cpu";
-}
 
 /* gen_gpt_refs.py's mix(): a multiplicative key, then the "lowbias32" finaliser (uint32 wraps as
  * Python's & 0xFFFFFFFF does). */
@@ -1336,13 +1333,9 @@ int main(void) {
     tcase_add_checked_fixture(gpt, setup, teardown);
     tcase_add_loop_test(gpt, gpt_small_matches_pytorch, 0, 2);
     suite_add_tcase(s, gpt);
-    if (strcmp(test_device(), "cpu") != 0 && !ct_cuda_available()) {
-        printf("CT_TEST_DEVICE=%s but no CUDA device is usable: skipped\n", test_device());
-        return 77;
-    }
+    if (test_device_unusable()) return 77;
     SRunner *sr = srunner_create(s);
-    /* ct_cuda_available initialised CUDA in this process, and CUDA does not survive a fork */
-    if (strcmp(test_device(), "cpu") != 0) srunner_set_fork_status(sr, CK_NOFORK);
+    test_device_runner(sr);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
