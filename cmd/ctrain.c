@@ -247,6 +247,8 @@ static struct {
     const char *summary_path;    /* --summary FILE */
     bool quiet;
     double t0;
+    char oom_note[2048];         /* the trainer's plan and choices, printed after an out-of-memory
+                                    that ends the process (on_fatal) */
 } g_watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ct_run_opts.on_step: keep a copy of the summary (the trainer updated it before this call). */
@@ -460,6 +462,8 @@ static int run_training(cli_args *a) {
         .dry_run = a->dry_run,
         .device_memory = a->device_memory,
         .batch_note = batch_note,
+        .oom_note = g_watch.oom_note,
+        .oom_note_n = sizeof g_watch.oom_note,
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
     };
@@ -484,6 +488,8 @@ static int run_training(cli_args *a) {
  * line reports it like every other runtime error. */
 static void on_fatal(void *ctx, const char *msg) {
     print_error(msg);
+    /* past train.memory_limit_gb: the plan and what to change (set at start; read-only since) */
+    if (strstr(msg, "out of") && g_watch.oom_note[0]) fprintf(stderr, "%s\n", g_watch.oom_note);
     fflush(NULL);
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }

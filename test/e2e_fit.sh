@@ -3,7 +3,9 @@
 #   - --dry-run --device-memory prints the table of micro-batches × checkpointing with each plan's
 #     peak and whether it fits, opening no data; a bad size is exit 2 naming the option;
 #   - a run whose plan is over train.memory_limit_gb exits 1 before training, with the planned
-#     breakdown and suggestions computed from the plan; under it, the run trains;
+#     breakdown and suggestions computed from the plan; under it, the run trains; one that runs
+#     out in its first step (bf16 scratch the plan does not count) exits 1 with the plan and
+#     choices that plan less;
 #   - train_micro_batch_size_per_gpu "auto" picks from the plan under a limit, and exits 1 when
 #     nothing fits.
 # Usage: e2e_fit.sh BUILD_DIR.
@@ -63,6 +65,12 @@ has "$T/err" "or checkpoint every block (activation_checkpointing.number_checkpo
 has "$T/out" '"status":"error"' "the summary says error"
 run 0 "the suggestion taken: it trains" --set train.memory_limit_gb=0.0117 --set train.run_dir="$T/r2" \
     --set activation_checkpointing.number_checkpoints=6
+# bf16 on the CPU: the plan fits, the fp32 copies of 16-bit arguments it does not count do not
+run 1 "bf16 past train.memory_limit_gb in the first step: exit 1" --set bf16.enabled=true \
+    --set train.memory_limit_gb=0.0115 --set train.run_dir="$T/r5"
+has "$T/err" "out of host memory allocating" "the allocation that failed"
+has "$T/err" "planned: params 777.8 KiB.* did not fit in the 558.6 KiB left" "the plan and what was left"
+has "$T/err" "micro-batch 256 with gradient accumulation 2 fits in 9.0 MiB" "a choice that plans less"
 
 mlp '"auto"'
 run 0 "micro-batch auto under a limit: trains" --set train.memory_limit_gb=0.0075 --set train.run_dir="$T/r3"

@@ -133,6 +133,17 @@ int ct_fit_explain_oom(const ct_config *cfg, const ct_run_plan *p, size_t limit,
     return CT_ERR_RUNTIME;
 }
 
+void ct_fit_oom_note(const ct_config *cfg, const ct_run_plan *p, size_t limit, char *out, size_t n) {
+    char line[512], sug[1024], a[32], l[32];
+    size_t budget = (size_t)((double)limit * CT_FIT_AUTO_MARGIN);
+    if (budget >= p->total) budget = p->total - 1;   /* strictly less than what ran out */
+    ct_fit_describe(p, line, sizeof line);
+    ct_fit_suggest(cfg, p->device, budget, sug, sizeof sug);
+    snprintf(out, n, "  planned: %s; the limit is %s: what the plan does not count (the CPU's fp32 copies of "
+             "16-bit arguments, scratch) did not fit in the %s left. Choices that plan less:\n%s", line,
+             fmt(limit, l), fmt(limit - p->total, a), sug);
+}
+
 size_t ct_fit_limit(const ct_config *cfg, size_t device_memory, const char **source) {
     size_t cap = cfg->train.memory_limit_gb > 0 ? (size_t)(cfg->train.memory_limit_gb * GIB) : 0;
     if (cap == 0 && cfg->train.memory_limit_gb > 0) cap = 1;

@@ -52,6 +52,12 @@ void ct_fit_describe(const ct_run_plan *p, char *out, size_t n);
 int ct_fit_over_limit(const ct_config *cfg, const ct_run_plan *p, size_t limit, const char *what, ct_err *err);
 int ct_fit_explain_oom(const ct_config *cfg, const ct_run_plan *p, size_t limit, ct_err *err);
 
+/* For a run whose plan fits under `limit` but which may still run out (what the plan does not
+ * count: the CPU backend's fp32 copies of 16-bit arguments grow in the first step): the lines to
+ * print after such an out-of-memory, the plan and the choices that plan less (within 90% of the
+ * limit, and below this plan). */
+void ct_fit_oom_note(const ct_config *cfg, const ct_run_plan *p, size_t limit, char *out, size_t n);
+
 /* The --dry-run table: the choices that apply (micro-batches from the configured one halving to 1
  * and doubling up to the per-rank batch, those that divide it; checkpointing as configured, off,
  * every block) with each plan's peak and, when limit > 0, whether it fits. One line per row into

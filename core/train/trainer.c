@@ -318,6 +318,8 @@ static int check_memory_limit(ct_trainer *t, ct_err *err) {
         return ct_fit_over_limit(t->cfg, &t->plan, limit, what, err);
     }
     if (strcmp(t->be->name, "cpu") == 0) ct_cpu_backend_set_limit(t->be, limit);
+    if (t->opts.oom_note && t->opts.oom_note_n)
+        ct_fit_oom_note(t->cfg, &t->plan, limit, t->opts.oom_note, t->opts.oom_note_n);
     return CT_OK;
 }
 
