@@ -17,7 +17,9 @@
 #include "core/util/fs.h"
 #include "core/config/config.h"
 #include "core/report/report.h"
+#include "core/train/fit.h"
 #include "core/train/train.h"
+#include "core/util/limits.h"
 
 static const char USAGE[] =
     "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
@@ -42,8 +44,10 @@ static const char USAGE[] =
     "  --model FILE         take the \"model\" section from FILE\n"
     "  --data FILE          take the \"data\" section from FILE\n"
     "  --print-config       print the fully resolved config as JSON and exit\n"
-    "  --dry-run            validate and build the model, print its memory plan and exit\n"
-    "                       (no data opened, nothing allocated)\n"
+    "  --dry-run            validate and build the model, print its memory plan and a table of\n"
+    "                       what fits (micro-batches, checkpointing) and exit (no data opened,\n"
+    "                       nothing allocated)\n"
+    "  --device-memory SIZE with --dry-run: plan for a device of SIZE (24GiB, 512MiB, 80GB)\n"
     "  --device DEV         auto, cpu, cuda or cuda:N (same as --set train.device=DEV)\n"
     "  --seed N             random seed (same as --set train.seed=N)\n"
     "  --resume auto|DIR    resume from the latest checkpoint (or start fresh) or from DIR\n"
@@ -122,6 +126,7 @@ typedef struct cli_args {
     ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
     bool print_config, dry_run, quiet, strict_resume;
     int world_size;
+    size_t device_memory;       /* --device-memory, bytes; 0: not given */
 } cli_args;
 
 static int parse_args(int argc, char **argv, cli_args *a) {
@@ -161,6 +166,12 @@ static int parse_args(int argc, char **argv, cli_args *a) {
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--device-memory"))) {
+            char why[256], msg[320];
+            if (ct_parse_bytes(v, &a->device_memory, why, sizeof why)) {
+                snprintf(msg, sizeof msg, "--device-memory: %s", why);
+                return usage_error("%s", msg);
+            }
         } else {
             bool taken;
             ct_err err = {0};
@@ -236,6 +247,8 @@ static struct {
     const char *summary_path;    /* --summary FILE */
     bool quiet;
     double t0;
+    char oom_note[2048];         /* the trainer's plan and choices, printed after an out-of-memory
+                                    that ends the process (on_fatal) */
 } g_watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ct_run_opts.on_step: keep a copy of the summary (the trainer updated it before this call). */
@@ -421,6 +434,21 @@ static int run_training(cli_args *a) {
         return CT_OK;
     }
 
+    /* train_micro_batch_size_per_gpu "auto": chosen from the memory plan (core/train/fit.h) */
+    char batch_note[512];
+    bool gpu = strcmp(cfg->train.device, "cpu") != 0 && (strncmp(cfg->train.device, "cuda", 4) == 0 || opts.has_gpu);
+    rc = ct_fit_auto_micro_batch(cfg, gpu, a->device_memory, batch_note, sizeof batch_note, &err);
+    if (rc) {
+        print_error(err.msg);
+        if (is_run) {
+            snprintf(summary.status, sizeof summary.status, "error");
+            snprintf(summary.error, sizeof summary.error, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
+            ct_summary_write(&summary, stdout);
+        }
+        ct_config_free(cfg);
+        return rc;
+    }
+
     /* A reader of the log that goes away (`ctrain ... 2>&1 | head -1`) must not kill the run: the
      * write fails with EPIPE instead, the reporter goes quiet, and the run trains, saves and
      * writes --summary. */
@@ -432,6 +460,10 @@ static int run_training(cli_args *a) {
         .summary_path = a->summary,
         .quiet = a->quiet,
         .dry_run = a->dry_run,
+        .device_memory = a->device_memory,
+        .batch_note = batch_note,
+        .oom_note = g_watch.oom_note,
+        .oom_note_n = sizeof g_watch.oom_note,
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
     };
@@ -456,6 +488,8 @@ static int run_training(cli_args *a) {
  * line reports it like every other runtime error. */
 static void on_fatal(void *ctx, const char *msg) {
     print_error(msg);
+    /* past train.memory_limit_gb: the plan and what to change (set at start; read-only since) */
+    if (strstr(msg, "out of") && g_watch.oom_note[0]) fprintf(stderr, "%s\n", g_watch.oom_note);
     fflush(NULL);
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
@@ -503,6 +537,9 @@ static int run_command(int argc, char **argv) {
     }
     cli_args a = {0};
     int rc = parse_args(argc, argv, &a);
+    if (rc == CT_OK && a.device_memory && !a.dry_run)
+        rc = usage_error("%s", "--device-memory plans for another device and needs --dry-run (to cap a run's "
+                         "memory, set train.memory_limit_gb)");
     if (rc == CT_OK && !a.world_size) rc = world_size_from_env(&a.world_size); /* --world-size wins */
     if (rc == CT_OK) {
         if (!a.config) {

@@ -476,6 +476,7 @@ START_TEST(defaults_in_resolved) {
     ck_assert(c->zero.stage == 0 && c->zero.reduce_bucket_size == 5e8 && !c->zero.overlap_comm &&
               c->zero.contiguous_gradients && c->zero.sub_group_size == 1e9);
     ck_assert(c->train.epochs == 5 && c->train.seed == 42 && c->train.keep_last == 3 && c->train.max_steps == 0);
+    ck_assert(c->train.memory_limit_gb == 0 && !c->micro_batch_auto);
     ck_assert_str_eq(c->train.device, "auto");
     ck_assert_str_eq(c->train.run_dir, "runs/a");
     ck_assert_str_eq(c->train.save_dir, "runs/a/checkpoints");
@@ -853,6 +854,10 @@ static const err_case err_cases[] = {
      .at = "a.json:1:54", .has = {"train.early_stopping.mode: expected \"min\" or \"max\", got \"up\""}},
     {.text = TB8 "\"train\": {\"cuda_graph\": \"yes\"}}", .code = CFG,
      .at = "a.json:1:35", .has = {"train.cuda_graph: expected true, false or \"auto\""}},
+    {.text = TB8 "\"train\": {\"memory_limit_gb\": -1}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.memory_limit_gb: expected a number in [0, 1000000000], got -1"}},
+    {.text = TB8 "\"train\": {\"memory_limit_gb\": \"24GiB\"}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.memory_limit_gb: expected a number", "got \"24GiB\""}},
     {.text = TB8 "\"model\": {\"layers\": {\"type\": \"linear\"}}}", .code = CFG,
      .at = "a.json:1:35", .has = {"model.layers: expected an array of layer objects"}},
     {.text = TB8 "\"model\": {\"layers\": [{\"type\": \"relu\"}, 3]}}", .code = CFG,

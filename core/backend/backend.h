@@ -490,6 +490,9 @@ int ct_cpu_threads_for(int threads);
  * its own on first use, and retries forever when that mmap fails, so a run checks it against
  * ulimit -v at start (core/train/trainer.c). */
 size_t ct_cpu_backend_reserved_bytes(int threads);
+/* Cap the CPU backend's memory (train.memory_limit_gb): an alloc that would take its bytes in use
+ * past `bytes` returns NULL, as a device out of memory does. 0: no cap. */
+void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes);
 
 #ifdef CT_HAVE_CUDA
 /* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table

@@ -6,7 +6,9 @@
  * A missing value is derived with DeepSpeed's floor divisions; then DeepSpeed's four checks run
  * in its order (train batch > 0, micro > 0, accumulation > 0, product). "auto" (HF tooling) counts
  * as missing; when neither train_batch_size nor the micro-batch has a number and one of the three
- * is "auto", the micro-batch is CT_CONFIG_DEFAULT_MICRO_BATCH. Errors show the three values, where
+ * is "auto", the micro-batch is CT_CONFIG_DEFAULT_MICRO_BATCH. An "auto" micro-batch with a fixed
+ * train_batch_size (and accumulation not given) is derived here and marked micro_batch_auto: the
+ * trainer may choose another divisor from the memory plan (core/train/fit.h). Errors show the three values, where
  * each came from, and consistent alternatives. */
 #include <limits.h>
 #include <math.h>
@@ -212,6 +214,9 @@ int ct_rd_batch(ct_rd *r, const cJSON *root) {
         return batch_error(r, bv, tb, w, "micro × accumulation × world is more than ctrain supports (%ld samples "
                            "per step)", CT_BATCH_MAX);
     cfg->train_batch_size = tb->v;
+    /* "auto" micro-batch under a fixed train_batch_size: what the rule derived is the fallback;
+     * the trainer picks from the memory plan when it knows a limit (core/train/fit.h) */
+    cfg->micro_batch_auto = mb->is_auto && tb->given && !ga->given;
     cfg->micro_batch = mb->v;
     cfg->grad_accum = ga->v;
     cfg->train_batch_src = tb->src;

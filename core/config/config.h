@@ -166,6 +166,8 @@ typedef struct ct_train_cfg {
     ct_early_stop_cfg early_stopping;
     int threads;                /* CPU worker threads; 0 = number of cores */
     int cuda_graph;             /* CT_CUDA_GRAPH_AUTO (default), _OFF or _ON */
+    double memory_limit_gb;     /* usable memory of the device (host memory on the CPU), GiB;
+                                   0 = the device's own. A plan above it exits 1 at start */
 } ct_train_cfg;
 
 /* train.cuda_graph: "auto" replays captured steps when the backend and model allow it. */
@@ -179,6 +181,9 @@ typedef struct ct_config {
     /* Batch triple after DeepSpeed's derivation; the sources say where each came from. */
     long train_batch_size, micro_batch, grad_accum;
     ct_source train_batch_src, micro_batch_src, grad_accum_src;
+    bool micro_batch_auto;      /* train_micro_batch_size_per_gpu "auto" with a fixed train_batch_size
+                                   (accumulation not given): micro_batch is the rule's derivation
+                                   until ct_fit_auto_micro_batch (core/train/fit.h) picks one */
     int world_size;
 
     ct_optimizer_cfg optimizer;

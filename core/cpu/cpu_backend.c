@@ -27,9 +27,14 @@ typedef struct block_header {
 } block_header;
 #define HEADER 64
 
-static void count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add) {
+/* false (nothing counted) when adding would pass the limit (ct_cpu_backend_set_limit). */
+static bool count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add) {
     ct_mem_stats *m = &cpu->mem;
     pthread_mutex_lock(&cpu->mem_mu);
+    if (add && cpu->limit && (bytes > cpu->limit || m->current_total > cpu->limit - bytes)) {
+        pthread_mutex_unlock(&cpu->mem_mu);
+        return false;
+    }
     if (add) {
         m->current[cat] += bytes, m->current_total += bytes;
         if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];
@@ -38,14 +43,25 @@ static void count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add) {
         m->current[cat] -= bytes, m->current_total -= bytes;
     }
     pthread_mutex_unlock(&cpu->mem_mu);
+    return true;
+}
+
+void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes) {
+    ct_cpu *cpu = be->impl;
+    pthread_mutex_lock(&cpu->mem_mu);
+    cpu->limit = bytes;
+    pthread_mutex_unlock(&cpu->mem_mu);
 }
 
 static void *cpu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
     if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
+    if (!count(be->impl, cat, bytes, true)) return NULL;   /* over train.memory_limit_gb */
     char *p = cpu_alloc_pinned(be, HEADER + bytes);
-    if (!p) return NULL;
+    if (!p) {
+        count(be->impl, cat, bytes, false);
+        return NULL;
+    }
     *(block_header *)p = (block_header){bytes, cat};
-    count(be->impl, cat, bytes, true);
     return p + HEADER;
 }
 

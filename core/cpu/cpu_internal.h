@@ -58,6 +58,7 @@ typedef struct ct_cpu {
     size_t slot_cap[CT_CPU_SLOTS];
     pthread_mutex_t mem_mu;       /* the loader's threads allocate pinned slots too */
     ct_mem_stats mem;             /* per-category bytes of cpu_alloc (cpu_backend.c) */
+    size_t limit;                 /* train.memory_limit_gb in bytes: alloc fails past it (0: none) */
     uint64_t copies;              /* upload and download tickets handed out (one sequence) */
     double timer_at[CT_TIMER_MARKS]; /* ct_now() of mark m in slot m % CT_TIMER_MARKS */
     uint64_t timer_last;          /* the newest timing mark handed out */

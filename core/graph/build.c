@@ -23,6 +23,8 @@ typedef struct builder {
     ct_dtype input_dtype;
     int64_t seq_len;           /* > 0: model.input [T] is built as [seq_len] (ct_graph_build_seq) */
     int group;                 /* block instance the next layer belongs to (ct_gnode.group) */
+    int block_depth;           /* > 0: inside a repeat or a block type (ct_gnode.in_block) */
+    long segments;             /* checkpointing: CT_SEGMENTS_CONFIG or a planned alternative */
     int block_input;           /* what "block_input" names: the node feeding the current iteration
                                   of the innermost repeat block or block type (-1: the model
                                   input), or NO_BLOCK */
@@ -180,6 +182,7 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     memset(gn, 0, sizeof *gn);
     ct_layer *l = &gn->l;
     gn->group = b->group;
+    gn->in_block = b->block_depth > 0;
     l->index = g->n_nodes;
     l->node = node;
     l->cfg = b->cfg;
@@ -259,7 +262,9 @@ static int expand_block(builder *b, const cJSON *it, const ct_block_type *bt, co
     int outer_block_input = b->block_input;
     b->block_input = g->n_nodes - 1;
     b->group++;   /* the block's layers, then what follows it, are block instances of their own */
+    b->block_depth++;
     rc = expand(b, layers, sub_path, suffix, depth + 1);
+    b->block_depth--;
     b->group++;
     b->block_input = outer_block_input;
     return rc;
@@ -311,9 +316,10 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
                before the block for r = 0, the previous iteration's last layer after */
             b->block_input = b->g->n_nodes - 1;
             b->group++;   /* each iteration is a block instance (a checkpointed segment of its own) */
-            if ((rc = expand(b, cJSON_GetObjectItemCaseSensitive(it, "layers"), sub_path, sub_suffix,
-                             depth + 1)))
-                return rc;
+            b->block_depth++;
+            rc = expand(b, cJSON_GetObjectItemCaseSensitive(it, "layers"), sub_path, sub_suffix, depth + 1);
+            b->block_depth--;
+            if (rc) return rc;
         }
         b->block_input = outer_block_input;
         b->group++;
@@ -437,7 +443,7 @@ static int build(builder *b, int64_t batch) {
         if (lim > 0 && (!in->input_ids_below || lim < in->input_ids_below)) in->input_ids_below = lim;
     }
     if ((rc = ct_graph_layout_params(b->g, b->err))) return rc;
-    if ((rc = ct_graph_segments(b->g, b->cfg, b->err))) return rc;
+    if ((rc = ct_graph_segments(b->g, b->cfg, b->segments, b->err))) return rc;
     ct_graph_plan_memory(b->g);
     return CT_OK;
 }
@@ -448,6 +454,11 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **
 
 int ct_graph_build_seq(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, ct_graph **out,
                        ct_err *err) {
+    return ct_graph_build_with(cfg, batch, dt, seq_len, CT_SEGMENTS_CONFIG, out, err);
+}
+
+int ct_graph_build_with(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, long segments,
+                        ct_graph **out, ct_err *err) {
     *out = NULL;
     if (!cfg || !cfg->model) return ct_errf(err, CT_ERR_CONFIG, "model: missing; the config needs a "
                                             "\"model\" section (input, layers, loss)");
@@ -455,7 +466,8 @@ int ct_graph_build_seq(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t
     ct_graph *g = ct_xcalloc(1, sizeof *g);
     g->batch = batch;
     g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
-    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK, .seq_len = seq_len};
+    builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK, .seq_len = seq_len,
+                 .segments = segments < 0 ? CT_SEGMENTS_CONFIG : segments};
     int rc = build(&b, batch);
     if (rc) {
         ct_graph_free(g);

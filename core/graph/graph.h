@@ -72,7 +72,17 @@ int ct_graph_build(const ct_config *cfg, int64_t batch, ct_dtype dt, ct_graph **
  * position_embedding's table is sized by its max_len, not by T. */
 int ct_graph_build_seq(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, ct_graph **out,
                        ct_err *err);
+/* The same model with activation checkpointing other than the config's, for planning the
+ * alternatives a run could take (core/train/fit.h): segments CT_SEGMENTS_CONFIG (-1) is the
+ * config's (ct_graph_build_seq); 0 is none; N > 0 is N even segments, as
+ * activation_checkpointing.number_checkpoints N, with any "checkpoint": true marks ignored. */
+#define CT_SEGMENTS_CONFIG (-1L)
+int ct_graph_build_with(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_t seq_len, long segments,
+                        ct_graph **out, ct_err *err);
 void ct_graph_free(ct_graph *g);
+/* Block instances of the model: iterations of a "repeat" and block types (a transformer_block),
+ * each counted once; 0 for a model written as plain layers. */
+int ct_graph_blocks(const ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
 /* Training FLOPs (forward + backward) per sample, for MFU. A transformer (causal attention

@@ -24,6 +24,7 @@ typedef struct ct_gnode {
     int group;                          /* block instance the layer was expanded in (a repeat
                                            iteration, a block type; the top level between them):
                                            marked layers form one segment per run in one group */
+    bool in_block;                      /* expanded inside a repeat or a block type */
     int seg;                            /* checkpointed segment (index in g->segs), or -1 */
     bool kept;                          /* in a segment, but its output is kept through backward
                                            (the segment's last layer, or read after the segment) */
@@ -66,7 +67,7 @@ struct ct_graph {
 
 /* The build steps (build.c calls them in this order). */
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
-int ct_graph_segments(ct_graph *g, const ct_config *cfg, ct_err *err);   /* segments.c */
+int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err);   /* segments.c */
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
 #endif

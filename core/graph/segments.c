@@ -41,7 +41,14 @@ static void even_segments(ct_graph *g, long n_segments) {
     for (int64_t k = 0; k < n; k++) add_segment(g, (int)(k * layers / n), (int)((k + 1) * layers / n));
 }
 
-int ct_graph_segments(ct_graph *g, const ct_config *cfg, ct_err *err) {
+int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err) {
+    for (int j = 0; j < g->n_nodes; j++) g->nodes[j].seg = -1;
+    if (choice != CT_SEGMENTS_CONFIG) {   /* a planned alternative: the marks do not count */
+        if (choice > 0) even_segments(g, choice);
+        for (int s = 0; s < g->n_segs; s++)
+            for (int j = g->segs[s].lo; j < g->segs[s].hi; j++) g->nodes[j].seg = s;
+        return CT_OK;
+    }
     const ct_layer *marked = NULL;
     for (int j = 0; j < g->n_nodes && !marked; j++)
         if (g->nodes[j].l.checkpoint) marked = &g->nodes[j].l;
@@ -52,8 +59,18 @@ int ct_graph_segments(ct_graph *g, const ct_config *cfg, ct_err *err) {
                              "(remove number_checkpoints to keep the marked layers)", n);
     if (marked) segments_from_marks(g);
     else if (n > 0) even_segments(g, n);
-    for (int j = 0; j < g->n_nodes; j++) g->nodes[j].seg = -1;
     for (int s = 0; s < g->n_segs; s++)
         for (int j = g->segs[s].lo; j < g->segs[s].hi; j++) g->nodes[j].seg = s;
     return CT_OK;
+}
+
+int ct_graph_blocks(const ct_graph *g) {
+    /* group ids grow along the layers, so a new id starts a new instance */
+    int n = 0, last = -1;
+    for (int j = 0; j < g->n_nodes; j++)
+        if (g->nodes[j].in_block && g->nodes[j].group != last) {
+            last = g->nodes[j].group;
+            n++;
+        }
+    return n;
 }

@@ -24,6 +24,14 @@ typedef struct ct_run_opts {
     bool quiet;                  /* --quiet: no progress, only errors and the summary */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
                                     no data, allocate nothing, do not train */
+    size_t device_memory;        /* --device-memory: plan --dry-run's table for a device of this
+                                    many bytes (0: the device it would run on) */
+    const char *batch_note;      /* printed under the start block's batch line: how an "auto"
+                                    micro-batch was chosen (ct_fit_auto_micro_batch); NULL: none */
+    char *oom_note;              /* filled at start, when train.memory_limit_gb is set, with the
+                                    lines to print after an out-of-memory that ends the process
+                                    (ct_fatal: the CPU backend's scratch past the cap); may be NULL */
+    size_t oom_note_n;
     volatile int *stop_signal;   /* set to SIGINT/SIGTERM/SIGHUP by the CLI; checked per step: the
                                     step finishes, a checkpoint is saved, the run returns 128 + it */
     /* Called after every optimizer step (as ct_trainer_on_step); NULL: none. The CLI copies the

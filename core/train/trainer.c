@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/optim/sched.h"
+#include "core/train/fit.h"
 #include "core/train/generate.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
@@ -168,6 +169,7 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
     ct_report_line(r, "batch  %ld = micro %ld × accumulation %ld × world %d · %ld steps/epoch · %ld steps%s",
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
+    if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(r, "       %s", t->opts.batch_note);
     print_plan(r, plan, ct_graph_compute_dtype(t->m.g));
     char ev[160] = "no eval set";
     if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
@@ -298,6 +300,29 @@ static int check_address_space(ct_trainer *t, ct_err *err) {
                    ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
 }
 
+/* train.memory_limit_gb in bytes, 0 when not set. */
+static size_t memory_limit(const ct_config *cfg) {
+    const char *source;
+    return ct_fit_limit(cfg, 0, &source);
+}
+
+/* train.memory_limit_gb: a plan over it stops the run before anything is allocated, with the
+ * breakdown and what would fit; under it, the CPU backend is capped there too, so what the plan
+ * does not foresee fails as a device out of memory would. */
+static int check_memory_limit(ct_trainer *t, ct_err *err) {
+    size_t limit = memory_limit(t->cfg);
+    if (!limit) return CT_OK;
+    if (t->plan.total > limit) {
+        char what[64];
+        snprintf(what, sizeof what, "train.memory_limit_gb %g", t->cfg->train.memory_limit_gb);
+        return ct_fit_over_limit(t->cfg, &t->plan, limit, what, err);
+    }
+    if (strcmp(t->be->name, "cpu") == 0) ct_cpu_backend_set_limit(t->be, limit);
+    if (t->opts.oom_note && t->opts.oom_note_n)
+        ct_fit_oom_note(t->cfg, &t->plan, limit, t->opts.oom_note, t->opts.oom_note_n);
+    return CT_OK;
+}
+
 /* --summary must not name a file the run reads: its atomic write would replace a config or a
  * dataset file with one line of JSON. Checked once the datasets are open (their file lists are
  * known then) and before anything is trained. */
@@ -341,9 +366,15 @@ static int setup(ct_trainer *t, ct_err *err) {
     if ((rc = setup_data(t, err))) return rc;
     if ((rc = check_summary_not_input(t, err))) return rc;
     ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &t->plan);
+    if (!rc) rc = check_memory_limit(t, err);
     if (!rc) rc = check_address_space(t, err);
-    if (!rc) rc = ct_graph_bind(t->m.g, t->be, NULL, err);
-    if (!rc) rc = alloc_params(t, err);
+    if (!rc) {
+        rc = ct_graph_bind(t->m.g, t->be, NULL, err);
+        if (!rc) rc = alloc_params(t, err);
+        /* the device out of memory (or the CPU past train.memory_limit_gb) in the plan's
+         * allocations: the message says what was being allocated; the plan and what fits follow */
+        if (rc == CT_ERR_RUNTIME) rc = ct_fit_explain_oom(cfg, &t->plan, memory_limit(cfg), err);
+    }
     if (!rc) rc = start_step_runner(t, err);
     if (!rc) rc = ct_curriculum_setup(t, err);
     if (!rc && cfg->train.sample_every > 0) {
@@ -445,6 +476,28 @@ void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double l
     t->obs.on_step_ctx = ctx;
 }
 
+static void report_row(void *ctx, const char *text) { ct_report_line(ctx, "%s", text); }
+
+/* --dry-run's table of what fits: for --device-memory, else train.memory_limit_gb, else (on the
+ * CPU) the host memory available now; a GPU's memory is not known before its backend starts. */
+static int print_fit_table(ct_trainer *t, bool gpu, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    const char *source;
+    size_t limit = ct_fit_limit(cfg, t->opts.device_memory, &source);
+    char l[32], head[160];
+    if (!limit && !gpu) {
+        limit = ct_host_available_bytes();
+        source = "host memory available now, MemAvailable";
+    }
+    if (limit)
+        snprintf(head, sizeof head, "what fits in %s (%s):", ct_fmt_bytes((double)limit, l, sizeof l), source);
+    else
+        snprintf(head, sizeof head, "what the choices need (the GPU's memory is not known before it starts: "
+                 "--device-memory SIZE or train.memory_limit_gb says what fits):");
+    ct_report_line(&t->obs.rep, "%s", head);
+    return ct_fit_table(cfg, gpu, limit, report_row, &t->obs.rep, err);
+}
+
 /* --dry-run: the config, the model and its memory plan, from the planner alone: no backend is
  * created, no tensor memory allocated, no data file opened. */
 static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
@@ -462,7 +515,9 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
         print_model(t, gpu ? "cuda" : "cpu", "planned, not started");
         ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
+        if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
         print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g));
+        rc = print_fit_table(t, gpu, err);
         ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                        "allocated or trained");
     }

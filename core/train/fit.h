@@ -1,0 +1,81 @@
+/* fit.h: what fits in a memory budget, from the run's own plan (plan.h).
+ *
+ * Every figure here is ct_run_plan_make over a graph built (core/graph/graph.h, no backend, no
+ * allocation) with the choice's micro-batch and checkpointing, so it is the plan the run with that
+ * choice would print and be held to, not a second estimate. Used by --dry-run's table, by
+ * train.memory_limit_gb's check and the out-of-memory message (the suggestions), and by the
+ * "auto" micro-batch. Choices keep train_batch_size: the micro-batch divides its per-rank share
+ * and gradient accumulation follows DeepSpeed's rule (train = micro × accumulation × world). */
+#ifndef CT_TRAIN_FIT_H
+#define CT_TRAIN_FIT_H
+
+#include "core/train/plan.h"
+
+/* The auto micro-batch takes the largest whose plan stays under this share of the limit: the plan
+ * leaves out the CPU backend's fp32 copies of 16-bit arguments, OpenBLAS's buffers and a GPU's
+ * CUDA context and allocator slack, so a pick at 100% would fail in its first step. */
+#define CT_FIT_AUTO_MARGIN 0.90
+
+/* One run the plan is asked about. */
+typedef struct ct_fit_choice {
+    long micro, accum;      /* the micro-batch and the accumulation the batch rule gives it */
+    long segments;          /* CT_SEGMENTS_CONFIG (core/graph/graph.h): the config's checkpointing;
+                               0: none; N: number_checkpoints N (marks ignored) */
+    size_t peak;            /* the plan's total */
+} ct_fit_choice;
+
+/* The plan of the run with micro-batch `micro` and checkpointing `segments` (as above); device
+ * as ct_run_plan_make. Errors are the graph builder's. */
+int ct_fit_plan(const ct_config *cfg, bool device, long micro, long segments, ct_run_plan *out, ct_err *err);
+
+/* The checkpointing choice "every block": one segment per block instance (number_checkpoints =
+ * ct_graph_blocks); 0 when the model has no blocks (checkpointing then has no natural unit). */
+long ct_fit_every_block(const ct_config *cfg, ct_err *err);
+
+/* The largest micro-batch m <= max_micro that divides per_rank and whose peak(ctx, m) is at most
+ * budget; 0 when none does. peak returns SIZE_MAX when it cannot plan m. Pure: the arithmetic of
+ * the suggestions and of the auto micro-batch, testable with any peak function. */
+long ct_fit_largest_micro(long per_rank, long max_micro, size_t budget, size_t (*peak)(void *ctx, long micro),
+                          void *ctx);
+
+/* The suggestions for a run that does not fit `limit` bytes, as lines of text ("  - micro-batch 8
+ * with gradient accumulation 4 fits in 21.3 GiB", "  - or checkpoint every block ...: 14.0 GiB"),
+ * or the one line saying that nothing does (what the model's fixed part alone needs). */
+void ct_fit_suggest(const ct_config *cfg, bool device, size_t limit, char *out, size_t n);
+
+/* The breakdown of a plan in one line: "params 1.0 MiB, master ..., loader 0 B · all 9.0 MiB". */
+void ct_fit_describe(const ct_run_plan *p, char *out, size_t n);
+
+/* The error of a run whose plan is over `limit` (what: "train.memory_limit_gb 0.01 (10.2 MiB)"),
+ * or of an allocation that failed (`err` already says what was being allocated): the planned
+ * breakdown and the suggestions appended. Returns CT_ERR_RUNTIME. */
+int ct_fit_over_limit(const ct_config *cfg, const ct_run_plan *p, size_t limit, const char *what, ct_err *err);
+int ct_fit_explain_oom(const ct_config *cfg, const ct_run_plan *p, size_t limit, ct_err *err);
+
+/* For a run whose plan fits under `limit` but which may still run out (what the plan does not
+ * count: the CPU backend's fp32 copies of 16-bit arguments grow in the first step): the lines to
+ * print after such an out-of-memory, the plan and the choices that plan less (within 90% of the
+ * limit, and below this plan). */
+void ct_fit_oom_note(const ct_config *cfg, const ct_run_plan *p, size_t limit, char *out, size_t n);
+
+/* The --dry-run table: the choices that apply (micro-batches from the configured one halving to 1
+ * and doubling up to the per-rank batch, those that divide it; checkpointing as configured, off,
+ * every block) with each plan's peak and, when limit > 0, whether it fits. One line per row into
+ * line(ctx, text). */
+int ct_fit_table(const ct_config *cfg, bool device, size_t limit, void (*line)(void *ctx, const char *text),
+                 void *ctx, ct_err *err);
+
+/* The memory a run may plan for: the smaller of device_memory (--device-memory; 0: not given) and
+ * train.memory_limit_gb; 0 when neither is known. *source names where it came from. */
+size_t ct_fit_limit(const ct_config *cfg, size_t device_memory, const char **source);
+
+/* train_micro_batch_size_per_gpu "auto" (cfg->micro_batch_auto): with a limit (ct_fit_limit), the
+ * largest micro-batch dividing the per-rank batch whose plan is within CT_FIT_AUTO_MARGIN of it,
+ * accumulation following; without one, the batch rule's derivation stays (the host's free memory
+ * is not used: what is trained would then depend on what else runs on the machine). `note` says
+ * what was chosen and why (empty when the micro-batch is not "auto"). CT_ERR_RUNTIME when not even
+ * micro-batch 1 fits, with the suggestions. */
+int ct_fit_auto_micro_batch(ct_config *cfg, bool device, size_t device_memory, char *note, size_t note_n,
+                            ct_err *err);
+
+#endif

@@ -1,0 +1,285 @@
+/* test_fit.c: what fits (core/train/fit.h) and the size parser behind --device-memory
+ * (core/util/limits.h): sizes good and bad; the largest-micro-batch arithmetic on synthetic plans;
+ * the suggestions, the auto micro-batch and an out-of-memory of the CPU backend on a real (tiny)
+ * model under synthetic limits. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/backend/backend.h"
+#include "core/config/config.h"
+#include "core/graph/graph.h"
+#include "core/train/fit.h"
+#include "core/util/limits.h"
+
+static char tmpdir[64];
+
+/* ---- sizes ---- */
+
+START_TEST(sizes_parse) {
+    static const struct { const char *s; size_t want; } good[] = {
+        {"24GiB", (size_t)24 << 30}, {"512MiB", (size_t)512 << 20}, {"80GB", 80000000000ull},
+        {"1.5gib", (size_t)3 << 29},  {"1B", 1},                       {"4KiB", 4096},
+        {"2tb", 2000000000000ull},    {"0.5KiB", 512},                 {"10kb", 10000},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        size_t v = 0;
+        char why[256] = "";
+        ck_assert_msg(ct_parse_bytes(good[i].s, &v, why, sizeof why) == 0, "%s: %s", good[i].s, why);
+        ck_assert_msg(v == good[i].want, "%s: got %zu, want %zu", good[i].s, v, good[i].want);
+    }
+}
+END_TEST
+
+START_TEST(sizes_refused) {
+    /* each must fail with a message that says what a size looks like or what was wrong */
+    static const char *const bad[] = {
+        "",       "24",      "GiB",      "-1GiB",    "+1GiB",   " 24GiB",  "24 GiB",  "24GiB ",
+        "0GiB",   "0.1B",    "1e3MiB",   "0x10MiB",  "infGiB",  "nanGiB",  "24Gi",    "24GIBS",
+        "24XB",   "1..5GiB", ".GiB",     "24GiB24",  "9999999999999999999999TiB", "24mib\n", "5,5GB",
+        "NaN",    "\t",      "1GiB\x01",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t v = 12345;
+        char why[256] = "";
+        ck_assert_msg(ct_parse_bytes(bad[i], &v, why, sizeof why) == -1, "\"%s\" was accepted as %zu", bad[i], v);
+        ck_assert_msg(why[0] != '\0', "\"%s\": no reason given", bad[i]);
+        ck_assert_msg(v == 0, "\"%s\": out left at %zu", bad[i], v);
+    }
+    size_t v;
+    char why[256];
+    ct_parse_bytes("24", &v, why, sizeof why);
+    ck_assert_msg(strstr(why, "no unit") && strstr(why, "24GiB"), "%s", why);
+    ct_parse_bytes("24XB", &v, why, sizeof why);
+    ck_assert_msg(strstr(why, "unknown unit \"XB\""), "%s", why);
+}
+END_TEST
+
+/* ---- the arithmetic ---- */
+
+/* peak(m) = base + per_sample × m, and SIZE_MAX for the micro-batches in `broken`. */
+typedef struct linear_peak {
+    size_t base, per_sample;
+    long broken;
+    int calls;
+} linear_peak;
+
+static size_t peak_of(void *ctx, long m) {
+    linear_peak *p = ctx;
+    p->calls++;
+    return m == p->broken ? SIZE_MAX : p->base + p->per_sample * (size_t)m;
+}
+
+START_TEST(largest_micro_arithmetic) {
+    linear_peak p = {100, 10, 0, 0};
+    /* 100 + 10 m <= 200: m <= 10; the divisors of 24 below that: 8 */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 24, 200, peak_of, &p), 8);
+    ck_assert_int_eq(ct_fit_largest_micro(24, 24, 1000, peak_of, &p), 24);     /* everything fits */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 5, 1000, peak_of, &p), 4);       /* capped, a divisor */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 100, 1000, peak_of, &p), 24);    /* never above the batch */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 24, 109, peak_of, &p), 0);       /* not even 1 */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 24, 110, peak_of, &p), 1);       /* exactly 1 */
+    ck_assert_int_eq(ct_fit_largest_micro(7, 7, 150, peak_of, &p), 1);         /* a prime batch: 1 or 7 */
+    ck_assert_int_eq(ct_fit_largest_micro(7, 7, 170, peak_of, &p), 7);
+    p.broken = 8;                                                              /* unplannable: skipped */
+    ck_assert_int_eq(ct_fit_largest_micro(24, 24, 200, peak_of, &p), 6);
+    /* only divisors are planned: 1000 has 16 of them */
+    p = (linear_peak){0, 1, 0, 0};
+    ck_assert_int_eq(ct_fit_largest_micro(1000, 1000, 0, peak_of, &p), 0);
+    ck_assert_int_eq(p.calls, 16);
+}
+END_TEST
+
+/* ---- a real model ---- */
+
+/* An MLP of 6 blocks [linear 256, gelu, linear 128] on 16 features, batch 512 (plans of a few MiB:
+ * activations grow with the micro-batch, checkpointing every block drops each block's inner
+ * outputs). micro: a number or "\"auto\"". */
+static ct_config *load_mlp(const char *micro, double limit_gb) {
+    char path[128], text[2048], set[64];
+    snprintf(path, sizeof path, "%s/mlp.json", tmpdir);
+    snprintf(text, sizeof text,
+             "{\"train_batch_size\": 512, \"train_micro_batch_size_per_gpu\": %s,\n"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},\n"
+             " \"model\": {\"input\": [16], \"loss\": {\"type\": \"cross_entropy\"}, \"layers\": [\n"
+             "   {\"type\": \"linear\", \"name\": \"in\", \"out\": 128},\n"
+             "   {\"type\": \"repeat\", \"times\": 6, \"layers\": [\n"
+             "     {\"type\": \"linear\", \"name\": \"fc\", \"out\": 256}, {\"type\": \"gelu\", \"name\": \"act\"},\n"
+             "     {\"type\": \"linear\", \"name\": \"proj\", \"out\": 128}]},\n"
+             "   {\"type\": \"linear\", \"name\": \"head\", \"out\": 4}]},\n"
+             " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"none.csv\"}},\n"
+             " \"train\": {\"device\": \"cpu\"}}\n", micro);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(set, sizeof set, "train.memory_limit_gb=%.17g", limit_gb);
+    const char *sets[] = {set};
+    ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = limit_gb > 0 ? 1 : 0, .world_size = 1};
+    ct_config *cfg = NULL;
+    ct_warnings w = {0};
+    ct_err err = {0};
+    int rc = ct_config_load(&o, &cfg, &w, &err);
+    ct_warnings_free(&w);
+    ck_assert_msg(rc == CT_OK, "%s", err.msg);
+    return cfg;
+}
+
+static size_t plan_total(const ct_config *cfg, long micro, long segments) {
+    ct_run_plan p;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fit_plan(cfg, false, micro, segments, &p, &err), CT_OK);
+    return p.total;
+}
+
+#define GIB 1073741824.0
+
+START_TEST(plan_is_the_runs_plan) {
+    /* the configured choice is exactly what a run builds and plans */
+    ct_config *cfg = load_mlp("512", 0);
+    ct_graph *g = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_graph_build(cfg, cfg->micro_batch, CT_F32, &g, &err), CT_OK);
+    ct_run_plan run;
+    ct_run_plan_make(cfg, g, false, &run);
+    ck_assert_uint_eq(plan_total(cfg, 512, CT_SEGMENTS_CONFIG), run.total);
+    ct_graph_free(g);
+    /* 6 blocks; checkpointing every block plans less at the same micro-batch; more samples more */
+    ck_assert_int_eq(ct_fit_every_block(cfg, &err), 6);
+    ck_assert_uint_lt(plan_total(cfg, 512, 6), plan_total(cfg, 512, 0));
+    ck_assert_uint_lt(plan_total(cfg, 256, 0), plan_total(cfg, 512, 0));
+    ct_config_free(cfg);
+}
+END_TEST
+
+START_TEST(suggestions_from_the_plan) {
+    ct_config *cfg = load_mlp("512", 0);
+    /* a limit between the plans of micro-batch 256 and 512, above every block at 512 */
+    size_t p256 = plan_total(cfg, 256, CT_SEGMENTS_CONFIG), p512 = plan_total(cfg, 512, CT_SEGMENTS_CONFIG);
+    size_t every512 = plan_total(cfg, 512, 6);
+    ck_assert_uint_lt(every512, p512);
+    size_t limit = (p256 > every512 ? p256 : every512) + 1;
+    ck_assert_uint_lt(limit, p512);
+    char text[1024];
+    ct_fit_suggest(cfg, false, limit, text, sizeof text);
+    ck_assert_msg(strstr(text, "micro-batch 256 with gradient accumulation 2 fits in"), "%s", text);
+    ck_assert_msg(strstr(text, "or checkpoint every block (activation_checkpointing.number_checkpoints 6)"), "%s", text);
+    ck_assert_msg(strstr(text, "at micro-batch 512"), "%s", text);
+    /* the error of a run over its limit: exit 1, breakdown, suggestions */
+    ct_err err = {0};
+    ct_run_plan p;
+    ck_assert_int_eq(ct_fit_plan(cfg, false, 512, CT_SEGMENTS_CONFIG, &p, &err), CT_OK);
+    ck_assert_int_eq(ct_fit_over_limit(cfg, &p, limit, "train.memory_limit_gb 0.01", &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "planned: params 0 B, master") && strstr(err.msg, "micro-batch 256"), "%s", err.msg);
+    /* below every micro-batch 1: nothing fits, and the message says what the fixed part needs */
+    ct_fit_suggest(cfg, false, plan_total(cfg, 1, 6) - 1, text, sizeof text);
+    ck_assert_msg(strstr(text, "nothing fits in") && strstr(text, "micro-batch 1 with every block checkpointed"),
+                  "%s", text);
+    ct_config_free(cfg);
+}
+END_TEST
+
+START_TEST(auto_micro_batch_under_limits) {
+    ct_config *probe = load_mlp("\"auto\"", 0);
+    ck_assert(probe->micro_batch_auto);
+    /* no limit: the batch rule's derivation stays, and the note says so */
+    char note[512];
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fit_auto_micro_batch(probe, false, 0, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(probe->micro_batch, 512);
+    ck_assert_msg(strstr(note, "no memory limit is known"), "%s", note);
+    size_t p1 = plan_total(probe, 1, CT_SEGMENTS_CONFIG), p2 = plan_total(probe, 2, CT_SEGMENTS_CONFIG);
+    size_t p4 = plan_total(probe, 4, CT_SEGMENTS_CONFIG);
+    ck_assert_uint_lt(p2, p4);
+    ct_config_free(probe);
+
+    /* a limit whose 90% lies between the plans of micro-batch 2 and 4: 2, accumulation 256 */
+    double gb = ((double)p2 + (double)(p4 - p2) / 2) / CT_FIT_AUTO_MARGIN / GIB;
+    ct_config *cfg = load_mlp("\"auto\"", gb);
+    ck_assert_int_eq(ct_fit_auto_micro_batch(cfg, false, 0, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(cfg->micro_batch, 2);
+    ck_assert_int_eq(cfg->grad_accum, 256);
+    ck_assert_int_eq(cfg->micro_batch * cfg->grad_accum * cfg->world_size, cfg->train_batch_size);
+    ck_assert_msg(strstr(note, "2 × accumulation 256") && strstr(note, "train.memory_limit_gb"), "%s", note);
+    ct_config_free(cfg);
+
+    /* --device-memory below the limit wins: only micro-batch 1 */
+    cfg = load_mlp("\"auto\"", 1.0);
+    size_t dev = (size_t)(((double)p1 + (double)(p2 - p1) / 2) / CT_FIT_AUTO_MARGIN);
+    ck_assert_uint_gt(p2, p1);
+    ck_assert_int_eq(ct_fit_auto_micro_batch(cfg, false, dev, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(cfg->micro_batch, 1);
+    ck_assert_int_eq(cfg->grad_accum, 512);
+    ck_assert_msg(strstr(note, "--device-memory"), "%s", note);
+    ct_config_free(cfg);
+
+    /* nothing fits: CT_ERR_RUNTIME, the micro-batch untouched */
+    cfg = load_mlp("\"auto\"", (double)p1 / 2 / GIB);
+    ck_assert_int_eq(ct_fit_auto_micro_batch(cfg, false, 0, note, sizeof note, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "not even micro-batch 1 fits") && strstr(err.msg, "nothing fits in"), "%s", err.msg);
+    ct_config_free(cfg);
+
+    /* a fixed micro-batch is not "auto": nothing changes, no note */
+    cfg = load_mlp("64", (double)p1 / 2 / GIB);
+    ck_assert(!cfg->micro_batch_auto);
+    ck_assert_int_eq(ct_fit_auto_micro_batch(cfg, false, 0, note, sizeof note, &err), CT_OK);
+    ck_assert_int_eq(cfg->micro_batch, 64);
+    ck_assert_str_eq(note, "");
+    ct_config_free(cfg);
+}
+END_TEST
+
+START_TEST(cpu_out_of_memory_explained) {
+    ct_config *cfg = load_mlp("512", 0);
+    ct_graph *g = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_graph_build(cfg, 512, CT_F32, &g, &err), CT_OK);
+    ct_run_plan plan;
+    ct_run_plan_make(cfg, g, false, &plan);
+    ct_backend *be = ct_cpu_backend_create(1);
+    ck_assert_ptr_nonnull(be);
+    /* capped below the arena: the allocation fails as a device out of memory does */
+    ct_cpu_backend_set_limit(be, plan.act.total - 1);
+    ck_assert_int_eq(ct_graph_bind(g, be, NULL, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "out of memory allocating activations"), "%s", err.msg);
+    ck_assert_int_eq(ct_fit_explain_oom(cfg, &plan, plan.act.total - 1, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "planned: params") && strstr(err.msg, "micro-batch"), "%s", err.msg);
+    /* and at the cap it fits */
+    ct_cpu_backend_set_limit(be, plan.act.total);
+    ck_assert_int_eq(ct_graph_bind(g, be, NULL, &err), CT_OK);
+    ct_graph_free(g);
+    ct_backend_destroy(be);
+    ct_config_free(cfg);
+}
+END_TEST
+
+static Suite *fit_suite(void) {
+    Suite *s = suite_create("fit");
+    TCase *tc = tcase_create("fit");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, sizes_parse);
+    tcase_add_test(tc, sizes_refused);
+    tcase_add_test(tc, largest_micro_arithmetic);
+    tcase_add_test(tc, plan_is_the_runs_plan);
+    tcase_add_test(tc, suggestions_from_the_plan);
+    tcase_add_test(tc, auto_micro_batch_under_limits);
+    tcase_add_test(tc, cpu_out_of_memory_explained);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_fit_XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    SRunner *sr = srunner_create(fit_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return failed ? 1 : 0;
+}
