@@ -664,7 +664,8 @@ START_TEST(report_goes_quiet_on_a_dead_stream) {
     for (int i = 1; i <= steps; i++) {
         ct_step_event e = {.step = i, .total_steps = steps, .epoch = 1, .epochs = 1, .epoch_step = i,
                            .epoch_steps = steps, .loss = 1.0 / i, .lr = 0.1, .samples = 8};
-        ct_report_step(&r, &e);
+        ct_report_window w;
+        ct_report_step(&r, &e, &w);
     }
     ck_assert_msg(r.quiet, "still writing to a closed pipe");
     fclose(out);
@@ -698,7 +699,8 @@ START_TEST(mfu_from_the_peak_table) {
     r.t0 = r.win_t0 = ct_now() - 1.0;
     ct_step_event e = {.step = 1, .total_steps = 2, .epoch = 1, .epochs = 1, .loss = 2.0, .lr = 1e-3, .samples = 500,
                        .tokens = 512000};
-    ct_report_step(&r, &e);
+    ct_report_window w;
+    ct_report_step(&r, &e, &w);
     fclose(out);
     ck_assert_msg(strstr(buf, "tokens/s  MFU ") != NULL, "%s", buf);
     /* a curriculum's half-length samples: half the tokens, half the MFU */
