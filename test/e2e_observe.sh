@@ -6,6 +6,7 @@
 #    returns; --quiet: no step, epoch or eval lines, the summary on stdout;
 #  - under a pseudo-terminal (script): the redrawn progress line and no plain step lines;
 #  - run_dir/metrics.jsonl: one valid JSON object per logged step (at the right steps) and per eval;
+#    after SIGTERM (the run saves and exits 143) every step up to the saved one;
 #  - csv_monitor: DeepSpeed's file names, "step,<metric>" headers, CRLF rows, one row per optimizer
 #    step at the global sample count (train_loss before the step, lr and loss_scale after), under
 #    output_path/job_name; loss_scale only under fp16;
@@ -63,6 +64,24 @@ if command -v script >/dev/null 2>&1; then
     eq "terminal without steps_per_print: no plain step lines" "$(grep -a -c '^step ' tty.out)" 0
 else
     echo "skip: no script(1) for a pseudo-terminal"
+fi
+
+# --- SIGTERM: the run saves a checkpoint and its metrics are on disk up to that step ---
+if [ -f slow.json ]; then
+    "$B" --config slow.json --set train.run_dir=rs --set steps_per_print=1 >sig.out 2>sig.err &
+    pid=$!
+    n=0
+    while ! grep -q '^step 3/' sig.err 2>/dev/null && [ $n -lt 500 ]; do n=$((n + 1)); sleep 0.02; done
+    kill -TERM $pid
+    wait $pid
+    eq "SIGTERM: exit 143" $? 143
+    last=$(sed -n 's/.*"steps":\([0-9]*\).*/\1/p' sig.out)
+    got=$(grep -c '"type":"train"' rs/metrics.jsonl)
+    if [ -n "$last" ] && [ "$got" = "$last" ] && [ -d "rs/checkpoints/global_step$last" ]; then
+        ok "SIGTERM: metrics.jsonl has every step up to the saved one ($got)"
+    else
+        bad "SIGTERM: $got train records, stopped at step '$last'"
+    fi
 fi
 
 # --- metrics.jsonl ---
