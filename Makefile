@@ -123,7 +123,7 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # call it (through check-deps) when one is missing.
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check \
             libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy \
-            coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux base-files
+            coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)
 

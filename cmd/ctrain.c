@@ -394,6 +394,24 @@ static int save_summary(const ct_summary *s, const char *path, const ct_config *
     return rc;
 }
 
+/* --summary FILE for a run refused before it started (its config did not load), so that a sweep
+ * script finds every point it launched, failed ones with their error. The file must not be one of
+ * the run's own inputs (the config, --model, --data): those are refused like at a run's start. A
+ * summary that cannot be written is said, and the config error's exit code stays. */
+static void save_error_summary(const ct_summary *s, const cli_args *a) {
+    if (!a->summary) return;
+    const char *inputs[] = {a->config, a->model, a->data};
+    for (int i = 0; i < 3; i++)
+        if (inputs[i] && ct_fs_same_file(a->summary, inputs[i])) {
+            fprintf(stderr, "ctrain: error: --summary %s would replace %s, an input of this run; the summary "
+                    "is on stdout only\n", a->summary, inputs[i]);
+            return;
+        }
+    ct_err err = {0};
+    if (ct_summary_save(s, a->summary, &err))
+        fprintf(stderr, "ctrain: error: cannot write --summary %s (%s)\n", a->summary, err.msg);
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
@@ -423,6 +441,7 @@ static int run_training(cli_args *a) {
             snprintf(summary.status, sizeof summary.status, "error");
             snprintf(summary.error, sizeof summary.error, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
             ct_summary_write(&summary, stdout);
+            save_error_summary(&summary, a);
         }
         return rc;
     }

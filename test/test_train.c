@@ -28,6 +28,7 @@
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
 #include "core/params/store.h"
+#include "core/report/metrics.h"
 #include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
@@ -665,7 +666,8 @@ START_TEST(report_goes_quiet_on_a_dead_stream) {
     for (int i = 1; i <= steps; i++) {
         ct_step_event e = {.step = i, .total_steps = steps, .epoch = 1, .epochs = 1, .epoch_step = i,
                            .epoch_steps = steps, .loss = 1.0 / i, .lr = 0.1, .samples = 8};
-        ct_report_step(&r, &e);
+        ct_report_window w;
+        ct_report_step(&r, &e, &w);
     }
     ck_assert_msg(r.quiet, "still writing to a closed pipe");
     fclose(out);
@@ -699,12 +701,123 @@ START_TEST(mfu_from_the_peak_table) {
     r.t0 = r.win_t0 = ct_now() - 1.0;
     ct_step_event e = {.step = 1, .total_steps = 2, .epoch = 1, .epochs = 1, .loss = 2.0, .lr = 1e-3, .samples = 500,
                        .tokens = 512000};
-    ct_report_step(&r, &e);
+    ct_report_window w;
+    ct_report_step(&r, &e, &w);
     fclose(out);
     ck_assert_msg(strstr(buf, "tokens/s  MFU ") != NULL, "%s", buf);
     /* a curriculum's half-length samples: half the tokens, half the MFU */
     ck_assert_double_eq_tol(ct_report_mfu(&r, 500.0, 256000.0), mfu / 2, 1e-12);
     free(buf);
+}
+END_TEST
+
+/* The default print interval: 1, 2 or 5 x 10^k, at most 50 windows, at least 20 when the run has
+ * 20 steps or more, and the smallest such (the next smaller one would print more than 50). */
+START_TEST(default_print_interval_rule) {
+    ck_assert_int_eq(ct_report_default_interval(0), 10);
+    ck_assert_int_eq(ct_report_default_interval(-5), 10);
+    ck_assert_int_eq(ct_report_default_interval(1), 1);
+    ck_assert_int_eq(ct_report_default_interval(50), 1);
+    ck_assert_int_eq(ct_report_default_interval(51), 2);
+    ck_assert_int_eq(ct_report_default_interval(60), 2);
+    ck_assert_int_eq(ct_report_default_interval(1000), 20);
+    ck_assert_int_eq(ct_report_default_interval(1001), 50);
+    ck_assert_int_eq(ct_report_default_interval(18865), 500);
+    srand(16);
+    for (int i = 0; i < 3000; i++) {
+        long total = i < 1000 ? i + 1 : 1 + (long)(rand() % 10000000);
+        long every = ct_report_default_interval(total), m = every;
+        while (m % 10 == 0) m /= 10;
+        ck_assert_msg(m == 1 || m == 2 || m == 5, "total %ld: interval %ld", total, every);
+        long lines = (total + every - 1) / every;
+        ck_assert_msg(lines <= 50, "total %ld: %ld lines", total, lines);
+        ck_assert_msg(total < 20 || lines >= 20, "total %ld: %ld lines", total, lines);
+        long smaller = m == 1 ? every / 2 : m == 2 ? every / 2 : every * 2 / 5;
+        ck_assert_msg(smaller == 0 || (total + smaller - 1) / smaller > 50, "total %ld: %ld also fits", total, smaller);
+    }
+    /* the report: a plain line at each window's end, and ct_report_step says so */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    ct_report r;
+    ct_report_init(&r, out, false, 0);
+    ct_report_plan(&r, 60);
+    ck_assert_int_eq(r.log_every, 2);
+    int windows = 0;
+    for (int i = 1; i <= 60; i++) {
+        ct_step_event e = {.step = i, .total_steps = 60, .epoch = 1, .epochs = 1, .loss = 1.0 / i, .lr = 0.1,
+                           .samples = 8};
+        ct_report_window w;
+        if (ct_report_step(&r, &e, &w)) {
+            windows++;
+            ck_assert_double_eq_tol(w.loss, (1.0 / (i - 1) + 1.0 / i) / 2, 1e-12);
+        }
+    }
+    fclose(out);
+    ck_assert_int_eq(windows, 30);
+    int lines = 0;
+    for (char *p = buf; (p = strstr(p, "step ")); p++) lines += p == buf || p[-1] == '\n';
+    ck_assert_msg(lines == 30, "%d lines:\n%s", lines, buf);
+    free(buf);
+}
+END_TEST
+
+/* Python's float repr, as DeepSpeed's csv_monitor writes values, and a shortest round trip. */
+START_TEST(python_float_repr) {
+    static const struct { double v; const char *s; } cases[] = {
+        {0.1, "0.1"}, {65536, "65536.0"}, {1e-5, "1e-05"}, {1.5e-5, "1.5e-05"}, {0.0001, "0.0001"},
+        {1e16, "1e+16"}, {1e15, "1000000000000000.0"}, {123456789012345678.0, "1.2345678901234568e+17"},
+        {-2.5, "-2.5"}, {1.0 / 3, "0.3333333333333333"}, {2.302585124969482, "2.302585124969482"},
+        {0.0, "0.0"}, {-0.0, "-0.0"}, {NAN, "nan"}, {INFINITY, "inf"}, {-INFINITY, "-inf"}, {5e-324, "5e-324"},
+        {1.7976931348623157e308, "1.7976931348623157e+308"}, {100, "100.0"}, {12.5, "12.5"}};
+    char b[40];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_str_eq(ct_fmt_pyfloat(cases[i].v, b, sizeof b), cases[i].s);
+    ct_rng rng;
+    ct_rng_init(&rng, 4, CT_RNG_SAMPLE, 0);
+    for (int i = 0; i < 20000; i++) {
+        uint64_t bits = ((uint64_t)ct_rng_u32(&rng) << 32) | ct_rng_u32(&rng);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (!isfinite(v)) continue;
+        ct_fmt_pyfloat(v, b, sizeof b);
+        ck_assert_msg(strtod(b, NULL) == v, "%s is not %.17g", b, v);
+    }
+}
+END_TEST
+
+/* The writer thread: what is queued is in the file after a flush, one JSON line each, and the
+ * close reports nothing when nothing failed. */
+START_TEST(metrics_writer_flushes) {
+    char dir[] = "/tmp/ct_metrics_XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/m.jsonl", dir);
+    ct_metrics *m;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_metrics_open(&(ct_metrics_opts){.jsonl_path = path}, &m, &err), CT_OK);
+    srand(17);
+    int n = 100 + rand() % 400;
+    for (int i = 1; i <= n; i++)
+        ct_metrics_step(m, &(ct_metric_step){.step = i, .epoch = 1, .loss = (double)rand() / RAND_MAX, .lr = 0.1,
+                                             .loss_scale = NAN});
+    ct_metrics_flush(m);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        cJSON *j = cJSON_Parse(line);
+        ck_assert_msg(j != NULL, "not JSON: %s", line);
+        ck_assert_int_eq(cJSON_GetObjectItem(j, "step")->valueint, lines);
+        ck_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "loss_scale")));
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    ck_assert_int_eq(lines, n);
+    ck_assert_int_eq(ct_metrics_close(m, &err), CT_OK);
+    unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -1318,6 +1431,9 @@ int main(void) {
     tcase_add_test(tc, divergence_is_reported);
     tcase_add_test(tc, stop_signal_stops_after_the_step);
     tcase_add_test(tc, mfu_from_the_peak_table);
+    tcase_add_test(tc, default_print_interval_rule);
+    tcase_add_test(tc, python_float_repr);
+    tcase_add_test(tc, metrics_writer_flushes);
     tcase_add_test(tc, sampler_follows_softmax);
     tcase_add_test(tc, dry_run_and_summary);
     tcase_add_test(tc, report_goes_quiet_on_a_dead_stream);

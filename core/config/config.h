@@ -142,6 +142,13 @@ typedef struct ct_pending_cfg {
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
 } ct_pending_cfg;
 
+/* A DeepSpeed monitor section (tensorboard, csv_monitor: the same three keys). */
+typedef struct ct_monitor_cfg {
+    bool enabled;               /* false */
+    char output_path[1024];     /* "": csv_monitor writes under run_dir (DeepSpeed: the cwd) */
+    char job_name[256];         /* "DeepSpeedJobName" */
+} ct_monitor_cfg;
+
 typedef struct ct_early_stop_cfg {
     bool enabled;               /* true when the section is present */
     char metric[32];            /* "eval_loss" */
@@ -198,6 +205,9 @@ typedef struct ct_config {
     ct_zero_cfg zero;
     ct_curriculum_cfg curriculum;
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
+    ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */
+    ct_monitor_cfg tensorboard; /* validated; enabled gets a "not supported yet" line */
+    bool wandb;                 /* wandb.enabled: likewise */
     ct_train_cfg train;
 
     /* ctrain sections kept as JSON; validated by their consumers. Owned by the config. */

@@ -15,9 +15,13 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Monitors and other DeepSpeed sections ctrain validates but does not act on                  */
 
-static const ct_field tb_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("output_path"), CT_U_STR("job_name")};
-static const ct_field wandb_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("group"), CT_U_STR("team"),
-                                        CT_U_STR("project")};
+/* tensorboard and csv_monitor (DeepSpeed's pydantic defaults); csv_monitor is acted on, the two
+ * others get a "not supported yet" line when enabled (not_yet.c). */
+static const ct_field monitor_fields[] = {CT_F_BOOL(ct_monitor_cfg, enabled, false),
+                                          CT_F_STR(ct_monitor_cfg, output_path, ""),
+                                          CT_F_STR(ct_monitor_cfg, job_name, "DeepSpeedJobName")};
+static const ct_field wandb_fields[] = {CT_F_BOOL_K(ct_config, "enabled", wandb, false), CT_U_STR("group"),
+                                        CT_U_STR("team"), CT_U_STR("project")};
 static const ct_field comet_fields[] = {
     CT_U_BOOL("enabled"),        CT_U_INT("samples_log_interval", 0), CT_U_STR("project"),
     CT_U_STR("workspace"),       CT_U_STR("api_key"),                 CT_U_STR("experiment_name"),
@@ -46,8 +50,7 @@ static const ct_field ckpt_fields[] = {CT_U_STR("tag_validation"), CT_U_BOOL("lo
 
 #define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
 static const ct_section ds_sections[] = {
-    WHOLE("tensorboard", tb_fields, true),          WHOLE("csv_monitor", tb_fields, true),
-    WHOLE("wandb", wandb_fields, true),             WHOLE("comet", comet_fields, true),
+    WHOLE("comet", comet_fields, true),
     WHOLE("comms_logger", comms_fields, true),
     {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
     WHOLE("flops_profiler", flops_fields, false),   WHOLE("checkpoint", ckpt_fields, false),
@@ -209,7 +212,26 @@ static int read_data_curriculum(ct_rd *r, const cJSON *root) {
     return CT_OK;
 }
 
+/* The monitors, each into its own part of the config. Pydantic sections: strict and lax. */
+static int read_monitors(ct_rd *r, const cJSON *root) {
+    static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true, true};
+    static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
+                                   false};
+    static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};
+    const ct_section *secs[] = {&tb, &csv, &wandb};
+    void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]->name);
+        int rc = ct_rd_section(r, sec, secs[i]->name, secs[i], dst[i]);
+        if (rc) return rc;
+        if (sec && secs[i]->whole) ct_rd_add_unused(r, secs[i]->name);
+    }
+    return CT_OK;
+}
+
 int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
+    int rc0 = read_monitors(r, root);
+    if (rc0) return rc0;
     for (int i = 0; i < CT_ARRAY_LEN(ds_sections); i++) {
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, ds_sections[i].name);
         if (!sec) continue;

@@ -78,6 +78,8 @@ void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print) {
     r->quiet = quiet;
     r->tty = out && isatty(fileno(out));
     r->steps_per_print = steps_per_print;
+    r->log_every = steps_per_print; /* until ct_report_plan knows the run's length */
+    r->plain = steps_per_print > 0 || !r->tty;
     r->t0 = r->win_t0 = r->last_draw = ct_now();
 }
 
@@ -135,49 +137,95 @@ static const char *rate_text(const ct_report *r, double samples_per_s, double to
     return buf;
 }
 
-void ct_report_step(ct_report *r, const ct_step_event *e) {
+long ct_report_default_interval(long total_steps) {
+    if (total_steps <= 0) return 10;
+    enum { MAX_LINES = 50 };
+    for (long decade = 1;; decade *= 10)
+        for (int m = 0; m < 3; m++) {
+            static const int mant[3] = {1, 2, 5};
+            long every = mant[m] * decade;
+            if ((total_steps + every - 1) / every <= MAX_LINES) return every;
+        }
+}
+
+void ct_report_plan(ct_report *r, long total_steps) {
+    r->log_every = r->steps_per_print > 0 ? r->steps_per_print : ct_report_default_interval(total_steps);
+    /* a terminal without steps_per_print has the redrawn line instead of plain ones */
+    r->plain = r->steps_per_print > 0 || !r->tty;
+}
+
+static void reset_window(ct_report *r, double now) {
+    r->win_loss = 0;
+    r->win_n = 0;
+    r->win_samples = 0;
+    r->win_tokens = 0;
+    r->win_wait = 0;
+    r->win_t0 = now;
+}
+
+/* "scale 65536 (3 skipped)" under fp16, else "". */
+static const char *scale_text(const ct_step_event *e, char *buf, size_t n) {
+    buf[0] = 0;
+    if (e->loss_scale > 0 && e->skipped_steps > 0)
+        snprintf(buf, n, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
+    else if (e->loss_scale > 0)
+        snprintf(buf, n, "  scale %.10g", e->loss_scale);
+    return buf;
+}
+
+/* The progress line redrawn in place on a terminal (at most 4 times a second). */
+static void redraw(ct_report *r, const ct_step_event *e, double now) {
+    if (now - r->last_draw <= 0.25) return;
+    double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
+    double wait_pct = 100 * r->win_wait / dt;
+    double loss = r->ema_n > 0 ? r->ema_loss / (1 - pow(0.95, (double)r->ema_n)) : NAN;
+    char eta[32], total[32] = "", rt[80], scale[80];
+    if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
+    fprintf(r->out, "\r\033[Kstep %ld%s  epoch %d/%d  loss %.4f  lr %.2e%s  %s  data %.1f%%  ETA %s", e->step,
+            total, e->epoch, e->epochs, loss, e->lr, scale_text(e, scale, sizeof scale),
+            rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct,
+            ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+    fflush(r->out);
+    r->redrawn = true;
+    r->last_draw = now;
+    check_stream(r);
+}
+
+bool ct_report_step(ct_report *r, const ct_step_event *e, ct_report_window *w) {
     if (!isnan(e->loss)) { /* NaN: every record of the step was skipped as corrupt */
         r->win_loss += e->loss;
         r->win_n++;
+        r->ema_loss = 0.95 * r->ema_loss + 0.05 * e->loss; /* smoothing over ~20 steps */
+        r->ema_n++;
     }
     r->win_samples += e->samples;
     r->win_tokens += e->tokens;
     r->win_wait += e->data_wait_s;
     r->epoch_wait += e->data_wait_s;
-    if (r->quiet) return;
     double now = ct_now();
-    double wait_pct = 100 * r->win_wait / fmax(now - r->win_t0, 1e-9);
-    char eta[32], total[32] = "";
-    if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
-    if (r->steps_per_print > 0 && e->step % r->steps_per_print == 0) {
-        double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
-        char scale[80] = "";
-        if (e->loss_scale > 0 && e->skipped_steps > 0)
-            snprintf(scale, sizeof scale, "  scale %.10g (%ld skipped)", e->loss_scale, e->skipped_steps);
-        else if (e->loss_scale > 0)
-            snprintf(scale, sizeof scale, "  scale %.10g", e->loss_scale);
-        char rt[80];
-        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
-                       e->step, total, e->epoch, e->epochs, r->win_loss / (double)r->win_n, e->lr, e->grad_norm,
-                       scale, rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct,
-                       ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
-        r->win_loss = 0;
-        r->win_n = 0;
-        r->win_samples = 0;
-        r->win_tokens = 0;
-        r->win_wait = 0;
-        r->win_t0 = now;
-    } else if (r->steps_per_print == 0 && r->tty && now - r->last_draw > 0.25) {
-        double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
-        char rt[80];
-        fprintf(r->out, "\r\033[Kepoch %d/%d  step %ld/%ld  loss %.4f  lr %.2e  %s  data %.1f%%  ETA %s",
-                e->epoch, e->epochs, e->epoch_step, e->epoch_steps, r->win_loss / (double)r->win_n,
-                e->lr, rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
-        fflush(r->out);
-        r->redrawn = true;
-        r->last_draw = now;
-        check_stream(r);
+    bool closes = r->log_every > 0 && e->step % r->log_every == 0;
+    if (!closes) {
+        if (r->tty && !r->quiet) redraw(r, e, now);
+        return false;
     }
+    double dt = fmax(now - r->win_t0, 1e-9);
+    *w = (ct_report_window){.loss = r->win_n ? r->win_loss / (double)r->win_n : NAN,
+                            .samples_per_s = (double)r->win_samples / dt,
+                            .tokens_per_s = r->tokens_per_sample > 0 ? (double)r->win_tokens / dt : NAN,
+                            .data_wait_share = r->win_wait / dt, .wall_s = now - r->t0};
+    if (r->plain && !r->quiet) {
+        char eta[32], total[32] = "", scale[80], rt[80];
+        if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
+        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
+                       e->step, total, e->epoch, e->epochs, w->loss, e->lr, e->grad_norm,
+                       scale_text(e, scale, sizeof scale),
+                       rate_text(r, w->samples_per_s, (double)r->win_tokens / dt, rt, sizeof rt),
+                       100 * w->data_wait_share, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+    } else if (r->tty && !r->quiet) {
+        redraw(r, e, now);
+    }
+    reset_window(r, now);
+    return true;
 }
 
 void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
@@ -192,14 +240,7 @@ void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accu
 
 void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
                      double samples_per_s, double tokens_per_s) {
-    if (r->steps_per_print == 0) {
-        r->win_loss = 0;
-        r->win_n = 0;
-        r->win_samples = 0;
-        r->win_tokens = 0;
-        r->win_wait = 0;
-        r->win_t0 = ct_now();
-    }
+    if (r->log_every == 0) reset_window(r, ct_now()); /* no print windows: the epoch is the window */
     char d[32], rt[80];
     ct_report_line(r, "epoch %d/%d done  step %ld  train loss %.4f  %s  %s  data wait %.1f%%",
                    epoch, epochs, step, train_loss, ct_fmt_duration(secs, d, sizeof d),

@@ -2,8 +2,11 @@
  * (ct_summary: the one JSON line every run ends with).
  *
  * The reporter receives events (start, step done, eval done, epoch done, end) and formats them.
- * Plain lines go to stderr every steps_per_print steps; with steps_per_print 0 there is one line
- * per epoch, plus a progress line redrawn in place when stderr is a terminal. --quiet silences
+ * Steps are grouped in print windows of log_every steps: steps_per_print when the config gives it,
+ * else ct_report_default_interval of the run's planned steps (20-50 windows a run). When a window
+ * ends, its means go to metrics.jsonl (the caller, from ct_report_step's answer) and, unless
+ * stderr is a terminal without steps_per_print, to a plain "step ..." line. On a terminal a
+ * progress line is redrawn in place between them. Each epoch ends with a line. --quiet silences
  * everything but errors and the summary; so does the first write that fails (a closed pipe or
  * terminal): the run goes on without its progress lines. */
 #ifndef CT_REPORT_H
@@ -68,7 +71,11 @@ typedef struct ct_report {
     bool quiet;
     bool tty;                    /* out is a terminal: the progress line is redrawn */
     bool redrawn;                /* a progress line is on screen and must be cleared first */
-    long steps_per_print;        /* 0: per-epoch lines (+ the TTY line) */
+    long steps_per_print;        /* the config's; 0: not given (DeepSpeed's null) */
+    long log_every;              /* steps per print window (ct_report_plan); 0: no windows */
+    bool plain;                  /* print a plain line at each window's end */
+    double ema_loss;             /* the progress line's smoothed loss (bias-corrected EMA) */
+    long ema_n;
     int64_t tokens_per_sample;   /* a language model's sequence length: rates in tokens/s, eval
                                     with perplexity; 0 otherwise */
     double train_flops_per_sample; /* ct_graph_train_flops_per_sample */
@@ -107,10 +114,25 @@ typedef struct ct_step_event {
 } ct_step_event;
 
 void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);
+/* The default print interval of a run of total_steps steps: the smallest of 1, 2, 5, 10, 20, 50,
+ * ... that gives at most 50 windows, so a run prints 20 to 50 step lines (fewer only when it has
+ * fewer than 20 steps: one a step); 10 (DeepSpeed's documented default) when total_steps <= 0. */
+long ct_report_default_interval(long total_steps);
+/* Once the run's planned steps are known: log_every and plain (see above). */
+void ct_report_plan(ct_report *r, long total_steps);
+
+/* The means of a print window that ended (what metrics.jsonl records of a step). */
+typedef struct ct_report_window {
+    double loss;                 /* NAN when every step of the window was skipped */
+    double samples_per_s, tokens_per_s; /* tokens_per_s NAN unless a language model */
+    double data_wait_share;
+    double wall_s;               /* since ct_report_train_start */
+} ct_report_window;
 /* Print a line of the start block / plan (no trailing newline needed). printf-style. */
 void ct_report_line(ct_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ct_report_train_start(ct_report *r);
-void ct_report_step(ct_report *r, const ct_step_event *e);
+/* Count the step into the window; true when it ended a window (*w then holds its means). */
+bool ct_report_step(ct_report *r, const ct_step_event *e, ct_report_window *w);
 void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accuracy, int64_t n,
                     double secs);
 void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,

@@ -13,6 +13,7 @@
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
 #include "core/params/store.h"
+#include "core/report/metrics.h"
 #include "core/report/report.h"
 #include "core/train/plan.h"
 #include "core/train/step_capture.h"
@@ -81,6 +82,7 @@ typedef struct ct_trainer_curriculum {
 typedef struct ct_trainer_obs {
     ct_report rep;
     ct_warnings warn;            /* set-up and run-time warnings (the loader's), printed once */
+    ct_metrics *metrics;         /* metrics.jsonl and csv_monitor (rank 0; NULL elsewhere) */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
 } ct_trainer_obs;
@@ -127,6 +129,14 @@ void ct_curriculum_free(ct_trainer *t);
 void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err);
 /* Fill wall time and peak memory into the summary. */
 void ct_trainer_finish(ct_trainer *t);
+
+/* ---- the metric files (observe.c) ---- */
+
+/* At the start of training: the print windows (ct_report_plan) and, on rank 0, the metric files
+ * (run_dir/metrics.jsonl; csv_monitor's when enabled), continued when the run was resumed. */
+int ct_trainer_observe_start(ct_trainer *t, ct_err *err);
+/* Write out and close the metric files; a failed write or dropped records is a warning. */
+void ct_trainer_observe_end(ct_trainer *t);
 
 /* ---- the loop (loop.c) ---- */
 

@@ -352,6 +352,9 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     t->sum->eval_loss = loss;
     t->sum->eval_accuracy = acc;
     ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
+    ct_metrics_eval(t->obs.metrics, &(ct_metric_eval){
+        .step = ls->step, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
+        .perplexity = t->obs.rep.tokens_per_sample > 0 ? exp(loss) : NAN, .wall_s = ct_now() - t->obs.rep.t0});
 
     const ct_early_stop_cfg *es = &t->cfg->train.early_stopping;
     if (es->enabled) {
@@ -455,7 +458,15 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .grad_norm = st->grad_norm, .samples = n, .tokens = tokens,
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
-    ct_report_step(&t->obs.rep, &e);
+    ct_report_window w;
+    if (ct_report_step(&t->obs.rep, &e, &w))
+        ct_metrics_step(t->obs.metrics, &(ct_metric_step){
+            .step = ls->step, .epoch = ls->epoch + 1, .loss = w.loss, .lr = st->lr,
+            .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN, .samples_per_s = w.samples_per_s,
+            .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s});
+    ct_metrics_monitor(t->obs.metrics, &(ct_metric_monitor){
+        .samples_before = ls->samples - n, .samples_after = ls->samples, .loss = loss,
+        .lr = ct_optim_next_lr(t->m.opt), .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN});
     long sample_every = t->cfg->train.sample_every;
     if (sample_every > 0 && ls->step % sample_every == 0) {
         int rc = print_sample(t, ls->step, err);
@@ -482,6 +493,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         int sig = *t->opts.stop_signal;
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
+        ct_metrics_flush(t->obs.metrics); /* the history up to the checkpoint is on disk */
         ct_trainer_set_status(t, "interrupted", NULL);
         ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s", stop_name(sig), ls->step,
                 t->ck.last);
@@ -555,6 +567,11 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     ct_trainer_set_status(t, "ok", NULL);
     t->sum->loss_scale = ct_amp_report_scale(&t->m.amp);
     t->sum->skipped_steps = t->m.amp.skipped;
+    if ((rc = ct_trainer_observe_start(t, err))) {
+        ct_trainer_set_status(t, "error", err);
+        ct_trainer_finish(t);
+        return rc;
+    }
     ct_report_train_start(&t->obs.rep);
     rc = ls.step >= t->d.total_steps ? LOOP_DONE : CT_OK;
     if (rc == LOOP_DONE)
@@ -579,6 +596,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);
+    ct_trainer_observe_end(t);
     ct_trainer_finish(t);
     ct_report_end(&t->obs.rep, t->sum);
     return rc;

@@ -448,6 +448,7 @@ int ct_trainer_open_bare(const ct_config *cfg, const ct_run_opts *opts, ct_summa
 
 void ct_trainer_close(ct_trainer *t) {
     if (!t) return;
+    ct_trainer_observe_end(t); /* a fit that returned early */
     ct_loader_free(t->d.train_l);
     ct_loader_free(t->d.eval_l);
     ct_warnings_free(&t->obs.warn);

@@ -1,0 +1,301 @@
+/* metrics.c: metrics.jsonl and csv_monitor files from a writer thread (formats in metrics.h). */
+#include "core/report/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util/fs.h"
+
+/* ---- Python's float repr ---- */
+
+const char *ct_fmt_pyfloat(double v, char *buf, size_t n) {
+    if (isnan(v)) return snprintf(buf, n, "nan"), buf;
+    if (isinf(v)) return snprintf(buf, n, v < 0 ? "-inf" : "inf"), buf;
+    if (v == 0) return snprintf(buf, n, signbit(v) ? "-0.0" : "0.0"), buf;
+    /* the shortest %e that reads back as v: its digits and decimal exponent */
+    char e[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    const char *s = e;
+    bool neg = *s == '-';
+    if (neg) s++;
+    char digits[24];
+    int nd = 0;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.') digits[nd++] = *s;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    digits[nd] = 0;
+    int exp10 = atoi(s + 1);
+    char out[64];
+    size_t k = 0;
+    if (neg) out[k++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 < 0) { /* 0.000ddd */
+            out[k++] = '0', out[k++] = '.';
+            for (int i = 0; i < -exp10 - 1; i++) out[k++] = '0';
+            for (int i = 0; i < nd; i++) out[k++] = digits[i];
+        } else {         /* ddd.ddd, "ddd.0" when whole */
+            for (int i = 0; i <= exp10; i++) out[k++] = i < nd ? digits[i] : '0';
+            out[k++] = '.';
+            if (nd > exp10 + 1)
+                for (int i = exp10 + 1; i < nd; i++) out[k++] = digits[i];
+            else
+                out[k++] = '0';
+        }
+        out[k] = 0;
+    } else { /* d.ddde+XX, at least two exponent digits */
+        out[k++] = digits[0];
+        if (nd > 1) {
+            out[k++] = '.';
+            for (int i = 1; i < nd; i++) out[k++] = digits[i];
+        }
+        snprintf(out + k, sizeof out - k, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    }
+    snprintf(buf, n, "%s", out);
+    return buf;
+}
+
+/* ---- the queue ---- */
+
+typedef enum { REC_STEP, REC_EVAL, REC_MONITOR } rec_kind;
+
+typedef struct record {
+    rec_kind kind;
+    union {
+        ct_metric_step step;
+        ct_metric_eval eval;
+        ct_metric_monitor mon;
+    } u;
+} record;
+
+/* The csv_monitor files, in DeepSpeed's names (Train/Samples/<m> with "/" -> "_"). */
+enum { CSV_LOSS, CSV_LR, CSV_SCALE, CSV_COUNT };
+static const char *const csv_metric[CSV_COUNT] = {"train_loss", "lr", "loss_scale"};
+
+struct ct_metrics {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;         /* writer: records, a flush request or stop */
+    pthread_cond_t flushed;      /* flushers: done_gen caught up */
+    record *ring;
+    size_t cap, head, len;       /* records ring[head .. head+len) (mod cap) */
+    long dropped;
+    unsigned long flush_gen, done_gen;
+    bool stop;
+    pthread_t thread;
+
+    /* the writer's own (no lock) */
+    FILE *jsonl;
+    char jsonl_path[1100];
+    char csv_dir[1100];
+    bool append;
+    FILE *csv[CSV_COUNT];        /* opened at a metric's first row */
+    char failed[1400];           /* the first write that failed ("" : none) */
+};
+
+static void fail_once(ct_metrics *m, const char *path) {
+    if (!m->failed[0]) snprintf(m->failed, sizeof m->failed, "%s: %s", path, strerror(errno ? errno : EIO));
+}
+
+/* JSON: a number, or null where it is not finite (JSON has no NaN). */
+static void put_num(FILE *f, const char *key, double v) {
+    char b[40];
+    fprintf(f, ",\"%s\":%s", key, isfinite(v) ? ct_fmt_pyfloat(v, b, sizeof b) : "null");
+}
+
+static void write_step(ct_metrics *m, const ct_metric_step *s) {
+    if (!m->jsonl) return;
+    FILE *f = m->jsonl;
+    fprintf(f, "{\"type\":\"train\",\"step\":%ld,\"epoch\":%d", s->step, s->epoch);
+    put_num(f, "loss", s->loss);
+    put_num(f, "lr", s->lr);
+    put_num(f, "loss_scale", s->loss_scale);
+    put_num(f, "samples_per_s", s->samples_per_s);
+    put_num(f, "tokens_per_s", s->tokens_per_s);
+    put_num(f, "data_wait_share", s->data_wait_share);
+    put_num(f, "wall_s", s->wall_s);
+    fputs("}\n", f);
+}
+
+static void write_eval(ct_metrics *m, const ct_metric_eval *e) {
+    if (!m->jsonl) return;
+    FILE *f = m->jsonl;
+    fprintf(f, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%d", e->step, e->epoch);
+    put_num(f, "eval_loss", e->loss);
+    put_num(f, "eval_accuracy", e->accuracy);
+    put_num(f, "eval_perplexity", e->perplexity);
+    put_num(f, "wall_s", e->wall_s);
+    fputs("}\n", f);
+}
+
+/* A csv_monitor row; the file and its header row come with the metric's first row. A resumed run
+ * appends to the file and writes the header only into an empty one (DeepSpeed writes it again at
+ * every restart, in the middle of the file). */
+static void write_csv(ct_metrics *m, int which, int64_t step, double v) {
+    char path[1200];
+    if (!m->csv[which]) {
+        snprintf(path, sizeof path, "%s/Train_Samples_%s.csv", m->csv_dir, csv_metric[which]);
+        m->csv[which] = fopen(path, m->append ? "a" : "w");
+        if (!m->csv[which]) {
+            fail_once(m, path);
+            return;
+        }
+        if (ftell(m->csv[which]) == 0) fprintf(m->csv[which], "step,%s\r\n", csv_metric[which]);
+    }
+    char b[40];
+    fprintf(m->csv[which], "%lld,%s\r\n", (long long)step, ct_fmt_pyfloat(v, b, sizeof b));
+}
+
+static void write_monitor(ct_metrics *m, const ct_metric_monitor *s) {
+    if (!m->csv_dir[0]) return;
+    write_csv(m, CSV_LOSS, s->samples_before, s->loss);
+    write_csv(m, CSV_LR, s->samples_after, s->lr);
+    if (!isnan(s->loss_scale)) write_csv(m, CSV_SCALE, s->samples_after, s->loss_scale);
+}
+
+static void write_record(ct_metrics *m, const record *r) {
+    if (m->failed[0]) return; /* after a failed write: nothing more (the close reports it) */
+    if (r->kind == REC_STEP) write_step(m, &r->u.step);
+    else if (r->kind == REC_EVAL) write_eval(m, &r->u.eval);
+    else write_monitor(m, &r->u.mon);
+}
+
+/* fflush every open file; a failure is the file's first failed write. */
+static void flush_files(ct_metrics *m) {
+    if (m->jsonl && (fflush(m->jsonl) != 0 || ferror(m->jsonl))) fail_once(m, m->jsonl_path);
+    for (int i = 0; i < CSV_COUNT; i++)
+        if (m->csv[i] && (fflush(m->csv[i]) != 0 || ferror(m->csv[i]))) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/Train_Samples_%s.csv", m->csv_dir, csv_metric[i]);
+            fail_once(m, path);
+        }
+}
+
+static void *writer_main(void *arg) {
+    ct_metrics *m = arg;
+    enum { BATCH = 64 };
+    record batch[BATCH];
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (m->len == 0 && !m->stop && m->done_gen == m->flush_gen) pthread_cond_wait(&m->wake, &m->mu);
+        if (m->len == 0) { /* drained: answer a flush request, or end */
+            unsigned long gen = m->flush_gen;
+            pthread_mutex_unlock(&m->mu);
+            flush_files(m);
+            pthread_mutex_lock(&m->mu);
+            m->done_gen = gen;
+            pthread_cond_broadcast(&m->flushed);
+            if (m->stop && m->len == 0 && m->done_gen == m->flush_gen) break;
+            continue;
+        }
+        size_t k = 0;
+        while (m->len > 0 && k < BATCH) {
+            batch[k++] = m->ring[m->head];
+            m->head = (m->head + 1) % m->cap;
+            m->len--;
+        }
+        pthread_mutex_unlock(&m->mu);
+        for (size_t i = 0; i < k; i++) write_record(m, &batch[i]);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static void push(ct_metrics *m, const record *r) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    if (m->len == m->cap) {
+        m->dropped++;
+    } else {
+        m->ring[(m->head + m->len) % m->cap] = *r;
+        m->len++;
+        pthread_cond_signal(&m->wake);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ct_metrics_step(ct_metrics *m, const ct_metric_step *s) { push(m, &(record){.kind = REC_STEP, .u.step = *s}); }
+void ct_metrics_eval(ct_metrics *m, const ct_metric_eval *e) { push(m, &(record){.kind = REC_EVAL, .u.eval = *e}); }
+void ct_metrics_monitor(ct_metrics *m, const ct_metric_monitor *s) {
+    if (m && m->csv_dir[0]) push(m, &(record){.kind = REC_MONITOR, .u.mon = *s});
+}
+
+void ct_metrics_flush(ct_metrics *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    unsigned long gen = ++m->flush_gen;
+    pthread_cond_signal(&m->wake);
+    while (m->done_gen < gen) pthread_cond_wait(&m->flushed, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void free_metrics(ct_metrics *m) {
+    if (m->jsonl) fclose(m->jsonl);
+    for (int i = 0; i < CSV_COUNT; i++)
+        if (m->csv[i]) fclose(m->csv[i]);
+    pthread_cond_destroy(&m->flushed);
+    pthread_cond_destroy(&m->wake);
+    pthread_mutex_destroy(&m->mu);
+    free(m->ring);
+    free(m);
+}
+
+int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
+    *out = NULL;
+    ct_metrics *m = ct_xcalloc(1, sizeof *m);
+    m->cap = o->queue_len ? o->queue_len : 4096;
+    m->ring = ct_xcalloc(m->cap, sizeof *m->ring);
+    m->append = o->append;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->wake, NULL);
+    pthread_cond_init(&m->flushed, NULL);
+    int rc = CT_OK;
+    if (o->csv_dir) {
+        snprintf(m->csv_dir, sizeof m->csv_dir, "%s", o->csv_dir);
+        rc = ct_fs_mkdirs(o->csv_dir, err);
+        /* a fresh run starts its metrics afresh: another run's rows would read as this one's */
+        for (int i = 0; !rc && !o->append && i < CSV_COUNT; i++) {
+            char path[1200];
+            snprintf(path, sizeof path, "%s/Train_Samples_%s.csv", m->csv_dir, csv_metric[i]);
+            if (remove(path) != 0 && errno != ENOENT)
+                rc = ct_errf(err, CT_ERR_RUNTIME, "csv_monitor: cannot replace %s: %s", path, strerror(errno));
+        }
+    }
+    if (!rc && o->jsonl_path) {
+        snprintf(m->jsonl_path, sizeof m->jsonl_path, "%s", o->jsonl_path);
+        m->jsonl = fopen(o->jsonl_path, o->append ? "a" : "w");
+        if (!m->jsonl) rc = ct_errf(err, CT_ERR_RUNTIME, "%s: %s", o->jsonl_path, strerror(errno));
+    }
+    if (!rc && pthread_create(&m->thread, NULL, writer_main, m) != 0)
+        rc = ct_errf(err, CT_ERR_RUNTIME, "cannot start the metrics writer thread");
+    if (rc) {
+        free_metrics(m);
+        return rc;
+    }
+    *out = m;
+    return CT_OK;
+}
+
+int ct_metrics_close(ct_metrics *m, ct_err *err) {
+    if (!m) return CT_OK;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    m->flush_gen++;
+    pthread_cond_signal(&m->wake);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    int rc = CT_OK;
+    if (m->failed[0])
+        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: writing %s failed; later metrics were not written", m->failed);
+    else if (m->dropped > 0)
+        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: %ld records dropped (the writer fell behind the training "
+                     "steps; the files miss them)", m->dropped);
+    free_metrics(m);
+    return rc;
+}
