@@ -412,6 +412,19 @@ static void save_error_summary(const ct_summary *s, const cli_args *a) {
         fprintf(stderr, "ctrain: error: cannot write --summary %s (%s)\n", a->summary, err.msg);
 }
 
+/* A run refused before it started: the error, and for a run (not --print-config or --dry-run)
+ * the summary line with status "error" on stdout and in --summary FILE. Returns rc. */
+static int refuse_run(ct_summary *summary, const cli_args *a, bool is_run, const ct_err *err, int rc) {
+    print_error(err->msg);
+    if (is_run) {
+        snprintf(summary->status, sizeof summary->status, "error");
+        snprintf(summary->error, sizeof summary->error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
+        ct_summary_write(summary, stdout);
+        save_error_summary(summary, a);
+    }
+    return rc;
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
@@ -435,16 +448,7 @@ static int run_training(cli_args *a) {
     int rc = ct_config_load(&opts, &cfg, &warn, &err);
     print_warnings(&warn);
     ct_warnings_free(&warn);
-    if (rc) {
-        print_error(err.msg);
-        if (is_run) {
-            snprintf(summary.status, sizeof summary.status, "error");
-            snprintf(summary.error, sizeof summary.error, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
-            ct_summary_write(&summary, stdout);
-            save_error_summary(&summary, a);
-        }
-        return rc;
-    }
+    if (rc) return refuse_run(&summary, a, is_run, &err, rc);
     if (a->print_config) {
         char *json = ct_config_to_json(cfg);
         puts(json);
@@ -458,14 +462,8 @@ static int run_training(cli_args *a) {
     bool gpu = strcmp(cfg->train.device, "cpu") != 0 && (strncmp(cfg->train.device, "cuda", 4) == 0 || opts.has_gpu);
     rc = ct_fit_auto_micro_batch(cfg, gpu, a->device_memory, batch_note, sizeof batch_note, &err);
     if (rc) {
-        print_error(err.msg);
-        if (is_run) {
-            snprintf(summary.status, sizeof summary.status, "error");
-            snprintf(summary.error, sizeof summary.error, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
-            ct_summary_write(&summary, stdout);
-        }
         ct_config_free(cfg);
-        return rc;
+        return refuse_run(&summary, a, is_run, &err, rc);
     }
 
     /* A reader of the log that goes away (`ctrain ... 2>&1 | head -1`) must not kill the run: the
