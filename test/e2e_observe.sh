@@ -10,7 +10,8 @@
 #  - csv_monitor: DeepSpeed's file names, "step,<metric>" headers, CRLF rows, one row per optimizer
 #    step at the global sample count (train_loss before the step, lr and loss_scale after), under
 #    output_path/job_name; loss_scale only under fp16;
-#  - tensorboard / wandb enabled: a "not supported yet" warning;
+#  - tensorboard: one event file where DeepSpeed puts it, replaced by a fresh run (its contents:
+#    test_tfevents and e2e_tensorboard); wandb enabled: a "not supported yet" warning;
 #  - a config error still writes --summary, status "error" with the message.
 # Usage: e2e_observe.sh BUILD_DIR
 set -u
@@ -140,11 +141,23 @@ else
     bad "fp16: no $f (empty output_path: run_dir/job_name)"
 fi
 
-# --- monitors not supported yet ---
+# --- tensorboard: one event file under output_path/job_name (run_dir/job_name when output_path is
+# empty); a fresh run replaces it; wandb still not supported ---
 "$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true}' --set 'wandb={"enabled": true}' \
     --set train.max_steps=1 >out 2>err || bad "tensorboard: exit $?"
-has err "warning: tensorboard.enabled true: not supported yet" "tensorboard enabled: said plainly"
+grep -q "tensorboard.*not supported" err && bad "tensorboard: still warned 'not supported'" || ok "tensorboard: no warning"
 has err "warning: wandb.enabled true: not supported yet" "wandb enabled: said plainly"
+eq "tensorboard: one event file in run_dir/DeepSpeedJobName" "$(ls rb/DeepSpeedJobName | grep -c '^events.out.tfevents\.')" 1
+sleep 1 # the next file's name differs by its seconds
+"$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true, "output_path": "tb", "job_name": "j"}' \
+    --quiet >out 2>err || bad "tensorboard output_path: exit $?"
+eq "tensorboard: one event file in output_path/job_name" "$(ls tb/j | grep -c '^events.out.tfevents\.')" 1
+# the file's first record: 8-byte length, 4-byte CRC, then Event{wall_time, step, "brain.Event:2"}
+grep -q "brain.Event:2" tb/j/events.out.tfevents.* && ok "tensorboard: file_version event" || bad "tensorboard: no brain.Event:2"
+grep -q "Train/Samples/train_loss" tb/j/events.out.tfevents.* && ok "tensorboard: train_loss tag" || bad "tensorboard: no train_loss tag"
+"$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true, "output_path": "tb", "job_name": "j"}' \
+    --set train.max_steps=1 --quiet >out 2>err || bad "tensorboard again: exit $?"
+eq "tensorboard: a fresh run replaces the earlier file" "$(ls tb/j | grep -c '^events.out.tfevents\.')" 1
 
 # --- a config error still writes --summary ---
 "$B" --config run.json --set train_batch_size=-3 --summary s.json >out 2>err

@@ -145,7 +145,7 @@ typedef struct ct_pending_cfg {
 /* A DeepSpeed monitor section (tensorboard, csv_monitor: the same three keys). */
 typedef struct ct_monitor_cfg {
     bool enabled;               /* false */
-    char output_path[1024];     /* "": csv_monitor writes under run_dir (DeepSpeed: the cwd) */
+    char output_path[1024];     /* "": the files go under run_dir (DeepSpeed: the cwd) */
     char job_name[256];         /* "DeepSpeedJobName" */
 } ct_monitor_cfg;
 
@@ -206,8 +206,8 @@ typedef struct ct_config {
     ct_curriculum_cfg curriculum;
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */
-    ct_monitor_cfg tensorboard; /* validated; enabled gets a "not supported yet" line */
-    bool wandb;                 /* wandb.enabled: likewise */
+    ct_monitor_cfg tensorboard; /* acted on: core/report/metrics.h */
+    bool wandb;                 /* wandb.enabled: validated; enabled gets a "not supported yet" line */
     ct_train_cfg train;
 
     /* ctrain sections kept as JSON; validated by their consumers. Owned by the config. */

@@ -15,8 +15,8 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Monitors and other DeepSpeed sections ctrain validates but does not act on                  */
 
-/* tensorboard and csv_monitor (DeepSpeed's pydantic defaults); csv_monitor is acted on, the two
- * others get a "not supported yet" line when enabled (not_yet.c). */
+/* tensorboard and csv_monitor (DeepSpeed's pydantic defaults) are acted on; wandb gets a "not
+ * supported yet" line when enabled (not_yet.c). */
 static const ct_field monitor_fields[] = {CT_F_BOOL(ct_monitor_cfg, enabled, false),
                                           CT_F_STR(ct_monitor_cfg, output_path, ""),
                                           CT_F_STR(ct_monitor_cfg, job_name, "DeepSpeedJobName")};

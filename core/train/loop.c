@@ -353,7 +353,7 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     t->sum->eval_accuracy = acc;
     ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
     ct_metrics_eval(t->obs.metrics, &(ct_metric_eval){
-        .step = ls->step, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
+        .step = ls->step, .samples = ls->samples, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
         .perplexity = t->obs.rep.tokens_per_sample > 0 ? exp(loss) : NAN, .wall_s = ct_now() - t->obs.rep.t0});
 
     const ct_early_stop_cfg *es = &t->cfg->train.early_stopping;
