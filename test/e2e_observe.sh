@@ -146,6 +146,7 @@ fi
 "$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true}' --set 'wandb={"enabled": true}' \
     --set train.max_steps=1 >out 2>err || bad "tensorboard: exit $?"
 grep -q "tensorboard.*not supported" err && bad "tensorboard: still warned 'not supported'" || ok "tensorboard: no warning"
+grep -q "read but not used.*tensorboard" err && bad "tensorboard: listed as read but not used" || ok "tensorboard: not listed unused"
 has err "warning: wandb.enabled true: not supported yet" "wandb enabled: said plainly"
 eq "tensorboard: one event file in run_dir/DeepSpeedJobName" "$(ls rb/DeepSpeedJobName | grep -c '^events.out.tfevents\.')" 1
 sleep 1 # the next file's name differs by its seconds

@@ -214,7 +214,8 @@ static int read_data_curriculum(ct_rd *r, const cJSON *root) {
 
 /* The monitors, each into its own part of the config. Pydantic sections: strict and lax. */
 static int read_monitors(ct_rd *r, const cJSON *root) {
-    static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true, true};
+    static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
+                                  false};
     static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
                                    false};
     static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};
