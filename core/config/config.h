@@ -128,7 +128,7 @@ typedef struct ct_curriculum_cfg {
 } ct_curriculum_cfg;
 
 /* DeepSpeed settings ctrain accepts and validates but does not act on yet (ZeRO's are in
- * ct_zero_cfg, wall_clock_breakdown in ct_config): ct_config_not_yet() lists those switched on. */
+ * ct_zero_cfg): ct_config_not_yet() lists those switched on. */
 typedef struct ct_pending_cfg {
     bool partition_activations; /* activation_checkpointing.partition_activations (a no-op
                                    without model parallelism: accepted, no line) */
@@ -256,7 +256,7 @@ typedef struct ct_not_yet {
 #define CT_NOT_YET_MAX 16
 
 /* Every accepted-but-not-yet-implemented setting that cfg switches on (ZeRO stage >= 1 and its CPU
- * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler, wall_clock_breakdown;
+ * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler;
  * docs/config.md, "Accepted, not used yet"), in that order. Writes at most `max` entries to out
  * (out may be NULL when max is 0) and returns how many there are. The trainer prints each text
  * as a warning at start; `ctrain config check` lists them. The "keys read but not used" warning of

@@ -93,10 +93,6 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "wandb", "wandb.enabled",
             "wandb.enabled true: not supported yet: nothing is sent to Weights & Biases; the metrics are in "
             "<run_dir>/metrics.jsonl (and csv_monitor's CSV files when enabled)");
-    if (cfg->wall_clock_breakdown)
-        add(l, "wall_clock_breakdown", "wall_clock_breakdown",
-            "wall_clock_breakdown true: %s the forward/backward/step timers (the summary still has wall_s "
-            "and samples_per_s)", ny);
 }
 
 int ct_config_not_yet(const ct_config *cfg, ct_not_yet *out, int max) {

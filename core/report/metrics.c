@@ -125,6 +125,13 @@ static void write_step(ct_metrics *m, const ct_metric_step *s) {
     put_num(f, "tokens_per_s", s->tokens_per_s);
     put_num(f, "data_wait_share", s->data_wait_share);
     put_num(f, "wall_s", s->wall_s);
+    if (s->breakdown) {
+        put_num(f, "data_wait_ms", s->data_wait_ms);
+        put_num(f, "forward_ms", s->forward_ms);
+        put_num(f, "backward_ms", s->backward_ms);
+        put_num(f, "optimizer_ms", s->optimizer_ms);
+        put_num(f, "step_ms", s->step_ms);
+    }
     fputs("}\n", f);
 }
 

@@ -40,6 +40,10 @@ typedef struct ct_metric_step {
     double samples_per_s, tokens_per_s;
     double data_wait_share;      /* of the window's wall time, in [0, 1] */
     double wall_s;               /* seconds since training started */
+    /* wall_clock_breakdown: the window's mean milliseconds per step of each phase (in the record
+     * only when `breakdown`) */
+    bool breakdown;
+    double data_wait_ms, forward_ms, backward_ms, optimizer_ms, step_ms;
 } ct_metric_step;
 
 typedef struct ct_metric_eval {
