@@ -118,6 +118,7 @@ path /usr/share/common-licenses base-files
 path /usr/share/doc base-files
 py numpy python3-numpy
 py torch @optional
+py tensorboard @optional
 has build-essential gcc g++ make libc6-dev dpkg-dev
 has gcc gcc-12 cpp binutils
 has gcc-12 cpp-12 binutils libgcc-12-dev

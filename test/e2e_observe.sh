@@ -10,7 +10,9 @@
 #  - csv_monitor: DeepSpeed's file names, "step,<metric>" headers, CRLF rows, one row per optimizer
 #    step at the global sample count (train_loss before the step, lr and loss_scale after), under
 #    output_path/job_name; loss_scale only under fp16;
-#  - tensorboard / wandb enabled: a "not supported yet" warning;
+#  - tensorboard: one event file where DeepSpeed puts it, replaced by a fresh run (its contents:
+#    test_tfevents and e2e_tensorboard); wandb enabled: a "not supported yet" warning;
+#  - wall_clock_breakdown: a line per print window, the phases in metrics.jsonl, consistent;
 #  - a config error still writes --summary, status "error" with the message.
 # Usage: e2e_observe.sh BUILD_DIR
 set -u
@@ -140,11 +142,46 @@ else
     bad "fp16: no $f (empty output_path: run_dir/job_name)"
 fi
 
-# --- monitors not supported yet ---
+# --- tensorboard: one event file under output_path/job_name (run_dir/job_name when output_path is
+# empty); a fresh run replaces it; wandb still not supported ---
 "$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true}' --set 'wandb={"enabled": true}' \
     --set train.max_steps=1 >out 2>err || bad "tensorboard: exit $?"
-has err "warning: tensorboard.enabled true: not supported yet" "tensorboard enabled: said plainly"
+grep -q "tensorboard.*not supported" err && bad "tensorboard: still warned 'not supported'" || ok "tensorboard: no warning"
+grep -q "read but not used.*tensorboard" err && bad "tensorboard: listed as read but not used" || ok "tensorboard: not listed unused"
 has err "warning: wandb.enabled true: not supported yet" "wandb enabled: said plainly"
+eq "tensorboard: one event file in run_dir/DeepSpeedJobName" "$(ls rb/DeepSpeedJobName | grep -c '^events.out.tfevents\.')" 1
+sleep 1 # the next file's name differs by its seconds
+"$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true, "output_path": "tb", "job_name": "j"}' \
+    --quiet >out 2>err || bad "tensorboard output_path: exit $?"
+eq "tensorboard: one event file in output_path/job_name" "$(ls tb/j | grep -c '^events.out.tfevents\.')" 1
+# the file's first record: 8-byte length, 4-byte CRC, then Event{wall_time, step, "brain.Event:2"}
+grep -q "brain.Event:2" tb/j/events.out.tfevents.* && ok "tensorboard: file_version event" || bad "tensorboard: no brain.Event:2"
+grep -q "Train/Samples/train_loss" tb/j/events.out.tfevents.* && ok "tensorboard: train_loss tag" || bad "tensorboard: no train_loss tag"
+"$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true, "output_path": "tb", "job_name": "j"}' \
+    --set train.max_steps=1 --quiet >out 2>err || bad "tensorboard again: exit $?"
+eq "tensorboard: a fresh run replaces the earlier file" "$(ls tb/j | grep -c '^events.out.tfevents\.')" 1
+
+# --- wall_clock_breakdown: one "time (ms)" line per print window (60 steps / 5 = 12) and the
+# window's phase means in each train record of metrics.jsonl: non-negative, the phases summing to
+# at most the step, and 5 steps at most the window's wall time (wall_s to wall_s) ---
+"$B" --config run.json --set train.run_dir=rw --set wall_clock_breakdown=true --set steps_per_print=5 \
+    --set train_micro_batch_size_per_gpu=16 >out 2>err || bad "wall_clock_breakdown: exit $?"
+eq "wall_clock_breakdown: a line per window" "$(count err '^time (ms) per step, mean of steps [0-9]*-[0-9]*: data wait ')" 12
+has err '^time (ms) per step, mean of steps 56-60: ' "wall_clock_breakdown: the last window's steps"
+grep -q "wall_clock_breakdown.*not used" err && bad "wall_clock_breakdown: still 'not used'" || ok "wall_clock_breakdown: no 'not used' line"
+python3 - rw/metrics.jsonl <<'PY' && ok "wall_clock_breakdown: phases >= 0, sum <= step, steps <= window" || bad "wall_clock_breakdown: metrics.jsonl phases (above)"
+import json, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]
+assert len(recs) == 12, len(recs)
+prev = 0.0
+for r in recs:
+    ph = [r[k] for k in ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms")]
+    assert all(v >= 0 for v in ph) and r["forward_ms"] > 0 and r["backward_ms"] > 0, r
+    assert sum(ph) <= r["step_ms"] * (1 + 1e-9), r
+    assert 5 * r["step_ms"] <= (r["wall_s"] - prev) * 1e3 * (1 + 1e-9), (r, prev)
+    prev = r["wall_s"]
+PY
+[ -f r5/metrics.jsonl ] && ! grep -q '"step_ms"' r5/metrics.jsonl && ok "no breakdown fields when off" || bad "breakdown fields without wall_clock_breakdown"
 
 # --- a config error still writes --summary ---
 "$B" --config run.json --set train_batch_size=-3 --summary s.json >out 2>err

@@ -128,7 +128,7 @@ typedef struct ct_curriculum_cfg {
 } ct_curriculum_cfg;
 
 /* DeepSpeed settings ctrain accepts and validates but does not act on yet (ZeRO's are in
- * ct_zero_cfg, wall_clock_breakdown in ct_config): ct_config_not_yet() lists those switched on. */
+ * ct_zero_cfg): ct_config_not_yet() lists those switched on. */
 typedef struct ct_pending_cfg {
     bool partition_activations; /* activation_checkpointing.partition_activations (a no-op
                                    without model parallelism: accepted, no line) */
@@ -145,7 +145,7 @@ typedef struct ct_pending_cfg {
 /* A DeepSpeed monitor section (tensorboard, csv_monitor: the same three keys). */
 typedef struct ct_monitor_cfg {
     bool enabled;               /* false */
-    char output_path[1024];     /* "": csv_monitor writes under run_dir (DeepSpeed: the cwd) */
+    char output_path[1024];     /* "": the files go under run_dir (DeepSpeed: the cwd) */
     char job_name[256];         /* "DeepSpeedJobName" */
 } ct_monitor_cfg;
 
@@ -206,8 +206,8 @@ typedef struct ct_config {
     ct_curriculum_cfg curriculum;
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */
-    ct_monitor_cfg tensorboard; /* validated; enabled gets a "not supported yet" line */
-    bool wandb;                 /* wandb.enabled: likewise */
+    ct_monitor_cfg tensorboard; /* acted on: core/report/metrics.h */
+    bool wandb;                 /* wandb.enabled: validated; enabled gets a "not supported yet" line */
     ct_train_cfg train;
 
     /* ctrain sections kept as JSON; validated by their consumers. Owned by the config. */
@@ -256,7 +256,7 @@ typedef struct ct_not_yet {
 #define CT_NOT_YET_MAX 16
 
 /* Every accepted-but-not-yet-implemented setting that cfg switches on (ZeRO stage >= 1 and its CPU
- * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler, wall_clock_breakdown;
+ * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler;
  * docs/config.md, "Accepted, not used yet"), in that order. Writes at most `max` entries to out
  * (out may be NULL when max is 0) and returns how many there are. The trainer prints each text
  * as a warning at start; `ctrain config check` lists them. The "keys read but not used" warning of

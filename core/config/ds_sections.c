@@ -15,8 +15,8 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Monitors and other DeepSpeed sections ctrain validates but does not act on                  */
 
-/* tensorboard and csv_monitor (DeepSpeed's pydantic defaults); csv_monitor is acted on, the two
- * others get a "not supported yet" line when enabled (not_yet.c). */
+/* tensorboard and csv_monitor (DeepSpeed's pydantic defaults) are acted on; wandb gets a "not
+ * supported yet" line when enabled (not_yet.c). */
 static const ct_field monitor_fields[] = {CT_F_BOOL(ct_monitor_cfg, enabled, false),
                                           CT_F_STR(ct_monitor_cfg, output_path, ""),
                                           CT_F_STR(ct_monitor_cfg, job_name, "DeepSpeedJobName")};
@@ -214,7 +214,8 @@ static int read_data_curriculum(ct_rd *r, const cJSON *root) {
 
 /* The monitors, each into its own part of the config. Pydantic sections: strict and lax. */
 static int read_monitors(ct_rd *r, const cJSON *root) {
-    static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true, true};
+    static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
+                                  false};
     static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
                                    false};
     static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};

@@ -88,19 +88,11 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "flops_profiler", "flops_profiler.enabled",
             "flops_profiler.enabled true: %s the FLOPS profiler (no FLOPs, MACs or per-module latency "
             "report)", ny);
-    /* csv_monitor is written (core/report/metrics.h); the other monitors are not. */
-    if (cfg->tensorboard.enabled)
-        add(l, "tensorboard", "tensorboard.enabled",
-            "tensorboard.enabled true: not supported yet: no TensorBoard event files are written; the same "
-            "metrics are in <run_dir>/metrics.jsonl, and csv_monitor writes them as DeepSpeed's CSV files");
+    /* csv_monitor and tensorboard are written (core/report/metrics.h); wandb is not. */
     if (cfg->wandb)
         add(l, "wandb", "wandb.enabled",
             "wandb.enabled true: not supported yet: nothing is sent to Weights & Biases; the metrics are in "
             "<run_dir>/metrics.jsonl (and csv_monitor's CSV files when enabled)");
-    if (cfg->wall_clock_breakdown)
-        add(l, "wall_clock_breakdown", "wall_clock_breakdown",
-            "wall_clock_breakdown true: %s the forward/backward/step timers (the summary still has wall_s "
-            "and samples_per_s)", ny);
 }
 
 int ct_config_not_yet(const ct_config *cfg, ct_not_yet *out, int max) {

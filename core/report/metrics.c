@@ -1,13 +1,16 @@
-/* metrics.c: metrics.jsonl and csv_monitor files from a writer thread (formats in metrics.h). */
+/* metrics.c: metrics.jsonl, csv_monitor and tensorboard files from a writer thread (formats in metrics.h). */
 #include "core/report/metrics.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/report/tfevents.h"
 #include "core/util/fs.h"
 
 /* ---- Python's float repr ---- */
@@ -67,6 +70,7 @@ typedef enum { REC_STEP, REC_EVAL, REC_MONITOR } rec_kind;
 
 typedef struct record {
     rec_kind kind;
+    double unix_time;            /* when it was queued: the event files' wall_time */
     union {
         ct_metric_step step;
         ct_metric_eval eval;
@@ -95,7 +99,9 @@ struct ct_metrics {
     char csv_dir[1100];
     bool append;
     FILE *csv[CSV_COUNT];        /* opened at a metric's first row */
-    char failed[1400];           /* the first write that failed ("" : none) */
+    FILE *tb;                    /* the tensorboard event file (NULL: none) */
+    char tb_path[1400];
+    char failed[1700];           /* the first write that failed ("" : none) */
 };
 
 static void fail_once(ct_metrics *m, const char *path) {
@@ -119,10 +125,28 @@ static void write_step(ct_metrics *m, const ct_metric_step *s) {
     put_num(f, "tokens_per_s", s->tokens_per_s);
     put_num(f, "data_wait_share", s->data_wait_share);
     put_num(f, "wall_s", s->wall_s);
+    if (s->breakdown) {
+        put_num(f, "data_wait_ms", s->data_wait_ms);
+        put_num(f, "forward_ms", s->forward_ms);
+        put_num(f, "backward_ms", s->backward_ms);
+        put_num(f, "optimizer_ms", s->optimizer_ms);
+        put_num(f, "step_ms", s->step_ms);
+    }
     fputs("}\n", f);
 }
 
-static void write_eval(ct_metrics *m, const ct_metric_eval *e) {
+/* One tensorboard scalar (nothing without the event file or for a NaN: TensorBoard would plot it
+ * as a gap-less spike, csv_monitor has no row for it either). */
+static void write_tb(ct_metrics *m, double unix_time, int64_t step, const char *tag, double v) {
+    if (!m->tb || isnan(v)) return;
+    unsigned char ev[CT_TFEVENT_MAX];
+    size_t n = ct_tfevent_scalar(ev, unix_time, step, tag, (float)v);
+    if (ct_tfrecord_write(m->tb, ev, n) != 0) fail_once(m, m->tb_path);
+}
+
+static void write_eval(ct_metrics *m, double unix_time, const ct_metric_eval *e) {
+    write_tb(m, unix_time, e->samples, "Eval/Samples/eval_loss", e->loss);
+    write_tb(m, unix_time, e->samples, "Eval/Samples/eval_accuracy", e->accuracy);
     if (!m->jsonl) return;
     FILE *f = m->jsonl;
     fprintf(f, "{\"type\":\"eval\",\"step\":%ld,\"epoch\":%d", e->step, e->epoch);
@@ -151,7 +175,10 @@ static void write_csv(ct_metrics *m, int which, int64_t step, double v) {
     fprintf(m->csv[which], "%lld,%s\r\n", (long long)step, ct_fmt_pyfloat(v, b, sizeof b));
 }
 
-static void write_monitor(ct_metrics *m, const ct_metric_monitor *s) {
+static void write_monitor(ct_metrics *m, double unix_time, const ct_metric_monitor *s) {
+    write_tb(m, unix_time, s->samples_before, "Train/Samples/train_loss", s->loss);
+    write_tb(m, unix_time, s->samples_after, "Train/Samples/lr", s->lr);
+    write_tb(m, unix_time, s->samples_after, "Train/Samples/loss_scale", s->loss_scale);
     if (!m->csv_dir[0]) return;
     write_csv(m, CSV_LOSS, s->samples_before, s->loss);
     write_csv(m, CSV_LR, s->samples_after, s->lr);
@@ -161,13 +188,14 @@ static void write_monitor(ct_metrics *m, const ct_metric_monitor *s) {
 static void write_record(ct_metrics *m, const record *r) {
     if (m->failed[0]) return; /* after a failed write: nothing more (the close reports it) */
     if (r->kind == REC_STEP) write_step(m, &r->u.step);
-    else if (r->kind == REC_EVAL) write_eval(m, &r->u.eval);
-    else write_monitor(m, &r->u.mon);
+    else if (r->kind == REC_EVAL) write_eval(m, r->unix_time, &r->u.eval);
+    else write_monitor(m, r->unix_time, &r->u.mon);
 }
 
 /* fflush every open file; a failure is the file's first failed write. */
 static void flush_files(ct_metrics *m) {
     if (m->jsonl && (fflush(m->jsonl) != 0 || ferror(m->jsonl))) fail_once(m, m->jsonl_path);
+    if (m->tb && (fflush(m->tb) != 0 || ferror(m->tb))) fail_once(m, m->tb_path);
     for (int i = 0; i < CSV_COUNT; i++)
         if (m->csv[i] && (fflush(m->csv[i]) != 0 || ferror(m->csv[i]))) {
             char path[1200];
@@ -207,8 +235,15 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static void push(ct_metrics *m, const record *r) {
+static double unix_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void push(ct_metrics *m, record *r) {
     if (!m) return;
+    r->unix_time = unix_now();
     pthread_mutex_lock(&m->mu);
     if (m->len == m->cap) {
         m->dropped++;
@@ -223,7 +258,7 @@ static void push(ct_metrics *m, const record *r) {
 void ct_metrics_step(ct_metrics *m, const ct_metric_step *s) { push(m, &(record){.kind = REC_STEP, .u.step = *s}); }
 void ct_metrics_eval(ct_metrics *m, const ct_metric_eval *e) { push(m, &(record){.kind = REC_EVAL, .u.eval = *e}); }
 void ct_metrics_monitor(ct_metrics *m, const ct_metric_monitor *s) {
-    if (m && m->csv_dir[0]) push(m, &(record){.kind = REC_MONITOR, .u.mon = *s});
+    if (m && (m->csv_dir[0] || m->tb)) push(m, &(record){.kind = REC_MONITOR, .u.mon = *s});
 }
 
 void ct_metrics_flush(ct_metrics *m) {
@@ -237,6 +272,7 @@ void ct_metrics_flush(ct_metrics *m) {
 
 static void free_metrics(ct_metrics *m) {
     if (m->jsonl) fclose(m->jsonl);
+    if (m->tb) fclose(m->tb);
     for (int i = 0; i < CSV_COUNT; i++)
         if (m->csv[i]) fclose(m->csv[i]);
     pthread_cond_destroy(&m->flushed);
@@ -244,6 +280,42 @@ static void free_metrics(ct_metrics *m) {
     pthread_mutex_destroy(&m->mu);
     free(m->ring);
     free(m);
+}
+
+/* Remove the event files an earlier run left in dir: TensorBoard reads every one of them as this
+ * run's (a resumed run keeps them: its new file continues theirs). */
+static int remove_event_files(const char *dir, ct_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return ct_errf(err, CT_ERR_RUNTIME, "tensorboard: cannot read %s: %s", dir, strerror(errno));
+    static const char prefix[] = "events.out.tfevents.";
+    int rc = CT_OK;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (remove(path) != 0 && errno != ENOENT)
+            rc = ct_errf(err, CT_ERR_RUNTIME, "tensorboard: cannot replace %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Create dir and this run's event file, its first event the format's version. */
+static int open_tb(ct_metrics *m, const char *dir, bool append, ct_err *err) {
+    int rc = ct_fs_mkdirs(dir, err);
+    if (!rc && !append) rc = remove_event_files(dir, err);
+    if (rc) return rc;
+    double now = unix_now();
+    char name[400];
+    ct_tfevents_filename(name, sizeof name, now);
+    snprintf(m->tb_path, sizeof m->tb_path, "%s/%s", dir, name);
+    m->tb = fopen(m->tb_path, "wb");
+    if (!m->tb) return ct_errf(err, CT_ERR_RUNTIME, "tensorboard: %s: %s", m->tb_path, strerror(errno));
+    unsigned char ev[CT_TFEVENT_MAX];
+    size_t n = ct_tfevent_version(ev, now);
+    if (ct_tfrecord_write(m->tb, ev, n) != 0 || fflush(m->tb) != 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "tensorboard: %s: %s", m->tb_path, strerror(errno));
+    return CT_OK;
 }
 
 int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
@@ -267,6 +339,7 @@ int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
                 rc = ct_errf(err, CT_ERR_RUNTIME, "csv_monitor: cannot replace %s: %s", path, strerror(errno));
         }
     }
+    if (!rc && o->tb_dir) rc = open_tb(m, o->tb_dir, o->append, err);
     if (!rc && o->jsonl_path) {
         snprintf(m->jsonl_path, sizeof m->jsonl_path, "%s", o->jsonl_path);
         m->jsonl = fopen(o->jsonl_path, o->append ? "a" : "w");

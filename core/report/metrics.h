@@ -8,6 +8,12 @@
  *                             "step,<m>", then "<global samples>,<value>" every optimizer step,
  *                             rows ended by "\r\n" (Python's csv.writer) and values as Python
  *                             prints a float.
+ *   tensorboard               DeepSpeed's directory <output_path>/<job_name>, one event file per run
+ *                             (core/report/tfevents.h: events.out.tfevents.<time>.<host>.<pid>.0)
+ *                             with the csv_monitor scalars under DeepSpeed's tags
+ *                             (Train/Samples/train_loss, .../lr, .../loss_scale under fp16) and each
+ *                             eval's Eval/Samples/eval_loss and Eval/Samples/eval_accuracy (a
+ *                             classifier's), all at the global samples as DeepSpeed's x-axis.
  *
  * The training thread only copies a record into a bounded queue under a mutex the writer holds
  * for a copy, never for I/O: it never waits for the disk. When the writer falls behind and the
@@ -34,10 +40,15 @@ typedef struct ct_metric_step {
     double samples_per_s, tokens_per_s;
     double data_wait_share;      /* of the window's wall time, in [0, 1] */
     double wall_s;               /* seconds since training started */
+    /* wall_clock_breakdown: the window's mean milliseconds per step of each phase (in the record
+     * only when `breakdown`) */
+    bool breakdown;
+    double data_wait_ms, forward_ms, backward_ms, optimizer_ms, step_ms;
 } ct_metric_step;
 
 typedef struct ct_metric_eval {
     long step;
+    int64_t samples;             /* global samples trained on when the eval ran */
     int epoch;
     double loss, accuracy;       /* accuracy NAN unless a classifier */
     double perplexity;           /* exp(loss) for a language model, else NAN */
@@ -56,11 +67,12 @@ typedef struct ct_metric_monitor {
 typedef struct ct_metrics_opts {
     const char *jsonl_path;      /* NULL: no metrics.jsonl */
     const char *csv_dir;         /* NULL: no csv_monitor (else <output_path>/<job_name>) */
+    const char *tb_dir;          /* NULL: no tensorboard event file (else <output_path>/<job_name>) */
     bool append;                 /* a resumed run continues the files; else they start empty */
     size_t queue_len;            /* records the queue holds; 0: 4096 */
 } ct_metrics_opts;
 
-/* Create csv_dir, open the jsonl file and start the writer. CT_ERR_RUNTIME naming the path. */
+/* Create csv_dir and tb_dir, open the jsonl and event files and start the writer. CT_ERR_RUNTIME naming the path. */
 int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err);
 /* Queue a record (never waits for I/O). */
 void ct_metrics_step(ct_metrics *m, const ct_metric_step *s);

@@ -105,6 +105,7 @@ int ct_curriculum_graph(ct_trainer *t, int64_t len, ct_graph **g, ct_step_runner
         ct_graph_free(ng);
         return rc;
     }
+    sg.runner.timed = t->cfg->wall_clock_breakdown;
     cu->graphs = ct_xrealloc(cu->graphs, sizeof *cu->graphs * (size_t)(cu->n + 1));
     cu->graphs[cu->n++] = sg;
     *g = ng, *runner = &cu->graphs[cu->n - 1].runner;

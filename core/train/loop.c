@@ -69,6 +69,15 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
     return CT_OK;
 }
 
+/* wall_clock_breakdown: seconds per phase, summed over the steps of a print window. Data wait is
+ * host time in the loader; forward, backward and optimizer (its gradient all-reduce included)
+ * are the backend's timer marks (timer_mark/timer_elapsed: clock_gettime on the CPU, timing
+ * events on the compute queue elsewhere); step is the host's wall time of the whole step. */
+typedef struct phase_times {
+    double data_wait, forward, backward, optimizer, step;
+    long steps;
+} phase_times;
+
 /* Loop position and running totals. */
 typedef struct loop_state {
     long step;                   /* optimizer steps done */
@@ -98,6 +107,7 @@ typedef struct loop_state {
     double epoch_t0;             /* when this process began the epoch (the epoch line) */
     int64_t epoch_s0;            /* samples at that time */
     int64_t epoch_k0;            /* tokens at that time */
+    phase_times window;          /* wall_clock_breakdown: this print window's sums so far */
 } loop_state;
 
 /* The optimizer update of this process's range given the global sum of squares of the
@@ -203,7 +213,13 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         ct_step_io io = {.input = input, .input_dt = b.input_dtype, .target = target, .n = k,
                          .train = true, .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n * scale};
+        uint64_t m0 = runner->timed ? t->be->queue.timer_mark(t->be) : 0;
         if ((rc = ct_step_run(runner, &bufs, &io, &m->hooks, err))) return rc;
+        if (runner->timed) {
+            uint64_t m2 = t->be->queue.timer_mark(t->be);
+            ls->window.forward += t->be->queue.timer_elapsed(t->be, m0, runner->fwd_end);
+            ls->window.backward += t->be->queue.timer_elapsed(t->be, runner->fwd_end, m2);
+        }
         accumulate_loss(t, g, (float)k);
     }
     if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
@@ -227,7 +243,11 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     *loss = overflow ? NAN : totals[0] / totals[1];   /* a skipped step adds nothing to the mean */
     /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
      * gradient is the mean over the samples actually seen. */
-    return apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
+    uint64_t m0 = runner->timed ? t->be->queue.timer_mark(t->be) : 0;
+    rc = apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
+    if (!rc && runner->timed)
+        ls->window.optimizer += t->be->queue.timer_elapsed(t->be, m0, t->be->queue.timer_mark(t->be));
+    return rc;
 }
 
 /* ---- checkpoints: the loop's state <-> state.json ---- */
@@ -353,7 +373,7 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     t->sum->eval_accuracy = acc;
     ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
     ct_metrics_eval(t->obs.metrics, &(ct_metric_eval){
-        .step = ls->step, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
+        .step = ls->step, .samples = ls->samples, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
         .perplexity = t->obs.rep.tokens_per_sample > 0 ? exp(loss) : NAN, .wall_s = ct_now() - t->obs.rep.t0});
 
     const ct_early_stop_cfg *es = &t->cfg->train.early_stopping;
@@ -437,6 +457,20 @@ static int print_sample(ct_trainer *t, long step, ct_err *err) {
  * end; and at the run's end) comes before its checkpoint, so that the checkpoint's state.json
  * holds that eval and agrees with best/, and a checkpoint saved at the run's end is not saved
  * again by finish_run. */
+/* wall_clock_breakdown at the end of a print window: the means per step of its phases, as one
+ * line and in the window's metrics record; the sums start again. */
+static void report_breakdown(ct_trainer *t, loop_state *ls, ct_metric_step *ms) {
+    phase_times *p = &ls->window;
+    double per = p->steps > 0 ? 1e3 / (double)p->steps : NAN;
+    ms->breakdown = true;
+    ms->data_wait_ms = p->data_wait * per, ms->forward_ms = p->forward * per;
+    ms->backward_ms = p->backward * per, ms->optimizer_ms = p->optimizer * per, ms->step_ms = p->step * per;
+    ct_report_line(&t->obs.rep, "time (ms) per step, mean of steps %ld-%ld: data wait %.3f | forward %.3f | "
+                   "backward %.3f | optimizer %.3f | step %.3f", ls->step - p->steps + 1, ls->step,
+                   ms->data_wait_ms, ms->forward_ms, ms->backward_ms, ms->optimizer_ms, ms->step_ms);
+    *p = (phase_times){0};
+}
+
 static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim_stats *st,
                       int64_t n, ct_err *err) {
     ls->step++;
@@ -459,11 +493,14 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
                        .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : 0,
                        .skipped_steps = t->m.amp.skipped, .data_wait_s = ls->step_wait_s};
     ct_report_window w;
-    if (ct_report_step(&t->obs.rep, &e, &w))
-        ct_metrics_step(t->obs.metrics, &(ct_metric_step){
+    if (ct_report_step(&t->obs.rep, &e, &w)) {
+        ct_metric_step ms = {
             .step = ls->step, .epoch = ls->epoch + 1, .loss = w.loss, .lr = st->lr,
             .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN, .samples_per_s = w.samples_per_s,
-            .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s});
+            .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s};
+        if (t->cfg->wall_clock_breakdown) report_breakdown(t, ls, &ms);
+        ct_metrics_step(t->obs.metrics, &ms);
+    }
     ct_metrics_monitor(t->obs.metrics, &(ct_metric_monitor){
         .samples_before = ls->samples - n, .samples_after = ls->samples, .loss = loss,
         .lr = ct_optim_next_lr(t->m.opt), .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN});
@@ -534,6 +571,9 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         int rc = train_step(t, ls, k, &loss, &st, err);
         ls->train_s += ct_now() - ts;
         ls->wait_s += ls->step_wait_s;
+        ls->window.data_wait += ls->step_wait_s;
+        ls->window.step += ct_now() - ts;
+        ls->window.steps++;
         if (rc) return rc;
         end = after_step(t, ls, loss, &st, k, err);
     }

@@ -8,16 +8,19 @@ int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
     ct_report_plan(&t->obs.rep, t->d.total_steps);
     if (t->comm && t->comm->rank != 0) return CT_OK; /* one copy of the history: rank 0's */
     const ct_config *cfg = t->cfg;
-    char jsonl[1100], csv[1400];
+    char jsonl[1100], csv[1400], tb[1400];
     int rc = ct_fs_join(jsonl, sizeof jsonl, cfg->train.run_dir, "metrics.jsonl", err);
-    const ct_monitor_cfg *cm = &cfg->csv_monitor;
+    const ct_monitor_cfg *cm = &cfg->csv_monitor, *tm = &cfg->tensorboard;
     /* DeepSpeed's <output_path>/<job_name>; an empty output_path keeps the files in the run
      * directory with the run's other outputs (DeepSpeed: the working directory) */
     if (!rc && cm->enabled)
         rc = ct_fs_join(csv, sizeof csv, cm->output_path[0] ? cm->output_path : cfg->train.run_dir, cm->job_name, err);
+    if (!rc && tm->enabled)
+        rc = ct_fs_join(tb, sizeof tb, tm->output_path[0] ? tm->output_path : cfg->train.run_dir, tm->job_name, err);
     if (!rc) rc = ct_fs_mkdirs(cfg->train.run_dir, err);
     if (rc) return rc;
-    ct_metrics_opts o = {.jsonl_path = jsonl, .csv_dir = cm->enabled ? csv : NULL, .append = t->ck.resumed};
+    ct_metrics_opts o = {.jsonl_path = jsonl, .csv_dir = cm->enabled ? csv : NULL, .tb_dir = tm->enabled ? tb : NULL,
+                         .append = t->ck.resumed};
     return ct_metrics_open(&o, &t->obs.metrics, err);
 }
 

@@ -8,7 +8,9 @@
  * the fp16 loss scale and on a short last step). Per-step randomness would be baked in too, so
  * models with dropout are never captured. A failed capture runs the step directly; a key whose
  * capture failed CT_STEP_CAPTURE_TRIES times switches capture off for the run, with one notice.
- * Steps whose executor hooks do host work (ct_exec_hooks.host_work) always run directly. */
+ * Steps whose executor hooks do host work (ct_exec_hooks.host_work) always run directly, and so
+ * do timed steps (wall_clock_breakdown): a replay has no place for a mark between forward and
+ * backward. */
 #ifndef CT_TRAIN_STEP_CAPTURE_H
 #define CT_TRAIN_STEP_CAPTURE_H
 
@@ -35,6 +37,9 @@ typedef struct ct_step_runner {
     ct_step_graph slot[CT_STEP_GRAPHS];
     uint64_t clock;
     long captures, replays;      /* for the report and tests */
+    bool timed;                  /* wall_clock_breakdown: run directly, mark the forward's end */
+    uint64_t fwd_end;            /* timed: the backend's timer mark (timer_mark) taken between
+                                    the last micro-batch's forward and its backward */
 } ct_step_runner;
 
 /* Decide whether to capture: cuda_graph is CT_CUDA_GRAPH_{AUTO,OFF,ON}. Errors (CT_ERR_CONFIG):

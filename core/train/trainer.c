@@ -214,6 +214,7 @@ static int start_step_runner(ct_trainer *t, ct_err *err) {
     int rc = ct_step_runner_init(&t->m.runner, t->be, t->m.g, t->cfg->train.cuda_graph, notice,
                                  sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
+    t->m.runner.timed = t->cfg->wall_clock_breakdown;
     return rc;
 }
 
