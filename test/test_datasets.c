@@ -22,6 +22,7 @@
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
+#include "core/data/webdataset.h"
 #include "core/train/internal.h"
 #include "core/train/train.h"
 
@@ -1320,6 +1321,16 @@ START_TEST(test_webdataset_png) {
     snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{2..0}.tar\"}", tmp);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "brace range \"{2..0}\""), "%s", err.msg);
+    /* ctrain info on a shard: its samples and members per extension. */
+    char p[400], text[2000] = {0};
+    snprintf(p, sizeof p, "%s/shard-000002.tar", tmp);
+    ck_assert(ct_webdataset_is_tar(p));
+    FILE *f = tmpfile();
+    ck_assert_msg(ct_webdataset_info(p, f, &err) == CT_OK, "%s", err.msg);
+    rewind(f);
+    ck_assert_uint_gt(fread(text, 1, sizeof text - 1, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "samples: 6") && strstr(text, "png: 6, cls: 6, meta.json: 6"), "%s", text);
 }
 END_TEST
 

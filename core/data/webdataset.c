@@ -31,12 +31,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/pngdec.h"
 #include "core/data/transform.h"
+#include "core/data/webdataset.h"
 
 enum { TAR_BLOCK = 512, MAX_SHARDS = 1000000, MAX_NAME = 4096 };
 enum { KIND_PNG, KIND_NPY };
@@ -226,9 +228,18 @@ static wds_sample *new_sample(wds_impl *im, int shard, const char *key, size_t k
     return s;
 }
 
+typedef struct index_ctx {
+    wds_impl *im;
+    int shard;
+    int64_t limit;               /* stop once a sample past it starts (0: none) */
+} index_ctx;
+
 /* One regular member: its key and extension, then the image or label of the current sample. */
-static int index_member(wds_impl *im, int shard, int fd, const char *name, int64_t off, int64_t size,
+static int index_member(void *ctx, int fd, const char *name, int64_t off, int64_t size, bool *stop,
                         ct_err *err) {
+    const index_ctx *ix = ctx;
+    wds_impl *im = ix->im;
+    int shard = ix->shard;
     const char *file = im->shards[shard];
     const char *slash = strrchr(name, '/'), *base = slash ? slash + 1 : name;
     const char *dot = strchr(base, '.');
@@ -239,8 +250,13 @@ static int index_member(wds_impl *im, int shard, int fd, const char *name, int64
     if (elen >= sizeof ext) return CT_OK;
     for (size_t i = 0; i <= elen; i++) ext[i] = (char)tolower((unsigned char)dot[1 + i]);
     wds_sample *s = im->count ? &im->samples[im->count - 1] : NULL;
-    if (!s || s->shard != shard || strlen(im->keys + s->key) != klen || memcmp(im->keys + s->key, name, klen))
+    if (!s || s->shard != shard || strlen(im->keys + s->key) != klen || memcmp(im->keys + s->key, name, klen)) {
+        if (ix->limit > 0 && im->count == ix->limit) {
+            *stop = true;
+            return CT_OK;
+        }
         s = new_sample(im, shard, name, klen);
+    }
     if (strcmp(ext, im->image_ext) == 0) {
         if (s->size >= 0)
             return ct_errf(err, CT_ERR_DATA, "%s: member %s: sample \"%s\" has two .%s members", file,
@@ -267,9 +283,13 @@ static int index_member(wds_impl *im, int shard, int fd, const char *name, int64
     return CT_OK;
 }
 
-/* One sequential pass over a shard's headers. */
-static int index_shard(wds_impl *im, int shard, int64_t limit, ct_err *err) {
-    const char *file = im->shards[shard];
+/* Called for each regular member of a shard (name, the offset and size of its data); *stop ends
+ * the walk early. */
+typedef int (*tar_visit)(void *ctx, int fd, const char *name, int64_t off, int64_t size, bool *stop,
+                         ct_err *err);
+
+/* One sequential pass over a shard's headers, calling visit for each regular member. */
+static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     off_t end_off = lseek(fd, 0, SEEK_END);
@@ -279,7 +299,8 @@ static int index_shard(wds_impl *im, int shard, int64_t limit, ct_err *err) {
     int64_t next_size = -1;
     uint8_t h[TAR_BLOCK];
     int rc = CT_OK;
-    while (!rc && (limit <= 0 || im->count <= limit)) {
+    bool stop = false;
+    while (!rc && !stop) {
         ssize_t got = read_at(fd, h, TAR_BLOCK, off);
         if (got < 0) {
             rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot read at offset %lld: %s", file,
@@ -347,7 +368,7 @@ static int index_shard(wds_impl *im, int shard, int64_t limit, ct_err *err) {
             } else {
                 snprintf(name, MAX_NAME, "%s", shown);
             }
-            if (type == '0' || type == '\0' || type == '7') rc = index_member(im, shard, fd, name, data, size, err);
+            if (type == '0' || type == '\0' || type == '7') rc = visit(ctx, fd, name, data, size, &stop, err);
             else if (type == '1' || type == '2' || type == '3' || type == '4' || type == '5' || type == '6') size = 0;
             next_name[0] = '\0';
             next_size = -1;
@@ -647,9 +668,10 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
     int64_t limit = 0;
     int rc = parse_entry(cfg, entry, path, im, &limit, err);
     if (!rc) snprintf(ds->source, sizeof ds->source, "%s", im->shards[0]);
-    for (int k = 0; k < im->nshards && !rc && (limit <= 0 || im->count < limit); k++)
-        rc = index_shard(im, k, limit, err);
-    if (!rc && limit > 0 && im->count > limit) im->count = limit;
+    for (int k = 0; k < im->nshards && !rc && (limit <= 0 || im->count < limit); k++) {
+        index_ctx ix = {im, k, limit};
+        rc = tar_walk(im->shards[k], index_member, &ix, err);
+    }
     if (!rc && im->count == 0)
         rc = ct_errf(err, CT_ERR_DATA, "%s: no samples (no member has a key and an extension)", ds->source);
     if (!rc) rc = probe_first(ds, im, err);
@@ -679,4 +701,76 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
     }
     *out = ds;
     return CT_OK;
+}
+
+/* ---------------- ctrain info ---------------- */
+
+enum { INFO_EXTS = 32 };
+
+typedef struct info_ctx {
+    char last_key[MAX_NAME], first_key[MAX_NAME];
+    int64_t samples, members, bytes;
+    char ext[INFO_EXTS][64];
+    int64_t ext_count[INFO_EXTS];
+    int n_ext;
+    bool more_exts;
+} info_ctx;
+
+static int info_member(void *ctx, int fd, const char *name, int64_t off, int64_t size, bool *stop,
+                       ct_err *err) {
+    info_ctx *c = ctx;
+    const char *slash = strrchr(name, '/'), *base = slash ? slash + 1 : name;
+    const char *dot = strchr(base, '.');
+    if (!dot || dot == base || !strncmp(base, "__", 2)) return CT_OK;
+    size_t klen = (size_t)(dot - name);
+    c->members++;
+    c->bytes += size;
+    if (strlen(c->last_key) != klen || strncmp(c->last_key, name, klen) != 0) {
+        snprintf(c->last_key, sizeof c->last_key, "%.*s", (int)klen, name);
+        if (!c->samples++) snprintf(c->first_key, sizeof c->first_key, "%s", c->last_key);
+    }
+    char ext[64];
+    snprintf(ext, sizeof ext, "%s", dot + 1);
+    for (char *p = ext; *p; p++) *p = (char)tolower((unsigned char)*p);
+    for (int k = 0; k < c->n_ext; k++)
+        if (!strcmp(c->ext[k], ext)) {
+            c->ext_count[k]++;
+            return CT_OK;
+        }
+    if (c->n_ext == INFO_EXTS) {
+        c->more_exts = true;
+        return CT_OK;
+    }
+    snprintf(c->ext[c->n_ext], sizeof c->ext[0], "%s", ext);
+    c->ext_count[c->n_ext++] = 1;
+    return CT_OK;
+}
+
+bool ct_webdataset_is_tar(const char *path) {
+    size_t n = strlen(path);
+    if (n < 4 || strcasecmp(path + n - 4, ".tar") != 0) return false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    uint8_t h[TAR_BLOCK];
+    bool ok = read_at(fd, h, TAR_BLOCK, 0) == TAR_BLOCK && (!memcmp(h + 257, "ustar", 5) || all_zero(h));
+    close(fd);
+    return ok;
+}
+
+int ct_webdataset_info(const char *path, FILE *out, ct_err *err) {
+    info_ctx *c = ct_xcalloc(1, sizeof *c);
+    int rc = tar_walk(path, info_member, c, err);
+    if (!rc) {
+        fprintf(out, "webdataset shard: %s\n", path);
+        fprintf(out, "  samples: %lld (members grouped by key)\n", (long long)c->samples);
+        fprintf(out, "  members: %lld, %lld bytes of data\n", (long long)c->members, (long long)c->bytes);
+        fprintf(out, "  fields (extension: members):");
+        for (int k = 0; k < c->n_ext; k++) fprintf(out, "%s %s: %lld", k ? "," : "", c->ext[k], (long long)c->ext_count[k]);
+        fprintf(out, "%s\n", c->more_exts ? ", ..." : "");
+        if (c->samples) fprintf(out, "  first sample: %s\n", c->first_key);
+        fprintf(out, "  read it with {\"format\": \"webdataset\", \"urls\": \"%s\", \"image\": EXT, \"label\": EXT}\n",
+                path);
+    }
+    free(c);
+    return rc;
 }
