@@ -180,7 +180,8 @@ static int pax_parse(const char *file, int64_t at, const char *p, size_t n, char
     while (i < n) {
         char *end;
         long len = strtol(p + i, &end, 10);
-        if (len <= 0 || (size_t)len > n - i || *end != ' ' || p[i + (size_t)len - 1] != '\n')
+        if (len <= 0 || (size_t)len > n - i || end >= p + i + len - 1 || *end != ' ' ||
+            p[i + (size_t)len - 1] != '\n')
             return ct_errf(err, CT_ERR_DATA, "%s: pax header at offset %lld: malformed record", file,
                            (long long)at);
         const char *kv = end + 1, *eq = memchr(kv, '=', (size_t)(p + i + len - 1 - kv));
@@ -363,7 +364,8 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
         } else {
             if (next_name[0]) {
                 snprintf(name, MAX_NAME, "%s", next_name);
-            } else if (!memcmp(h + 257, "ustar", 5) && h[345]) { /* ustar: prefix "/" name */
+            } else if (!memcmp(h + 257, "ustar\0", 6) && h[345]) { /* POSIX: prefix "/" name (GNU
+                                                                     * keeps times there) */
                 snprintf(name, MAX_NAME, "%.155s/%.100s", (const char *)h + 345, (const char *)h);
             } else {
                 snprintf(name, MAX_NAME, "%s", shown);
@@ -421,9 +423,12 @@ static int npy_parse(const uint8_t *b, size_t n, const char *what, bool *u8, ct_
                      ct_err *err) {
     if (n < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
         return ct_errf(err, CT_ERR_DATA, "%s: not a .npy array (no \\x93NUMPY magic)", what);
-    size_t hl = b[6] == 1 ? (size_t)b[8] | (size_t)b[9] << 8 : n < 12 ? n : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
-    size_t start = b[6] == 1 ? 10 : 12;
-    if ((b[6] != 1 && b[6] != 2 && b[6] != 3) || hl > n - start || hl > 65536)
+    size_t start = b[6] == 1 ? 10 : 12; /* version 1: a 2-byte header length, 2 and 3: 4 bytes */
+    if ((b[6] != 1 && b[6] != 2 && b[6] != 3) || n < start)
+        return ct_errf(err, CT_ERR_DATA, "%s: bad .npy header (version %u)", what, b[6]);
+    size_t hl = (size_t)b[8] | (size_t)b[9] << 8;
+    if (start == 12) hl |= (size_t)b[10] << 16 | (size_t)b[11] << 24;
+    if (hl > n - start || hl > 65536)
         return ct_errf(err, CT_ERR_DATA, "%s: bad .npy header (version %u, %zu bytes)", what, b[6], hl);
     char *hdr = ct_xmalloc(hl + 1); /* not on the stack: workers' stacks are small */
     memcpy(hdr, b + start, hl);
