@@ -694,7 +694,8 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
         const wds_sample *s = &im->samples[at];
         snprintf(ds->label_note, sizeof ds->label_note, "%s: member %s.%s has label %lld, the largest",
                  im->shards[s->shard], im->keys + s->key, im->label_ext, (long long)top);
-        if (im->kind == KIND_PNG || im->npy_u8) ds->decode_u8 = wds_decode_u8;
+        bool chw_u8 = im->npy_u8 && im->npy_shape.ndim == 3 && im->npy_shape.d[0] <= 4;
+        if (im->kind == KIND_PNG || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
         im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
         for (int ch = 0; ch < im->c && !rc; ch++)
