@@ -1287,6 +1287,10 @@ START_TEST(test_webdataset_png) {
         ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
         ck_assert_int_eq(png_id(x), rows[i].id);
         ck_assert_int_eq(y, rows[i].label);
+        uint8_t px[16]; /* data.transform.on_device: the stored pixels */
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(px[0] + 256 * px[1], rows[i].id);
+        for (int k = 0; k < 16; k++) ck_assert_float_eq(x[k], px[k] / 255.0f);
     }
     /* One shuffled epoch through the loader (2 workers): every sample once, with its label. */
     ct_backend *be = ct_cpu_backend_create(1);
