@@ -19,7 +19,7 @@
 #include "core/data/tokens.h"
 
 #define PACK_USAGE \
-    "usage: ctrain pack --from image_folder|idx SRC --out DIR [--shard-size MB] [--compress] " \
+    "usage: ctrain pack --from image_folder|idx|webdataset SRC --out DIR [--shard-size MB] [--compress] " \
     "[--labels FILE]\n       ctrain pack --from text FILE... --out DIR [--eval-fraction F]"
 const char ct_pack_usage[] = PACK_USAGE;
 
@@ -74,8 +74,9 @@ static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
     }
     if (!a->from || !a->out)
         return ct_errf(err, CT_ERR_CONFIG, "pack: --from KIND SRC and --out DIR are required\n" PACK_USAGE);
-    if (strcmp(a->from, "image_folder") && strcmp(a->from, "idx") && strcmp(a->from, "text"))
-        return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx or text, got \"%s\"",
+    if (strcmp(a->from, "image_folder") && strcmp(a->from, "idx") && strcmp(a->from, "webdataset") &&
+        strcmp(a->from, "text"))
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx, webdataset or text, got \"%s\"",
                        a->from);
     if (a->eval_frac && strcmp(a->from, "text"))
         return ct_errf(err, CT_ERR_CONFIG, "pack: --eval-fraction is for --from text\n" PACK_USAGE);
@@ -184,11 +185,14 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
         cJSON_AddStringToObject(e, "images", a->src);
         cJSON_AddStringToObject(e, "labels", labels);
         if (idx_type(a->src) != 0x08) *enc = CT_SHARD_F32;
+    } else if (strcmp(a->from, "webdataset") == 0) { /* .png + .cls (the format's defaults) */
+        cJSON_AddStringToObject(e, "urls", a->src);
     } else {
         cJSON_AddStringToObject(e, "root", a->src);
     }
-    int rc = strcmp(a->from, "idx") == 0 ? ct_idx_open(&cfg, e, "pack", ds, err)
-                                         : ct_image_folder_open(&cfg, e, "pack", ds, err);
+    int rc = strcmp(a->from, "idx") == 0          ? ct_idx_open(&cfg, e, "pack", ds, err)
+             : strcmp(a->from, "webdataset") == 0 ? ct_webdataset_open(&cfg, e, "pack", ds, err)
+                                                  : ct_image_folder_open(&cfg, e, "pack", ds, err);
     cJSON_Delete(e);
     return rc;
 }

@@ -5,6 +5,7 @@
  * format, errors for the others). */
 #include <check.h>
 #include <fcntl.h>
+#include <math.h>
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
+#include "core/data/webdataset.h"
 #include "core/train/internal.h"
 #include "core/train/train.h"
 
@@ -1239,6 +1241,189 @@ START_TEST(test_on_device_formats) {
 }
 END_TEST
 
+
+/* ---- webdataset: shards written by Python's tarfile (test/make_wds.py) ---- */
+
+typedef struct wds_row { int shard; char key[200]; int label, id; } wds_row;
+
+/* Run the generator into tmp and read its manifest (the samples in shard order). */
+static int make_wds(const char *mode, wds_row *rows, int cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -f %s/*.tar && /usr/bin/python3 test/make_wds.py %s %s", tmp, tmp, mode);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/manifest.txt", tmp);
+    FILE *f = fopen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    while (n < cap && fscanf(f, "%d %199s %d %d", &rows[n].shard, rows[n].key, &rows[n].label, &rows[n].id) == 4) n++;
+    fclose(f);
+    return n;
+}
+
+/* The id a PNG sample encodes in its first two pixels (normalised to [0, 1] without "normalize"). */
+static int png_id(const float *x) { return (int)lrintf(x[0] * 255.0f) + 256 * (int)lrintf(x[1] * 255.0f); }
+
+START_TEST(test_webdataset_png) {
+    wds_row rows[32];
+    int n = make_wds("png", rows, 32);
+    ck_assert_int_eq(n, 15);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\", "
+             "\"image\": \"png\", \"label\": \"cls\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_int_eq(ds->sample_shape.ndim, 3);
+    ck_assert_int_eq(ds->sample_shape.d[0], 1);
+    ck_assert_int_eq(ds->sample_shape.d[1], 4);
+    ck_assert_int_eq(ds->sample_shape.d[2], 4);
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    ck_assert_str_eq(ds->file(ds, 2) + strlen(tmp), "/shard-000002.tar"); /* the brace range, padded */
+    ck_assert_ptr_null(ds->file(ds, 3));
+    float x[16];
+    int32_t y;
+    for (int i = 0; i < n; i++) { /* the index keeps the shards' order */
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+        uint8_t px[16]; /* data.transform.on_device: the stored pixels */
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(px[0] + 256 * px[1], rows[i].id);
+        for (int k = 0; k < 16; k++) ck_assert_float_eq(x[k], px[k] / 255.0f);
+    }
+    /* One shuffled epoch through the loader (2 workers): every sample once, with its label. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 4, .workers = 2, .shuffle = true, .seed = 7, .classes = 5};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int seen[32] = {0}, got = 0;
+    bool in_order = true;
+    while (got < n) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        for (int64_t k = 0; k < bt.n; k++) {
+            int id = png_id((const float *)bt.input + 16 * k), label = ((const int32_t *)bt.target)[k], r = 0;
+            while (r < n && rows[r].id != id) r++;
+            ck_assert_int_lt(r, n);
+            ck_assert_int_eq(label, rows[r].label);
+            seen[r]++;
+            in_order &= r == got;
+            got++;
+        }
+    }
+    for (int r = 0; r < n; r++) ck_assert_int_eq(seen[r], 1);
+    ck_assert(!in_order); /* shuffled across shards */
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    ct_dataset_close(ds);
+    /* A brace list and a bad range. */
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-00000{0,2}.tar\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 5 + 6);
+    ct_dataset_close(ds);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{2..0}.tar\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "brace range \"{2..0}\""), "%s", err.msg);
+    /* ctrain info on a shard: its samples and members per extension. */
+    char p[400], text[2000] = {0};
+    snprintf(p, sizeof p, "%s/shard-000002.tar", tmp);
+    ck_assert(ct_webdataset_is_tar(p));
+    FILE *f = tmpfile();
+    ck_assert_msg(ct_webdataset_info(p, f, &err) == CT_OK, "%s", err.msg);
+    rewind(f);
+    ck_assert_uint_gt(fread(text, 1, sizeof text - 1, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "samples: 6") && strstr(text, "png: 6, cls: 6, meta.json: 6"), "%s", text);
+}
+END_TEST
+
+START_TEST(test_webdataset_npy) {
+    wds_row rows[32];
+    int n = make_wds("npy", rows, 32);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": [\"%s/shard-000000.tar\", "
+             "\"%s/shard-000001.tar\"], \"image\": \"npy\", \"label\": \"txt\"}", tmp, tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_int_eq(ds->sample_shape.ndim, 2);
+    ck_assert_int_eq(ds->sample_shape.d[0], 2);
+    ck_assert_int_eq(ds->sample_shape.d[1], 3);
+    ck_assert_ptr_null(ds->decode_u8); /* float32 arrays are not 8-bit images */
+    float x[6];
+    int32_t y;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_float_eq(x[0], (float)rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+    }
+    ct_dataset_close(ds);
+    /* A float64 array: refused naming the shard, the member and the dtype. */
+    make_wds("npy-f64", rows, 32);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: member part.0/sample000003.npy (field \"image\")") &&
+                  strstr(err.msg, "'<f8'"), "%s", err.msg);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_webdataset_errors) {
+    wds_row rows[32];
+    make_wds("nolabel", rows, 32);
+    char json[1200], p[400];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    /* A sample without its label: an error at decode, skipped and counted with skip_corrupt. */
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/sample000004\" has no "
+                         "part.0/sample000004.cls member (field \"label\")"), "%s", err.msg);
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 5, .workers = 2, .skip_corrupt = true, .classes = 5};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int64_t got = 0;
+    for (int i = 0; i < 3; i++) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        got += bt.n;
+    }
+    ck_assert_int_eq(got, 14);
+    ck_assert_int_eq(ct_loader_skipped(l), 1);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    ct_dataset_close(ds);
+    /* A member cut short by the end of the file (the first PNG's data is at 512..597). */
+    make_wds("png", rows, 32);
+    snprintf(p, sizeof p, "%s/shard-000002.tar", tmp);
+    ck_assert_int_eq(truncate(p, 560), 0);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000002.tar: member \"part.2/sample000010.png\" truncated"), "%s", err.msg);
+    /* A flipped byte in a header (shard 1's second member, at offset 1024). */
+    make_wds("png", rows, 32);
+    snprintf(p, sizeof p, "%s/shard-000001.tar", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    b[1024 + 3] ^= 0x20;
+    write_bytes(p, b, len);
+    free(b);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000001.tar: bad tar header checksum at offset 1024 (member \"parT.1/"),
+                  "%s", err.msg);
+    /* A shard that does not exist. */
+    make_wds("png", rows, 32);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000003}.tar\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000003.tar: cannot open"), "%s", err.msg);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
@@ -1263,6 +1448,9 @@ int main(void) {
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);
     tcase_add_test(tc, test_on_device_formats);
+    tcase_add_test(tc, test_webdataset_png);
+    tcase_add_test(tc, test_webdataset_npy);
+    tcase_add_test(tc, test_webdataset_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -22,6 +22,7 @@ static const struct {
     {"shard", ct_shard_open},
     {"tokens", ct_tokens_open},
     {"csv", ct_csv_open},
+    {"webdataset", ct_webdataset_open},
 };
 
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
@@ -37,7 +38,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(entry, "format");
     if (!fmt)
         return ct_errf(err, CT_ERR_CONFIG,
-                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv)",
+                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset)",
                        where, path);
     ct_config_where(cfg, fmt, where, sizeof where);
     if (!cJSON_IsString(fmt))
@@ -54,7 +55,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     }
     const char *s = ct_suggest(fmt->valuestring, names, CT_ARRAY_LEN(formats));
     ct_errf(err, CT_ERR_CONFIG,
-            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, got \"%s\"", where,
+            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, got \"%s\"", where,
             path, fmt->valuestring);
     if (s) ct_err_append(err, "did you mean \"%s\"?", s);
     return CT_ERR_CONFIG;

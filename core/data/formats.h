@@ -22,5 +22,8 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
                    ct_err *err);
 int ct_csv_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                 ct_err *err);
+/* webdataset.c: WebDataset .tar shards (an index built by one sequential scan at open). */
+int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                       ct_err *err);
 
 #endif

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""make_wds.py: small WebDataset shards written by Python's tarfile, for test_datasets.c.
+
+    make_wds.py OUT_DIR png      3 shards (pax, GNU and ustar tar formats) of PNG + .cls samples
+    make_wds.py OUT_DIR npy      2 shards of float32 .npy [2, 3] + .txt samples
+    make_wds.py OUT_DIR npy-f64  like npy, one sample stored as float64 (refused)
+    make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member
+
+Writes OUT_DIR/manifest.txt: one line per sample, "SHARD KEY LABEL ID", where ID is what the
+sample's input encodes (PNG: pixel 0 + 256 * pixel 1; npy: element 0). Standard library only.
+"""
+import io
+import random
+import struct
+import sys
+import tarfile
+import zlib
+
+
+def png_gray(h, w, pixels):
+    """An 8-bit grayscale PNG (filter 0 on every row)."""
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+    raw = b"".join(b"\0" + bytes(pixels[y * w:(y + 1) * w]) for y in range(h))
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def npy(values, shape, descr):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % d for d in shape))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    fmt = {"<f4": "<%df", "<f8": "<%dd"}[descr] % len(values)
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack(fmt, *values)
+
+
+def add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def main():
+    out, mode = sys.argv[1], sys.argv[2]
+    rng = random.Random(19)
+    formats = [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]
+    shards = 2 if mode.startswith("npy") else 3
+    per_shard = [5, 4, 6]
+    lines, sid = [], 0
+    for s in range(shards):
+        path = "%s/shard-%06d.tar" % (out, s)
+        with tarfile.open(path, "w", format=formats[s]) as tar:
+            for j in range(per_shard[s]):
+                sid += 1
+                ident = 300 + 37 * sid  # above 255: both bytes of the PNG id matter
+                label = rng.randrange(5)
+                key = "part.%d/sample%06d" % (s, sid)
+                if s < 2 and j == 1:  # a name longer than ustar holds: pax (shard 0), GNU (shard 1)
+                    key = "long/" + "x" * 120 + "/s%d" % sid
+                if mode.startswith("npy"):
+                    vals = [float(ident)] + [rng.uniform(-1, 1) for _ in range(5)]
+                    descr = "<f8" if mode == "npy-f64" and sid == 3 else "<f4"
+                    add(tar, key + ".npy", npy(vals, (2, 3), descr))
+                    add(tar, key + ".txt", b"%d\n" % label)
+                else:
+                    px = [ident % 256, ident // 256] + [rng.randrange(256) for _ in range(14)]
+                    add(tar, key + ".png", png_gray(4, 4, px))
+                    if not (mode == "nolabel" and sid == 4):
+                        add(tar, key + ".cls", b"%d" % label)
+                    add(tar, key + ".meta.json", b"{}")  # another field: ignored
+                lines.append("%d %s %d %d" % (s, key, label, ident))
+    with open(out + "/manifest.txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
