@@ -504,8 +504,8 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     ct_metrics_monitor(t->obs.metrics, &(ct_metric_monitor){
         .samples_before = ls->samples - n, .samples_after = ls->samples, .loss = loss,
         .lr = ct_optim_next_lr(t->m.opt), .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN});
-    long sample_every = t->cfg->train.sample_every;
-    if (sample_every > 0 && ls->step % sample_every == 0) {
+    long sample_every = t->cfg->train.sample_every;   /* under --quiet nobody would see it */
+    if (sample_every > 0 && !t->obs.rep.quiet && ls->step % sample_every == 0) {
         int rc = print_sample(t, ls->step, err);
         if (rc) return rc;
     }
