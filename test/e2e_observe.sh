@@ -160,6 +160,7 @@ grep -q "Train/Samples/train_loss" tb/j/events.out.tfevents.* && ok "tensorboard
 "$B" --config run.json --set train.run_dir=rb --set 'tensorboard={"enabled": true, "output_path": "tb", "job_name": "j"}' \
     --set train.max_steps=1 --quiet >out 2>err || bad "tensorboard again: exit $?"
 eq "tensorboard: a fresh run replaces the earlier file" "$(ls tb/j | grep -c '^events.out.tfevents\.')" 1
+has err "warning: a fresh run replaced an earlier run's TensorBoard event files in tb/j" "tensorboard: the replacement is said"
 
 # --- wall_clock_breakdown: one "time (ms)" line per print window (60 steps / 5 = 12) and the
 # window's phase means in each train record of metrics.jsonl: non-negative, the phases summing to

@@ -284,7 +284,7 @@ static void free_metrics(ct_metrics *m) {
 
 /* Remove the event files an earlier run left in dir: TensorBoard reads every one of them as this
  * run's (a resumed run keeps them: its new file continues theirs). */
-static int remove_event_files(const char *dir, ct_err *err) {
+static int remove_event_files(const char *dir, int *removed, ct_err *err) {
     DIR *d = opendir(dir);
     if (!d) return ct_errf(err, CT_ERR_RUNTIME, "tensorboard: cannot read %s: %s", dir, strerror(errno));
     static const char prefix[] = "events.out.tfevents.";
@@ -293,7 +293,8 @@ static int remove_event_files(const char *dir, ct_err *err) {
         if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0) continue;
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (remove(path) != 0 && errno != ENOENT)
+        if (remove(path) == 0) (*removed)++;
+        else if (errno != ENOENT)
             rc = ct_errf(err, CT_ERR_RUNTIME, "tensorboard: cannot replace %s: %s", path, strerror(errno));
     }
     closedir(d);
@@ -301,9 +302,9 @@ static int remove_event_files(const char *dir, ct_err *err) {
 }
 
 /* Create dir and this run's event file, its first event the format's version. */
-static int open_tb(ct_metrics *m, const char *dir, bool append, ct_err *err) {
+static int open_tb(ct_metrics *m, const char *dir, bool append, int *removed, ct_err *err) {
     int rc = ct_fs_mkdirs(dir, err);
-    if (!rc && !append) rc = remove_event_files(dir, err);
+    if (!rc && !append) rc = remove_event_files(dir, removed, err);
     if (rc) return rc;
     double now = unix_now();
     char name[400];
@@ -327,7 +328,7 @@ int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->wake, NULL);
     pthread_cond_init(&m->flushed, NULL);
-    int rc = CT_OK;
+    int rc = CT_OK, csv_removed = 0, tb_removed = 0;
     if (o->csv_dir) {
         snprintf(m->csv_dir, sizeof m->csv_dir, "%s", o->csv_dir);
         rc = ct_fs_mkdirs(o->csv_dir, err);
@@ -335,11 +336,21 @@ int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
         for (int i = 0; !rc && !o->append && i < CSV_COUNT; i++) {
             char path[1200];
             snprintf(path, sizeof path, "%s/Train_Samples_%s.csv", m->csv_dir, csv_metric[i]);
-            if (remove(path) != 0 && errno != ENOENT)
+            if (remove(path) == 0) csv_removed++;
+            else if (errno != ENOENT)
                 rc = ct_errf(err, CT_ERR_RUNTIME, "csv_monitor: cannot replace %s: %s", path, strerror(errno));
         }
     }
-    if (!rc && o->tb_dir) rc = open_tb(m, o->tb_dir, o->append, err);
+    if (!rc && o->tb_dir) rc = open_tb(m, o->tb_dir, o->append, &tb_removed, err);
+    /* replacing an earlier run's history is said, never silent (resume to continue it instead) */
+    if (o->notice_n) {
+        o->notice[0] = '\0';
+        if (csv_removed || tb_removed)
+            snprintf(o->notice, o->notice_n, "a fresh run replaced an earlier run's %s%s%s%s%s (--resume continues them)",
+                     csv_removed ? "csv_monitor files in " : "", csv_removed ? o->csv_dir : "",
+                     csv_removed && tb_removed ? " and " : "", tb_removed ? "TensorBoard event files in " : "",
+                     tb_removed ? o->tb_dir : "");
+    }
     if (!rc && o->jsonl_path) {
         snprintf(m->jsonl_path, sizeof m->jsonl_path, "%s", o->jsonl_path);
         m->jsonl = fopen(o->jsonl_path, o->append ? "a" : "w");

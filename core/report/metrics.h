@@ -70,6 +70,8 @@ typedef struct ct_metrics_opts {
     const char *tb_dir;          /* NULL: no tensorboard event file (else <output_path>/<job_name>) */
     bool append;                 /* a resumed run continues the files; else they start empty */
     size_t queue_len;            /* records the queue holds; 0: 4096 */
+    char *notice;                /* when not NULL: what a fresh start replaced of an earlier run's */
+    size_t notice_n;             /* csv and event files, for one warning line ("" when nothing) */
 } ct_metrics_opts;
 
 /* Create csv_dir and tb_dir, open the jsonl and event files and start the writer. CT_ERR_RUNTIME naming the path. */

@@ -19,9 +19,12 @@ int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
         rc = ct_fs_join(tb, sizeof tb, tm->output_path[0] ? tm->output_path : cfg->train.run_dir, tm->job_name, err);
     if (!rc) rc = ct_fs_mkdirs(cfg->train.run_dir, err);
     if (rc) return rc;
+    char notice[3200];
     ct_metrics_opts o = {.jsonl_path = jsonl, .csv_dir = cm->enabled ? csv : NULL, .tb_dir = tm->enabled ? tb : NULL,
-                         .append = t->ck.resumed};
-    return ct_metrics_open(&o, &t->obs.metrics, err);
+                         .append = t->ck.resumed, .notice = notice, .notice_n = sizeof notice};
+    rc = ct_metrics_open(&o, &t->obs.metrics, err);
+    if (!rc && notice[0]) fprintf(stderr, "ctrain: warning: %s\n", notice);
+    return rc;
 }
 
 void ct_trainer_observe_end(ct_trainer *t) {
