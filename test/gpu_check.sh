@@ -70,18 +70,22 @@ libs_resolve() {
     return $bad
 }
 
+# sanitize TOOL CMD...: CMD under compute-sanitizer's TOOL, failing on any error it reports
+sanitize() {
+    tool=$1; shift
+    compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 "$@"
+}
+
 memcheck() {
     command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
     bad=0
-    CK_FORK=no compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 test/test_cuda_ops || bad=1
-    CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=causal_attention_forward,causal_attention_backward,softmax_xent compute-sanitizer --tool memcheck --error-exitcode 9 \
-        --print-limit 20 test/test_ops || bad=1
-    CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=causal_attention_forward,causal_attention_backward,softmax_xent compute-sanitizer --tool racecheck --error-exitcode 9 \
-        --print-limit 20 test/test_ops || bad=1
+    rows=causal_attention_forward,causal_attention_backward,softmax_xent
+    CK_FORK=no sanitize memcheck test/test_cuda_ops || bad=1
+    CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=$rows sanitize memcheck test/test_ops || bad=1
+    CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=$rows sanitize racecheck test/test_ops || bad=1
     run=$(mktemp -d)
-    compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 ./ctrain --quiet --device cuda \
-        --config configs/fmnist_mlp.json --set fp16.enabled=true --set train.cuda_graph=true \
-        --set train.max_steps=30 --set train.run_dir="\"$run/run\"" || bad=1
+    sanitize memcheck ./ctrain --quiet --device cuda --config configs/fmnist_mlp.json --set fp16.enabled=true \
+        --set train.cuda_graph=true --set train.max_steps=30 --set train.run_dir="\"$run/run\"" || bad=1
     rm -rf "$run"
     return $bad
 }
