@@ -4,8 +4,9 @@
  * The compute stream is captured in thread-local mode, so the loader's worker threads (which
  * never touch the device) are unaffected. While capturing, the caching allocator serves cached
  * blocks first (cudaMalloc under a relaxed capture mode when none fits) and keeps every block
- * freed during the capture for the graph: the recorded
- * kernels hold those addresses, and a replay must find them unchanged (cuda_mem.cu). Uploads,
+ * freed during the capture for the graph: the recorded kernels hold those addresses, and a replay
+ * must find them unchanged (cuda_mem.cu). Op scratch is the exception: it comes from a pool that
+ * all graphs and direct ops share, since all of them run in order on the compute stream. Uploads,
  * copies to the host, syncs and host-visible reductions fail loudly during a capture: they use
  * the copy stream, events or a host wait, which a graph cannot hold. */
 #include "cuda/cuda_internal.h"

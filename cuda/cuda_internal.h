@@ -45,6 +45,7 @@ typedef struct ct_cuda_block {
     void *ptr;
     size_t bytes;                 /* rounded size (the class) */
     int cat;                      /* ct_mem_cat it is counted under while live */
+    bool scratch;                 /* from ct_cuda_scratch: returns to the scratch pool */
 } ct_cuda_block;
 
 /* A growable list of blocks (free list, blocks a capture owns). */
@@ -68,6 +69,12 @@ typedef struct ct_cuda_alloc {
     bool capturing;
     ct_cuda_blocks captured;
     uint64_t capture_mallocs;
+    /* Op scratch (ct_cuda_scratch: taken and freed inside one op) has a pool of its own that
+     * be->alloc never draws from and the cache release never frees. Every graph and every direct
+     * op runs on the one compute stream, so all of them can share these blocks: a graph's kernels
+     * bake in scratch addresses that only ever serve work ordered before or after the replay.
+     * (Without the pool each captured graph owned a private copy of all scratch.) */
+    ct_cuda_blocks scratch_pool;
     size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
     uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
 } ct_cuda_alloc;
@@ -178,6 +185,32 @@ static inline unsigned ct_cuda_grid(ct_backend *be, int64_t n, int threads) {
 #define GRID_STRIDE(i, n)                                                                        \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (int64_t)gridDim.x * blockDim.x)
+
+/* Kernels over planes (an image channel, a matrix row): blockIdx.y walks the planes, the threads of
+ * blockIdx.x the items of one plane, with 32-bit index math inside the plane (a 64-bit division
+ * is an emulated routine of tens of instructions; the per-plane constants are computed once per
+ * block). The caller checks that a plane's items fit an int (CT_CUDA_REQUIRE). */
+#define PLANE_STRIDE(pl, planes) for (int64_t pl = blockIdx.y; pl < (planes); pl += gridDim.y)
+#define INNER_STRIDE(i, n) \
+    for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < (n); i += (int)(gridDim.x * blockDim.x))
+
+static inline dim3 ct_cuda_plane_grid(ct_backend *be, int64_t planes, int64_t per_plane) {
+    int64_t x = (per_plane + CT_CUDA_THREADS - 1) / CT_CUDA_THREADS;
+    int64_t cap = (int64_t)ct_cuda_of(be)->sm_count * 8;
+    if (x > cap) x = cap;
+    return dim3((unsigned)(x < 1 ? 1 : x), (unsigned)(planes < 65535 ? (planes < 1 ? 1 : planes) : 65535));
+}
+
+/* Launch a PLANE_STRIDE kernel over `planes` planes of `per_plane` items each. */
+#define LAUNCH_PLANES(be, planes, per_plane, kernel, ...)                                         \
+    do {                                                                                         \
+        if ((planes) > 0 && (per_plane) > 0) {                                                   \
+            CT_CUDA_REQUIRE((per_plane) <= INT32_MAX, "a plane of more than 2^31 items");       \
+            kernel<<<ct_cuda_plane_grid((be), (planes), (per_plane)), CT_CUDA_THREADS, 0,        \
+                     ct_cuda_stream(be)>>>(__VA_ARGS__);                                         \
+            CT_CUDA_LAUNCH_CHECK();                                                              \
+        }                                                                                        \
+    } while (0)
 
 /* Launch `kernel` over n items on the compute stream (nothing when n is 0), then check the launch. */
 #define LAUNCH(be, n, kernel, ...)                                                               \

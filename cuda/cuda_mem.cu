@@ -64,7 +64,7 @@ static void live_insert(ct_cuda_alloc *a, ct_cuda_block b) {
 
 /* Removes p from the table; returns its block (ptr NULL when p was not allocated here). */
 static ct_cuda_block live_remove(ct_cuda_alloc *a, const void *p) {
-    ct_cuda_block none = {NULL, 0, 0};
+    ct_cuda_block none = {NULL, 0, 0, false};
     if (!a->live_cap) return none;
     size_t mask = a->live_cap - 1, i = ptr_hash(p, a->live_cap);
     while (a->live[i].ptr && a->live[i].ptr != p) i = (i + 1) & mask;
@@ -109,6 +109,9 @@ void ct_cuda_alloc_release_all(ct_cuda_alloc *a) {
         if (a->live[i].ptr && a->live[i].bytes) CT_CUDA_CHECK(cudaFree(a->live[i].ptr));
     free(a->live);
     free(a->free_blocks);
+    for (size_t i = 0; i < a->scratch_pool.n; i++) CT_CUDA_CHECK(cudaFree(a->scratch_pool.v[i].ptr));
+    free(a->scratch_pool.v);
+    memset(&a->scratch_pool, 0, sizeof a->scratch_pool);
     free(a->captured.v);
     memset(&a->captured, 0, sizeof a->captured);
     a->live = NULL;
@@ -130,7 +133,7 @@ static void blocks_push(ct_cuda_blocks *l, ct_cuda_block b) {
 
 /* Takes a block of class cls out of l (ptr NULL when it holds none). */
 static ct_cuda_block blocks_take(ct_cuda_blocks *l, size_t cls) {
-    ct_cuda_block b = {NULL, cls, 0};
+    ct_cuda_block b = {NULL, cls, 0, false};
     for (size_t i = 0; i < l->n; i++)
         if (l->v[i].bytes == cls) {
             b = l->v[i];
@@ -157,7 +160,7 @@ static void free_push(ct_cuda_alloc *a, ct_cuda_block b) {
 
 /* A fresh block from cudaMalloc (ptr NULL when the device is out of memory). */
 static ct_cuda_block device_malloc(ct_cuda_alloc *a, size_t cls) {
-    ct_cuda_block b = {NULL, cls, 0};
+    ct_cuda_block b = {NULL, cls, 0, false};
     cudaError_t e = cudaMalloc(&b.ptr, cls);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* out-of-memory is not sticky; clear it and retry once */
@@ -182,10 +185,8 @@ static ct_cuda_block device_malloc(ct_cuda_alloc *a, size_t cls) {
  * it uses. (Handing out a placeholder address instead fails as soon as a library records a memset
  * on it, as CUB's radix sort does in the embedding backward.) ptr NULL: the device is out of
  * memory; no retry, since releasing the cache would need a device sync, which a capture forbids. */
-static ct_cuda_block capture_take(ct_cuda_alloc *a, size_t cls) {
-    ct_cuda_block b = blocks_take(&a->captured, cls);
-    if (!b.ptr) b = free_take(a, cls);
-    if (b.ptr) return b;
+static ct_cuda_block capture_malloc(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_block b = {NULL, cls, 0, false};
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     CT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     cudaError_t e = cudaMalloc(&b.ptr, cls);
@@ -202,6 +203,20 @@ static ct_cuda_block capture_take(ct_cuda_alloc *a, size_t cls) {
     return b;
 }
 
+static ct_cuda_block capture_take(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_block b = blocks_take(&a->captured, cls);
+    if (!b.ptr) b = free_take(a, cls);
+    return b.ptr ? b : capture_malloc(a, cls);
+}
+
+/* Op scratch: the pool's block of the class, else a fresh one (which joins the pool when freed). */
+static ct_cuda_block scratch_take(ct_cuda_alloc *a, size_t cls) {
+    ct_cuda_block b = blocks_take(&a->scratch_pool, cls);
+    if (!b.ptr) b = a->capturing ? capture_malloc(a, cls) : device_malloc(a, cls);
+    b.scratch = true;
+    return b;
+}
+
 static void count_live(ct_cuda_alloc *a, const ct_cuda_block *b, bool add) {
     size_t *cur = &a->cat_bytes[b->cat];
     if (add) {
@@ -215,10 +230,12 @@ static void count_live(ct_cuda_alloc *a, const ct_cuda_block *b, bool add) {
     }
 }
 
-static void *alloc_locked(ct_cuda_alloc *a, size_t bytes, ct_mem_cat cat) {
+static void *alloc_locked(ct_cuda_alloc *a, size_t bytes, ct_mem_cat cat, bool scratch) {
     size_t cls = size_class(bytes);
-    ct_cuda_block b = a->capturing ? capture_take(a, cls) : free_take(a, cls);
-    if (!b.ptr && !a->capturing) b = device_malloc(a, cls);
+    ct_cuda_block b;
+    if (scratch) b = scratch_take(a, cls);
+    else b = a->capturing ? capture_take(a, cls) : free_take(a, cls);
+    if (!b.ptr && !a->capturing && !scratch) b = device_malloc(a, cls);
     if (!b.ptr) return NULL;
     b.cat = (int)cat;
     live_insert(a, b);
@@ -233,7 +250,8 @@ static void free_locked(ct_cuda_alloc *a, void *p) {
                         __FILE__, __LINE__);
     }
     count_live(a, &b, false);
-    if (a->capturing) blocks_push(&a->captured, b);
+    if (b.scratch) blocks_push(&a->scratch_pool, b);
+    else if (a->capturing) blocks_push(&a->captured, b);
     else free_push(a, b);
 }
 
@@ -261,14 +279,16 @@ void ct_cuda_alloc_give_back(ct_cuda_alloc *a, ct_cuda_blocks *owned) {
     memset(owned, 0, sizeof *owned);
 }
 
-static void *cu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+static void *alloc_in(ct_backend *be, size_t bytes, ct_mem_cat cat, bool scratch) {
     ct_cuda_alloc *a = &ct_cuda_of(be)->mem;
     CT_CUDA_REQUIRE((int)cat >= 0 && cat < CT_MEM_CAT_COUNT, "memory category out of range");
     pthread_mutex_lock(&a->mu);
-    void *p = alloc_locked(a, bytes, cat);
+    void *p = alloc_locked(a, bytes, cat, scratch);
     pthread_mutex_unlock(&a->mu);
     return p;
 }
+
+static void *cu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) { return alloc_in(be, bytes, cat, false); }
 
 static void cu_free(ct_backend *be, void *p) {
     if (!p) return;
@@ -279,7 +299,7 @@ static void cu_free(ct_backend *be, void *p) {
 }
 
 void *ct_cuda_scratch(ct_backend *be, size_t bytes, const char *file, int line) {
-    void *p = cu_alloc(be, bytes, CT_MEM_WORKSPACE);
+    void *p = alloc_in(be, bytes, CT_MEM_WORKSPACE, true);
     if (!p) {
         char msg[128];
         snprintf(msg, sizeof msg, "out of device memory for %zu bytes of scratch", bytes);

@@ -2,7 +2,8 @@
 # End-to-end training on the GPU (run by `make test-cuda` only): Fashion-MNIST MLP and CNN for the
 # full 5 epochs in fp32, bf16 and fp16 must reach the CPU accuracy targets of the core-engine
 # issue (MLP >= 88.5%, CNN >= 91%); two identical fp32 runs must give the same loss (determinism);
-# a run replayed from CUDA graphs gives the same bits as one launched op by op; uint8 uploads with
+# a run replayed from CUDA graphs gives the same bits as one launched op by op (MLP and CNN) and
+# the CNN's device peak does not grow with graphs; uint8 uploads with
 # on-device normalisation give the same bits as host normalisation; fp16 halves the activation
 # memory; the summary reports memory per category.
 # Usage: e2e_cuda_train.sh BUILD_DIR. Exit 77 (skipped) without a GPU or without the dataset.
@@ -60,6 +61,21 @@ if python3 -c "import json,sys; a=json.load(open('$T/mlp_graph_on.json')); b=jso
     ok "cuda_graph true and false give identical losses"
 else
     bad "cuda_graph true and false differ"
+fi
+
+# The CNN's graphs share one pool of op scratch (cuda_mem.cu): capturing (two loader buffers and
+# eval) must not multiply the device memory, and must not change a bit. bf16, as the benchmark.
+train cnn_graph_on configs/fmnist_cnn.json --set bf16.enabled=true --set train.max_steps=200 --set train.cuda_graph=true
+train cnn_graph_off configs/fmnist_cnn.json --set bf16.enabled=true --set train.max_steps=200 --set train.cuda_graph=false
+if python3 -c "import json,sys; a=json.load(open('$T/cnn_graph_on.json')); b=json.load(open('$T/cnn_graph_off.json')); sys.exit(0 if a['train_loss'] == b['train_loss'] and a['eval_loss'] == b['eval_loss'] else 1)"; then
+    ok "CNN: cuda_graph true and false give identical losses"
+else
+    bad "CNN: cuda_graph true and false differ"
+fi
+if python3 -c "import json,sys; a=json.load(open('$T/cnn_graph_on.json')); b=json.load(open('$T/cnn_graph_off.json')); print(a['peak_device_bytes'], b['peak_device_bytes']); sys.exit(0 if a['peak_device_bytes'] <= 1.1 * b['peak_device_bytes'] else 1)" >"$T/graph_mem.txt"; then
+    ok "CNN: graphs keep the device peak within 1.1x of launching ops ($(cat "$T/graph_mem.txt"))"
+else
+    bad "CNN: graphs raise the device peak ($(cat "$T/graph_mem.txt") bytes, on vs off)"
 fi
 
 # uint8 uploads normalised on the GPU: the same bits as normalising on the host.

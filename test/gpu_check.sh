@@ -5,7 +5,8 @@
 #   2. every library the binaries need resolves (ldd) and the CUDA backend loads;
 #   3. every CUDA test and the GPU end-to-end runs (run_tests.sh DIR cuda: a skip is a failure);
 #   4. the benchmarks against PyTorch on the same GPU (bench_gpt2_gpu.py, bench_gpu.py; python3
-#      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes);
+#      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes;
+#      GPU_CHECK_BENCH, default "gpt2 fmnist", picks which of the two run);
 #   5. compute-sanitizer: memcheck on the op tests, memcheck and racecheck on the attention and
 #      cross-entropy rows, memcheck on a short captured fp16 run.
 # Ends with one line per phase and "gpu-check: N passed, N failed"; exit 0 only when all passed.
@@ -92,9 +93,13 @@ memcheck() {
 
 bench() {
     python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "python3 has no CUDA torch"; return 1; }
-    python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 30 --warmup 5 || return 1
-    python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4 \
-        --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}"
+    case " ${GPU_CHECK_BENCH:-gpt2 fmnist} " in *" gpt2 "*)
+        python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 30 --warmup 5 || return 1 ;;
+    esac
+    case " ${GPU_CHECK_BENCH:-gpt2 fmnist} " in *" fmnist "*)
+        python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4 \
+            --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}" || return 1 ;;
+    esac
 }
 
 if [ "${2:-}" = "--run" ]; then "$3"; exit $?; fi

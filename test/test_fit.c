@@ -13,6 +13,7 @@
 #include "core/config/config.h"
 #include "core/graph/graph.h"
 #include "core/train/fit.h"
+#include "core/train/plan.h"
 #include "core/util/limits.h"
 
 static char tmpdir[64];
@@ -95,23 +96,10 @@ END_TEST
 
 /* ---- a real model ---- */
 
-/* An MLP of 6 blocks [linear 256, gelu, linear 128] on 16 features, batch 512 (plans of a few MiB:
- * activations grow with the micro-batch, checkpointing every block drops each block's inner
- * outputs). micro: a number or "\"auto\"". */
-static ct_config *load_mlp(const char *micro, double limit_gb) {
-    char path[128], text[2048], set[64];
-    snprintf(path, sizeof path, "%s/mlp.json", tmpdir);
-    snprintf(text, sizeof text,
-             "{\"train_batch_size\": 512, \"train_micro_batch_size_per_gpu\": %s,\n"
-             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},\n"
-             " \"model\": {\"input\": [16], \"loss\": {\"type\": \"cross_entropy\"}, \"layers\": [\n"
-             "   {\"type\": \"linear\", \"name\": \"in\", \"out\": 128},\n"
-             "   {\"type\": \"repeat\", \"times\": 6, \"layers\": [\n"
-             "     {\"type\": \"linear\", \"name\": \"fc\", \"out\": 256}, {\"type\": \"gelu\", \"name\": \"act\"},\n"
-             "     {\"type\": \"linear\", \"name\": \"proj\", \"out\": 128}]},\n"
-             "   {\"type\": \"linear\", \"name\": \"head\", \"out\": 4}]},\n"
-             " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"none.csv\"}},\n"
-             " \"train\": {\"device\": \"cpu\"}}\n", micro);
+/* The config `text`, written to tmpdir/name and loaded (train.memory_limit_gb set when > 0). */
+static ct_config *load_text(const char *name, const char *text, double limit_gb) {
+    char path[128], set[64];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
@@ -126,6 +114,25 @@ static ct_config *load_mlp(const char *micro, double limit_gb) {
     ct_warnings_free(&w);
     ck_assert_msg(rc == CT_OK, "%s", err.msg);
     return cfg;
+}
+
+/* An MLP of 6 blocks [linear 256, gelu, linear 128] on 16 features, batch 512 (plans of a few MiB:
+ * activations grow with the micro-batch, checkpointing every block drops each block's inner
+ * outputs). micro: a number or "\"auto\"". */
+static ct_config *load_mlp(const char *micro, double limit_gb) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"train_batch_size\": 512, \"train_micro_batch_size_per_gpu\": %s,\n"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},\n"
+             " \"model\": {\"input\": [16], \"loss\": {\"type\": \"cross_entropy\"}, \"layers\": [\n"
+             "   {\"type\": \"linear\", \"name\": \"in\", \"out\": 128},\n"
+             "   {\"type\": \"repeat\", \"times\": 6, \"layers\": [\n"
+             "     {\"type\": \"linear\", \"name\": \"fc\", \"out\": 256}, {\"type\": \"gelu\", \"name\": \"act\"},\n"
+             "     {\"type\": \"linear\", \"name\": \"proj\", \"out\": 128}]},\n"
+             "   {\"type\": \"linear\", \"name\": \"head\", \"out\": 4}]},\n"
+             " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"none.csv\"}},\n"
+             " \"train\": {\"device\": \"cpu\"}}\n", micro);
+    return load_text("mlp.json", text, limit_gb);
 }
 
 static size_t plan_total(const ct_config *cfg, long micro, long segments) {
@@ -151,6 +158,53 @@ START_TEST(plan_is_the_runs_plan) {
     ck_assert_int_eq(ct_fit_every_block(cfg, &err), 6);
     ck_assert_uint_lt(plan_total(cfg, 512, 6), plan_total(cfg, 512, 0));
     ck_assert_uint_lt(plan_total(cfg, 256, 0), plan_total(cfg, 512, 0));
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* A device plan counts the chunked whole-batch convolution's scratch (core/backend/backend.h),
+ * which the CUDA backend takes outside the arena; a CPU plan does not. The Fashion-MNIST CNN at
+ * micro-batch 128 in bf16: conv1 (1->32, 28x28) fits whole, conv2 (32->64, 14x14, 363,776 B an
+ * image) runs in chunks of 46 images under the 16 MiB bound and is the larger. */
+START_TEST(device_plan_counts_conv_scratch) {
+    ct_config *cfg = load_text("cnn.json",
+        "{\"train_batch_size\": 128, \"train_micro_batch_size_per_gpu\": 128,\n"
+        " \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 1e-3}},\n"
+        " \"model\": {\"input\": [1, 28, 28], \"loss\": {\"type\": \"cross_entropy\"}, \"layers\": [\n"
+        "   {\"type\": \"conv2d\", \"name\": \"conv1\", \"out\": 32, \"kernel\": 3, \"padding\": 1},\n"
+        "   {\"type\": \"maxpool2d\", \"name\": \"pool1\", \"kernel\": 2},\n"
+        "   {\"type\": \"conv2d\", \"name\": \"conv2\", \"out\": 64, \"kernel\": 3, \"padding\": 1},\n"
+        "   {\"type\": \"flatten\", \"name\": \"flatten\"},\n"
+        "   {\"type\": \"linear\", \"name\": \"fc\", \"out\": 10}]},\n"
+        " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"none.csv\"}},\n"
+        " \"train\": {\"device\": \"cpu\"}}\n", 0);
+    ct_graph *g = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_graph_build(cfg, 128, CT_BF16, &g, &err), CT_OK);
+    ct_conv2d_geom c2 = {.n = 128, .c = 32, .h = 14, .w = 14, .oc = 64, .kh = 3, .kw = 3, .stride_h = 1,
+                         .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                         .oh = 14, .ow = 14};
+    ck_assert_int_eq(ct_conv2d_image_scratch(&c2, 2), 196 * (288 * 2 + 64 * 2 + 288 * 4));
+    ck_assert_int_eq(ct_conv2d_chunk_images(&c2, 2), 46);
+    ck_assert_uint_eq(ct_graph_plan(g)->device_scratch, 46 * 363776 + 5 * CT_CONV_SCRATCH_ALIGN);
+    /* conv1's 9 rows are padded to 16: 784 * (16 * 2 + 32 * 4) bytes an image, all 128 in one
+     * chunk, plus the padded weights and their gradient (32 x 16 x (2 + 4)) */
+    ct_conv2d_geom c1 = {.n = 128, .c = 1, .h = 28, .w = 28, .oc = 32, .kh = 3, .kw = 3, .stride_h = 1,
+                         .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
+                         .oh = 28, .ow = 28};
+    ck_assert_int_eq(ct_conv2d_group_rows(&c1), 16);
+    ck_assert_uint_eq(ct_conv2d_scratch_bytes(&c1, 2), 128 * 784 * 160 + 32 * 16 * 6 + 5 * CT_CONV_SCRATCH_ALIGN);
+    ct_run_plan host, dev;
+    ct_run_plan_make(cfg, g, false, &host);
+    ct_run_plan_make(cfg, g, true, &dev);
+    ck_assert_uint_eq(dev.bytes[CT_MEM_WORKSPACE] - host.bytes[CT_MEM_WORKSPACE], ct_graph_plan(g)->device_scratch);
+    ck_assert_uint_eq(dev.bytes[CT_MEM_ACTIVATIONS], host.bytes[CT_MEM_ACTIVATIONS]);
+    /* bounds: a batch that fits whole is one chunk; an image larger than the bound is a chunk of 1 */
+    c2.n = 8;
+    ck_assert_int_eq(ct_conv2d_chunk_images(&c2, 2), 8);
+    c2.h = c2.w = c2.oh = c2.ow = 224;
+    ck_assert_int_eq(ct_conv2d_chunk_images(&c2, 2), 1);
+    ct_graph_free(g);
     ct_config_free(cfg);
 }
 END_TEST
@@ -264,6 +318,7 @@ static Suite *fit_suite(void) {
     tcase_add_test(tc, sizes_refused);
     tcase_add_test(tc, largest_micro_arithmetic);
     tcase_add_test(tc, plan_is_the_runs_plan);
+    tcase_add_test(tc, device_plan_counts_conv_scratch);
     tcase_add_test(tc, suggestions_from_the_plan);
     tcase_add_test(tc, auto_micro_batch_under_limits);
     tcase_add_test(tc, cpu_out_of_memory_explained);

@@ -46,6 +46,47 @@ typedef struct ct_conv2d_geom {
     int64_t oh, ow;              /* output, filled by the caller from the formula */
 } ct_conv2d_geom;
 
+/* A device backend's whole-batch convolution (cuda/cuda_conv.cu) runs over chunks of images whose
+ * scratch stays under CT_CONV_CHUNK_BYTES, all of it in one block. Each group's column rows
+ * (c/groups * kh * kw) are padded with zero rows to a multiple of 8 (ct_conv2d_group_rows), so
+ * that every GEMM operand is 16-byte aligned: cuBLASLt takes far slower kernels otherwise, and a
+ * 1-channel 3x3 convolution has 9 rows. Per image of a chunk, with R the padded rows and
+ * P = oh*ow pixels: the im2col columns [R, P] in the compute dtype, then forward the fp32
+ * products [oc, P], backward the rearranged dy [oc, P] and the fp32 column gradients [R, P]; per
+ * pass, with padded rows, the padded weights [oc, R/groups] and their fp32 gradient; 256 bytes
+ * of alignment per buffer. Defined here, once, so the memory plan (the layer hook
+ * device_scratch_bytes) counts what the backend takes. Chunks of 16 MiB keep every GEMM at least
+ * one image wide while the scratch stays small next to the activations. */
+#define CT_CONV_CHUNK_BYTES ((int64_t)16 << 20)
+#define CT_CONV_SCRATCH_ALIGN 256
+
+static inline int64_t ct_conv2d_group_rows(const ct_conv2d_geom *g) {
+    int64_t kg = g->c / g->groups * g->kh * g->kw;
+    return (kg + 7) / 8 * 8;
+}
+
+static inline int64_t ct_conv2d_image_scratch(const ct_conv2d_geom *g, size_t es) {
+    int64_t rows = g->groups * ct_conv2d_group_rows(g), pix = g->oh * g->ow;
+    int64_t fwd = g->oc * 4, bwd = g->oc * (int64_t)es + rows * 4;
+    return pix * (rows * (int64_t)es + (fwd > bwd ? fwd : bwd));
+}
+
+/* Images per chunk: as many as fit CT_CONV_CHUNK_BYTES, at least 1, at most g->n. */
+static inline int64_t ct_conv2d_chunk_images(const ct_conv2d_geom *g, size_t es) {
+    int64_t per = ct_conv2d_image_scratch(g, es);
+    int64_t nb = per > 0 ? CT_CONV_CHUNK_BYTES / per : g->n;
+    if (nb > g->n) nb = g->n;
+    return nb < 1 ? 1 : nb;
+}
+
+/* The one scratch block of a whole-batch pass. */
+static inline size_t ct_conv2d_scratch_bytes(const ct_conv2d_geom *g, size_t es) {
+    int64_t kg = g->c / g->groups * g->kh * g->kw, kgp = ct_conv2d_group_rows(g);
+    int64_t padded = kgp != kg ? g->oc * kgp * ((int64_t)es + 4) : 0;
+    return (size_t)(ct_conv2d_chunk_images(g, es) * ct_conv2d_image_scratch(g, es) + padded +
+                    5 * CT_CONV_SCRATCH_ALIGN);
+}
+
 /* 2-D pooling geometry (NCHW). */
 typedef struct ct_pool2d_geom {
     int64_t n, c, h, w;

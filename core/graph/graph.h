@@ -59,7 +59,9 @@ typedef struct ct_act_plan {
                                     segment's inner outputs and saved state share (the largest
                                     segment's); 0 without checkpointing */
     int segments;                /* checkpointed segments (recomputed in backward) */
-    size_t total;
+    size_t total;                /* the arena: every field above but device_scratch */
+    size_t device_scratch;       /* outside the arena: the most a device backend's op takes as its
+                                    own scratch (the layers' device_scratch_bytes) */
 } ct_act_plan;
 
 /* Build for a maximum micro-batch of `batch` samples, storing activations, their gradients and

@@ -85,6 +85,10 @@ typedef struct ct_layer_type {
      * activations in dtype dt. */
     size_t (*aux_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
     size_t (*workspace_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
+    /* Optional: the most scratch a device backend takes inside one of this layer's ops beyond
+     * workspace_bytes (freed before the op returns; e.g. the chunked whole-batch convolution).
+     * The device plan counts the largest over the layers. */
+    size_t (*device_scratch_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
     void (*forward)(const ct_layer *l, const ct_layer_io *io);
     void (*backward)(const ct_layer *l, const ct_layer_io *io);
     /* Forward FLOPs per sample (multiply-add = 2). */

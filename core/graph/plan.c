@@ -159,12 +159,15 @@ void ct_graph_plan_memory(ct_graph *g) {
     int64_t batch = g->batch;
     size_t esz = ct_dtype_size(g->dt), ws = 0, end = 0;
     ct_act_plan *p = &g->plan;
+    p->device_scratch = 0;
     int *alias = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         const ct_layer *l = &g->nodes[i].l;
         alias[i] = in_place_source(g, i);
         size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch, g->dt) : 0;
         if (w > ws) ws = w;
+        size_t d = l->type->device_scratch_bytes ? l->type->device_scratch_bytes(l, batch, g->dt) : 0;
+        if (d > p->device_scratch) p->device_scratch = d;
         g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
     }
     size_t tmp = (size_t)plan_backward(g, batch) * esz;

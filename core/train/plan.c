@@ -40,9 +40,9 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     ct_param_store_plan(L, compute, 0, L->n_params, out->bytes);
     out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L);
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
-     * accumulator is the workspace category's. */
+     * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;
-    out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float);
+    out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float) + (device ? out->act.device_scratch : 0);
     out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];
 }

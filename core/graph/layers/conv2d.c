@@ -91,6 +91,11 @@ static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return 2 * ct_nbytes(col_rows(l) * p, dt);   /* col and dcol, in the activation dtype */
 }
 
+static size_t device_scratch_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
+    ct_conv2d_geom g = geom(l, batch);
+    return ct_conv2d_scratch_bytes(&g, ct_dtype_size(dt));
+}
+
 /* The sizes both passes use: per group, W_grp is [ocg, kg], a column buffer [kg, p], y [ocg, p];
  * in_sz and out_sz are one sample's input and output elements. */
 typedef struct conv_dims {
@@ -165,5 +170,5 @@ static double flops(const ct_layer *l) {
 const ct_layer_type ct_layer_conv2d = {
     .name = "conv2d", .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(conv_cfg), .parse = parse, .infer = infer, .params = params,
-    .workspace_bytes = workspace_bytes, .forward = forward, .backward = backward, .flops = flops,
+    .workspace_bytes = workspace_bytes, .device_scratch_bytes = device_scratch_bytes, .forward = forward, .backward = backward, .flops = flops,
 };
