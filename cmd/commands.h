@@ -35,7 +35,13 @@
  *       throughput of the data pipeline alone (read, decode, normalise, augment, collate through
  *       the threaded loader, no model) as one JSON line: {"bench": "data", "format", "source",
  *       "workers", "batch", "samples", "seconds", "samples_per_s", "skipped"}. Without --batches
- *       it runs one epoch. bench/bench_data.py compares it with torchvision. */
+ *       it runs one epoch. bench/bench_data.py compares it with torchvision.
+ *   ctrain plot RUN_DIR... [--out FILE.png] [--size WxH]                               (plot.c)
+ *       loss, eval metric and learning-rate curves of the runs' metrics.jsonl in one PNG (default
+ *       RUN_DIR/curves.png for one run, ./curves.png for several; 1200x800).
+ *   ctrain compare RUN_DIR... [--plot FILE.png] [--size WxH]                           (plot.c)
+ *       a table of the runs (last losses, eval metric, hyperparameters from config.json), best
+ *       eval loss first; --plot also draws their curves together. */
 #ifndef CT_CMD_COMMANDS_H
 #define CT_CMD_COMMANDS_H
 
@@ -65,8 +71,10 @@ int ct_info_main(int argc, char **argv, ct_err *err);
 int ct_export_main(int argc, char **argv, ct_err *err);
 int ct_pack_main(int argc, char **argv, ct_err *err);
 int ct_bench_data_main(int argc, char **argv, ct_err *err);
+int ct_plot_main(int argc, char **argv, ct_err *err);
+int ct_compare_main(int argc, char **argv, ct_err *err);
 /* Their usage lines ("usage: ctrain eval ..."), for errors and for --help. */
 extern const char ct_eval_usage[], ct_info_usage[], ct_export_usage[], ct_pack_usage[],
-    ct_bench_data_usage[], ct_generate_usage[];
+    ct_bench_data_usage[], ct_generate_usage[], ct_plot_usage[], ct_compare_usage[];
 
 #endif

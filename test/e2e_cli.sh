@@ -28,13 +28,13 @@ ok "help and man page list the same options"
 expect 2 "no arguments" -- "$B"
 expect 2 "unknown option" -- "$B" --config x.json --frobnicate
 has "$T/err" "unknown option" "unknown option is named"
-for sub in plot; do
-    expect 2 "$sub not implemented yet" -- "$B" $sub
-    has "$T/err" "not implemented yet" "$sub says not implemented yet"
+for sub in plot compare; do
+    expect 2 "$sub without a run directory" -- "$B" $sub
+    has "$T/err" "at least one run directory" "$sub asks for a run directory"
 done
 expect 2 "unknown command" -- "$B" frobnicate
-has "$T/err" "commands: config eval info export pack bench-data" "an unknown command lists the commands"
-for sub in config eval info export pack bench-data; do
+has "$T/err" "commands: config eval info export pack bench-data generate plot compare" "an unknown command lists the commands"
+for sub in config eval info export pack bench-data generate plot compare; do
     expect 0 "$sub --help exits 0" -- "$B" $sub --help
     has "$T/out" "^usage: ctrain $sub" "$sub --help prints its usage on stdout"
 done
