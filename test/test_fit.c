@@ -188,12 +188,18 @@ START_TEST(device_plan_counts_conv_scratch) {
     ck_assert_int_eq(ct_conv2d_chunk_images(&c2, 2), 46);
     ck_assert_uint_eq(ct_graph_plan(g)->device_scratch, 46 * 363776 + 5 * CT_CONV_SCRATCH_ALIGN);
     /* conv1's 9 rows are padded to 16: 784 * (16 * 2 + 32 * 4) bytes an image, all 128 in one
-     * chunk, plus the padded weights and their gradient (32 x 16 x (2 + 4)) */
+     * chunk, the block sized for a full chunk (133 images), plus the padded weights and their
+     * gradient (32 x 16 x (2 + 4)) */
     ct_conv2d_geom c1 = {.n = 128, .c = 1, .h = 28, .w = 28, .oc = 32, .kh = 3, .kw = 3, .stride_h = 1,
                          .stride_w = 1, .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1,
                          .oh = 28, .ow = 28};
     ck_assert_int_eq(ct_conv2d_group_rows(&c1), 16);
-    ck_assert_uint_eq(ct_conv2d_scratch_bytes(&c1, 2), 128 * 784 * 160 + 32 * 16 * 6 + 5 * CT_CONV_SCRATCH_ALIGN);
+    ck_assert_int_eq(ct_conv2d_chunk_images(&c1, 2), 128);
+    ck_assert_uint_eq(ct_conv2d_scratch_bytes(&c1, 2), 133 * 784 * 160 + 32 * 16 * 6 + 5 * CT_CONV_SCRATCH_ALIGN);
+    /* a short batch asks for the same block */
+    c1.n = 96;
+    ck_assert_int_eq(ct_conv2d_chunk_images(&c1, 2), 96);
+    ck_assert_uint_eq(ct_conv2d_scratch_bytes(&c1, 2), 133 * 784 * 160 + 32 * 16 * 6 + 5 * CT_CONV_SCRATCH_ALIGN);
     ct_run_plan host, dev;
     ct_run_plan_make(cfg, g, false, &host);
     ct_run_plan_make(cfg, g, true, &dev);

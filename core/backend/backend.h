@@ -71,19 +71,26 @@ static inline int64_t ct_conv2d_image_scratch(const ct_conv2d_geom *g, size_t es
     return pix * (rows * (int64_t)es + (fwd > bwd ? fwd : bwd));
 }
 
-/* Images per chunk: as many as fit CT_CONV_CHUNK_BYTES, at least 1, at most g->n. */
-static inline int64_t ct_conv2d_chunk_images(const ct_conv2d_geom *g, size_t es) {
+/* Images a chunk can hold: as many as fit CT_CONV_CHUNK_BYTES, at least 1. */
+static inline int64_t ct_conv2d_chunk_capacity(const ct_conv2d_geom *g, size_t es) {
     int64_t per = ct_conv2d_image_scratch(g, es);
-    int64_t nb = per > 0 ? CT_CONV_CHUNK_BYTES / per : g->n;
-    if (nb > g->n) nb = g->n;
+    int64_t nb = per > 0 ? CT_CONV_CHUNK_BYTES / per : 1;
     return nb < 1 ? 1 : nb;
 }
 
-/* The one scratch block of a whole-batch pass. */
+/* Images per chunk of a batch of g->n. */
+static inline int64_t ct_conv2d_chunk_images(const ct_conv2d_geom *g, size_t es) {
+    int64_t nb = ct_conv2d_chunk_capacity(g, es);
+    return nb < g->n ? nb : (g->n < 1 ? 1 : g->n);
+}
+
+/* The one scratch block of a whole-batch pass, sized for a full chunk whatever the batch: every
+ * convolution of a model, and a short last batch, then asks for about CT_CONV_CHUNK_BYTES, one
+ * size class of the allocator, so a single pooled block serves them all. */
 static inline size_t ct_conv2d_scratch_bytes(const ct_conv2d_geom *g, size_t es) {
     int64_t kg = g->c / g->groups * g->kh * g->kw, kgp = ct_conv2d_group_rows(g);
     int64_t padded = kgp != kg ? g->oc * kgp * ((int64_t)es + 4) : 0;
-    return (size_t)(ct_conv2d_chunk_images(g, es) * ct_conv2d_image_scratch(g, es) + padded +
+    return (size_t)(ct_conv2d_chunk_capacity(g, es) * ct_conv2d_image_scratch(g, es) + padded +
                     5 * CT_CONV_SCRATCH_ALIGN);
 }
 
