@@ -474,17 +474,19 @@ static void start_prune(ct_trainer *t) {
 int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
     ck_setup(t);
     ct_ckpt_config_hash(t->cfg->resolved, t->ck.config_hash);
-    int rc = t->opts.dry_run ? CT_OK : write_run_config(t, err);
+    bool writer = ct_trainer_rank(t) == 0;   /* every rank reads; rank 0 writes */
+    int rc = t->opts.dry_run || !writer ? CT_OK : write_run_config(t, err);
     if (!rc) rc = fingerprint_data(t, err);
     if (!rc && t->opts.resume) rc = resume(t, err);
     if (!rc && !t->ck.resumed) rc = init_from(t, err);
-    if (!rc && !t->opts.dry_run) start_prune(t);
+    if (!rc && !t->opts.dry_run && writer) start_prune(t);
     return rc;
 }
 
 /* ---- saving ---- */
 
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (ct_trainer_rank(t) != 0) return CT_OK;   /* every rank holds the same state (ZeRO stage 0) */
     double t0 = ct_now();
     ck_to_host(t);
     ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
@@ -497,6 +499,7 @@ int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
 }
 
 int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (ct_trainer_rank(t) != 0) return CT_OK;
     ck_to_host(t);
     return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
 }

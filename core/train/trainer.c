@@ -88,12 +88,26 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
     return rc;
 }
 
-/* Features this version does not have yet: refuse them rather than train something else. */
+/* Features this version does not have yet: refuse them rather than train something else. A world
+ * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU). */
 static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (cfg->world_size > 1)
-        return ct_errf(err, CT_ERR_CONFIG, "world size %d: data-parallel training is not implemented "
-                       "yet in this version; run one process", cfg->world_size);
+    if (cfg->world_size > 1 && cfg->zero.stage > 0)
+        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: only stage 0 (every "
+                       "rank holds all optimizer state, gradients and parameters) is implemented; set "
+                       "\"stage\": 0", cfg->zero.stage, cfg->world_size);
     return CT_OK;
+}
+
+/* The communicator of this run: the launcher's ranks, or rank 0 of cfg->world_size (a library
+ * caller, --world-size), which ct_comm_open refuses past one process. */
+static int open_comm(ct_trainer *t, ct_err *err) {
+    ct_launch given;
+    const ct_launch *l = t->opts.launch;
+    if (!l || l->world != t->cfg->world_size) {
+        ct_launch_given(&given, t->cfg->world_size);
+        l = &given;
+    }
+    return ct_comm_open(t->be, l, &t->comm, err);
 }
 
 /* Called once the train loader knows the epoch (the loader rejects an epoch with no full step). */
@@ -234,6 +248,10 @@ static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_load
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
     o.warn_fn = loader_warning;
     o.warn_ctx = &t->obs.rep;
+    if (train) {   /* each rank its slice of every step (eval: every rank the whole set) */
+        o.rank = t->comm->rank;
+        o.world = t->comm->world;
+    }
     if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->obs.warn, err);
     if (!rc && train) t->d.shuffle = o.shuffle;
     return rc;
@@ -359,7 +377,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
     rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &t->be, notice, sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
-    if (!rc) t->comm = ct_comm_single(t->be);
+    if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
@@ -409,7 +427,8 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
-    ct_report_init(&t->obs.rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    /* one rank speaks for the run: the others print only errors */
+    ct_report_init(&t->obs.rep, stderr, t->opts.quiet || ct_trainer_rank(t) != 0, cfg->steps_per_print);
     if (t->opts.on_step) ct_trainer_on_step(t, t->opts.on_step, t->opts.on_step_ctx);
     return t;
 }
@@ -421,9 +440,10 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     *out = t;
     warn_not_yet(t);
     /* output paths, the run_dir lock and whose run it holds: checked before the slow set-up */
-    int rc = with_ckpt ? ct_trainer_rundir_open(t, err) : CT_OK;
+    int rc = with_ckpt && ct_trainer_rank(t) == 0 ? ct_trainer_rundir_open(t, err) : CT_OK;
     if (!rc) rc = setup(t, err);
-    print_warnings(t);
+    if (ct_trainer_rank(t) == 0) print_warnings(t);   /* once per run */
+    ct_warnings_free(&t->obs.warn);
     if (!rc) {
         memcpy(summary->planned_by_cat, t->plan.bytes, sizeof t->plan.bytes);
         summary->has_plan = true;
@@ -535,6 +555,10 @@ int ct_train_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summ
     int rc = ct_trainer_open(cfg, opts, summary, &t, err);
     if (!rc) rc = ct_trainer_fit(t, err); /* fills the rest of the summary */
     else ct_trainer_finish(t);
+    /* A stop signal ends every rank at the same step (loop.c); any other error may have left the
+     * others in a collective: the communicator must not wait for them. */
+    bool stopped = rc == CT_EXIT_SIGINT || rc == CT_EXIT_SIGTERM || rc == CT_EXIT_SIGHUP;
+    if (rc && !stopped && t->comm) t->comm->failed = true;
     ct_trainer_close(t);
     return rc;
 }
