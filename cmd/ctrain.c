@@ -406,7 +406,7 @@ static void save_error_summary(const ct_summary *s, const cli_args *a) {
  * the summary line with status "error" on stdout and in --summary FILE. Returns rc. */
 static int refuse_run(ct_summary *summary, const cli_args *a, bool is_run, const ct_err *err, int rc) {
     print_error(err->msg);
-    if (is_run) {
+    if (is_run && a->launch.rank == 0) {   /* one summary per run */
         snprintf(summary->status, sizeof summary->status, "error");
         snprintf(summary->error, sizeof summary->error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
         ct_summary_write(summary, stdout);

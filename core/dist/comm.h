@@ -42,11 +42,24 @@ struct ct_comm {
                       ct_err *err);
     /* buf[n] = root's buf[n]. */
     int (*broadcast)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err);
+    /* Over the ZeRO partition of n elements (ct_comm_shard: rank r owns [lo_r, hi_r), the last
+     * ranks' parts shorter or empty when n does not divide): */
+    /* in place, buf[lo_r, hi_r) = op over ranks of their buf[lo_r, hi_r), for this rank's r; the
+     * rest of buf is left as it was or overwritten (its sums are not kept). */
+    int (*reduce_scatter_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
+                                 ct_err *err);
+    /* in place, buf[0, n) = every rank's own part of buf. */
+    int (*all_gather_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err);
     /* Small host values (norms, flags, loss sums): vals[n] = op over ranks, in double. */
     int (*all_reduce_host)(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err);
     int (*barrier)(ct_comm *c, ct_err *err);
     void (*destroy)(ct_comm *c);
 };
+
+/* Rank `rank`'s part of a ZeRO partition of n elements over `world` ranks: [*lo, *hi), parts of
+ * ceil(n / world) in rank order (a pure function of n and world, so a checkpoint's layout does not
+ * depend on who saved it). */
+void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi);
 
 /* One process, rank 0 of 1, over backend be. */
 ct_comm *ct_comm_single(ct_backend *be);
@@ -61,6 +74,6 @@ struct ct_launch;
 int ct_comm_open(ct_backend *be, const struct ct_launch *launch, ct_comm **out, ct_err *err);
 
 /* The version of the table above that libctrain_mpi.so must have been built with. */
-#define CT_COMM_ABI 1
+#define CT_COMM_ABI 2
 
 #endif

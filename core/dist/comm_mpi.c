@@ -90,6 +90,60 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     return CT_OK;
 }
 
+/* The partition's counts and offsets as MPI takes them; false when a part is past INT_MAX. */
+static bool shard_counts(ct_comm *c, int64_t n, int *counts, int *displs) {
+    for (int r = 0; r < c->world; r++) {
+        int64_t lo, hi;
+        ct_comm_shard(n, c->world, r, &lo, &hi);
+        if (hi > INT_MAX) return false;
+        counts[r] = (int)(hi - lo);
+        displs[r] = (int)lo;
+    }
+    return true;
+}
+
+typedef struct mpi_impl {
+    void *scratch;               /* reduce_scatter_shards: this rank's part before it is copied in */
+    size_t scratch_bytes;
+} mpi_impl;
+
+static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
+                                 ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    int rc = MPI_SUCCESS;
+    if (!shard_counts(c, n, counts, displs)) {
+        free(counts);
+        return too_many(c, "reduce-scatter", n, err);
+    }
+    mpi_impl *m = c->impl;
+    size_t mine = ct_nbytes(counts[c->rank], dt);
+    if (mine > m->scratch_bytes) {
+        free(m->scratch);
+        m->scratch = ct_xmalloc(mine);
+        m->scratch_bytes = mine;
+    }
+    /* MPI's in-place form leaves the result at the buffer's start, not at the rank's offset */
+    rc = MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS && mine) memcpy(ct_elem(buf, displs[c->rank], dt), m->scratch, mine);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
+}
+
+static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!shard_counts(c, n, counts, displs)) {
+        free(counts);
+        return too_many(c, "all-gather", n, err);
+    }
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
+}
+
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
     int rc = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
@@ -105,6 +159,9 @@ static int barrier(ct_comm *c, ct_err *err) {
  * without it. */
 static void destroy(ct_comm *c) {
     if (!c->failed) MPI_Finalize();
+    mpi_impl *m = c->impl;
+    free(m->scratch);
+    free(m);
     free(c);
 }
 
@@ -123,9 +180,10 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, ct
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ct_comm *c = ct_xcalloc(1, sizeof *c);
-    *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .all_reduce = all_reduce,
-                   .reduce_scatter = reduce_scatter, .all_gather = all_gather, .broadcast = broadcast,
-                   .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
+    *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = ct_xcalloc(1, sizeof(mpi_impl)),
+                   .all_reduce = all_reduce, .reduce_scatter = reduce_scatter, .all_gather = all_gather,
+                   .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
+                   .all_gather_shards = all_gather_shards, .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
     *out = c;
     return CT_OK;
 }

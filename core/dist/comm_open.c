@@ -70,8 +70,8 @@ int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err)
         return CT_OK;
     }
     if (!ct_launch_is_mpi(l)) {
-        const char *var = l->launcher == CT_LAUNCH_ENV ? "WORLD_SIZE" : "--world-size";
-        return ct_errf(err, CT_ERR_CONFIG, "%s %d without mpirun: ctrain's ranks meet over MPI, and the "
+        const char *var = l->launcher == CT_LAUNCH_ENV ? "WORLD_SIZE=" : "--world-size ";
+        return ct_errf(err, CT_ERR_CONFIG, "%s%d without mpirun: ctrain's ranks meet over MPI, and the "
                        "TCP rendezvous of MASTER_ADDR/MASTER_PORT (torchrun) is not implemented.\n  Launch "
                        "the ranks with mpirun -np %d ctrain --config FILE (OpenMPI; add --hostfile FILE for "
                        "several hosts)%s", var, l->world, l->world,

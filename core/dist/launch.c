@@ -48,11 +48,9 @@ static int read_family(const family *f, const char *size, ct_launch *out, ct_err
     if (rc) return rc;
     out->launcher = f->launcher;
     out->size_var = f->size;
+    /* no rank variable: rank 0 (`ctrain config check` needs only the size; a run of several ranks
+     * is refused without an MPI launcher anyway, ct_comm_open) */
     const char *rank = env(f->rank);
-    if (!rank && out->world > 1)
-        return ct_errf(err, CT_ERR_CONFIG, "%s=%d in the environment but %s is not set: every rank needs "
-                       "its number (0 to %d); launch with mpirun -np %d or torchrun, which set both",
-                       f->size, out->world, f->rank, out->world - 1, out->world);
     char expected[96];
     snprintf(expected, sizeof expected, "this process's rank, 0 to %d (%s=%d)", out->world - 1, f->size, out->world);
     if (rank && (rc = env_int(f->rank, rank, 0, out->world - 1, expected, &out->rank, err))) return rc;

@@ -50,7 +50,8 @@ typedef struct ct_trainer_data {
  * the CPU backend, host staging copies of them on a device backend. */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
-    bool staged;                 /* ck points at staging buffers (device backend) */
+    bool staged;                 /* ck points at staging buffers (device backend, or ZeRO) */
+    bool sharded;                /* ZeRO: ck holds the whole space, the store this rank's part */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
     long position_step_samples;  /* > 0: its epoch_sample was derived as epoch_step x this (the

@@ -133,7 +133,7 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     }
     if (!*applied || !ct_param_store_has_copy(p)) return CT_OK;
     if (p->lo == 0 && p->hi == p->layout->n_params) return CT_OK;   /* this rank updated all of it */
-    return t->comm->all_gather(t->comm, p->params, tg.copy, p->hi - p->lo, p->compute, err);
+    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
 }
 
 /* The update closing a step. The gradients are summed over ranks and their sum of squares
@@ -148,7 +148,10 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    int rc = c->all_reduce(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err);
+    /* ZeRO stage 2: each rank needs only the sums of its part (half the traffic of an all-reduce) */
+    int rc = ct_run_plan_zero_stage(t->cfg) == 2
+                 ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
+                 : c->all_reduce(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
     /* every rank now holds the summed gradients; the sum of squares is over ranks only when each
@@ -615,8 +618,17 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
         ct_trainer_finish(t);
         return rc;
     }
-    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
+    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy
+     * (under ZeRO each rank casts its part, and the ranks gather the others') */
     ct_param_store_refresh(t->m.params);
+    const ct_param_store *p = t->m.params;
+    if (p->lo != 0 || p->hi != p->layout->n_params)
+        rc = t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    if (rc) {
+        ct_trainer_set_status(t, "error", err);
+        ct_trainer_finish(t);
+        return rc;
+    }
     ct_trainer_set_status(t, "ok", NULL);
     t->sum->loss_scale = ct_amp_report_scale(&t->m.amp);
     t->sum->skipped_steps = t->m.amp.skipped;

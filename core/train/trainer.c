@@ -91,10 +91,10 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
 /* Features this version does not have yet: refuse them rather than train something else. A world
  * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU). */
 static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (cfg->world_size > 1 && cfg->zero.stage > 0)
-        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: only stage 0 (every "
-                       "rank holds all optimizer state, gradients and parameters) is implemented; set "
-                       "\"stage\": 0", cfg->zero.stage, cfg->world_size);
+    if (cfg->world_size > 1 && cfg->zero.stage > 2)
+        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: parameter "
+                       "partitioning (stage 3) is not implemented; stages 0, 1 and 2 are: set \"stage\": 2",
+                       cfg->zero.stage, cfg->world_size);
     return CT_OK;
 }
 
@@ -168,8 +168,13 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     const ct_graph_info *gi = t->m.info;
     ct_report *r = &t->obs.rep;
     char a[48], desc[512];
-    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, device, device_desc,
-                   precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s");
+    char zero[160] = "";
+    int stage = ct_run_plan_zero_stage(cfg);
+    if (stage > 0)
+        snprintf(zero, sizeof zero, " · ZeRO stage %d (fp32 master and optimizer state%s: 1/%d per rank)", stage,
+                 stage == 2 ? " partitioned, gradients reduce-scattered" : " partitioned", cfg->world_size);
+    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
+                   precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
     ct_graph_describe(t->m.g, desc, sizeof desc);
     ct_report_line(r, "model  %s: %s params, %s", cfg->name,
                    ct_fmt_count((double)gi->n_param_elems, a, sizeof a), desc);
@@ -208,8 +213,9 @@ static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
 static int alloc_params(ct_trainer *t, ct_err *err) {
     ct_trainer_model *m = &t->m;
     const ct_param_layout *L = ct_graph_layout(m->g);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), 0, L->n_params,
-                                          &m->params, err);
+    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-2: this rank's part of master and state */
+    if (ct_run_plan_zero_stage(t->cfg) > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, &m->params, err);
     if (rc) return rc;
     ct_optim_tensor *tensors = optim_tensors(L, &n);
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
