@@ -95,6 +95,10 @@ static int check_supported(const ct_config *cfg, ct_err *err) {
         return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: parameter "
                        "partitioning (stage 3) is not implemented; stages 0, 1 and 2 are: set \"stage\": 2",
                        cfg->zero.stage, cfg->world_size);
+    if (ct_run_plan_zero_stage(cfg) > 0 && cfg->optimizer.type == CT_OPT_LAMB)
+        return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.stage %d over %d ranks: "
+                       "Lamb's trust ratio needs whole tensors, and the ranks' parts cut them; use stage 0",
+                       cfg->zero.stage, cfg->world_size);
     return CT_OK;
 }
 
