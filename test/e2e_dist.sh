@@ -18,6 +18,7 @@
 #  - a checkpoint saved by 4 ranks at stage 1 resumes on 2 ranks and on 1 process with the weights of
 #    the uninterrupted run;
 #  - only rank 0 prints the start block and the summary, and writes the run directory;
+#  - a rank killed with SIGKILL ends the run of every rank within 30 s;
 #  - the environment launch: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT are config errors
 #    (exit 2) naming the variable; WORLD_SIZE=2 (with or without RANK) or --world-size 2 without
 #    mpirun is refused naming mpirun (no TCP rendezvous); stage 3 with 2 ranks is refused.
@@ -147,6 +148,30 @@ ranks resume_np2 sgd 2 1 --resume "$T/half/checkpoints/global_step10"
     >"$T/resume_np1.out" 2>"$T/resume_np1.err" || { bad "resume on 1 process (exit $?)"; tail -3 "$T/resume_np1.err"; }
 d=$(close sgd1 resume_np1 1e-5) && ok "4 ranks' checkpoint resumed by 1 process: the same weights ($d)" ||
     bad "4 ranks' checkpoint resumed by 1 process: $d"
+
+# a rank killed in the middle of training ends the others (mpirun notices; a rank never waits
+# forever in a collective): within 30 s, ~2 s measured
+$MPIRUN -np 2 "$B" --config "$T/sgd.json" --set train.max_steps=100000000 --set train.save_interval=0 \
+    --set train.run_dir=\""$T/kill"\" >"$T/kill.out" 2>"$T/kill.err" &
+mp=$!
+i=0
+while [ $i -lt 200 ] && ! grep -q '^step ' "$T/kill.err"; do sleep 0.1; i=$((i + 1)); done
+# a ctrain child of mpirun, from /proc (pid (comm) state ppid ...)
+victim=$(awk -v p="$mp" '$4 == p && $2 == "(ctrain)" {print $1}' /proc/[0-9]*/stat 2>/dev/null | tail -n 1)
+if [ -n "$victim" ]; then
+    kill -9 "$victim"
+    t0=$(date +%s)
+    i=0
+    while [ $i -lt 300 ] && kill -0 "$mp" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$mp" 2>/dev/null; then
+        bad "one rank killed: mpirun still running after 30 s"; kill "$mp"
+    else
+        ok "one rank killed: every rank ended within $(( $(date +%s) - t0 + 1 )) s"
+    fi
+else
+    bad "no rank process of mpirun $mp found"; kill "$mp"
+fi
+wait "$mp" 2>/dev/null
 
 # --- the environment launch without mpirun
 env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
