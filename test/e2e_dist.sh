@@ -123,6 +123,8 @@ ranks sgd_z2_np4 sgd 4 2
 has "$T/sgd_np3.err" "world 3" "the batch line names the world size"
 has "$T/sgd_np3.err" "· 3 ranks" "the first line names the ranks"
 has "$T/sgd_z2_np4.err" "ZeRO stage 2" "the first line names the ZeRO stage"
+has "$T/sgd_z1_np3.err" "memory plan: params 512 B, master 176 B, grads 512 B, optimizer 192 B.* per rank" \
+    "the start block plans rank 0's part"
 
 # per-rank bytes, measured (the summary's peaks, rank 0's): the model's space is 128 elements with
 # the views' padding; stage 1 on 3 ranks gives rank 0 ceil(128 / 3) = 43 of them in the fp32 master

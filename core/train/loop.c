@@ -22,6 +22,10 @@
 #include "core/train/generate.h"
 #include "core/train/internal.h"
 
+/* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
+ * parameter itself and holds the summed gradients of all of them. */
+static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
+
 /* The flat buffers as the executor reads them. */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
     const ct_param_store *p = t->m.params;
@@ -132,7 +136,7 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
         *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
     }
     if (!*applied || !ct_param_store_has_copy(p)) return CT_OK;
-    if (p->lo == 0 && p->hi == p->layout->n_params) return CT_OK;   /* this rank updated all of it */
+    if (holds_all(p)) return CT_OK;   /* this rank updated all of it */
     return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
 }
 
@@ -156,8 +160,7 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
     /* every rank now holds the summed gradients; the sum of squares is over ranks only when each
      * holds a shard of them */
-    bool whole = p->lo == 0 && p->hi == p->layout->n_params;
-    if (!whole && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
+    if (!holds_all(p) && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
     bool ok;
     if (!a->scaling) return update(t, grad_scale, ss, &ok, st, err);
     double tried = a->scaler.scale;
@@ -622,8 +625,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
      * (under ZeRO each rank casts its part, and the ranks gather the others') */
     ct_param_store_refresh(t->m.params);
     const ct_param_store *p = t->m.params;
-    if (p->lo != 0 || p->hi != p->layout->n_params)
-        rc = t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    if (!holds_all(p)) rc = t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
         ct_trainer_finish(t);

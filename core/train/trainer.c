@@ -144,16 +144,17 @@ static const char *precision_name(ct_dtype dt) {
 /* Two lines: "memory plan: params 0 B, master 2.6 MiB, ... · all 11.7 MiB of host memory" and the
  * activations by lifetime. The CPU backend's fp32 copies of 16-bit arguments are not in the plan:
  * they grow to their size in the first step (core/cpu/cpu_dtype.c), and the line says so. */
-static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt) {
+static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int world) {
     char v[CT_MEM_CAT_COUNT][32], a[6][32], all[32];
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->bytes[c], v[c], sizeof v[c]);
     bool cpu_scratch = !p->device && dt != CT_F32;
     ct_report_line(r, "memory plan: params %s, master %s, grads %s, optimizer %s, activations %s (%s), "
-                   "workspace %s%s%s%s · all %s %s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
+                   "workspace %s%s%s%s · all %s %s%s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
                    v[CT_MEM_OPTIM], v[CT_MEM_ACTIVATIONS], precision_name(dt), v[CT_MEM_WORKSPACE],
                    cpu_scratch ? " + the CPU's fp32 copies of 16-bit arguments (sized in the first step)" : "",
                    p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
-                   ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory");
+                   ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory",
+                   world > 1 ? " per rank" : "");
     /* checkpointed segments: their inner outputs and saved state are in the recompute buffer */
     char ckpt[96] = "", rb[32];
     if (p->act.segments > 0)
@@ -193,7 +194,7 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
     if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(r, "       %s", t->opts.batch_note);
-    print_plan(r, plan, ct_graph_compute_dtype(t->m.g));
+    print_plan(r, plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
     char ev[160] = "no eval set";
     if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", d->train_ds->format,
@@ -548,7 +549,7 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
         ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
         if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
-        print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g));
+        print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
         rc = print_fit_table(t, gpu, err);
         ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                        "allocated or trained");
