@@ -34,9 +34,12 @@ static int failed(ct_comm *c, const char *what, int code, ct_err *err) {
     return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: MPI %s failed: %s", c->rank, c->world, what, text);
 }
 
+/* Named here, not with ct_dtype_name: the library uses only the few symbols of the executable that
+ * every program linking libctrain.a's communicator has (ct_errf, the allocation helpers). */
 static int no_type(ct_comm *c, const char *what, ct_dtype dt, ct_err *err) {
+    const char *name = dt == CT_F16 ? "fp16" : dt == CT_BF16 ? "bf16" : "these";
     return ct_errf(err, CT_ERR_RUNTIME, "rank %d: MPI %s of %s values is not supported (reductions are "
-                   "over fp32)", c->rank, what, ct_dtype_name(dt));
+                   "over fp32 and int32)", c->rank, what, name);
 }
 
 static int too_many(ct_comm *c, const char *what, int64_t n, ct_err *err) {
