@@ -40,7 +40,7 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none   # no CMA in containers without ptrace
 
 random_csv "$T/train.csv" 300 13 5 7
-# cfg NAME OPTIMIZER FP16: a config of 20 steps of 24 samples, micro-batch 2, a checkpoint at the end
+# cfg NAME OPTIMIZER FP16 BUCKET: a config of 20 steps of 24 samples, micro-batch 2, a checkpoint at the end
 cfg() {
     cat >"$T/$1.json" <<EOF
 {"train_batch_size": 24, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
@@ -48,11 +48,12 @@ cfg() {
  "model": {"input": [13], "layers": [{"type": "linear", "name": "fc1", "out": 6}, {"type": "tanh", "name": "t"},
            {"type": "linear", "name": "fc2", "out": 5}], "loss": {"type": "cross_entropy"}},
  "data": {"train": {"format": "csv", "path": "train.csv"}, "workers": 1, "drop_last": false},
+ "zero_optimization": {"reduce_bucket_size": $4},
  "train": {"max_steps": 20, "seed": 3, "device": "cpu", "threads": 1, "save_interval": 20}}
 EOF
 }
-cfg sgd '{"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}' false
-cfg adam '{"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}' true
+cfg sgd '{"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}' false 50   # 3 buckets of gradients
+cfg adam '{"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}' true 500000000
 
 # close A B TOL: the final checkpoints of runs A and B hold the same weights within TOL (the largest
 # relative error of a tensor, ||a - b|| / ||a||)

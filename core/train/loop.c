@@ -140,6 +140,20 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
 }
 
+/* The gradients summed over ranks in place, in buckets of zero_optimization.reduce_bucket_size
+ * elements (one call per bucket bounds the size of each message; 0: one bucket). */
+static int all_reduce_grads(ct_trainer *t, ct_err *err) {
+    ct_param_store *p = t->m.params;
+    int64_t n = p->layout->n_params, bucket = (int64_t)t->cfg->zero.reduce_bucket_size;
+    if (bucket <= 0 || bucket > n) bucket = n > 0 ? n : 1;
+    for (int64_t at = 0; at < n; at += bucket) {
+        int64_t k = n - at < bucket ? n - at : bucket;
+        int rc = t->comm->all_reduce(t->comm, p->grads + at, k, CT_F32, CT_REDUCE_SUM, err);
+        if (rc) return rc;
+    }
+    return CT_OK;
+}
+
 /* The update closing a step. The gradients are summed over ranks and their sum of squares
  * gives the global norm and, when not finite, the overflow. fp32/bf16: the update. fp16: 1/scale
  * and the clip coefficient go into the update's grad_scale; an overflow skips the update
@@ -155,7 +169,7 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     /* ZeRO stage 2: each rank needs only the sums of its part (half the traffic of an all-reduce) */
     int rc = ct_run_plan_zero_stage(t->cfg) == 2
                  ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
-                 : c->all_reduce(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err);
+                 : all_reduce_grads(t, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
     /* every rank now holds the summed gradients; the sum of squares is over ranks only when each
