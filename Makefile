@@ -36,7 +36,9 @@ NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -DCT_CUDA_BUILT_FOR=$(CUDA_ARCH_CODES) 
 
 # Every module folder under core/ (docs/DESIGN.md), and the subcommands of cmd/ (all but main):
 # tests call the subcommands too, so they live in libctrain.a with the rest.
-CORE_SRC  := $(sort $(shell find core -name '*.c') $(filter-out cmd/ctrain.c,$(wildcard cmd/*.c)))
+# core/dist/comm_mpi.c is not among them: it goes into libctrain_mpi.so (below).
+MPI_SRC   := core/dist/comm_mpi.c
+CORE_SRC  := $(sort $(filter-out $(MPI_SRC),$(shell find core -name '*.c')) $(filter-out cmd/ctrain.c,$(wildcard cmd/*.c)))
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CUDA_SRC  := $(sort $(wildcard cuda/*.cu))
 # The CUDA backend is a shared library, build/libctrain_cuda.so, that ctrain loads with dlopen only
@@ -54,11 +56,25 @@ ifneq ($(NVCC),)
   # nvcc-generated launch code and CUB need the C++ runtime.
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
 endif
+# The MPI communicator is a shared library too, build/libctrain_mpi.so, built with mpicc when
+# OpenMPI's headers are installed (MPI=auto; MPI=0: not built). ctrain opens it with dlopen only
+# when mpirun launched it (core/dist/comm_open.c), so a run of one process never maps libmpi. It
+# resolves ct_errf & co. from the executable, which therefore exports its symbols (-rdynamic).
+MPI       ?= auto
+MPICC     := $(shell command -v mpicc 2>/dev/null)
+ifeq ($(MPI),0)
+  MPICC :=
+endif
+MPI_LIB   :=
+ifneq ($(MPICC),)
+  MPI_LIB := $(BUILD)/libctrain_mpi.so
+  LDLIBS  += -rdynamic
+endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
 .PHONY: all deps run test tests test-cuda gpu-check install uninstall clean bundle check-deps data-text
-all: $(BUILD)/ctrain $(CUDA_LIB)
+all: $(BUILD)/ctrain $(CUDA_LIB) $(MPI_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
 FLAGS_STAMP := $(BUILD)/.cflags
@@ -83,6 +99,9 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
+
+$(BUILD)/libctrain_mpi.so: $(MPI_SRC) core/dist/comm.h $(FLAGS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) $(WERROR_FLAG) -fPIC -shared -Wl,-soname,libctrain_mpi.so $(MPI_SRC) -o $@
 
 # test_backend loads stand-ins: a CUDA library built for another op table ...
 $(BUILD)/test/libfake_cuda_v1.so: test/fixtures/fake_cuda_lib.c
@@ -168,6 +187,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BUILD)/ctrain $(DESTDIR)$(PREFIX)/bin/ctrain
 	$(if $(CUDA_LIB),install -d $(DESTDIR)$(PREFIX)/lib/ctrain && install -m 755 $(CUDA_LIB) $(DESTDIR)$(PREFIX)/lib/ctrain/)
+	$(if $(MPI_LIB),install -d $(DESTDIR)$(PREFIX)/lib/ctrain && install -m 755 $(MPI_LIB) $(DESTDIR)$(PREFIX)/lib/ctrain/)
 	install -m 644 docs/ctrain.1 $(DESTDIR)$(PREFIX)/share/man/man1/ctrain.1
 
 uninstall:

@@ -13,6 +13,7 @@
 #include "core/backend/backend.h"
 #include "cmd/commands.h"
 #include "core/ckpt/ckpt.h"
+#include "core/dist/launch.h"
 #include "core/util/common.h"
 #include "core/util/fs.h"
 #include "core/config/config.h"
@@ -90,27 +91,13 @@ static void print_version(void) {
 #endif
 }
 
-/* World size from the launcher's environment (OpenMPI, PMI, torchrun-style): the first variable
- * set decides, 1 when none is. A value that is not a positive integer is a usage error naming the
- * variable: taking it as 1 would apply the batch rule to another world than the launcher's. */
-static int world_size_from_env(int *out) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE"};
-    *out = 1;
-    for (int i = 0; i < CT_ARRAY_LEN(vars); i++) {
-        const char *v = getenv(vars[i]);
-        if (!v || !*v) continue;
-        char *end, what[256];
-        errno = 0;
-        long n = strtol(v, &end, 10);
-        if (errno || *end || n < 1 || n > 1 << 20) {
-            snprintf(what, sizeof what, "%s=\"%.64s\" in the environment: expected the launcher's world size, a "
-                     "positive integer; fix or unset it, or give --world-size N", vars[i], v);
-            return usage_error("%s", what);
-        }
-        *out = (int)n;
-        return CT_OK;
-    }
-    return CT_OK;
+/* Rank and world size from the launcher's environment (core/dist/launch.h): mpirun's, a PMI
+ * launcher's or torchrun-style variables. A bad value is a usage error naming the variable: taking
+ * it as 1 would apply the batch rule to another world than the launcher's. */
+static int launch_from_env(ct_launch *out) {
+    ct_err err = {0};
+    if (ct_launch_from_env(out, &err) == CT_OK) return CT_OK;
+    return usage_error("%s", err.msg);
 }
 
 static int parse_world_size(const char *s, int *out) {
@@ -126,7 +113,8 @@ typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
     ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
     bool print_config, dry_run, quiet, strict_resume;
-    int world_size;
+    int world_size;             /* --world-size N (0: not given; the launcher's then) */
+    ct_launch launch;           /* rank and world: the launcher's, or rank 0 of --world-size */
     size_t device_memory;       /* --device-memory, bytes; 0: not given */
 } cli_args;
 
@@ -206,8 +194,10 @@ static int cmd_config(int argc, char **argv) {
     }
     if (!file) return usage_error("%s", "config check needs a FILE");
     if (!world) {
-        int rc = world_size_from_env(&world);
+        ct_launch l;
+        int rc = launch_from_env(&l);
         if (rc) return rc;
+        world = l.world;
     }
     ct_warnings warn = {0};
     ct_err err = {0};
@@ -417,7 +407,7 @@ static void save_error_summary(const ct_summary *s, const cli_args *a) {
  * the summary line with status "error" on stdout and in --summary FILE. Returns rc. */
 static int refuse_run(ct_summary *summary, const cli_args *a, bool is_run, const ct_err *err, int rc) {
     print_error(err->msg);
-    if (is_run) {
+    if (is_run && a->launch.rank == 0) {   /* one summary per run */
         snprintf(summary->status, sizeof summary->status, "error");
         snprintf(summary->error, sizeof summary->error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
         ct_summary_write(summary, stdout);
@@ -447,7 +437,7 @@ static int run_training(cli_args *a) {
     ct_summary_init(&summary);
 
     int rc = ct_config_load(&opts, &cfg, &warn, &err);
-    print_warnings(&warn);
+    if (a->launch.rank == 0) print_warnings(&warn);   /* once per run, not once per rank */
     ct_warnings_free(&warn);
     if (rc) return refuse_run(&summary, a, is_run, &err, rc);
     if (a->print_config) {
@@ -484,6 +474,7 @@ static int run_training(cli_args *a) {
         .oom_note_n = sizeof g_watch.oom_note,
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
+        .launch = &a->launch,
     };
     pthread_mutex_lock(&g_watch.mu);
     g_watch.live = &summary;
@@ -494,7 +485,7 @@ static int run_training(cli_args *a) {
     g_watch.finished = true;
     pthread_mutex_unlock(&g_watch.mu);
     if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM && rc != CT_EXIT_SIGHUP) print_error(err.msg);
-    if (is_run) {
+    if (is_run && a->launch.rank == 0) {   /* one summary per run: rank 0's */
         ct_summary_write(&summary, stdout);
         if (a->summary) rc = save_summary(&summary, a->summary, cfg, rc);
     }
@@ -555,7 +546,9 @@ static int run_command(int argc, char **argv) {
     if (rc == CT_OK && a.device_memory && !a.dry_run)
         rc = usage_error("%s", "--device-memory plans for another device and needs --dry-run (to cap a run's "
                          "memory, set train.memory_limit_gb)");
-    if (rc == CT_OK && !a.world_size) rc = world_size_from_env(&a.world_size); /* --world-size wins */
+    if (rc == CT_OK && a.world_size) ct_launch_given(&a.launch, a.world_size); /* --world-size wins */
+    else if (rc == CT_OK) rc = launch_from_env(&a.launch);
+    if (rc == CT_OK) a.world_size = a.launch.world;
     if (rc == CT_OK) {
         if (!a.config) {
             rc = usage_error("%s", "no config given: ctrain --config FILE");

@@ -80,6 +80,8 @@ cmd file file
 cmd xxd xxd
 cmd git git
 cmd clang clang
+cmd mpicc openmpi-bin
+cmd mpirun openmpi-bin
 cmd nvcc @cuda
 cmd nvidia-smi @cuda
 cmd compute-sanitizer @cuda

@@ -48,6 +48,11 @@ START_TEST(one_rank) {
     ck_assert_int_eq(c->all_reduce_host(c, v, 3, CT_REDUCE_MAX, &err), CT_OK);
     ck_assert(v[0] == 1.5 && v[1] == -2.0 && v[2] == 1e300);
     ck_assert_int_eq(c->barrier(c, &err), CT_OK);
+    /* the shard collectives over one rank: its part is everything, nothing moves */
+    memcpy(keep, a, sizeof keep);
+    ck_assert_int_eq(c->reduce_scatter_shards(c, a, N, CT_F32, CT_REDUCE_SUM, &err), CT_OK);
+    ck_assert_int_eq(c->all_gather_shards(c, a, N, CT_F32, &err), CT_OK);
+    ck_assert_mem_eq(a, keep, sizeof keep);
     be->mem.free(be, a);
     be->mem.free(be, b);
     ct_comm_destroy(c);
@@ -55,10 +60,32 @@ START_TEST(one_rank) {
 }
 END_TEST
 
+/* The ZeRO partition: the parts of every rank are disjoint, in rank order, cover [0, n), and are
+ * ceil(n / world) long but for the last ones (shorter or empty when world does not divide n). */
+START_TEST(partition) {
+    static const int64_t sizes[] = {0, 1, 5, 119, 128, 1000003};
+    for (int i = 0; i < (int)(sizeof sizes / sizeof sizes[0]); i++)
+        for (int world = 1; world <= 7; world++) {
+            int64_t n = sizes[i], part = (n + world - 1) / world, at = 0;
+            for (int r = 0; r < world; r++) {
+                int64_t lo, hi;
+                ct_comm_shard(n, world, r, &lo, &hi);
+                ck_assert_int_eq(lo, at);
+                ck_assert_int_ge(hi, lo);
+                ck_assert_int_le(hi - lo, part);
+                if (hi < n) ck_assert_int_eq(hi - lo, part);
+                at = hi;
+            }
+            ck_assert_int_eq(at, n);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("single");
     tcase_add_test(tc, one_rank);
+    tcase_add_test(tc, partition);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

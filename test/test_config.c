@@ -952,10 +952,10 @@ typedef struct not_yet_case {
 
 static const not_yet_case not_yet_cases[] = {
     {TB8 "\"zero_optimization\": {\"stage\": 1}}", 1, "zero_optimization.stage",
-     "zero_optimization.stage 1: accepted, not used yet: this version trains without ZeRO partitioning (every rank "
-     "holds all optimizer state, gradients and parameters)", NULL},
+     "zero_optimization.stage 1: accepted, not used yet: one process has nothing to partition, so it trains as "
+     "stage 0 (it holds all optimizer state, gradients and parameters)", NULL},
     {TB8 "\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": true}}", 1, "zero_optimization.stage",
-     "zero_optimization.stage 2: accepted, not used yet: this version trains without ZeRO partitioning",
+     "zero_optimization.stage 2: accepted, not used yet: one process has nothing to partition",
      "zero_optimization"},
     {TB8 "\"zero_optimization\": {\"stage\": \"3\"}}", 1, "zero_optimization.stage",
      "zero_optimization.stage 3: accepted, not used yet", NULL},
@@ -1129,12 +1129,21 @@ START_TEST(config_check_summary) {
     ck_assert_msg(strstr(buf, "64 = micro 8 × accumulation 2 × world 4"), "%s", buf);
     ck_assert_msg(strstr(buf, "micro: derived"), "%s", buf);
     ck_assert_msg(strstr(buf, "fp16, dynamic loss scale 2^16"), "%s", buf);
-    /* ZeRO: what the file asks for, said to be not used yet, and the line under the heading */
+    /* ZeRO stage 2 over 4 ranks partitions: said as active, with no "not used yet" line */
+    ck_assert_msg(strstr(buf, "zero       stage 2 over 4 ranks: fp32 master and optimizer state split 4 ways, "
+                              "gradients reduce-scattered"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "accepted, not used yet"), "%s", buf);
+    ct_warnings_free(&w);
+    /* in one process: what the file asks for, said to be not used yet, and the line under the heading */
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf, "w");
+    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    fclose(f);
     ck_assert_msg(strstr(buf, "zero       asks for stage 2, offload optimizer: none, offload params: none; not used "
                               "yet"), "%s", buf);
-    ck_assert_msg(strstr(buf, "\naccepted, not used yet:\n  zero_optimization.stage 2: accepted, not used yet: this "
-                              "version trains without ZeRO partitioning"), "%s", buf);
-    ck_assert_msg(!strstr(buf, "zero       stage 2,"), "%s", buf); /* not printed as if active */
+    ck_assert_msg(strstr(buf, "\naccepted, not used yet:\n  zero_optimization.stage 2: accepted, not used yet: one "
+                              "process has nothing to partition"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "zero       stage 2 over"), "%s", buf); /* not printed as if active */
     ct_warnings_free(&w);
     /* nothing switched on: no heading */
     path = write_file("c.json", "{\"train_batch_size\": 64}");

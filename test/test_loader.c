@@ -2,7 +2,8 @@
  * (the synthetic dataset sleeps at random to scramble timing), seeking to a position gives the
  * batches an uninterrupted run gives, eval order is 0..n-1, drop_last, augmentation, the cache,
  * skip_corrupt counting and data errors; data.transform.on_device (forced on the CPU backend)
- * gives the host-normalised batches bit for bit, with flips by the Philox rule. */
+ * gives the host-normalised batches bit for bit, with flips by the Philox rule; the ranks of a
+ * data-parallel run take disjoint slices of every step that cover the epoch. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,86 @@ START_TEST(test_seek_by_sample) {
         }
         free(t.bytes);
         free(t.epoch);
+    }
+    free(all.bytes);
+    free(all.epoch);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* Data parallelism: the loader of rank r of `world` gives, for every step of step_samples from the
+ * epoch's start (or from a seek), the micro-batches of the rank's slice (ct_loader_rank_slice), with
+ * the bytes a single loader gives at those positions; the ranks' slices cover every position of the
+ * epoch exactly once, a short last step included (ranks past its end get nothing), and each rank's
+ * last batch of an epoch says so. Random world sizes, accumulations, drop_last and seek positions. */
+START_TEST(test_rank_slices) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    syn s;
+    ct_dataset ds = make_ds(&s);
+    ct_loader_opts ref = opts(2);
+    ref.batch = 1;
+    ct_loader *l;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_loader_init(&l, be, &ds, &ref, NULL, &err), CT_OK);
+    taken all = take_epochs(l, 1, 2);   /* epochs 0 and 1, every sample in order */
+    ct_loader_free(l);
+    ct_rng r;
+    ct_rng_init(&r, 77, 1, 0);
+    for (int trial = 0; trial < 12; trial++) {
+        int world = 2 + (int)ct_rng_below(&r, 3);
+        ct_loader_opts o = opts(1 + (int)ct_rng_below(&r, 2));
+        o.batch = 1 + ct_rng_below(&r, 4);
+        int64_t per = o.batch * (1 + ct_rng_below(&r, 3));   /* a rank's part of a full step */
+        o.step_samples = per * world;
+        o.drop_last = ct_rng_below(&r, 2);
+        o.world = world;
+        int64_t p = trial % 3 == 0 ? 0 : ct_rng_below(&r, N);
+        int covered[2][N] = {{0}};
+        for (int rank = 0; rank < world; rank++) {
+            o.rank = rank;
+            int rc = ct_loader_init(&l, be, &ds, &o, NULL, &err);
+            if (rc == CT_ERR_CONFIG) continue;   /* an epoch too short to give this rank anything */
+            ck_assert_msg(rc == CT_OK, "%s", err.msg);
+            if (p) ct_loader_seek(l, 0, p);
+            for (int64_t e = 0, pos = p; e < 2; e++, pos = 0) {
+                int64_t end = ct_loader_epoch_end(l, e), n;
+                bool any = false, last = false;
+                for (; pos < end; pos += n) {
+                    n = end - pos < o.step_samples ? end - pos : o.step_samples;
+                    int64_t lo, hi;
+                    ct_loader_rank_slice(n, per, rank, &lo, &hi);
+                    for (int64_t at = pos + lo; at < pos + hi; at += o.batch) {
+                        ct_loader_batch b;
+                        ck_assert_msg(ct_loader_next(l, &b, &err) == CT_OK, "%s", err.msg);
+                        ck_assert_msg(b.epoch == e && b.start == at, "trial %d rank %d/%d: batch at %lld/%lld, "
+                                      "want %lld/%lld", trial, rank, world, (long long)b.epoch,
+                                      (long long)b.start, (long long)e, (long long)at);
+                        ck_assert_int_eq(b.n, pos + hi - at < o.batch ? pos + hi - at : o.batch);
+                        for (int64_t k = 0; k < b.n; k++) {
+                            const uint8_t *want = all.bytes + (e * N + at + k) * SAMPLE_BYTES;
+                            ck_assert(memcmp((const uint8_t *)b.input + k * (SAMPLE_BYTES - 4), want,
+                                             SAMPLE_BYTES - 4) == 0);
+                            ck_assert(memcmp((const int32_t *)b.target + k, want + SAMPLE_BYTES - 4, 4) == 0);
+                            covered[e][at + k]++;
+                        }
+                        any = true;
+                        last = b.last_of_epoch;
+                    }
+                }
+                ck_assert_msg(!any || last, "trial %d rank %d: the last batch of epoch %lld not marked", trial,
+                              rank, (long long)e);
+            }
+            ct_loader_free(l);
+        }
+        for (int e = 0; e < 2; e++) {
+            int64_t from = e == 0 ? p : 0;
+            int64_t end = o.drop_last ? from + (N - from) / o.step_samples * o.step_samples : N;
+            for (int64_t i = 0; i < N; i++)
+                ck_assert_msg(covered[e][i] == (i >= from && i < end), "trial %d (world %d, batch %lld, per %lld, "
+                              "drop_last %d, seek %lld): epoch %d position %lld taken %d times", trial, world,
+                              (long long)o.batch, (long long)per, o.drop_last, (long long)p, e, (long long)i,
+                              covered[e][i]);
+        }
     }
     free(all.bytes);
     free(all.epoch);
@@ -770,6 +851,7 @@ int main(void) {
     tcase_add_test(tc, test_workers_identical);
     tcase_add_test(tc, test_eval_order_and_drop_last);
     tcase_add_test(tc, test_seek_by_sample);
+    tcase_add_test(tc, test_rank_slices);
     tcase_add_test(tc, test_augment_shape);
     tcase_add_test(tc, test_crop_offsets_cover_range);
     tcase_add_test(tc, test_cache);

@@ -58,8 +58,11 @@ struct ct_loader {
     const ct_dataset *ds;
     ct_loader_opts o;
     size_t in_bytes, tgt_bytes;
-    int64_t epoch_samples, bpe;  /* an epoch from its start: samples used (drop_last), batches */
+    int64_t epoch_samples, bpe;  /* an epoch from its start: samples used (drop_last), batches
+                                    of this loader's stream (its rank's share) */
+    int64_t all_bpe;             /* batches of an epoch over all ranks */
     int64_t step;                /* drop_last cuts epochs to whole steps of this many samples */
+    int64_t per_rank, accum;     /* world > 1: a rank's samples of a full step, its batches */
     /* The stream since the last seek: batches [0, base_batches) are the rest of base_epoch from
      * sample base_off to base_end; then epochs base_epoch + 1, ... of bpe batches each. */
     int64_t base_epoch, base_off, base_end, base_batches;
@@ -313,19 +316,57 @@ static int load_sample(ct_loader *l, int64_t idx, uint8_t *in, uint8_t *tgt, ct_
     return rc;
 }
 
+void ct_loader_rank_slice(int64_t n, int64_t per_rank, int rank, int64_t *lo, int64_t *hi) {
+    int64_t a = (int64_t)rank * per_rank, b = a + per_rank;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+static bool sliced(const ct_loader *l) { return l->o.world > 1; }
+
+/* The batches of this loader's stream in a part of an epoch of len samples (from its start or a
+ * seek): all of them, or the rank's micro-batches of each step. */
+static int64_t segment_batches(const ct_loader *l, int64_t len) {
+    if (!sliced(l)) return (len + l->o.batch - 1) / l->o.batch;
+    int64_t lo, hi;
+    ct_loader_rank_slice(len % l->step, l->per_rank, l->o.rank, &lo, &hi);
+    return len / l->step * l->accum + (hi - lo + l->o.batch - 1) / l->o.batch;
+}
+
+/* Batch g of a segment that starts at sample `from` and ends at `end`: its first sample, and
+ * where the samples it may take end (the segment's end, or the end of the rank's slice of g's
+ * step). */
+static void segment_batch(const ct_loader *l, int64_t g, int64_t from, int64_t end, int64_t *start,
+                          int64_t *stop) {
+    if (!sliced(l)) {
+        *start = from + g * l->o.batch;
+        *stop = end;
+        return;
+    }
+    int64_t s = g / l->accum, step0 = from + s * l->step, lo, hi;
+    int64_t n = end - step0 < l->step ? end - step0 : l->step;
+    ct_loader_rank_slice(n, l->per_rank, l->o.rank, &lo, &hi);
+    *start = step0 + lo + g % l->accum * l->o.batch;
+    *stop = step0 + hi;
+}
+
 /* Where batch g of the stream lies: its epoch, its first sample in that epoch's order, and where
- * that epoch ends (it holds min(batch, *end - *start) samples). */
+ * the samples it may take end (it holds min(batch, *end - *start) samples). */
 static void batch_at(const ct_loader *l, int64_t g, int64_t *epoch, int64_t *start, int64_t *end) {
     if (g < l->base_batches) {
         *epoch = l->base_epoch;
-        *start = l->base_off + g * l->o.batch;
-        *end = l->base_end;
+        segment_batch(l, g, l->base_off, l->base_end, start, end);
         return;
     }
     g -= l->base_batches;
     *epoch = l->base_epoch + 1 + g / l->bpe;
-    *start = g % l->bpe * l->o.batch;
-    *end = l->epoch_samples;
+    segment_batch(l, g % l->bpe, 0, l->epoch_samples, start, end);
+}
+
+/* Whether batch g of the stream is the last of its epoch. */
+static bool last_of_epoch(const ct_loader *l, int64_t g) {
+    if (g < l->base_batches) return g == l->base_batches - 1;
+    return (g - l->base_batches) % l->bpe == l->bpe - 1;
 }
 
 static int64_t epoch_of(const ct_loader *l, int64_t g) {
@@ -534,7 +575,26 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
                        "data.drop_last true; use a smaller batch or set data.drop_last false",
                        ds->source, (long long)ds->count, (long long)step);
     }
-    l->bpe = (l->epoch_samples + o->batch - 1) / o->batch;
+    if (o->world > 1) {
+        l->per_rank = l->step / o->world;
+        l->accum = l->per_rank / o->batch;
+        if (l->step % o->world || l->per_rank % o->batch) {
+            int64_t step = l->step;
+            free(l);
+            return ct_errf(err, CT_ERR_CONFIG, "a step of %lld samples does not split into %d ranks' "
+                           "micro-batches of %lld: train_batch_size must be micro-batch x accumulation x "
+                           "world size", (long long)step, o->world, (long long)o->batch);
+        }
+    }
+    l->bpe = segment_batches(l, l->epoch_samples);
+    l->all_bpe = (l->epoch_samples + o->batch - 1) / o->batch;
+    if (l->bpe == 0) {   /* a short epoch (drop_last false) with nothing for this rank */
+        int64_t n = l->epoch_samples;
+        free(l);
+        return ct_errf(err, CT_ERR_CONFIG, "%s: an epoch of %lld samples leaves rank %d of %d nothing to "
+                       "train on; use fewer ranks or a smaller batch", ds->source, (long long)n, o->rank,
+                       o->world);
+    }
     l->base_end = l->sought_end = l->epoch_samples;   /* the stream from (epoch 0, sample 0) */
     l->base_batches = l->bpe;
     l->taken = -1;
@@ -723,7 +783,7 @@ int ct_loader_next(ct_loader *l, ct_loader_batch *b, ct_err *err) {
     b->n = s->n;
     int64_t end;
     batch_at(l, s->g, &b->epoch, &b->start, &end);
-    b->last_of_epoch = b->start + l->o.batch >= end;
+    b->last_of_epoch = last_of_epoch(l, s->g);
     b->input = s->in;
     b->target = s->tgt;
     b->input_dtype = l->ds->sample_dtype;
@@ -768,13 +828,13 @@ void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample) {
     l->base_epoch = epoch;
     l->base_off = from;
     l->base_end = end;
-    l->base_batches = (end - from + l->o.batch - 1) / l->o.batch;
+    l->base_batches = segment_batches(l, end - from);
     l->next_claim = l->next_take = 0;
     pthread_cond_broadcast(&l->cv_work);
     pthread_mutex_unlock(&l->mu);
 }
 
-int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->bpe; }
+int64_t ct_loader_batches_per_epoch(const ct_loader *l) { return l->all_bpe; }
 double ct_loader_last_wait(const ct_loader *l) { return l->last_wait; }
 double ct_loader_total_wait(const ct_loader *l) { return l->total_wait; }
 int64_t ct_loader_skipped(const ct_loader *l) { return l->skipped; }

@@ -35,6 +35,11 @@ typedef struct ct_loader_opts {
     int64_t batch;               /* samples per batch (the micro-batch) */
     int64_t step_samples;        /* drop_last cuts each epoch to a multiple of this (train_batch_size);
                                     0 = batch */
+    /* Data parallelism (world > 1): this loader gives rank `rank` its slice of every step of
+     * step_samples (ct_loader_rank_slice), in micro-batches of `batch`; the ranks' slices of a
+     * step are disjoint and cover it, so together they see the global batches one process sees.
+     * step_samples / world must be a multiple of batch. 0 or 1: the whole stream. */
+    int rank, world;
     int workers;                 /* 0 = number of online cores */
     int prefetch;                /* ring slots; 0 = 4 */
     bool shuffle, drop_last, cache, skip_corrupt;
@@ -82,6 +87,11 @@ typedef struct ct_loader_batch {
     bool last_of_epoch;
 } ct_loader_batch;
 
+/* Rank `rank`'s part of a step of n samples (n <= world * per_rank, per_rank samples per rank in
+ * a full step): samples [*lo, *hi) of the step, in rank order; a short last step leaves the last
+ * ranks less, or nothing. Pure: the trainer counts its micro-batches with it. */
+void ct_loader_rank_slice(int64_t n, int64_t per_rank, int rank, int64_t *lo, int64_t *hi);
+
 /* Start the workers at (epoch 0, batch 0). Warnings (cache does not fit) go to warn. */
 int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const ct_loader_opts *o,
                    ct_warnings *warn, ct_err *err);
@@ -102,6 +112,7 @@ void ct_loader_seek(ct_loader *l, int64_t epoch, int64_t sample);
  * seek, as ct_loader_seek says (the sample sought when nothing was left of it); for the others
  * the samples an epoch uses (drop_last). */
 int64_t ct_loader_epoch_end(const ct_loader *l, int64_t epoch);
+/* Micro-batches of an epoch from its start, over all ranks (the stream of one rank has its share). */
 int64_t ct_loader_batches_per_epoch(const ct_loader *l);
 /* Seconds the caller waited in ct_loader_next: the last call and the total. */
 double ct_loader_last_wait(const ct_loader *l);

@@ -4,7 +4,10 @@
  * the global gradient norm and overflow flag (one sum of squares), the all-gather of parameters
  * a shard update wrote, and the loss average. Today the only implementation is the single-process
  * one (every collective over one rank: a copy or nothing); MPI (host buffers) and NCCL (device
- * buffers, inside libctrain_cuda.so) implementations fill the same table.
+ * buffers, inside libctrain_cuda.so) implementations fill the same table. The MPI one
+ * (comm_mpi.c, host buffers: the CPU backend) is built into build/libctrain_mpi.so, which
+ * ct_comm_open loads only when mpirun launched the process, so a run of one process never maps
+ * libmpi; NCCL is not written yet.
  *
  * Buffers are in the memory of the backend the communicator was created for; element counts are
  * per rank where said. Every call returns CT_OK or an error (CT_ERR_RUNTIME naming the collective)
@@ -24,6 +27,9 @@ struct ct_comm {
     int rank, world;
     ct_backend *be;              /* where the buffers live */
     void *impl;
+    bool failed;                 /* set before destroy when this rank ends on an error: the MPI
+                                    communicator then leaves without MPI_Finalize (which would wait
+                                    for ranks still in a collective), and mpirun ends the others */
 
     /* buf[n] = op over ranks of buf[n] (in place). */
     int (*all_reduce)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err);
@@ -36,14 +42,38 @@ struct ct_comm {
                       ct_err *err);
     /* buf[n] = root's buf[n]. */
     int (*broadcast)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err);
+    /* Over the ZeRO partition of n elements (ct_comm_shard: rank r owns [lo_r, hi_r), the last
+     * ranks' parts shorter or empty when n does not divide): */
+    /* in place, buf[lo_r, hi_r) = op over ranks of their buf[lo_r, hi_r), for this rank's r; the
+     * rest of buf is left as it was or overwritten (its sums are not kept). */
+    int (*reduce_scatter_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
+                                 ct_err *err);
+    /* in place, buf[0, n) = every rank's own part of buf. */
+    int (*all_gather_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err);
     /* Small host values (norms, flags, loss sums): vals[n] = op over ranks, in double. */
     int (*all_reduce_host)(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err);
     int (*barrier)(ct_comm *c, ct_err *err);
     void (*destroy)(ct_comm *c);
 };
 
+/* Rank `rank`'s part of a ZeRO partition of n elements over `world` ranks: [*lo, *hi), parts of
+ * ceil(n / world) in rank order (a pure function of n and world, so a checkpoint's layout does not
+ * depend on who saved it). */
+void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi);
+
 /* One process, rank 0 of 1, over backend be. */
 ct_comm *ct_comm_single(ct_backend *be);
 void ct_comm_destroy(ct_comm *c);
+
+struct ct_launch;
+/* The communicator of a launch (core/dist/launch.h): the single-process one for a world of 1;
+ * for more, MPI from libctrain_mpi.so on host buffers (be must be the CPU backend). A world > 1
+ * that no MPI launcher started (WORLD_SIZE alone, or --world-size) is CT_ERR_CONFIG naming the
+ * variable and the fix (mpirun); a library that cannot be loaded, or an MPI that disagrees with the
+ * launcher about rank or size, is CT_ERR_RUNTIME. */
+int ct_comm_open(ct_backend *be, const struct ct_launch *launch, ct_comm **out, ct_err *err);
+
+/* The version of the table above that libctrain_mpi.so must have been built with. */
+#define CT_COMM_ABI 2
 
 #endif

@@ -29,6 +29,13 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     return CT_OK;
 }
 
+static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
+                                 ct_err *err) {
+    return CT_OK;
+}
+
+static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) { return CT_OK; }
+
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) { return CT_OK; }
 
 static int barrier(ct_comm *c, ct_err *err) { return CT_OK; }
@@ -39,8 +46,16 @@ ct_comm *ct_comm_single(ct_backend *be) {
     ct_comm *c = ct_xcalloc(1, sizeof *c);
     *c = (ct_comm){.name = "single", .rank = 0, .world = 1, .be = be, .all_reduce = all_reduce,
                    .reduce_scatter = reduce_scatter, .all_gather = all_gather, .broadcast = broadcast,
+                   .reduce_scatter_shards = reduce_scatter_shards, .all_gather_shards = all_gather_shards,
                    .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
     return c;
+}
+
+void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi) {
+    int64_t part = world > 0 ? (n + world - 1) / world : n;
+    int64_t a = (int64_t)rank * part, b = a + part;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
 }
 
 void ct_comm_destroy(ct_comm *c) {

@@ -19,7 +19,7 @@
 
 /* Pairs (device buffer, host buffer in ck, floats) for everything a checkpoint holds: the master
  * of the store's range, the buffers, the optimizer's slots (in ct_optim_slots' order, which is
- * ck's). */
+ * ck's). Under ZeRO ck holds the whole space and the store's range is a part of it. */
 typedef struct ck_pair {
     float *dev, *host;
     int64_t n;
@@ -29,21 +29,30 @@ static int ck_pairs(const ct_trainer *t, ck_pair out[2 + CT_CKPT_MAX_SLOTS]) {
     const ct_param_store *p = t->m.params;
     const ct_ckpt_tensors *ck = &t->ck.ck;
     int k = 0;
-    out[k++] = (ck_pair){p->master, ck->params, p->hi - p->lo};
+    int64_t at = p->lo - ck->lo;   /* 0, or this rank's offset in ck's whole space */
+    out[k++] = (ck_pair){p->master, ck->params + at, p->hi - p->lo};
     if (ck->n_buffers > 0) out[k++] = (ck_pair){p->buffers, ck->buffers, ck->n_buffers};
     const char *names[CT_OPTIM_MAX_SLOTS];
     float *state[CT_OPTIM_MAX_SLOTS];
     int n = ct_optim_slots(t->m.opt, names, state);
-    for (int s = 0; s < n; s++) out[k++] = (ck_pair){state[s], ck->slot[s], p->hi - p->lo};
+    for (int s = 0; s < n; s++) out[k++] = (ck_pair){state[s], ck->slot[s] + at, p->hi - p->lo};
     return k;
 }
 
-static void ck_to_host(ct_trainer *t) {
-    if (!t->ck.staged) return;
+/* The staging copies from the store and the optimizer; under ZeRO every rank's part, gathered
+ * (collective: every rank calls it at the same point). */
+static int ck_to_host(ct_trainer *t, ct_err *err) {
+    if (!t->ck.staged) return CT_OK;
     ck_pair p[2 + CT_CKPT_MAX_SLOTS];
     int k = ck_pairs(t, p);
     t->be->queue.sync(t->be);
     for (int i = 0; i < k; i++) t->be->mem.copy_d2h(t->be, p[i].host, p[i].dev, (size_t)p[i].n * sizeof(float));
+    if (!t->ck.sharded) return CT_OK;
+    const ct_ckpt_tensors *ck = &t->ck.ck;
+    int64_t n = ck->hi - ck->lo;
+    int rc = t->comm->all_gather_shards(t->comm, ck->params, n, CT_F32, err);
+    for (int s = 0; s < ck->n_slots && !rc; s++) rc = t->comm->all_gather_shards(t->comm, ck->slot[s], n, CT_F32, err);
+    return rc;
 }
 
 static void ck_to_device(ct_trainer *t) {
@@ -54,14 +63,18 @@ static void ck_to_device(ct_trainer *t) {
     t->be->queue.sync(t->be);
 }
 
-/* ck over the store's and the optimizer's buffers; on a device backend over host copies. */
+/* ck over the store's and the optimizer's buffers; on a device backend over host copies, and
+ * under ZeRO over host copies of the whole space (a checkpoint holds every rank's part, so that
+ * it resumes on any number of ranks). */
 static void ck_setup(ct_trainer *t) {
     ct_param_store *p = t->m.params;
     ct_ckpt_tensors *ck = &t->ck.ck;
-    ct_ckpt_tensors_for(p->layout, t->m.opt, p->lo, p->hi, p->master, p->buffers, ck);
-    if (strcmp(t->be->name, "cpu") == 0) return;
+    t->ck.sharded = p->lo != 0 || p->hi != p->layout->n_params;
+    int64_t lo = t->ck.sharded ? 0 : p->lo, hi = t->ck.sharded ? p->layout->n_params : p->hi;
+    ct_ckpt_tensors_for(p->layout, t->m.opt, lo, hi, p->master, p->buffers, ck);
+    if (strcmp(t->be->name, "cpu") == 0 && !t->ck.sharded) return;
     t->ck.staged = true;
-    size_t np = (size_t)(p->hi - p->lo) + 1;
+    size_t np = (size_t)(hi - lo) + 1;
     ck->params = ct_xcalloc(np, sizeof(float));
     ck->buffers = ct_xcalloc((size_t)ck->n_buffers + 1, sizeof(float));
     for (int s = 0; s < ck->n_slots; s++) ck->slot[s] = ct_xcalloc(np, sizeof(float));
@@ -75,7 +88,7 @@ void ct_trainer_ckpt_close(ct_trainer *t) {
         for (int s = 0; s < ck->n_slots; s++) free(ck->slot[s]);
     }
     memset(ck, 0, sizeof *ck);
-    t->ck.staged = false;
+    t->ck.staged = t->ck.sharded = false;
     if (t->ck.locked) close(t->ck.lock_fd); /* the run directory is free again */
     t->ck.locked = false;
 }
@@ -441,9 +454,10 @@ static int init_from(ct_trainer *t, ct_err *err) {
     ct_config_resolve_path(t->cfg, file->valuestring, path, sizeof path);
     ct_warnings warn = {0};
     int n = 0;
-    ck_to_host(t); /* the seed's initialisation stays where the file has no tensor */
+    int rc = ck_to_host(t, err); /* the seed's initialisation stays where the file has no tensor */
+    if (rc) return rc;
     bool hf = holds_hf_gpt2(path);
-    int rc = hf ? init_from_hf_gpt2(t, path, strict, &n, &warn, err)
+    rc = hf ? init_from_hf_gpt2(t, path, strict, &n, &warn, err)
                 : ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
@@ -474,11 +488,12 @@ static void start_prune(ct_trainer *t) {
 int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
     ck_setup(t);
     ct_ckpt_config_hash(t->cfg->resolved, t->ck.config_hash);
-    int rc = t->opts.dry_run ? CT_OK : write_run_config(t, err);
+    bool writer = ct_trainer_rank(t) == 0;   /* every rank reads; rank 0 writes */
+    int rc = t->opts.dry_run || !writer ? CT_OK : write_run_config(t, err);
     if (!rc) rc = fingerprint_data(t, err);
     if (!rc && t->opts.resume) rc = resume(t, err);
     if (!rc && !t->ck.resumed) rc = init_from(t, err);
-    if (!rc && !t->opts.dry_run) start_prune(t);
+    if (!rc && !t->opts.dry_run && writer) start_prune(t);
     return rc;
 }
 
@@ -486,10 +501,12 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
     double t0 = ct_now();
-    ck_to_host(t);
+    int rc = ck_to_host(t, err);
+    /* rank 0 holds all of it now (gathered under ZeRO, the same on every rank otherwise) */
+    if (rc || ct_trainer_rank(t) != 0) return rc;
     ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
     char dir[4096];
-    int rc = ct_ckpt_save(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, dir, sizeof dir, err);
+    rc = ct_ckpt_save(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, dir, sizeof dir, err);
     if (rc) return rc;
     snprintf(t->ck.last, sizeof t->ck.last, "%s", dir);
     ct_report_line(&t->obs.rep, "saved %s (%.2fs)", dir, ct_now() - t0);
@@ -497,7 +514,8 @@ int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
 }
 
 int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
-    ck_to_host(t);
+    int rc = ck_to_host(t, err);
+    if (rc || ct_trainer_rank(t) != 0) return rc;
     return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
 }
 
@@ -508,8 +526,8 @@ int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st
     int rc = ct_ckpt_resolve(dir, NULL, resolved, sizeof resolved, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
-    ck_to_host(t); /* optimizer slots are not loaded: keep the device's values in the copies */
-    rc = ct_ckpt_load(resolved, &t->ck.ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
+    rc = ck_to_host(t, err); /* optimizer slots are not loaded: keep the device's values in the copies */
+    if (!rc) rc = ct_ckpt_load(resolved, &t->ck.ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
     if (rc) return rc;
     ck_to_device(t);
     ct_param_store_refresh(t->m.params);   /* the 16-bit copy evaluation reads */

@@ -9,6 +9,7 @@
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/dist/comm.h"
+#include "core/dist/launch.h"
 #include "core/graph/graph.h"
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
@@ -49,7 +50,8 @@ typedef struct ct_trainer_data {
  * the CPU backend, host staging copies of them on a device backend. */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
-    bool staged;                 /* ck points at staging buffers (device backend) */
+    bool staged;                 /* ck points at staging buffers (device backend, or ZeRO) */
+    bool sharded;                /* ZeRO: ck holds the whole space, the store this rank's part */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
     long position_step_samples;  /* > 0: its epoch_sample was derived as epoch_step x this (the
@@ -93,7 +95,7 @@ struct ct_trainer {
     ct_summary *sum;
     double t_open;               /* ct_now() when ct_trainer_open began */
     ct_backend *be;
-    ct_comm *comm;               /* where ranks meet (one rank today) */
+    ct_comm *comm;               /* where ranks meet (ct_comm_open: one process, or MPI) */
     ct_run_plan plan;            /* the memory plan, made before anything is allocated */
     ct_trainer_model m;
     ct_trainer_data d;
@@ -101,6 +103,10 @@ struct ct_trainer {
     ct_trainer_obs obs;
     ct_trainer_curriculum cur;
 };
+
+/* This process's rank (opts.launch; 0 without one). Only rank 0 prints, takes the run directory
+ * and writes config.json, checkpoints, metrics and the summary. */
+static inline int ct_trainer_rank(const ct_trainer *t) { return t->opts.launch ? t->opts.launch->rank : 0; }
 
 /* ---- curriculum learning (curriculum.c) ---- */
 

@@ -9,15 +9,22 @@
  *
  * The host waits for the device once per optimizer step: each micro-batch's loss is added into
  * an accumulator on the device and read when the step's micro-batches are queued (an fp16
- * forward overflow shows as a non-finite sum). The points where data-parallel ranks will meet
- * call the communicator: the gradient sum, the global sum of squares (norm and overflow), the
- * all-gather of a shard update, the loss sum. */
+ * forward overflow shows as a non-finite sum). Data-parallel ranks meet through the
+ * communicator: the gradient sum, the global sum of squares (norm and overflow), the all-gather of
+ * a shard update, the loss sum. Each rank runs the micro-batches of its slice of the step (the
+ * train loader gives it only those: ct_loader_rank_slice) weighted by their share of the whole
+ * step's samples, so the sum over ranks is the gradient one process computes; a stop signal is
+ * agreed with the loss sum, so every rank stops after the same step. */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
 
 #include "core/train/generate.h"
 #include "core/train/internal.h"
+
+/* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
+ * parameter itself and holds the summed gradients of all of them. */
+static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
 
 /* The flat buffers as the executor reads them. */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
@@ -100,6 +107,7 @@ typedef struct loop_state {
                                     train_batch_size: those done plus those left) */
     int64_t epoch_pos;           /* samples of this epoch's order done: the loader position */
     int64_t epoch_end;           /* where this epoch ends in that order (ct_loader_epoch_end) */
+    int stop_sig;                /* several ranks: the stop signal any rank had by the last step */
     double best_value;           /* best/: best train.best_metric so far (NAN: none) */
     long best_step;
     long saved_step;             /* step of the checkpoint last written or resumed (-1: none) */
@@ -128,7 +136,22 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
         *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
     }
     if (!*applied || !ct_param_store_has_copy(p)) return CT_OK;
-    return t->comm->all_gather(t->comm, p->params, tg.copy, p->hi - p->lo, p->compute, err);
+    if (holds_all(p)) return CT_OK;   /* this rank updated all of it */
+    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+}
+
+/* The gradients summed over ranks in place, in buckets of zero_optimization.reduce_bucket_size
+ * elements (one call per bucket bounds the size of each message; 0: one bucket). */
+static int all_reduce_grads(ct_trainer *t, ct_err *err) {
+    ct_param_store *p = t->m.params;
+    int64_t n = p->layout->n_params, bucket = (int64_t)t->cfg->zero.reduce_bucket_size;
+    if (bucket <= 0 || bucket > n) bucket = n > 0 ? n : 1;
+    for (int64_t at = 0; at < n; at += bucket) {
+        int64_t k = n - at < bucket ? n - at : bucket;
+        int rc = t->comm->all_reduce(t->comm, p->grads + at, k, CT_F32, CT_REDUCE_SUM, err);
+        if (rc) return rc;
+    }
+    return CT_OK;
 }
 
 /* The update closing a step. The gradients are summed over ranks and their sum of squares
@@ -143,11 +166,15 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    int rc = c->all_reduce(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err);
-    if (rc) return rc;
-    grad_scale /= (float)c->world;   /* the mean over ranks */
+    /* ZeRO stage 2: each rank needs only the sums of its part (half the traffic of an all-reduce) */
+    int rc = ct_run_plan_zero_stage(t->cfg) == 2
+                 ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
+                 : all_reduce_grads(t, err);
+    if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
-    if ((rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
+    /* every rank now holds the summed gradients; the sum of squares is over ranks only when each
+     * holds a shard of them */
+    if (!holds_all(p) && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
     bool ok;
     if (!a->scaling) return update(t, grad_scale, ss, &ok, st, err);
     double tried = a->scaler.scale;
@@ -200,7 +227,10 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
      * wrote (ct_trainer_fit refreshed it at the start); the loss is scaled. */
     ct_exec_bufs bufs = exec_bufs(t);
     float scale = ct_amp_loss_scale(&m->amp);
-    for (int64_t start = 0; start < n; start += mb) {
+    int64_t lo = 0, hi = n;   /* this rank's samples of the step */
+    if (t->comm->world > 1)
+        ct_loader_rank_slice(n, cfg->train_batch_size / t->comm->world, t->comm->rank, &lo, &hi);
+    for (int64_t start = lo; start < hi; start += mb) {
         ct_loader_batch b;
         int rc = ct_loader_next(t->d.train_l, &b, err);
         if (rc) return rc;
@@ -222,16 +252,18 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         }
         accumulate_loss(t, g, (float)k);
     }
-    if (seen == 0) { /* every record of the step skipped as corrupt: no update, no loss */
+    double sum, correct, totals[2], stop = t->opts.stop_signal ? *t->opts.stop_signal : 0;
+    read_loss_acc(t, &sum, &correct);
+    totals[0] = sum, totals[1] = (double)seen;
+    int rc = t->comm->all_reduce_host(t->comm, totals, 2, CT_REDUCE_SUM, err);
+    if (!rc && t->comm->world > 1) rc = t->comm->all_reduce_host(t->comm, &stop, 1, CT_REDUCE_MAX, err);
+    if (rc) return rc;
+    ls->stop_sig = (int)stop;
+    if (totals[1] == 0) { /* every record of the step skipped as corrupt: no update, no loss */
         *loss = NAN;
         *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(m->opt)};
         return CT_OK;
     }
-    double sum, correct, totals[2];
-    read_loss_acc(t, &sum, &correct);
-    totals[0] = sum, totals[1] = (double)seen;
-    int rc = t->comm->all_reduce_host(t->comm, totals, 2, CT_REDUCE_SUM, err);
-    if (rc) return rc;
     /* A non-finite loss: an fp16 activation overflowed (skipped like a gradient overflow), or
      * training diverged. */
     bool overflow = !isfinite(totals[0]);
@@ -244,7 +276,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     /* Micro-batches were weighted k / n; when skip_corrupt dropped records, rescale so the
      * gradient is the mean over the samples actually seen. */
     uint64_t m0 = runner->timed ? t->be->queue.timer_mark(t->be) : 0;
-    rc = apply_update(t, ls->step + 1, (float)((double)n / (double)seen), overflow, st, err);
+    rc = apply_update(t, ls->step + 1, (float)((double)n / totals[1]), overflow, st, err);
     if (!rc && runner->timed)
         ls->window.optimizer += t->be->queue.timer_elapsed(t->be, m0, t->be->queue.timer_mark(t->be));
     return rc;
@@ -515,7 +547,9 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     /* A pending stop signal skips the epoch's and the run's end eval (the run stops soon; a
      * resume from the checkpoint it saves makes that eval, see run_epoch), not an interval's. */
     long every = t->cfg->train.eval_interval;
-    bool signalled = t->opts.stop_signal && *t->opts.stop_signal;
+    /* one process reads its flag; ranks act on the one they agreed in the step */
+    int sig = t->comm->world > 1 ? ls->stop_sig : t->opts.stop_signal ? *t->opts.stop_signal : 0;
+    bool signalled = sig != 0;
     bool eval_due = (every > 0 && ls->step % every == 0) ||
                     (!signalled && ((every == 0 && epoch_done) || last));
     int verdict = eval_due ? eval_point(t, ls, err) : CT_OK;
@@ -527,7 +561,6 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     }
     if (verdict == LOOP_DONE) return LOOP_DONE; /* early stopping */
     if (signalled) {
-        int sig = *t->opts.stop_signal;
         int rc = ls->saved_step == ls->step ? CT_OK : save_now(t, ls, err);
         if (rc) return rc; /* a failed save is an error, not an interruption */
         ct_metrics_flush(t->obs.metrics); /* the history up to the checkpoint is on disk */
@@ -602,8 +635,16 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
         ct_trainer_finish(t);
         return rc;
     }
-    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy */
+    /* the master as initialised, resumed or loaded; from here on every update refreshes the copy
+     * (under ZeRO each rank casts its part, and the ranks gather the others') */
     ct_param_store_refresh(t->m.params);
+    const ct_param_store *p = t->m.params;
+    if (!holds_all(p)) rc = t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    if (rc) {
+        ct_trainer_set_status(t, "error", err);
+        ct_trainer_finish(t);
+        return rc;
+    }
     ct_trainer_set_status(t, "ok", NULL);
     t->sum->loss_scale = ct_amp_report_scale(&t->m.amp);
     t->sum->skipped_steps = t->m.amp.skipped;

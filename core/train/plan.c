@@ -5,14 +5,19 @@
 #include <string.h>
 
 #include "core/data/loader.h"
+#include "core/dist/comm.h"
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
 #include "core/params/store.h"
 
-/* The optimizer's state over the whole trainable space (Lamb: plus its scratch, as large as the
- * largest tensor). */
-static size_t optimizer_bytes(const ct_config *cfg, const ct_param_layout *L) {
-    size_t b = ct_optim_state_bytes_for(cfg->optimizer.type, cfg->optimizer.momentum, L->n_params);
+int ct_run_plan_zero_stage(const ct_config *cfg) {
+    return cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 2 ? cfg->zero.stage : 0;
+}
+
+/* The optimizer's state over n elements of the trainable space (Lamb: plus its scratch, as large
+ * as the largest tensor). */
+static size_t optimizer_bytes(const ct_config *cfg, const ct_param_layout *L, int64_t n) {
+    size_t b = ct_optim_state_bytes_for(cfg->optimizer.type, cfg->optimizer.momentum, n);
     if (cfg->optimizer.type != CT_OPT_LAMB) return b;
     int64_t max = 0;
     for (int i = 0; i < L->n_views; i++)
@@ -37,8 +42,10 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     ct_dtype compute = ct_graph_compute_dtype(g);
     out->device = device;
     out->act = *ct_graph_plan(g);
-    ct_param_store_plan(L, compute, 0, L->n_params, out->bytes);
-    out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L);
+    int64_t lo = 0, hi = L->n_params;
+    if (ct_run_plan_zero_stage(cfg) > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
+    ct_param_store_plan(L, compute, lo, hi, out->bytes);
+    out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;

@@ -23,7 +23,14 @@ typedef struct ct_run_plan {
     bool device;                     /* planned for a device backend (else host memory) */
 } ct_run_plan;
 
-/* device: the backend will be a GPU (loader batches then have device copies). */
+/* The ZeRO stage this run partitions at: zero_optimization.stage 1 or 2 with several ranks; 0
+ * otherwise (one process holds everything whatever the stage asks for). */
+int ct_run_plan_zero_stage(const ct_config *cfg);
+
+/* device: the backend will be a GPU (loader batches then have device copies). The bytes are per
+ * rank: under ZeRO stage 1-2 the master and optimizer state of rank 0's part (the largest,
+ * ct_comm_shard), the gradients and compute copy whole (each rank accumulates all gradients
+ * before they are reduced). */
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out);
 
 #endif

@@ -38,6 +38,9 @@ typedef struct ct_run_opts {
      * summary there, for the line it prints when a second SIGINT ends the run at once. */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
+    /* Which rank of how many this process is (core/dist/launch.h); NULL: rank 0 of
+     * cfg->world_size. Only rank 0 prints, writes the run directory and checkpoints. */
+    const struct ct_launch *launch;
 } ct_run_opts;
 
 /* Train (or, with opts->dry_run, print the plan and return). Fills summary in every case. */

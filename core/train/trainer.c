@@ -88,12 +88,30 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
     return rc;
 }
 
-/* Features this version does not have yet: refuse them rather than train something else. */
+/* Features this version does not have yet: refuse them rather than train something else. A world
+ * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU). */
 static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (cfg->world_size > 1)
-        return ct_errf(err, CT_ERR_CONFIG, "world size %d: data-parallel training is not implemented "
-                       "yet in this version; run one process", cfg->world_size);
+    if (cfg->world_size > 1 && cfg->zero.stage > 2)
+        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: parameter "
+                       "partitioning (stage 3) is not implemented; stages 0, 1 and 2 are: set \"stage\": 2",
+                       cfg->zero.stage, cfg->world_size);
+    if (ct_run_plan_zero_stage(cfg) > 0 && cfg->optimizer.type == CT_OPT_LAMB)
+        return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.stage %d over %d ranks: "
+                       "Lamb's trust ratio needs whole tensors, and the ranks' parts cut them; use stage 0",
+                       cfg->zero.stage, cfg->world_size);
     return CT_OK;
+}
+
+/* The communicator of this run: the launcher's ranks, or rank 0 of cfg->world_size (a library
+ * caller, --world-size), which ct_comm_open refuses past one process. */
+static int open_comm(ct_trainer *t, ct_err *err) {
+    ct_launch given;
+    const ct_launch *l = t->opts.launch;
+    if (!l || l->world != t->cfg->world_size) {
+        ct_launch_given(&given, t->cfg->world_size);
+        l = &given;
+    }
+    return ct_comm_open(t->be, l, &t->comm, err);
 }
 
 /* Called once the train loader knows the epoch (the loader rejects an epoch with no full step). */
@@ -126,16 +144,17 @@ static const char *precision_name(ct_dtype dt) {
 /* Two lines: "memory plan: params 0 B, master 2.6 MiB, ... · all 11.7 MiB of host memory" and the
  * activations by lifetime. The CPU backend's fp32 copies of 16-bit arguments are not in the plan:
  * they grow to their size in the first step (core/cpu/cpu_dtype.c), and the line says so. */
-static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt) {
+static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int world) {
     char v[CT_MEM_CAT_COUNT][32], a[6][32], all[32];
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->bytes[c], v[c], sizeof v[c]);
     bool cpu_scratch = !p->device && dt != CT_F32;
     ct_report_line(r, "memory plan: params %s, master %s, grads %s, optimizer %s, activations %s (%s), "
-                   "workspace %s%s%s%s · all %s %s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
+                   "workspace %s%s%s%s · all %s %s%s", v[CT_MEM_PARAMS], v[CT_MEM_MASTER], v[CT_MEM_GRADS],
                    v[CT_MEM_OPTIM], v[CT_MEM_ACTIVATIONS], precision_name(dt), v[CT_MEM_WORKSPACE],
                    cpu_scratch ? " + the CPU's fp32 copies of 16-bit arguments (sized in the first step)" : "",
                    p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
-                   ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory");
+                   ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory",
+                   world > 1 ? " per rank" : "");
     /* checkpointed segments: their inner outputs and saved state are in the recompute buffer */
     char ckpt[96] = "", rb[32];
     if (p->act.segments > 0)
@@ -154,8 +173,13 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     const ct_graph_info *gi = t->m.info;
     ct_report *r = &t->obs.rep;
     char a[48], desc[512];
-    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s", CT_VERSION, device, device_desc,
-                   precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s");
+    char zero[160] = "";
+    int stage = ct_run_plan_zero_stage(cfg);
+    if (stage > 0)
+        snprintf(zero, sizeof zero, " · ZeRO stage %d (fp32 master and optimizer state%s: 1/%d per rank)", stage,
+                 stage == 2 ? " partitioned, gradients reduce-scattered" : " partitioned", cfg->world_size);
+    ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
+                   precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
     ct_graph_describe(t->m.g, desc, sizeof desc);
     ct_report_line(r, "model  %s: %s params, %s", cfg->name,
                    ct_fmt_count((double)gi->n_param_elems, a, sizeof a), desc);
@@ -170,7 +194,7 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
     if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(r, "       %s", t->opts.batch_note);
-    print_plan(r, plan, ct_graph_compute_dtype(t->m.g));
+    print_plan(r, plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
     char ev[160] = "no eval set";
     if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", d->train_ds->format,
@@ -194,8 +218,9 @@ static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
 static int alloc_params(ct_trainer *t, ct_err *err) {
     ct_trainer_model *m = &t->m;
     const ct_param_layout *L = ct_graph_layout(m->g);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), 0, L->n_params,
-                                          &m->params, err);
+    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-2: this rank's part of master and state */
+    if (ct_run_plan_zero_stage(t->cfg) > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, &m->params, err);
     if (rc) return rc;
     ct_optim_tensor *tensors = optim_tensors(L, &n);
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
@@ -234,6 +259,10 @@ static int start_loader(ct_trainer *t, const ct_dataset *ds, bool train, ct_load
     o.device_dtype = ct_graph_compute_dtype(t->m.g);   /* data.transform.on_device writes this */
     o.warn_fn = loader_warning;
     o.warn_ctx = &t->obs.rep;
+    if (train) {   /* each rank its slice of every step (eval: every rank the whole set) */
+        o.rank = t->comm->rank;
+        o.world = t->comm->world;
+    }
     if (!rc) rc = ct_loader_init(out, t->be, ds, &o, &t->obs.warn, err);
     if (!rc && train) t->d.shuffle = o.shuffle;
     return rc;
@@ -359,7 +388,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
     rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &t->be, notice, sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
-    if (!rc) t->comm = ct_comm_single(t->be);
+    if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
     int data_rc = open_finish(t, jobs, rc ? NULL : err);
@@ -409,7 +438,8 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
-    ct_report_init(&t->obs.rep, stderr, t->opts.quiet, cfg->steps_per_print);
+    /* one rank speaks for the run: the others print only errors */
+    ct_report_init(&t->obs.rep, stderr, t->opts.quiet || ct_trainer_rank(t) != 0, cfg->steps_per_print);
     if (t->opts.on_step) ct_trainer_on_step(t, t->opts.on_step, t->opts.on_step_ctx);
     return t;
 }
@@ -421,9 +451,10 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     *out = t;
     warn_not_yet(t);
     /* output paths, the run_dir lock and whose run it holds: checked before the slow set-up */
-    int rc = with_ckpt ? ct_trainer_rundir_open(t, err) : CT_OK;
+    int rc = with_ckpt && ct_trainer_rank(t) == 0 ? ct_trainer_rundir_open(t, err) : CT_OK;
     if (!rc) rc = setup(t, err);
-    print_warnings(t);
+    if (ct_trainer_rank(t) == 0) print_warnings(t);   /* once per run */
+    ct_warnings_free(&t->obs.warn);
     if (!rc) {
         memcpy(summary->planned_by_cat, t->plan.bytes, sizeof t->plan.bytes);
         summary->has_plan = true;
@@ -518,7 +549,7 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
         ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
         if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
-        print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g));
+        print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
         rc = print_fit_table(t, gpu, err);
         ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                        "allocated or trained");
@@ -535,6 +566,10 @@ int ct_train_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summ
     int rc = ct_trainer_open(cfg, opts, summary, &t, err);
     if (!rc) rc = ct_trainer_fit(t, err); /* fills the rest of the summary */
     else ct_trainer_finish(t);
+    /* A stop signal ends every rank at the same step (loop.c); any other error may have left the
+     * others in a collective: the communicator must not wait for them. */
+    bool stopped = rc == CT_EXIT_SIGINT || rc == CT_EXIT_SIGTERM || rc == CT_EXIT_SIGHUP;
+    if (rc && !stopped && t->comm) t->comm->failed = true;
     ct_trainer_close(t);
     return rc;
 }

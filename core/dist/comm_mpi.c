@@ -1,0 +1,192 @@
+/* comm_mpi.c: the communicator over MPI on host buffers (comm.h), for the CPU backend.
+ *
+ * Built into build/libctrain_mpi.so with mpicc (the Makefile), not into libctrain.a: ctrain loads
+ * it with dlopen only when mpirun started the process (comm_open.c), so a plain run never maps
+ * libmpi. It calls ct_errf and ct_xcalloc of the executable (exported with -rdynamic).
+ *
+ * Errors return instead of aborting (MPI_ERRORS_RETURN), so the message names the collective;
+ * counts above INT_MAX are sent in pieces where the collective allows it (all-reduce, broadcast)
+ * and refused where it does not (the scatter and gather of one rank's part). */
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dist/comm.h"
+
+/* The MPI type of a dtype; 16-bit floats only move (gather, broadcast), MPI cannot add them. */
+static MPI_Datatype mpi_type(ct_dtype dt, bool reduce) {
+    switch (dt) {
+    case CT_F32: return MPI_FLOAT;
+    case CT_I32: return MPI_INT32_T;
+    case CT_F16:
+    case CT_BF16: return reduce ? MPI_DATATYPE_NULL : MPI_UINT16_T;
+    default: return ct_dtype_size(dt) == 1 && !reduce ? MPI_UINT8_T : MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op(ct_reduce_op op) { return op == CT_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
+
+static int failed(ct_comm *c, const char *what, int code, ct_err *err) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: MPI %s failed: %s", c->rank, c->world, what, text);
+}
+
+/* Named here, not with ct_dtype_name: the library uses only the few symbols of the executable that
+ * every program linking libctrain.a's communicator has (ct_errf, the allocation helpers). */
+static int no_type(ct_comm *c, const char *what, ct_dtype dt, ct_err *err) {
+    const char *name = dt == CT_F16 ? "fp16" : dt == CT_BF16 ? "bf16" : "these";
+    return ct_errf(err, CT_ERR_RUNTIME, "rank %d: MPI %s of %s values is not supported (reductions are "
+                   "over fp32 and int32)", c->rank, what, name);
+}
+
+static int too_many(ct_comm *c, const char *what, int64_t n, ct_err *err) {
+    return ct_errf(err, CT_ERR_RUNTIME, "rank %d: MPI %s of %lld elements per rank: more than MPI's "
+                   "int count holds", c->rank, what, (long long)n);
+}
+
+static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-reduce", dt, err);
+    for (int64_t at = 0; at < n; at += INT_MAX) {
+        int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return failed(c, "all-reduce", rc, err);
+    }
+    return CT_OK;
+}
+
+static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
+                          ct_reduce_op op, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    if (n_per_rank > INT_MAX) return too_many(c, "reduce-scatter", n_per_rank, err);
+    /* MPI's in-place form takes the whole buffer and leaves the result in the rank's first part,
+     * which is not this table's layout: a source that is dst goes through MPI's own copy. */
+    int rc = MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
+}
+
+static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
+                      ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    if (n_per_rank > INT_MAX) return too_many(c, "all-gather", n_per_rank, err);
+    bool in_place = src == ct_elem(dst, (int64_t)c->rank * n_per_rank, dt);
+    int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst, (int)n_per_rank, t,
+                           MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
+}
+
+static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err) {
+    if (root < 0 || root >= c->world)
+        return ct_errf(err, CT_ERR_RUNTIME, "broadcast from rank %d of a %d-rank communicator", root, c->world);
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "broadcast", dt, err);
+    for (int64_t at = 0; at < n; at += INT_MAX) {
+        int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
+        int rc = MPI_Bcast(ct_elem(buf, at, dt), k, t, root, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return failed(c, "broadcast", rc, err);
+    }
+    return CT_OK;
+}
+
+/* The partition's counts and offsets as MPI takes them; false when a part is past INT_MAX. */
+static bool shard_counts(ct_comm *c, int64_t n, int *counts, int *displs) {
+    for (int r = 0; r < c->world; r++) {
+        int64_t lo, hi;
+        ct_comm_shard(n, c->world, r, &lo, &hi);
+        if (hi > INT_MAX) return false;
+        counts[r] = (int)(hi - lo);
+        displs[r] = (int)lo;
+    }
+    return true;
+}
+
+typedef struct mpi_impl {
+    void *scratch;               /* reduce_scatter_shards: this rank's part before it is copied in */
+    size_t scratch_bytes;
+} mpi_impl;
+
+static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
+                                 ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    int rc = MPI_SUCCESS;
+    if (!shard_counts(c, n, counts, displs)) {
+        free(counts);
+        return too_many(c, "reduce-scatter", n, err);
+    }
+    mpi_impl *m = c->impl;
+    size_t mine = ct_nbytes(counts[c->rank], dt);
+    if (mine > m->scratch_bytes) {
+        free(m->scratch);
+        m->scratch = ct_xmalloc(mine);
+        m->scratch_bytes = mine;
+    }
+    /* MPI's in-place form leaves the result at the buffer's start, not at the rank's offset */
+    rc = MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), MPI_COMM_WORLD);
+    if (rc == MPI_SUCCESS && mine) memcpy(ct_elem(buf, displs[c->rank], dt), m->scratch, mine);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
+}
+
+static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!shard_counts(c, n, counts, displs)) {
+        free(counts);
+        return too_many(c, "all-gather", n, err);
+    }
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
+}
+
+static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
+    int rc = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
+}
+
+static int barrier(ct_comm *c, ct_err *err) {
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "barrier", rc, err);
+}
+
+/* A rank that failed leaves without MPI_Finalize: the others may be waiting in a collective it
+ * will never join, and MPI_Finalize would wait for them; mpirun ends the job when a rank exits
+ * without it. */
+static void destroy(ct_comm *c) {
+    if (!c->failed) MPI_Finalize();
+    mpi_impl *m = c->impl;
+    free(m->scratch);
+    free(m);
+    free(c);
+}
+
+__attribute__((visibility("default"))) int ct_comm_mpi_abi(size_t *table_bytes) {
+    *table_bytes = sizeof(ct_comm);
+    return CT_COMM_ABI;
+}
+
+__attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, ct_comm **out, ct_err *err) {
+    int inited = 0, provided = 0, rank = 0, world = 0;
+    MPI_Initialized(&inited);
+    /* only the main thread calls MPI (the loader's threads never do) */
+    int rc = inited ? MPI_SUCCESS : MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) return ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed (code %d)", rc);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ct_comm *c = ct_xcalloc(1, sizeof *c);
+    *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = ct_xcalloc(1, sizeof(mpi_impl)),
+                   .all_reduce = all_reduce, .reduce_scatter = reduce_scatter, .all_gather = all_gather,
+                   .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
+                   .all_gather_shards = all_gather_shards, .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
+    *out = c;
+    return CT_OK;
+}

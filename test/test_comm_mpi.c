@@ -1,0 +1,177 @@
+/* test_comm_mpi.c: the MPI communicator (core/dist/comm_mpi.c, build/libctrain_mpi.so) against
+ * sums computed here. Run without mpirun, it runs itself under `mpirun -np 3` (exit 77 when mpirun
+ * is not installed); each rank fills its buffers from Philox keyed by its rank, so every rank can
+ * compute every other rank's values and hence the exact result of each collective. Three ranks, and
+ * a partition of 119 elements (parts 40, 40, 39), so nothing divides evenly. Checked: all-reduce
+ * (sum and max, fp32 and int32), reduce-scatter and all-gather of equal parts (in place and not;
+ * bf16 moves bit for bit), broadcast from rank 1 and a root that does not exist, the shard
+ * collectives over the ZeRO partition, the host all-reduce, barrier, and the refusal of an fp16
+ * reduction. Not a Check suite: Check's forked tests and MPI do not mix. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/dist/comm.h"
+#include "core/dist/launch.h"
+#include "core/util/rng.h"
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Rank r's values of buffer `stream`: n floats. */
+static void fill(float *x, int64_t n, int rank, uint64_t stream) {
+    ct_rng g;
+    ct_rng_init(&g, 1000 + (uint64_t)rank, CT_RNG_AUGMENT, stream);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ct_rng_normal(&g);
+}
+
+/* The sum over ranks of element i, added in rank order as MPI's reduction is not bound to: compared
+ * with a tolerance of a few ulps. */
+static void sum_over(float *out, int64_t n, int world, uint64_t stream) {
+    float *tmp = malloc((size_t)n * sizeof *tmp);
+    memset(out, 0, (size_t)n * sizeof *out);
+    for (int r = 0; r < world; r++) {
+        fill(tmp, n, r, stream);
+        for (int64_t i = 0; i < n; i++) out[i] += tmp[i];
+    }
+    free(tmp);
+}
+
+static bool close_to(float a, float b) { return fabsf(a - b) <= 1e-5f * (1.0f + fabsf(b)); }
+
+static void check_all_reduce(ct_comm *c) {
+    enum { N = 1000 };
+    float x[N], want[N];
+    ct_err err = {0};
+    fill(x, N, c->rank, 1);
+    sum_over(want, N, c->world, 1);
+    EXPECT(c->all_reduce(c, x, N, CT_F32, CT_REDUCE_SUM, &err) == CT_OK, "all_reduce: %s", err.msg);
+    for (int i = 0; i < N; i++) EXPECT(close_to(x[i], want[i]), "all_reduce sum [%d]: %g, want %g", i, x[i], want[i]);
+    int32_t k[3] = {c->rank, -c->rank, 7};
+    EXPECT(c->all_reduce(c, k, 3, CT_I32, CT_REDUCE_MAX, &err) == CT_OK, "all_reduce i32: %s", err.msg);
+    EXPECT(k[0] == c->world - 1 && k[1] == 0 && k[2] == 7, "all_reduce max i32: %d %d %d", k[0], k[1], k[2]);
+    uint16_t h[4] = {0};
+    EXPECT(c->all_reduce(c, h, 4, CT_F16, CT_REDUCE_SUM, &err) == CT_ERR_RUNTIME && strstr(err.msg, "fp16"),
+           "an fp16 reduction is refused naming the dtype: %s", err.msg);
+}
+
+static void check_equal_parts(ct_comm *c) {
+    enum { P = 50 };   /* per rank */
+    int64_t n = (int64_t)P * c->world;
+    float *src = malloc((size_t)n * sizeof *src), *want = malloc((size_t)n * sizeof *want), dst[P];
+    ct_err err = {0};
+    fill(src, n, c->rank, 2);
+    sum_over(want, n, c->world, 2);
+    EXPECT(c->reduce_scatter(c, dst, src, P, CT_F32, CT_REDUCE_SUM, &err) == CT_OK, "reduce_scatter: %s", err.msg);
+    for (int i = 0; i < P; i++)
+        EXPECT(close_to(dst[i], want[c->rank * P + i]), "reduce_scatter [%d]: %g, want %g", i, dst[i],
+               want[c->rank * P + i]);
+    /* all-gather, not in place (bf16: bits move unchanged), then in place (fp32) */
+    uint16_t mine[P], *all = calloc((size_t)n, sizeof *all);
+    for (int i = 0; i < P; i++) mine[i] = (uint16_t)(c->rank * 1000 + i);
+    EXPECT(c->all_gather(c, all, mine, P, CT_BF16, &err) == CT_OK, "all_gather: %s", err.msg);
+    for (int r = 0; r < c->world; r++)
+        for (int i = 0; i < P; i++) EXPECT(all[r * P + i] == r * 1000 + i, "all_gather bf16 [%d][%d]: %u", r, i, all[r * P + i]);
+    float *g = calloc((size_t)n, sizeof *g);
+    fill(g + c->rank * P, P, c->rank, 3);
+    EXPECT(c->all_gather(c, g, g + c->rank * P, P, CT_F32, &err) == CT_OK, "all_gather in place: %s", err.msg);
+    for (int r = 0; r < c->world; r++) {
+        fill(dst, P, r, 3);
+        EXPECT(memcmp(g + r * P, dst, sizeof dst) == 0, "all_gather in place: rank %d's part differs", r);
+    }
+    free(src), free(want), free(all), free(g);
+}
+
+static void check_broadcast(ct_comm *c) {
+    enum { N = 77 };
+    float x[N], want[N];
+    ct_err err = {0};
+    fill(x, N, c->rank, 4);
+    fill(want, N, 1, 4);
+    EXPECT(c->broadcast(c, x, N, CT_F32, 1, &err) == CT_OK, "broadcast: %s", err.msg);
+    EXPECT(memcmp(x, want, sizeof x) == 0, "broadcast from rank 1: values differ");
+    EXPECT(c->broadcast(c, x, N, CT_F32, c->world, &err) == CT_ERR_RUNTIME && strstr(err.msg, "rank 3"),
+           "broadcast from a rank that does not exist: %s", err.msg);
+}
+
+/* The ZeRO partition of 119 elements: reduce-scatter into each part, then gather the parts. */
+static void check_shards(ct_comm *c) {
+    enum { N = 119 };
+    float x[N], want[N];
+    ct_err err = {0};
+    int64_t lo, hi;
+    ct_comm_shard(N, c->world, c->rank, &lo, &hi);
+    fill(x, N, c->rank, 5);
+    sum_over(want, N, c->world, 5);
+    EXPECT(c->reduce_scatter_shards(c, x, N, CT_F32, CT_REDUCE_SUM, &err) == CT_OK, "reduce_scatter_shards: %s", err.msg);
+    for (int64_t i = lo; i < hi; i++)
+        EXPECT(close_to(x[i], want[i]), "reduce_scatter_shards [%lld]: %g, want %g", (long long)i, x[i], want[i]);
+    /* every rank now gathers the others' sums: all of want */
+    EXPECT(c->all_gather_shards(c, x, N, CT_F32, &err) == CT_OK, "all_gather_shards: %s", err.msg);
+    for (int i = 0; i < N; i++) EXPECT(close_to(x[i], want[i]), "all_gather_shards [%d]: %g, want %g", i, x[i], want[i]);
+    /* 16-bit parts move bit for bit */
+    uint16_t h[N];
+    for (int i = 0; i < N; i++) h[i] = i >= lo && i < hi ? (uint16_t)(i * 3 + 1) : 0xffff;
+    EXPECT(c->all_gather_shards(c, h, N, CT_F16, &err) == CT_OK, "all_gather_shards f16: %s", err.msg);
+    for (int i = 0; i < N; i++) EXPECT(h[i] == i * 3 + 1, "all_gather_shards f16 [%d]: %u", i, h[i]);
+}
+
+static void check_host(ct_comm *c) {
+    double v[2] = {c->rank + 0.5, -c->rank};
+    ct_err err = {0};
+    EXPECT(c->all_reduce_host(c, v, 2, CT_REDUCE_SUM, &err) == CT_OK, "all_reduce_host: %s", err.msg);
+    double s = 0;
+    for (int r = 0; r < c->world; r++) s += r;
+    EXPECT(v[0] == s + 0.5 * c->world && v[1] == -s, "all_reduce_host: %g %g", v[0], v[1]);
+    EXPECT(c->barrier(c, &err) == CT_OK, "barrier: %s", err.msg);
+}
+
+/* Not a rank yet: run this program as 3 ranks. */
+static int launch_self(const char *self) {
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("mpirun not installed (openmpi-bin): skipped\n");
+        return 77;
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np 3 '%s'", self);
+    int st = system(cmd);
+    return st == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return launch_self(argv[0]);
+    ct_launch l;
+    ct_err err = {0};
+    if (ct_launch_from_env(&l, &err)) {
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
+    }
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_comm *c = NULL;
+    if (ct_comm_open(be, &l, &c, &err)) {
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
+    }
+    EXPECT(!strcmp(c->name, "mpi") && c->world == 3 && c->rank == l.rank, "%s rank %d of %d", c->name, c->rank, c->world);
+    check_all_reduce(c);
+    check_equal_parts(c);
+    check_broadcast(c);
+    check_shards(c);
+    check_host(c);
+    if (c->rank == 0) printf("%s: %d failure(s) on rank 0\n", argv[0], failures);
+    c->failed = failures > 0;   /* a failing rank leaves at once; mpirun ends the rest */
+    ct_comm_destroy(c);
+    ct_backend_destroy(be);
+    return failures ? 1 : 0;
+}
