@@ -24,11 +24,12 @@ int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
                          .append = t->ck.resumed, .notice = notice, .notice_n = sizeof notice};
     rc = ct_metrics_open(&o, &t->obs.metrics, err);
     if (!rc && notice[0]) fprintf(stderr, "ctrain: warning: %s\n", notice);
-    return rc;
+    return rc ? rc : ct_trainer_profiler_open(t, err);
 }
 
 void ct_trainer_observe_end(ct_trainer *t) {
     ct_err err = {0};
     if (ct_metrics_close(t->obs.metrics, &err)) fprintf(stderr, "ctrain: warning: %s\n", err.msg);
     t->obs.metrics = NULL;
+    ct_trainer_profiler_close(t);
 }
