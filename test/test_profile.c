@@ -1,12 +1,15 @@
 /* test_profile.c: the flops profiler's table (core/report/profile.h): grouping by module depth,
  * the total row against the rows it sums (read back from the printed text), the share and FLOP/s
- * columns, MFU only with a known peak. Random rows, never zeros. */
+ * columns, MFU only with a known peak (random rows, never zeros); and each rule of the bottleneck
+ * report (core/report/bottleneck.h) on synthetic measurements: it fires past its threshold with
+ * the config change named, and stays quiet below it. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/report/bottleneck.h"
 #include "core/report/profile.h"
 
 /* Random rows named like a repeated block's layers: "h.<i/3>.<part>" and a last "head". */
@@ -166,12 +169,162 @@ START_TEST(row_rate) {
 }
 END_TEST
 
+/* A run with nothing wrong: CPU, fp32, the loader keeping up. */
+static ct_run_measures healthy(void) {
+    return (ct_run_measures){.steps = 100, .data_wait_share = 0.02, .workers = 4, .cores = 16, .format = "idx",
+                             .source = "/d/train-images-idx3-ubyte.gz", .precision = "fp32", .micro_batch = 16,
+                             .accum = 2, .initial_scale = NAN, .final_scale = NAN};
+}
+
+/* The findings of m; exactly `want` must fire, the first with rule `rule`. */
+static ct_finding find_one(const ct_run_measures *m, int want, const char *rule) {
+    ct_finding f[8];
+    memset(f, 0, sizeof f);
+    int n = ct_bottleneck_find(m, f, 8);
+    ck_assert_int_eq(n, want);
+    if (want) ck_assert_str_eq(f[0].rule, rule);
+    return f[0];
+}
+
+static void has(const char *text, const char *part) {
+    ck_assert_msg(strstr(text, part) != NULL, "\"%s\" lacks \"%s\"", text, part);
+}
+
+START_TEST(rule_nothing_on_a_healthy_run) {
+    ct_run_measures m = healthy();
+    find_one(&m, 0, NULL);
+    m.data_wait_share = NAN;   /* unknown: no claim */
+    find_one(&m, 0, NULL);
+}
+END_TEST
+
+START_TEST(rule_data_wait) {
+    ct_run_measures m = healthy();
+    m.data_wait_share = 0.42;
+    ct_finding f = find_one(&m, 1, "data_wait");
+    has(f.what, "42%");
+    has(f.fix, "\"data\": {\"workers\": 16} (this run: 4, 16 cores)");
+    has(f.fix, "\"data\": {\"cache\": true}");
+    has(f.fix, "ctrain pack --from idx /d/train-images-idx3-ubyte.gz --out SHARDS");
+    has(f.fix, "\"format\": \"shard\"");
+    m.data_wait_share = 0.099;   /* under the threshold */
+    find_one(&m, 0, NULL);
+    /* every core, cached, already shards: what is left */
+    m = healthy();
+    m.data_wait_share = 0.3, m.workers = 16, m.cache = true, m.format = "shard";
+    f = find_one(&m, 1, "data_wait");
+    ck_assert(strstr(f.fix, "workers") == NULL && strstr(f.fix, "pack") == NULL);
+    has(f.fix, "faster disk");
+    /* token files cannot be packed further: no pack command */
+    m.format = "tokens", m.cache = false;
+    f = find_one(&m, 1, "data_wait");
+    ck_assert(strstr(f.fix, "ctrain pack") == NULL);
+    has(f.fix, "\"cache\": true");
+}
+END_TEST
+
+START_TEST(rule_precision) {
+    ct_run_measures m = healthy();
+    m.gpu = true, m.sm = 90;
+    ct_finding f = find_one(&m, 1, "precision");
+    has(f.what, "sm_90");
+    has(f.fix, "\"bf16\": {\"enabled\": true}");
+    m.sm = 75;   /* tensor cores, no bf16 */
+    f = find_one(&m, 1, "precision");
+    has(f.fix, "\"fp16\": {\"enabled\": true}");
+    m.sm = 61;   /* no tensor cores */
+    find_one(&m, 0, NULL);
+    m.sm = 90, m.precision = "bf16";
+    find_one(&m, 0, NULL);
+    m.precision = "fp32", m.gpu = false;   /* the CPU */
+    find_one(&m, 0, NULL);
+}
+END_TEST
+
+START_TEST(rule_memory) {
+    ct_run_measures m = healthy();
+    m.gpu = true, m.sm = 90, m.precision = "bf16";
+    m.device_bytes = (size_t)80 << 30, m.peak_bytes = (size_t)12 << 30;
+    m.fits_micro = 32, m.fits_accum = 1;
+    ct_finding f = find_one(&m, 1, "memory");
+    has(f.what, "12.0 GiB of 80.0 GiB (15%)");
+    has(f.fix, "\"train_micro_batch_size_per_gpu\": 32 with \"gradient_accumulation_steps\": 1");
+    has(f.fix, "this run: 16 x 2");
+    m.peak_bytes = (size_t)48 << 30;   /* 60% used */
+    find_one(&m, 0, NULL);
+    m.peak_bytes = (size_t)12 << 30, m.fits_micro = 16;   /* the planner finds nothing larger */
+    find_one(&m, 0, NULL);
+    m.fits_micro = 32, m.device_bytes = 0;   /* unknown device size */
+    find_one(&m, 0, NULL);
+}
+END_TEST
+
+START_TEST(rule_loss_scale_collapse) {
+    ct_run_measures m = healthy();
+    m.precision = "fp16", m.initial_scale = 65536, m.min_scale = 1, m.final_scale = 2, m.skipped_steps = 40;
+    ct_finding f = find_one(&m, 1, "loss_scale");   /* collapse, not "initial scale" */
+    has(f.what, "collapsed: 2 at the end (started at 65536, floor 1)");
+    has(f.fix, "\"bf16\": {\"enabled\": true}");
+    m.final_scale = 1024, m.skipped_steps = 0;   /* well above the floor */
+    find_one(&m, 0, NULL);
+    m.min_scale = 128, m.final_scale = 1024;     /* within 16x of a raised floor */
+    find_one(&m, 1, "loss_scale");
+}
+END_TEST
+
+START_TEST(rule_skipped_steps) {
+    ct_run_measures m = healthy();
+    m.precision = "fp16", m.initial_scale = ldexp(1, 32), m.min_scale = 1, m.final_scale = ldexp(1, 20);
+    m.skipped_steps = 12;
+    ct_finding f = find_one(&m, 1, "skipped_steps");
+    has(f.what, "12 of 100 steps skipped (12%)");
+    has(f.fix, "\"fp16\": {\"initial_scale_power\": 21}");
+    has(f.fix, "started at 2^32");
+    m.skipped_steps = 5;   /* 5%: not more than the threshold */
+    find_one(&m, 0, NULL);
+    m.initial_scale = NAN, m.skipped_steps = 50;   /* not fp16 */
+    find_one(&m, 0, NULL);
+}
+END_TEST
+
+/* Several rules at once, in rule order; the count even past max. */
+START_TEST(rules_order_and_max) {
+    ct_run_measures m = healthy();
+    m.data_wait_share = 0.5, m.gpu = true, m.sm = 80;
+    m.device_bytes = (size_t)40 << 30, m.peak_bytes = (size_t)1 << 30, m.fits_micro = 64, m.fits_accum = 1;
+    ct_finding f[3];
+    ck_assert_int_eq(ct_bottleneck_find(&m, f, 3), 3);
+    ck_assert_str_eq(f[0].rule, "data_wait");
+    ck_assert_str_eq(f[1].rule, "precision");
+    ck_assert_str_eq(f[2].rule, "memory");
+    ck_assert_int_eq(ct_bottleneck_find(&m, f, 1), 3);
+    ck_assert_int_eq(ct_bottleneck_find(&m, NULL, 0), 3);
+}
+END_TEST
+
+START_TEST(device_description) {
+    ck_assert_int_eq(ct_device_sm("NVIDIA H100 80GB HBM3, sm_90, 79 GiB"), 90);
+    ck_assert_uint_eq(ct_device_bytes("NVIDIA H100 80GB HBM3, sm_90, 79 GiB"), (size_t)79 << 30);
+    ck_assert_int_eq(ct_device_sm("AMD EPYC, 2 threads, OpenBLAS 0.3.21"), 0);
+    ck_assert_uint_eq(ct_device_bytes("AMD EPYC, 2 threads, OpenBLAS 0.3.21"), 0);
+    ck_assert_uint_eq(ct_device_bytes(NULL), 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("profile");
     TCase *tc = tcase_create("profile");
     tcase_add_test(tc, group_by_depth_sums);
     tcase_add_test(tc, table_sums_match);
     tcase_add_test(tc, row_rate);
+    tcase_add_test(tc, rule_nothing_on_a_healthy_run);
+    tcase_add_test(tc, rule_data_wait);
+    tcase_add_test(tc, rule_precision);
+    tcase_add_test(tc, rule_memory);
+    tcase_add_test(tc, rule_loss_scale_collapse);
+    tcase_add_test(tc, rule_skipped_steps);
+    tcase_add_test(tc, rules_order_and_max);
+    tcase_add_test(tc, device_description);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -128,8 +128,15 @@ void ct_curriculum_free(ct_trainer *t);
 
 /* Set the summary's status and, when err is given, its error field (the message's first line). */
 void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err);
-/* Fill wall time and peak memory into the summary. */
+/* Fill wall time and peak memory into the summary; then the bottleneck report. */
 void ct_trainer_finish(ct_trainer *t);
+
+/* ---- the bottleneck report (diagnose.c) ---- */
+
+/* The rules of core/report/bottleneck.h over this run's measurements (rank 0, a run that made
+ * steps and did not fail): what fired and the config change for it, as report lines; under
+ * --profile a line even when nothing fired. */
+void ct_trainer_diagnose(ct_trainer *t);
 
 /* ---- the metric files (observe.c) ---- */
 

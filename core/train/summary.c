@@ -41,4 +41,5 @@ void ct_trainer_finish(ct_trainer *t) {
         s->has_mem_stats = true;
         if (t->cfg->memory_breakdown) report_memory(t, &m);
     }
+    ct_trainer_diagnose(t);
 }

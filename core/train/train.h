@@ -38,6 +38,8 @@ typedef struct ct_run_opts {
      * summary there, for the line it prints when a second SIGINT ends the run at once. */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
+    long profile_steps;          /* --profile N: a profiling run of N steps; its bottleneck report
+                                    is printed even when no rule fires (core/train/diagnose.c) */
 } ct_run_opts;
 
 /* Train (or, with opts->dry_run, print the plan and return). Fills summary in every case. */
