@@ -65,6 +65,11 @@ struct ct_optim *ct_trainer_optim(ct_trainer *t);
 const struct ct_graph *ct_trainer_graph(const ct_trainer *t);
 /* The backend the trainer's buffers live on (copy_d2h/copy_h2d to read or write them). */
 ct_backend *ct_trainer_backend(ct_trainer *t);
+/* A fresh trainer on cfg (nothing printed, no resume), the model weights of checkpoint dir
+ * loaded (*step: its step), then one pass over data.eval: *loss and *accuracy (NAN without an eval
+ * set, accuracy also when not a classifier). For --smoke: the checkpoint a run saved, read back. */
+int ct_train_load_eval(const ct_config *cfg, const char *dir, long *step, double *loss, double *accuracy,
+                       ct_err *err);
 /* Called after every optimizer step with its 1-based number and mean loss. */
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx);
 
