@@ -70,6 +70,8 @@ ct_backend *ct_trainer_backend(ct_trainer *t);
  * set, accuracy also when not a classifier). For --smoke: the checkpoint a run saved, read back. */
 int ct_train_load_eval(const ct_config *cfg, const char *dir, long *step, double *loss, double *accuracy,
                        ct_err *err);
+/* The summary's "hparams" from the resolved config (after the auto micro-batch is chosen). */
+void ct_train_summary_hparams(ct_summary *s, const ct_config *cfg);
 /* Called after every optimizer step with its 1-based number and mean loss. */
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx);
 
