@@ -59,6 +59,8 @@ int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overri
     add_long(ov, "train.max_steps", profile_steps ? profile_steps : SMOKE_STEPS);
     add_long(ov, "train.eval_interval", 0);      /* one eval, at the end */
     add_long(ov, "train.save_interval", 0);      /* one checkpoint, at the end */
+    /* --smoke saves and loads one; a profiling run leaves nothing */
+    ct_cli_overrides_add(ov, "checkpoint.enabled", profile_steps ? "false" : "true");
     add_long(ov, "train.sample_every", 0);
     /* outputs the config sends elsewhere go into the temporary directory too */
     if (cfg->csv_monitor.enabled) ct_cli_overrides_add(ov, "csv_monitor.output_path", "\"\"");

@@ -7,7 +7,8 @@
 #  - --smoke with --resume, --smoke with --profile, --profile 0: usage errors (exit 2);
 #  - --profile N: N steps, the flops profiler's table and the bottleneck report (printed even when
 #    no rule fires), TMPDIR clean; a plain run prints no report when nothing fired, and its
-#    summary carries the resolved hyperparameters ("hparams").
+#    summary carries the resolved hyperparameters ("hparams");
+#  - checkpoint.enabled false: no checkpoint at all (--smoke saves one anyway).
 # Usage: e2e_smoke.sh BUILD_DIR
 set -u
 B=${1:-build}/ctrain
@@ -102,6 +103,16 @@ else ok "a plain run without findings prints no report"; fi
     --set train_micro_batch_size_per_gpu=16 --set bf16.enabled=true --seed 9 >out 2>err
 has out '"hparams":{"lr":0.003,"train_batch_size":32,"train_micro_batch_size_per_gpu":16,"gradient_accumulation_steps":2,"world_size":1,"precision":"bf16","optimizer":"AdamW","scheduler":null,"seed":9}' \
     "the summary's hparams"
+
+# checkpoint.enabled false (a sweep's points): no checkpoint, no best/, a line saying so; --smoke
+# of such a config still saves and loads its checkpoint
+"$B" --config run.json --set train.run_dir=nock --set train.max_steps=4 --set checkpoint.enabled=false \
+    --set train.save_interval=1 >out 2>err
+has out '"status":"ok"' "checkpoint.enabled false: the run finishes"
+has err '^checkpoint.enabled false: this run writes no checkpoint' "checkpoint.enabled false: says so"
+eq "checkpoint.enabled false: nothing in save_dir" "$(ls nock/checkpoints 2>/dev/null | wc -l | tr -d ' ')" 0
+"$B" --config run.json --set checkpoint.enabled=false --smoke >out 2>err
+has err '^smoke: ok in .*checkpoint saved and loaded back' "--smoke saves even when the config turns checkpoints off"
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

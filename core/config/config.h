@@ -219,6 +219,9 @@ typedef struct ct_config {
     ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */
     ct_monitor_cfg tensorboard; /* acted on: core/report/metrics.h */
     ct_flops_profiler_cfg flops_profiler; /* acted on: core/train/profiler.c */
+    bool checkpoint_enabled;    /* checkpoint.enabled (ctrain's key, true): false writes no
+                                   checkpoint at all (sweeps); DeepSpeed's other checkpoint keys
+                                   are read, not used */
     bool wandb;                 /* wandb.enabled: validated; enabled gets a "not supported yet" line */
     ct_train_cfg train;
 

@@ -50,7 +50,10 @@ static const ct_field flops_fields[] = {
     CT_F_BOOL(ct_flops_profiler_cfg, detailed, true),
     CT_F_STR(ct_flops_profiler_cfg, output_file, ""),
 };
-static const ct_field ckpt_fields[] = {CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
+/* checkpoint.enabled is ctrain's (sweeps turn checkpoint writing off); DeepSpeed's keys are read,
+ * not used. */
+static const ct_field ckpt_fields[] = {CT_F_BOOL_K(ct_config, "enabled", checkpoint_enabled, true),
+                                       CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
                                        CT_U_BOOL("use_node_local_storage"), CT_U_ANY("parallel_write")};
 
 #define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
@@ -58,7 +61,6 @@ static const ct_section ds_sections[] = {
     WHOLE("comet", comet_fields, true),
     WHOLE("comms_logger", comms_fields, true),
     {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
-    WHOLE("checkpoint", ckpt_fields, false),
 };
 
 /* Features whose "enabled": true changes what training means: refused rather than ignored. */
@@ -226,8 +228,10 @@ static int read_monitors(ct_rd *r, const cJSON *root) {
     static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};
     static const ct_section flops = {"flops_profiler", flops_fields, CT_ARRAY_LEN(flops_fields), NULL, 0, false,
                                      false, false};
-    const ct_section *secs[] = {&tb, &csv, &wandb, &flops};
-    void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg, &r->cfg->flops_profiler};
+    static const ct_section ckpt = {"checkpoint", ckpt_fields, CT_ARRAY_LEN(ckpt_fields), NULL, 0, false, false,
+                                    false};
+    const ct_section *secs[] = {&tb, &csv, &wandb, &flops, &ckpt};
+    void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg, &r->cfg->flops_profiler, r->cfg};
     for (int i = 0; i < CT_ARRAY_LEN(secs); i++) {
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]->name);
         int rc = ct_rd_section(r, sec, secs[i]->name, secs[i], dst[i]);

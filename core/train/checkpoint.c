@@ -485,6 +485,7 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 /* ---- saving ---- */
 
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (!t->cfg->checkpoint_enabled) return CT_OK;   /* checkpoint.enabled false: a sweep's point */
     double t0 = ct_now();
     ck_to_host(t);
     ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
@@ -497,6 +498,7 @@ int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
 }
 
 int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (!t->cfg->checkpoint_enabled) return CT_OK;
     ck_to_host(t);
     return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
 }

@@ -538,7 +538,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ct_metrics_flush(t->obs.metrics); /* the history up to the checkpoint is on disk */
         ct_trainer_set_status(t, "interrupted", NULL);
         ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s", stop_name(sig), ls->step,
-                t->ck.last);
+                t->cfg->checkpoint_enabled ? t->ck.last : "nothing (checkpoint.enabled false)");
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }

@@ -6,6 +6,8 @@
 
 int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
     ct_report_plan(&t->obs.rep, t->d.total_steps);
+    if (!t->cfg->checkpoint_enabled)
+        ct_report_line(&t->obs.rep, "checkpoint.enabled false: this run writes no checkpoint (nor best/)");
     if (t->comm && t->comm->rank != 0) return CT_OK; /* one copy of the history: rank 0's */
     const ct_config *cfg = t->cfg;
     char jsonl[1100], csv[1400], tb[1400];
