@@ -76,6 +76,13 @@ int ct_short_run_prepare(const struct ct_config *cfg, long profile_steps, ct_cli
  * run's) and giving the same eval loss. CT_ERR_* with err naming the stage that failed. */
 int ct_smoke_verify(const struct ct_config *cfg, const struct ct_summary *s, ct_err *err);
 
+/* A training run's directory when the config gives no train.run_dir (run_dir.c): a fresh
+ * runs/<name>/<UTC yyyymmdd-hhmmss>[-k] made now, with runs/<name>/latest pointing at it, or under
+ * --resume auto the run `latest` names (runs/<name> itself when it holds a run of the older
+ * layout). Sets train.run_dir, and train.save_dir when that follows it, in cfg and its resolved
+ * JSON. CT_ERR_CONFIG when the directory cannot be made. Nothing to do when run_dir was given. */
+int ct_cli_default_run_dir(struct ct_config *cfg, const char *resume, ct_err *err);
+
 int ct_eval_main(int argc, char **argv, ct_err *err);
 int ct_generate_main(int argc, char **argv, ct_err *err);
 int ct_info_main(int argc, char **argv, ct_err *err);

@@ -534,6 +534,11 @@ static int run_training(cli_args *a) {
         .on_step = is_run ? watch_step : NULL,
         .profile_steps = a->profile_steps,
     };
+    /* no train.run_dir: a directory of its own under runs/<name> (cmd/run_dir.c) */
+    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, &err))) {
+        ct_config_free(cfg);
+        return refuse_run(&summary, a, is_run, &err, rc);
+    }
     pthread_mutex_lock(&g_watch.mu);
     g_watch.live = &summary;
     snprintf(g_watch.last.run_dir, sizeof g_watch.last.run_dir, "%s", cfg->train.run_dir);

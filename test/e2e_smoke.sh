@@ -8,7 +8,10 @@
 #  - --profile N: N steps, the flops profiler's table and the bottleneck report (printed even when
 #    no rule fires), TMPDIR clean; a plain run prints no report when nothing fired, and its
 #    summary carries the resolved hyperparameters ("hparams");
-#  - checkpoint.enabled false: no checkpoint at all (--smoke saves one anyway).
+#  - checkpoint.enabled false: no checkpoint at all (--smoke saves one anyway);
+#  - no train.run_dir: two runs of one config each get runs/<name>/<timestamp> and keep their
+#    checkpoints, runs/<name>/latest names the newest, --resume auto continues it (and a
+#    runs/<name> of the older layout is continued as it is).
 # Usage: e2e_smoke.sh BUILD_DIR
 set -u
 B=${1:-build}/ctrain
@@ -113,6 +116,26 @@ has err '^checkpoint.enabled false: this run writes no checkpoint' "checkpoint.e
 eq "checkpoint.enabled false: nothing in save_dir" "$(ls nock/checkpoints 2>/dev/null | wc -l | tr -d ' ')" 0
 "$B" --config run.json --set checkpoint.enabled=false --smoke >out 2>err
 has err '^smoke: ok in .*checkpoint saved and loaded back' "--smoke saves even when the config turns checkpoints off"
+
+# no train.run_dir: every run its own runs/<name>/<timestamp>, latest the newest, --resume auto
+# continues it; a runs/<name> of the older layout (holding a run itself) is continued as it is
+mkdir sweep && cp run.json train.csv eval.csv sweep/ && cd sweep || exit 1
+"$B" --config run.json --set train.max_steps=2 --quiet >out1 2>err1 || bad "first default run: exit $?"
+"$B" --config run.json --set train.max_steps=2 --set optimizer.params.lr=0.002 --quiet >out2 2>err2 ||
+    bad "second default run: exit $?"
+eq "two runs without run_dir: two run directories" "$(ls -d runs/run/2* | wc -l | tr -d ' ')" 2
+eq "both kept their checkpoints" "$(ls -d runs/run/2*/checkpoints/global_step2 | wc -l | tr -d ' ')" 2
+second=$(sed -n 's/.*"run_dir":"\([^"]*\)".*/\1/p' out2)
+eq "latest names the newest run" "runs/run/$(readlink runs/run/latest)" "$second"
+"$B" --config run.json --set train.max_steps=4 --set optimizer.params.lr=0.002 --resume auto >out3 2>err3 ||
+    bad "--resume auto: exit $?"
+has err3 "resuming from $second/checkpoints/global_step2" "--resume auto continues the run latest names"
+eq "--resume auto made no new directory" "$(ls -d runs/run/2* | wc -l | tr -d ' ')" 2
+mkdir -p old && cp run.json train.csv eval.csv old/ && (cd old && "$B" --config run.json --set train.run_dir=runs/run --set train.max_steps=2 \
+    --quiet >/dev/null 2>&1 && "$B" --config run.json --set train.max_steps=3 --resume auto >../out4 2>../err4) ||
+    bad "older layout: exit $?"
+has err4 "resuming from runs/run/checkpoints/global_step2" "--resume auto continues a run of the older layout"
+cd .. || exit 1
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

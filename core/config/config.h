@@ -178,6 +178,9 @@ typedef struct ct_train_cfg {
     char device[32];            /* "auto" | "cpu" | "cuda" | "cuda:N" */
     char run_dir[1024];         /* resolved: "runs/<config name>" by default */
     char save_dir[1024];        /* resolved: "<run_dir>/checkpoints" by default */
+    bool run_dir_default;       /* run_dir was not given: a training run picks a fresh
+                                   runs/<name>/<timestamp> (cmd/run_dir.c) */
+    bool save_dir_default;      /* save_dir was not given: it follows run_dir */
     long save_interval;         /* 0 = only at the end */
     int keep_last;              /* 3 */
     char best_metric[32];       /* "eval_loss" */
