@@ -36,8 +36,6 @@ JSON
 
 # count FILE PATTERN: lines of FILE matching PATTERN
 count() { grep -c -- "$2" "$1"; }
-# eq WHAT GOT WANT
-eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 
 # --- plain step lines ---
 "$B" --config run.json --set train.run_dir=r5 --set steps_per_print=5 >out 2>err || bad "steps_per_print 5: exit $?"

@@ -33,7 +33,6 @@ cat > run.json <<'JSON'
  "data": {"train": {"format": "csv", "path": "train.csv"}, "eval": {"format": "csv", "path": "eval.csv"}},
  "train": {"epochs": 1, "seed": 3, "device": "cpu", "threads": 1}}
 JSON
-eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 
 # --- the table in output_file ---
 "$B" --config run.json --set train.run_dir=r1 \

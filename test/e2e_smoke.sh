@@ -21,7 +21,6 @@ scratch_dir
 B=$(cd "$(dirname "$B")" && pwd)/ctrain
 mkdir "$T/tmp"
 export TMPDIR="$T/tmp"
-eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 tmp_clean() { eq "$1: nothing left in TMPDIR" "$(ls "$T/tmp" | wc -l | tr -d ' ')" 0; }
 
 # the data files a config reads, relative paths resolved against the config's directory

@@ -13,6 +13,8 @@ scratch_dir() {
 }
 ok()  { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+# eq WHAT GOT WANT: GOT is WANT (as strings).
+eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 # has FILE PATTERN DESCRIPTION: FILE contains PATTERN (grep), else show the end of FILE.
 has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
 # random_csv FILE ROWS FEATURES CLASSES SEED: a CSV data set of random features in [-1, 1) with a
