@@ -34,7 +34,7 @@ static const char USAGE[] =
     "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
     "       ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--tokens N]\n"
     "                   [--temperature T] [--top-k K] [--seed S] [--config FILE] [--device DEV]\n"
-    "       ctrain plot ...   (not implemented yet)\n"
+    "       ctrain plot RUN_DIR [--out FILE.png] [--size WIDTHxHEIGHT]\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
     "\n"
@@ -569,7 +569,7 @@ static void on_fatal(void *ctx, const char *msg) {
 }
 
 /* The subcommands: name, entry point and usage line; `ctrain NAME --help` prints the line and
- * exits 0. "plot" is reserved for a later version. */
+ * exits 0. */
 static const struct subcommand {
     const char *name;
     int (*main)(int argc, char **argv, ct_err *err);   /* NULL: config (cmd_config) */
@@ -578,7 +578,7 @@ static const struct subcommand {
     {"config", NULL, config_usage},       {"eval", ct_eval_main, ct_eval_usage},
     {"info", ct_info_main, ct_info_usage}, {"export", ct_export_main, ct_export_usage},
     {"pack", ct_pack_main, ct_pack_usage}, {"bench-data", ct_bench_data_main, ct_bench_data_usage},
-    {"generate", ct_generate_main, ct_generate_usage},
+    {"generate", ct_generate_main, ct_generate_usage}, {"plot", ct_plot_main, ct_plot_usage},
 };
 
 static bool wants_help(int argc, char **argv) {
@@ -597,10 +597,6 @@ static int run_command(int argc, char **argv) {
                 return CT_OK;
             }
             return c->main ? run_subcommand(c->main, argc - 1, argv + 1) : cmd_config(argc, argv);
-        }
-        if (!strcmp(argv[1], "plot")) {
-            fprintf(stderr, "ctrain: error: 'plot' is not implemented yet in ctrain %s\n", CT_VERSION);
-            return CT_ERR_CONFIG;
         }
         char what[256];
         int n = snprintf(what, sizeof what, "unknown command \"%.64s\" (commands:", argv[1]);

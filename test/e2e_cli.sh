@@ -28,13 +28,11 @@ ok "help and man page list the same options"
 expect 2 "no arguments" -- "$B"
 expect 2 "unknown option" -- "$B" --config x.json --frobnicate
 has "$T/err" "unknown option" "unknown option is named"
-for sub in plot; do
-    expect 2 "$sub not implemented yet" -- "$B" $sub
-    has "$T/err" "not implemented yet" "$sub says not implemented yet"
-done
+expect 2 "plot without RUN_DIR" -- "$B" plot
+has "$T/err" "plot: RUN_DIR is required" "plot says what it needs"
 expect 2 "unknown command" -- "$B" frobnicate
 has "$T/err" "commands: config eval info export pack bench-data" "an unknown command lists the commands"
-for sub in config eval info export pack bench-data; do
+for sub in config eval info export pack bench-data plot; do
     expect 0 "$sub --help exits 0" -- "$B" $sub --help
     has "$T/out" "^usage: ctrain $sub" "$sub --help prints its usage on stdout"
 done

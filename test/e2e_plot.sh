@@ -1,0 +1,60 @@
+#!/bin/sh
+# End-to-end: `ctrain plot` on a real run's metrics.jsonl (a small MLP on a random CSV data set,
+# 3 epochs with an eval each): the PNG has the requested size (read from its IHDR chunk), the
+# default name and size, --out; a run directory without metrics.jsonl exits 2, a bad --size 2,
+# a record in the middle that is not JSON 3 naming file and line, a partial last line is skipped.
+# (The pixels themselves are checked by test_plot.)
+# Usage: e2e_plot.sh BUILD_DIR
+set -u
+B=${1:-build}/ctrain
+[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+. test/lib_e2e.sh
+scratch_dir
+B=$(cd "$(dirname "$B")" && pwd)/ctrain
+cd "$T" || exit 1
+
+random_csv train.csv 512 16 4 7
+random_csv eval.csv 64 16 4 8
+cat > run.json <<'JSON'
+{"train_batch_size": 32, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 20}},
+ "model": {"input": [16], "layers": [{"type": "linear", "name": "fc1", "out": 32}, {"type": "relu", "name": "r1"},
+           {"type": "linear", "name": "fc2", "out": 4}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "csv", "path": "train.csv"}, "eval": {"format": "csv", "path": "eval.csv"}},
+ "train": {"epochs": 3, "seed": 3, "device": "cpu", "threads": 1, "run_dir": "r"}}
+JSON
+"$B" --config run.json --quiet >/dev/null 2>err || bad "training run: exit $?"
+# png_size FILE: "WIDTHxHEIGHT" from the IHDR chunk, or why not
+png_size() {
+    python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read(24)
+if b[:8] != b"\x89PNG\r\n\x1a\n" or b[12:16] != b"IHDR": print("not a PNG")
+else: print("%dx%d" % struct.unpack(">II", b[16:24]))
+PY
+}
+"$B" plot r >out 2>err
+eq "plot RUN_DIR: exit" "$?" 0
+has out '^wrote r/curves.png (1000x750): 48 step records, 3 evals' "plot says what it wrote"
+eq "default: r/curves.png at 1000x750" "$(png_size r/curves.png)" 1000x750
+"$B" plot r --out small.png --size 640x480 >out 2>err
+eq "--out --size: exit" "$?" 0
+eq "--size 640x480" "$(png_size small.png)" 640x480
+
+mkdir empty
+"$B" plot empty >out 2>err
+eq "no metrics.jsonl: exit" "$?" 2
+has err 'empty/metrics.jsonl: No such file or directory' "no metrics.jsonl: names the file"
+"$B" plot r --size 99x480 >out 2>err
+eq "--size 99x480: exit" "$?" 2
+has err 'each 160 to 8192 pixels' "a bad size says the limits"
+mkdir bad && { head -3 r/metrics.jsonl; echo 'not json'; tail -2 r/metrics.jsonl; } >bad/metrics.jsonl
+"$B" plot bad >out 2>err
+eq "a corrupt record: exit" "$?" 3
+has err 'bad/metrics.jsonl:4: not a metrics record' "a corrupt record: file and line"
+mkdir cut && { cat r/metrics.jsonl; printf '{"type":"train","st'; } >cut/metrics.jsonl
+"$B" plot cut >out 2>err
+eq "a partial last line (a killed run): exit" "$?" 0
+
+[ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
+[ $fails -eq 0 ]
