@@ -16,12 +16,8 @@
 #  - a config error still writes --summary, status "error" with the message.
 # Usage: e2e_observe.sh BUILD_DIR
 set -u
-B=${1:-build}/ctrain
-[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 . test/lib_e2e.sh
-scratch_dir
-B=$(cd "$(dirname "$B")" && pwd)/ctrain
-cd "$T" || exit 1
+in_scratch "${1:-build}"
 
 random_csv train.csv 640 16 4 7
 random_csv eval.csv 128 16 4 8

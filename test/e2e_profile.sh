@@ -13,12 +13,8 @@
 #    the key.
 # Usage: e2e_profile.sh BUILD_DIR
 set -u
-B=${1:-build}/ctrain
-[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 . test/lib_e2e.sh
-scratch_dir
-B=$(cd "$(dirname "$B")" && pwd)/ctrain
-cd "$T" || exit 1
+in_scratch "${1:-build}"
 
 random_csv train.csv 256 16 4 7
 random_csv eval.csv 64 16 4 8

@@ -11,6 +11,15 @@ scratch_dir() {
     T=$(mktemp -d)
     trap 'rm -rf "$T"' EXIT
 }
+# in_scratch BUILD_DIR: B is the absolute path of BUILD_DIR/ctrain (exit 1 when it is missing), T a
+# scratch directory (scratch_dir), and the script goes on in T.
+in_scratch() {
+    B=${1:-build}/ctrain
+    [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+    B=$(cd "$(dirname "$B")" && pwd)/ctrain
+    scratch_dir
+    cd "$T" || exit 1
+}
 ok()  { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 # eq WHAT GOT WANT: GOT is WANT (as strings).
