@@ -34,6 +34,9 @@
  *   ctrain plot RUN_DIR [--out FILE.png] [--size WIDTHxHEIGHT]                          (plot.c)
  *       the curves of RUN_DIR/metrics.jsonl as one PNG (default RUN_DIR/curves.png, 1000x750):
  *       train and eval loss, eval accuracy (a classifier's), learning rate, over the step.
+ *   ctrain compare RUN_DIR... [--out FILE.png] [--size WIDTHxHEIGHT]                  (plot.c)
+ *       a table of the runs (last eval loss, train loss, accuracy; lr, batch, precision from each
+ *       config.json), best eval loss first; --out: their train and eval loss curves together.
  *   ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]           (bench_data.c)
  *       throughput of the data pipeline alone (read, decode, normalise, augment, collate through
  *       the threaded loader, no model) as one JSON line: {"bench": "data", "format", "source",
@@ -88,6 +91,7 @@ int ct_cli_default_run_dir(struct ct_config *cfg, const char *resume, ct_err *er
 
 int ct_eval_main(int argc, char **argv, ct_err *err);
 int ct_plot_main(int argc, char **argv, ct_err *err);
+int ct_compare_main(int argc, char **argv, ct_err *err);
 int ct_generate_main(int argc, char **argv, ct_err *err);
 int ct_info_main(int argc, char **argv, ct_err *err);
 int ct_export_main(int argc, char **argv, ct_err *err);
@@ -95,6 +99,6 @@ int ct_pack_main(int argc, char **argv, ct_err *err);
 int ct_bench_data_main(int argc, char **argv, ct_err *err);
 /* Their usage lines ("usage: ctrain eval ..."), for errors and for --help. */
 extern const char ct_eval_usage[], ct_info_usage[], ct_export_usage[], ct_pack_usage[],
-    ct_bench_data_usage[], ct_generate_usage[], ct_plot_usage[];
+    ct_bench_data_usage[], ct_generate_usage[], ct_plot_usage[], ct_compare_usage[];
 
 #endif

@@ -35,6 +35,7 @@ static const char USAGE[] =
     "       ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--tokens N]\n"
     "                   [--temperature T] [--top-k K] [--seed S] [--config FILE] [--device DEV]\n"
     "       ctrain plot RUN_DIR [--out FILE.png] [--size WIDTHxHEIGHT]\n"
+    "       ctrain compare RUN_DIR... [--out FILE.png] [--size WIDTHxHEIGHT]\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
     "\n"
@@ -579,6 +580,7 @@ static const struct subcommand {
     {"info", ct_info_main, ct_info_usage}, {"export", ct_export_main, ct_export_usage},
     {"pack", ct_pack_main, ct_pack_usage}, {"bench-data", ct_bench_data_main, ct_bench_data_usage},
     {"generate", ct_generate_main, ct_generate_usage}, {"plot", ct_plot_main, ct_plot_usage},
+    {"compare", ct_compare_main, ct_compare_usage},
 };
 
 static bool wants_help(int argc, char **argv) {

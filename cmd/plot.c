@@ -1,4 +1,5 @@
-/* plot.c: `ctrain plot` (commands.h): a run's curves from its metrics.jsonl as one PNG. */
+/* plot.c: `ctrain plot` (a run's curves from its metrics.jsonl as one PNG) and `ctrain compare`
+ * (several runs side by side: a table, and their curves together) (commands.h). */
 #include "cmd/commands.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +13,7 @@
 #include "core/util/fs.h"
 
 const char ct_plot_usage[] = "usage: ctrain plot RUN_DIR [--out FILE.png] [--size WIDTHxHEIGHT]";
+const char ct_compare_usage[] = "usage: ctrain compare RUN_DIR... [--out FILE.png] [--size WIDTHxHEIGHT]";
 
 /* A growing series of (x, y). */
 typedef struct points {
@@ -139,5 +141,131 @@ int ct_plot_main(int argc, char **argv, ct_err *err) {
     }
     if (!rc) printf("wrote %s (%dx%d): %d step records, %d evals\n", out, w, h, c.loss.n, c.eval_loss.n);
     free_points(&c.loss), free_points(&c.lr), free_points(&c.eval_loss), free_points(&c.eval_acc);
+    return rc;
+}
+
+/* ---- compare ---- */
+
+/* One run of the comparison: its curves and what its config.json says. */
+typedef struct run_row {
+    const char *dir;
+    curves c;
+    double lr;
+    long batch;
+    char precision[8];
+} run_row;
+
+/* The last finite value of a series (NAN: none). */
+static double last(const points *p) {
+    for (int i = p->n - 1; i >= 0; i--)
+        if (isfinite(p->y[i])) return p->y[i];
+    return NAN;
+}
+
+/* lr, batch and precision from the run's resolved config (<run_dir>/config.json); NAN/0/"?" when
+ * it is not there (a run refused before its start wrote none). */
+static void read_run_config(run_row *r) {
+    char path[4200];
+    r->lr = NAN, r->batch = 0;
+    snprintf(r->precision, sizeof r->precision, "?");
+    snprintf(path, sizeof path, "%s/config.json", r->dir);
+    size_t len;
+    char *text = ct_fs_read_small(path, (size_t)64 << 20, &len);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!cfg) return;
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(cfg, "optimizer");
+    const cJSON *params = opt ? cJSON_GetObjectItemCaseSensitive(opt, "params") : NULL;
+    r->lr = params ? num(params, "lr") : NAN;
+    double b = num(cfg, "train_batch_size");
+    r->batch = isfinite(b) ? (long)b : 0;
+    const cJSON *bf = cJSON_GetObjectItemCaseSensitive(cfg, "bf16"), *fp = cJSON_GetObjectItemCaseSensitive(cfg, "fp16");
+    bool bf16 = bf && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bf, "enabled"));
+    bool fp16 = fp && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fp, "enabled"));
+    snprintf(r->precision, sizeof r->precision, "%s", bf16 ? "bf16" : fp16 ? "fp16" : "fp32");
+    cJSON_Delete(cfg);
+}
+
+/* Best first: by the last eval loss, runs without one after those with one. */
+static int by_eval_loss(const void *a, const void *b) {
+    double x = last(&((const run_row *)a)->c.eval_loss), y = last(&((const run_row *)b)->c.eval_loss);
+    if (isnan(x) || isnan(y)) return isnan(x) - isnan(y);
+    return (x > y) - (x < y);
+}
+
+static void cell(double v, const char *fmt, char *buf, size_t n) {
+    if (isfinite(v)) snprintf(buf, n, fmt, v);
+    else snprintf(buf, n, "-");
+}
+
+static void print_table(const run_row *rows, int n) {
+    printf("%3s %10s %10s %9s %9s %6s %5s  %s\n", "#", "eval_loss", "train_loss", "accuracy", "lr", "batch", "prec",
+           "run");
+    for (int i = 0; i < n; i++) {
+        const run_row *r = &rows[i];
+        char el[32], tl[32], acc[32], lr[32];
+        cell(last(&r->c.eval_loss), "%.4f", el, sizeof el);
+        cell(last(&r->c.loss), "%.4f", tl, sizeof tl);
+        cell(last(&r->c.eval_acc), "%.4f", acc, sizeof acc);
+        cell(r->lr, "%.3g", lr, sizeof lr);
+        printf("%3d %10s %10s %9s %9s %6ld %5s  %s\n", i + 1, el, tl, acc, lr, r->batch, r->precision, r->dir);
+    }
+}
+
+/* The train and eval loss of up to CT_PLOT_MAX_SERIES runs, labelled by their row numbers. */
+static int plot_runs(const run_row *rows, int n, int w, int h, const char *out, ct_err *err) {
+    static const uint32_t palette[CT_PLOT_MAX_SERIES] = {0x1F77B4, 0xD62728, 0x2CA02C, 0xFF7F0E,
+                                                         0x9467BD, 0x8C564B, 0xE377C2, 0x17BECF};
+    static const char *const labels[CT_PLOT_MAX_SERIES] = {"1", "2", "3", "4", "5", "6", "7", "8"};
+    if (n > CT_PLOT_MAX_SERIES) {
+        fprintf(stderr, "ctrain: warning: compare: curves of the first %d runs of the table only\n", CT_PLOT_MAX_SERIES);
+        n = CT_PLOT_MAX_SERIES;
+    }
+    ct_plot_panel panels[2] = {{.title = "train loss", .n_series = n}, {.title = "eval loss", .n_series = n}};
+    for (int i = 0; i < n; i++) {
+        const curves *c = &rows[i].c;
+        panels[0].series[i] = (ct_plot_series){.label = labels[i], .x = c->loss.x, .y = c->loss.y, .n = c->loss.n,
+                                               .rgb = palette[i]};
+        panels[1].series[i] = (ct_plot_series){.label = labels[i], .x = c->eval_loss.x, .y = c->eval_loss.y,
+                                               .n = c->eval_loss.n, .rgb = palette[i], .points = true};
+    }
+    int rc = ct_plot_png(panels, 2, "step", w, h, out, err);
+    if (!rc) printf("wrote %s (%dx%d): the curves of runs 1-%d\n", out, w, h, n);
+    return rc;
+}
+
+int ct_compare_main(int argc, char **argv, ct_err *err) {
+    const char *out = NULL, *v;
+    int w = 1000, h = 750, n = 0, rc = CT_OK;
+    run_row *rows = ct_xcalloc((size_t)argc, sizeof *rows);
+    for (int i = 1; i < argc && !rc; i++) {
+        if ((v = ct_cli_option_value(argc, argv, &i, "--out"))) {
+            if (!*v) rc = ct_errf(err, CT_ERR_CONFIG, "compare: --out needs a file\n%s", ct_compare_usage);
+            out = v;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--size"))) {
+            rc = parse_size(v, &w, &h, err);
+        } else if (argv[i][0] == '-') {
+            rc = ct_errf(err, CT_ERR_CONFIG, "compare: unknown option \"%s\"\n%s", argv[i], ct_compare_usage);
+        } else {
+            rows[n++].dir = argv[i];
+        }
+    }
+    if (!rc && n == 0) rc = ct_errf(err, CT_ERR_CONFIG, "compare: give one or more run directories\n%s", ct_compare_usage);
+    for (int i = 0; i < n && !rc; i++) {
+        char metrics[4200];
+        rc = ct_fs_join(metrics, sizeof metrics, rows[i].dir, "metrics.jsonl", err);
+        if (!rc) rc = read_metrics(metrics, &rows[i].c, err);
+        read_run_config(&rows[i]);
+    }
+    if (!rc) {
+        qsort(rows, (size_t)n, sizeof *rows, by_eval_loss);
+        print_table(rows, n);
+        if (out) rc = plot_runs(rows, n, w, h, out, err);
+    }
+    for (int i = 0; i < n; i++) {
+        curves *c = &rows[i].c;
+        free_points(&c->loss), free_points(&c->lr), free_points(&c->eval_loss), free_points(&c->eval_acc);
+    }
+    free(rows);
     return rc;
 }

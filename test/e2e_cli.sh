@@ -32,7 +32,7 @@ expect 2 "plot without RUN_DIR" -- "$B" plot
 has "$T/err" "plot: RUN_DIR is required" "plot says what it needs"
 expect 2 "unknown command" -- "$B" frobnicate
 has "$T/err" "commands: config eval info export pack bench-data" "an unknown command lists the commands"
-for sub in config eval info export pack bench-data plot; do
+for sub in config eval info export pack bench-data plot compare; do
     expect 0 "$sub --help exits 0" -- "$B" $sub --help
     has "$T/out" "^usage: ctrain $sub" "$sub --help prints its usage on stdout"
 done

@@ -2,7 +2,9 @@
 # End-to-end: `ctrain plot` on a real run's metrics.jsonl (a small MLP on a random CSV data set,
 # 3 epochs with an eval each): the PNG has the requested size (read from its IHDR chunk), the
 # default name and size, --out; a run directory without metrics.jsonl exits 2, a bad --size 2,
-# a record in the middle that is not JSON 3 naming file and line, a partial last line is skipped.
+# a record in the middle that is not JSON 3 naming file and line, a partial last line is skipped;
+# `ctrain compare` of two runs: the table (best eval loss first, each run's lr from its
+# config.json) and their curves.
 # (The pixels themselves are checked by test_plot.)
 # Usage: e2e_plot.sh BUILD_DIR
 set -u
@@ -51,6 +53,27 @@ has err 'bad/metrics.jsonl:4: not a metrics record' "a corrupt record: file and 
 mkdir cut && { cat r/metrics.jsonl; printf '{"type":"train","st'; } >cut/metrics.jsonl
 "$B" plot cut >out 2>err
 eq "a partial last line (a killed run): exit" "$?" 0
+
+# compare: a second run with a larger learning rate; the table best eval loss first, with each
+# run's lr from its config.json; --out their curves
+"$B" --config run.json --set train.run_dir=r2 --set optimizer.params.lr=0.05 --quiet >/dev/null 2>err ||
+    bad "second run: exit $?"
+"$B" compare r r2 --out both.png --size 800x600 >out 2>err
+eq "compare: exit" "$?" 0
+has out '^  #  eval_loss train_loss  accuracy        lr  batch  prec  run' "compare: the table's header"
+eq "compare: a row per run" "$(grep -c ' fp32  r2\?$' out)" 2
+python3 - out <<'PY' && ok "compare: best eval loss first, lr from config.json" || bad "compare: table order or lr"
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()[:1].isdigit()]
+losses = [float(r[1]) for r in rows]
+assert losses == sorted(losses), losses
+assert {r[-1]: r[4] for r in rows} == {"r": "0.01", "r2": "0.05"}, rows
+PY
+eq "compare --out: the PNG's size" "$(png_size both.png)" 800x600
+"$B" compare r empty >out 2>err
+eq "compare with a directory without metrics: exit" "$?" 2
+"$B" compare >out 2>err
+eq "compare without runs: exit" "$?" 2
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

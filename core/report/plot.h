@@ -18,7 +18,7 @@ typedef struct ct_plot_series {
     bool points;                 /* also mark every point (evals: a few points) */
 } ct_plot_series;
 
-#define CT_PLOT_MAX_SERIES 4
+#define CT_PLOT_MAX_SERIES 8
 typedef struct ct_plot_panel {
     const char *title;
     ct_plot_series series[CT_PLOT_MAX_SERIES];
