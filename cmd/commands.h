@@ -64,6 +64,30 @@ bool ct_cli_is_override(const char *s);
  * the shape of an override. */
 int ct_cli_take_override(int argc, char **argv, int *i, ct_cli_overrides *o, bool *taken, ct_err *err);
 void ct_cli_overrides_free(ct_cli_overrides *o);
+/* Append KEY=VALUE (VALUE as JSON, or a plain string) built by the caller; o owns the copy. */
+void ct_cli_overrides_add(ct_cli_overrides *o, const char *key, const char *value);
+
+/* --smoke (profile_steps 0) and --profile N (short_run.c): make a temporary directory (its path
+ * in dir) and add the overrides of the short run of cfg to ov: run_dir and save_dir in dir,
+ * max_steps (3, or N), one eval and one checkpoint at the end, an eval set cut to one micro-batch,
+ * no sampling, the monitors' files in the run directory; --smoke also a micro-batch of at most 4
+ * (accumulation at most 2), --profile the flops profiler at step min(2, N). CT_ERR_RUNTIME when
+ * the directory cannot be made. */
+struct ct_config;
+struct ct_summary;
+int ct_short_run_prepare(const struct ct_config *cfg, long profile_steps, ct_cli_overrides *ov, char *dir,
+                         size_t n, ct_err *err);
+/* After the --smoke run (cfg as it ran, s its summary): status ok, a finite eval loss when there
+ * is an eval set, the checkpoint saved at the end loaded back into a fresh trainer (its step the
+ * run's) and giving the same eval loss. CT_ERR_* with err naming the stage that failed. */
+int ct_smoke_verify(const struct ct_config *cfg, const struct ct_summary *s, ct_err *err);
+
+/* A training run's directory when the config gives no train.run_dir (run_dir.c): a fresh
+ * runs/<name>/<UTC yyyymmdd-hhmmss>[-k] made now, with runs/<name>/latest pointing at it, or under
+ * --resume auto the run `latest` names (runs/<name> itself when it holds a run of the older
+ * layout). Sets train.run_dir, and train.save_dir when that follows it, in cfg and its resolved
+ * JSON. CT_ERR_CONFIG when the directory cannot be made. Nothing to do when run_dir was given. */
+int ct_cli_default_run_dir(struct ct_config *cfg, const char *resume, ct_err *err);
 
 int ct_eval_main(int argc, char **argv, ct_err *err);
 int ct_generate_main(int argc, char **argv, ct_err *err);

@@ -3,6 +3,7 @@
  * and exits with the documented code (README.md, docs/ctrain.1). */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -57,6 +58,11 @@ static const char USAGE[] =
     "                       (otherwise a warning)\n"
     "  --summary FILE       also write the final JSON summary line to FILE\n"
     "  --quiet              print only errors, warnings and the summary\n"
+    "  --smoke              check the whole path in seconds: 3 steps at a micro-batch of at most\n"
+    "                       4, one eval batch, the checkpoint saved and loaded back, in a\n"
+    "                       temporary directory; exit 0 only if every stage worked\n"
+    "  --profile N          a profiling run of N steps in a temporary directory: the flops\n"
+    "                       profiler's table at step min(2, N) and the bottleneck report\n"
     "  --world-size N       data-parallel ranks for the batch rule (default: from the launcher)\n"
     "  --version            print the version and the compiled-in backends\n"
     "  --help               print this help\n"
@@ -113,6 +119,8 @@ typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
     ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
     bool print_config, dry_run, quiet, strict_resume;
+    bool smoke;                 /* --smoke */
+    long profile_steps;         /* --profile N; 0: not given */
     int world_size;             /* --world-size N (0: not given; the launcher's then) */
     ct_launch launch;           /* rank and world: the launcher's, or rank 0 of --world-size */
     size_t device_memory;       /* --device-memory, bytes; 0: not given */
@@ -152,6 +160,15 @@ static int parse_args(int argc, char **argv, cli_args *a) {
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--summary"))) {
             if (!*v) return usage_error("%s needs a file", "--summary");
             a->summary = v;
+        } else if (!strcmp(arg, "--smoke")) {
+            a->smoke = true;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--profile"))) {
+            char *end;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || !*v || *end || n < 1 || n > 1000000)
+                return usage_error("--profile: expected a number of steps (1 or more), got \"%s\"", v);
+            a->profile_steps = n;
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
@@ -416,6 +433,23 @@ static int refuse_run(ct_summary *summary, const cli_args *a, bool is_run, const
     return rc;
 }
 
+/* --smoke's last stages after a run that succeeded: the checkpoint loaded back (short_run.c).
+ * A failure turns the summary's status into "error" with the stage's message. */
+static int smoke_verify(const ct_config *cfg, ct_summary *s, bool quiet, ct_err *err) {
+    int rc = ct_smoke_verify(cfg, s, err);
+    if (rc) {
+        print_error(err->msg);
+        snprintf(s->status, sizeof s->status, "error");
+        snprintf(s->error, sizeof s->error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
+        return rc;
+    }
+    if (!quiet)
+        fprintf(stderr, "smoke: ok in %.1fs: %ld steps, %s, checkpoint saved and loaded back%s\n",
+                ct_now() - g_watch.t0, s->steps, isfinite(s->eval_loss) ? "one eval batch" : "no eval set",
+                isfinite(s->eval_loss) ? " (the same eval loss)" : "");
+    return CT_OK;
+}
+
 static int run_training(cli_args *a) {
     ct_config_opts opts = {
         .path = a->config,
@@ -437,9 +471,23 @@ static int run_training(cli_args *a) {
     ct_summary_init(&summary);
 
     int rc = ct_config_load(&opts, &cfg, &warn, &err);
+    /* --smoke, --profile: the same config again with the short run's overrides after the user's */
+    char short_dir[1024] = "";
+    if (!rc && is_run && (a->smoke || a->profile_steps)) {
+        rc = ct_short_run_prepare(cfg, a->profile_steps, &a->ov, short_dir, sizeof short_dir, &err);
+        ct_config_free(cfg);
+        cfg = NULL;
+        ct_warnings_free(&warn);   /* the reload says them again */
+        opts.overrides = a->ov.items;
+        opts.n_overrides = a->ov.n;
+        if (!rc) rc = ct_config_load(&opts, &cfg, &warn, &err);
+    }
     if (a->launch.rank == 0) print_warnings(&warn);   /* once per run, not once per rank */
     ct_warnings_free(&warn);
-    if (rc) return refuse_run(&summary, a, is_run, &err, rc);
+    if (rc) {
+        if (short_dir[0]) ct_fs_remove_tree(short_dir);
+        return refuse_run(&summary, a, is_run, &err, rc);
+    }
     if (a->print_config) {
         char *json = ct_config_to_json(cfg);
         puts(json);
@@ -454,6 +502,7 @@ static int run_training(cli_args *a) {
     rc = ct_fit_auto_micro_batch(cfg, gpu, a->device_memory, batch_note, sizeof batch_note, &err);
     if (rc) {
         ct_config_free(cfg);
+        if (short_dir[0]) ct_fs_remove_tree(short_dir);
         return refuse_run(&summary, a, is_run, &err, rc);
     }
 
@@ -475,7 +524,13 @@ static int run_training(cli_args *a) {
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
         .launch = &a->launch,
+        .profile_steps = a->profile_steps,
     };
+    /* no train.run_dir: a directory of its own under runs/<name> (cmd/run_dir.c) */
+    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, &err))) {
+        ct_config_free(cfg);
+        return refuse_run(&summary, a, is_run, &err, rc);
+    }
     pthread_mutex_lock(&g_watch.mu);
     g_watch.live = &summary;
     snprintf(g_watch.last.run_dir, sizeof g_watch.last.run_dir, "%s", cfg->train.run_dir);
@@ -485,6 +540,8 @@ static int run_training(cli_args *a) {
     g_watch.finished = true;
     pthread_mutex_unlock(&g_watch.mu);
     if (rc && rc != CT_EXIT_SIGINT && rc != CT_EXIT_SIGTERM && rc != CT_EXIT_SIGHUP) print_error(err.msg);
+    if (a->smoke && rc == CT_OK) rc = smoke_verify(cfg, &summary, a->quiet, &err);
+    if (short_dir[0]) ct_fs_remove_tree(short_dir);
     if (is_run && a->launch.rank == 0) {   /* one summary per run: rank 0's */
         ct_summary_write(&summary, stdout);
         if (a->summary) rc = save_summary(&summary, a->summary, cfg, rc);
@@ -543,6 +600,11 @@ static int run_command(int argc, char **argv) {
     }
     cli_args a = {0};
     int rc = parse_args(argc, argv, &a);
+    if (rc == CT_OK && (a.smoke || a.profile_steps) && (a.resume || a.dry_run || a.print_config))
+        rc = usage_error("%s", "--smoke and --profile make a fresh run in a temporary directory: they take no "
+                         "--resume, --dry-run or --print-config");
+    if (rc == CT_OK && a.smoke && a.profile_steps)
+        rc = usage_error("%s", "--smoke and --profile are two kinds of short run: give one");
     if (rc == CT_OK && a.device_memory && !a.dry_run)
         rc = usage_error("%s", "--device-memory plans for another device and needs --dry-run (to cap a run's "
                          "memory, set train.memory_limit_gb)");

@@ -23,7 +23,7 @@ static void add(ct_cli_overrides *o, const char *kv) {
 }
 
 /* KEY=VALUE built here (the shorthands), owned by o. */
-static void add_built(ct_cli_overrides *o, const char *key, const char *value) {
+void ct_cli_overrides_add(ct_cli_overrides *o, const char *key, const char *value) {
     size_t n = strlen(key) + strlen(value) + 2;
     char *s = ct_xmalloc(n);
     snprintf(s, n, "%s=%s", key, value);
@@ -40,7 +40,7 @@ int ct_cli_take_override(int argc, char **argv, int *i, ct_cli_overrides *o, boo
         if (strlen(v) > 64) return ct_errf(err, CT_ERR_CONFIG, "--device: \"%s\" is not a device (auto, cpu, cuda, cuda:N)", v);
         char quoted[96]; /* the override value must be a JSON string */
         snprintf(quoted, sizeof quoted, "\"%s\"", v);
-        add_built(o, "train.device", quoted);
+        ct_cli_overrides_add(o, "train.device", quoted);
     } else if ((v = ct_cli_option_value(argc, argv, i, "--seed"))) {
         char *end;
         errno = 0;
@@ -48,7 +48,7 @@ int ct_cli_take_override(int argc, char **argv, int *i, ct_cli_overrides *o, boo
         if (!*v || *end || errno || v[0] == '-')
             return ct_errf(err, CT_ERR_CONFIG, "--seed: expected a non-negative integer, got \"%s\"", v);
         (void)s;
-        add_built(o, "train.seed", v);
+        ct_cli_overrides_add(o, "train.seed", v);
     } else if ((v = ct_cli_option_value(argc, argv, i, "--set"))) {
         if (!ct_cli_is_override(v))
             return ct_errf(err, CT_ERR_CONFIG, "--set: expected KEY=VALUE with a dotted KEY, got \"%s\"", v);

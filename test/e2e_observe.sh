@@ -16,12 +16,8 @@
 #  - a config error still writes --summary, status "error" with the message.
 # Usage: e2e_observe.sh BUILD_DIR
 set -u
-B=${1:-build}/ctrain
-[ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 . test/lib_e2e.sh
-scratch_dir
-B=$(cd "$(dirname "$B")" && pwd)/ctrain
-cd "$T" || exit 1
+in_scratch "${1:-build}"
 
 random_csv train.csv 640 16 4 7
 random_csv eval.csv 128 16 4 8
@@ -36,8 +32,6 @@ JSON
 
 # count FILE PATTERN: lines of FILE matching PATTERN
 count() { grep -c -- "$2" "$1"; }
-# eq WHAT GOT WANT
-eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 
 # --- plain step lines ---
 "$B" --config run.json --set train.run_dir=r5 --set steps_per_print=5 >out 2>err || bad "steps_per_print 5: exit $?"

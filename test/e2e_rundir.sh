@@ -1,7 +1,7 @@
 #!/bin/sh
 # End-to-end: run directories, their lock, output paths and the summary file, on a generated IDX
 # data set (random 8x8 images, 4 classes; a run is 10 steps and takes a fraction of a second):
-#  - two configs both named ds_config.json share the default run_dir runs/ds_config: the second
+#  - two configs both named ds_config.json given the same run_dir runs/ds_config: the second
 #    exits 2 naming both files (fresh and --resume auto) and leaves the first's checkpoints as
 #    they were; the same config resumes, a longer run resumes, an explicit --resume with another
 #    learning rate goes on and lists the difference;
@@ -68,29 +68,31 @@ EOF
 mkdir -p "$T/expA" "$T/expB"
 cfg 0.01 >"$T/expA/ds_config.json"
 cfg 0.02 >"$T/expB/ds_config.json"
-# in T, where the default run_dir of both is runs/ds_config
+# in T; both given the same run_dir, runs/ds_config (without one each run would get its own
+# runs/ds_config/<timestamp>: test/e2e_smoke.sh)
 C() { (cd "$T" && exec "$B" "$@"); }
+S="--set train.run_dir=runs/ds_config"
 R="$T/runs/ds_config/checkpoints"
 
 # --- two configs named ds_config.json: the second must not take over the first's run_dir
-C --config expA/ds_config.json --quiet >/dev/null 2>"$T/a.err"
+C --config expA/ds_config.json $S --quiet >/dev/null 2>"$T/a.err"
 code $? 0 "run A" "$T/a.err"
 cp "$R/global_step10/model.safetensors" "$T/a10.safetensors"
-C --config expB/ds_config.json >/dev/null 2>"$T/b.err"
+C --config expB/ds_config.json $S >/dev/null 2>"$T/b.err"
 code $? 2 "run B in A's run_dir exits 2" "$T/b.err"
 untrained "$T/b.err" "run B did not train"
 has "$T/b.err" "expA/ds_config.json" "the refusal names A's config file"
 has "$T/b.err" "expB/ds_config.json" "the refusal names B's config file"
 has "$T/b.err" "optimizer.params.lr: 0.01 -> 0.02" "the refusal lists the difference"
 has "$T/b.err" "train.run_dir" "the refusal says to pass train.run_dir"
-C --config expB/ds_config.json --resume auto >/dev/null 2>"$T/b2.err"
+C --config expB/ds_config.json $S --resume auto >/dev/null 2>"$T/b2.err"
 code $? 2 "run B with --resume auto in A's run_dir exits 2" "$T/b2.err"
 if grep -q "resuming from" "$T/b2.err"; then bad "B resumed from A's weights"; else ok "B did not resume from A's weights"; fi
 cmp -s "$R/global_step10/model.safetensors" "$T/a10.safetensors" && [ "$(cat "$R/latest")" = global_step10 ] \
     && ok "A's checkpoints untouched" || bad "A's checkpoints changed"
 C --config expB/ds_config.json --set train.run_dir=runs/b --quiet >/dev/null 2>"$T/b3.err"
 code $? 0 "run B with its own train.run_dir" "$T/b3.err"
-C --config expA/ds_config.json --resume auto --set train.epochs=2 >/dev/null 2>"$T/a2.err"
+C --config expA/ds_config.json $S --resume auto --set train.epochs=2 >/dev/null 2>"$T/a2.err"
 code $? 0 "A resumes with more epochs (--resume auto)" "$T/a2.err"
 has "$T/a2.err" "resuming from .*global_step10" "A resumed from its own checkpoint"
 has "$T/a2.err" "train.epochs: 1 -> 2" "the longer run lists its change"
@@ -146,7 +148,7 @@ code $? 2 "--summary naming the config exits 2" "$T/o5.err"
 if cmp -s "$T/expA/ds_config.json" "$T/config.orig"; then ok "the config is intact"; else bad "the config was replaced"; fi
 # --summary over ctrain's own files: a checkpoint's (run A's latest), run_dir/config.json
 cp "$R/latest" "$T/latest.orig"
-C --config expA/ds_config.json --resume auto --set train.epochs=2 --summary runs/ds_config/checkpoints/latest >/dev/null 2>"$T/o6.err"
+C --config expA/ds_config.json $S --resume auto --set train.epochs=2 --summary runs/ds_config/checkpoints/latest >/dev/null 2>"$T/o6.err"
 code $? 2 "--summary inside train.save_dir exits 2" "$T/o6.err"
 has "$T/o6.err" "inside train.save_dir" "the message says where"
 if cmp -s "$R/latest" "$T/latest.orig"; then ok "latest is intact"; else bad "latest was replaced"; fi
@@ -185,7 +187,7 @@ P="$T/runs/ds_config/checkpoints"
 cp -r "$P/global_step18" "$P/global_step4"
 cp -r "$P/global_step18" "$P/global_step6"
 cp -r "$T/runs/b/checkpoints/global_step8" "$P/global_step2"   # B's: another config
-C --config expA/ds_config.json --resume auto --set train.epochs=2 --quiet >/dev/null 2>"$T/p.err"
+C --config expA/ds_config.json $S --resume auto --set train.epochs=2 --quiet >/dev/null 2>"$T/p.err"
 code $? 0 "resume at the last step" "$T/p.err"
 [ ! -d "$P/global_step4" ] && [ ! -d "$P/global_step6" ] && ok "keep_last applied at the start" \
     || bad "keep_last not applied at the start: $(ls "$P" | tr '\n' ' ')"
@@ -195,7 +197,7 @@ code $? 0 "resume at the last step" "$T/p.err"
 has "$T/p.err" "global_step2: saved by another config" "another config's checkpoint is reported"
 
 # --- an explicit --resume with another learning rate goes on and lists the change
-C --config expB/ds_config.json --resume runs/ds_config/checkpoints --set train.epochs=3 >/dev/null 2>"$T/x.err"
+C --config expB/ds_config.json $S --resume runs/ds_config/checkpoints --set train.epochs=3 >/dev/null 2>"$T/x.err"
 code $? 0 "explicit --resume with another learning rate" "$T/x.err"
 has "$T/x.err" "optimizer.params.lr: 0.01 -> 0.02" "the explicit resume lists the change"
 

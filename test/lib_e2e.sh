@@ -11,8 +11,19 @@ scratch_dir() {
     T=$(mktemp -d)
     trap 'rm -rf "$T"' EXIT
 }
+# in_scratch BUILD_DIR: B is the absolute path of BUILD_DIR/ctrain (exit 1 when it is missing), T a
+# scratch directory (scratch_dir), and the script goes on in T.
+in_scratch() {
+    B=${1:-build}/ctrain
+    [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
+    B=$(cd "$(dirname "$B")" && pwd)/ctrain
+    scratch_dir
+    cd "$T" || exit 1
+}
 ok()  { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+# eq WHAT GOT WANT: GOT is WANT (as strings).
+eq() { if [ "$2" = "$3" ]; then ok "$1 ($2)"; else bad "$1: got $2, expected $3"; fi; }
 # has FILE PATTERN DESCRIPTION: FILE contains PATTERN (grep), else show the end of FILE.
 has() { if grep -q -- "$2" "$1"; then ok "$3"; else bad "$3: no '$2'"; sed 's/^/     /' "$1" | tail -5; fi; }
 # random_csv FILE ROWS FEATURES CLASSES SEED: a CSV data set of random features in [-1, 1) with a

@@ -792,6 +792,10 @@ static const err_case err_cases[] = {
      .at = "a.json:1:25", .has = {"activation_checkpointing: expected an object, got true"}},
     {.text = TB8 "\"flops_profiler\": {\"enabled\": \"on\"}}", .code = CFG,
      .at = "a.json:1:44", .has = {"flops_profiler.enabled: expected true or false, got \"on\""}},
+    {.text = TB8 "\"checkpoint\": {\"enabled\": \"no\"}}", .code = CFG,
+     .at = "a.json:1:40", .has = {"checkpoint.enabled: expected true or false, got \"no\""}},
+    {.text = TB8 "\"flops_profiler\": {\"profile_step\": 0}}", .code = CFG,
+     .at = "a.json:1:44", .has = {"flops_profiler.profile_step: expected an integer >= 1, got 0"}},
     {.text = TB8 "\"wall_clock_breakdown\": \"true\"}", .code = CFG,
      .at = "a.json:1:25", .has = {"wall_clock_breakdown: expected true or false, got \"true\""}},
     {.text = TB8 "\"curriculum_learning\": {\"enabled\": \"yes\"}}", .code = CFG,
@@ -987,9 +991,6 @@ static const not_yet_case not_yet_cases[] = {
      1, "data_efficiency.data_sampling.curriculum_learning.enabled",
      "data_efficiency.data_sampling.curriculum_learning.enabled true: accepted, not used yet: this version trains "
      "without curriculum data sampling", "data_efficiency.data_sampling"},
-    {TB8 "\"flops_profiler\": {\"enabled\": true, \"profile_step\": 3}}", 1, "flops_profiler.enabled",
-     "flops_profiler.enabled true: accepted, not used yet: this version trains without the FLOPS profiler",
-     "flops_profiler"},
 };
 
 /* The one "keys read but not used" warning, or "" when there is none. */
@@ -1043,7 +1044,10 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"activation_checkpointing\": {\"number_checkpoints\": 4, \"partition_activations\": true, "
              "\"contiguous_memory_optimization\": true}, \"model\": {\"layers\": [{\"type\": \"relu\", "
              "\"checkpoint\": true}]}}", 0, NULL},
-        {TB8 "\"flops_profiler\": {\"enabled\": false}}", 0, "flops_profiler"},
+        /* the profiler is acted on; only recompute_fwd_factor is read but not used */
+        {TB8 "\"flops_profiler\": {\"enabled\": true, \"profile_step\": 3}}", 0, NULL},
+        {TB8 "\"flops_profiler\": {\"enabled\": false, \"recompute_fwd_factor\": 1}}", 0,
+         "flops_profiler.recompute_fwd_factor"},
         {TB8 "\"curriculum_learning\": {\"enabled\": false}}", 0, "curriculum_learning"},
         {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
              "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
@@ -1066,7 +1070,7 @@ START_TEST(not_yet_only_when_on) {
         unload(&l);
     }
     /* data_efficiency partly covered: its curriculum has a line, its other members stay listed */
-    loaded l = load(cases[11].text, 1);
+    loaded l = load(cases[12].text, 1);
     ck_assert_msg(strstr(unused_warning(&l), "data_efficiency.data_sampling") == NULL, "%s", unused_warning(&l));
     unload(&l);
 }
@@ -1091,8 +1095,7 @@ START_TEST(not_yet_all_and_max) {
     static const char *const order[] = {
         "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
         "zero_optimization.offload_param.device", "activation_checkpointing.cpu_checkpointing",
-        "curriculum_learning.curriculum_type", "data_efficiency.data_sampling.curriculum_learning.enabled",
-        "flops_profiler.enabled"};
+        "curriculum_learning.curriculum_type", "data_efficiency.data_sampling.curriculum_learning.enabled"};
     ct_not_yet ny[CT_NOT_YET_MAX];
     int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
     ck_assert_int_eq(n, CT_ARRAY_LEN(order));

@@ -83,6 +83,7 @@ static const char *const identity_ignored[] = {
     "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
     "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
     "wall_clock_breakdown", "memory_breakdown", "csv_monitor", "tensorboard", "wandb", "comet",
+    "flops_profiler", "checkpoint",
 };
 
 /* Remove the member at a dotted path ("data.transform.on_device") when it is there. */

@@ -137,7 +137,6 @@ typedef struct ct_pending_cfg {
     bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing (not yet: a line) */
     long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:
                                    that many even checkpointed segments (core/graph/segments.c) */
-    bool flops_profiler;        /* flops_profiler.enabled */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
 } ct_pending_cfg;
@@ -148,6 +147,18 @@ typedef struct ct_monitor_cfg {
     char output_path[1024];     /* "": the files go under run_dir (DeepSpeed: the cwd) */
     char job_name[256];         /* "DeepSpeedJobName" */
 } ct_monitor_cfg;
+
+/* flops_profiler (DeepSpeed's keys and defaults): a per-layer table of one step, printed by
+ * core/train/profiler.c. */
+typedef struct ct_flops_profiler_cfg {
+    bool enabled;               /* false */
+    long profile_step;          /* 1: the optimizer step (1-based) that is profiled */
+    long module_depth;          /* -1: every layer; d >= 1: layers grouped by the first d parts of
+                                   their dotted names */
+    long top_modules;           /* 1: the aggregated list names this many modules by time */
+    bool detailed;              /* true: the table of every layer (module) */
+    char output_file[1024];     /* "": the report goes to stderr with the run's other lines */
+} ct_flops_profiler_cfg;
 
 typedef struct ct_early_stop_cfg {
     bool enabled;               /* true when the section is present */
@@ -167,6 +178,9 @@ typedef struct ct_train_cfg {
     char device[32];            /* "auto" | "cpu" | "cuda" | "cuda:N" */
     char run_dir[1024];         /* resolved: "runs/<config name>" by default */
     char save_dir[1024];        /* resolved: "<run_dir>/checkpoints" by default */
+    bool run_dir_default;       /* run_dir was not given: a training run picks a fresh
+                                   runs/<name>/<timestamp> (cmd/run_dir.c) */
+    bool save_dir_default;      /* save_dir was not given: it follows run_dir */
     long save_interval;         /* 0 = only at the end */
     int keep_last;              /* 3 */
     char best_metric[32];       /* "eval_loss" */
@@ -207,6 +221,10 @@ typedef struct ct_config {
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */
     ct_monitor_cfg tensorboard; /* acted on: core/report/metrics.h */
+    ct_flops_profiler_cfg flops_profiler; /* acted on: core/train/profiler.c */
+    bool checkpoint_enabled;    /* checkpoint.enabled (ctrain's key, true): false writes no
+                                   checkpoint at all (sweeps); DeepSpeed's other checkpoint keys
+                                   are read, not used */
     bool wandb;                 /* wandb.enabled: validated; enabled gets a "not supported yet" line */
     ct_train_cfg train;
 

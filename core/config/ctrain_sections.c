@@ -191,6 +191,8 @@ int ct_rd_train(ct_rd *r, const cJSON *root) {
                           "0 with train.max_steps 0 leaves nothing to train; set one of them");
     rc = check_metric(r, sec, "best_metric", "train.best_metric", t->best_metric);
     if (rc) return rc;
+    t->run_dir_default = !t->run_dir[0];
+    t->save_dir_default = !t->save_dir[0];
     if (!t->run_dir[0]) snprintf(t->run_dir, sizeof t->run_dir, "runs/%.900s", r->cfg->name);
     if (!t->save_dir[0]) snprintf(t->save_dir, sizeof t->save_dir, "%.1000s/checkpoints", t->run_dir);
     const cJSON *es = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "early_stopping") : NULL;

@@ -39,13 +39,21 @@ static const ct_field ac_fields[] = {
     CT_F_LONG(ct_pending_cfg, number_checkpoints, 0, 0, CT_BIG),
     CT_U_BOOL("synchronize_checkpoint_boundary"), CT_U_BOOL("profile"),
 };
+/* flops_profiler is acted on (core/train/profiler.c) but for recompute_fwd_factor: ctrain times
+ * the recompute pass itself instead of estimating it. */
 static const ct_field flops_fields[] = {
-    CT_F_BOOL_K(ct_pending_cfg, "enabled", flops_profiler, false),
-    CT_U_NUM("recompute_fwd_factor"), CT_U_INT("profile_step", 0),
-    CT_U_INT("module_depth", -1), CT_U_INT("top_modules", 0),       CT_U_BOOL("detailed"),
-    CT_U_STR("output_file"),
+    CT_F_BOOL(ct_flops_profiler_cfg, enabled, false),
+    CT_U_NUM("recompute_fwd_factor"),
+    CT_F_LONG(ct_flops_profiler_cfg, profile_step, 1, 1, CT_BIG),
+    CT_F_LONG(ct_flops_profiler_cfg, module_depth, -1, -1, 64),
+    CT_F_LONG(ct_flops_profiler_cfg, top_modules, 1, 0, CT_BIG),
+    CT_F_BOOL(ct_flops_profiler_cfg, detailed, true),
+    CT_F_STR(ct_flops_profiler_cfg, output_file, ""),
 };
-static const ct_field ckpt_fields[] = {CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
+/* checkpoint.enabled is ctrain's (sweeps turn checkpoint writing off); DeepSpeed's keys are read,
+ * not used. */
+static const ct_field ckpt_fields[] = {CT_F_BOOL_K(ct_config, "enabled", checkpoint_enabled, true),
+                                       CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
                                        CT_U_BOOL("use_node_local_storage"), CT_U_ANY("parallel_write")};
 
 #define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
@@ -53,7 +61,6 @@ static const ct_section ds_sections[] = {
     WHOLE("comet", comet_fields, true),
     WHOLE("comms_logger", comms_fields, true),
     {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
-    WHOLE("flops_profiler", flops_fields, false),   WHOLE("checkpoint", ckpt_fields, false),
 };
 
 /* Features whose "enabled": true changes what training means: refused rather than ignored. */
@@ -219,9 +226,13 @@ static int read_monitors(ct_rd *r, const cJSON *root) {
     static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
                                    false};
     static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};
-    const ct_section *secs[] = {&tb, &csv, &wandb};
-    void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg};
-    for (int i = 0; i < 3; i++) {
+    static const ct_section flops = {"flops_profiler", flops_fields, CT_ARRAY_LEN(flops_fields), NULL, 0, false,
+                                     false, false};
+    static const ct_section ckpt = {"checkpoint", ckpt_fields, CT_ARRAY_LEN(ckpt_fields), NULL, 0, false, false,
+                                    false};
+    const ct_section *secs[] = {&tb, &csv, &wandb, &flops, &ckpt};
+    void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg, &r->cfg->flops_profiler, r->cfg};
+    for (int i = 0; i < CT_ARRAY_LEN(secs); i++) {
         const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]->name);
         int rc = ct_rd_section(r, sec, secs[i]->name, secs[i], dst[i]);
         if (rc) return rc;

@@ -92,10 +92,6 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "data_efficiency.data_sampling", "data_efficiency.data_sampling.curriculum_learning.enabled",
             "data_efficiency.data_sampling.curriculum_learning.enabled true: %s curriculum data sampling "
             "(batches come from the data loader's shuffle, not by difficulty)", ny);
-    if (p->flops_profiler)
-        add(l, "flops_profiler", "flops_profiler.enabled",
-            "flops_profiler.enabled true: %s the FLOPS profiler (no FLOPs, MACs or per-module latency "
-            "report)", ny);
     /* csv_monitor and tensorboard are written (core/report/metrics.h); wandb is not. */
     if (cfg->wandb)
         add(l, "wandb", "wandb.enabled",

@@ -217,6 +217,17 @@ unsigned ct_graph_layer_flags(const ct_graph *g, int j) {
     if (l->type->draws_random) f = l->type->draws_random(l) ? f | CT_LAYER_RANDOM : f & ~(unsigned)CT_LAYER_RANDOM;
     return f;
 }
+double ct_graph_layer_flops(const ct_graph *g, int j) {
+    if (j < 0 || j >= g->n_nodes) return 0.0;
+    const ct_layer *l = &g->nodes[j].l;
+    return l->type->flops ? l->type->flops(l) : 0.0;
+}
+int64_t ct_graph_layer_params(const ct_graph *g, int j) {
+    int64_t n = 0;
+    for (int v = 0; v < g->layout.n_views; v++)
+        if (g->layout.views[v].layer == j && g->layout.views[v].trainable) n += g->layout.views[v].numel;
+    return n;
+}
 void *ct_graph_activation(const ct_graph *g, int j) { return j >= 0 && j < g->n_nodes ? g->nodes[j].y : NULL; }
 void *ct_graph_activation_grad(const ct_graph *g, int j) {
     return j >= 0 && j < g->n_nodes ? g->nodes[j].dy : NULL;

@@ -195,6 +195,11 @@ ct_dtype ct_graph_compute_dtype(const ct_graph *g);
 const char *ct_graph_layer_name(const ct_graph *g, int layer);
 const char *ct_graph_layer_type(const ct_graph *g, int layer);
 unsigned ct_graph_layer_flags(const ct_graph *g, int layer);
+/* Layer j's forward FLOPs per sample (its type's count; 0 for a type without one) and the
+ * trainable elements it declares (a tied tensor is counted at the layer that owns it, so the
+ * layers' counts add up to n_param_elems). For profilers. */
+double ct_graph_layer_flops(const ct_graph *g, int layer);
+int64_t ct_graph_layer_params(const ct_graph *g, int layer);
 void *ct_graph_activation(const ct_graph *g, int layer);
 void *ct_graph_activation_grad(const ct_graph *g, int layer);
 

@@ -296,6 +296,22 @@ static void put_by_cat(FILE *f, const char *key, const size_t *bytes) {
     fputc('}', f);
 }
 
+/* "hparams":{"lr":...,"train_batch_size":...,...,"seed":...} */
+static void put_hparams(FILE *f, const ct_summary_hparams *h) {
+    fputs(",\"hparams\":{\"lr\":", f);
+    if (isfinite(h->lr)) fprintf(f, "%.6g", h->lr);
+    else fputs("null", f);
+    fprintf(f, ",\"train_batch_size\":%ld,\"train_micro_batch_size_per_gpu\":%ld,\"gradient_accumulation_steps\":%ld,"
+            "\"world_size\":%d,\"precision\":", h->train_batch_size, h->micro_batch, h->grad_accum, h->world_size);
+    put_str(f, h->precision);
+    fputs(",\"optimizer\":", f);
+    put_str(f, h->optimizer);
+    fputs(",\"scheduler\":", f);
+    if (h->scheduler[0]) put_str(f, h->scheduler);
+    else fputs("null", f);
+    fprintf(f, ",\"seed\":%llu}", h->seed);
+}
+
 void ct_summary_write(const ct_summary *s, FILE *f) {
     fputs("{\"status\":", f);
     put_str(f, s->status);
@@ -317,6 +333,7 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
     if (s->has_mem_stats) put_by_cat(f, "peak_bytes_by_category", s->peak_by_cat);
     if (s->has_plan) put_by_cat(f, "planned_bytes_by_category", s->planned_by_cat);
+    if (s->hparams.set) put_hparams(f, &s->hparams);
     if (s->error[0]) {
         fputs(",\"error\":", f);
         put_str(f, s->error);

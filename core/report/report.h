@@ -17,6 +17,19 @@
 #include "core/backend/backend.h"
 #include "core/util/common.h"
 
+/* The resolved hyperparameters a run trained with, for sweep scripts that tabulate summaries
+ * ("hparams" in the summary; absent when the config did not load). */
+typedef struct ct_summary_hparams {
+    bool set;
+    double lr;                   /* optimizer.params.lr (the peak, before the schedule) */
+    long train_batch_size, micro_batch, grad_accum;
+    int world_size;
+    char precision[8];           /* fp32, fp16, bf16 */
+    char optimizer[32];          /* as the config names it ("AdamW") */
+    char scheduler[32];          /* "" when none */
+    unsigned long long seed;
+} ct_summary_hparams;
+
 /* The summary printed at the end of every run (docs/cli.md lists the keys; scripts rely on
  * them). */
 typedef struct ct_summary {
@@ -52,6 +65,7 @@ typedef struct ct_summary {
      * (a checkpoint's, the run directory's lock): the run was refused and the file must be left
      * alone (the line goes to stdout only). */
     bool summary_file_refused;
+    ct_summary_hparams hparams;  /* written as "hparams" when set */
 } ct_summary;
 
 void ct_summary_init(ct_summary *s);

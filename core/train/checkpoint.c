@@ -500,6 +500,7 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 /* ---- saving ---- */
 
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (!t->cfg->checkpoint_enabled) return CT_OK;   /* checkpoint.enabled false: a sweep's point */
     double t0 = ct_now();
     int rc = ck_to_host(t, err);
     /* rank 0 holds all of it now (gathered under ZeRO, the same on every rank otherwise) */
@@ -514,6 +515,7 @@ int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
 }
 
 int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
+    if (!t->cfg->checkpoint_enabled) return CT_OK;
     int rc = ck_to_host(t, err);
     if (rc || ct_trainer_rank(t) != 0) return rc;
     return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);

@@ -85,6 +85,7 @@ typedef struct ct_trainer_obs {
     ct_report rep;
     ct_warnings warn;            /* set-up and run-time warnings (the loader's), printed once */
     ct_metrics *metrics;         /* metrics.jsonl and csv_monitor (rank 0; NULL elsewhere) */
+    struct ct_profiler *prof;    /* flops_profiler until its step is reported (profiler.c) */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
 } ct_trainer_obs;
@@ -133,8 +134,15 @@ void ct_curriculum_free(ct_trainer *t);
 
 /* Set the summary's status and, when err is given, its error field (the message's first line). */
 void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err);
-/* Fill wall time and peak memory into the summary. */
+/* Fill wall time and peak memory into the summary; then the bottleneck report. */
 void ct_trainer_finish(ct_trainer *t);
+
+/* ---- the bottleneck report (diagnose.c) ---- */
+
+/* The rules of core/report/bottleneck.h over this run's measurements (rank 0, a run that made
+ * steps and did not fail): what fired and the config change for it, as report lines; under
+ * --profile a line even when nothing fired. */
+void ct_trainer_diagnose(ct_trainer *t);
 
 /* ---- the metric files (observe.c) ---- */
 
@@ -143,6 +151,22 @@ void ct_trainer_finish(ct_trainer *t);
 int ct_trainer_observe_start(ct_trainer *t, ct_err *err);
 /* Write out and close the metric files; a failed write or dropped records is a warning. */
 void ct_trainer_observe_end(ct_trainer *t);
+
+/* ---- the flops profiler (profiler.c) ---- */
+
+typedef struct ct_profiler ct_profiler;
+/* At the start of training, when flops_profiler.enabled (rank 0): CT_ERR_CONFIG when its
+ * output_file cannot be written; a profile_step past the run's steps is a warning. */
+int ct_trainer_profiler_open(ct_trainer *t, ct_err *err);
+/* The executor hooks for a micro-batch of optimizer step `step` (1-based) run on graph g: the
+ * trainer's own (t->m.hooks), or at the profiled step the profiler's, which time every layer
+ * around them. */
+const ct_exec_hooks *ct_trainer_profiler_hooks(ct_trainer *t, long step, const ct_graph *g);
+/* Step `step` is the profiled one and its layers were timed. */
+bool ct_trainer_profiler_step(const ct_trainer *t, long step);
+/* After the profiled step (others: nothing): its table, to output_file or the run's lines. */
+void ct_trainer_profiler_report(ct_trainer *t, long step, int64_t samples, double step_s);
+void ct_trainer_profiler_close(ct_trainer *t);
 
 /* ---- the loop (loop.c) ---- */
 

@@ -83,6 +83,7 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
 typedef struct phase_times {
     double data_wait, forward, backward, optimizer, step;
     long steps;
+    long profiled;               /* the flops profiler's step, when in this window: not counted */
 } phase_times;
 
 /* Loop position and running totals. */
@@ -244,7 +245,8 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
                          .train = true, .seed = cfg->train.seed, .step = ls->micro++,
                          .loss_grad_scale = (float)k / (float)n * scale};
         uint64_t m0 = runner->timed ? t->be->queue.timer_mark(t->be) : 0;
-        if ((rc = ct_step_run(runner, &bufs, &io, &m->hooks, err))) return rc;
+        const ct_exec_hooks *hooks = ct_trainer_profiler_hooks(t, ls->step + 1, g);
+        if ((rc = ct_step_run(runner, &bufs, &io, hooks, err))) return rc;
         if (runner->timed) {
             uint64_t m2 = t->be->queue.timer_mark(t->be);
             ls->window.forward += t->be->queue.timer_elapsed(t->be, m0, runner->fwd_end);
@@ -497,9 +499,12 @@ static void report_breakdown(ct_trainer *t, loop_state *ls, ct_metric_step *ms) 
     ms->breakdown = true;
     ms->data_wait_ms = p->data_wait * per, ms->forward_ms = p->forward * per;
     ms->backward_ms = p->backward * per, ms->optimizer_ms = p->optimizer * per, ms->step_ms = p->step * per;
-    ct_report_line(&t->obs.rep, "time (ms) per step, mean of steps %ld-%ld: data wait %.3f | forward %.3f | "
-                   "backward %.3f | optimizer %.3f | step %.3f", ls->step - p->steps + 1, ls->step,
-                   ms->data_wait_ms, ms->forward_ms, ms->backward_ms, ms->optimizer_ms, ms->step_ms);
+    char left_out[64] = "";
+    if (p->profiled) snprintf(left_out, sizeof left_out, " (step %ld profiled, left out)", p->profiled);
+    ct_report_line(&t->obs.rep, "time (ms) per step, mean of steps %ld-%ld%s: data wait %.3f | forward %.3f | "
+                   "backward %.3f | optimizer %.3f | step %.3f", ls->step - p->steps - (p->profiled > 0) + 1,
+                   ls->step, left_out, ms->data_wait_ms, ms->forward_ms, ms->backward_ms, ms->optimizer_ms,
+                   ms->step_ms);
     *p = (phase_times){0};
 }
 
@@ -566,7 +571,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ct_metrics_flush(t->obs.metrics); /* the history up to the checkpoint is on disk */
         ct_trainer_set_status(t, "interrupted", NULL);
         ct_errf(err, stop_code(sig), "interrupted by %s after step %ld; saved %s", stop_name(sig), ls->step,
-                t->ck.last);
+                t->cfg->checkpoint_enabled ? t->ck.last : "nothing (checkpoint.enabled false)");
         ct_report_line(&t->obs.rep, "%s", err->msg);
         return err->code;
     }
@@ -601,6 +606,7 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         }
         double ts = ct_now(), loss = 0;
         ct_optim_stats st;
+        phase_times before = ls->window;
         int rc = train_step(t, ls, k, &loss, &st, err);
         ls->train_s += ct_now() - ts;
         ls->wait_s += ls->step_wait_s;
@@ -608,6 +614,11 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ls->window.step += ct_now() - ts;
         ls->window.steps++;
         if (rc) return rc;
+        if (ct_trainer_profiler_step(t, ls->step + 1)) {   /* timed per layer: not a typical step */
+            ls->window = before;
+            ls->window.profiled = ls->step + 1;
+            ct_trainer_profiler_report(t, ls->step + 1, k, ct_now() - ts);
+        }
         end = after_step(t, ls, loss, &st, k, err);
     }
     return end;

@@ -6,6 +6,8 @@
 
 int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
     ct_report_plan(&t->obs.rep, t->d.total_steps);
+    if (!t->cfg->checkpoint_enabled)
+        ct_report_line(&t->obs.rep, "checkpoint.enabled false: this run writes no checkpoint (nor best/)");
     if (t->comm && t->comm->rank != 0) return CT_OK; /* one copy of the history: rank 0's */
     const ct_config *cfg = t->cfg;
     char jsonl[1100], csv[1400], tb[1400];
@@ -24,11 +26,12 @@ int ct_trainer_observe_start(ct_trainer *t, ct_err *err) {
                          .append = t->ck.resumed, .notice = notice, .notice_n = sizeof notice};
     rc = ct_metrics_open(&o, &t->obs.metrics, err);
     if (!rc && notice[0]) fprintf(stderr, "ctrain: warning: %s\n", notice);
-    return rc;
+    return rc ? rc : ct_trainer_profiler_open(t, err);
 }
 
 void ct_trainer_observe_end(ct_trainer *t) {
     ct_err err = {0};
     if (ct_metrics_close(t->obs.metrics, &err)) fprintf(stderr, "ctrain: warning: %s\n", err.msg);
     t->obs.metrics = NULL;
+    ct_trainer_profiler_close(t);
 }

@@ -14,6 +14,21 @@ void ct_trainer_set_status(ct_trainer *t, const char *status, const ct_err *err)
     t->sum->error[len] = '\0';
 }
 
+void ct_train_summary_hparams(ct_summary *s, const ct_config *cfg) {
+    static const char *const sched[] = {[CT_SCHED_NONE] = "", [CT_SCHED_WARMUP_LR] = "WarmupLR",
+                                        [CT_SCHED_WARMUP_DECAY_LR] = "WarmupDecayLR",
+                                        [CT_SCHED_WARMUP_COSINE_LR] = "WarmupCosineLR",
+                                        [CT_SCHED_ONE_CYCLE] = "OneCycle", [CT_SCHED_LR_RANGE_TEST] = "LRRangeTest"};
+    ct_summary_hparams *h = &s->hparams;
+    *h = (ct_summary_hparams){.set = true, .lr = cfg->optimizer.lr, .train_batch_size = cfg->train_batch_size,
+                              .micro_batch = cfg->micro_batch, .grad_accum = cfg->grad_accum,
+                              .world_size = cfg->world_size, .seed = (unsigned long long)cfg->train.seed};
+    snprintf(h->precision, sizeof h->precision, "%s", cfg->bf16 ? "bf16" : cfg->fp16.enabled ? "fp16" : "fp32");
+    snprintf(h->optimizer, sizeof h->optimizer, "%s", cfg->optimizer.type_name);
+    unsigned st = (unsigned)cfg->scheduler.type;
+    snprintf(h->scheduler, sizeof h->scheduler, "%s", st < CT_ARRAY_LEN(sched) && sched[st] ? sched[st] : "");
+}
+
 /* memory_breakdown: one line with the peak of every category. */
 static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
     char line[512];
@@ -41,4 +56,5 @@ void ct_trainer_finish(ct_trainer *t) {
         s->has_mem_stats = true;
         if (t->cfg->memory_breakdown) report_memory(t, &m);
     }
+    ct_trainer_diagnose(t);
 }

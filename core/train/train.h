@@ -41,6 +41,8 @@ typedef struct ct_run_opts {
     /* Which rank of how many this process is (core/dist/launch.h); NULL: rank 0 of
      * cfg->world_size. Only rank 0 prints, writes the run directory and checkpoints. */
     const struct ct_launch *launch;
+    long profile_steps;          /* --profile N: a profiling run of N steps; its bottleneck report
+                                    is printed even when no rule fires (core/train/diagnose.c) */
 } ct_run_opts;
 
 /* Train (or, with opts->dry_run, print the plan and return). Fills summary in every case. */
@@ -66,6 +68,13 @@ struct ct_optim *ct_trainer_optim(ct_trainer *t);
 const struct ct_graph *ct_trainer_graph(const ct_trainer *t);
 /* The backend the trainer's buffers live on (copy_d2h/copy_h2d to read or write them). */
 ct_backend *ct_trainer_backend(ct_trainer *t);
+/* A fresh trainer on cfg (nothing printed, no resume), the model weights of checkpoint dir
+ * loaded (*step: its step), then one pass over data.eval: *loss and *accuracy (NAN without an eval
+ * set, accuracy also when not a classifier). For --smoke: the checkpoint a run saved, read back. */
+int ct_train_load_eval(const ct_config *cfg, const char *dir, long *step, double *loss, double *accuracy,
+                       ct_err *err);
+/* The summary's "hparams" from the resolved config (after the auto micro-batch is chosen). */
+void ct_train_summary_hparams(ct_summary *s, const ct_config *cfg);
 /* Called after every optimizer step with its 1-based number and mean loss. */
 void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double loss), void *ctx);
 

@@ -438,6 +438,7 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
+    ct_train_summary_hparams(summary, cfg);
     /* one rank speaks for the run: the others print only errors */
     ct_report_init(&t->obs.rep, stderr, t->opts.quiet || ct_trainer_rank(t) != 0, cfg->steps_per_print);
     if (t->opts.on_step) ct_trainer_on_step(t, t->opts.on_step, t->opts.on_step_ctx);

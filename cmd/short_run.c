@@ -1,0 +1,111 @@
+/* short_run.c: `ctrain --config X --smoke` and `ctrain --config X --profile N` (commands.h): a
+ * short run of the config in a temporary directory, set up as config overrides so that the run
+ * itself is an ordinary one (the same loading, checks and code paths as a real run).
+ *
+ * --smoke: a few steps at a small micro-batch, one eval batch, the checkpoint saved at the end and
+ * then loaded back into a fresh trainer and evaluated again; every stage must work (exit 0 only
+ * then) and the reloaded model must give the eval loss the run ended with. --profile N: N steps at
+ * the config's own batch, the flops profiler at step min(2, N) and the bottleneck report. Both
+ * leave nothing behind: the directory is removed at the end. */
+#include "cmd/commands.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ckpt/ckpt.h"
+#include "core/config/config.h"
+#include "core/report/report.h"
+#include "core/train/train.h"
+#include "core/util/fs.h"
+
+#define SMOKE_STEPS 3
+#define SMOKE_MAX_MICRO 4
+
+static void add_long(ct_cli_overrides *ov, const char *key, long v) {
+    char s[32];
+    snprintf(s, sizeof s, "%ld", v);
+    ct_cli_overrides_add(ov, key, s);
+}
+
+/* A JSON string of s (a path: quotes and backslashes escaped). */
+static void add_path(ct_cli_overrides *ov, const char *key, const char *s) {
+    char q[2200];
+    size_t k = 0;
+    q[k++] = '"';
+    for (; *s && k < sizeof q - 3; s++) {
+        if (*s == '"' || *s == '\\') q[k++] = '\\';
+        q[k++] = *s;
+    }
+    q[k++] = '"';
+    q[k] = '\0';
+    ct_cli_overrides_add(ov, key, q);
+}
+
+int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overrides *ov, char *dir, size_t n,
+                         ct_err *err) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, n, "%s/ctrain-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", profile_steps ? "profile" : "smoke");
+    if (!mkdtemp(dir))
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot make a temporary directory (%s); set TMPDIR to a writable "
+                       "one", dir, strerror(errno));
+    char path[2048];
+    snprintf(path, sizeof path, "%s/run", dir);
+    add_path(ov, "train.run_dir", path);
+    snprintf(path, sizeof path, "%s/run/checkpoints", dir);
+    add_path(ov, "train.save_dir", path);
+    add_long(ov, "train.max_steps", profile_steps ? profile_steps : SMOKE_STEPS);
+    add_long(ov, "train.eval_interval", 0);      /* one eval, at the end */
+    add_long(ov, "train.save_interval", 0);      /* one checkpoint, at the end */
+    /* --smoke saves and loads one; a profiling run leaves nothing */
+    ct_cli_overrides_add(ov, "checkpoint.enabled", profile_steps ? "false" : "true");
+    add_long(ov, "train.sample_every", 0);
+    /* outputs the config sends elsewhere go into the temporary directory too */
+    if (cfg->csv_monitor.enabled) ct_cli_overrides_add(ov, "csv_monitor.output_path", "\"\"");
+    if (cfg->tensorboard.enabled) ct_cli_overrides_add(ov, "tensorboard.output_path", "\"\"");
+    long micro = cfg->micro_batch, accum = cfg->grad_accum;
+    if (!profile_steps) {   /* the path, not the throughput: a small batch, accumulation kept if any */
+        if (micro > SMOKE_MAX_MICRO) micro = SMOKE_MAX_MICRO;
+        if (accum > 2) accum = 2;
+        add_long(ov, "train_micro_batch_size_per_gpu", micro);
+        add_long(ov, "gradient_accumulation_steps", accum);
+        add_long(ov, "train_batch_size", micro * accum * (cfg->world_size > 0 ? cfg->world_size : 1));
+    }
+    if (cfg->data && cJSON_GetObjectItemCaseSensitive(cfg->data, "eval")) add_long(ov, "data.eval.limit", micro);
+    if (profile_steps) {
+        ct_cli_overrides_add(ov, "flops_profiler.enabled", "true");
+        add_long(ov, "flops_profiler.profile_step", profile_steps < 2 ? profile_steps : 2);
+    } else if (cfg->flops_profiler.output_file[0]) {
+        snprintf(path, sizeof path, "%s/flops_profile.txt", dir);
+        add_path(ov, "flops_profiler.output_file", path);
+    }
+    return CT_OK;
+}
+
+int ct_smoke_verify(const ct_config *cfg, const ct_summary *s, ct_err *err) {
+    if (strcmp(s->status, "ok") != 0)
+        return ct_errf(err, CT_ERR_RUNTIME, "smoke: the run ended with status \"%s\"", s->status);
+    bool has_eval = cfg->data && cJSON_GetObjectItemCaseSensitive(cfg->data, "eval");
+    if (has_eval && !isfinite(s->eval_loss))
+        return ct_errf(err, CT_ERR_RUNTIME, "smoke: the eval batch gave no finite loss (%g)", s->eval_loss);
+    char ckpt[4096];
+    ct_ckpt_resolve("auto", cfg->train.save_dir, ckpt, sizeof ckpt, NULL, NULL);
+    if (!ckpt[0] || !ct_fs_is_dir(ckpt))
+        return ct_errf(err, CT_ERR_RUNTIME, "smoke: no checkpoint was saved in %s", cfg->train.save_dir);
+    long step = -1;
+    double loss, acc;
+    int rc = ct_train_load_eval(cfg, ckpt, &step, &loss, &acc, err);
+    if (rc) {
+        ct_err_append(err, "  (smoke: loading back %s)", ckpt);
+        return rc;
+    }
+    if (step != s->steps)
+        return ct_errf(err, CT_ERR_RUNTIME, "smoke: %s holds step %ld, the run made %ld", ckpt, step, s->steps);
+    /* the same weights on the same batch: the same loss, bit for bit on one machine */
+    if (has_eval && !(loss == s->eval_loss))
+        return ct_errf(err, CT_ERR_RUNTIME, "smoke: the checkpoint loaded back gives eval loss %.9g, the run ended "
+                       "with %.9g", loss, s->eval_loss);
+    return CT_OK;
+}
