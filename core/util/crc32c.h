@@ -1,5 +1,5 @@
 /* crc32c.h: CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of TFRecord
- * framing (TensorBoard event files now, TFRecord datasets later) and of many storage formats. */
+ * framing (core/util/tfrecord.h: TensorBoard event files and TFRecord datasets) and of many storage formats. */
 #ifndef CT_CRC32C_H
 #define CT_CRC32C_H
 
