@@ -10,9 +10,10 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
     make_tfrecord.py OUT_DIR index    like png, plus OUT_DIR/part-N.index (tfrecord2idx's format)
     make_tfrecord.py OUT_DIR bad      like png, but file 0 record 2 has a float_list "label", file 1
                                       record 1 a 3x3 image and file 1 record 2 no "label"
-    make_tfrecord.py --idx IMAGES LABELS OUT_PATTERN FILES [png|raw] [--index]
-                                      IDX images (gz) and labels as FILES TFRecord files
-                                      OUT_PATTERN % k (k = 0..FILES-1), the records in IDX order
+    make_tfrecord.py --idx IMAGES LABELS OUT_PATTERN FILES [png|raw] [--index] [--count N]
+                                      IDX images (gz) and labels (the first N) as FILES TFRecord
+                                      files OUT_PATTERN % k (k = 0..FILES-1), in IDX order; with
+                                      --index, each file's index beside it (.index for .tfrecord)
 
 The small modes write OUT_DIR/part-0.tfrecord, part-1.tfrecord and OUT_DIR/manifest.txt: one line
 per record, "FILE RECORD LABEL ID", where ID is what the record's input encodes (PNG and raw: pixel
@@ -166,10 +167,11 @@ def read_idx(path):
     return dims, data[4 + 4 * ndim:]
 
 
-def from_idx(images, labels, pattern, files, encoding, index):
+def from_idx(images, labels, pattern, files, encoding, index, count):
     (n, h, w), pixels = read_idx(images)
     (nl,), ys = read_idx(labels)
     assert n == nl, "images and labels differ in count"
+    n = min(n, count) if count else n
     per = (n + files - 1) // files
     for k in range(files):
         records = []
@@ -183,9 +185,16 @@ def from_idx(images, labels, pattern, files, encoding, index):
 
 def main():
     if sys.argv[1] == "--idx":
-        args = [a for a in sys.argv[2:] if a != "--index"]
-        from_idx(args[0], args[1], args[2], int(args[3]), args[4] if len(args) > 4 else "raw",
-                 "--index" in sys.argv)
+        args, count, index = [], 0, False
+        rest = iter(sys.argv[2:])
+        for a in rest:
+            if a == "--index":
+                index = True
+            elif a == "--count":
+                count = int(next(rest))
+            else:
+                args.append(a)
+        from_idx(args[0], args[1], args[2], int(args[3]), args[4] if len(args) > 4 else "raw", index, count)
     else:
         small(sys.argv[1], sys.argv[2])
 

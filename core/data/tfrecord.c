@@ -506,7 +506,7 @@ static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
     ds->sample_shape = im->shape;
     bool chw = im->shape.ndim == 3 && im->shape.d[0] <= 4;
     im->c = chw ? (int)im->shape.d[0] : 1;
-    if (im->in == IN_PNG || (im->in == IN_RAW && chw)) ds->decode_u8 = tfr_decode_u8; /* [C, H, W] 8-bit only */
+    if (im->in != IN_NUM) ds->decode_u8 = tfr_decode_u8; /* 8-bit values (the loader checks the channels) */
 done:
     free(data);
     return rc;
