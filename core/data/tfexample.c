@@ -139,6 +139,7 @@ typedef bool (*entry_fn)(void *ctx, const uint8_t *key, size_t key_len, const ui
                          const char **why);
 
 static bool each_entry(const uint8_t *buf, size_t n, entry_fn fn, void *ctx, const char **why) {
+    if (n == 0) return true; /* an empty Example (buf may be NULL then) */
     pb_reader ex = {buf, buf + n};
     pb_field f;
     int got;
@@ -211,8 +212,10 @@ bool ct_tfx_each(const uint8_t *buf, size_t n, ct_tfx_visit visit, void *ctx, co
     return each_entry(buf, n, visit_entry, &c, why);
 }
 
-/* The readers below walk a list that count_values accepted: no error can occur. */
+/* The readers below walk a list that count_values accepted: no error can occur. A missing
+ * feature (no list) has no values. */
 void ct_tfx_floats(const ct_tfx_feature *f, float *out) {
+    if (!f->list) return;
     pb_reader r = {f->list, f->list + f->list_len};
     pb_field v;
     const char *why;
@@ -238,6 +241,7 @@ void ct_tfx_floats(const ct_tfx_feature *f, float *out) {
 }
 
 void ct_tfx_int64s(const ct_tfx_feature *f, int64_t *out) {
+    if (!f->list) return;
     pb_reader r = {f->list, f->list + f->list_len};
     pb_field v;
     const char *why;
@@ -260,6 +264,7 @@ void ct_tfx_bytes(const ct_tfx_feature *f, int64_t k, const uint8_t **p, size_t 
     const char *why;
     *p = NULL;
     *len = 0;
+    if (!f->list) return;
     while (pb_next(&r, &v, &why) == 1) {
         if (v.num != 1) continue;
         if (k-- == 0) {
