@@ -98,6 +98,7 @@ lib dl libc6-dev
 lib rt libc6-dev
 lib cjson libcjson-dev
 lib png libpng-dev
+lib jpeg libjpeg62-turbo-dev
 lib z zlib1g-dev
 lib openblas libopenblas-dev
 lib check check
@@ -117,6 +118,7 @@ path /usr/share/datasets/fashion-mnist dataset-fashion-mnist
 path /usr/share/common-licenses base-files
 path /usr/share/doc base-files
 py numpy python3-numpy
+py PIL python3-pil
 py torch @optional
 py tensorboard @optional
 has build-essential gcc g++ make libc6-dev dpkg-dev

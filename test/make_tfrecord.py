@@ -8,6 +8,8 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
     make_tfrecord.py OUT_DIR float    2 files of float_list "x" [6] (packed in file 0, unpacked in 1)
                                       + int64 "y" (packed in file 0, unpacked in 1)
     make_tfrecord.py OUT_DIR index    like png, plus OUT_DIR/part-N.index (tfrecord2idx's format)
+    make_tfrecord.py OUT_DIR jpg      like png, with 8x8 RGB JPEG images written by Pillow, and
+                                      OUT_DIR/pixels.txt: Pillow's decode of each ([H, W, 3], hex)
     make_tfrecord.py OUT_DIR bad      like png, but file 0 record 2 has a float_list "label", file 1
                                       record 1 a 3x3 image and file 1 record 2 no "label"
     make_tfrecord.py --idx IMAGES LABELS OUT_PATTERN FILES [png|raw] [--index] [--count N]
@@ -17,7 +19,7 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
 
 The small modes write OUT_DIR/part-0.tfrecord, part-1.tfrecord and OUT_DIR/manifest.txt: one line
 per record, "FILE RECORD LABEL ID", where ID is what the record's input encodes (PNG and raw: pixel
-0 + 256 * pixel 1; float: element 0). Standard library only.
+0 + 256 * pixel 1; float: element 0; JPEG: 0). Standard library only, but Pillow for jpg.
 """
 import gzip
 import random
@@ -114,6 +116,18 @@ def png_gray(h, w, pixels):
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
+def jpeg_rgb(rng, h, w):
+    """A smooth random RGB image as a JPEG (quality 90), and Pillow's decode of it."""
+    import io
+    from PIL import Image
+    base = [rng.randrange(256) for _ in range(3)]
+    px = bytes((base[c] + 9 * y + 5 * x + rng.randrange(12)) % 256 for y in range(h) for x in range(w) for c in range(3))
+    out = io.BytesIO()
+    Image.frombytes("RGB", (w, h), px).save(out, format="JPEG", quality=90)
+    data = out.getvalue()
+    return data, Image.open(io.BytesIO(data)).convert("RGB").tobytes()
+
+
 def write_file(path, records, index_path=None):
     offsets = []
     with open(path, "wb") as f:
@@ -129,7 +143,7 @@ def write_file(path, records, index_path=None):
 def small(out, mode):
     rng = random.Random(19)
     per_file = [5, 4]
-    lines, sid = [], 0
+    lines, sid, decoded = [], 0, []
     for k, n in enumerate(per_file):
         records = []
         for r in range(n):
@@ -142,6 +156,10 @@ def small(out, mode):
             else:
                 px = [ident % 256, ident // 256] + [rng.randrange(256) for _ in range(14)]
                 img = bytes(px) if mode == "raw" else png_gray(4, 4, px)
+                if mode == "jpg":
+                    img, rgb = jpeg_rgb(rng, 8, 8)
+                    decoded.append(rgb.hex())
+                    ident = 0
                 lab = int64_list([label])
                 if mode == "bad" and (k, r) == (0, 2):
                     lab = float_list([float(label)])
@@ -157,6 +175,9 @@ def small(out, mode):
                    "%s/part-%d.index" % (out, k) if mode == "index" else None)
     with open(out + "/manifest.txt", "w") as f:
         f.write("\n".join(lines) + "\n")
+    if decoded:
+        with open(out + "/pixels.txt", "w") as f:
+            f.write("\n".join(decoded) + "\n")
 
 
 def read_idx(path):

@@ -1710,6 +1710,92 @@ START_TEST(test_tfrecord_errors) {
 }
 END_TEST
 
+/* ---- JPEG inputs (libjpeg-turbo) of webdataset and tfrecord: Pillow's decode, byte for byte ---- */
+
+/* Check every sample of ds (8x8 RGB) against the generator's pixels.txt (Pillow's decode). */
+static void check_jpeg_pixels(ct_dataset *ds) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/pixels.txt", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char hex[8 * 8 * 3 * 2 + 8];
+    ct_err err = {0};
+    int64_t i = 0;
+    for (; fscanf(f, "%400s", hex) == 1; i++) {
+        ck_assert_int_lt(i, ds->count);
+        uint8_t px[3 * 64];
+        float x[3 * 64];
+        int32_t y;
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        for (int j = 0; j < 64; j++)
+            for (int c = 0; c < 3; c++) {
+                unsigned v;
+                ck_assert_int_eq(sscanf(hex + 2 * (3 * j + c), "%2x", &v), 1);
+                ck_assert_int_eq(px[c * 64 + j], v); /* planar [3, 8, 8] from interleaved [8, 8, 3] */
+                ck_assert_float_eq(x[c * 64 + j], v / 255.0f);
+            }
+    }
+    fclose(f);
+    ck_assert_int_eq(i, ds->count);
+}
+
+START_TEST(test_jpeg_inputs) {
+    char cmd[600], json[1200];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_wds.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\", "
+             "\"image\": \"jpg\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 15);
+    ck_assert_int_eq(ds->sample_shape.d[0], 3);
+    ck_assert_int_eq(ds->sample_shape.d[1], 8);
+    ck_assert_int_eq(ds->sample_shape.d[2], 8);
+    check_jpeg_pixels(ds);
+    ct_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_tfrecord.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 9);
+    ck_assert_int_eq(ds->sample_shape.d[0], 3);
+    check_jpeg_pixels(ds);
+    ct_dataset_close(ds);
+    /* "shape" [1, 8, 8]: decoded to gray by libjpeg. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"shape\": [1, 8, 8]}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[64];
+    int32_t y;
+    ck_assert_msg(ds->decode(ds, 0, x, &y, &err) == CT_OK, "%s", err.msg);
+    ct_dataset_close(ds);
+    /* A JPEG cut short inside a webdataset shard's member: exit 3 naming the member. */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_wds.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    char p[400];
+    snprintf(p, sizeof p, "%s/shard-000000.tar", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    uint8_t *eoi = NULL; /* the first JPEG's end marker: damage the data before it */
+    for (size_t k = 512; k + 1 < len && !eoi; k++)
+        if (b[k] == 0xFF && b[k + 1] == 0xD9) eoi = b + k;
+    ck_assert_ptr_nonnull(eoi);
+    memset(eoi - 200, 0xFF, 200);
+    write_bytes(p, b, len);
+    free(b);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\", "
+             "\"image\": \"jpg\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK || strstr(err.msg, "corrupt JPEG"), "%s", err.msg);
+    if (ds) {
+        ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+        ct_dataset_close(ds);
+    }
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: member part.0/sample000001.jpg (field \"image\"): corrupt JPEG"),
+                  "%s", err.msg);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
@@ -1741,6 +1827,7 @@ int main(void) {
     tcase_add_test(tc, test_tfrecord_raw_and_float);
     tcase_add_test(tc, test_tfrecord_index);
     tcase_add_test(tc, test_tfrecord_errors);
+    tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

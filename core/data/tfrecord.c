@@ -6,9 +6,10 @@
  *
  * Records: the framing of core/util/tfrecord.h, both CRCs verified; each record's data is a
  * tf.Example (core/data/tfexample.h). "input" names the feature of the model input:
- *   - a bytes_list of one PNG (by its signature): decoded by libpng, [C, H, W] scaled to [0, 1] and
- *     normalised with data.transform.normalize; "shape" [C, H, W], when given, sets the channels
- *     decoded (1 gray, 3 RGB, ...) and must match the image size;
+ *   - a bytes_list of one PNG or JPEG (by its signature): decoded by libpng or libjpeg-turbo
+ *     (imagedec.h), [C, H, W] scaled to [0, 1] and normalised with data.transform.normalize;
+ *     "shape" [C, H, W], when given, sets the channels decoded (1 gray, 3 RGB, ...) and must
+ *     match the image size;
  *   - a bytes_list of one raw byte string: uint8 values in "shape" (C order; default [bytes]),
  *     scaled to [0, 1] and normalised like pixels (TensorFlow's `image.tobytes()` convention);
  *   - a float_list or int64_list: the values as stored in "shape" (default [values]), normalised
@@ -37,14 +38,14 @@
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/pathlist.h"
-#include "core/data/pngdec.h"
+#include "core/data/imagedec.h"
 #include "core/data/tfexample.h"
 #include "core/data/tfrecord.h"
 #include "core/data/transform.h"
 #include "core/util/fs.h"
 #include "core/util/tfrecord.h"
 
-enum { IN_PNG, IN_RAW, IN_NUM }; /* the input: an encoded image, raw uint8 bytes, float/int64 values */
+enum { IN_IMAGE, IN_RAW, IN_NUM }; /* the input: an encoded image (PNG, JPEG), raw uint8 bytes, float/int64 values */
 enum { MAX_RECORD = 1 << 30, MAX_NAME = 256 };
 
 typedef struct tfr_record {
@@ -297,7 +298,7 @@ static int decode_input(const tfr_impl *im, const uint8_t *data, size_t n, const
     char field[1600];
     snprintf(field, sizeof field, "%s: feature \"%s\" (input)", what, im->input);
     ct_image8 img = {0};
-    rc = ct_png_decode(p, len, field, (int)im->shape.d[0], (size_t)1 << 30, &img, err);
+    rc = ct_image_decode(p, len, field, (int)im->shape.d[0], (size_t)1 << 30, &img, err);
     if (!rc && (img.h != im->shape.d[1] || img.w != im->shape.d[2]))
         rc = ct_errf(err, CT_ERR_DATA, "%s: image is %dx%d (HxW), expected %lldx%lld like the first record", field,
                      img.h, img.w, (long long)im->shape.d[1], (long long)im->shape.d[2]);
@@ -460,15 +461,15 @@ static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
         if (in.count != 1) {
             rc = ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) holds %lld byte strings, expected one (an "
                          "encoded image or raw bytes)", what, im->input, (long long)in.count);
-        } else if (len >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) {
+        } else if (ct_image_sniff(p, len) != CT_IMAGE_UNKNOWN) {
             int h, w, c;
             char field[1600];
             snprintf(field, sizeof field, "%s: feature \"%s\" (input)", what, im->input);
-            im->in = IN_PNG;
-            rc = ct_png_info(p, len, field, &h, &w, &c, err);
+            im->in = IN_IMAGE;
+            rc = ct_image_info(p, len, field, &h, &w, &c, err);
             if (!rc && im->shape_given && (im->shape.ndim != 3 || im->shape.d[0] > 4 || im->shape.d[1] != h ||
                                            im->shape.d[2] != w))
-                rc = ct_errf(err, CT_ERR_DATA, "%s: a %dx%d PNG with %d channels, but shape is %s (expected [C, %d, "
+                rc = ct_errf(err, CT_ERR_DATA, "%s: a %dx%d image with %d channels, but shape is %s (expected [C, %d, "
                              "%d] with C 1 to 4)", field, h, w, c, shape, h, w);
             if (!rc && !im->shape_given) {
                 if (c > 4) rc = ct_errf(err, CT_ERR_DATA, "%s: %d channels", field, c);
@@ -478,7 +479,7 @@ static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
             im->in = IN_RAW;
             if (!im->shape_given) im->shape = (ct_shape){.ndim = 1, .d = {(int64_t)len}};
             else if (ct_shape_numel(&im->shape) != (int64_t)len)
-                rc = ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) has %zu bytes (not a PNG: raw uint8 "
+                rc = ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) has %zu bytes (not a PNG or JPEG: raw uint8 "
                              "values), but shape %s holds %lld", what, im->input, len, shape,
                              (long long)ct_shape_numel(&im->shape));
         }
@@ -593,7 +594,8 @@ static void info_feature(void *ctx, const char *name, size_t len, const ct_tfx_f
         const uint8_t *p;
         size_t n;
         ct_tfx_bytes(f, 0, &p, &n);
-        fprintf(c->out, " (%zu bytes%s)", n, n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8) ? ", PNG" : "");
+        ct_image_format fmt = ct_image_sniff(p, n);
+        fprintf(c->out, " (%zu bytes%s)", n, fmt == CT_IMAGE_PNG ? ", PNG" : fmt == CT_IMAGE_JPEG ? ", JPEG" : "");
     }
     fputc('\n', c->out);
 }

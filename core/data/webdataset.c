@@ -1,13 +1,14 @@
 /* webdataset.c: WebDataset tar shards (https://github.com/webdataset/webdataset conventions).
  *
  * Entry fields: {"format": "webdataset", "urls": "data/shard-{000000..000127}.tar" or a list of
- * paths, "image": "png" | "npy", "label": "cls" | "txt" | ..., "limit": N}; brace patterns as
+ * paths, "image": "png" | "jpg" | "npy", "label": "cls" | "txt" | ..., "limit": N}; brace patterns as
  * pathlist.h expands them.
  *
  * Samples: the members of a shard grouped by key, as WebDataset groups them: a member's key is its
  * name up to the first dot after the last slash, the rest is its extension (lower-cased); a new
- * sample starts when the key changes. "image" names the extension of the input (.png through
- * libpng, .npy float32 or uint8 arrays, C order, little-endian), "label" the extension of an ASCII
+ * sample starts when the key changes. "image" names the extension of the input (.png, .jpg, .jpeg:
+ * an encoded image, decoded by its signature through libpng or libjpeg-turbo, imagedec.h; .npy
+ * float32 or uint8 arrays, C order, little-endian), "label" the extension of an ASCII
  * integer class index. Other members are ignored, as are directories, links and members without
  * a dot.
  *
@@ -36,14 +37,14 @@
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
+#include "core/data/imagedec.h"
 #include "core/data/pathlist.h"
-#include "core/data/pngdec.h"
 #include "core/data/transform.h"
 #include "core/data/webdataset.h"
 #include "core/util/fs.h"
 
 enum { TAR_BLOCK = 512, MAX_NAME = 4096 };
-enum { KIND_PNG, KIND_NPY };
+enum { KIND_IMAGE, KIND_NPY }; /* an encoded image (PNG or JPEG, by its signature), or a .npy array */
 enum { LABEL_OK, LABEL_MISSING, LABEL_BAD };
 
 typedef struct wds_sample {
@@ -63,7 +64,7 @@ typedef struct wds_impl {
     char *keys;                  /* NUL-terminated keys, back to back */
     size_t keys_len, keys_cap;
     /* geometry of the input, from the first sample */
-    int c, h, w;                 /* png */
+    int c, h, w;                 /* image */
     ct_shape npy_shape;          /* npy */
     bool npy_u8;
     float *lut;                  /* [c][256]: u8 pixels -> normalised floats */
@@ -423,9 +424,9 @@ static int decode_as(const ct_dataset *ds, int64_t i, void *input, void *target,
     char what[1400];
     snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
              im->image_ext);
-    if (im->kind == KIND_PNG) {
+    if (im->kind == KIND_IMAGE) {
         ct_image8 img = {0};
-        rc = ct_png_decode(buf, len, what, im->c, (size_t)1 << 30, &img, err);
+        rc = ct_image_decode(buf, len, what, im->c, (size_t)1 << 30, &img, err);
         if (!rc && (img.h != im->h || img.w != im->w))
             rc = ct_errf(err, CT_ERR_DATA, "%s: image is %dx%d (HxW), expected %dx%d like the first sample",
                          what, img.h, img.w, im->h, im->w);
@@ -518,10 +519,12 @@ static int parse_entry(const ct_config *cfg, const cJSON *entry, const char *pat
     size_t n = strlen(im->image_ext);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, "image");
     ct_config_where(cfg, v ? v : entry, where, sizeof where);
-    if (n >= 3 && !strcmp(im->image_ext + n - 3, "png")) im->kind = KIND_PNG;
+    bool image = (n >= 3 && (!strcmp(im->image_ext + n - 3, "png") || !strcmp(im->image_ext + n - 3, "jpg"))) ||
+                 (n >= 4 && !strcmp(im->image_ext + n - 4, "jpeg"));
+    if (image) im->kind = KIND_IMAGE;
     else if (n >= 3 && !strcmp(im->image_ext + n - 3, "npy")) im->kind = KIND_NPY;
     else
-        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.image: \"%s\": expected an extension ending in png or npy "
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.image: \"%s\": expected an extension ending in png, jpg, jpeg or npy "
                        "(the input member)", where, path, im->image_ext);
     if (!strcmp(im->image_ext, im->label_ext))
         return ct_errf(err, CT_ERR_CONFIG, "%s: %s.label: the same extension as image", where, path);
@@ -550,8 +553,8 @@ static int probe_first(ct_dataset *ds, wds_impl *im, ct_err *err) {
     char what[1400];
     snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
              im->image_ext);
-    if (im->kind == KIND_PNG) {
-        rc = ct_png_info(buf, len, what, &im->h, &im->w, &im->c, err);
+    if (im->kind == KIND_IMAGE) {
+        rc = ct_image_info(buf, len, what, &im->h, &im->w, &im->c, err);
         if (!rc && im->c > 4) rc = ct_errf(err, CT_ERR_DATA, "%s: %d channels", what, im->c);
         ds->sample_shape = (ct_shape){.ndim = 3, .d = {im->c, im->h, im->w}};
     } else {
@@ -599,7 +602,7 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
         snprintf(ds->label_note, sizeof ds->label_note, "%s: member %s.%s has label %lld, the largest",
                  im->shards.paths[s->shard], im->keys + s->key, im->label_ext, (long long)top);
         bool chw_u8 = im->npy_u8 && im->npy_shape.ndim == 3 && im->npy_shape.d[0] <= 4;
-        if (im->kind == KIND_PNG || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
+        if (im->kind == KIND_IMAGE || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
         im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
         for (int ch = 0; ch < im->c && !rc; ch++)
