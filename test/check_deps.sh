@@ -141,6 +141,10 @@ for m in abc argparse array ast atexit base64 binascii bisect bz2 calendar codec
          weakref zipfile zlib; do
     echo "py $m python3"
 done >>"$T/table"
+# test/'s own python files, which import each other (make_tfrecord.py uses make_wds.py)
+for f in test/*.py; do
+    echo "py $(basename "$f" .py) python3"
+done >>"$T/table"
 
 # --- DEB_PKGS, one a line: its `:=`, `=` or `+=` lines and their continuation lines
 awk '

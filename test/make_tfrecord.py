@@ -19,13 +19,16 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
 
 The small modes write OUT_DIR/part-0.tfrecord, part-1.tfrecord and OUT_DIR/manifest.txt: one line
 per record, "FILE RECORD LABEL ID", where ID is what the record's input encodes (PNG and raw: pixel
-0 + 256 * pixel 1; float: element 0; JPEG: 0). Standard library only, but Pillow for jpg.
+0 + 256 * pixel 1; float: element 0; JPEG: 0). Standard library only (and make_wds.py beside it),
+but Pillow for jpg.
 """
 import gzip
 import random
 import struct
 import sys
-import zlib
+
+sys.dont_write_bytecode = True  # no __pycache__ in test/ from the import below
+from make_wds import jpeg_rgb, png_gray  # noqa: E402  (the same PNGs and JPEGs as the WebDataset tests)
 
 
 def _crc32c_table():
@@ -104,28 +107,6 @@ def example(features):
     entries = b"".join(length_delimited(1, length_delimited(1, name.encode()) + length_delimited(2, feat))
                        for name, feat in features)
     return length_delimited(1, entries)
-
-
-def png_gray(h, w, pixels):
-    """An 8-bit grayscale PNG (filter 0 on every row)."""
-    def chunk(kind, data):
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
-    raw = b"".join(b"\0" + bytes(pixels[y * w:(y + 1) * w]) for y in range(h))
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
-
-
-def jpeg_rgb(rng, h, w):
-    """A smooth random RGB image as a JPEG (quality 90), and Pillow's decode of it."""
-    import io
-    from PIL import Image
-    base = [rng.randrange(256) for _ in range(3)]
-    px = bytes((base[c] + 9 * y + 5 * x + rng.randrange(12)) % 256 for y in range(h) for x in range(w) for c in range(3))
-    out = io.BytesIO()
-    Image.frombytes("RGB", (w, h), px).save(out, format="JPEG", quality=90)
-    data = out.getvalue()
-    return data, Image.open(io.BytesIO(data)).convert("RGB").tobytes()
 
 
 def write_file(path, records, index_path=None):

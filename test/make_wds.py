@@ -31,7 +31,8 @@ def png_gray(h, w, pixels):
 
 
 def jpeg_rgb(rng, h, w):
-    """A smooth random RGB image as a JPEG (quality 90), and Pillow's decode of it."""
+    """A smooth random RGB image as a JPEG (quality 90), and Pillow's decode of it (Pillow is
+    imported here: only the jpg modes need it)."""
     import io as _io
     from PIL import Image
     base = [rng.randrange(256) for _ in range(3)]

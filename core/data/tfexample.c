@@ -48,6 +48,9 @@ static int pb_next(pb_reader *r, pb_field *f, const char **why) {
     if (!pb_varint(r, &key)) return *why = "a field key runs past the end of its message", -1;
     f->num = key >> 3;
     f->wire = (unsigned)(key & 7);
+    f->v = 0;
+    f->s = r->p; /* no bytes unless length-delimited, but never a NULL to compute from */
+    f->len = 0;
     if (f->num == 0) return *why = "field number 0", -1;
     switch (f->wire) {
     case WIRE_VARINT:
@@ -212,9 +215,10 @@ bool ct_tfx_each(const uint8_t *buf, size_t n, ct_tfx_visit visit, void *ctx, co
     return each_entry(buf, n, visit_entry, &c, why);
 }
 
-/* The readers below walk a list that count_values accepted: no error can occur. A missing
- * feature (no list) has no values. */
-void ct_tfx_floats(const ct_tfx_feature *f, float *out) {
+/* The values of a list that count_values accepted (no error can occur; a missing feature has no
+ * list and no values): float_list values into fo; int64_list values into io, or into fo as floats
+ * when io is NULL. */
+static void read_values(const ct_tfx_feature *f, float *fo, int64_t *io) {
     if (!f->list) return;
     pb_reader r = {f->list, f->list + f->list_len};
     pb_field v;
@@ -222,49 +226,35 @@ void ct_tfx_floats(const ct_tfx_feature *f, float *out) {
     int64_t k = 0;
     while (k < f->count && pb_next(&r, &v, &why) == 1) {
         if (v.num != 1) continue;
-        if (f->kind == CT_TFX_FLOAT && v.wire == WIRE_FIXED32) {
-            uint32_t bits = (uint32_t)v.v;
-            memcpy(&out[k++], &bits, 4);
-        } else if (f->kind == CT_TFX_FLOAT) {
-            for (size_t j = 0; j + 4 <= v.len && k < f->count; j += 4) {
-                uint32_t bits = (uint32_t)le(v.s + j, 4);
-                memcpy(&out[k++], &bits, 4);
+        if (f->kind == CT_TFX_FLOAT) {
+            bool one = v.wire == WIRE_FIXED32;
+            for (size_t j = 0; (one ? j == 0 : j + 4 <= v.len) && k < f->count; j += 4) {
+                uint32_t bits = one ? (uint32_t)v.v : (uint32_t)le(v.s + j, 4);
+                memcpy(&fo[k++], &bits, 4);
             }
-        } else if (v.wire == WIRE_VARINT) {
-            out[k++] = (float)(int64_t)v.v;
-        } else {
-            pb_reader packed = {v.s, v.s + v.len};
-            uint64_t x;
-            while (k < f->count && pb_varint(&packed, &x)) out[k++] = (float)(int64_t)x;
+            continue;
+        }
+        pb_reader packed = {v.s, v.s + v.len}; /* wire type 2: a packed run, else one varint */
+        uint64_t x = v.v;
+        for (bool one = v.wire == WIRE_VARINT; k < f->count && (one || pb_varint(&packed, &x)); one = false) {
+            if (io) io[k++] = (int64_t)x;
+            else fo[k++] = (float)(int64_t)x;
+            if (one) break;
         }
     }
 }
 
-void ct_tfx_int64s(const ct_tfx_feature *f, int64_t *out) {
-    if (!f->list) return;
-    pb_reader r = {f->list, f->list + f->list_len};
-    pb_field v;
-    const char *why;
-    int64_t k = 0;
-    while (k < f->count && pb_next(&r, &v, &why) == 1) {
-        if (v.num != 1) continue;
-        if (v.wire == WIRE_VARINT) {
-            out[k++] = (int64_t)v.v;
-        } else {
-            pb_reader packed = {v.s, v.s + v.len};
-            uint64_t x;
-            while (k < f->count && pb_varint(&packed, &x)) out[k++] = (int64_t)x;
-        }
-    }
-}
+void ct_tfx_floats(const ct_tfx_feature *f, float *out) { read_values(f, out, NULL); }
+
+void ct_tfx_int64s(const ct_tfx_feature *f, int64_t *out) { read_values(f, NULL, out); }
 
 void ct_tfx_bytes(const ct_tfx_feature *f, int64_t k, const uint8_t **p, size_t *len) {
-    pb_reader r = {f->list, f->list + f->list_len};
-    pb_field v;
-    const char *why;
     *p = NULL;
     *len = 0;
     if (!f->list) return;
+    pb_reader r = {f->list, f->list + f->list_len};
+    pb_field v;
+    const char *why;
     while (pb_next(&r, &v, &why) == 1) {
         if (v.num != 1) continue;
         if (k-- == 0) {
