@@ -558,9 +558,7 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
                      "not class indices", ds->source, im->label, (long long)im->label_count);
         }
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
-        im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
-        for (int ch = 0; ch < im->c && !rc; ch++)
-            for (int v = 0; v < 256; v++) im->lut[256 * ch + v] = ((float)v / 255.0f - im->mean[ch]) / im->std[ch];
+        if (!rc) im->lut = ct_data_u8_lut(im->c, im->mean, im->std);
     }
     if (rc) {
         tfr_close(ds);

@@ -604,9 +604,7 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
         bool chw_u8 = im->npy_u8 && im->npy_shape.ndim == 3 && im->npy_shape.d[0] <= 4;
         if (im->kind == KIND_IMAGE || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
-        im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
-        for (int ch = 0; ch < im->c && !rc; ch++)
-            for (int v = 0; v < 256; v++) im->lut[256 * ch + v] = ((float)v / 255.0f - im->mean[ch]) / im->std[ch];
+        if (!rc) im->lut = ct_data_u8_lut(im->c, im->mean, im->std);
     }
     if (rc) {
         wds_close(ds);
