@@ -28,6 +28,8 @@
  * is not a tf.Example, a missing feature or one of another kind, count or image size is
  * CT_ERR_DATA at decode naming the file, the record and the feature (data.skip_corrupt counts it). */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,7 +48,8 @@
 #include "core/util/tfrecord.h"
 
 enum { IN_IMAGE, IN_RAW, IN_NUM }; /* the input: an encoded image (PNG, JPEG), raw uint8 bytes, float/int64 values */
-enum { MAX_RECORD = 1 << 30, MAX_NAME = 256 };
+/* MAX_OPEN: files kept open for decode (more are opened per read, not to run out of descriptors) */
+enum { MAX_RECORD = 1 << 30, MAX_NAME = 256, MAX_OPEN = 256 };
 
 typedef struct tfr_record {
     int64_t off;                 /* its header's offset in the file */
@@ -70,6 +73,7 @@ typedef struct tfr_impl {
     int64_t top_label, top_at;   /* the largest class index seen by the scan, and its record (-1: none) */
     int64_t bad_crc;             /* records the scan found with a bad data CRC */
     float *lut;                  /* [c][256]: bytes -> normalised floats */
+    int *fds;                    /* [files.n] kept open for decode (pread is thread-safe), or NULL */
     float mean[4], std[4];
 } tfr_impl;
 
@@ -188,37 +192,50 @@ static void record_name(const tfr_impl *im, int64_t i, char *out, size_t n) {
              (long long)(i - im->file_start[r->file]), (long long)r->off);
 }
 
-/* Record i's data, CRCs checked, into *buf (caller frees). */
-static int read_record(const tfr_impl *im, int64_t i, uint8_t **buf, ct_err *err) {
+/* CT_ERR_DATA: "FILE: record K (offset O): " and the message (the name is built only on errors:
+ * decode is the hot path). */
+__attribute__((format(printf, 4, 5))) static int record_err(const tfr_impl *im, int64_t i, ct_err *err,
+                                                             const char *fmt, ...) {
+    char what[1200], msg[1600];
+    record_name(im, i, what, sizeof what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ct_errf(err, CT_ERR_DATA, "%s: %s", what, msg);
+}
+
+/* Record i with its framing, CRCs checked, into *base (caller frees); *data = its data. */
+static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint8_t **data, ct_err *err) {
     const tfr_record *r = &im->recs[i];
     const char *file = im->files.paths[r->file];
-    char what[1200];
-    record_name(im, i, what, sizeof what);
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd = im->fds ? im->fds[r->file] : -1;
+    bool own = fd < 0; /* no descriptor kept open: one for this read */
+    if (own) fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     size_t total = (size_t)r->len + CT_TFRECORD_FRAMING;
     uint8_t *b = ct_xmalloc(total);
     ssize_t got = ct_fs_read_at(fd, b, total, r->off);
     int e = errno;
-    close(fd);
+    if (own) close(fd);
     uint64_t n = 0;
     int rc = CT_OK;
     if (got != (ssize_t)total)
-        rc = ct_errf(err, CT_ERR_DATA, "%s: %s", what, got < 0 ? strerror(e) : "truncated (the file ends inside it)");
+        rc = record_err(im, i, err, "%s", got < 0 ? strerror(e) : "truncated (the file ends inside it)");
     else if (!ct_tfrecord_head_check(b, &n))
-        rc = ct_errf(err, CT_ERR_DATA, "%s: bad length CRC (a corrupt record header%s)", what,
-                     im->indexes.n ? ", or an index that is not this file's" : "");
+        rc = record_err(im, i, err, "bad length CRC (a corrupt record header%s)",
+                        im->indexes.n ? ", or an index that is not this file's" : "");
     else if (n != (uint64_t)r->len)
-        rc = ct_errf(err, CT_ERR_DATA, "%s: the header says %llu bytes, the index %lld: the index is not this "
-                     "file's", what, (unsigned long long)n, (long long)r->len);
+        rc = record_err(im, i, err, "the header says %llu bytes, the index %lld: the index is not this file's",
+                        (unsigned long long)n, (long long)r->len);
     else if (!ct_tfrecord_tail_check(b + CT_TFRECORD_HEAD + n, b + CT_TFRECORD_HEAD, (size_t)n))
-        rc = ct_errf(err, CT_ERR_DATA, "%s: bad data CRC (the record is corrupt)", what);
+        rc = record_err(im, i, err, "bad data CRC (the record is corrupt)");
     if (rc) {
         free(b);
         return rc;
     }
-    memmove(b, b + CT_TFRECORD_HEAD, (size_t)n);
-    *buf = b;
+    *base = b;
+    *data = b + CT_TFRECORD_HEAD;
     return CT_OK;
 }
 
@@ -234,18 +251,17 @@ static void add_name(void *ctx, const char *name, size_t len, const ct_tfx_featu
     c->used = k < 0 ? c->n : c->used + (size_t)k < c->n ? c->used + (size_t)k : c->n;
 }
 
-/* Feature `name` (role: "input" or "label") of the Example data[0..n), present. */
-static int find_feature(const uint8_t *data, size_t n, const char *name, const char *role, const char *what,
-                        ct_tfx_feature *f, ct_err *err) {
+/* Feature `name` (role: "input" or "label") of record i's Example data[0..n), present. */
+static int find_feature(const tfr_impl *im, int64_t i, const uint8_t *data, size_t n, const char *name,
+                        const char *role, ct_tfx_feature *f, ct_err *err) {
     const char *why = "";
-    if (!ct_tfx_find(data, n, name, f, &why))
-        return ct_errf(err, CT_ERR_DATA, "%s: not a tf.Example: %s", what, why);
+    if (!ct_tfx_find(data, n, name, f, &why)) return record_err(im, i, err, "not a tf.Example: %s", why);
     if (f->kind != CT_TFX_MISSING) return CT_OK;
     char names[400] = "";
     names_ctx c = {names, sizeof names, 0};
     ct_tfx_each(data, n, add_name, &c, &why);
-    return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (%s) is missing; the record has: %s", what, name, role,
-                   names[0] ? names : "no features");
+    return record_err(im, i, err, "feature \"%s\" (%s) is missing; the record has: %s", name, role,
+                      names[0] ? names : "no features");
 }
 
 static void shape_text(const ct_shape *s, char *out, size_t n) {
@@ -255,80 +271,95 @@ static void shape_text(const ct_shape *s, char *out, size_t n) {
     if (used < n) snprintf(out + used, n - used, "]");
 }
 
-/* The input of an Example into input (floats, or raw bytes when raw). */
-static int decode_input(const tfr_impl *im, const uint8_t *data, size_t n, const char *what, void *input, bool raw,
+/* Bytes in channel planes of `per` values: raw copies, else each normalised by its channel's table. */
+static void bytes_to_input(const tfr_impl *im, const uint8_t *p, int64_t per, void *input, bool raw) {
+    if (raw) {
+        memcpy(input, p, (size_t)(per * im->c));
+        return;
+    }
+    float *x = input;
+    for (int ch = 0; ch < im->c; ch++) {
+        const float *lut = im->lut + 256 * ch;
+        for (int64_t j = ch * per; j < (ch + 1) * per; j++) x[j] = lut[p[j]];
+    }
+}
+
+/* Record i's input (its Example: data[0..n)) into input: floats, or the bytes when raw. */
+static int decode_input(const tfr_impl *im, int64_t i, const uint8_t *data, size_t n, void *input, bool raw,
                         ct_err *err) {
     ct_tfx_feature f;
-    int rc = find_feature(data, n, im->input, "input", what, &f, err);
+    int rc = find_feature(im, i, data, n, im->input, "input", &f, err);
     if (rc) return rc;
-    int64_t numel = ct_shape_numel(&im->shape);
+    int64_t numel = ct_shape_numel(&im->shape), per = numel / im->c;
     char shape[96];
-    shape_text(&im->shape, shape, sizeof shape);
     bool bytes = im->in != IN_NUM;
     if (f.kind != im->in_kind && (bytes || f.kind == CT_TFX_BYTES))
-        return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) is a %s, expected a %s like the first record", what,
-                       im->input, ct_tfx_kind_name(f.kind), ct_tfx_kind_name(im->in_kind));
+        return record_err(im, i, err, "feature \"%s\" (input) is a %s, expected a %s like the first record", im->input,
+                          ct_tfx_kind_name(f.kind), ct_tfx_kind_name(im->in_kind));
     if (bytes && f.count != 1)
-        return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) holds %lld byte strings, expected one", what,
-                       im->input, (long long)f.count);
+        return record_err(im, i, err, "feature \"%s\" (input) holds %lld byte strings, expected one", im->input,
+                          (long long)f.count);
     if (!bytes) {
-        if (f.count != numel)
-            return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) has %lld values, expected %lld (shape %s)",
-                           what, im->input, (long long)f.count, (long long)numel, shape);
+        if (f.count != numel) {
+            shape_text(&im->shape, shape, sizeof shape);
+            return record_err(im, i, err, "feature \"%s\" (input) has %lld values, expected %lld (shape %s)",
+                              im->input, (long long)f.count, (long long)numel, shape);
+        }
         float *x = input;
         ct_tfx_floats(&f, x);
-        int64_t per = numel / im->c;
-        for (int64_t j = 0; j < numel; j++) x[j] = (x[j] - im->mean[j / per]) / im->std[j / per];
+        for (int ch = 0; ch < im->c; ch++)
+            for (int64_t j = ch * per; j < (ch + 1) * per; j++) x[j] = (x[j] - im->mean[ch]) / im->std[ch];
         return CT_OK;
     }
     const uint8_t *p;
     size_t len;
     ct_tfx_bytes(&f, 0, &p, &len);
     if (im->in == IN_RAW) {
-        if ((int64_t)len != numel)
-            return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (input) has %zu bytes, expected %lld (uint8, shape %s)",
-                           what, im->input, len, (long long)numel, shape);
-        int64_t per = numel / im->c;
-        for (int64_t j = 0; j < numel; j++) {
-            if (raw) ((uint8_t *)input)[j] = p[j];
-            else ((float *)input)[j] = im->lut[256 * (j / per) + p[j]];
+        if ((int64_t)len != numel) {
+            shape_text(&im->shape, shape, sizeof shape);
+            return record_err(im, i, err, "feature \"%s\" (input) has %zu bytes, expected %lld (uint8, shape %s)",
+                              im->input, len, (long long)numel, shape);
         }
+        bytes_to_input(im, p, per, input, raw);
         return CT_OK;
     }
-    char field[1600];
-    snprintf(field, sizeof field, "%s: feature \"%s\" (input)", what, im->input);
     ct_image8 img = {0};
-    rc = ct_image_decode(p, len, field, (int)im->shape.d[0], (size_t)1 << 30, &img, err);
-    if (!rc && (img.h != im->shape.d[1] || img.w != im->shape.d[2]))
-        rc = ct_errf(err, CT_ERR_DATA, "%s: image is %dx%d (HxW), expected %lldx%lld like the first record", field,
-                     img.h, img.w, (long long)im->shape.d[1], (long long)im->shape.d[2]);
-    if (!rc) ct_image8_planar(&img, im->lut, raw ? input : NULL, raw ? NULL : input);
+    rc = ct_image_decode(p, len, "", (int)im->shape.d[0], (size_t)1 << 30, &img, err); /* message: ": why" */
+    if (rc) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = record_err(im, i, err, "feature \"%s\" (input)%s", im->input, why);
+    } else if (img.h != im->shape.d[1] || img.w != im->shape.d[2]) {
+        rc = record_err(im, i, err, "feature \"%s\" (input): image is %dx%d (HxW), expected %lldx%lld like the first "
+                        "record", im->input, img.h, img.w, (long long)im->shape.d[1], (long long)im->shape.d[2]);
+    } else {
+        ct_image8_planar(&img, im->lut, raw ? input : NULL, raw ? NULL : input);
+    }
     ct_image8_free(&img);
     return rc;
 }
 
-static int decode_label(const tfr_impl *im, const uint8_t *data, size_t n, const char *what, void *target,
-                        ct_err *err) {
+static int decode_label(const tfr_impl *im, int64_t i, const uint8_t *data, size_t n, void *target, ct_err *err) {
     ct_tfx_feature f;
-    int rc = find_feature(data, n, im->label, "label", what, &f, err);
+    int rc = find_feature(im, i, data, n, im->label, "label", &f, err);
     if (rc) return rc;
     if (im->label_class) {
         if (f.kind != CT_TFX_INT64 || f.count != 1)
-            return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (label) is a %s of %lld values, expected an "
-                           "int64_list of one class index like the first record", what, im->label,
-                           ct_tfx_kind_name(f.kind), (long long)f.count);
+            return record_err(im, i, err, "feature \"%s\" (label) is a %s of %lld values, expected an int64_list of "
+                              "one class index like the first record", im->label, ct_tfx_kind_name(f.kind),
+                              (long long)f.count);
         int64_t v;
         ct_tfx_int64s(&f, &v);
         if (v < 0 || v > INT32_MAX)
-            return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (label): %lld is not a class index (0 or more)",
-                           what, im->label, (long long)v);
+            return record_err(im, i, err, "feature \"%s\" (label): %lld is not a class index (0 or more)", im->label,
+                              (long long)v);
         if (target) *(int32_t *)target = (int32_t)v;
         return CT_OK;
     }
     if (f.kind != CT_TFX_FLOAT || f.count != im->label_count)
-        return ct_errf(err, CT_ERR_DATA, "%s: feature \"%s\" (label) is a %s of %lld values, expected a float_list "
-                       "of %lld like the first record", what, im->label, ct_tfx_kind_name(f.kind),
-                       (long long)f.count, (long long)im->label_count);
+        return record_err(im, i, err, "feature \"%s\" (label) is a %s of %lld values, expected a float_list of %lld "
+                          "like the first record", im->label, ct_tfx_kind_name(f.kind), (long long)f.count,
+                          (long long)im->label_count);
     if (target) ct_tfx_floats(&f, target);
     return CT_OK;
 }
@@ -338,15 +369,14 @@ static int decode_as(const ct_dataset *ds, int64_t i, void *input, void *target,
     if (i < 0 || i >= ds->count)
         return ct_errf(err, CT_ERR_DATA, "%s: sample %lld out of range (%lld samples)", ds->source, (long long)i,
                        (long long)ds->count);
-    uint8_t *data;
-    int rc = read_record(im, i, &data, err);
+    uint8_t *base;
+    const uint8_t *data;
+    int rc = read_record(im, i, &base, &data, err);
     if (rc) return rc;
-    char what[1200];
-    record_name(im, i, what, sizeof what);
     size_t n = (size_t)im->recs[i].len;
-    rc = decode_input(im, data, n, what, input, raw, err);
-    if (!rc) rc = decode_label(im, data, n, what, target, err);
-    free(data);
+    rc = decode_input(im, i, data, n, input, raw, err);
+    if (!rc) rc = decode_label(im, i, data, n, target, err);
+    free(base);
     return rc;
 }
 
@@ -369,6 +399,9 @@ static void tfr_close(ct_dataset *ds) {
     if (im) {
         ct_pathlist_free(&im->files);
         ct_pathlist_free(&im->indexes);
+        for (int k = 0; im->fds && k < im->files.n; k++)
+            if (im->fds[k] >= 0) close(im->fds[k]);
+        free(im->fds);
         free(im->file_start);
         free(im->recs);
         free(im->lut);
@@ -442,15 +475,16 @@ static int parse_entry(const ct_config *cfg, const cJSON *entry, const char *pat
 
 /* The input's and label's kinds and the input's shape, from the first record. */
 static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
-    uint8_t *data;
-    int rc = read_record(im, 0, &data, err);
+    uint8_t *base;
+    const uint8_t *data;
+    int rc = read_record(im, 0, &base, &data, err);
     if (rc) return rc;
     size_t n = (size_t)im->recs[0].len;
     char what[1200], shape[96];
     record_name(im, 0, what, sizeof what);
     ct_tfx_feature in, lab;
-    rc = find_feature(data, n, im->input, "input", what, &in, err);
-    if (!rc) rc = find_feature(data, n, im->label, "label", what, &lab, err);
+    rc = find_feature(im, 0, data, n, im->input, "input", &in, err);
+    if (!rc) rc = find_feature(im, 0, data, n, im->label, "label", &lab, err);
     if (rc) goto done;
     im->in_kind = in.kind;
     shape_text(&im->shape, shape, sizeof shape);
@@ -509,7 +543,7 @@ static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
     im->c = chw ? (int)im->shape.d[0] : 1;
     if (im->in != IN_NUM) ds->decode_u8 = tfr_decode_u8; /* 8-bit values (the loader checks the channels) */
 done:
-    free(data);
+    free(base);
     return rc;
 }
 
@@ -535,6 +569,10 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
         rc = im->indexes.n ? read_index(im, k, limit, err) : scan_file(im, k, limit, err);
     }
     if (!rc && im->count == 0) rc = ct_errf(err, CT_ERR_DATA, "%s: no records", ds->source);
+    if (!rc && im->files.n <= MAX_OPEN) {
+        im->fds = ct_xmalloc((size_t)im->files.n * sizeof *im->fds);
+        for (int k = 0; k < im->files.n; k++) im->fds[k] = open(im->files.paths[k], O_RDONLY | O_CLOEXEC); /* -1: read_record opens it and says why not */
+    }
     if (!rc) rc = probe_first(ds, im, err);
     if (!rc) {
         ds->count = im->count;
@@ -607,8 +645,9 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
     int64_t start = 0;
     im->file_start = &start;
     int rc = scan_file(im, 0, 0, err);
-    uint8_t *data = NULL;
-    if (!rc && im->count) rc = read_record(im, 0, &data, err);
+    uint8_t *base = NULL;
+    const uint8_t *data = NULL;
+    if (!rc && im->count) rc = read_record(im, 0, &base, &data, err);
     if (!rc) {
         int64_t bytes = 0;
         for (int64_t i = 0; i < im->count; i++) bytes += im->recs[i].len;
@@ -625,7 +664,7 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
         fprintf(out, "  read it with {\"format\": \"tfrecord\", \"path\": \"%s\", \"input\": FEATURE, \"label\": "
                 "FEATURE}\n", path);
     }
-    free(data);
+    free(base);
     im->file_start = NULL;
     ct_pathlist_free(&im->files);
     free(im->recs);

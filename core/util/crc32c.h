@@ -9,6 +9,9 @@
 /* The CRC-32C of data[0..n), continuing from `crc` (0 for a fresh checksum): so
  * ct_crc32c(ct_crc32c(0, a, k), a + k, n - k) == ct_crc32c(0, a, n). */
 uint32_t ct_crc32c(uint32_t crc, const void *data, size_t n);
+/* The same by table lookups alone, whatever the CPU (what ct_crc32c does without SSE4.2): for the
+ * test that both agree. */
+uint32_t ct_crc32c_portable(uint32_t crc, const void *data, size_t n);
 
 /* TFRecord's masked form of a CRC (rotate right by 15, add a constant): a record's CRC stored
  * inside data that is itself checksummed would otherwise weaken the outer check. */
