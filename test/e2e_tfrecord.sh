@@ -3,7 +3,8 @@
 # test/make_tfrecord.py, framing and protobuf by hand, issue 19) through the command line: training
 # from them gives the same train and eval loss, bit for bit, as training from the IDX files (raw-byte
 # and PNG-encoded images, with and without index files); bench-data reads every record; `ctrain
-# info` describes a file; `ctrain pack --from tfrecord` gives shards that train to the same losses;
+# info` describes a file, and a TensorBoard event file (the same framing); `ctrain pack --from
+# tfrecord` gives shards that train to the same losses, and takes --features INPUT,LABEL;
 # a bad data CRC, a truncated file and a missing feature exit 3 naming the file, the record and the
 # feature, and data.skip_corrupt skips and counts the corrupt record.
 # Usage: sh test/e2e_tfrecord.sh BUILD_DIR
@@ -70,6 +71,18 @@ has "$T/bt" '"samples": 5888' "bench-data reads one epoch: 46 full batches of 12
 has "$T/info" "records: $N_EVAL," "info counts a file's records"
 has "$T/info" "image: bytes_list of 1 (.*PNG)" "info shows the first record's features"
 
+# A TensorBoard event file is TFRecord too (the same framing code writes it): info reads its records
+# and says its first one is no tf.Example.
+"$B" --quiet --config "$T/tfr.json" --set train.max_steps=2 --set train.run_dir="$T/run-tb" \
+    --set 'tensorboard={"enabled": true}' >/dev/null 2>"$T/err" || bad "train with tensorboard: $(cat "$T/err")"
+ev=$(find "$T/run-tb" -name 'events.out.tfevents.*' | head -n 1)
+if [ -n "$ev" ] && "$B" info "$ev" >"$T/info" 2>"$T/err"; then
+    has "$T/info" "records: [1-9]" "info reads a TensorBoard event file's records"
+    has "$T/info" "not a tf.Example" "and says they are not tf.Examples"
+else
+    bad "info on the event file '$ev': $(cat "$T/err")"
+fi
+
 # pack --from tfrecord: ctrain shards of the same records in the same order train to the same losses.
 if "$B" pack --from tfrecord "$T/data/train-{0..2}.tfrecord" --out "$T/packed" >"$T/pk" 2>"$T/err"; then
     has "$T/pk" "packed $N_TRAIN records of \[u8 784 values\]" "pack --from tfrecord packs every record as bytes"
@@ -80,6 +93,13 @@ if "$B" pack --from tfrecord "$T/data/train-{0..2}.tfrecord" --out "$T/packed" >
 else
     bad "pack --from tfrecord: $(cat "$T/err")"
 fi
+"$B" pack --from tfrecord "$T/data/eval-0.tfrecord" --features image,label --out "$T/packed-eval" >"$T/pk" 2>"$T/err" &&
+    has "$T/pk" "packed $N_EVAL records of \[u8 784 values\]" "pack --features names the input and label features (PNG records)" ||
+    bad "pack --features: $(cat "$T/err")"
+"$B" pack --from tfrecord "$T/data/eval-0.tfrecord" --features image --out "$T/packed-bad" >/dev/null 2>"$T/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "expected INPUT,LABEL" "$T/err" && ok "pack --features without a label exits 2" ||
+    bad "pack --features image: exit $rc, $(cat "$T/err")"
 
 # A flipped byte inside record 7 of train-1 (its data starts 12 bytes after its header): exit 3
 # naming the file and record, or skipped and counted with data.skip_corrupt.
