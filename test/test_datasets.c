@@ -1458,6 +1458,19 @@ static int64_t tfr_offset(const char *path, int r) {
     return off;
 }
 
+/* File descriptors this process has open on .tfrecord files (a dataset keeps its files open until
+ * it is closed). */
+static int open_tfrecord_fds(void) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "ls -l /proc/%d/fd | grep -c '\\.tfrecord'", (int)getpid());
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
 START_TEST(test_tfrecord_png) {
     tfr_row rows[16];
     int n = make_tfr("png", rows, 16);
@@ -1480,6 +1493,7 @@ START_TEST(test_tfrecord_png) {
     ck_assert_str_eq(ds->file(ds, 1) + strlen(tmp), "/part-1.tfrecord");
     ck_assert_ptr_null(ds->file(ds, 2));
     ck_assert_ptr_nonnull(ds->decode_u8);
+    ck_assert_int_eq(open_tfrecord_fds(), 2); /* kept open for the reads */
     float x[16];
     uint8_t px[16];
     int32_t y;
@@ -1499,6 +1513,7 @@ START_TEST(test_tfrecord_png) {
     ck_assert_msg(ds->decode(ds, 5, x, &y, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(png_id(x), rows[5].id);
     ct_dataset_close(ds);
+    ck_assert_int_eq(open_tfrecord_fds(), 0); /* both datasets closed their two files */
     /* ctrain info: records and the first record's features. */
     char p[400], text[2000] = {0};
     snprintf(p, sizeof p, "%s/part-1.tfrecord", tmp);

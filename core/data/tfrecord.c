@@ -134,8 +134,8 @@ static int scan_file(tfr_impl *im, int k, int64_t limit, ct_err *err) {
                          (long long)rec, (long long)off, (unsigned long long)n);
         }
         if (rc) break;
-        if (n + CT_TFRECORD_TAIL > cap) {
-            cap = 2 * ((size_t)n + CT_TFRECORD_TAIL);
+        if (n + CT_TFRECORD_TAIL > cap) { /* grows by doubling, but never past twice the largest record */
+            cap = 2 * cap > (size_t)n + CT_TFRECORD_TAIL ? 2 * cap : (size_t)n + CT_TFRECORD_TAIL;
             buf = ct_xrealloc(buf, cap);
         }
         if (fread(buf, 1, (size_t)n + CT_TFRECORD_TAIL, f) != (size_t)n + CT_TFRECORD_TAIL) {
@@ -397,11 +397,11 @@ static const char *tfr_file(const ct_dataset *ds, int64_t k) {
 static void tfr_close(ct_dataset *ds) {
     tfr_impl *im = ds->impl;
     if (im) {
-        ct_pathlist_free(&im->files);
-        ct_pathlist_free(&im->indexes);
         for (int k = 0; im->fds && k < im->files.n; k++)
             if (im->fds[k] >= 0) close(im->fds[k]);
         free(im->fds);
+        ct_pathlist_free(&im->files); /* after the loop above: it empties files.n */
+        ct_pathlist_free(&im->indexes);
         free(im->file_start);
         free(im->recs);
         free(im->lut);
