@@ -109,6 +109,11 @@ printf '\377' | dd of="$T/data/train-1.tfrecord" bs=1 seek=$off conv=notrunc 2>/
 rc=$?
 [ $rc -eq 3 ] && ok "a bad data CRC exits 3" || bad "bad data CRC: exit $rc"
 has "$T/err" "train-1.tfrecord: record 7 (offset 5866): bad data CRC" "the file and record are named"
+"$B" info "$T/data/train-1.tfrecord" >"$T/info" 2>"$T/err"
+rc=$?
+[ $rc -eq 3 ] && ok "info on it exits 3" || bad "info on a bad data CRC: exit $rc"
+has "$T/info" "records: 2000, .* 1 with a bad data CRC" "info counts it"
+has "$T/err" "train-1.tfrecord: record 7 (offset 5866): bad data CRC" "and names it"
 "$B" --quiet --config "$T/tfr.json" --set train.max_steps=100 --set data.skip_corrupt=true --set train.run_dir="$T/run-skip" --summary "$T/sk.json" >/dev/null 2>"$T/err" ||
     bad "skip_corrupt: $(cat "$T/err")"
 has "$T/sk.json" '"skipped_records":1' "data.skip_corrupt skips and counts it"

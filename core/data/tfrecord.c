@@ -71,7 +71,7 @@ typedef struct tfr_impl {
     bool label_class;            /* int64 class index, else float targets */
     int64_t label_count;         /* float targets: values per record */
     int64_t top_label, top_at;   /* the largest class index seen by the scan, and its record (-1: none) */
-    int64_t bad_crc;             /* records the scan found with a bad data CRC */
+    int64_t bad_crc, first_bad;  /* records the scan found with a bad data CRC, and the first of them */
     float *lut;                  /* [c][256]: bytes -> normalised floats */
     int *fds;                    /* [files.n] kept open for decode (pread is thread-safe), or NULL */
     float mean[4], std[4];
@@ -145,7 +145,7 @@ static int scan_file(tfr_impl *im, int k, int64_t limit, ct_err *err) {
         }
         add_record(im, k, off, (int64_t)n);
         if (ct_tfrecord_tail_check(buf + n, buf, (size_t)n)) note_label(im, buf, (size_t)n);
-        else im->bad_crc++; /* decode names it (skip_corrupt can skip it) */
+        else if (!im->bad_crc++) im->first_bad = im->count - 1; /* decode names it (skip_corrupt can skip it) */
         off += (int64_t)n + CT_TFRECORD_FRAMING;
         rec++;
     }
@@ -663,6 +663,9 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
         }
         fprintf(out, "  read it with {\"format\": \"tfrecord\", \"path\": \"%s\", \"input\": FEATURE, \"label\": "
                 "FEATURE}\n", path);
+        if (im->bad_crc) /* all said above; the exit status says it too */
+            rc = record_err(im, im->first_bad, err, "bad data CRC (the record is corrupt; %lld of %lld records are)",
+                            (long long)im->bad_crc, (long long)im->count);
     }
     free(base);
     im->file_start = NULL;
