@@ -1244,6 +1244,27 @@ START_TEST(test_on_device_formats) {
 END_TEST
 
 
+/* One epoch of ds through the loader with data.skip_corrupt (2 workers, batches of `batch`, labels
+ * below `classes`): the samples delivered, and *skipped those skipped (a skipped sample leaves its
+ * batch short). */
+static int64_t skip_corrupt_epoch(ct_dataset *ds, int batch, int classes, int64_t *skipped) {
+    ct_err err = {0};
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = batch, .workers = 2, .skip_corrupt = true, .classes = classes};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int64_t got = 0;
+    for (int64_t i = 0; i < (ds->count + batch - 1) / batch; i++) {
+        ct_loader_batch bt;
+        ck_assert_msg(ct_loader_next(l, &bt, &err) == CT_OK, "%s", err.msg);
+        got += bt.n;
+    }
+    *skipped = ct_loader_skipped(l);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    return got;
+}
+
 /* ---- webdataset: shards written by Python's tarfile (test/make_wds.py) ---- */
 
 typedef struct wds_row { int shard; char key[200]; int label, id; } wds_row;
@@ -1386,20 +1407,9 @@ START_TEST(test_webdataset_errors) {
     ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/sample000004\" has no "
                          "part.0/sample000004.cls member (field \"label\")"), "%s", err.msg);
-    ct_backend *be = ct_cpu_backend_create(1);
-    ct_loader_opts o = {.batch = 5, .workers = 2, .skip_corrupt = true, .classes = 5};
-    ct_loader *l;
-    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
-    int64_t got = 0;
-    for (int i = 0; i < 3; i++) {
-        ct_loader_batch bt;
-        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
-        got += bt.n;
-    }
+    int64_t skipped, got = skip_corrupt_epoch(ds, 5, 5, &skipped);
     ck_assert_int_eq(got, 14);
-    ck_assert_int_eq(ct_loader_skipped(l), 1);
-    ct_loader_free(l);
-    ct_backend_destroy(be);
+    ck_assert_int_eq(skipped, 1);
     ct_dataset_close(ds);
     /* A member cut short by the end of the file (the first PNG's data is at 512..597). */
     make_wds("png", rows, 32);
@@ -1659,20 +1669,9 @@ START_TEST(test_tfrecord_errors) {
     ck_assert_int_eq(ds->decode(ds, 7, x, &y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 2 (offset") &&
                   strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name"), "%s", err.msg);
-    ct_backend *be = ct_cpu_backend_create(1);
-    ct_loader_opts o = {.batch = 3, .workers = 2, .skip_corrupt = true, .classes = 5};
-    ct_loader *l;
-    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
-    int64_t got = 0;
-    for (int i = 0; i < 3; i++) { /* one epoch: a skipped record leaves its batch short */
-        ct_loader_batch bt;
-        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
-        got += bt.n;
-    }
+    int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
     ck_assert_int_eq(got, 6);
-    ck_assert_int_eq(ct_loader_skipped(l), 3);
-    ct_loader_free(l);
-    ct_backend_destroy(be);
+    ck_assert_int_eq(skipped, 3);
     ct_dataset_close(ds);
     /* A feature missing from the first record: at open. */
     snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"input\": \"pixels\"}", tmp);
