@@ -64,6 +64,24 @@ same_loss tfr "raw-byte train records (3 files, a brace pattern), PNG eval recor
 train tfri
 same_loss tfri "with tfrecord2idx index files"
 
+# data.shuffle_buffer (WebDataset's shuffle over shuffled shards): the same losses with 1 or 2
+# workers, other losses than the full permutation, and a run stopped at step 20 and resumed ends
+# with the weights of the run that was not stopped.
+sed 's/"shuffle": true,/"shuffle": true, "shuffle_buffer": 500,/' "$T/tfr.json" >"$T/buf.json"
+cp "$T/buf.json" "$T/buf1.json"
+train buf --set train.run_dir="$T/run-buf"
+train buf1 --set train.run_dir="$T/run-buf1" --set data.workers=1
+[ -n "$(loss "$T/buf.s.json")" ] && [ "$(loss "$T/buf.s.json")" = "$(loss "$T/buf1.s.json")" ] &&
+    [ "$(loss "$T/buf.s.json")" != "$(loss "$T/tfr.s.json")" ] &&
+    ok "data.shuffle_buffer: the same losses with 1 and 2 workers, not the permutation's ($(loss "$T/buf.s.json"))" ||
+    bad "data.shuffle_buffer: 2 workers $(loss "$T/buf.s.json"), 1 worker $(loss "$T/buf1.s.json"), permutation $(loss "$T/tfr.s.json")"
+"$B" --quiet --config "$T/buf.json" --set train.run_dir="$T/run-bufr" --set train.max_steps=20 >/dev/null 2>"$T/err" &&
+    "$B" --quiet --config "$T/buf.json" --set train.run_dir="$T/run-bufr" --resume auto >/dev/null 2>"$T/err" ||
+    bad "shuffle_buffer stop and resume: $(cat "$T/err")"
+cmp -s "$T/run-buf/checkpoints/global_step40/model.safetensors" "$T/run-bufr/checkpoints/global_step40/model.safetensors" &&
+    ok "data.shuffle_buffer: stopped at step 20 and resumed, the same weights at step 40" ||
+    bad "data.shuffle_buffer: the resumed run's weights differ ($(ls "$T/run-bufr/checkpoints" "$T/run-buf/checkpoints" | tr '\n' ' '))"
+
 "$B" bench-data --config "$T/tfr.json" >"$T/bt" 2>"$T/err" || bad "bench-data: $(cat "$T/err")"
 has "$T/bt" '"format": "tfrecord"' "bench-data reads the format"
 has "$T/bt" '"samples": 5888' "bench-data reads one epoch: 46 full batches of 128 of the $N_TRAIN records"

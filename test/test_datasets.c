@@ -19,6 +19,7 @@
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/loader.h"
+#include "core/data/order.h"
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
@@ -1504,6 +1505,21 @@ START_TEST(test_tfrecord_png) {
     ck_assert_ptr_null(ds->file(ds, 2));
     ck_assert_ptr_nonnull(ds->decode_u8);
     ck_assert_int_eq(open_tfrecord_fds(), 2); /* kept open for the reads */
+    /* data.shuffle_buffer through the loader (2 workers): the samples in order.c's order, the
+     * two files as its shards. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 3, .workers = 2, .shuffle = true, .shuffle_buffer = 4, .seed = 9, .classes = 5};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    uint32_t order[9];
+    ct_order_shuffle_buffer(ds, 9, 0, 4, order);
+    for (int b = 0, k = 0; b < 3; b++) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        for (int64_t j = 0; j < bt.n; j++, k++) ck_assert_int_eq(png_id((const float *)bt.input + 16 * j), rows[order[k]].id);
+    }
+    ct_loader_free(l);
+    ct_backend_destroy(be);
     float x[16];
     uint8_t px[16];
     int32_t y;

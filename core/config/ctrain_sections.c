@@ -91,7 +91,8 @@ static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
 }
 
 static const ct_field data_fields[] = {
-    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_BOOL("drop_last"),
+    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
+    CT_C_BOOL("drop_last"),
     CT_C_BOOL("cache"),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
 };
 static const char *const data_custom[] = {"train", "eval"};

@@ -394,6 +394,11 @@ static const char *tfr_file(const ct_dataset *ds, int64_t k) {
     return k - im->files.n < im->indexes.n ? im->indexes.paths[k - im->files.n] : NULL;
 }
 
+static int64_t tfr_shard_start(const ct_dataset *ds, int64_t k) {
+    const tfr_impl *im = ds->impl;
+    return k < im->files.n ? im->file_start[k] : -1;
+}
+
 static void tfr_close(ct_dataset *ds) {
     tfr_impl *im = ds->impl;
     if (im) {
@@ -555,6 +560,7 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
     ds->format = "tfrecord";
     ds->decode = tfr_decode;
     ds->file = tfr_file;
+    ds->shard_start = tfr_shard_start;
     ds->close = tfr_close;
     im->top_label = -1;
     int64_t limit = 0;

@@ -476,6 +476,19 @@ static const char *wds_file(const ct_dataset *ds, int64_t k) {
     return k < im->shards.n ? im->shards.paths[k] : NULL;
 }
 
+/* The first sample of shard k: samples are in shard order, so the first whose shard is >= k. */
+static int64_t wds_shard_start(const ct_dataset *ds, int64_t k) {
+    const wds_impl *im = ds->impl;
+    if (k >= im->shards.n) return -1;
+    int64_t lo = 0, hi = im->count;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (im->samples[mid].shard < k) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static void wds_close(ct_dataset *ds) {
     wds_impl *im = ds->impl;
     if (im) {
@@ -576,6 +589,7 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
     ds->format = "webdataset";
     ds->decode = wds_decode;
     ds->file = wds_file;
+    ds->shard_start = wds_shard_start;
     ds->close = wds_close;
     int64_t limit = 0;
     int rc = parse_entry(cfg, entry, path, im, &limit, err);
