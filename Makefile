@@ -17,7 +17,8 @@ endif
 CFLAGS    ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS) $(shell pkg-config --cflags libcjson libpng zlib 2>/dev/null) -I/usr/include/openblas
 # OpenBLAS is loaded with dlopen (core/cpu/cpu_gemm.c says why); its header gives the types.
-LDLIBS    = -lcjson -lpng -lz -lm -ldl -pthread
+# libjpeg: Debian's libjpeg62-turbo (JPEG inputs of webdataset and tfrecord, core/data/jpeg.c).
+LDLIBS    = -lcjson -lpng -ljpeg -lz -lm -ldl -pthread
 # `make bundle` puts the non-system libraries next to the binaries: look there first. An RPATH, not
 # a RUNPATH (--disable-new-dtags): the loader uses a RUNPATH only for the binary's own needs, so
 # OpenBLAS's libgfortran would not be found in bundle/lib on a machine without Debian's copy.
@@ -140,8 +141,8 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # test/check_deps.sh checks that it covers what the Makefile and test/*.sh use. `make deps`
 # installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
 # call it (through check-deps) when one is missing.
-DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev zlib1g-dev libopenblas-dev check \
-            libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy \
+DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev \
+            check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)

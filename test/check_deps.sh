@@ -100,6 +100,7 @@ lib dl libc6-dev
 lib rt libc6-dev
 lib cjson libcjson-dev
 lib png libpng-dev
+lib jpeg libjpeg62-turbo-dev
 lib z zlib1g-dev
 lib openblas libopenblas-dev
 lib check check
@@ -119,6 +120,7 @@ path /usr/share/datasets/fashion-mnist dataset-fashion-mnist
 path /usr/share/common-licenses base-files
 path /usr/share/doc base-files
 py numpy python3-numpy
+py PIL python3-pil
 py torch @optional
 py tensorboard @optional
 has build-essential gcc g++ make libc6-dev dpkg-dev
@@ -140,6 +142,10 @@ for m in abc argparse array ast atexit base64 binascii bisect bz2 calendar codec
          threading time timeit traceback types typing unicodedata unittest urllib uuid warnings \
          weakref zipfile zlib; do
     echo "py $m python3"
+done >>"$T/table"
+# test/'s own python files, which import each other (make_tfrecord.py uses make_wds.py)
+for f in test/*.py; do
+    echo "py $(basename "$f" .py) python3"
 done >>"$T/table"
 
 # --- DEB_PKGS, one a line: its `:=`, `=` or `+=` lines and their continuation lines

@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 CFLAGS_ST="-std=c11 -D_GNU_SOURCE -O1 -I. $(pkg-config --cflags libcjson 2>/dev/null)"
-LIBS_ST="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -lz -lm -ldl -pthread"
+LIBS_ST="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -ljpeg -lz -lm -ldl -pthread"
 # shellcheck disable=SC2086
 ${CC:-cc} $CFLAGS_ST test/ref/write_st_sample.c "$BUILD/libctrain.a" -o "$T/write_st_sample" $LIBS_ST \
     || { echo "FAIL: cannot build test/ref/write_st_sample.c"; exit 1; }

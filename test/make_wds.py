@@ -5,9 +5,12 @@
     make_wds.py OUT_DIR npy      2 shards of float32 .npy [2, 3] + .txt samples
     make_wds.py OUT_DIR npy-f64  like npy, one sample stored as float64 (refused)
     make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member
+    make_wds.py OUT_DIR jpg      like png, with 8x8 RGB JPEG (.jpg) images written by Pillow
 
 Writes OUT_DIR/manifest.txt: one line per sample, "SHARD KEY LABEL ID", where ID is what the
-sample's input encodes (PNG: pixel 0 + 256 * pixel 1; npy: element 0). Standard library only.
+sample's input encodes (PNG: pixel 0 + 256 * pixel 1; npy: element 0; JPEG: 0). The jpg mode also
+writes OUT_DIR/pixels.txt: per sample, Pillow's decode of its JPEG ([H, W, 3] bytes, in hex), which
+ctrain's libjpeg-turbo decode must equal. Standard library only, but Pillow for jpg.
 """
 import io
 import random
@@ -25,6 +28,19 @@ def png_gray(h, w, pixels):
     raw = b"".join(b"\0" + bytes(pixels[y * w:(y + 1) * w]) for y in range(h))
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def jpeg_rgb(rng, h, w):
+    """A smooth random RGB image as a JPEG (quality 90), and Pillow's decode of it (Pillow is
+    imported here: only the jpg modes need it)."""
+    import io as _io
+    from PIL import Image
+    base = [rng.randrange(256) for _ in range(3)]
+    px = bytes((base[c] + 9 * y + 5 * x + rng.randrange(12)) % 256 for y in range(h) for x in range(w) for c in range(3))
+    out = _io.BytesIO()
+    Image.frombytes("RGB", (w, h), px).save(out, format="JPEG", quality=90)
+    data = out.getvalue()
+    return data, Image.open(_io.BytesIO(data)).convert("RGB").tobytes()
 
 
 def npy(values, shape, descr):
@@ -47,7 +63,7 @@ def main():
     formats = [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]
     shards = 2 if mode.startswith("npy") else 3
     per_shard = [5, 4, 6]
-    lines, sid = [], 0
+    lines, sid, decoded = [], 0, []
     for s in range(shards):
         path = "%s/shard-%06d.tar" % (out, s)
         with tarfile.open(path, "w", format=formats[s]) as tar:
@@ -63,6 +79,12 @@ def main():
                     descr = "<f8" if mode == "npy-f64" and sid == 3 else "<f4"
                     add(tar, key + ".npy", npy(vals, (2, 3), descr))
                     add(tar, key + ".txt", b"%d\n" % label)
+                elif mode == "jpg":
+                    data, rgb = jpeg_rgb(rng, 8, 8)
+                    add(tar, key + ".jpg", data)
+                    add(tar, key + ".cls", b"%d" % label)
+                    decoded.append(rgb.hex())
+                    ident = 0
                 else:
                     px = [ident % 256, ident // 256] + [rng.randrange(256) for _ in range(14)]
                     add(tar, key + ".png", png_gray(4, 4, px))
@@ -72,6 +94,9 @@ def main():
                 lines.append("%d %s %d %d" % (s, key, label, ident))
     with open(out + "/manifest.txt", "w") as f:
         f.write("\n".join(lines) + "\n")
+    if decoded:
+        with open(out + "/pixels.txt", "w") as f:
+            f.write("\n".join(decoded) + "\n")
 
 
 if __name__ == "__main__":

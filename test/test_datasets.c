@@ -19,10 +19,13 @@
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/loader.h"
+#include "core/data/order.h"
 #include "cmd/commands.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
+#include "core/data/tfrecord.h"
 #include "core/data/webdataset.h"
+#include "core/util/tfrecord.h"
 #include "core/train/internal.h"
 #include "core/train/train.h"
 
@@ -1242,6 +1245,27 @@ START_TEST(test_on_device_formats) {
 END_TEST
 
 
+/* One epoch of ds through the loader with data.skip_corrupt (2 workers, batches of `batch`, labels
+ * below `classes`): the samples delivered, and *skipped those skipped (a skipped sample leaves its
+ * batch short). */
+static int64_t skip_corrupt_epoch(ct_dataset *ds, int batch, int classes, int64_t *skipped) {
+    ct_err err = {0};
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = batch, .workers = 2, .skip_corrupt = true, .classes = classes};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    int64_t got = 0;
+    for (int64_t i = 0; i < (ds->count + batch - 1) / batch; i++) {
+        ct_loader_batch bt;
+        ck_assert_msg(ct_loader_next(l, &bt, &err) == CT_OK, "%s", err.msg);
+        got += bt.n;
+    }
+    *skipped = ct_loader_skipped(l);
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    return got;
+}
+
 /* ---- webdataset: shards written by Python's tarfile (test/make_wds.py) ---- */
 
 typedef struct wds_row { int shard; char key[200]; int label, id; } wds_row;
@@ -1384,20 +1408,9 @@ START_TEST(test_webdataset_errors) {
     ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/sample000004\" has no "
                          "part.0/sample000004.cls member (field \"label\")"), "%s", err.msg);
-    ct_backend *be = ct_cpu_backend_create(1);
-    ct_loader_opts o = {.batch = 5, .workers = 2, .skip_corrupt = true, .classes = 5};
-    ct_loader *l;
-    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
-    int64_t got = 0;
-    for (int i = 0; i < 3; i++) {
-        ct_loader_batch bt;
-        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
-        got += bt.n;
-    }
+    int64_t skipped, got = skip_corrupt_epoch(ds, 5, 5, &skipped);
     ck_assert_int_eq(got, 14);
-    ck_assert_int_eq(ct_loader_skipped(l), 1);
-    ct_loader_free(l);
-    ct_backend_destroy(be);
+    ck_assert_int_eq(skipped, 1);
     ct_dataset_close(ds);
     /* A member cut short by the end of the file (the first PNG's data is at 512..597). */
     make_wds("png", rows, 32);
@@ -1421,6 +1434,395 @@ START_TEST(test_webdataset_errors) {
     snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000003}.tar\"}", tmp);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "shard-000003.tar: cannot open"), "%s", err.msg);
+}
+END_TEST
+
+
+/* ---- tfrecord: tf.Example records written by test/make_tfrecord.py (framing and protobuf by hand) ---- */
+
+typedef struct tfr_row { int file, record, label, id; } tfr_row;
+
+static int make_tfr(const char *mode, tfr_row *rows, int cap) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -f %s/part-* && /usr/bin/python3 test/make_tfrecord.py %s %s", tmp, tmp, mode);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/manifest.txt", tmp);
+    FILE *f = fopen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    while (n < cap && fscanf(f, "%d %d %d %d", &rows[n].file, &rows[n].record, &rows[n].label, &rows[n].id) == 4) n++;
+    fclose(f);
+    return n;
+}
+
+/* The offset of record r of a TFRecord file (walking the framing). */
+static int64_t tfr_offset(const char *path, int r) {
+    size_t len;
+    uint8_t *b = read_all(path, &len);
+    int64_t off = 0;
+    for (int k = 0; k < r; k++) {
+        uint64_t n;
+        ck_assert(ct_tfrecord_head_check(b + off, &n));
+        off += (int64_t)n + CT_TFRECORD_FRAMING;
+    }
+    free(b);
+    return off;
+}
+
+/* File descriptors this process has open on .tfrecord files (a dataset keeps its files open until
+ * it is closed). */
+static int open_tfrecord_fds(void) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "ls -l /proc/%d/fd | grep -c '\\.tfrecord'", (int)getpid());
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(fscanf(p, "%d", &n), 1);
+    pclose(p);
+    return n;
+}
+
+START_TEST(test_tfrecord_png) {
+    tfr_row rows[16];
+    int n = make_tfr("png", rows, 16);
+    ck_assert_int_eq(n, 9);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_int_eq(ds->sample_shape.ndim, 3);
+    ck_assert_int_eq(ds->sample_shape.d[0], 1);
+    ck_assert_int_eq(ds->sample_shape.d[1], 4);
+    ck_assert_int_eq(ds->sample_shape.d[2], 4);
+    ck_assert_int_eq(ds->target_dtype, CT_I32);
+    int top = 0;
+    for (int i = 0; i < n; i++) top = rows[i].label > top ? rows[i].label : top;
+    ck_assert_int_eq(ds->classes, top + 1);
+    ck_assert_msg(strstr(ds->label_note, "the largest"), "%s", ds->label_note);
+    ck_assert_str_eq(ds->file(ds, 1) + strlen(tmp), "/part-1.tfrecord");
+    ck_assert_ptr_null(ds->file(ds, 2));
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    ck_assert_int_eq(open_tfrecord_fds(), 2); /* kept open for the reads */
+    /* data.shuffle_buffer through the loader (2 workers): the samples in order.c's order, the
+     * two files as its shards. */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_loader_opts o = {.batch = 3, .workers = 2, .shuffle = true, .shuffle_buffer = 4, .seed = 9, .classes = 5};
+    ct_loader *l;
+    ck_assert_int_eq(ct_loader_init(&l, be, ds, &o, NULL, &err), CT_OK);
+    uint32_t order[9];
+    ct_order_shuffle_buffer(ds, 9, 0, 4, order);
+    for (int b = 0, k = 0; b < 3; b++) {
+        ct_loader_batch bt;
+        ck_assert_int_eq(ct_loader_next(l, &bt, &err), CT_OK);
+        for (int64_t j = 0; j < bt.n; j++, k++) ck_assert_int_eq(png_id((const float *)bt.input + 16 * j), rows[order[k]].id);
+    }
+    ct_loader_free(l);
+    ct_backend_destroy(be);
+    float x[16];
+    uint8_t px[16];
+    int32_t y;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        for (int k = 0; k < 16; k++) ck_assert_float_eq(x[k], px[k] / 255.0f);
+    }
+    ct_dataset_close(ds);
+    /* limit: the first records in file order. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": [\"%s/part-0.tfrecord\", \"%s/part-1.tfrecord\"], "
+             "\"limit\": 6}", tmp, tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 6);
+    ck_assert_msg(ds->decode(ds, 5, x, &y, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(png_id(x), rows[5].id);
+    ct_dataset_close(ds);
+    ck_assert_int_eq(open_tfrecord_fds(), 0); /* both datasets closed their two files */
+    /* ctrain info: records and the first record's features. */
+    char p[400], text[2000] = {0};
+    snprintf(p, sizeof p, "%s/part-1.tfrecord", tmp);
+    ck_assert(ct_tfrecord_is_file(p));
+    snprintf(p, sizeof p, "%s/manifest.txt", tmp);
+    ck_assert(!ct_tfrecord_is_file(p));
+    snprintf(p, sizeof p, "%s/part-1.tfrecord", tmp);
+    FILE *f = tmpfile();
+    ck_assert_msg(ct_tfrecord_info(p, f, &err) == CT_OK, "%s", err.msg);
+    rewind(f);
+    ck_assert_uint_gt(fread(text, 1, sizeof text - 1, f), 0);
+    fclose(f);
+    ck_assert_msg(strstr(text, "records: 4,") && strstr(text, "image: bytes_list of 1 (") &&
+                  strstr(text, "bytes, PNG)") && strstr(text, "label: int64_list of 1"), "%s", text);
+}
+END_TEST
+
+START_TEST(test_tfrecord_raw_and_float) {
+    tfr_row rows[16];
+    int n = make_tfr("raw", rows, 16);
+    char json[1200];
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    uint8_t px[16];
+    int32_t y;
+    /* Raw bytes in the shape given: like pixels. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0,1}.tfrecord\", \"shape\": [1, 4, 4]}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(px[0] + 256 * px[1], rows[i].id);
+    }
+    ct_dataset_close(ds);
+    /* Without a shape: [bytes], still 8-bit. A shape of another size: refused at open. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->sample_shape.ndim, 1);
+    ck_assert_int_eq(ds->sample_shape.d[0], 16);
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    ct_dataset_close(ds);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"shape\": [1, 5, 5]}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): feature \"image\" (input) has 16 bytes") &&
+                  strstr(err.msg, "shape [1, 5, 5] holds 25"), "%s", err.msg);
+    /* float_list input and int64 labels, packed (file 0) and unpacked (file 1). */
+    n = make_tfr("float", rows, 16);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", \"input\": \"x\", "
+             "\"label\": \"y\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_int_eq(ds->sample_shape.ndim, 1);
+    ck_assert_int_eq(ds->sample_shape.d[0], 6);
+    ck_assert_ptr_null(ds->decode_u8);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_float_eq(x[0], (float)rows[i].id);
+        ck_assert(x[1] >= -1 && x[1] <= 1 && x[1] != 0);
+        ck_assert_int_eq(y, rows[i].label);
+    }
+    ct_dataset_close(ds);
+    /* The label as input and the input as label: a float_list is no class index. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"input\": \"y\", "
+             "\"label\": \"x\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->target_dtype, CT_F32);
+    ck_assert_int_eq(ds->target_shape.d[0], 6);
+    ck_assert_int_eq(ds->classes, 0);
+    float t[6];
+    ck_assert_msg(ds->decode(ds, 0, x, t, &err) == CT_OK, "%s", err.msg);
+    ck_assert_float_eq(x[0], (float)rows[0].label);
+    ck_assert_float_eq(t[0], (float)rows[0].id);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+START_TEST(test_tfrecord_index) {
+    tfr_row rows[16];
+    int n = make_tfr("index", rows, 16);
+    char json[1200], p[400];
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", "
+             "\"index\": \"%s/part-{0..1}.index\"}", tmp, tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    ck_assert_int_eq(ds->classes, 0); /* not read at open: the loader checks each label */
+    ck_assert_str_eq(ds->file(ds, 3) + strlen(tmp), "/part-1.index"); /* in the fingerprint */
+    for (int i = n - 1; i >= 0; i--) {
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+    }
+    ct_dataset_close(ds);
+    /* Another file's index: the lengths do not match (decode), or records run past the end (open). */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-1.tfrecord\", \"index\": \"%s/part-0.index\"}",
+             tmp, tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.index:5: the record at offset") && strstr(err.msg, "runs past the end of"),
+                  "%s", err.msg);
+    snprintf(p, sizeof p, "%s/part-1.index", tmp);
+    write_bytes(p, "0 170\nx y\n", 10);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", "
+             "\"index\": \"%s/part-{0..1}.index\"}", tmp, tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-1.index:2: expected \"OFFSET BYTES\""), "%s", err.msg);
+    /* One index per file. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", "
+             "\"index\": \"%s/part-0.index\"}", tmp, tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.index: 1 index files for 2 TFRecord files"), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(test_tfrecord_errors) {
+    tfr_row rows[16];
+    make_tfr("bad", rows, 16);
+    char json[1200], p[400];
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    /* A label of another kind, an image of another size, a missing label: at decode, naming the
+     * file, the record and the feature; skipped and counted with skip_corrupt. */
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/part-0.tfrecord", tmp);
+    char want[600];
+    snprintf(want, sizeof want, "part-0.tfrecord: record 2 (offset %lld): feature \"label\" (label) is a float_list "
+             "of 1 values, expected an int64_list", (long long)tfr_offset(p, 2));
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 6, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 1 (offset") &&
+                  strstr(err.msg, "feature \"image\" (input): image is 3x3 (HxW), expected 4x4"), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 7, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 2 (offset") &&
+                  strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name"), "%s", err.msg);
+    int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
+    ck_assert_int_eq(got, 6);
+    ck_assert_int_eq(skipped, 3);
+    ct_dataset_close(ds);
+    /* A feature missing from the first record: at open. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"input\": \"pixels\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): feature \"pixels\" (input) is missing; the "
+                         "record has: id, image, label, name"), "%s", err.msg);
+    /* A flipped byte in record 3's data: a bad data CRC at decode (the open still locates every record). */
+    make_tfr("png", rows, 16);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    int64_t off3 = tfr_offset(p, 3), off1 = tfr_offset(p, 1);
+    b[off3 + 20] ^= 0x10;
+    write_bytes(p, b, len);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 9);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
+    snprintf(want, sizeof want, "part-0.tfrecord: record 3 (offset %lld): bad data CRC", (long long)off3);
+    ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+    ct_dataset_close(ds);
+    /* A flipped byte in record 1's length: the open stops there. */
+    b[off3 + 20] ^= 0x10;
+    b[off1 + 1] ^= 0x01;
+    write_bytes(p, b, len);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    snprintf(want, sizeof want, "part-0.tfrecord: record 1 at offset %lld: bad length CRC", (long long)off1);
+    ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+    /* A file cut inside its last record. */
+    b[off1 + 1] ^= 0x01;
+    write_bytes(p, b, len - 3);
+    free(b);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 4 at offset") && strstr(err.msg, "truncated"), "%s", err.msg);
+    ck_assert_int_eq(truncate(p, off1 + 5), 0);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    snprintf(want, sizeof want, "part-0.tfrecord: record 1 at offset %lld: truncated header (5 of 12 bytes)", (long long)off1);
+    ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+    /* Not a TFRecord file; a file that does not exist; entry errors. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/manifest.txt\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "manifest.txt: record 0 at offset 0: bad length CRC"), "%s", err.msg);
+    make_tfr("png", rows, 16);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..2}.tfrecord\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-2.tfrecord: cannot open"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"path\": \"x\", \"shape\": [0]}", &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.shape: expected 1 to 4 positive integers"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"input\": \"x\"}", &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.path: missing"), "%s", err.msg);
+}
+END_TEST
+
+/* ---- JPEG inputs (libjpeg-turbo) of webdataset and tfrecord: Pillow's decode, byte for byte ---- */
+
+/* Check every sample of ds (8x8 RGB) against the generator's pixels.txt (Pillow's decode). */
+static void check_jpeg_pixels(ct_dataset *ds) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/pixels.txt", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char hex[8 * 8 * 3 * 2 + 8];
+    ct_err err = {0};
+    int64_t i = 0;
+    for (; fscanf(f, "%400s", hex) == 1; i++) {
+        ck_assert_int_lt(i, ds->count);
+        uint8_t px[3 * 64];
+        float x[3 * 64];
+        int32_t y;
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        for (int j = 0; j < 64; j++)
+            for (int c = 0; c < 3; c++) {
+                unsigned v;
+                ck_assert_int_eq(sscanf(hex + 2 * (3 * j + c), "%2x", &v), 1);
+                ck_assert_int_eq(px[c * 64 + j], v); /* planar [3, 8, 8] from interleaved [8, 8, 3] */
+                ck_assert_float_eq(x[c * 64 + j], v / 255.0f);
+            }
+    }
+    fclose(f);
+    ck_assert_int_eq(i, ds->count);
+}
+
+START_TEST(test_jpeg_inputs) {
+    char cmd[600], json[1200];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_wds.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\", "
+             "\"image\": \"jpg\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 15);
+    ck_assert_int_eq(ds->sample_shape.d[0], 3);
+    ck_assert_int_eq(ds->sample_shape.d[1], 8);
+    ck_assert_int_eq(ds->sample_shape.d[2], 8);
+    check_jpeg_pixels(ds);
+    ct_dataset_close(ds);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_tfrecord.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 9);
+    ck_assert_int_eq(ds->sample_shape.d[0], 3);
+    check_jpeg_pixels(ds);
+    ct_dataset_close(ds);
+    /* "shape" [1, 8, 8]: decoded to gray by libjpeg. */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\", \"shape\": [1, 8, 8]}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[64];
+    int32_t y;
+    ck_assert_msg(ds->decode(ds, 0, x, &y, &err) == CT_OK, "%s", err.msg);
+    ct_dataset_close(ds);
+    /* A JPEG cut short inside a webdataset shard's member: exit 3 naming the member. */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 test/make_wds.py %s jpg", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    char p[400];
+    snprintf(p, sizeof p, "%s/shard-000000.tar", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    uint8_t *eoi = NULL; /* the first JPEG's end marker: damage the data before it */
+    for (size_t k = 512; k + 1 < len && !eoi; k++)
+        if (b[k] == 0xFF && b[k + 1] == 0xD9) eoi = b + k;
+    ck_assert_ptr_nonnull(eoi);
+    memset(eoi - 200, 0xFF, 200);
+    write_bytes(p, b, len);
+    free(b);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000002}.tar\", "
+             "\"image\": \"jpg\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK || strstr(err.msg, "corrupt JPEG"), "%s", err.msg);
+    if (ds) {
+        ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+        ct_dataset_close(ds);
+    }
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: member part.0/sample000001.jpg (field \"image\"): corrupt JPEG"),
+                  "%s", err.msg);
 }
 END_TEST
 
@@ -1451,6 +1853,11 @@ int main(void) {
     tcase_add_test(tc, test_webdataset_png);
     tcase_add_test(tc, test_webdataset_npy);
     tcase_add_test(tc, test_webdataset_errors);
+    tcase_add_test(tc, test_tfrecord_png);
+    tcase_add_test(tc, test_tfrecord_raw_and_float);
+    tcase_add_test(tc, test_tfrecord_index);
+    tcase_add_test(tc, test_tfrecord_errors);
+    tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

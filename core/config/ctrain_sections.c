@@ -53,7 +53,7 @@ int ct_rd_model(ct_rd *r, const cJSON *root) {
  * allowed. */
 static const struct {
     const char *format;
-    const char *keys[4];
+    const char *keys[6];
 } ds_formats[] = {
     {"idx", {"images", "labels"}},
     {"image_folder", {"root", "size", "channels", "resize"}},
@@ -61,6 +61,7 @@ static const struct {
     {"tokens", {"path", "seq_len", "vocab"}},
     {"csv", {"path", "label_column"}},
     {"webdataset", {"urls", "image", "label"}},
+    {"tfrecord", {"path", "input", "label", "shape", "index"}},
 };
 static const char *const ds_common[] = {"format", "transform", "limit"};
 
@@ -78,19 +79,20 @@ static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
         if (strcmp(f->valuestring, names[i]) == 0) k = i;
     if (k < 0) {
         const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, CT_ARRAY_LEN(names)) : NULL;
-        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, got %s%s%s%s",
+        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, got %s%s%s%s",
                           ct_rd_show(f, shown, sizeof shown), best ? "; did you mean " : "", best ? best : "",
                           best ? "?" : "");
     }
-    const char *known[8];
+    const char *known[CT_ARRAY_LEN(ds_common) + CT_ARRAY_LEN(ds_formats[0].keys)];
     int n = 0;
     for (int i = 0; i < CT_ARRAY_LEN(ds_common); i++) known[n++] = ds_common[i];
-    for (int i = 0; i < 4 && ds_formats[k].keys[i]; i++) known[n++] = ds_formats[k].keys[i];
+    for (int i = 0; i < CT_ARRAY_LEN(ds_formats[k].keys) && ds_formats[k].keys[i]; i++) known[n++] = ds_formats[k].keys[i];
     return ct_rd_keys(r, e, path, known, n, true);
 }
 
 static const ct_field data_fields[] = {
-    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_BOOL("drop_last"),
+    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
+    CT_C_BOOL("drop_last"),
     CT_C_BOOL("cache"),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
 };
 static const char *const data_custom[] = {"train", "eval"};

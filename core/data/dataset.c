@@ -23,6 +23,7 @@ static const struct {
     {"tokens", ct_tokens_open},
     {"csv", ct_csv_open},
     {"webdataset", ct_webdataset_open},
+    {"tfrecord", ct_tfrecord_open},
 };
 
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
@@ -38,7 +39,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(entry, "format");
     if (!fmt)
         return ct_errf(err, CT_ERR_CONFIG,
-                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset)",
+                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord)",
                        where, path);
     ct_config_where(cfg, fmt, where, sizeof where);
     if (!cJSON_IsString(fmt))
@@ -55,7 +56,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     }
     const char *s = ct_suggest(fmt->valuestring, names, CT_ARRAY_LEN(formats));
     ct_errf(err, CT_ERR_CONFIG,
-            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, got \"%s\"", where,
+            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, got \"%s\"", where,
             path, fmt->valuestring);
     if (s) ct_err_append(err, "did you mean \"%s\"?", s);
     return CT_ERR_CONFIG;

@@ -48,6 +48,10 @@ struct ct_dataset {
     /* The k-th file the dataset reads (k = 0, 1, ...; NULL after the last), for
      * ct_dataset_fingerprint. NULL when the dataset reads the file `source` alone. */
     const char *(*file)(const ct_dataset *ds, int64_t k);
+    /* Formats stored as shards of consecutive samples (webdataset, tfrecord): the first sample of
+     * shard k (k = 0, 1, ...; -1 after the last shard), for data.shuffle_buffer (order.h). NULL:
+     * the samples are one stream. */
+    int64_t (*shard_start)(const ct_dataset *ds, int64_t k);
     void (*close)(ct_dataset *ds);
 };
 

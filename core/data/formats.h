@@ -26,4 +26,8 @@ int ct_csv_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
 int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                        ct_err *err);
 
+/* tfrecord.c: TFRecord files of tf.Example records (located by a sequential scan or index files). */
+int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
+                     ct_err *err);
+
 #endif

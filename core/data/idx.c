@@ -388,10 +388,7 @@ int ct_idx_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_d
     }
     if (im->images.type == IDX_U8) {
         /* Scale to [0, 1], then normalise: one table lookup per pixel at decode. */
-        im->lut = ct_xmalloc((size_t)im->channels * 256 * sizeof(float));
-        for (int64_t c = 0; c < im->channels; c++)
-            for (int v = 0; v < 256; v++)
-                im->lut[256 * c + v] = ((float)v / 255.0f - im->mean[c]) / im->std[c];
+        im->lut = ct_data_u8_lut(im->channels, im->mean, im->std);
         ds->decode_u8 = idx_decode_u8;
     }
     *out = ds;

@@ -395,9 +395,7 @@ int ct_image_folder_open(const ct_config *cfg, const cJSON *entry, const char *p
                  im->root, (long long)im->n_classes, im->classes[0], im->classes[im->n_classes - 1]);
         float mean[4], std[4];
         rc = ct_data_normalize_parse(cfg, im->c, mean, std, err);
-        im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
-        for (int ch = 0; ch < im->c && !rc; ch++)
-            for (int v = 0; v < 256; v++) im->lut[256 * ch + v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+        if (!rc) im->lut = ct_data_u8_lut(im->c, mean, std);
     }
     if (rc) {
         folder_close(ds);

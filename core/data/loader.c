@@ -28,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/order.h"
 #include "core/data/transform.h"
 #include "core/util/rng.h"
 
@@ -196,6 +197,7 @@ int ct_loader_opts_from_config(const ct_config *cfg, const ct_dataset *ds, bool 
     o->skip_corrupt = data_flag(data, "skip_corrupt", false);
     int rc = data_int(cfg, data, "workers", 0, 0, &o->workers, err);
     if (!rc) rc = data_int(cfg, data, "prefetch", 1, 4, &o->prefetch, err);
+    if (!rc) rc = ct_order_buffer_parse(cfg, &o->shuffle_buffer, err);
     const cJSON *tr = data ? cJSON_GetObjectItemCaseSensitive(data, "transform") : NULL;
     if (!rc && train) rc = parse_augment(cfg, tr, &o->aug, err);
     if (!rc) rc = parse_on_device(cfg, tr, ds, o, err);
@@ -424,7 +426,8 @@ static const uint32_t *epoch_perm(ct_loader *l, int64_t epoch) {
     if (!l->o.shuffle) return NULL;
     int k = (int)(epoch % 2);
     if (l->perm_epoch[k] != epoch) {
-        ct_rng_permutation(l->o.seed, (uint64_t)epoch, l->perm[k], (uint32_t)l->ds->count);
+        if (l->o.shuffle_buffer > 0) ct_order_shuffle_buffer(l->ds, l->o.seed, (uint64_t)epoch, l->o.shuffle_buffer, l->perm[k]);
+        else ct_rng_permutation(l->o.seed, (uint64_t)epoch, l->perm[k], (uint32_t)l->ds->count);
         l->perm_epoch[k] = epoch;
     }
     return l->perm[k];

@@ -43,6 +43,8 @@ typedef struct ct_loader_opts {
     int workers;                 /* 0 = number of online cores */
     int prefetch;                /* ring slots; 0 = 4 */
     bool shuffle, drop_last, cache, skip_corrupt;
+    int64_t shuffle_buffer;      /* data.shuffle_buffer: with shuffle, WebDataset's buffer of this
+                                    many samples over shuffled shards (order.h); 0 = a permutation */
     uint64_t seed;
     int64_t classes;             /* class-index targets must be < classes (0: not checked) */
     int64_t ids_below;           /* token-id (int32) samples: every id must be in [0, ids_below), the

@@ -288,6 +288,16 @@ void ct_image8_free(ct_image8 *im) {
     memset(im, 0, sizeof *im);
 }
 
+void ct_image8_planar(const ct_image8 *img, const float *lut, uint8_t *u8, float *f32) {
+    size_t plane = (size_t)img->h * (size_t)img->w;
+    for (int ch = 0; ch < img->c; ch++)
+        for (size_t j = 0; j < plane; j++) {
+            uint8_t v = img->px[j * (size_t)img->c + ch];
+            if (u8) u8[ch * plane + j] = v;
+            else f32[ch * plane + j] = lut[256 * ch + v];
+        }
+}
+
 int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));

@@ -26,6 +26,9 @@ int ct_png_info(const void *buf, size_t len, const char *name, int *h, int *w, i
 int ct_png_decode(const void *buf, size_t len, const char *name, int channels, size_t max_bytes,
                   ct_image8 *out, ct_err *err);
 void ct_image8_free(ct_image8 *im);
+/* img's interleaved pixels [h, w, c] as planes [c, h, w]: the bytes themselves into u8 when it is
+ * not NULL, else lut[256 * ch + v] into f32 (lut: [c][256], the normalised value of each byte). */
+void ct_image8_planar(const ct_image8 *img, const float *lut, uint8_t *u8, float *f32);
 
 /* Read a whole file into *buf (reallocated when *cap is too small); *len = its size. */
 int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_err *err);

@@ -455,9 +455,7 @@ int ct_shard_open(const ct_config *cfg, const cJSON *entry, const char *path, ct
     }
     if (!rc && im->encoding == CT_SHARD_U8) {
         ds->decode_u8 = shard_decode_u8;
-        im->lut = ct_xmalloc((size_t)im->channels * 256 * sizeof(float));
-        for (int64_t c = 0; c < im->channels; c++)
-            for (int v = 0; v < 256; v++) im->lut[256 * c + v] = ((float)v / 255.0f - im->mean[c]) / im->std[c];
+        im->lut = ct_data_u8_lut(im->channels, im->mean, im->std);
     }
     if (rc) {
         shard_close(ds);

@@ -74,3 +74,10 @@ int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean,
     if (rc == CT_OK) rc = read_channels(cfg, s, "std", channels, true, std, err);
     return rc;
 }
+
+float *ct_data_u8_lut(int64_t channels, const float *mean, const float *std) {
+    float *lut = ct_xmalloc((size_t)channels * 256 * sizeof(float));
+    for (int64_t c = 0; c < channels; c++)
+        for (int v = 0; v < 256; v++) lut[256 * c + v] = ((float)v / 255.0f - mean[c]) / std[c];
+    return lut;
+}

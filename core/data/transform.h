@@ -17,4 +17,10 @@
 int ct_data_normalize_parse(const ct_config *cfg, int64_t channels, float *mean, float *std,
                             ct_err *err);
 
+/* The normalised value of each 8-bit pixel, [channels][256] (caller frees): v / 255 scaled to
+ * [0, 1], then (x - mean[c]) / std[c]. One table for every 8-bit format, so that a sample decodes
+ * to the same floats whatever file it comes from (training from IDX and from its PNGs, shards or
+ * TFRecords is then bitwise the same). */
+float *ct_data_u8_lut(int64_t channels, const float *mean, const float *std);
+
 #endif

@@ -1,13 +1,14 @@
 /* webdataset.c: WebDataset tar shards (https://github.com/webdataset/webdataset conventions).
  *
  * Entry fields: {"format": "webdataset", "urls": "data/shard-{000000..000127}.tar" or a list of
- * paths, "image": "png" | "npy", "label": "cls" | "txt" | ..., "limit": N}. A brace range
- * {A..B} keeps the zero padding of A; {x,y} lists alternatives; several braces multiply.
+ * paths, "image": "png" | "jpg" | "npy", "label": "cls" | "txt" | ..., "limit": N}; brace patterns as
+ * pathlist.h expands them.
  *
  * Samples: the members of a shard grouped by key, as WebDataset groups them: a member's key is its
  * name up to the first dot after the last slash, the rest is its extension (lower-cased); a new
- * sample starts when the key changes. "image" names the extension of the input (.png through
- * libpng, .npy float32 or uint8 arrays, C order, little-endian), "label" the extension of an ASCII
+ * sample starts when the key changes. "image" names the extension of the input (.png, .jpg, .jpeg:
+ * an encoded image, decoded by its signature through libpng or libjpeg-turbo, imagedec.h; .npy
+ * float32 or uint8 arrays, C order, little-endian), "label" the extension of an ASCII
  * integer class index. Other members are ignored, as are directories, links and members without
  * a dot.
  *
@@ -36,12 +37,14 @@
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
-#include "core/data/pngdec.h"
+#include "core/data/imagedec.h"
+#include "core/data/pathlist.h"
 #include "core/data/transform.h"
 #include "core/data/webdataset.h"
+#include "core/util/fs.h"
 
-enum { TAR_BLOCK = 512, MAX_SHARDS = 1000000, MAX_NAME = 4096 };
-enum { KIND_PNG, KIND_NPY };
+enum { TAR_BLOCK = 512, MAX_NAME = 4096 };
+enum { KIND_IMAGE, KIND_NPY }; /* an encoded image (PNG or JPEG, by its signature), or a .npy array */
 enum { LABEL_OK, LABEL_MISSING, LABEL_BAD };
 
 typedef struct wds_sample {
@@ -53,8 +56,7 @@ typedef struct wds_sample {
 } wds_sample;
 
 typedef struct wds_impl {
-    char **shards;
-    int nshards;
+    ct_pathlist shards;          /* the .tar files */
     char image_ext[32], label_ext[32];
     int kind;                    /* KIND_* */
     wds_sample *samples;
@@ -62,69 +64,12 @@ typedef struct wds_impl {
     char *keys;                  /* NUL-terminated keys, back to back */
     size_t keys_len, keys_cap;
     /* geometry of the input, from the first sample */
-    int c, h, w;                 /* png */
+    int c, h, w;                 /* image */
     ct_shape npy_shape;          /* npy */
     bool npy_u8;
     float *lut;                  /* [c][256]: u8 pixels -> normalised floats */
     float mean[4], std[4];
 } wds_impl;
-
-/* ---------------- brace expansion ---------------- */
-
-static void add_shard(wds_impl *im, const char *path) {
-    if (im->nshards % 64 == 0) im->shards = ct_xrealloc(im->shards, (size_t)(im->nshards + 64) * sizeof *im->shards);
-    im->shards[im->nshards++] = ct_xstrdup(path);
-}
-
-/* Expand the first brace group of pattern into the list (recursively for the rest). */
-static int expand(wds_impl *im, const char *pattern, const char *where, ct_err *err) {
-    const char *open = strchr(pattern, '{');
-    if (!open) {
-        if (strchr(pattern, '}'))
-            return ct_errf(err, CT_ERR_CONFIG, "%s: \"}\" without \"{\" in \"%s\"", where, pattern);
-        add_shard(im, pattern);
-        return CT_OK;
-    }
-    const char *close = strchr(open, '}');
-    if (!close)
-        return ct_errf(err, CT_ERR_CONFIG, "%s: \"{\" without \"}\" in \"%s\"", where, pattern);
-    size_t head = (size_t)(open - pattern), inner = (size_t)(close - open - 1);
-    char body[256];
-    if (inner >= sizeof body)
-        return ct_errf(err, CT_ERR_CONFIG, "%s: brace group too long in \"%s\"", where, pattern);
-    memcpy(body, open + 1, inner);
-    body[inner] = '\0';
-    size_t plen = strlen(pattern) + 64;
-    char *next = ct_xmalloc(plen + inner);
-    int rc = CT_OK;
-    const char *dots = strstr(body, "..");
-    if (dots && !strchr(body, ',')) {
-        char a[128], b[128];
-        snprintf(a, sizeof a, "%.*s", (int)(dots - body), body);
-        snprintf(b, sizeof b, "%s", dots + 2);
-        char *ea, *eb;
-        long long lo = strtoll(a, &ea, 10), hi = strtoll(b, &eb, 10);
-        if (!a[0] || !b[0] || *ea || *eb || !isdigit((unsigned char)a[0]) || !isdigit((unsigned char)b[0]) || hi < lo)
-            rc = ct_errf(err, CT_ERR_CONFIG, "%s: brace range \"{%s}\" in \"%s\": expected {A..B} with "
-                         "integers A <= B, such as {000000..000127}", where, body, pattern);
-        else if (hi - lo + 1 > MAX_SHARDS - im->nshards)
-            rc = ct_errf(err, CT_ERR_CONFIG, "%s: \"%s\" names more than %d shards", where, pattern,
-                         MAX_SHARDS);
-        int width = a[0] == '0' ? (int)strlen(a) : 0; /* zero padding kept, as braceexpand does */
-        for (long long v = lo; v <= hi && !rc; v++) {
-            snprintf(next, plen + inner, "%.*s%0*lld%s", (int)head, pattern, width, v, close + 1);
-            rc = expand(im, next, where, err);
-        }
-    } else {
-        char *save = NULL;
-        for (char *alt = strtok_r(body, ",", &save); alt && !rc; alt = strtok_r(NULL, ",", &save)) {
-            snprintf(next, plen + inner, "%.*s%s%s", (int)head, pattern, alt, close + 1);
-            rc = expand(im, next, where, err);
-        }
-    }
-    free(next);
-    return rc;
-}
 
 /* ---------------- ustar reader ---------------- */
 
@@ -158,19 +103,6 @@ static bool all_zero(const uint8_t *b) {
     for (int i = 0; i < TAR_BLOCK; i++)
         if (b[i]) return false;
     return true;
-}
-
-/* Read exactly n bytes at off; returns the bytes read (short at the end of the file), -1 on error. */
-static ssize_t read_at(int fd, void *buf, size_t n, int64_t off) {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -1;
-        if (r == 0) break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
 }
 
 /* A pax extended header's records ("LEN key=value\n"): path and size override the next header's. */
@@ -241,7 +173,7 @@ static int index_member(void *ctx, int fd, const char *name, int64_t off, int64_
     const index_ctx *ix = ctx;
     wds_impl *im = ix->im;
     int shard = ix->shard;
-    const char *file = im->shards[shard];
+    const char *file = im->shards.paths[shard];
     const char *slash = strrchr(name, '/'), *base = slash ? slash + 1 : name;
     const char *dot = strchr(base, '.');
     if (!dot || dot == base || !strncmp(base, "__", 2)) return CT_OK; /* not a sample field */
@@ -270,7 +202,7 @@ static int index_member(void *ctx, int fd, const char *name, int64_t off, int64_
                            name, im->keys + s->key, ext);
         char txt[40] = {0};
         s->label_state = LABEL_BAD;
-        if (size < (int64_t)sizeof txt && read_at(fd, txt, (size_t)size, off) == size) {
+        if (size < (int64_t)sizeof txt && ct_fs_read_at(fd, txt, (size_t)size, off) == size) {
             char *end;
             errno = 0;
             long v = strtol(txt, &end, 10);
@@ -302,7 +234,7 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
     int rc = CT_OK;
     bool stop = false;
     while (!rc && !stop) {
-        ssize_t got = read_at(fd, h, TAR_BLOCK, off);
+        ssize_t got = ct_fs_read_at(fd, h, TAR_BLOCK, off);
         if (got < 0) {
             rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot read at offset %lld: %s", file,
                          (long long)off, strerror(errno));
@@ -353,7 +285,7 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
                 break;
             }
             extra = ct_xrealloc(extra, (size_t)size + 1);
-            if (read_at(fd, extra, (size_t)size, data) != size) {
+            if (ct_fs_read_at(fd, extra, (size_t)size, data) != size) {
                 rc = ct_errf(err, CT_ERR_DATA, "%s: cannot read the extended header at offset %lld", file,
                              (long long)off);
                 break;
@@ -389,7 +321,7 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
 /* Sample i's image member into *buf; errors name the shard, the sample's key and the field. */
 static int read_image(const wds_impl *im, int64_t i, uint8_t **buf, size_t *len, ct_err *err) {
     const wds_sample *s = &im->samples[i];
-    const char *file = im->shards[s->shard], *key = im->keys + s->key;
+    const char *file = im->shards.paths[s->shard], *key = im->keys + s->key;
     if (s->size < 0)
         return ct_errf(err, CT_ERR_DATA, "%s: sample \"%s\" has no %s.%s member (field \"image\")", file,
                        key, key, im->image_ext);
@@ -403,7 +335,7 @@ static int read_image(const wds_impl *im, int64_t i, uint8_t **buf, size_t *len,
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     *buf = ct_xmalloc((size_t)s->size + 1);
     *len = (size_t)s->size;
-    ssize_t got = read_at(fd, *buf, *len, s->off);
+    ssize_t got = ct_fs_read_at(fd, *buf, *len, s->off);
     int e = errno;
     close(fd);
     if (got != (ssize_t)*len) {
@@ -490,21 +422,15 @@ static int decode_as(const ct_dataset *ds, int64_t i, void *input, void *target,
     int rc = read_image(im, i, &buf, &len, err);
     if (rc) return rc;
     char what[1400];
-    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards[s->shard], im->keys + s->key,
+    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
              im->image_ext);
-    if (im->kind == KIND_PNG) {
+    if (im->kind == KIND_IMAGE) {
         ct_image8 img = {0};
-        rc = ct_png_decode(buf, len, what, im->c, (size_t)1 << 30, &img, err);
+        rc = ct_image_decode(buf, len, what, im->c, (size_t)1 << 30, &img, err);
         if (!rc && (img.h != im->h || img.w != im->w))
             rc = ct_errf(err, CT_ERR_DATA, "%s: image is %dx%d (HxW), expected %dx%d like the first sample",
                          what, img.h, img.w, im->h, im->w);
-        size_t plane = (size_t)im->h * im->w;
-        for (int ch = 0; ch < im->c && !rc; ch++)
-            for (size_t j = 0; j < plane; j++) {
-                uint8_t v = img.px[j * (size_t)im->c + ch];
-                if (raw) ((uint8_t *)input)[ch * plane + j] = v;
-                else ((float *)input)[ch * plane + j] = im->lut[256 * ch + v];
-            }
+        if (!rc) ct_image8_planar(&img, im->lut, raw ? input : NULL, raw ? NULL : input);
         ct_image8_free(&img);
     } else {
         bool u8;
@@ -547,14 +473,26 @@ static int wds_decode_u8(const ct_dataset *ds, int64_t i, uint8_t *input, void *
 
 static const char *wds_file(const ct_dataset *ds, int64_t k) {
     const wds_impl *im = ds->impl;
-    return k < im->nshards ? im->shards[k] : NULL;
+    return k < im->shards.n ? im->shards.paths[k] : NULL;
+}
+
+/* The first sample of shard k: samples are in shard order, so the first whose shard is >= k. */
+static int64_t wds_shard_start(const ct_dataset *ds, int64_t k) {
+    const wds_impl *im = ds->impl;
+    if (k >= im->shards.n) return -1;
+    int64_t lo = 0, hi = im->count;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (im->samples[mid].shard < k) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 static void wds_close(ct_dataset *ds) {
     wds_impl *im = ds->impl;
     if (im) {
-        for (int i = 0; i < im->nshards; i++) free(im->shards[i]);
-        free(im->shards);
+        ct_pathlist_free(&im->shards);
         free(im->samples);
         free(im->keys);
         free(im->lut);
@@ -585,39 +523,21 @@ static int ext_field(const ct_config *cfg, const cJSON *entry, const char *path,
 static int parse_entry(const ct_config *cfg, const cJSON *entry, const char *path, wds_impl *im,
                        int64_t *limit, ct_err *err) {
     char where[1200];
-    const cJSON *urls = cJSON_GetObjectItemCaseSensitive(entry, "urls");
-    ct_config_where(cfg, urls ? urls : entry, where, sizeof where);
-    char resolved[1100];
-    if (cJSON_IsString(urls) && urls->valuestring[0]) {
-        ct_config_resolve_path(cfg, urls->valuestring, resolved, sizeof resolved);
-        int rc = expand(im, resolved, where, err);
-        if (rc) return rc;
-    } else if (cJSON_IsArray(urls) && cJSON_GetArraySize(urls) > 0) {
-        const cJSON *u;
-        cJSON_ArrayForEach(u, urls) {
-            if (!cJSON_IsString(u) || !u->valuestring[0]) {
-                ct_config_where(cfg, u, where, sizeof where);
-                return ct_errf(err, CT_ERR_CONFIG, "%s: %s.urls: expected paths of .tar shards (strings)",
-                               where, path);
-            }
-            ct_config_resolve_path(cfg, u->valuestring, resolved, sizeof resolved);
-            add_shard(im, resolved);
-        }
-    } else {
-        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.urls: %s (expected a path or brace pattern such as "
-                       "\"data/shard-{000000..000127}.tar\", or a list of paths)", where, path,
-                       urls ? "expected a non-empty string or list" : "missing");
-    }
-    int rc = ext_field(cfg, entry, path, "image", "png", im->image_ext, sizeof im->image_ext, err);
+    int rc = ct_pathlist_parse(&im->shards, cfg, entry, path, "urls", "paths of .tar shards",
+                               "data/shard-{000000..000127}.tar", err);
+    if (rc) return rc;
+    rc = ext_field(cfg, entry, path, "image", "png", im->image_ext, sizeof im->image_ext, err);
     if (!rc) rc = ext_field(cfg, entry, path, "label", "cls", im->label_ext, sizeof im->label_ext, err);
     if (rc) return rc;
     size_t n = strlen(im->image_ext);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, "image");
     ct_config_where(cfg, v ? v : entry, where, sizeof where);
-    if (n >= 3 && !strcmp(im->image_ext + n - 3, "png")) im->kind = KIND_PNG;
+    bool image = (n >= 3 && (!strcmp(im->image_ext + n - 3, "png") || !strcmp(im->image_ext + n - 3, "jpg"))) ||
+                 (n >= 4 && !strcmp(im->image_ext + n - 4, "jpeg"));
+    if (image) im->kind = KIND_IMAGE;
     else if (n >= 3 && !strcmp(im->image_ext + n - 3, "npy")) im->kind = KIND_NPY;
     else
-        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.image: \"%s\": expected an extension ending in png or npy "
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.image: \"%s\": expected an extension ending in png, jpg, jpeg or npy "
                        "(the input member)", where, path, im->image_ext);
     if (!strcmp(im->image_ext, im->label_ext))
         return ct_errf(err, CT_ERR_CONFIG, "%s: %s.label: the same extension as image", where, path);
@@ -644,10 +564,10 @@ static int probe_first(ct_dataset *ds, wds_impl *im, ct_err *err) {
     if (rc) return rc;
     const wds_sample *s = &im->samples[i];
     char what[1400];
-    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards[s->shard], im->keys + s->key,
+    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
              im->image_ext);
-    if (im->kind == KIND_PNG) {
-        rc = ct_png_info(buf, len, what, &im->h, &im->w, &im->c, err);
+    if (im->kind == KIND_IMAGE) {
+        rc = ct_image_info(buf, len, what, &im->h, &im->w, &im->c, err);
         if (!rc && im->c > 4) rc = ct_errf(err, CT_ERR_DATA, "%s: %d channels", what, im->c);
         ds->sample_shape = (ct_shape){.ndim = 3, .d = {im->c, im->h, im->w}};
     } else {
@@ -669,13 +589,14 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
     ds->format = "webdataset";
     ds->decode = wds_decode;
     ds->file = wds_file;
+    ds->shard_start = wds_shard_start;
     ds->close = wds_close;
     int64_t limit = 0;
     int rc = parse_entry(cfg, entry, path, im, &limit, err);
-    if (!rc) snprintf(ds->source, sizeof ds->source, "%s", im->shards[0]);
-    for (int k = 0; k < im->nshards && !rc && (limit <= 0 || im->count < limit); k++) {
+    if (!rc) snprintf(ds->source, sizeof ds->source, "%s", im->shards.paths[0]);
+    for (int k = 0; k < im->shards.n && !rc && (limit <= 0 || im->count < limit); k++) {
         index_ctx ix = {im, k, limit};
-        rc = tar_walk(im->shards[k], index_member, &ix, err);
+        rc = tar_walk(im->shards.paths[k], index_member, &ix, err);
     }
     if (!rc && im->count == 0)
         rc = ct_errf(err, CT_ERR_DATA, "%s: no samples (no member has a key and an extension)", ds->source);
@@ -693,13 +614,11 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
         ds->classes = top + 1;
         const wds_sample *s = &im->samples[at];
         snprintf(ds->label_note, sizeof ds->label_note, "%s: member %s.%s has label %lld, the largest",
-                 im->shards[s->shard], im->keys + s->key, im->label_ext, (long long)top);
+                 im->shards.paths[s->shard], im->keys + s->key, im->label_ext, (long long)top);
         bool chw_u8 = im->npy_u8 && im->npy_shape.ndim == 3 && im->npy_shape.d[0] <= 4;
-        if (im->kind == KIND_PNG || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
+        if (im->kind == KIND_IMAGE || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
-        im->lut = ct_xmalloc((size_t)im->c * 256 * sizeof(float));
-        for (int ch = 0; ch < im->c && !rc; ch++)
-            for (int v = 0; v < 256; v++) im->lut[256 * ch + v] = ((float)v / 255.0f - im->mean[ch]) / im->std[ch];
+        if (!rc) im->lut = ct_data_u8_lut(im->c, im->mean, im->std);
     }
     if (rc) {
         wds_close(ds);
@@ -758,7 +677,7 @@ bool ct_webdataset_is_tar(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
     uint8_t h[TAR_BLOCK];
-    bool ok = read_at(fd, h, TAR_BLOCK, 0) == TAR_BLOCK && (!memcmp(h + 257, "ustar", 5) || all_zero(h));
+    bool ok = ct_fs_read_at(fd, h, TAR_BLOCK, 0) == TAR_BLOCK && (!memcmp(h + 257, "ustar", 5) || all_zero(h));
     close(fd);
     return ok;
 }

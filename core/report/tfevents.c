@@ -1,10 +1,9 @@
-/* tfevents.c: TFRecord framing and the Event protobufs of TensorBoard scalars (format in tfevents.h). */
+/* tfevents.c: the Event protobufs of TensorBoard scalars (format in tfevents.h); the TFRecord framing
+ * around them is core/util/tfrecord.c. */
 #include "core/report/tfevents.h"
 
 #include <string.h>
 #include <unistd.h>
-
-#include "core/util/crc32c.h"
 
 /* protobuf wire types */
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
@@ -66,17 +65,6 @@ size_t ct_tfevent_scalar(unsigned char buf[CT_TFEVENT_MAX], double wall_time, in
     size_t ns = put_bytes(summary, 1, value_msg, nv);
     size_t k = put_head(buf, wall_time, step);
     return k + put_bytes(buf + k, 5, summary, ns);
-}
-
-int ct_tfrecord_write(FILE *f, const void *data, size_t n) {
-    unsigned char head[12], tail[4];
-    put_le(head, n, 8);
-    put_le(head + 8, ct_crc32c_mask(ct_crc32c(0, head, 8)), 4);
-    put_le(tail, ct_crc32c_mask(ct_crc32c(0, data, n)), 4);
-    if (fwrite(head, 1, sizeof head, f) != sizeof head || fwrite(data, 1, n, f) != n ||
-        fwrite(tail, 1, sizeof tail, f) != sizeof tail)
-        return -1;
-    return 0;
 }
 
 void ct_tfevents_filename(char *buf, size_t n, double unix_time) {

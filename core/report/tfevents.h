@@ -1,7 +1,7 @@
 /* tfevents.h: TensorBoard event files, encoded by hand (no TensorFlow, no protobuf library).
  *
- * A file is a sequence of TFRecords: uint64 length (little-endian), the masked CRC-32C of those
- * 8 bytes, the data, the masked CRC-32C of the data. Each record's data is an Event protobuf:
+ * A file is a sequence of TFRecords (framing: core/util/tfrecord.h, ct_tfrecord_write). Each
+ * record's data is an Event protobuf:
  *   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
  *   Summary { repeated Value value = 1; }
  *   Value   { string tag = 1; float simple_value = 2; }
@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/util/tfrecord.h" /* ct_tfrecord_write, which the writers call */
+
 /* Room for any event these functions encode (a tag is at most CT_TFEVENT_TAG_MAX bytes). */
 #define CT_TFEVENT_TAG_MAX 256
 #define CT_TFEVENT_MAX (64 + CT_TFEVENT_TAG_MAX)
@@ -23,9 +25,6 @@ size_t ct_tfevent_version(unsigned char buf[CT_TFEVENT_MAX], double wall_time);
 /* One scalar. A tag longer than CT_TFEVENT_TAG_MAX is cut there. Returns the encoded length. */
 size_t ct_tfevent_scalar(unsigned char buf[CT_TFEVENT_MAX], double wall_time, int64_t step, const char *tag,
                          float value);
-
-/* Append one TFRecord holding data[0..n). 0, or -1 when the stream failed (errno says why). */
-int ct_tfrecord_write(FILE *f, const void *data, size_t n);
 
 /* The file name TensorBoard's writers use: events.out.tfevents.<unix seconds, 10 digits>.<host>.
  * <pid>.0 (TensorBoard reads every events.out.tfevents.* file of a directory as one run). */

@@ -1,5 +1,15 @@
-/* crc32c.c: table-driven CRC-32C, one byte per lookup (formats' checksums; speed is not the point). */
+/* crc32c.c: CRC-32C with the x86-64 crc32 instruction (SSE4.2, 8 bytes per instruction) where the
+ * CPU has it, else table-driven, one byte per lookup. TFRecord datasets checksum every record they
+ * read, so the speed matters there: the table alone was 30% of a TFRecord epoch's time. Both give
+ * the same bits (the instruction computes this very polynomial, reflected, without the inversions). */
 #include "core/util/crc32c.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define CT_CRC32C_HW 1
+#endif
 
 /* table[b]: the CRC register after shifting byte b through eight reflected steps of 0x82F63B78 */
 static const uint32_t table[256] = {
@@ -48,11 +58,33 @@ static const uint32_t table[256] = {
     0xbe2da0a5, 0x4c4623a6, 0x5f16d052, 0xad7d5351,
 };
 
-uint32_t ct_crc32c(uint32_t crc, const void *data, size_t n) {
-    const unsigned char *p = data;
-    crc = ~crc;
+static uint32_t crc_table(uint32_t crc, const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return crc;
 }
+
+#ifdef CT_CRC32C_HW
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
+    for (; n && ((uintptr_t)p & 7); n--) crc = _mm_crc32_u8(crc, *p++); /* to an 8-byte boundary */
+    uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+    }
+    crc = (uint32_t)c;
+    for (; n; n--) crc = _mm_crc32_u8(crc, *p++);
+    return crc;
+}
+#endif
+
+uint32_t ct_crc32c(uint32_t crc, const void *data, size_t n) {
+#ifdef CT_CRC32C_HW
+    if (__builtin_cpu_supports("sse4.2")) return ~crc_hw(~crc, data, n);
+#endif
+    return ~crc_table(~crc, data, n);
+}
+
+uint32_t ct_crc32c_portable(uint32_t crc, const void *data, size_t n) { return ~crc_table(~crc, data, n); }
 
 uint32_t ct_crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }

@@ -12,6 +12,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+ssize_t ct_fs_read_at(int fd, void *buf, size_t n, int64_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (char *)buf + got, n - got, (off_t)(off + (int64_t)got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
 int ct_fs_join(char *out, size_t n, const char *a, const char *b, ct_err *err) {
     int k = snprintf(out, n, "%s/%s", a, b);
     if (k < 0 || (size_t)k >= n)

@@ -5,9 +5,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "core/util/common.h"
 
+/* Read n bytes at offset off of fd (pread, retried on EINTR and short reads): the bytes read, fewer
+ * than n only at the end of the file, or -1 with errno set. */
+ssize_t ct_fs_read_at(int fd, void *buf, size_t n, int64_t off);
 /* a + "/" + b into out; CT_ERR_RUNTIME when it does not fit. */
 int ct_fs_join(char *out, size_t n, const char *a, const char *b, ct_err *err);
 /* mkdir -p (mode 0755). */

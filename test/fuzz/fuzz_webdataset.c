@@ -1,10 +1,11 @@
 /* fuzz_webdataset.c: libFuzzer harness for the WebDataset tar reader (core/data/webdataset.c):
  * the input is one .tar shard, opened with "image": "npy" when it holds a .npy magic anywhere,
- * else "png" (labels from .cls). Opening, decoding every sample (floats and, for 8-bit images,
+ * else "jpg" when it holds ".jpg", else "png" (labels from .cls). Opening, decoding every sample (floats and, for 8-bit images,
  * raw pixels) and `ctrain info`'s walk must succeed or fail with CT_ERR_DATA, never crash or read
  * outside a buffer. Seeds: test/fuzz/seeds-fuzz_webdataset/ (small shards made with Python's
  * tarfile through test/make_wds.py's helpers: pax with a long name, GNU with a long name, ustar
- * with .npy arrays; the end-of-archive blocks left off to stay under -max_len). */
+ * with .npy arrays, ustar with .jpg images; the end-of-archive blocks left off to stay under
+ * -max_len). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "format", "webdataset");
     cJSON_AddStringToObject(e, "urls", path);
-    cJSON_AddStringToObject(e, "image", memmem(data, size, "\x93NUMPY", 6) ? "npy" : "png");
+    cJSON_AddStringToObject(e, "image", memmem(data, size, "\x93NUMPY", 6) ? "npy" : memmem(data, size, ".jpg", 4) ? "jpg" : "png");
     ct_dataset *ds = NULL;
     ct_err err = {0};
     int rc = ct_webdataset_open(&cfg, e, "data.train", &ds, &err);

@@ -22,7 +22,7 @@ case $target in
 fuzz_json) default_srcs="core/util/common.c core/util/json.c" ;;
 fuzz_safetensors) default_srcs="core/util/common.c core/util/tensor.c core/ckpt/safetensors.c" ;;
 fuzz_png) default_srcs="core/util/common.c core/data/png.c" ;;
-fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c
+fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset | fuzz_tfrecord) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c core/util/crc32c.c core/util/tfrecord.c core/util/rng.c
     $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c $(ls core/data/*.c | grep -v loader.c | tr '\n' ' ')" ;;
 fuzz_config) default_srcs="core/util/common.c core/util/json.c $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c" ;;
 *) default_srcs=$(find core -name '*.c') ;;
@@ -32,7 +32,7 @@ srcs=${FUZZ_SRCS:-$default_srcs}
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null 2>&1 || { echo "run_fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
 cflags="-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -I. $(pkg-config --cflags libcjson 2>/dev/null || true)"
-libs="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -lz -lm -ldl -pthread"
+libs="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson) -lpng -ljpeg -lz -lm -ldl -pthread"
 mkdir -p build/fuzz
 bin=build/fuzz/$target
 echo "run_fuzz.sh: building $bin from $src $srcs"
