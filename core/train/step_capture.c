@@ -100,7 +100,7 @@ static int capture(ct_step_runner *r, ct_step_graph *s, const ct_exec_bufs *b, c
 int ct_step_run(ct_step_runner *r, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
                 ct_err *err) {
     io->defer_loss = true;
-    bool capture_on = r->capture && !r->timed && !(hooks && hooks->host_work);
+    bool capture_on = r->capture && !r->timed && !(hooks && hooks->host_work) && !ct_graph_offloads(r->g);
     ct_step_graph *s = NULL;
     for (int i = 0; capture_on && i < CT_STEP_GRAPHS && !s; i++)
         if (key_eq(&r->slot[i], b->params, io)) s = &r->slot[i];
