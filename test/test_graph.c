@@ -756,6 +756,20 @@ static char *strip_marks(const char *text) {
     return out;
 }
 
+/* Two micro-steps of a and of c from the same state (the second accumulates, with other dropout
+ * masks): loss, gradients and running statistics of c equal a's bit for bit after each. */
+static void expect_two_steps_same(runner *a, runner *c, const char *what) {
+    snapshot want = one_pass(a), got = one_pass(c);
+    expect_same(c, &want, what);
+    a->io.step = c->io.step = 1;
+    runner_loss(a), runner_loss(c);
+    runner_backward(a, NULL), runner_backward(c, NULL);
+    snap_free(&want);
+    want = snap(a);
+    expect_same(c, &want, what);
+    snap_free(&want), snap_free(&got);
+}
+
 /* Two micro-steps (the second accumulates, with other dropout masks) of the model as written and
  * of the model checkpointed (its "checkpoint" marks, or n_checkpoints even segments over it):
  * loss, gradients and running statistics equal bit for bit after each. Returns the two plans'
@@ -769,17 +783,9 @@ static void expect_checkpointing_exact(const char *what, const char *marked, lon
     ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0 && ct_graph_plan(c.b.g)->recompute > 0,
                   "%s: no checkpointed segment planned", what);
     ck_assert_int_eq(ct_graph_plan(a.b.g)->segments, 0);
-    snapshot want = one_pass(&a), got = one_pass(&c);
-    expect_same(&c, &want, what);
-    a.io.step = c.io.step = 1;   /* the next micro-step: new masks, gradients accumulate */
-    runner_loss(&a), runner_loss(&c);
-    runner_backward(&a, NULL), runner_backward(&c, NULL);
-    snap_free(&want);
-    want = snap(&a);
-    expect_same(&c, &want, what);
+    expect_two_steps_same(&a, &c, what);
     *plain_bytes = activation_bytes(a.b.g);
     *ckpt_bytes = activation_bytes(c.b.g);
-    snap_free(&want), snap_free(&got);
     runner_stop(&a), runner_stop(&c);
     free(plain);
 }
@@ -884,14 +890,7 @@ static int expect_offload_exact(const char *what, const char *marked, long n_che
     ck_assert_int_eq(c.rc, CT_OK);
     const ct_act_plan *po = ct_graph_plan(o.b.g), *pc = ct_graph_plan(c.g);
     ck_assert_msg(po->segments > 0, "%s: no checkpointed segment planned", what);
-    snapshot want = one_pass(&a), got = one_pass(&o);
-    expect_same(&o, &want, what);
-    a.io.step = o.io.step = 1;   /* the next micro-step: new masks, gradients accumulate */
-    runner_loss(&a), runner_loss(&o);
-    runner_backward(&a, NULL), runner_backward(&o, NULL);
-    snap_free(&want);
-    want = snap(&a);
-    expect_same(&o, &want, what);
+    expect_two_steps_same(&a, &o, what);
     ck_assert_int_eq(pc->offloaded, 0);
     ck_assert_int_eq(pc->host, 0);
     if (po->offloaded > 0) {
@@ -908,7 +907,6 @@ static int expect_offload_exact(const char *what, const char *marked, long n_che
     ck_assert_msg(peak >= po->total && (double)peak <= 1.05 * (double)po->total,
                   "%s: measured activation peak %zu, planned %zu", what, peak, po->total);
     int moved = po->offloaded;
-    snap_free(&want), snap_free(&got);
     runner_stop(&a), runner_stop(&o);
     unbuild(&c);
     free(plain);
