@@ -250,7 +250,8 @@ int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
         if (!host)
             return ct_errf(err, CT_ERR_RUNTIME, "out of pinned host memory allocating the offloaded "
                            "activations (%.1f MiB for micro-batch %lld; activation_checkpointing."
-                           "cpu_checkpointing)", (double)g->plan.host / 1048576.0, (long long)g->batch);
+                           "cpu_checkpointing: set it false to keep them on the device)",
+                           (double)g->plan.host / 1048576.0, (long long)g->batch);
         if (g->host) g->host_be->mem.free_host_pinned(g->host_be, g->host);
         g->host = host;
         g->host_be = be;

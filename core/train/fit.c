@@ -175,7 +175,8 @@ static void describe_segments(fit_mode m, long configured_segments, char *buf, s
     const char *off = m.offload ? " + offload" : "";
     if (m.segments == CT_SEGMENTS_CONFIG) {
         if (configured_segments == 0) snprintf(buf, n, "as configured: off");
-        else snprintf(buf, n, "as configured: %ld segment%s%s", configured_segments, configured_segments == 1 ? "" : "s", off);
+        else snprintf(buf, n, "as configured: %ld segment%s%s", configured_segments,
+                      configured_segments == 1 ? "" : "s", off);
     } else if (m.segments == 0) {
         snprintf(buf, n, "off");
     } else {
@@ -212,8 +213,8 @@ int ct_fit_table(const ct_config *cfg, bool device, size_t limit, void (*line)(v
     if (configured.act.segments > 0) modes[n_modes++] = (fit_mode){0, false};
     if (blocks > 0 && configured.act.segments != blocks) modes[n_modes++] = (fit_mode){blocks, offload};
     /* on a device, every block with its kept outputs in host memory (on the CPU backend host memory
-     * is the training memory: nothing to gain) */
-    if (device && blocks > 0 && !(offload && configured.act.segments == blocks)) modes[n_modes++] = (fit_mode){blocks, true};
+     * is the training memory: nothing to gain); a config that offloads has that row above */
+    if (device && blocks > 0 && !offload) modes[n_modes++] = (fit_mode){blocks, true};
     char text[256], seg[64], pk[32];
     snprintf(text, sizeof text, "  %6s %6s  %-36s %12s  %s", "micro", "accum", "checkpointing", "planned peak",
              limit ? "fits" : "");
