@@ -110,6 +110,15 @@ done
 if grep -q "offloaded [0-9]* kept outputs\? to .* of pinned host memory" "$T/err.true" && ! grep -q offloaded "$T/err.false"; then
     ok "cpu_checkpointing: the plan says what is offloaded"
 else bad "cpu_checkpointing plan"; grep "activations by" "$T/err.true" | sed 's/^/     /'; fi
+# ... and a run that offloads trains the same losses as one that only checkpoints
+for off in false true; do
+    "$B" --config configs/fmnist_mlp.json --set train.max_steps=5 --set data.eval.limit=50 \
+        --set activation_checkpointing.number_checkpoints=4 --set activation_checkpointing.cpu_checkpointing=$off \
+        --set train.run_dir="$T/run-off-$off" 2>"$T/err.run.$off" | tail -1 | grep -o '"train_loss":[^,]*,"eval_loss":[^,]*' >"$T/loss.$off"
+done
+if [ -s "$T/loss.true" ] && cmp -s "$T/loss.false" "$T/loss.true" && grep -q "offloaded 1 kept output" "$T/err.run.true"; then
+    ok "cpu_checkpointing run: the same losses as checkpointing alone ($(cat "$T/loss.true"))"
+else bad "cpu_checkpointing run: $(cat "$T/loss.false") vs $(cat "$T/loss.true")"; tail -3 "$T/err.run.true" | sed 's/^/     /'; fi
 "$B" --config configs/fmnist_mlp.json --set activation_checkpointing.cpu_checkpointing=true --dry-run >/dev/null 2>"$T/err"
 has "$T/err" "^ctrain: warning: activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed" \
     "cpu_checkpointing without checkpointing: a warning"
