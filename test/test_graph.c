@@ -880,12 +880,13 @@ END_TEST
  * all, leaves another output's values in a slot and the gradients differ. Returns how many kept
  * outputs moved; when any did, the plan holds fewer activation bytes than checkpointing alone,
  * puts their copies in host memory, and the arena the CPU backend measured is the plan's. */
-static int expect_offload_exact(const char *what, const char *marked, long n_checkpoints) {
+static int expect_offload_exact_n(const char *what, const char *marked, long n_checkpoints, int64_t n) {
     char *plain = strip_marks(marked);
     runner a, o;
     built c;
     runner_start(&a, plain, 4, 7);
     runner_start_ckpt(&o, marked, 4, 7, n_checkpoints, true);
+    a.io.n = o.io.n = n;   /* a short micro-batch copies its samples only */
     build_full(&c, marked, 4, CT_F32, n_checkpoints, false);
     ck_assert_int_eq(c.rc, CT_OK);
     const ct_act_plan *po = ct_graph_plan(o.b.g), *pc = ct_graph_plan(c.g);
@@ -913,6 +914,10 @@ static int expect_offload_exact(const char *what, const char *marked, long n_che
     return moved;
 }
 
+static int expect_offload_exact(const char *what, const char *marked, long n_checkpoints) {
+    return expect_offload_exact_n(what, marked, n_checkpoints, 4);
+}
+
 START_TEST(offload_is_exact) {
     expect_offload_exact("mlp, marked", ck_mlp, 0);
     expect_offload_exact("cnn, marked", ck_cnn, 0);
@@ -931,6 +936,10 @@ START_TEST(offload_is_exact) {
     ck_assert_int_gt(moved_mlp, 0);
     ck_assert_int_gt(moved_cnn, 0);
     expect_offload_exact("mlp, 100 segments", mlp, 100);
+    ck_assert_int_gt(expect_offload_exact_n("gpt, every block, 3 of 4 samples", CK_GPT(4), 0, 3), 0);
+    int short_moved = expect_offload_exact_n("cnn, 5 segments, 1 of 4 samples", cnn, 5, 1);
+    short_moved += expect_offload_exact_n("mlp, 4 segments, 2 of 4 samples", mlp, 4, 2);
+    ck_assert_int_gt(short_moved, 0);
     free(mlp), free(cnn), free(gpt);
 }
 END_TEST

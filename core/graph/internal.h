@@ -100,8 +100,9 @@ void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
  * offsets) and the nodes' schedule times; returns the bytes of the shared device slots and sets
  * *host to the pinned host bytes. alias[j]: the producer whose buffer layer j runs in place over. */
 size_t ct_offload_plan(ct_graph *g, const int *alias, size_t *host);
-/* Run: the copies due after layer j's forward, and before schedule time t in backward. */
-void ct_offload_after_forward(ct_graph *g, int j);
-void ct_offload_before(ct_graph *g, int t);
+/* Run: the copies due after layer j's forward, and before schedule time t in backward, of a
+ * micro-batch of n samples. */
+void ct_offload_after_forward(ct_graph *g, int j, int64_t n);
+void ct_offload_before(ct_graph *g, int t, int64_t n);
 
 #endif

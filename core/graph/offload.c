@@ -176,27 +176,32 @@ size_t ct_offload_plan(ct_graph *g, const int *alias, size_t *host) {
     return total;
 }
 
-void ct_offload_after_forward(ct_graph *g, int j) {
+/* The bytes of the first n samples of item it (a short micro-batch copies only those). */
+static size_t rows(const ct_graph *g, const ct_offload_item *it, int64_t n) {
+    return it->bytes / (size_t)g->batch * (size_t)n;
+}
+
+void ct_offload_after_forward(ct_graph *g, int j, int64_t n) {
     ct_backend *be = g->be;
     for (int i = 0; i < g->n_off; i++) {
         ct_offload_item *it = &g->off[i];
         if (!it->moved) continue;
         if (it->written == j) it->mark = be->queue.compute_mark(be);
         if (it->download_at == j) {
-            be->queue.download(be, (char *)g->host + it->host_off, g->nodes[it->owner].y, it->bytes, it->mark);
+            be->queue.download(be, (char *)g->host + it->host_off, g->nodes[it->owner].y, rows(g, it, n), it->mark);
             it->mark = 0;
         }
     }
 }
 
-void ct_offload_before(ct_graph *g, int t) {
+void ct_offload_before(ct_graph *g, int t, int64_t n) {
     ct_backend *be = g->be;
     for (int i = 0; i < g->n_off; i++) {
         ct_offload_item *it = &g->off[i];
         if (!it->moved) continue;
         if (it->upload_mark == t) it->mark = be->queue.compute_mark(be);
         if (it->upload_at == t) {
-            be->queue.upload(be, g->nodes[it->owner].y, (char *)g->host + it->host_off, it->bytes, it->mark);
+            be->queue.upload(be, g->nodes[it->owner].y, (char *)g->host + it->host_off, rows(g, it, n), it->mark);
             it->mark = 0;
         }
     }
