@@ -176,33 +176,23 @@ size_t ct_offload_plan(ct_graph *g, const int *alias, size_t *host) {
     return total;
 }
 
-/* The bytes of the first n samples of item it (a short micro-batch copies only those). */
-static size_t rows(const ct_graph *g, const ct_offload_item *it, int64_t n) {
-    return it->bytes / (size_t)g->batch * (size_t)n;
-}
-
-void ct_offload_after_forward(ct_graph *g, int j, int64_t n) {
+/* The marks and copies due at time t of the step, downloads (forward) or uploads (backward): a
+ * copy waits for its item's mark, and copies the first n samples (a short micro-batch's). */
+static void copies_due(ct_graph *g, bool down, int t, int64_t n) {
     ct_backend *be = g->be;
     for (int i = 0; i < g->n_off; i++) {
         ct_offload_item *it = &g->off[i];
         if (!it->moved) continue;
-        if (it->written == j) it->mark = be->queue.compute_mark(be);
-        if (it->download_at == j) {
-            be->queue.download(be, (char *)g->host + it->host_off, g->nodes[it->owner].y, rows(g, it, n), it->mark);
-            it->mark = 0;
-        }
+        if ((down ? it->written : it->upload_mark) == t) it->mark = be->queue.compute_mark(be);
+        if ((down ? it->download_at : it->upload_at) != t) continue;
+        void *host = (char *)g->host + it->host_off, *dev = g->nodes[it->owner].y;
+        size_t bytes = it->bytes / (size_t)g->batch * (size_t)n;
+        if (down) be->queue.download(be, host, dev, bytes, it->mark);
+        else be->queue.upload(be, dev, host, bytes, it->mark);
+        it->mark = 0;
     }
 }
 
-void ct_offload_before(ct_graph *g, int t, int64_t n) {
-    ct_backend *be = g->be;
-    for (int i = 0; i < g->n_off; i++) {
-        ct_offload_item *it = &g->off[i];
-        if (!it->moved) continue;
-        if (it->upload_mark == t) it->mark = be->queue.compute_mark(be);
-        if (it->upload_at == t) {
-            be->queue.upload(be, g->nodes[it->owner].y, (char *)g->host + it->host_off, rows(g, it, n), it->mark);
-            it->mark = 0;
-        }
-    }
-}
+void ct_offload_after_forward(ct_graph *g, int j, int64_t n) { copies_due(g, true, j, n); }
+
+void ct_offload_before(ct_graph *g, int t, int64_t n) { copies_due(g, false, t, n); }
