@@ -90,7 +90,7 @@ expect 0 "config check (ZeRO and friends)" -- "$B" config check "$T/z.json"
 has "$T/out" '^accepted, not used yet:$' "config check prints the not-yet heading"
 has "$T/out" '^  zero_optimization.stage 2: accepted, not used yet: one process has nothing to partition' "config check lists the ZeRO stage as not used yet (one process)"
 has "$T/out" '^  zero_optimization.offload_optimizer.device cpu: accepted, not used yet' "config check lists CPU offload as not used yet"
-has "$T/out" '^  activation_checkpointing.cpu_checkpointing true: accepted, not used yet: activation offload is not supported yet' "config check lists activation offload"
+has "$T/out" '^  activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed' "config check says activation offload has nothing to offload"
 if grep -q 'partition_activations' "$T/out"; then bad "partition_activations (a no-op) listed as not used"; else ok "partition_activations accepted"; fi
 if grep -q 'wall_clock_breakdown' "$T/out"; then bad "wall_clock_breakdown (acted on) listed as not used"; else ok "wall_clock_breakdown not listed"; fi
 has "$T/out" '^zero .*asks for stage 2.*not used yet' "config check shows the ZeRO stage as asked for"

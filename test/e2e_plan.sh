@@ -90,14 +90,37 @@ for mode in run dry; do
         "$B" --config "$T/cfg.json" --dry-run >/dev/null 2>"$T/err"
     fi
     for key in "zero_optimization.stage 3" "zero_optimization.offload_optimizer.device cpu" \
-               "zero_optimization.offload_param.device cpu" "activation_checkpointing.cpu_checkpointing true" \
+               "zero_optimization.offload_param.device cpu" \
                "curriculum_learning.curriculum_type \"vocab\""; do
         has "$T/err" "^ctrain: warning: $key: accepted, not used yet: " "$mode: $key says it is not used yet"
     done
     # checkpointing is done (number_checkpoints 2: two segments recomputed), partitioning a no-op
     has "$T/err" "recompute buffer .* (2 checkpointed segments)" "$mode: the plan has the checkpointed segments"
-    if grep -q "number_checkpoints\|partition_activations" "$T/err"; then bad "$mode: checkpointing said not used"; else ok "$mode: checkpointing not listed as not used"; fi
+    if grep -q "number_checkpoints\|partition_activations\|cpu_checkpointing" "$T/err"; then bad "$mode: checkpointing said not used"; else ok "$mode: checkpointing and its offload not listed as not used"; fi
 done
+# Activation offload: every block of the byte-level GPT checkpointed, kept outputs in host memory
+# (the plan says how many and how much), and the same losses as checkpointing alone; offload with
+# nothing checkpointed says so.
+for off in false true; do
+    "$B" --config configs/tiny_lm.json --dry-run \
+        --set activation_checkpointing.number_checkpoints=4 --set activation_checkpointing.cpu_checkpointing=$off \
+        >/dev/null 2>"$T/err.$off"
+done
+if grep -q "offloaded [0-9]* kept outputs\? to .* of pinned host memory" "$T/err.true" && ! grep -q offloaded "$T/err.false"; then
+    ok "cpu_checkpointing: the plan says what is offloaded"
+else bad "cpu_checkpointing plan"; grep "activations by" "$T/err.true" | sed 's/^/     /'; fi
+# ... and a run that offloads trains the same losses as one that only checkpoints
+for off in false true; do
+    "$B" --config configs/fmnist_mlp.json --set train.max_steps=5 --set data.eval.limit=50 \
+        --set activation_checkpointing.number_checkpoints=4 --set activation_checkpointing.cpu_checkpointing=$off \
+        --set train.run_dir="$T/run-off-$off" 2>"$T/err.run.$off" | tail -1 | grep -o '"train_loss":[^,]*,"eval_loss":[^,]*' >"$T/loss.$off"
+done
+if [ -s "$T/loss.true" ] && cmp -s "$T/loss.false" "$T/loss.true" && grep -q "offloaded 1 kept output" "$T/err.run.true"; then
+    ok "cpu_checkpointing run: the same losses as checkpointing alone ($(cat "$T/loss.true"))"
+else bad "cpu_checkpointing run: $(cat "$T/loss.false") vs $(cat "$T/loss.true")"; tail -3 "$T/err.run.true" | sed 's/^/     /'; fi
+"$B" --config configs/fmnist_mlp.json --set activation_checkpointing.cpu_checkpointing=true --dry-run >/dev/null 2>"$T/err"
+has "$T/err" "^ctrain: warning: activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed" \
+    "cpu_checkpointing without checkpointing: a warning"
 "$B" --config "$T/cfg.json.both" --dry-run >/dev/null 2>"$T/err"
 if [ $? -eq 2 ] && grep -q 'number_checkpoints 2 both choose' "$T/err"; then ok "marks and number_checkpoints: exit 2"; else bad "marks and number_checkpoints"; fi
 

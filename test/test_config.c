@@ -975,10 +975,11 @@ static const not_yet_case not_yet_cases[] = {
      "zero_optimization.offload_param.device",
      "zero_optimization.offload_param.device cpu: accepted, not used yet: this version trains without parameter "
      "offload", "zero_optimization"},
+    /* offload with nothing checkpointed: a line (nothing to offload) */
     {TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": true}}", 1,
      "activation_checkpointing.cpu_checkpointing",
-     "activation_checkpointing.cpu_checkpointing true: accepted, not used yet: activation offload is not supported "
-     "yet", "activation_checkpointing"},
+     "activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed", NULL},
+
     /* another type than seqlen is DeepSpeed's user code: a line (seqlen cuts sequences: none) */
     {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"vocab\", \"min_difficulty\": 8, "
          "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
@@ -1048,6 +1049,12 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"flops_profiler\": {\"enabled\": true, \"profile_step\": 3}}", 0, NULL},
         {TB8 "\"flops_profiler\": {\"enabled\": false, \"recompute_fwd_factor\": 1}}", 0,
          "flops_profiler.recompute_fwd_factor"},
+        /* activation offload is done: no line with segments to offload (number_checkpoints, or a
+           mark anywhere in the model), and the keys not acted on are still listed */
+        {TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": true, \"number_checkpoints\": 2, "
+             "\"profile\": true}}", 0, "activation_checkpointing.profile"},
+        {TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": true}, \"model\": {\"layers\": [{\"type\": "
+             "\"repeat\", \"times\": 2, \"layers\": [{\"type\": \"relu\", \"checkpoint\": true}]}]}}", 0, NULL},
         {TB8 "\"curriculum_learning\": {\"enabled\": false}}", 0, "curriculum_learning"},
         {TB8 "\"curriculum_learning\": {\"enabled\": true, \"curriculum_type\": \"seqlen\", \"min_difficulty\": 8, "
              "\"max_difficulty\": 64, \"schedule_type\": \"fixed_linear\", \"schedule_config\": "
@@ -1070,7 +1077,7 @@ START_TEST(not_yet_only_when_on) {
         unload(&l);
     }
     /* data_efficiency partly covered: its curriculum has a line, its other members stay listed */
-    loaded l = load(cases[12].text, 1);
+    loaded l = load(cases[CT_ARRAY_LEN(cases) - 2].text, 1);   /* the data_sampling case */
     ck_assert_msg(strstr(unused_warning(&l), "data_efficiency.data_sampling") == NULL, "%s", unused_warning(&l));
     unload(&l);
 }
@@ -1094,8 +1101,8 @@ START_TEST(not_yet_all_and_max) {
     assert_ok(l);
     static const char *const order[] = {
         "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
-        "zero_optimization.offload_param.device", "activation_checkpointing.cpu_checkpointing",
-        "curriculum_learning.curriculum_type", "data_efficiency.data_sampling.curriculum_learning.enabled"};
+        "zero_optimization.offload_param.device", "curriculum_learning.curriculum_type",
+        "data_efficiency.data_sampling.curriculum_learning.enabled"};
     ct_not_yet ny[CT_NOT_YET_MAX];
     int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
     ck_assert_int_eq(n, CT_ARRAY_LEN(order));

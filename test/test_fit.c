@@ -166,6 +166,44 @@ END_TEST
  * which the CUDA backend takes outside the arena; a CPU plan does not. The Fashion-MNIST CNN at
  * micro-batch 128 in bf16: conv1 (1->32, 28x28) fits whole, conv2 (32->64, 14x14, 363,776 B an
  * image) runs in chunks of 46 images under the 16 MiB bound and is the larger. */
+/* ct_fit_table's rows, collected into one text. */
+static void collect_row(void *ctx, const char *text) {
+    char *all = ctx;
+    strncat(all, text, 8191 - strlen(all));
+    strncat(all, "\n", 8191 - strlen(all));
+}
+
+/* The planned peak of the table row whose checkpointing column is `what` at micro-batch 512. */
+static double row_mib(const char *table, const char *what) {
+    for (const char *at = table; (at = strstr(at, what)); at++) {
+        const char *line = at;
+        while (line > table && line[-1] != '\n') line--;
+        long micro = 0;
+        double mib = 0;
+        if (sscanf(line, " %ld", &micro) == 1 && micro == 512 && sscanf(at + strlen(what), " %lf MiB", &mib) == 1)
+            return mib;
+    }
+    ck_abort_msg("no row \"%s\" at 512 in:\n%s", what, table);
+    return 0;
+}
+
+/* On a device the table plans every block with its kept outputs offloaded (cpu_checkpointing):
+ * less than every block alone; on the CPU (host memory is the training memory) no such row. */
+START_TEST(table_plans_offload_on_a_device) {
+    ct_config *cfg = load_mlp("512", 0);
+    char *table = calloc(1, 8192);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fit_table(cfg, true, 0, collect_row, table, &err), CT_OK);
+    double ckpt = row_mib(table, "every block (6 segments) "), off = row_mib(table, "every block (6 segments) + offload");
+    ck_assert_msg(off < ckpt, "offload %.1f MiB, every block %.1f MiB:\n%s", off, ckpt, table);
+    table[0] = 0;
+    ck_assert_int_eq(ct_fit_table(cfg, false, 0, collect_row, table, &err), CT_OK);
+    ck_assert_msg(!strstr(table, "offload"), "%s", table);
+    free(table);
+    ct_config_free(cfg);
+}
+END_TEST
+
 START_TEST(device_plan_counts_conv_scratch) {
     ct_config *cfg = load_text("cnn.json",
         "{\"train_batch_size\": 128, \"train_micro_batch_size_per_gpu\": 128,\n"
@@ -325,6 +363,7 @@ static Suite *fit_suite(void) {
     tcase_add_test(tc, largest_micro_arithmetic);
     tcase_add_test(tc, plan_is_the_runs_plan);
     tcase_add_test(tc, device_plan_counts_conv_scratch);
+    tcase_add_test(tc, table_plans_offload_on_a_device);
     tcase_add_test(tc, suggestions_from_the_plan);
     tcase_add_test(tc, auto_micro_batch_under_limits);
     tcase_add_test(tc, cpu_out_of_memory_explained);

@@ -27,10 +27,12 @@ typedef struct {
 } built;
 
 /* Parse `text` as the model section of a file called "m.json" and build at `batch`, storing
- * activations in `dt`, with activation_checkpointing.number_checkpoints `n_checkpoints` (0: none). */
-static void build_full(built *b, const char *text, int64_t batch, ct_dtype dt, long n_checkpoints) {
+ * activations in `dt`, with activation_checkpointing.number_checkpoints `n_checkpoints` (0: none)
+ * and cpu_checkpointing `offload`. */
+static void build_full(built *b, const char *text, int64_t batch, ct_dtype dt, long n_checkpoints, bool offload) {
     memset(b, 0, sizeof *b);
     b->cfg.pending.number_checkpoints = n_checkpoints;
+    b->cfg.pending.cpu_checkpointing = offload;
     ct_warnings w = {0};
     b->doc = ct_json_parse(text, strlen(text), "m.json", &w, &b->err);
     ct_warnings_free(&w);
@@ -43,7 +45,7 @@ static void build_full(built *b, const char *text, int64_t batch, ct_dtype dt, l
     if (b->rc == CT_OK) ck_assert_int_eq(ct_graph_bind(b->g, b->be, NULL, &b->err), CT_OK);
 }
 
-static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) { build_full(b, text, batch, dt, 0); }
+static void build_dt(built *b, const char *text, int64_t batch, ct_dtype dt) { build_full(b, text, batch, dt, 0, false); }
 
 static void build(built *b, const char *text, int64_t batch) { build_dt(b, text, batch, CT_F32); }
 
@@ -269,8 +271,9 @@ typedef struct {
     ct_step_io io;
 } runner;
 
-static void runner_start_ckpt(runner *r, const char *text, int64_t n, uint64_t seed, long n_checkpoints) {
-    build_full(&r->b, text, n, CT_F32, n_checkpoints);
+static void runner_start_ckpt(runner *r, const char *text, int64_t n, uint64_t seed, long n_checkpoints,
+                              bool offload) {
+    build_full(&r->b, text, n, CT_F32, n_checkpoints, offload);
     ck_assert_msg(r->b.rc == CT_OK, "build failed: %s", r->b.err.msg);
     const ct_graph_info *in = ct_graph_info_get(r->b.g);
     const ct_param_layout *L = ct_graph_layout(r->b.g);
@@ -296,7 +299,7 @@ static void runner_start_ckpt(runner *r, const char *text, int64_t n, uint64_t s
 }
 
 static void runner_start(runner *r, const char *text, int64_t n, uint64_t seed) {
-    runner_start_ckpt(r, text, n, seed, 0);
+    runner_start_ckpt(r, text, n, seed, 0, false);
 }
 
 static ct_exec_bufs runner_bufs(const runner *r) {
@@ -753,6 +756,20 @@ static char *strip_marks(const char *text) {
     return out;
 }
 
+/* Two micro-steps of a and of c from the same state (the second accumulates, with other dropout
+ * masks): loss, gradients and running statistics of c equal a's bit for bit after each. */
+static void expect_two_steps_same(runner *a, runner *c, const char *what) {
+    snapshot want = one_pass(a), got = one_pass(c);
+    expect_same(c, &want, what);
+    a->io.step = c->io.step = 1;
+    runner_loss(a), runner_loss(c);
+    runner_backward(a, NULL), runner_backward(c, NULL);
+    snap_free(&want);
+    want = snap(a);
+    expect_same(c, &want, what);
+    snap_free(&want), snap_free(&got);
+}
+
 /* Two micro-steps (the second accumulates, with other dropout masks) of the model as written and
  * of the model checkpointed (its "checkpoint" marks, or n_checkpoints even segments over it):
  * loss, gradients and running statistics equal bit for bit after each. Returns the two plans'
@@ -762,21 +779,13 @@ static void expect_checkpointing_exact(const char *what, const char *marked, lon
     char *plain = strip_marks(marked);
     runner a, c;
     runner_start(&a, plain, 4, 7);
-    runner_start_ckpt(&c, marked, 4, 7, n_checkpoints);
+    runner_start_ckpt(&c, marked, 4, 7, n_checkpoints, false);
     ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0 && ct_graph_plan(c.b.g)->recompute > 0,
                   "%s: no checkpointed segment planned", what);
     ck_assert_int_eq(ct_graph_plan(a.b.g)->segments, 0);
-    snapshot want = one_pass(&a), got = one_pass(&c);
-    expect_same(&c, &want, what);
-    a.io.step = c.io.step = 1;   /* the next micro-step: new masks, gradients accumulate */
-    runner_loss(&a), runner_loss(&c);
-    runner_backward(&a, NULL), runner_backward(&c, NULL);
-    snap_free(&want);
-    want = snap(&a);
-    expect_same(&c, &want, what);
+    expect_two_steps_same(&a, &c, what);
     *plain_bytes = activation_bytes(a.b.g);
     *ckpt_bytes = activation_bytes(c.b.g);
-    snap_free(&want), snap_free(&got);
     runner_stop(&a), runner_stop(&c);
     free(plain);
 }
@@ -855,11 +864,107 @@ START_TEST(checkpointing_shrinks_the_plan) {
     unbuild(&a), unbuild(&c);
     free(plain);
     /* marks and number_checkpoints both: refused, naming the layer and both settings */
-    build_full(&c, CK_GPT(2), 4, CT_F32, 3);
+    build_full(&c, CK_GPT(2), 4, CT_F32, 3, false);
     ck_assert_int_eq(c.rc, CT_ERR_CONFIG);
     ck_assert_msg(strstr(c.err.msg, "number_checkpoints 3") && strstr(c.err.msg, "\"checkpoint\": true"), "%s",
                   c.err.msg);
     unbuild(&c);
+}
+END_TEST
+
+/* ---- activation offload (cpu_checkpointing): the same bits again, fewer device bytes ---- */
+
+/* Two micro-steps of the model as written and of the model checkpointed (marks, or n_checkpoints
+ * even segments) with its kept outputs offloaded: loss, gradients and running statistics equal
+ * bit for bit. Offloaded outputs share device slots, so a copy that came back late, or not at
+ * all, leaves another output's values in a slot and the gradients differ. Returns how many kept
+ * outputs moved; when any did, the plan holds fewer activation bytes than checkpointing alone,
+ * puts their copies in host memory, and the arena the CPU backend measured is the plan's. */
+static int expect_offload_exact_n(const char *what, const char *marked, long n_checkpoints, int64_t n) {
+    char *plain = strip_marks(marked);
+    runner a, o;
+    built c;
+    runner_start(&a, plain, 4, 7);
+    runner_start_ckpt(&o, marked, 4, 7, n_checkpoints, true);
+    a.io.n = o.io.n = n;   /* a short micro-batch copies its samples only */
+    build_full(&c, marked, 4, CT_F32, n_checkpoints, false);
+    ck_assert_int_eq(c.rc, CT_OK);
+    const ct_act_plan *po = ct_graph_plan(o.b.g), *pc = ct_graph_plan(c.g);
+    ck_assert_msg(po->segments > 0, "%s: no checkpointed segment planned", what);
+    expect_two_steps_same(&a, &o, what);
+    ck_assert_int_eq(pc->offloaded, 0);
+    ck_assert_int_eq(pc->host, 0);
+    if (po->offloaded > 0) {
+        ck_assert_msg(po->host > 0, "%s: %d outputs offloaded to 0 host bytes", what, po->offloaded);
+        ck_assert_msg(activation_bytes(o.b.g) < activation_bytes(c.g), "%s: offloaded %zu bytes, checkpointed %zu",
+                      what, activation_bytes(o.b.g), activation_bytes(c.g));
+        ck_assert_msg(po->total < pc->total, "%s: arena %zu, checkpointed %zu", what, po->total, pc->total);
+    } else {
+        ck_assert_int_eq(po->host, 0);
+    }
+    ct_mem_stats ms;
+    o.b.be->mem.mem_stats(o.b.be, &ms);
+    size_t peak = ms.peak[CT_MEM_ACTIVATIONS];
+    ck_assert_msg(peak >= po->total && (double)peak <= 1.05 * (double)po->total,
+                  "%s: measured activation peak %zu, planned %zu", what, peak, po->total);
+    int moved = po->offloaded;
+    runner_stop(&a), runner_stop(&o);
+    unbuild(&c);
+    free(plain);
+    return moved;
+}
+
+static int expect_offload_exact(const char *what, const char *marked, long n_checkpoints) {
+    return expect_offload_exact_n(what, marked, n_checkpoints, 4);
+}
+
+START_TEST(offload_is_exact) {
+    expect_offload_exact("mlp, marked", ck_mlp, 0);
+    expect_offload_exact("cnn, marked", ck_cnn, 0);
+    ck_assert_int_gt(expect_offload_exact("gpt, every block", CK_GPT(4), 0), 0);
+    char *mlp = strip_marks(ck_mlp), *cnn = strip_marks(ck_cnn), *gpt = strip_marks(CK_GPT(3));
+    int moved_mlp = 0, moved_cnn = 0;
+    for (long n = 1; n <= 5; n++) {
+        char what[64];
+        snprintf(what, sizeof what, "mlp, %ld segments", n);
+        moved_mlp += expect_offload_exact(what, mlp, n);
+        snprintf(what, sizeof what, "cnn, %ld segments", n);
+        moved_cnn += expect_offload_exact(what, cnn, n);
+        snprintf(what, sizeof what, "gpt, %ld segments", n + 1);
+        expect_offload_exact(what, gpt, n + 1);
+    }
+    ck_assert_int_gt(moved_mlp, 0);
+    ck_assert_int_gt(moved_cnn, 0);
+    expect_offload_exact("mlp, 100 segments", mlp, 100);
+    ck_assert_int_gt(expect_offload_exact_n("gpt, every block, 3 of 4 samples", CK_GPT(4), 0, 3), 0);
+    int short_moved = expect_offload_exact_n("cnn, 5 segments, 1 of 4 samples", cnn, 5, 1);
+    short_moved += expect_offload_exact_n("mlp, 4 segments, 2 of 4 samples", mlp, 4, 2);
+    ck_assert_int_gt(short_moved, 0);
+    free(mlp), free(cnn), free(gpt);
+}
+END_TEST
+
+/* Eight checkpointed blocks: the device holds a few kept outputs at a time, the rest wait in host
+ * memory; without checkpointing there is nothing to offload (the plan is the plain one). */
+START_TEST(offload_shrinks_the_plan) {
+    built c, o, p;
+    char *plain = strip_marks(CK_GPT(8));
+    build_full(&c, CK_GPT(8), 4, CT_F32, 0, false);
+    build_full(&o, CK_GPT(8), 4, CT_F32, 0, true);
+    build_full(&p, plain, 4, CT_F32, 0, true);
+    const ct_act_plan *pc = ct_graph_plan(c.g), *po = ct_graph_plan(o.g), *pp = ct_graph_plan(p.g);
+    ck_assert_int_ge(po->offloaded, 4);
+    size_t block_out = 4 * 8 * 16 * sizeof(float);   /* [batch, T, C] */
+    ck_assert_uint_ge(po->host, (size_t)po->offloaded * block_out);
+    /* the eight kept block outputs: a buffer each without offload, three slots with it */
+    ck_assert_msg(pc->outputs - po->outputs >= 4 * block_out, "outputs %zu offloaded, %zu kept", po->outputs,
+                  pc->outputs);
+    ck_assert(po->total < pc->total);
+    ck_assert_int_eq(pp->offloaded, 0);
+    ck_assert_int_eq(pp->host, 0);
+    ck_assert(!ct_graph_offloads(p.g) && ct_graph_offloads(o.g) && !ct_graph_offloads(c.g));
+    unbuild(&c), unbuild(&o), unbuild(&p);
+    free(plain);
 }
 END_TEST
 
@@ -1557,6 +1662,8 @@ int main(void) {
     tcase_add_test(tc, recompute_restores_a_range);
     tcase_add_test(tc, checkpointing_is_exact);
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
+    tcase_add_test(tc, offload_is_exact);
+    tcase_add_test(tc, offload_shrinks_the_plan);
     tcase_add_test(tc, prepare_hook_redirects_parameters);
     tcase_add_test(tc, failing_hook_stops_the_walk);
     tcase_add_test(tc, tied_head_matches_pytorch);

@@ -120,13 +120,21 @@ typedef struct model {
 static const char *mlp = "{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5},"
                          "{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 3}],"
                          "\"loss\": {\"type\": \"cross_entropy\"}}";
+static const char *deep_mlp = "{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5}, {\"type\": \"relu\"},"
+                             "{\"type\": \"linear\", \"out\": 5}, {\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 5},"
+                             "{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 5}, {\"type\": \"relu\"},"
+                             "{\"type\": \"linear\", \"out\": 5}, {\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 5},"
+                             "{\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 3}], \"loss\": {\"type\": \"cross_entropy\"}}";
 static const char *with_dropout = "{\"input\": [6], \"layers\": [{\"type\": \"linear\", \"out\": 5},"
                                   "{\"type\": \"dropout\", \"name\": \"drop\", \"p\": 0.1},"
                                   "{\"type\": \"linear\", \"out\": 3}],"
                                   "\"loss\": {\"type\": \"cross_entropy\"}}";
 
-static void model_build(model *m, const char *text, ct_backend *be) {
+/* Build `text` on be with activation_checkpointing.number_checkpoints and cpu_checkpointing. */
+static void model_build_ckpt(model *m, const char *text, ct_backend *be, long n_checkpoints, bool offload) {
     memset(m, 0, sizeof *m);
+    m->cfg.pending.number_checkpoints = n_checkpoints;
+    m->cfg.pending.cpu_checkpointing = offload;
     ct_warnings w = {0};
     ct_err err = {0};
     m->doc = ct_json_parse(text, strlen(text), "m.json", &w, &err);
@@ -149,6 +157,8 @@ static void model_build(model *m, const char *text, ct_backend *be) {
     }
     for (int i = 0; i < 8; i++) m->labels[i] = (int32_t)(ct_rng_below(&r, 3));
 }
+
+static void model_build(model *m, const char *text, ct_backend *be) { model_build_ckpt(m, text, be, 0, false); }
 
 static void model_free(model *m) {
     ct_graph_free(m->g);
@@ -316,6 +326,14 @@ START_TEST(policy_dropout_and_cpu) {
     ck_assert(!r.capture && strstr(notice, "cannot capture"));
     ck_assert(ct_step_runner_init(&r, f->cpu, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
     ck_assert(!r.capture && notice[0] == '\0');
+    model_free(&m);
+    /* activation offload copies from the host every step: never captured, and true says why */
+    model_build_ckpt(&m, deep_mlp, &f->be, 6, true);
+    ck_assert(ct_graph_offloads(m.g));
+    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_AUTO, notice, sizeof notice, &err) == CT_OK);
+    ck_assert(!r.capture && notice[0] == '\0');
+    ck_assert(ct_step_runner_init(&r, &f->be, m.g, CT_CUDA_GRAPH_ON, notice, sizeof notice, &err) == CT_OK);
+    ck_assert_msg(!r.capture && strstr(notice, "cpu_checkpointing"), "%s", notice);
     model_free(&m);
     fake_destroy(f);
 }

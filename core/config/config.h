@@ -134,7 +134,8 @@ typedef struct ct_pending_cfg {
                                    without model parallelism: accepted, no line) */
     bool contiguous_memory_optimization; /* activation_checkpointing.*: a no-op likewise (the
                                    recompute buffer is one contiguous block already) */
-    bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing (not yet: a line) */
+    bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing: activation offload
+                                   (core/graph/offload.c; a line when nothing is checkpointed) */
     long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:
                                    that many even checkpointed segments (core/graph/segments.c) */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
@@ -274,7 +275,8 @@ typedef struct ct_not_yet {
 #define CT_NOT_YET_MAX 16
 
 /* Every accepted-but-not-yet-implemented setting that cfg switches on (ZeRO stage >= 1 and its CPU
- * offload, activation offload (cpu_checkpointing), curriculum learning, the FLOPS profiler;
+ * offload, activation offload (cpu_checkpointing) with nothing checkpointed, curriculum learning,
+ * the FLOPS profiler;
  * docs/config.md, "Accepted, not used yet"), in that order. Writes at most `max` entries to out
  * (out may be NULL when max is 0) and returns how many there are. The trainer prints each text
  * as a warning at start; `ctrain config check` lists them. The "keys read but not used" warning of

@@ -29,10 +29,11 @@ static const ct_field comet_fields[] = {
 };
 static const ct_field comms_fields[] = {CT_U_BOOL("enabled"), CT_U_BOOL("verbose"), CT_U_BOOL("prof_all"),
                                         CT_U_BOOL("debug"), CT_U_ANY("prof_ops")};
-/* activation_checkpointing: number_checkpoints is acted on (even segments, core/graph/segments.c);
+/* activation_checkpointing: number_checkpoints is acted on (even segments, core/graph/segments.c)
+ * and so is cpu_checkpointing (offload, core/graph/offload.c; a line when nothing is checkpointed);
  * partition_activations and contiguous_memory_optimization are stored because they are done (no-ops
  * without model parallelism: nothing to partition, and the recompute buffer is one block already);
- * cpu_checkpointing gets a "not used yet" line; the two others are listed as read but not used. */
+ * the two others are listed as read but not used. */
 static const ct_field ac_fields[] = {
     CT_F_BOOL(ct_pending_cfg, partition_activations, false), CT_F_BOOL(ct_pending_cfg, cpu_checkpointing, false),
     CT_F_BOOL(ct_pending_cfg, contiguous_memory_optimization, false),

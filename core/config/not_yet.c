@@ -41,6 +41,15 @@ static void add(list *l, const char *covers, const char *path, const char *fmt, 
     l->n++;
 }
 
+/* A "checkpoint": true anywhere in the model section (layers, repeats, block types). */
+static bool has_checkpoint_mark(const cJSON *v) {
+    if (!v) return false;
+    if (v->string && strcmp(v->string, "checkpoint") == 0 && cJSON_IsTrue(v)) return true;
+    for (const cJSON *c = v->child; c; c = c->next)
+        if (has_checkpoint_mark(c)) return true;
+    return false;
+}
+
 static void collect(const ct_config *cfg, list *l) {
     static const char *const dev[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
                                       [CT_OFFLOAD_NVME] = "nvme"};
@@ -71,13 +80,14 @@ static void collect(const ct_config *cfg, list *l) {
             "training device)", dev[z->offload_param.device], ny);
 
     const ct_pending_cfg *p = &cfg->pending;
-    /* Activation checkpointing itself (layers' "checkpoint", number_checkpoints) is done, and
-     * partition_activations is a no-op without model parallelism: no line. Offload is not done. */
-    if (p->cpu_checkpointing)
-        add(l, "activation_checkpointing", "activation_checkpointing.cpu_checkpointing",
-            "activation_checkpointing.cpu_checkpointing true: accepted, not used yet: activation offload is "
-            "not supported yet (checkpointed segments' inputs stay in the training device's memory; none is "
-            "moved to CPU memory)");
+    /* Activation checkpointing (layers' "checkpoint", number_checkpoints) and its offload
+     * (cpu_checkpointing, core/graph/offload.c) are done, and partition_activations is a no-op
+     * without model parallelism: no line. Offload without anything checkpointed does nothing. */
+    if (p->cpu_checkpointing && p->number_checkpoints <= 0 && !has_checkpoint_mark(cfg->model))
+        add(l, "", "activation_checkpointing.cpu_checkpointing",
+            "activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed, "
+            "and offload moves only what checkpointed segments keep for backward to host memory (set "
+            "activation_checkpointing.number_checkpoints, or mark layers \"checkpoint\": true)");
     if (p->curriculum && cfg->curriculum.schedule == CT_CURRICULUM_CUSTOM)
         add(l, "curriculum_learning", "curriculum_learning.schedule_type",
             "curriculum_learning.schedule_type custom: %s a custom curriculum (DeepSpeed calls a function of the "

@@ -99,9 +99,13 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
                         io->n * ct_shape_numel(&g->info.input_shape));
     for (int j = lo; j < hi && !rc; j++) {
         ct_layer_io lio;
+        /* activation offload: a recompute may read a kept output that is coming back */
+        if (pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
         layer_io(g, j, pass, b, input, io, &lio);
         if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
         g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        /* ... and forward sends kept outputs away once their readers have run */
+        if (pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
         rc = after(g, hooks, j, pass, &lio, err);
     }
     return rc;
@@ -151,6 +155,8 @@ void ct_graph_read_loss(ct_graph *g, ct_step_io *io) {
 
 ct_dtype ct_graph_compute_dtype(const ct_graph *g) { return g->dt; }
 
+bool ct_graph_offloads(const ct_graph *g) { return g->plan.offloaded > 0; }
+
 int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, const ct_step_io *io,
                             const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
@@ -174,6 +180,7 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
         if (gn->seg >= 0 && j == g->segs[gn->seg].hi - 1 &&
             (rc = ct_graph_forward_range(g, g->segs[gn->seg].lo, j + 1, CT_PASS_RECOMPUTE, b, io, hooks, err)))
             break;
+        if (g->n_off) ct_offload_before(g, gn->t_backward, io->n);
         if (!gn->runs_backward) continue;
         ct_layer_io lio;
         layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);

@@ -59,7 +59,13 @@ typedef struct ct_act_plan {
                                     segment's inner outputs and saved state share (the largest
                                     segment's); 0 without checkpointing */
     int segments;                /* checkpointed segments (recomputed in backward) */
-    size_t total;                /* the arena: every field above but device_scratch */
+    int offloaded;               /* activation offload (cpu_checkpointing): kept outputs of
+                                    checkpointed segments that wait in host memory between their
+                                    forward and backward uses; their device slots are shared by
+                                    lifetime and counted in `outputs` */
+    size_t host;                 /* outside the arena: their pinned host copies */
+    size_t total;                /* the arena: every field above but offloaded, host and
+                                    device_scratch */
     size_t device_scratch;       /* outside the arena: the most a device backend's op takes as its
                                     own scratch (the layers' device_scratch_bytes) */
 } ct_act_plan;
@@ -96,7 +102,8 @@ double ct_graph_train_flops_per_sample(const ct_graph *g);
 const ct_param_layout *ct_graph_layout(const ct_graph *g);
 const ct_act_plan *ct_graph_plan(const ct_graph *g);
 
-/* Place the plan on backend be: in `arena` (plan->total bytes of be's memory, kept by the
+/* Place the plan on backend be (and, with activation offload, plan->host bytes of be's pinned
+ * host memory the graph owns): in `arena` (plan->total bytes of be's memory, kept by the
  * caller, which may share it between graphs that never run at the same time), or, when arena is
  * NULL, in an allocation the graph owns (CT_MEM_ACTIVATIONS; CT_ERR_RUNTIME when it fails).
  * Binding again moves the graph to the new arena. */
@@ -183,6 +190,10 @@ int ct_graph_backward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const 
 const float *ct_graph_loss_result(const ct_graph *g);
 /* Fill io->loss and io->correct from the last loss (waits for it). */
 void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
+
+/* True when a training step copies activations to and from host memory (activation offload):
+ * such a step makes host calls (copies, marks) that a captured step would not repeat. */
+bool ct_graph_offloads(const ct_graph *g);
 
 /* The dtype activations and parameters are stored in (ct_graph_build's dt). */
 ct_dtype ct_graph_compute_dtype(const ct_graph *g);

@@ -28,7 +28,28 @@ typedef struct ct_gnode {
     int seg;                            /* checkpointed segment (index in g->segs), or -1 */
     bool kept;                          /* in a segment, but its output is kept through backward
                                            (the segment's last layer, or read after the segment) */
+    /* The step's schedule (offload.c): when backward recomputes this layer (-1: never) and runs
+     * its backward, on one time axis with forward (layer j at time j) and the loss (n_nodes). */
+    int t_recompute, t_backward;
 } ct_gnode;
+
+/* Activation offload (activation_checkpointing.cpu_checkpointing, offload.c): a kept output of a
+ * checkpointed segment that goes to pinned host memory once forward is done with it and comes
+ * back before backward needs it, so its device slot serves other kept outputs in between. */
+typedef struct ct_offload_item {
+    int owner;                          /* the layer whose y buffer it is (in-place layers over it
+                                           share it) */
+    size_t bytes;                       /* [batch, out] in g->dt */
+    size_t slot;                        /* device slot (offset from the offload slots' start) */
+    size_t host_off;                    /* offset in the pinned host copy (moved items) */
+    bool moved;                         /* false: stays on the device through the step (nothing
+                                           runs while it would be away) */
+    int written;                        /* forward layer after which its value is final */
+    int download_at;                    /* forward layer after which the download is queued */
+    int upload_mark;                    /* schedule time before which the upload may start */
+    int upload_at;                      /* schedule time before which it must be back */
+    uint64_t mark;                      /* run time: the compute mark the copy waits for */
+} ct_offload_item;
 
 /* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state live in the shared
  * recompute buffer; backward runs its forward again (CT_PASS_RECOMPUTE) before its backward. */
@@ -51,6 +72,9 @@ struct ct_graph {
     ct_ckpt_seg *segs;                  /* checkpointed segments, in layer order (ct_graph_segments) */
     int n_segs;
     size_t ws_off, dtmp_off, input_off, loss_off;
+    bool offload;                       /* cpu_checkpointing asked for (ct_graph_build) */
+    ct_offload_item *off;               /* kept outputs in shared slots (offload on, segments) */
+    int n_off;
 
     /* Bound by ct_graph_bind. */
     ct_backend *be;
@@ -61,6 +85,8 @@ struct ct_graph {
     void *input;                        /* [batch, input] model input converted to dt (NULL when
                                            dt is fp32 or the input is token ids) */
     float *loss_result;                 /* [2] mean loss, correct count: the loss ops' result */
+    void *host;                         /* plan.host bytes of pinned host memory (offload) */
+    ct_backend *host_be;                /* the backend that allocated it */
     float loss_grad_scale;              /* the scale the last train-mode loss used (see backward) */
     bool loss_train;                    /* the last loss wrote d(loss) (train mode) */
 };
@@ -69,5 +95,14 @@ struct ct_graph {
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
 int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err);   /* segments.c */
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
+
+/* offload.c. Plan: fill g->off (kept outputs of checkpointed segments, their slots and host
+ * offsets) and the nodes' schedule times; returns the bytes of the shared device slots and sets
+ * *host to the pinned host bytes. alias[j]: the producer whose buffer layer j runs in place over. */
+size_t ct_offload_plan(ct_graph *g, const int *alias, size_t *host);
+/* Run: the copies due after layer j's forward, and before schedule time t in backward, of a
+ * micro-batch of n samples. */
+void ct_offload_after_forward(ct_graph *g, int j, int64_t n);
+void ct_offload_before(ct_graph *g, int t, int64_t n);
 
 #endif

@@ -176,13 +176,22 @@ void ct_graph_plan_memory(ct_graph *g) {
     int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
 
     mark_kept(g, alias);
+    /* Activation offload: checkpointed segments' kept outputs share slots by lifetime, with a
+     * pinned host copy each (offload.c); none without it. */
+    size_t offload_slots = ct_offload_plan(g, alias, &p->host);
+    p->offloaded = 0;
+    for (int i = 0; i < g->n_off; i++) p->offloaded += g->off[i].moved;
 
-    /* Arena order: gradient slots, then per layer its output and aux, then the recompute buffer
-     * (checkpointed segments' inner outputs and aux, at offsets from its start: seg_end[s] is
-     * segment s's use of it so far), then the shared parts. */
+    /* Arena order: gradient slots, then the offload slots, then per layer its output and aux,
+     * then the recompute buffer (checkpointed segments' inner outputs and aux, at offsets from its
+     * start: seg_end[s] is segment s's use of it so far), then the shared parts. */
     slot_off = ct_xmalloc(sizeof(size_t) * (size_t)(n_slots ? n_slots : 1));
     for (int s = 0; s < n_slots; s++) slot_off[s] = take(&end, slot_size[s]);
     p->grads = end;
+    size_t offload_off = take(&end, offload_slots);
+    p->outputs += end - offload_off;
+    bool *in_slot = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
+    for (int i = 0; i < g->n_off; i++) in_slot[g->off[i].owner] = true;
     size_t *seg_end = ct_xcalloc((size_t)(g->n_segs ? g->n_segs : 1), sizeof(size_t)), region = 0;
     bool *y_in_region = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
     for (int i = 0; i < g->n_nodes; i++) {
@@ -192,7 +201,7 @@ void ct_graph_plan_memory(ct_graph *g) {
         size_t *at_end = gn->seg >= 0 ? &seg_end[gn->seg] : &end, before = end;
         gn->y_from = alias[i];
         y_in_region[i] = alias[i] < 0 && gn->seg >= 0 && !gn->kept;
-        gn->y_off = alias[i] >= 0 ? CT_NO_OFFSET : take(y_in_region[i] ? at_end : &end, y_bytes);
+        gn->y_off = alias[i] >= 0 || in_slot[i] ? CT_NO_OFFSET : take(y_in_region[i] ? at_end : &end, y_bytes);
         p->outputs += end - before;
         before = end;
         gn->aux_off = gn->l.type->aux_bytes ? take(at_end, aux_bytes) : CT_NO_OFFSET;
@@ -208,7 +217,8 @@ void ct_graph_plan_memory(ct_graph *g) {
         if (y_in_region[i]) gn->y_off += region_off;
         if (gn->seg >= 0 && gn->aux_off != CT_NO_OFFSET) gn->aux_off += region_off;
     }
-    free(seg_end), free(y_in_region);
+    for (int i = 0; i < g->n_off; i++) g->nodes[g->off[i].owner].y_off = offload_off + g->off[i].slot;
+    free(seg_end), free(y_in_region), free(in_slot);
     ct_gnode *last = &g->nodes[g->n_nodes - 1];
     if (last->runs_backward && loss_grad_in_place(g, alias)) last->dy_off = last->y_off;
     /* A float model input is converted to a 16-bit copy the first layers read. */
@@ -234,6 +244,18 @@ static void *at_offset(void *arena, size_t off) { return off == CT_NO_OFFSET ? N
 
 int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
     bool owns = arena == NULL;
+    /* the offloaded activations' host copies: pinned memory of the backend that copies them */
+    if (g->plan.host && g->host_be != be) {
+        void *host = be->mem.alloc_host_pinned(be, g->plan.host);
+        if (!host)
+            return ct_errf(err, CT_ERR_RUNTIME, "out of pinned host memory allocating the offloaded "
+                           "activations (%.1f MiB for micro-batch %lld; activation_checkpointing."
+                           "cpu_checkpointing: set it false to keep them on the device)",
+                           (double)g->plan.host / 1048576.0, (long long)g->batch);
+        if (g->host) g->host_be->mem.free_host_pinned(g->host_be, g->host);
+        g->host = host;
+        g->host_be = be;
+    }
     if (owns) {
         arena = be->mem.alloc(be, g->plan.total, CT_MEM_ACTIVATIONS);
         if (!arena)

@@ -17,11 +17,14 @@ static long per_rank_batch(const ct_config *cfg) {
     return cfg->train_batch_size / w > 0 ? cfg->train_batch_size / w : 1;
 }
 
-int ct_fit_plan(const ct_config *cfg, bool device, long micro, long segments, ct_run_plan *out, ct_err *err) {
+/* ct_fit_plan with activation offload (cpu_checkpointing) on or off, whatever the config says. */
+static int plan_offload(const ct_config *cfg, bool device, long micro, long segments, bool offload, ct_run_plan *out,
+                        ct_err *err) {
     /* the run's config with this choice's batch: ct_run_plan_make reads the micro-batch from it
      * (the loader's batches) as the run would */
     ct_config *c = ct_xmalloc(sizeof *c);
     *c = *cfg;
+    c->pending.cpu_checkpointing = offload;
     c->micro_batch = micro;
     c->grad_accum = per_rank_batch(cfg) / micro > 0 ? per_rank_batch(cfg) / micro : 1;
     ct_graph *g = NULL;
@@ -30,6 +33,10 @@ int ct_fit_plan(const ct_config *cfg, bool device, long micro, long segments, ct
     ct_graph_free(g);
     free(c);
     return rc;
+}
+
+int ct_fit_plan(const ct_config *cfg, bool device, long micro, long segments, ct_run_plan *out, ct_err *err) {
+    return plan_offload(cfg, device, micro, segments, cfg->pending.cpu_checkpointing, out, err);
 }
 
 long ct_fit_every_block(const ct_config *cfg, ct_err *err) {
@@ -158,14 +165,22 @@ size_t ct_fit_limit(const ct_config *cfg, size_t device_memory, const char **sou
 
 /* ---- the --dry-run table ---- */
 
-static void describe_segments(long segments, long configured_segments, char *buf, size_t n) {
-    if (segments == CT_SEGMENTS_CONFIG) {
+/* A row's checkpointing: segments as ct_fit_plan's, and whether its kept outputs are offloaded. */
+typedef struct fit_mode {
+    long segments;
+    bool offload;
+} fit_mode;
+
+static void describe_segments(fit_mode m, long configured_segments, char *buf, size_t n) {
+    const char *off = m.offload ? " + offload" : "";
+    if (m.segments == CT_SEGMENTS_CONFIG) {
         if (configured_segments == 0) snprintf(buf, n, "as configured: off");
-        else snprintf(buf, n, "as configured: %ld segment%s", configured_segments, configured_segments == 1 ? "" : "s");
-    } else if (segments == 0) {
+        else snprintf(buf, n, "as configured: %ld segment%s%s", configured_segments,
+                      configured_segments == 1 ? "" : "s", off);
+    } else if (m.segments == 0) {
         snprintf(buf, n, "off");
     } else {
-        snprintf(buf, n, "every block (%ld segments)", segments);
+        snprintf(buf, n, "every block (%ld segments)%s", m.segments, off);
     }
 }
 
@@ -191,22 +206,27 @@ int ct_fit_table(const ct_config *cfg, bool device, size_t limit, void (*line)(v
     int rc = ct_fit_plan(cfg, device, micro, CT_SEGMENTS_CONFIG, &configured, err);
     if (rc) return rc;
     long blocks = ct_fit_every_block(cfg, err);
-    long modes[3], n_modes = 0;
-    modes[n_modes++] = CT_SEGMENTS_CONFIG;
-    if (configured.act.segments > 0) modes[n_modes++] = 0;
-    if (blocks > 0 && configured.act.segments != blocks) modes[n_modes++] = blocks;
+    bool offload = cfg->pending.cpu_checkpointing;
+    fit_mode modes[4];
+    int n_modes = 0;
+    modes[n_modes++] = (fit_mode){CT_SEGMENTS_CONFIG, offload};
+    if (configured.act.segments > 0) modes[n_modes++] = (fit_mode){0, false};
+    if (blocks > 0 && configured.act.segments != blocks) modes[n_modes++] = (fit_mode){blocks, offload};
+    /* on a device, every block with its kept outputs in host memory (on the CPU backend host memory
+     * is the training memory: nothing to gain); a config that offloads has that row above */
+    if (device && blocks > 0 && !offload) modes[n_modes++] = (fit_mode){blocks, true};
     char text[256], seg[64], pk[32];
-    snprintf(text, sizeof text, "  %6s %6s  %-30s %12s  %s", "micro", "accum", "checkpointing", "planned peak",
+    snprintf(text, sizeof text, "  %6s %6s  %-36s %12s  %s", "micro", "accum", "checkpointing", "planned peak",
              limit ? "fits" : "");
     line(ctx, text);
     for (int k = 0; k < n_modes; k++)
         for (int i = 0; i < nm; i++) {
             ct_run_plan p;
-            if ((rc = ct_fit_plan(cfg, device, micros[i], modes[k], &p, err))) return rc;
+            if ((rc = plan_offload(cfg, device, micros[i], modes[k].segments, modes[k].offload, &p, err))) return rc;
             describe_segments(modes[k], configured.act.segments, seg, sizeof seg);
-            snprintf(text, sizeof text, "  %6ld %6ld  %-30s %12s  %s%s", micros[i], per_rank / micros[i], seg,
+            snprintf(text, sizeof text, "  %6ld %6ld  %-36s %12s  %s%s", micros[i], per_rank / micros[i], seg,
                      fmt(p.total, pk), limit ? (p.total <= limit ? "yes" : "no") : "",
-                     modes[k] == CT_SEGMENTS_CONFIG && micros[i] == micro ? "   <- this config" : "");
+                     modes[k].segments == CT_SEGMENTS_CONFIG && micros[i] == micro ? "   <- this config" : "");
             line(ctx, text);
         }
     if (blocks == 0 && configured.act.segments == 0)

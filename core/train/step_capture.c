@@ -25,6 +25,14 @@ int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda
                        "captured step would replay the same random numbers (dropout mask) every "
                        "step; set train.cuda_graph to \"auto\" or false", ct_graph_layer_name(g, drop),
                        ct_graph_layer_type(g, drop));
+    /* activation offload queues its copies from the host, step by step (core/graph/offload.c) */
+    if (ct_graph_offloads(g)) {
+        if (cuda_graph == CT_CUDA_GRAPH_ON)
+            snprintf(notice, notice_n, "train.cuda_graph: activation_checkpointing.cpu_checkpointing queues its "
+                     "copies to and from host memory from the host every step, which a captured step would not "
+                     "repeat; running steps directly");
+        return CT_OK;
+    }
     if (cuda_graph == CT_CUDA_GRAPH_ON && !can)
         snprintf(notice, notice_n, "train.cuda_graph: the %s backend cannot capture steps; running "
                  "them directly", be->name);
