@@ -498,6 +498,48 @@ static void expect_shard_equals_whole(ct_opt_type type, int64_t lo, int64_t hi) 
     ct_backend_destroy(be);
 }
 
+/* Without clipping the norm does not enter the update, so the loop skips computing it on steps
+ * that need it for nothing (core/train/loop.c, needs_grad_norm) and passes NAN: the update is the
+ * same bit for bit, and the stats say the norm is unknown. With clipping it is needed. */
+START_TEST(norm_not_computed_without_clipping) {
+    const ct_opt_type types[] = {CT_OPT_ADAM, CT_OPT_ADAMW, CT_OPT_SGD, CT_OPT_LAMB};
+    ct_backend *be = ct_cpu_backend_create(2);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        ct_optimizer_cfg c = base_cfg(types[k]);
+        if (types[k] == CT_OPT_SGD) c.momentum = 0.9;
+        ct_optim *known = make(&c, &no_sched, 0, be, 0, N_PARAMS), *unknown = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+        ck_assert(!ct_optim_needs_norm(known));
+        bufs a = bufs_new(be), b = bufs_new(be);
+        float p[N_PARAMS], g[N_PARAMS];
+        fill_random(p, N_PARAMS, 80, 0, -1.0f, 1.0f);
+        be->mem.copy_h2d(be, a.master, p, sizeof p);
+        be->mem.copy_h2d(be, b.master, p, sizeof p);
+        for (long t = 1; t <= STEPS; t++) {
+            fill_random(g, N_PARAMS, 81, (uint64_t)t, -2.0f, 2.0f);
+            be->mem.copy_h2d(be, a.grads, g, sizeof g);
+            be->mem.copy_h2d(be, b.grads, g, sizeof g);
+            ct_optim_stats sa, sb;
+            step(known, &a, NULL, CT_F32, 0.25f, &sa);
+            ct_optim_target tg = {.master = b.master, .grads = b.grads};
+            ct_optim_apply(unknown, &tg, 0.25f, NAN, &sb);
+            ck_assert(isfinite(sa.grad_norm) && sa.grad_norm > 0 && isnan(sb.grad_norm));
+            ck_assert(sa.clip_coef == 1.0 && sb.clip_coef == 1.0 && sa.lr == sb.lr);
+        }
+        ck_assert_mem_eq(a.master, b.master, sizeof p);
+        ck_assert(memcmp(a.master, p, sizeof p) != 0);
+        bufs_free(be, &a);
+        bufs_free(be, &b);
+        ct_optim_free(known);
+        ct_optim_free(unknown);
+    }
+    ct_optimizer_cfg c = base_cfg(CT_OPT_ADAMW);
+    ct_optim *clipped = make(&c, &no_sched, 1.0, be, 0, N_PARAMS);
+    ck_assert(ct_optim_needs_norm(clipped));
+    ct_optim_free(clipped);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(shard_with_external_norm) {
     expect_shard_equals_whole(CT_OPT_ADAMW, 37, 211);   /* cuts two tensors */
     expect_shard_equals_whole(CT_OPT_ADAM, 150, 300);
@@ -535,6 +577,7 @@ int main(void) {
     tcase_add_test(tc, layout);
     tcase_add_test(tc, fused_16bit_copy);
     tcase_add_test(tc, shard_with_external_norm);
+    tcase_add_test(tc, norm_not_computed_without_clipping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
