@@ -23,21 +23,9 @@
 #include "core/cpu/cpu_internal.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
+#include "bench/bench_common.h"
 
 enum { ROUNDS = 9 };
-
-static float *rnd(int64_t n, uint64_t stream) {
-    float *x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
-    ct_rng r;
-    ct_rng_init(&r, 1, CT_RNG_INIT, stream);
-    for (int64_t i = 0; i < n; i++) x[i] = ct_rng_uniform(&r) - 0.5f;
-    return x;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Median and minimum of ROUNDS timings (sorts t). */
 static void med_min(double *t, double *med, double *min) {
