@@ -20,14 +20,7 @@
 
 #include "core/backend/backend.h"
 #include "core/util/rng.h"
-
-static float *rnd(int64_t n, uint64_t stream) {
-    float *x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
-    ct_rng r;
-    ct_rng_init(&r, 1, CT_RNG_INIT, stream);
-    for (int64_t i = 0; i < n; i++) x[i] = ct_rng_uniform(&r) - 0.5f;
-    return x;
-}
+#include "bench/bench_common.h"
 
 /* GEMM through the backend, or straight to OpenBLAS (set by the scheme being measured). */
 static bool g_direct_blas;
@@ -237,11 +230,6 @@ static void cnn_step(void *p) {
         step_gemm(be, true, false, 288, 196, 64, c->w, 288, c->dy + i * out_sz, 196, 0.0f, c->col, 196);
         be->conv.col2im(be, c->dx + i * in_sz, c->col, &c->g, 0, CT_F32);
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 enum { REPS = 7, SCHEMES = 3 };

@@ -15,6 +15,8 @@
 #    move its update by up to lr, not by lr times the rounding; over 20 steps at lr 0.01 that
 #    stays far below 1e-4 of the weights' norm (~1e-7 measured), while a rank that missed or
 #    doubled a micro-batch moves them by more than 1e-3.
+#  - fp32 with the gradient norm only on the steps whose line shows it (ZeRO 2, 2 ranks): the ranks
+#    agree on those steps (the sum of squares is all-reduced) and train as the single process;
 #  - per-rank bytes at stage 1 (measured peaks of rank 0) are its part of master and optimizer state;
 #  - a checkpoint saved by 4 ranks at stage 1 resumes on 2 ranks and on 1 process with the weights of
 #    the uninterrupted run;
@@ -123,6 +125,11 @@ ranks adam_z1_np4 adam 4 1
 ranks adam_z2_np2 adam 2 2
 ranks sgd_z2_np3 sgd 3 2
 ranks sgd_z2_np4 sgd 4 2
+# fp32 without clipping computes the global norm only for the step lines that show it (every 3rd
+# step here): under ZeRO its sum of squares is all-reduced, so every rank must make that choice alike
+ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
+eq "ZeRO 2, norm on every 3rd step: a number as grad-norm on each of 6 step lines" \
+    "$(grep -c '^step .*grad-norm [0-9]' "$T/sgd_z2_np2_p3.err")" 6
 has "$T/sgd_np3.err" "world 3" "the batch line names the world size"
 has "$T/sgd_np3.err" "· 3 ranks" "the first line names the ranks"
 has "$T/sgd_z2_np4.err" "ZeRO stage 2" "the first line names the ZeRO stage"

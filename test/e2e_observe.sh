@@ -3,7 +3,9 @@
 # small MLP, 20 steps of 32 samples an epoch, 3 epochs (60 steps, a fraction of a second):
 #  - stderr not a terminal: a plain "step" line every steps_per_print steps; without
 #    steps_per_print every 2 steps here (the default interval gives 20-50 lines: 30); no carriage
-#    returns; --quiet: no step, epoch or eval lines, the summary on stdout;
+#    returns; --quiet: no step, epoch or eval lines, the summary on stdout; the gradient norm a
+#    step line shows is computed for it (fp32 without clipping computes it nowhere else, and
+#    training is the same without it);
 #  - under a pseudo-terminal (script): the redrawn progress line and no plain step lines;
 #  - run_dir/metrics.jsonl: one valid JSON object per logged step (at the right steps) and per eval;
 #    after SIGTERM (the run saves and exits 143) every step up to the saved one;
@@ -37,6 +39,7 @@ count() { grep -c -- "$2" "$1"; }
 "$B" --config run.json --set train.run_dir=r5 --set steps_per_print=5 >out 2>err || bad "steps_per_print 5: exit $?"
 eq "steps_per_print 5: 60/5 step lines" "$(count err '^step ')" 12
 has err '^step 60/60  epoch 3/3  loss ' "the last step line names step/total and epoch"
+cp err err5
 "$B" --config run.json --set train.run_dir=rd >out 2>err || bad "default: exit $?"
 n=$(count err '^step ')
 eq "no steps_per_print, not a terminal: default interval 2 -> 30 step lines" "$n" 30
@@ -46,6 +49,12 @@ if grep -q "$(printf '\r')" err; then bad "carriage return in a non-terminal log
 eq "--quiet: no step lines" "$(count err '^step ')" 0
 eq "--quiet: nothing on stderr" "$(wc -c <err | tr -d ' ')" 0
 has out '^{"status":"ok","steps":60' "--quiet: the summary on stdout"
+# fp32 without clipping computes the gradient norm only on steps whose line shows it (none under
+# --quiet): every line shows a number, and the steps without it train bit for bit the same
+eq "steps_per_print 5: a number as grad-norm on every step line" "$(grep -c '^step .*grad-norm [0-9]' err5)" 12
+if cmp -s r5/checkpoints/global_step60/model.safetensors rq/checkpoints/global_step60/model.safetensors; then
+    ok "--quiet (no norm computed) trains bit for bit as steps_per_print 5: the same final weights"
+else bad "--quiet and steps_per_print 5 end with other weights (or no checkpoint)"; ls r5 rq; fi
 
 # --- a pseudo-terminal: the redrawn line (a slower model: the line is redrawn at most 4 times a second) ---
 if command -v script >/dev/null 2>&1; then

@@ -1,8 +1,8 @@
 /* test_cpu_ops.c: what the CPU backend promises beyond one call against a reference (every op
  * against fp64 references, 1 vs 2 threads and the 16-bit rule is in test_ops.c): fp16/bf16 scalar
  * conversions (overflow, subnormals, ties), uint8 casts, dropout's mask statistics, argument forms
- * that must not change a bit (dx aliasing dy, conv2d_backward without dx and db), the thread pool
- * under stress, backend creation and memory accounting, upload tickets. */
+ * that must not change a bit (dx aliasing dy, conv2d_backward without dx and db), the summation
+ * order of the reductions (pinned bit for bit), the thread pool under stress, backend creation and memory accounting, upload tickets. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu_internal.h"
 #include "core/util/rng.h"
 
 static ct_backend *be1, *be2; /* 1 and 2 worker threads */
@@ -175,6 +176,71 @@ START_TEST(conv2d_backward_dw_only) {
 }
 END_TEST
 
+/* ---- reductions: the summation order is part of the promise ---- */
+
+/* The order cpu_reduce.c promises, written plainly: lane l sums the elements i with i % 8 == l in
+ * index order (in double), then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). kind 0: x,
+ * 1: x^2, 2: (x - mean)^2. Checkpoints and the determinism tests rest on these bits: a faster
+ * kernel may not change them without saying so (docs/BENCHMARKS.md, "No wasted reductions"). */
+static double lanes_ref(const float *x, int64_t n, int kind, double mean) {
+    double lane[8] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        double v = kind == 0 ? x[i] : kind == 1 ? (double)x[i] * x[i] : (x[i] - mean) * (x[i] - mean);
+        lane[i % 8] += v;
+    }
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+static bool same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+START_TEST(reduction_order_pinned) {
+    /* magnitudes over 2^-20 .. 2^20 so that any other order of the adds changes the last bits */
+    int64_t nmax = 3 * CT_CPU_CHUNK + 37;
+    float *x = rnd(nmax, 270, -1, 1), *e = rnd(nmax, 271, -20, 20);
+    for (int64_t i = 0; i < nmax; i++) x[i] = ldexpf(x[i], (int)e[i]);
+    const int64_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 63, 100, 1001, CT_CPU_CHUNK, nmax};
+    int differs = 0; /* the test can fail: plain sequential sums give other bits */
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        int64_t n = lens[k];
+        for (int off = 0; off < 3; off++) { /* unaligned starts too */
+            const float *p = x + off;
+            int64_t m = n + off <= nmax ? n : nmax - off;
+            ck_assert_msg(same_bits(ct_cpu_sum(p, m), lanes_ref(p, m, 0, 0)), "sum n=%lld", (long long)m);
+            ck_assert_msg(same_bits(ct_cpu_sum_squares(p, m), lanes_ref(p, m, 1, 0)), "sumsq n=%lld", (long long)m);
+            ck_assert_msg(same_bits(ct_cpu_sum_sq_dev(p, m, 0.3), lanes_ref(p, m, 2, 0.3)), "sq_dev n=%lld",
+                          (long long)m);
+            double seq = 0;
+            for (int64_t i = 0; i < m; i++) seq += p[i];
+            differs += !same_bits(seq, lanes_ref(p, m, 0, 0));
+        }
+    }
+    ck_assert_int_gt(differs, 10);
+    /* the backend's sum of squares: CT_CPU_CHUNK chunks, their sums added in chunk order */
+    double want = 0;
+    for (int64_t c0 = 0; c0 < nmax; c0 += CT_CPU_CHUNK)
+        want += lanes_ref(x + c0, nmax - c0 < CT_CPU_CHUNK ? nmax - c0 : CT_CPU_CHUNK, 1, 0);
+    ck_assert(same_bits(be1->optim.sum_squares(be1, x, nmax), want));
+    ck_assert(same_bits(be2->optim.sum_squares(be2, x, nmax), want));
+    free(x), free(e);
+}
+END_TEST
+
+/* all_finite finds one Inf or NaN in any lane and the tail; huge finite values and -0 pass. */
+START_TEST(all_finite_every_position) {
+    float x[41];
+    for (int n = 1; n <= 41; n += 4) {
+        for (int i = 0; i < n; i++) x[i] = i % 3 == 0 ? 3e38f : i % 3 == 1 ? -0.0f : -1.5f;
+        ck_assert(be2->optim.all_finite(be2, x, n));
+        for (int at = 0; at < n; at++) {
+            float keep = x[at];
+            x[at] = at % 2 ? -INFINITY : NAN;
+            ck_assert_msg(!be2->optim.all_finite(be2, x, n), "n=%d at=%d", n, at);
+            x[at] = keep;
+        }
+    }
+}
+END_TEST
+
 /* ---- the pool, creation, memory ---- */
 
 /* Many short jobs back to back on an oversubscribed pool (5 threads on a small machine): late
@@ -295,6 +361,8 @@ int main(void) {
     tcase_add_test(tc, dropout_mask_statistics);
     tcase_add_test(tc, act_backward_in_place);
     tcase_add_test(tc, conv2d_backward_dw_only);
+    tcase_add_test(tc, reduction_order_pinned);
+    tcase_add_test(tc, all_finite_every_position);
     tcase_add_test(tc, pool_stress);
     tcase_add_test(tc, backend_create_and_memory);
     tcase_add_test(tc, mem_stats_per_category);

@@ -455,24 +455,41 @@ START_TEST(layout) {
 }
 END_TEST
 
+/* base_cfg, with momentum for SGD: every type then carries state from step to step. */
+static ct_optimizer_cfg stateful_cfg(ct_opt_type t) {
+    ct_optimizer_cfg c = base_cfg(t);
+    if (t == CT_OPT_SGD) c.momentum = 0.9;
+    return c;
+}
+
+/* Two buffer sets for comparing two optimizers: the same random master p (seed, stream 0) ... */
+static void twin_masters(ct_backend *be, const bufs *a, const bufs *b, float p[N_PARAMS], uint64_t seed) {
+    fill_random(p, N_PARAMS, seed, 0, -1.0f, 1.0f);
+    be->mem.copy_h2d(be, a->master, p, N_PARAMS * sizeof(float));
+    be->mem.copy_h2d(be, b->master, p, N_PARAMS * sizeof(float));
+}
+
+/* ... and, at each step t, the same random gradients (seed, stream t). */
+static void twin_grads(ct_backend *be, const bufs *a, const bufs *b, uint64_t seed, long t) {
+    float g[N_PARAMS];
+    fill_random(g, N_PARAMS, seed, (uint64_t)t, -2.0f, 2.0f);
+    be->mem.copy_h2d(be, a->grads, g, sizeof g);
+    be->mem.copy_h2d(be, b->grads, g, sizeof g);
+}
+
 /* ZeRO's seam: an optimizer over [lo, hi) that is given the global norm updates its range
  * exactly as the whole-space optimizer does (bitwise: the update is element-wise), state
  * included; clipping makes the global norm matter. Lamb needs whole tensors. */
 static void expect_shard_equals_whole(ct_opt_type type, int64_t lo, int64_t hi) {
     ct_backend *be = ct_cpu_backend_create(2);
-    ct_optimizer_cfg c = base_cfg(type);
-    if (type == CT_OPT_SGD) c.momentum = 0.9;
+    ct_optimizer_cfg c = stateful_cfg(type);
     const double clip = 0.5;   /* the random gradients' norm is ~20: clipping is active */
     ct_optim *whole = make(&c, &no_sched, clip, be, 0, N_PARAMS), *shard = make(&c, &no_sched, clip, be, lo, hi);
     bufs a = bufs_new(be), b = bufs_new(be);
-    float p[N_PARAMS], g[N_PARAMS];
-    fill_random(p, N_PARAMS, 70, 0, -1.0f, 1.0f);
-    be->mem.copy_h2d(be, a.master, p, sizeof p);
-    be->mem.copy_h2d(be, b.master, p, sizeof p);
+    float p[N_PARAMS];
+    twin_masters(be, &a, &b, p, 70);
     for (long t = 1; t <= STEPS; t++) {
-        fill_random(g, N_PARAMS, 71, (uint64_t)t, -2.0f, 2.0f);
-        be->mem.copy_h2d(be, a.grads, g, sizeof g);
-        be->mem.copy_h2d(be, b.grads, g, sizeof g);
+        twin_grads(be, &a, &b, 71, t);
         ct_optim_stats sw, ss;
         step(whole, &a, NULL, CT_F32, 0.5f, &sw);
         /* the shard's norm is the global one: the sum of squares over every rank's range */
@@ -497,6 +514,43 @@ static void expect_shard_equals_whole(ct_opt_type type, int64_t lo, int64_t hi) 
     ct_optim_free(shard);
     ct_backend_destroy(be);
 }
+
+/* Without clipping the norm does not enter the update, so the loop skips computing it on steps
+ * that need it for nothing (core/train/loop.c, needs_grad_norm) and passes NAN: the update is the
+ * same bit for bit, and the stats say the norm is unknown. With clipping it is needed. */
+START_TEST(norm_not_computed_without_clipping) {
+    const ct_opt_type types[] = {CT_OPT_ADAM, CT_OPT_ADAMW, CT_OPT_SGD, CT_OPT_LAMB};
+    ct_backend *be = ct_cpu_backend_create(2);
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        ct_optimizer_cfg c = stateful_cfg(types[k]);
+        ct_optim *known = make(&c, &no_sched, 0, be, 0, N_PARAMS), *unknown = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+        ck_assert(!ct_optim_needs_norm(known));
+        bufs a = bufs_new(be), b = bufs_new(be);
+        float p[N_PARAMS];
+        twin_masters(be, &a, &b, p, 80);
+        for (long t = 1; t <= STEPS; t++) {
+            twin_grads(be, &a, &b, 81, t);
+            ct_optim_stats sa, sb;
+            step(known, &a, NULL, CT_F32, 0.25f, &sa);
+            ct_optim_target tg = {.master = b.master, .grads = b.grads};
+            ct_optim_apply(unknown, &tg, 0.25f, NAN, &sb);
+            ck_assert(isfinite(sa.grad_norm) && sa.grad_norm > 0 && isnan(sb.grad_norm));
+            ck_assert(sa.clip_coef == 1.0 && sb.clip_coef == 1.0 && sa.lr == sb.lr);
+        }
+        ck_assert_mem_eq(a.master, b.master, sizeof p);
+        ck_assert(memcmp(a.master, p, sizeof p) != 0);
+        bufs_free(be, &a);
+        bufs_free(be, &b);
+        ct_optim_free(known);
+        ct_optim_free(unknown);
+    }
+    ct_optimizer_cfg c = base_cfg(CT_OPT_ADAMW);
+    ct_optim *clipped = make(&c, &no_sched, 1.0, be, 0, N_PARAMS);
+    ck_assert(ct_optim_needs_norm(clipped));
+    ct_optim_free(clipped);
+    ct_backend_destroy(be);
+}
+END_TEST
 
 START_TEST(shard_with_external_norm) {
     expect_shard_equals_whole(CT_OPT_ADAMW, 37, 211);   /* cuts two tensors */
@@ -535,6 +589,7 @@ int main(void) {
     tcase_add_test(tc, layout);
     tcase_add_test(tc, fused_16bit_copy);
     tcase_add_test(tc, shard_with_external_norm);
+    tcase_add_test(tc, norm_not_computed_without_clipping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

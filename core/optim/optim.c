@@ -222,6 +222,8 @@ double ct_optim_grad_sumsq(const ct_optim *o, const float *grads_lo) {
     return o->be->optim.sum_squares(o->be, grads_lo, o->hi - o->lo);
 }
 
+bool ct_optim_needs_norm(const ct_optim *o) { return o->clip > 0; }
+
 void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double norm,
                     ct_optim_stats *stats) {
     double coef = 1.0;

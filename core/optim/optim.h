@@ -9,6 +9,8 @@
  * A step is: the sum of squares of the gradients (ct_optim_grad_sumsq, this range only) ->
  * summed over ranks by the caller -> ct_optim_apply with the global norm, which computes the clip
  * coefficient when gradient_clipping > 0 and runs the fused update with the LR of the schedule.
+ * The sum of squares is a full pass over the gradients: a caller that needs no norm (no clipping,
+ * ct_optim_needs_norm false; no overflow check; no log line showing it) skips it and passes NAN.
  * Clipping, 1/loss_scale and any pre-division are folded into the kernels' grad_scale, so the
  * gradients are read once and never rewritten. A non-finite sum of squares means some gradient
  * overflowed (squares summed in double cannot overflow from finite floats): the caller skips.
@@ -74,7 +76,8 @@ typedef struct ct_optim_target {
 
 /* Result of one step, for the log and the summary. */
 typedef struct ct_optim_stats {
-    double grad_norm;            /* global L2 norm of the unscaled gradients (before clipping) */
+    double grad_norm;            /* global L2 norm of the unscaled gradients (before clipping);
+                                    NAN when the step did not compute it or skipped */
     double clip_coef;            /* factor applied by clipping (1 when not clipped) */
     double lr;                   /* learning rate used by this update */
 } ct_optim_stats;
@@ -105,9 +108,14 @@ double ct_optim_next_lr(const ct_optim *o);
 /* Sum of squares (in double) of the gradients of [lo, hi); grads_lo points at element lo. */
 double ct_optim_grad_sumsq(const ct_optim *o, const float *grads_lo);
 
+/* Whether an update needs the global norm itself: gradient clipping is on. */
+bool ct_optim_needs_norm(const ct_optim *o);
+
 /* One update of [lo, hi). grad_scale multiplies the gradients before anything else (1 / loss_scale,
  * 1 for fp32); grad_norm is the GLOBAL norm of the scaled gradients (sqrt of the sum of squares
- * over every rank, times grad_scale): the clip coefficient comes from it. */
+ * over every rank, times grad_scale): the clip coefficient comes from it. NAN when the caller did
+ * not compute it, which only an optimizer that does not need it may be given (no clipping); the
+ * stats then say NAN too. */
 void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double grad_norm,
                     ct_optim_stats *stats);
 /* The same update when the global sum of squares of the gradients (over every rank, before

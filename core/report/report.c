@@ -154,6 +154,8 @@ void ct_report_plan(ct_report *r, long total_steps) {
     r->plain = r->steps_per_print > 0 || !r->tty;
 }
 
+bool ct_report_closes_window(const ct_report *r, long step) { return r->log_every > 0 && step % r->log_every == 0; }
+
 static void reset_window(ct_report *r, double now) {
     r->win_loss = 0;
     r->win_n = 0;
@@ -203,8 +205,7 @@ bool ct_report_step(ct_report *r, const ct_step_event *e, ct_report_window *w) {
     r->win_wait += e->data_wait_s;
     r->epoch_wait += e->data_wait_s;
     double now = ct_now();
-    bool closes = r->log_every > 0 && e->step % r->log_every == 0;
-    if (!closes) {
+    if (!ct_report_closes_window(r, e->step)) {
         if (r->tty && !r->quiet) redraw(r, e, now);
         return false;
     }

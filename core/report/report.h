@@ -134,6 +134,10 @@ void ct_report_init(ct_report *r, FILE *out, bool quiet, long steps_per_print);
 long ct_report_default_interval(long total_steps);
 /* Once the run's planned steps are known: log_every and plain (see above). */
 void ct_report_plan(ct_report *r, long total_steps);
+/* Whether step (1-based) closes a print window: the steps whose plain line shows the gradient
+ * norm. It depends on the config and the planned steps only, never on the terminal, --quiet or
+ * the rank, so every rank gives the same answer (the loop computes the norm on these steps). */
+bool ct_report_closes_window(const ct_report *r, long step);
 
 /* The means of a print window that ended (what metrics.jsonl records of a step). */
 typedef struct ct_report_window {

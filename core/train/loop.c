@@ -130,7 +130,8 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
         tg.copy = ct_elem(p->params, p->lo, p->compute);
         tg.copy_dt = p->compute;
     }
-    if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss) */
+    if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss);
+                                  sumsq is NAN when the step did not need the norm */
         ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
         *applied = true;
     } else {
@@ -155,8 +156,20 @@ static int all_reduce_grads(ct_trainer *t, ct_err *err) {
     return CT_OK;
 }
 
-/* The update closing a step. The gradients are summed over ranks and their sum of squares
- * gives the global norm and, when not finite, the overflow. fp32/bf16: the update. fp16: 1/scale
+/* Whether step (1-based) computes the global gradient norm: clipping needs it, the fp16 loss
+ * scaler's overflow check is its sum of squares, and a plain step line shows it. The sum of
+ * squares is a pass over every gradient (5% of a small MLP's epoch), so the other steps skip it:
+ * fp32 and bf16 without clipping take no overflow check, as in PyTorch and DeepSpeed's bf16 (a
+ * NaN shows in the loss). Every rank decides alike (config, step number and --quiet, never the
+ * rank's terminal): under ZeRO the sum of squares is all-reduced. */
+static bool needs_grad_norm(const ct_trainer *t, long step) {
+    return ct_optim_needs_norm(t->m.opt) || t->m.amp.scaling ||
+           (!t->opts.quiet && ct_report_closes_window(&t->obs.rep, step));
+}
+
+/* The update closing a step. The gradients are summed over ranks; when the step needs it
+ * (needs_grad_norm) their sum of squares gives the global norm and, when not finite, the
+ * overflow (NAN otherwise: the stats say the norm was not computed). fp32/bf16: the update. fp16: 1/scale
  * and the clip coefficient go into the update's grad_scale; an overflow skips the update
  * (weights, optimizer state and schedule stay as they are) and the scaler lowers the scale
  * (core/optim/amp.h). forward_overflow: a micro-batch's loss was inf or NaN in fp16 (an
@@ -172,10 +185,13 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
                  ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
                  : all_reduce_grads(t, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
-    double ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
-    /* every rank now holds the summed gradients; the sum of squares is over ranks only when each
-     * holds a shard of them */
-    if (!holds_all(p) && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
+    double ss = NAN;
+    if (needs_grad_norm(t, step)) {
+        ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
+        /* every rank now holds the summed gradients; the sum of squares is over ranks only when
+         * each holds a shard of them */
+        if (!holds_all(p) && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
+    }
     bool ok;
     if (!a->scaling) return update(t, grad_scale, ss, &ok, st, err);
     double tried = a->scaler.scale;
