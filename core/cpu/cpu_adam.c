@@ -99,12 +99,13 @@ __attribute__((target("avx2,f16c"))) static inline void store16_avx2(uint16_t *y
     }
     __m256i u = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                      _mm256_set1_epi32(0x7f800000));
     __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     __m256i h = _mm256_blendv_epi8(rounded, quiet, nan); /* every lane below 2^16 */
-    /* packus narrows within each 128-bit half; the permute brings the two halves' results together */
+    /* packus narrows within each 128-bit half; the permute brings the halves' results together */
     __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
     _mm_storeu_si128((__m128i *)y, _mm256_castsi256_si128(packed));
 }
@@ -117,11 +118,13 @@ __attribute__((target("avx512f"))) static inline void store16_avx512(uint16_t *y
     }
     __m512i u = _mm512_castps_si512(x);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
     __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
     __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    _mm256_storeu_si256((__m256i *)y, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+    __m512i h = _mm512_mask_blend_epi32(nan, rounded, quiet);
+    _mm256_storeu_si256((__m256i *)y, _mm512_cvtepi32_epi16(h)); /* truncation: h < 2^16 */
 }
 
 /* AVX2 (no FMA, see the top), F16C for the fp16 copy: 8 elements a vector. h16: the 16-bit copy
