@@ -72,11 +72,12 @@ static void adam_block_base(const adam_k *k, float *restrict p, const float *res
 }
 
 #ifdef CT_ADAM_X86
-/* One vector of the update at element i, for an ISA's vector type V and its operations; the
- * same operations in the same order as adam_block_base. Leaves the new parameters in P_OUT. */
-#define ADAM_VECTOR(V, LOAD, STORE, ADD, SUB, MUL, DIV, SQRT, SET1, P_OUT)                       \
-    V P_OUT;                                                                                      \
-    {                                                                                             \
+/* The vector loop over [s, s + n) for an ISA's vector type V (LANES floats) and its operations:
+ * the same operations in the same order as adam_block_base, then STORE16 writes the 16-bit copy
+ * of the new parameters when there is one. Returns where the scalar tail starts. */
+#define ADAM_LOOP(LANES, V, LOAD, STORE, ADD, SUB, MUL, DIV, SQRT, SET1, STORE16)                 \
+    int64_t i = s;                                                                                \
+    for (; i + (LANES) <= s + n; i += (LANES)) {                                                  \
         V pv = LOAD(p + i), gi = ADD(MUL(LOAD(g + i), SET1(k->scale)), MUL(SET1(k->l2), pv));     \
         V mv = ADD(MUL(SET1(k->b1), LOAD(m + i)), MUL(SET1(k->c1), gi));                          \
         V vv = ADD(MUL(SET1(k->b2), LOAD(v + i)), MUL(MUL(SET1(k->c2), gi), gi));                 \
@@ -84,76 +85,77 @@ static void adam_block_base(const adam_k *k, float *restrict p, const float *res
         STORE(v + i, vv);                                                                         \
         V denom = ADD(SQRT(DIV(vv, SET1(k->bc2))), SET1(k->eps));                                 \
         V update = ADD(DIV(DIV(mv, SET1(k->bc1)), denom), MUL(SET1(k->wd), pv));                  \
-        P_OUT = SUB(pv, MUL(SET1(k->lr), update));                                                \
-        STORE(p + i, P_OUT);                                                                      \
-    }
+        V pn = SUB(pv, MUL(SET1(k->lr), update));                                                 \
+        STORE(p + i, pn);                                                                         \
+        if (h16) STORE16(h16 + i, pn, bf16);                                                      \
+    }                                                                                             \
+    return i;
 
-/* The 16-bit copy of 8 / 16 new parameters from the vector registers. fp16: the conversion
- * instruction, round to nearest even. bf16: ct_f32_to_bf16 per lane (round to nearest even by
- * adding 0x7fff plus the kept lowest bit, NaN quietened), then the halves narrowed. */
-__attribute__((target("avx2,f16c"))) static inline void store16_avx2(uint16_t *y, __m256 x,
-                                                                     bool bf16) {
-    if (!bf16) {
-        _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-        return;
-    }
-    __m256i u = _mm256_castps_si256(x);
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb);
-    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    __m256i h = _mm256_blendv_epi8(rounded, quiet, nan); /* every lane below 2^16 */
-    /* packus narrows within each 128-bit half; the permute brings the halves' results together */
+/* The 16-bit copy of LANES new parameters x from the vector registers into y. fp16: the
+ * conversion instruction (F16_STORE), round to nearest even. bf16: ct_f32_to_bf16 on every 32-bit
+ * lane of the integer vector u (round to nearest even by adding 0x7fff plus the kept lowest bit;
+ * PICK_NAN takes the quietened NaN where x is one), then narrowed to 16 bits (NARROW_STORE). */
+#define STORE16_BODY(VI, CAST, SRLI, AND, ADD, OR, SET1, F16_STORE, PICK_NAN, NARROW_STORE)       \
+    if (!bf16) {                                                                                  \
+        F16_STORE(y, x);                                                                          \
+        return;                                                                                   \
+    }                                                                                             \
+    VI u = CAST(x);                                                                               \
+    VI rounded = SRLI(ADD(u, ADD(SET1(0x7fff), AND(SRLI(u, 16), SET1(1)))), 16);                  \
+    VI quiet = OR(SRLI(u, 16), SET1(0x40));                                                       \
+    NARROW_STORE(y, PICK_NAN(u, rounded, quiet)); /* every lane below 2^16 */
+
+#define AVX2 __attribute__((target("avx2,f16c"))) static inline
+AVX2 void f16_store_avx2(uint16_t *y, __m256 x) {
+    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+AVX2 __m256i pick_nan_avx2(__m256i u, __m256i rounded, __m256i quiet) {
+    __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    return _mm256_blendv_epi8(rounded, quiet, _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000)));
+}
+/* packus narrows within each 128-bit half; the permute brings the halves' results together */
+AVX2 void narrow_store_avx2(uint16_t *y, __m256i h) {
     __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
     _mm_storeu_si128((__m128i *)y, _mm256_castsi256_si128(packed));
 }
-
-__attribute__((target("avx512f"))) static inline void store16_avx512(uint16_t *y, __m512 x,
-                                                                      bool bf16) {
-    if (!bf16) {
-        _mm256_storeu_si256((__m256i *)y, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-        return;
-    }
-    __m512i u = _mm512_castps_si512(x);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
-    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-    __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    __m512i h = _mm512_mask_blend_epi32(nan, rounded, quiet);
-    _mm256_storeu_si256((__m256i *)y, _mm512_cvtepi32_epi16(h)); /* truncation: h < 2^16 */
+AVX2 void store16_avx2(uint16_t *y, __m256 x, bool bf16) {
+    STORE16_BODY(__m256i, _mm256_castps_si256, _mm256_srli_epi32, _mm256_and_si256,
+                 _mm256_add_epi32, _mm256_or_si256, _mm256_set1_epi32, f16_store_avx2,
+                 pick_nan_avx2, narrow_store_avx2)
 }
 
-/* AVX2 (no FMA, see the top), F16C for the fp16 copy: 8 elements a vector. h16: the 16-bit copy
- * or NULL. Returns where the scalar tail starts. */
-__attribute__((target("avx2,f16c"))) static int64_t adam_block_avx2(const adam_k *k, float *p,
-                                                                    const float *g, float *m,
-                                                                    float *v, uint16_t *h16,
-                                                                    bool bf16, int64_t s, int64_t n) {
-    int64_t i = s;
-    for (; i + 8 <= s + n; i += 8) {
-        ADAM_VECTOR(__m256, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps,
-                    _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps, _mm256_set1_ps, pn)
-        if (h16) store16_avx2(h16 + i, pn, bf16);
-    }
-    return i;
+#define AVX512 __attribute__((target("avx512f"))) static inline
+AVX512 void f16_store_avx512(uint16_t *y, __m512 x) {
+    _mm256_storeu_si256((__m256i *)y, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+AVX512 __m512i pick_nan_avx512(__m512i u, __m512i rounded, __m512i quiet) {
+    __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000)),
+                                   rounded, quiet);
+}
+AVX512 void narrow_store_avx512(uint16_t *y, __m512i h) { /* vpmovdw truncates: h < 2^16 */
+    _mm256_storeu_si256((__m256i *)y, _mm512_cvtepi32_epi16(h));
+}
+AVX512 void store16_avx512(uint16_t *y, __m512 x, bool bf16) {
+    STORE16_BODY(__m512i, _mm512_castps_si512, _mm512_srli_epi32, _mm512_and_si512,
+                 _mm512_add_epi32, _mm512_or_si512, _mm512_set1_epi32, f16_store_avx512,
+                 pick_nan_avx512, narrow_store_avx512)
 }
 
-/* AVX-512F: 16 elements a vector. */
-__attribute__((target("avx512f"))) static int64_t adam_block_avx512(const adam_k *k, float *p,
-                                                                     const float *g, float *m,
-                                                                     float *v, uint16_t *h16,
-                                                                     bool bf16, int64_t s, int64_t n) {
-    int64_t i = s;
-    for (; i + 16 <= s + n; i += 16) {
-        ADAM_VECTOR(__m512, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_sub_ps,
-                    _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps, _mm512_set1_ps, pn)
-        if (h16) store16_avx512(h16 + i, pn, bf16);
-    }
-    return i;
+/* The vector kernels over [s, s + n): h16 is the 16-bit copy or NULL; they return where the
+ * scalar tail starts. AVX2 (no FMA, see the top) with F16C for the fp16 copy, 8 elements a
+ * vector; AVX-512F, 16. */
+#define ADAM_BLOCK_FN(TARGET, NAME)                                                               \
+    __attribute__((target(TARGET))) static int64_t NAME(const adam_k *k, float *p, const float *g, \
+                                                        float *m, float *v, uint16_t *h16,         \
+                                                        bool bf16, int64_t s, int64_t n)
+ADAM_BLOCK_FN("avx2,f16c", adam_block_avx2) {
+    ADAM_LOOP(8, __m256, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps,
+              _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps, _mm256_set1_ps, store16_avx2)
+}
+ADAM_BLOCK_FN("avx512f", adam_block_avx512) {
+    ADAM_LOOP(16, __m512, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_sub_ps,
+              _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps, _mm512_set1_ps, store16_avx512)
 }
 #endif
 
