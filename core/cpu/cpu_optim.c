@@ -9,7 +9,8 @@
  * buffer that starts as a copy of the first gradient). Lamb writes FusedLamb's direction
  * m_hat / (sqrt(v_hat) + eps) + wd * p (eps inside the sqrt when asked) and the two norms the
  * caller needs for the trust ratio. Adam and SGD also write the 16-bit copy of the parameters they
- * just updated when asked (args.copy), in the same pass. */
+ * just updated when asked (args.copy), in the same pass. Adam's element kernels (baseline, AVX2,
+ * AVX-512, all giving the same bits) are in cpu_adam.c. */
 #include <math.h>
 
 #include "core/cpu/cpu_internal.h"
