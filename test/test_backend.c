@@ -273,6 +273,88 @@ START_TEST(init_fill_every_kernel) {
 }
 END_TEST
 
+/* ---- Adam kernels (cpu_adam.c) ---- */
+
+enum { ADAM_N = 2 * 512 + 3 * 16 + 5 }; /* two blocks, whole vectors, a tail */
+
+/* Random state with the awkward values among it: signed zeros, subnormal gradients, parameters
+ * that overflow fp16, and (for the lr = 0 variant, which keeps the parameters) bf16 ties. */
+static void adam_state(float *st[4], uint64_t seed) {
+    ct_rng r;
+    ct_rng_init(&r, seed, CT_RNG_INIT, 5);
+    for (int j = 0; j < ADAM_N; j++) {
+        st[0][j] = 4.0f * ct_rng_uniform(&r) - 2.0f;
+        st[1][j] = 0.02f * ct_rng_uniform(&r) - 0.01f;
+        st[2][j] = 0.002f * ct_rng_uniform(&r) - 0.001f;
+        st[3][j] = 1e-5f * ct_rng_uniform(&r);
+    }
+    const uint32_t p_bits[] = {0x00000000u, 0x80000000u, 0x477ff000u /* 65520: fp16 inf */,
+                               0xc77fe000u, 0x3f808000u /* bf16 tie, even */, 0x3f818000u /* odd */,
+                               0x387fc000u /* fp16 subnormal */};
+    for (int j = 0; j < CT_ARRAY_LEN(p_bits); j++) memcpy(&st[0][37 * j + 3], &p_bits[j], 4);
+    st[1][11] = 0.0f, st[1][12] = -0.0f, st[1][13] = 1e-42f; /* subnormal */
+    st[3][11] = 0.0f, st[2][11] = 0.0f;
+}
+
+/* Every kernel this CPU runs gives the bits of the baseline kernel (which is the formula in
+ * scalar code), for L2 decay, AdamW, and lr 0, with each 16-bit copy; the range is cut at an
+ * unaligned element as the pool may cut it. The copy is also checked against the scalar
+ * conversions of the final parameters. */
+START_TEST(adam_every_kernel) {
+    const ct_adam_args variants[] = {
+        {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
+         .bias_c1 = 0.19f, .bias_c2 = 0.001999f, .grad_scale = 0.5f, .decoupled = false},
+        {.lr = 1e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.1f,
+         .bias_c1 = 0.2f, .bias_c2 = 0.0199f, .grad_scale = 2.0f, .decoupled = true},
+        {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+         .bias_c1 = 1.0f, .bias_c2 = 1.0f, .grad_scale = 1.0f, .decoupled = true},
+    };
+    const ct_dtype copies[] = {CT_F32 /* none */, CT_F16, CT_BF16};
+    float *want[4], *got[4];
+    for (int b = 0; b < 4; b++) want[b] = malloc(ADAM_N * 4), got[b] = malloc(ADAM_N * 4);
+    uint16_t *want16 = malloc(ADAM_N * 2), *got16 = malloc(ADAM_N * 2);
+    int ran = 0;
+    for (int isa = 0; isa < 3; isa++) {
+        if (ct_cpu_adam_isa(isa) < 0) continue;
+        ran++;
+        for (int var = 0; var < CT_ARRAY_LEN(variants); var++)
+            for (int c = 0; c < CT_ARRAY_LEN(copies); c++) {
+                ct_adam_args a = variants[var], a0 = variants[var];
+                a.copy_dt = a0.copy_dt = copies[c];
+                a.copy = copies[c] == CT_F32 ? NULL : got16;
+                a0.copy = copies[c] == CT_F32 ? NULL : want16;
+                adam_state(want, 100 + var);
+                adam_state(got, 100 + var);
+                for (int step = 0; step < 3; step++) {
+                    ct_cpu_adam_range(want[0], want[1], want[2], want[3], 0, ADAM_N, &a0, 0);
+                    ct_cpu_adam_range(got[0], got[1], got[2], got[3], 0, 333, &a, isa);
+                    ct_cpu_adam_range(got[0], got[1], got[2], got[3], 333, ADAM_N, &a, isa);
+                }
+                for (int b = 0; b < 4; b++)
+                    for (int j = 0; j < ADAM_N; j++)
+                        ck_assert_msg(!memcmp(&want[b][j], &got[b][j], 4),
+                                      "kernel %d, variant %d, copy %d: buffer %d element %d is "
+                                      "%.9g, the baseline kernel's %.9g",
+                                      isa, var, c, b, j, got[b][j], want[b][j]);
+                if (copies[c] == CT_F32) continue;
+                for (int j = 0; j < ADAM_N; j++) {
+                    float pj = got[0][j];
+                    uint16_t ref = copies[c] == CT_F16 ? ct_f32_to_f16(pj) : ct_f32_to_bf16(pj);
+                    ck_assert_msg(got16[j] == ref && want16[j] == ref,
+                                  "kernel %d, variant %d, copy %d: element %d (%a) copied as "
+                                  "0x%04x (baseline 0x%04x), want 0x%04x",
+                                  isa, var, c, j, got[0][j], got16[j], want16[j], ref);
+                }
+            }
+    }
+    ck_assert_int_ge(ran, 1);
+    printf("test_backend: %d Adam kernel(s) checked (baseline, AVX2, AVX-512: those this CPU has)\n",
+           ran);
+    for (int b = 0; b < 4; b++) free(want[b]), free(got[b]);
+    free(want16), free(got16);
+}
+END_TEST
+
 /* Sample mean and variance within 3 standard errors of the distribution's. */
 static void check_moments(const char *what, const float *x, int64_t n, double mean, double var,
                           double mu4) {
@@ -659,6 +741,9 @@ int main(void) {
     tcase_add_test(init, init_fill_moments);
     tcase_add_test(init, init_fill_streams_differ);
     suite_add_tcase(s, init);
+    TCase *adam = tcase_create("cpu adam kernels");
+    tcase_add_test(adam, adam_every_kernel);
+    suite_add_tcase(s, adam);
     TCase *fatal = tcase_create("fatal handler");
     tcase_add_test(fatal, fatal_reaches_handler);
     tcase_add_test(fatal, fatal_without_handler_aborts);

@@ -121,6 +121,16 @@ void ct_cpu_cast_range(void *y, ct_dtype y_dt, const void *x, ct_dtype x_dt, int
 bool ct_cpu_init_fill_isa(float *x, int64_t i0, int64_t n, const ct_init_dist *d, uint64_t seed,
                           uint64_t stream, int isa);
 
+/* Adam/AdamW on elements [i0, i1) of the flat buffers, the 16-bit copy (a->copy) included, on
+ * the calling thread, with one instruction set (0: baseline, 1: AVX2 with F16C, 2: AVX-512F);
+ * every kernel gives the same bits (cpu_adam.c says why). ct_cpu_adam_isa(-1) is the widest this
+ * CPU runs; ct_cpu_adam_isa(isa) is isa when this CPU runs it, else -1. */
+int ct_cpu_adam_isa(int isa);
+/* y[i] = sqrt(x[i]) for i < n, SSE where present (y may equal x): the optimizers' square roots. */
+void ct_cpu_sqrt_block(float *y, const float *x, int64_t n);
+void ct_cpu_adam_range(float *p, const float *g, float *m, float *v, int64_t i0, int64_t i1,
+                       const ct_adam_args *a, int isa);
+
 /* Each file fills its part of the op table. */
 void ct_cpu_gemm_install(ct_backend *be);
 void ct_cpu_eltwise_install(ct_backend *be);

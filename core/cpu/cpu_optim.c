@@ -9,11 +9,9 @@
  * buffer that starts as a copy of the first gradient). Lamb writes FusedLamb's direction
  * m_hat / (sqrt(v_hat) + eps) + wd * p (eps inside the sqrt when asked) and the two norms the
  * caller needs for the trust ratio. Adam and SGD also write the 16-bit copy of the parameters they
- * just updated when asked (args.copy), in the same pass. */
+ * just updated when asked (args.copy), in the same pass. Adam's element kernels (baseline, AVX2,
+ * AVX-512, all giving the same bits) are in cpu_adam.c. */
 #include <math.h>
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 #include "core/cpu/cpu_internal.h"
 
@@ -26,52 +24,24 @@ typedef struct {
     const ct_lamb_args *lamb;
 } opt_ctx;
 
-/* y[i] = sqrt(x[i]). A plain sqrtf loop stays scalar: without -fno-math-errno gcc must keep a
- * branch to set errno for negative inputs, and the optimize attribute/pragma cannot lift that.
- * On x86-64, SSE is always present. */
-static void sqrt_block(float *y, const float *x, int64_t n) { /* y may equal x */
-    int64_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-    for (; i < n; i++) y[i] = sqrtf(x[i]);
-}
+enum { OPT_BLOCK = 256 }; /* elements per block of the Lamb kernel */
 
-enum { OPT_BLOCK = 256 };
+/* Adam runs the widest kernel of cpu_adam.c that this CPU has, chosen once per step. */
+typedef struct {
+    opt_ctx k;
+    int isa;
+} adam_ctx;
 
-/* Elements [i0, i1) in blocks: moments first, then the square roots, then the update, so every
- * pass is a loop the compiler vectorises. */
 static void adam_range(void *c, int64_t i0, int64_t i1) {
-    opt_ctx *k = c;
-    const ct_adam_args *a = k->adam;
-    float *restrict p = k->param, *restrict m = k->m, *restrict v = k->v;
-    const float *restrict g = k->grad;
-    float l2 = a->decoupled ? 0.0f : a->weight_decay, wd = a->decoupled ? a->weight_decay : 0.0f;
-    float b1 = a->beta1, b2 = a->beta2, scale = a->grad_scale;
-    float denom[OPT_BLOCK]; /* sqrt(v_hat) */
-    for (int64_t s = i0; s < i1; s += OPT_BLOCK) {
-        int64_t n = i1 - s < OPT_BLOCK ? i1 - s : OPT_BLOCK;
-        for (int64_t j = 0; j < n; j++) {
-            int64_t i = s + j;
-            float gi = g[i] * scale + l2 * p[i];
-            m[i] = b1 * m[i] + (1.0f - b1) * gi;
-            v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-            denom[j] = v[i] / a->bias_c2;
-        }
-        sqrt_block(denom, denom, n);
-        for (int64_t j = 0; j < n; j++) {
-            int64_t i = s + j;
-            float update = (m[i] / a->bias_c1) / (denom[j] + a->eps) + wd * p[i];
-            p[i] -= a->lr * update;
-        }
-        if (a->copy) ct_cpu_cast_range(a->copy, a->copy_dt, p, CT_F32, s, s + n);
-    }
+    const adam_ctx *a = c;
+    ct_cpu_adam_range(a->k.param, a->k.grad, a->k.m, a->k.v, i0, i1, a->k.adam, a->isa);
 }
 
 static void cpu_adam_step(ct_backend *be, float *param, const float *grad, float *m, float *v,
                           int64_t n, const ct_adam_args *a) {
-    opt_ctx k = {.param = param, .grad = grad, .m = m, .v = v, .n = n, .adam = a};
-    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, adam_range, &k);
+    adam_ctx c = {.k = {.param = param, .grad = grad, .m = m, .v = v, .n = n, .adam = a},
+                  .isa = ct_cpu_adam_isa(-1)};
+    ct_cpu_parallel(ct_cpu_pool_of(be), n, CT_CPU_GRAIN / 4, adam_range, &c);
 }
 
 static void sgd_range(void *c, int64_t i0, int64_t i1) {
@@ -118,7 +88,7 @@ static void lamb_chunk(void *c, int64_t chunk, double *out) {
             v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
             denom[j] = v[i] / a->bias_c2 + eps_in;
         }
-        sqrt_block(denom, denom, n);
+        ct_cpu_sqrt_block(denom, denom, n);
         for (int64_t j = 0; j < n; j++) {
             int64_t i = s + j;
             upd[i] = (m[i] / a->bias_c1) / (denom[j] + eps_out) + a->weight_decay * p[i];
