@@ -142,17 +142,6 @@ __global__ void k_conv_dy_rearrange(T *dyr, const T *dy, int64_t oc, int64_t pix
     }
 }
 
-/* dst[r, c] = c < cols ? src[r, c] : 0 for c < ldd (padded weights; one plane per row). */
-template <typename T>
-__global__ void k_pad_cols(T *dst, const T *src, int64_t rows, int cols, int ldd) {
-    PLANE_STRIDE(r, rows) INNER_STRIDE(c, ldd) dst[r * ldd + c] = c < cols ? src[r * cols + c] : ct_st<T>(0.0f);
-}
-
-/* dst[r, c] += src[r, c] for c < cols, src rows lds apart (the padded weight gradient). */
-__global__ void k_add_unpad(float *dst, const float *src, int64_t rows, int cols, int lds) {
-    PLANE_STRIDE(r, rows) INNER_STRIDE(c, cols) dst[r * cols + c] += src[r * lds + c];
-}
-
 /* The buffers of one whole-batch pass, carved from one scratch block (ct_conv2d_scratch_bytes). */
 typedef struct conv_pass {
     int64_t pix, kg, kgp, rows, ocg, nb;   /* rows = groups * kgp */
@@ -190,9 +179,9 @@ static conv_pass conv_pass_begin(ct_backend *be, const ct_conv2d_geom *g, ct_dty
     if (c.kgp != c.kg) {
         c.wp = carve(&at, (size_t)(g->oc * c.kgp) * es);
         if (backward) c.dwp = (float *)carve(&at, (size_t)(g->oc * c.kgp) * sizeof(float));
-        CT_DT_DISPATCH(dt, T,
-                       LAUNCH_PLANES(be, g->oc, c.kgp, k_pad_cols<T>, (T *)c.wp, (const T *)w, g->oc,
-                                     (int)c.kg, (int)c.kgp));
+        /* wp [oc, kgp] = w [oc, kg] and zero columns */
+        CT_CUDA_CHECK(cudaMemsetAsync(c.wp, 0, (size_t)(g->oc * c.kgp) * es, ct_cuda_stream(be)));
+        be->elt.copy_rows(be, c.wp, c.kgp, w, c.kg, g->oc, c.kg, false, dt);
     }
     CT_CUDA_REQUIRE(at <= end, "convolution scratch carved past its block");
     return c;
@@ -266,8 +255,7 @@ static void cu_conv2d_backward(ct_backend *be, void *dx, float *dw, float *db, c
                        LAUNCH_PLANES(be, cnt * g->c, g->h * g->w, (k_col2im<T, float>), (T *)dxb, c.dcol,
                                      *g, (int64_t)0, g->c, g->c / g->groups, (int)c.kgp, (int)cnt, false));
     }
-    if (c.dwp)
-        LAUNCH_PLANES(be, g->oc, c.kg, k_add_unpad, dw, c.dwp, g->oc, (int)c.kg, (int)c.kgp);
+    if (c.dwp) be->elt.copy_rows(be, dw, c.kg, c.dwp, c.kgp, g->oc, c.kg, true, CT_F32);   /* dw += dwp[:, :kg] */
     ct_cuda_scratch_free(be, c.block);
 }
 
