@@ -175,9 +175,11 @@ static const char *scale_text(const ct_step_event *e, char *buf, size_t n) {
     return buf;
 }
 
-/* The progress line redrawn in place on a terminal (at most 4 times a second). */
+/* The progress line redrawn in place on a terminal: at most 4 times a second, and always at the
+ * run's last step, so that a run shorter than a quarter second still shows where it ended. */
 static void redraw(ct_report *r, const ct_step_event *e, double now) {
-    if (now - r->last_draw <= 0.25) return;
+    bool last = e->total_steps > 0 && e->step >= e->total_steps;
+    if (now - r->last_draw <= 0.25 && !last) return;
     double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
     double wait_pct = 100 * r->win_wait / dt;
     double loss = r->ema_n > 0 ? r->ema_loss / (1 - pow(0.95, (double)r->ema_n)) : NAN;
