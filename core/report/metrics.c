@@ -19,12 +19,21 @@ const char *ct_fmt_pyfloat(double v, char *buf, size_t n) {
     if (isnan(v)) return snprintf(buf, n, "nan"), buf;
     if (isinf(v)) return snprintf(buf, n, v < 0 ? "-inf" : "inf"), buf;
     if (v == 0) return snprintf(buf, n, signbit(v) ? "-0.0" : "0.0"), buf;
-    /* the shortest %e that reads back as v: its digits and decimal exponent */
+    /* the shortest %e that reads back as v: its digits and decimal exponent. 17 digits always read
+     * back, and if p digits do, p + 1 do (the nearer rounding): so most doubles (16 or 17 digits)
+     * take two tries, round ones a binary search below 16, instead of up to 17 tries in a row --
+     * this runs for every csv row, on every step. */
     char e[40];
-    for (int p = 1; p <= 17; p++) {
+    int lo = 1, hi = 16;
+    snprintf(e, sizeof e, "%.15e", v);
+    if (strtod(e, NULL) != v) lo = hi = 17;
+    while (lo < hi) {
+        int p = (lo + hi) / 2;
         snprintf(e, sizeof e, "%.*e", p - 1, v);
-        if (strtod(e, NULL) == v) break;
+        if (strtod(e, NULL) == v) hi = p;
+        else lo = p + 1;
     }
+    snprintf(e, sizeof e, "%.*e", lo - 1, v);
     const char *s = e;
     bool neg = *s == '-';
     if (neg) s++;
@@ -91,6 +100,7 @@ struct ct_metrics {
     long dropped;
     unsigned long flush_gen, done_gen;
     bool stop;
+    bool idle;                   /* the writer waits with nothing pending: the next record wakes it */
     pthread_t thread;
 
     /* the writer's own (no lock) */
@@ -204,23 +214,30 @@ static void flush_files(ct_metrics *m) {
         }
 }
 
-static void *writer_main(void *arg) {
-    ct_metrics *m = arg;
+/* How long a written record may sit in stdio's buffers before the files are flushed: the writer
+ * wakes about once per period, not once per step (a wake-up and a write(2) per file every step
+ * cost a small model's step a few percent). A flush request (a signal's path) and the close flush
+ * at once; a killed process loses at most this much of the history. TensorBoard's own writer
+ * flushes every 120 s. */
+#define FLUSH_PERIOD_S 1.0
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void wait_until(ct_metrics *m, double t) {
+    struct timespec ts = {.tv_sec = (time_t)t};
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&m->wake, &m->mu, &ts);   /* the wake condition is on CLOCK_MONOTONIC */
+}
+
+/* Write what is queued, in batches copied out under the lock (the I/O runs without it). */
+static void drain(ct_metrics *m) {
     enum { BATCH = 64 };
     record batch[BATCH];
-    pthread_mutex_lock(&m->mu);
-    for (;;) {
-        while (m->len == 0 && !m->stop && m->done_gen == m->flush_gen) pthread_cond_wait(&m->wake, &m->mu);
-        if (m->len == 0) { /* drained: answer a flush request, or end */
-            unsigned long gen = m->flush_gen;
-            pthread_mutex_unlock(&m->mu);
-            flush_files(m);
-            pthread_mutex_lock(&m->mu);
-            m->done_gen = gen;
-            pthread_cond_broadcast(&m->flushed);
-            if (m->stop && m->len == 0 && m->done_gen == m->flush_gen) break;
-            continue;
-        }
+    while (m->len > 0) {
         size_t k = 0;
         while (m->len > 0 && k < BATCH) {
             batch[k++] = m->ring[m->head];
@@ -230,6 +247,43 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&m->mu);
         for (size_t i = 0; i < k; i++) write_record(m, &batch[i]);
         pthread_mutex_lock(&m->mu);
+    }
+}
+
+/* The writer: asleep until a record arrives, then it gathers records for FLUSH_PERIOD_S (or
+ * until the queue is half full), writes them and flushes the files. */
+static void *writer_main(void *arg) {
+    ct_metrics *m = arg;
+    bool dirty = false;          /* written since the last flush */
+    double due = 0;              /* when what is pending must be on disk */
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        bool asked = m->stop || m->done_gen != m->flush_gen;
+        if (!asked && m->len < m->cap / 2) {
+            if (m->len == 0 && !dirty) {
+                m->idle = true;
+                pthread_cond_wait(&m->wake, &m->mu);
+                m->idle = false;
+                due = mono_now() + FLUSH_PERIOD_S;
+                continue;
+            }
+            if (mono_now() < due) {
+                wait_until(m, due);
+                continue;
+            }
+        }
+        dirty |= m->len > 0;
+        drain(m);
+        asked = m->stop || m->done_gen != m->flush_gen;
+        if (!asked && mono_now() < due) continue;   /* drained early (the queue filled): flush at `due` */
+        unsigned long gen = m->flush_gen;
+        pthread_mutex_unlock(&m->mu);
+        flush_files(m);
+        pthread_mutex_lock(&m->mu);
+        dirty = false;
+        m->done_gen = gen;
+        pthread_cond_broadcast(&m->flushed);
+        if (m->stop && m->len == 0 && m->done_gen == m->flush_gen) break;
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -250,7 +304,9 @@ static void push(ct_metrics *m, record *r) {
     } else {
         m->ring[(m->head + m->len) % m->cap] = *r;
         m->len++;
-        pthread_cond_signal(&m->wake);
+        /* the writer gathers records for a while (writer_main): wake it only from its sleep, or
+         * when the queue is half full */
+        if (m->idle || m->len == m->cap / 2) pthread_cond_signal(&m->wake);
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -326,7 +382,11 @@ int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
     m->ring = ct_xcalloc(m->cap, sizeof *m->ring);
     m->append = o->append;
     pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->wake, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the writer's timed waits (mono_now) */
+    pthread_cond_init(&m->wake, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&m->flushed, NULL);
     int rc = CT_OK, csv_removed = 0, tb_removed = 0;
     if (o->csv_dir) {

@@ -16,7 +16,8 @@
  *                             classifier's), all at the global samples as DeepSpeed's x-axis.
  *
  * The training thread only copies a record into a bounded queue under a mutex the writer holds
- * for a copy, never for I/O: it never waits for the disk. When the writer falls behind and the
+ * for a copy, never for I/O: it never waits for the disk. The writer gathers records and writes and
+ * flushes about once a second (ct_metrics_flush and ct_metrics_close at once). When the writer falls behind and the
  * queue is full, records are dropped and counted (ct_metrics_close says how many). A write that
  * fails (a full disk) stops the writer; ct_metrics_close reports it. Training goes on in both
  * cases: the history is for the user, the run's result is its checkpoints and summary. */
