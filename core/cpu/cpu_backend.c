@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/cpu/cpu_internal.h"
@@ -53,10 +54,28 @@ void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes) {
     pthread_mutex_unlock(&cpu->mem_mu);
 }
 
+/* A large block (parameters, gradients, optimizer state, activations of a big model) on 2 MiB
+ * boundaries with transparent huge pages asked for: its first touch takes one page fault per
+ * 2 MiB instead of one per 4 KiB (a 124M-parameter model's 2 GiB of state: a second of kernel
+ * time less at start), and the optimizer's and GEMMs' sweeps miss the TLB less. Small blocks stay
+ * on 64 bytes. A kernel without THP (or with it off) ignores the advice. */
+#define HUGE_MIN ((size_t)4 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+static void *alloc_block(size_t bytes) {
+    if (bytes < HUGE_MIN) return cpu_alloc_pinned(NULL, bytes);
+    size_t rounded = (bytes + HUGE_ALIGN - 1) / HUGE_ALIGN * HUGE_ALIGN;
+    void *p = aligned_alloc(HUGE_ALIGN, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 static void *cpu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
     if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
     if (!count(be->impl, cat, bytes, true)) return NULL;   /* over train.memory_limit_gb */
-    char *p = cpu_alloc_pinned(be, HEADER + bytes);
+    char *p = alloc_block(HEADER + bytes);
     if (!p) {
         count(be->impl, cat, bytes, false);
         return NULL;
