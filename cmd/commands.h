@@ -71,12 +71,15 @@ void ct_cli_overrides_add(ct_cli_overrides *o, const char *key, const char *valu
  * in dir) and add the overrides of the short run of cfg to ov: run_dir and save_dir in dir,
  * max_steps (3, or N), one eval and one checkpoint at the end, an eval set cut to one micro-batch,
  * no sampling, the monitors' files in the run directory; --smoke also a micro-batch of at most 4
- * (accumulation at most 2), --profile the flops profiler at step min(2, N). CT_ERR_RUNTIME when
- * the directory cannot be made. */
+ * (accumulation at most 2) and, for a token model with longer sequences, sequences of
+ * CT_SMOKE_MAX_SEQ tokens at a micro-batch of at most 2 (seq_cut_from: the config's length, else
+ * 0); --profile the flops profiler at step min(2, N). CT_ERR_RUNTIME when the directory cannot be
+ * made. */
+#define CT_SMOKE_MAX_SEQ 32
 struct ct_config;
 struct ct_summary;
 int ct_short_run_prepare(const struct ct_config *cfg, long profile_steps, ct_cli_overrides *ov, char *dir,
-                         size_t n, ct_err *err);
+                         size_t n, long *seq_cut_from, ct_err *err);
 /* After the --smoke run (cfg as it ran, s its summary): status ok, a finite eval loss when there
  * is an eval set, the checkpoint saved at the end loaded back into a fresh trainer (its step the
  * run's) and giving the same eval loss. CT_ERR_* with err naming the stage that failed. */

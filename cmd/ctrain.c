@@ -474,7 +474,11 @@ static int run_training(cli_args *a) {
     /* --smoke, --profile: the same config again with the short run's overrides after the user's */
     char short_dir[1024] = "";
     if (!rc && is_run && (a->smoke || a->profile_steps)) {
-        rc = ct_short_run_prepare(cfg, a->profile_steps, &a->ov, short_dir, sizeof short_dir, &err);
+        long seq_cut_from = 0;
+        rc = ct_short_run_prepare(cfg, a->profile_steps, &a->ov, short_dir, sizeof short_dir, &seq_cut_from, &err);
+        if (!rc && seq_cut_from && !a->quiet && a->launch.rank == 0)
+            fprintf(stderr, "smoke: sequences cut from %ld to %d tokens, micro-batch at most 2 (the path, not the "
+                    "shapes: --dry-run plans the config's own)\n", seq_cut_from, CT_SMOKE_MAX_SEQ);
         ct_config_free(cfg);
         cfg = NULL;
         ct_warnings_free(&warn);   /* the reload says them again */

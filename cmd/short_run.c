@@ -23,6 +23,7 @@
 
 #define SMOKE_STEPS 3
 #define SMOKE_MAX_MICRO 4
+#define SMOKE_MAX_MICRO_CUT 2   /* micro-batch of a model whose sequences were cut: 64 tokens */
 
 static void add_long(ct_cli_overrides *ov, const char *key, long v) {
     char s[32];
@@ -44,8 +45,37 @@ static void add_path(ct_cli_overrides *ov, const char *key, const char *s) {
     ct_cli_overrides_add(ov, key, q);
 }
 
+/* data.<split>.seq_len of a token data set, or 0. */
+static long token_seq_len(const ct_config *cfg, const char *split) {
+    const cJSON *d = cfg->data ? cJSON_GetObjectItemCaseSensitive(cfg->data, split) : NULL;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(d, "format");
+    const cJSON *len = cJSON_GetObjectItemCaseSensitive(d, "seq_len");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "tokens") != 0 || !cJSON_IsNumber(len)) return 0;
+    return (long)len->valuedouble;
+}
+
+/* --smoke of a language model: sequences cut to CT_SMOKE_MAX_SEQ tokens (the model's input and both
+ * splits' seq_len) at a micro-batch of at most 2, so that a GPT-2 124M config checks its whole
+ * path in seconds on a CPU (64 tokens a micro-batch: a forward and backward of 124M parameters
+ * is about 50 GFLOP). The
+ * parameters do not change (the position table is sized by max_len, not by the input), so the
+ * checkpoint is the config's own; --dry-run plans the config's full shapes. A config with
+ * curriculum_learning keeps its lengths (the schedule names them). */
+static bool smoke_cut_sequences(const ct_config *cfg, ct_cli_overrides *ov, long *cut_from) {
+    long seq = token_seq_len(cfg, "train");
+    if (seq <= CT_SMOKE_MAX_SEQ || cfg->curriculum.enabled) return false;
+    char v[32];
+    snprintf(v, sizeof v, "[%d]", CT_SMOKE_MAX_SEQ);
+    ct_cli_overrides_add(ov, "model.input", v);
+    add_long(ov, "data.train.seq_len", CT_SMOKE_MAX_SEQ);
+    if (token_seq_len(cfg, "eval") > CT_SMOKE_MAX_SEQ) add_long(ov, "data.eval.seq_len", CT_SMOKE_MAX_SEQ);
+    *cut_from = seq;
+    return true;
+}
+
 int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overrides *ov, char *dir, size_t n,
-                         ct_err *err) {
+                         long *seq_cut_from, ct_err *err) {
+    *seq_cut_from = 0;
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, n, "%s/ctrain-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", profile_steps ? "profile" : "smoke");
     if (!mkdtemp(dir))
@@ -67,7 +97,8 @@ int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overri
     if (cfg->tensorboard.enabled) ct_cli_overrides_add(ov, "tensorboard.output_path", "\"\"");
     long micro = cfg->micro_batch, accum = cfg->grad_accum;
     if (!profile_steps) {   /* the path, not the throughput: a small batch, accumulation kept if any */
-        if (micro > SMOKE_MAX_MICRO) micro = SMOKE_MAX_MICRO;
+        long max_micro = smoke_cut_sequences(cfg, ov, seq_cut_from) ? SMOKE_MAX_MICRO_CUT : SMOKE_MAX_MICRO;
+        if (micro > max_micro) micro = max_micro;
         if (accum > 2) accum = 2;
         add_long(ov, "train_micro_batch_size_per_gpu", micro);
         add_long(ov, "gradient_accumulation_steps", accum);

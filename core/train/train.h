@@ -22,6 +22,9 @@ typedef struct ct_run_opts {
                                     checkpoint (its fingerprint) is CT_ERR_DATA, not a warning */
     const char *summary_path;    /* --summary FILE, or NULL */
     bool quiet;                  /* --quiet: no progress, only errors and the summary */
+    bool weights_from_checkpoint;/* the caller loads every weight from a checkpoint right after
+                                    opening (ctrain eval, --smoke's reload): no initialisation
+                                    from the seed, whose draws would be overwritten */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
                                     no data, allocate nothing, do not train */
     size_t device_memory;        /* --device-memory: plan --dry-run's table for a device of this

@@ -233,7 +233,7 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     if (rc) return rc;
     m->loss_acc = t->be->mem.alloc(t->be, 4 * sizeof(float), CT_MEM_WORKSPACE);
     if (!m->loss_acc) return ct_errf(err, CT_ERR_RUNTIME, "out of memory (16 bytes on %s)", t->be->name);
-    ct_param_store_init(m->params, t->cfg->train.seed);
+    if (!t->opts.weights_from_checkpoint) ct_param_store_init(m->params, t->cfg->train.seed);
     return CT_OK;
 }
 
