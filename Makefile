@@ -125,6 +125,12 @@ $(BUILD)/test/libfake_driver.so:
 $(BUILD)/test/test_backend: $(BUILD)/test/libfake_cuda_v1.so $(BUILD)/test/libfake_cuda_noabi.so \
     $(BUILD)/test/libfake_cuda_needs.so $(BUILD)/test/libfake_driver.so
 
+# test_nvml loads a stand-in for the driver's libnvidia-ml.so.1.
+$(BUILD)/test/libfake_nvml.so: test/fixtures/fake_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC $< -o $@
+$(BUILD)/test/test_nvml: $(BUILD)/test/libfake_nvml.so
+
 # test_cuda* call the CUDA backend's own entry points, so they link the library directly.
 $(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)
 	@mkdir -p $(dir $@)

@@ -232,6 +232,11 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
         return NULL;
     }
     describe(be, &prop);
+    /* NVML's name for this device (core/report/nvml.h); without it, no GPU utilisation figures */
+    if (cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof be->pci_bus_id, device) != cudaSuccess) {
+        be->pci_bus_id[0] = '\0';
+        (void)cudaGetLastError();
+    }
     be->destroy = cu_destroy;
     ct_cuda_mem_install(be);
     ct_cuda_gemm_install(be);

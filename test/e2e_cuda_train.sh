@@ -5,7 +5,7 @@
 # a run replayed from CUDA graphs gives the same bits as one launched op by op (MLP and CNN) and
 # the CNN's device peak does not grow with graphs; uint8 uploads with
 # on-device normalisation give the same bits as host normalisation; fp16 halves the activation
-# memory; the summary reports memory per category.
+# memory; the summary reports memory per category and NVML's utilisation and memory in use.
 # Usage: e2e_cuda_train.sh BUILD_DIR. Exit 77 (skipped) without a GPU or without the dataset.
 set -u
 B=${1:-build}/ctrain
@@ -42,6 +42,8 @@ for prec in fp32 bf16 fp16; do
     train "mlp_$prec" configs/fmnist_mlp.json "$@"
     expect "mlp_$prec" "s['status'] == 'ok' and s['eval_accuracy'] >= 0.885"
     expect "mlp_$prec" "s['peak_device_bytes'] > 0"
+    # NVML comes with the driver: the summary carries the GPU's utilisation and memory in use
+    expect "mlp_$prec" "s['gpu_util'] is not None and 0 <= s['gpu_util'] <= 100 and s['gpu_mem_used_peak_bytes'] >= s['peak_device_bytes']"
     train "cnn_$prec" configs/fmnist_cnn.json "$@"
     expect "cnn_$prec" "s['status'] == 'ok' and s['eval_accuracy'] >= 0.91"
 done

@@ -492,10 +492,11 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 7
+#define CT_BACKEND_ABI 8
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
+    char pci_bus_id[32];         /* a GPU's "0000:3B:00.0" (NVML finds it by this); "" on the CPU */
     void *impl;                  /* backend-private state (thread pool, streams, allocator) */
     int threads;                 /* CPU: worker threads in use */
     void (*destroy)(ct_backend *be);

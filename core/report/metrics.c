@@ -142,6 +142,10 @@ static void write_step(ct_metrics *m, const ct_metric_step *s) {
         put_num(f, "optimizer_ms", s->optimizer_ms);
         put_num(f, "step_ms", s->step_ms);
     }
+    if (s->gpu) {
+        put_num(f, "gpu_util", s->gpu_util);
+        put_num(f, "gpu_mem_used", s->gpu_mem_used);
+    }
     fputs("}\n", f);
 }
 

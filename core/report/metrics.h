@@ -45,6 +45,9 @@ typedef struct ct_metric_step {
      * only when `breakdown`) */
     bool breakdown;
     double data_wait_ms, forward_ms, backward_ms, optimizer_ms, step_ms;
+    /* NVML at the window's end (in the record only when `gpu`): utilisation percent, bytes in use */
+    bool gpu;
+    double gpu_util, gpu_mem_used;
 } ct_metric_step;
 
 typedef struct ct_metric_eval {

@@ -1,6 +1,8 @@
 /* report.c: progress lines on stderr and the JSON summary (formats in report.h, train.h). */
 #include "core/report/report.h"
 
+#include "core/report/nvml.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/report/nvml.h"
 #include "core/util/fs.h"
 
 /* ---- formatting ---- */
@@ -175,9 +178,30 @@ static const char *scale_text(const ct_step_event *e, char *buf, size_t n) {
     return buf;
 }
 
+/* NVML's view of the GPU at a window's end, into w and the run's totals; "  gpu 93% 61.2/79.6 GiB"
+ * for the line ("" without NVML or when it answers with an error). */
+static const char *gpu_text(ct_report *r, ct_report_window *w, char *buf, size_t n) {
+    ct_gpu_sample g;
+    buf[0] = '\0';
+    w->gpu_util = w->gpu_mem_used = NAN;
+    if (!r->gpu || !ct_nvml_sample(r->gpu, &g)) return buf;
+    w->gpu_util = g.util, w->gpu_mem_used = g.mem_used;
+    r->gpu_util_sum += g.util;
+    r->gpu_n++;
+    r->gpu_mem_peak = fmax(r->gpu_mem_peak, g.mem_used);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    snprintf(buf, n, "  gpu %.0f%% %.1f/%.1f GiB", g.util, g.mem_used / gib, g.mem_total / gib);
+    return buf;
+}
+
+void ct_report_gpu_summary(const ct_report *r, double *util, double *mem_peak) {
+    *util = r->gpu_n > 0 ? r->gpu_util_sum / (double)r->gpu_n : NAN;
+    *mem_peak = r->gpu_n > 0 ? r->gpu_mem_peak : NAN;
+}
+
 /* The progress line redrawn in place on a terminal: at most 4 times a second, and always at the
  * run's last step, so that a run shorter than a quarter second still shows where it ended. */
-static void redraw(ct_report *r, const ct_step_event *e, double now) {
+static void redraw(ct_report *r, const ct_step_event *e, double now, const char *gpu) {
     bool last = e->total_steps > 0 && e->step >= e->total_steps;
     if (now - r->last_draw <= 0.25 && !last) return;
     double dt = fmax(now - r->win_t0, 1e-9), rate = (double)r->win_samples / dt;
@@ -185,9 +209,9 @@ static void redraw(ct_report *r, const ct_step_event *e, double now) {
     double loss = r->ema_n > 0 ? r->ema_loss / (1 - pow(0.95, (double)r->ema_n)) : NAN;
     char eta[32], total[32] = "", rt[80], scale[80];
     if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
-    fprintf(r->out, "\r\033[Kstep %ld%s  epoch %d/%d  loss %.4f  lr %.2e%s  %s  data %.1f%%  ETA %s", e->step,
+    fprintf(r->out, "\r\033[Kstep %ld%s  epoch %d/%d  loss %.4f  lr %.2e%s  %s  data %.1f%%%s  ETA %s", e->step,
             total, e->epoch, e->epochs, loss, e->lr, scale_text(e, scale, sizeof scale),
-            rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct,
+            rate_text(r, rate, (double)r->win_tokens / dt, rt, sizeof rt), wait_pct, gpu,
             ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
     fflush(r->out);
     r->redrawn = true;
@@ -208,7 +232,7 @@ bool ct_report_step(ct_report *r, const ct_step_event *e, ct_report_window *w) {
     r->epoch_wait += e->data_wait_s;
     double now = ct_now();
     if (!ct_report_closes_window(r, e->step)) {
-        if (r->tty && !r->quiet) redraw(r, e, now);
+        if (r->tty && !r->quiet) redraw(r, e, now, "");
         return false;
     }
     double dt = fmax(now - r->win_t0, 1e-9);
@@ -216,16 +240,18 @@ bool ct_report_step(ct_report *r, const ct_step_event *e, ct_report_window *w) {
                             .samples_per_s = (double)r->win_samples / dt,
                             .tokens_per_s = r->tokens_per_sample > 0 ? (double)r->win_tokens / dt : NAN,
                             .data_wait_share = r->win_wait / dt, .wall_s = now - r->t0};
+    char gpu[64];
+    gpu_text(r, w, gpu, sizeof gpu);   /* once a window: an NVML query is a driver call */
     if (r->plain && !r->quiet) {
         char eta[32], total[32] = "", scale[80], rt[80];
         if (e->total_steps > 0) snprintf(total, sizeof total, "/%ld", e->total_steps);
-        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%  ETA %s",
+        ct_report_line(r, "step %ld%s  epoch %d/%d  loss %.4f  lr %.2e  grad-norm %.3g%s  %s  data %.1f%%%s  ETA %s",
                        e->step, total, e->epoch, e->epochs, w->loss, e->lr, e->grad_norm,
                        scale_text(e, scale, sizeof scale),
                        rate_text(r, w->samples_per_s, (double)r->win_tokens / dt, rt, sizeof rt),
-                       100 * w->data_wait_share, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
+                       100 * w->data_wait_share, gpu, ct_fmt_duration(eta_s(r, e, now), eta, sizeof eta));
     } else if (r->tty && !r->quiet) {
-        redraw(r, e, now);
+        redraw(r, e, now, gpu);
     }
     reset_window(r, now);
     return true;
@@ -271,6 +297,7 @@ void ct_summary_init(ct_summary *s) {
     s->tokens_per_s = s->loss_scale = s->samples_per_s = s->mfu = NAN;
     s->first_step_s = NAN;
     s->data_wait_share = NAN;
+    s->gpu_util = s->gpu_mem_used_peak = NAN;
 }
 
 static void put_num(FILE *f, const char *key, double v, const char *fmt) {
@@ -334,6 +361,8 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_str(f, s->run_dir);
     put_num(f, "first_step_s", s->first_step_s, "%.3f");
     put_num(f, "data_wait_share", s->data_wait_share, "%.4f");
+    put_num(f, "gpu_util", s->gpu_util, "%.1f");
+    put_num(f, "gpu_mem_used_peak_bytes", s->gpu_mem_used_peak, "%.0f");
     if (s->has_mem_stats) put_by_cat(f, "peak_bytes_by_category", s->peak_by_cat);
     if (s->has_plan) put_by_cat(f, "planned_bytes_by_category", s->planned_by_cat);
     if (s->hparams.set) put_hparams(f, &s->hparams);

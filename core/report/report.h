@@ -53,6 +53,9 @@ typedef struct ct_summary {
     char error[512];             /* first line of the error when status is "error" */
     double first_step_s;         /* process age when the first training step began; NAN if none */
     double data_wait_share;      /* fraction of training-step time spent waiting for the loader */
+    double gpu_util;             /* NVML: mean GPU utilisation (percent) of the print windows' ends;
+                                    NAN without NVML (a CPU run) */
+    double gpu_mem_used_peak;    /* NVML: the most device memory in use (bytes, every process) */
     /* Peak bytes per memory category (backend.h ct_mem_cat: device memory on a GPU, the
      * backend's host allocations on the CPU); written as "peak_bytes_by_category". */
     size_t peak_by_cat[CT_MEM_CAT_COUNT];
@@ -104,6 +107,10 @@ typedef struct ct_report {
                                     cuts samples short: tokens are not samples x T) */
     double win_wait;             /* seconds the loop waited for data in the window */
     double epoch_wait;           /* ... in the current epoch */
+    struct ct_nvml *gpu;         /* NVML for the run's GPU (nvml.h; not owned); NULL: no GPU figures */
+    double gpu_util_sum;         /* the samples taken at each window's end, for the summary */
+    long gpu_n;
+    double gpu_mem_peak;         /* bytes in use on the device, the most a sample saw */
 } ct_report;
 
 /* MFU of a rate: the training FLOPs per second over r->peak_flops; NAN when the peak is unknown.
@@ -145,6 +152,8 @@ typedef struct ct_report_window {
     double samples_per_s, tokens_per_s; /* tokens_per_s NAN unless a language model */
     double data_wait_share;
     double wall_s;               /* since ct_report_train_start */
+    double gpu_util;             /* NVML at the window's end (percent; bytes); NAN without r->gpu */
+    double gpu_mem_used;
 } ct_report_window;
 /* Print a line of the start block / plan (no trailing newline needed). printf-style. */
 void ct_report_line(ct_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -155,6 +164,9 @@ void ct_report_eval(ct_report *r, long step, int epoch, double loss, double accu
                     double secs);
 void ct_report_epoch(ct_report *r, int epoch, int epochs, long step, double train_loss, double secs,
                      double samples_per_s, double tokens_per_s);
+/* The summary's GPU figures from the windows' NVML samples: mean utilisation (percent) and the
+ * most memory in use (bytes); NAN for both without samples. */
+void ct_report_gpu_summary(const ct_report *r, double *util, double *mem_peak);
 /* "done in 41.2s · 2345 steps · eval loss 0.33 · accuracy 88.9%" (or the status when not ok). */
 void ct_report_end(ct_report *r, const ct_summary *s);
 

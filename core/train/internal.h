@@ -86,6 +86,7 @@ typedef struct ct_trainer_obs {
     ct_warnings warn;            /* set-up and run-time warnings (the loader's), printed once */
     ct_metrics *metrics;         /* metrics.jsonl and csv_monitor (rank 0; NULL elsewhere) */
     struct ct_profiler *prof;    /* flops_profiler until its step is reported (profiler.c) */
+    struct ct_nvml *nvml;        /* the GPU's utilisation and memory (rank 0 on a GPU; observe.c) */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
 } ct_trainer_obs;

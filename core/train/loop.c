@@ -550,7 +550,8 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
         ct_metric_step ms = {
             .step = ls->step, .epoch = ls->epoch + 1, .loss = w.loss, .lr = st->lr,
             .loss_scale = t->m.amp.scaling ? t->m.amp.scaler.scale : NAN, .samples_per_s = w.samples_per_s,
-            .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s};
+            .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s,
+            .gpu = !isnan(w.gpu_util), .gpu_util = w.gpu_util, .gpu_mem_used = w.gpu_mem_used};
         if (t->cfg->wall_clock_breakdown) report_breakdown(t, ls, &ms);
         ct_metrics_step(t->obs.metrics, &ms);
     }
@@ -701,6 +702,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     if (t->obs.rep.tokens_per_sample > 0)   /* a language model: tokens as the steps cut them */
         t->sum->tokens_per_s = ls.train_s > 0 ? (double)ls.tokens / ls.train_s : NAN;
     t->sum->mfu = ct_report_mfu(&t->obs.rep, t->sum->samples_per_s, t->sum->tokens_per_s);
+    ct_report_gpu_summary(&t->obs.rep, &t->sum->gpu_util, &t->sum->gpu_mem_used_peak);
     t->sum->data_wait_share = ls.train_s > 0 ? ls.wait_s / ls.train_s : NAN;
     if (rc == CT_ERR_DIVERGED) ct_trainer_set_status(t, "diverged", err);
     else if (rc && strcmp(t->sum->status, "interrupted") != 0) ct_trainer_set_status(t, "error", err);
