@@ -25,6 +25,7 @@
 #include "core/backend/backend.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/util/rng.h"
+#include "test/test_paths.h"
 
 /* ---- helpers ---- */
 
@@ -568,14 +569,6 @@ END_TEST
 
 #ifdef CT_HAVE_CUDA
 /* build/test/<name>: the fixtures sit beside this binary, the real library one folder up. */
-static void beside_me(const char *name, char *out, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    ck_assert(len > 0);
-    exe[len] = '\0';
-    *strrchr(exe, '/') = '\0';
-    snprintf(out, n, "%s/%s", exe, name);
-}
 
 START_TEST(other_abi_refused) {
     char path[PATH_MAX + 64], want[64];

@@ -17,15 +17,8 @@
 
 #include "core/report/nvml.h"
 #include "core/report/report.h"
+#include "test/test_paths.h"
 
-static void beside_me(const char *name, char *out, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    ck_assert(len > 0);
-    exe[len] = '\0';
-    *strrchr(exe, '/') = '\0';
-    snprintf(out, n, "%s/%s", exe, name);
-}
 
 static char g_fake[PATH_MAX + 64];
 
