@@ -52,7 +52,7 @@ static void build(built *b, const char *text, int64_t batch) { build_dt(b, text,
 /* Activations and their gradients in the plan: everything but the layer workspace and the loss. */
 static size_t activation_bytes(const ct_graph *g) {
     const ct_act_plan *p = ct_graph_plan(g);
-    return p->outputs + p->aux + p->grads + p->scratch + p->input + p->recompute;
+    return p->outputs + p->aux + p->grads + p->recompute + p->gaps + p->scratch + p->input;
 }
 
 static void unbuild(built *b) {
@@ -780,8 +780,8 @@ static void expect_checkpointing_exact(const char *what, const char *marked, lon
     runner a, c;
     runner_start(&a, plain, 4, 7);
     runner_start_ckpt(&c, marked, 4, 7, n_checkpoints, false);
-    ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0 && ct_graph_plan(c.b.g)->recompute > 0,
-                  "%s: no checkpointed segment planned", what);
+    /* (recompute counts what is busy at the peak: one-layer segments may have none then) */
+    ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0, "%s: no checkpointed segment planned", what);
     ck_assert_int_eq(ct_graph_plan(a.b.g)->segments, 0);
     expect_two_steps_same(&a, &c, what);
     *plain_bytes = activation_bytes(a.b.g);
@@ -896,9 +896,9 @@ static int expect_offload_exact_n(const char *what, const char *marked, long n_c
     ck_assert_int_eq(pc->host, 0);
     if (po->offloaded > 0) {
         ck_assert_msg(po->host > 0, "%s: %d outputs offloaded to 0 host bytes", what, po->offloaded);
-        ck_assert_msg(activation_bytes(o.b.g) < activation_bytes(c.g), "%s: offloaded %zu bytes, checkpointed %zu",
-                      what, activation_bytes(o.b.g), activation_bytes(c.g));
-        ck_assert_msg(po->total < pc->total, "%s: arena %zu, checkpointed %zu", what, po->total, pc->total);
+        /* never more; fewer once the peak is where outputs are away (offload_shrinks_the_plan:
+         * at four blocks the next block's backward, with its prefetched inputs, peaks as high) */
+        ck_assert_msg(po->total <= pc->total, "%s: arena %zu, checkpointed %zu", what, po->total, pc->total);
     } else {
         ck_assert_int_eq(po->host, 0);
     }
@@ -956,7 +956,7 @@ START_TEST(offload_shrinks_the_plan) {
     ck_assert_int_ge(po->offloaded, 4);
     size_t block_out = 4 * 8 * 16 * sizeof(float);   /* [batch, T, C] */
     ck_assert_uint_ge(po->host, (size_t)po->offloaded * block_out);
-    /* the eight kept block outputs: a buffer each without offload, three slots with it */
+    /* the eight kept block outputs: at the peak a buffer each without offload, few with it */
     ck_assert_msg(pc->outputs - po->outputs >= 4 * block_out, "outputs %zu offloaded, %zu kept", po->outputs,
                   pc->outputs);
     ck_assert(po->total < pc->total);
