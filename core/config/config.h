@@ -138,6 +138,11 @@ typedef struct ct_pending_cfg {
                                    (core/graph/offload.c; a line when nothing is checkpointed) */
     long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:
                                    that many even checkpointed segments (core/graph/segments.c) */
+    bool synchronize_checkpoint_boundary; /* activation_checkpointing.*: a device wait at each
+                                   edge of a checkpointed segment's passes (core/graph/exec.c) */
+    bool profile;               /* activation_checkpointing.profile: each checkpointed segment's
+                                   forward, recompute and backward timed (exec.c), reported with
+                                   the step lines (core/train/loop.c) */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
 } ct_pending_cfg;

@@ -201,6 +201,21 @@ void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
  * such a step makes host calls (copies, marks) that a captured step would not repeat. */
 bool ct_graph_offloads(const ct_graph *g);
 
+/* activation_checkpointing.synchronize_checkpoint_boundary and .profile, as DeepSpeed's (read at
+ * build): the executor waits for the device (queue.sync) at each edge of a checkpointed segment's
+ * forward, recompute and backward, and with profile times each of them between two such waits.
+ * Either makes host calls in the step, which a captured step would not repeat. */
+bool ct_graph_syncs_segments(const ct_graph *g);
+/* profile: seconds a checkpointed segment spent in each pass since the last reset, and how many
+ * micro-batches its forward ran for. */
+typedef struct ct_segment_times {
+    double forward_s, recompute_s, backward_s;
+    long micro_batches;
+} ct_segment_times;
+/* The times of the n checkpointed segments (n = the plan's segments); NULL without profile. */
+const ct_segment_times *ct_graph_segment_times(const ct_graph *g, int *n);
+void ct_graph_segment_times_reset(ct_graph *g);
+
 /* The dtype activations and parameters are stored in (ct_graph_build's dt). */
 ct_dtype ct_graph_compute_dtype(const ct_graph *g);
 

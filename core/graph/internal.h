@@ -77,6 +77,9 @@ struct ct_graph {
     int n_segs;
     size_t ws_off, dtmp_off, input_off, loss_off;
     bool offload;                       /* cpu_checkpointing asked for (ct_graph_build) */
+    bool sync_segments;                 /* synchronize_checkpoint_boundary (ct_graph_build) */
+    ct_segment_times *seg_times;        /* profile: [n_segs] (ct_graph_segments); else NULL */
+    double seg_started;                 /* profile: ct_now() at the open segment pass's start */
     ct_offload_item *off;               /* kept outputs moved to host memory (offload on, segments) */
     int n_off;
 

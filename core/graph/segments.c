@@ -61,6 +61,8 @@ int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *er
     else if (n > 0) even_segments(g, n);
     for (int s = 0; s < g->n_segs; s++)
         for (int j = g->segs[s].lo; j < g->segs[s].hi; j++) g->nodes[j].seg = s;
+    /* activation_checkpointing.profile: the executor adds each segment's times here */
+    if (cfg->pending.profile && g->n_segs > 0) g->seg_times = ct_xcalloc((size_t)g->n_segs, sizeof(ct_segment_times));
     return CT_OK;
 }
 
