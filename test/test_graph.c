@@ -872,6 +872,38 @@ START_TEST(checkpointing_shrinks_the_plan) {
 }
 END_TEST
 
+/* Placed by lifetime, every block checkpointed: only one block's inner activations are busy at a
+ * time, so four more blocks add their four kept outputs and nothing else; with offload the kept
+ * outputs wait in host memory and depth adds nothing. Without checkpointing every block adds its
+ * whole activations. */
+START_TEST(checkpointing_grows_by_kept_outputs) {
+    const size_t block_out = 4 * 8 * 16 * sizeof(float);   /* [batch, T, C] */
+    size_t total[2][3];   /* [offload][plain, 4 blocks, 8 blocks] */
+    char *plain4 = strip_marks(CK_GPT(4)), *plain8 = strip_marks(CK_GPT(8));
+    for (int off = 0; off < 2; off++) {
+        const char *text[3] = {plain4, CK_GPT(4), CK_GPT(8)};
+        for (int k = 0; k < 3; k++) {
+            built b;
+            build_full(&b, text[k], 4, CT_F32, 0, off);
+            ck_assert_int_eq(b.rc, CT_OK);
+            total[off][k] = ct_graph_plan(b.g)->total;
+            unbuild(&b);
+        }
+    }
+    ck_assert_msg(total[0][2] - total[0][1] <= 4 * block_out, "checkpointed: 4 blocks %zu, 8 blocks %zu",
+                  total[0][1], total[0][2]);
+    ck_assert_msg(total[1][2] <= total[1][1], "offloaded: 4 blocks %zu, 8 blocks %zu", total[1][1], total[1][2]);
+    /* ... where four more blocks kept whole cost more than four blocks' inner activations */
+    built p8;
+    build(&p8, plain8, 4);
+    ck_assert_int_eq(p8.rc, CT_OK);
+    ck_assert_msg(ct_graph_plan(p8.g)->total - total[0][0] > 4 * 4 * block_out, "plain: 4 blocks %zu, 8 blocks %zu",
+                  total[0][0], ct_graph_plan(p8.g)->total);
+    unbuild(&p8);
+    free(plain4), free(plain8);
+}
+END_TEST
+
 /* ---- activation offload (cpu_checkpointing): the same bits again, fewer device bytes ---- */
 
 /* Two micro-steps of the model as written and of the model checkpointed (marks, or n_checkpoints
@@ -1662,6 +1694,7 @@ int main(void) {
     tcase_add_test(tc, recompute_restores_a_range);
     tcase_add_test(tc, checkpointing_is_exact);
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
+    tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
     tcase_add_test(tc, offload_is_exact);
     tcase_add_test(tc, offload_shrinks_the_plan);
     tcase_add_test(tc, prepare_hook_redirects_parameters);
