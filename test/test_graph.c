@@ -872,6 +872,54 @@ START_TEST(checkpointing_shrinks_the_plan) {
 }
 END_TEST
 
+/* The lifetime placement (lifetime.c) on random buffers of one or two busy intervals: no two busy
+ * at the same time share a byte, offsets are 64-byte aligned, and the region is at least the
+ * busiest moment's bytes and at most every buffer end to end. */
+START_TEST(lifetime_pack_never_overlaps) {
+    ct_rng r;
+    ct_rng_init(&r, 5, CT_RNG_AUGMENT, 0);
+    for (int round = 0; round < 50; round++) {
+        int n = 1 + (int)ct_rng_below(&r, 60), horizon = 2 + (int)ct_rng_below(&r, 80);
+        ct_lifetime_item it[60];
+        size_t sum = 0;
+        for (int i = 0; i < n; i++) {
+            int a = (int)ct_rng_below(&r, (uint32_t)horizon), b = a + (int)ct_rng_below(&r, (uint32_t)(horizon - a));
+            it[i] = (ct_lifetime_item){.size = 1 + ct_rng_below(&r, 5000), .when = {{a, b}, {0, -1}}, .n_when = 1};
+            if (ct_rng_below(&r, 3) == 0 && b + 2 < horizon) {   /* a second interval after a gap */
+                int c = b + 2 + (int)ct_rng_below(&r, (uint32_t)(horizon - b - 2));
+                it[i].when[1] = (ct_span){c, c + (int)ct_rng_below(&r, 5)};
+                it[i].n_when = 2;
+            }
+            sum += (it[i].size + 63) & ~(size_t)63;
+        }
+        size_t region = ct_lifetime_pack(it, n), busiest = 0;
+        for (int t = 0; t < horizon + 6; t++) {
+            size_t now = 0;
+            for (int i = 0; i < n; i++)
+                for (int w = 0; w < it[i].n_when; w++)
+                    if (it[i].when[w].lo <= t && t <= it[i].when[w].hi) {
+                        now += (it[i].size + 63) & ~(size_t)63;
+                        break;
+                    }
+            if (now > busiest) busiest = now;
+        }
+        ck_assert_msg(region >= busiest && region <= sum, "round %d: region %zu, busiest %zu, all %zu", round, region,
+                      busiest, sum);
+        for (int i = 0; i < n; i++) {
+            ck_assert_uint_eq(it[i].off % 64, 0);
+            ck_assert_uint_le(it[i].off + it[i].size, region);
+            for (int k = i + 1; k < n; k++) {
+                bool together = false;
+                for (int w = 0; w < it[i].n_when; w++)
+                    for (int v = 0; v < it[k].n_when; v++) together |= ct_span_overlap(it[i].when[w], it[k].when[v]);
+                bool apart = it[i].off + it[i].size <= it[k].off || it[k].off + it[k].size <= it[i].off;
+                ck_assert_msg(!together || apart, "round %d: items %d and %d busy together share bytes", round, i, k);
+            }
+        }
+    }
+}
+END_TEST
+
 /* Placed by lifetime, every block checkpointed: only one block's inner activations are busy at a
  * time, so four more blocks add their four kept outputs and nothing else; with offload the kept
  * outputs wait in host memory and depth adds nothing. Without checkpointing every block adds its
@@ -1695,6 +1743,7 @@ int main(void) {
     tcase_add_test(tc, checkpointing_is_exact);
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
     tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
+    tcase_add_test(tc, lifetime_pack_never_overlaps);
     tcase_add_test(tc, offload_is_exact);
     tcase_add_test(tc, offload_shrinks_the_plan);
     tcase_add_test(tc, prepare_hook_redirects_parameters);
