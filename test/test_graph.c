@@ -843,8 +843,8 @@ START_TEST(checkpointing_is_exact) {
 }
 END_TEST
 
-/* The plan: a checkpointed block keeps only its output; the others' inner activations share one
- * block's worth of recompute buffer. Eight blocks: outputs and saved state drop by more than
+/* The plan: a checkpointed block keeps only its output; the others' inner activations are busy
+ * one block at a time (forward, then recompute to backward). Eight blocks: outputs and saved state drop by more than
  * half, and the plan says how many segments it recomputes. */
 START_TEST(checkpointing_shrinks_the_plan) {
     built a, c;

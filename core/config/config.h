@@ -133,7 +133,7 @@ typedef struct ct_pending_cfg {
     bool partition_activations; /* activation_checkpointing.partition_activations (a no-op
                                    without model parallelism: accepted, no line) */
     bool contiguous_memory_optimization; /* activation_checkpointing.*: a no-op likewise (the
-                                   recompute buffer is one contiguous block already) */
+                                   activations are one contiguous arena already) */
     bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing: activation offload
                                    (core/graph/offload.c; a line when nothing is checkpointed) */
     long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:

@@ -55,8 +55,9 @@ typedef struct ct_offload_item {
     uint64_t mark;                      /* run time: the compute mark the copy waits for */
 } ct_offload_item;
 
-/* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state live in the shared
- * recompute buffer; backward runs its forward again (CT_PASS_RECOMPUTE) before its backward. */
+/* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state are busy only in
+ * forward and again from the recompute (plan.c); backward runs its forward again
+ * (CT_PASS_RECOMPUTE) before its backward. */
 typedef struct ct_ckpt_seg {
     int lo, hi;
 } ct_ckpt_seg;
