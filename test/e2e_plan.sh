@@ -95,7 +95,7 @@ for mode in run dry; do
         has "$T/err" "^ctrain: warning: $key: accepted, not used yet: " "$mode: $key says it is not used yet"
     done
     # checkpointing is done (number_checkpoints 2: two segments recomputed), partitioning a no-op
-    has "$T/err" "recompute buffer .* (2 checkpointed segments)" "$mode: the plan has the checkpointed segments"
+    has "$T/err" "recomputed .* (2 checkpointed segments)" "$mode: the plan has the checkpointed segments"
     if grep -q "number_checkpoints\|partition_activations\|cpu_checkpointing" "$T/err"; then bad "$mode: checkpointing said not used"; else ok "$mode: checkpointing and its offload not listed as not used"; fi
 done
 # Activation offload: every block of the byte-level GPT checkpointed, kept outputs in host memory
@@ -118,6 +118,17 @@ done
 if [ -s "$T/loss.true" ] && cmp -s "$T/loss.false" "$T/loss.true" && grep -q "offloaded 1 kept output" "$T/err.run.true"; then
     ok "cpu_checkpointing run: the same losses as checkpointing alone ($(cat "$T/loss.true"))"
 else bad "cpu_checkpointing run: $(cat "$T/loss.false") vs $(cat "$T/loss.true")"; tail -3 "$T/err.run.true" | sed 's/^/     /'; fi
+# synchronize_checkpoint_boundary and profile (DeepSpeed's): the same losses again, and at each
+# print window a line with the segments' forward, recompute and backward times, one per segment
+"$B" --config configs/fmnist_mlp.json --set train.max_steps=5 --set data.eval.limit=50 --set steps_per_print=5 \
+    --set activation_checkpointing.number_checkpoints=4 --set activation_checkpointing.synchronize_checkpoint_boundary=true \
+    --set activation_checkpointing.profile=true --set train.run_dir="$T/run-prof" >"$T/out.prof" 2>"$T/err.prof"
+tail -1 "$T/out.prof" | grep -o '"train_loss":[^,]*,"eval_loss":[^,]*' >"$T/loss.prof"
+n='[0-9][0-9.]*'
+if [ -s "$T/loss.prof" ] && cmp -s "$T/loss.false" "$T/loss.prof" && cat "$T/out.prof" "$T/err.prof" | grep -q \
+    "activation checkpointing profile, ms per micro-batch ([0-9]*): forward $n | recompute $n | backward $n; by segment, forward/recompute/backward: $n/$n/$n $n/$n/$n $n/$n/$n $n/$n/$n\$"; then
+    ok "checkpoint profile and boundary sync: the same losses, every segment timed"
+else bad "checkpoint profile: $(cat "$T/loss.prof")"; grep -h "profile" "$T/out.prof" "$T/err.prof" | sed 's/^/     /'; fi
 "$B" --config configs/fmnist_mlp.json --set activation_checkpointing.cpu_checkpointing=true --dry-run >/dev/null 2>"$T/err"
 has "$T/err" "^ctrain: warning: activation_checkpointing.cpu_checkpointing true: does nothing here: no layer is checkpointed" \
     "cpu_checkpointing without checkpointing: a warning"

@@ -52,7 +52,7 @@ static void build(built *b, const char *text, int64_t batch) { build_dt(b, text,
 /* Activations and their gradients in the plan: everything but the layer workspace and the loss. */
 static size_t activation_bytes(const ct_graph *g) {
     const ct_act_plan *p = ct_graph_plan(g);
-    return p->outputs + p->aux + p->grads + p->scratch + p->input + p->recompute;
+    return p->outputs + p->aux + p->grads + p->recompute + p->gaps + p->scratch + p->input;
 }
 
 static void unbuild(built *b) {
@@ -780,8 +780,8 @@ static void expect_checkpointing_exact(const char *what, const char *marked, lon
     runner a, c;
     runner_start(&a, plain, 4, 7);
     runner_start_ckpt(&c, marked, 4, 7, n_checkpoints, false);
-    ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0 && ct_graph_plan(c.b.g)->recompute > 0,
-                  "%s: no checkpointed segment planned", what);
+    /* (recompute counts what is busy at the peak: one-layer segments may have none then) */
+    ck_assert_msg(ct_graph_plan(c.b.g)->segments > 0, "%s: no checkpointed segment planned", what);
     ck_assert_int_eq(ct_graph_plan(a.b.g)->segments, 0);
     expect_two_steps_same(&a, &c, what);
     *plain_bytes = activation_bytes(a.b.g);
@@ -843,8 +843,8 @@ START_TEST(checkpointing_is_exact) {
 }
 END_TEST
 
-/* The plan: a checkpointed block keeps only its output; the others' inner activations share one
- * block's worth of recompute buffer. Eight blocks: outputs and saved state drop by more than
+/* The plan: a checkpointed block keeps only its output; the others' inner activations are busy
+ * one block at a time (forward, then recompute to backward). Eight blocks: outputs and saved state drop by more than
  * half, and the plan says how many segments it recomputes. */
 START_TEST(checkpointing_shrinks_the_plan) {
     built a, c;
@@ -872,6 +872,86 @@ START_TEST(checkpointing_shrinks_the_plan) {
 }
 END_TEST
 
+/* The lifetime placement (lifetime.c) on random buffers of one or two busy intervals: no two busy
+ * at the same time share a byte, offsets are 64-byte aligned, and the region is at least the
+ * busiest moment's bytes and at most every buffer end to end. */
+START_TEST(lifetime_pack_never_overlaps) {
+    ct_rng r;
+    ct_rng_init(&r, 5, CT_RNG_AUGMENT, 0);
+    for (int round = 0; round < 50; round++) {
+        int n = 1 + (int)ct_rng_below(&r, 60), horizon = 2 + (int)ct_rng_below(&r, 80);
+        ct_lifetime_item it[60];
+        size_t sum = 0;
+        for (int i = 0; i < n; i++) {
+            int a = (int)ct_rng_below(&r, (uint32_t)horizon), b = a + (int)ct_rng_below(&r, (uint32_t)(horizon - a));
+            it[i] = (ct_lifetime_item){.size = 1 + ct_rng_below(&r, 5000), .when = {{a, b}, {0, -1}}, .n_when = 1};
+            if (ct_rng_below(&r, 3) == 0 && b + 2 < horizon) {   /* a second interval after a gap */
+                int c = b + 2 + (int)ct_rng_below(&r, (uint32_t)(horizon - b - 2));
+                it[i].when[1] = (ct_span){c, c + (int)ct_rng_below(&r, 5)};
+                it[i].n_when = 2;
+            }
+            sum += (it[i].size + 63) & ~(size_t)63;
+        }
+        size_t region = ct_lifetime_pack(it, n), busiest = 0;
+        for (int t = 0; t < horizon + 6; t++) {
+            size_t now = 0;
+            for (int i = 0; i < n; i++)
+                for (int w = 0; w < it[i].n_when; w++)
+                    if (it[i].when[w].lo <= t && t <= it[i].when[w].hi) {
+                        now += (it[i].size + 63) & ~(size_t)63;
+                        break;
+                    }
+            if (now > busiest) busiest = now;
+        }
+        ck_assert_msg(region >= busiest && region <= sum, "round %d: region %zu, busiest %zu, all %zu", round, region,
+                      busiest, sum);
+        for (int i = 0; i < n; i++) {
+            ck_assert_uint_eq(it[i].off % 64, 0);
+            ck_assert_uint_le(it[i].off + it[i].size, region);
+            for (int k = i + 1; k < n; k++) {
+                bool together = false;
+                for (int w = 0; w < it[i].n_when; w++)
+                    for (int v = 0; v < it[k].n_when; v++) together |= ct_span_overlap(it[i].when[w], it[k].when[v]);
+                bool apart = it[i].off + it[i].size <= it[k].off || it[k].off + it[k].size <= it[i].off;
+                ck_assert_msg(!together || apart, "round %d: items %d and %d busy together share bytes", round, i, k);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Placed by lifetime, every block checkpointed: only one block's inner activations are busy at a
+ * time, so four more blocks add their four kept outputs and nothing else; with offload the kept
+ * outputs wait in host memory and depth adds nothing. Without checkpointing every block adds its
+ * whole activations. */
+START_TEST(checkpointing_grows_by_kept_outputs) {
+    const size_t block_out = 4 * 8 * 16 * sizeof(float);   /* [batch, T, C] */
+    size_t total[2][3];   /* [offload][plain, 4 blocks, 8 blocks] */
+    char *plain4 = strip_marks(CK_GPT(4)), *plain8 = strip_marks(CK_GPT(8));
+    for (int off = 0; off < 2; off++) {
+        const char *text[3] = {plain4, CK_GPT(4), CK_GPT(8)};
+        for (int k = 0; k < 3; k++) {
+            built b;
+            build_full(&b, text[k], 4, CT_F32, 0, off);
+            ck_assert_int_eq(b.rc, CT_OK);
+            total[off][k] = ct_graph_plan(b.g)->total;
+            unbuild(&b);
+        }
+    }
+    ck_assert_msg(total[0][2] - total[0][1] <= 4 * block_out, "checkpointed: 4 blocks %zu, 8 blocks %zu",
+                  total[0][1], total[0][2]);
+    ck_assert_msg(total[1][2] <= total[1][1], "offloaded: 4 blocks %zu, 8 blocks %zu", total[1][1], total[1][2]);
+    /* ... where four more blocks kept whole cost more than four blocks' inner activations */
+    built p8;
+    build(&p8, plain8, 4);
+    ck_assert_int_eq(p8.rc, CT_OK);
+    ck_assert_msg(ct_graph_plan(p8.g)->total - total[0][0] > 4 * 4 * block_out, "plain: 4 blocks %zu, 8 blocks %zu",
+                  total[0][0], ct_graph_plan(p8.g)->total);
+    unbuild(&p8);
+    free(plain4), free(plain8);
+}
+END_TEST
+
 /* ---- activation offload (cpu_checkpointing): the same bits again, fewer device bytes ---- */
 
 /* Two micro-steps of the model as written and of the model checkpointed (marks, or n_checkpoints
@@ -896,9 +976,9 @@ static int expect_offload_exact_n(const char *what, const char *marked, long n_c
     ck_assert_int_eq(pc->host, 0);
     if (po->offloaded > 0) {
         ck_assert_msg(po->host > 0, "%s: %d outputs offloaded to 0 host bytes", what, po->offloaded);
-        ck_assert_msg(activation_bytes(o.b.g) < activation_bytes(c.g), "%s: offloaded %zu bytes, checkpointed %zu",
-                      what, activation_bytes(o.b.g), activation_bytes(c.g));
-        ck_assert_msg(po->total < pc->total, "%s: arena %zu, checkpointed %zu", what, po->total, pc->total);
+        /* never more; fewer once the peak is where outputs are away (offload_shrinks_the_plan:
+         * at four blocks the next block's backward, with its prefetched inputs, peaks as high) */
+        ck_assert_msg(po->total <= pc->total, "%s: arena %zu, checkpointed %zu", what, po->total, pc->total);
     } else {
         ck_assert_int_eq(po->host, 0);
     }
@@ -956,7 +1036,7 @@ START_TEST(offload_shrinks_the_plan) {
     ck_assert_int_ge(po->offloaded, 4);
     size_t block_out = 4 * 8 * 16 * sizeof(float);   /* [batch, T, C] */
     ck_assert_uint_ge(po->host, (size_t)po->offloaded * block_out);
-    /* the eight kept block outputs: a buffer each without offload, three slots with it */
+    /* the eight kept block outputs: at the peak a buffer each without offload, few with it */
     ck_assert_msg(pc->outputs - po->outputs >= 4 * block_out, "outputs %zu offloaded, %zu kept", po->outputs,
                   pc->outputs);
     ck_assert(po->total < pc->total);
@@ -1662,6 +1742,8 @@ int main(void) {
     tcase_add_test(tc, recompute_restores_a_range);
     tcase_add_test(tc, checkpointing_is_exact);
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
+    tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
+    tcase_add_test(tc, lifetime_pack_never_overlaps);
     tcase_add_test(tc, offload_is_exact);
     tcase_add_test(tc, offload_shrinks_the_plan);
     tcase_add_test(tc, prepare_hook_redirects_parameters);

@@ -133,11 +133,16 @@ typedef struct ct_pending_cfg {
     bool partition_activations; /* activation_checkpointing.partition_activations (a no-op
                                    without model parallelism: accepted, no line) */
     bool contiguous_memory_optimization; /* activation_checkpointing.*: a no-op likewise (the
-                                   recompute buffer is one contiguous block already) */
+                                   activations are one contiguous arena already) */
     bool cpu_checkpointing;     /* activation_checkpointing.cpu_checkpointing: activation offload
                                    (core/graph/offload.c; a line when nothing is checkpointed) */
     long number_checkpoints;    /* activation_checkpointing.number_checkpoints; 0 = null. Acted on:
                                    that many even checkpointed segments (core/graph/segments.c) */
+    bool synchronize_checkpoint_boundary; /* activation_checkpointing.*: a device wait at each
+                                   edge of a checkpointed segment's passes (core/graph/exec.c) */
+    bool profile;               /* activation_checkpointing.profile: each checkpointed segment's
+                                   forward, recompute and backward timed (exec.c), reported with
+                                   the step lines (core/train/loop.c) */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
 } ct_pending_cfg;

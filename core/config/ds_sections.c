@@ -31,14 +31,15 @@ static const ct_field comms_fields[] = {CT_U_BOOL("enabled"), CT_U_BOOL("verbose
                                         CT_U_BOOL("debug"), CT_U_ANY("prof_ops")};
 /* activation_checkpointing: number_checkpoints is acted on (even segments, core/graph/segments.c)
  * and so is cpu_checkpointing (offload, core/graph/offload.c; a line when nothing is checkpointed);
- * partition_activations and contiguous_memory_optimization are stored because they are done (no-ops
- * without model parallelism: nothing to partition, and the recompute buffer is one block already);
- * the two others are listed as read but not used. */
+ * synchronize_checkpoint_boundary and profile by the executor at the segments' edges
+ * (core/graph/exec.c); partition_activations and contiguous_memory_optimization are stored because
+ * they are done (no-ops without model parallelism: nothing to partition, and the checkpointed
+ * segments' buffers are one arena already). */
 static const ct_field ac_fields[] = {
     CT_F_BOOL(ct_pending_cfg, partition_activations, false), CT_F_BOOL(ct_pending_cfg, cpu_checkpointing, false),
     CT_F_BOOL(ct_pending_cfg, contiguous_memory_optimization, false),
     CT_F_LONG(ct_pending_cfg, number_checkpoints, 0, 0, CT_BIG),
-    CT_U_BOOL("synchronize_checkpoint_boundary"), CT_U_BOOL("profile"),
+    CT_F_BOOL(ct_pending_cfg, synchronize_checkpoint_boundary, false), CT_F_BOOL(ct_pending_cfg, profile, false),
 };
 /* flops_profiler is acted on (core/train/profiler.c) but for recompute_fwd_factor: ctrain times
  * the recompute pass itself instead of estimating it. */

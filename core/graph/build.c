@@ -467,6 +467,7 @@ int ct_graph_build_with(const ct_config *cfg, int64_t batch, ct_dtype dt, int64_
     g->batch = batch;
     g->dt = dt == CT_F16 || dt == CT_BF16 ? dt : CT_F32;
     g->offload = cfg->pending.cpu_checkpointing;
+    g->sync_segments = cfg->pending.synchronize_checkpoint_boundary;
     builder b = {.cfg = cfg, .model = cfg->model, .err = err, .g = g, .block_input = NO_BLOCK, .seq_len = seq_len,
                  .segments = segments < 0 ? CT_SEGMENTS_CONFIG : segments};
     int rc = build(&b, batch);
@@ -485,6 +486,7 @@ void ct_graph_free(ct_graph *g) {
     for (int i = 0; i < g->n_expanded; i++) cJSON_Delete(g->expanded[i]);
     free(g->expanded);
     free(g->segs);
+    free(g->seg_times);
     ct_param_layout_free(&g->layout);
     if (g->owns_arena) g->be->mem.free(g->be, g->arena);
     if (g->host) g->host_be->mem.free_host_pinned(g->host_be, g->host);

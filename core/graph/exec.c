@@ -82,6 +82,47 @@ static int after(const ct_graph *g, const ct_exec_hooks *h, int j, ct_pass pass,
     return h && h->after ? hook_status(g, j, h->after(h->ctx, j, pass, io, err), err) : CT_OK;
 }
 
+/* activation_checkpointing.synchronize_checkpoint_boundary and .profile (DeepSpeed's): at each
+ * edge of a checkpointed segment's forward, recompute or backward (train mode), wait for the
+ * device; with profile, add the time between the pass's two edges to the segment's sums. */
+static void segment_edge(ct_graph *g, int s, ct_pass pass, bool opens) {
+    if (!g->sync_segments && !g->seg_times) return;
+    g->be->queue.sync(g->be);
+    if (!g->seg_times) return;
+    double now = ct_now();
+    if (opens) {
+        g->seg_started = now;
+        return;
+    }
+    ct_segment_times *t = &g->seg_times[s];
+    double took = now - g->seg_started;
+    if (pass == CT_PASS_FORWARD) {
+        t->forward_s += took;
+        t->micro_batches++;
+    } else if (pass == CT_PASS_RECOMPUTE) {
+        t->recompute_s += took;
+    } else {
+        t->backward_s += took;
+    }
+}
+
+/* The segment layer j opens (first layer) or closes (last), for segment_edge; -1: neither. In
+ * backward the last layer opens and the first closes. */
+static int segment_opened(const ct_graph *g, int j) {
+    int s = g->nodes[j].seg;
+    return s >= 0 && j == g->segs[s].lo ? s : -1;
+}
+static int segment_closed(const ct_graph *g, int j) {
+    int s = g->nodes[j].seg;
+    return s >= 0 && j == g->segs[s].hi - 1 ? s : -1;
+}
+
+static void close_backward(ct_graph *g, int j, int *open) {
+    if (*open < 0 || segment_opened(g, j) != *open) return;
+    segment_edge(g, *open, CT_PASS_BACKWARD, false);
+    *open = -1;
+}
+
 int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
@@ -97,8 +138,13 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
     if (lo == 0 && pass == CT_PASS_FORWARD && input == g->input)
         g->be->elt.cast(g->be, g->input, g->dt, io->input, io->input_dt,
                         io->n * ct_shape_numel(&g->info.input_shape));
+    int open = -1;   /* the segment whose pass this call opened (a range may start inside one) */
     for (int j = lo; j < hi && !rc; j++) {
         ct_layer_io lio;
+        if (io->train && segment_opened(g, j) >= 0) {
+            open = segment_opened(g, j);
+            segment_edge(g, open, pass, true);
+        }
         /* activation offload: a recompute may read a kept output that is coming back */
         if (pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
         layer_io(g, j, pass, b, input, io, &lio);
@@ -107,6 +153,10 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
         /* ... and forward sends kept outputs away once their readers have run */
         if (pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
         rc = after(g, hooks, j, pass, &lio, err);
+        if (open >= 0 && segment_closed(g, j) == open) {
+            segment_edge(g, open, pass, false);
+            open = -1;
+        }
     }
     return rc;
 }
@@ -157,6 +207,17 @@ ct_dtype ct_graph_compute_dtype(const ct_graph *g) { return g->dt; }
 
 bool ct_graph_offloads(const ct_graph *g) { return g->plan.offloaded > 0; }
 
+bool ct_graph_syncs_segments(const ct_graph *g) { return g->n_segs > 0 && (g->sync_segments || g->seg_times); }
+
+const ct_segment_times *ct_graph_segment_times(const ct_graph *g, int *n) {
+    *n = g->seg_times ? g->n_segs : 0;
+    return g->seg_times;
+}
+
+void ct_graph_segment_times_reset(ct_graph *g) {
+    for (int s = 0; g->seg_times && s < g->n_segs; s++) g->seg_times[s] = (ct_segment_times){0};
+}
+
 int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, const ct_step_io *io,
                             const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
@@ -171,17 +232,25 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
                        (double)io->loss_grad_scale, (double)g->loss_grad_scale);
     ct_backend *be = g->be;
     const void *input = model_input(g, io);   /* as forward converted it */
+    int open = -1;   /* the segment whose backward this call entered from above */
     for (int j = hi - 1; j >= lo && !rc; j--) {
         ct_gnode *gn = &g->nodes[j];
         /* Entering a checkpointed segment from above: its inner outputs and saved state were
-         * overwritten by later segments' forwards (they share the recompute buffer), so run its
-         * forward again first. A range that starts inside a segment finds it recomputed by the
+         * overwritten since its forward (plan.c lends their bytes to other buffers in between),
+         * so run its forward again first. A range that starts inside a segment finds it recomputed by the
          * call that entered it from above. */
         if (gn->seg >= 0 && j == g->segs[gn->seg].hi - 1 &&
             (rc = ct_graph_forward_range(g, g->segs[gn->seg].lo, j + 1, CT_PASS_RECOMPUTE, b, io, hooks, err)))
             break;
+        if (segment_closed(g, j) >= 0) {
+            open = gn->seg;
+            segment_edge(g, open, CT_PASS_BACKWARD, true);
+        }
         if (g->n_off) ct_offload_before(g, gn->t_backward, io->n);
-        if (!gn->runs_backward) continue;
+        if (!gn->runs_backward) {
+            close_backward(g, j, &open);
+            continue;
+        }
         ct_layer_io lio;
         layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);
         if ((rc = prepare(g, hooks, j, CT_PASS_BACKWARD, &lio, err))) break;
@@ -194,6 +263,7 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
             be->elt.axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i], numel, g->dt);
         }
         rc = after(g, hooks, j, CT_PASS_BACKWARD, &lio, err);
+        close_backward(g, j, &open);
     }
     return rc;
 }

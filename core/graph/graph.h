@@ -45,19 +45,25 @@ typedef struct ct_graph_info {
     ct_shape target_shape;       /* per sample */
 } ct_graph_info;
 
-/* The activation plan: one arena of `total` bytes, each part 64-byte aligned, by lifetime. */
+/* The activation plan: one arena of `total` bytes, each part 64-byte aligned. Layer outputs,
+ * saved state and output gradients are placed together by lifetime over the step's schedule
+ * (forward, loss, backward with its recomputes), so memory one frees is reused by later ones;
+ * outputs, aux, grads and recompute are what each of them holds at the step's busiest moment,
+ * and gaps what the placement loses to fragmentation then (the four and gaps add up to the
+ * placed region). */
 typedef struct ct_act_plan {
-    size_t outputs;              /* layer outputs: live from their forward to their consumers'
-                                    backward (a relu-like layer writes over its input) */
+    size_t outputs;              /* layer outputs kept through backward (a relu-like layer
+                                    writes over its input), and the offload slots */
     size_t aux;                  /* forward-to-backward state (masks, saved statistics) */
-    size_t grads;                /* output gradients: slots shared by lifetime during backward */
+    size_t grads;                /* output gradients */
+    size_t recompute;            /* activation checkpointing: inner outputs and saved state of
+                                    checkpointed segments (busy in forward, then again from the
+                                    segment's recompute to its backward); 0 without it */
+    size_t gaps;                 /* the placed region less the four above */
     size_t scratch;              /* fan-out gradient scratch (a second consumer's dx) */
     size_t input;                /* the 16-bit copy of a float model input */
     size_t workspace;            /* shared layer workspace: the largest any layer declares */
     size_t loss;                 /* the loss ops' result */
-    size_t recompute;            /* activation checkpointing: the one buffer every checkpointed
-                                    segment's inner outputs and saved state share (the largest
-                                    segment's); 0 without checkpointing */
     int segments;                /* checkpointed segments (recomputed in backward) */
     int offloaded;               /* activation offload (cpu_checkpointing): kept outputs of
                                     checkpointed segments that wait in host memory between their
@@ -194,6 +200,21 @@ void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
 /* True when a training step copies activations to and from host memory (activation offload):
  * such a step makes host calls (copies, marks) that a captured step would not repeat. */
 bool ct_graph_offloads(const ct_graph *g);
+
+/* activation_checkpointing.synchronize_checkpoint_boundary and .profile, as DeepSpeed's (read at
+ * build): the executor waits for the device (queue.sync) at each edge of a checkpointed segment's
+ * forward, recompute and backward, and with profile times each of them between two such waits.
+ * Either makes host calls in the step, which a captured step would not repeat. */
+bool ct_graph_syncs_segments(const ct_graph *g);
+/* profile: seconds a checkpointed segment spent in each pass since the last reset, and how many
+ * micro-batches its forward ran for. */
+typedef struct ct_segment_times {
+    double forward_s, recompute_s, backward_s;
+    long micro_batches;
+} ct_segment_times;
+/* The times of the n checkpointed segments (n = the plan's segments); NULL without profile. */
+const ct_segment_times *ct_graph_segment_times(const ct_graph *g, int *n);
+void ct_graph_segment_times_reset(ct_graph *g);
 
 /* The dtype activations and parameters are stored in (ct_graph_build's dt). */
 ct_dtype ct_graph_compute_dtype(const ct_graph *g);

@@ -28,22 +28,26 @@ typedef struct ct_gnode {
     int seg;                            /* checkpointed segment (index in g->segs), or -1 */
     bool kept;                          /* in a segment, but its output is kept through backward
                                            (the segment's last layer, or read after the segment) */
-    /* The step's schedule (offload.c): when backward recomputes this layer (-1: never) and runs
+    /* The step's schedule (lifetime.c): when backward recomputes this layer (-1: never) and runs
      * its backward, on one time axis with forward (layer j at time j) and the loss (n_nodes). */
     int t_recompute, t_backward;
 } ct_gnode;
 
+/* A closed interval of schedule times; empty while hi < lo. */
+typedef struct ct_span {
+    int lo, hi;
+} ct_span;
+
 /* Activation offload (activation_checkpointing.cpu_checkpointing, offload.c): a kept output of a
  * checkpointed segment that goes to pinned host memory once forward is done with it and comes
- * back before backward needs it, so its device slot serves other kept outputs in between. */
+ * back before backward needs it, so its device bytes serve other buffers in between (plan.c
+ * places it by its two busy spans with everything else). */
 typedef struct ct_offload_item {
     int owner;                          /* the layer whose y buffer it is (in-place layers over it
                                            share it) */
     size_t bytes;                       /* [batch, out] in g->dt */
-    size_t slot;                        /* device slot (offset from the offload slots' start) */
-    size_t host_off;                    /* offset in the pinned host copy (moved items) */
-    bool moved;                         /* false: stays on the device through the step (nothing
-                                           runs while it would be away) */
+    ct_span busy[2];                    /* on the device: forward to download, upload to last use */
+    size_t host_off;                    /* offset in the pinned host copy */
     int written;                        /* forward layer after which its value is final */
     int download_at;                    /* forward layer after which the download is queued */
     int upload_mark;                    /* schedule time before which the upload may start */
@@ -51,8 +55,9 @@ typedef struct ct_offload_item {
     uint64_t mark;                      /* run time: the compute mark the copy waits for */
 } ct_offload_item;
 
-/* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state live in the shared
- * recompute buffer; backward runs its forward again (CT_PASS_RECOMPUTE) before its backward. */
+/* A checkpointed segment: layers [lo, hi) whose inner outputs and saved state are busy only in
+ * forward and again from the recompute (plan.c); backward runs its forward again
+ * (CT_PASS_RECOMPUTE) before its backward. */
 typedef struct ct_ckpt_seg {
     int lo, hi;
 } ct_ckpt_seg;
@@ -73,7 +78,10 @@ struct ct_graph {
     int n_segs;
     size_t ws_off, dtmp_off, input_off, loss_off;
     bool offload;                       /* cpu_checkpointing asked for (ct_graph_build) */
-    ct_offload_item *off;               /* kept outputs in shared slots (offload on, segments) */
+    bool sync_segments;                 /* synchronize_checkpoint_boundary (ct_graph_build) */
+    ct_segment_times *seg_times;        /* profile: [n_segs] (ct_graph_segments); else NULL */
+    double seg_started;                 /* profile: ct_now() at the open segment pass's start */
+    ct_offload_item *off;               /* kept outputs moved to host memory (offload on, segments) */
     int n_off;
 
     /* Bound by ct_graph_bind. */
@@ -96,10 +104,34 @@ int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
 int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err);   /* segments.c */
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
-/* offload.c. Plan: fill g->off (kept outputs of checkpointed segments, their slots and host
- * offsets) and the nodes' schedule times; returns the bytes of the shared device slots and sets
- * *host to the pinned host bytes. alias[j]: the producer whose buffer layer j runs in place over. */
-size_t ct_offload_plan(ct_graph *g, const int *alias, size_t *host);
+/* lifetime.c. The step's schedule: sets every node's t_recompute and t_backward (forward of
+ * layer j is at time j, the loss at n_nodes); times run below ct_graph_schedule_end. */
+void ct_graph_schedule(ct_graph *g);
+int ct_graph_schedule_end(const ct_graph *g);
+
+void ct_span_touch(ct_span *s, int t);   /* grow s to hold time t (t < 0: no change) */
+bool ct_span_overlap(ct_span a, ct_span b);
+/* When the buffer of owner o is used (every layer j with root[j] == o writes it: o and the layers
+ * running in place over it): in forward (writes, reads) and from the loss on (recomputes that
+ * write or read it, backwards of its writers and readers). *written: the last forward writer. */
+void ct_buffer_uses(const ct_graph *g, const int *root, int o, ct_span *fw, ct_span *bw, int *written);
+
+/* A buffer to place by lifetime: `size` bytes busy over when[0..n_when). */
+typedef struct ct_lifetime_item {
+    size_t size;
+    ct_span when[2];
+    int n_when;
+    int kind;                           /* the caller's category, for its report */
+    size_t off;                         /* out: offset in the region (64-byte aligned) */
+} ct_lifetime_item;
+/* Give every item an offset such that items busy at the same time never share a byte; returns
+ * the region's size (greedy by size, lowest offset that fits). */
+size_t ct_lifetime_pack(ct_lifetime_item *items, int n);
+
+/* offload.c. Plan (after ct_graph_schedule): fill g->off with the kept outputs of checkpointed
+ * segments that wait in host memory (their device spans, host offsets, copy times) and set *host
+ * to the pinned host bytes. alias[j]: the producer whose buffer layer j runs in place over. */
+void ct_offload_plan(ct_graph *g, const int *alias, size_t *host);
 /* Run: the copies due after layer j's forward, and before schedule time t in backward, of a
  * micro-batch of n samples. */
 void ct_offload_after_forward(ct_graph *g, int j, int64_t n);

@@ -97,9 +97,13 @@ typedef struct ct_layer_type {
      * in_place: this layer may write its output over its input (y == x) and still compute its
      *   backward, e.g. relu, whose derivative reads the same from y as from x.
      * backward_reads_output: backward reads this layer's own output y, so no later layer may
-     *   overwrite it in place. */
+     *   overwrite it in place.
+     * backward_in_place: backward may write dx[0] over dy (one input, element-wise, each dy[i]
+     *   read before dx[i] is written), so the planner may give the input's gradient the output
+     *   gradient's bytes. */
     bool (*in_place)(const ct_layer *l);
     bool backward_reads_output;
+    bool backward_in_place;
     /* Optional: whether this layer draws random numbers in train mode, when that depends on its
      * config (attention dropout of 0 draws nothing); it then decides CT_LAYER_RANDOM for it. */
     bool (*draws_random)(const ct_layer *l);

@@ -1,14 +1,17 @@
 /* plan.c: the activation plan, a pure function of the graph, micro-batch and dtype: byte offsets
  * in one arena for the layers' outputs (relu-like layers overwrite their input in place), their
- * gradients (slots shared by lifetime; the loss's written over the logits), forward-to-backward
- * state, the shared workspace and fan-out scratch, all in the graph's dtype (2 bytes per element
- * under mixed precision). Binding (ct_graph_bind) turns the offsets into pointers on a backend.
+ * gradients (the loss's written over the logits), forward-to-backward state, the shared workspace
+ * and fan-out scratch, all in the graph's dtype (2 bytes per element under mixed precision).
+ * Binding (ct_graph_bind) turns the offsets into pointers on a backend.
  *
- * Activation checkpointing (segments.c): a checkpointed segment's inner outputs and every saved
- * state of its layers live only from its forward to the next segment's, and again from its
- * recompute to its backward, so all segments share one recompute buffer as large as the largest
- * segment's. What leaves a segment (its last output, an output read by a later layer: a residual
- * crossing the boundary) is kept in a buffer of its own, as without checkpointing. */
+ * Outputs, saved state and gradients are placed together by lifetime (lifetime.c): each is busy
+ * over one or two intervals of the step's schedule, and buffers never busy at once share bytes.
+ * Activation checkpointing (segments.c): a checkpointed segment's inner outputs and its layers'
+ * saved state are busy during its forward and again from its recompute to its backward, so in
+ * between their bytes serve other segments' recomputes and the gradients. What leaves a segment
+ * (its last output, an output read by a later layer: a residual crossing the boundary) is busy
+ * from its forward to its last backward use, as without checkpointing; with offload (offload.c)
+ * only before its download and after its upload. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
@@ -46,17 +49,22 @@ static int64_t plan_backward(ct_graph *g, int64_t batch) {
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* A layer that ran in place over its producer (alias[j] = src) also runs its backward in place:
- * in-place layers are element-wise (relu-like), and their backward (act_backward) reads dy[i]
- * before it writes dx[i], so the producer's dy can be the layer's own dy. True when node k's dy
- * is its in-place consumer's. */
+/* An element-wise layer writes its input's gradient over its own (act_backward reads dy[i] before
+ * it writes dx[i]): a layer that ran in place over its producer (alias[j] = k; in-place layers are
+ * relu-like), or any type declaring backward_in_place (gelu, whose forward cannot run in place).
+ * Then the producer's dy can be the layer's dy, when the layer is the first to write it (its
+ * backward runs first: later consumers add theirs into the same buffer afterwards) and writes it
+ * straight (no fan-out scratch). True when node k's dy is that consumer's. */
 static bool grad_in_place(const ct_graph *g, const int *alias, int k, int *consumer) {
-    for (int j = k + 1; j < g->n_nodes; j++)
-        if (alias[j] == k) {
-            *consumer = j;
-            return g->nodes[j].runs_backward && g->nodes[k].runs_backward && g->nodes[j].tmp_off[0] < 0;
-        }
-    return false;
+    const ct_gnode *p = &g->nodes[k];
+    int last = g->n_nodes - 1;
+    if (!p->runs_backward || p->grad_start < 0) return false;
+    int j = last - p->grad_start;   /* the first writer of k's dy */
+    const ct_gnode *c = &g->nodes[j];
+    bool elementwise = alias[j] == k || c->l.type->backward_in_place;
+    *consumer = j;
+    return elementwise && j != last && c->runs_backward && c->l.n_in == 1 && c->l.in_from[0] == k &&
+           c->tmp_off[0] < 0;
 }
 
 /* The loss writes its gradient over the logits (backend.h: every loss may): the last layer's dy is
@@ -68,51 +76,6 @@ static bool grad_in_place(const ct_graph *g, const int *alias, int k, int *consu
 static bool loss_grad_in_place(const ct_graph *g, const int *alias) {
     int last = g->n_nodes - 1;
     return alias[last] < 0 && !g->nodes[last].l.type->backward_reads_output;
-}
-
-/* Output gradients live only from the backward step that first writes them to the step of their
- * own layer, so they share memory: each gets a slot free by then (best fit, else the largest free
- * slot grown to fit, else a new one). A chain needs two slots instead of one per layer, and a
- * layer that runs in place shares its producer's slot (relu after conv: one conv-sized slot, not
- * two). Writes each node's slot into slot_of[] and slot sizes into size[]; returns the number of
- * slots. */
-static int plan_grad_slots(const ct_graph *g, const int *alias, int64_t batch, int *slot_of, size_t *size) {
-    int n = g->n_nodes, n_slots = 0;
-    int *order = ct_xmalloc(sizeof(int) * (size_t)n), *busy_until = ct_xmalloc(sizeof(int) * (size_t)n);
-    int m = 0;
-    for (int k = 0; k < n; k++) {
-        slot_of[k] = -1;
-        if (!g->nodes[k].runs_backward || (k == n - 1 && loss_grad_in_place(g, alias))) continue;
-        int at = m++;   /* insertion sort by grad_start */
-        while (at > 0 && g->nodes[order[at - 1]].grad_start > g->nodes[k].grad_start) {
-            order[at] = order[at - 1];
-            at--;
-        }
-        order[at] = k;
-    }
-    for (int i = 0; i < m; i++) {
-        int k = order[i], best = -1, consumer, last = k;
-        if (grad_in_place(g, alias, k, &consumer)) {   /* the consumer's slot, reserved below */
-            slot_of[k] = slot_of[consumer];
-            continue;
-        }
-        /* the slot stays busy until the last producer sharing it has run its backward */
-        while (alias[last] >= 0 && grad_in_place(g, alias, alias[last], &consumer)) last = alias[last];
-        size_t need = align64((size_t)(batch * ct_layer_out_numel(&g->nodes[k].l)) * ct_dtype_size(g->dt));
-        for (int s = 0; s < n_slots; s++) {
-            if (busy_until[s] >= g->nodes[k].grad_start) continue;
-            bool fits = size[s] >= need, best_fits = best >= 0 && size[best] >= need;
-            if (best < 0 || (fits && (!best_fits || size[s] < size[best])) || (!fits && !best_fits && size[s] > size[best]))
-                best = s;
-        }
-        if (best < 0) size[best = n_slots++] = 0;
-        if (size[best] < need) size[best] = need;
-        busy_until[best] = n - 1 - last;
-        slot_of[k] = best;
-    }
-    free(order);
-    free(busy_until);
-    return n_slots;
 }
 
 /* A layer runs in place (its output replaces its input) when its type allows it, its input is an
@@ -148,20 +111,144 @@ static void mark_kept(ct_graph *g, const int *alias) {
         if (g->nodes[j].kept && alias[j] >= 0) g->nodes[alias[j]].kept = true;
 }
 
-/* Bytes of part p appended at *end (64-byte aligned): returns its offset. */
+/* Bytes appended at *end (64-byte aligned): returns their offset. */
 static size_t take(size_t *end, size_t bytes) {
     size_t off = *end;
     *end += align64(bytes);
     return off;
 }
 
+/* What a lifetime item is, for the plan's breakdown. */
+enum { KIND_OUTPUT, KIND_AUX, KIND_GRAD, KIND_RECOMPUTE };
+
+/* The buffers placed by lifetime (lifetime.c) and which node field gets each one's offset. */
+typedef struct placed {
+    ct_lifetime_item *items;
+    size_t **field;
+    int n;
+} placed;
+
+static void add_item(placed *P, size_t *field, size_t bytes, int kind, ct_span a, ct_span b) {
+    ct_lifetime_item *it = &P->items[P->n];
+    *it = (ct_lifetime_item){.size = bytes, .when = {a, b}, .n_when = b.hi >= b.lo ? 2 : 1, .kind = kind};
+    P->field[P->n++] = field;
+}
+
+static ct_span span_of(int lo, int hi) { return (ct_span){lo, hi}; }
+static const ct_span no_span = {0, -1};
+
+/* Layer outputs: an owner's buffer (its in-place layers write it too) is busy from its forward
+ * to its last use in backward; a checkpointed segment's inner output only while forward uses it
+ * and again from its recompute to its last backward use, so in between the other segments'
+ * recomputes, gradients and everything else reuse it; an offloaded output likewise, before its
+ * download and from its upload (offload.c). */
+static void add_outputs(ct_graph *g, const int *alias, placed *P) {
+    int n = g->n_nodes;
+    int *root = ct_xmalloc(sizeof(int) * (size_t)n);
+    for (int j = 0; j < n; j++) root[j] = alias[j] < 0 ? j : root[alias[j]];
+    for (int o = 0; o < n; o++) {
+        ct_gnode *gn = &g->nodes[o];
+        gn->y_from = alias[o];
+        gn->y_off = CT_NO_OFFSET;
+        if (alias[o] >= 0) continue;
+        const ct_offload_item *moved = NULL;
+        for (int i = 0; i < g->n_off; i++)
+            if (g->off[i].owner == o) moved = &g->off[i];
+        if (moved) {
+            add_item(P, &gn->y_off, moved->bytes, KIND_OUTPUT, moved->busy[0], moved->busy[1]);
+            continue;
+        }
+        ct_span fw, bw;
+        int written;
+        ct_buffer_uses(g, root, o, &fw, &bw, &written);
+        size_t bytes = (size_t)(g->batch * ct_layer_out_numel(&gn->l)) * ct_dtype_size(g->dt);
+        if (gn->seg >= 0 && !gn->kept)
+            add_item(P, &gn->y_off, bytes, KIND_RECOMPUTE, fw, bw);
+        else
+            add_item(P, &gn->y_off, bytes, KIND_OUTPUT, span_of(o, fw.hi > bw.hi ? fw.hi : bw.hi), no_span);
+    }
+    free(root);
+}
+
+/* Saved state (aux) lives from its layer's forward to its backward; in a segment, forward's
+ * copy is written and never read, and the recompute's lives to the backward. */
+static void add_aux(ct_graph *g, placed *P) {
+    for (int j = 0; j < g->n_nodes; j++) {
+        ct_gnode *gn = &g->nodes[j];
+        gn->aux_off = CT_NO_OFFSET;
+        if (!gn->l.type->aux_bytes) continue;
+        size_t bytes = gn->l.type->aux_bytes(&gn->l, g->batch, g->dt);
+        if (gn->seg >= 0)
+            add_item(P, &gn->aux_off, bytes, KIND_RECOMPUTE, span_of(j, j), span_of(gn->t_recompute, gn->t_backward));
+        else
+            add_item(P, &gn->aux_off, bytes, KIND_AUX, span_of(j, gn->t_backward), no_span);
+    }
+}
+
+/* Output gradients live from the backward step that first writes them (the loss, for the last
+ * layer's) to their own layer's backward. A layer running in place shares its producer's
+ * gradient (grad_in_place): one buffer, busy until the last of them has run backward, and
+ * shares[k] names the consumer whose gradient node k takes (-1: its own or none). The last
+ * layer's gradient is its output when the loss writes over the logits. */
+static void add_grads(ct_graph *g, const int *alias, placed *P, int *shares) {
+    int n = g->n_nodes;
+    int *item_of = ct_xmalloc(sizeof(int) * (size_t)n);
+    for (int k = n - 1; k >= 0; k--) {   /* consumers before their producers */
+        ct_gnode *gn = &g->nodes[k];
+        item_of[k] = shares[k] = -1;
+        gn->dy_off = CT_NO_OFFSET;
+        if (!gn->runs_backward || (k == n - 1 && loss_grad_in_place(g, alias))) continue;
+        size_t bytes = (size_t)(g->batch * ct_layer_out_numel(&gn->l)) * ct_dtype_size(g->dt);
+        int consumer;
+        if (grad_in_place(g, alias, k, &consumer) && item_of[consumer] >= 0) {
+            ct_lifetime_item *it = &P->items[item_of[consumer]];
+            item_of[k] = item_of[consumer];
+            shares[k] = consumer;
+            it->when[0].hi = gn->t_backward;   /* the producer's backward comes later */
+            if (it->size < bytes) it->size = bytes;
+            continue;
+        }
+        int first = gn->grad_start < 0 ? n : g->nodes[n - 1 - gn->grad_start].t_backward;
+        item_of[k] = P->n;
+        add_item(P, &gn->dy_off, bytes, KIND_GRAD, span_of(first, gn->t_backward), no_span);
+    }
+    free(item_of);
+}
+
+/* The breakdown at the step's busiest moment: the bytes of each kind busy then. */
+static void peak_breakdown(const ct_graph *g, const placed *P, ct_act_plan *p) {
+    int end = ct_graph_schedule_end(g);
+    size_t best = 0, kinds[4] = {0};
+    for (int t = 0; t < end; t++) {
+        size_t by[4] = {0}, sum = 0;
+        for (int i = 0; i < P->n; i++) {
+            const ct_lifetime_item *it = &P->items[i];
+            for (int w = 0; w < it->n_when; w++)
+                if (it->when[w].lo <= t && t <= it->when[w].hi) {
+                    by[it->kind] += align64(it->size);
+                    sum += align64(it->size);
+                    break;
+                }
+        }
+        if (sum > best) {
+            best = sum;
+            for (int k = 0; k < 4; k++) kinds[k] = by[k];
+        }
+    }
+    p->outputs = kinds[KIND_OUTPUT];
+    p->aux = kinds[KIND_AUX];
+    p->grads = kinds[KIND_GRAD];
+    p->recompute = kinds[KIND_RECOMPUTE];
+}
+
 void ct_graph_plan_memory(ct_graph *g) {
     int64_t batch = g->batch;
+    int n = g->n_nodes;
     size_t esz = ct_dtype_size(g->dt), ws = 0, end = 0;
     ct_act_plan *p = &g->plan;
-    p->device_scratch = 0;
-    int *alias = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
-    for (int i = 0; i < g->n_nodes; i++) {
+    *p = (ct_act_plan){0};
+    int *alias = ct_xmalloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
         const ct_layer *l = &g->nodes[i].l;
         alias[i] = in_place_source(g, i);
         size_t w = l->type->workspace_bytes ? l->type->workspace_bytes(l, batch, g->dt) : 0;
@@ -171,56 +258,30 @@ void ct_graph_plan_memory(ct_graph *g) {
         g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
     }
     size_t tmp = (size_t)plan_backward(g, batch) * esz;
-    int *slot_of = ct_xmalloc(sizeof(int) * (size_t)g->n_nodes);
-    size_t *slot_size = ct_xmalloc(sizeof(size_t) * (size_t)g->n_nodes), *slot_off = NULL;
-    int n_slots = plan_grad_slots(g, alias, batch, slot_of, slot_size);
-
     mark_kept(g, alias);
-    /* Activation offload: checkpointed segments' kept outputs share slots by lifetime, with a
-     * pinned host copy each (offload.c); none without it. */
-    size_t offload_slots = ct_offload_plan(g, alias, &p->host);
-    p->offloaded = 0;
-    for (int i = 0; i < g->n_off; i++) p->offloaded += g->off[i].moved;
+    ct_graph_schedule(g);
+    /* Activation offload: which kept outputs wait in pinned host memory (offload.c) */
+    ct_offload_plan(g, alias, &p->host);
+    p->offloaded = g->n_off;
 
-    /* Arena order: gradient slots, then the offload slots, then per layer its output and aux,
-     * then the recompute buffer (checkpointed segments' inner outputs and aux, at offsets from its
-     * start: seg_end[s] is segment s's use of it so far), then the shared parts. */
-    slot_off = ct_xmalloc(sizeof(size_t) * (size_t)(n_slots ? n_slots : 1));
-    for (int s = 0; s < n_slots; s++) slot_off[s] = take(&end, slot_size[s]);
-    p->grads = end;
-    size_t offload_off = take(&end, offload_slots);
-    p->outputs += end - offload_off;
-    bool *in_slot = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
-    for (int i = 0; i < g->n_off; i++) in_slot[g->off[i].owner] = true;
-    size_t *seg_end = ct_xcalloc((size_t)(g->n_segs ? g->n_segs : 1), sizeof(size_t)), region = 0;
-    bool *y_in_region = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
-    for (int i = 0; i < g->n_nodes; i++) {
-        ct_gnode *gn = &g->nodes[i];
-        size_t y_bytes = (size_t)(batch * ct_layer_out_numel(&gn->l)) * esz;
-        size_t aux_bytes = gn->l.type->aux_bytes ? gn->l.type->aux_bytes(&gn->l, batch, g->dt) : 0;
-        size_t *at_end = gn->seg >= 0 ? &seg_end[gn->seg] : &end, before = end;
-        gn->y_from = alias[i];
-        y_in_region[i] = alias[i] < 0 && gn->seg >= 0 && !gn->kept;
-        gn->y_off = alias[i] >= 0 || in_slot[i] ? CT_NO_OFFSET : take(y_in_region[i] ? at_end : &end, y_bytes);
-        p->outputs += end - before;
-        before = end;
-        gn->aux_off = gn->l.type->aux_bytes ? take(at_end, aux_bytes) : CT_NO_OFFSET;
-        p->aux += end - before;
-        gn->dy_off = slot_of[i] >= 0 ? slot_off[slot_of[i]] : CT_NO_OFFSET;
-        if (gn->seg >= 0 && seg_end[gn->seg] > region) region = seg_end[gn->seg];
-    }
-    size_t region_off = take(&end, region);
-    p->recompute = region;
-    p->segments = g->n_segs;
-    for (int i = 0; i < g->n_nodes; i++) {   /* the recompute buffer's offsets are from its start */
-        ct_gnode *gn = &g->nodes[i];
-        if (y_in_region[i]) gn->y_off += region_off;
-        if (gn->seg >= 0 && gn->aux_off != CT_NO_OFFSET) gn->aux_off += region_off;
-    }
-    for (int i = 0; i < g->n_off; i++) g->nodes[g->off[i].owner].y_off = offload_off + g->off[i].slot;
-    free(seg_end), free(y_in_region), free(in_slot);
-    ct_gnode *last = &g->nodes[g->n_nodes - 1];
+    /* Outputs, saved state and output gradients: one region placed by lifetime over the step's
+     * schedule, recompute included (up to three buffers a layer). */
+    placed P = {.items = ct_xcalloc((size_t)(3 * n), sizeof(ct_lifetime_item)),
+                .field = ct_xcalloc((size_t)(3 * n), sizeof(size_t *))};
+    add_outputs(g, alias, &P);
+    add_aux(g, &P);
+    int *shares = ct_xmalloc(sizeof(int) * (size_t)n);
+    add_grads(g, alias, &P, shares);
+    size_t packed = ct_lifetime_pack(P.items, P.n);
+    take(&end, packed);
+    for (int i = 0; i < P.n; i++) *P.field[i] = P.items[i].off;
+    for (int k = n - 1; k >= 0; k--)   /* consumers first: a chain of in-place layers */
+        if (shares[k] >= 0) g->nodes[k].dy_off = g->nodes[shares[k]].dy_off;
+    peak_breakdown(g, &P, p);
+    p->gaps = packed - (p->outputs + p->aux + p->grads + p->recompute);
+    ct_gnode *last = &g->nodes[n - 1];
     if (last->runs_backward && loss_grad_in_place(g, alias)) last->dy_off = last->y_off;
+    p->segments = g->n_segs;
     /* A float model input is converted to a 16-bit copy the first layers read. */
     bool converts_input = g->dt != CT_F32 && g->info.input_dtype != CT_I32;
     size_t at = end;
@@ -237,7 +298,7 @@ void ct_graph_plan_memory(ct_graph *g) {
     g->loss_off = take(&end, 2 * sizeof(float));   /* loss_result[2] */
     p->loss = end - at;
     p->total = end;
-    free(slot_of), free(slot_size), free(slot_off), free(alias);
+    free(P.items), free(P.field), free(shares), free(alias);
 }
 
 static void *at_offset(void *arena, size_t off) { return off == CT_NO_OFFSET ? NULL : (char *)arena + off; }

@@ -1,7 +1,8 @@
 /* segments.c: which layers activation checkpointing recomputes. A segment is a run of layers
- * [lo, hi) that keeps only what enters it (and what leaves it) through backward: plan.c places
- * its inner outputs and saved state in one buffer all segments share, and the executor runs the
- * segment's forward again (CT_PASS_RECOMPUTE) right before its backward (exec.c).
+ * [lo, hi) that keeps only what enters it (and what leaves it) through backward: plan.c counts
+ * its inner outputs and saved state busy only in forward and again from the recompute, so other
+ * buffers use their bytes in between, and the executor runs the segment's forward again
+ * (CT_PASS_RECOMPUTE) right before its backward (exec.c).
  *
  * Segments come from the config in one of two ways, never both:
  * - layers marked "checkpoint": true: each run of consecutive marked layers expanded in the same
@@ -61,6 +62,8 @@ int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *er
     else if (n > 0) even_segments(g, n);
     for (int s = 0; s < g->n_segs; s++)
         for (int j = g->segs[s].lo; j < g->segs[s].hi; j++) g->nodes[j].seg = s;
+    /* activation_checkpointing.profile: the executor adds each segment's times here */
+    if (cfg->pending.profile && g->n_segs > 0) g->seg_times = ct_xcalloc((size_t)g->n_segs, sizeof(ct_segment_times));
     return CT_OK;
 }
 

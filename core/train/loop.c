@@ -524,6 +524,31 @@ static void report_breakdown(ct_trainer *t, loop_state *ls, ct_metric_step *ms) 
     *p = (phase_times){0};
 }
 
+/* activation_checkpointing.profile at the end of a print window: the checkpointed segments'
+ * forward, recompute and backward, mean ms per micro-batch, in all and segment by segment (as
+ * DeepSpeed's profile logs each checkpointed function's forward and backward); the sums start
+ * again. */
+static void report_segment_times(ct_trainer *t) {
+    int n;
+    const ct_segment_times *st = ct_graph_segment_times(t->m.g, &n);
+    if (!st || st[0].micro_batches == 0) return;
+    double f = 0, r = 0, b = 0;
+    char each[768] = "";
+    size_t at = 0;
+    for (int s = 0; s < n; s++) {
+        double per = st[s].micro_batches > 0 ? 1e3 / (double)st[s].micro_batches : 0.0;
+        f += st[s].forward_s * per, r += st[s].recompute_s * per, b += st[s].backward_s * per;
+        int w = snprintf(each + at, sizeof each - at, "%s%.2f/%.2f/%.2f", s ? " " : "", st[s].forward_s * per,
+                         st[s].recompute_s * per, st[s].backward_s * per);
+        if (w < 0 || (size_t)w >= sizeof each - at) break;   /* a very deep model: the first ones */
+        at += (size_t)w;
+    }
+    ct_report_line(&t->obs.rep, "activation checkpointing profile, ms per micro-batch (%ld): forward %.2f | "
+                   "recompute %.2f | backward %.2f; by segment, forward/recompute/backward: %s",
+                   st[0].micro_batches, f, r, b, each);
+    ct_graph_segment_times_reset(t->m.g);
+}
+
 static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim_stats *st,
                       int64_t n, ct_err *err) {
     ls->step++;
@@ -553,6 +578,7 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
             .tokens_per_s = w.tokens_per_s, .data_wait_share = w.data_wait_share, .wall_s = w.wall_s,
             .gpu = !isnan(w.gpu_util), .gpu_util = w.gpu_util, .gpu_mem_used = w.gpu_mem_used};
         if (t->cfg->wall_clock_breakdown) report_breakdown(t, ls, &ms);
+        report_segment_times(t);
         ct_metrics_step(t->obs.metrics, &ms);
     }
     ct_metrics_monitor(t->obs.metrics, &(ct_metric_monitor){

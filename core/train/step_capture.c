@@ -33,6 +33,14 @@ int ct_step_runner_init(ct_step_runner *r, ct_backend *be, ct_graph *g, int cuda
                      "repeat; running steps directly");
         return CT_OK;
     }
+    /* synchronize_checkpoint_boundary and profile wait for the device inside the step */
+    if (ct_graph_syncs_segments(g)) {
+        if (cuda_graph == CT_CUDA_GRAPH_ON)
+            snprintf(notice, notice_n, "train.cuda_graph: activation_checkpointing.%s waits for the device at "
+                     "every checkpointed segment's edges, which a captured step would not repeat; running steps "
+                     "directly", ct_graph_segment_times(g, &(int){0}) ? "profile" : "synchronize_checkpoint_boundary");
+        return CT_OK;
+    }
     if (cuda_graph == CT_CUDA_GRAPH_ON && !can)
         snprintf(notice, notice_n, "train.cuda_graph: the %s backend cannot capture steps; running "
                  "them directly", be->name);

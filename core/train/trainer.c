@@ -155,16 +155,19 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
                    p->device ? ", loader " : "", p->device ? v[CT_MEM_LOADER] : "",
                    ct_fmt_bytes((double)p->total, all, sizeof all), p->device ? "of device memory" : "of host memory",
                    world > 1 ? " per rank" : "");
-    /* checkpointed segments: their inner outputs and saved state are in the recompute buffer */
-    char ckpt[192] = "", rb[32], hb[32];
+    /* checkpointed segments: their inner outputs and saved state, busy again from the recompute */
+    char ckpt[256] = "", rb[32], hb[32];
+    /* what the lifetime placement leaves between buffers at the peak */
+    if (p->act.gaps > 0)
+        snprintf(ckpt, sizeof ckpt, ", gaps %s", ct_fmt_bytes((double)p->act.gaps, rb, sizeof rb));
     if (p->act.segments > 0)
-        snprintf(ckpt, sizeof ckpt, ", recompute buffer %s (%d checkpointed segment%s)",
+        snprintf(ckpt + strlen(ckpt), sizeof ckpt - strlen(ckpt), ", recomputed %s (%d checkpointed segment%s)",
                  ct_fmt_bytes((double)p->act.recompute, rb, sizeof rb), p->act.segments, p->act.segments == 1 ? "" : "s");
     /* activation offload: kept outputs wait in pinned host memory, outside the arena */
     if (p->act.offloaded > 0)
         snprintf(ckpt + strlen(ckpt), sizeof ckpt - strlen(ckpt), "; offloaded %d kept output%s to %s of pinned host "
                  "memory", p->act.offloaded, p->act.offloaded == 1 ? "" : "s", ct_fmt_bytes((double)p->act.host, hb, sizeof hb));
-    ct_report_line(r, "activations by lifetime: outputs %s, saved for backward %s, gradients %s, fan-out "
+    ct_report_line(r, "activations by lifetime, at the peak: outputs %s, saved for backward %s, gradients %s, fan-out "
                    "%s, input copy %s, layer workspace %s%s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
                    ct_fmt_bytes((double)p->act.aux, a[1], 32), ct_fmt_bytes((double)p->act.grads, a[2], 32),
                    ct_fmt_bytes((double)p->act.scratch, a[3], 32), ct_fmt_bytes((double)p->act.input, a[4], 32),

@@ -63,7 +63,8 @@ static bool in_place(const ct_layer *l) {
     const ct_layer_type sym = {.name = type_name, .fields = field_list, .min_inputs = 1,             \
                                .max_inputs = 1, .cfg_size = sizeof(act_cfg), .parse = parse,       \
                                .infer = infer, .forward = forward, .backward = backward,           \
-                               .flops = flops, .in_place = in_place, .backward_reads_output = true}
+                               .flops = flops, .in_place = in_place, .backward_reads_output = true, \
+                               .backward_in_place = true}
 CT_ACT_LAYER(ct_layer_relu, "relu", no_fields);
 CT_ACT_LAYER(ct_layer_leaky_relu, "leaky_relu", leaky_fields);
 CT_ACT_LAYER(ct_layer_gelu, "gelu", gelu_fields);
