@@ -147,6 +147,51 @@ static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_e
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
 
+/* Each rank's share of [a, b) as counts and offsets from a; false when one is past INT_MAX. */
+static bool range_counts(ct_comm *c, int64_t n, int64_t a, int64_t b, int *counts, int *displs) {
+    if (b - a > INT_MAX) return false;
+    for (int r = 0; r < c->world; r++) {
+        int64_t lo, hi;
+        ct_comm_shard_range(n, c->world, r, a, b, &lo, &hi);
+        counts[r] = (int)(hi - lo);
+        displs[r] = (int)(lo - a);
+    }
+    return true;
+}
+
+static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                            ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        free(counts);
+        return too_many(c, "all-gather", b - a, err);
+    }
+    int64_t plo, phi, lo, hi;
+    ct_comm_shard(n, c->world, c->rank, &plo, &phi);
+    ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
+    int rc = MPI_Allgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts, displs, t,
+                            MPI_COMM_WORLD);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
+}
+
+static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        free(counts);
+        return too_many(c, "reduce-scatter", b - a, err);
+    }
+    /* the parts are in rank order, so [a, b) is the ranks' shares back to back, as MPI wants */
+    int rc = MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, MPI_COMM_WORLD);
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
+}
+
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
     int rc = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
@@ -186,7 +231,8 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, ct
     *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = ct_xcalloc(1, sizeof(mpi_impl)),
                    .all_reduce = all_reduce, .reduce_scatter = reduce_scatter, .all_gather = all_gather,
                    .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
-                   .all_gather_shards = all_gather_shards, .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
+                   .all_gather_shards = all_gather_shards, .all_gather_range = all_gather_range,
+                   .reduce_scatter_range = reduce_scatter_range, .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
     *out = c;
     return CT_OK;
 }

@@ -23,14 +23,15 @@ typedef struct ct_run_plan {
     bool device;                     /* planned for a device backend (else host memory) */
 } ct_run_plan;
 
-/* The ZeRO stage this run partitions at: zero_optimization.stage 1 or 2 with several ranks; 0
+/* The ZeRO stage this run partitions at: zero_optimization.stage 1, 2 or 3 with several ranks; 0
  * otherwise (one process holds everything whatever the stage asks for). */
 int ct_run_plan_zero_stage(const ct_config *cfg);
 
 /* device: the backend will be a GPU (loader batches then have device copies). The bytes are per
  * rank: under ZeRO stage 1-2 the master and optimizer state of rank 0's part (the largest,
  * ct_comm_shard), the gradients and compute copy whole (each rank accumulates all gradients
- * before they are reduced). */
+ * before they are reduced); at stage 3 those of rank 0's part too, plus ZeRO-3's gather and
+ * gradient scratch (core/train/zero3.h). */
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out);
 
 #endif
