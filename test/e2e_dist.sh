@@ -143,6 +143,40 @@ ranks adam_z3_np4_persist adam 4 3 --set zero_optimization.stage3_param_persiste
 ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
 eq "ZeRO 2, norm on every 3rd step: a number as grad-norm on each of 6 step lines" \
     "$(grep -c '^step .*grad-norm [0-9]' "$T/sgd_z2_np2_p3.err")" 6
+# stage 3 on a small language model: a head tied to the token embedding (one view, gathered by both
+# layers, its gradient reduced from both), activation checkpointing (each segment's layers gathered
+# again for the recompute), an eval set (forward with the gathers), gradient clipping (the norm over
+# the ranks' parts), layer norms and biases below the persistence threshold kept whole: 3 ranks,
+# the single process's weights, losses and eval numbers
+if [ -f /usr/share/common-licenses/GPL-3 ]; then
+    sh datasets/text_tokens.sh --ctrain "$B" "$T" /usr/share/common-licenses/* >"$T/log" 2>&1 || cat "$T/log"
+    cat >"$T/lm.json" <<EOF
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 5,
+ "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}, "gradient_clipping": 1.0,
+ "activation_checkpointing": {"number_checkpoints": 2},
+ "model": {"input": [16], "layers": [{"type": "embedding", "name": "wte", "vocab": 256, "dim": 16},
+   {"type": "position_embedding", "name": "wpe", "max_len": 16},
+   {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 2}]},
+   {"type": "layernorm", "name": "ln_f"}, {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}],
+   "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "tokens", "path": "train.bin", "seq_len": 16},
+          "eval": {"format": "tokens", "path": "eval.bin", "seq_len": 16, "limit": 40}, "workers": 1},
+ "zero_optimization": {"stage3_param_persistence_threshold": 100},
+ "train": {"max_steps": 20, "eval_interval": 10, "seed": 5, "device": "cpu", "threads": 1, "save_interval": 20}}
+EOF
+    "$B" --config "$T/lm.json" --set train.run_dir=\""$T/lm1"\" >"$T/lm1.out" 2>"$T/lm1.err" ||
+        { bad "lm: the single process (exit $?)"; tail -3 "$T/lm1.err"; }
+    ranks lm_z3_np3 lm 3 3
+    "$PY" -c "
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+print(a['eval_loss'], b['eval_loss'])
+sys.exit(0 if abs(a['eval_loss'] - b['eval_loss']) <= 1e-5 * a['eval_loss'] and a['eval_accuracy'] == b['eval_accuracy'] else 1)" \
+        "$T/lm1.out" "$T/lm_z3_np3.out" >"$T/cmp" 2>&1 && ok "lm, stage 3: the single process's eval loss and accuracy" ||
+        bad "lm, stage 3: eval differs: $(cat "$T/cmp")"
+else
+    echo "skip: stage 3 on a language model (no /usr/share/common-licenses)"
+fi
 has "$T/sgd_np3.err" "world 3" "the batch line names the world size"
 has "$T/sgd_np3.err" "· 3 ranks" "the first line names the ranks"
 has "$T/sgd_z2_np4.err" "ZeRO stage 2" "the first line names the ZeRO stage"

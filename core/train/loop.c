@@ -26,12 +26,12 @@
  * parameter itself and holds the summed gradients of all of them. */
 static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
 
-/* The flat buffers as the executor reads them. ZeRO-3 has no whole parameters or gradients: its
- * hooks point every layer at gathered ones (zero3.h). */
+/* The flat buffers as the executor reads them. ZeRO-2 has no whole gradients, ZeRO-3 no whole
+ * parameters either: the partition's hooks point every layer at scratch (partition.h). */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
     const ct_param_store *p = t->m.params;
-    if (p->partitioned) return (ct_exec_bufs){.buffers = p->buffers};
-    return (ct_exec_bufs){.params = p->params, .grads = p->grads, .buffers = p->buffers};
+    return (ct_exec_bufs){.params = p->part_params ? NULL : p->params, .grads = p->part_grads ? NULL : p->grads,
+                          .buffers = p->buffers};
 }
 
 /* Every rank's compute copy complete again after its part changed (an update, a load): the
@@ -39,7 +39,7 @@ static ct_exec_bufs exec_bufs(const ct_trainer *t) {
  * by layer). Collective; nothing to do when this rank holds everything. */
 static int share_params(ct_trainer *t, ct_err *err) {
     const ct_param_store *p = t->m.params;
-    if (t->m.zero3) return ct_zero3_refresh(t->m.zero3, err);
+    if (p->part_params) return ct_partition_refresh(t->m.part, err);
     if (holds_all(p)) return CT_OK;
     return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
 }
@@ -149,7 +149,7 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     } else {
         *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
     }
-    if (!*applied || (!ct_param_store_has_copy(p) && !t->m.zero3)) return CT_OK;
+    if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
     return share_params(t, err);
 }
 
@@ -191,12 +191,9 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    /* ZeRO stage 2: each rank needs only the sums of its part (half the traffic of an all-reduce);
-     * stage 3 reduce-scattered every layer's gradients as backward finished it (zero3.h) */
-    int stage = ct_run_plan_zero_stage(t->cfg);
-    int rc = stage == 3   ? CT_OK
-             : stage == 2 ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
-                          : all_reduce_grads(t, err);
+    /* ZeRO stages 2 and 3 reduce-scattered every layer's gradients to their owners as backward
+     * finished it (partition.h) */
+    int rc = p->part_grads ? CT_OK : all_reduce_grads(t, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = NAN;
     if (needs_grad_norm(t, step)) {
@@ -236,9 +233,9 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     return CT_OK;
 }
 
-/* ZeRO-3: a micro-batch this rank has no samples for (its slice of a short last step is shorter
+/* ZeRO-2/3: a micro-batch this rank has no samples for (its slice of a short last step is shorter
  * than rank 0's, or its records were all skipped as corrupt) still joins every layer's gathers and
- * gradient reduce-scatters, with nothing of its own to add (zero3.h): the executor walks the layers
+ * gradient reduce-scatters, with nothing of its own to add (partition.h): the executor walks the layers
  * calling the hooks only. */
 static int idle_micro(ct_trainer *t, ct_graph *g, const ct_exec_bufs *bufs, const ct_exec_hooks *hooks,
                       ct_err *err) {
@@ -270,12 +267,12 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     ct_exec_bufs bufs = exec_bufs(t);
     float scale = ct_amp_loss_scale(&m->amp);
     int64_t lo = 0, hi = n;   /* this rank's samples of the step */
-    int64_t walks = 0;        /* ZeRO-3: the layer walks every rank makes, rank 0's micro-batches */
+    int64_t walks = 0;        /* ZeRO-2/3: the layer walks every rank makes, rank 0's micro-batches */
     if (t->comm->world > 1) {
         int64_t per = cfg->train_batch_size / t->comm->world, lo0, hi0;
         ct_loader_rank_slice(n, per, t->comm->rank, &lo, &hi);
         ct_loader_rank_slice(n, per, 0, &lo0, &hi0);   /* rank 0's slice is the longest */
-        if (m->zero3) walks = (hi0 - lo0 + mb - 1) / mb;
+        if (m->part) walks = (hi0 - lo0 + mb - 1) / mb;
     }
     for (int64_t start = lo; start < hi; start += mb) {
         ct_loader_batch b;
@@ -283,7 +280,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
         if (rc) return rc;
         ls->step_wait_s += ct_loader_last_wait(t->d.train_l);
         int64_t k = b.n;
-        if (k == 0 && m->zero3 && (rc = idle_micro(t, g, &bufs, &m->hooks, err))) return rc;
+        if (k == 0 && m->part && (rc = idle_micro(t, g, &bufs, &m->hooks, err))) return rc;
         walks--;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;

@@ -182,7 +182,7 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     if (stage > 0)
         snprintf(zero, sizeof zero, " · ZeRO stage %d (fp32 master and optimizer state%s: 1/%d per rank)", stage,
                  stage == 3   ? ", parameters and gradients partitioned, gathered layer by layer"
-                 : stage == 2 ? " partitioned, gradients reduce-scattered"
+                 : stage == 2 ? " and gradients partitioned, gradients reduce-scattered layer by layer"
                               : " partitioned",
                  cfg->world_size);
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
@@ -228,12 +228,13 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
     int stage = ct_run_plan_zero_stage(t->cfg);
     if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, stage == 3, &m->params,
-                                          err);
-    /* stage 3: the parameters too are this rank's part; the layers read them gathered */
-    if (!rc && stage == 3)
-        rc = ct_zero3_create(m->params, t->comm, t->cfg->zero.param_persistence_threshold, &m->zero3, err);
-    if (!rc && m->zero3) m->hooks = ct_zero3_hooks(m->zero3);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, ct_run_plan_store_parts(stage),
+                                          &m->params, err);
+    /* stage 2: the gradients are this rank's part, reduced layer by layer; stage 3: the
+     * parameters too, gathered layer by layer */
+    if (!rc && stage >= 2)
+        rc = ct_partition_create(m->params, t->comm, t->cfg->zero.param_persistence_threshold, &m->part, err);
+    if (!rc && m->part) m->hooks = ct_partition_hooks(m->part);
     if (rc) return rc;
     ct_optim_tensor *tensors = optim_tensors(L, &n);
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
@@ -504,7 +505,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_lm_close(t->m.sampler);
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
-    ct_zero3_free(t->m.zero3);
+    ct_partition_free(t->m.part);
     ct_param_store_free(t->m.params);
     ct_graph_free(t->m.g);
     ct_comm_destroy(t->comm);
