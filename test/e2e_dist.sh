@@ -198,6 +198,43 @@ sys.exit(0 if ok else 1)" "$T/sgd1.out" "$T/sgd_z1_np3.out" >"$T/bytes" 2>&1 &&
     ok "stage 1, 3 ranks: rank 0 holds 43 of 128 elements of master and momentum (measured)" ||
     bad "stage 1, 3 ranks: per-rank bytes $(cat "$T/bytes")"
 
+# per-rank bytes against ZeRO's formulas (the ZeRO paper, section 5; DeepSpeed's docs): with Ψ
+# parameters, N ranks and mixed precision with Adam, a rank holds K = 12 bytes per parameter of
+# fp32 master and optimizer state /N from stage 1 on, gradients /N from stage 2 on, 16-bit
+# parameters /N at stage 3 (stage 1: 2Ψ + 2Ψ + 12Ψ/N; 2: 2Ψ + 14Ψ/N; 3: 16Ψ/N). ctrain's
+# gradients are fp32 (4 bytes where the formulas count 2), so its gradients are held against 4Ψ
+# and 4Ψ/N. Measured on rank 0 (the summary's peaks: its part is the largest) of 4 ranks, fp16 AdamW,
+# an MLP of 76,810 parameters (every view partitioned: persistence threshold 0), within 5%; the
+# partition's scratch (one layer's gathered parameters and gradients) is workspace, as DeepSpeed's
+# buckets are outside its formulas. The start block's plan must be what was measured.
+random_csv "$T/wide.csv" 64 32 10 11
+cat >"$T/wide.json" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "fp16": {"enabled": true},
+ "model": {"input": [32], "layers": [{"type": "linear", "out": 256}, {"type": "relu"}, {"type": "linear", "out": 256},
+           {"type": "relu"}, {"type": "linear", "out": 10}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "csv", "path": "wide.csv"}, "workers": 1},
+ "zero_optimization": {"stage3_param_persistence_threshold": 0},
+ "train": {"max_steps": 2, "seed": 1, "device": "cpu", "threads": 1, "save_interval": 0}}
+EOF
+for st in 0 1 2 3; do
+    $MPIRUN -np 4 "$B" --config "$T/wide.json" --set zero_optimization.stage=$st --set train.run_dir=\""$T/wide$st"\" \
+        >"$T/wide$st.out" 2>"$T/wide$st.err" || { bad "bytes run, stage $st (exit $?)"; tail -3 "$T/wide$st.err"; }
+    "$PY" - "$T/wide$st.out" $st <<'EOF' >"$T/bytes" 2>&1 && ok "stage $st, 4 ranks: per-rank bytes as ZeRO's formulas ($(cat "$T/bytes"))" || bad "stage $st, 4 ranks: per-rank bytes: $(cat "$T/bytes")"
+import json, sys
+summary = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+b, plan = summary["peak_bytes_by_category"], summary["planned_bytes_by_category"]
+stage, P, N = int(sys.argv[2]), 76810, 4
+planned = all(b[k] == plan[k] for k in ("params", "master", "grads", "optim"))
+if not planned: print("measured", b, "planned", plan)
+want = {"master+optim": 12 * P / (N if stage >= 1 else 1), "grads": 4 * P / (N if stage >= 2 else 1),
+        "params": 2 * P / (N if stage >= 3 else 1)}
+got = {"master+optim": b["master"] + b["optim"], "grads": b["grads"], "params": b["params"]}
+print(", ".join(f"{k} {got[k]} B = {got[k] / want[k]:.3f} x {want[k]:.0f}" for k in want))
+sys.exit(0 if planned and all(abs(got[k] / want[k] - 1) <= 0.05 for k in want) else 1)
+EOF
+done
+
 # a checkpoint saved by 4 ranks at stage 1 (after 10 steps) resumes on 2 ranks and on 1 process:
 # the same weights after 20 steps as the run that was not interrupted
 $MPIRUN -np 4 "$B" --config "$T/sgd.json" --set zero_optimization.stage=1 --set train.max_steps=10 \

@@ -96,7 +96,7 @@ static void part_layout_free(part_layout *z) {
 static void part_bytes(const part_layout *z, ct_dtype compute, int stage, size_t bytes[CT_MEM_CAT_COUNT],
                        size_t *grads_at) {
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) bytes[c] = 0;
-    if (stage == 3) bytes[CT_MEM_PARAMS] = ct_nbytes(z->persist_elems + 1, compute);
+    if (stage == 3 && z->persist_elems) bytes[CT_MEM_PARAMS] = ct_nbytes(z->persist_elems, compute);
     /* the workspace: gathered parameters (64-byte aligned), then the fp32 gradients and share */
     *grads_at = stage == 3 ? (ct_nbytes(z->scratch_elems, compute) + 63) / 64 * 64 : 0;
     bytes[CT_MEM_WORKSPACE] = *grads_at + (size_t)(z->scratch_elems + z->share_elems + 1) * sizeof(float);
