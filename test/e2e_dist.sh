@@ -138,6 +138,22 @@ ranks adam_z3_np3 adam 3 3
 ranks adam_z3_np4 adam 4 3
 ranks sgd_z3_np3_persist sgd 3 3 --set zero_optimization.stage3_param_persistence_threshold=8
 ranks adam_z3_np4_persist adam 4 3 --set zero_optimization.stage3_param_persistence_threshold=8
+# offload on the CPU backend: the optimizer state and parameters are in host memory already, so
+# offload_optimizer (stages 1-3) and offload_param (stage 3) move nothing and train bit for bit as
+# without; each run says so
+# offload NAME BASE CONFIG N STAGE ARGS...: ranks NAME ..., whose weights must be BASE's exactly
+offload() {
+    r=$1 base=$2
+    shift 2
+    ranks "$r" "$@"
+    d=$(close "$base" "$r" 0) && ok "$r: offload trains as $base, bit for bit" || bad "$r: differs from $base: $d"
+    has "$T/$r.err" "offload_[a-z]*.device cpu: .*on the CPU backend that is host memory already: nothing moves" \
+        "$r: says that nothing moves"
+}
+offload sgd_z1_np3_off sgd_z1_np3 sgd 3 1 --set zero_optimization.offload_optimizer.device=\"cpu\"
+offload adam_z2_np2_off adam_z2_np2 adam 2 2 --set zero_optimization.offload_optimizer.device=\"cpu\"
+offload adam_z3_np4_off adam_z3_np4 adam 4 3 --set zero_optimization.offload_optimizer.device=\"cpu\" \
+    --set zero_optimization.offload_param.device=\"cpu\"
 # fp32 without clipping computes the global norm only for the step lines that show it (every 3rd
 # step here): under ZeRO its sum of squares is all-reduced, so every rank must make that choice alike
 ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
@@ -180,7 +196,8 @@ fi
 has "$T/sgd_np3.err" "world 3" "the batch line names the world size"
 has "$T/sgd_np3.err" "· 3 ranks" "the first line names the ranks"
 has "$T/sgd_z2_np4.err" "ZeRO stage 2" "the first line names the ZeRO stage"
-has "$T/sgd_z3_np4.err" "ZeRO stage 3 (.*parameters and gradients partitioned" "the first line names ZeRO stage 3"
+has "$T/sgd_z3_np4.err" "ZeRO stage 3 (fp32 master, optimizer state, gradients and parameters partitioned: 1/4 per rank" \
+    "the first line names ZeRO stage 3 and what it splits"
 has "$T/sgd_z1_np3.err" "memory plan: params 512 B, master 176 B, grads 512 B, optimizer 192 B.* per rank" \
     "the start block plans rank 0's part"
 

@@ -67,12 +67,14 @@ static void collect(const ct_config *cfg, list *l) {
     if (z->offload_optimizer.device != CT_OFFLOAD_NONE)
         add(l, "zero_optimization", "zero_optimization.offload_optimizer.device",
             "zero_optimization.offload_optimizer.device %s: %s optimizer offload (the optimizer state stays "
-            "with the parameters on the training device, and the optimizer step runs there)",
+            "with the parameters on the training device, and the optimizer step runs there); on the CPU "
+            "backend that is host memory already: nothing moves, and training is the same with or without it",
             dev[z->offload_optimizer.device], ny);
     if (z->offload_param.device != CT_OFFLOAD_NONE)
         add(l, "zero_optimization", "zero_optimization.offload_param.device",
             "zero_optimization.offload_param.device %s: %s parameter offload (every parameter stays on the "
-            "training device)", dev[z->offload_param.device], ny);
+            "training device); on the CPU backend that is host memory already: nothing moves, and training is "
+            "the same with or without it", dev[z->offload_param.device], ny);
 
     const ct_pending_cfg *p = &cfg->pending;
     /* Activation checkpointing (layers' "checkpoint", number_checkpoints) and its offload

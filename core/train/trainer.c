@@ -180,11 +180,11 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     char zero[160] = "";
     int stage = ct_run_plan_zero_stage(cfg);
     if (stage > 0)
-        snprintf(zero, sizeof zero, " · ZeRO stage %d (fp32 master and optimizer state%s: 1/%d per rank)", stage,
-                 stage == 3   ? ", parameters and gradients partitioned, gathered layer by layer"
-                 : stage == 2 ? " and gradients partitioned, gradients reduce-scattered layer by layer"
-                              : " partitioned",
-                 cfg->world_size);
+        snprintf(zero, sizeof zero, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
+                 stage == 3   ? "fp32 master, optimizer state, gradients and parameters"
+                 : stage == 2 ? "fp32 master, optimizer state and gradients"
+                              : "fp32 master and optimizer state",
+                 cfg->world_size, stage == 3 ? "; parameters gathered layer by layer" : "");
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
                    precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
     ct_graph_describe(t->m.g, desc, sizeof desc);
