@@ -296,6 +296,37 @@ else
 fi
 wait "$mp" 2>/dev/null
 
+# a rank that stops answering (SIGSTOP: alive, but in no collective) ends the job within the
+# collective timeout: the others' watchdog exits naming CTRAIN_COMM_TIMEOUT (3 s here), mpirun ends
+# the rest; the stopped rank, continued, finds its peers gone and ends too
+CTRAIN_COMM_TIMEOUT=3 $MPIRUN -np 2 "$B" --config "$T/sgd.json" --set train.max_steps=100000000 \
+    --set train.save_interval=0 --set train.run_dir=\""$T/hang"\" >"$T/hang.out" 2>"$T/hang.err" &
+mp=$!
+i=0
+while [ $i -lt 200 ] && ! grep -q '^step ' "$T/hang.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+victim=$(awk -v p="$mp" '$4 == p && $2 == "(ctrain)" {print $1}' /proc/[0-9]*/stat 2>/dev/null | tail -n 1)
+if [ -n "$victim" ]; then
+    kill -STOP "$victim"
+    t0=$(date +%s)
+    i=0
+    while [ $i -lt 300 ] && kill -0 "$mp" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$mp" 2>/dev/null; then
+        bad "one rank stopped: mpirun still running after 30 s"; kill "$mp"
+    else
+        ok "one rank stopped: the job ended within $(( $(date +%s) - t0 + 1 )) s (timeout 3 s)"
+    fi
+    has "$T/hang.err" "rank [01] of 2: MPI .* has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=3)" \
+        "the message names the waiting rank, the collective and CTRAIN_COMM_TIMEOUT"
+    kill -CONT "$victim" 2>/dev/null
+    i=0
+    while [ $i -lt 100 ] && kill -0 "$victim" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$victim" 2>/dev/null; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
+    else ok "the stopped rank, continued, ended too"; fi
+else
+    bad "no rank process of mpirun $mp found"; kill "$mp"
+fi
+wait "$mp" 2>/dev/null
+
 # --- the environment launch without mpirun
 env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
     what=$1 pat=$2
@@ -306,6 +337,7 @@ env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
     has "$T/err" "$pat" "$what: the message names $pat"
 }
 env_case "WORLD_SIZE=abc" 'WORLD_SIZE="abc"' WORLD_SIZE=abc
+env_case "CTRAIN_COMM_TIMEOUT=soon" 'CTRAIN_COMM_TIMEOUT="soon"' CTRAIN_COMM_TIMEOUT=soon
 env_case "RANK >= WORLD_SIZE" 'RANK="2"' WORLD_SIZE=2 RANK=2
 env_case "WORLD_SIZE=2 without RANK" 'mpirun -np 2' WORLD_SIZE=2
 env_case "MASTER_PORT=99999" 'MASTER_PORT="99999"' WORLD_SIZE=2 RANK=0 MASTER_PORT=99999

@@ -5,8 +5,9 @@
  * a partition of 119 elements (parts 40, 40, 39), so nothing divides evenly. Checked: all-reduce
  * (sum and max, fp32 and int32), reduce-scatter and all-gather of equal parts (in place and not;
  * bf16 moves bit for bit), broadcast from rank 1 and a root that does not exist, the shard
- * collectives over the ZeRO partition and ZeRO-3's range gather and reduce-scatter, the host all-reduce, barrier, and the refusal of an fp16
- * reduction. Not a Check suite: Check's forked tests and MPI do not mix. */
+ * collectives over the ZeRO partition, ZeRO-2/3's range gather and reduce-scatter, the host
+ * all-reduce, barrier, and the refusal of an fp16 reduction. Not a Check suite: Check's forked
+ * tests and MPI do not mix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -87,6 +87,6 @@ struct ct_launch;
 int ct_comm_open(ct_backend *be, const struct ct_launch *launch, ct_comm **out, ct_err *err);
 
 /* The version of the table above that libctrain_mpi.so must have been built with. */
-#define CT_COMM_ABI 3
+#define CT_COMM_ABI 4
 
 #endif
