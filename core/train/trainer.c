@@ -228,8 +228,8 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
     int stage = ct_run_plan_zero_stage(t->cfg);
     if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, ct_run_plan_store_parts(stage),
-                                          &m->params, err);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi,
+                                          ct_run_plan_store_parts(stage), &m->params, err);
     /* stage 2: the gradients are this rank's part, reduced layer by layer; stage 3: the
      * parameters too, gathered layer by layer */
     if (!rc && stage >= 2)
