@@ -20,7 +20,7 @@ static double time_init(const ct_graph *g, int threads) {
     const ct_param_layout *L = ct_graph_layout(g);
     ct_param_store *s = NULL;
     ct_err err = {0};
-    if (!be || ct_param_store_create(L, be, CT_F32, 0, L->n_params, &s, &err)) {
+    if (!be || ct_param_store_create(L, be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &s, &err)) {
         fprintf(stderr, "bench_init: %s\n", err.msg[0] ? err.msg : "no backend");
         return -1;
     }

@@ -12,6 +12,11 @@ mkdir -p "$OUT/lib" "$OUT/test" "$OUT/bench"
 cp "$BUILD/ctrain" "$OUT/"
 # The CUDA backend, which ctrain dlopens from lib/ beside itself.
 if [ -f "$BUILD/libctrain_cuda.so" ]; then cp "$BUILD/libctrain_cuda.so" "$OUT/lib/"; fi
+# The MPI communicator, which ctrain dlopens from lib/ under mpirun; not OpenMPI itself: mpirun, its
+# daemons and components come from the machine (libmpi.so.40, Debian's openmpi-bin), and a bundled
+# libmpi would shadow the machine's (the rpath) and mismatch its mpirun, so the library list below
+# leaves libctrain_mpi.so's needs out.
+if [ -f "$BUILD/libctrain_mpi.so" ]; then cp "$BUILD/libctrain_mpi.so" "$OUT/lib/"; fi
 for t in "$BUILD"/test/test_*; do [ -x "$t" ] && cp "$t" "$OUT/test/"; done
 cp "$BUILD"/test/libfake_*.so "$OUT/test/" 2>/dev/null || true   # test_backend's stand-in libraries
 cp test/*.sh "$OUT/test/"

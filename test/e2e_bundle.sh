@@ -5,7 +5,10 @@
 # libstdc++/libgcc_s from this host (those ldd names) is built around it, and inside that root
 # (chroot, with /proc as every image has) `ctrain --version` runs and a tiny CSV model trains for a few steps on the CPU,
 # with OpenBLAS and its libgfortran found in the bundle's lib/ through the binary's RPATH.
-# Also: the bundle carries no libstdc++/libgcc_s (they would shadow an image's newer copies), and
+# Also: the bundle carries libctrain_mpi.so but not OpenMPI's libraries (the machine's mpirun brings
+# them; a bundled libmpi would shadow them), and `mpirun -np 2` of the bundle's ctrain trains with
+# it (on this host, outside the root, when mpirun is installed);
+# the bundle carries no libstdc++/libgcc_s (they would shadow an image's newer copies), and
 # ctrain's search path is a DT_RPATH (which also serves its libraries' own dependencies), not a
 # DT_RUNPATH. Usage: e2e_bundle.sh BUILD_DIR. Exit 77 (skipped) when not root or without chroot.
 set -u
@@ -21,6 +24,12 @@ ok "bundle made: $(tail -n 1 "$T/log" | cut -c1-120)"
 # The bundle leaves the compiler's runtime to the image.
 left=$(ls "$R/bundle/lib" | grep -E '^(libstdc\+\+|libgcc_s|libgomp)\.so' || true)
 [ -z "$left" ] && ok "bundle holds no libstdc++/libgcc_s/libgomp" || bad "bundle holds $left"
+# The MPI communicator without OpenMPI: the machine's mpirun brings that.
+if [ -f "$BUILD/libctrain_mpi.so" ]; then
+    [ -f "$R/bundle/lib/libctrain_mpi.so" ] && ok "bundle holds lib/libctrain_mpi.so" || bad "bundle lacks lib/libctrain_mpi.so"
+    mpi=$(ls "$R/bundle/lib" | grep -E '^lib(mpi|open-pal|open-rte|pmix|hwloc|event)' || true)
+    [ -z "$mpi" ] && ok "bundle holds none of OpenMPI's libraries" || bad "bundle holds $mpi"
+fi
 # DT_RPATH, not DT_RUNPATH: a RUNPATH would not serve OpenBLAS's own need for libgfortran.
 readelf -d "$R/bundle/ctrain" >"$T/dyn"
 has "$T/dyn" '(RPATH).*\$ORIGIN/lib' "ctrain carries DT_RPATH \$ORIGIN/lib"
@@ -82,4 +91,16 @@ rc=$?
 [ $rc -eq 0 ] && ok "a CSV model trains in the chroot" || { bad "training in the chroot (exit $rc)"; sed 's/^/     /' "$T/err" | head -5; }
 has "$R/work/s.json" '"status": *"ok"' "the run's summary says ok"
 has "$R/work/s.json" '"steps": *8' "the run made 8 steps"
+
+# The bundle's ctrain under this host's mpirun: 2 ranks at ZeRO stage 2 load the bundle's
+# libctrain_mpi.so (lib/ beside the executable).
+if [ -f "$R/bundle/lib/libctrain_mpi.so" ] && command -v mpirun >/dev/null 2>&1; then
+    sed 's|"/work/run"|"'"$T"'/mpi-run"|; s|"train.csv"|"'"$R"'/work/train.csv"|' "$R/work/run.json" >"$T/mpi.json"
+    OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun --allow-run-as-root --oversubscribe -np 2 \
+        "$R/bundle/ctrain" --config "$T/mpi.json" --set zero_optimization.stage=2 >"$T/out" 2>"$T/err"
+    rc=$?
+    [ $rc -eq 0 ] && ok "mpirun -np 2 of the bundle's ctrain trains (ZeRO stage 2)" ||
+        { bad "mpirun -np 2 of the bundle's ctrain (exit $rc)"; sed 's/^/     /' "$T/err" | tail -5; }
+    has "$T/err" "2 ranks · ZeRO stage 2" "the bundle's ctrain ran as 2 ranks"
+fi
 exit $fails

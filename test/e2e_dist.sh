@@ -24,7 +24,8 @@
 #  - a rank killed with SIGKILL ends the run of every rank within 30 s;
 #  - the environment launch: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT are config errors
 #    (exit 2) naming the variable; WORLD_SIZE=2 (with or without RANK) or --world-size 2 without
-#    mpirun is refused naming mpirun (no TCP rendezvous); stage 3 with 2 ranks is refused.
+#    mpirun is refused naming mpirun (no TCP rendezvous); stage 3 with train.sample_every (the
+#    sampler reads whole parameters) is refused.
 # Usage: e2e_dist.sh BUILD_DIR. Exit 77 (skipped) when mpirun is not installed.
 set -u
 BUILD=${1:-build}
@@ -50,7 +51,7 @@ cfg() {
  "model": {"input": [13], "layers": [{"type": "linear", "name": "fc1", "out": 6}, {"type": "tanh", "name": "t"},
            {"type": "linear", "name": "fc2", "out": 5}], "loss": {"type": "cross_entropy"}},
  "data": {"train": {"format": "csv", "path": "train.csv"}, "workers": 1, "drop_last": false},
- "zero_optimization": {"reduce_bucket_size": $4},
+ "zero_optimization": {"reduce_bucket_size": $4, "stage3_param_persistence_threshold": 0},
  "train": {"max_steps": 20, "seed": 3, "device": "cpu", "threads": 1, "save_interval": 20}}
 EOF
 }
@@ -106,7 +107,7 @@ ranks() {
         bad "$r: mpirun -np $n, stage $st (exit $?)"; tail -5 "$T/$r.err"; return
     fi
     d=$(close "${c}1" "$r" $tol) && ok "$r: the single process's weights ($d, at most $tol)" || bad "$r: weights differ: $d"
-    [ $# -gt 0 ] && return   # a resumed run: the weights are what counts
+    case "$*" in *--resume*) return ;; esac   # a resumed run: the weights are what counts
     s=$(same_summary "${c}1" "$r") && ok "$r: same train_loss, loss scale, skipped steps" || bad "$r: summary differs: $s"
     [ "$(grep -c '^ctrain ' "$T/$r.err")" -eq 1 ] && ok "$r: one start block (rank 0's)" ||
         bad "$r: $(grep -c '^ctrain ' "$T/$r.err") start blocks"
@@ -125,14 +126,78 @@ ranks adam_z1_np4 adam 4 1
 ranks adam_z2_np2 adam 2 2
 ranks sgd_z2_np3 sgd 3 2
 ranks sgd_z2_np4 sgd 4 2
+# stage 3 (parameters gathered layer by layer, gradients reduce-scattered per layer and micro-batch):
+# every view gathered (threshold 0) on 2-4 ranks, both configs; with the biases (6 and 5 elements)
+# kept whole on every rank (threshold 8); one process (stage 3 trains as stage 0)
+ranks sgd_z3_np1 sgd 1 3
+ranks sgd_z3_np2 sgd 2 3
+ranks sgd_z3_np3 sgd 3 3
+ranks sgd_z3_np4 sgd 4 3
+ranks adam_z3_np2 adam 2 3
+ranks adam_z3_np3 adam 3 3
+ranks adam_z3_np4 adam 4 3
+ranks sgd_z3_np3_persist sgd 3 3 --set zero_optimization.stage3_param_persistence_threshold=8
+ranks adam_z3_np4_persist adam 4 3 --set zero_optimization.stage3_param_persistence_threshold=8
+# offload on the CPU backend: the optimizer state and parameters are in host memory already, so
+# offload_optimizer (stages 1-3) and offload_param (stage 3) move nothing and train bit for bit as
+# without; each run says so
+# offload NAME BASE CONFIG N STAGE ARGS...: ranks NAME ..., whose weights must be BASE's exactly
+offload() {
+    r=$1 base=$2
+    shift 2
+    ranks "$r" "$@"
+    d=$(close "$base" "$r" 0) && ok "$r: offload trains as $base, bit for bit" || bad "$r: differs from $base: $d"
+    has "$T/$r.err" "offload_[a-z]*.device cpu: .*on the CPU backend that is host memory already: nothing moves" \
+        "$r: says that nothing moves"
+}
+offload sgd_z1_np3_off sgd_z1_np3 sgd 3 1 --set zero_optimization.offload_optimizer.device=\"cpu\"
+offload adam_z2_np2_off adam_z2_np2 adam 2 2 --set zero_optimization.offload_optimizer.device=\"cpu\"
+offload adam_z3_np4_off adam_z3_np4 adam 4 3 --set zero_optimization.offload_optimizer.device=\"cpu\" \
+    --set zero_optimization.offload_param.device=\"cpu\"
 # fp32 without clipping computes the global norm only for the step lines that show it (every 3rd
 # step here): under ZeRO its sum of squares is all-reduced, so every rank must make that choice alike
 ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
 eq "ZeRO 2, norm on every 3rd step: a number as grad-norm on each of 6 step lines" \
     "$(grep -c '^step .*grad-norm [0-9]' "$T/sgd_z2_np2_p3.err")" 6
+# stage 3 on a small language model: a head tied to the token embedding (one view, gathered by both
+# layers, its gradient reduced from both), activation checkpointing (each segment's layers gathered
+# again for the recompute), an eval set (forward with the gathers), gradient clipping (the norm over
+# the ranks' parts), layer norms and biases below the persistence threshold kept whole: 3 ranks,
+# the single process's weights, losses and eval numbers
+if [ -f /usr/share/common-licenses/GPL-3 ]; then
+    sh datasets/text_tokens.sh --ctrain "$B" "$T" /usr/share/common-licenses/* >"$T/log" 2>&1 || cat "$T/log"
+    cat >"$T/lm.json" <<EOF
+{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 5,
+ "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}, "gradient_clipping": 1.0,
+ "activation_checkpointing": {"number_checkpoints": 2},
+ "model": {"input": [16], "layers": [{"type": "embedding", "name": "wte", "vocab": 256, "dim": 16},
+   {"type": "position_embedding", "name": "wpe", "max_len": 16},
+   {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 2}]},
+   {"type": "layernorm", "name": "ln_f"}, {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}],
+   "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "tokens", "path": "train.bin", "seq_len": 16},
+          "eval": {"format": "tokens", "path": "eval.bin", "seq_len": 16, "limit": 40}, "workers": 1},
+ "zero_optimization": {"stage3_param_persistence_threshold": 100},
+ "train": {"max_steps": 20, "eval_interval": 10, "seed": 5, "device": "cpu", "threads": 1, "save_interval": 20}}
+EOF
+    "$B" --config "$T/lm.json" --set train.run_dir=\""$T/lm1"\" >"$T/lm1.out" 2>"$T/lm1.err" ||
+        { bad "lm: the single process (exit $?)"; tail -3 "$T/lm1.err"; }
+    ranks lm_z3_np3 lm 3 3
+    "$PY" -c "
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+print(a['eval_loss'], b['eval_loss'])
+sys.exit(0 if abs(a['eval_loss'] - b['eval_loss']) <= 1e-5 * a['eval_loss'] and a['eval_accuracy'] == b['eval_accuracy'] else 1)" \
+        "$T/lm1.out" "$T/lm_z3_np3.out" >"$T/cmp" 2>&1 && ok "lm, stage 3: the single process's eval loss and accuracy" ||
+        bad "lm, stage 3: eval differs: $(cat "$T/cmp")"
+else
+    echo "skip: stage 3 on a language model (no /usr/share/common-licenses)"
+fi
 has "$T/sgd_np3.err" "world 3" "the batch line names the world size"
 has "$T/sgd_np3.err" "· 3 ranks" "the first line names the ranks"
 has "$T/sgd_z2_np4.err" "ZeRO stage 2" "the first line names the ZeRO stage"
+has "$T/sgd_z3_np4.err" "ZeRO stage 3 (fp32 master, optimizer state, gradients and parameters partitioned: 1/4 per rank" \
+    "the first line names ZeRO stage 3 and what it splits"
 has "$T/sgd_z1_np3.err" "memory plan: params 512 B, master 176 B, grads 512 B, optimizer 192 B.* per rank" \
     "the start block plans rank 0's part"
 
@@ -150,6 +215,43 @@ sys.exit(0 if ok else 1)" "$T/sgd1.out" "$T/sgd_z1_np3.out" >"$T/bytes" 2>&1 &&
     ok "stage 1, 3 ranks: rank 0 holds 43 of 128 elements of master and momentum (measured)" ||
     bad "stage 1, 3 ranks: per-rank bytes $(cat "$T/bytes")"
 
+# per-rank bytes against ZeRO's formulas (the ZeRO paper, section 5; DeepSpeed's docs): with Ψ
+# parameters, N ranks and mixed precision with Adam, a rank holds K = 12 bytes per parameter of
+# fp32 master and optimizer state /N from stage 1 on, gradients /N from stage 2 on, 16-bit
+# parameters /N at stage 3 (stage 1: 2Ψ + 2Ψ + 12Ψ/N; 2: 2Ψ + 14Ψ/N; 3: 16Ψ/N). ctrain's
+# gradients are fp32 (4 bytes where the formulas count 2), so its gradients are held against 4Ψ
+# and 4Ψ/N. Measured on rank 0 (the summary's peaks: its part is the largest) of 4 ranks, fp16 AdamW,
+# an MLP of 76,810 parameters (every view partitioned: persistence threshold 0), within 5%; the
+# partition's scratch (one layer's gathered parameters and gradients) is workspace, as DeepSpeed's
+# buckets are outside its formulas. The start block's plan must be what was measured.
+random_csv "$T/wide.csv" 64 32 10 11
+cat >"$T/wide.json" <<EOF
+{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "steps_per_print": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "fp16": {"enabled": true},
+ "model": {"input": [32], "layers": [{"type": "linear", "out": 256}, {"type": "relu"}, {"type": "linear", "out": 256},
+           {"type": "relu"}, {"type": "linear", "out": 10}], "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "csv", "path": "wide.csv"}, "workers": 1},
+ "zero_optimization": {"stage3_param_persistence_threshold": 0},
+ "train": {"max_steps": 2, "seed": 1, "device": "cpu", "threads": 1, "save_interval": 0}}
+EOF
+for st in 0 1 2 3; do
+    $MPIRUN -np 4 "$B" --config "$T/wide.json" --set zero_optimization.stage=$st --set train.run_dir=\""$T/wide$st"\" \
+        >"$T/wide$st.out" 2>"$T/wide$st.err" || { bad "bytes run, stage $st (exit $?)"; tail -3 "$T/wide$st.err"; }
+    "$PY" - "$T/wide$st.out" $st <<'EOF' >"$T/bytes" 2>&1 && ok "stage $st, 4 ranks: per-rank bytes as ZeRO's formulas ($(cat "$T/bytes"))" || bad "stage $st, 4 ranks: per-rank bytes: $(cat "$T/bytes")"
+import json, sys
+summary = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+b, plan = summary["peak_bytes_by_category"], summary["planned_bytes_by_category"]
+stage, P, N = int(sys.argv[2]), 76810, 4
+planned = all(b[k] == plan[k] for k in ("params", "master", "grads", "optim"))
+if not planned: print("measured", b, "planned", plan)
+want = {"master+optim": 12 * P / (N if stage >= 1 else 1), "grads": 4 * P / (N if stage >= 2 else 1),
+        "params": 2 * P / (N if stage >= 3 else 1)}
+got = {"master+optim": b["master"] + b["optim"], "grads": b["grads"], "params": b["params"]}
+print(", ".join(f"{k} {got[k]} B = {got[k] / want[k]:.3f} x {want[k]:.0f}" for k in want))
+sys.exit(0 if planned and all(abs(got[k] / want[k] - 1) <= 0.05 for k in want) else 1)
+EOF
+done
+
 # a checkpoint saved by 4 ranks at stage 1 (after 10 steps) resumes on 2 ranks and on 1 process:
 # the same weights after 20 steps as the run that was not interrupted
 $MPIRUN -np 4 "$B" --config "$T/sgd.json" --set zero_optimization.stage=1 --set train.max_steps=10 \
@@ -160,6 +262,15 @@ ranks resume_np2 sgd 2 1 --resume "$T/half/checkpoints/global_step10"
     >"$T/resume_np1.out" 2>"$T/resume_np1.err" || { bad "resume on 1 process (exit $?)"; tail -3 "$T/resume_np1.err"; }
 d=$(close sgd1 resume_np1 1e-5) && ok "4 ranks' checkpoint resumed by 1 process: the same weights ($d)" ||
     bad "4 ranks' checkpoint resumed by 1 process: $d"
+# the same at stage 3: 4 ranks' checkpoint after 10 steps, resumed at stage 3 on 2 ranks and by 1 process
+$MPIRUN -np 4 "$B" --config "$T/sgd.json" --set zero_optimization.stage=3 --set train.max_steps=10 \
+    --set train.run_dir=\""$T/half3"\" >"$T/half3.out" 2>"$T/half3.err" && ok "4 ranks, stage 3: 10 steps saved" ||
+    { bad "4 ranks, stage 3: 10 steps (exit $?)"; tail -5 "$T/half3.err"; }
+ranks resume3_np2 sgd 2 3 --resume "$T/half3/checkpoints/global_step10"
+"$B" --config "$T/sgd.json" --resume "$T/half3/checkpoints/global_step10" --set train.run_dir=\""$T/resume3_np1"\" \
+    >"$T/resume3_np1.out" 2>"$T/resume3_np1.err" || { bad "resume stage 3 on 1 process (exit $?)"; tail -3 "$T/resume3_np1.err"; }
+d=$(close sgd1 resume3_np1 1e-5) && ok "4 ranks' stage-3 checkpoint resumed by 1 process: the same weights ($d)" ||
+    bad "4 ranks' stage-3 checkpoint resumed by 1 process: $d"
 
 # a rank killed in the middle of training ends the others (mpirun notices; a rank never waits
 # forever in a collective): within 30 s, ~2 s measured
@@ -185,6 +296,37 @@ else
 fi
 wait "$mp" 2>/dev/null
 
+# a rank that stops answering (SIGSTOP: alive, but in no collective) ends the job within the
+# collective timeout: the others' watchdog exits naming CTRAIN_COMM_TIMEOUT (3 s here), mpirun ends
+# the rest; the stopped rank, continued, finds its peers gone and ends too
+CTRAIN_COMM_TIMEOUT=3 $MPIRUN -np 2 "$B" --config "$T/sgd.json" --set train.max_steps=100000000 \
+    --set train.save_interval=0 --set train.run_dir=\""$T/hang"\" >"$T/hang.out" 2>"$T/hang.err" &
+mp=$!
+i=0
+while [ $i -lt 200 ] && ! grep -q '^step ' "$T/hang.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+victim=$(awk -v p="$mp" '$4 == p && $2 == "(ctrain)" {print $1}' /proc/[0-9]*/stat 2>/dev/null | tail -n 1)
+if [ -n "$victim" ]; then
+    kill -STOP "$victim"
+    t0=$(date +%s)
+    i=0
+    while [ $i -lt 300 ] && kill -0 "$mp" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$mp" 2>/dev/null; then
+        bad "one rank stopped: mpirun still running after 30 s"; kill "$mp"
+    else
+        ok "one rank stopped: the job ended within $(( $(date +%s) - t0 + 1 )) s (timeout 3 s)"
+    fi
+    has "$T/hang.err" "rank [01] of 2: MPI .* has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=3)" \
+        "the message names the waiting rank, the collective and CTRAIN_COMM_TIMEOUT"
+    kill -CONT "$victim" 2>/dev/null
+    i=0
+    while [ $i -lt 100 ] && kill -0 "$victim" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    if kill -0 "$victim" 2>/dev/null; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
+    else ok "the stopped rank, continued, ended too"; fi
+else
+    bad "no rank process of mpirun $mp found"; kill "$mp"
+fi
+wait "$mp" 2>/dev/null
+
 # --- the environment launch without mpirun
 env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
     what=$1 pat=$2
@@ -195,6 +337,7 @@ env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
     has "$T/err" "$pat" "$what: the message names $pat"
 }
 env_case "WORLD_SIZE=abc" 'WORLD_SIZE="abc"' WORLD_SIZE=abc
+env_case "CTRAIN_COMM_TIMEOUT=soon" 'CTRAIN_COMM_TIMEOUT="soon"' CTRAIN_COMM_TIMEOUT=soon
 env_case "RANK >= WORLD_SIZE" 'RANK="2"' WORLD_SIZE=2 RANK=2
 env_case "WORLD_SIZE=2 without RANK" 'mpirun -np 2' WORLD_SIZE=2
 env_case "MASTER_PORT=99999" 'MASTER_PORT="99999"' WORLD_SIZE=2 RANK=0 MASTER_PORT=99999
@@ -205,10 +348,11 @@ rc=$?
 has "$T/err" "mpirun -np 2" "--world-size 2 without mpirun: the message names mpirun"
 env WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$B" --config "$T/sgd.json" --set train.run_dir=\""$T/env1"\" >"$T/out" 2>"$T/err" &&
     ok "WORLD_SIZE=1 RANK=0 trains as one process" || bad "WORLD_SIZE=1 RANK=0 (exit $?)"
-$MPIRUN -np 2 "$B" --config "$T/sgd.json" --set zero_optimization.stage=3 --set train.run_dir=\""$T/z3"\" >"$T/out" 2>"$T/err"
+$MPIRUN -np 2 "$B" --config "$T/sgd.json" --set zero_optimization.stage=3 --set train.sample_every=5 \
+    --set train.run_dir=\""$T/z3"\" >"$T/out" 2>"$T/err"
 rc=$?
-[ $rc -eq 2 ] && ok "stage 3 with 2 ranks refused (exit 2)" || bad "stage 3 with 2 ranks: exit $rc, expected 2"
-has "$T/err" "zero_optimization.stage 3" "the refusal names zero_optimization.stage"
+[ $rc -eq 2 ] && ok "stage 3 with train.sample_every refused (exit 2)" || bad "stage 3 with train.sample_every: exit $rc, expected 2"
+has "$T/err" "train.sample_every with zero_optimization.stage 3" "the refusal names both keys"
 [ -e "$T/z3/config.json" ] && bad "a refused run wrote run_dir/config.json" || ok "a refused run wrote no config.json"
 
 echo "$fails failure(s)"

@@ -5,8 +5,9 @@
  * a partition of 119 elements (parts 40, 40, 39), so nothing divides evenly. Checked: all-reduce
  * (sum and max, fp32 and int32), reduce-scatter and all-gather of equal parts (in place and not;
  * bf16 moves bit for bit), broadcast from rank 1 and a root that does not exist, the shard
- * collectives over the ZeRO partition, the host all-reduce, barrier, and the refusal of an fp16
- * reduction. Not a Check suite: Check's forked tests and MPI do not mix. */
+ * collectives over the ZeRO partition, ZeRO-2/3's range gather and reduce-scatter, the host
+ * all-reduce, barrier, and the refusal of an fp16 reduction. Not a Check suite: Check's forked
+ * tests and MPI do not mix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,45 @@ static void check_shards(ct_comm *c) {
     for (int i = 0; i < N; i++) EXPECT(h[i] == i * 3 + 1, "all_gather_shards f16 [%d]: %u", i, h[i]);
 }
 
+/* ZeRO-3's range collectives over the same partition (parts [0,40) [40,80) [80,119)): ranges
+ * inside one part, across two and three parts, and an empty share. */
+static void check_ranges(ct_comm *c) {
+    enum { N = 119 };
+    static const int64_t ranges[][2] = {{3, 17}, {35, 45}, {0, 119}, {70, 119}, {100, 101}};
+    float part[N], src[N], dst[N + 1], want[N];   /* dst: one more, to see a write past the end */
+    ct_err err = {0};
+    int64_t plo, phi;
+    ct_comm_shard(N, c->world, c->rank, &plo, &phi);
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+        int64_t a = ranges[k][0], b = ranges[k][1], lo, hi;
+        /* gather: element i is i * 0.5 + 1 in whichever rank owns it */
+        for (int64_t i = plo; i < phi; i++) part[i - plo] = (float)i * 0.5f + 1.0f;
+        for (int64_t i = 0; i <= N; i++) dst[i] = -7.0f;
+        EXPECT(c->all_gather_range(c, dst, part, N, a, b, CT_F32, &err) == CT_OK, "all_gather_range: %s", err.msg);
+        for (int64_t i = a; i < b; i++)
+            EXPECT(dst[i - a] == (float)i * 0.5f + 1.0f, "all_gather_range [%lld, %lld) at %lld: %g", (long long)a,
+                   (long long)b, (long long)i, dst[i - a]);
+        EXPECT(dst[b - a] == -7.0f, "all_gather_range [%lld, %lld) wrote past its end", (long long)a, (long long)b);
+        /* reduce-scatter: each rank's random [a, b), the sums of this rank's share */
+        fill(src, b - a, c->rank, 20 + k);
+        sum_over(want, b - a, c->world, 20 + k);
+        ct_comm_shard_range(N, c->world, c->rank, a, b, &lo, &hi);
+        for (int64_t i = 0; i <= N; i++) dst[i] = -7.0f;
+        EXPECT(c->reduce_scatter_range(c, dst, src, N, a, b, CT_F32, &err) == CT_OK, "reduce_scatter_range: %s",
+               err.msg);
+        for (int64_t i = lo; i < hi; i++)
+            EXPECT(close_to(dst[i - lo], want[i - a]), "reduce_scatter_range [%lld, %lld) at %lld: %g, want %g",
+                   (long long)a, (long long)b, (long long)i, dst[i - lo], want[i - a]);
+        EXPECT(dst[hi - lo] == -7.0f, "reduce_scatter_range [%lld, %lld) wrote past this rank's share",
+               (long long)a, (long long)b);
+    }
+    /* 16-bit parameters move bit for bit */
+    uint16_t h[N], hp[N];
+    for (int64_t i = plo; i < phi; i++) hp[i - plo] = (uint16_t)(i * 5 + 2);
+    EXPECT(c->all_gather_range(c, h, hp, N, 30, 90, CT_BF16, &err) == CT_OK, "all_gather_range bf16: %s", err.msg);
+    for (int i = 30; i < 90; i++) EXPECT(h[i - 30] == i * 5 + 2, "all_gather_range bf16 [%d]: %u", i, h[i - 30]);
+}
+
 static void check_host(ct_comm *c) {
     double v[2] = {c->rank + 0.5, -c->rank};
     ct_err err = {0};
@@ -168,6 +208,7 @@ int main(int argc, char **argv) {
     check_equal_parts(c);
     check_broadcast(c);
     check_shards(c);
+    check_ranges(c);
     check_host(c);
     if (c->rank == 0) printf("%s: %d failure(s) on rank 0\n", argv[0], failures);
     c->failed = failures > 0;   /* a failing rank leaves at once; mpirun ends the rest */

@@ -172,8 +172,8 @@ START_TEST(init_defaults_and_override) {
     const ct_param_layout *L = ct_graph_layout(b.g);
     ct_param_store *st, *st2;
     ct_err err;
-    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, &st, &err), CT_OK);
-    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, &st2, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &st, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &st2, &err), CT_OK);
     ct_param_store_init(st, 7);
     const float *p = st->master;
     float *q = st2->master;
@@ -233,7 +233,7 @@ START_TEST(init_fans_on_non_square_layers) {
     ck_assert_int_eq(L->n_views, 6);
     ct_param_store *st;
     ct_err err;
-    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, &st, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, b.be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &st, &err), CT_OK);
     ct_param_store_init(st, 11);
     /* fan_in, fan_out of each weight ([out, in] or [out, c, kh, kw]); conv: 3·9 = 27 in, 48·9 out */
     const double fin[6] = {27, 48 * 36, 16, 256, 32, 512}, fout[6] = {48 * 9, 16, 256, 32, 512, 8};
@@ -278,7 +278,7 @@ static void runner_start_ckpt(runner *r, const char *text, int64_t n, uint64_t s
     const ct_graph_info *in = ct_graph_info_get(r->b.g);
     const ct_param_layout *L = ct_graph_layout(r->b.g);
     ct_err err;
-    ck_assert_int_eq(ct_param_store_create(L, r->b.be, CT_F32, 0, L->n_params, &r->store, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, r->b.be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &r->store, &err), CT_OK);
     ct_param_store_init(r->store, seed);
     r->params = r->store->master, r->grads = r->store->grads, r->buffers = r->store->buffers;
     int64_t ni = n * ct_shape_numel(&in->input_shape), nt = n * ct_shape_numel(&in->target_shape);

@@ -146,7 +146,7 @@ static void model_build_ckpt(model *m, const char *text, ct_backend *be, long n_
     ck_assert_msg(ct_graph_build(&m->cfg, 8, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(ct_graph_bind(m->g, be, NULL, &err), CT_OK);
     const ct_param_layout *L = ct_graph_layout(m->g);
-    ck_assert_int_eq(ct_param_store_create(L, be, CT_F32, 0, L->n_params, &m->store, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &m->store, &err), CT_OK);
     ct_param_store_init(m->store, 3);
     m->params = m->store->master, m->grads = m->store->grads;
     ct_rng r;

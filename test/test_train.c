@@ -1241,7 +1241,7 @@ static void gpt_forward_backward(ct_config *cfg, const cJSON *expect, ct_dtype d
     ck_assert_msg(ct_graph_bind(g, be, NULL, &err) == CT_OK, "%s", err.msg);
     const ct_param_layout *L = ct_graph_layout(g);
     const ct_graph_info *in = ct_graph_info_get(g);
-    ck_assert_int_eq(ct_param_store_create(L, be, dt, 0, L->n_params, &store, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, be, dt, 0, L->n_params, CT_STORE_WHOLE, &store, &err), CT_OK);
     float *w = gpt_weights(L);
     be->mem.copy_h2d(be, store->master, w, sizeof(float) * (size_t)L->n_params);
     ct_param_store_refresh(store);

@@ -50,6 +50,16 @@ struct ct_comm {
                                  ct_err *err);
     /* in place, buf[0, n) = every rank's own part of buf. */
     int (*all_gather_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err);
+    /* ZeRO-3's gather of one layer's parameters: every rank holds only its part of the n elements
+     * (`part`: element lo_r at part[0]); dst[0, b - a) = the elements [a, b), each rank sending
+     * what of its part falls in that range (some send nothing). */
+    int (*all_gather_range)(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                            ct_dtype dt, ct_err *err);
+    /* ZeRO-3's gradient reduction of one layer: every rank holds src[0, b - a) for the elements
+     * [a, b); dst[0, k) = the sum over ranks of the k of them in this rank's part (k = the size
+     * of [a, b) ∩ [lo_r, hi_r), maybe 0; element max(a, lo_r) at dst[0]). */
+    int (*reduce_scatter_range)(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                ct_dtype dt, ct_err *err);
     /* Small host values (norms, flags, loss sums): vals[n] = op over ranks, in double. */
     int (*all_reduce_host)(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err);
     int (*barrier)(ct_comm *c, ct_err *err);
@@ -60,6 +70,9 @@ struct ct_comm {
  * ceil(n / world) in rank order (a pure function of n and world, so a checkpoint's layout does not
  * depend on who saved it). */
 void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi);
+/* The part of [a, b) that rank `rank` owns in that partition: [*lo, *hi), empty (lo == hi) when
+ * none. */
+void ct_comm_shard_range(int64_t n, int world, int rank, int64_t a, int64_t b, int64_t *lo, int64_t *hi);
 
 /* One process, rank 0 of 1, over backend be. */
 ct_comm *ct_comm_single(ct_backend *be);
@@ -74,6 +87,6 @@ struct ct_launch;
 int ct_comm_open(ct_backend *be, const struct ct_launch *launch, ct_comm **out, ct_err *err);
 
 /* The version of the table above that libctrain_mpi.so must have been built with. */
-#define CT_COMM_ABI 2
+#define CT_COMM_ABI 4
 
 #endif

@@ -6,11 +6,20 @@
  *
  * Errors return instead of aborting (MPI_ERRORS_RETURN), so the message names the collective;
  * counts above INT_MAX are sent in pieces where the collective allows it (all-reduce, broadcast)
- * and refused where it does not (the scatter and gather of one rank's part). */
+ * and refused where it does not (the scatter and gather of one rank's part).
+ *
+ * A rank that stops answering (stopped, deadlocked, far behind) would leave the others in a
+ * collective forever: a watchdog thread ends this rank when one collective has waited longer than
+ * the timeout (CTRAIN_COMM_TIMEOUT, launch.h), and mpirun then ends the job. MPI cannot interrupt a
+ * blocking call, so the watchdog exits the process itself, without MPI_Finalize. */
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/dist/comm.h"
 
@@ -47,12 +56,81 @@ static int too_many(ct_comm *c, const char *what, int64_t n, ct_err *err) {
                    "int count holds", c->rank, what, (long long)n);
 }
 
+/* ---- the watchdog ---- */
+
+typedef struct watchdog {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int timeout_s;               /* 0: no watchdog */
+    int rank, world;
+    const char *what;            /* the collective in progress, NULL between collectives */
+    struct timespec since;       /* CLOCK_MONOTONIC: when it began */
+    bool stop;
+    bool running;                /* the thread was started */
+} watchdog;
+
+static double seconds_since(const struct timespec *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
+}
+
+/* Wakes twice a second; a collective past the timeout ends the process (mpirun ends the rest). */
+static void *watch(void *arg) {
+    watchdog *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&w->wake, &w->mu, &until);
+        if (w->stop || !w->what) continue;
+        double waited = seconds_since(&w->since);
+        if (waited < w->timeout_s) continue;
+        fprintf(stderr, "ctrain: error: rank %d of %d: MPI %s has waited %.0f s for the other ranks "
+                "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending the job.\n"
+                "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
+                "collectives (a large checkpoint save on rank 0)\n", w->rank, w->world, w->what, waited, w->timeout_s);
+        fflush(stderr);
+        _exit(CT_ERR_RUNTIME);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+typedef struct mpi_impl {
+    void *scratch;               /* reduce_scatter_shards: this rank's part before it is copied in */
+    size_t scratch_bytes;
+    watchdog dog;
+} mpi_impl;
+
+/* Around every blocking call: what is in progress (NULL once it returned). */
+static void watch_mark(ct_comm *c, const char *what) {
+    watchdog *w = &((mpi_impl *)c->impl)->dog;
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mu);
+    w->what = what;
+    if (what) clock_gettime(CLOCK_MONOTONIC, &w->since);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int watched_rc(ct_comm *c, int rc) {
+    watch_mark(c, NULL);
+    return rc;
+}
+
+/* The status of an MPI call made under the watchdog (the comma orders the mark before the call). */
+#define WATCHED(c, what, call) (watch_mark((c), (what)), watched_rc((c), (call)))
+
 static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
     MPI_Datatype t = mpi_type(dt, true);
     if (t == MPI_DATATYPE_NULL) return no_type(c, "all-reduce", dt, err);
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), MPI_COMM_WORLD);
+        int rc = WATCHED(c, "all-reduce",
+                         MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), MPI_COMM_WORLD));
         if (rc != MPI_SUCCESS) return failed(c, "all-reduce", rc, err);
     }
     return CT_OK;
@@ -65,7 +143,8 @@ static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_
     if (n_per_rank > INT_MAX) return too_many(c, "reduce-scatter", n_per_rank, err);
     /* MPI's in-place form takes the whole buffer and leaves the result in the rank's first part,
      * which is not this table's layout: a source that is dst goes through MPI's own copy. */
-    int rc = MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), MPI_COMM_WORLD);
+    int rc = WATCHED(c, "reduce-scatter",
+                     MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), MPI_COMM_WORLD));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
 }
 
@@ -75,8 +154,8 @@ static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank
     if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
     if (n_per_rank > INT_MAX) return too_many(c, "all-gather", n_per_rank, err);
     bool in_place = src == ct_elem(dst, (int64_t)c->rank * n_per_rank, dt);
-    int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst, (int)n_per_rank, t,
-                           MPI_COMM_WORLD);
+    int rc = WATCHED(c, "all-gather", MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst,
+                                                    (int)n_per_rank, t, MPI_COMM_WORLD));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
 
@@ -87,7 +166,7 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     if (t == MPI_DATATYPE_NULL) return no_type(c, "broadcast", dt, err);
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = MPI_Bcast(ct_elem(buf, at, dt), k, t, root, MPI_COMM_WORLD);
+        int rc = WATCHED(c, "broadcast", MPI_Bcast(ct_elem(buf, at, dt), k, t, root, MPI_COMM_WORLD));
         if (rc != MPI_SUCCESS) return failed(c, "broadcast", rc, err);
     }
     return CT_OK;
@@ -104,11 +183,6 @@ static bool shard_counts(ct_comm *c, int64_t n, int *counts, int *displs) {
     }
     return true;
 }
-
-typedef struct mpi_impl {
-    void *scratch;               /* reduce_scatter_shards: this rank's part before it is copied in */
-    size_t scratch_bytes;
-} mpi_impl;
 
 static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op,
                                  ct_err *err) {
@@ -128,7 +202,8 @@ static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, 
         m->scratch_bytes = mine;
     }
     /* MPI's in-place form leaves the result at the buffer's start, not at the rank's offset */
-    rc = MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), MPI_COMM_WORLD);
+    rc = WATCHED(c, "reduce-scatter",
+                 MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), MPI_COMM_WORLD));
     if (rc == MPI_SUCCESS && mine) memcpy(ct_elem(buf, displs[c->rank], dt), m->scratch, mine);
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
@@ -142,18 +217,65 @@ static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_e
         free(counts);
         return too_many(c, "all-gather", n, err);
     }
-    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD);
+    int rc = WATCHED(c, "all-gather",
+                     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
 
+/* Each rank's share of [a, b) as counts and offsets from a; false when one is past INT_MAX. */
+static bool range_counts(ct_comm *c, int64_t n, int64_t a, int64_t b, int *counts, int *displs) {
+    if (b - a > INT_MAX) return false;
+    for (int r = 0; r < c->world; r++) {
+        int64_t lo, hi;
+        ct_comm_shard_range(n, c->world, r, a, b, &lo, &hi);
+        counts[r] = (int)(hi - lo);
+        displs[r] = (int)(lo - a);
+    }
+    return true;
+}
+
+static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                            ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        free(counts);
+        return too_many(c, "all-gather", b - a, err);
+    }
+    int64_t plo, phi, lo, hi;
+    ct_comm_shard(n, c->world, c->rank, &plo, &phi);
+    ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
+    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts,
+                                                     displs, t, MPI_COMM_WORLD));
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
+}
+
+static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                ct_dtype dt, ct_err *err) {
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    int *counts = ct_xcalloc((size_t)c->world * 2, sizeof *counts), *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        free(counts);
+        return too_many(c, "reduce-scatter", b - a, err);
+    }
+    /* the parts are in rank order, so [a, b) is the ranks' shares back to back, as MPI wants */
+    int rc = WATCHED(c, "reduce-scatter", MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, MPI_COMM_WORLD));
+    free(counts);
+    return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
+}
+
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD);
+    int rc = WATCHED(c, "all-reduce of host values",
+                     MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
 }
 
 static int barrier(ct_comm *c, ct_err *err) {
-    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    int rc = WATCHED(c, "barrier", MPI_Barrier(MPI_COMM_WORLD));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "barrier", rc, err);
 }
 
@@ -161,8 +283,16 @@ static int barrier(ct_comm *c, ct_err *err) {
  * will never join, and MPI_Finalize would wait for them; mpirun ends the job when a rank exits
  * without it. */
 static void destroy(ct_comm *c) {
-    if (!c->failed) MPI_Finalize();
     mpi_impl *m = c->impl;
+    watchdog *w = &m->dog;
+    if (w->running) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    if (!c->failed) MPI_Finalize();
     free(m->scratch);
     free(m);
     free(c);
@@ -173,7 +303,9 @@ __attribute__((visibility("default"))) int ct_comm_mpi_abi(size_t *table_bytes) 
     return CT_COMM_ABI;
 }
 
-__attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, ct_comm **out, ct_err *err) {
+/* timeout_s: the watchdog's bound on one collective (0: no watchdog). */
+__attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, int timeout_s, ct_comm **out,
+                                                              ct_err *err) {
     int inited = 0, provided = 0, rank = 0, world = 0;
     MPI_Initialized(&inited);
     /* only the main thread calls MPI (the loader's threads never do) */
@@ -186,7 +318,16 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, ct
     *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = ct_xcalloc(1, sizeof(mpi_impl)),
                    .all_reduce = all_reduce, .reduce_scatter = reduce_scatter, .all_gather = all_gather,
                    .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
-                   .all_gather_shards = all_gather_shards, .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
+                   .all_gather_shards = all_gather_shards, .all_gather_range = all_gather_range,
+                   .reduce_scatter_range = reduce_scatter_range, .all_reduce_host = all_reduce_host,
+                   .barrier = barrier, .destroy = destroy};
+    watchdog *w = &((mpi_impl *)c->impl)->dog;
+    *w = (watchdog){.timeout_s = timeout_s, .rank = rank, .world = world};
+    if (timeout_s > 0) {
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->wake, NULL);
+        w->running = pthread_create(&w->thread, NULL, watch, w) == 0;
+    }
     *out = c;
     return CT_OK;
 }

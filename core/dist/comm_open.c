@@ -14,7 +14,7 @@
 #include "core/dist/launch.h"
 
 typedef int (*mpi_abi_fn)(size_t *);
-typedef int (*mpi_create_fn)(ct_backend *, ct_comm **, ct_err *);
+typedef int (*mpi_create_fn)(ct_backend *, int, ct_comm **, ct_err *);
 
 /* Candidates, in order: $CTRAIN_MPI_LIB; beside the executable (build/); bundle/lib/;
  * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries). */
@@ -36,7 +36,7 @@ static int candidates(char cand[][1200], int max) {
 
 /* RTLD_GLOBAL: OpenMPI's components, which libmpi opens itself, resolve libmpi's and
  * libopen-pal's symbols from the global scope. */
-static int load_mpi(ct_backend *be, ct_comm **out, ct_err *err) {
+static int load_mpi(ct_backend *be, int timeout_s, ct_comm **out, ct_err *err) {
     char cand[5][1200], tried[1024] = "";
     int n = candidates(cand, 5);
     for (int i = 0; i < n; i++) {
@@ -56,7 +56,7 @@ static int load_mpi(ct_backend *be, ct_comm **out, ct_err *err) {
             return ct_errf(err, CT_ERR_RUNTIME, "%s was built for another ctrain (communicator table version "
                            "%d, %zu bytes; this ctrain has %d, %zu bytes): rebuild it with this ctrain (make)",
                            cand[i], version, bytes, CT_COMM_ABI, sizeof(ct_comm));
-        return create(be, out, err);
+        return create(be, timeout_s, out, err);
     }
     return ct_errf(err, CT_ERR_RUNTIME, "data-parallel training over MPI needs libctrain_mpi.so, which "
                    "was not found (looked for %s).\n  Build it with OpenMPI's headers installed (make deps; "
@@ -81,7 +81,7 @@ int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err)
         return ct_errf(err, CT_ERR_CONFIG, "%d ranks on the %s backend: data parallelism runs on the CPU "
                        "backend (MPI on host buffers); NCCL for GPUs is not implemented yet. Set "
                        "train.device to \"cpu\"", l->world, be->name);
-    int rc = load_mpi(be, out, err);
+    int rc = load_mpi(be, l->comm_timeout_s, out, err);
     if (rc) return rc;
     ct_comm *c = *out;
     if (c->rank == l->rank && c->world == l->world) return CT_OK;

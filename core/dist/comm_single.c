@@ -36,6 +36,18 @@ static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, 
 
 static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) { return CT_OK; }
 
+static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                            ct_dtype dt, ct_err *err) {
+    copy(c, dst, ct_celem(part, a, dt), b - a, dt);   /* the one part is the whole space */
+    return CT_OK;
+}
+
+static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                ct_dtype dt, ct_err *err) {
+    copy(c, dst, src, b - a, dt);
+    return CT_OK;
+}
+
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) { return CT_OK; }
 
 static int barrier(ct_comm *c, ct_err *err) { return CT_OK; }
@@ -47,6 +59,7 @@ ct_comm *ct_comm_single(ct_backend *be) {
     *c = (ct_comm){.name = "single", .rank = 0, .world = 1, .be = be, .all_reduce = all_reduce,
                    .reduce_scatter = reduce_scatter, .all_gather = all_gather, .broadcast = broadcast,
                    .reduce_scatter_shards = reduce_scatter_shards, .all_gather_shards = all_gather_shards,
+                   .all_gather_range = all_gather_range, .reduce_scatter_range = reduce_scatter_range,
                    .all_reduce_host = all_reduce_host, .barrier = barrier, .destroy = destroy};
     return c;
 }
@@ -56,6 +69,14 @@ void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi) {
     int64_t a = (int64_t)rank * part, b = a + part;
     *lo = a < n ? a : n;
     *hi = b < n ? b : n;
+}
+
+void ct_comm_shard_range(int64_t n, int world, int rank, int64_t a, int64_t b, int64_t *lo, int64_t *hi) {
+    int64_t plo, phi;
+    ct_comm_shard(n, world, rank, &plo, &phi);
+    *lo = a > plo ? a : plo;
+    *hi = b < phi ? b : phi;
+    if (*hi < *lo) *hi = *lo;
 }
 
 void ct_comm_destroy(ct_comm *c) {

@@ -40,7 +40,8 @@ static int env_int(const char *name, const char *v, long lo, long hi, const char
 }
 
 void ct_launch_given(ct_launch *out, int world) {
-    *out = (ct_launch){.launcher = CT_LAUNCH_NONE, .rank = 0, .world = world > 0 ? world : 1, .size_var = ""};
+    *out = (ct_launch){.launcher = CT_LAUNCH_NONE, .rank = 0, .world = world > 0 ? world : 1, .size_var = "",
+                       .comm_timeout_s = CT_COMM_TIMEOUT_DEFAULT};
 }
 
 static int read_family(const family *f, const char *size, ct_launch *out, ct_err *err) {
@@ -67,6 +68,10 @@ static int read_family(const family *f, const char *size, ct_launch *out, ct_err
 
 int ct_launch_from_env(ct_launch *out, ct_err *err) {
     ct_launch_given(out, 1);
+    const char *timeout = env("CTRAIN_COMM_TIMEOUT");
+    if (timeout && env_int("CTRAIN_COMM_TIMEOUT", timeout, 0, 86400, "seconds a rank waits for the others in "
+                           "one collective, 0 to 86400 (0: no limit; default 60)", &out->comm_timeout_s, err))
+        return CT_ERR_CONFIG;
     for (int i = 0; i < CT_ARRAY_LEN(families); i++) {
         const char *size = env(families[i].size);
         if (size) return read_family(&families[i], size, out, err);

@@ -6,7 +6,9 @@
  * family whose size variable is set decides; none set is one process, rank 0 of 1. A value that
  * is not what the launcher would write (WORLD_SIZE=abc, RANK >= WORLD_SIZE, a port outside
  * 1..65535) is a config error naming the variable: guessing would train another world than the
- * launcher's, or hang waiting for ranks that do not exist. */
+ * launcher's, or hang waiting for ranks that do not exist. CTRAIN_COMM_TIMEOUT (seconds, default 60,
+ * 0 for none) bounds how long a rank waits in one collective, as torch's init_process_group
+ * timeout does; not an integer in 0..86400 is a config error too. */
 #ifndef CT_DIST_LAUNCH_H
 #define CT_DIST_LAUNCH_H
 
@@ -27,7 +29,11 @@ typedef struct ct_launch {
     const char *size_var;        /* the variable that gave the world size ("" for none) */
     char master_addr[256];       /* CT_LAUNCH_ENV: MASTER_ADDR ("" when unset) */
     int master_port;             /* CT_LAUNCH_ENV: MASTER_PORT (0 when unset) */
+    int comm_timeout_s;          /* CTRAIN_COMM_TIMEOUT: seconds a rank waits in one collective
+                                    before it ends the job (a rank stopped answering); 0: forever */
 } ct_launch;
+
+#define CT_COMM_TIMEOUT_DEFAULT 60
 
 /* The launch as the environment describes it (*out is rank 0 of 1 when nothing is set).
  * CT_ERR_CONFIG naming the variable and its value for a bad one. */

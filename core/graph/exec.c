@@ -23,8 +23,9 @@ static void layer_io(const ct_graph *g, int j, ct_pass pass, const ct_exec_bufs 
     for (int s = 0; s < ct_param_layout_layer_specs(&g->layout, j); s++) {
         const ct_param_view *v = &g->layout.views[ct_param_layout_layer_view(&g->layout, j, s)];
         if (v->trainable) {
-            /* layers never write trainable params */
-            io->p[s] = (void *)ct_celem(b->params, v->offset, g->dt);
+            /* layers never write trainable params; without whole ones (ZeRO-3) the prepare hook
+             * points the layer at gathered ones */
+            io->p[s] = b->params ? (void *)ct_celem(b->params, v->offset, g->dt) : NULL;
             io->dp[s] = backward && b->grads ? b->grads + v->offset : NULL;
         } else {
             io->p[s] = !backward && b->buffers ? b->buffers + v->offset : NULL;
@@ -135,7 +136,7 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
     /* The 16-bit copy of a float input is made when the first layer runs (a recompute finds it
      * still in place). */
     const void *input = model_input(g, io);
-    if (lo == 0 && pass == CT_PASS_FORWARD && input == g->input)
+    if (lo == 0 && pass == CT_PASS_FORWARD && input == g->input && !io->hooks_only)
         g->be->elt.cast(g->be, g->input, g->dt, io->input, io->input_dt,
                         io->n * ct_shape_numel(&g->info.input_shape));
     int open = -1;   /* the segment whose pass this call opened (a range may start inside one) */
@@ -146,12 +147,13 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
             segment_edge(g, open, pass, true);
         }
         /* activation offload: a recompute may read a kept output that is coming back */
-        if (pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
+        bool run = !io->hooks_only;
+        if (run && pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
         layer_io(g, j, pass, b, input, io, &lio);
         if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
-        g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        if (run) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
         /* ... and forward sends kept outputs away once their readers have run */
-        if (pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
+        if (run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
         rc = after(g, hooks, j, pass, &lio, err);
         if (open >= 0 && segment_closed(g, j) == open) {
             segment_edge(g, open, pass, false);
@@ -225,9 +227,9 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
     if (rc) return rc;
     /* Layers save batch statistics and masks in train mode only (batchnorm's backward is that of
      * batch statistics), and the train-mode loss wrote d(loss) into the last layer's dy. */
-    if (!io->train || !g->loss_train)
+    if (!io->train || (!g->loss_train && !io->hooks_only))
         return ct_errf(err, CT_ERR_RUNTIME, "backward needs a forward and loss in train mode (io.train)");
-    if (io->loss_grad_scale != g->loss_grad_scale)
+    if (io->loss_grad_scale != g->loss_grad_scale && !io->hooks_only)
         return ct_errf(err, CT_ERR_RUNTIME, "backward with loss_grad_scale %g after a loss with %g",
                        (double)io->loss_grad_scale, (double)g->loss_grad_scale);
     ct_backend *be = g->be;
@@ -246,7 +248,8 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
             open = gn->seg;
             segment_edge(g, open, CT_PASS_BACKWARD, true);
         }
-        if (g->n_off) ct_offload_before(g, gn->t_backward, io->n);
+        bool run = !io->hooks_only;
+        if (run && g->n_off) ct_offload_before(g, gn->t_backward, io->n);
         if (!gn->runs_backward) {
             close_backward(g, j, &open);
             continue;
@@ -254,10 +257,10 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
         ct_layer_io lio;
         layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);
         if ((rc = prepare(g, hooks, j, CT_PASS_BACKWARD, &lio, err))) break;
-        gn->l.type->backward(&gn->l, &lio);
+        if (run) gn->l.type->backward(&gn->l, &lio);
         /* A second consumer of an activation adds its gradient to the first one's (in 16 bits
          * under mixed precision: one rounding of the sum, as a GPU add would). */
-        for (int i = 0; i < gn->l.n_in; i++) {
+        for (int i = 0; i < gn->l.n_in && run; i++) {
             if (gn->l.in_from[i] < 0 || gn->tmp_off[i] < 0) continue;
             int64_t numel = io->n * ct_layer_in_numel(&gn->l, i);
             be->elt.axpy(be, g->nodes[gn->l.in_from[i]].dy, 1.0f, lio.dx[i], numel, g->dt);

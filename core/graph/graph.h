@@ -162,6 +162,9 @@ typedef struct ct_step_io {
     uint64_t seed;               /* for dropout */
     uint64_t step;               /* micro-step counter, keys the dropout stream */
     float loss_grad_scale;       /* backward of (loss * this): loss_scale / grad_accum */
+    bool hooks_only;             /* walk the layers calling only the hooks: no layer, no loss
+                                    (input and target unread). ZeRO-2/3: a rank with no samples
+                                    left for a micro-batch still joins every layer's collectives */
     bool defer_loss;             /* ct_graph_forward leaves loss/correct in backend memory (read
                                     them with ct_graph_read_loss, or accumulate them on the device
                                     from ct_graph_loss_result): a step can be queued or captured

@@ -5,24 +5,28 @@
 
 static size_t fp32_bytes(int64_t n) { return (size_t)(n > 0 ? n : 1) * sizeof(float); }
 
-static bool copy_needed(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi) {
-    return compute != CT_F32 || lo != 0 || hi != L->n_params;
+/* A compute copy of its own: 16-bit, or the whole space while the master holds a part. */
+static bool copy_needed(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts) {
+    return compute != CT_F32 || (!(parts & CT_STORE_PART_PARAMS) && (lo != 0 || hi != L->n_params));
 }
 
-void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi,
+void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts,
                          size_t bytes[CT_MEM_CAT_COUNT]) {
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) bytes[c] = 0;
+    int64_t grads = parts & CT_STORE_PART_GRADS ? hi - lo : L->n_params;
+    int64_t params = parts & CT_STORE_PART_PARAMS ? hi - lo : L->n_params;
     bytes[CT_MEM_MASTER] = fp32_bytes(hi - lo) + fp32_bytes(L->n_buffers);
-    bytes[CT_MEM_GRADS] = fp32_bytes(L->n_params);
-    if (copy_needed(L, compute, lo, hi)) bytes[CT_MEM_PARAMS] = ct_nbytes(L->n_params > 0 ? L->n_params : 1, compute);
+    bytes[CT_MEM_GRADS] = fp32_bytes(grads);
+    if (copy_needed(L, compute, lo, hi, parts)) bytes[CT_MEM_PARAMS] = ct_nbytes(params > 0 ? params : 1, compute);
 }
 
 int ct_param_store_create(const ct_param_layout *L, ct_backend *be, ct_dtype compute, int64_t lo,
-                          int64_t hi, ct_param_store **out, ct_err *err) {
+                          int64_t hi, unsigned parts, ct_param_store **out, ct_err *err) {
     ct_param_store *s = ct_xcalloc(1, sizeof *s);
-    *s = (ct_param_store){.layout = L, .be = be, .compute = compute, .lo = lo, .hi = hi};
+    *s = (ct_param_store){.layout = L, .be = be, .compute = compute, .lo = lo, .hi = hi,
+                          .part_grads = parts & CT_STORE_PART_GRADS, .part_params = parts & CT_STORE_PART_PARAMS};
     size_t b[CT_MEM_CAT_COUNT];
-    ct_param_store_plan(L, compute, lo, hi, b);
+    ct_param_store_plan(L, compute, lo, hi, parts, b);
     size_t master = fp32_bytes(hi - lo), buffers = fp32_bytes(L->n_buffers);
     s->master = be->mem.alloc(be, master, CT_MEM_MASTER);
     s->buffers = be->mem.alloc(be, buffers, CT_MEM_MASTER);
@@ -55,12 +59,17 @@ void ct_param_store_free(ct_param_store *s) {
 
 bool ct_param_store_has_copy(const ct_param_store *s) { return s->params != (void *)s->master; }
 
+void *ct_param_store_part_params(const ct_param_store *s) {
+    return ct_elem(s->params, s->part_params ? 0 : s->lo, s->compute);
+}
+
+float *ct_param_store_part_grads(const ct_param_store *s) { return s->grads + (s->part_grads ? 0 : s->lo); }
+
 void ct_param_store_refresh(ct_param_store *s) {
     if (!ct_param_store_has_copy(s)) return;
-    s->be->elt.cast(s->be, ct_elem(s->params, s->lo, s->compute), s->compute, s->master, CT_F32,
-                    s->hi - s->lo);
+    s->be->elt.cast(s->be, ct_param_store_part_params(s), s->compute, s->master, CT_F32, s->hi - s->lo);
 }
 
 void ct_param_store_zero_grads(ct_param_store *s) {
-    s->be->mem.memset0(s->be, s->grads, fp32_bytes(s->layout->n_params));
+    s->be->mem.memset0(s->be, s->grads, fp32_bytes(s->part_grads ? s->hi - s->lo : s->layout->n_params));
 }

@@ -86,7 +86,9 @@ int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct
     if (!rc && notice[0] && warn) ct_warnf(warn, "%s", notice);
     if (!rc) rc = ct_graph_bind(m->g, m->be, NULL, err);
     const ct_param_layout *L = rc ? NULL : ct_graph_layout(m->g);
-    if (!rc) rc = ct_param_store_create(L, m->be, ct_graph_compute_dtype(m->g), 0, L->n_params, &m->store, err);
+    if (!rc)
+        rc = ct_param_store_create(L, m->be, ct_graph_compute_dtype(m->g), 0, L->n_params, CT_STORE_WHOLE, &m->store,
+                                   err);
     if (!rc) rc = load_weights(m, checkpoint_dir, err);
     if (rc) {
         ct_lm_close(m);

@@ -16,6 +16,7 @@
 #include "core/params/store.h"
 #include "core/report/metrics.h"
 #include "core/report/report.h"
+#include "core/train/partition.h"
 #include "core/train/plan.h"
 #include "core/train/step_capture.h"
 #include "core/train/train.h"
@@ -29,8 +30,9 @@ typedef struct ct_trainer_model {
     ct_amp amp;                  /* precision policy and loss scaler */
     ct_scheduler_cfg sched;      /* the config's schedule with "auto" resolved for this run */
     ct_step_runner runner;       /* micro-batch forward + backward, captured when it can be */
-    ct_exec_hooks hooks;         /* around every layer of a training step; the seam ZeRO's
-                                    gathers, gradient buckets and the profiler fill (none yet) */
+    ct_exec_hooks hooks;         /* around every layer of a training step and of evaluation:
+                                    ZeRO-2/3's gathers and reductions (partition.h); else empty */
+    ct_partition *part;          /* ZeRO stages 2 and 3: their buffers and hooks (else NULL) */
     float *loss_acc;             /* [4] backend memory: loss sum and correct count of the micro-
                                     batches so far (weighted by samples), then eval's */
     struct ct_lm *sampler;       /* train.sample_every: the model borrowed for generation */

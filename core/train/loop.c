@@ -26,10 +26,22 @@
  * parameter itself and holds the summed gradients of all of them. */
 static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
 
-/* The flat buffers as the executor reads them. */
+/* The flat buffers as the executor reads them. ZeRO-2 has no whole gradients, ZeRO-3 no whole
+ * parameters either: the partition's hooks point every layer at scratch (partition.h). */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
     const ct_param_store *p = t->m.params;
-    return (ct_exec_bufs){.params = p->params, .grads = p->grads, .buffers = p->buffers};
+    return (ct_exec_bufs){.params = p->part_params ? NULL : p->params, .grads = p->part_grads ? NULL : p->grads,
+                          .buffers = p->buffers};
+}
+
+/* Every rank's compute copy complete again after its part changed (an update, a load): the
+ * all-gather of the parts, or under ZeRO-3 the persistent views' (the others are gathered layer
+ * by layer). Collective; nothing to do when this rank holds everything. */
+static int share_params(ct_trainer *t, ct_err *err) {
+    const ct_param_store *p = t->m.params;
+    if (p->part_params) return ct_partition_refresh(t->m.part, err);
+    if (holds_all(p)) return CT_OK;
+    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
 }
 
 /* Add the last loss (times `weight` samples) and its correct count into the accumulator. */
@@ -62,7 +74,7 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
         ct_step_io io = {.input = b.input, .input_dt = b.input_dtype, .target = b.target, .n = b.n,
                          .train = false, .seed = t->cfg->train.seed, .loss_grad_scale = 1.0f,
                          .defer_loss = true};
-        rc = ct_graph_forward(t->m.g, &bufs, &io, NULL, err);
+        rc = ct_graph_forward(t->m.g, &bufs, &io, &t->m.hooks, err);
         if (rc) return rc;
         accumulate_loss(t, t->m.g, (float)b.n);
         n += b.n;
@@ -125,9 +137,9 @@ typedef struct loop_state {
 static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, ct_optim_stats *st,
                   ct_err *err) {
     ct_param_store *p = t->m.params;
-    ct_optim_target tg = {.master = p->master, .grads = p->grads + p->lo};
+    ct_optim_target tg = {.master = p->master, .grads = ct_param_store_part_grads(p)};
     if (ct_param_store_has_copy(p)) {
-        tg.copy = ct_elem(p->params, p->lo, p->compute);
+        tg.copy = ct_param_store_part_params(p);
         tg.copy_dt = p->compute;
     }
     if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss);
@@ -137,9 +149,8 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     } else {
         *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
     }
-    if (!*applied || !ct_param_store_has_copy(p)) return CT_OK;
-    if (holds_all(p)) return CT_OK;   /* this rank updated all of it */
-    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
+    return share_params(t, err);
 }
 
 /* The gradients summed over ranks in place, in buckets of zero_optimization.reduce_bucket_size
@@ -180,14 +191,13 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    /* ZeRO stage 2: each rank needs only the sums of its part (half the traffic of an all-reduce) */
-    int rc = ct_run_plan_zero_stage(t->cfg) == 2
-                 ? c->reduce_scatter_shards(c, p->grads, p->layout->n_params, CT_F32, CT_REDUCE_SUM, err)
-                 : all_reduce_grads(t, err);
+    /* ZeRO stages 2 and 3 reduce-scattered every layer's gradients to their owners as backward
+     * finished it (partition.h) */
+    int rc = p->part_grads ? CT_OK : all_reduce_grads(t, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = NAN;
     if (needs_grad_norm(t, step)) {
-        ss = ct_optim_grad_sumsq(t->m.opt, p->grads + p->lo);
+        ss = ct_optim_grad_sumsq(t->m.opt, ct_param_store_part_grads(p));
         /* every rank now holds the summed gradients; the sum of squares is over ranks only when
          * each holds a shard of them */
         if (!holds_all(p) && (rc = c->all_reduce_host(c, &ss, 1, CT_REDUCE_SUM, err))) return rc;
@@ -223,6 +233,18 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     return CT_OK;
 }
 
+/* ZeRO-2/3: a micro-batch this rank has no samples for (its slice of a short last step is shorter
+ * than rank 0's, or its records were all skipped as corrupt) still joins every layer's gathers and
+ * gradient reduce-scatters, with nothing of its own to add (partition.h): the executor walks the layers
+ * calling the hooks only. */
+static int idle_micro(ct_trainer *t, ct_graph *g, const ct_exec_bufs *bufs, const ct_exec_hooks *hooks,
+                      ct_err *err) {
+    ct_step_io io = {.n = 1, .train = true, .hooks_only = true};
+    int n = ct_graph_info_get(g)->n_layers;
+    int rc = ct_graph_forward_range(g, 0, n, CT_PASS_FORWARD, bufs, &io, hooks, err);
+    return rc ? rc : ct_graph_backward_range(g, 0, n, bufs, &io, hooks, err);
+}
+
 /* One optimizer step over the next n samples (ceil(n / micro) micro-batches of the loader).
  * Returns CT_OK or an error; *loss = mean loss. */
 static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct_optim_stats *st,
@@ -245,14 +267,21 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     ct_exec_bufs bufs = exec_bufs(t);
     float scale = ct_amp_loss_scale(&m->amp);
     int64_t lo = 0, hi = n;   /* this rank's samples of the step */
-    if (t->comm->world > 1)
-        ct_loader_rank_slice(n, cfg->train_batch_size / t->comm->world, t->comm->rank, &lo, &hi);
+    int64_t walks = 0;        /* ZeRO-2/3: the layer walks every rank makes, rank 0's micro-batches */
+    if (t->comm->world > 1) {
+        int64_t per = cfg->train_batch_size / t->comm->world, lo0, hi0;
+        ct_loader_rank_slice(n, per, t->comm->rank, &lo, &hi);
+        ct_loader_rank_slice(n, per, 0, &lo0, &hi0);   /* rank 0's slice is the longest */
+        if (m->part) walks = (hi0 - lo0 + mb - 1) / mb;
+    }
     for (int64_t start = lo; start < hi; start += mb) {
         ct_loader_batch b;
         int rc = ct_loader_next(t->d.train_l, &b, err);
         if (rc) return rc;
         ls->step_wait_s += ct_loader_last_wait(t->d.train_l);
         int64_t k = b.n;
+        if (k == 0 && m->part && (rc = idle_micro(t, g, &bufs, &m->hooks, err))) return rc;
+        walks--;
         if (k == 0) continue; /* every record of the batch skipped as corrupt */
         seen += k;
         const void *input, *target;
@@ -269,6 +298,10 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
             ls->window.backward += t->be->queue.timer_elapsed(t->be, runner->fwd_end, m2);
         }
         accumulate_loss(t, g, (float)k);
+    }
+    for (; walks > 0; walks--) {
+        int rc = idle_micro(t, g, &bufs, &m->hooks, err);
+        if (rc) return rc;
     }
     double sum, correct, totals[2], stop = t->opts.stop_signal ? *t->opts.stop_signal : 0;
     read_loss_acc(t, &sum, &correct);
@@ -692,8 +725,7 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     /* the master as initialised, resumed or loaded; from here on every update refreshes the copy
      * (under ZeRO each rank casts its part, and the ranks gather the others') */
     ct_param_store_refresh(t->m.params);
-    const ct_param_store *p = t->m.params;
-    if (!holds_all(p)) rc = t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    rc = share_params(t, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
         ct_trainer_finish(t);

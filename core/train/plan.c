@@ -9,9 +9,14 @@
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
 #include "core/params/store.h"
+#include "core/train/partition.h"
 
 int ct_run_plan_zero_stage(const ct_config *cfg) {
-    return cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 2 ? cfg->zero.stage : 0;
+    return cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
+}
+
+unsigned ct_run_plan_store_parts(int stage) {
+    return stage == 3 ? CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS : stage == 2 ? CT_STORE_PART_GRADS : CT_STORE_WHOLE;
 }
 
 /* The optimizer's state over n elements of the trainable space (Lamb: plus its scratch, as large
@@ -43,13 +48,19 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     out->device = device;
     out->act = *ct_graph_plan(g);
     int64_t lo = 0, hi = L->n_params;
-    if (ct_run_plan_zero_stage(cfg) > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
-    ct_param_store_plan(L, compute, lo, hi, out->bytes);
+    int stage = ct_run_plan_zero_stage(cfg);
+    if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
+    ct_param_store_plan(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->bytes);
     out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;
     out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float) + (device ? out->act.device_scratch : 0);
     out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
+    if (stage >= 2) {   /* the gradient scratch; stage 3: the gather scratch and persistent views */
+        size_t part[CT_MEM_CAT_COUNT];
+        ct_partition_plan(L, compute, stage, cfg->zero.param_persistence_threshold, cfg->world_size, part);
+        for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->bytes[c] += part[c];
+    }
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];
 }

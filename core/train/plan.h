@@ -23,14 +23,19 @@ typedef struct ct_run_plan {
     bool device;                     /* planned for a device backend (else host memory) */
 } ct_run_plan;
 
-/* The ZeRO stage this run partitions at: zero_optimization.stage 1 or 2 with several ranks; 0
+/* The ZeRO stage this run partitions at: zero_optimization.stage 1, 2 or 3 with several ranks; 0
  * otherwise (one process holds everything whatever the stage asks for). */
 int ct_run_plan_zero_stage(const ct_config *cfg);
 
+/* What the parameter store of a ZeRO stage holds of its rank's part only (CT_STORE_PART_*, core/
+ * params/store.h): stage 2 the gradients, stage 3 the parameters too. */
+unsigned ct_run_plan_store_parts(int stage);
+
 /* device: the backend will be a GPU (loader batches then have device copies). The bytes are per
- * rank: under ZeRO stage 1-2 the master and optimizer state of rank 0's part (the largest,
- * ct_comm_shard), the gradients and compute copy whole (each rank accumulates all gradients
- * before they are reduced). */
+ * rank: under ZeRO the master and optimizer state of rank 0's part (the largest, ct_comm_shard);
+ * the gradients whole at stage 1, rank 0's part at stages 2 and 3; the compute copy whole at
+ * stages 1 and 2, rank 0's part at stage 3; at stages 2 and 3 the partition's scratch in the
+ * workspace (core/train/partition.h). */
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out);
 
 #endif

@@ -91,10 +91,10 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
 /* Features this version does not have yet: refuse them rather than train something else. A world
  * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU). */
 static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (cfg->world_size > 1 && cfg->zero.stage > 2)
-        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d with %d ranks: parameter "
-                       "partitioning (stage 3) is not implemented; stages 0, 1 and 2 are: set \"stage\": 2",
-                       cfg->zero.stage, cfg->world_size);
+    if (ct_run_plan_zero_stage(cfg) == 3 && cfg->train.sample_every > 0)
+        return ct_errf(err, CT_ERR_CONFIG, "%s: train.sample_every with zero_optimization.stage 3 over %d "
+                       "ranks: the sampler reads whole parameters, which stage 3 partitions; remove "
+                       "train.sample_every or use stage 2", cfg->path, cfg->world_size);
     if (ct_run_plan_zero_stage(cfg) > 0 && cfg->optimizer.type == CT_OPT_LAMB)
         return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.stage %d over %d ranks: "
                        "Lamb's trust ratio needs whole tensors, and the ranks' parts cut them; use stage 0",
@@ -183,8 +183,11 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     char zero[160] = "";
     int stage = ct_run_plan_zero_stage(cfg);
     if (stage > 0)
-        snprintf(zero, sizeof zero, " · ZeRO stage %d (fp32 master and optimizer state%s: 1/%d per rank)", stage,
-                 stage == 2 ? " partitioned, gradients reduce-scattered" : " partitioned", cfg->world_size);
+        snprintf(zero, sizeof zero, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
+                 stage == 3   ? "fp32 master, optimizer state, gradients and parameters"
+                 : stage == 2 ? "fp32 master, optimizer state and gradients"
+                              : "fp32 master and optimizer state",
+                 cfg->world_size, stage == 3 ? "; parameters gathered layer by layer" : "");
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
                    precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
     ct_graph_describe(t->m.g, desc, sizeof desc);
@@ -225,9 +228,16 @@ static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
 static int alloc_params(ct_trainer *t, ct_err *err) {
     ct_trainer_model *m = &t->m;
     const ct_param_layout *L = ct_graph_layout(m->g);
-    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-2: this rank's part of master and state */
-    if (ct_run_plan_zero_stage(t->cfg) > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, &m->params, err);
+    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
+    int stage = ct_run_plan_zero_stage(t->cfg);
+    if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
+    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi,
+                                          ct_run_plan_store_parts(stage), &m->params, err);
+    /* stage 2: the gradients are this rank's part, reduced layer by layer; stage 3: the
+     * parameters too, gathered layer by layer */
+    if (!rc && stage >= 2)
+        rc = ct_partition_create(m->params, t->comm, t->cfg->zero.param_persistence_threshold, &m->part, err);
+    if (!rc && m->part) m->hooks = ct_partition_hooks(m->part);
     if (rc) return rc;
     ct_optim_tensor *tensors = optim_tensors(L, &n);
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
@@ -498,6 +508,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_lm_close(t->m.sampler);
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
+    ct_partition_free(t->m.part);
     ct_param_store_free(t->m.params);
     ct_graph_free(t->m.g);
     ct_comm_destroy(t->comm);
