@@ -133,7 +133,7 @@ static int describe(h5_impl *im, const char *path, h5_array *a, hid_t dapl, ct_e
         h5->H5Eclear2(H5E_DEFAULT);
         root_names(h5, im->file, names, sizeof names);
         return ct_errf(err, CT_ERR_DATA, "%s: no dataset \"%s\" (%s) in the file; its root group has: %s (set the "
-                       "entry's \"%s\" to one of them)", path, a->name, a->role, names[0] ? names : "nothing",
+                       "entry's \"%s\", or pack's --features, to one of them)", path, a->name, a->role, names[0] ? names : "nothing",
                        a->role);
     }
     a->dset = h5->H5Dopen2(im->file, a->name, dapl);
