@@ -17,6 +17,12 @@ Exits 77 (the tests' "skipped") when h5py is missing.
     little-endian), the float64 samples (20 x 7 doubles), the labels (20 int64), the targets
     (20 x 2 float32), in that order.
 
+    make_hdf5.py OUT_DIR seeds    the fuzz target's seeds (test/fuzz/fuzz_hdf5.c; each under 8 KiB):
+                                  contiguous.h5, chunked.h5, gzip.h5 (uint8 "images" [6, 4, 4],
+                                  int64 "labels"), float.h5 (float32 "images" [6, 3], chunked,
+                                  shuffle + gzip, float32 "labels" [6, 2]), group.h5 ("images"
+                                  in a group, as a link the reader follows)
+
     make_hdf5.py --idx IMAGES LABELS OUT.h5 LAYOUT [--count N]
                                   IDX images (gz, [N, 28, 28] uint8) and labels as datasets
                                   "images" and "labels" (int64) of OUT.h5, in IDX order; LAYOUT:
@@ -73,6 +79,25 @@ def small(out):
             e.write(a.tobytes())
 
 
+def seeds(out):
+    rng = np.random.default_rng(7)
+    x = rng.integers(1, 256, size=(6, 4, 4), dtype=np.uint8)
+    y = rng.integers(0, 3, size=6).astype(np.int64)
+    for name, opts in (("contiguous", {}), ("chunked", {"chunks": (2, 4, 4)}),
+                       ("gzip", {"chunks": (3, 4, 4), "compression": "gzip"})):
+        with h5py.File(os.path.join(out, name + ".h5"), "w") as f:
+            f.create_dataset("images", data=x, **opts)
+            f.create_dataset("labels", data=y)
+    with h5py.File(os.path.join(out, "float.h5"), "w") as f:
+        f.create_dataset("images", data=rng.standard_normal((6, 3)).astype(np.float32), chunks=(2, 3),
+                         shuffle=True, compression="gzip")
+        f.create_dataset("labels", data=rng.standard_normal((6, 2)).astype(np.float32))
+    with h5py.File(os.path.join(out, "group.h5"), "w") as f:
+        f.create_group("g").create_dataset("x", data=x)
+        f["images"] = f["g/x"]  # a hard link
+        f.create_dataset("labels", data=y)
+
+
 def idx_array(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
@@ -96,6 +121,8 @@ def from_idx(images, labels, out, layout, count):
 def main(argv):
     if len(argv) == 3 and argv[2] == "small":
         small(argv[1])
+    elif len(argv) == 3 and argv[2] == "seeds":
+        seeds(argv[1])
     elif len(argv) >= 6 and argv[1] == "--idx":
         count = int(argv[argv.index("--count") + 1]) if "--count" in argv else None
         from_idx(argv[2], argv[3], argv[4], argv[5], count)
