@@ -28,9 +28,13 @@ fuzz_config) default_srcs="core/util/common.c core/util/json.c $(ls core/config/
 *) default_srcs=$(find core -name '*.c') ;;
 esac
 srcs=${FUZZ_SRCS:-$default_srcs}
-# fuzz_hdf5 drives Debian's libhdf5 (not instrumented), whose free lists LeakSanitizer would report
+# fuzz_hdf5 drives Debian's libhdf5 (not instrumented), which leaks a few KB on some corrupt files
+# (inside its object-header decoding, no ctrain frame on the stack; valid files do not leak)
 target_flags=""
-[ "$target" = fuzz_hdf5 ] && target_flags="-detect_leaks=0"
+if [ "$target" = fuzz_hdf5 ]; then
+    target_flags="-detect_leaks=0"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
 
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null 2>&1 || { echo "run_fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
