@@ -114,5 +114,12 @@ rc=$?
 [ $rc -eq 2 ] && ok "an unknown entry key exits 2" || bad "unknown key: exit $rc"
 has "$T/err" "data.train.image: unknown key; did you mean data.train.images?" "and suggests the key"
 
+# What fuzz_hdf5 found: a symbol table node whose size makes libhdf5 ask malloc for 10^18 bytes
+# (malloc says no, libhdf5 says so): exit 3 naming the file, no crash.
+"$B" info test/fuzz/regress/hdf5-huge-metadata-alloc.h5 >/dev/null 2>"$T/err"
+rc=$?
+[ $rc -eq 3 ] && ok "a fuzzed file with a huge metadata size exits 3" || bad "huge metadata size: exit $rc"
+has "$T/err" "hdf5-huge-metadata-alloc.h5: libhdf5 cannot read it: " "with libhdf5's reason"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]
