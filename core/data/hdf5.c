@@ -18,9 +18,10 @@
  *
  * Access: random, by sample. The labels are read whole at open (every label checked, the class
  * count known). A sample of a contiguous, unfiltered dataset stored little-endian is read with one
- * pread at its offset (no lock: the loader's workers read in parallel); of any other dataset, with
- * a hyperslab read through libhdf5 under its lock, with a chunk cache of up to 256 MiB per dataset
- * so that a shuffled epoch decompresses each chunk about once.
+ * pread at its offset (no lock: the loader's workers read in parallel); of any other dataset,
+ * through libhdf5 under its lock, a block of samples (a chunk's rows) at a time, the blocks kept
+ * decoded up to 256 MiB per dataset, so that a shuffled epoch decompresses each chunk once
+ * (BLOCK_CACHE_MAX below).
  *
  * Bad input: the shapes, element types and counts are checked at open, before any data is read, and
  * errors name the file and the dataset (CT_ERR_DATA: exit 3). The file's signature and superblock
@@ -46,7 +47,15 @@
 #ifdef CT_HAVE_HDF5
 
 enum { MAX_NAME = 256, MAX_RANK = 5 };
-#define CHUNK_CACHE_MAX ((size_t)256 << 20)
+/* Samples read through libhdf5 are read in blocks of consecutive samples (a chunk's rows), kept
+ * decoded, up to BLOCK_CACHE_MAX bytes per dataset; past that, one sample per read, through a
+ * libhdf5 chunk cache of CHUNK_CACHE bytes. Why: one H5Dread costs about 100 us whatever it reads
+ * (the chunk index walk, the selection), so a sample per call capped the reader near 10,000
+ * samples/s; a block per call costs that once per chunk. */
+#define BLOCK_CACHE_MAX ((size_t)256 << 20)
+#define BLOCK_MAX ((size_t)16 << 20)
+#define CHUNK_CACHE ((size_t)16 << 20)
+enum { UNCHUNKED_BLOCK_ROWS = 64 };
 
 typedef enum { EL_U8, EL_F32, EL_F64, EL_INT, EL_OTHER } elem_kind;
 
@@ -61,15 +70,22 @@ typedef struct h5_array {
     size_t elem;                 /* bytes per element as stored */
     bool little;                 /* stored little-endian (or one byte) */
     int64_t offset;              /* contiguous, unfiltered, allocated: its file offset; else -1 */
+    int64_t chunk_rows;          /* chunked: the chunks' first dimension; else 0 */
     char type_text[48];          /* "uint8", "float32", "int16 big-endian", ... */
 } h5_array;
 
 typedef struct h5_impl {
     const ct_h5 *h5;
-    hid_t file, memspace;        /* memspace: one sample's elements, for locked reads */
+    hid_t file;
     int fd;                      /* for pread of contiguous samples */
     h5_array img, lab;
     int64_t per;                 /* elements per sample */
+    /* Blocks of block_rows samples read through libhdf5 and kept (see BLOCK_CACHE_MAX): blocks[k]
+     * holds samples [k * block_rows, ...), NULL until read; set once under the lock, read without
+     * it (atomic loads), freed at close. cached: their bytes (under the lock). */
+    int64_t block_rows, nblocks;
+    uint8_t **blocks;
+    size_t cached;
     int64_t channels, plane;     /* per = channels x plane */
     int32_t *labels;             /* [count] class indices, or NULL */
     float *targets;              /* [count][tdim] float targets, or NULL */
@@ -167,8 +183,11 @@ static int describe(h5_impl *im, const char *path, h5_array *a, hid_t dapl, ct_e
     }
     hid_t dcpl = h5->H5Dget_create_plist(a->dset);
     if (dcpl >= 0) {
-        bool plain = h5->H5Pget_layout(dcpl) == H5D_CONTIGUOUS && h5->H5Pget_nfilters(dcpl) == 0 &&
-                     h5->H5Pget_external_count(dcpl) == 0;
+        H5D_layout_t layout = h5->H5Pget_layout(dcpl);
+        bool plain = layout == H5D_CONTIGUOUS && h5->H5Pget_nfilters(dcpl) == 0 && h5->H5Pget_external_count(dcpl) == 0;
+        hsize_t chunk[H5S_MAX_RANK];
+        if (layout == H5D_CHUNKED && h5->H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == nd && chunk[0] >= 1)
+            a->chunk_rows = (int64_t)(chunk[0] < dims[0] ? chunk[0] : dims[0]);
         haddr_t off = plain ? h5->H5Dget_offset(a->dset) : HADDR_UNDEF;
         if (off != HADDR_UNDEF && off <= (haddr_t)INT64_MAX) a->offset = (int64_t)off;
         h5->H5Pclose(dcpl);
@@ -276,6 +295,23 @@ static int read_labels(h5_impl *im, const char *path, ct_dataset *ds, ct_err *er
 
 /* ---------------- reading a sample ---------------- */
 
+/* Samples [first, first + rows) of the images through libhdf5 into buf, as native elements (lock
+ * held). false with libhdf5's reason in why. */
+static bool read_rows(const h5_impl *im, int64_t first, int64_t rows, void *buf, char *why, size_t n) {
+    const ct_h5 *h5 = im->h5;
+    const h5_array *a = &im->img;
+    hsize_t start[MAX_RANK] = {(hsize_t)first}, count[MAX_RANK] = {(hsize_t)rows};
+    for (int d = 1; d < a->ndim; d++) count[d] = (hsize_t)a->dims[d];
+    hid_t mem = a->kind == EL_U8 ? h5->native_u8 : a->kind == EL_F32 ? h5->native_f32 : h5->native_f64;
+    /* the memory space has the selection's shape: a flat one sends libhdf5 down a path ~10x slower */
+    hid_t memspace = h5->H5Screate_simple(a->ndim, count, NULL);
+    bool ok = memspace >= 0 && h5->H5Sselect_hyperslab(a->space, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+              h5->H5Dread(a->dset, mem, memspace, a->space, H5P_DEFAULT, buf) >= 0;
+    if (!ok) ct_h5_why(h5, why, n);
+    if (memspace >= 0) h5->H5Sclose(memspace);
+    return ok;
+}
+
 /* Sample i's stored elements (im->per of im->img.elem bytes, little-endian) into buf. */
 static int read_sample(const ct_dataset *ds, int64_t i, void *buf, ct_err *err) {
     const h5_impl *im = ds->impl;
@@ -287,16 +323,33 @@ static int read_sample(const ct_dataset *ds, int64_t i, void *buf, ct_err *err) 
         return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (images): sample %lld: %s", ds->source, a->name,
                        (long long)i, got < 0 ? strerror(errno) : "the file ends inside it (truncated since it was opened?)");
     }
-    const ct_h5 *h5 = im->h5;
-    hsize_t start[MAX_RANK] = {(hsize_t)i}, count[MAX_RANK] = {1};
-    for (int d = 1; d < a->ndim; d++) count[d] = (hsize_t)a->dims[d];
-    hid_t mem = a->kind == EL_U8 ? h5->native_u8 : a->kind == EL_F32 ? h5->native_f32 : h5->native_f64;
+    /* through libhdf5: the sample's block, read and kept if it is not yet and the budget allows */
+    h5_impl *own = ds->impl; /* the blocks are filled by whichever worker reads first */
+    int64_t k = i / im->block_rows;
+    uint8_t *block = __atomic_load_n(&own->blocks[k], __ATOMIC_ACQUIRE);
     char why[400] = "";
-    ct_h5_lock();
-    bool ok = h5->H5Sselect_hyperslab(a->space, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-              h5->H5Dread(a->dset, mem, im->memspace, a->space, H5P_DEFAULT, buf) >= 0;
-    if (!ok) ct_h5_why(h5, why, sizeof why);
-    ct_h5_unlock();
+    bool ok = true;
+    if (!block) {
+        ct_h5_lock();
+        block = own->blocks[k]; /* another worker may have read it meanwhile */
+        int64_t first = k * im->block_rows, rows = a->dims[0] - first < im->block_rows ? a->dims[0] - first : im->block_rows;
+        size_t block_bytes = (size_t)rows * bytes;
+        if (!block && own->cached + block_bytes <= BLOCK_CACHE_MAX) {
+            uint8_t *b = ct_xmalloc(block_bytes);
+            ok = read_rows(im, first, rows, b, why, sizeof why);
+            if (ok) {
+                own->cached += block_bytes;
+                __atomic_store_n(&own->blocks[k], b, __ATOMIC_RELEASE);
+                block = b;
+            } else {
+                free(b);
+            }
+        } else if (!block) {
+            ok = read_rows(im, i, 1, buf, why, sizeof why);
+        }
+        ct_h5_unlock();
+    }
+    if (block) memcpy(buf, block + (size_t)(i - k * im->block_rows) * bytes, bytes);
     return ok ? CT_OK : ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (images): sample %lld: libhdf5 cannot read it: %s",
                                 ds->source, a->name, (long long)i, why);
 }
@@ -357,12 +410,13 @@ static void h5_close(ct_dataset *ds) {
                 if (arrays[k]->space >= 0) im->h5->H5Sclose(arrays[k]->space);
                 if (arrays[k]->dset >= 0) im->h5->H5Dclose(arrays[k]->dset);
             }
-            if (im->memspace >= 0) im->h5->H5Sclose(im->memspace);
             if (im->file >= 0) im->h5->H5Fclose(im->file);
             im->h5->H5Eclear2(H5E_DEFAULT);
             ct_h5_unlock();
         }
         if (im->fd >= 0) close(im->fd);
+        for (int64_t k = 0; im->blocks && k < im->nblocks; k++) free(im->blocks[k]);
+        free(im->blocks);
         free(im->labels);
         free(im->targets);
         free(im->mean);
@@ -423,23 +477,21 @@ static int open_file(h5_impl *im, ct_dataset *ds, ct_err *err) {
         ct_h5_why(h5, why, sizeof why);
         return ct_errf(err, CT_ERR_DATA, "%s: libhdf5 cannot open it: %s", path, why);
     }
-    /* A chunk cache the size of the images (up to CHUNK_CACHE_MAX): shuffled reads then
-     * decompress each chunk about once an epoch, not once per sample. */
+    /* libhdf5's chunk cache serves the reads past BLOCK_CACHE_MAX */
     hid_t dapl = h5->H5Pcreate(h5->dataset_access);
-    if (dapl >= 0) h5->H5Pset_chunk_cache(dapl, 100003, CHUNK_CACHE_MAX, 1.0);
+    if (dapl >= 0) h5->H5Pset_chunk_cache(dapl, 10007, CHUNK_CACHE, 1.0);
     int rc = describe(im, path, &im->img, dapl, err);
     if (!rc) rc = describe(im, path, &im->lab, H5P_DEFAULT, err);
     if (dapl >= 0) h5->H5Pclose(dapl);
     if (!rc) rc = check_images(im, path, ds, err);
     if (!rc) rc = read_labels(im, path, ds, err);
-    if (!rc) {
-        hsize_t per = (hsize_t)im->per;
-        im->memspace = h5->H5Screate_simple(1, &per, NULL);
-        if (im->memspace < 0) {
-            ct_h5_why(h5, why, sizeof why);
-            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: libhdf5 cannot make a dataspace of %lld elements: %s", path,
-                         (long long)im->per, why);
-        }
+    if (!rc && im->img.offset < 0) { /* read through libhdf5: blocks of a chunk's rows, at most BLOCK_MAX bytes */
+        int64_t sample_bytes = im->per * (int64_t)im->img.elem;
+        int64_t rows = im->img.chunk_rows ? im->img.chunk_rows : UNCHUNKED_BLOCK_ROWS;
+        if (rows > (int64_t)BLOCK_MAX / sample_bytes) rows = (int64_t)BLOCK_MAX / sample_bytes;
+        im->block_rows = rows < 1 ? 1 : rows;
+        im->nblocks = (im->img.dims[0] + im->block_rows - 1) / im->block_rows;
+        im->blocks = ct_xcalloc((size_t)im->nblocks, sizeof *im->blocks);
     }
     return rc;
 }
@@ -453,7 +505,7 @@ int ct_hdf5_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_
     ds->decode = h5_decode;
     ds->close = h5_close;
     im->fd = -1;
-    im->file = im->memspace = -1;
+    im->file = -1;
     im->img = (h5_array){.role = "images", .dset = -1, .space = -1};
     im->lab = (h5_array){.role = "labels", .dset = -1, .space = -1};
     int64_t limit = 0;
