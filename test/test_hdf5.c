@@ -3,7 +3,8 @@
  * group) and element type (uint8, float32, float64) decode to the same values, labels (int64,
  * uint8) and float targets read whole; every refusal (element type, rank, label count, negative
  * label, missing dataset, not HDF5, truncated) exits CT_ERR_DATA naming the file and the dataset;
- * `ctrain info` lists the datasets. Exits 77 (skipped) when h5py is missing. */
+ * a damaged gzip chunk fails only its samples; data.transform.on_device's raw pixels match the
+ * normalised floats; `ctrain info` lists the datasets. Exits 77 (skipped) when h5py is missing. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/hdf5_info.h"
+#include "core/data/loader.h"
 #include "core/data/transform.h"
 
 enum { N = 20, U8_PER = 30, F32_PER = 24, F64_PER = 7 };
@@ -229,6 +231,43 @@ START_TEST(test_hdf5_corrupt_chunk) {
 }
 END_TEST
 
+/* data.transform.on_device with normalize: decode_u8's pixels, through the shared 8-bit table,
+ * are decode's floats bit for bit, and the loader accepts the format (chunked, read in blocks). */
+START_TEST(test_hdf5_on_device) {
+    char json[600];
+    snprintf(json, sizeof json, "{\"train\": {\"format\": \"hdf5\", \"path\": \"%s\", \"images\": \"u8_chunked\"}, "
+             "\"transform\": {\"on_device\": true, \"normalize\": {\"mean\": [0.45], \"std\": [0.27]}}}", file);
+    ct_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.path, sizeof cfg.path, "test.json");
+    cJSON *data = cJSON_Parse(json);
+    cfg.data = data;
+    cfg.micro_batch = cfg.train_batch_size = 4;
+    ct_dataset *ds = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_dataset_open(&cfg, "train", &ds, &err) == CT_OK, "%s", err.msg);
+    const float mean = 0.45f, std = 0.27f;
+    float *lut = ct_data_u8_lut(1, &mean, &std);
+    for (int i = 0; i < N; i++) {
+        float x[U8_PER];
+        uint8_t px[U8_PER];
+        int32_t y;
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        for (int j = 0; j < U8_PER; j++) {
+            ck_assert_int_eq(px[j], want_u8[i][j]);
+            ck_assert(x[j] == lut[px[j]]);
+        }
+    }
+    free(lut);
+    ct_loader_opts o;
+    ck_assert_msg(ct_loader_opts_from_config(&cfg, ds, true, 5, &o, &err) == CT_OK, "%s", err.msg);
+    ck_assert(o.on_device && o.mean[0] == mean && o.std[0] == std);
+    ct_dataset_close(ds);
+    cJSON_Delete(data);
+}
+END_TEST
+
 START_TEST(test_hdf5_info) {
     ck_assert(ct_hdf5_is_file(file));
     char other[400];
@@ -265,6 +304,7 @@ int main(void) {
     tcase_add_test(tc, test_hdf5_floats);
     tcase_add_test(tc, test_hdf5_errors);
     tcase_add_test(tc, test_hdf5_corrupt_chunk);
+    tcase_add_test(tc, test_hdf5_on_device);
     tcase_add_test(tc, test_hdf5_info);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
