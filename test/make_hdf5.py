@@ -12,6 +12,7 @@ Exits 77 (the tests' "skipped") when h5py is missing.
         targets   [20, 2] float32                     labels_2d    [20, 2] int64 (refused)
         labels_short [19] int64 (refused)             labels_neg   [20] int64 with -1 at sample 3
         vector    [20] uint8 (refused: no sample dimensions)
+        unwritten [100000, 64, 64] uint8 in chunks never written (refused: 400 MB declared, 0 stored)
         group/x   the u8 samples inside a group
     and OUT_DIR/expect.bin: the u8 samples (20 x 30 bytes), the float32 samples (20 x 24 floats,
     little-endian), the float64 samples (20 x 7 doubles), the labels (20 int64), the targets
@@ -73,6 +74,7 @@ def small(out):
         neg[3] = -1
         f.create_dataset("labels_neg", data=neg)
         f.create_dataset("vector", data=u8[:, 0, 0])
+        f.create_dataset("unwritten", shape=(100000, 64, 64), dtype=np.uint8, chunks=(1, 64, 64))
         f.create_group("group").create_dataset("x", data=u8)
     with open(os.path.join(out, "expect.bin"), "wb") as e:
         for a in (u8, f32.astype("<f4"), f64.astype("<f8"), labels.astype("<i8"), targets.astype("<f4")):

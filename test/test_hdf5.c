@@ -179,6 +179,8 @@ START_TEST(test_hdf5_errors) {
              "f32_gzip, f64_flat, group, labels", file);
     refused(file, "", CT_ERR_DATA, want);
     refused(file, "\"images\": \"group\"", CT_ERR_DATA, "\"group\" (images) is not a dataset");
+    refused(file, "\"images\": \"unwritten\"", CT_ERR_DATA,
+            "dataset \"unwritten\" (images) declares 409600000 bytes but the file stores 0 for it");
     refused(file, "\"images\": \"group/nope\"", CT_ERR_DATA, "no dataset \"group/nope\" (images)");
     refused(file, "\"images\": 3", CT_ERR_CONFIG, "data.train.images: expected the name of a dataset");
     refused(file, "\"limit\": 0", CT_ERR_CONFIG, "data.train.limit: expected a positive integer");

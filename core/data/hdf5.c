@@ -181,6 +181,16 @@ static int describe(h5_impl *im, const char *path, h5_array *a, hid_t dapl, ct_e
                            a->role, d, (unsigned long long)dims[d]);
         a->dims[d] = (int64_t)dims[d];
     }
+    /* Never trust the header with an allocation: what the dataset declares must be stored in the
+     * file, compressed at most 1032:1 (deflate's limit), before ctrain sizes buffers by it. */
+    uint64_t declared = a->elem ? a->elem : 1, stored = h5->H5Dget_storage_size(a->dset);
+    bool overflow = false;
+    for (int d = 0; d < nd; d++) overflow |= __builtin_mul_overflow(declared, (uint64_t)a->dims[d], &declared);
+    if (overflow || (declared > (1 << 20) && (declared - (1 << 20)) / 1032 > stored))
+        return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (%s) declares %s%llu bytes but the file stores %llu for "
+                       "it: a corrupt header, or chunks never written (write every sample)", path, a->name, a->role,
+                       overflow ? "more than " : "", overflow ? (unsigned long long)UINT64_MAX : (unsigned long long)declared,
+                       (unsigned long long)stored);
     hid_t dcpl = h5->H5Dget_create_plist(a->dset);
     if (dcpl >= 0) {
         H5D_layout_t layout = h5->H5Pget_layout(dcpl);

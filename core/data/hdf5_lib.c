@@ -139,7 +139,7 @@ static void h5_load_once(void) {
 #define BIND(name) ok &= bind(h, #name, (void **)&f->name, missing, sizeof missing)
     BIND(H5open); BIND(H5get_libversion); BIND(H5Eset_auto2); BIND(H5Ewalk2); BIND(H5Eclear2);
     BIND(H5Fopen); BIND(H5Fclose); BIND(H5Gget_info); BIND(H5Lget_name_by_idx); BIND(H5Lexists);
-    BIND(H5Dopen2); BIND(H5Dclose); BIND(H5Dget_space); BIND(H5Dget_type); BIND(H5Dget_create_plist);
+    BIND(H5Dopen2); BIND(H5Dclose); BIND(H5Dget_space); BIND(H5Dget_type); BIND(H5Dget_create_plist); BIND(H5Dget_storage_size);
     BIND(H5Dget_offset); BIND(H5Dread); BIND(H5Pcreate); BIND(H5Pclose); BIND(H5Pget_layout);
     BIND(H5Pget_nfilters); BIND(H5Pget_filter2); BIND(H5Pget_chunk);
     BIND(H5Pget_external_count); BIND(H5Pset_chunk_cache);

@@ -51,6 +51,7 @@ typedef struct ct_h5 {
     CT_H5_FN(H5Dget_type);
     CT_H5_FN(H5Dget_create_plist);
     CT_H5_FN(H5Dget_offset);
+    CT_H5_FN(H5Dget_storage_size);
     CT_H5_FN(H5Dread);
     CT_H5_FN(H5Pcreate);
     CT_H5_FN(H5Pclose);
