@@ -121,5 +121,16 @@ rc=$?
 [ $rc -eq 3 ] && ok "a fuzzed file with a huge metadata size exits 3" || bad "huge metadata size: exit $rc"
 has "$T/err" "hdf5-huge-metadata-alloc.h5: libhdf5 cannot read it: " "with libhdf5's reason"
 
+# And chunks [2, 255, 4] on a fixed [6, 4, 4] dataset (a mutated layout message), on which libhdf5
+# 1.10 reads freed memory: refused before any read, exit 3 naming the file and the dataset.
+cat >"$T/fz.json" <<JSON
+{"train_batch_size": 2, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+ "data": {"train": {"format": "hdf5", "path": "$PWD/test/fuzz/regress/hdf5-chunk-larger-than-shape.h5"}}}
+JSON
+"$B" bench-data --config "$T/fz.json" >/dev/null 2>"$T/err"
+rc=$?
+[ $rc -eq 3 ] && ok "chunks larger than a fixed shape exit 3" || bad "chunks larger than the shape: exit $rc"
+has "$T/err" 'dataset "images" (images): chunks \[2, 255, 4\] do not fit its fixed shape' "naming the dataset and its chunks"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

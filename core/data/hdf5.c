@@ -169,8 +169,8 @@ static int describe(h5_impl *im, const char *path, h5_array *a, hid_t dapl, ct_e
     type_text(h5, t, a);
     h5->H5Tclose(t);
     int nd = h5->H5Sget_simple_extent_type(a->space) == H5S_SIMPLE ? h5->H5Sget_simple_extent_ndims(a->space) : 0;
-    hsize_t dims[H5S_MAX_RANK];
-    if (nd < 1 || nd > MAX_RANK || h5->H5Sget_simple_extent_dims(a->space, dims, NULL) != nd)
+    hsize_t dims[H5S_MAX_RANK], maxdims[H5S_MAX_RANK];
+    if (nd < 1 || nd > MAX_RANK || h5->H5Sget_simple_extent_dims(a->space, dims, maxdims) != nd)
         return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (%s) has %d dimensions (%s): expected the samples along "
                        "the first of 1 to %d", path, a->name, a->role, nd, nd ? "too many" : "a scalar or empty",
                        MAX_RANK);
@@ -196,11 +196,23 @@ static int describe(h5_impl *im, const char *path, h5_array *a, hid_t dapl, ct_e
         H5D_layout_t layout = h5->H5Pget_layout(dcpl);
         bool plain = layout == H5D_CONTIGUOUS && h5->H5Pget_nfilters(dcpl) == 0 && h5->H5Pget_external_count(dcpl) == 0;
         hsize_t chunk[H5S_MAX_RANK];
-        if (layout == H5D_CHUNKED && h5->H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == nd && chunk[0] >= 1)
-            a->chunk_rows = (int64_t)(chunk[0] < dims[0] ? chunk[0] : dims[0]);
+        int cn = layout == H5D_CHUNKED ? h5->H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) : 0;
         haddr_t off = plain ? h5->H5Dget_offset(a->dset) : HADDR_UNDEF;
         if (off != HADDR_UNDEF && off <= (haddr_t)INT64_MAX) a->offset = (int64_t)off;
         h5->H5Pclose(dcpl);
+        /* A chunk larger than a fixed dimension cannot be written (H5Pset_chunk refuses it): it is a
+         * corrupt layout message, on which libhdf5 1.10 reads past its chunk buffer (fuzz_hdf5). */
+        bool bad = layout == H5D_CHUNKED && cn != nd;
+        for (int d = 0; layout == H5D_CHUNKED && d < nd && !bad; d++)
+            bad = chunk[d] < 1 || (maxdims[d] != H5S_UNLIMITED && chunk[d] > maxdims[d]);
+        if (bad) {
+            char text[200] = "[";
+            for (int d = 0; d < cn && d < H5S_MAX_RANK; d++)
+                snprintf(text + strlen(text), sizeof text - strlen(text), "%s%llu", d ? ", " : "", (unsigned long long)chunk[d]);
+            return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (%s): chunks %s] do not fit its fixed shape of %d "
+                           "dimensions: a corrupt layout message", path, a->name, a->role, text, nd);
+        }
+        if (layout == H5D_CHUNKED) a->chunk_rows = (int64_t)(chunk[0] < dims[0] ? chunk[0] : dims[0]);
     }
     h5->H5Eclear2(H5E_DEFAULT);
     return CT_OK;
