@@ -67,7 +67,10 @@ same_loss tfri "with tfrecord2idx index files"
 
 # Compressed files (TFRecordOptions "GZIP": gzip, "ZLIB": a zlib stream), inflated at open: the same
 # losses; a stream cut short exits 3 naming the file.
-for k in 0 1 2; do gzip -c "$T/data/train-$k.tfrecord" >"$T/data/train-$k.tfrecord.gz"; done
+for k in 0 1 2; do
+    /usr/bin/python3 -c 'import gzip, sys; open(sys.argv[2], "wb").write(gzip.compress(open(sys.argv[1], "rb").read()))' \
+        "$T/data/train-$k.tfrecord" "$T/data/train-$k.tfrecord.gz" || bad "gzip-compressing train-$k"
+done
 /usr/bin/python3 -c 'import sys, zlib; open(sys.argv[2], "wb").write(zlib.compress(open(sys.argv[1], "rb").read()))' \
     "$T/data/eval-0.tfrecord" "$T/data/eval-0.tfrecord.z" || bad "zlib-compressing the eval file"
 config tfrz '{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord.gz", "shape": [1, 28, 28]}' \
