@@ -132,5 +132,16 @@ rc=$?
 [ $rc -eq 3 ] && ok "chunks larger than a fixed shape exit 3" || bad "chunks larger than the shape: exit $rc"
 has "$T/err" 'dataset "images" (images): chunks \[2, 255, 4\] do not fit its fixed shape' "naming the dataset and its chunks"
 
+# A chunk address past the end of the file (a fuzzed file), read by the loader's worker threads:
+# exit 3 naming the sample, and none of libhdf5's own "HDF5-DIAG" reports on stderr (its error
+# printing is per thread: ctrain turns it off in each thread that calls it).
+sed 's#hdf5-chunk-larger-than-shape.h5"}}#hdf5-chunk-past-end.h5"}, "workers": 2}#' "$T/fz.json" >"$T/fz2.json"
+"$B" bench-data --config "$T/fz2.json" >/dev/null 2>"$T/err"
+rc=$?
+[ $rc -eq 3 ] && ok "a chunk past the end of the file exits 3" || bad "chunk past the end: exit $rc"
+has "$T/err" 'dataset "images" (images): sample [0-9]*: libhdf5 cannot read it: addr overflow' "naming the sample and libhdf5's reason"
+grep -q "HDF5-DIAG" "$T/err" && bad "libhdf5 printed its own error report: $(head -c 300 "$T/err")" ||
+    ok "libhdf5 prints nothing of its own from the worker threads"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -352,7 +352,7 @@ static int read_sample(const ct_dataset *ds, int64_t i, void *buf, ct_err *err) 
     char why[400] = "";
     bool ok = true;
     if (!block) {
-        ct_h5_lock();
+        ct_h5_lock(im->h5);
         block = own->blocks[k]; /* another worker may have read it meanwhile */
         int64_t first = k * im->block_rows, rows = a->dims[0] - first < im->block_rows ? a->dims[0] - first : im->block_rows;
         size_t block_bytes = (size_t)rows * bytes;
@@ -427,7 +427,7 @@ static void h5_close(ct_dataset *ds) {
     h5_impl *im = ds->impl;
     if (im) {
         if (im->h5) {
-            ct_h5_lock();
+            ct_h5_lock(im->h5);
             const h5_array *arrays[] = {&im->img, &im->lab};
             for (int k = 0; k < 2; k++) {
                 if (arrays[k]->space >= 0) im->h5->H5Sclose(arrays[k]->space);
@@ -541,7 +541,7 @@ int ct_hdf5_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_
     const ct_h5 *h5 = NULL;
     if (!rc) rc = ct_h5_load(&h5, err);
     if (!rc) {
-        ct_h5_lock();
+        ct_h5_lock(h5);
         im->h5 = h5;
         rc = open_file(im, ds, err);
         ct_h5_unlock();
@@ -624,7 +624,7 @@ int ct_hdf5_info(const char *path, FILE *out, ct_err *err) {
     if (!rc) rc = ct_h5_load(&h5, err);
     if (rc) return rc;
     char why[400];
-    ct_h5_lock();
+    ct_h5_lock(h5);
     hid_t file = h5->H5Fopen(path, CT_H5F_ACC_RDONLY, H5P_DEFAULT);
     H5G_info_t info;
     if (file < 0 || h5->H5Gget_info(file, &info) < 0) {

@@ -14,17 +14,6 @@
 
 #include "core/util/fs.h"
 
-/* One lock for the one library a process has (its state is global, see hdf5_lib.h). */
-static pthread_mutex_t g_h5_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-void ct_h5_lock(void) {
-    pthread_mutex_lock(&g_h5_mutex);
-}
-
-void ct_h5_unlock(void) {
-    pthread_mutex_unlock(&g_h5_mutex);
-}
-
 /* ---------------- before libhdf5: the signature and the superblock ---------------- */
 
 static const uint8_t h5_signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
@@ -171,6 +160,18 @@ int ct_h5_load(const ct_h5 **out, ct_err *err) {
     pthread_once(&g_h5_once, h5_load_once);
     *out = g_h5.error[0] ? NULL : &g_h5.fn;
     return g_h5.error[0] ? ct_errf(err, CT_ERR_RUNTIME, "%s", g_h5.error) : CT_OK;
+}
+
+/* One lock for the one library a process has (its state is global, see hdf5_lib.h). */
+static pthread_mutex_t g_h5_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void ct_h5_lock(const ct_h5 *h5) {
+    pthread_mutex_lock(&g_h5_mutex);
+    h5->H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void ct_h5_unlock(void) {
+    pthread_mutex_unlock(&g_h5_mutex);
 }
 
 typedef struct why_ctx {

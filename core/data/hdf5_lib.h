@@ -87,14 +87,17 @@ typedef struct ct_h5 {
  * set, is the only file tried (tests use it to stand in for a machine without libhdf5). */
 int ct_h5_load(const ct_h5 **out, ct_err *err);
 
+/* Held around every call into libhdf5 (see above). ct_h5_lock also turns off libhdf5's printing
+ * of errors for the calling thread: its error stacks are per thread in thread-safe builds, so
+ * turning it off once, in the thread that loaded it, leaves the loader's workers printing
+ * "HDF5-DIAG: Error detected ..." on stderr (errors come back as ctrain's messages instead). */
+void ct_h5_lock(const ct_h5 *h5);
+void ct_h5_unlock(void);
+
 /* The innermost message of libhdf5's error stack ("truncated file: eof = ..."), for the messages
  * ctrain writes; "" when there is none. Call with the lock held, right after the failing call. */
 void ct_h5_why(const ct_h5 *h5, char *out, size_t n);
 #endif
-
-/* Held around every call into libhdf5 (see above). */
-void ct_h5_lock(void);
-void ct_h5_unlock(void);
 
 /* The checks made before libhdf5 sees a file: it can be opened and read, it has the HDF5
  * signature at offset 0 or 512, 1024, 2048, ... (a user block), its superblock's version is one
