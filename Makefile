@@ -146,9 +146,11 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # a tmpfs, ...: there on any Debian system, listed so that the list is complete).
 # test/check_deps.sh checks that it covers what the Makefile and test/*.sh use. `make deps`
 # installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
-# call it (through check-deps) when one is missing.
-DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev \
-            check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
+# call it (through check-deps) when one is missing. libhdf5-dev: the headers that type the libhdf5
+# functions core/data/hdf5_lib.c loads with dlopen (a build without them leaves HDF5 out), and the
+# runtime library it brings; python3-h5py writes the HDF5 test files.
+DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libhdf5-dev \
+            check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil python3-h5py \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)

@@ -25,6 +25,7 @@
  *   ctrain pack --from image_folder ROOT --out DIR [--shard-size MB] [--compress]      (pack.c)
  *   ctrain pack --from idx IMAGES [--labels LABELS] --out DIR [--shard-size MB] [--compress]
  *   ctrain pack --from webdataset 'SHARDS-{000000..000009}.tar' --out DIR [--shard-size MB] [--compress]
+ *   ctrain pack --from hdf5 FILE.h5 [--features IMAGES,LABELS] --out DIR [--shard-size MB] [--compress]
  *   ctrain pack --from text FILE... --out DIR [--eval-fraction F]
  *                    (byte-level tokens of the files in order: DIR/tokens.bin, or with F
  *                    DIR/train.bin and DIR/eval.bin = the last F of the bytes)

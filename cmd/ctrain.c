@@ -26,9 +26,9 @@
 static const char USAGE[] =
     "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
     "       ctrain config check FILE [--world-size N]\n"
-    "       ctrain pack --from image_folder|idx|webdataset|tfrecord SRC --out DIR [--shard-size MB] [--compress]\n"
+    "       ctrain pack --from image_folder|idx|webdataset|tfrecord|hdf5 SRC --out DIR [--shard-size MB] [--compress]\n"
     "       ctrain pack --from text FILE... --out DIR [--eval-fraction F]\n"
-    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR|FILE.tar|FILE.tfrecord\n"
+    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR|FILE.tar|FILE.tfrecord|FILE.h5\n"
     "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
     "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]\n"
     "                   [--quiet] [--summary FILE]\n"

@@ -16,6 +16,7 @@
 #include "core/graph/hf_gpt2.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
+#include "core/data/hdf5_info.h"
 #include "core/data/tfrecord.h"
 #include "core/data/webdataset.h"
 #include "core/ckpt/safetensors.h"
@@ -177,7 +178,7 @@ static bool is_shard(const char *p, const struct stat *st) {
 }
 
 const char ct_info_usage[] =
-    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | FILE.tfrecord";
+    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | FILE.tfrecord | FILE.h5";
 
 int ct_info_main(int argc, char **argv, ct_err *err) {
     if (argc != 2 || argv[1][0] == '-') return ct_errf(err, CT_ERR_CONFIG, "%s", ct_info_usage);
@@ -193,6 +194,7 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     if (is_shard(p, &st)) return ct_shard_info(p, stdout, err);
     if (S_ISREG(st.st_mode) && ct_webdataset_is_tar(p)) return ct_webdataset_info(p, stdout, err);
     if (S_ISREG(st.st_mode) && ct_tfrecord_is_file(p)) return ct_tfrecord_info(p, stdout, err);
+    if (S_ISREG(st.st_mode) && ct_hdf5_is_file(p)) return ct_hdf5_info(p, stdout, err);
     if (!S_ISDIR(st.st_mode)) return info_file(p, stdout, err);
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);

@@ -19,13 +19,14 @@
 #include "core/data/tokens.h"
 
 #define PACK_USAGE \
-    "usage: ctrain pack --from image_folder|idx|webdataset|tfrecord SRC --out DIR [--shard-size MB] [--compress] " \
+    "usage: ctrain pack --from image_folder|idx|webdataset|tfrecord|hdf5 SRC --out DIR [--shard-size MB] [--compress] " \
     "[--labels FILE] [--features INPUT,LABEL]\n       ctrain pack --from text FILE... --out DIR [--eval-fraction F]"
 const char ct_pack_usage[] = PACK_USAGE;
 
 typedef struct pack_args {
     const char *from, *src, *out, *labels;
-    const char *features;  /* --from tfrecord: "INPUT,LABEL", the tf.Example features to read */
+    const char *features;  /* --from tfrecord: "INPUT,LABEL", the tf.Example features to read; --from hdf5:
+                            * "IMAGES,LABELS", the datasets */
     char **texts;      /* --from text: the files, in the order given (texts[0] == src) */
     int n_texts;
     double shard_mb;
@@ -65,7 +66,7 @@ static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
             const char *comma = strchr(a->features, ',');
             if (!comma || comma == a->features || !comma[1] || strchr(comma + 1, ','))
                 return ct_errf(err, CT_ERR_CONFIG, "pack: --features: expected INPUT,LABEL (two tf.Example feature "
-                               "names), got \"%s\"\n" PACK_USAGE, a->features);
+                               "names, or two HDF5 dataset names), got \"%s\"\n" PACK_USAGE, a->features);
         } else if (strcmp(o, "--labels") == 0 && has_val) {
             a->labels = argv[++i];
         } else if (strcmp(o, "--shard-size") == 0 && has_val) {
@@ -82,11 +83,11 @@ static int parse_args(int argc, char **argv, pack_args *a, ct_err *err) {
     if (!a->from || !a->out)
         return ct_errf(err, CT_ERR_CONFIG, "pack: --from KIND SRC and --out DIR are required\n" PACK_USAGE);
     if (strcmp(a->from, "image_folder") && strcmp(a->from, "idx") && strcmp(a->from, "webdataset") &&
-        strcmp(a->from, "tfrecord") && strcmp(a->from, "text"))
-        return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx, webdataset, tfrecord or text, "
-                       "got \"%s\"", a->from);
-    if (a->features && strcmp(a->from, "tfrecord"))
-        return ct_errf(err, CT_ERR_CONFIG, "pack: --features is for --from tfrecord\n" PACK_USAGE);
+        strcmp(a->from, "tfrecord") && strcmp(a->from, "hdf5") && strcmp(a->from, "text"))
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --from: expected image_folder, idx, webdataset, tfrecord, hdf5 or "
+                       "text, got \"%s\"", a->from);
+    if (a->features && strcmp(a->from, "tfrecord") && strcmp(a->from, "hdf5"))
+        return ct_errf(err, CT_ERR_CONFIG, "pack: --features is for --from tfrecord and hdf5\n" PACK_USAGE);
     if (a->eval_frac && strcmp(a->from, "text"))
         return ct_errf(err, CT_ERR_CONFIG, "pack: --eval-fraction is for --from text\n" PACK_USAGE);
     return CT_OK;
@@ -196,14 +197,16 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
         if (idx_type(a->src) != 0x08) *enc = CT_SHARD_F32;
     } else if (strcmp(a->from, "webdataset") == 0) { /* .png + .cls (the format's defaults) */
         cJSON_AddStringToObject(e, "urls", a->src);
-    } else if (strcmp(a->from, "tfrecord") == 0) { /* "image" + "label" unless --features */
+    } else if (strcmp(a->from, "tfrecord") == 0 || strcmp(a->from, "hdf5") == 0) {
+        /* the format's defaults ("image" + "label", "images" + "labels") unless --features */
+        bool tfr = strcmp(a->from, "tfrecord") == 0;
         cJSON_AddStringToObject(e, "path", a->src);
         if (a->features) {
             const char *comma = strchr(a->features, ',');
             char input[256];
             snprintf(input, sizeof input, "%.*s", (int)(comma - a->features), a->features);
-            cJSON_AddStringToObject(e, "input", input);
-            cJSON_AddStringToObject(e, "label", comma + 1);
+            cJSON_AddStringToObject(e, tfr ? "input" : "images", input);
+            cJSON_AddStringToObject(e, tfr ? "label" : "labels", comma + 1);
         }
     } else {
         cJSON_AddStringToObject(e, "root", a->src);
@@ -211,11 +214,12 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
     int rc = strcmp(a->from, "idx") == 0          ? ct_idx_open(&cfg, e, "pack", ds, err)
              : strcmp(a->from, "webdataset") == 0 ? ct_webdataset_open(&cfg, e, "pack", ds, err)
              : strcmp(a->from, "tfrecord") == 0   ? ct_tfrecord_open(&cfg, e, "pack", ds, err)
+             : strcmp(a->from, "hdf5") == 0       ? ct_hdf5_open(&cfg, e, "pack", ds, err)
                                                   : ct_image_folder_open(&cfg, e, "pack", ds, err);
     cJSON_Delete(e);
     if (rc) return rc;
     /* Shards hold a class index per record and pixels as bytes, or floats */
-    if (strcmp(a->from, "tfrecord") == 0 && !(*ds)->decode_u8) *enc = CT_SHARD_F32;
+    if ((strcmp(a->from, "tfrecord") == 0 || strcmp(a->from, "hdf5") == 0) && !(*ds)->decode_u8) *enc = CT_SHARD_F32;
     if ((*ds)->target_dtype != CT_I32 || (*ds)->target_shape.ndim != 0) {
         rc = ct_errf(err, CT_ERR_DATA, "pack: %s: %s; ctrain shards hold one class index per record", a->src,
                      (*ds)->label_note);

@@ -121,6 +121,8 @@ path /usr/share/common-licenses base-files
 path /usr/share/doc base-files
 py numpy python3-numpy
 py PIL python3-pil
+py h5py python3-h5py
+py pyarrow @optional
 py torch @optional
 py tensorboard @optional
 has build-essential gcc g++ make libc6-dev dpkg-dev

@@ -3,7 +3,8 @@
 # test/make_tfrecord.py, framing and protobuf by hand, issue 19) through the command line: training
 # from them gives the same train and eval loss, bit for bit, as training from the IDX files (raw-byte
 # and PNG-encoded images, with and without index files); bench-data reads every record; `ctrain
-# info` describes a file, and a TensorBoard event file (the same framing); `ctrain pack --from
+# info` describes a file, and a TensorBoard event file (the same framing); GZIP- and
+# ZLIB-compressed files train the same; `ctrain pack --from
 # tfrecord` gives shards that train to the same losses, and takes --features INPUT,LABEL;
 # a bad data CRC, a truncated file and a missing feature exit 3 naming the file, the record and the
 # feature, and data.skip_corrupt skips and counts the corrupt record.
@@ -63,6 +64,29 @@ train tfr
 same_loss tfr "raw-byte train records (3 files, a brace pattern), PNG eval records"
 train tfri
 same_loss tfri "with tfrecord2idx index files"
+
+# Compressed files (TFRecordOptions "GZIP": gzip, "ZLIB": a zlib stream), inflated at open: the same
+# losses; a stream cut short exits 3 naming the file.
+for k in 0 1 2; do
+    /usr/bin/python3 -c 'import gzip, sys; open(sys.argv[2], "wb").write(gzip.compress(open(sys.argv[1], "rb").read()))' \
+        "$T/data/train-$k.tfrecord" "$T/data/train-$k.tfrecord.gz" || bad "gzip-compressing train-$k"
+done
+/usr/bin/python3 -c 'import sys, zlib; open(sys.argv[2], "wb").write(zlib.compress(open(sys.argv[1], "rb").read()))' \
+    "$T/data/eval-0.tfrecord" "$T/data/eval-0.tfrecord.z" || bad "zlib-compressing the eval file"
+config tfrz '{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord.gz", "shape": [1, 28, 28]}' \
+    '{"format": "tfrecord", "path": "data/eval-0.tfrecord.z"}'
+train tfrz
+same_loss tfrz "GZIP-compressed train files, a ZLIB-compressed eval file"
+"$B" info "$T/data/train-1.tfrecord.gz" >"$T/info" 2>"$T/err" || bad "info on a gzip file: $(cat "$T/err")"
+has "$T/info" "compressed (gzip or zlib): 1676000 bytes inflated" "info inflates a compressed file"
+has "$T/info" "records: 2000," "and counts its records"
+head -c 300000 "$T/data/train-2.tfrecord.gz" >"$T/data/cut.tfrecord.gz"
+sed 's/train-{0..2}.tfrecord.gz/cut.tfrecord.gz/; s/run-tfrz/run-cutz/' "$T/tfrz.json" >"$T/cutz.json"
+"$B" --quiet --config "$T/cutz.json" >/dev/null 2>"$T/err"
+rc=$?
+[ $rc -eq 3 ] && ok "a compressed file cut short exits 3" || bad "cut gzip: exit $rc"
+has "$T/err" "cut.tfrecord.gz: compressed (gzip or zlib) and cut short: the stream ends at compressed byte 300000" \
+    "naming the file and the byte"
 
 # data.shuffle_buffer (WebDataset's shuffle over shuffled shards): the same losses with 1 or 2
 # workers, other losses than the full permutation, and a run stopped at step 20 and resumed ends

@@ -673,7 +673,7 @@ static const err_case err_cases[] = {
     {.text = TB8 "\"data\": {\"train\": {\"format\": \"idx\", \"image\": \"x\"}}}", .code = CFG, .at = "a.json:1:61",
      .has = {"data.train.image: unknown key; did you mean data.train.images?"}},
     {.text = TB8 "\"data\": {\"train\": {\"format\": \"idk\"}}}", .code = CFG, .at = "a.json:1:44",
-     .has = {"data.train.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, got \"idk\"; did you "
+     .has = {"data.train.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got \"idk\"; did you "
              "mean idx?"}},
     {.text = TB8 "\"comet\": {\"enabled\": false, \"projet\": \"x\"}}", .code = CFG, .at = "a.json:1:53",
      .has = {"comet.projet: unknown key; did you mean comet.project?"}},

@@ -62,6 +62,7 @@ static const struct {
     {"csv", {"path", "label_column"}},
     {"webdataset", {"urls", "image", "label"}},
     {"tfrecord", {"path", "input", "label", "shape", "index"}},
+    {"hdf5", {"path", "images", "labels"}},
 };
 static const char *const ds_common[] = {"format", "transform", "limit"};
 
@@ -79,7 +80,7 @@ static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
         if (strcmp(f->valuestring, names[i]) == 0) k = i;
     if (k < 0) {
         const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, CT_ARRAY_LEN(names)) : NULL;
-        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, got %s%s%s%s",
+        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got %s%s%s%s",
                           ct_rd_show(f, shown, sizeof shown), best ? "; did you mean " : "", best ? best : "",
                           best ? "?" : "");
     }

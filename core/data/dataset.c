@@ -24,6 +24,7 @@ static const struct {
     {"csv", ct_csv_open},
     {"webdataset", ct_webdataset_open},
     {"tfrecord", ct_tfrecord_open},
+    {"hdf5", ct_hdf5_open},
 };
 
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
@@ -39,7 +40,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(entry, "format");
     if (!fmt)
         return ct_errf(err, CT_ERR_CONFIG,
-                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord)",
+                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5)",
                        where, path);
     ct_config_where(cfg, fmt, where, sizeof where);
     if (!cJSON_IsString(fmt))
@@ -56,7 +57,7 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
     }
     const char *s = ct_suggest(fmt->valuestring, names, CT_ARRAY_LEN(formats));
     ct_errf(err, CT_ERR_CONFIG,
-            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, got \"%s\"", where,
+            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got \"%s\"", where,
             path, fmt->valuestring);
     if (s) ct_err_append(err, "did you mean \"%s\"?", s);
     return CT_ERR_CONFIG;

@@ -30,4 +30,7 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
 int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out,
                      ct_err *err);
 
+/* hdf5.c: two datasets of an HDF5 file, read through libhdf5 (loaded on first use, hdf5_lib.h). */
+int ct_hdf5_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_dataset **out, ct_err *err);
+
 #endif

@@ -26,7 +26,13 @@
  * read. A bad length CRC or a record cut short by the end of the file stops the open, naming the
  * file, the record and its offset (nothing after it can be located). A bad data CRC, a record that
  * is not a tf.Example, a missing feature or one of another kind, count or image size is
- * CT_ERR_DATA at decode naming the file, the record and the feature (data.skip_corrupt counts it). */
+ * CT_ERR_DATA at decode naming the file, the record and the feature (data.skip_corrupt counts it).
+ *
+ * Compressed files (TFRecordOptions(compression_type="GZIP" or "ZLIB"): the whole file is one
+ * gzip or zlib stream, whatever its name) are recognised by their first bytes when they are not a
+ * valid record header, inflated whole into memory at open (a stream cannot be read at an offset),
+ * and then read from there like a plain file; offsets (messages, index files) are those of the
+ * inflated bytes. A stream cut short or corrupt stops the open naming the file and the byte. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,6 +42,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
@@ -74,8 +81,99 @@ typedef struct tfr_impl {
     int64_t bad_crc, first_bad;  /* records the scan found with a bad data CRC, and the first of them */
     float *lut;                  /* [c][256]: bytes -> normalised floats */
     int *fds;                    /* [files.n] kept open for decode (pread is thread-safe), or NULL */
+    uint8_t **mem;               /* [files.n] compressed files' inflated bytes (NULL: a plain file) */
+    int64_t *mem_len;            /* [files.n] */
     float mean[4], std[4];
 } tfr_impl;
+
+/* ---------------- compressed files ---------------- */
+
+/* A gzip member or a zlib stream starts so (RFC 1952, RFC 1950: CM 8, the header check). */
+static bool compressed_magic(const uint8_t *h, size_t n) {
+    return n >= 2 && ((h[0] == 0x1f && h[1] == 0x8b) || ((h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 && (h[0] * 256 + h[1]) % 31 == 0));
+}
+
+/* in[0, n) inflated (gzip members one after another, or one zlib stream) into *out (caller frees).
+ * CT_ERR_DATA naming the file and the compressed byte where it fails. */
+static int inflate_all(const char *file, const uint8_t *in, size_t n, uint8_t **out, int64_t *out_len, ct_err *err) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) return ct_errf(err, CT_ERR_RUNTIME, "%s: zlib cannot start", file); /* 32: gzip or zlib */
+    size_t cap = n * 4 + 4096, len = 0;
+    uint8_t *buf = ct_xmalloc(cap);
+    z.next_in = (uint8_t *)in;
+    z.avail_in = 0;
+    size_t fed = 0;
+    int zr = Z_OK;
+    while (true) {
+        if (z.avail_in == 0 && fed < n) {
+            size_t step = n - fed > (1u << 30) ? (1u << 30) : n - fed;
+            z.next_in = (uint8_t *)in + fed;
+            z.avail_in = (uInt)step;
+            fed += step;
+        }
+        if (len == cap) {
+            cap *= 2;
+            buf = ct_xrealloc(buf, cap);
+        }
+        size_t room = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+        z.next_out = buf + len;
+        z.avail_out = (uInt)room;
+        zr = inflate(&z, Z_NO_FLUSH);
+        len += room - z.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (z.avail_in == 0 && fed == n) break;
+            if (inflateReset(&z) != Z_OK) break; /* another gzip member follows */
+            continue;
+        }
+        if (zr != Z_OK && !(zr == Z_BUF_ERROR && z.avail_out == 0)) break;
+        if (zr == Z_OK && z.avail_in == 0 && fed == n && z.avail_out != 0) { zr = Z_BUF_ERROR; break; } /* input ended mid-stream */
+    }
+    size_t at = (size_t)(z.next_in - in);
+    inflateEnd(&z);
+    if (zr != Z_STREAM_END) {
+        free(buf);
+        return ct_errf(err, CT_ERR_DATA, "%s: compressed (gzip or zlib) and %s at compressed byte %zu of %zu", file,
+                       zr == Z_BUF_ERROR ? "cut short: the stream ends" : "corrupt", at, n);
+    }
+    *out = buf;
+    *out_len = (int64_t)len;
+    return CT_OK;
+}
+
+/* File k: a compressed file is inflated into im->mem[k]; a plain one (its first record header's CRC
+ * holds, or no compression signature) is left to the readers. */
+static int load_compressed(tfr_impl *im, int k, ct_err *err) {
+    const char *file = im->files.paths[k];
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
+    uint8_t head[CT_TFRECORD_HEAD];
+    uint64_t n;
+    ssize_t got = ct_fs_read_at(fd, head, sizeof head, 0);
+    close(fd);
+    if (got < 2 || (got == (ssize_t)sizeof head && ct_tfrecord_head_check(head, &n)) || !compressed_magic(head, (size_t)got))
+        return CT_OK;
+    uint8_t *raw = NULL;
+    size_t cap = 0, len = 0;
+    int rc = ct_read_file(file, &raw, &cap, &len, err);
+    if (!rc) {
+        if (!im->mem) {
+            im->mem = ct_xcalloc((size_t)im->files.n, sizeof *im->mem);
+            im->mem_len = ct_xcalloc((size_t)im->files.n, sizeof *im->mem_len);
+        }
+        rc = inflate_all(file, raw, len, &im->mem[k], &im->mem_len[k], err);
+    }
+    free(raw);
+    return rc;
+}
+
+static void free_compressed(tfr_impl *im) {
+    for (int k = 0; im->mem && k < im->files.n; k++) free(im->mem[k]);
+    free(im->mem);
+    free(im->mem_len);
+    im->mem = NULL;
+    im->mem_len = NULL;
+}
 
 /* ---------------- locating the records ---------------- */
 
@@ -103,10 +201,12 @@ static void note_label(tfr_impl *im, const uint8_t *data, size_t n) {
 /* Read file k from start to end: every record located, both CRCs checked, its label noted. */
 static int scan_file(tfr_impl *im, int k, int64_t limit, ct_err *err) {
     const char *file = im->files.paths[k];
-    FILE *f = fopen(file, "rb");
+    bool inflated = im->mem && im->mem[k];
+    if (inflated && im->mem_len[k] == 0) return CT_OK; /* no records (fmemopen refuses a size of 0) */
+    FILE *f = inflated ? fmemopen(im->mem[k], (size_t)im->mem_len[k], "rb") : fopen(file, "rb");
     if (!f) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     struct stat st;
-    int64_t fsize = fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : 0;
+    int64_t fsize = inflated ? im->mem_len[k] : fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : 0;
     setvbuf(f, NULL, _IOFBF, 1 << 20);
     uint8_t *buf = NULL;
     size_t cap = 0;
@@ -159,6 +259,7 @@ static int read_index(tfr_impl *im, int k, int64_t limit, ct_err *err) {
     const char *file = im->files.paths[k], *index = im->indexes.paths[k];
     struct stat st;
     if (stat(file, &st) != 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
+    if (im->mem && im->mem[k]) st.st_size = (off_t)im->mem_len[k]; /* offsets in the inflated bytes */
     FILE *f = fopen(index, "r");
     if (!f) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", index, strerror(errno));
     char line[256];
@@ -209,15 +310,27 @@ __attribute__((format(printf, 4, 5))) static int record_err(const tfr_impl *im, 
 static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint8_t **data, ct_err *err) {
     const tfr_record *r = &im->recs[i];
     const char *file = im->files.paths[r->file];
-    int fd = im->fds ? im->fds[r->file] : -1;
-    bool own = fd < 0; /* no descriptor kept open: one for this read */
-    if (own) fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     size_t total = (size_t)r->len + CT_TFRECORD_FRAMING;
     uint8_t *b = ct_xmalloc(total);
-    ssize_t got = ct_fs_read_at(fd, b, total, r->off);
-    int e = errno;
-    if (own) close(fd);
+    ssize_t got;
+    int e = 0;
+    if (im->mem && im->mem[r->file]) { /* an inflated compressed file */
+        int64_t left = im->mem_len[r->file] - r->off;
+        got = left < 0 ? 0 : left < (int64_t)total ? (ssize_t)left : (ssize_t)total;
+        if (got > 0) memcpy(b, im->mem[r->file] + r->off, (size_t)got);
+    } else {
+        int fd = im->fds ? im->fds[r->file] : -1;
+        bool own = fd < 0; /* no descriptor kept open: one for this read */
+        if (own) fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            e = errno;
+            free(b);
+            return ct_errf(err, ct_err_io(e, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(e));
+        }
+        got = ct_fs_read_at(fd, b, total, r->off);
+        e = errno;
+        if (own) close(fd);
+    }
     uint64_t n = 0;
     int rc = CT_OK;
     if (got != (ssize_t)total)
@@ -405,7 +518,8 @@ static void tfr_close(ct_dataset *ds) {
         for (int k = 0; im->fds && k < im->files.n; k++)
             if (im->fds[k] >= 0) close(im->fds[k]);
         free(im->fds);
-        ct_pathlist_free(&im->files); /* after the loop above: it empties files.n */
+        free_compressed(im);
+        ct_pathlist_free(&im->files); /* after the loop above and free_compressed: it empties files.n */
         ct_pathlist_free(&im->indexes);
         free(im->file_start);
         free(im->recs);
@@ -572,7 +686,8 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
     for (int k = 0; k < im->files.n && !rc; k++) {
         im->file_start[k] = im->count;
         if (limit > 0 && im->count >= limit) continue;
-        rc = im->indexes.n ? read_index(im, k, limit, err) : scan_file(im, k, limit, err);
+        rc = load_compressed(im, k, err);
+        if (!rc) rc = im->indexes.n ? read_index(im, k, limit, err) : scan_file(im, k, limit, err);
     }
     if (!rc && im->count == 0) rc = ct_errf(err, CT_ERR_DATA, "%s: no records", ds->source);
     if (!rc && im->files.n <= MAX_OPEN) {
@@ -617,10 +732,23 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
 bool ct_tfrecord_is_file(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
-    uint8_t head[CT_TFRECORD_HEAD];
+    uint8_t head[CT_TFRECORD_HEAD], in[4096];
     uint64_t n;
-    bool ok = ct_fs_read_at(fd, head, sizeof head, 0) == (ssize_t)sizeof head && ct_tfrecord_head_check(head, &n);
+    ssize_t got = ct_fs_read_at(fd, in, sizeof in, 0);
     close(fd);
+    if (got >= (ssize_t)sizeof head && ct_tfrecord_head_check(in, &n)) return true;
+    if (got < 2 || !compressed_magic(in, (size_t)got)) return false;
+    /* compressed: the first record header, inflated from the file's first bytes */
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) return false;
+    z.next_in = in;
+    z.avail_in = (uInt)got;
+    z.next_out = head;
+    z.avail_out = sizeof head;
+    int zr = inflate(&z, Z_SYNC_FLUSH);
+    bool ok = (zr == Z_OK || zr == Z_STREAM_END) && z.avail_out == 0 && ct_tfrecord_head_check(head, &n);
+    inflateEnd(&z);
     return ok;
 }
 
@@ -650,7 +778,8 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
     im->files.paths[0] = ct_xstrdup(path);
     int64_t start = 0;
     im->file_start = &start;
-    int rc = scan_file(im, 0, 0, err);
+    int rc = load_compressed(im, 0, err);
+    if (!rc) rc = scan_file(im, 0, 0, err);
     uint8_t *base = NULL;
     const uint8_t *data = NULL;
     if (!rc && im->count) rc = read_record(im, 0, &base, &data, err);
@@ -658,6 +787,8 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
         int64_t bytes = 0;
         for (int64_t i = 0; i < im->count; i++) bytes += im->recs[i].len;
         fprintf(out, "tfrecord file: %s\n", path);
+        if (im->mem && im->mem[0])
+            fprintf(out, "  compressed (gzip or zlib): %lld bytes inflated\n", (long long)im->mem_len[0]);
         fprintf(out, "  records: %lld, %lld bytes of data; %lld with a bad data CRC\n", (long long)im->count,
                 (long long)bytes, (long long)im->bad_crc);
         if (data) {
@@ -675,6 +806,7 @@ int ct_tfrecord_info(const char *path, FILE *out, ct_err *err) {
     }
     free(base);
     im->file_start = NULL;
+    free_compressed(im);
     ct_pathlist_free(&im->files);
     free(im->recs);
     free(im);

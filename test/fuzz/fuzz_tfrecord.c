@@ -4,7 +4,8 @@
  * "label": "y", as the float seed has them). Opening, decoding every record (floats and, for 8-bit
  * inputs, raw bytes), `ctrain info`, and the Example reader on the whole input must succeed or fail
  * with CT_ERR_DATA, never crash or read outside a buffer. Seeds: test/fuzz/seeds-fuzz_tfrecord/
- * (files written by test/make_tfrecord.py: PNG, JPEG, raw bytes and packed float_list records). */
+ * (files written by test/make_tfrecord.py: PNG, JPEG, raw bytes and packed float_list records; the raw
+ * one gzip-compressed too, as TFRecordOptions("GZIP") writes it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

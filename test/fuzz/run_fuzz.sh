@@ -22,12 +22,22 @@ case $target in
 fuzz_json) default_srcs="core/util/common.c core/util/json.c" ;;
 fuzz_safetensors) default_srcs="core/util/common.c core/util/tensor.c core/ckpt/safetensors.c" ;;
 fuzz_png) default_srcs="core/util/common.c core/data/png.c" ;;
-fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset | fuzz_tfrecord) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c core/util/crc32c.c core/util/tfrecord.c core/util/rng.c
+fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset | fuzz_tfrecord | fuzz_hdf5) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c core/util/crc32c.c core/util/tfrecord.c core/util/rng.c
     $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c $(ls core/data/*.c | grep -v loader.c | tr '\n' ' ')" ;;
 fuzz_config) default_srcs="core/util/common.c core/util/json.c $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c" ;;
 *) default_srcs=$(find core -name '*.c') ;;
 esac
 srcs=${FUZZ_SRCS:-$default_srcs}
+# fuzz_hdf5 drives Debian's libhdf5 (not instrumented), which leaks a few KB on some corrupt files
+# (inside its object-header decoding, no ctrain frame on the stack; valid files do not leak), and
+# asks malloc for sizes read from the file (its metadata cache: 10^18 bytes for a mutated symbol
+# table node) and handles the NULL that malloc returns: allocator_may_return_null gives it that
+# NULL as a run does, instead of ASan stopping there (test/fuzz/regress/hdf5-huge-metadata-alloc.h5)
+target_flags=""
+if [ "$target" = fuzz_hdf5 ]; then
+    target_flags="-detect_leaks=0"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:allocator_may_return_null=1"
+fi
 
 CLANG=${CLANG:-clang}
 command -v "$CLANG" >/dev/null 2>&1 || { echo "run_fuzz.sh: clang not found (apt-get install clang)" >&2; exit 2; }
@@ -56,4 +66,4 @@ done
 echo "run_fuzz.sh: fuzzing $target for $seconds s (corpus $corpus, $(ls "$corpus" | wc -l) files)"
 # shellcheck disable=SC2086
 exec nice -n 10 "./$bin" "$corpus" -max_total_time="$seconds" -print_final_stats=1 \
-    -artifact_prefix=test/fuzz/ -max_len=8192 ${FUZZ_FLAGS:-}
+    -artifact_prefix=test/fuzz/ -max_len=8192 $target_flags ${FUZZ_FLAGS:-}
