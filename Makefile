@@ -141,7 +141,9 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # test/check_deps.sh checks that it covers what the Makefile and test/*.sh use. `make deps`
 # installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
 # call it (through check-deps) when one is missing.
-DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev \
+# libdnnl2 (oneDNN) is optional at run time: the CPU backend loads it with dlopen when present and
+# then gives it the GEMM shapes where it is faster (core/cpu/cpu_onednn.c).
+DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libdnnl2 \
             check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:
