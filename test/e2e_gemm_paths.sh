@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every GEMM library the CPU backend can pick gives correct results for every op built on GEMM:
 # the op table's GEMM, convolution and attention rows (test_ops: fp64 references, 1 vs 2 threads
-# bit for bit) and test_cpu_ops's per-library GEMM check, with CT_CPU_GEMM forcing OpenBLAS, then
+# bit for bit) and test_cpu_ops's per-library GEMM check, with CTRAIN_CPU_GEMM forcing OpenBLAS, then
 # oneDNN, then oneDNN held to SSE4.1 (ONEDNN_MAX_CPU_ISA), as on a CPU without AVX2 or AVX-512.
 # The default (auto: per shape, core/cpu/cpu_gemm.c) runs in the suite's own test_ops. Without
 # oneDNN (libdnnl.so.2) its runs are skipped, saying so. Usage: e2e_gemm_paths.sh BUILD_DIR
@@ -21,18 +21,18 @@ run() {
         bad "$name"; tail -n 8 "$T/ops" "$T/cpu" | sed 's/^/     /'
     fi
 }
-run "OpenBLAS alone" CT_CPU_GEMM=openblas
+run "OpenBLAS alone" CTRAIN_CPU_GEMM=openblas
 if [ -e /usr/lib/x86_64-linux-gnu/libdnnl.so.2 ] || ldconfig -p 2>/dev/null | grep -q 'libdnnl\.so\.2 '; then
-    run "oneDNN alone" CT_CPU_GEMM=onednn
-    run "oneDNN held to SSE4.1" CT_CPU_GEMM=onednn ONEDNN_MAX_CPU_ISA=SSE41
+    run "oneDNN alone" CTRAIN_CPU_GEMM=onednn
+    run "oneDNN held to SSE4.1" CTRAIN_CPU_GEMM=onednn ONEDNN_MAX_CPU_ISA=SSE41
 else
     echo "skip oneDNN runs: libdnnl.so.2 not installed (apt-get install libdnnl2)"
 fi
-# a library that CT_CPU_GEMM cannot name is an error that says what to set
-if CT_CPU_GEMM=mkl "$BUILD/ctrain" --config configs/fmnist_mlp.json --set train.max_steps=1 \
+# a library that CTRAIN_CPU_GEMM cannot name is an error that says what to set
+if CTRAIN_CPU_GEMM=mkl "$BUILD/ctrain" --config configs/fmnist_mlp.json --set train.max_steps=1 \
     --set train.run_dir="$T/run" >"$T/out" 2>&1; then
-    bad "CT_CPU_GEMM=mkl was accepted"
+    bad "CTRAIN_CPU_GEMM=mkl was accepted"
 else
-    has "$T/out" "CT_CPU_GEMM=\"mkl\" names no GEMM library" "CT_CPU_GEMM=mkl: an error naming the variable"
+    has "$T/out" "CTRAIN_CPU_GEMM=\"mkl\" names no GEMM library" "CTRAIN_CPU_GEMM=mkl: an error naming the variable"
 fi
 [ "$fails" -eq 0 ]

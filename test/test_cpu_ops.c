@@ -1,13 +1,17 @@
 /* test_cpu_ops.c: what the CPU backend promises beyond one call against a reference (every op
  * against fp64 references, 1 vs 2 threads and the 16-bit rule is in test_ops.c): fp16/bf16 scalar
- * conversions (overflow, subnormals, ties), uint8 casts, dropout's mask statistics, argument forms
- * that must not change a bit (dx aliasing dy, conv2d_backward without dx and db), the summation
- * order of the reductions (pinned bit for bit), each GEMM library against fp64, the thread pool under stress, backend creation and memory accounting, upload tickets. */
+ * conversions (overflow, subnormals, ties), the bf16 casts bit for bit against them, uint8 casts,
+ * dropout's mask statistics, argument forms that must not change a bit (dx aliasing dy,
+ * conv2d_backward without dx and db), the summation order of the reductions (pinned bit for bit),
+ * each GEMM library against fp64 and oneDNN's under signals, the thread pool under stress,
+ * backend creation and memory accounting, upload tickets. */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "core/backend/backend.h"
 #include "core/cpu/cpu_internal.h"
@@ -94,6 +98,41 @@ START_TEST(bf16_conversions) {
 END_TEST
 
 /* The casts between f32, f16 and bf16 are rows of test_ops; uint8 pixels widen exactly. */
+/* The bf16 casts and rounding of the backend (AVX2 where present, cpu_eltwise.c) against the
+ * scalar conversions of tensor.h, bit for bit: every bf16 value (all 65536 top halves) with low
+ * halves below, at and above the tie (even and odd), and the NaNs and infinities among them; at
+ * offsets that are no multiple of 8, so vector body and scalar tail both run. */
+START_TEST(bf16_casts_match_scalar) {
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    enum { NLOW = sizeof lows / sizeof lows[0] };
+    int64_t n = 65536 * NLOW + 5;
+    uint32_t *bits = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) bits[i] = ((uint32_t)(i / NLOW % 65536) << 16) | lows[i % NLOW];
+    float *x = (float *)bits, *rounded = malloc((size_t)n * 4), *widened = malloc((size_t)n * 4);
+    uint16_t *h = malloc((size_t)n * 2);
+    for (int off = 0; off < 3; off++) {
+        int64_t m = n - off;
+        be2->elt.cast(be2, h, CT_BF16, x + off, CT_F32, m);
+        for (int64_t i = 0; i < m; i++)
+            if (h[i] != ct_f32_to_bf16(x[off + i]))
+                ck_abort_msg("f32 0x%08x -> bf16 0x%04x, scalar 0x%04x", bits[off + i], h[i], ct_f32_to_bf16(x[off + i]));
+        be2->elt.cast(be2, widened, CT_F32, h, CT_BF16, m);
+        for (int64_t i = 0; i < m; i++) {
+            float want = ct_bf16_to_f32(h[i]);
+            ck_assert(memcmp(&widened[i], &want, 4) == 0);
+        }
+        memcpy(rounded, x + off, (size_t)m * 4);
+        be2->elt.round_to(be2, rounded, m, CT_BF16);
+        for (int64_t i = 0; i < m; i++) {
+            float want = ct_bf16_to_f32(ct_f32_to_bf16(x[off + i]));
+            if (memcmp(&rounded[i], &want, 4) != 0)
+                ck_abort_msg("round_to bf16 of 0x%08x: got %a, scalar %a", bits[off + i], rounded[i], want);
+        }
+    }
+    free(bits), free(rounded), free(widened), free(h);
+}
+END_TEST
+
 START_TEST(cast_from_u8) {
     uint8_t u8[5] = {0, 1, 7, 200, 255};
     float back[5];
@@ -407,7 +446,7 @@ START_TEST(sgemm_each_library_against_fp64) {
     }
     ck_assert_int_ge(libs_run, 1);
     /* the picks follow the measured classes when both are there and nothing is forced */
-    const char *forced = getenv("CT_CPU_GEMM");
+    const char *forced = getenv("CTRAIN_CPU_GEMM");
     if (ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN) && (!forced || !*forced || !strcmp(forced, "auto"))) {
         ck_assert_int_eq(ct_cpu_gemm_lib_for(false, true, 128, 128, 784), CT_GEMM_ONEDNN);
         ck_assert_int_eq(ct_cpu_gemm_lib_for(true, false, 512, 104, 128), CT_GEMM_OPENBLAS);
@@ -415,6 +454,46 @@ START_TEST(sgemm_each_library_against_fp64) {
         ck_assert_int_eq(ct_cpu_gemm_lib_for(false, false, 128, 512, 512), CT_GEMM_OPENBLAS);
         ck_assert_int_eq(ct_cpu_gemm_lib_for(false, false, 32, 784, 9), CT_GEMM_ONEDNN);
     }
+}
+END_TEST
+
+/* oneDNN's GEMM with signals arriving all the time (SIGALRM every 200 us, a handler that uses
+ * some stack): each call's result is unchanged and the heap intact. Without the signal mask of
+ * cpu_onednn.c this aborted in free() within a few calls ("corrupted size vs. prev_size"). */
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) {
+    volatile char scratch[256];
+    for (int i = 0; i < 256; i++) scratch[i] = (char)sig;
+    alarms = alarms + (scratch[255] == (char)sig);
+}
+
+START_TEST(onednn_gemm_under_signals) {
+    ct_err err = {0};
+    ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
+    if (!ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN)) return; /* nothing to check without it */
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
+    static const int64_t shapes[][5] = {{0, 1, 256, 256, 2048}, {1, 0, 4, 2048, 256}, {0, 0, 256, 1024, 4}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        bool ta = shapes[s][0], tb = shapes[s][1];
+        int64_t m = shapes[s][2], n = shapes[s][3], k = shapes[s][4], lda = ta ? m : k, ldb = tb ? k : n;
+        float *a = rnd(m * k, 700 + s, -1, 1), *b = rnd(k * n, 710 + s, -1, 1);
+        float *want = malloc((size_t)(m * n) * 4), *got = malloc((size_t)(m * n) * 4);
+        ct_cpu_sgemm_with(CT_GEMM_ONEDNN, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, want, n);
+        struct itimerval every = {{0, 200}, {0, 200}}, off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_REAL, &every, NULL);
+        for (int r = 0; r < 60; r++) {
+            ct_cpu_sgemm_with(CT_GEMM_ONEDNN, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, got, n);
+            ck_assert(memcmp(got, want, (size_t)(m * n) * 4) == 0);
+            void *churn = malloc(1 << 16);   /* lets malloc see a corrupted heap */
+            free(churn);
+        }
+        setitimer(ITIMER_REAL, &off, NULL);
+        free(a), free(b), free(want), free(got);
+    }
+    ck_assert_int_gt(alarms, 0);
+    sigaction(SIGALRM, &old, NULL);
 }
 END_TEST
 
@@ -439,6 +518,7 @@ int main(void) {
     tcase_add_test(tc, f16_conversions);
     tcase_add_test(tc, bf16_conversions);
     tcase_add_test(tc, cast_from_u8);
+    tcase_add_test(tc, bf16_casts_match_scalar);
     tcase_add_test(tc, dropout_mask_statistics);
     tcase_add_test(tc, act_backward_in_place);
     tcase_add_test(tc, conv2d_backward_dw_only);
@@ -449,6 +529,7 @@ int main(void) {
     tcase_add_test(tc, mem_stats_per_category);
     tcase_add_test(tc, upload_tickets);
     tcase_add_test(tc, sgemm_each_library_against_fp64);
+    tcase_add_test(tc, onednn_gemm_under_signals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -11,7 +11,7 @@
  * Each single-threaded GEMM (a tile here, or one image's GEMM in cpu_conv.c) goes to OpenBLAS or,
  * where it is installed, oneDNN (cpu_onednn.c): gemm_lib_for picks by the call's shape class, from
  * measurements on this machine (docs/BENCHMARKS.md, "oneDNN or OpenBLAS per shape"). The choice
- * depends on the shape and on which libraries loaded, never on the thread count. CT_CPU_GEMM
+ * depends on the shape and on which libraries loaded, never on the thread count. CTRAIN_CPU_GEMM
  * (auto, openblas, onednn) forces one library for every shape, for comparisons and tests.
  *
  * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
@@ -51,7 +51,7 @@ typedef struct blas_lib {
     void (*set_num_threads)(int);
     char *(*get_config)(void);
     bool onednn;                 /* oneDNN loaded too (cpu_onednn.c) */
-    int forced;                  /* CT_CPU_GEMM: -1 auto, else the ct_gemm_lib every GEMM takes */
+    int forced;                  /* CTRAIN_CPU_GEMM: -1 auto, else the ct_gemm_lib every GEMM takes */
     char desc[160];              /* "OpenBLAS ... + oneDNN 2.6.3": the backend's device line */
     char error[512];             /* why it could not be loaded; "" when loaded */
 } blas_lib;
@@ -59,26 +59,26 @@ typedef struct blas_lib {
 static blas_lib g_blas;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
-/* After OpenBLAS loaded: oneDNN beside it, and what CT_CPU_GEMM asks for (an error in g_blas
+/* After OpenBLAS loaded: oneDNN beside it, and what CTRAIN_CPU_GEMM asks for (an error in g_blas
  * when it names no library, or oneDNN where it is not installed). */
 static void gemm_libs_choose(void) {
     g_blas.onednn = ct_cpu_onednn_load();
     const char *ob = g_blas.get_config ? g_blas.get_config() : "OpenBLAS";
     snprintf(g_blas.desc, sizeof g_blas.desc, "%s%s%s", ob, g_blas.onednn ? " + " : "",
              g_blas.onednn ? ct_cpu_onednn_desc() : "");
-    const char *want = getenv("CT_CPU_GEMM");
+    const char *want = getenv("CTRAIN_CPU_GEMM");
     g_blas.forced = -1;
     if (!want || !*want || !strcmp(want, "auto")) return;
     if (!strcmp(want, "openblas")) {
         g_blas.forced = CT_GEMM_OPENBLAS;
     } else if (!strcmp(want, "onednn")) {
         if (!g_blas.onednn)
-            snprintf(g_blas.error, sizeof g_blas.error, "CT_CPU_GEMM=onednn, but oneDNN cannot be "
+            snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "
                      "loaded (libdnnl.so.2)\n  Install it (apt-get install libdnnl2), or unset "
-                     "CT_CPU_GEMM to use OpenBLAS alone");
+                     "CTRAIN_CPU_GEMM to use OpenBLAS alone");
         g_blas.forced = CT_GEMM_ONEDNN;
     } else {
-        snprintf(g_blas.error, sizeof g_blas.error, "environment variable CT_CPU_GEMM=\"%.40s\" "
+        snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_GEMM=\"%.40s\" "
                  "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
     }
 }

@@ -151,7 +151,7 @@ void ct_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 
 /* The GEMM libraries a single-threaded GEMM can go to. */
 typedef enum { CT_GEMM_OPENBLAS, CT_GEMM_ONEDNN } ct_gemm_lib;
-/* Which one ct_cpu_sgemm uses for this shape: from the shape, CT_CPU_GEMM and the libraries
+/* Which one ct_cpu_sgemm uses for this shape: from the shape, CTRAIN_CPU_GEMM and the libraries
  * loaded only (never the thread count). */
 ct_gemm_lib ct_cpu_gemm_lib_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
 bool ct_cpu_gemm_lib_loaded(ct_gemm_lib lib);
