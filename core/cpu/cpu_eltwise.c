@@ -109,8 +109,11 @@ static bool cpu_has_f16c(void) { return __builtin_cpu_supports("f16c"); }
 
 /* bf16 has no conversion instruction before AVX512-BF16; with AVX2 integer lanes it is 8 floats
  * per step, bit for bit ct_f32_to_bf16 (round to nearest even on the top 16 bits, a NaN quieted
- * by setting bit 6 of the result) and ct_bf16_to_f32 (a shift). The scalar loops stayed scalar
- * (the NaN branch), so every 16-bit op paid 1-2 ns per element for its casts. */
+ * by setting bit 6 of the result) and ct_bf16_to_f32 (a shift). gcc vectorised the scalar
+ * widening already, but not the narrowing and rounding (the NaN branch). Measured on one thread
+ * of the AMD EPYC, 8K elements in L1: f32 -> bf16 0.46 -> 0.25 ns per element, round_to
+ * 0.41 -> 0.18 ns (widening 0.17-0.19 ns either way); over 4M elements all three are bound by
+ * memory (0.46-0.64 ns) before and after. */
 __attribute__((target("avx2"))) static inline __m256i bf16_round_bits(__m256i u) {
     /* the bf16 value in the top 16 bits of each lane, the low 16 bits zero */
     __m256i one = _mm256_set1_epi32(1), mask_hi = _mm256_set1_epi32((int)0xffff0000u);
