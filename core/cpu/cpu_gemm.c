@@ -59,28 +59,29 @@ typedef struct blas_lib {
 static blas_lib g_blas;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
 
-/* After OpenBLAS loaded: oneDNN beside it, and what CTRAIN_CPU_GEMM asks for (an error in g_blas
- * when it names no library, or oneDNN where it is not installed). */
+/* After OpenBLAS loaded: what CTRAIN_CPU_GEMM asks for (an error in g_blas when it names no
+ * library, or oneDNN where it is not installed), and oneDNN unless OpenBLAS alone is asked for
+ * (loading it costs about 8 MB of resident memory, docs/BENCHMARKS.md). */
 static void gemm_libs_choose(void) {
-    g_blas.onednn = ct_cpu_onednn_load();
+    const char *want = getenv("CTRAIN_CPU_GEMM");
+    g_blas.forced = -1;
+    if (want && *want && strcmp(want, "auto") != 0) {
+        if (!strcmp(want, "openblas"))
+            g_blas.forced = CT_GEMM_OPENBLAS;
+        else if (!strcmp(want, "onednn"))
+            g_blas.forced = CT_GEMM_ONEDNN;
+        else
+            snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_GEMM=\"%.40s\" "
+                     "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
+    }
+    g_blas.onednn = g_blas.forced != CT_GEMM_OPENBLAS && ct_cpu_onednn_load();
+    if (g_blas.forced == CT_GEMM_ONEDNN && !g_blas.onednn)
+        snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "
+                 "loaded (libdnnl.so.2)\n  Install it (apt-get install libdnnl2), or unset "
+                 "CTRAIN_CPU_GEMM to use OpenBLAS alone");
     const char *ob = g_blas.get_config ? g_blas.get_config() : "OpenBLAS";
     snprintf(g_blas.desc, sizeof g_blas.desc, "%s%s%s", ob, g_blas.onednn ? " + " : "",
              g_blas.onednn ? ct_cpu_onednn_desc() : "");
-    const char *want = getenv("CTRAIN_CPU_GEMM");
-    g_blas.forced = -1;
-    if (!want || !*want || !strcmp(want, "auto")) return;
-    if (!strcmp(want, "openblas")) {
-        g_blas.forced = CT_GEMM_OPENBLAS;
-    } else if (!strcmp(want, "onednn")) {
-        if (!g_blas.onednn)
-            snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "
-                     "loaded (libdnnl.so.2)\n  Install it (apt-get install libdnnl2), or unset "
-                     "CTRAIN_CPU_GEMM to use OpenBLAS alone");
-        g_blas.forced = CT_GEMM_ONEDNN;
-    } else {
-        snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_GEMM=\"%.40s\" "
-                 "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
-    }
 }
 
 static void blas_load(void) {
