@@ -9,10 +9,11 @@
  * This is not a nested pool: the tiles run on the pool, OpenBLAS itself never starts threads.
  *
  * Each single-threaded GEMM (a tile here, or one image's GEMM in cpu_conv.c) goes to OpenBLAS or,
- * where it is installed, oneDNN (cpu_onednn.c): gemm_lib_for picks by the call's shape class, from
- * measurements on this machine (docs/BENCHMARKS.md, "oneDNN or OpenBLAS per shape"). The choice
- * depends on the shape and on which libraries loaded, never on the thread count. CTRAIN_CPU_GEMM
- * (auto, openblas, onednn) forces one library for every shape, for comparisons and tests.
+ * where it is installed, oneDNN (cpu_onednn.c): ct_cpu_gemm_lib_for picks by the call's shape
+ * class, from measurements on this machine (docs/BENCHMARKS.md, "oneDNN or OpenBLAS per
+ * shape"). The choice depends on the shape and on which libraries loaded, never on the thread
+ * count. CTRAIN_CPU_GEMM (auto, openblas, onednn) forces one library for every shape, for
+ * comparisons and tests.
  *
  * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
  * is computed in fp32 and rounded once at the end.
@@ -130,7 +131,7 @@ bool ct_cpu_gemm_lib_loaded(ct_gemm_lib lib) {
 
 /* The library for one single-threaded GEMM, from its shape class. Measured on the 2-core AMD EPYC
  * (AVX2) with bench/bench_gemm_paths.c, in CPU time per call (docs/BENCHMARKS.md, "oneDNN or
- * OpenBLAS per shape"): oneDNN was 10-55% faster on every call of the Fashion-MNIST MLP and CNN
+ * OpenBLAS per shape"): oneDNN was 10-60% faster on every call of the Fashion-MNIST MLP and CNN
  * but two kinds, where OpenBLAS was 10-25% faster:
  * - A transposed with a long inner dimension (a linear layer's dW = dy^T x at batch >= 128:
  *   [512 x 104 x 128] 1.12x, [128 x 512 x 128] 1.18x); with a short side (fc3's 10 rows) or a
