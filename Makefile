@@ -148,9 +148,12 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
 # call it (through check-deps) when one is missing. libhdf5-dev: the headers that type the libhdf5
 # functions core/data/hdf5_lib.c loads with dlopen (a build without them leaves HDF5 out), and the
-# runtime library it brings; python3-h5py writes the HDF5 test files.
+# runtime library it brings; python3-h5py writes the HDF5 test files. libdnnl2 (oneDNN) is
+# optional at run time: the CPU backend loads it with dlopen when present and then gives it the
+# GEMM shapes where it is faster (core/cpu/cpu_onednn.c).
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libhdf5-dev \
-            check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil python3-h5py \
+            libdnnl2 check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
+            python3-h5py \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)

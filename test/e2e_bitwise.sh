@@ -6,6 +6,11 @@
 #   sh test/e2e_bitwise.sh build --record
 # OpenBLAS picks its GEMM kernels by CPU (an AVX-512 kernel and an AVX2 kernel sum in different
 # orders), so the runs pin its AVX2 kernels: the hashes then hold on any x86-64 machine with AVX2.
+# They also pin every GEMM to OpenBLAS (CTRAIN_CPU_GEMM): oneDNN, which takes most shapes where it is
+# installed (core/cpu/cpu_gemm.c), picks its kernels (so its summation order) by the instruction
+# set it finds, so recorded hashes of its runs would hold on machines like this one only. Its
+# results do not depend on the thread count either (test_train's 1 vs 2 threads and
+# test/e2e_gemm_paths.sh run with it).
 # Usage: e2e_bitwise.sh BUILD_DIR [--record]. Exit 77 (skipped) when Fashion-MNIST is missing.
 set -u
 B=${1:-build}/ctrain
@@ -13,7 +18,7 @@ REF=test/ref/bitwise/sha256
 D=/usr/share/datasets/fashion-mnist
 [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
 grep -q avx2 /proc/cpuinfo 2>/dev/null || { echo "no AVX2: the recorded hashes need OpenBLAS's AVX2 kernels"; exit 77; }
-export OPENBLAS_CORETYPE=Haswell
+export OPENBLAS_CORETYPE=Haswell CTRAIN_CPU_GEMM=openblas
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh

@@ -1,13 +1,17 @@
 /* test_cpu_ops.c: what the CPU backend promises beyond one call against a reference (every op
  * against fp64 references, 1 vs 2 threads and the 16-bit rule is in test_ops.c): fp16/bf16 scalar
- * conversions (overflow, subnormals, ties), uint8 casts, dropout's mask statistics, argument forms
- * that must not change a bit (dx aliasing dy, conv2d_backward without dx and db), the summation
- * order of the reductions (pinned bit for bit), the thread pool under stress, backend creation and memory accounting, upload tickets. */
+ * conversions (overflow, subnormals, ties), the bf16 casts bit for bit against them, uint8 casts,
+ * dropout's mask statistics, argument forms that must not change a bit (dx aliasing dy,
+ * conv2d_backward without dx and db), the summation order of the reductions (pinned bit for bit),
+ * each GEMM library against fp64 and oneDNN's under signals, the thread pool under stress,
+ * backend creation and memory accounting, upload tickets. */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "core/backend/backend.h"
 #include "core/cpu/cpu_internal.h"
@@ -94,6 +98,41 @@ START_TEST(bf16_conversions) {
 END_TEST
 
 /* The casts between f32, f16 and bf16 are rows of test_ops; uint8 pixels widen exactly. */
+/* The bf16 casts and rounding of the backend (AVX2 where present, cpu_eltwise.c) against the
+ * scalar conversions of tensor.h, bit for bit: every bf16 value (all 65536 top halves) with low
+ * halves below, at and above the tie (even and odd), and the NaNs and infinities among them; at
+ * offsets that are no multiple of 8, so vector body and scalar tail both run. */
+START_TEST(bf16_casts_match_scalar) {
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    enum { NLOW = sizeof lows / sizeof lows[0] };
+    int64_t n = 65536 * NLOW + 5;
+    uint32_t *bits = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) bits[i] = ((uint32_t)(i / NLOW % 65536) << 16) | lows[i % NLOW];
+    float *x = (float *)bits, *rounded = malloc((size_t)n * 4), *widened = malloc((size_t)n * 4);
+    uint16_t *h = malloc((size_t)n * 2);
+    for (int off = 0; off < 3; off++) {
+        int64_t m = n - off;
+        be2->elt.cast(be2, h, CT_BF16, x + off, CT_F32, m);
+        for (int64_t i = 0; i < m; i++)
+            if (h[i] != ct_f32_to_bf16(x[off + i]))
+                ck_abort_msg("f32 0x%08x -> bf16 0x%04x, scalar 0x%04x", bits[off + i], h[i], ct_f32_to_bf16(x[off + i]));
+        be2->elt.cast(be2, widened, CT_F32, h, CT_BF16, m);
+        for (int64_t i = 0; i < m; i++) {
+            float want = ct_bf16_to_f32(h[i]);
+            ck_assert(memcmp(&widened[i], &want, 4) == 0);
+        }
+        memcpy(rounded, x + off, (size_t)m * 4);
+        be2->elt.round_to(be2, rounded, m, CT_BF16);
+        for (int64_t i = 0; i < m; i++) {
+            float want = ct_bf16_to_f32(ct_f32_to_bf16(x[off + i]));
+            if (memcmp(&rounded[i], &want, 4) != 0)
+                ck_abort_msg("round_to bf16 of 0x%08x: got %a, scalar %a", bits[off + i], rounded[i], want);
+        }
+    }
+    free(bits), free(rounded), free(widened), free(h);
+}
+END_TEST
+
 START_TEST(cast_from_u8) {
     uint8_t u8[5] = {0, 1, 7, 200, 255};
     float back[5];
@@ -337,6 +376,127 @@ START_TEST(mem_stats_per_category) {
 }
 END_TEST
 
+/* ---- the GEMM libraries, each against an fp64 reference (cpu_gemm.c, cpu_onednn.c) ----
+ * Every library that loaded, on the shape classes ct_cpu_gemm_lib_for tells apart (transposes,
+ * long and short k, n and k >= 512) plus odd sizes, with padded leading dimensions (their padding
+ * must stay untouched) and beta 0 over a NaN-poisoned C (C must not be read); and ct_cpu_sgemm
+ * must give the bits of the library it picks. test/e2e_gemm_paths.sh runs this again with
+ * oneDNN held to SSE4.1 (ONEDNN_MAX_CPU_ISA), as on a CPU without AVX2. */
+static void sgemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, const float *c0,
+                      int64_t ldc, double *want, double *scale) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0, mag = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double t = (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                acc += t, mag += fabs(t);
+            }
+            want[i * n + j] = alpha * acc + (beta != 0 ? beta * (double)c0[i * ldc + j] : 0);
+            scale[i * n + j] = fabs(alpha) * mag + fabs(beta * (beta != 0 ? c0[i * ldc + j] : 0));
+        }
+}
+
+START_TEST(sgemm_each_library_against_fp64) {
+    ct_err err = {0};
+    ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
+    static const int64_t shapes[][5] = {/* ta tb m n k */
+        {0, 1, 128, 128, 784}, {1, 0, 512, 104, 128}, {1, 0, 10, 512, 128}, {1, 0, 288, 196, 64},
+        {0, 0, 128, 512, 512}, {0, 0, 32, 784, 9},    {0, 1, 32, 9, 784},   {0, 0, 256, 512, 10},
+        {1, 1, 37, 53, 29},    {0, 0, 1, 1, 1},       {1, 1, 7, 130, 600}};
+    static const float alphas[] = {1.0f, 0.7f}, betas[] = {0.0f, 1.0f};
+    int libs_run = 0;
+    for (int lib = CT_GEMM_OPENBLAS; lib <= CT_GEMM_ONEDNN; lib++) {
+        if (!ct_cpu_gemm_lib_loaded((ct_gemm_lib)lib)) continue;
+        libs_run++;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            bool ta = shapes[s][0], tb = shapes[s][1];
+            int64_t m = shapes[s][2], n = shapes[s][3], k = shapes[s][4];
+            int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+            float *a = rnd((ta ? k : m) * lda, 400 + s, -1, 1), *b = rnd((tb ? n : k) * ldb, 500 + s, -1, 1);
+            float *c0 = rnd(m * ldc, 600 + s, -1, 1);
+            double *want = malloc((size_t)(m * n) * sizeof(double)), *scale = malloc((size_t)(m * n) * sizeof(double));
+            for (int v = 0; v < 2; v++) {
+                float alpha = alphas[v], beta = betas[v];
+                float *c = copyf(c0, m * ldc), *picked = copyf(c0, m * ldc);
+                for (int64_t i = 0; beta == 0 && i < m; i++)   /* C is not read when beta == 0 */
+                    for (int64_t j = 0; j < n; j++) c[i * ldc + j] = picked[i * ldc + j] = NAN;
+                sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, want, scale);
+                ct_cpu_sgemm_with((ct_gemm_lib)lib, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                for (int64_t i = 0; i < m; i++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        double got = c[i * ldc + j], tol = 1e-6 * (scale[i * n + j] + 1e-30) * sqrt((double)k + 1);
+                        if (!(fabs(got - want[i * n + j]) <= tol))
+                            ck_abort_msg("library %d, %c%c %lldx%lldx%lld, alpha %g beta %g: C[%lld,%lld] = %.9g, "
+                                         "fp64 %.9g", lib, ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
+                                         (long long)n, (long long)k, alpha, beta, (long long)i, (long long)j,
+                                         got, want[i * n + j]);
+                    }
+                    for (int64_t j = n; j < ldc; j++)   /* the padding is left alone */
+                        ck_assert(memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
+                }
+                if (ct_cpu_gemm_lib_for(ta, tb, m, n, k) == (ct_gemm_lib)lib) {
+                    ct_cpu_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, picked, ldc);
+                    ck_assert(memcmp(picked, c, (size_t)(m * ldc) * sizeof(float)) == 0);
+                }
+                free(c), free(picked);
+            }
+            free(a), free(b), free(c0), free(want), free(scale);
+        }
+    }
+    ck_assert_int_ge(libs_run, 1);
+    /* the picks follow the measured classes when both are there and nothing is forced */
+    const char *forced = getenv("CTRAIN_CPU_GEMM");
+    if (ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN) && (!forced || !*forced || !strcmp(forced, "auto"))) {
+        ck_assert_int_eq(ct_cpu_gemm_lib_for(false, true, 128, 128, 784), CT_GEMM_ONEDNN);
+        ck_assert_int_eq(ct_cpu_gemm_lib_for(true, false, 512, 104, 128), CT_GEMM_OPENBLAS);
+        ck_assert_int_eq(ct_cpu_gemm_lib_for(true, false, 10, 512, 128), CT_GEMM_ONEDNN);
+        ck_assert_int_eq(ct_cpu_gemm_lib_for(false, false, 128, 512, 512), CT_GEMM_OPENBLAS);
+        ck_assert_int_eq(ct_cpu_gemm_lib_for(false, false, 32, 784, 9), CT_GEMM_ONEDNN);
+    }
+}
+END_TEST
+
+/* oneDNN's GEMM with signals arriving all the time (SIGALRM every 200 us, a handler that uses
+ * some stack): each call's result is unchanged and the heap intact. Without the signal mask of
+ * cpu_onednn.c this aborted in free() within a few calls ("corrupted size vs. prev_size"). */
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) {
+    volatile char scratch[256];
+    for (int i = 0; i < 256; i++) scratch[i] = (char)sig;
+    alarms = alarms + (scratch[255] == (char)sig);
+}
+
+START_TEST(onednn_gemm_under_signals) {
+    ct_err err = {0};
+    ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
+    if (!ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN)) return; /* nothing to check without it */
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigemptyset(&sa.sa_mask);
+    ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
+    static const int64_t shapes[][5] = {{0, 1, 256, 256, 2048}, {1, 0, 4, 2048, 256}, {0, 0, 256, 1024, 4}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        bool ta = shapes[s][0], tb = shapes[s][1];
+        int64_t m = shapes[s][2], n = shapes[s][3], k = shapes[s][4], lda = ta ? m : k, ldb = tb ? k : n;
+        float *a = rnd(m * k, 700 + s, -1, 1), *b = rnd(k * n, 710 + s, -1, 1);
+        float *want = malloc((size_t)(m * n) * 4), *got = malloc((size_t)(m * n) * 4);
+        ct_cpu_sgemm_with(CT_GEMM_ONEDNN, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, want, n);
+        struct itimerval every = {{0, 200}, {0, 200}}, off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_REAL, &every, NULL);
+        for (int r = 0; r < 60; r++) {
+            ct_cpu_sgemm_with(CT_GEMM_ONEDNN, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, got, n);
+            ck_assert(memcmp(got, want, (size_t)(m * n) * 4) == 0);
+            void *churn = malloc(1 << 16);   /* lets malloc see a corrupted heap */
+            free(churn);
+        }
+        setitimer(ITIMER_REAL, &off, NULL);
+        free(a), free(b), free(want), free(got);
+    }
+    ck_assert_int_gt(alarms, 0);
+    sigaction(SIGALRM, &old, NULL);
+}
+END_TEST
+
 START_TEST(upload_tickets) {
     float *src = rnd(777, 300, -1, 1), *dst = calloc(777, 4);
     uint64_t t1 = be2->queue.upload(be2, dst, src, 777 * 4, be2->queue.compute_mark(be2));
@@ -358,6 +518,7 @@ int main(void) {
     tcase_add_test(tc, f16_conversions);
     tcase_add_test(tc, bf16_conversions);
     tcase_add_test(tc, cast_from_u8);
+    tcase_add_test(tc, bf16_casts_match_scalar);
     tcase_add_test(tc, dropout_mask_statistics);
     tcase_add_test(tc, act_backward_in_place);
     tcase_add_test(tc, conv2d_backward_dw_only);
@@ -367,6 +528,8 @@ int main(void) {
     tcase_add_test(tc, backend_create_and_memory);
     tcase_add_test(tc, mem_stats_per_category);
     tcase_add_test(tc, upload_tickets);
+    tcase_add_test(tc, sgemm_each_library_against_fp64);
+    tcase_add_test(tc, onednn_gemm_under_signals);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

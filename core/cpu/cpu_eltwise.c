@@ -106,11 +106,60 @@ __attribute__((target("avx,f16c"))) static int64_t f16c_round(float *x, int64_t 
     return i;
 }
 static bool cpu_has_f16c(void) { return __builtin_cpu_supports("f16c"); }
+
+/* bf16 has no conversion instruction before AVX512-BF16; with AVX2 integer lanes it is 8 floats
+ * per step, bit for bit ct_f32_to_bf16 (round to nearest even on the top 16 bits, a NaN quieted
+ * by setting bit 6 of the result) and ct_bf16_to_f32 (a shift). gcc vectorised the scalar
+ * widening already, but not the narrowing and rounding (the NaN branch). Measured on one thread
+ * of the AMD EPYC, 8K elements in L1: f32 -> bf16 0.46 -> 0.25 ns per element, round_to
+ * 0.41 -> 0.18 ns (widening 0.17-0.19 ns either way); over 4M elements all three are bound by
+ * memory (0.46-0.64 ns) before and after. */
+__attribute__((target("avx2"))) static inline __m256i bf16_round_bits(__m256i u) {
+    /* the bf16 value in the top 16 bits of each lane, the low 16 bits zero */
+    __m256i one = _mm256_set1_epi32(1), mask_hi = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                        _mm256_set1_epi32(0x7f800000));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+    return _mm256_and_si256(_mm256_blendv_epi8(rounded, quiet, is_nan), mask_hi);
+}
+__attribute__((target("avx2"))) static int64_t avx2_to_bf16(uint16_t *y, const float *x, int64_t i0,
+                                                            int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        __m256i b = _mm256_srli_epi32(bf16_round_bits(_mm256_loadu_si256((const __m256i *)(x + i))), 16);
+        /* 8 lanes of 32 bits -> 8 x 16 bits: packus works per 128-bit half, the permute joins them */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_castsi256_si128(packed));
+    }
+    return i;
+}
+__attribute__((target("avx2"))) static int64_t avx2_from_bf16(float *y, const uint16_t *x, int64_t i0,
+                                                              int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_si256((__m256i *)(y + i), _mm256_slli_epi32(w, 16));
+    }
+    return i;
+}
+__attribute__((target("avx2"))) static int64_t avx2_round_bf16(float *x, int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+        _mm256_storeu_si256((__m256i *)(x + i), bf16_round_bits(_mm256_loadu_si256((const __m256i *)(x + i))));
+    return i;
+}
+static bool cpu_has_avx2(void) { return __builtin_cpu_supports("avx2"); }
 #else
 static int64_t f16c_to_f16(uint16_t *y, const float *x, int64_t i0, int64_t i1) { return i0; }
 static int64_t f16c_from_f16(float *y, const uint16_t *x, int64_t i0, int64_t i1) { return i0; }
 static int64_t f16c_round(float *x, int64_t i0, int64_t i1) { return i0; }
 static bool cpu_has_f16c(void) { return false; }
+static int64_t avx2_to_bf16(uint16_t *y, const float *x, int64_t i0, int64_t i1) { return i0; }
+static int64_t avx2_from_bf16(float *y, const uint16_t *x, int64_t i0, int64_t i1) { return i0; }
+static int64_t avx2_round_bf16(float *x, int64_t i0, int64_t i1) { return i0; }
+static bool cpu_has_avx2(void) { return false; }
 #endif
 
 /* ---- casts ---- */
@@ -164,7 +213,8 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
     } else if (k->x_dt == CT_F32 && k->y_dt == CT_BF16) {
         const float *x = k->x;
         uint16_t *y = k->y;
-        for (int64_t i = i0; i < i1; i++) y[i] = ct_f32_to_bf16(x[i]);
+        int64_t i = cpu_has_avx2() ? avx2_to_bf16(y, x, i0, i1) : i0;
+        for (; i < i1; i++) y[i] = ct_f32_to_bf16(x[i]);
     } else if (k->x_dt == CT_F16 && k->y_dt == CT_F32) {
         const uint16_t *x = k->x;
         float *y = k->y;
@@ -173,7 +223,8 @@ static void cast_range(void *c, int64_t i0, int64_t i1) {
     } else if (k->x_dt == CT_BF16 && k->y_dt == CT_F32) {
         const uint16_t *x = k->x;
         float *y = k->y;
-        for (int64_t i = i0; i < i1; i++) y[i] = ct_bf16_to_f32(x[i]);
+        int64_t i = cpu_has_avx2() ? avx2_from_bf16(y, x, i0, i1) : i0;
+        for (; i < i1; i++) y[i] = ct_bf16_to_f32(x[i]);
     } else {
         for (int64_t i = i0; i < i1; i++) store_any(k->y, k->y_dt, i, load_any(k->x, k->x_dt, i));
     }
@@ -204,7 +255,8 @@ static void round_range(void *c, int64_t i0, int64_t i1) {
         int64_t i = k->f16c ? f16c_round(x, i0, i1) : i0;
         for (; i < i1; i++) x[i] = ct_f16_to_f32(ct_f32_to_f16(x[i]));
     } else {
-        for (int64_t i = i0; i < i1; i++) x[i] = ct_bf16_to_f32(ct_f32_to_bf16(x[i]));
+        int64_t i = cpu_has_avx2() ? avx2_round_bf16(x, i0, i1) : i0;
+        for (; i < i1; i++) x[i] = ct_bf16_to_f32(ct_f32_to_bf16(x[i]));
     }
 }
 

@@ -8,6 +8,13 @@
  * pool and the data loader. Fixed tiles give the same bits for any thread count and never spin.
  * This is not a nested pool: the tiles run on the pool, OpenBLAS itself never starts threads.
  *
+ * Each single-threaded GEMM (a tile here, or one image's GEMM in cpu_conv.c) goes to OpenBLAS or,
+ * where it is installed, oneDNN (cpu_onednn.c): ct_cpu_gemm_lib_for picks by the call's shape
+ * class, from measurements on this machine (docs/BENCHMARKS.md, "oneDNN or OpenBLAS per
+ * shape"). The choice depends on the shape and on which libraries loaded, never on the thread
+ * count. CTRAIN_CPU_GEMM (auto, openblas, onednn) forces one library for every shape, for
+ * comparisons and tests.
+ *
  * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
  * is computed in fp32 and rounded once at the end.
  *
@@ -44,11 +51,39 @@ typedef struct blas_lib {
     sgemm_fn sgemm;
     void (*set_num_threads)(int);
     char *(*get_config)(void);
+    bool onednn;                 /* oneDNN loaded too (cpu_onednn.c) */
+    int forced;                  /* CTRAIN_CPU_GEMM: -1 auto, else the ct_gemm_lib every GEMM takes */
+    char desc[160];              /* "OpenBLAS ... + oneDNN 2.6.3": the backend's device line */
     char error[512];             /* why it could not be loaded; "" when loaded */
 } blas_lib;
 
 static blas_lib g_blas;
 static pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+/* After OpenBLAS loaded: what CTRAIN_CPU_GEMM asks for (an error in g_blas when it names no
+ * library, or oneDNN where it is not installed), and oneDNN unless OpenBLAS alone is asked for
+ * (loading it costs about 8 MB of resident memory, docs/BENCHMARKS.md). */
+static void gemm_libs_choose(void) {
+    const char *want = getenv("CTRAIN_CPU_GEMM");
+    g_blas.forced = -1;
+    if (want && *want && strcmp(want, "auto") != 0) {
+        if (!strcmp(want, "openblas"))
+            g_blas.forced = CT_GEMM_OPENBLAS;
+        else if (!strcmp(want, "onednn"))
+            g_blas.forced = CT_GEMM_ONEDNN;
+        else
+            snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_GEMM=\"%.40s\" "
+                     "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
+    }
+    g_blas.onednn = g_blas.forced != CT_GEMM_OPENBLAS && ct_cpu_onednn_load();
+    if (g_blas.forced == CT_GEMM_ONEDNN && !g_blas.onednn)
+        snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "
+                 "loaded (libdnnl.so.2)\n  Install it (apt-get install libdnnl2), or unset "
+                 "CTRAIN_CPU_GEMM to use OpenBLAS alone");
+    const char *ob = g_blas.get_config ? g_blas.get_config() : "OpenBLAS";
+    snprintf(g_blas.desc, sizeof g_blas.desc, "%s%s%s", ob, g_blas.onednn ? " + " : "",
+             g_blas.onednn ? ct_cpu_onednn_desc() : "");
+}
 
 static void blas_load(void) {
     /* Debian's libopenblas.so.0 is the alternatives link to the installed build; the bundle puts
@@ -78,6 +113,7 @@ static void blas_load(void) {
         return;
     }
     g_blas.set_num_threads(1);
+    gemm_libs_choose();
 }
 
 int ct_cpu_blas_load(ct_err *err) {
@@ -86,11 +122,46 @@ int ct_cpu_blas_load(ct_err *err) {
 }
 
 const char *ct_cpu_blas_config(void) {
-    return g_blas.get_config ? g_blas.get_config() : NULL;
+    return g_blas.desc[0] ? g_blas.desc : NULL;
+}
+
+bool ct_cpu_gemm_lib_loaded(ct_gemm_lib lib) {
+    return lib == CT_GEMM_OPENBLAS ? g_blas.sgemm != NULL : g_blas.onednn;
+}
+
+/* The library for one single-threaded GEMM, from its shape class. Measured on the 2-core AMD EPYC
+ * (AVX2) with bench/bench_gemm_paths.c, in CPU time per call (docs/BENCHMARKS.md, "oneDNN or
+ * OpenBLAS per shape"): oneDNN was 10-60% faster on every call of the Fashion-MNIST MLP and CNN
+ * but two kinds, where OpenBLAS was 10-25% faster:
+ * - A transposed with a long inner dimension (a linear layer's dW = dy^T x at batch >= 128:
+ *   [512 x 104 x 128] 1.12x, [128 x 512 x 128] 1.18x); with a short side (fc3's 10 rows) or a
+ *   short k (batch 32, a convolution's dcol with k = 64) oneDNN wins again (0.47-0.83x);
+ * - NN with both n and k >= 512 ([128 x 512 x 512], dx of a 512-wide layer at batch 512: 1.26x). */
+static bool onednn_faster(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+    if (ta && !tb && k >= 128 && m >= 64 && n >= 64) return false;
+    if (!ta && !tb && n >= 512 && k >= 512) return false;
+    return true;
+}
+
+ct_gemm_lib ct_cpu_gemm_lib_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+    if (g_blas.forced >= 0) return (ct_gemm_lib)g_blas.forced;
+    if (!g_blas.onednn) return CT_GEMM_OPENBLAS;
+    return onednn_faster(ta, tb, m, n, k) ? CT_GEMM_ONEDNN : CT_GEMM_OPENBLAS;
 }
 
 void ct_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    ct_cpu_sgemm_with(ct_cpu_gemm_lib_for(ta, tb, m, n, k), ta, tb, m, n, k, alpha, a, lda, b, ldb,
+                      beta, c, ldc);
+}
+
+void ct_cpu_sgemm_with(ct_gemm_lib lib, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc) {
+    if (lib == CT_GEMM_ONEDNN) {
+        ct_cpu_onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
     g_blas.sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                  (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb,
                  beta, c, (blasint)ldc);
@@ -144,14 +215,24 @@ static int64_t tile_count(int64_t m, int64_t n, int64_t k) {
     return tiles;
 }
 
+/* Rows (split_rows) or columns of C per tile: from the shape alone. */
+static int64_t tile_edge(int64_t m, int64_t n, int64_t k) {
+    int64_t edge = m >= n ? m : n;
+    return ct_cpu_ceil_div(ct_cpu_ceil_div(edge, tile_count(m, n, k)), TILE_ALIGN) * TILE_ALIGN;
+}
+
+void ct_cpu_gemm_tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n) {
+    int64_t t = tile_edge(m, n, k);
+    *tile_m = m >= n ? (t < m ? t : m) : m;
+    *tile_n = m >= n ? n : (t < n ? t : n);
+}
+
 /* fp32 GEMM: the tiling depends on (m, n, k) only, never on the thread count. */
 static void sgemm_tiled(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                         float beta, float *c, int64_t ldc) {
-    gemm_job j = {ta, tb, m >= n, m, n, k, lda, ldb, ldc, 0, alpha, beta, a, b, c};
-    int64_t edge = j.split_rows ? m : n, tiles = tile_count(m, n, k);
-    j.tile = ct_cpu_ceil_div(ct_cpu_ceil_div(edge, tiles), TILE_ALIGN) * TILE_ALIGN;
-    tiles = ct_cpu_ceil_div(edge, j.tile);
+    gemm_job j = {ta, tb, m >= n, m, n, k, lda, ldb, ldc, tile_edge(m, n, k), alpha, beta, a, b, c};
+    int64_t tiles = ct_cpu_ceil_div(j.split_rows ? m : n, j.tile);
     ct_cpu_parallel(ct_cpu_pool_of(be), tiles, 1, gemm_tiles, &j);
 }
 

@@ -143,11 +143,33 @@ void ct_cpu_reduce_install(ct_backend *be);
 void ct_cpu_dtype_install(ct_backend *be);
 void ct_cpu_init_install(ct_backend *be);
 
-/* Row-major single-threaded fp32 GEMM, C = alpha op(A) op(B) + beta C (m x n, k inner), through
- * the OpenBLAS that ct_cpu_blas_load loaded (cpu_gemm.c). */
+/* Row-major single-threaded fp32 GEMM, C = alpha op(A) op(B) + beta C (m x n, k inner; m, n, k
+ * > 0), on the calling thread, through the library ct_cpu_gemm_lib_for picks for the shape
+ * (cpu_gemm.c; ct_cpu_blas_load loads them). C is not read when beta == 0. */
 void ct_cpu_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
-/* openblas_get_config() of the loaded library, or NULL. */
+
+/* The GEMM libraries a single-threaded GEMM can go to. */
+typedef enum { CT_GEMM_OPENBLAS, CT_GEMM_ONEDNN } ct_gemm_lib;
+/* Which one ct_cpu_sgemm uses for this shape: from the shape, CTRAIN_CPU_GEMM and the libraries
+ * loaded only (never the thread count). */
+ct_gemm_lib ct_cpu_gemm_lib_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
+bool ct_cpu_gemm_lib_loaded(ct_gemm_lib lib);
+/* ct_cpu_sgemm through the given library (loaded: ct_cpu_gemm_lib_loaded): tests and benchmarks. */
+void ct_cpu_sgemm_with(ct_gemm_lib lib, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc);
+/* Rows and columns of C in each tile of a backend GEMM of this shape (the tiles the pool runs). */
+void ct_cpu_gemm_tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
+
+/* oneDNN (cpu_onednn.c): loaded when installed (false otherwise; never an error), its version
+ * line ("oneDNN 2.6.3") or NULL, and its GEMM on the calling thread alone. */
+bool ct_cpu_onednn_load(void);
+const char *ct_cpu_onednn_desc(void);
+void ct_cpu_onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc);
+/* The GEMM libraries loaded (openblas_get_config(), " + oneDNN x.y.z" when it loaded), or NULL. */
 const char *ct_cpu_blas_config(void);
 
 #endif
