@@ -14,11 +14,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "core/ckpt/ckpt.h"
 #include "core/config/config.h"
 #include "core/report/report.h"
+#include "core/train/fit.h"
+#include "core/train/plan.h"
 #include "core/train/train.h"
+#include "core/util/limits.h"
 #include "core/util/fs.h"
 
 #define SMOKE_STEPS 3
@@ -73,12 +78,37 @@ static bool smoke_cut_sequences(const ct_config *cfg, ct_cli_overrides *ov, long
     return true;
 }
 
+/* Where the short run's directory goes: TMPDIR when it is set; else, for --smoke, /dev/shm (a
+ * RAM-backed tmpfs) when it has room for the checkpoint twice over and the machine has that much
+ * memory available besides the run's own, since the checkpoint is written, read back and removed
+ * within seconds: GPT-2 124M's 1.7 GiB take 1.3 s there against 4.5-5.4 s on this machine's ext4
+ * /tmp (its fsyncs wait for the disk); else /tmp. */
+static const char *short_run_root(const ct_config *cfg, bool smoke) {
+    const char *tmp = getenv("TMPDIR");
+    if (tmp && tmp[0]) return tmp;
+    struct statvfs fs;
+    ct_run_plan plan;
+    ct_err e = {0};
+    if (!smoke || statvfs("/dev/shm", &fs) != 0 || access("/dev/shm", W_OK | X_OK) != 0 ||
+        ct_fit_plan(cfg, false, 1, 0, &plan, &e) != CT_OK)
+        return "/tmp";
+    double ckpt = (double)plan.bytes[CT_MEM_MASTER] + (double)plan.bytes[CT_MEM_OPTIM];
+    double room = (double)fs.f_bavail * (double)fs.f_frsize;
+    double spare = (double)ct_host_available_bytes() - (double)plan.total;
+    return room >= 2 * ckpt && spare >= 2 * ckpt ? "/dev/shm" : "/tmp";
+}
+
 int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overrides *ov, char *dir, size_t n,
                          long *seq_cut_from, ct_err *err) {
     *seq_cut_from = 0;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, n, "%s/ctrain-%s-XXXXXX", tmp && tmp[0] ? tmp : "/tmp", profile_steps ? "profile" : "smoke");
-    if (!mkdtemp(dir))
+    const char *root = short_run_root(cfg, !profile_steps);
+    snprintf(dir, n, "%s/ctrain-%s-XXXXXX", root, profile_steps ? "profile" : "smoke");
+    bool made = mkdtemp(dir) != NULL;
+    if (!made && strcmp(root, "/dev/shm") == 0) {   /* the fast place failed: the usual one */
+        snprintf(dir, n, "/tmp/ctrain-smoke-XXXXXX");
+        made = mkdtemp(dir) != NULL;
+    }
+    if (!made)
         return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot make a temporary directory (%s); set TMPDIR to a writable "
                        "one", dir, strerror(errno));
     char path[2048];
@@ -89,6 +119,7 @@ int ct_short_run_prepare(const ct_config *cfg, long profile_steps, ct_cli_overri
     add_long(ov, "train.max_steps", profile_steps ? profile_steps : SMOKE_STEPS);
     add_long(ov, "train.eval_interval", 0);      /* one eval, at the end */
     add_long(ov, "train.save_interval", 0);      /* one checkpoint, at the end */
+    ct_cli_overrides_add(ov, "train.best_metric", "\"none\"");   /* not a second copy of it in best/ */
     /* --smoke saves and loads one; a profiling run leaves nothing */
     ct_cli_overrides_add(ov, "checkpoint.enabled", profile_steps ? "false" : "true");
     add_long(ov, "train.sample_every", 0);

@@ -192,7 +192,8 @@ int ct_rd_train(ct_rd *r, const cJSON *root) {
     if (t->epochs == 0 && t->max_steps == 0)
         return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(sec, "epochs"), "train.epochs",
                           "0 with train.max_steps 0 leaves nothing to train; set one of them");
-    rc = check_metric(r, sec, "best_metric", "train.best_metric", t->best_metric);
+    /* "none": no best/ copy (a second checkpoint's worth of disk and write time; --smoke) */
+    rc = strcmp(t->best_metric, "none") ? check_metric(r, sec, "best_metric", "train.best_metric", t->best_metric) : CT_OK;
     if (rc) return rc;
     t->run_dir_default = !t->run_dir[0];
     t->save_dir_default = !t->save_dir[0];

@@ -435,7 +435,7 @@ static double metric_value(const ct_trainer *t, const char *name, double loss, d
 
 /* best/ holds the model with the best train.best_metric so far (accuracy higher, losses lower). */
 static int update_best(ct_trainer *t, loop_state *ls, double m, ct_err *err) {
-    if (isnan(m)) return CT_OK;
+    if (isnan(m) || strcmp(t->cfg->train.best_metric, "none") == 0) return CT_OK;
     bool higher = strcmp(t->cfg->train.best_metric, "eval_accuracy") == 0;
     if (!isnan(ls->best_value) && !(higher ? m > ls->best_value : m < ls->best_value)) return CT_OK;
     ls->best_value = m;
