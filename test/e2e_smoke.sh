@@ -66,8 +66,8 @@ if [ -f datasets/text/train.bin ] && [ -f datasets/text/eval.bin ]; then
     leftovers() { ls -d /dev/shm/ctrain-smoke-* /tmp/ctrain-smoke-* 2>/dev/null | sort; }
     leftovers >"$T/before"
     start=$(date +%s%N)
-    env -u TMPDIR "$B" --config configs/gpt2_124m.json --smoke --set data.train.path='"../datasets/text/train.bin"' \
-        --set data.eval.path='"../datasets/text/eval.bin"' >"$T/out" 2>"$T/err"
+    (unset TMPDIR; "$B" --config configs/gpt2_124m.json --smoke --set data.train.path='"../datasets/text/train.bin"' \
+        --set data.eval.path='"../datasets/text/eval.bin"' >"$T/out" 2>"$T/err")
     rc=$?
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     eq "gpt2_124m --smoke (byte tokens): exit" "$rc" 0
