@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "test/fuzz/fuzz_decode.h"
 #include "test/fuzz/fuzz_file.h"
 #include "core/config/config.h"
 #include "core/data/dataset.h"
@@ -44,21 +45,7 @@ static void open_and_decode(const char *path, const char *images, const char *la
     int rc = ct_hdf5_open(&cfg, e, "data.train", &ds, &err);
     if (rc != CT_OK && rc != CT_ERR_DATA) abort();
     if (ds) {
-        int64_t numel = ct_shape_numel(&ds->sample_shape), tn = ct_shape_numel(&ds->target_shape);
-        if (numel <= (1 << 16) && tn <= (1 << 16)) {
-            float *x = malloc((size_t)numel * sizeof *x), *t = malloc((size_t)tn * sizeof *t);
-            uint8_t *px = malloc((size_t)numel);
-            for (int64_t i = 0; i < ds->count && i < 64; i++) {
-                rc = ds->decode(ds, i, x, t, &err);
-                if (rc != CT_OK && rc != CT_ERR_DATA) abort();
-                if (!ds->decode_u8) continue;
-                rc = ds->decode_u8(ds, i, px, t, &err);
-                if (rc != CT_OK && rc != CT_ERR_DATA) abort();
-            }
-            free(x);
-            free(t);
-            free(px);
-        }
+        fuzz_decode_samples(ds, 1 << 16, 64);
         ct_dataset_close(ds);
     }
     cJSON_Delete(e);

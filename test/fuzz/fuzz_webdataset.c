@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "test/fuzz/fuzz_decode.h"
 #include "test/fuzz/fuzz_file.h"
 #include "core/config/config.h"
 #include "core/data/dataset.h"
@@ -61,21 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = ct_webdataset_open(&cfg, e, "data.train", &ds, &err);
     if (rc != CT_OK && rc != CT_ERR_DATA) abort();
     if (ds) {
-        int64_t numel = ct_shape_numel(&ds->sample_shape);
-        if (numel <= (1 << 20)) {
-            float *x = malloc((size_t)numel * sizeof *x);
-            uint8_t *px = malloc((size_t)numel);
-            for (int64_t i = 0; i < ds->count && i < 256; i++) {
-                int32_t y;
-                rc = ds->decode(ds, i, x, &y, &err);
-                if (rc != CT_OK && rc != CT_ERR_DATA) abort();
-                if (!ds->decode_u8) continue;
-                rc = ds->decode_u8(ds, i, px, &y, &err);
-                if (rc != CT_OK && rc != CT_ERR_DATA) abort();
-            }
-            free(x);
-            free(px);
-        }
+        fuzz_decode_samples(ds, 1 << 20, 256);
         ct_dataset_close(ds);
     }
     FILE *devnull = fopen("/dev/null", "w");
