@@ -27,48 +27,20 @@ gen train train-chunked.h5 chunked $N_TRAIN
 gen train train-gzip.h5 gzip $N_TRAIN
 gen t10k eval.h5 contiguous $N_EVAL
 
-# config NAME TRAIN_ENTRY EVAL_ENTRY: $T/NAME.json, a small MLP on 28x28 images, 40 steps.
-config() {
-    cat >"$T/$1.json" <<JSON
-{
-  "train_batch_size": 128, "train_micro_batch_size_per_gpu": 128,
-  "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
-  "model": {"input": [1, 28, 28],
-            "layers": [{"type": "flatten", "name": "flatten"}, {"type": "linear", "name": "fc1", "out": 64},
-                       {"type": "relu", "name": "relu1"}, {"type": "linear", "name": "fc2", "out": 10}],
-            "loss": {"type": "cross_entropy"}},
-  "data": {"train": $2, "eval": $3, "shuffle": true, "workers": 2,
-           "transform": {"normalize": {"mean": [0.2860], "std": [0.3530]}}},
-  "train": {"max_steps": 40, "seed": 5, "device": "cpu", "run_dir": "$T/run-$1"}
-}
-JSON
-}
-IDX_TRAIN="{\"format\": \"idx\", \"images\": \"$D/train-images-idx3-ubyte.gz\", \"labels\": \"$D/train-labels-idx1-ubyte.gz\", \"limit\": $N_TRAIN}"
-IDX_EVAL="{\"format\": \"idx\", \"images\": \"$D/t10k-images-idx3-ubyte.gz\", \"labels\": \"$D/t10k-labels-idx1-ubyte.gz\", \"limit\": $N_EVAL}"
+vs_idx_entries
 H5_EVAL='{"format": "hdf5", "path": "eval.h5"}'
-config idx "$IDX_TRAIN" "$IDX_EVAL"
-config h5 '{"format": "hdf5", "path": "train.h5", "images": "images", "labels": "labels"}' "$H5_EVAL"
-config h5c '{"format": "hdf5", "path": "train-chunked.h5"}' "$H5_EVAL"
-config h5z '{"format": "hdf5", "path": "train-gzip.h5"}' "$H5_EVAL"
+vs_idx_config idx "$IDX_TRAIN" "$IDX_EVAL"
+vs_idx_config h5 '{"format": "hdf5", "path": "train.h5", "images": "images", "labels": "labels"}' "$H5_EVAL"
+vs_idx_config h5c '{"format": "hdf5", "path": "train-chunked.h5"}' "$H5_EVAL"
+vs_idx_config h5z '{"format": "hdf5", "path": "train-gzip.h5"}' "$H5_EVAL"
 
-loss() { sed 's/.*"train_loss":\([^,]*\),"eval_loss":\([^,]*\),.*/\1 \2/' "$1"; }
-train() { # NAME [ARGS]: train config NAME, summary in $T/NAME.s.json
-    n=$1
-    shift
-    "$B" --quiet --config "$T/$n.json" --summary "$T/$n.s.json" "$@" >/dev/null 2>"$T/err" || bad "train $n: $(cat "$T/err")"
-}
-same_loss() { # NAME WHAT: NAME's losses equal the IDX run's
-    [ -n "$(loss "$T/idx.s.json")" ] && [ "$(loss "$T/idx.s.json")" = "$(loss "$T/$1.s.json")" ] &&
-        ok "$2: the same train and eval loss as IDX, bit for bit ($(loss "$T/$1.s.json"))" ||
-        bad "$2: losses differ: idx $(loss "$T/idx.s.json"), $1 $(loss "$T/$1.s.json")"
-}
-train idx
-train h5
-same_loss h5 "contiguous HDF5 datasets (read with pread)"
-train h5c
-same_loss h5c "chunked HDF5 datasets (read through libhdf5)"
-train h5z
-same_loss h5z "gzip + shuffle chunked HDF5 datasets"
+vs_idx_train idx
+vs_idx_train h5
+same_loss_as_idx h5 "contiguous HDF5 datasets (read with pread)"
+vs_idx_train h5c
+same_loss_as_idx h5c "chunked HDF5 datasets (read through libhdf5)"
+vs_idx_train h5z
+same_loss_as_idx h5z "gzip + shuffle chunked HDF5 datasets"
 
 "$B" bench-data --config "$T/h5z.json" >"$T/bt" 2>"$T/err" || bad "bench-data: $(cat "$T/err")"
 has "$T/bt" '"format": "hdf5"' "bench-data reads the format"
@@ -80,9 +52,9 @@ has "$T/info" "labels: int64 \[6000\], contiguous" "and the labels"
 # pack --from hdf5: ctrain shards of the same samples in the same order train to the same losses.
 if "$B" pack --from hdf5 "$T/train-gzip.h5" --out "$T/packed" >"$T/pk" 2>"$T/err"; then
     has "$T/pk" "packed $N_TRAIN records of \[u8 784 values\]" "pack --from hdf5 packs uint8 images as bytes"
-    config packed '{"format": "shard", "path": "packed"}' "$H5_EVAL"
-    train packed
-    same_loss packed "the packed shards"
+    vs_idx_config packed '{"format": "shard", "path": "packed"}' "$H5_EVAL"
+    vs_idx_train packed
+    same_loss_as_idx packed "the packed shards"
 else
     bad "pack --from hdf5: $(cat "$T/err")"
 fi

@@ -23,47 +23,19 @@ gen() { /usr/bin/python3 test/make_tfrecord.py --idx "$D/$1-images-idx3-ubyte.gz
 gen train "train-%d.tfrecord" 3 raw $N_TRAIN
 gen t10k "eval-%d.tfrecord" 1 png $N_EVAL
 
-# config NAME TRAIN_ENTRY EVAL_ENTRY: $T/NAME.json, a small MLP on 28x28 images, 40 steps.
-config() {
-    cat >"$T/$1.json" <<JSON
-{
-  "train_batch_size": 128, "train_micro_batch_size_per_gpu": 128,
-  "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
-  "model": {"input": [1, 28, 28],
-            "layers": [{"type": "flatten", "name": "flatten"}, {"type": "linear", "name": "fc1", "out": 64},
-                       {"type": "relu", "name": "relu1"}, {"type": "linear", "name": "fc2", "out": 10}],
-            "loss": {"type": "cross_entropy"}},
-  "data": {"train": $2, "eval": $3, "shuffle": true, "workers": 2,
-           "transform": {"normalize": {"mean": [0.2860], "std": [0.3530]}}},
-  "train": {"max_steps": 40, "seed": 5, "device": "cpu", "run_dir": "$T/run-$1"}
-}
-JSON
-}
-IDX_TRAIN="{\"format\": \"idx\", \"images\": \"$D/train-images-idx3-ubyte.gz\", \"labels\": \"$D/train-labels-idx1-ubyte.gz\", \"limit\": $N_TRAIN}"
-IDX_EVAL="{\"format\": \"idx\", \"images\": \"$D/t10k-images-idx3-ubyte.gz\", \"labels\": \"$D/t10k-labels-idx1-ubyte.gz\", \"limit\": $N_EVAL}"
+vs_idx_entries
 TFR_TRAIN='{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord", "input": "image", "label": "label", "shape": [1, 28, 28]}'
 TFR_EVAL='{"format": "tfrecord", "path": "data/eval-0.tfrecord"}'
 TFR_TRAIN_INDEXED='{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord", "index": "data/train-{0..2}.index", "shape": [1, 28, 28]}'
-config idx "$IDX_TRAIN" "$IDX_EVAL"
-config tfr "$TFR_TRAIN" "$TFR_EVAL"
-config tfri "$TFR_TRAIN_INDEXED" "$TFR_EVAL"
+vs_idx_config idx "$IDX_TRAIN" "$IDX_EVAL"
+vs_idx_config tfr "$TFR_TRAIN" "$TFR_EVAL"
+vs_idx_config tfri "$TFR_TRAIN_INDEXED" "$TFR_EVAL"
 
-loss() { sed 's/.*"train_loss":\([^,]*\),"eval_loss":\([^,]*\),.*/\1 \2/' "$1"; }
-train() { # NAME [ARGS]: train config NAME, summary in $T/NAME.s.json
-    n=$1
-    shift
-    "$B" --quiet --config "$T/$n.json" --summary "$T/$n.s.json" "$@" >/dev/null 2>"$T/err" || bad "train $n: $(cat "$T/err")"
-}
-same_loss() { # NAME WHAT: NAME's losses equal the IDX run's
-    [ -n "$(loss "$T/idx.s.json")" ] && [ "$(loss "$T/idx.s.json")" = "$(loss "$T/$1.s.json")" ] &&
-        ok "$2: the same train and eval loss as IDX, bit for bit ($(loss "$T/$1.s.json"))" ||
-        bad "$2: losses differ: idx $(loss "$T/idx.s.json"), $1 $(loss "$T/$1.s.json")"
-}
-train idx
-train tfr
-same_loss tfr "raw-byte train records (3 files, a brace pattern), PNG eval records"
-train tfri
-same_loss tfri "with tfrecord2idx index files"
+vs_idx_train idx
+vs_idx_train tfr
+same_loss_as_idx tfr "raw-byte train records (3 files, a brace pattern), PNG eval records"
+vs_idx_train tfri
+same_loss_as_idx tfri "with tfrecord2idx index files"
 
 # Compressed files (TFRecordOptions "GZIP": gzip, "ZLIB": a zlib stream), inflated at open: the same
 # losses; a stream cut short exits 3 naming the file.
@@ -73,10 +45,10 @@ for k in 0 1 2; do
 done
 /usr/bin/python3 -c 'import sys, zlib; open(sys.argv[2], "wb").write(zlib.compress(open(sys.argv[1], "rb").read()))' \
     "$T/data/eval-0.tfrecord" "$T/data/eval-0.tfrecord.z" || bad "zlib-compressing the eval file"
-config tfrz '{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord.gz", "shape": [1, 28, 28]}' \
+vs_idx_config tfrz '{"format": "tfrecord", "path": "data/train-{0..2}.tfrecord.gz", "shape": [1, 28, 28]}' \
     '{"format": "tfrecord", "path": "data/eval-0.tfrecord.z"}'
-train tfrz
-same_loss tfrz "GZIP-compressed train files, a ZLIB-compressed eval file"
+vs_idx_train tfrz
+same_loss_as_idx tfrz "GZIP-compressed train files, a ZLIB-compressed eval file"
 "$B" info "$T/data/train-1.tfrecord.gz" >"$T/info" 2>"$T/err" || bad "info on a gzip file: $(cat "$T/err")"
 has "$T/info" "compressed (gzip or zlib): 1676000 bytes inflated" "info inflates a compressed file"
 has "$T/info" "records: 2000," "and counts its records"
@@ -93,12 +65,12 @@ has "$T/err" "cut.tfrecord.gz: compressed (gzip or zlib) and cut short: the stre
 # with the weights of the run that was not stopped.
 sed 's/"shuffle": true,/"shuffle": true, "shuffle_buffer": 500,/' "$T/tfr.json" >"$T/buf.json"
 cp "$T/buf.json" "$T/buf1.json"
-train buf --set train.run_dir="$T/run-buf"
-train buf1 --set train.run_dir="$T/run-buf1" --set data.workers=1
-[ -n "$(loss "$T/buf.s.json")" ] && [ "$(loss "$T/buf.s.json")" = "$(loss "$T/buf1.s.json")" ] &&
-    [ "$(loss "$T/buf.s.json")" != "$(loss "$T/tfr.s.json")" ] &&
-    ok "data.shuffle_buffer: the same losses with 1 and 2 workers, not the permutation's ($(loss "$T/buf.s.json"))" ||
-    bad "data.shuffle_buffer: 2 workers $(loss "$T/buf.s.json"), 1 worker $(loss "$T/buf1.s.json"), permutation $(loss "$T/tfr.s.json")"
+vs_idx_train buf --set train.run_dir="$T/run-buf"
+vs_idx_train buf1 --set train.run_dir="$T/run-buf1" --set data.workers=1
+[ -n "$(summary_loss "$T/buf.s.json")" ] && [ "$(summary_loss "$T/buf.s.json")" = "$(summary_loss "$T/buf1.s.json")" ] &&
+    [ "$(summary_loss "$T/buf.s.json")" != "$(summary_loss "$T/tfr.s.json")" ] &&
+    ok "data.shuffle_buffer: the same losses with 1 and 2 workers, not the permutation's ($(summary_loss "$T/buf.s.json"))" ||
+    bad "data.shuffle_buffer: 2 workers $(summary_loss "$T/buf.s.json"), 1 worker $(summary_loss "$T/buf1.s.json"), permutation $(summary_loss "$T/tfr.s.json")"
 "$B" --quiet --config "$T/buf.json" --set train.run_dir="$T/run-bufr" --set train.max_steps=20 >/dev/null 2>"$T/err" &&
     "$B" --quiet --config "$T/buf.json" --set train.run_dir="$T/run-bufr" --resume auto >/dev/null 2>"$T/err" ||
     bad "shuffle_buffer stop and resume: $(cat "$T/err")"
@@ -128,10 +100,10 @@ fi
 # pack --from tfrecord: ctrain shards of the same records in the same order train to the same losses.
 if "$B" pack --from tfrecord "$T/data/train-{0..2}.tfrecord" --out "$T/packed" >"$T/pk" 2>"$T/err"; then
     has "$T/pk" "packed $N_TRAIN records of \[u8 784 values\]" "pack --from tfrecord packs every record as bytes"
-    config packed '{"format": "shard", "path": "packed"}' "$TFR_EVAL"
+    vs_idx_config packed '{"format": "shard", "path": "packed"}' "$TFR_EVAL"
     sed -i 's/"model": {"input": \[1, 28, 28\]/"model": {"input": [784]/' "$T/packed.json" # raw bytes without a shape: [784]
-    train packed
-    same_loss packed "the packed shards"
+    vs_idx_train packed
+    same_loss_as_idx packed "the packed shards"
 else
     bad "pack --from tfrecord: $(cat "$T/err")"
 fi

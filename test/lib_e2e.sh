@@ -47,3 +47,43 @@ licence_tokens() {
     [ -f "$1" ] || { echo "no /usr/share/common-licenses here"; exit 77; }
     sh datasets/text_tokens.sh --ctrain "$lt_b" "$lt_d" "$@" >"$T/log" 2>&1 || { cat "$T/log"; exit 1; }
 }
+
+# ---- a data format trained against the IDX files it was made from (e2e_hdf5.sh, e2e_tfrecord.sh):
+# the same small MLP, 40 steps, the same order settings, so the losses must be equal bit for bit.
+# They use $B, $T (scratch_dir), $D (fmnist_or_skip) and N_TRAIN / N_EVAL.
+# vs_idx_entries: IDX_TRAIN and IDX_EVAL, the first $N_TRAIN / $N_EVAL Fashion-MNIST samples as IDX
+# data entries ($D: fmnist_or_skip).
+vs_idx_entries() {
+    IDX_TRAIN="{\"format\": \"idx\", \"images\": \"$D/train-images-idx3-ubyte.gz\", \"labels\": \"$D/train-labels-idx1-ubyte.gz\", \"limit\": $N_TRAIN}"
+    IDX_EVAL="{\"format\": \"idx\", \"images\": \"$D/t10k-images-idx3-ubyte.gz\", \"labels\": \"$D/t10k-labels-idx1-ubyte.gz\", \"limit\": $N_EVAL}"
+}
+
+# vs_idx_config NAME TRAIN_ENTRY EVAL_ENTRY: $T/NAME.json, a small MLP on 28x28 images, 40 steps.
+vs_idx_config() {
+    cat >"$T/$1.json" <<JSON
+{
+  "train_batch_size": 128, "train_micro_batch_size_per_gpu": 128,
+  "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+  "model": {"input": [1, 28, 28],
+            "layers": [{"type": "flatten", "name": "flatten"}, {"type": "linear", "name": "fc1", "out": 64},
+                       {"type": "relu", "name": "relu1"}, {"type": "linear", "name": "fc2", "out": 10}],
+            "loss": {"type": "cross_entropy"}},
+  "data": {"train": $2, "eval": $3, "shuffle": true, "workers": 2,
+           "transform": {"normalize": {"mean": [0.2860], "std": [0.3530]}}},
+  "train": {"max_steps": 40, "seed": 5, "device": "cpu", "run_dir": "$T/run-$1"}
+}
+JSON
+}
+
+# summary_loss SUMMARY_FILE: "TRAIN_LOSS EVAL_LOSS" of a summary line.
+summary_loss() { sed 's/.*"train_loss":\([^,]*\),"eval_loss":\([^,]*\),.*/\1 \2/' "$1"; }
+vs_idx_train() { # NAME [ARGS]: train config NAME, summary in $T/NAME.s.json
+    n=$1
+    shift
+    "$B" --quiet --config "$T/$n.json" --summary "$T/$n.s.json" "$@" >/dev/null 2>"$T/err" || bad "train $n: $(cat "$T/err")"
+}
+same_loss_as_idx() { # NAME WHAT: NAME's losses equal the IDX run's
+    [ -n "$(summary_loss "$T/idx.s.json")" ] && [ "$(summary_loss "$T/idx.s.json")" = "$(summary_loss "$T/$1.s.json")" ] &&
+        ok "$2: the same train and eval loss as IDX, bit for bit ($(summary_loss "$T/$1.s.json"))" ||
+        bad "$2: losses differ: idx $(summary_loss "$T/idx.s.json"), $1 $(summary_loss "$T/$1.s.json")"
+}
