@@ -22,10 +22,15 @@
 #    the uninterrupted run;
 #  - only rank 0 prints the start block and the summary, and writes the run directory;
 #  - a rank killed with SIGKILL ends the run of every rank within 30 s;
-#  - the environment launch: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT are config errors
-#    (exit 2) naming the variable; WORLD_SIZE=2 (with or without RANK) or --world-size 2 without
-#    mpirun is refused naming mpirun (no TCP rendezvous); stage 3 with train.sample_every (the
-#    sampler reads whole parameters) is refused.
+#  - the torchrun-style launch without mpirun (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT; the ranks
+#    meet over a TCP rendezvous): 2, 3 and 4 ranks at stages 0, 3 and 1 give the single process's
+#    weights, and so does torchrun itself (python3-torch's, when installed) at stage 2; a rank killed
+#    ends the other within the collective timeout, and no ompi-server outlives the job;
+#  - the environment launch's errors: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT, RANK or
+#    MASTER_ADDR missing are config errors (exit 2) naming the variable; a rank whose peers never come
+#    ends after the timeout (exit 1) saying whom it waited for; --world-size 2 without a launcher is
+#    refused naming mpirun; stage 3 with train.sample_every (the sampler reads whole parameters) is
+#    refused.
 # Usage: e2e_dist.sh BUILD_DIR. Exit 77 (skipped) when mpirun is not installed.
 set -u
 BUILD=${1:-build}
@@ -93,18 +98,38 @@ print(a['train_loss'], b['train_loss'], a['loss_scale'], b['loss_scale'], a['ski
 sys.exit(0 if ok else 1)" "$T/$1.out" "$T/$2.out"
 }
 
-# ranks NAME CONFIG N STAGE [ARGS...]: mpirun -np N with zero_optimization.stage STAGE into run_dir
-# $T/NAME; its weights, summary and output against the single process's (NAME of CONFIG1)
+# The launchers `ranks` uses ($LAUNCH): LAUNCHER N CMD... runs N ranks of CMD.
+mpi_launch() { _n=$1; shift; $MPIRUN -np "$_n" "$@"; }
+# torchrun's variables, no mpirun: N processes started highest rank first (rank 0 last, so the others
+# wait for it), a fresh MASTER_PORT each time; the exit status is the last failure's
+PORT=$((20000 + $$ % 20000))
+env_launch() {
+    _n=$1; shift
+    PORT=$((PORT + 2))
+    _r=$((_n - 1)) _pids="" _rc=0
+    while [ $_r -ge 0 ]; do
+        WORLD_SIZE=$_n RANK=$_r LOCAL_RANK=$_r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$@" &
+        _pids="$_pids $!" _r=$((_r - 1))
+    done
+    for _p in $_pids; do wait "$_p" || _rc=$?; done
+    return $_rc
+}
+# torchrun itself (Debian's python3-torch), through test/torchrun.py
+torchrun_launch() { _n=$1; shift; PORT=$((PORT + 2)); "$PY" test/torchrun.py --nproc_per_node "$_n" --master_port "$PORT" --no_python "$@"; }
+LAUNCH=mpi_launch
+
+# ranks NAME CONFIG N STAGE [ARGS...]: N ranks ($LAUNCH) with zero_optimization.stage STAGE into
+# run_dir $T/NAME; its weights, summary and output against the single process's (NAME of CONFIG1)
 ranks() {
     r=$1 c=$2 n=$3 st=$4
     shift 4
     tol=1e-5
     [ "$c" = adam ] && tol=1e-4
-    if $MPIRUN -np "$n" "$B" --config "$T/$c.json" --set zero_optimization.stage="$st" \
+    if $LAUNCH "$n" "$B" --config "$T/$c.json" --set zero_optimization.stage="$st" \
         --set train.run_dir=\""$T/$r"\" "$@" >"$T/$r.out" 2>"$T/$r.err"; then
-        ok "$r: mpirun -np $n, stage $st exits 0"
+        ok "$r: $LAUNCH $n, stage $st exits 0"
     else
-        bad "$r: mpirun -np $n, stage $st (exit $?)"; tail -5 "$T/$r.err"; return
+        bad "$r: $LAUNCH $n, stage $st (exit $?)"; tail -5 "$T/$r.err"; return
     fi
     d=$(close "${c}1" "$r" $tol) && ok "$r: the single process's weights ($d, at most $tol)" || bad "$r: weights differ: $d"
     case "$*" in *--resume*) return ;; esac   # a resumed run: the weights are what counts
@@ -327,25 +352,72 @@ else
 fi
 wait "$mp" 2>/dev/null
 
-# --- the environment launch without mpirun
-env_case() {   # env_case DESCRIPTION PATTERN VAR=VALUE...
-    what=$1 pat=$2
-    shift 2
+# --- the torchrun-style launch without mpirun: the ranks meet over a TCP rendezvous on
+# MASTER_ADDR:MASTER_PORT and become one MPI communicator (through an ompi-server rank 0 starts)
+LAUNCH=env_launch
+ranks env_sgd_np2 sgd 2 0
+ranks env_adam_z3_np3 adam 3 3
+ranks env_sgd_z1_np4 sgd 4 1
+if "$PY" -c "import torch.distributed.run" 2>/dev/null; then
+    # torchrun's own agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): ctrain meets on the next
+    LAUNCH=torchrun_launch
+    ranks torchrun_adam_z2_np2 adam 2 2
+else
+    echo "skip: torchrun (python3-torch) not installed"
+fi
+LAUNCH=mpi_launch
+
+# a rank killed in the middle of an environment launch ends the other within the collective timeout
+# (no mpirun to end it: its watchdog does)
+PORT=$((PORT + 2))
+for rank in 1 0; do
+    TMPDIR="$T" CTRAIN_COMM_TIMEOUT=3 WORLD_SIZE=2 RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$B" --config "$T/sgd.json" \
+        --set train.max_steps=100000000 --set train.save_interval=0 --set train.run_dir=\""$T/envkill"\" \
+        >"$T/envkill$rank.out" 2>"$T/envkill$rank.err" &
+    [ $rank -eq 1 ] && victim=$! || survivor=$!
+done
+i=0
+while [ $i -lt 200 ] && ! grep -q '^step ' "$T/envkill0.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -9 "$victim"
+t0=$(date +%s)
+i=0
+while [ $i -lt 300 ] && kill -0 "$survivor" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+if kill -0 "$survivor" 2>/dev/null; then
+    bad "environment launch, one rank killed: rank 0 still running after 30 s"; kill -9 "$survivor"
+else
+    ok "environment launch, one rank killed: rank 0 ended within $(( $(date +%s) - t0 + 1 )) s (timeout 3 s)"
+fi
+wait "$survivor" 2>/dev/null
+has "$T/envkill0.err" "rank 0 of 2: MPI .* has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=3)" \
+    "environment launch, one rank killed: rank 0's message names the collective and CTRAIN_COMM_TIMEOUT"
+# rank 0's ompi-server (its address file under TMPDIR=$T names it) ends with rank 0
+sleep 0.2
+[ -z "$(pgrep -f "ompi-server.*$T/ctrain-rendezvous" 2>/dev/null)" ] && ok "no ompi-server outlived rank 0" ||
+    bad "an ompi-server outlived its rank 0"
+
+# the environment launch's errors
+env_case() {   # env_case DESCRIPTION CODE PATTERN VAR=VALUE...
+    what=$1 code=$2 pat=$3
+    shift 3
     env "$@" "$B" --config "$T/sgd.json" --set train.run_dir=\""$T/env"\" >"$T/out" 2>"$T/err"
     rc=$?
-    [ $rc -eq 2 ] && ok "$what: exit 2" || bad "$what: exit $rc, expected 2"
+    [ $rc -eq "$code" ] && ok "$what: exit $code" || bad "$what: exit $rc, expected $code"
     has "$T/err" "$pat" "$what: the message names $pat"
 }
-env_case "WORLD_SIZE=abc" 'WORLD_SIZE="abc"' WORLD_SIZE=abc
-env_case "CTRAIN_COMM_TIMEOUT=soon" 'CTRAIN_COMM_TIMEOUT="soon"' CTRAIN_COMM_TIMEOUT=soon
-env_case "RANK >= WORLD_SIZE" 'RANK="2"' WORLD_SIZE=2 RANK=2
-env_case "WORLD_SIZE=2 without RANK" 'mpirun -np 2' WORLD_SIZE=2
-env_case "MASTER_PORT=99999" 'MASTER_PORT="99999"' WORLD_SIZE=2 RANK=0 MASTER_PORT=99999
-env_case "WORLD_SIZE=2 without mpirun" 'mpirun -np 2' WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500
+env_case "WORLD_SIZE=abc" 2 'WORLD_SIZE="abc"' WORLD_SIZE=abc
+env_case "CTRAIN_COMM_TIMEOUT=soon" 2 'CTRAIN_COMM_TIMEOUT="soon"' CTRAIN_COMM_TIMEOUT=soon
+env_case "RANK >= WORLD_SIZE" 2 'RANK="2"' WORLD_SIZE=2 RANK=2
+env_case "WORLD_SIZE=2 without RANK" 2 'WORLD_SIZE=2 without RANK' WORLD_SIZE=2
+env_case "WORLD_SIZE=2 without MASTER_ADDR" 2 'without MASTER_ADDR' WORLD_SIZE=2 RANK=1 MASTER_PORT=29500
+env_case "MASTER_PORT=99999" 2 'MASTER_PORT="99999"' WORLD_SIZE=2 RANK=0 MASTER_PORT=99999
+env_case "rank 0 alone" 1 'waited 1 s (CTRAIN_COMM_TIMEOUT) on port [0-9]* for rank 1 to connect' \
+    WORLD_SIZE=2 RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + 1)) CTRAIN_COMM_TIMEOUT=1
+env_case "rank 1 alone" 1 'could not reach rank 0 at 127.0.0.1 port [0-9]* for 1 s' \
+    WORLD_SIZE=2 RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + 1)) CTRAIN_COMM_TIMEOUT=1
 "$B" --config "$T/sgd.json" --world-size 2 --set train.run_dir=\""$T/env"\" >"$T/out" 2>"$T/err"
 rc=$?
-[ $rc -eq 2 ] && ok "--world-size 2 without mpirun: exit 2" || bad "--world-size 2 without mpirun: exit $rc, expected 2"
-has "$T/err" "mpirun -np 2" "--world-size 2 without mpirun: the message names mpirun"
+[ $rc -eq 2 ] && ok "--world-size 2 without a launcher: exit 2" || bad "--world-size 2 without a launcher: exit $rc, expected 2"
+has "$T/err" "mpirun -np 2" "--world-size 2 without a launcher: the message names mpirun"
 env WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$B" --config "$T/sgd.json" --set train.run_dir=\""$T/env1"\" >"$T/out" 2>"$T/err" &&
     ok "WORLD_SIZE=1 RANK=0 trains as one process" || bad "WORLD_SIZE=1 RANK=0 (exit $?)"
 $MPIRUN -np 2 "$B" --config "$T/sgd.json" --set zero_optimization.stage=3 --set train.sample_every=5 \

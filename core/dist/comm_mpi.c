@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "core/dist/comm.h"
+#include "core/dist/launch.h"
+#include "core/dist/rendezvous.h"
 
 /* The MPI type of a dtype; 16-bit floats only move (gather, broadcast), MPI cannot add them. */
 static MPI_Datatype mpi_type(ct_dtype dt, bool reduce) {
@@ -101,10 +103,16 @@ static void *watch(void *arg) {
 }
 
 typedef struct mpi_impl {
+    MPI_Comm comm;               /* the ranks: MPI_COMM_WORLD under mpirun; joined singletons under a
+                                    torchrun-style launch (join_ranks) */
     void *scratch;               /* reduce_scatter_shards: this rank's part before it is copied in */
     size_t scratch_bytes;
     watchdog dog;
+    ct_rdzv rdzv;                /* torchrun-style launch: the bootstrap sockets and ompi-server */
 } mpi_impl;
+
+/* The communicator every collective runs on. */
+#define COMM(c) (((mpi_impl *)(c)->impl)->comm)
 
 /* Around every blocking call: what is in progress (NULL once it returned). */
 static void watch_mark(ct_comm *c, const char *what) {
@@ -130,7 +138,7 @@ static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_o
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
         int rc = WATCHED(c, "all-reduce",
-                         MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), MPI_COMM_WORLD));
+                         MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), COMM(c)));
         if (rc != MPI_SUCCESS) return failed(c, "all-reduce", rc, err);
     }
     return CT_OK;
@@ -144,7 +152,7 @@ static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_
     /* MPI's in-place form takes the whole buffer and leaves the result in the rank's first part,
      * which is not this table's layout: a source that is dst goes through MPI's own copy. */
     int rc = WATCHED(c, "reduce-scatter",
-                     MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), MPI_COMM_WORLD));
+                     MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
 }
 
@@ -155,7 +163,7 @@ static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank
     if (n_per_rank > INT_MAX) return too_many(c, "all-gather", n_per_rank, err);
     bool in_place = src == ct_elem(dst, (int64_t)c->rank * n_per_rank, dt);
     int rc = WATCHED(c, "all-gather", MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst,
-                                                    (int)n_per_rank, t, MPI_COMM_WORLD));
+                                                    (int)n_per_rank, t, COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
 
@@ -166,7 +174,7 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     if (t == MPI_DATATYPE_NULL) return no_type(c, "broadcast", dt, err);
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = WATCHED(c, "broadcast", MPI_Bcast(ct_elem(buf, at, dt), k, t, root, MPI_COMM_WORLD));
+        int rc = WATCHED(c, "broadcast", MPI_Bcast(ct_elem(buf, at, dt), k, t, root, COMM(c)));
         if (rc != MPI_SUCCESS) return failed(c, "broadcast", rc, err);
     }
     return CT_OK;
@@ -203,7 +211,7 @@ static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, 
     }
     /* MPI's in-place form leaves the result at the buffer's start, not at the rank's offset */
     rc = WATCHED(c, "reduce-scatter",
-                 MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), MPI_COMM_WORLD));
+                 MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), COMM(c)));
     if (rc == MPI_SUCCESS && mine) memcpy(ct_elem(buf, displs[c->rank], dt), m->scratch, mine);
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
@@ -218,7 +226,7 @@ static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_e
         return too_many(c, "all-gather", n, err);
     }
     int rc = WATCHED(c, "all-gather",
-                     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, MPI_COMM_WORLD));
+                     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
@@ -248,7 +256,7 @@ static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, 
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
     ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
     int rc = WATCHED(c, "all-gather", MPI_Allgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts,
-                                                     displs, t, MPI_COMM_WORLD));
+                                                     displs, t, COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
@@ -263,25 +271,25 @@ static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t 
         return too_many(c, "reduce-scatter", b - a, err);
     }
     /* the parts are in rank order, so [a, b) is the ranks' shares back to back, as MPI wants */
-    int rc = WATCHED(c, "reduce-scatter", MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, MPI_COMM_WORLD));
+    int rc = WATCHED(c, "reduce-scatter", MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
 }
 
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
     int rc = WATCHED(c, "all-reduce of host values",
-                     MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), MPI_COMM_WORLD));
+                     MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
 }
 
 static int barrier(ct_comm *c, ct_err *err) {
-    int rc = WATCHED(c, "barrier", MPI_Barrier(MPI_COMM_WORLD));
+    int rc = WATCHED(c, "barrier", MPI_Barrier(COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "barrier", rc, err);
 }
 
 /* A rank that failed leaves without MPI_Finalize: the others may be waiting in a collective it
  * will never join, and MPI_Finalize would wait for them; mpirun ends the job when a rank exits
- * without it. */
+ * without it (under a torchrun-style launch, torchrun does, or the others' watchdogs). */
 static void destroy(ct_comm *c) {
     mpi_impl *m = c->impl;
     watchdog *w = &m->dog;
@@ -292,7 +300,15 @@ static void destroy(ct_comm *c) {
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->thread, NULL);
     }
-    if (!c->failed) MPI_Finalize();
+    if (!c->failed) {
+        if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) {
+            /* every rank is done with the joined communicator before rank 0 stops the server */
+            MPI_Barrier(m->comm);
+            MPI_Comm_free(&m->comm);
+        }
+        MPI_Finalize();
+    }
+    ct_rdzv_close(&m->rdzv);
     free(m->scratch);
     free(m);
     free(c);
@@ -303,30 +319,115 @@ __attribute__((visibility("default"))) int ct_comm_mpi_abi(size_t *table_bytes) 
     return CT_COMM_ABI;
 }
 
-/* timeout_s: the watchdog's bound on one collective (0: no watchdog). */
-__attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, int timeout_s, ct_comm **out,
+static void start_watchdog(watchdog *w, int timeout_s, int rank, int world) {
+    *w = (watchdog){.timeout_s = timeout_s, .rank = rank, .world = world};
+    if (timeout_s <= 0) return;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    w->running = pthread_create(&w->thread, NULL, watch, w) == 0;
+}
+
+/* Under a torchrun-style launch: the singletons' rendezvous. Before MPI_Init, rank 0 starts
+ * ompi-server and tells every rank its address over the bootstrap sockets (rendezvous.h). */
+static int meet_before_init(ct_rdzv *r, const ct_launch *l, ct_err *err) {
+    int rc = ct_rdzv_open(r, l, err);
+    char uri[CT_RDZV_LINE_MAX];
+    if (!rc && l->rank == 0) {
+        rc = ct_rdzv_start_server(r, uri, err);
+        for (int to = 1; !rc && to < l->world; to++) rc = ct_rdzv_send(r, to, uri, err);
+    } else if (!rc) {
+        rc = ct_rdzv_recv(r, uri, err);
+    }
+    /* read by the MPI_Init that follows: connect and accept go through this server */
+    if (!rc && setenv("OMPI_MCA_pmix_server_uri", uri, 1) != 0)
+        rc = ct_errf(err, CT_ERR_RUNTIME, "rank %d: setenv: out of memory", l->rank);
+    return rc;
+}
+
+/* Builds one communicator of the launch's ranks, in RANK order, out of singletons: rank 0 opens
+ * an MPI port; ranks join one at a time, in rank order, each connecting to the port while every
+ * rank already joined accepts (MPI_Comm_accept is collective over them), and the two sides merge
+ * with the joined ones first. Rank 0 tells each rank over its socket when its turn has come (a
+ * connect needs the accept posted). Under the watchdog: a rank that died after the rendezvous ends
+ * the others within the timeout. */
+static int join_ranks(ct_comm *c, mpi_impl *m, ct_err *err) {
+    char port[MPI_MAX_PORT_NAME] = "", line[CT_RDZV_LINE_MAX];
+    MPI_Comm joined = MPI_COMM_NULL, inter, merged;
+    int rc = MPI_Comm_dup(MPI_COMM_SELF, &joined);
+    if (rc == MPI_SUCCESS && c->rank == 0) rc = MPI_Open_port(MPI_INFO_NULL, port);
+    if (rc != MPI_SUCCESS) return failed(c, "open port", rc, err);
+    if (c->rank > 0) {
+        if ((rc = ct_rdzv_recv(&m->rdzv, line, err))) return rc;
+        size_t len = strlen(line);
+        if (len >= sizeof port)
+            return ct_errf(err, CT_ERR_RUNTIME, "rank %d: rank 0 sent an MPI port name of %zu bytes (MPI allows %d)",
+                           c->rank, len, MPI_MAX_PORT_NAME - 1);
+        memcpy(port, line, len + 1);
+        rc = WATCHED(c, "connect (joining the ranks)", MPI_Comm_connect(port, MPI_INFO_NULL, 0, joined, &inter));
+        if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, 1, &merged);
+        if (rc != MPI_SUCCESS) return failed(c, "connect (joining the ranks)", rc, err);
+        MPI_Comm_free(&inter);
+        MPI_Comm_free(&joined);
+        joined = merged;
+    }
+    for (int next = c->rank + 1; next < c->world; next++) {
+        if (c->rank == 0 && (rc = ct_rdzv_send(&m->rdzv, next, port, err))) return rc;
+        rc = WATCHED(c, "accept (joining the ranks)", MPI_Comm_accept(port, MPI_INFO_NULL, 0, joined, &inter));
+        if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, 0, &merged);
+        if (rc != MPI_SUCCESS) return failed(c, "accept (joining the ranks)", rc, err);
+        MPI_Comm_free(&inter);
+        MPI_Comm_free(&joined);
+        joined = merged;
+    }
+    if (c->rank == 0) MPI_Close_port(port);
+    ct_rdzv_close_sockets(&m->rdzv);
+    m->comm = joined;
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    int rank = -1, world = 0;
+    MPI_Comm_rank(m->comm, &rank);
+    MPI_Comm_size(m->comm, &world);
+    if (rank != c->rank || world != c->world)
+        return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: the joined MPI communicator says rank %d of %d", c->rank,
+                       c->world, rank, world);
+    return CT_OK;
+}
+
+/* The communicator of launch l (mpirun's, or a torchrun-style one joined here); the watchdog
+ * bounds each collective by l->comm_timeout_s (0: none). */
+__attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, const ct_launch *l, ct_comm **out,
                                                               ct_err *err) {
-    int inited = 0, provided = 0, rank = 0, world = 0;
+    bool joining = l->launcher == CT_LAUNCH_ENV;
+    mpi_impl *m = ct_xcalloc(1, sizeof *m);
+    m->comm = MPI_COMM_WORLD;
+    m->rdzv = (ct_rdzv){.to_root = -1};
+    int rc = joining ? meet_before_init(&m->rdzv, l, err) : CT_OK;
+    int inited = 0, provided = 0, rank = l->rank, world = l->world;
     MPI_Initialized(&inited);
     /* only the main thread calls MPI (the loader's threads never do) */
-    int rc = inited ? MPI_SUCCESS : MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    if (rc != MPI_SUCCESS) return ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed (code %d)", rc);
+    if (!rc && !inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        rc = ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed");
+    if (rc) {
+        ct_rdzv_close(&m->rdzv);
+        free(m);
+        return rc;
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (!joining) {
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+    }
     ct_comm *c = ct_xcalloc(1, sizeof *c);
-    *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = ct_xcalloc(1, sizeof(mpi_impl)),
+    *c = (ct_comm){.name = "mpi", .rank = rank, .world = world, .be = be, .impl = m,
                    .all_reduce = all_reduce, .reduce_scatter = reduce_scatter, .all_gather = all_gather,
                    .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
                    .all_gather_shards = all_gather_shards, .all_gather_range = all_gather_range,
                    .reduce_scatter_range = reduce_scatter_range, .all_reduce_host = all_reduce_host,
                    .barrier = barrier, .destroy = destroy};
-    watchdog *w = &((mpi_impl *)c->impl)->dog;
-    *w = (watchdog){.timeout_s = timeout_s, .rank = rank, .world = world};
-    if (timeout_s > 0) {
-        pthread_mutex_init(&w->mu, NULL);
-        pthread_cond_init(&w->wake, NULL);
-        w->running = pthread_create(&w->thread, NULL, watch, w) == 0;
+    start_watchdog(&m->dog, l->comm_timeout_s, rank, world);
+    if (joining && (rc = join_ranks(c, m, err))) {
+        c->failed = true;
+        destroy(c);
+        return rc;
     }
     *out = c;
     return CT_OK;

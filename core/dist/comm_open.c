@@ -3,7 +3,8 @@
  *
  * Why a library of its own: linking libmpi into ctrain would map it (and its network stack) in
  * every run, and a plain `ctrain --config X` must stay as it was; the library is opened only when
- * mpirun's variables say the process is one rank of several. */
+ * a launcher's variables say the process is one rank of several (mpirun's, or torchrun's
+ * WORLD_SIZE: then the library joins the ranks itself, rendezvous.h). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 #include "core/dist/launch.h"
 
 typedef int (*mpi_abi_fn)(size_t *);
-typedef int (*mpi_create_fn)(ct_backend *, int, ct_comm **, ct_err *);
+typedef int (*mpi_create_fn)(ct_backend *, const ct_launch *, ct_comm **, ct_err *);
 
 /* Candidates, in order: $CTRAIN_MPI_LIB; beside the executable (build/); bundle/lib/;
  * <prefix>/lib/ctrain/ (make install); the parent folder (build/test/ binaries). */
@@ -36,7 +37,7 @@ static int candidates(char cand[][1200], int max) {
 
 /* RTLD_GLOBAL: OpenMPI's components, which libmpi opens itself, resolve libmpi's and
  * libopen-pal's symbols from the global scope. */
-static int load_mpi(ct_backend *be, int timeout_s, ct_comm **out, ct_err *err) {
+static int load_mpi(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
     char cand[5][1200], tried[1024] = "";
     int n = candidates(cand, 5);
     for (int i = 0; i < n; i++) {
@@ -56,7 +57,7 @@ static int load_mpi(ct_backend *be, int timeout_s, ct_comm **out, ct_err *err) {
             return ct_errf(err, CT_ERR_RUNTIME, "%s was built for another ctrain (communicator table version "
                            "%d, %zu bytes; this ctrain has %d, %zu bytes): rebuild it with this ctrain (make)",
                            cand[i], version, bytes, CT_COMM_ABI, sizeof(ct_comm));
-        return create(be, timeout_s, out, err);
+        return create(be, l, out, err);
     }
     return ct_errf(err, CT_ERR_RUNTIME, "data-parallel training over MPI needs libctrain_mpi.so, which "
                    "was not found (looked for %s).\n  Build it with OpenMPI's headers installed (make deps; "
@@ -69,19 +70,22 @@ int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err)
         *out = ct_comm_single(be);
         return CT_OK;
     }
-    if (!ct_launch_is_mpi(l)) {
-        const char *var = l->launcher == CT_LAUNCH_ENV ? "WORLD_SIZE=" : "--world-size ";
-        return ct_errf(err, CT_ERR_CONFIG, "%s%d without mpirun: ctrain's ranks meet over MPI, and the "
-                       "TCP rendezvous of MASTER_ADDR/MASTER_PORT (torchrun) is not implemented.\n  Launch "
-                       "the ranks with mpirun -np %d ctrain --config FILE (OpenMPI; add --hostfile FILE for "
-                       "several hosts)%s", var, l->world, l->world,
-                       l->launcher == CT_LAUNCH_ENV ? ", and unset WORLD_SIZE and RANK" : "");
+    if (l->launcher == CT_LAUNCH_NONE)
+        return ct_errf(err, CT_ERR_CONFIG, "--world-size %d plans for %d ranks; training with them needs a "
+                       "launcher.\n  Launch the ranks with mpirun -np %d ctrain --config FILE (OpenMPI; add "
+                       "--hostfile FILE for several hosts), or with torchrun", l->world, l->world, l->world);
+    if (l->launcher == CT_LAUNCH_ENV && (!l->rank_given || !l->master_addr[0] || !l->master_port)) {
+        const char *missing = !l->rank_given ? "RANK" : !l->master_addr[0] ? "MASTER_ADDR" : "MASTER_PORT";
+        return ct_errf(err, CT_ERR_CONFIG, "WORLD_SIZE=%d without %s: a torchrun-style launch gives every process "
+                       "RANK (0 to %d), and MASTER_ADDR and MASTER_PORT (rank 0's host and a free TCP port, where "
+                       "the ranks meet).\n  Set them (torchrun does), or launch with mpirun -np %d ctrain --config FILE",
+                       l->world, missing, l->world - 1, l->world);
     }
     if (strcmp(be->name, "cpu") != 0)
         return ct_errf(err, CT_ERR_CONFIG, "%d ranks on the %s backend: data parallelism runs on the CPU "
                        "backend (MPI on host buffers); NCCL for GPUs is not implemented yet. Set "
                        "train.device to \"cpu\"", l->world, be->name);
-    int rc = load_mpi(be, l->comm_timeout_s, out, err);
+    int rc = load_mpi(be, l, out, err);
     if (rc) return rc;
     ct_comm *c = *out;
     if (c->rank == l->rank && c->world == l->world) return CT_OK;

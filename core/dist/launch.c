@@ -50,11 +50,12 @@ static int read_family(const family *f, const char *size, ct_launch *out, ct_err
     out->launcher = f->launcher;
     out->size_var = f->size;
     /* no rank variable: rank 0 (`ctrain config check` needs only the size; a run of several ranks
-     * is refused without an MPI launcher anyway, ct_comm_open) */
+     * under torchrun-style variables without RANK is refused where the ranks meet, ct_comm_open) */
     const char *rank = env(f->rank);
     char expected[96];
     snprintf(expected, sizeof expected, "this process's rank, 0 to %d (%s=%d)", out->world - 1, f->size, out->world);
     if (rank && (rc = env_int(f->rank, rank, 0, out->world - 1, expected, &out->rank, err))) return rc;
+    out->rank_given = rank != NULL;
     const char *local = env(f->local_rank);
     if (local && (rc = env_int(f->local_rank, local, 0, MAX_WORLD - 1, "the rank on this host, a "
                                "non-negative integer", &out->local_rank, err)))
@@ -77,10 +78,6 @@ int ct_launch_from_env(ct_launch *out, ct_err *err) {
         if (size) return read_family(&families[i], size, out, err);
     }
     return CT_OK;
-}
-
-bool ct_launch_is_mpi(const ct_launch *l) {
-    return l->launcher == CT_LAUNCH_OPENMPI || l->launcher == CT_LAUNCH_PMI;
 }
 
 const char *ct_launch_name(const ct_launch *l) {

@@ -26,6 +26,7 @@ typedef enum {
 typedef struct ct_launch {
     ct_launcher launcher;
     int rank, world, local_rank;
+    bool rank_given;             /* the family's rank variable was set (RANK, ...) */
     const char *size_var;        /* the variable that gave the world size ("" for none) */
     char master_addr[256];       /* CT_LAUNCH_ENV: MASTER_ADDR ("" when unset) */
     int master_port;             /* CT_LAUNCH_ENV: MASTER_PORT (0 when unset) */
@@ -42,9 +43,6 @@ int ct_launch_from_env(ct_launch *out, ct_err *err);
 /* One process told its world size on the command line (--world-size N): rank 0 of N, no
  * launcher. */
 void ct_launch_given(ct_launch *out, int world);
-
-/* Whether the ranks can meet over MPI: launched by mpirun (or a PMI launcher). */
-bool ct_launch_is_mpi(const ct_launch *l);
 
 /* "mpirun (OMPI_COMM_WORLD_SIZE)", "WORLD_SIZE", "--world-size": for messages. */
 const char *ct_launch_name(const ct_launch *l);
