@@ -37,8 +37,9 @@ NVCC_FLAGS = -O3 -std=c++17 $(CUDA_ARCH) -DCT_CUDA_BUILT_FOR=$(CUDA_ARCH_CODES) 
 
 # Every module folder under core/ (docs/DESIGN.md), and the subcommands of cmd/ (all but main):
 # tests call the subcommands too, so they live in libctrain.a with the rest.
-# core/dist/comm_mpi.c and rendezvous.c are not among them: they go into libctrain_mpi.so (below).
-MPI_SRC   := core/dist/comm_mpi.c core/dist/rendezvous.c
+# core/dist/comm_mpi.c is not among them: it goes into libctrain_mpi.so (below), which calls
+# rendezvous.c's functions in the executable.
+MPI_SRC   := core/dist/comm_mpi.c
 CORE_SRC  := $(sort $(filter-out $(MPI_SRC),$(shell find core -name '*.c')) $(filter-out cmd/ctrain.c,$(wildcard cmd/*.c)))
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CUDA_SRC  := $(sort $(wildcard cuda/*.cu))

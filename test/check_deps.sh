@@ -125,6 +125,7 @@ py h5py python3-h5py
 py pyarrow @optional
 py torch @optional
 py tensorboard @optional
+py site python3
 has build-essential gcc g++ make libc6-dev dpkg-dev
 has gcc gcc-12 cpp binutils
 has gcc-12 cpp-12 binutils libgcc-12-dev

@@ -123,6 +123,24 @@ static bool cuda_usable(char *why, size_t n) {
 
 bool ct_cuda_available(void) { return cuda_usable(NULL, 0); }
 
+void *ct_backend_symbol(ct_backend *be, const char *name) {
+#ifdef CT_HAVE_CUDA
+    /* the library that holds be's functions, found by address: it is loaded (be came from it), so
+     * RTLD_NOLOAD only takes another reference, dropped again below */
+    Dl_info info;
+    if (!be || strcmp(be->name, "cuda") != 0 || !dladdr((void *)be->destroy, &info) || !info.dli_fname) return NULL;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return NULL;
+    void *sym = dlsym(h, name);
+    dlclose(h);
+    return sym;
+#else
+    (void)be;
+    (void)name;
+    return NULL;
+#endif
+}
+
 /* "cuda" -> 0, "cuda:N" -> N; -1 when the text after "cuda" is not ":<non-negative integer>". */
 static int parse_cuda_index(const char *device) {
     const char *rest = device + 4;

@@ -514,6 +514,10 @@ struct ct_backend {
     ct_backend_optim optim;
 };
 
+/* A function the library of backend `be` exports besides its op table (the CUDA library's NCCL
+ * communicator: core/dist/comm_open.c), or NULL: none such, or a backend compiled into ctrain. */
+void *ct_backend_symbol(ct_backend *be, const char *name);
+
 /* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). */
 int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err);
 /* As ct_backend_create, and for device "auto": when the NVIDIA driver is there but the CUDA

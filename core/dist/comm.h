@@ -68,11 +68,24 @@ struct ct_comm {
 
 /* Rank `rank`'s part of a ZeRO partition of n elements over `world` ranks: [*lo, *hi), parts of
  * ceil(n / world) in rank order (a pure function of n and world, so a checkpoint's layout does not
- * depend on who saved it). */
-void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi);
+ * depend on who saved it). Inline: the communicators in libctrain_mpi.so and libctrain_cuda.so
+ * compute the same partition without calling into ctrain. */
+static inline void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi) {
+    int64_t part = world > 0 ? (n + world - 1) / world : n;
+    int64_t a = (int64_t)rank * part, b = a + part;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
 /* The part of [a, b) that rank `rank` owns in that partition: [*lo, *hi), empty (lo == hi) when
  * none. */
-void ct_comm_shard_range(int64_t n, int world, int rank, int64_t a, int64_t b, int64_t *lo, int64_t *hi);
+static inline void ct_comm_shard_range(int64_t n, int world, int rank, int64_t a, int64_t b, int64_t *lo,
+                                       int64_t *hi) {
+    int64_t plo, phi;
+    ct_comm_shard(n, world, rank, &plo, &phi);
+    *lo = a > plo ? a : plo;
+    *hi = b < phi ? b : phi;
+    if (*hi < *lo) *hi = *lo;
+}
 
 /* One process, rank 0 of 1, over backend be. */
 ct_comm *ct_comm_single(ct_backend *be);

@@ -1,5 +1,5 @@
-/* comm_open.c: the communicator a launch needs (comm.h, ct_comm_open): one process, or MPI from
- * libctrain_mpi.so, loaded here with dlopen.
+/* comm_open.c: the communicator a launch needs (comm.h, ct_comm_open): one process; MPI from
+ * libctrain_mpi.so, loaded here with dlopen (CPU ranks); or NCCL from the CUDA library (GPU ranks).
  *
  * Why a library of its own: linking libmpi into ctrain would map it (and its network stack) in
  * every run, and a plain `ctrain --config X` must stay as it was; the library is opened only when
@@ -13,6 +13,7 @@
 
 #include "core/dist/comm.h"
 #include "core/dist/launch.h"
+#include "core/dist/rendezvous.h"
 
 typedef int (*mpi_abi_fn)(size_t *);
 typedef int (*mpi_create_fn)(ct_backend *, const ct_launch *, ct_comm **, ct_err *);
@@ -64,27 +65,73 @@ static int load_mpi(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *e
                    "make), or set CTRAIN_MPI_LIB to its path", tried);
 }
 
+/* The CUDA library's NCCL entry points (cuda/cuda_comm_nccl.cu). */
+typedef int (*nccl_id_fn)(char *hex, size_t hex_n, ct_err *err);
+typedef int (*nccl_create_fn)(ct_backend *be, int rank, int world, const char *id_hex, ct_comm *host, int timeout_s,
+                              ct_comm **out, ct_err *err);
+
+/* GPU ranks: NCCL on device buffers. Rank 0 makes NCCL's unique id and the others get it over what
+ * the launch has: the TCP rendezvous (torchrun's variables: rendezvous.h) or MPI (mpirun: its
+ * communicator then stays for host values). One rank (CTRAIN_COMM=nccl) needs neither. */
+static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
+    nccl_id_fn unique_id = (nccl_id_fn)ct_backend_symbol(be, "ct_cuda_nccl_unique_id");
+    nccl_create_fn create = (nccl_create_fn)ct_backend_symbol(be, "ct_cuda_comm_nccl_create");
+    if (!unique_id || !create)
+        return ct_errf(err, CT_ERR_RUNTIME, "this CUDA backend library has no NCCL communicator: rebuild it "
+                       "with this ctrain (make)");
+    char id[CT_RDZV_LINE_MAX] = "";
+    ct_comm *host = NULL;
+    ct_rdzv r = {.to_root = -1};
+    int rc = CT_OK;
+    if (l->world > 1 && l->launcher == CT_LAUNCH_ENV) {
+        rc = ct_rdzv_open(&r, l, err);
+        if (!rc && l->rank == 0) {
+            rc = unique_id(id, sizeof id, err);
+            for (int to = 1; !rc && to < l->world; to++) rc = ct_rdzv_send(&r, to, id, err);
+        } else if (!rc) {
+            rc = ct_rdzv_recv(&r, id, err);
+        }
+        ct_rdzv_close(&r);
+    } else if (l->world > 1) {
+        /* mpirun: MPI for the id, and for host values afterwards */
+        rc = load_mpi(be, l, &host, err);
+        enum { ID_HEX = 257 };   /* NCCL's 128-byte id as hex, and its end */
+        if (!rc && l->rank == 0) rc = unique_id(id, ID_HEX, err);
+        /* a failed rank 0 still joins the broadcast, with an empty id the others refuse */
+        if (host) {
+            int brc = host->broadcast(host, id, ID_HEX, CT_U8, 0, err);
+            rc = rc ? rc : brc;
+        }
+    } else {
+        rc = unique_id(id, sizeof id, err);
+    }
+    if (!rc) rc = create(be, l->rank, l->world, id, host, l->comm_timeout_s, out, err);
+    else if (host) {
+        host->failed = true;
+        ct_comm_destroy(host);
+    }
+    return rc;
+}
+
 int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
     *out = NULL;
-    if (!l || l->world <= 1) {
+    bool gpu = strcmp(be->name, "cpu") != 0;
+    if (!l || (l->world <= 1 && !(gpu && l->nccl_always))) {
         *out = ct_comm_single(be);
         return CT_OK;
     }
-    if (l->launcher == CT_LAUNCH_NONE)
+    if (l->world > 1 && l->launcher == CT_LAUNCH_NONE)
         return ct_errf(err, CT_ERR_CONFIG, "--world-size %d plans for %d ranks; training with them needs a "
                        "launcher.\n  Launch the ranks with mpirun -np %d ctrain --config FILE (OpenMPI; add "
                        "--hostfile FILE for several hosts), or with torchrun", l->world, l->world, l->world);
-    if (l->launcher == CT_LAUNCH_ENV && (!l->rank_given || !l->master_addr[0] || !l->master_port)) {
+    if (l->world > 1 && l->launcher == CT_LAUNCH_ENV && (!l->rank_given || !l->master_addr[0] || !l->master_port)) {
         const char *missing = !l->rank_given ? "RANK" : !l->master_addr[0] ? "MASTER_ADDR" : "MASTER_PORT";
         return ct_errf(err, CT_ERR_CONFIG, "WORLD_SIZE=%d without %s: a torchrun-style launch gives every process "
                        "RANK (0 to %d), and MASTER_ADDR and MASTER_PORT (rank 0's host and a free TCP port, where "
                        "the ranks meet).\n  Set them (torchrun does), or launch with mpirun -np %d ctrain --config FILE",
                        l->world, missing, l->world - 1, l->world);
     }
-    if (strcmp(be->name, "cpu") != 0)
-        return ct_errf(err, CT_ERR_CONFIG, "%d ranks on the %s backend: data parallelism runs on the CPU "
-                       "backend (MPI on host buffers); NCCL for GPUs is not implemented yet. Set "
-                       "train.device to \"cpu\"", l->world, be->name);
+    if (gpu) return open_nccl(be, l, out, err);
     int rc = load_mpi(be, l, out, err);
     if (rc) return rc;
     ct_comm *c = *out;

@@ -64,21 +64,6 @@ ct_comm *ct_comm_single(ct_backend *be) {
     return c;
 }
 
-void ct_comm_shard(int64_t n, int world, int rank, int64_t *lo, int64_t *hi) {
-    int64_t part = world > 0 ? (n + world - 1) / world : n;
-    int64_t a = (int64_t)rank * part, b = a + part;
-    *lo = a < n ? a : n;
-    *hi = b < n ? b : n;
-}
-
-void ct_comm_shard_range(int64_t n, int world, int rank, int64_t a, int64_t b, int64_t *lo, int64_t *hi) {
-    int64_t plo, phi;
-    ct_comm_shard(n, world, rank, &plo, &phi);
-    *lo = a > plo ? a : plo;
-    *hi = b < phi ? b : phi;
-    if (*hi < *lo) *hi = *lo;
-}
-
 void ct_comm_destroy(ct_comm *c) {
     if (c) c->destroy(c);
 }

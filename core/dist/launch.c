@@ -73,6 +73,11 @@ int ct_launch_from_env(ct_launch *out, ct_err *err) {
     if (timeout && env_int("CTRAIN_COMM_TIMEOUT", timeout, 0, 86400, "seconds a rank waits for the others in "
                            "one collective, 0 to 86400 (0: no limit; default 60)", &out->comm_timeout_s, err))
         return CT_ERR_CONFIG;
+    const char *comm = env("CTRAIN_COMM");
+    if (comm && strcmp(comm, "nccl") != 0)
+        return ct_errf(err, CT_ERR_CONFIG, "CTRAIN_COMM=\"%.64s\" in the environment: expected nccl (a GPU run of "
+                       "one rank over NCCL) or unset", comm);
+    out->nccl_always = comm != NULL;
     for (int i = 0; i < CT_ARRAY_LEN(families); i++) {
         const char *size = env(families[i].size);
         if (size) return read_family(&families[i], size, out, err);

@@ -8,7 +8,8 @@
  * 1..65535) is a config error naming the variable: guessing would train another world than the
  * launcher's, or hang waiting for ranks that do not exist. CTRAIN_COMM_TIMEOUT (seconds, default 60,
  * 0 for none) bounds how long a rank waits in one collective, as torch's init_process_group
- * timeout does; not an integer in 0..86400 is a config error too. */
+ * timeout does; not an integer in 0..86400 is a config error too. CTRAIN_COMM=nccl makes a GPU
+ * run of one rank use NCCL all the same (to check it on one GPU); another value is an error. */
 #ifndef CT_DIST_LAUNCH_H
 #define CT_DIST_LAUNCH_H
 
@@ -32,6 +33,8 @@ typedef struct ct_launch {
     int master_port;             /* CT_LAUNCH_ENV: MASTER_PORT (0 when unset) */
     int comm_timeout_s;          /* CTRAIN_COMM_TIMEOUT: seconds a rank waits in one collective
                                     before it ends the job (a rank stopped answering); 0: forever */
+    bool nccl_always;            /* CTRAIN_COMM=nccl: the CUDA backend uses NCCL even for one rank
+                                    (a GPU check of the NCCL communicator on one GPU) */
 } ct_launch;
 
 #define CT_COMM_TIMEOUT_DEFAULT 60

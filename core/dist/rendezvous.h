@@ -12,9 +12,11 @@
  * data server both know: `ompi-server`, which rank 0 starts here as its child and whose address
  * it sends to the others before any of them calls MPI_Init (OMPI_MCA_pmix_server_uri).
  *
+ * GPU ranks use the same bootstrap for NCCL's unique id (core/dist/comm_open.c), without MPI.
+ *
  * Every wait is bounded by the timeout given (CTRAIN_COMM_TIMEOUT): a rank that never comes, a
  * server that does not start, a rank 0 that is not there are errors naming what was waited for.
- * Built into libctrain_mpi.so (it uses only ct_errf and the allocation helpers of the executable). */
+ * Part of ctrain itself (libctrain.a); libctrain_mpi.so calls it from there (-rdynamic). */
 #ifndef CT_DIST_RENDEZVOUS_H
 #define CT_DIST_RENDEZVOUS_H
 

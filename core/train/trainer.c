@@ -1,6 +1,7 @@
 /* trainer.c: setting up a run (backend, datasets, graph, parameter store, optimizer), the start
  * block with the memory plan, --dry-run, and ct_train_run. The loop itself is in loop.c. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -392,6 +393,19 @@ static int check_summary_not_input(ct_trainer *t, ct_err *err) {
                    "path: --summary FILE", out, input);
 }
 
+/* The device of this rank: with several ranks, "cuda" (and "auto" on a machine with a GPU) is
+ * GPU LOCAL_RANK, as DeepSpeed's and torch's launchers mean it (torch.cuda.set_device(local_rank));
+ * "cuda:N" and "cpu" are taken as written. */
+static const char *rank_device(const ct_trainer *t, char *buf, size_t n) {
+    const char *device = t->cfg->train.device;
+    const ct_launch *l = t->opts.launch;
+    bool plain = !device || !strcmp(device, "cuda") || !strcmp(device, "auto");
+    if (!l || l->world <= 1 || l->local_rank == 0 || !plain) return device;
+    if (device && !strcmp(device, "auto") && !ct_cuda_available()) return device;
+    snprintf(buf, n, "cuda:%d", l->local_rank);
+    return buf;
+}
+
 /* Backend, graph (built pure), data and loaders, the memory plan and its check against the
  * limits, then the allocations: the arena, the parameter store and the optimizer. */
 static int setup(ct_trainer *t, ct_err *err) {
@@ -403,7 +417,9 @@ static int setup(ct_trainer *t, ct_err *err) {
     open_start(&jobs[1], cfg, "eval");
     ct_amp_init(&t->m.amp, cfg);
     char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
-    rc = ct_backend_create_noting(cfg->train.device, cfg->train.threads, &t->be, notice, sizeof notice, err);
+    char device[32];
+    rc = ct_backend_create_noting(rank_device(t, device, sizeof device), cfg->train.threads, &t->be, notice,
+                                  sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
     if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);

@@ -1,0 +1,452 @@
+/* cuda_comm_nccl.cu: the communicator over NCCL on device buffers (core/dist/comm.h), for the
+ * CUDA backend's ranks.
+ *
+ * libnccl is opened with dlopen when a run of several GPU ranks (or CTRAIN_COMM=nccl) asks for it,
+ * never linked: a one-GPU run does not need it, and PyTorch's wheels carry their own copy, which
+ * CTRAIN_NCCL_LIBRARY can name. Every collective is queued on the backend's compute stream, in
+ * order with the kernels that produce and consume its buffers, so the host never waits for one
+ * (except all_reduce_host and barrier, whose results are host values).
+ *
+ * The ZeRO partition's collectives, whose parts are uneven (ct_comm_shard: ceil(n / world) per
+ * rank, the last ones shorter), are NCCL groups of one reduce or broadcast per rank; the even
+ * ones (all-reduce, reduce-scatter, all-gather, broadcast) are NCCL's own calls.
+ *
+ * A rank that dies, or stops answering, leaves NCCL's kernels spinning and the stream stalled: a
+ * watchdog thread keeps the collectives queued but not finished (an event after each) and ends the
+ * process when the oldest has been pending longer than the timeout (CTRAIN_COMM_TIMEOUT), counted
+ * from when it was queued or the one before it finished, whichever is later, as the MPI
+ * communicator's watchdog does for a blocking call.
+ *
+ * Host values (all_reduce_host, barrier) go through the host communicator given at creation (MPI
+ * under mpirun), or, without one (the torchrun-style launch), through NCCL on a small device
+ * buffer. */
+#include "cuda/cuda_internal.h"
+
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern "C" {
+#include "core/dist/comm.h"
+}
+
+/* The NCCL entry points this file calls, from the library dlopen found. */
+typedef struct nccl_api {
+    void *lib;
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*init_rank)(ncclComm_t *, int, ncclUniqueId, int);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*group_start)(void);
+    ncclResult_t (*group_end)(void);
+    ncclResult_t (*destroy)(ncclComm_t);
+    ncclResult_t (*abort)(ncclComm_t);
+    const char *(*error_string)(ncclResult_t);
+} nccl_api;
+
+static int nccl_load(nccl_api *a, ct_err *err) {
+    memset(a, 0, sizeof *a);
+    const char *env = getenv("CTRAIN_NCCL_LIBRARY");
+    const char *path = env && *env ? env : "libnccl.so.2";
+    a->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!a->lib)
+        return ct_errf(err, CT_ERR_RUNTIME, "GPU ranks need NCCL, and %s did not load: %s.\n  Install NCCL "
+                       "(libnccl2), or set CTRAIN_NCCL_LIBRARY to a libnccl.so.2 (PyTorch's wheels carry one "
+                       "under site-packages/nvidia/nccl/lib)", path, dlerror());
+    struct {
+        void **slot;
+        const char *name;
+    } want[] = {
+        {(void **)&a->get_unique_id, "ncclGetUniqueId"},     {(void **)&a->init_rank, "ncclCommInitRank"},
+        {(void **)&a->all_reduce, "ncclAllReduce"},          {(void **)&a->reduce_scatter, "ncclReduceScatter"},
+        {(void **)&a->all_gather, "ncclAllGather"},          {(void **)&a->broadcast, "ncclBroadcast"},
+        {(void **)&a->reduce, "ncclReduce"},                 {(void **)&a->group_start, "ncclGroupStart"},
+        {(void **)&a->group_end, "ncclGroupEnd"},            {(void **)&a->destroy, "ncclCommDestroy"},
+        {(void **)&a->abort, "ncclCommAbort"},               {(void **)&a->error_string, "ncclGetErrorString"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        *want[i].slot = dlsym(a->lib, want[i].name);
+        if (!*want[i].slot) {
+            dlclose(a->lib);
+            a->lib = NULL;
+            return ct_errf(err, CT_ERR_RUNTIME, "%s has no %s: not an NCCL 2 library", path, want[i].name);
+        }
+    }
+    return CT_OK;
+}
+
+/* ---- the unique id, as text for the rendezvous ---- */
+
+extern "C" __attribute__((visibility("default"))) int ct_cuda_nccl_unique_id(char *hex, size_t hex_n, ct_err *err) {
+    if (hex_n < 2 * sizeof(ncclUniqueId) + 1)
+        return ct_errf(err, CT_ERR_RUNTIME, "NCCL unique id: a buffer of %zu bytes (%zu needed)", hex_n,
+                       2 * sizeof(ncclUniqueId) + 1);
+    nccl_api a;
+    int rc = nccl_load(&a, err);
+    if (rc) return rc;
+    ncclUniqueId id;
+    ncclResult_t r = a.get_unique_id(&id);
+    if (r != ncclSuccess) rc = ct_errf(err, CT_ERR_RUNTIME, "ncclGetUniqueId failed: %s", a.error_string(r));
+    for (size_t i = 0; !rc && i < sizeof id.internal; i++)
+        snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
+    dlclose(a.lib);
+    return rc;
+}
+
+static bool id_from_hex(const char *hex, ncclUniqueId *id) {
+    if (strlen(hex) != 2 * sizeof id->internal) return false;
+    for (size_t i = 0; i < sizeof id->internal; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) return false;
+        id->internal[i] = (char)v;
+    }
+    return true;
+}
+
+/* ---- the watchdog of queued collectives ---- */
+
+enum { PENDING_MAX = 64 };
+
+typedef struct pending {
+    cudaEvent_t done;            /* recorded after the collective */
+    const char *what;
+    double queued;               /* CLOCK_MONOTONIC seconds */
+} pending;
+
+typedef struct nccl_watch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int timeout_s, rank, world, device;
+    pending ring[PENDING_MAX];   /* in queue order: ring[head], ... (count of them) */
+    int head, count;
+    cudaEvent_t spare[PENDING_MAX]; /* events no collective uses now */
+    int spare_n;
+    bool stop, running;
+} nccl_watch;
+
+static double mono_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Drops the finished collectives at the front; called with mu held. */
+static void retire_done(nccl_watch *w) {
+    while (w->count && cudaEventQuery(w->ring[w->head].done) == cudaSuccess) {
+        w->spare[w->spare_n++] = w->ring[w->head].done;
+        w->head = (w->head + 1) % PENDING_MAX;
+        w->count--;
+        /* the next one's wait starts when the one before it finished (seen now, at most half a
+         * second late), not when it was queued behind it */
+        if (w->count) w->ring[w->head].queued = mono_s();
+    }
+}
+
+static void *watch_nccl(void *arg) {
+    nccl_watch *w = (nccl_watch *)arg;
+    cudaSetDevice(w->device);
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&w->wake, &w->mu, &until);
+        if (w->stop) break;
+        retire_done(w);
+        if (!w->count) continue;
+        double waited = mono_s() - w->ring[w->head].queued;
+        if (waited < w->timeout_s) continue;
+        fprintf(stderr, "ctrain: error: rank %d of %d: NCCL %s has waited %.0f s for the other ranks "
+                "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending this rank.\n"
+                "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
+                "collectives\n", w->rank, w->world, w->ring[w->head].what, waited, w->timeout_s);
+        fflush(stderr);
+        _exit(CT_ERR_RUNTIME);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- the communicator ---- */
+
+typedef struct nccl_impl {
+    nccl_api api;
+    ncclComm_t comm;
+    ct_comm *host;               /* host values go here when given (owned); else NCCL */
+    double *dev_values;          /* [HOST_VALUES_MAX] device doubles for host values without `host` */
+    nccl_watch watch;
+} nccl_impl;
+
+enum { HOST_VALUES_MAX = 64 };
+
+static nccl_impl *impl_of(ct_comm *c) { return (nccl_impl *)c->impl; }
+
+static int nccl_failed(ct_comm *c, const char *what, ncclResult_t r, ct_err *err) {
+    return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: NCCL %s failed: %s", c->rank, c->world, what,
+                   impl_of(c)->api.error_string(r));
+}
+
+/* After a collective is queued: an event the watchdog follows until it has finished. */
+static void watch_queued(ct_comm *c, const char *what) {
+    nccl_watch *w = &impl_of(c)->watch;
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mu);
+    retire_done(w);
+    if (w->count == PENDING_MAX) {
+        /* a full ring: wait for the oldest (the watchdog bounds that wait) */
+        cudaEvent_t oldest = w->ring[w->head].done;
+        pthread_mutex_unlock(&w->mu);
+        cudaEventSynchronize(oldest);
+        pthread_mutex_lock(&w->mu);
+        retire_done(w);
+    }
+    cudaEvent_t ev;
+    if (w->spare_n) ev = w->spare[--w->spare_n];
+    else CT_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CT_CUDA_CHECK(cudaEventRecord(ev, ct_cuda_stream(c->be)));
+    pending *p = &w->ring[(w->head + w->count) % PENDING_MAX];
+    p->done = ev;
+    p->what = what;
+    p->queued = mono_s();
+    w->count++;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static ncclDataType_t nccl_type(ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return ncclFloat32;
+    case CT_F16: return ncclFloat16;
+    case CT_BF16: return ncclBfloat16;
+    case CT_I32: return ncclInt32;
+    default: return ncclUint8;
+    }
+}
+
+static ncclRedOp_t nccl_op(ct_reduce_op op) { return op == CT_REDUCE_MAX ? ncclMax : ncclSum; }
+
+/* The status of one queued NCCL call: watched when it was queued, an error naming it if not. */
+static int queued(ct_comm *c, const char *what, ncclResult_t r, ct_err *err) {
+    if (r != ncclSuccess) return nccl_failed(c, what, r, err);
+    watch_queued(c, what);
+    return CT_OK;
+}
+
+static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+    nccl_impl *m = impl_of(c);
+    return queued(c, "all-reduce", m->api.all_reduce(buf, buf, (size_t)n, nccl_type(dt), nccl_op(op), m->comm,
+                                                     ct_cuda_stream(c->be)), err);
+}
+
+static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
+                          ct_reduce_op op, ct_err *err) {
+    nccl_impl *m = impl_of(c);
+    return queued(c, "reduce-scatter", m->api.reduce_scatter(src, dst, (size_t)n_per_rank, nccl_type(dt), nccl_op(op),
+                                                             m->comm, ct_cuda_stream(c->be)), err);
+}
+
+static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt, ct_err *err) {
+    nccl_impl *m = impl_of(c);
+    return queued(c, "all-gather", m->api.all_gather(src, dst, (size_t)n_per_rank, nccl_type(dt), m->comm,
+                                                     ct_cuda_stream(c->be)), err);
+}
+
+static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err) {
+    if (root < 0 || root >= c->world)
+        return ct_errf(err, CT_ERR_RUNTIME, "broadcast from rank %d of a %d-rank communicator", root, c->world);
+    nccl_impl *m = impl_of(c);
+    return queued(c, "broadcast", m->api.broadcast(buf, buf, (size_t)n, nccl_type(dt), root, m->comm,
+                                                   ct_cuda_stream(c->be)), err);
+}
+
+/* One NCCL group over the ranks of a partition: for each rank r with a share [lo_r, hi_r) of the
+ * elements [a, b) of an n-element partition, a reduce to r (reduce) or a broadcast from r
+ * (gather) of that share. base_send / base_recv: where element a is in the send and receive
+ * buffers (the sending rank's own part starts elsewhere: own_send is its element lo_self). */
+typedef struct share_call {
+    bool reduce;
+    const char *what;
+    ct_reduce_op op;
+} share_call;
+
+static int grouped_shares(ct_comm *c, const share_call *k, void *recv_at_a, const void *send_at_a,
+                          const void *own_part, int64_t n, int64_t a, int64_t b, ct_dtype dt, ct_err *err) {
+    nccl_impl *m = impl_of(c);
+    cudaStream_t s = ct_cuda_stream(c->be);
+    ncclResult_t r = m->api.group_start();
+    int64_t plo, phi;
+    ct_comm_shard(n, c->world, c->rank, &plo, &phi);
+    for (int root = 0; r == ncclSuccess && root < c->world; root++) {
+        int64_t lo, hi;
+        ct_comm_shard_range(n, c->world, root, a, b, &lo, &hi);
+        if (hi <= lo) continue;
+        void *recv = ct_elem(recv_at_a, lo - a, dt);
+        if (k->reduce) {
+            r = m->api.reduce(ct_celem(send_at_a, lo - a, dt), recv, (size_t)(hi - lo), nccl_type(dt), nccl_op(k->op),
+                              root, m->comm, s);
+        } else {
+            /* the root sends from its own part (element plo at own_part[0]); the others receive */
+            const void *send = root == c->rank ? ct_celem(own_part, lo - plo, dt) : recv;
+            r = m->api.broadcast(send, recv, (size_t)(hi - lo), nccl_type(dt), root, m->comm, s);
+        }
+    }
+    ncclResult_t end = m->api.group_end();
+    return queued(c, k->what, r != ncclSuccess ? r : end, err);
+}
+
+static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+    share_call k = {true, "reduce-scatter", op};
+    /* in place: each root's reduce lands on its own part of buf */
+    return grouped_shares(c, &k, buf, buf, NULL, n, 0, n, dt, err);
+}
+
+static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
+    int64_t plo, phi;
+    ct_comm_shard(n, c->world, c->rank, &plo, &phi);
+    share_call k = {false, "all-gather", CT_REDUCE_SUM};
+    return grouped_shares(c, &k, buf, buf, ct_elem(buf, plo, dt), n, 0, n, dt, err);
+}
+
+static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
+                            ct_err *err) {
+    share_call k = {false, "all-gather", CT_REDUCE_SUM};
+    return grouped_shares(c, &k, dst, dst, part, n, a, b, dt, err);
+}
+
+static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                ct_dtype dt, ct_err *err) {
+    /* each root receives its share at dst[0]: shift the receive base so that element lo_root of
+     * the range lands there */
+    nccl_impl *m = impl_of(c);
+    cudaStream_t s = ct_cuda_stream(c->be);
+    ncclResult_t r = m->api.group_start();
+    for (int root = 0; r == ncclSuccess && root < c->world; root++) {
+        int64_t lo, hi;
+        ct_comm_shard_range(n, c->world, root, a, b, &lo, &hi);
+        if (hi <= lo) continue;
+        r = m->api.reduce(ct_celem(src, lo - a, dt), dst, (size_t)(hi - lo), nccl_type(dt), ncclSum, root, m->comm, s);
+    }
+    ncclResult_t end = m->api.group_end();
+    return queued(c, "reduce-scatter", r != ncclSuccess ? r : end, err);
+}
+
+static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
+    nccl_impl *m = impl_of(c);
+    if (m->host) return m->host->all_reduce_host(m->host, vals, n, op, err);
+    for (int at = 0; at < n; at += HOST_VALUES_MAX) {
+        int k = n - at < HOST_VALUES_MAX ? n - at : HOST_VALUES_MAX;
+        cudaStream_t s = ct_cuda_stream(c->be);
+        CT_CUDA_CHECK(cudaMemcpyAsync(m->dev_values, vals + at, (size_t)k * sizeof(double), cudaMemcpyHostToDevice, s));
+        int rc = queued(c, "all-reduce of host values",
+                        m->api.all_reduce(m->dev_values, m->dev_values, (size_t)k, ncclFloat64, nccl_op(op), m->comm, s),
+                        err);
+        if (rc) return rc;
+        CT_CUDA_CHECK(cudaMemcpyAsync(vals + at, m->dev_values, (size_t)k * sizeof(double), cudaMemcpyDeviceToHost, s));
+        CT_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    return CT_OK;
+}
+
+static int barrier(ct_comm *c, ct_err *err) {
+    double one = 1;
+    /* the device work queued so far is done on every rank once this host value comes back */
+    return all_reduce_host(c, &one, 1, CT_REDUCE_SUM, err);
+}
+
+static void destroy(ct_comm *c) {
+    nccl_impl *m = impl_of(c);
+    nccl_watch *w = &m->watch;
+    if (w->running) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    if (m->comm) {
+        /* a failed rank does not wait for its peers in a collective destroy */
+        if (c->failed) m->api.abort(m->comm);
+        else {
+            (void)cudaStreamSynchronize(ct_cuda_stream(c->be));
+            m->api.destroy(m->comm);
+        }
+    }
+    for (int i = 0; i < w->count; i++) (void)cudaEventDestroy(w->ring[(w->head + i) % PENDING_MAX].done);
+    for (int i = 0; i < w->spare_n; i++) (void)cudaEventDestroy(w->spare[i]);
+    if (m->dev_values) (void)cudaFree(m->dev_values);
+    if (m->host) {
+        m->host->failed = c->failed;
+        m->host->destroy(m->host);
+    }
+    if (m->api.lib) dlclose(m->api.lib);
+    free(m);
+    free(c);
+}
+
+/* Rank `rank` of `world` GPU ranks that share the unique id id_hex (ct_cuda_nccl_unique_id of
+ * rank 0, sent over the launch's rendezvous or MPI). host: a communicator for host values (taken
+ * over: destroyed with this one), or NULL. timeout_s: the watchdog's bound (0: none). */
+extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(ct_backend *be, int rank, int world,
+                                                                               const char *id_hex, ct_comm *host,
+                                                                               int timeout_s, ct_comm **out,
+                                                                               ct_err *err) {
+    *out = NULL;
+    ncclUniqueId id;
+    if (!id_from_hex(id_hex, &id))
+        return ct_errf(err, CT_ERR_RUNTIME, "rank %d: the NCCL unique id from rank 0 is not %zu hex digits", rank,
+                       2 * sizeof id.internal);
+    nccl_impl *m = (nccl_impl *)ct_xcalloc(1, sizeof *m);
+    ct_comm *c = (ct_comm *)ct_xcalloc(1, sizeof *c);
+    c->name = "nccl";
+    c->rank = rank;
+    c->world = world;
+    c->be = be;
+    c->impl = m;
+    c->all_reduce = all_reduce;
+    c->reduce_scatter = reduce_scatter;
+    c->all_gather = all_gather;
+    c->broadcast = broadcast;
+    c->reduce_scatter_shards = reduce_scatter_shards;
+    c->all_gather_shards = all_gather_shards;
+    c->all_gather_range = all_gather_range;
+    c->reduce_scatter_range = reduce_scatter_range;
+    c->all_reduce_host = all_reduce_host;
+    c->barrier = barrier;
+    c->destroy = destroy;
+    m->host = host;
+    int rc = nccl_load(&m->api, err);
+    CT_CUDA_CHECK(cudaSetDevice(ct_cuda_of(be)->device));
+    if (!rc && !host) CT_CUDA_CHECK(cudaMalloc((void **)&m->dev_values, HOST_VALUES_MAX * sizeof(double)));
+    if (!rc) {
+        ncclResult_t r = m->api.init_rank(&m->comm, world, id, rank);
+        if (r != ncclSuccess) {
+            m->comm = NULL;
+            rc = nccl_failed(c, "communicator creation (ncclCommInitRank)", r, err);
+        }
+    }
+    nccl_watch *w = &m->watch;
+    w->timeout_s = timeout_s;
+    w->rank = rank;
+    w->world = world;
+    w->device = ct_cuda_of(be)->device;
+    if (!rc && timeout_s > 0) {
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->wake, NULL);
+        w->running = pthread_create(&w->thread, NULL, watch_nccl, w) == 0;
+    }
+    if (rc) {
+        c->failed = true;
+        destroy(c);
+        return rc;
+    }
+    *out = c;
+    return CT_OK;
+}
