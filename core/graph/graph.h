@@ -180,12 +180,17 @@ typedef struct ct_step_io {
 } ct_step_io;
 
 /* Layers [lo, hi) forward in order (pass CT_PASS_FORWARD), or again with CT_PASS_RECOMPUTE. The
- * inputs a range reads (outputs of layers before lo, the model input) must be in place. */
+ * inputs a range reads (outputs of layers before lo, the model input) must be in place.
+ * A chunked LM head (the plan's head_chunk > 0; model.loss.chunk_rows) runs with the loss when the
+ * walk reaches the last layer: the loss result, and in train mode also the head's backward (its
+ * parameter gradients ACCUMULATED into b->grads, its input's gradient written), between the head's
+ * CT_PASS_BACKWARD hooks; the backward walk then skips the head. Without io->target (generation,
+ * eval mode only) the walk stops before the head (ct_graph_logits). */
 int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err);
 /* The loss of the last layer's output; in train mode it also writes d(loss) * loss_grad_scale
  * into the last layer's output gradient, where backward starts. Leaves the result on the device
- * (ct_graph_loss_result). */
+ * (ct_graph_loss_result). Nothing to do after a chunked head's forward, which computed it. */
 int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err);
 /* Layers [lo, hi) backward, from hi - 1 down to lo: ACCUMULATES parameter gradients into
  * b->grads. The output gradients of the range's top layers must be in place (from the loss or

@@ -11,7 +11,9 @@
  * between their bytes serve other segments' recomputes and the gradients. What leaves a segment
  * (its last output, an output read by a later layer: a residual crossing the boundary) is busy
  * from its forward to its last backward use, as without checkpointing; with offload (offload.c)
- * only before its download and after its upload. */
+ * only before its download and after its upload. A chunked LM head's output is one chunk of
+ * logits, busy during the head's forward only (it runs its loss and backward there, exec.c), and
+ * its input's gradient is busy from then on. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
