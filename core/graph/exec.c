@@ -212,6 +212,10 @@ const void *ct_graph_logits(ct_graph *g, const ct_exec_bufs *b, int64_t r0, int6
         return NULL;
     }
     if (!g->head_chunk) return ct_celem(g->nodes[j].y, r0 * g->info.padded_classes, g->dt);
+    if (g->nodes[j].l.in_from[0] < 0) {   /* a head over the model input: that input is the caller's */
+        ct_errf(err, CT_ERR_RUNTIME, "logits of a chunked head that reads the model input: run a forward with the target");
+        return NULL;
+    }
     ct_step_io one = {.n = 1};
     ct_layer_io lio;
     layer_io(g, j, CT_PASS_FORWARD, b, NULL, &one, &lio);
