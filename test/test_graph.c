@@ -1628,6 +1628,40 @@ START_TEST(chunked_head_config) {
 }
 END_TEST
 
+/* ZeRO's seam with a chunked head: the head's work runs between the hooks of its backward pass
+ * (gathered parameters, a gradient bucket), during forward; backward does not call them again.
+ * Untied, so the owner's gradients are those without hooks bit for bit. */
+START_TEST(chunked_head_hooks) {
+    char *text = lm_with(lm_untied, "5");
+    runner r;
+    runner_start(&r, text, LM_N, 5);
+    const ct_graph_info *in = ct_graph_info_get(r.b.g);
+    snapshot want = one_pass(&r);
+    size_t np = (size_t)in->n_params;
+    ct_param_store_init(r.store, 5);
+    float *owner = malloc(sizeof(float) * np), *owner_grads = calloc(np, sizeof(float));
+    memcpy(owner, r.params, sizeof(float) * np);
+    gather_ctx g = {.L = ct_graph_layout(r.b.g), .owner = owner, .owner_grads = owner_grads,
+                    .scratch = malloc(sizeof(float) * np), .bucket = malloc(sizeof(float) * np)};
+    for (size_t i = 0; i < np; i++) r.params[i] = r.grads[i] = NAN;
+    ct_exec_hooks hooks = {.ctx = &g, .prepare = gather_prepare, .after = gather_after};
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    ck_assert_msg(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(g.prepared, in->n_layers);
+    ck_assert_msg(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK, "%s", err.msg);
+    /* every layer forward and backward, but the head once */
+    ck_assert_int_eq(g.prepared, 2 * in->n_layers - 1);
+    ck_assert_int_eq(g.finished, 2 * in->n_layers - 1);
+    memcpy(r.grads, owner_grads, sizeof(float) * np);
+    expect_same(&r, &want, "chunked head between hooks");
+    free(owner), free(owner_grads), free(g.scratch), free(g.bucket);
+    snap_free(&want);
+    runner_stop(&r);
+    free(text);
+}
+END_TEST
+
 /* The transformer_block shorthand expands into the layers of the same block written out (GPT-2
  * initialisation: weights normal(0, 0.02), the residual projections 0.02 / sqrt(2 * 2 blocks),
  * biases zero): the same views by name and shape, the same initial values and the same loss and
@@ -2015,6 +2049,7 @@ int main(void) {
     tcase_add_test(tc, chunked_head_fp16_loss_scale_and_accumulation);
     tcase_add_test(tc, chunked_head_logits_for_generation);
     tcase_add_test(tc, chunked_head_config);
+    tcase_add_test(tc, chunked_head_hooks);
     tcase_add_test(tc, transformer_block_expands);
     tcase_add_test(tc, hf_gpt2_map_from_structure);
     tcase_add_test(tc, bad_layer_types_and_fields);
