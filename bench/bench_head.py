@@ -7,7 +7,7 @@ larger vocabulary (--vocab: the embedding and the tied head widened; the byte to
 
 Run from the repository root after `make data-text`:
     /usr/bin/python3 bench/bench_head.py [--build build] [--micro 32] [--steps 12] [--pairs 2]
-                                         [--chunks 512,128] [--vocab 256] [--checkpoint]
+                                         [--chunks 512,128,auto] [--vocab 256] [--checkpoint]
                                          [--data datasets/text/train.bin]
 
 Runs alternate between the settings, --pairs rounds (the machine may be shared: the load average
@@ -79,7 +79,7 @@ def main():
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--checkpoint", action="store_true")
     args = p.parse_args()
-    settings = [0] + [int(c) for c in args.chunks.split(",") if c]
+    settings = [0] + [int(c) if c.isdigit() else c for c in args.chunks.split(",") if c]
     runs = {s: [] for s in settings}
     for _ in range(args.pairs):
         for s in settings:
