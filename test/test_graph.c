@@ -1662,6 +1662,48 @@ START_TEST(chunked_head_hooks) {
 }
 END_TEST
 
+/* Ignored labels (outside [0, classes)): each chunk's mean leaves out its own, and chunks count by
+ * their rows (docs/config.md). Against that rule computed on the host from the whole head's
+ * logits: chunk 0 has two ignored rows, chunk 2 all five, the others none. */
+START_TEST(chunked_head_ignored_labels) {
+    char *chunked = lm_with(lm_tied, "5"), *whole = lm_with(lm_tied, "0");
+    runner c, w;
+    runner_start(&c, chunked, LM_N, 13);
+    runner_start(&w, whole, LM_N, 13);
+    int32_t *labels = c.target;
+    const int ignored[] = {1, 3, 10, 11, 12, 13, 14};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++) labels[ignored[i]] = i % 2 ? -1 : 37;
+    memcpy(w.target, c.target, sizeof(int32_t) * LM_N * LM_T);
+    c.io.train = w.io.train = false;
+    runner_loss(&w);
+    runner_loss(&c);
+    const float *logits = ct_graph_activation(w.b.g, 3);   /* [24, 40] after the eval forward */
+    const double eps = 0.1;
+    const int rows = LM_N * LM_T, chunk = 5, classes = 37;
+    double want = 0;
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        int r1 = r0 + chunk < rows ? r0 + chunk : rows, valid = 0;
+        double sum = 0;
+        for (int r = r0; r < r1; r++) {
+            if (labels[r] < 0 || labels[r] >= classes) continue;
+            const float *x = logits + r * 40;
+            double mx = x[0], se = 0, sx = 0;
+            for (int k = 1; k < classes; k++) mx = x[k] > mx ? x[k] : mx;
+            for (int k = 0; k < classes; k++) se += exp(x[k] - mx), sx += x[k];
+            double lse = mx + log(se);
+            sum += (1 - eps) * (lse - x[labels[r]]) + eps * (lse - sx / classes);
+            valid++;
+        }
+        if (valid) want += (double)(r1 - r0) / rows * (sum / valid);
+    }
+    ck_assert_msg(fabs(c.io.loss - want) <= 1e-5 * want, "chunked loss %.9g, the rule %.9g", c.io.loss, want);
+    /* and not the whole head's mean over all labelled rows (the rule differs when a chunk has some) */
+    ck_assert_msg(fabs(c.io.loss - w.io.loss) > 1e-4 * w.io.loss, "chunked %.9g, whole %.9g", c.io.loss, w.io.loss);
+    runner_stop(&c), runner_stop(&w);
+    free(chunked), free(whole);
+}
+END_TEST
+
 /* The transformer_block shorthand expands into the layers of the same block written out (GPT-2
  * initialisation: weights normal(0, 0.02), the residual projections 0.02 / sqrt(2 * 2 blocks),
  * biases zero): the same views by name and shape, the same initial values and the same loss and
@@ -2050,6 +2092,7 @@ int main(void) {
     tcase_add_test(tc, chunked_head_logits_for_generation);
     tcase_add_test(tc, chunked_head_config);
     tcase_add_test(tc, chunked_head_hooks);
+    tcase_add_test(tc, chunked_head_ignored_labels);
     tcase_add_test(tc, transformer_block_expands);
     tcase_add_test(tc, hf_gpt2_map_from_structure);
     tcase_add_test(tc, bad_layer_types_and_fields);
