@@ -46,6 +46,10 @@ a=$(G --prompt "The " --tokens 30 --temperature 0 --seed 1); b=$(G --prompt "The
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "temperature 0 ignores the seed" || bad "temperature 0: [$a] vs [$b]"
 ids=$(G --prompt-ids 84,104,101,32 --tokens 5 --seed 4 --temperature 1)
 printf '%s' "$ids" | grep -Eq '^84,104,101,32(,[0-9]+){5}$' && ok "ids in, ids out: $ids" || bad "prompt-ids: [$ids]"
+# a chunked LM head (model.loss.chunk_rows) computes just the row generation reads: the same text
+sed 's/"layers": \[/"loss": {"type": "cross_entropy", "chunk_rows": 8}, "layers": [/' "$T/lm.json" >"$T/lm_chunked.json"
+c=$(G --config "$T/lm_chunked.json" --prompt "The " --tokens 30 --temperature 0)
+[ -n "$c" ] && [ "$c" = "$a" ] && ok "a chunked head generates the same text" || bad "chunked head: [$c] vs [$a] $(cat "$T/gerr")"
 long=$(awk 'BEGIN { for (i = 0; i < 50; i++) printf "ab" }')
 G --prompt "$long" --tokens 3 >/dev/null && has "$T/gerr" "the model sees the last 32" "a prompt longer than the context: noted"
 

@@ -36,5 +36,27 @@ else
     bad "resume: $(cat "$T/s.json" 2>/dev/null) $(tail -3 "$T/err")"
 fi
 
+# The chunked LM head (model.loss.chunk_rows): 10 steps with the logits whole and in chunks of 500
+# of the 4096 rows: the same losses within float rounding (the weight gradient is summed chunk by
+# chunk), the start block says so, and the arena the run measured is the plan's.
+for c in 0 500; do
+    run --set train.max_steps=10 --set model.loss.chunk_rows=$c --set train.run_dir=\""$T/run-c$c"\"
+    cp "$T/s.json" "$T/s-c$c.json"
+    cp "$T/err" "$T/err-c$c"
+done
+if python3 - "$T/s-c0.json" "$T/s-c500.json" <<'PY'
+import json, sys
+w, c = (json.load(open(f)) for f in sys.argv[1:3])
+for k in ("train_loss", "eval_loss"):
+    if abs(w[k] - c[k]) > 1e-4 * abs(w[k]): sys.exit(f"{k}: whole {w[k]}, chunked {c[k]}")
+plan, peak = c["planned_bytes_by_category"]["activations"], c["peak_bytes_by_category"]["activations"]
+if plan != peak: sys.exit(f"activations planned {plan}, measured {peak}")
+print(f"losses {c['train_loss']} / {c['eval_loss']}, arena {peak} B")
+PY
+then ok "chunked head: the same losses as the whole head, arena as planned"; else bad "chunked head"; fi
+has "$T/err-c500" "^chunked LM head: on, 500 rows per chunk (9 chunks of the 4096 rows; logits 500.0 KiB instead of 4.0 MiB" \
+    "the start block says the head is chunked"
+grep -q "chunked LM head" "$T/err-c0" && bad "chunk_rows 0: the start block says chunked" || ok "chunk_rows 0: no chunk line"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -359,12 +359,34 @@ static int parse_input(builder *b) {
     return CT_OK;
 }
 
+/* model.loss.chunk_rows: "auto" (the default), 0 (off) or the rows per chunk of the chunked LM
+ * head (plan.c decides, exec.c runs it). A number asks for it, so a model that cannot chunk its
+ * head is an error there; "auto" just leaves it off. */
+static int parse_chunk_rows(builder *b, const cJSON *loss) {
+    const cJSON *v = loss ? cJSON_GetObjectItemCaseSensitive(loss, "chunk_rows") : NULL;
+    b->g->head_chunk_req = CT_HEAD_CHUNK_AUTO;
+    if (!v || (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0)) return CT_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 0 ||
+        v->valuedouble > 1e12)
+        return model_errf(b, v, "model.loss.chunk_rows: expected \"auto\", 0 (off) or a number of rows per "
+                          "chunk such as 256");
+    b->g->head_chunk_req = (int64_t)v->valuedouble;
+    if (b->g->head_chunk_req > 0 && !ct_graph_head_chunkable(b->g)) {
+        const ct_layer *last = &b->g->nodes[b->g->n_nodes - 1].l;
+        return model_errf(b, v, "model.loss.chunk_rows: the chunked head needs the cross_entropy loss "
+                          "over a last layer of type linear, and the last layer is \"%s\" (%s) with loss "
+                          "%s; set chunk_rows to \"auto\" or 0", last->name, last->type->name,
+                          b->g->info.loss == CT_LOSS_CROSS_ENTROPY ? "cross_entropy" : "other than cross_entropy");
+    }
+    return CT_OK;
+}
+
 static int parse_loss(builder *b) {
     ct_graph_info *in = &b->g->info;
     const ct_layer *last = &b->g->nodes[b->g->n_nodes - 1].l;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->model, "loss");
     static const char *const kinds[] = {"cross_entropy", "mse", "bce_with_logits"};
-    static const char *const keys[] = {"type", "label_smoothing", "classes"};
+    static const char *const keys[] = {"type", "label_smoothing", "classes", "chunk_rows"};
     const char *kind = "cross_entropy";   /* documented default: classification */
     int rc;
     if (v) {
@@ -415,7 +437,7 @@ static int parse_loss(builder *b) {
             return ct_layer_errf(last, b->err, NULL, "cross_entropy needs the last layer to output at "
                                  "least 2 classes, got %lld", (long long)in->classes);
     }
-    return CT_OK;
+    return parse_chunk_rows(b, v);
 }
 
 /* ---- entry points ---- */

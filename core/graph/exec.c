@@ -124,6 +124,106 @@ static void close_backward(ct_graph *g, int j, int *open) {
     *open = -1;
 }
 
+/* ---- the chunked LM head (model.loss.chunk_rows; plan.c decides) ----
+ * The last layer and the cross-entropy loss run together in forward, head_chunk rows of the
+ * micro-batch at a time, in the last layer's y (one chunk's logits): the logits of the chunk, its
+ * loss, and in train mode at once its gradient (written over the logits) and the layer's backward
+ * of the chunk: dX of the chunk's rows into the input's gradient, dW accumulated. So the whole
+ * logits [rows, padded_classes] never exist, and the backward walk starts below the head.
+ *
+ * The loss is the mean over the micro-batch's rows: chunk c of r_c of its R rows counts with
+ * weight r_c / R, in its loss and its gradient (grad_scale * r_c / R, which the loss op divides by
+ * the chunk's labelled rows). With every label in [0, classes), as a language model's next tokens
+ * are, that is the unchunked mean; a chunk's ignored labels (ignore_index) are left out of its own
+ * mean only, as gradient accumulation leaves a micro-batch's out of its own (docs/model.md). */
+
+static int64_t head_rows(const ct_graph *g, int64_t n) {
+    const ct_layer *l = &g->nodes[g->n_nodes - 1].l;
+    return n * ct_layer_out_numel(l) / g->info.padded_classes;
+}
+
+/* The head's layer io moved to its chunk of `rows` rows from row r0. */
+static ct_layer_io head_chunk_io(const ct_graph *g, const ct_layer_io *io, int64_t r0) {
+    const ct_layer *l = &g->nodes[g->n_nodes - 1].l;
+    int64_t in = l->in[0].d[l->in[0].ndim - 1];
+    ct_layer_io c = *io;
+    c.x[0] = ct_celem(io->x[0], r0 * in, g->dt);
+    c.dx[0] = io->dx[0] ? ct_elem(io->dx[0], r0 * in, g->dt) : NULL;
+    c.y = g->nodes[g->n_nodes - 1].y;   /* the chunk buffer */
+    c.dy = c.y;                         /* the loss writes the gradient over the logits */
+    return c;
+}
+
+/* Every chunk of the micro-batch: logits, loss (weighted into g->loss_result) and, in train mode,
+ * the gradient and the layer's backward of the chunk. */
+static void head_chunks(ct_graph *g, const ct_layer_io *io, const ct_step_io *step) {
+    ct_backend *be = g->be;
+    const ct_layer *l = &g->nodes[g->n_nodes - 1].l;
+    int64_t rows = head_rows(g, step->n), ld = g->info.padded_classes;
+    float *part = g->loss_result + 2;   /* one chunk's [mean loss, correct] */
+    be->mem.memset0(be, g->loss_result, 2 * sizeof(float));
+    for (int64_t r0 = 0; r0 < rows; r0 += g->head_chunk) {
+        int64_t r = rows - r0 < g->head_chunk ? rows - r0 : g->head_chunk;
+        float weight = (float)((double)r / (double)rows);
+        ct_layer_io c = head_chunk_io(g, io, r0);
+        l->type->forward_rows(l, &c, r);
+        be->loss.softmax_xent(be, step->train ? c.y : NULL, part, c.y, (const int32_t *)step->target + r0, r,
+                              g->info.classes, ld, (float)g->label_smoothing, step->loss_grad_scale * weight, g->dt);
+        be->elt.axpy(be, g->loss_result, weight, part, 1, CT_F32);
+        be->elt.axpy(be, g->loss_result + 1, 1.0f, part + 1, 1, CT_F32);
+        if (step->train) l->type->backward_rows(l, &c, r);
+    }
+}
+
+/* The head's step of a forward walk. In train mode its whole work runs between the hooks of its
+ * backward pass (which give the parameter gradients: a ZeRO gradient bucket); the backward walk
+ * then skips it (plan.c: it does not run backward). A forward without a target (generation)
+ * stops before it: ct_graph_logits computes the rows wanted. */
+static int head_forward(ct_graph *g, const ct_exec_bufs *b, const void *input, const ct_step_io *io,
+                        const ct_exec_hooks *hooks, ct_err *err) {
+    int j = g->n_nodes - 1;
+    bool run = !io->hooks_only;
+    if (run && !io->target) {
+        if (io->train) return ct_errf(err, CT_ERR_RUNTIME, "a train-mode forward of a chunked head needs the target");
+        return CT_OK;
+    }
+    ct_pass pass = io->train ? CT_PASS_BACKWARD : CT_PASS_FORWARD;
+    ct_layer_io lio;
+    layer_io(g, j, pass, b, input, io, &lio);
+    int rc = prepare(g, hooks, j, pass, &lio, err);
+    if (rc) return rc;
+    if (run && io->train && !lio.dp[0])
+        return ct_errf(err, CT_ERR_RUNTIME, "a train-mode forward of a chunked head needs the gradients (b->grads)");
+    if (run) {
+        head_chunks(g, &lio, io);
+        g->loss_grad_scale = io->loss_grad_scale;
+        g->loss_train = io->train;
+    }
+    return after(g, hooks, j, pass, &lio, err);
+}
+
+const void *ct_graph_logits(ct_graph *g, const ct_exec_bufs *b, int64_t r0, int64_t rows, ct_err *err) {
+    int j = g->n_nodes - 1;
+    int64_t all = g->info.padded_classes ? head_rows(g, g->batch) : 0;
+    int64_t most = g->head_chunk ? g->head_chunk : all;
+    if (!g->be || r0 < 0 || rows < 1 || r0 + rows > all || rows > most) {
+        ct_errf(err, CT_ERR_RUNTIME, "logits of rows [%lld, %lld): the graph has %lld rows of logits, %lld at a time",
+                (long long)r0, (long long)(r0 + rows), (long long)all, (long long)most);
+        return NULL;
+    }
+    if (!g->head_chunk) return ct_celem(g->nodes[j].y, r0 * g->info.padded_classes, g->dt);
+    if (g->nodes[j].l.in_from[0] < 0) {   /* a head over the model input: that input is the caller's */
+        ct_errf(err, CT_ERR_RUNTIME, "logits of a chunked head that reads the model input: run a forward with the target");
+        return NULL;
+    }
+    ct_step_io one = {.n = 1};
+    ct_layer_io lio;
+    layer_io(g, j, CT_PASS_FORWARD, b, NULL, &one, &lio);
+    ct_layer_io c = head_chunk_io(g, &lio, r0);
+    g->nodes[j].l.type->forward_rows(&g->nodes[j].l, &c, rows);
+    return c.y;
+}
+
 int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
@@ -148,13 +248,18 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
         }
         /* activation offload: a recompute may read a kept output that is coming back */
         bool run = !io->hooks_only;
+        bool head = j == g->n_nodes - 1 && g->head_chunk;   /* never recomputed: in no segment */
         if (run && pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
-        layer_io(g, j, pass, b, input, io, &lio);
-        if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
-        if (run) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        if (head) {
+            rc = head_forward(g, b, input, io, hooks, err);
+        } else {
+            layer_io(g, j, pass, b, input, io, &lio);
+            if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
+            if (run) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+        }
         /* ... and forward sends kept outputs away once their readers have run */
-        if (run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
-        rc = after(g, hooks, j, pass, &lio, err);
+        if (!rc && run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
+        if (!head) rc = after(g, hooks, j, pass, &lio, err);
         if (open >= 0 && segment_closed(g, j) == open) {
             segment_edge(g, open, pass, false);
             open = -1;
@@ -170,6 +275,7 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
 int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err) {
     int rc = check_n(g, io, err);
     if (rc) return rc;
+    if (g->head_chunk) return CT_OK;   /* the chunked head computed it in forward */
     ct_backend *be = g->be;
     ct_gnode *last = &g->nodes[g->n_nodes - 1];
     const void *out = last->y;

@@ -74,6 +74,11 @@ typedef struct ct_act_plan {
                                     device_scratch */
     size_t device_scratch;       /* outside the arena: the most a device backend's op takes as its
                                     own scratch (the layers' device_scratch_bytes) */
+    int64_t head_chunk;          /* chunked LM head (model.loss.chunk_rows): rows per chunk, 0 when
+                                    the head's logits exist whole */
+    int64_t head_rows;           /* rows the head computes per micro-batch (build batch) */
+    size_t head_logits;          /* bytes of the head's logits buffer: one chunk's when chunked,
+                                    else the whole [head_rows, padded_classes] (in `outputs`) */
 } ct_act_plan;
 
 /* Build for a maximum micro-batch of `batch` samples, storing activations, their gradients and
@@ -175,12 +180,17 @@ typedef struct ct_step_io {
 } ct_step_io;
 
 /* Layers [lo, hi) forward in order (pass CT_PASS_FORWARD), or again with CT_PASS_RECOMPUTE. The
- * inputs a range reads (outputs of layers before lo, the model input) must be in place. */
+ * inputs a range reads (outputs of layers before lo, the model input) must be in place.
+ * A chunked LM head (the plan's head_chunk > 0; model.loss.chunk_rows) runs with the loss when the
+ * walk reaches the last layer: the loss result, and in train mode also the head's backward (its
+ * parameter gradients ACCUMULATED into b->grads, its input's gradient written), between the head's
+ * CT_PASS_BACKWARD hooks; the backward walk then skips the head. Without io->target (generation,
+ * eval mode only) the walk stops before the head (ct_graph_logits). */
 int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err);
 /* The loss of the last layer's output; in train mode it also writes d(loss) * loss_grad_scale
  * into the last layer's output gradient, where backward starts. Leaves the result on the device
- * (ct_graph_loss_result). */
+ * (ct_graph_loss_result). Nothing to do after a chunked head's forward, which computed it. */
 int ct_graph_loss(ct_graph *g, const ct_step_io *io, ct_err *err);
 /* Layers [lo, hi) backward, from hi - 1 down to lo: ACCUMULATES parameter gradients into
  * b->grads. The output gradients of the range's top layers must be in place (from the loss or
@@ -194,6 +204,14 @@ int ct_graph_forward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const c
                      ct_err *err);
 int ct_graph_backward(ct_graph *g, const ct_exec_bufs *b, ct_step_io *io, const ct_exec_hooks *hooks,
                       ct_err *err);
+
+/* The logits of rows [r0, r0 + rows) of the last forward's micro-batch (rows of the last layer's
+ * output, padded_classes apart, in the graph's dtype, in backend memory). Unchunked: read from
+ * the last layer's output after an eval-mode forward. Chunked head (model.loss.chunk_rows): a
+ * forward without a target stops before the head, and this computes the rows now from the head's
+ * input into the chunk buffer (rows <= the plan's head_chunk). For generation; b->params must be
+ * whole. NULL with CT_ERR_RUNTIME in *err for rows out of range. */
+const void *ct_graph_logits(ct_graph *g, const ct_exec_bufs *b, int64_t r0, int64_t rows, ct_err *err);
 
 /* The last loss's result in backend memory: [0] mean loss, [1] correct predictions (fp32). */
 const float *ct_graph_loss_result(const ct_graph *g);

@@ -77,6 +77,11 @@ struct ct_graph {
     ct_ckpt_seg *segs;                  /* checkpointed segments, in layer order (ct_graph_segments) */
     int n_segs;
     size_t ws_off, dtmp_off, input_off, loss_off;
+    /* The chunked LM head (model.loss.chunk_rows; plan.c decides, exec.c runs it): the last
+     * layer and the cross-entropy loss run together in forward, head_chunk rows at a time, the
+     * last layer's y being one chunk's logits [head_chunk, padded_classes]. */
+    int64_t head_chunk_req;             /* the config's: CT_HEAD_CHUNK_AUTO, 0 (off) or rows */
+    int64_t head_chunk;                 /* rows per chunk; 0: the head is not chunked */
     bool offload;                       /* cpu_checkpointing asked for (ct_graph_build) */
     bool sync_segments;                 /* synchronize_checkpoint_boundary (ct_graph_build) */
     ct_segment_times *seg_times;        /* profile: [n_segs] (ct_graph_segments); else NULL */
@@ -98,6 +103,14 @@ struct ct_graph {
     float loss_grad_scale;              /* the scale the last train-mode loss used (see backward) */
     bool loss_train;                    /* the last loss wrote d(loss) (train mode) */
 };
+
+#define CT_HEAD_CHUNK_AUTO (-1)
+/* "auto": chunk the head when its whole logits would exceed this, in chunks of at most this. */
+#define CT_HEAD_CHUNK_AUTO_BYTES ((size_t)32 << 20)
+
+/* True when the model can run a chunked head: the cross-entropy loss over a last layer that
+ * computes rows one by one (ct_layer_type.forward_rows) from one activation input. */
+bool ct_graph_head_chunkable(const ct_graph *g);
 
 /* The build steps (build.c calls them in this order). */
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */

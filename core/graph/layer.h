@@ -91,6 +91,12 @@ typedef struct ct_layer_type {
     size_t (*device_scratch_bytes)(const ct_layer *l, int64_t batch, ct_dtype dt);
     void (*forward)(const ct_layer *l, const ct_layer_io *io);
     void (*backward)(const ct_layer *l, const ct_layer_io *io);
+    /* Optional, for a row-wise layer (each row of the last dimension computed alone: linear):
+     * forward and backward of `rows` rows, io's x, y, dx and dy pointing at the first of them
+     * (io->n is not read). The chunked LM head (exec.c, model.loss.chunk_rows) runs the model's
+     * last layer this way, a range of the micro-batch's rows at a time. */
+    void (*forward_rows)(const ct_layer *l, const ct_layer_io *io, int64_t rows);
+    void (*backward_rows)(const ct_layer *l, const ct_layer_io *io, int64_t rows);
     /* Forward FLOPs per sample (multiply-add = 2). */
     double (*flops)(const ct_layer *l);
     /* Memory planning hints (both optional):

@@ -11,7 +11,9 @@
  * between their bytes serve other segments' recomputes and the gradients. What leaves a segment
  * (its last output, an output read by a later layer: a residual crossing the boundary) is busy
  * from its forward to its last backward use, as without checkpointing; with offload (offload.c)
- * only before its download and after its upload. */
+ * only before its download and after its upload. A chunked LM head's output is one chunk of
+ * logits, busy during the head's forward only (it runs its loss and backward there, exec.c), and
+ * its input's gradient is busy from then on. */
 #include <stdlib.h>
 
 #include "core/graph/internal.h"
@@ -48,6 +50,34 @@ static int64_t plan_backward(ct_graph *g, int64_t batch) {
 }
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+bool ct_graph_head_chunkable(const ct_graph *g) {
+    const ct_layer *l = &g->nodes[g->n_nodes - 1].l;
+    return g->info.loss == CT_LOSS_CROSS_ENTROPY && l->type->forward_rows && l->type->backward_rows &&
+           l->n_in == 1 && l->in_dtype != CT_I32;
+}
+
+/* The chunked LM head: the whole logits [rows, padded_classes] of a language model's micro-batch
+ * are the largest activation by far (GPT-2 small at 16 x 1024 tokens: 1.5 GiB in bf16, more than
+ * its twelve checkpointed blocks), and the loss needs only one row at a time. So the last layer and
+ * the loss run together in forward, a chunk of rows at a time (exec.c), and only one chunk's logits
+ * exist. "auto" chunks when the whole logits would pass CT_HEAD_CHUNK_AUTO_BYTES, in chunks of
+ * the most rows (a multiple of 64, which GEMMs tile well) that fit in it; a number is the rows per
+ * chunk. Sets g->head_chunk (0: not chunked). */
+static void decide_head_chunk(ct_graph *g) {
+    g->head_chunk = 0;
+    if (g->head_chunk_req == 0 || !ct_graph_head_chunkable(g)) return;
+    const ct_layer *last = &g->nodes[g->n_nodes - 1].l;
+    int64_t ld = g->info.padded_classes, rows = g->batch * ct_layer_out_numel(last) / ld;
+    size_t row_bytes = (size_t)ld * ct_dtype_size(g->dt);
+    int64_t chunk = g->head_chunk_req;
+    if (chunk == CT_HEAD_CHUNK_AUTO) {
+        if ((size_t)rows * row_bytes <= CT_HEAD_CHUNK_AUTO_BYTES) return;
+        chunk = (int64_t)(CT_HEAD_CHUNK_AUTO_BYTES / row_bytes) / 64 * 64;
+        if (chunk < 64) chunk = 64;
+    }
+    g->head_chunk = chunk < rows ? chunk : rows;
+}
 
 /* An element-wise layer writes its input's gradient over its own (act_backward reads dy[i] before
  * it writes dx[i]): a layer that ran in place over its producer (alias[j] = k; in-place layers are
@@ -158,6 +188,11 @@ static void add_outputs(ct_graph *g, const int *alias, placed *P) {
             add_item(P, &gn->y_off, moved->bytes, KIND_OUTPUT, moved->busy[0], moved->busy[1]);
             continue;
         }
+        if (o == n - 1 && g->head_chunk) {   /* one chunk's logits, then their gradient */
+            size_t chunk = (size_t)(g->head_chunk * g->info.padded_classes) * ct_dtype_size(g->dt);
+            add_item(P, &gn->y_off, chunk, KIND_OUTPUT, span_of(o, o), no_span);
+            continue;
+        }
         ct_span fw, bw;
         int written;
         ct_buffer_uses(g, root, o, &fw, &bw, &written);
@@ -209,6 +244,8 @@ static void add_grads(ct_graph *g, const int *alias, placed *P, int *shares) {
             continue;
         }
         int first = gn->grad_start < 0 ? n : g->nodes[n - 1 - gn->grad_start].t_backward;
+        /* the chunked head writes its input's gradient in forward, chunk by chunk */
+        if (g->head_chunk && gn->grad_start == 0) first = n - 1;
         item_of[k] = P->n;
         add_item(P, &gn->dy_off, bytes, KIND_GRAD, span_of(first, gn->t_backward), no_span);
     }
@@ -258,6 +295,10 @@ void ct_graph_plan_memory(ct_graph *g) {
         g->info.flops_per_sample += l->type->flops ? l->type->flops(l) : 0.0;
     }
     size_t tmp = (size_t)plan_backward(g, batch) * esz;
+    /* A chunked head runs its backward inside its forward (exec.c): nothing of it is left for the
+     * backward walk, which starts at the head's input gradient, written by then. */
+    decide_head_chunk(g);
+    if (g->head_chunk) g->nodes[n - 1].runs_backward = false;
     mark_kept(g, alias);
     ct_graph_schedule(g);
     /* Activation offload: which kept outputs wait in pinned host memory (offload.c) */
@@ -295,9 +336,14 @@ void ct_graph_plan_memory(ct_graph *g) {
                                   : CT_NO_OFFSET;
     p->input = end - at;
     at = end;
-    g->loss_off = take(&end, 2 * sizeof(float));   /* loss_result[2] */
+    /* loss_result[2], and a chunked head's result of one chunk [2] */
+    g->loss_off = take(&end, 4 * sizeof(float));
     p->loss = end - at;
     p->total = end;
+    const ct_layer *head = &last->l;
+    p->head_chunk = g->head_chunk;
+    p->head_rows = g->info.padded_classes ? batch * ct_layer_out_numel(head) / g->info.padded_classes : 0;
+    p->head_logits = (size_t)((g->head_chunk ? g->head_chunk : p->head_rows) * g->info.padded_classes) * esz;
     free(P.items), free(P.field), free(shares), free(alias);
 }
 

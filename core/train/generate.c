@@ -128,8 +128,10 @@ int ct_lm_next_logits(ct_lm *m, const int32_t *ids, int64_t n, float *logits, ct
     if (rc) return rc;
     ct_dtype dt = ct_graph_compute_dtype(m->g);
     size_t es = ct_dtype_size(dt);
-    const char *y = ct_graph_activation(m->g, m->info->n_layers - 1);
-    be->mem.copy_d2h(be, m->row, y + (size_t)((k - 1) * m->ld) * es, (size_t)m->ld * es);
+    /* the row of the last token (a chunked head computes just that row) */
+    const void *y = ct_graph_logits(m->g, &b, k - 1, 1, err);
+    if (!y) return CT_ERR_RUNTIME;
+    be->mem.copy_d2h(be, m->row, y, (size_t)m->ld * es);
     for (int64_t j = 0; j < m->classes; j++)
         logits[j] = dt == CT_F32 ? ((const float *)m->row)[j]
                     : dt == CT_BF16 ? ct_bf16_to_f32(((const uint16_t *)m->row)[j])

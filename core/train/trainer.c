@@ -173,6 +173,15 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
                    ct_fmt_bytes((double)p->act.aux, a[1], 32), ct_fmt_bytes((double)p->act.grads, a[2], 32),
                    ct_fmt_bytes((double)p->act.scratch, a[3], 32), ct_fmt_bytes((double)p->act.input, a[4], 32),
                    ct_fmt_bytes((double)p->act.workspace, a[5], 32), ckpt);
+    /* the chunked LM head: one chunk's logits instead of the whole micro-batch's */
+    if (p->act.head_chunk > 0) {
+        int64_t chunks = (p->act.head_rows + p->act.head_chunk - 1) / p->act.head_chunk;
+        double whole = (double)p->act.head_logits / (double)p->act.head_chunk * (double)p->act.head_rows;
+        ct_report_line(r, "chunked LM head: on, %lld rows per chunk (%lld chunk%s of the %lld rows; logits %s "
+                       "instead of %s; model.loss.chunk_rows)", (long long)p->act.head_chunk, (long long)chunks,
+                       chunks == 1 ? "" : "s", (long long)p->act.head_rows,
+                       ct_fmt_bytes((double)p->act.head_logits, a[0], 32), ct_fmt_bytes(whole, a[1], 32));
+    }
 }
 
 /* The first lines of a run: version and device, the model, the batch, the memory plan. */

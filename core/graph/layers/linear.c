@@ -49,10 +49,10 @@ static int params(const ct_layer *l, ct_param_spec *s) {
 
 /* A backend with a fused linear op (bias in the GEMM epilogue) gets one call; otherwise
  * y [rows, out] = x [rows, in] W^T [in, out], then the bias. */
-static void forward(const ct_layer *l, const ct_layer_io *io) {
+static void forward_rows(const ct_layer *l, const ct_layer_io *io, int64_t rows) {
     const linear_cfg *c = l->cfg_data;
     ct_backend *be = io->be;
-    int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
+    int64_t in = in_features(l);
     const void *bias = c->bias ? io->p[1] : NULL;
     if (be->blas.linear_forward) {
         be->blas.linear_forward(be, io->y, io->x[0], io->p[0], bias, rows, in, c->out, CT_ACT_NONE, 0.0f,
@@ -64,10 +64,10 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     if (bias) be->elt.bias_act_forward(be, io->y, bias, rows, c->out, 1, CT_ACT_NONE, 0.0f, io->dt);
 }
 
-static void backward(const ct_layer *l, const ct_layer_io *io) {
+static void backward_rows(const ct_layer *l, const ct_layer_io *io, int64_t rows) {
     const linear_cfg *c = l->cfg_data;
     ct_backend *be = io->be;
-    int64_t rows = io->n * rows_per_sample(l), in = in_features(l);
+    int64_t in = in_features(l);
     /* dW[out, in] += dy^T [out, rows] x [rows, in] */
     be->blas.gemm(be, true, false, c->out, in, rows, 1.0f, io->dy, io->dt, c->out, io->x[0], io->dt, in,
              1.0f, io->dp[0], CT_F32, in);
@@ -78,6 +78,9 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
                  in, 0.0f, io->dx[0], io->dt, in);
 }
 
+static void forward(const ct_layer *l, const ct_layer_io *io) { forward_rows(l, io, io->n * rows_per_sample(l)); }
+static void backward(const ct_layer *l, const ct_layer_io *io) { backward_rows(l, io, io->n * rows_per_sample(l)); }
+
 static double flops(const ct_layer *l) {
     const linear_cfg *c = l->cfg_data;
     return 2.0 * (double)rows_per_sample(l) * (double)in_features(l) * (double)c->out;
@@ -87,4 +90,5 @@ const ct_layer_type ct_layer_linear = {
     .name = "linear", .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(linear_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops,
+    .forward_rows = forward_rows, .backward_rows = backward_rows,
 };
