@@ -1,5 +1,6 @@
-/* hdf5_lib.h: libhdf5, loaded with dlopen the first time an HDF5 file is read (hdf5.c is its only
- * user), and the checks ctrain makes on a file before libhdf5 parses it.
+/* hdf5_lib.h: libhdf5, loaded with dlopen the first time an HDF5 file is read (by the metadata
+ * probe, hdf5_probe.c, its only user), and the checks ctrain makes on a file before libhdf5
+ * parses it.
  *
  * Why dlopen and not a link: libhdf5 (Debian's libhdf5-103-1, serial) pulls in 35 shared libraries
  * (libcurl, libcrypto, libssh2, ...; about 19 MB) that every run would map and that the GPU test
