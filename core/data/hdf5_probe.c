@@ -299,6 +299,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 }
 
 int ct_h5_probe_serve(const char *path, const char *images, const char *labels, int fd) {
+    alarm(PROBE_SECONDS); /* SIGALRM's default action ends the probe: reported like a crash */
     ct_err err = {0};
     const ct_h5 *h5 = NULL;
     ct_h5_writer w = {0};
@@ -367,10 +368,18 @@ static pid_t start_probe(const char *path, const char *images, const char *label
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, pipe_w, 1);
         posix_spawn_file_actions_addclose(&fa, pipe_r);
+        posix_spawnattr_t attr; /* SIGALRM at its default (an ignored one survives exec): see PROBE_SECONDS */
+        posix_spawnattr_init(&attr);
+        sigset_t dfl;
+        sigemptyset(&dfl);
+        sigaddset(&dfl, SIGALRM);
+        posix_spawnattr_setsigdefault(&attr, &dfl);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
         char *argv[] = {(char *)exe, images ? "open" : "info", (char *)path, (char *)(images ? images : ""),
                         (char *)(labels ? labels : ""), NULL};
-        int e = posix_spawn(&pid, exe, &fa, NULL, argv, environ);
+        int e = posix_spawn(&pid, exe, &fa, &attr, argv, environ);
         posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
         if (e) {
             ct_errf(err, CT_ERR_RUNTIME, "cannot start the HDF5 probe %s ($CTRAIN_HDF5_PROBE): %s", exe, strerror(e));
             return -1;
@@ -391,8 +400,7 @@ static pid_t start_probe(const char *path, const char *images, const char *label
     }
     if (pid == 0) {
         close(pipe_r);
-        signal(SIGALRM, SIG_DFL);
-        alarm(PROBE_SECONDS);
+        signal(SIGALRM, SIG_DFL); /* a handler of the parent's would keep a stuck probe alive */
         _exit(ct_h5_probe_serve(path, images, labels, pipe_w) ? 1 : 0);
     }
     return pid;
