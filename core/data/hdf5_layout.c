@@ -226,6 +226,9 @@ static int decode_chunks(cursor *c, ct_h5_layout *l, uint64_t file_size, const c
         }
         l->stored += ch->size;
     }
+    /* chunks may claim the same bytes (a corrupt index): the file cannot store more than it has,
+     * and what a dataset may declare is bounded by what it stores (hdf5.c) */
+    if (l->stored > file_size) l->stored = file_size;
     return CT_OK;
 }
 

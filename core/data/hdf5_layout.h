@@ -85,7 +85,7 @@ typedef struct ct_h5_layout {
     int64_t grid[CT_H5_MAX_RANK];  /* chunks along each dimension: ceil(dims / chunk) */
     uint64_t nchunks;              /* product of grid */
     ct_h5_chunk *chunks;           /* [nchunks], row-major over grid, owned */
-    uint64_t stored;               /* bytes stored in the file for it (the sum of chunk sizes, ...) */
+    uint64_t stored;               /* bytes stored in the file for it (the sum of chunk sizes, at most the file size) */
 } ct_h5_layout;
 
 /* A reply: the child's verdict and, when CT_OK and datasets were asked for, their layouts. */
