@@ -128,5 +128,13 @@ for cmd in info bench; do
     has "$T/err" "hdf5-libhdf5-segv-group-info.h5: libhdf5 crashed (signal 11" "$cmd: and says libhdf5 crashed on it"
 done
 
+# A 168-byte file on which libhdf5 asks for (and memsets) 4 GB (fuzz_hdf5's slow unit): the probe's
+# address space is capped, so it fails fast, exit 3, instead of taking the machine's memory.
+start=$(date +%s)
+"$B" info test/fuzz/regress/hdf5-libhdf5-4gb-alloc.h5 >/dev/null 2>"$T/err"
+rc=$? secs=$(($(date +%s) - start))
+[ $rc -eq 3 ] && [ $secs -lt 5 ] && ok "a file on which libhdf5 allocates 4 GB exits 3 in ${secs}s" ||
+    bad "libhdf5's 4 GB allocation: exit $rc after ${secs}s: $(head -c 300 "$T/err")"
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

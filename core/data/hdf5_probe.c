@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,11 +18,36 @@
 
 extern char **environ;
 
+#ifdef CT_HAVE_HDF5
+
 /* A probe that runs longer than this is stopped (SIGALRM) and its file reported like a crash:
  * a metadata walk of a real file takes milliseconds; a corrupt one can loop. */
 enum { PROBE_SECONDS = 120, MAX_NAME = 256, INFO_LINKS = 200 };
+/* And may grow its address space by at most this much: libhdf5 sizes allocations by numbers read
+ * from the file (4 GB, memset, for a mutated 168-byte file: test/fuzz/regress/
+ * hdf5-libhdf5-4gb-alloc.h5), which a probe must not take from the machine it trains on. A real
+ * file's metadata, even 4M chunks' index, takes a few hundred MB at most. */
+#define PROBE_MEMORY ((uint64_t)2 << 30)
 
-#ifdef CT_HAVE_HDF5
+/* The address-space limit of this process: what it maps now plus PROBE_MEMORY (a fork of ctrain
+ * may map much already: a CUDA context reserves tens of GB). Past it malloc returns NULL, which
+ * libhdf5 reports (or crashes on: a probe crash either way). */
+static void limit_memory(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long pages = 0;
+    if (!f) return;
+    bool ok = fscanf(f, "%llu", &pages) == 1;
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    if (!ok || page <= 0) return;
+    struct rlimit r;
+    if (getrlimit(RLIMIT_AS, &r) != 0) return;
+    rlim_t want = (rlim_t)(pages * (unsigned long long)page + PROBE_MEMORY);
+    if (r.rlim_cur == RLIM_INFINITY || want < r.rlim_cur) {
+        r.rlim_cur = want;
+        setrlimit(RLIMIT_AS, &r);
+    }
+}
 
 /* ---------------- the child: resolving a dataset with libhdf5 ---------------- */
 
@@ -300,6 +326,7 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
 
 int ct_h5_probe_serve(const char *path, const char *images, const char *labels, int fd) {
     alarm(PROBE_SECONDS); /* SIGALRM's default action ends the probe: reported like a crash */
+    limit_memory();
     ct_err err = {0};
     const ct_h5 *h5 = NULL;
     ct_h5_writer w = {0};
