@@ -132,6 +132,13 @@ $(BUILD)/test/libfake_nvml.so: test/fixtures/fake_nvml.c
 	$(CC) -shared -fPIC $< -o $@
 $(BUILD)/test/test_nvml: $(BUILD)/test/libfake_nvml.so
 
+# test_hdf5 also runs the HDF5 metadata probe as an executable ($CTRAIN_HDF5_PROBE,
+# core/data/hdf5_probe.h), as the fuzz target does.
+$(BUILD)/test/hdf5_probe: test/fuzz/hdf5_probe.c $(BUILD)/libctrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS)
+$(BUILD)/test/test_hdf5: $(BUILD)/test/hdf5_probe
+
 # test_cuda* call the CUDA backend's own entry points, so they link the library directly.
 $(BUILD)/test/test_cuda%: test/test_cuda%.c $(BUILD)/libctrain.a $(CUDA_LIB)
 	@mkdir -p $(dir $@)

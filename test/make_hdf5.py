@@ -14,6 +14,12 @@ Exits 77 (the tests' "skipped") when h5py is missing.
         vector    [20] uint8 (refused: no sample dimensions)
         unwritten [100000, 64, 64] uint8 in chunks never written (refused: 400 MB declared, 0 stored)
         group/x   the u8 samples inside a group
+        u8_fletcher  the u8 samples, chunks [4, 5, 6], shuffle + gzip + fletcher32
+        u8_tiled  the u8 samples, chunks [3, 2, 4] (edge chunks along every dimension), gzip
+        u8_fill   [20, 5, 6] uint8, chunks [4, 5, 6], fill value 7, only samples 0..11 written
+        u8_lzf    the u8 samples with h5py's LZF filter (refused: a filter ctrain does not decode)
+        f64_be    the float64 samples big-endian, chunks [6, 7], shuffle + gzip
+        labels_be16 the labels as big-endian int16   labels_u32  the labels as uint32
     and OUT_DIR/expect.bin: the u8 samples (20 x 30 bytes), the float32 samples (20 x 24 floats,
     little-endian), the float64 samples (20 x 7 doubles), the labels (20 int64), the targets
     (20 x 2 float32), in that order.
@@ -76,6 +82,14 @@ def small(out):
         f.create_dataset("vector", data=u8[:, 0, 0])
         f.create_dataset("unwritten", shape=(100000, 64, 64), dtype=np.uint8, chunks=(1, 64, 64))
         f.create_group("group").create_dataset("x", data=u8)
+        f.create_dataset("u8_fletcher", data=u8, chunks=(4, 5, 6), shuffle=True, compression="gzip", fletcher32=True)
+        f.create_dataset("u8_tiled", data=u8, chunks=(3, 2, 4), compression="gzip")
+        fill = f.create_dataset("u8_fill", shape=u8.shape, dtype=np.uint8, chunks=(4, 5, 6), fillvalue=7)
+        fill[:12] = u8[:12]
+        f.create_dataset("u8_lzf", data=u8, chunks=(4, 5, 6), compression="lzf")
+        f.create_dataset("f64_be", data=f64.astype(">f8"), chunks=(6, 7), shuffle=True, compression="gzip")
+        f.create_dataset("labels_be16", data=labels.astype(">i2"))
+        f.create_dataset("labels_u32", data=labels.astype("<u4"))
     with open(os.path.join(out, "expect.bin"), "wb") as e:
         for a in (u8, f32.astype("<f4"), f64.astype("<f8"), labels.astype("<i8"), targets.astype("<f4")):
             e.write(a.tobytes())

@@ -1,10 +1,13 @@
 /* test_hdf5.c: the HDF5 reader (core/data/hdf5.c) on files written by h5py (test/make_hdf5.py):
- * the same random samples in every layout (contiguous, chunked, gzip, shuffle + gzip, compact, in a
- * group) and element type (uint8, float32, float64) decode to the same values, labels (int64,
- * uint8) and float targets read whole; every refusal (element type, rank, label count, negative
- * label, missing dataset, not HDF5, truncated) exits CT_ERR_DATA naming the file and the dataset;
- * a damaged gzip chunk fails only its samples; data.transform.on_device's raw pixels match the
- * normalised floats; `ctrain info` lists the datasets. Exits 77 (skipped) when h5py is missing. */
+ * the same random samples in every layout (contiguous, chunked, gzip, shuffle + gzip, fletcher32,
+ * chunks tiling every dimension, compact, in a group, chunks never written: the fill value) and
+ * element type (uint8, float32, float64, big-endian float64) decode to the same values, labels
+ * (int64, uint8, big-endian int16, uint32) and float targets read whole; every refusal (element
+ * type, rank, label count, negative label, missing dataset, a filter ctrain does not decode, not
+ * HDF5, truncated) exits CT_ERR_DATA naming the file and the dataset; a damaged gzip chunk fails
+ * only its samples; data.transform.on_device's raw pixels match the normalised floats; `ctrain
+ * info` lists the datasets; the probe run as an executable ($CTRAIN_HDF5_PROBE) answers as the
+ * fork does. Exits 77 (skipped) when h5py is missing. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +115,8 @@ START_TEST(test_hdf5_layouts) {
     check_u8("u8_gzip", "labels_u8");
     check_u8("u8_compact", "labels");
     check_u8("group/x", "labels");
+    check_u8("u8_fletcher", "labels_be16");
+    check_u8("u8_tiled", "labels_u32");
 }
 END_TEST
 
@@ -140,18 +145,21 @@ START_TEST(test_hdf5_floats) {
         }
         ct_dataset_close(ds);
     }
-    ck_assert_msg(open_h5(file, "\"images\": \"f64_flat\", \"limit\": 6", &ds, &err) == CT_OK, "%s", err.msg);
-    ck_assert_int_eq(ds->count, 6);
-    ck_assert_int_eq(ds->sample_shape.ndim, 1);
-    ck_assert_int_eq(ds->sample_shape.d[0], F64_PER);
-    for (int i = 0; i < 6; i++) {
-        float x[F64_PER];
-        int32_t y;
-        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
-        for (int j = 0; j < F64_PER; j++) ck_assert(x[j] == (float)want_f64[i][j]);
-        ck_assert_int_eq(y, want_label[i]);
+    const char *const f64[] = {"\"images\": \"f64_flat\", \"limit\": 6", "\"images\": \"f64_be\", \"limit\": 6"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(open_h5(file, f64[k], &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, 6);
+        ck_assert_int_eq(ds->sample_shape.ndim, 1);
+        ck_assert_int_eq(ds->sample_shape.d[0], F64_PER);
+        for (int i = 0; i < 6; i++) {
+            float x[F64_PER];
+            int32_t y;
+            ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+            for (int j = 0; j < F64_PER; j++) ck_assert_msg(x[j] == (float)want_f64[i][j], "%s sample %d", f64[k], i);
+            ck_assert_int_eq(y, want_label[i]);
+        }
+        ct_dataset_close(ds);
     }
-    ct_dataset_close(ds);
 }
 END_TEST
 
@@ -176,12 +184,15 @@ START_TEST(test_hdf5_errors) {
     refused(file, "\"images\": \"u8_contig\", \"labels\": \"labels_neg\"", CT_ERR_DATA,
             "dataset \"labels_neg\" (labels): sample 3 has label -1, not a class index");
     snprintf(want, sizeof want, "%s: no dataset \"images\" (images) in the file; its root group has: f32_contig, "
-             "f32_gzip, f64_flat, group, labels", file);
+             "f32_gzip, f64_be, f64_flat, group, labels", file);
     refused(file, "", CT_ERR_DATA, want);
     refused(file, "\"images\": \"group\"", CT_ERR_DATA, "\"group\" (images) is not a dataset");
     refused(file, "\"images\": \"unwritten\"", CT_ERR_DATA,
             "dataset \"unwritten\" (images) declares 409600000 bytes but the file stores 0 for it");
     refused(file, "\"images\": \"group/nope\"", CT_ERR_DATA, "no dataset \"group/nope\" (images)");
+    refused(file, "\"images\": \"u8_lzf\"", CT_ERR_DATA,
+            "dataset \"u8_lzf\" (images) is stored with the lzf (filter 32000) filter, which ctrain does not decode");
+    refused(file, "\"images\": \"u8_lzf\"", CT_ERR_DATA, "h5repack -f NONE");
     refused(file, "\"images\": 3", CT_ERR_CONFIG, "data.train.images: expected the name of a dataset");
     refused(file, "\"limit\": 0", CT_ERR_CONFIG, "data.train.limit: expected a positive integer");
     char other[400];
@@ -225,11 +236,48 @@ START_TEST(test_hdf5_corrupt_chunk) {
     int32_t y;
     ck_assert_int_eq(ds->decode(ds, 5, x, &y, &err), CT_ERR_DATA); /* chunk 1: samples 4..7 */
     char want[600];
-    snprintf(want, sizeof want, "%s: dataset \"u8_gzip\" (images): sample 5: libhdf5 cannot read it", file);
+    snprintf(want, sizeof want, "%s: dataset \"u8_gzip\" (images): sample 5: chunk 1 (", file);
     ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
     ck_assert_msg(ds->decode(ds, 0, x, &y, &err) == CT_OK, "%s", err.msg);
     ck_assert_msg(ds->decode(ds, 12, x, &y, &err) == CT_OK, "%s", err.msg);
     ct_dataset_close(ds);
+}
+END_TEST
+
+/* Chunks never written read as the dataset's fill value (7); the written ones as stored. */
+START_TEST(test_hdf5_fill_value) {
+    ct_dataset *ds = NULL;
+    ct_err err;
+    ck_assert_msg(open_h5(file, "\"images\": \"u8_fill\"", &ds, &err) == CT_OK, "%s", err.msg);
+    for (int i = 0; i < N; i++) {
+        uint8_t px[U8_PER];
+        int32_t y;
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        for (int j = 0; j < U8_PER; j++) ck_assert_int_eq(px[j], i < 12 ? want_u8[i][j] : 7);
+    }
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* The probe as an executable ($CTRAIN_HDF5_PROBE, what the fuzz target runs) gives what the fork
+ * gives: the same samples, the same refusal, the same listing; a probe that cannot start is a
+ * runtime error naming it. Skipped where the probe was not built beside the test (a bundle). */
+START_TEST(test_hdf5_probe_executable) {
+    if (access("build/test/hdf5_probe", X_OK) != 0) return;
+    setenv("CTRAIN_HDF5_PROBE", "build/test/hdf5_probe", 1);
+    check_u8("u8_gzip", "labels_u8");
+    check_u8("u8_compact", "labels");
+    refused(file, "\"images\": \"u8_be16\"", CT_ERR_DATA, "holds int16 big-endian elements");
+    char other[400];
+    snprintf(other, sizeof other, "%s/info.txt", tmp);
+    FILE *f = fopen(other, "w");
+    ct_err err = {0};
+    ck_assert_msg(ct_hdf5_info(file, f, &err) == CT_OK, "%s", err.msg);
+    ck_assert(ftell(f) > 100);
+    fclose(f);
+    setenv("CTRAIN_HDF5_PROBE", "/nonexistent/hdf5_probe", 1);
+    refused(file, "\"images\": \"u8_gzip\"", CT_ERR_RUNTIME, "cannot start the HDF5 probe /nonexistent/hdf5_probe");
+    unsetenv("CTRAIN_HDF5_PROBE");
 }
 END_TEST
 
@@ -306,6 +354,8 @@ int main(void) {
     tcase_add_test(tc, test_hdf5_floats);
     tcase_add_test(tc, test_hdf5_errors);
     tcase_add_test(tc, test_hdf5_corrupt_chunk);
+    tcase_add_test(tc, test_hdf5_fill_value);
+    tcase_add_test(tc, test_hdf5_probe_executable);
     tcase_add_test(tc, test_hdf5_on_device);
     tcase_add_test(tc, test_hdf5_info);
     suite_add_tcase(s, tc);

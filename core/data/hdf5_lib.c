@@ -129,19 +129,13 @@ static void h5_load_once(void) {
     BIND(H5open); BIND(H5get_libversion); BIND(H5Eset_auto2); BIND(H5Ewalk2); BIND(H5Eclear2);
     BIND(H5Fopen); BIND(H5Fclose); BIND(H5Gget_info); BIND(H5Lget_name_by_idx); BIND(H5Lexists);
     BIND(H5Dopen2); BIND(H5Dclose); BIND(H5Dget_space); BIND(H5Dget_type); BIND(H5Dget_create_plist); BIND(H5Dget_storage_size);
-    BIND(H5Dget_offset); BIND(H5Dread); BIND(H5Pcreate); BIND(H5Pclose); BIND(H5Pget_layout);
+    BIND(H5Dget_chunk_info_by_coord); BIND(H5Dget_offset); BIND(H5Dread); BIND(H5Pclose); BIND(H5Pget_layout);
     BIND(H5Pget_nfilters); BIND(H5Pget_filter2); BIND(H5Pget_chunk);
-    BIND(H5Pget_external_count); BIND(H5Pset_chunk_cache);
-    BIND(H5Screate_simple); BIND(H5Sclose); BIND(H5Sget_simple_extent_type); BIND(H5Sget_simple_extent_ndims);
-    BIND(H5Sget_simple_extent_dims); BIND(H5Sselect_hyperslab); BIND(H5Tget_class); BIND(H5Tget_size);
+    BIND(H5Pget_external_count); BIND(H5Pfill_value_defined); BIND(H5Pget_fill_value);
+    BIND(H5Sclose); BIND(H5Sget_simple_extent_type); BIND(H5Sget_simple_extent_ndims);
+    BIND(H5Sget_simple_extent_dims); BIND(H5Tget_class); BIND(H5Tget_size);
     BIND(H5Tget_sign); BIND(H5Tget_order); BIND(H5Tclose);
 #undef BIND
-    /* The native types and the dataset-access class are library globals, set by H5open. */
-    static const char *const globals[] = {"H5T_NATIVE_UCHAR_g", "H5T_NATIVE_LLONG_g", "H5T_NATIVE_FLOAT_g",
-                                          "H5T_NATIVE_DOUBLE_g", "H5P_CLS_DATASET_ACCESS_ID_g"};
-    hid_t *slots[] = {&f->native_u8, &f->native_i64, &f->native_f32, &f->native_f64, &f->dataset_access};
-    const hid_t *vars[CT_ARRAY_LEN(globals)];
-    for (int i = 0; i < CT_ARRAY_LEN(globals); i++) ok &= bind(h, globals[i], (void **)&vars[i], missing, sizeof missing);
     unsigned major = 0, minor = 0, release = 0;
     if (ok && f->H5open() < 0) snprintf(missing, sizeof missing, "(H5open failed)");
     else if (ok) f->H5get_libversion(&major, &minor, &release);
@@ -152,7 +146,6 @@ static void h5_load_once(void) {
                  H5_VERS_MINOR, major, minor, release);
         return;
     }
-    for (int i = 0; i < CT_ARRAY_LEN(globals); i++) *slots[i] = *vars[i];
     f->H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back as ctrain's messages, not on stderr */
 }
 
@@ -160,18 +153,6 @@ int ct_h5_load(const ct_h5 **out, ct_err *err) {
     pthread_once(&g_h5_once, h5_load_once);
     *out = g_h5.error[0] ? NULL : &g_h5.fn;
     return g_h5.error[0] ? ct_errf(err, CT_ERR_RUNTIME, "%s", g_h5.error) : CT_OK;
-}
-
-/* One lock for the one library a process has (its state is global, see hdf5_lib.h). */
-static pthread_mutex_t g_h5_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-void ct_h5_lock(const ct_h5 *h5) {
-    pthread_mutex_lock(&g_h5_mutex);
-    h5->H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-void ct_h5_unlock(void) {
-    pthread_mutex_unlock(&g_h5_mutex);
 }
 
 typedef struct why_ctx {

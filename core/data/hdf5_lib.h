@@ -1,5 +1,6 @@
-/* hdf5_lib.h: libhdf5, loaded with dlopen the first time an HDF5 file is read (hdf5.c is its only
- * user), and the checks ctrain makes on a file before libhdf5 parses it.
+/* hdf5_lib.h: libhdf5, loaded with dlopen the first time an HDF5 file is read (by the metadata
+ * probe, hdf5_probe.c, its only user), and the checks ctrain makes on a file before libhdf5
+ * parses it.
  *
  * Why dlopen and not a link: libhdf5 (Debian's libhdf5-103-1, serial) pulls in 35 shared libraries
  * (libcurl, libcrypto, libssh2, ...; about 19 MB) that every run would map and that the GPU test
@@ -8,10 +9,10 @@
  * needs it and cannot load it gets CT_ERR_RUNTIME naming the package. The headers (libhdf5-dev)
  * give the functions' types at build time; a build without them leaves the format out and says so.
  *
- * Locking: libhdf5 keeps global state (open objects, the error stack, the chunk caches). Debian
- * builds it thread-safe (one lock around every call), other builds are not, so ctrain calls it
- * only with ct_h5_lock held: the loader's workers take turns inside libhdf5. Samples of contiguous
- * datasets are read with pread and no lock (hdf5.c). */
+ * Only the HDF5 metadata probe calls it (hdf5_probe.h: in a child process, or in a probe
+ * executable): libhdf5 1.10 crashes on corrupt files, so the process that reads the samples loads
+ * it at most (to fork the probe) and never runs it on a file. That also makes its global state and
+ * locking moot: a probe is one thread. */
 #ifndef CT_DATA_HDF5_LIB_H
 #define CT_DATA_HDF5_LIB_H
 
@@ -52,29 +53,25 @@ typedef struct ct_h5 {
     CT_H5_FN(H5Dget_create_plist);
     CT_H5_FN(H5Dget_offset);
     CT_H5_FN(H5Dget_storage_size);
+    CT_H5_FN(H5Dget_chunk_info_by_coord);
     CT_H5_FN(H5Dread);
-    CT_H5_FN(H5Pcreate);
     CT_H5_FN(H5Pclose);
     CT_H5_FN(H5Pget_layout);
     CT_H5_FN(H5Pget_nfilters);
     CT_H5_FN(H5Pget_filter2);
     CT_H5_FN(H5Pget_chunk);
     CT_H5_FN(H5Pget_external_count);
-    CT_H5_FN(H5Pset_chunk_cache);
-    CT_H5_FN(H5Screate_simple);
+    CT_H5_FN(H5Pfill_value_defined);
+    CT_H5_FN(H5Pget_fill_value);
     CT_H5_FN(H5Sclose);
     CT_H5_FN(H5Sget_simple_extent_type);
     CT_H5_FN(H5Sget_simple_extent_ndims);
     CT_H5_FN(H5Sget_simple_extent_dims);
-    CT_H5_FN(H5Sselect_hyperslab);
     CT_H5_FN(H5Tget_class);
     CT_H5_FN(H5Tget_size);
     CT_H5_FN(H5Tget_sign);
     CT_H5_FN(H5Tget_order);
     CT_H5_FN(H5Tclose);
-    /* The values of the headers' macros that name library globals (H5T_NATIVE_UCHAR is
-     * H5T_NATIVE_UCHAR_g after H5open), read once after loading. */
-    hid_t native_u8, native_i64, native_f32, native_f64, dataset_access;
 } ct_h5;
 #undef CT_H5_FN
 
@@ -87,15 +84,8 @@ typedef struct ct_h5 {
  * set, is the only file tried (tests use it to stand in for a machine without libhdf5). */
 int ct_h5_load(const ct_h5 **out, ct_err *err);
 
-/* Held around every call into libhdf5 (see above). ct_h5_lock also turns off libhdf5's printing
- * of errors for the calling thread: its error stacks are per thread in thread-safe builds, so
- * turning it off once, in the thread that loaded it, leaves the loader's workers printing
- * "HDF5-DIAG: Error detected ..." on stderr (errors come back as ctrain's messages instead). */
-void ct_h5_lock(const ct_h5 *h5);
-void ct_h5_unlock(void);
-
 /* The innermost message of libhdf5's error stack ("truncated file: eof = ..."), for the messages
- * ctrain writes; "" when there is none. Call with the lock held, right after the failing call. */
+ * ctrain writes; "" when there is none. Call right after the failing call. */
 void ct_h5_why(const ct_h5 *h5, char *out, size_t n);
 #endif
 

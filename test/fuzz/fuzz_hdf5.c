@@ -1,16 +1,20 @@
-/* fuzz_hdf5.c: libFuzzer harness for the HDF5 reader (core/data/hdf5.c, core/data/hdf5_lib.c) and
- * the libhdf5 it loads: the input is one HDF5 file, opened with "images"/"labels" and with
- * "g/x"/"labels" (the group seed's path), every sample decoded (floats and, for uint8 images, raw
- * bytes), and `ctrain info` on it. Each must succeed or fail with CT_ERR_DATA, never crash.
+/* fuzz_hdf5.c: libFuzzer harness for the HDF5 reader (core/data/hdf5*.c): the input is one HDF5
+ * file, opened with "images"/"labels" and with "g/x"/"labels" (the group seed's path), every
+ * sample decoded (floats and, for uint8 images, raw bytes), and `ctrain info` on it. Each must
+ * succeed or fail with CT_ERR_DATA, never crash.
  *
- * libhdf5 is not instrumented (it is Debian's build, loaded with dlopen): a read outside a buffer
- * inside it is found only when it faults. Leak detection is off for this target (run_fuzz.sh):
- * libhdf5 leaks a few KB while failing on some corrupt object headers (no ctrain frame on the
- * stack; valid files do not leak, and a run opens its file once). The file's signature, superblock
- * version and end-of-file address are checked by ctrain first; every mutation that passes those
- * reaches libhdf5's parsers. Half of the runs (the last byte's low bit) rewrite the superblock's
- * end-of-file address to the input's size, so that inserted and erased bytes get past that check.
- * Seeds: test/fuzz/seeds-fuzz_hdf5/ (test/make_hdf5.py OUT seeds: h5py files, superblock v0). */
+ * libhdf5 (Debian's, not instrumented) runs only in the metadata probe, a separate process:
+ * $CTRAIN_HDF5_PROBE, which run_fuzz.sh builds without sanitizers (build/fuzz/hdf5_probe) and
+ * this target defaults to when it sits beside it (spawning it is ~100x faster than forking this
+ * AddressSanitizer process). A probe that crashes is the reader's exit 3, not a finding; what the
+ * target exercises under ASan is ctrain's own code: the checks before libhdf5 sees the file, the
+ * decoding and checking of the probe's reply (a file that libhdf5 resolves to chunk addresses
+ * past the end, chunk dims that do not fit, ...), and the chunk reader with its filters (inflate,
+ * un-shuffle, fletcher32) on the file's bytes. The file's signature, superblock version and
+ * end-of-file address are checked by ctrain first; half of the runs (the last byte's low bit)
+ * rewrite the superblock's end-of-file address to the input's size, so that inserted and erased
+ * bytes get past that check. Seeds: test/fuzz/seeds-fuzz_hdf5/ (test/make_hdf5.py OUT seeds:
+ * h5py files, superblock v0). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,18 @@
 #include "core/data/hdf5_info.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* $CTRAIN_HDF5_PROBE, when unset: hdf5_probe beside this binary (run_fuzz.sh builds both), so that
+ * reproducing a finding (build/fuzz/fuzz_hdf5 FILE) runs the probe the campaign ran. */
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    const char *self = *argc > 0 ? (*argv)[0] : "";
+    const char *slash = strrchr(self, '/');
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%.*shdf5_probe", slash ? (int)(slash - self + 1) : 0, self);
+    if (!getenv("CTRAIN_HDF5_PROBE") && access(probe, X_OK) == 0) setenv("CTRAIN_HDF5_PROBE", probe, 1);
+    return 0;
+}
 
 /* Superblock v0 (h5py's default) with 8-byte addresses at offset 0: its end-of-file address
  * (offset 40) set to n. */
