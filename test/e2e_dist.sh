@@ -178,6 +178,9 @@ for n in 2 3; do
     same_bits sgd_z2_np${n}_ov sgd_z2_np$n sgd $n 2 --set zero_optimization.overlap_comm=true
     same_bits adam_z2_np${n}_ov adam_z2_np$n adam $n 2 --set zero_optimization.overlap_comm=true
 done
+# stage 1's all-gather of the updated compute copy in calls of allgather_bucket_size elements: copies
+same_bits sgd_z1_np3_ag sgd_z1_np3 sgd 3 1 --set zero_optimization.allgather_bucket_size=20
+same_bits adam_z2_np2_ag adam_z2_np2 adam 2 2 --set zero_optimization.allgather_bucket_size=30
 same_bits sgd_z3_np3_noov sgd_z3_np3 sgd 3 3 --set zero_optimization.overlap_comm=false \
     --set zero_optimization.stage3_prefetch_bucket_size=0
 same_bits adam_z3_np2_noov adam_z3_np2 adam 2 3 --set zero_optimization.overlap_comm=false \

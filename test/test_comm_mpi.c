@@ -161,6 +161,15 @@ static void check_ranges(ct_comm *c) {
         EXPECT(dst[hi - lo] == -7.0f, "reduce_scatter_range [%lld, %lld) wrote past this rank's share",
                (long long)a, (long long)b);
     }
+    /* in place: each rank's part already at its place in the whole buffer, gathered in 3 pieces */
+    float whole[N];
+    for (int64_t i = 0; i < N; i++) whole[i] = i >= plo && i < phi ? (float)i - 0.5f : -7.0f;
+    for (int64_t a = 0; a < N; a += 50) {
+        int64_t b = a + 50 < N ? a + 50 : N;
+        EXPECT(c->all_gather_range(c, whole + a, whole + plo, N, a, b, CT_F32, &err) == CT_OK,
+               "all_gather_range in place [%lld, %lld): %s", (long long)a, (long long)b, err.msg);
+    }
+    for (int i = 0; i < N; i++) EXPECT(whole[i] == (float)i - 0.5f, "all_gather_range in place at %d: %g", i, whole[i]);
     /* 16-bit parameters move bit for bit */
     uint16_t h[N], hp[N];
     for (int64_t i = plo; i < phi; i++) hp[i - plo] = (uint16_t)(i * 5 + 2);

@@ -63,7 +63,8 @@ struct ct_comm {
     int (*all_gather_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err);
     /* ZeRO-3's gather of one layer's parameters: every rank holds only its part of the n elements
      * (`part`: element lo_r at part[0]); dst[0, b - a) = the elements [a, b), each rank sending
-     * what of its part falls in that range (some send nothing). */
+     * what of its part falls in that range (some send nothing). `part` may be inside dst, at its
+     * place there (part + (lo_r - a) == dst + ...: in place; stage 1-2's bucketed all-gather). */
     int (*all_gather_range)(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
                             ct_dtype dt, ct_err *err);
     /* ZeRO-3's gradient reduction of one layer: every rank holds src[0, b - a) for the elements

@@ -248,8 +248,12 @@ static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, 
     int64_t plo, phi, lo, hi;
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
     ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
-    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts,
-                                                     displs, t, MPI_COMM_WORLD));
+    /* a part that is already in dst's place (the whole compute copy gathered in buckets) is sent
+     * from there: MPI wants that said, not two aliased buffers */
+    const void *mine = ct_celem(part, lo - plo, dt);
+    if (mine == ct_elem(dst, lo - a, dt)) mine = MPI_IN_PLACE;
+    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(mine, counts[c->rank], t, dst, counts, displs, t,
+                                                     MPI_COMM_WORLD));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }

@@ -35,13 +35,22 @@ static ct_exec_bufs exec_bufs(const ct_trainer *t) {
 }
 
 /* Every rank's compute copy complete again after its part changed (an update, a load): the
- * all-gather of the parts, or under ZeRO-3 the persistent views' (the others are gathered layer
- * by layer). Collective; nothing to do when this rank holds everything. */
+ * all-gather of the parts, in place, in calls of zero_optimization.allgather_bucket_size elements
+ * (0: one), or under ZeRO-3 the persistent views' (the others are gathered layer by layer).
+ * Collective; nothing to do when this rank holds everything. */
 static int share_params(ct_trainer *t, ct_err *err) {
     const ct_param_store *p = t->m.params;
     if (p->part_params) return ct_partition_refresh(t->m.part, err);
     if (holds_all(p)) return CT_OK;
-    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    int64_t n = p->layout->n_params, bucket = (int64_t)t->cfg->zero.allgather_bucket_size;
+    if (bucket <= 0 || bucket > n) bucket = n;
+    for (int64_t at = 0; at < n; at += bucket) {
+        int64_t end = n - at < bucket ? n : at + bucket;
+        int rc = t->comm->all_gather_range(t->comm, ct_elem(p->params, at, p->compute),
+                                           ct_elem(p->params, p->lo, p->compute), n, at, end, p->compute, err);
+        if (rc) return rc;
+    }
+    return CT_OK;
 }
 
 /* Add the last loss (times `weight` samples) and its correct count into the accumulator. */
