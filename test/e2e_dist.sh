@@ -162,7 +162,8 @@ offload adam_z3_np4_off adam_z3_np4 adam 4 3 --set zero_optimization.offload_opt
 # computes), and stage 3 prefetches the next layers' gathers; the same non-blocking collectives as
 # without, so the same weights bit for bit: stages 0 and 2, fp32 (3 buckets at stage 0) and fp16,
 # 2 and 3 ranks, against the same runs with overlap_comm false (stage 3's default is true, with
-# prefetch: its runs above against overlap_comm false and stage3_prefetch_bucket_size 0)
+# prefetch and reuse: its runs above against overlap_comm false, stage3_prefetch_bucket_size 0 and
+# stage3_max_reuse_distance 0)
 # same_bits NAME BASE CONFIG N STAGE ARGS...: ranks NAME ..., whose weights must be BASE's exactly
 same_bits() {
     r=$1 base=$2
@@ -182,9 +183,9 @@ done
 same_bits sgd_z1_np3_ag sgd_z1_np3 sgd 3 1 --set zero_optimization.allgather_bucket_size=20
 same_bits adam_z2_np2_ag adam_z2_np2 adam 2 2 --set zero_optimization.allgather_bucket_size=30
 same_bits sgd_z3_np3_noov sgd_z3_np3 sgd 3 3 --set zero_optimization.overlap_comm=false \
-    --set zero_optimization.stage3_prefetch_bucket_size=0
+    --set zero_optimization.stage3_prefetch_bucket_size=0 --set zero_optimization.stage3_max_reuse_distance=0
 same_bits adam_z3_np2_noov adam_z3_np2 adam 2 3 --set zero_optimization.overlap_comm=false \
-    --set zero_optimization.stage3_prefetch_bucket_size=0
+    --set zero_optimization.stage3_prefetch_bucket_size=0 --set zero_optimization.stage3_max_reuse_distance=0
 # fp32 without clipping computes the global norm only for the step lines that show it (every 3rd
 # step here): under ZeRO its sum of squares is all-reduced, so every rank must make that choice alike
 ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
@@ -214,8 +215,10 @@ EOF
     "$B" --config "$T/lm.json" --set train.run_dir=\""$T/lm1"\" >"$T/lm1.out" 2>"$T/lm1.err" ||
         { bad "lm: the single process (exit $?)"; tail -3 "$T/lm1.err"; }
     ranks lm_z3_np3 lm 3 3
-    # the prefetch follows the recompute passes, the tied head and evaluation: the same bits without it
-    same_bits lm_z3_np3_nopf lm_z3_np3 lm 3 3 --set zero_optimization.stage3_prefetch_bucket_size=0
+    # the prefetch and the reuse follow the recompute passes, the tied head and evaluation: the same
+    # bits without them
+    same_bits lm_z3_np3_nopf lm_z3_np3 lm 3 3 --set zero_optimization.stage3_prefetch_bucket_size=0 \
+        --set zero_optimization.stage3_max_reuse_distance=0
     "$PY" -c "
 import json, sys
 a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])

@@ -10,7 +10,8 @@
  * unarmed); stage 3 with prefetch learns the walk from the first micro-batch and then prefetches
  * every gather it later uses, never holding more gathered elements in flight than
  * stage3_max_live_parameters, each layer pointed at its own parameters; no prefetch with a bucket
- * of 0 or a live limit of one layer; the part's gradients after overlap equal those without it,
+ * of 0 or a live limit of one layer; with stage3_max_reuse_distance, the last layer's backward
+ * keeps its forward's parameters (one gather fewer); the part's gradients after overlap equal those without it,
  * bit for bit (random gradients from every layer's backward over 3 micro-batches). */
 #include <check.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ typedef struct recorder {
     int n_log;
     int64_t gather_in_flight, gather_in_flight_max;
     int in_flight;
+    long gathers;                /* gathers started */
 } recorder;
 
 static recorder *rec_of(ct_comm *c) { return c->impl; }
@@ -48,6 +50,7 @@ static ct_comm_req *req_new(recorder *r, op_kind kind, int64_t elems, const void
     *q = (ct_comm_req){kind, elems, buf};
     r->in_flight++;
     if (kind == OP_GATHER) {
+        r->gathers++;
         r->gather_in_flight += elems;
         if (r->gather_in_flight > r->gather_in_flight_max) r->gather_in_flight_max = r->gather_in_flight;
     }
@@ -227,7 +230,8 @@ END_TEST
 
 typedef struct walk_result {
     float *grads;                /* [n_params]: the part's gradients after the walks */
-    long prefetched, used;
+    long prefetched, used, reused;
+    long gathers;                /* gathers started, the persistent views' included */
     int64_t max_in_flight;       /* the most gathered elements in flight at once */
 } walk_result;
 
@@ -275,7 +279,8 @@ static void walk(const model *m, unsigned parts, const ct_partition_opts *o, int
     ck_assert_int_eq(ct_partition_flush(z, &err), CT_OK);
     out->grads = malloc((size_t)L->n_params * sizeof(float));
     memcpy(out->grads, ct_param_store_part_grads(p), (size_t)L->n_params * sizeof(float));
-    ct_partition_prefetch_counts(z, &out->prefetched, &out->used);
+    ct_partition_prefetch_counts(z, &out->prefetched, &out->used, &out->reused);
+    out->gathers = rec_of(c)->gathers;
     ct_partition_free(z);
     ct_param_store_free(p);
     rec_close(c);
@@ -288,19 +293,24 @@ START_TEST(overlap_and_prefetch) {
     const int64_t n = m.L->n_params, big = 1000000;
     const unsigned z3 = CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS;
     walk_result plain = {0}, over = {0}, pre = {0}, tight = {0}, none = {0}, one = {0}, z2 = {0}, z2o = {0};
+    walk_result reuse = {0}, reuse_pre = {0};
+    /* a micro-batch gathers 6 times (3 layers with parameters, forward and backward), each layer
+     * in one span (weight and bias adjacent); ct_partition_refresh gathers nothing (threshold 0) */
     ct_partition_opts o = {.persistence_threshold = 0, .overlap = false, .prefetch_elems = 0, .max_live_elems = big};
     walk(&m, z3, &o, 3, &plain);
+    ck_assert_int_eq(plain.gathers, 3 * 6);
     o.overlap = true;
     walk(&m, z3, &o, 3, &over);
     ck_assert_mem_eq(over.grads, plain.grads, (size_t)n * sizeof(float));
     ck_assert_int_eq(plain.prefetched + over.prefetched, 0);
     /* prefetch: the first micro-batch learns the order (nothing prefetched); from the second on,
      * every gather but the micro-batch's first (nothing crosses the boundary) is prefetched and
-     * used: 6 gathers a micro-batch (3 layers, forward and backward), 5 prefetched */
+     * used: 5 of the 6 */
     o.prefetch_elems = big;
     walk(&m, z3, &o, 3, &pre);
     ck_assert_int_eq(pre.prefetched, 2 * 5);
     ck_assert_int_eq(pre.used, pre.prefetched);
+    ck_assert_int_eq(pre.gathers, 3 * 6);
     ck_assert_mem_eq(pre.grads, plain.grads, (size_t)n * sizeof(float));
     /* a live limit of the two largest layers' elements: prefetched, never more in flight */
     int64_t largest = 13 * 7 + 8, second = 7 * 9 + 9;   /* (weight + bias, each view padded to 8) */
@@ -319,6 +329,22 @@ START_TEST(overlap_and_prefetch) {
     walk(&m, z3, &o, 3, &one);
     ck_assert_int_eq(none.prefetched + one.prefetched, 0);
     ck_assert_mem_eq(one.grads, plain.grads, (size_t)n * sizeof(float));
+    /* reuse: the last layer's backward keeps its forward's parameters, and the next micro-batch's
+     * first forward the parameters of the last backward (the same layer 0; nothing changed them
+     * within the step): 5 gathers in the first micro-batch, 4 in the others; with prefetch too
+     * (which skips the kept uses: 4 prefetched a micro-batch after the first) */
+    o = (ct_partition_opts){.overlap = true, .max_live_elems = big, .max_reuse_elems = big};
+    walk(&m, z3, &o, 3, &reuse);
+    ck_assert_int_eq(reuse.reused, 3 + 2);
+    ck_assert_int_eq(reuse.gathers, 5 + 4 + 4);
+    ck_assert_mem_eq(reuse.grads, plain.grads, (size_t)n * sizeof(float));
+    o.prefetch_elems = big;
+    walk(&m, z3, &o, 3, &reuse_pre);
+    ck_assert_int_eq(reuse_pre.reused, 3 + 2);
+    ck_assert_int_eq(reuse_pre.gathers, 5 + 4 + 4);
+    ck_assert_int_eq(reuse_pre.prefetched, 2 * 4);
+    ck_assert_int_eq(reuse_pre.used, reuse_pre.prefetched);
+    ck_assert_mem_eq(reuse_pre.grads, plain.grads, (size_t)n * sizeof(float));
     /* stage 2: gradients only, the same with and without overlap */
     o = (ct_partition_opts){.overlap = false, .max_live_elems = big};
     walk(&m, CT_STORE_PART_GRADS, &o, 3, &z2);
@@ -326,8 +352,8 @@ START_TEST(overlap_and_prefetch) {
     walk(&m, CT_STORE_PART_GRADS, &o, 3, &z2o);
     ck_assert_mem_eq(z2o.grads, z2.grads, (size_t)n * sizeof(float));
     ck_assert_mem_eq(z2.grads, plain.grads, (size_t)n * sizeof(float));
-    walk_result *all[] = {&plain, &over, &pre, &tight, &none, &one, &z2, &z2o};
-    for (int i = 0; i < 8; i++) free(all[i]->grads);
+    walk_result *all[] = {&plain, &over, &pre, &tight, &none, &one, &reuse, &reuse_pre, &z2, &z2o};
+    for (int i = 0; i < 10; i++) free(all[i]->grads);
     model_close(&m);
 }
 END_TEST

@@ -131,7 +131,8 @@ static void part_bytes(const part_layout *z, const ct_partition_opts *o, ct_dtyp
 ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z) {
     return (ct_partition_opts){.persistence_threshold = z->param_persistence_threshold, .overlap = z->overlap_comm,
                                .prefetch_elems = (int64_t)z->prefetch_bucket_size,
-                               .max_live_elems = (int64_t)z->max_live_parameters};
+                               .max_live_elems = (int64_t)z->max_live_parameters,
+                               .max_reuse_elems = (int64_t)z->max_reuse_distance};
 }
 
 void ct_partition_plan(const ct_param_layout *L, ct_dtype compute, int stage, const ct_partition_opts *o, int world,
@@ -178,7 +179,7 @@ struct ct_partition {
     int head, count;
     int *next_key;               /* [3 * n_layers]: the gathering (pass, layer) seen after this one */
     int prev_key;                /* the last gathering (pass, layer) of this walk; -1: none */
-    long prefetched, prefetch_used;
+    long prefetched, prefetch_used, reused;
     void *persist;               /* [persist_elems] compute: the persistent views, whole (stage 3) */
 };
 
@@ -253,13 +254,25 @@ static bool gathers(const ct_partition *z, int j) {
     return false;
 }
 
+/* Whether the gathering use `key` keeps the parameters of the use before it, `prev` (the same layer
+ * again, nothing gathered in between: the last layer's forward then backward, a checkpointed
+ * segment's recompute then backward): stage3_max_reuse_distance > 0. */
+static bool reuses(const ct_partition *z, int prev, int key) {
+    int n = z->p->layout->n_layers;
+    return z->o.max_reuse_elems > 0 && prev >= 0 && prev % n == key % n;
+}
+
 /* The layers expected after `key` started gathering while it runs: those already queued are
- * skipped if they are next, a mismatch stops (the queue's order is no longer the walk's). */
+ * skipped if they are next, a mismatch stops (the queue's order is no longer the walk's); a use
+ * that will keep the parameters of the one before needs no gather. */
 static int prefetch(ct_partition *z, int key, ct_err *err) {
     const ct_param_layout *L = z->p->layout;
     int64_t ahead = 0, live = queue_live(z);
     int qi = 1;   /* the queue entry after the running layer's */
-    for (int k = z->next_key[key], steps = 0; k >= 0 && steps < 3 * L->n_layers; k = z->next_key[k], steps++) {
+    int prev = key;
+    for (int k = z->next_key[key], steps = 0; k >= 0 && steps < 3 * L->n_layers;
+         prev = k, k = z->next_key[k], steps++) {
+        if (reuses(z, prev, k)) continue;
         int64_t elems = z->z.layer_elems[k % L->n_layers];
         ahead += elems;
         if (qi < z->count) {
@@ -280,21 +293,27 @@ static int prefetch(ct_partition *z, int key, ct_err *err) {
     return CT_OK;
 }
 
-/* Stage 3: layer j's parameters for `pass` in the gather buffer, at *at: the prefetched entry if
- * the queue has it next, else gathered now; then the next layers' prefetch started. */
+/* Stage 3: layer j's parameters for `pass` in the gather buffer, at *at: those of the use before
+ * when it was the same layer (reuses), else the prefetched entry if the queue has it next, else
+ * gathered now; then the next layers' prefetch started. */
 static int gather_layer(ct_partition *z, int j, ct_pass pass, int64_t *at, ct_err *err) {
     int key = key_of(z, pass, j), rc = CT_OK;
     /* learn the walk's order; a micro-batch boundary (backward to forward) is not followed */
     if (z->prev_key >= 0 && !(z->prev_key / z->p->layout->n_layers == CT_PASS_BACKWARD && pass == CT_PASS_FORWARD))
         z->next_key[z->prev_key] = key;
     z->prev_key = key;
-    if (z->count > 0) rc = queue_pop(z, err);   /* the layer that ran before: released */
-    bool queued = false;
-    for (int i = 0; i < z->count && !rc; i++) queued |= z->queue[(z->head + i) % GATHER_QUEUE].key == key;
-    while (!rc && z->count > 0 && (!queued || z->queue[z->head].key != key)) rc = queue_pop(z, err);   /* unused */
-    if (!rc && z->count == 0) rc = gather_start(z, key, 0, err);
-    else if (!rc) z->prefetch_used++;
-    if (!rc) rc = gathered_wait(z, &z->queue[z->head], err);
+    if (z->count > 0 && reuses(z, z->queue[z->head].key, key)) {   /* kept: no gather */
+        z->queue[z->head].key = key;
+        z->reused++;
+    } else {
+        if (z->count > 0) rc = queue_pop(z, err);   /* the layer that ran before: released */
+        bool queued = false;
+        for (int i = 0; i < z->count && !rc; i++) queued |= z->queue[(z->head + i) % GATHER_QUEUE].key == key;
+        while (!rc && z->count > 0 && (!queued || z->queue[z->head].key != key)) rc = queue_pop(z, err);   /* unused */
+        if (!rc && z->count == 0) rc = gather_start(z, key, 0, err);
+        else if (!rc) z->prefetch_used++;
+        if (!rc) rc = gathered_wait(z, &z->queue[z->head], err);
+    }
     *at = z->queue[z->head].at;
     return rc ? rc : z->o.prefetch_elems > 0 ? prefetch(z, key, err) : CT_OK;
 }
@@ -393,9 +412,10 @@ int ct_partition_flush(ct_partition *z, ct_err *err) {
     return rc;
 }
 
-void ct_partition_prefetch_counts(const ct_partition *z, long *started, long *used) {
+void ct_partition_prefetch_counts(const ct_partition *z, long *started, long *used, long *reused) {
     *started = z->prefetched;
     *used = z->prefetch_used;
+    *reused = z->reused;
 }
 
 /* The span of layer j that holds flat offset `off`. */

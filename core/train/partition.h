@@ -39,6 +39,11 @@
  * training) is waited for and dropped. Nothing is prefetched across a micro-batch boundary (from a
  * backward to the next forward), nor kept across an update (ct_partition_flush drops it).
  *
+ * Reuse (stage3_max_reuse_distance > 0): a layer gathered again by the very next gathering use
+ * (the last layer's forward then backward; with activation checkpointing a segment's last layer,
+ * recomputed then run backward) keeps its parameters instead: a reuse distance of 0 elements.
+ * Longer distances are not tracked: a layer is released when another one gathers.
+ *
  * Every rank must walk the layers the same number of times per step (the collectives pair up by
  * order): a rank short of micro-batches walks with ct_step_io.hooks_only. The prefetch decisions
  * depend only on that walk and the config, so every rank starts the same gathers in the same
@@ -59,6 +64,8 @@ typedef struct ct_partition_opts {
     bool overlap;                  /* overlap_comm */
     int64_t prefetch_elems;        /* stage3_prefetch_bucket_size: gathered ahead at most (0: none) */
     int64_t max_live_elems;        /* stage3_max_live_parameters */
+    int64_t max_reuse_elems;       /* stage3_max_reuse_distance: > 0 keeps a layer's parameters for
+                                      its next use when nothing is gathered in between */
 } ct_partition_opts;
 
 ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z);
@@ -88,7 +95,8 @@ int ct_partition_refresh(ct_partition *z, ct_err *err);
  * Collective. */
 int ct_partition_flush(ct_partition *z, ct_err *err);
 
-/* Gathers this rank started ahead of their layer, and those of them it used (tests). */
-void ct_partition_prefetch_counts(const ct_partition *z, long *started, long *used);
+/* Gathers this rank started ahead of their layer, those of them it used, and the uses that kept
+ * the parameters of the use before (tests). */
+void ct_partition_prefetch_counts(const ct_partition *z, long *started, long *used, long *reused);
 
 #endif
