@@ -7,9 +7,9 @@
  * optimizer step are those of stage 1).
  *
  * Stage 3: before a layer runs forward, recompute or backward, the prepare hook gathers the
- * parameters it reads into one scratch buffer (all_gather_range: each rank sends what of its part
- * falls in the layer's spans) and points the layer at them; the next layer's gather overwrites
- * them, so at most one layer's parameters are whole at a time.
+ * parameters it reads into the gather buffer (all_gather_range: each rank sends what of its part
+ * falls in the layer's spans) and points the layer at them; the next layer's gather releases
+ * them, so without prefetch at most one layer's parameters are whole at a time.
  *
  * Both stages: in backward the layer's gradients go into a zeroed scratch, and the after hook
  * reduce-scatters them to their owners (reduce_scatter_range), which add them to their part's
@@ -41,7 +41,8 @@
  *
  * Reuse (stage3_max_reuse_distance > 0): a layer gathered again by the very next gathering use
  * (the last layer's forward then backward; with activation checkpointing a segment's last layer,
- * recomputed then run backward) keeps its parameters instead: a reuse distance of 0 elements.
+ * recomputed then run backward; layer 0's backward, then the next micro-batch's forward) keeps
+ * its parameters instead: a reuse distance of 0 elements.
  * Longer distances are not tracked: a layer is released when another one gathers.
  *
  * Every rank must walk the layers the same number of times per step (the collectives pair up by
