@@ -2,8 +2,9 @@
 # bench_overlap.sh: what overlap_comm and stage 3's prefetch buy on this machine (issue 15): the
 # step time of `mpirun -np 2` on an MLP of 3.2 M parameters (1024-1024-1024-1024-10, fp32, micro-
 # batch 32, no accumulation, one thread per rank, 40 steps), whose gradient reduction (12.6 MB per
-# step) takes about as long as its compute or longer, at ZeRO stages 0, 2 and 3, each without and with overlap (stage 3:
-# without overlap and prefetch, then with both, its default). ROUNDS rounds (default 3), the
+# step) takes about as long as its compute or longer, at ZeRO stages 0, 2 and 3, each without and
+# with overlap (stage 3: without overlap, prefetch and reuse, then with all three, its default).
+# ROUNDS rounds (default 3), the
 # configurations interleaved in each, so a change in the machine's load hits them alike; per
 # configuration the median and the best of the step times (the summary's train_batch_size /
 # samples_per_s, which leaves out start-up), the medians of wall_clock_breakdown's backward and
@@ -31,19 +32,20 @@ cat >"$T/mlp.json" <<EOF
  "zero_optimization": {"reduce_bucket_size": 1000000, "stage3_param_persistence_threshold": 0},
  "train": {"max_steps": 40, "seed": 1, "device": "cpu", "threads": 1, "save_interval": 40}}
 EOF
-# name stage overlap prefetch
-CONFIGS="z0 0 false 0
-z0_overlap 0 true 0
-z2 2 false 0
-z2_overlap 2 true 0
-z3 3 false 0
-z3_overlap_prefetch 3 true 50000000"
+# name stage overlap prefetch reuse
+CONFIGS="z0 0 false 0 0
+z0_overlap 0 true 0 0
+z2 2 false 0 0
+z2_overlap 2 true 0 0
+z3 3 false 0 0
+z3_overlap_prefetch 3 true 50000000 1000000000"
 echo "load before: $(cat /proc/loadavg)"
 for round in $(seq "$ROUNDS"); do
-    echo "$CONFIGS" | while read -r name stage overlap prefetch; do
+    echo "$CONFIGS" | while read -r name stage overlap prefetch reuse; do
         $MPIRUN "$B/ctrain" --config "$T/mlp.json" --set steps_per_print=20 --set wall_clock_breakdown=true \
             --set zero_optimization.stage=$stage \
             --set zero_optimization.overlap_comm=$overlap --set zero_optimization.stage3_prefetch_bucket_size=$prefetch \
+            --set zero_optimization.stage3_max_reuse_distance=$reuse \
             --set "train.run_dir=\"$T/$name.$round\"" </dev/null >"$T/$name.$round.out" 2>"$T/$name.$round.err" ||
             { echo "$name failed"; tail -3 "$T/$name.$round.err"; exit 1; }
     done
