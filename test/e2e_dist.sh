@@ -15,6 +15,9 @@
 #    move its update by up to lr, not by lr times the rounding; over 20 steps at lr 0.01 that
 #    stays far below 1e-4 of the weights' norm (~1e-7 measured), while a rank that missed or
 #    doubled a micro-batch moves them by more than 1e-3.
+#  - overlap_comm gives the same weights bit for bit as without: stages 0 and 2, fp32 and fp16, 2 and
+#    3 ranks; stage 3 (overlap and prefetch by default) against no overlap and no prefetch, also on
+#    the language model (recompute passes, a tied head, evaluation);
 #  - fp32 with the gradient norm only on the steps whose line shows it (ZeRO 2, 2 ranks): the ranks
 #    agree on those steps (the sum of squares is all-reduced) and train as the single process;
 #  - per-rank bytes at stage 1 (measured peaks of rank 0) are its part of master and optimizer state;
@@ -179,6 +182,35 @@ offload sgd_z1_np3_off sgd_z1_np3 sgd 3 1 --set zero_optimization.offload_optimi
 offload adam_z2_np2_off adam_z2_np2 adam 2 2 --set zero_optimization.offload_optimizer.device=\"cpu\"
 offload adam_z3_np4_off adam_z3_np4 adam 4 3 --set zero_optimization.offload_optimizer.device=\"cpu\" \
     --set zero_optimization.offload_param.device=\"cpu\"
+# overlap_comm: the gradient reduction of stages 0-2 starts during backward (stage 0: a bucket as soon
+# as its last layer's backward is done; stage 2: a layer's reduce-scatter while the layer below
+# computes), and stage 3 prefetches the next layers' gathers; the same non-blocking collectives as
+# without, so the same weights bit for bit: stages 0 and 2, fp32 (3 buckets at stage 0) and fp16,
+# 2 and 3 ranks, against the same runs with overlap_comm false (stage 3's default is true, with
+# prefetch and reuse: its runs above against overlap_comm false, stage3_prefetch_bucket_size 0 and
+# stage3_max_reuse_distance 0)
+# same_bits NAME BASE CONFIG N STAGE ARGS...: ranks NAME ..., whose weights must be BASE's exactly
+same_bits() {
+    r=$1 base=$2
+    shift 2
+    ranks "$r" "$@"
+    d=$(close "$base" "$r" 0) && ok "$r: the weights of $base, bit for bit" || bad "$r: differs from $base: $d"
+}
+ranks sgd_z2_np2 sgd 2 2
+ranks adam_z2_np3 adam 3 2
+for n in 2 3; do
+    same_bits sgd_np${n}_ov sgd_np$n sgd $n 0 --set zero_optimization.overlap_comm=true
+    same_bits adam_np${n}_ov adam_np$n adam $n 0 --set zero_optimization.overlap_comm=true
+    same_bits sgd_z2_np${n}_ov sgd_z2_np$n sgd $n 2 --set zero_optimization.overlap_comm=true
+    same_bits adam_z2_np${n}_ov adam_z2_np$n adam $n 2 --set zero_optimization.overlap_comm=true
+done
+# stage 1's all-gather of the updated compute copy in calls of allgather_bucket_size elements: copies
+same_bits sgd_z1_np3_ag sgd_z1_np3 sgd 3 1 --set zero_optimization.allgather_bucket_size=20
+same_bits adam_z2_np2_ag adam_z2_np2 adam 2 2 --set zero_optimization.allgather_bucket_size=30
+same_bits sgd_z3_np3_noov sgd_z3_np3 sgd 3 3 --set zero_optimization.overlap_comm=false \
+    --set zero_optimization.stage3_prefetch_bucket_size=0 --set zero_optimization.stage3_max_reuse_distance=0
+same_bits adam_z3_np2_noov adam_z3_np2 adam 2 3 --set zero_optimization.overlap_comm=false \
+    --set zero_optimization.stage3_prefetch_bucket_size=0 --set zero_optimization.stage3_max_reuse_distance=0
 # fp32 without clipping computes the global norm only for the step lines that show it (every 3rd
 # step here): under ZeRO its sum of squares is all-reduced, so every rank must make that choice alike
 ranks sgd_z2_np2_p3 sgd 2 2 --set steps_per_print=3
@@ -208,6 +240,10 @@ EOF
     "$B" --config "$T/lm.json" --set train.run_dir=\""$T/lm1"\" >"$T/lm1.out" 2>"$T/lm1.err" ||
         { bad "lm: the single process (exit $?)"; tail -3 "$T/lm1.err"; }
     ranks lm_z3_np3 lm 3 3
+    # the prefetch and the reuse follow the recompute passes, the tied head and evaluation: the same
+    # bits without them
+    same_bits lm_z3_np3_nopf lm_z3_np3 lm 3 3 --set zero_optimization.stage3_prefetch_bucket_size=0 \
+        --set zero_optimization.stage3_max_reuse_distance=0
     "$PY" -c "
 import json, sys
 a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])

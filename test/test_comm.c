@@ -53,6 +53,23 @@ START_TEST(one_rank) {
     ck_assert_int_eq(c->reduce_scatter_shards(c, a, N, CT_F32, CT_REDUCE_SUM, &err), CT_OK);
     ck_assert_int_eq(c->all_gather_shards(c, a, N, CT_F32, &err), CT_OK);
     ck_assert_mem_eq(a, keep, sizeof keep);
+    /* the non-blocking forms complete at start (a NULL request, which test and wait take) */
+    ct_comm_req *q = (ct_comm_req *)&q;
+    bool done = false;
+    ck_assert_int_eq(c->start_all_reduce(c, a, N, CT_F32, CT_REDUCE_SUM, &q, &err), CT_OK);
+    ck_assert_ptr_null(q);
+    ck_assert_int_eq(c->test(c, q, &done, &err), CT_OK);
+    ck_assert(done);
+    ck_assert_int_eq(c->wait(c, q, &err), CT_OK);
+    ck_assert_mem_eq(a, keep, sizeof keep);
+    memset(b, 0, sizeof keep);
+    ck_assert_int_eq(c->start_all_gather_range(c, b, a, N, 100, 300, CT_F32, &q, &err), CT_OK);
+    ck_assert_int_eq(c->wait(c, q, &err), CT_OK);
+    ck_assert_mem_eq(b, keep + 100, 200 * sizeof(float));
+    memset(b, 0, sizeof keep);
+    ck_assert_int_eq(c->start_reduce_scatter_range(c, b, a + 7, N, 7, 19, CT_F32, &q, &err), CT_OK);
+    ck_assert_int_eq(c->wait(c, q, &err), CT_OK);
+    ck_assert_mem_eq(b, keep + 7, 12 * sizeof(float));
     be->mem.free(be, a);
     be->mem.free(be, b);
     ct_comm_destroy(c);

@@ -5,7 +5,8 @@
  * a partition of 119 elements (parts 40, 40, 39), so nothing divides evenly. Checked: all-reduce
  * (sum and max, fp32 and int32), reduce-scatter and all-gather of equal parts (in place and not;
  * bf16 moves bit for bit), broadcast from rank 1 and a root that does not exist, the shard
- * collectives over the ZeRO partition, ZeRO-2/3's range gather and reduce-scatter, the host
+ * collectives over the ZeRO partition, ZeRO-2/3's range gather and reduce-scatter (blocking and
+ * non-blocking, several in flight), the host
  * all-reduce, barrier, and the refusal of an fp16 reduction. Not a Check suite: Check's forked
  * tests and MPI do not mix. */
 #include <math.h>
@@ -160,11 +161,71 @@ static void check_ranges(ct_comm *c) {
         EXPECT(dst[hi - lo] == -7.0f, "reduce_scatter_range [%lld, %lld) wrote past this rank's share",
                (long long)a, (long long)b);
     }
+    /* in place: each rank's part already at its place in the whole buffer, gathered in 3 pieces */
+    float whole[N];
+    for (int64_t i = 0; i < N; i++) whole[i] = i >= plo && i < phi ? (float)i - 0.5f : -7.0f;
+    for (int64_t a = 0; a < N; a += 50) {
+        int64_t b = a + 50 < N ? a + 50 : N;
+        EXPECT(c->all_gather_range(c, whole + a, whole + plo, N, a, b, CT_F32, &err) == CT_OK,
+               "all_gather_range in place [%lld, %lld): %s", (long long)a, (long long)b, err.msg);
+    }
+    for (int i = 0; i < N; i++) EXPECT(whole[i] == (float)i - 0.5f, "all_gather_range in place at %d: %g", i, whole[i]);
     /* 16-bit parameters move bit for bit */
     uint16_t h[N], hp[N];
     for (int64_t i = plo; i < phi; i++) hp[i - plo] = (uint16_t)(i * 5 + 2);
     EXPECT(c->all_gather_range(c, h, hp, N, 30, 90, CT_BF16, &err) == CT_OK, "all_gather_range bf16: %s", err.msg);
     for (int i = 30; i < 90; i++) EXPECT(h[i - 30] == i * 5 + 2, "all_gather_range bf16 [%d]: %u", i, h[i - 30]);
+}
+
+/* The non-blocking forms: several in flight at once (an all-reduce, a range reduce-scatter and a
+ * range gather over the 119-element partition), tested until done in one order and waited for in
+ * another; each result equal to its blocking form's up to the order of the additions (OpenMPI's
+ * non-blocking algorithms are other ones), the gather bit for bit. */
+static void check_non_blocking(ct_comm *c) {
+    enum { N = 119, M = 5000 };
+    float *x = malloc(M * sizeof *x), *want = malloc(M * sizeof *want), src[N], dst[N + 1], sums[N];
+    float part[N], gathered[N + 1];
+    ct_err err = {0};
+    int64_t plo, phi, lo, hi;
+    ct_comm_shard(N, c->world, c->rank, &plo, &phi);
+    ct_comm_shard_range(N, c->world, c->rank, 10, 100, &lo, &hi);
+    fill(x, M, c->rank, 30);
+    sum_over(want, M, c->world, 30);
+    fill(src, 90, c->rank, 31);
+    sum_over(sums, 90, c->world, 31);
+    for (int64_t i = plo; i < phi; i++) part[i - plo] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i <= N; i++) dst[i] = gathered[i] = -7.0f;
+    ct_comm_req *q[3] = {0};
+    EXPECT(c->start_all_reduce(c, x, M, CT_F32, CT_REDUCE_SUM, &q[0], &err) == CT_OK, "start_all_reduce: %s", err.msg);
+    EXPECT(c->start_reduce_scatter_range(c, dst, src, N, 10, 100, CT_F32, &q[1], &err) == CT_OK,
+           "start_reduce_scatter_range: %s", err.msg);
+    EXPECT(c->start_all_gather_range(c, gathered, part, N, 5, 117, CT_F32, &q[2], &err) == CT_OK,
+           "start_all_gather_range: %s", err.msg);
+    EXPECT(q[0] && q[1] && q[2], "a request for each collective started on %d ranks", c->world);
+    bool done = false;
+    for (int spins = 0; !done && spins < 1000000; spins++)
+        EXPECT(c->test(c, q[1], &done, &err) == CT_OK, "test: %s", err.msg);
+    EXPECT(done, "the reduce-scatter completes under test alone");
+    for (int k = 2; k >= 0; k--) EXPECT(c->wait(c, q[k], &err) == CT_OK, "wait %d: %s", k, err.msg);
+    for (int i = 0; i < M; i++) EXPECT(close_to(x[i], want[i]), "start_all_reduce [%d]: %g, want %g", i, x[i], want[i]);
+    for (int64_t i = lo; i < hi; i++)
+        EXPECT(close_to(dst[i - lo], sums[i - 10]), "start_reduce_scatter_range at %lld: %g, want %g", (long long)i,
+               dst[i - lo], sums[i - 10]);
+    EXPECT(dst[hi - lo] == -7.0f, "start_reduce_scatter_range wrote past this rank's share");
+    for (int i = 5; i < 117; i++)
+        EXPECT(gathered[i - 5] == (float)i * 0.25f - 3.0f, "start_all_gather_range at %d: %g", i, gathered[i - 5]);
+    EXPECT(gathered[112] == -7.0f, "start_all_gather_range wrote past its end");
+    /* every rank gets the same bits from a non-blocking sum: the ranks' weights stay equal */
+    double h = 0;
+    for (int i = 0; i < M; i++) h += (double)x[i] * (double)(i + 1);
+    double lo_h = h, hi_h = h;
+    EXPECT(c->all_reduce_host(c, &lo_h, 1, CT_REDUCE_MAX, &err) == CT_OK && (hi_h = -h,
+           c->all_reduce_host(c, &hi_h, 1, CT_REDUCE_MAX, &err) == CT_OK), "all_reduce_host: %s", err.msg);
+    EXPECT(lo_h == h && -hi_h == h, "the non-blocking all-reduce gave the ranks different sums");
+    uint16_t hbits[4] = {0};
+    EXPECT(c->start_all_reduce(c, hbits, 4, CT_F16, CT_REDUCE_SUM, &q[0], &err) == CT_ERR_RUNTIME &&
+           strstr(err.msg, "fp16") && !q[0], "an fp16 non-blocking reduction is refused naming the dtype: %s", err.msg);
+    free(x), free(want);
 }
 
 static void check_host(ct_comm *c) {
@@ -209,6 +270,7 @@ int main(int argc, char **argv) {
     check_broadcast(c);
     check_shards(c);
     check_ranges(c);
+    check_non_blocking(c);
     check_host(c);
     if (c->rank == 0) printf("%s: %d failure(s) on rank 0\n", argv[0], failures);
     c->failed = failures > 0;   /* a failing rank leaves at once; mpirun ends the rest */

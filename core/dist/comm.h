@@ -11,7 +11,16 @@
  *
  * Buffers are in the memory of the backend the communicator was created for; element counts are
  * per rank where said. Every call returns CT_OK or an error (CT_ERR_RUNTIME naming the collective)
- * and is collective: every rank calls it, in the same order. */
+ * and is collective: every rank calls it, in the same order.
+ *
+ * The start_* entries are the non-blocking forms of three collectives (overlap_comm, ZeRO-3's
+ * prefetch): they begin the collective and return a request at once; the buffers belong to the
+ * collective until wait returns (neither read nor written by the caller). Every rank starts the
+ * same non-blocking collectives in the same order (they pair up by order, as the blocking ones do).
+ * OpenMPI moves a non-blocking collective on only inside MPI calls, so a caller that wants it to
+ * progress while it computes calls test now and then (after each layer). A non-blocking reduction
+ * may add in another order than its blocking form (OpenMPI runs other algorithms for them): code
+ * that must give the same bits with and without overlap uses the start_* forms in both cases. */
 #ifndef CT_DIST_COMM_H
 #define CT_DIST_COMM_H
 
@@ -22,6 +31,8 @@
 typedef enum { CT_REDUCE_SUM = 0, CT_REDUCE_MAX } ct_reduce_op;
 
 typedef struct ct_comm ct_comm;
+/* A non-blocking collective in flight; NULL is one that completed when it started (one rank). */
+typedef struct ct_comm_req ct_comm_req;
 struct ct_comm {
     const char *name;            /* "single", "mpi", "nccl" */
     int rank, world;
@@ -52,7 +63,8 @@ struct ct_comm {
     int (*all_gather_shards)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err);
     /* ZeRO-3's gather of one layer's parameters: every rank holds only its part of the n elements
      * (`part`: element lo_r at part[0]); dst[0, b - a) = the elements [a, b), each rank sending
-     * what of its part falls in that range (some send nothing). */
+     * what of its part falls in that range (some send nothing). `part` may be inside dst, at its
+     * place there (part + (lo_r - a) == dst + ...: in place; stage 1-2's bucketed all-gather). */
     int (*all_gather_range)(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
                             ct_dtype dt, ct_err *err);
     /* ZeRO-3's gradient reduction of one layer: every rank holds src[0, b - a) for the elements
@@ -63,6 +75,20 @@ struct ct_comm {
     /* Small host values (norms, flags, loss sums): vals[n] = op over ranks, in double. */
     int (*all_reduce_host)(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err);
     int (*barrier)(ct_comm *c, ct_err *err);
+    /* Non-blocking all_reduce, reduce_scatter_range and all_gather_range (same arguments and
+     * results once waited for); *req receives the request. */
+    int (*start_all_reduce)(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
+                            ct_err *err);
+    int (*start_reduce_scatter_range)(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                      ct_dtype dt, ct_comm_req **req, ct_err *err);
+    int (*start_all_gather_range)(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                                  ct_dtype dt, ct_comm_req **req, ct_err *err);
+    /* *done = whether req has completed; moves it (and the others in flight) on. req stays valid
+     * until wait. Not collective. */
+    int (*test)(ct_comm *c, ct_comm_req *req, bool *done, ct_err *err);
+    /* Waits for req and frees it (whatever it returns). Bounded as a blocking collective is
+     * (CTRAIN_COMM_TIMEOUT): past it, an error naming the collective and how long it waited. */
+    int (*wait)(ct_comm *c, ct_comm_req *req, ct_err *err);
     void (*destroy)(ct_comm *c);
 };
 

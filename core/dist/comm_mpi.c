@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,8 +256,12 @@ static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, 
     int64_t plo, phi, lo, hi;
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
     ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
-    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts,
-                                                     displs, t, COMM(c)));
+    /* a part that is already in dst's place (the whole compute copy gathered in buckets) is sent
+     * from there: MPI wants that said, not two aliased buffers */
+    const void *mine = ct_celem(part, lo - plo, dt);
+    if (mine == ct_elem(dst, lo - a, dt)) mine = MPI_IN_PLACE;
+    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(mine, counts[c->rank], t, dst, counts, displs, t,
+                                                     COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
@@ -285,6 +290,136 @@ static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_
 static int barrier(ct_comm *c, ct_err *err) {
     int rc = WATCHED(c, "barrier", MPI_Barrier(COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "barrier", rc, err);
+}
+
+/* ---- the non-blocking forms ---- */
+
+/* A collective in flight: its MPI requests (an all-reduce past INT_MAX elements is several) and the
+ * counts and offsets MPI reads until it completes. */
+struct ct_comm_req {
+    const char *what;
+    int n;
+    MPI_Request *reqs;           /* [n] */
+    int *counts;                 /* [2 * world] or NULL: counts, then offsets */
+};
+
+static ct_comm_req *req_new(const char *what, int n, int world) {
+    ct_comm_req *q = ct_xcalloc(1, sizeof *q);
+    q->what = what;
+    q->n = n;
+    q->reqs = ct_xcalloc((size_t)(n > 0 ? n : 1), sizeof *q->reqs);
+    for (int i = 0; i < n; i++) q->reqs[i] = MPI_REQUEST_NULL;
+    if (world > 0) q->counts = ct_xcalloc((size_t)world * 2, sizeof *q->counts);
+    return q;
+}
+
+static void req_free(ct_comm_req *q) {
+    if (!q) return;
+    free(q->reqs);
+    free(q->counts);
+    free(q);
+}
+
+/* A start that failed: the parts already started are waited for (MPI wants every request
+ * completed), then the error. */
+static int start_failed(ct_comm *c, ct_comm_req *q, int code, ct_err *err) {
+    MPI_Waitall(q->n, q->reqs, MPI_STATUSES_IGNORE);
+    int rc = failed(c, q->what, code, err);
+    req_free(q);
+    return rc;
+}
+
+static int start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
+                            ct_err *err) {
+    *req = NULL;
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-reduce", dt, err);
+    int pieces = (int)((n + INT_MAX - 1) / INT_MAX);
+    ct_comm_req *q = req_new("all-reduce (non-blocking)", pieces, 0);
+    for (int i = 0; i < pieces; i++) {
+        int64_t at = (int64_t)i * INT_MAX;
+        int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), COMM(c), &q->reqs[i]);
+        if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
+    }
+    *req = q;
+    return CT_OK;
+}
+
+static int start_reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                      ct_dtype dt, ct_comm_req **req, ct_err *err) {
+    *req = NULL;
+    MPI_Datatype t = mpi_type(dt, true);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "reduce-scatter", dt, err);
+    ct_comm_req *q = req_new("reduce-scatter (non-blocking)", 1, c->world);
+    int *counts = q->counts, *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        req_free(q);
+        return too_many(c, "reduce-scatter", b - a, err);
+    }
+    int rc = MPI_Ireduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c), &q->reqs[0]);
+    if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
+    *req = q;
+    return CT_OK;
+}
+
+static int start_all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                                  ct_dtype dt, ct_comm_req **req, ct_err *err) {
+    *req = NULL;
+    MPI_Datatype t = mpi_type(dt, false);
+    if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
+    ct_comm_req *q = req_new("all-gather (non-blocking)", 1, c->world);
+    int *counts = q->counts, *displs = counts + c->world;
+    if (!range_counts(c, n, a, b, counts, displs)) {
+        req_free(q);
+        return too_many(c, "all-gather", b - a, err);
+    }
+    int64_t plo, phi, lo, hi;
+    ct_comm_shard(n, c->world, c->rank, &plo, &phi);
+    ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
+    int rc = MPI_Iallgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts, displs, t,
+                             COMM(c), &q->reqs[0]);
+    if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
+    *req = q;
+    return CT_OK;
+}
+
+static int req_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
+    *done = true;
+    if (!q) return CT_OK;
+    int flag = 0, rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return failed(c, q->what, rc, err);
+    *done = flag != 0;
+    return CT_OK;
+}
+
+/* Polls the request instead of MPI_Wait, so that this wait, not the watchdog, sees the timeout and
+ * the error names the collective (the rank then ends as on any error: without MPI_Finalize, and
+ * mpirun ends the others). A request abandoned on a timeout is not freed: MPI may still write. */
+static int req_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
+    if (!q) return CT_OK;
+    int timeout_s = ((mpi_impl *)c->impl)->dog.timeout_s;
+    struct timespec since;
+    clock_gettime(CLOCK_MONOTONIC, &since);
+    for (;;) {
+        int flag = 0, rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            rc = failed(c, q->what, rc, err);
+            req_free(q);
+            return rc;
+        }
+        if (flag) break;
+        double waited = seconds_since(&since);
+        if (timeout_s > 0 && waited >= timeout_s)
+            return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: MPI %s has waited %.0f s for the other ranks "
+                           "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending "
+                           "the job.\n  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately "
+                           "takes longer between collectives (a large checkpoint save on rank 0)", c->rank,
+                           c->world, q->what, waited, timeout_s);
+        sched_yield();   /* oversubscribed ranks (more than cores) get the core while this one waits */
+    }
+    req_free(q);
+    return CT_OK;
 }
 
 /* A rank that failed leaves without MPI_Finalize: the others may be waiting in a collective it
@@ -422,7 +557,10 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, co
                    .broadcast = broadcast, .reduce_scatter_shards = reduce_scatter_shards,
                    .all_gather_shards = all_gather_shards, .all_gather_range = all_gather_range,
                    .reduce_scatter_range = reduce_scatter_range, .all_reduce_host = all_reduce_host,
-                   .barrier = barrier, .destroy = destroy};
+                   .barrier = barrier, .start_all_reduce = start_all_reduce,
+                   .start_reduce_scatter_range = start_reduce_scatter_range,
+                   .start_all_gather_range = start_all_gather_range, .test = req_test, .wait = req_wait,
+                   .destroy = destroy};
     start_watchdog(&m->dog, l->comm_timeout_s, rank, world);
     if (joining && (rc = join_ranks(c, m, err))) {
         c->failed = true;

@@ -17,6 +17,7 @@
 #include "core/report/metrics.h"
 #include "core/report/report.h"
 #include "core/train/partition.h"
+#include "core/train/grad_buckets.h"
 #include "core/train/plan.h"
 #include "core/train/step_capture.h"
 #include "core/train/train.h"
@@ -33,6 +34,7 @@ typedef struct ct_trainer_model {
     ct_exec_hooks hooks;         /* around every layer of a training step and of evaluation:
                                     ZeRO-2/3's gathers and reductions (partition.h); else empty */
     ct_partition *part;          /* ZeRO stages 2 and 3: their buffers and hooks (else NULL) */
+    ct_grad_buckets *buckets;    /* stages 0 and 1: the gradient all-reduce's buckets (else NULL) */
     float *loss_acc;             /* [4] backend memory: loss sum and correct count of the micro-
                                     batches so far (weighted by samples), then eval's */
     struct ct_lm *sampler;       /* train.sample_every: the model borrowed for generation */

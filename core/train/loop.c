@@ -35,13 +35,22 @@ static ct_exec_bufs exec_bufs(const ct_trainer *t) {
 }
 
 /* Every rank's compute copy complete again after its part changed (an update, a load): the
- * all-gather of the parts, or under ZeRO-3 the persistent views' (the others are gathered layer
- * by layer). Collective; nothing to do when this rank holds everything. */
+ * all-gather of the parts, in place, in calls of zero_optimization.allgather_bucket_size elements
+ * (0: one), or under ZeRO-3 the persistent views' (the others are gathered layer by layer).
+ * Collective; nothing to do when this rank holds everything. */
 static int share_params(ct_trainer *t, ct_err *err) {
     const ct_param_store *p = t->m.params;
     if (p->part_params) return ct_partition_refresh(t->m.part, err);
     if (holds_all(p)) return CT_OK;
-    return t->comm->all_gather_shards(t->comm, p->params, p->layout->n_params, p->compute, err);
+    int64_t n = p->layout->n_params, bucket = (int64_t)t->cfg->zero.allgather_bucket_size;
+    if (bucket <= 0 || bucket > n) bucket = n;
+    for (int64_t at = 0; at < n; at += bucket) {
+        int64_t end = n - at < bucket ? n : at + bucket;
+        int rc = t->comm->all_gather_range(t->comm, ct_elem(p->params, at, p->compute),
+                                           ct_elem(p->params, p->lo, p->compute), n, at, end, p->compute, err);
+        if (rc) return rc;
+    }
+    return CT_OK;
 }
 
 /* Add the last loss (times `weight` samples) and its correct count into the accumulator. */
@@ -153,20 +162,6 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     return share_params(t, err);
 }
 
-/* The gradients summed over ranks in place, in buckets of zero_optimization.reduce_bucket_size
- * elements (one call per bucket bounds the size of each message; 0: one bucket). */
-static int all_reduce_grads(ct_trainer *t, ct_err *err) {
-    ct_param_store *p = t->m.params;
-    int64_t n = p->layout->n_params, bucket = (int64_t)t->cfg->zero.reduce_bucket_size;
-    if (bucket <= 0 || bucket > n) bucket = n > 0 ? n : 1;
-    for (int64_t at = 0; at < n; at += bucket) {
-        int64_t k = n - at < bucket ? n - at : bucket;
-        int rc = t->comm->all_reduce(t->comm, p->grads + at, k, CT_F32, CT_REDUCE_SUM, err);
-        if (rc) return rc;
-    }
-    return CT_OK;
-}
-
 /* Whether step (1-based) computes the global gradient norm: clipping needs it, the fp16 loss
  * scaler's overflow check is its sum of squares, and a plain step line shows it. The sum of
  * squares is a pass over every gradient (5% of a small MLP's epoch), so the other steps skip it:
@@ -191,9 +186,10 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    /* ZeRO stages 2 and 3 reduce-scattered every layer's gradients to their owners as backward
-     * finished it (partition.h) */
-    int rc = p->part_grads ? CT_OK : all_reduce_grads(t, err);
+    /* the gradients summed over ranks: stages 0-1 all-reduce them in buckets (grad_buckets.h),
+     * stages 2 and 3 reduce-scattered every layer's to their owners as backward finished it
+     * (partition.h); either may still be in flight (overlap_comm) */
+    int rc = p->part_grads ? ct_partition_flush(t->m.part, err) : ct_grad_buckets_finish(t->m.buckets, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = NAN;
     if (needs_grad_norm(t, step)) {
@@ -291,6 +287,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
                          .loss_grad_scale = (float)k / (float)n * scale};
         uint64_t m0 = runner->timed ? t->be->queue.timer_mark(t->be) : 0;
         const ct_exec_hooks *hooks = ct_trainer_profiler_hooks(t, ls->step + 1, g);
+        if (m->buckets) ct_grad_buckets_arm(m->buckets, start + mb >= hi);   /* its backward reduces */
         if ((rc = ct_step_run(runner, &bufs, &io, hooks, err))) return rc;
         if (runner->timed) {
             uint64_t m2 = t->be->queue.timer_mark(t->be);

@@ -59,7 +59,8 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
     if (stage >= 2) {   /* the gradient scratch; stage 3: the gather scratch and persistent views */
         size_t part[CT_MEM_CAT_COUNT];
-        ct_partition_plan(L, compute, stage, cfg->zero.param_persistence_threshold, cfg->world_size, part);
+        ct_partition_opts po = ct_partition_opts_from(&cfg->zero);
+        ct_partition_plan(L, compute, stage, &po, cfg->world_size, part);
         for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->bytes[c] += part[c];
     }
     for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];

@@ -245,10 +245,17 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
                                           ct_run_plan_store_parts(stage), &m->params, err);
     /* stage 2: the gradients are this rank's part, reduced layer by layer; stage 3: the
      * parameters too, gathered layer by layer */
-    if (!rc && stage >= 2)
-        rc = ct_partition_create(m->params, t->comm, t->cfg->zero.param_persistence_threshold, &m->part, err);
+    ct_partition_opts po = ct_partition_opts_from(&t->cfg->zero);
+    if (!rc && stage >= 2) rc = ct_partition_create(m->params, t->comm, &po, &m->part, err);
     if (!rc && m->part) m->hooks = ct_partition_hooks(m->part);
     if (rc) return rc;
+    /* stages 0 and 1: the gradients all-reduced in buckets, during backward with overlap_comm */
+    const ct_zero_cfg *z = &t->cfg->zero;
+    if (stage <= 1) {
+        m->buckets = ct_grad_buckets_create(L, m->params->grads, (int64_t)z->reduce_bucket_size, t->comm,
+                                            z->overlap_comm);
+        if (z->overlap_comm && t->comm->world > 1) m->hooks = ct_grad_buckets_hooks(m->buckets);
+    }
     ct_optim_tensor *tensors = optim_tensors(L, &n);
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
                          tensors, n, m->params->lo, m->params->hi, &m->opt, err);
@@ -534,6 +541,7 @@ void ct_trainer_close(ct_trainer *t) {
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
     ct_partition_free(t->m.part);
+    ct_grad_buckets_free(t->m.buckets);
     ct_param_store_free(t->m.params);
     ct_graph_free(t->m.g);
     ct_comm_destroy(t->comm);
