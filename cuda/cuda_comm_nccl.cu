@@ -338,35 +338,6 @@ static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t 
     return queued(c, "reduce-scatter", r != ncclSuccess ? r : end, err);
 }
 
-/* The non-blocking forms: NCCL's calls are non-blocking already (queued on the compute stream, in
- * order with whatever reads their buffers next), so each starts its blocking form and hands back
- * the NULL request of a collective that needs no wait. Overlap with compute on the device needs a
- * communication stream and events; not written yet (docs/distributed.md). */
-static int start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
-                            ct_err *err) {
-    *req = NULL;
-    return all_reduce(c, buf, n, dt, op, err);
-}
-
-static int start_reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
-                                      ct_dtype dt, ct_comm_req **req, ct_err *err) {
-    *req = NULL;
-    return reduce_scatter_range(c, dst, src, n, a, b, dt, err);
-}
-
-static int start_all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
-                                  ct_dtype dt, ct_comm_req **req, ct_err *err) {
-    *req = NULL;
-    return all_gather_range(c, dst, part, n, a, b, dt, err);
-}
-
-static int req_test(ct_comm *c, ct_comm_req *req, bool *done, ct_err *err) {
-    *done = true;
-    return CT_OK;
-}
-
-static int req_wait(ct_comm *c, ct_comm_req *req, ct_err *err) { return CT_OK; }
-
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
     nccl_impl *m = impl_of(c);
     if (m->host) return m->host->all_reduce_host(m->host, vals, n, op, err);
@@ -449,11 +420,14 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
     c->reduce_scatter_range = reduce_scatter_range;
     c->all_reduce_host = all_reduce_host;
     c->barrier = barrier;
-    c->start_all_reduce = start_all_reduce;
-    c->start_reduce_scatter_range = start_reduce_scatter_range;
-    c->start_all_gather_range = start_all_gather_range;
-    c->test = req_test;
-    c->wait = req_wait;
+    /* NCCL's calls are non-blocking already (queued on the compute stream, before whatever reads
+     * their buffers): the non-blocking forms are the same calls, with nothing to wait for. Overlap
+     * with compute on the device needs a communication stream and events: not written yet. */
+    c->start_all_reduce = ct_comm_start_all_reduce_now;
+    c->start_reduce_scatter_range = ct_comm_start_reduce_scatter_range_now;
+    c->start_all_gather_range = ct_comm_start_all_gather_range_now;
+    c->test = ct_comm_test_now;
+    c->wait = ct_comm_wait_now;
     c->destroy = destroy;
     m->host = host;
     int rc = nccl_load(&m->api, err);

@@ -52,32 +52,6 @@ static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_
 
 static int barrier(ct_comm *c, ct_err *err) { return CT_OK; }
 
-/* One rank: the non-blocking forms complete at once (a request of NULL). */
-static int start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
-                            ct_err *err) {
-    *req = NULL;
-    return all_reduce(c, buf, n, dt, op, err);
-}
-
-static int start_reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
-                                      ct_dtype dt, ct_comm_req **req, ct_err *err) {
-    *req = NULL;
-    return reduce_scatter_range(c, dst, src, n, a, b, dt, err);
-}
-
-static int start_all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
-                                  ct_dtype dt, ct_comm_req **req, ct_err *err) {
-    *req = NULL;
-    return all_gather_range(c, dst, part, n, a, b, dt, err);
-}
-
-static int req_test(ct_comm *c, ct_comm_req *req, bool *done, ct_err *err) {
-    *done = true;
-    return CT_OK;
-}
-
-static int req_wait(ct_comm *c, ct_comm_req *req, ct_err *err) { return CT_OK; }
-
 static void destroy(ct_comm *c) { free(c); }
 
 ct_comm *ct_comm_single(ct_backend *be) {
@@ -87,8 +61,11 @@ ct_comm *ct_comm_single(ct_backend *be) {
                    .reduce_scatter_shards = reduce_scatter_shards, .all_gather_shards = all_gather_shards,
                    .all_gather_range = all_gather_range, .reduce_scatter_range = reduce_scatter_range,
                    .all_reduce_host = all_reduce_host, .barrier = barrier,
-                   .start_all_reduce = start_all_reduce, .start_reduce_scatter_range = start_reduce_scatter_range,
-                   .start_all_gather_range = start_all_gather_range, .test = req_test, .wait = req_wait,
+                   /* one rank: the non-blocking forms complete at once */
+                   .start_all_reduce = ct_comm_start_all_reduce_now,
+                   .start_reduce_scatter_range = ct_comm_start_reduce_scatter_range_now,
+                   .start_all_gather_range = ct_comm_start_all_gather_range_now, .test = ct_comm_test_now,
+                   .wait = ct_comm_wait_now,
                    .destroy = destroy};
     return c;
 }
