@@ -18,9 +18,8 @@ line per run, then one summary line.
 import argparse
 import json
 import os
-import resource
-import subprocess
-import tempfile
+
+import ctrain_run
 
 def config(data, checkpoint, micro, steps):
     with open("configs/tiny_lm.json") as f:
@@ -37,24 +36,8 @@ def config(data, checkpoint, micro, steps):
 
 
 def run(build, data, checkpoint, micro, steps):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "c.json")
-        with open(path, "w") as f:
-            json.dump(config(data, checkpoint, micro, steps), f)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        load = os.getloadavg()[0]
-        out = subprocess.run([os.path.join(build, "ctrain"), "--quiet", "--config", path, "--set",
-                              "train.run_dir=" + os.path.join(tmp, "run")], capture_output=True, text=True,
-                             check=True).stdout
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        summary = json.loads(out.strip().splitlines()[-1])
-        step_ms = []
-        with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
-            for line in f:
-                rec = json.loads(line)
-                if "step_ms" in rec and rec.get("step", 0) > 2:
-                    step_ms.append(rec["step_ms"])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    r = ctrain_run.measure(build, config(data, checkpoint, micro, steps))
+    summary, step_ms, cpu, load = r["summary"], r["step_ms"], r["cpu_s"], r["load"]
     return {"checkpoint": checkpoint, "micro": micro, "steps": steps,
             "arena_bytes": summary["peak_bytes_by_category"]["activations"],
             "planned_bytes": summary["planned_bytes_by_category"]["activations"],

@@ -18,9 +18,8 @@ means per setting.
 import argparse
 import json
 import os
-import resource
-import subprocess
-import tempfile
+
+import ctrain_run
 
 
 def config(args, chunk_rows):
@@ -43,24 +42,8 @@ def config(args, chunk_rows):
 
 
 def run(args, chunk_rows):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "c.json")
-        with open(path, "w") as f:
-            json.dump(config(args, chunk_rows), f)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        load = os.getloadavg()[0]
-        out = subprocess.run([os.path.join(args.build, "ctrain"), "--quiet", "--config", path, "--set",
-                              "train.run_dir=" + os.path.join(tmp, "run")], capture_output=True, text=True,
-                             check=True).stdout
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        summary = json.loads(out.strip().splitlines()[-1])
-        step_ms = []
-        with open(os.path.join(tmp, "run", "metrics.jsonl")) as f:
-            for line in f:
-                rec = json.loads(line)
-                if "step_ms" in rec and rec.get("step", 0) > 2:
-                    step_ms.append(rec["step_ms"])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    r = ctrain_run.measure(args.build, config(args, chunk_rows))
+    summary, step_ms, cpu, load = r["summary"], r["step_ms"], r["cpu_s"], r["load"]
     return {"chunk_rows": chunk_rows, "micro": args.micro, "vocab": args.vocab, "checkpoint": args.checkpoint,
             "arena_bytes": summary["peak_bytes_by_category"]["activations"],
             "planned_bytes": summary["planned_bytes_by_category"]["activations"],
