@@ -189,7 +189,10 @@ static int open_root(ct_rdzv *r, const ct_launch *l, ct_err *err) {
             break;
         }
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
+        if (fd < 0) {
+            usleep(10 * 1000); /* out of descriptors, a connection gone: not a busy loop */
+            continue;
+        }
         int rank;
         if ((rc = hear_hello(r, fd, l, &rank, err))) {
             close(fd);
