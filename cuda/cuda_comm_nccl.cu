@@ -400,9 +400,14 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
                                                                                ct_err *err) {
     *out = NULL;
     ncclUniqueId id;
-    if (!id_from_hex(id_hex, &id))
-        return ct_errf(err, CT_ERR_RUNTIME, "rank %d: the NCCL unique id from rank 0 is not %zu hex digits", rank,
-                       2 * sizeof id.internal);
+    if (!id_from_hex(id_hex, &id)) {
+        if (host) { /* taken over: ended here, as a failed rank's */
+            host->failed = true;
+            host->destroy(host);
+        }
+        return ct_errf(err, CT_ERR_RUNTIME, "rank %d: the NCCL unique id from rank 0 is not %zu hex digits (did rank "
+                       "0 fail? its output says why)", rank, 2 * sizeof id.internal);
+    }
     nccl_impl *m = (nccl_impl *)ct_xcalloc(1, sizeof *m);
     ct_comm *c = (ct_comm *)ct_xcalloc(1, sizeof *c);
     c->name = "nccl";

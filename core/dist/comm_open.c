@@ -65,6 +65,15 @@ static int load_mpi(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *e
                    "make), or set CTRAIN_MPI_LIB to its path", tried);
 }
 
+/* MPI's rank and size against the launcher's: a process started with another mpirun's variables
+ * would train another world than the one it believes in. */
+static int check_mpi_rank(const ct_comm *c, const ct_launch *l, ct_err *err) {
+    if (c->rank == l->rank && c->world == l->world) return CT_OK;
+    return ct_errf(err, CT_ERR_RUNTIME, "MPI says rank %d of %d but %s says rank %d of %d: the process was "
+                   "not started by the mpirun whose variables it has", c->rank, c->world, ct_launch_name(l),
+                   l->rank, l->world);
+}
+
 /* The CUDA library's NCCL entry points (cuda/cuda_comm_nccl.cu). */
 typedef int (*nccl_id_fn)(char *hex, size_t hex_n, ct_err *err);
 typedef int (*nccl_create_fn)(ct_backend *be, int rank, int world, const char *id_hex, ct_comm *host, int timeout_s,
@@ -95,6 +104,7 @@ static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *
     } else if (l->world > 1) {
         /* mpirun: MPI for the id, and for host values afterwards */
         rc = load_mpi(be, l, &host, err);
+        if (!rc) rc = check_mpi_rank(host, l, err);
         enum { ID_HEX = 257 };   /* NCCL's 128-byte id as hex, and its end */
         if (!rc && l->rank == 0) rc = unique_id(id, ID_HEX, err);
         /* a failed rank 0 still joins the broadcast, with an empty id the others refuse */
@@ -135,10 +145,7 @@ int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err)
     int rc = load_mpi(be, l, out, err);
     if (rc) return rc;
     ct_comm *c = *out;
-    if (c->rank == l->rank && c->world == l->world) return CT_OK;
-    rc = ct_errf(err, CT_ERR_RUNTIME, "MPI says rank %d of %d but %s says rank %d of %d: the process was "
-                 "not started by the mpirun whose variables it has", c->rank, c->world, ct_launch_name(l),
-                 l->rank, l->world);
+    if (!(rc = check_mpi_rank(c, l, err))) return CT_OK;
     c->failed = true;
     ct_comm_destroy(c);
     *out = NULL;
