@@ -65,7 +65,8 @@ static int write_summary(const ct_summary *s, const char *path, ct_err *err) {
 
 /* Open the trainer without resume or init_from, load the checkpoint's weights, evaluate. */
 static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_err *err) {
-    ct_run_opts ro = {.quiet = a->quiet, .summary_path = a->summary, .weights_from_checkpoint = true};
+    ct_run_opts ro = {.quiet = a->quiet, .summary_path = a->summary, .weights_from_checkpoint = true,
+                      .forward_only = true};
     ct_trainer *t = NULL;
     int rc = ct_trainer_open_bare(cfg, &ro, s, &t, err);
     if (!rc && !t->d.eval_ds)

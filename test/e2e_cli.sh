@@ -145,6 +145,9 @@ cp "$T/state.saved" "$ck/state.json"
 expect 0 "eval --device --seed --set --quiet --summary" -- "$B" eval --config "$R" --checkpoint "$ck" --device cpu \
     --seed 9 --set data.eval.limit=64 --train.threads=1 --quiet --summary "$T/eval.json"
 has "$T/eval.json" '"status":"ok","steps":40' "eval wrote its summary"
+# an evaluation has no gradients and no optimizer state: neither planned nor allocated
+has "$T/eval.json" '"peak_bytes_by_category":{[^}]*"grads":0,"optim":0,' "eval allocated no gradients or optimizer state"
+has "$T/eval.json" '"planned_bytes_by_category":{[^}]*"grads":0,"optim":0,' "eval planned no gradients or optimizer state"
 expect 2 "eval --device with a bad device" -- "$B" eval --config "$R" --checkpoint "$ck" --device gpu
 has "$T/err" "train.device" "eval names the key of a bad --device"
 expect 2 "eval --seed -1" -- "$B" eval --config "$R" --checkpoint "$ck" --seed -1

@@ -16,7 +16,7 @@ void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo,
     int64_t grads = parts & CT_STORE_PART_GRADS ? hi - lo : L->n_params;
     int64_t params = parts & CT_STORE_PART_PARAMS ? hi - lo : L->n_params;
     bytes[CT_MEM_MASTER] = fp32_bytes(hi - lo) + fp32_bytes(L->n_buffers);
-    bytes[CT_MEM_GRADS] = fp32_bytes(grads);
+    bytes[CT_MEM_GRADS] = parts & CT_STORE_NO_GRADS ? 0 : fp32_bytes(grads);
     if (copy_needed(L, compute, lo, hi, parts)) bytes[CT_MEM_PARAMS] = ct_nbytes(params > 0 ? params : 1, compute);
 }
 
@@ -30,9 +30,9 @@ int ct_param_store_create(const ct_param_layout *L, ct_backend *be, ct_dtype com
     size_t master = fp32_bytes(hi - lo), buffers = fp32_bytes(L->n_buffers);
     s->master = be->mem.alloc(be, master, CT_MEM_MASTER);
     s->buffers = be->mem.alloc(be, buffers, CT_MEM_MASTER);
-    s->grads = be->mem.alloc(be, b[CT_MEM_GRADS], CT_MEM_GRADS);
+    s->grads = b[CT_MEM_GRADS] ? be->mem.alloc(be, b[CT_MEM_GRADS], CT_MEM_GRADS) : NULL;
     s->params = b[CT_MEM_PARAMS] ? be->mem.alloc(be, b[CT_MEM_PARAMS], CT_MEM_PARAMS) : s->master;
-    if (!s->master || !s->buffers || !s->grads || !s->params) {
+    if (!s->master || !s->buffers || (!s->grads && b[CT_MEM_GRADS]) || !s->params) {
         size_t total = 0;
         for (int c = 0; c < CT_MEM_CAT_COUNT; c++) total += b[c];
         ct_param_store_free(s);
@@ -41,7 +41,7 @@ int ct_param_store_create(const ct_param_layout *L, ct_backend *be, ct_dtype com
     }
     be->mem.memset0(be, s->master, master);
     be->mem.memset0(be, s->buffers, buffers);
-    be->mem.memset0(be, s->grads, b[CT_MEM_GRADS]);
+    if (s->grads) be->mem.memset0(be, s->grads, b[CT_MEM_GRADS]);
     if (b[CT_MEM_PARAMS]) be->mem.memset0(be, s->params, b[CT_MEM_PARAMS]);
     *out = s;
     return CT_OK;
@@ -63,7 +63,9 @@ void *ct_param_store_part_params(const ct_param_store *s) {
     return ct_elem(s->params, s->part_params ? 0 : s->lo, s->compute);
 }
 
-float *ct_param_store_part_grads(const ct_param_store *s) { return s->grads + (s->part_grads ? 0 : s->lo); }
+float *ct_param_store_part_grads(const ct_param_store *s) {
+    return s->grads ? s->grads + (s->part_grads ? 0 : s->lo) : NULL;
+}
 
 void ct_param_store_refresh(ct_param_store *s) {
     if (!ct_param_store_has_copy(s)) return;
@@ -71,5 +73,6 @@ void ct_param_store_refresh(ct_param_store *s) {
 }
 
 void ct_param_store_zero_grads(ct_param_store *s) {
+    if (!s->grads) return; /* an evaluating store has none */
     s->be->mem.memset0(s->be, s->grads, fp32_bytes(s->part_grads ? s->hi - s->lo : s->layout->n_params));
 }

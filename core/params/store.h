@@ -37,7 +37,8 @@ typedef struct ct_param_store {
 
 /* Bytes the store allocates per memory category (pure: the planner's numbers). */
 /* What a store holds of the range [lo, hi) only, besides the master (ZeRO stages 2 and 3). */
-enum { CT_STORE_WHOLE = 0, CT_STORE_PART_GRADS = 1u, CT_STORE_PART_PARAMS = 2u };
+enum { CT_STORE_WHOLE = 0, CT_STORE_PART_GRADS = 1u, CT_STORE_PART_PARAMS = 2u,
+       CT_STORE_NO_GRADS = 4u /* no gradient buffer at all: a store that only evaluates (grads NULL) */ };
 
 void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts,
                          size_t bytes[CT_MEM_CAT_COUNT]);

@@ -40,6 +40,11 @@ static size_t loader_bytes(const ct_config *cfg, const ct_graph_info *gi, ct_dty
     return one * (eval ? 2 : 1);
 }
 
+void ct_run_plan_forward_only(ct_run_plan *p) {
+    p->total -= p->bytes[CT_MEM_GRADS] + p->bytes[CT_MEM_OPTIM];
+    p->bytes[CT_MEM_GRADS] = p->bytes[CT_MEM_OPTIM] = 0;
+}
+
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out) {
     memset(out, 0, sizeof *out);
     const ct_param_layout *L = ct_graph_layout(g);

@@ -38,4 +38,8 @@ unsigned ct_run_plan_store_parts(int stage);
  * workspace (core/train/partition.h). */
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out);
 
+/* The plan of a run that only evaluates (ct_run_opts.forward_only): p without its gradients and
+ * optimizer state. */
+void ct_run_plan_forward_only(ct_run_plan *p);
+
 #endif

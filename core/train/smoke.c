@@ -6,7 +6,7 @@
 
 int ct_train_load_eval(const ct_config *cfg, const char *dir, long *step, double *loss, double *accuracy,
                        ct_err *err) {
-    ct_run_opts ro = {.quiet = true, .weights_from_checkpoint = true};
+    ct_run_opts ro = {.quiet = true, .weights_from_checkpoint = true, .forward_only = true};
     ct_summary s;
     ct_summary_init(&s);
     ct_trainer *t = NULL;

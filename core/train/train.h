@@ -25,6 +25,9 @@ typedef struct ct_run_opts {
     bool weights_from_checkpoint;/* the caller loads every weight from a checkpoint right after
                                     opening (ctrain eval, --smoke's reload): no initialisation
                                     from the seed, whose draws would be overwritten */
+    bool forward_only;           /* the caller only evaluates (ctrain eval, --smoke's reload): no
+                                    gradients, no optimizer state, and the plan counts none (one
+                                    process; a world of several ranks allocates as for training) */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
                                     no data, allocate nothing, do not train */
     size_t device_memory;        /* --device-memory: plan --dry-run's table for a device of this

@@ -233,23 +233,25 @@ static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
     return t;
 }
 
+/* Whether this run only evaluates (ctrain eval, the smoke's reload) with nothing partitioned: then it
+ * needs no gradients, optimizer state, partition or buckets (ct_run_opts.forward_only). */
+static bool evaluates_only(const ct_trainer *t) {
+    return t->opts.forward_only && ct_run_plan_zero_stage(t->cfg) == 0;
+}
+
 /* The parameter store (initialised from the seed), the optimizer over its range, the loss
- * accumulator. */
-static int alloc_params(ct_trainer *t, ct_err *err) {
+ * accumulator; for a run that only evaluates, no gradients and no optimizer. */
+/* What only training needs besides the store: at stage 2 the gradients are this rank's part,
+ * reduced layer by layer, at stage 3 the parameters too, gathered layer by layer (the partition's
+ * hooks); at stages 0 and 1 the gradients all-reduced in buckets, during backward with
+ * overlap_comm; the optimizer over the store's range. */
+static int make_training_state(ct_trainer *t, int stage, ct_err *err) {
     ct_trainer_model *m = &t->m;
     const ct_param_layout *L = ct_graph_layout(m->g);
-    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
-    int stage = ct_run_plan_zero_stage(t->cfg);
-    if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
-    int n = 0, rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi,
-                                          ct_run_plan_store_parts(stage), &m->params, err);
-    /* stage 2: the gradients are this rank's part, reduced layer by layer; stage 3: the
-     * parameters too, gathered layer by layer */
     ct_partition_opts po = ct_partition_opts_from(&t->cfg->zero);
-    if (!rc && stage >= 2) rc = ct_partition_create(m->params, t->comm, &po, &m->part, err);
+    int n = 0, rc = stage >= 2 ? ct_partition_create(m->params, t->comm, &po, &m->part, err) : CT_OK;
     if (!rc && m->part) m->hooks = ct_partition_hooks(m->part);
     if (rc) return rc;
-    /* stages 0 and 1: the gradients all-reduced in buckets, during backward with overlap_comm */
     const ct_zero_cfg *z = &t->cfg->zero;
     if (stage <= 1) {
         m->buckets = ct_grad_buckets_create(L, m->params->grads, (int64_t)z->reduce_bucket_size, t->comm,
@@ -260,6 +262,19 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
                          tensors, n, m->params->lo, m->params->hi, &m->opt, err);
     free(tensors);
+    return rc;
+}
+
+static int alloc_params(ct_trainer *t, ct_err *err) {
+    ct_trainer_model *m = &t->m;
+    const ct_param_layout *L = ct_graph_layout(m->g);
+    int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
+    int stage = ct_run_plan_zero_stage(t->cfg);
+    if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
+    bool forward_only = evaluates_only(t);
+    unsigned parts = ct_run_plan_store_parts(stage) | (forward_only ? CT_STORE_NO_GRADS : 0);
+    int rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, parts, &m->params, err);
+    if (!rc && !forward_only) rc = make_training_state(t, stage, err);
     if (rc) return rc;
     m->loss_acc = t->be->mem.alloc(t->be, 4 * sizeof(float), CT_MEM_WORKSPACE);
     if (!m->loss_acc) return ct_errf(err, CT_ERR_RUNTIME, "out of memory (16 bytes on %s)", t->be->name);
@@ -445,6 +460,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     if ((rc = setup_data(t, err))) return rc;
     if ((rc = check_summary_not_input(t, err))) return rc;
     ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &t->plan);
+    if (evaluates_only(t)) ct_run_plan_forward_only(&t->plan);
     if (!rc) rc = check_memory_limit(t, err);
     if (!rc) rc = check_address_space(t, err);
     if (!rc) {
