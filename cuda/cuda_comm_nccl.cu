@@ -15,7 +15,8 @@
  * watchdog thread keeps the collectives queued but not finished (an event after each) and ends the
  * process when the oldest has been pending longer than the timeout (CTRAIN_COMM_TIMEOUT), counted
  * from when it was queued or the one before it finished, whichever is later, as the MPI
- * communicator's watchdog does for a blocking call.
+ * communicator's watchdog does for a blocking call; and the communicator's creation, which waits
+ * for every rank to come.
  *
  * Host values (all_reduce_host, barrier) go through the host communicator given at creation (MPI
  * under mpirun), or, without one (the torchrun-style launch), through NCCL on a small device
@@ -129,6 +130,9 @@ typedef struct nccl_watch {
     int head, count;
     cudaEvent_t spare[PENDING_MAX]; /* events no collective uses now */
     int spare_n;
+    const char *blocking;        /* a blocking NCCL call in progress (the communicator's creation,
+                                    which waits for every rank), NULL when none */
+    double blocking_since;
     bool stop, running;
 } nccl_watch;
 
@@ -162,18 +166,28 @@ static void *watch_nccl(void *arg) {
         pthread_cond_timedwait(&w->wake, &w->mu, &until);
         if (w->stop) break;
         retire_done(w);
-        if (!w->count) continue;
-        double waited = mono_s() - w->ring[w->head].queued;
+        if (!w->count && !w->blocking) continue;
+        const char *what = w->blocking ? w->blocking : w->ring[w->head].what;
+        double waited = mono_s() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
         if (waited < w->timeout_s) continue;
         fprintf(stderr, "ctrain: error: rank %d of %d: NCCL %s has waited %.0f s for the other ranks "
                 "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending this rank.\n"
                 "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
-                "collectives\n", w->rank, w->world, w->ring[w->head].what, waited, w->timeout_s);
+                "collectives\n", w->rank, w->world, what, waited, w->timeout_s);
         fflush(stderr);
         _exit(CT_ERR_RUNTIME);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
+}
+
+/* A blocking call the watchdog bounds (what), or none (NULL). */
+static void mark_blocking(nccl_watch *w, const char *what) {
+    if (!w->running) return;
+    pthread_mutex_lock(&w->mu);
+    w->blocking = what;
+    w->blocking_since = mono_s();
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* ---- the communicator ---- */
@@ -438,13 +452,7 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
     int rc = nccl_load(&m->api, err);
     CT_CUDA_CHECK(cudaSetDevice(ct_cuda_of(be)->device));
     if (!rc && !host) CT_CUDA_CHECK(cudaMalloc((void **)&m->dev_values, HOST_VALUES_MAX * sizeof(double)));
-    if (!rc) {
-        ncclResult_t r = m->api.init_rank(&m->comm, world, id, rank);
-        if (r != ncclSuccess) {
-            m->comm = NULL;
-            rc = nccl_failed(c, "communicator creation (ncclCommInitRank)", r, err);
-        }
-    }
+    /* the watchdog first: the creation waits for every rank, and is bounded like a collective */
     nccl_watch *w = &m->watch;
     w->timeout_s = timeout_s;
     w->rank = rank;
@@ -454,6 +462,15 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
         pthread_mutex_init(&w->mu, NULL);
         pthread_cond_init(&w->wake, NULL);
         w->running = pthread_create(&w->thread, NULL, watch_nccl, w) == 0;
+    }
+    if (!rc) {
+        mark_blocking(w, "communicator creation (ncclCommInitRank)");
+        ncclResult_t r = m->api.init_rank(&m->comm, world, id, rank);
+        mark_blocking(w, NULL);
+        if (r != ncclSuccess) {
+            m->comm = NULL;
+            rc = nccl_failed(c, "communicator creation (ncclCommInitRank)", r, err);
+        }
     }
     if (rc) {
         c->failed = true;
