@@ -1392,6 +1392,84 @@ START_TEST(padded_vocab_loss_in_place) {
 }
 END_TEST
 
+/* ---- fusion (fuse.c) ---- */
+
+/* Two convolutions each followed by relu (the first with a bias, over the model input, so without
+ * dx; the second without a bias, after a max-pool, so with dx), batch 19 (not a multiple of the
+ * conv's 8-image gradient blocks). */
+static const char *cnn_fuse =
+    "{\"input\": [3, 9, 8], \"layers\": [{\"type\": \"conv2d\", \"out\": 5, \"kernel\": 3, \"padding\": 1},"
+    " {\"type\": \"relu\"}, {\"type\": \"maxpool2d\", \"kernel\": 2},"
+    " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"bias\": false}, {\"type\": \"relu\"},"
+    " {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": 6}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+/* One forward and backward; *acts gets every layer's output after forward (the plan is the same
+ * with and without fusion, so the buffers are comparable byte for byte), grads stay in r. */
+static void fuse_step(runner *r, unsigned char **acts, size_t *act_bytes) {
+    runner_loss(r);
+    const ct_graph *g = r->b.g;
+    size_t esz = ct_dtype_size(ct_graph_compute_dtype(g)), total = 0;
+    for (int j = 0; j < g->n_nodes; j++) total += (size_t)(r->io.n * ct_layer_out_numel(&g->nodes[j].l)) * esz;
+    *acts = malloc(total);
+    *act_bytes = total;
+    size_t at = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        size_t b = (size_t)(r->io.n * ct_layer_out_numel(&g->nodes[j].l)) * esz;
+        memcpy(*acts + at, ct_graph_activation(g, j), b);
+        at += b;
+    }
+    runner_backward(r, NULL);
+}
+
+/* conv2d + relu run as one pass (fuse.c, the CPU's conv2d_act ops) give the same bits as the two
+ * layers run apart (a backend without the fused ops): the loss, every layer's output and every
+ * parameter gradient, fused on 1 and 2 threads against unfused on 1, in fp32 and bf16. A fused
+ * forward that lost the ReLU, or a backward that lost its mask, fails here. */
+START_TEST(fused_conv_relu_bitwise) {
+    ct_dtype dts[] = {CT_F32, CT_BF16};
+    for (int d = 0; d < 2; d++)
+        for (int threads = 1; threads <= 2; threads++) {
+            runner fused, plain;
+            runner_start_on(&fused, cnn_fuse, 19, 11, 0, false, dts[d], threads);
+            runner_start_on(&plain, cnn_fuse, 19, 11, 0, false, dts[d], 1);
+            plain.b.be->conv.conv2d_act_forward = NULL;   /* as CUDA, or CTRAIN_CPU_FUSE=0 */
+            plain.b.be->conv.conv2d_act_backward = NULL;
+            ct_err err;
+            ck_assert_int_eq(ct_graph_bind(plain.b.g, plain.b.be, NULL, &err), CT_OK);
+            const ct_gnode *fn = fused.b.g->nodes, *pn = plain.b.g->nodes;
+            ck_assert_int_eq(fn[0].fused_with, 1);
+            ck_assert_int_eq(fn[1].fused_into, 0);
+            ck_assert_int_eq(fn[3].fused_with, 4);
+            ck_assert_int_eq(fn[4].fused_into, 3);
+            for (int j = 0; j < plain.b.g->n_nodes; j++) ck_assert(pn[j].fused_with < 0 && pn[j].fused_into < 0);
+            unsigned char *fa, *pa;
+            size_t fb, pb;
+            fuse_step(&fused, &fa, &fb);
+            fuse_step(&plain, &pa, &pb);
+            ck_assert_int_eq(fb, pb);
+            ck_assert_msg(memcmp(&fused.io.loss, &plain.io.loss, sizeof(float)) == 0, "loss %.9g vs %.9g (%s, %d threads)",
+                          (double)fused.io.loss, (double)plain.io.loss, ct_dtype_name(dts[d]), threads);
+            ck_assert_msg(memcmp(fa, pa, fb) == 0, "activations differ (%s, %d threads)", ct_dtype_name(dts[d]), threads);
+            const ct_param_layout *L = ct_graph_layout(fused.b.g);
+            for (int64_t i = 0; i < L->n_params; i++)
+                ck_assert_msg(memcmp(&fused.grads[i], &plain.grads[i], sizeof(float)) == 0,
+                              "gradient %lld: %.9g vs %.9g (%s, %d threads)", (long long)i, (double)fused.grads[i],
+                              (double)plain.grads[i], ct_dtype_name(dts[d]), threads);
+            int nonzero = 0;
+            for (int64_t i = 0; i < L->n_params; i++) nonzero += fused.grads[i] != 0.0f;
+            ck_assert_int_gt(nonzero, L->n_params / 2);
+            free(fa), free(pa);
+            runner_stop(&fused);
+            runner_stop(&plain);
+        }
+    /* checkpointed layers run one by one in their recompute: not fused */
+    runner ck;
+    runner_start_ckpt(&ck, cnn_fuse, 4, 11, 1, false);
+    for (int j = 0; j < ck.b.g->n_nodes; j++) ck_assert(ck.b.g->nodes[j].seg < 0 || ck.b.g->nodes[j].fused_with < 0);
+    runner_stop(&ck);
+}
+END_TEST
+
 /* ---- the chunked LM head (model.loss.chunk_rows) ---- */
 
 /* A small language model ending in a linear head over a padded vocabulary (37 classes in 40
@@ -2085,6 +2163,7 @@ int main(void) {
     tcase_add_test(tc, transformer_graph);
     tcase_add_test(tc, gpt_matches_pytorch);
     tcase_add_test(tc, padded_vocab_loss_in_place);
+    tcase_add_test(tc, fused_conv_relu_bitwise);
     tcase_add_test(tc, chunked_head_matches_whole);
     tcase_add_test(tc, chunked_head_finite_differences);
     tcase_add_test(tc, chunked_head_threads_bitwise);

@@ -364,6 +364,18 @@ typedef struct ct_backend_conv {
     void (*conv2d_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
                             const void *x, const void *w, const ct_conv2d_geom *g, ct_dtype dt);
 
+    /* Optional: conv2d with the activation that follows it fused into the same pass over the
+     * output (act: CT_ACT_RELU; CT_ACT_NONE is the plain conv).
+     *   forward:  y = act(conv(x, w) + bias), bitwise what conv2d_forward then act_forward give
+     *   backward: dy is the gradient of act's output and y that output (the mask's source); the
+     *             rest as conv2d_backward, bitwise what act_backward then conv2d_backward give.
+     * NULL (CUDA, or CTRAIN_CPU_FUSE=0): the graph runs the two layers apart (core/graph/fuse.c). */
+    void (*conv2d_act_forward)(ct_backend *be, void *y, const void *x, const void *w,
+                               const void *bias, const ct_conv2d_geom *g, ct_act act, ct_dtype dt);
+    void (*conv2d_act_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
+                                const void *y, const void *x, const void *w, const ct_conv2d_geom *g,
+                                ct_act act, ct_dtype dt);
+
     /* Pooling. */
     /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be
      * NULL in eval. Padding counts as -inf, the first maximum in window order wins, NaN wins. */
@@ -492,7 +504,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 8
+#define CT_BACKEND_ABI 9
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

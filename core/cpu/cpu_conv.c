@@ -187,8 +187,11 @@ typedef struct {
     float *y, *dx, *partial;     /* partial: [blocks, oc * kg] dw of each block of images */
     double *bpartial;            /* [blocks, oc] db of each block, or NULL */
     const float *x, *w, *bias, *dy;
+    const float *y_act;          /* fused ReLU backward: the ReLU's output [n, oc, oh, ow], whose
+                                    sign is the mask applied to dy; NULL: dy is the conv's own */
     float *dw, *db;
     int64_t blocks;
+    bool relu;                   /* fused ReLU forward: y = ReLU(conv + bias) */
 } batch_ctx;
 
 static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
@@ -216,6 +219,29 @@ static void col2im_serial(float *img, float *col, int64_t ld, const ct_conv2d_ge
                                    col + ((ch * g->kh + ky) * g->kw + kx) * ld, ky, kx);
 }
 
+/* One output channel's line of p floats: + bias (when given), then ReLU when asked, in one pass
+ * while the image's output is still in cache. ReLU(v + b) here is the same float as the separate
+ * bias pass followed by the relu layer's (cpu_eltwise.c): one rounding of the add, then the same
+ * comparison (NaN stays NaN). */
+static void bias_relu_line(float *restrict row, int64_t p, const float *bias, bool relu) {
+    /* only called with a bias or ReLU: adding a zero bias would turn -0 into +0 */
+    float b = bias ? *bias : 0.0f;
+    if (!relu) {
+        for (int64_t j = 0; j < p; j++) row[j] += b;
+        return;
+    }
+    if (bias)
+        for (int64_t j = 0; j < p; j++) {
+            float v = row[j] + b;
+            row[j] = v <= 0.0f ? 0.0f : v;
+        }
+    else
+        for (int64_t j = 0; j < p; j++) {
+            float v = row[j];
+            row[j] = v <= 0.0f ? 0.0f : v;
+        }
+}
+
 static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
     batch_ctx *k = ctx;
     const ct_conv2d_geom *g = k->g;
@@ -230,20 +256,32 @@ static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
             ct_cpu_sgemm(false, false, ocg, p, kg, 1.0f, k->w + grp * ocg * kg, kg, col, p, 0.0f,
                          y + grp * ocg * p, p);
         }
-        if (k->bias) /* while the image's output is still in cache */
-            for (int64_t o = 0; o < g->oc; o++) {
-                float *restrict row = y + o * p;
-                float b = k->bias[o];
-                for (int64_t j = 0; j < p; j++) row[j] += b;
-            }
+        if (k->bias || k->relu) /* while the image's output is still in cache */
+            for (int64_t o = 0; o < g->oc; o++) bias_relu_line(y + o * p, p, k->bias ? k->bias + o : NULL, k->relu);
     }
     free(col);
 }
 
 void ct_cpu_f32_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w,
                                const float *bias, const ct_conv2d_geom *g) {
-    batch_ctx c = {.g = g, .y = y, .x = x, .w = w, .bias = bias};
+    ct_cpu_f32_conv2d_act_forward(be, y, x, w, bias, g, CT_ACT_NONE);
+}
+
+void ct_cpu_f32_conv2d_act_forward(ct_backend *be, float *y, const float *x, const float *w,
+                                   const float *bias, const ct_conv2d_geom *g, ct_act act) {
+    batch_ctx c = {.g = g, .y = y, .x = x, .w = w, .bias = bias, .relu = act == CT_ACT_RELU};
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
+}
+
+/* out[i] = dy[i] where the ReLU's output y[i] > 0, else 0: the same test and the same floats as
+ * the relu layer's backward (cpu_eltwise.c, reading the sign from y); returns out. */
+static const float *relu_mask(float *restrict out, const float *restrict dy, const float *restrict y,
+                              int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        float d = dy[j];
+        out[j] = y[j] > 0.0f ? d : 0.0f;
+    }
+    return out;
 }
 
 /* Blocks [b0, b1) of CONV_DW_IMAGES images: the block's dw and db partials, and dx of its images.
@@ -253,7 +291,10 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
     batch_ctx *k = ctx;
     const ct_conv2d_geom *g = k->g;
     int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups, in_sz = g->c * g->h * g->w;
-    float *col = ct_xmalloc((size_t)(2 * kg * p) * sizeof(float)), *dcol = col + kg * p;
+    /* col, dcol [kg, p]; masked [oc, p]: one image's dy through the fused ReLU's mask */
+    int64_t masked_n = k->y_act ? g->oc * p : 0;
+    float *col = ct_xmalloc((size_t)(2 * kg * p + masked_n) * sizeof(float)), *dcol = col + kg * p;
+    float *masked = dcol + kg * p;
     for (int64_t b = b0; b < b1; b++) {
         float *part = k->partial + b * g->oc * kg;                       /* [oc, kg] */
         double *bpart = k->bpartial ? k->bpartial + b * g->oc : NULL;   /* [oc] */
@@ -261,6 +302,7 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
         int64_t i_end = (b + 1) * CONV_DW_IMAGES < g->n ? (b + 1) * CONV_DW_IMAGES : g->n;
         for (int64_t i = b * CONV_DW_IMAGES; i < i_end; i++) {
             const float *dy = k->dy + i * g->oc * p;
+            if (k->y_act) dy = relu_mask(masked, dy, k->y_act + i * g->oc * p, g->oc * p);
             float *dx = k->dx ? k->dx + i * in_sz : NULL;
             if (dx) memset(dx, 0, (size_t)in_sz * sizeof(float));
             for (int64_t o = 0; bpart && o < g->oc; o++) bpart[o] += ct_cpu_sum(dy + o * p, p);
@@ -291,10 +333,12 @@ static void conv_dw_sum(void *ctx, int64_t e0, int64_t e1) {
     }
 }
 
-void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
-                                const float *x, const float *w, const ct_conv2d_geom *g) {
+/* The whole backward; y_act: the fused ReLU's output (its mask), or NULL for a plain conv. */
+static void conv_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+                          const float *y_act, const float *x, const float *w, const ct_conv2d_geom *g) {
     int64_t blocks = ct_cpu_ceil_div(g->n, CONV_DW_IMAGES), wsz = g->oc * conv_kg(g);
-    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w, .blocks = blocks};
+    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .y_act = y_act, .x = x, .w = w,
+                   .blocks = blocks};
     c.partial = ct_xmalloc((size_t)(blocks * wsz) * sizeof(float));
     if (db) c.bpartial = ct_xmalloc((size_t)(blocks * g->oc) * sizeof(double));
     ct_cpu_parallel(ct_cpu_pool_of(be), blocks, 1, conv_bwd_blocks, &c);
@@ -306,6 +350,17 @@ void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db,
     }
     free(c.partial);
     free(c.bpartial);
+}
+
+void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+                                const float *x, const float *w, const ct_conv2d_geom *g) {
+    conv_backward(be, dx, dw, db, dy, NULL, x, w, g);
+}
+
+void ct_cpu_f32_conv2d_act_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+                                    const float *y, const float *x, const float *w,
+                                    const ct_conv2d_geom *g, ct_act act) {
+    conv_backward(be, dx, dw, db, dy, act == CT_ACT_RELU ? y : NULL, x, w, g);
 }
 
 void ct_cpu_conv_install(ct_backend *be) {

@@ -262,6 +262,16 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
        OUT(dx, g->n * conv_in_numel(g)) IN(dy, conv_out_numel(g)) IN(x, g->n * conv_in_numel(g))                       \
        IN(w, conv_w_numel(g)),                                                                                         \
        ct_cpu_f32_conv2d_backward(be, F(dx), dw, db, F(dy), F(x), F(w), g))                                            \
+    OP(conv, conv2d_act_forward,                                                                                       \
+       (void *y, const void *x, const void *w, const void *bias, const ct_conv2d_geom *g, ct_act act, ct_dtype dt),    \
+       OUT(y, conv_out_numel(g)) IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)) IN(bias, g->oc),                \
+       ct_cpu_f32_conv2d_act_forward(be, F(y), F(x), F(w), F(bias), g, act))                                           \
+    OP(conv, conv2d_act_backward,                                                                                      \
+       (void *dx, float *dw, float *db, const void *dy, const void *y, const void *x, const void *w,                   \
+        const ct_conv2d_geom *g, ct_act act, ct_dtype dt),                                                             \
+       OUT(dx, g->n * conv_in_numel(g)) IN(dy, conv_out_numel(g)) IN(y, conv_out_numel(g))                             \
+       IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)),                                                          \
+       ct_cpu_f32_conv2d_act_backward(be, F(dx), dw, db, F(dy), F(y), F(x), F(w), g, act))                             \
     OP(conv, maxpool2d_forward, (void *y, int32_t *argmax, const void *x, const ct_pool2d_geom *g, ct_dtype dt),       \
        OUT(y, pool_out(g)) IN(x, pool_in(g)),                                                                          \
        ct_cpu_f32_maxpool2d_forward(be, F(y), argmax, F(x), g))                                                        \

@@ -50,7 +50,7 @@ double ct_cpu_sum_squares(const float *x, int64_t n);
 double ct_cpu_sum_sq_dev(const float *x, int64_t n, double mean); /* sum of (x - mean)^2 */
 
 /* Backend-private state behind ct_backend.impl. */
-#define CT_CPU_SLOTS 4
+#define CT_CPU_SLOTS 5   /* the most arguments an op converts: conv2d_act_backward's dx, dy, y, x, w */
 typedef struct ct_cpu {
     ct_cpu_pool *pool;
     int threads;
@@ -84,6 +84,9 @@ void ct_cpu_f32_im2col(ct_backend *be, float *col, const float *img, const ct_co
 void ct_cpu_f32_col2im(ct_backend *be, float *img, const float *col, const ct_conv2d_geom *g, int64_t group);
 void ct_cpu_f32_conv2d_forward(ct_backend *be, float *y, const float *x, const float *w, const float *bias, const ct_conv2d_geom *g);
 void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, const ct_conv2d_geom *g);
+/* conv2d with a fused activation (act: CT_ACT_RELU, or CT_ACT_NONE: the plain conv). */
+void ct_cpu_f32_conv2d_act_forward(ct_backend *be, float *y, const float *x, const float *w, const float *bias, const ct_conv2d_geom *g, ct_act act);
+void ct_cpu_f32_conv2d_act_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy, const float *y, const float *x, const float *w, const ct_conv2d_geom *g, ct_act act);
 void ct_cpu_f32_fill(ct_backend *be, float *x, float v, int64_t n);
 void ct_cpu_f32_scale(ct_backend *be, float *x, float s, int64_t n);
 void ct_cpu_f32_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n);

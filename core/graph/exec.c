@@ -20,6 +20,10 @@ static void layer_io(const ct_graph *g, int j, ct_pass pass, const ct_exec_bufs 
         else io->x[i] = input;
     }
     bool backward = pass == CT_PASS_BACKWARD;
+    if (gn->fused_with >= 0) {   /* fuse.c: this layer applies the activation after it */
+        io->act = gn->fused_act;
+        if (backward) io->dy = g->nodes[gn->fused_with].dy;
+    }
     for (int s = 0; s < ct_param_layout_layer_specs(&g->layout, j); s++) {
         const ct_param_view *v = &g->layout.views[ct_param_layout_layer_view(&g->layout, j, s)];
         if (v->trainable) {
@@ -255,7 +259,8 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
         } else {
             layer_io(g, j, pass, b, input, io, &lio);
             if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
-            if (run) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+            /* a layer fused into its producer (fuse.c) was computed by it */
+            if (run && g->nodes[j].fused_into < 0) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
         }
         /* ... and forward sends kept outputs away once their readers have run */
         if (!rc && run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
@@ -363,7 +368,7 @@ int ct_graph_backward_range(ct_graph *g, int lo, int hi, const ct_exec_bufs *b, 
         ct_layer_io lio;
         layer_io(g, j, CT_PASS_BACKWARD, b, input, io, &lio);
         if ((rc = prepare(g, hooks, j, CT_PASS_BACKWARD, &lio, err))) break;
-        if (run) gn->l.type->backward(&gn->l, &lio);
+        if (run && gn->fused_into < 0) gn->l.type->backward(&gn->l, &lio);
         /* A second consumer of an activation adds its gradient to the first one's (in 16 bits
          * under mixed precision: one rounding of the sum, as a GPU add would). */
         for (int i = 0; i < gn->l.n_in && run; i++) {

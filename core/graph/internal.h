@@ -31,6 +31,11 @@ typedef struct ct_gnode {
     /* The step's schedule (lifetime.c): when backward recomputes this layer (-1: never) and runs
      * its backward, on one time axis with forward (layer j at time j) and the loss (n_nodes). */
     int t_recompute, t_backward;
+    /* Fusion (fuse.c, decided at bind): fused_with >= 0 is the in-place activation layer whose
+     * work this layer does (fused_act, io->act); fused_into >= 0 is the producer that does this
+     * layer's work, so this one runs only its hooks. -1: none. */
+    int fused_with, fused_into;
+    ct_act fused_act;
 } ct_gnode;
 
 /* A closed interval of schedule times; empty while hi < lo. */
@@ -115,6 +120,8 @@ bool ct_graph_head_chunkable(const ct_graph *g);
 /* The build steps (build.c calls them in this order). */
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
 int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err);   /* segments.c */
+/* fuse.c: which adjacent layers run as one on g->be (ct_graph_bind calls it). */
+void ct_graph_fuse(ct_graph *g);
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
 /* lifetime.c. The step's schedule: sets every node's t_recompute and t_backward (forward of

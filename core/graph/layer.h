@@ -59,6 +59,10 @@ typedef struct ct_layer_io {
                                            checkpointing): same outputs, but no side effects
                                            such as a running-statistics update */
     uint64_t seed, stream;              /* dropout: ct_rng stream for this (step, layer) */
+    ct_act act;                         /* an activation fused into this layer (core/graph/fuse.c;
+                                           only for a type with fuse_act): forward writes
+                                           y = act(output); backward's dy is the gradient of
+                                           act's output and y holds that output. CT_ACT_NONE: none */
 } ct_layer_io;
 
 /* Properties of a layer type that the graph and the trainer act on (ct_layer_type.flags). */
@@ -116,6 +120,13 @@ typedef struct ct_layer_type {
     /* CT_LAYER_TAKES_IDS layers: the ids it reads must be below this (an embedding's vocabulary;
      * a larger id reads past its table, which no kernel checks: the loader does, ct_graph_info). */
     int64_t (*id_limit)(const ct_layer *l);
+    /* Fusion (core/graph/fuse.c), both optional:
+     * fusable_act: the activation this element-wise layer applies, when a producer may apply it
+     *   instead (relu: CT_ACT_RELU); CT_ACT_NONE: never fused.
+     * fuse_act: whether this layer can apply act itself on backend be (io->act), in forward and
+     *   the matching backward. */
+    ct_act (*fusable_act)(const ct_layer *l);
+    bool (*fuse_act)(const ct_layer *l, const ct_backend *be, ct_act act);
 } ct_layer_type;
 
 struct ct_layer {

@@ -387,6 +387,7 @@ int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
     g->dtmp = at_offset(arena, g->dtmp_off);
     g->input = at_offset(arena, g->input_off);
     g->loss_result = at_offset(arena, g->loss_off);
+    ct_graph_fuse(g);
     return CT_OK;
 }
 

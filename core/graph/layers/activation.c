@@ -59,12 +59,18 @@ static bool in_place(const ct_layer *l) {
     return c->act == CT_ACT_RELU || (c->act == CT_ACT_LEAKY_RELU && c->alpha >= 0);
 }
 
+/* relu alone for now: the one activation a backend's fused conv applies (backend.h). */
+static ct_act fusable_act(const ct_layer *l) {
+    const act_cfg *c = l->cfg_data;
+    return c->act == CT_ACT_RELU ? CT_ACT_RELU : CT_ACT_NONE;
+}
+
 #define CT_ACT_LAYER(sym, type_name, field_list)                                                   \
     const ct_layer_type sym = {.name = type_name, .fields = field_list, .min_inputs = 1,             \
                                .max_inputs = 1, .cfg_size = sizeof(act_cfg), .parse = parse,       \
                                .infer = infer, .forward = forward, .backward = backward,           \
                                .flops = flops, .in_place = in_place, .backward_reads_output = true, \
-                               .backward_in_place = true}
+                               .backward_in_place = true, .fusable_act = fusable_act}
 CT_ACT_LAYER(ct_layer_relu, "relu", no_fields);
 CT_ACT_LAYER(ct_layer_leaky_relu, "leaky_relu", leaky_fields);
 CT_ACT_LAYER(ct_layer_gelu, "gelu", gelu_fields);

@@ -119,6 +119,10 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws;                                    /* [kg, p] */
+    if (io->act != CT_ACT_NONE) {   /* fuse_act said the backend has the op */
+        be->conv.conv2d_act_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, io->act, dt);
+        return;
+    }
     if (be->conv.conv2d_forward) {
         be->conv.conv2d_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, dt);
         return;
@@ -141,6 +145,11 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws, *dcol = ct_elem(col, kg * p, dt);  /* [kg, p] each */
+    if (io->act != CT_ACT_NONE) {
+        be->conv.conv2d_act_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->y,
+                                     io->x[0], io->p[0], &g, io->act, dt);
+        return;
+    }
     if (be->conv.conv2d_backward) {
         be->conv.conv2d_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->x[0],
                             io->p[0], &g, dt);
@@ -163,6 +172,11 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
         }
 }
 
+/* A following relu runs inside the conv where the backend has the fused op (the CPU's). */
+static bool fuse_act(const ct_layer *l, const ct_backend *be, ct_act act) {
+    return act == CT_ACT_RELU && be->conv.conv2d_act_forward && be->conv.conv2d_act_backward;
+}
+
 static double flops(const ct_layer *l) {
     return 2.0 * (double)col_rows(l) * (double)ct_layer_out_numel(l);
 }
@@ -171,4 +185,5 @@ const ct_layer_type ct_layer_conv2d = {
     .name = "conv2d", .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(conv_cfg), .parse = parse, .infer = infer, .params = params,
     .workspace_bytes = workspace_bytes, .device_scratch_bytes = device_scratch_bytes, .forward = forward, .backward = backward, .flops = flops,
+    .fuse_act = fuse_act,
 };
