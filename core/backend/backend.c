@@ -178,6 +178,10 @@ static int create_cuda(int index, ct_backend **out, ct_err *err) {
 }
 
 static int create_cpu(int threads, ct_backend **out, ct_err *err) {
+    const char *fuse = getenv("CTRAIN_CPU_FUSE"); /* read by ct_cpu_backend_create */
+    if (fuse && strcmp(fuse, "0") != 0 && strcmp(fuse, "1") != 0)
+        return ct_errf(err, CT_ERR_CONFIG, "environment variable CTRAIN_CPU_FUSE=\"%.40s\": expected 0 (a convolution "
+                       "and its ReLU as two passes) or 1 (one pass, the default); or unset it", fuse);
     int rc = ct_cpu_blas_load(err);
     if (rc) return rc;
     int n = ct_cpu_threads_for(threads);
