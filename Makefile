@@ -102,7 +102,7 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
 
-$(BUILD)/libctrain_mpi.so: $(MPI_SRC) core/dist/comm.h core/dist/launch.h core/dist/rendezvous.h $(FLAGS_STAMP)
+$(BUILD)/libctrain_mpi.so: $(MPI_SRC) core/dist/comm.h core/dist/launch.h core/dist/rendezvous.h core/dist/watchdog.h $(FLAGS_STAMP)
 	$(MPICC) $(ALL_CFLAGS) $(WERROR_FLAG) -fPIC -shared -Wl,-soname,libctrain_mpi.so $(MPI_SRC) -o $@
 
 # test_backend loads stand-ins: a CUDA library built for another op table ...

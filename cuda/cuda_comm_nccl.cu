@@ -33,6 +33,7 @@
 
 extern "C" {
 #include "core/dist/comm.h"
+#include "core/dist/watchdog.h"
 }
 
 /* The NCCL entry points this file calls, from the library dlopen found. */
@@ -159,23 +160,13 @@ static void *watch_nccl(void *arg) {
     cudaSetDevice(w->device);
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 500000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&w->wake, &w->mu, &until);
+        ct_watchdog_nap(&w->wake, &w->mu);
         if (w->stop) break;
         retire_done(w);
         if (!w->count && !w->blocking) continue;
         const char *what = w->blocking ? w->blocking : w->ring[w->head].what;
         double waited = mono_s() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
-        if (waited < w->timeout_s) continue;
-        fprintf(stderr, "ctrain: error: rank %d of %d: NCCL %s has waited %.0f s for the other ranks "
-                "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending this rank.\n"
-                "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
-                "collectives\n", w->rank, w->world, what, waited, w->timeout_s);
-        fflush(stderr);
-        _exit(CT_ERR_RUNTIME);
+        if (waited >= w->timeout_s) ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;

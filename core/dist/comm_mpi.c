@@ -25,6 +25,7 @@
 #include "core/dist/comm.h"
 #include "core/dist/launch.h"
 #include "core/dist/rendezvous.h"
+#include "core/dist/watchdog.h"
 
 /* The MPI type of a dtype; 16-bit floats only move (gather, broadcast), MPI cannot add them. */
 static MPI_Datatype mpi_type(ct_dtype dt, bool reduce) {
@@ -84,20 +85,10 @@ static void *watch(void *arg) {
     watchdog *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 500000000L;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&w->wake, &w->mu, &until);
+        ct_watchdog_nap(&w->wake, &w->mu);
         if (w->stop || !w->what) continue;
         double waited = seconds_since(&w->since);
-        if (waited < w->timeout_s) continue;
-        fprintf(stderr, "ctrain: error: rank %d of %d: MPI %s has waited %.0f s for the other ranks "
-                "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending the job.\n"
-                "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
-                "collectives (a large checkpoint save on rank 0)\n", w->rank, w->world, w->what, waited, w->timeout_s);
-        fflush(stderr);
-        _exit(CT_ERR_RUNTIME);
+        if (waited >= w->timeout_s) ct_watchdog_expire("MPI", w->what, w->rank, w->world, waited, w->timeout_s);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
