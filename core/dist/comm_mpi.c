@@ -419,20 +419,22 @@ static int req_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
 static void destroy(ct_comm *c) {
     mpi_impl *m = c->impl;
     watchdog *w = &m->dog;
+    /* still under the watchdog: a rank that ended on an error never comes to the barrier, and no
+     * mpirun ends the others of a torchrun-style launch */
+    if (!c->failed) {
+        if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) {
+            /* every rank is done with the joined communicator before rank 0 stops the server */
+            (void)WATCHED(c, "barrier at the end", MPI_Barrier(m->comm));
+            MPI_Comm_free(&m->comm);
+        }
+        (void)WATCHED(c, "finalize", MPI_Finalize());
+    }
     if (w->running) {
         pthread_mutex_lock(&w->mu);
         w->stop = true;
         pthread_cond_signal(&w->wake);
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->thread, NULL);
-    }
-    if (!c->failed) {
-        if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) {
-            /* every rank is done with the joined communicator before rank 0 stops the server */
-            MPI_Barrier(m->comm);
-            MPI_Comm_free(&m->comm);
-        }
-        MPI_Finalize();
     }
     ct_rdzv_close(&m->rdzv);
     free(m->scratch);
