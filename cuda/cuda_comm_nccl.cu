@@ -123,9 +123,7 @@ typedef struct pending {
 } pending;
 
 typedef struct nccl_watch {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
+    ct_watchdog_thread t;
     int timeout_s, rank, world, device;
     pending ring[PENDING_MAX];   /* in queue order: ring[head], ... (count of them) */
     int head, count;
@@ -134,7 +132,6 @@ typedef struct nccl_watch {
     const char *blocking;        /* a blocking NCCL call in progress (the communicator's creation,
                                     which waits for every rank), NULL when none */
     double blocking_since;
-    bool stop, running;
 } nccl_watch;
 
 static double mono_s(void) {
@@ -158,27 +155,27 @@ static void retire_done(nccl_watch *w) {
 static void *watch_nccl(void *arg) {
     nccl_watch *w = (nccl_watch *)arg;
     cudaSetDevice(w->device);
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        ct_watchdog_nap(&w->wake, &w->mu);
-        if (w->stop) break;
+    pthread_mutex_lock(&w->t.mu);
+    while (!w->t.stop) {
+        ct_watchdog_nap(&w->t);
+        if (w->t.stop) break;
         retire_done(w);
         if (!w->count && !w->blocking) continue;
         const char *what = w->blocking ? w->blocking : w->ring[w->head].what;
         double waited = mono_s() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
         if (waited >= w->timeout_s) ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s);
     }
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->t.mu);
     return NULL;
 }
 
 /* A blocking call the watchdog bounds (what), or none (NULL). */
 static void mark_blocking(nccl_watch *w, const char *what) {
-    if (!w->running) return;
-    pthread_mutex_lock(&w->mu);
+    if (!w->t.running) return;
+    pthread_mutex_lock(&w->t.mu);
     w->blocking = what;
     w->blocking_since = mono_s();
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->t.mu);
 }
 
 /* ---- the communicator ---- */
@@ -203,15 +200,15 @@ static int nccl_failed(ct_comm *c, const char *what, ncclResult_t r, ct_err *err
 /* After a collective is queued: an event the watchdog follows until it has finished. */
 static void watch_queued(ct_comm *c, const char *what) {
     nccl_watch *w = &impl_of(c)->watch;
-    if (!w->running) return;
-    pthread_mutex_lock(&w->mu);
+    if (!w->t.running) return;
+    pthread_mutex_lock(&w->t.mu);
     retire_done(w);
     if (w->count == PENDING_MAX) {
         /* a full ring: wait for the oldest (the watchdog bounds that wait) */
         cudaEvent_t oldest = w->ring[w->head].done;
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_unlock(&w->t.mu);
         cudaEventSynchronize(oldest);
-        pthread_mutex_lock(&w->mu);
+        pthread_mutex_lock(&w->t.mu);
         retire_done(w);
     }
     cudaEvent_t ev;
@@ -223,7 +220,7 @@ static void watch_queued(ct_comm *c, const char *what) {
     p->what = what;
     p->queued = mono_s();
     w->count++;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->t.mu);
 }
 
 static ncclDataType_t nccl_type(ct_dtype dt) {
@@ -369,13 +366,7 @@ static int barrier(ct_comm *c, ct_err *err) {
 static void destroy(ct_comm *c) {
     nccl_impl *m = impl_of(c);
     nccl_watch *w = &m->watch;
-    if (w->running) {
-        pthread_mutex_lock(&w->mu);
-        w->stop = true;
-        pthread_cond_signal(&w->wake);
-        pthread_mutex_unlock(&w->mu);
-        pthread_join(w->thread, NULL);
-    }
+    ct_watchdog_stop(&w->t);
     if (m->comm) {
         /* a failed rank does not wait for its peers in a collective destroy */
         if (c->failed) m->api.abort(m->comm);
@@ -449,11 +440,7 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
     w->rank = rank;
     w->world = world;
     w->device = ct_cuda_of(be)->device;
-    if (!rc && timeout_s > 0) {
-        pthread_mutex_init(&w->mu, NULL);
-        pthread_cond_init(&w->wake, NULL);
-        w->running = pthread_create(&w->thread, NULL, watch_nccl, w) == 0;
-    }
+    if (!rc && timeout_s > 0) ct_watchdog_start(&w->t, watch_nccl, w);
     if (!rc) {
         mark_blocking(w, "communicator creation (ncclCommInitRank)");
         ncclResult_t r = m->api.init_rank(&m->comm, world, id, rank);

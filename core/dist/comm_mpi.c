@@ -63,15 +63,11 @@ static int too_many(ct_comm *c, const char *what, int64_t n, ct_err *err) {
 /* ---- the watchdog ---- */
 
 typedef struct watchdog {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
+    ct_watchdog_thread t;
     int timeout_s;               /* 0: no watchdog */
     int rank, world;
     const char *what;            /* the collective in progress, NULL between collectives */
     struct timespec since;       /* CLOCK_MONOTONIC: when it began */
-    bool stop;
-    bool running;                /* the thread was started */
 } watchdog;
 
 static double seconds_since(const struct timespec *t) {
@@ -83,14 +79,14 @@ static double seconds_since(const struct timespec *t) {
 /* Wakes twice a second; a collective past the timeout ends the process (mpirun ends the rest). */
 static void *watch(void *arg) {
     watchdog *w = arg;
-    pthread_mutex_lock(&w->mu);
-    while (!w->stop) {
-        ct_watchdog_nap(&w->wake, &w->mu);
-        if (w->stop || !w->what) continue;
+    pthread_mutex_lock(&w->t.mu);
+    while (!w->t.stop) {
+        ct_watchdog_nap(&w->t);
+        if (w->t.stop || !w->what) continue;
         double waited = seconds_since(&w->since);
         if (waited >= w->timeout_s) ct_watchdog_expire("MPI", w->what, w->rank, w->world, waited, w->timeout_s);
     }
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->t.mu);
     return NULL;
 }
 
@@ -109,11 +105,11 @@ typedef struct mpi_impl {
 /* Around every blocking call: what is in progress (NULL once it returned). */
 static void watch_mark(ct_comm *c, const char *what) {
     watchdog *w = &((mpi_impl *)c->impl)->dog;
-    if (!w->running) return;
-    pthread_mutex_lock(&w->mu);
+    if (!w->t.running) return;
+    pthread_mutex_lock(&w->t.mu);
     w->what = what;
     if (what) clock_gettime(CLOCK_MONOTONIC, &w->since);
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->t.mu);
 }
 
 static int watched_rc(ct_comm *c, int rc) {
@@ -429,13 +425,7 @@ static void destroy(ct_comm *c) {
         }
         (void)WATCHED(c, "finalize", MPI_Finalize());
     }
-    if (w->running) {
-        pthread_mutex_lock(&w->mu);
-        w->stop = true;
-        pthread_cond_signal(&w->wake);
-        pthread_mutex_unlock(&w->mu);
-        pthread_join(w->thread, NULL);
-    }
+    ct_watchdog_stop(&w->t);
     ct_rdzv_close(&m->rdzv);
     free(m->scratch);
     free(m);
@@ -449,10 +439,7 @@ __attribute__((visibility("default"))) int ct_comm_mpi_abi(size_t *table_bytes) 
 
 static void start_watchdog(watchdog *w, int timeout_s, int rank, int world) {
     *w = (watchdog){.timeout_s = timeout_s, .rank = rank, .world = world};
-    if (timeout_s <= 0) return;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->wake, NULL);
-    w->running = pthread_create(&w->thread, NULL, watch, w) == 0;
+    if (timeout_s > 0) ct_watchdog_start(&w->t, watch, w);
 }
 
 /* Under a torchrun-style launch: the singletons' rendezvous. Before MPI_Init, rank 0 starts

@@ -5,19 +5,46 @@
 #define CT_DIST_WATCHDOG_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/util/common.h"
 
-/* Half a second on `wake` (mu held; a signal ends it early, to stop the thread). */
-static inline void ct_watchdog_nap(pthread_cond_t *wake, pthread_mutex_t *mu) {
+/* A watchdog's thread: the lock its state is under, the condition that wakes it early (to stop),
+ * and whether it runs. */
+typedef struct ct_watchdog_thread {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    bool stop;                   /* asked to end */
+    bool running;                /* started (a failed pthread_create leaves the rank unwatched) */
+} ct_watchdog_thread;
+
+static inline void ct_watchdog_start(ct_watchdog_thread *t, void *(*fn)(void *), void *arg) {
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    t->running = pthread_create(&t->thread, NULL, fn, arg) == 0;
+}
+
+static inline void ct_watchdog_stop(ct_watchdog_thread *t) {
+    if (!t->running) return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    t->running = false;
+}
+
+/* Half a second on t's condition (its lock held; ct_watchdog_stop ends it early). */
+static inline void ct_watchdog_nap(ct_watchdog_thread *t) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += 500000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(wake, mu, &until);
+    pthread_cond_timedwait(&t->wake, &t->mu, &until);
 }
 
 /* Ends this rank: `lib` ("MPI", "NCCL") `what` has waited `waited` seconds, past timeout_s. A
