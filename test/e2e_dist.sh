@@ -333,21 +333,31 @@ ranks resume3_np2 sgd 2 3 --resume "$T/half3/checkpoints/global_step10"
 d=$(close sgd1 resume3_np1 1e-5) && ok "4 ranks' stage-3 checkpoint resumed by 1 process: the same weights ($d)" ||
     bad "4 ranks' stage-3 checkpoint resumed by 1 process: $d"
 
+# started FILE: waits up to 20 s for a run's first progress line in FILE (training has begun)
+started() {
+    _i=0
+    while [ $_i -lt 200 ] && ! grep -q '^step ' "$1" 2>/dev/null; do sleep 0.1; _i=$((_i + 1)); done
+}
+# ends_within PID TENTHS: waits until process PID has ended, at most TENTHS tenths of a second;
+# status 0 when it ended
+ends_within() {
+    _i=0
+    while [ $_i -lt "$2" ] && kill -0 "$1" 2>/dev/null; do sleep 0.1; _i=$((_i + 1)); done
+    ! kill -0 "$1" 2>/dev/null
+}
+
 # a rank killed in the middle of training ends the others (mpirun notices; a rank never waits
 # forever in a collective): within 30 s, ~2 s measured
 $MPIRUN -np 2 "$B" --config "$T/sgd.json" --set train.max_steps=100000000 --set train.save_interval=0 \
     --set train.run_dir=\""$T/kill"\" >"$T/kill.out" 2>"$T/kill.err" &
 mp=$!
-i=0
-while [ $i -lt 200 ] && ! grep -q '^step ' "$T/kill.err"; do sleep 0.1; i=$((i + 1)); done
+started "$T/kill.err"
 # a ctrain child of mpirun, from /proc (pid (comm) state ppid ...)
 victim=$(awk -v p="$mp" '$4 == p && $2 == "(ctrain)" {print $1}' /proc/[0-9]*/stat 2>/dev/null | tail -n 1)
 if [ -n "$victim" ]; then
     kill -9 "$victim"
     t0=$(date +%s)
-    i=0
-    while [ $i -lt 300 ] && kill -0 "$mp" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    if kill -0 "$mp" 2>/dev/null; then
+    if ! ends_within "$mp" 300; then
         bad "one rank killed: mpirun still running after 30 s"; kill "$mp"
     else
         ok "one rank killed: every rank ended within $(( $(date +%s) - t0 + 1 )) s"
@@ -363,15 +373,12 @@ wait "$mp" 2>/dev/null
 CTRAIN_COMM_TIMEOUT=3 $MPIRUN -np 2 "$B" --config "$T/sgd.json" --set train.max_steps=100000000 \
     --set train.save_interval=0 --set train.run_dir=\""$T/hang"\" >"$T/hang.out" 2>"$T/hang.err" &
 mp=$!
-i=0
-while [ $i -lt 200 ] && ! grep -q '^step ' "$T/hang.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+started "$T/hang.err"
 victim=$(awk -v p="$mp" '$4 == p && $2 == "(ctrain)" {print $1}' /proc/[0-9]*/stat 2>/dev/null | tail -n 1)
 if [ -n "$victim" ]; then
     kill -STOP "$victim"
     t0=$(date +%s)
-    i=0
-    while [ $i -lt 300 ] && kill -0 "$mp" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    if kill -0 "$mp" 2>/dev/null; then
+    if ! ends_within "$mp" 300; then
         bad "one rank stopped: mpirun still running after 30 s"; kill "$mp"
     else
         ok "one rank stopped: the job ended within $(( $(date +%s) - t0 + 1 )) s (timeout 3 s)"
@@ -379,9 +386,7 @@ if [ -n "$victim" ]; then
     has "$T/hang.err" "rank [01] of 2: MPI .* has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=3)" \
         "the message names the waiting rank, the collective and CTRAIN_COMM_TIMEOUT"
     kill -CONT "$victim" 2>/dev/null
-    i=0
-    while [ $i -lt 100 ] && kill -0 "$victim" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    if kill -0 "$victim" 2>/dev/null; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
+    if ! ends_within "$victim" 100; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
     else ok "the stopped rank, continued, ended too"; fi
 else
     bad "no rank process of mpirun $mp found"; kill "$mp"
@@ -412,13 +417,10 @@ for rank in 1 0; do
         >"$T/envkill$rank.out" 2>"$T/envkill$rank.err" &
     [ $rank -eq 1 ] && victim=$! || survivor=$!
 done
-i=0
-while [ $i -lt 200 ] && ! grep -q '^step ' "$T/envkill0.err" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+started "$T/envkill0.err"
 kill -9 "$victim"
 t0=$(date +%s)
-i=0
-while [ $i -lt 300 ] && kill -0 "$survivor" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-if kill -0 "$survivor" 2>/dev/null; then
+if ! ends_within "$survivor" 300; then
     bad "environment launch, one rank killed: rank 0 still running after 30 s"; kill -9 "$survivor"
 else
     ok "environment launch, one rank killed: rank 0 ended within $(( $(date +%s) - t0 + 1 )) s (timeout 3 s)"
