@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 extern "C" {
@@ -119,7 +118,7 @@ enum { PENDING_MAX = 64 };
 typedef struct pending {
     cudaEvent_t done;            /* recorded after the collective */
     const char *what;
-    double queued;               /* CLOCK_MONOTONIC seconds */
+    double queued;               /* ct_now() seconds */
 } pending;
 
 typedef struct nccl_watch {
@@ -134,12 +133,6 @@ typedef struct nccl_watch {
     double blocking_since;
 } nccl_watch;
 
-static double mono_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Drops the finished collectives at the front; called with mu held. */
 static void retire_done(nccl_watch *w) {
     while (w->count && cudaEventQuery(w->ring[w->head].done) == cudaSuccess) {
@@ -148,7 +141,7 @@ static void retire_done(nccl_watch *w) {
         w->count--;
         /* the next one's wait starts when the one before it finished (seen now, at most half a
          * second late), not when it was queued behind it */
-        if (w->count) w->ring[w->head].queued = mono_s();
+        if (w->count) w->ring[w->head].queued = ct_now();
     }
 }
 
@@ -162,7 +155,7 @@ static void *watch_nccl(void *arg) {
         retire_done(w);
         if (!w->count && !w->blocking) continue;
         const char *what = w->blocking ? w->blocking : w->ring[w->head].what;
-        double waited = mono_s() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
+        double waited = ct_now() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
         if (waited >= w->timeout_s) ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s);
     }
     pthread_mutex_unlock(&w->t.mu);
@@ -174,7 +167,7 @@ static void mark_blocking(nccl_watch *w, const char *what) {
     if (!w->t.running) return;
     pthread_mutex_lock(&w->t.mu);
     w->blocking = what;
-    w->blocking_since = mono_s();
+    w->blocking_since = ct_now();
     pthread_mutex_unlock(&w->t.mu);
 }
 
@@ -218,7 +211,7 @@ static void watch_queued(ct_comm *c, const char *what) {
     pending *p = &w->ring[(w->head + w->count) % PENDING_MAX];
     p->done = ev;
     p->what = what;
-    p->queued = mono_s();
+    p->queued = ct_now();
     w->count++;
     pthread_mutex_unlock(&w->t.mu);
 }

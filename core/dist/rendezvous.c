@@ -14,26 +14,19 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The first line each rank sends: a word no other program says first, the protocol's version,
  * who it is. */
 #define HELLO "ctrain-rendezvous 1"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The deadline of a wait that starts now (an infinite one for timeout 0). */
-static double deadline_of(const ct_rdzv *r) { return r->timeout_s > 0 ? now_s() + r->timeout_s : 1e300; }
+static double deadline_of(const ct_rdzv *r) { return r->timeout_s > 0 ? ct_now() + r->timeout_s : 1e300; }
 
 /* Milliseconds left until the deadline, for poll (-1: no deadline; 0: passed). */
 static int ms_left(double deadline) {
     if (deadline >= 1e299) return -1;
-    double left = deadline - now_s();
+    double left = deadline - ct_now();
     if (left <= 0) return 0;
     return left > 3600 ? 3600000 : (int)(left * 1000) + 1;
 }
@@ -151,7 +144,7 @@ static int hear_hello(ct_rdzv *r, int fd, const ct_launch *l, int *rank_out, ct_
     char line[CT_RDZV_LINE_MAX];
     *rank_out = -1;
     /* a peer that connected says hello at once: a few seconds is plenty, and bounds a silent one */
-    if (read_line(fd, line, now_s() + 5) != 0) return CT_OK;
+    if (read_line(fd, line, ct_now() + 5) != 0) return CT_OK;
     int rank = -1, world = -1, used = 0;
     if (strncmp(line, HELLO " ", strlen(HELLO) + 1) != 0 ||
         sscanf(line + strlen(HELLO), " rank %d world %d%n", &rank, &world, &used) != 2 || line[strlen(HELLO) + (size_t)used])
@@ -329,7 +322,7 @@ int ct_rdzv_start_server(ct_rdzv *r, char *uri, ct_err *err) {
     }
     r->server = pid;
     /* it starts in well under a second; 30 s covers a loaded host, the timeout a shorter wish */
-    double wait_s = r->timeout_s > 0 && r->timeout_s < 30 ? r->timeout_s : 30, deadline = now_s() + wait_s;
+    double wait_s = r->timeout_s > 0 && r->timeout_s < 30 ? r->timeout_s : 30, deadline = ct_now() + wait_s;
     int rc = CT_OK, status = 0;
     while (!read_first_line(uri_path, uri, CT_RDZV_LINE_MAX)) {
         if (waitpid(pid, &status, WNOHANG) == pid) {
@@ -344,7 +337,7 @@ int ct_rdzv_start_server(ct_rdzv *r, char *uri, ct_err *err) {
                              said[0] ? ": " : "", said);
             break;
         }
-        if (now_s() > deadline) {
+        if (ct_now() > deadline) {
             rc = ct_errf(err, CT_ERR_RUNTIME, "rank 0: ompi-server gave no address in %.0f s", wait_s);
             break;
         }
