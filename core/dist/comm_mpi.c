@@ -447,12 +447,8 @@ static void start_watchdog(watchdog *w, int timeout_s, int rank, int world) {
 static int meet_before_init(ct_rdzv *r, const ct_launch *l, ct_err *err) {
     int rc = ct_rdzv_open(r, l, err);
     char uri[CT_RDZV_LINE_MAX];
-    if (!rc && l->rank == 0) {
-        rc = ct_rdzv_start_server(r, uri, err);
-        for (int to = 1; !rc && to < l->world; to++) rc = ct_rdzv_send(r, to, uri, err);
-    } else if (!rc) {
-        rc = ct_rdzv_recv(r, uri, err);
-    }
+    if (!rc && l->rank == 0) rc = ct_rdzv_start_server(r, uri, err);
+    if (!rc) rc = ct_rdzv_share(r, uri, err);
     /* read by the MPI_Init that follows: connect and accept go through this server */
     if (!rc && setenv("OMPI_MCA_pmix_server_uri", uri, 1) != 0)
         rc = ct_errf(err, CT_ERR_RUNTIME, "rank %d: setenv: out of memory", l->rank);

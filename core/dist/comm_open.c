@@ -94,12 +94,8 @@ static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *
     int rc = CT_OK;
     if (l->world > 1 && l->launcher == CT_LAUNCH_ENV) {
         rc = ct_rdzv_open(&r, l, err);
-        if (!rc && l->rank == 0) {
-            rc = unique_id(id, sizeof id, err);
-            for (int to = 1; !rc && to < l->world; to++) rc = ct_rdzv_send(&r, to, id, err);
-        } else if (!rc) {
-            rc = ct_rdzv_recv(&r, id, err);
-        }
+        if (!rc && l->rank == 0) rc = unique_id(id, sizeof id, err);
+        if (!rc) rc = ct_rdzv_share(&r, id, err);
         ct_rdzv_close(&r);
     } else if (l->world > 1) {
         /* mpirun: MPI for the id, and for host values afterwards */

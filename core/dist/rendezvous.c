@@ -286,6 +286,13 @@ int ct_rdzv_recv(ct_rdzv *r, char *line, ct_err *err) {
                    "output says why", r->rank, r->world, rc == -3 ? "a line too long" : "it ended or failed");
 }
 
+int ct_rdzv_share(ct_rdzv *r, char *line, ct_err *err) {
+    if (r->rank != 0) return ct_rdzv_recv(r, line, err);
+    int rc = CT_OK;
+    for (int to = 1; !rc && to < r->world; to++) rc = ct_rdzv_send(r, to, line, err);
+    return rc;
+}
+
 /* ---- rank 0: OpenMPI's data server ---- */
 
 /* The first line of a small file into line (newline dropped): 1 when a whole line is there. */

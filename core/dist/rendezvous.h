@@ -48,6 +48,9 @@ int ct_rdzv_open(ct_rdzv *r, const ct_launch *l, ct_err *err);
 int ct_rdzv_send(ct_rdzv *r, int to, const char *line, ct_err *err);
 /* Other ranks: the next line from rank 0, without its newline, into line[CT_RDZV_LINE_MAX]. */
 int ct_rdzv_recv(ct_rdzv *r, char *line, ct_err *err);
+/* Every rank: rank 0's line[CT_RDZV_LINE_MAX] (an address, an id) sent to every other rank, which
+ * receives it into its own line. */
+int ct_rdzv_share(ct_rdzv *r, char *line, ct_err *err);
 
 /* Rank 0: start OpenMPI's `ompi-server` (found on PATH) as a child that ends with this process,
  * and read its address into uri[CT_RDZV_LINE_MAX]. */
