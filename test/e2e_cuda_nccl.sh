@@ -52,9 +52,9 @@ for prec in fp32 fp16; do
         fi
         cmp -s "$T/plain_$prec/checkpoints/global_step20/model.safetensors" "$T/$r/checkpoints/global_step20/model.safetensors" &&
             ok "$r: the same model bytes as without NCCL" || bad "$r: the model differs from the run without NCCL"
-        a=$(sed -n 's/.*"train_loss":\([^,]*\),.*/\1/p' "$T/plain_$prec.out")
-        b=$(sed -n 's/.*"train_loss":\([^,]*\),.*/\1/p' "$T/$r.out")
-        [ -n "$a" ] && [ "$a" = "$b" ] && ok "$r: train_loss $b, as without NCCL" || bad "$r: train_loss $b, without NCCL $a"
+        a=$(summary_loss "$T/plain_$prec.out") b=$(summary_loss "$T/$r.out")
+        [ -n "$a" ] && [ "$a" = "$b" ] && ok "$r: train and eval loss $b, as without NCCL" ||
+            bad "$r: train and eval loss $b, without NCCL $a"
     done
 done
 CTRAIN_NCCL_LIBRARY=/nonexistent/libnccl.so.2 CTRAIN_COMM=nccl run missing
