@@ -262,12 +262,15 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
                                                    ct_cuda_stream(c->be)), err);
 }
 
-/* One NCCL group over the ranks of a partition: for each rank r with a share [lo_r, hi_r) of the
- * elements [a, b) of an n-element partition, a reduce to r (reduce) or a broadcast from r
- * (gather) of that share. base_send / base_recv: where element a is in the send and receive
- * buffers (the sending rank's own part starts elsewhere: own_send is its element lo_self). */
+/* One NCCL group over the ranks of a partition: for each rank `root` with a share [lo, hi) of the
+ * elements [a, b) of an n-element partition, a reduce to root (reduce) or a broadcast from root
+ * (gather) of that share. send_at_a / recv_at_a: where element a is in the send and receive
+ * buffers; a broadcasting root sends from its own part instead (own_part: element lo_self of the
+ * partition at own_part[0]); with recv_at_start, each root receives its share at recv_at_a[0]
+ * rather than at its place in the range (reduce_scatter_range's dst). */
 typedef struct share_call {
     bool reduce;
+    bool recv_at_start;
     const char *what;
     ct_reduce_op op;
 } share_call;
@@ -283,12 +286,11 @@ static int grouped_shares(ct_comm *c, const share_call *k, void *recv_at_a, cons
         int64_t lo, hi;
         ct_comm_shard_range(n, c->world, root, a, b, &lo, &hi);
         if (hi <= lo) continue;
-        void *recv = ct_elem(recv_at_a, lo - a, dt);
+        void *recv = k->recv_at_start ? recv_at_a : ct_elem(recv_at_a, lo - a, dt);
         if (k->reduce) {
             r = m->api.reduce(ct_celem(send_at_a, lo - a, dt), recv, (size_t)(hi - lo), nccl_type(dt), nccl_op(k->op),
                               root, m->comm, s);
         } else {
-            /* the root sends from its own part (element plo at own_part[0]); the others receive */
             const void *send = root == c->rank ? ct_celem(own_part, lo - plo, dt) : recv;
             r = m->api.broadcast(send, recv, (size_t)(hi - lo), nccl_type(dt), root, m->comm, s);
         }
@@ -298,7 +300,7 @@ static int grouped_shares(ct_comm *c, const share_call *k, void *recv_at_a, cons
 }
 
 static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
-    share_call k = {true, "reduce-scatter", op};
+    share_call k = {true, false, "reduce-scatter", op};
     /* in place: each root's reduce lands on its own part of buf */
     return grouped_shares(c, &k, buf, buf, NULL, n, 0, n, dt, err);
 }
@@ -306,31 +308,20 @@ static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, 
 static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
     int64_t plo, phi;
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
-    share_call k = {false, "all-gather", CT_REDUCE_SUM};
+    share_call k = {false, false, "all-gather", CT_REDUCE_SUM};
     return grouped_shares(c, &k, buf, buf, ct_elem(buf, plo, dt), n, 0, n, dt, err);
 }
 
 static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
                             ct_err *err) {
-    share_call k = {false, "all-gather", CT_REDUCE_SUM};
+    share_call k = {false, false, "all-gather", CT_REDUCE_SUM};
     return grouped_shares(c, &k, dst, dst, part, n, a, b, dt, err);
 }
 
 static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
                                 ct_dtype dt, ct_err *err) {
-    /* each root receives its share at dst[0]: shift the receive base so that element lo_root of
-     * the range lands there */
-    nccl_impl *m = impl_of(c);
-    cudaStream_t s = ct_cuda_stream(c->be);
-    ncclResult_t r = m->api.group_start();
-    for (int root = 0; r == ncclSuccess && root < c->world; root++) {
-        int64_t lo, hi;
-        ct_comm_shard_range(n, c->world, root, a, b, &lo, &hi);
-        if (hi <= lo) continue;
-        r = m->api.reduce(ct_celem(src, lo - a, dt), dst, (size_t)(hi - lo), nccl_type(dt), ncclSum, root, m->comm, s);
-    }
-    ncclResult_t end = m->api.group_end();
-    return queued(c, "reduce-scatter", r != ncclSuccess ? r : end, err);
+    share_call k = {true, true, "reduce-scatter", CT_REDUCE_SUM};
+    return grouped_shares(c, &k, dst, src, NULL, n, a, b, dt, err);
 }
 
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
