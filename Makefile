@@ -158,9 +158,11 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # functions core/data/hdf5_lib.c loads with dlopen (a build without them leaves HDF5 out), and the
 # runtime library it brings; python3-h5py writes the HDF5 test files. libdnnl2 (oneDNN) is
 # optional at run time: the CPU backend loads it with dlopen when present and then gives it the
-# GEMM shapes where it is faster (core/cpu/cpu_onednn.c).
+# GEMM shapes where it is faster (core/cpu/cpu_onednn.c), and bf16 GEMMs where the CPU has
+# AVX512-BF16 or AMX; libdnnl-dev: the headers that type the matmul entry points
+# core/cpu/cpu_onednn_bf16.c loads (a build without them leaves native bf16 out).
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libhdf5-dev \
-            libdnnl2 check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
+            libdnnl2 libdnnl-dev check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
             python3-h5py \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 deps:

@@ -4,6 +4,9 @@
 # into OUT, so `make test-cuda`-style runs work on a GPU machine that has only the driver and the
 # toolkit. The binaries carry the rpath $ORIGIN/lib and $ORIGIN/../lib (see the Makefile).
 # Run there as:  cd OUT && sh test/run_tests.sh . cuda
+# BUNDLE_ONEDNN=1 also copies oneDNN (libdnnl.so.2, 40 MB, about 7 MB xz-compressed, and
+# libOpenCL.so.1 it links), which the CPU backend loads with dlopen: for gpu_check.sh's cpubf16
+# phase, the host CPU's native bf16. Left out otherwise: the GPU runs do not need it.
 set -eu
 BUILD=$1
 OUT=$2
@@ -28,9 +31,15 @@ strip --strip-debug "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/*.so 2>/dev/null
 # Libraries: everything ldd resolves, minus glibc, the CUDA driver and the CUDA toolkit; and
 # OpenBLAS, which the CPU backend loads with dlopen (ldd does not see it), with what it needs.
 BLAS=$(ldconfig -p | awk '$1 == "libopenblas.so.0" && $NF ~ /^\// {print $NF; exit}')
+DNNL=""
+if [ "${BUNDLE_ONEDNN:-0}" = 1 ]; then
+    DNNL=$(ldconfig -p | awk '$1 == "libdnnl.so.2" && $NF ~ /^\// {print $NF; exit}')
+    [ -n "$DNNL" ] || { echo "bundle: BUNDLE_ONEDNN=1 but libdnnl.so.2 not found (apt-get install libdnnl2)" >&2; exit 1; }
+fi
 [ -n "$BLAS" ] || { echo "bundle: libopenblas.so.0 not found (make deps)" >&2; exit 1; }
 { echo "	libopenblas.so.0 => $BLAS (0)"
-  for bin in "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/libctrain_cuda.so "$BLAS"; do [ -f "$bin" ] && ldd "$bin"; done
+  [ -z "$DNNL" ] || echo "	libdnnl.so.2 => $DNNL (0)"
+  for bin in "$OUT/ctrain" "$OUT"/test/test_* "$OUT"/lib/libctrain_cuda.so "$BLAS" $DNNL; do [ -f "$bin" ] && ldd "$bin"; done
 } | awk '$2 == "=>" && $3 ~ /^\// {print $3}' |
     sort -u | while read -r lib; do
         case "$(basename "$lib")" in

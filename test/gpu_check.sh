@@ -8,7 +8,11 @@
 #      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes;
 #      GPU_CHECK_BENCH, default "gpt2 fmnist", picks which of the two run);
 #   5. compute-sanitizer: memcheck on the op tests, memcheck and racecheck on the attention and
-#      cross-entropy rows, memcheck on a short captured fp16 run.
+#      cross-entropy rows, memcheck on a short captured fp16 run;
+#   6. (only when GPU_CHECK_PHASES names cpubf16) the host CPU's native bf16 (issue 18): from a
+#      bundle made with BUNDLE_ONEDNN=1 (oneDNN in lib/), on a CPU with AVX512-BF16 or AMX,
+#      test_cpu_ops's native bf16 GEMM row, e2e_gemm_paths, and the MLP and CNN in fp32 and bf16
+#      against PyTorch's bf16 autocast on the same CPU (bench_cpu.py).
 # Ends with one line per phase and "gpu-check: N passed, N failed"; exit 0 only when all passed.
 # Fashion-MNIST: the four .gz files in $CT_FMNIST_DIR (default /usr/share/datasets/fashion-mnist);
 # when they are elsewhere and that default is writable, they are linked there (the configs name it).
@@ -30,7 +34,7 @@ phase() {   # phase NAME SECONDS CMD...: run CMD (a command or one of the functi
     echo "== $name"
     start=$(date +%s)
     case "$1" in
-        device_info|libs_resolve|memcheck|bench) set -- sh "$SELF" . --run "$1" ;;
+        device_info|libs_resolve|memcheck|bench|cpu_bf16) set -- sh "$SELF" . --run "$1" ;;
     esac
     timeout --kill-after=10 "$secs" "$@" > "$LOGS/$name.log" 2>&1
     rc=$?
@@ -102,6 +106,24 @@ bench() {
     esac
 }
 
+cpu_bf16() {
+    grep -q -w -e avx512_bf16 -e amx_bf16 /proc/cpuinfo ||
+        { echo "this CPU has neither avx512_bf16 nor amx_bf16: nothing native to check"; return 1; }
+    grep -o -w -e avx512_bf16 -e amx_bf16 -e amx_tile /proc/cpuinfo | sort | uniq -c
+    grep -m1 'model name' /proc/cpuinfo; nproc
+    [ -f lib/libdnnl.so.2 ] || ldconfig -p | grep -q 'libdnnl\.so\.2 ' ||
+        { echo "no libdnnl.so.2: make the bundle with BUNDLE_ONEDNN=1"; return 1; }
+    bad=0
+    test/test_cpu_ops || bad=1
+    sh test/e2e_gemm_paths.sh . || bad=1
+    python3 -c 'import torch' || { echo "python3 has no torch"; return 1; }
+    for flags in "" --bf16; do
+        python3 bench/bench_cpu.py --build . --steps "${GPU_CHECK_CPU_STEPS:-100}" --models mlp,cnn \
+            --torch-settings 1x1,2x1 $flags || bad=1
+    done
+    return $bad
+}
+
 if [ "${2:-}" = "--run" ]; then "$3"; exit $?; fi
 
 FMNIST=${CT_FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
@@ -116,6 +138,7 @@ phase libs 120 libs_resolve
 phase tests 1500 sh test/run_tests.sh . cuda
 phase bench 1500 bench
 phase memcheck 900 memcheck
+phase cpubf16 900 cpu_bf16
 echo
 echo "gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ)):$results"
 echo "gpu-check: $npass passed, $nfail failed (logs: $LOGS)"

@@ -3,7 +3,8 @@
  * conversions (overflow, subnormals, ties), the bf16 casts bit for bit against them, uint8 casts,
  * dropout's mask statistics, argument forms that must not change a bit (dx aliasing dy,
  * conv2d_backward without dx and db), the summation order of the reductions (pinned bit for bit),
- * each GEMM library against fp64 and oneDNN's under signals, the thread pool under stress,
+ * each GEMM library against fp64 and oneDNN's under signals, native bf16 GEMMs where the CPU has
+ * them (or the line saying it has not), the thread pool under stress,
  * backend creation and memory accounting, upload tickets. */
 #include <check.h>
 #include <math.h>
@@ -497,6 +498,91 @@ START_TEST(onednn_gemm_under_signals) {
 }
 END_TEST
 
+/* oneDNN's matmul primitive as cpu_onednn_bf16.c runs it (a primitive per tile shape cached per
+ * thread, strided operands, alpha as an output scale, beta as a sum post-op), against fp64 sums of
+ * the operands' values, on the shapes the linear layers make (tiles split by rows and by columns,
+ * both transposes, padded leading dimensions that must stay untouched, beta 0 over a NaN-poisoned
+ * C), and the same bits on 1 and 2 threads. bf16: the native path, where the CPU multiplies bf16;
+ * fp32: the same code with fp32 operands, which runs on any CPU (this project's AVX2 build machine
+ * has no bf16 matmul in oneDNN at all, so that is what checks the plumbing here). */
+static void matmul_against_fp64(bool bf16) {
+    static const int64_t shapes[][5] = {/* ta tb m n k */
+        {0, 1, 128, 512, 784}, {1, 0, 512, 104, 128}, {0, 0, 512, 128, 512}, {0, 1, 37, 1000, 29},
+        {1, 1, 7, 130, 600}, {0, 0, 1, 1, 1}};
+    static const float alphas[] = {1.0f, 0.7f}, betas[] = {0.0f, 1.0f};
+    for (int round = 0; round < 2; round++)   /* the second round finds every primitive cached */
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            bool ta = shapes[s][0], tb = shapes[s][1];
+            int64_t m = shapes[s][2], n = shapes[s][3], k = shapes[s][4];
+            int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+            int64_t a_n = (ta ? k : m) * lda, b_n = (tb ? n : k) * ldb;
+            float *a = rnd(a_n, 800 + s, -1, 1), *b = rnd(b_n, 810 + s, -1, 1), *c0 = rnd(m * ldc, 820 + s, -1, 1);
+            uint16_t *a16 = malloc((size_t)a_n * 2), *b16 = malloc((size_t)b_n * 2);
+            ct_cpu_cast_range(a16, CT_BF16, a, CT_F32, 0, a_n);
+            ct_cpu_cast_range(b16, CT_BF16, b, CT_F32, 0, b_n);
+            if (bf16) {   /* the values the GEMM sees, exactly */
+                ct_cpu_cast_range(a, CT_F32, a16, CT_BF16, 0, a_n);
+                ct_cpu_cast_range(b, CT_F32, b16, CT_BF16, 0, b_n);
+            }
+            double *want = malloc((size_t)(m * n) * sizeof(double)), *scale = malloc((size_t)(m * n) * sizeof(double));
+            for (int v = 0; v < 2; v++) {
+                float alpha = alphas[v], beta = betas[v];
+                float *c1 = copyf(c0, m * ldc), *c2 = copyf(c0, m * ldc);
+                for (int64_t i = 0; beta == 0 && i < m; i++)   /* C is not read when beta == 0 */
+                    for (int64_t j = 0; j < n; j++) c1[i * ldc + j] = c2[i * ldc + j] = NAN;
+                sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, want, scale);
+                if (bf16) {
+                    ct_cpu_bf16_gemm(be1, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c1, ldc);
+                    ct_cpu_bf16_gemm(be2, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c2, ldc);
+                } else {
+                    ck_assert(ct_cpu_onednn_matmul_f32(be1, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc));
+                    ck_assert(ct_cpu_onednn_matmul_f32(be2, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c2, ldc));
+                }
+                ck_assert_msg(memcmp(c1, c2, (size_t)(m * ldc) * sizeof(float)) == 0,
+                              "%s %c%c %lldx%lldx%lld: 1 and 2 threads differ", bf16 ? "bf16" : "fp32",
+                              ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
+                for (int64_t i = 0; i < m; i++) {
+                    for (int64_t j = 0; j < n; j++) {
+                        double got = c1[i * ldc + j], tol = 4.0 * (double)(k + 2) * 0x1p-24 * scale[i * n + j] + 1e-30;
+                        if (!(fabs(got - want[i * n + j]) <= tol))
+                            ck_abort_msg("%s %c%c %lldx%lldx%lld, alpha %g beta %g: C[%lld,%lld] = %.9g, fp64 %.9g",
+                                         bf16 ? "bf16" : "fp32", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
+                                         (long long)n, (long long)k, alpha, beta, (long long)i, (long long)j, got,
+                                         want[i * n + j]);
+                    }
+                    for (int64_t j = n; j < ldc; j++)   /* the padding is left alone */
+                        ck_assert(memcmp(&c1[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
+                }
+                free(c1), free(c2);
+            }
+            free(a), free(b), free(c0), free(a16), free(b16), free(want), free(scale);
+        }
+}
+
+START_TEST(onednn_matmul_plumbing_fp32) {
+    ct_err err = {0};
+    ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
+    if (!ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN)) return; /* nothing to check without oneDNN */
+    matmul_against_fp64(false);
+}
+END_TEST
+
+/* Where the CPU has no native bf16, the start block's line must say that bf16 computes in fp32. */
+START_TEST(bf16_gemm_native_or_said) {
+    ct_err err = {0};
+    ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
+    const char *note = ct_cpu_bf16_note();
+    ck_assert_ptr_nonnull(note);
+    if (!ct_cpu_bf16_native()) {
+        ck_assert_ptr_nonnull(strstr(note, "computed in fp32"));
+        fprintf(stderr, "test_cpu_ops: bf16_gemm_native_or_said: not native here (%s)\n", note);
+        return;
+    }
+    ck_assert_ptr_nonnull(strstr(note, "natively"));
+    matmul_against_fp64(true);
+}
+END_TEST
+
 START_TEST(upload_tickets) {
     float *src = rnd(777, 300, -1, 1), *dst = calloc(777, 4);
     uint64_t t1 = be2->queue.upload(be2, dst, src, 777 * 4, be2->queue.compute_mark(be2));
@@ -530,6 +616,8 @@ int main(void) {
     tcase_add_test(tc, upload_tickets);
     tcase_add_test(tc, sgemm_each_library_against_fp64);
     tcase_add_test(tc, onednn_gemm_under_signals);
+    tcase_add_test(tc, onednn_matmul_plumbing_fp32);
+    tcase_add_test(tc, bf16_gemm_native_or_said);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

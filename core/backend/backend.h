@@ -558,6 +558,10 @@ size_t ct_cpu_backend_reserved_bytes(int threads);
 /* Cap the CPU backend's memory (train.memory_limit_gb): an alloc that would take its bytes in use
  * past `bytes` returns NULL, as a device out of memory does. 0: no cap. */
 void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes);
+/* A line for the start of a run that computes in dt on the CPU backend: whether its bf16 matrix
+ * products run natively (AVX512-BF16/AMX through oneDNN) or in fp32 and why, and that fp16 always
+ * computes in fp32 (so that turning on mixed precision on a CPU says what it buys); NULL for fp32. */
+const char *ct_cpu_backend_precision_note(ct_dtype dt);
 
 #ifdef CT_HAVE_CUDA
 /* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table

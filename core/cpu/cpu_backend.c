@@ -243,3 +243,11 @@ ct_backend *ct_cpu_backend_create(int threads) {
     }
     return be;
 }
+
+const char *ct_cpu_backend_precision_note(ct_dtype dt) {
+    if (dt == CT_BF16) return ct_cpu_bf16_note();
+    if (dt == CT_F16)
+        return "fp16 is computed in fp32 on the CPU (ctrain has no native fp16 path): 16-bit storage "
+               "halves activation memory but costs time; fp32 trains faster on a CPU";
+    return NULL;
+}

@@ -16,7 +16,8 @@
  * comparisons and tests.
  *
  * 16-bit operands are widened to fp32 scratch first (fp32 accumulate, as on the GPU); a 16-bit C
- * is computed in fp32 and rounded once at the end.
+ * is computed in fp32 and rounded once at the end. Where the CPU multiplies bf16 natively
+ * (AVX512-BF16, AMX), bf16 x bf16 goes to oneDNN's bf16 matmul instead (cpu_onednn_bf16.c).
  *
  * OpenBLAS is loaded with dlopen on first use, not linked: a linked OpenBLAS (pthreads build)
  * starts a thread per core in its constructor, before main, and raises SIGINT when one cannot be
@@ -75,6 +76,11 @@ static void gemm_libs_choose(void) {
             snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_GEMM=\"%.40s\" "
                      "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
     }
+    const char *bf16 = getenv("CTRAIN_CPU_BF16");   /* read by cpu_onednn_bf16.c */
+    if (bf16 && *bf16 && strcmp(bf16, "auto") != 0 && strcmp(bf16, "widen") != 0)
+        snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_BF16=\"%.40s\" "
+                 "is not a choice\n  Use auto (the default: native bf16 products where the CPU has "
+                 "them) or widen (always fp32)", bf16);
     g_blas.onednn = g_blas.forced != CT_GEMM_OPENBLAS && ct_cpu_onednn_load();
     if (g_blas.forced == CT_GEMM_ONEDNN && !g_blas.onednn)
         snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "
@@ -273,11 +279,13 @@ static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
     float *cf = c;
     int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
     int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
-    if (a_dt != CT_F32) {
+    /* bf16 times bf16 on a CPU that multiplies bf16: no widening (cpu_onednn_bf16.c) */
+    bool native = a_dt == CT_BF16 && b_dt == CT_BF16 && k > 0 && ct_cpu_bf16_native();
+    if (a_dt != CT_F32 && !native) {
         af = widen(be, 0, a, a_dt, a_rows, a_cols, lda);
         lda = a_cols;
     }
-    if (b_dt != CT_F32) {
+    if (b_dt != CT_F32 && !native) {
         bf = widen(be, 1, b, b_dt, b_rows, b_cols, ldb);
         ldb = b_cols;
     }
@@ -291,6 +299,8 @@ static void cpu_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int
         /* BLAS leaves C untouched when alpha*AB vanishes only for beta == 1; do it explicitly */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) cf[i * ldc_f + j] = beta == 0.0f ? 0.0f : beta * cf[i * ldc_f + j];
+    } else if (native) {
+        ct_cpu_bf16_gemm(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cf, ldc_f);
     } else {
         sgemm_tiled(be, ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, cf, ldc_f);
     }

@@ -10,6 +10,7 @@
 #define CT_CPU_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "core/backend/backend.h"
@@ -172,6 +173,27 @@ const char *ct_cpu_onednn_desc(void);
 void ct_cpu_onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                          float *c, int64_t ldc);
+/* Another entry point of the oneDNN loaded (NULL when it is not, or lacks it), and the bracket
+ * around every call into it: the thread's asynchronous signals blocked and its OpenMP threads held
+ * to one (cpu_onednn.c says why), then restored. */
+void *ct_cpu_onednn_symbol(const char *name);
+void ct_cpu_onednn_enter(sigset_t *old);
+void ct_cpu_onednn_leave(const sigset_t *old);
+
+/* bf16 GEMMs computed as bf16 where the CPU multiplies bf16 natively (cpu_onednn_bf16.c):
+ * whether they are (loads oneDNN and checks once), a line for the start of a run saying how or
+ * why not, and C = alpha op(A) op(B) + beta C over the pool, A and B bf16, C fp32, in the
+ * tiles of ct_cpu_gemm_tile_shape. */
+bool ct_cpu_bf16_native(void);
+const char *ct_cpu_bf16_note(void);
+void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                      int64_t ldc);
+/* The same machinery with fp32 operands, on any CPU oneDNN runs on (false: oneDNN not loaded):
+ * for the test of the bf16 path's plumbing where bf16 itself cannot run. */
+bool ct_cpu_onednn_matmul_f32(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                              const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                              int64_t ldc);
 /* The GEMM libraries loaded (openblas_get_config(), " + oneDNN x.y.z" when it loaded), or NULL. */
 const char *ct_cpu_blas_config(void);
 

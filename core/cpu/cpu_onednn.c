@@ -43,6 +43,7 @@ typedef struct dnnl_version_info {   /* dnnl_version_t of dnnl_types.h (2.x) */
 
 /* Filled once by onednn_load, read-only afterwards. */
 typedef struct onednn_lib {
+    void *handle;                /* libdnnl.so.2, for the matmul primitive's entry points */
     dnnl_sgemm_fn sgemm;
     void (*omp_set_num_threads)(int);
     char desc[48];               /* "oneDNN 2.6.3", or "" when not loaded */
@@ -54,6 +55,7 @@ static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
 static void onednn_load(void) {
     void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) return;   /* optional: OpenBLAS takes every GEMM */
+    g_dnnl.handle = h;
     /* dlsym on the handle also searches its dependencies, libgomp among them */
     *(void **)&g_dnnl.sgemm = dlsym(h, "dnnl_sgemm");
     *(void **)&g_dnnl.omp_set_num_threads = dlsym(h, "omp_set_num_threads");
@@ -80,6 +82,10 @@ const char *ct_cpu_onednn_desc(void) {
     return ct_cpu_onednn_load() ? g_dnnl.desc : NULL;
 }
 
+void *ct_cpu_onednn_symbol(const char *name) {
+    return ct_cpu_onednn_load() ? dlsym(g_dnnl.handle, name) : NULL;
+}
+
 /* Every signal but those a fault raises on the thread itself (those must not be blocked). */
 static void async_signals(sigset_t *set) {
     sigfillset(set);
@@ -87,15 +93,24 @@ static void async_signals(sigset_t *set) {
     for (size_t i = 0; i < sizeof sync / sizeof sync[0]; i++) sigdelset(set, sync[i]);
 }
 
+void ct_cpu_onednn_enter(sigset_t *old) {
+    sigset_t block;
+    async_signals(&block);
+    pthread_sigmask(SIG_BLOCK, &block, old);   /* see "Signals" above */
+    g_dnnl.omp_set_num_threads(1);   /* this thread only: the tile stays on it (see above) */
+}
+
+void ct_cpu_onednn_leave(const sigset_t *old) {
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 void ct_cpu_onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                          float *c, int64_t ldc) {
-    sigset_t block, old;
-    async_signals(&block);
-    pthread_sigmask(SIG_BLOCK, &block, &old);   /* see "Signals" above */
-    g_dnnl.omp_set_num_threads(1);   /* this thread only: the tile stays on it (see above) */
+    sigset_t old;
+    ct_cpu_onednn_enter(&old);
     /* dnnl_sgemm is row-major like cblas_sgemm with CblasRowMajor; it fails only on bad arguments,
      * which cpu_gemm.c never passes (m, n, k > 0, leading dimensions >= the rows) */
     g_dnnl.sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    ct_cpu_onednn_leave(&old);
 }

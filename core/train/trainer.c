@@ -221,7 +221,10 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
     if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(r, "       %s", t->opts.batch_note);
-    print_plan(r, plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
+    ct_dtype dt = ct_graph_compute_dtype(t->m.g);
+    const char *note = strcmp(t->be->name, "cpu") == 0 ? ct_cpu_backend_precision_note(dt) : NULL;
+    if (note) ct_report_line(r, "note   %s", note);
+    print_plan(r, plan, dt, cfg->world_size);
     char ev[160] = "no eval set";
     if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", d->train_ds->format,
