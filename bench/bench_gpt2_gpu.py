@@ -117,7 +117,9 @@ def run_ctrain(build, data, B, steps, warmup, extra):
         out = {"impl": "ctrain", "micro_batch": B, "steps": steps, "s_per_step": dt / steps, "tokens_per_s": tps,
                "mfu": b["mfu"] * tps / b["tokens_per_s"] if b.get("mfu") and b.get("tokens_per_s") else None,
                "summary_tokens_per_s": b.get("tokens_per_s"), "summary_mfu": b.get("mfu"),
-               "peak_device_bytes": b.get("peak_device_bytes"), "loss": b.get("train_loss")}
+               "peak_device_bytes": b.get("peak_device_bytes"), "loss": b.get("train_loss"),
+               "activation_bytes": (b.get("peak_bytes_by_category") or {}).get("activations"),
+               "planned_activation_bytes": (b.get("planned_bytes_by_category") or {}).get("activations")}
         print(json.dumps(out), flush=True)
         return out
 

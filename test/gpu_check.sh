@@ -6,7 +6,8 @@
 #   3. every CUDA test and the GPU end-to-end runs (run_tests.sh DIR cuda: a skip is a failure);
 #   4. the benchmarks against PyTorch on the same GPU (bench_gpt2_gpu.py, bench_gpu.py; python3
 #      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes;
-#      GPU_CHECK_BENCH, default "gpt2 fmnist", picks which of the two run);
+#      GPU_CHECK_BENCH, default "gpt2 fmnist ckpt", picks which run; ckpt: bench_ckpt_gpu.py,
+#      activation checkpointing's memory and time on GPT-2 and cpu_checkpointing's cost);
 #   5. compute-sanitizer: memcheck on the op tests, memcheck and racecheck on the attention and
 #      cross-entropy rows, memcheck on a short captured fp16 run;
 #   6. (only when GPU_CHECK_PHASES names cpubf16) the host CPU's native bf16 (issue 18): from a
@@ -97,10 +98,13 @@ memcheck() {
 
 bench() {
     python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "python3 has no CUDA torch"; return 1; }
-    case " ${GPU_CHECK_BENCH:-gpt2 fmnist} " in *" gpt2 "*)
+    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" gpt2 "*)
         python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 30 --warmup 5 || return 1 ;;
     esac
-    case " ${GPU_CHECK_BENCH:-gpt2 fmnist} " in *" fmnist "*)
+    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" ckpt "*)
+        python3 bench/bench_ckpt_gpu.py --build . --m 4 --steps 10 --warmup 3 || return 1 ;;
+    esac
+    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" fmnist "*)
         python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4 \
             --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}" || return 1 ;;
     esac
