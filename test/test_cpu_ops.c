@@ -398,6 +398,24 @@ static void sgemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
         }
 }
 
+/* C [m, n] (leading dimension ldc) within tol_rel x scale of the fp64 reference, and its padding
+ * columns the bytes of c0's; `what` names the call in the failure. */
+static void expect_gemm(const char *what, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        float beta, const float *c, const float *c0, int64_t ldc, const double *want,
+                        const double *scale, double tol_rel) {
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double got = c[i * ldc + j], tol = tol_rel * (scale[i * n + j] + 1e-30);
+            if (!(fabs(got - want[i * n + j]) <= tol))
+                ck_abort_msg("%s, %c%c %lldx%lldx%lld, alpha %g beta %g: C[%lld,%lld] = %.9g, fp64 %.9g", what,
+                             ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k, alpha, beta,
+                             (long long)i, (long long)j, got, want[i * n + j]);
+        }
+        for (int64_t j = n; j < ldc; j++)   /* the padding is left alone */
+            ck_assert(memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
+    }
+}
+
 START_TEST(sgemm_each_library_against_fp64) {
     ct_err err = {0};
     ck_assert_int_eq(ct_cpu_blas_load(&err), CT_OK);
@@ -424,18 +442,9 @@ START_TEST(sgemm_each_library_against_fp64) {
                     for (int64_t j = 0; j < n; j++) c[i * ldc + j] = picked[i * ldc + j] = NAN;
                 sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, want, scale);
                 ct_cpu_sgemm_with((ct_gemm_lib)lib, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-                for (int64_t i = 0; i < m; i++) {
-                    for (int64_t j = 0; j < n; j++) {
-                        double got = c[i * ldc + j], tol = 1e-6 * (scale[i * n + j] + 1e-30) * sqrt((double)k + 1);
-                        if (!(fabs(got - want[i * n + j]) <= tol))
-                            ck_abort_msg("library %d, %c%c %lldx%lldx%lld, alpha %g beta %g: C[%lld,%lld] = %.9g, "
-                                         "fp64 %.9g", lib, ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
-                                         (long long)n, (long long)k, alpha, beta, (long long)i, (long long)j,
-                                         got, want[i * n + j]);
-                    }
-                    for (int64_t j = n; j < ldc; j++)   /* the padding is left alone */
-                        ck_assert(memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
-                }
+                char what[32];
+                snprintf(what, sizeof what, "library %d", lib);
+                expect_gemm(what, ta, tb, m, n, k, alpha, beta, c, c0, ldc, want, scale, 1e-6 * sqrt((double)k + 1));
                 if (ct_cpu_gemm_lib_for(ta, tb, m, n, k) == (ct_gemm_lib)lib) {
                     ct_cpu_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, picked, ldc);
                     ck_assert(memcmp(picked, c, (size_t)(m * ldc) * sizeof(float)) == 0);
@@ -541,18 +550,9 @@ static void matmul_against_fp64(bool bf16) {
                 ck_assert_msg(memcmp(c1, c2, (size_t)(m * ldc) * sizeof(float)) == 0,
                               "%s %c%c %lldx%lldx%lld: 1 and 2 threads differ", bf16 ? "bf16" : "fp32",
                               ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
-                for (int64_t i = 0; i < m; i++) {
-                    for (int64_t j = 0; j < n; j++) {
-                        double got = c1[i * ldc + j], tol = 4.0 * (double)(k + 2) * 0x1p-24 * scale[i * n + j] + 1e-30;
-                        if (!(fabs(got - want[i * n + j]) <= tol))
-                            ck_abort_msg("%s %c%c %lldx%lldx%lld, alpha %g beta %g: C[%lld,%lld] = %.9g, fp64 %.9g",
-                                         bf16 ? "bf16" : "fp32", ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
-                                         (long long)n, (long long)k, alpha, beta, (long long)i, (long long)j, got,
-                                         want[i * n + j]);
-                    }
-                    for (int64_t j = n; j < ldc; j++)   /* the padding is left alone */
-                        ck_assert(memcmp(&c1[i * ldc + j], &c0[i * ldc + j], sizeof(float)) == 0);
-                }
+                /* each product exact, the sums within a few fp32 roundings of the magnitudes */
+                expect_gemm(bf16 ? "bf16" : "fp32", ta, tb, m, n, k, alpha, beta, c1, c0, ldc, want, scale,
+                            4.0 * (double)(k + 2) * 0x1p-24);
                 free(c1), free(c2);
             }
             free(a), free(b), free(c0), free(a16), free(b16), free(want), free(scale);
