@@ -132,7 +132,7 @@ ranks() {
         --set train.run_dir=\""$T/$r"\" "$@" >"$T/$r.out" 2>"$T/$r.err"; then
         ok "$r: $LAUNCH $n, stage $st exits 0"
     else
-        bad "$r: $LAUNCH $n, stage $st (exit $?)"; tail -5 "$T/$r.err"; return
+        bad "$r: $LAUNCH $n, stage $st (exit $?)"; head -n 4 "$T/$r.err"; echo "     ..."; tail -n 5 "$T/$r.err"; return
     fi
     d=$(close "${c}1" "$r" $tol) && ok "$r: the single process's weights ($d, at most $tol)" || bad "$r: weights differ: $d"
     case "$*" in *--resume*) return ;; esac   # a resumed run: the weights are what counts

@@ -19,7 +19,8 @@
  * When: ct_cpu_bf16_native() holds when oneDNN loaded, the CPU reports AVX512-BF16 or AMX-BF16
  * (cpuid), oneDNN makes a bf16 matmul with code generated for it (not its reference loops), and a
  * check GEMM on random values agrees with an fp64 reference. CTRAIN_CPU_BF16=widen turns it off
- * (cpu_gemm.c rejects other values than auto and widen). Debian's oneDNN 2.6 has no bf16 matmul
+ * (cpu_gemm.c rejects other values than auto and widen), and so does CTRAIN_CPU_GEMM=openblas
+ * (every product on OpenBLAS: test/e2e_bitwise.sh's recorded hashes hold on any CPU). Debian's oneDNN 2.6 has no bf16 matmul
  * below AVX-512 at all: on this project's 2-core AVX2 machine it is never taken, and nothing here
  * has run yet (docs/BENCHMARKS.md says what is measured where).
  *
@@ -460,6 +461,13 @@ static void bf16_load(void) {
         snprintf(g_bf.note, sizeof g_bf.note, "bf16 is computed in fp32 on this CPU (it has no "
                  "AVX512-BF16 or AMX): 16-bit storage halves activation memory but costs time; fp32 "
                  "trains faster here");
+        return;
+    }
+    if (!ct_cpu_gemm_lib_loaded(CT_GEMM_ONEDNN) && ct_cpu_gemm_lib_loaded(CT_GEMM_OPENBLAS)) {
+        /* CTRAIN_CPU_GEMM=openblas: one library for every product, bf16 ones included */
+        snprintf(g_bf.note, sizeof g_bf.note, "bf16 is computed in fp32: this CPU multiplies bf16 "
+                 "natively, but %s", ct_cpu_onednn_load() ? "CTRAIN_CPU_GEMM=openblas keeps every "
+                 "product on OpenBLAS" : "oneDNN (libdnnl.so.2) is not installed: install libdnnl2 for native bf16");
         return;
     }
     thread_cache *tc = matmul_ready() ? my_cache() : NULL;
