@@ -45,9 +45,9 @@ mv "$T/d.csv" "$T/d.keep"
 run 0 "--dry-run --device-memory 12MiB: exit 0" --dry-run --device-memory 12MiB
 has "$T/err" "what fits in 12.0 MiB (--device-memory)" "the table names the budget and where it came from"
 has "$T/err" "micro  accum  checkpointing" "the table has its header"
-has "$T/err" "^ *256 *2  as configured: off  *10.3 MiB  yes" "micro-batch 256 with accumulation 2 fits"
-has "$T/err" "^ *512 *1  as configured: off  *14.6 MiB  no   <- this config" "the configured run does not"
-has "$T/err" "^ *512 *1  every block (6 segments)  *10.8 MiB  yes" "every block checkpointed at 512 fits"
+has "$T/err" "^ *256 *2  as configured: off  *10.2 MiB  yes" "micro-batch 256 with accumulation 2 fits"
+has "$T/err" "^ *512 *1  as configured: off  *14.3 MiB  no   <- this config" "the configured run does not"
+has "$T/err" "^ *512 *1  every block (6 segments)  *10.6 MiB  yes" "every block checkpointed at 512 fits"
 has "$T/err" "^ *1 *512  every block" "the micro-batches halve down to 1"
 has "$T/err" "data not opened" "no data opened"
 run 2 "--device-memory 24: no unit, exit 2" --dry-run --device-memory 24
@@ -58,10 +58,10 @@ has "$T/err" "needs --dry-run" "the message says what it is for"
 mv "$T/d.keep" "$T/d.csv"
 
 run 1 "a plan over train.memory_limit_gb: exit 1 before training" --set train.memory_limit_gb=0.0117 --set train.run_dir="$T/r1"
-has "$T/err" "the memory plan needs 14.6 MiB but train.memory_limit_gb 0.0117 allows 12.0 MiB" "the message names the limit"
-has "$T/err" "planned: params 0 B, master 1.5 MiB, grads 1.5 MiB, optim 3.0 MiB, activations 8.5 MiB" "with the planned breakdown"
-has "$T/err" "micro-batch 256 with gradient accumulation 2 fits in 10.3 MiB" "a smaller micro-batch that fits"
-has "$T/err" "or checkpoint every block (activation_checkpointing.number_checkpoints 6): 10.8 MiB at micro-batch 512" "or checkpointing"
+has "$T/err" "the memory plan needs 14.3 MiB but train.memory_limit_gb 0.0117 allows 12.0 MiB" "the message names the limit"
+has "$T/err" "planned: params 0 B, master 1.5 MiB, grads 1.5 MiB, optim 3.0 MiB, activations 8.3 MiB" "with the planned breakdown"
+has "$T/err" "micro-batch 256 with gradient accumulation 2 fits in 10.2 MiB" "a smaller micro-batch that fits"
+has "$T/err" "or checkpoint every block (activation_checkpointing.number_checkpoints 6): 10.6 MiB at micro-batch 512" "or checkpointing"
 has "$T/out" '"status":"error"' "the summary says error"
 run 0 "the suggestion taken: it trains" --set train.memory_limit_gb=0.0117 --set train.run_dir="$T/r2" \
     --set activation_checkpointing.number_checkpoints=6
@@ -69,8 +69,8 @@ run 0 "the suggestion taken: it trains" --set train.memory_limit_gb=0.0117 --set
 run 1 "bf16 past train.memory_limit_gb in the first step: exit 1" --set bf16.enabled=true \
     --set train.memory_limit_gb=0.0115 --set train.run_dir="$T/r5"
 has "$T/err" "out of host memory allocating" "the allocation that failed"
-has "$T/err" "planned: params 777.8 KiB.* did not fit in the 690.6 KiB left" "the plan and what was left"
-has "$T/err" "micro-batch 256 with gradient accumulation 2 fits in 9.0 MiB" "a choice that plans less"
+has "$T/err" "planned: params 777.8 KiB.* did not fit in the 818.6 KiB left" "the plan and what was left"
+has "$T/err" "micro-batch 256 with gradient accumulation 2 fits in 8.9 MiB" "a choice that plans less"
 
 mlp '"auto"'
 run 0 "micro-batch auto under a limit: trains" --set train.memory_limit_gb=0.0075 --set train.run_dir="$T/r3"

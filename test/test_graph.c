@@ -661,12 +661,15 @@ END_TEST
 
 /* ---- the executor's seams: ranges, recompute, prepare hooks, ties ---- */
 
-/* Linear, batchnorm (running statistics), gelu, dropout (random masks), a residual and a
- * layernorm: everything a range boundary or a recompute could disturb. */
+/* Linear, batchnorm (running statistics), an activation, dropout (random masks), a residual and
+ * a layernorm: everything a range boundary or a recompute could disturb. (The activation is a
+ * leaky_relu with a negative slope: it does not run in place, and its backward reads its input
+ * and its output, so batchnorm's output and dropout's input live through backward, which
+ * recompute_restores_a_range needs.) */
 static const char *seam_model =
     "{\"input\": [6], \"layers\": ["
     " {\"type\": \"linear\", \"name\": \"a\", \"out\": 12}, {\"type\": \"batchnorm2d\", \"name\": \"bn\"},"
-    " {\"type\": \"gelu\", \"name\": \"g\"}, {\"type\": \"dropout\", \"name\": \"d\", \"p\": 0.3},"
+    " {\"type\": \"leaky_relu\", \"name\": \"act\", \"negative_slope\": -0.1}, {\"type\": \"dropout\", \"name\": \"d\", \"p\": 0.3},"
     " {\"type\": \"linear\", \"name\": \"b\", \"out\": 12},"
     " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"b\", \"a\"]}, {\"type\": \"layernorm\", \"name\": \"ln\"},"
     " {\"type\": \"linear\", \"name\": \"head\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
@@ -732,17 +735,43 @@ START_TEST(ranges_equal_one_pass) {
 }
 END_TEST
 
+/* Whether a backward reads layer j's output (its own, or a reader's that reads its input): the
+ * plan keeps only those through backward (lifetime.c), so only those may be recomputed outside a
+ * checkpointed segment (the others' bytes serve other buffers once forward is done). */
+static bool output_read_in_backward(const ct_graph *g, int j) {
+    if (g->nodes[j].l.type->backward_reads_output) return true;
+    for (int k = j + 1; k < g->n_nodes; k++)
+        for (int i = 0; i < g->nodes[k].l.n_in; i++)
+            if (g->nodes[k].l.in_from[i] == j && ct_layer_backward_reads_input(&g->nodes[k].l)) return true;
+    return false;
+}
+
+/* Whether layer j may be recomputed in a range from lo after the loss: its output and what it
+ * reads from before the range are still there. */
+static bool recomputable(const ct_graph *g, int lo, int j) {
+    for (int i = 0; i < g->nodes[j].l.n_in; i++) {
+        int src = g->nodes[j].l.in_from[i];
+        if (src >= 0 && src < lo && !output_read_in_backward(g, src)) return false;
+    }
+    return output_read_in_backward(g, j);
+}
+
 /* Activation checkpointing's core: drop a range's activations and saved state, run the range
  * again with the recompute pass, and backward gives the same bits (dropout draws the same masks,
- * batchnorm's running statistics move once). */
+ * batchnorm's running statistics move once). Ranges of layers whose outputs backward reads (the
+ * seam model's "b" is read only by the residual add, which reads no input in backward). */
 START_TEST(recompute_restores_a_range) {
     runner r;
     runner_start(&r, seam_model, SEAM_N, 5);
     snapshot want = one_pass(&r);
     ct_exec_bufs b = runner_bufs(&r);
     ct_err err = {0};
+    int ranges = 0;
     for (int lo = 0; lo < SEAM_LAYERS - 1; lo++) {
-        int hi = lo + 3 < SEAM_LAYERS ? lo + 3 : SEAM_LAYERS - 1;   /* the last layer's dy is the loss's */
+        int hi = lo;   /* up to three layers; the last layer's dy is the loss's */
+        while (hi < lo + 3 && hi < SEAM_LAYERS - 1 && recomputable(r.b.g, lo, hi)) hi++;
+        if (hi == lo) continue;
+        ranges++;
         ct_param_store_init(r.store, 5);
         ct_param_store_zero_grads(r.store);
         runner_loss(&r);
@@ -755,6 +784,7 @@ START_TEST(recompute_restores_a_range) {
         runner_backward(&r, NULL);
         expect_same(&r, &want, "recomputed range");
     }
+    ck_assert_int_ge(ranges, 5);   /* [0, 3) .. [3, 4): batchnorm's and dropout's; [6, 7) */
     /* recompute is for a train-mode micro-batch only */
     r.io.train = false;
     ck_assert_int_eq(ct_graph_forward_range(r.b.g, 0, 2, CT_PASS_RECOMPUTE, &b, &r.io, NULL, &err), CT_ERR_RUNTIME);
@@ -839,7 +869,8 @@ static const char *ck_cnn =
 START_TEST(checkpointing_is_exact) {
     size_t plain, ckpt;
     expect_checkpointing_exact("mlp, marked", ck_mlp, 0, &plain, &ckpt);
-    ck_assert(ckpt < plain);
+    /* (no fewer bytes: every layer of its segments is recomputed, for dropout's masks and the
+     * outputs relu and tanh read, and its plain plan already frees what no backward reads) */
     expect_checkpointing_exact("cnn, marked", ck_cnn, 0, &plain, &ckpt);
     ck_assert(ckpt < plain);
     expect_checkpointing_exact("gpt, every block", CK_GPT(2), 0, &plain, &ckpt);
@@ -887,6 +918,190 @@ START_TEST(checkpointing_shrinks_the_plan) {
     ck_assert_msg(strstr(c.err.msg, "number_checkpoints 3") && strstr(c.err.msg, "\"checkpoint\": true"), "%s",
                   c.err.msg);
     unbuild(&c);
+}
+END_TEST
+
+/* ---- the recompute runs what backward reads, no more ---- */
+
+/* Every layer type says what its backward reads of its inputs (docs/ADDING.md): one that does not
+ * would be planned as reading them (correct, but it keeps memory it need not). */
+START_TEST(every_type_says_what_backward_reads) {
+    const char *const *names;
+    int n = ct_layer_type_names(&names), types = 0;
+    for (int i = 0; i < n; i++) {
+        const ct_layer_type *t = ct_layer_type_find(names[i]);
+        if (!t) continue;   /* a block type or repeat */
+        types++;
+        ck_assert_msg(t->backward_reads_input != CT_BWD_INPUT_UNSAID, "%s: backward_reads_input unsaid", t->name);
+    }
+    ck_assert_int_ge(types, 21);
+}
+END_TEST
+
+/* A segment ending in linear -> add: fc's output is read only by the add, whose backward reads
+ * no input, and the add's is the segment's kept output: the recompute runs the layernorm alone
+ * (its saved statistics), with dropout after fc also fc and the dropout (the mask comes from
+ * fc's output). */
+static const char *ck_linear_add =
+    "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 16},"
+    " {\"type\": \"layernorm\", \"name\": \"ln\"" CK "}, {\"type\": \"linear\", \"name\": \"fc\", \"out\": 16" CK "},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"fc\", \"a\"]" CK "},"
+    " {\"type\": \"linear\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+static const char *ck_linear_dropout_add =
+    "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 16},"
+    " {\"type\": \"layernorm\", \"name\": \"ln\"" CK "}, {\"type\": \"linear\", \"name\": \"fc\", \"out\": 16" CK "},"
+    " {\"type\": \"dropout\", \"name\": \"drop\", \"p\": 0.3" CK "},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"drop\", \"a\"]" CK "},"
+    " {\"type\": \"linear\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+
+/* tanh's backward reads its output, which only the add reads in forward: tanh runs again, and fc
+ * before it. */
+static const char *ck_tanh_add =
+    "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"name\": \"a\", \"out\": 16},"
+    " {\"type\": \"linear\", \"name\": \"fc\", \"out\": 16" CK "}, {\"type\": \"tanh\", \"name\": \"t\"" CK "},"
+    " {\"type\": \"add\", \"name\": \"res\", \"inputs\": [\"t\", \"a\"]" CK "},"
+    " {\"type\": \"linear\", \"out\": 5}], \"loss\": {\"type\": \"cross_entropy\"}}";
+/* conv2d -> relu, which the CPU runs as one (fuse.c: the fused backward reads relu's output at
+ * conv2d's backward), and pooling. */
+static const char *ck_conv_relu =
+    "{\"input\": [2, 8, 8], \"layers\": ["
+    " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1}, {\"type\": \"relu\"},"
+    " {\"type\": \"maxpool2d\", \"kernel\": 2" CK "}, {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1" CK "},"
+    " {\"type\": \"relu\"" CK "}, {\"type\": \"global_avgpool\"" CK "}, {\"type\": \"linear\", \"out\": 10}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}";
+
+/* Prepare-hook calls per pass and layer. */
+typedef struct pass_calls {
+    int calls[3][64];   /* [ct_pass][layer] */
+} pass_calls;
+
+static int count_calls(void *ctx, int layer, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    ((pass_calls *)ctx)->calls[pass][layer]++;
+    return CT_OK;
+}
+
+/* `marked` checkpointed is exact (two micro-steps against the plain model), and one step's
+ * recompute runs layer j want[j] - '0' times, its hooks with it (ZeRO-3 gathers nothing for a
+ * layer left out). */
+static void expect_recomputes(const char *what, const char *marked, const char *want) {
+    size_t plain, ckpt;
+    expect_checkpointing_exact(what, marked, 0, &plain, &ckpt);
+    runner r;
+    runner_start(&r, marked, 4, 7);
+    int n = ct_graph_info_get(r.b.g)->n_layers;
+    ck_assert_int_eq((int)strlen(want), n);
+    pass_calls c = {0};
+    ct_exec_hooks hooks = {.ctx = &c, .prepare = count_calls};
+    ct_exec_bufs b = runner_bufs(&r);
+    ct_err err = {0};
+    ck_assert(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+    ck_assert(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+    for (int j = 0; j < n; j++) {
+        ck_assert_int_eq(c.calls[CT_PASS_FORWARD][j], 1);
+        ck_assert_msg(c.calls[CT_PASS_RECOMPUTE][j] == want[j] - '0', "%s: layer %d \"%s\" recomputed %d times, want %c",
+                      what, j, ct_graph_layer_name(r.b.g, j), c.calls[CT_PASS_RECOMPUTE][j], want[j]);
+    }
+    runner_stop(&r);
+}
+
+/* A transformer block recomputes all but fc2 and res2 (read by the residual add alone; the
+ * block's output); residual dropout after fc2 brings fc2 back. */
+START_TEST(checkpointing_recomputes_what_backward_reads) {
+    expect_recomputes("linear -> add", ck_linear_add, "01000");
+    expect_recomputes("linear -> dropout -> add", ck_linear_dropout_add, "011100");
+    expect_recomputes("linear -> tanh -> add", ck_tanh_add, "01100");
+    /* conv relu (fused, unmarked) | maxpool (its argmax), conv, relu (reads its output), and not
+     * global_avgpool (the segment's output) | linear */
+    expect_recomputes("cnn", ck_conv_relu, "0011100");
+    char *no_dropout = strdup(CK_GPT(2)), *at = strstr(no_dropout, "\"dropout\": 0.1");
+    ck_assert(at);
+    memcpy(at, "\"dropout\": 0  ", strlen("\"dropout\": 0.1"));
+    /* wte wpe | ln1 qkv attn proj res1 ln2 fc1 gelu fc2 res2 | ... | ln_f head */
+    expect_recomputes("gpt blocks", no_dropout, "00" "1111111100" "1111111100" "00");
+    /* ... | ln1 qkv attn proj drop1 res1 ln2 fc1 gelu fc2 drop2 res2 | ... */
+    expect_recomputes("gpt blocks, residual dropout", CK_GPT(2), "00" "111111111110" "111111111110" "00");
+    free(no_dropout);
+}
+END_TEST
+
+/* ---- the plan against the step: bytes the plan calls free are never read ---- */
+
+/* Fill every byte of the lifetime region that no buffer holds at schedule time t with 0xff (a
+ * NaN in every float format). A buffer read after the plan let it go (a backward reading an input
+ * its type says it does not, a layer left out of a recompute that was needed, an upload too
+ * late) then reads NaN, and the gradients differ. Returns the bytes poisoned. */
+static size_t poison_free_bytes(ct_graph *g, int t) {
+    const ct_lifetime_region *r = &g->placed;
+    unsigned char *arena = ct_graph_arena(g), *held = calloc(r->bytes + 1, 1);
+    for (int i = 0; i < r->n; i++) {
+        const ct_lifetime_item *it = &r->items[i];
+        for (int w = 0; w < it->n_when; w++)
+            if (it->when[w].lo <= t && t <= it->when[w].hi) memset(held + it->off, 1, it->size);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < r->bytes; i++)
+        if (!held[i]) arena[i] = 0xff, n++;
+    free(held);
+    return n;
+}
+
+typedef struct poisoner {
+    ct_graph *g;
+    size_t bytes;   /* poisoned over the step */
+} poisoner;
+
+/* Before each layer of each pass, at its time in the step's schedule (lifetime.c). */
+static int poison_before(void *ctx, int j, ct_pass pass, ct_layer_io *io, ct_err *err) {
+    poisoner *z = ctx;
+    const ct_gnode *gn = &z->g->nodes[j];
+    z->bytes += poison_free_bytes(z->g, pass == CT_PASS_FORWARD     ? j
+                                        : pass == CT_PASS_RECOMPUTE ? gn->t_recompute
+                                                                    : gn->t_backward);
+    return CT_OK;
+}
+
+/* One step of `text` (n_checkpoints segments or its marks; offload) with the free bytes poisoned
+ * before every layer and the loss: the same loss and gradients as without, bit for bit. */
+static void expect_free_bytes_unread(const char *what, const char *text, long n_checkpoints, bool offload) {
+    runner a, p;
+    runner_start_ckpt(&a, text, 4, 7, n_checkpoints, offload);
+    runner_start_ckpt(&p, text, 4, 7, n_checkpoints, offload);
+    snapshot want = one_pass(&a);
+    poisoner z = {.g = p.b.g};
+    ct_exec_hooks hooks = {.ctx = &z, .prepare = poison_before};
+    ct_exec_bufs b = runner_bufs(&p);
+    ct_err err = {0};
+    int n = ct_graph_info_get(p.b.g)->n_layers;
+    ct_param_store_init(p.store, 5);
+    ct_param_store_zero_grads(p.store);
+    ck_assert(ct_graph_forward_range(p.b.g, 0, n, CT_PASS_FORWARD, &b, &p.io, &hooks, &err) == CT_OK);
+    z.bytes += poison_free_bytes(p.b.g, n);
+    ck_assert(ct_graph_loss(p.b.g, &p.io, &err) == CT_OK);
+    ct_graph_read_loss(p.b.g, &p.io);
+    ck_assert_msg(ct_graph_backward(p.b.g, &b, &p.io, &hooks, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(z.bytes > 0, "%s: no byte was ever free", what);
+    expect_same(&p, &want, what);
+    snap_free(&want);
+    runner_stop(&a), runner_stop(&p);
+}
+
+START_TEST(freed_bytes_are_never_read) {
+    const char *marked[] = {ck_mlp, ck_cnn, CK_GPT(2), ck_linear_add, ck_linear_dropout_add, ck_tanh_add, ck_conv_relu};
+    const char *names[] = {"mlp", "cnn", "gpt", "linear -> add", "linear -> dropout -> add", "tanh -> add", "conv relu"};
+    for (int m = 0; m < CT_ARRAY_LEN(marked); m++) {
+        char *plain = strip_marks(marked[m]), what[96];
+        for (int off = 0; off < 2; off++) {
+            snprintf(what, sizeof what, "%s, marked%s", names[m], off ? ", offloaded" : "");
+            expect_free_bytes_unread(what, marked[m], 0, off);
+        }
+        snprintf(what, sizeof what, "%s, plain", names[m]);
+        expect_free_bytes_unread(what, plain, 0, false);
+        snprintf(what, sizeof what, "%s, 3 segments", names[m]);
+        expect_free_bytes_unread(what, plain, 3, false);
+        free(plain);
+    }
+    expect_free_bytes_unread("residual add and concat", residual, 0, false);
+    expect_free_bytes_unread("seam model", seam_model, 0, false);
 }
 END_TEST
 
@@ -2150,6 +2365,9 @@ int main(void) {
     tcase_add_test(tc, recompute_restores_a_range);
     tcase_add_test(tc, checkpointing_is_exact);
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
+    tcase_add_test(tc, every_type_says_what_backward_reads);
+    tcase_add_test(tc, checkpointing_recomputes_what_backward_reads);
+    tcase_add_test(tc, freed_bytes_are_never_read);
     tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
     tcase_add_test(tc, lifetime_pack_never_overlaps);
     tcase_add_test(tc, offload_is_exact);

@@ -513,6 +513,7 @@ void ct_graph_free(ct_graph *g) {
     if (g->owns_arena) g->be->mem.free(g->be, g->arena);
     if (g->host) g->host_be->mem.free_host_pinned(g->host_be, g->host);
     free(g->off);
+    free(g->placed.items);
     free(g);
 }
 

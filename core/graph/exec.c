@@ -228,6 +228,29 @@ const void *ct_graph_logits(ct_graph *g, const ct_exec_bufs *b, int64_t r0, int6
     return c.y;
 }
 
+/* Layer j's step of a forward walk, between its hooks (the chunked head: its whole work). */
+static int forward_layer(ct_graph *g, int j, ct_pass pass, const ct_exec_bufs *b, const void *input,
+                         const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err) {
+    bool run = !io->hooks_only;
+    bool head = j == g->n_nodes - 1 && g->head_chunk;   /* never recomputed: in no segment */
+    ct_layer_io lio;
+    int rc;
+    /* activation offload: a recompute may read a kept output that is coming back */
+    if (run && pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
+    if (head) {
+        rc = head_forward(g, b, input, io, hooks, err);
+    } else {
+        layer_io(g, j, pass, b, input, io, &lio);
+        if ((rc = prepare(g, hooks, j, pass, &lio, err))) return rc;
+        /* a layer fused into its producer (fuse.c) was computed by it */
+        if (run && g->nodes[j].fused_into < 0) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
+    }
+    /* ... and forward sends kept outputs away once their readers have run */
+    if (!rc && run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
+    if (!head) rc = after(g, hooks, j, pass, &lio, err);
+    return rc;
+}
+
 int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_exec_bufs *b,
                            const ct_step_io *io, const ct_exec_hooks *hooks, ct_err *err) {
     int rc = check_n(g, io, err);
@@ -245,26 +268,14 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
                         io->n * ct_shape_numel(&g->info.input_shape));
     int open = -1;   /* the segment whose pass this call opened (a range may start inside one) */
     for (int j = lo; j < hi && !rc; j++) {
-        ct_layer_io lio;
         if (io->train && segment_opened(g, j) >= 0) {
             open = segment_opened(g, j);
             segment_edge(g, open, pass, true);
         }
-        /* activation offload: a recompute may read a kept output that is coming back */
-        bool run = !io->hooks_only;
-        bool head = j == g->n_nodes - 1 && g->head_chunk;   /* never recomputed: in no segment */
-        if (run && pass == CT_PASS_RECOMPUTE && g->n_off) ct_offload_before(g, g->nodes[j].t_recompute, io->n);
-        if (head) {
-            rc = head_forward(g, b, input, io, hooks, err);
-        } else {
-            layer_io(g, j, pass, b, input, io, &lio);
-            if ((rc = prepare(g, hooks, j, pass, &lio, err))) break;
-            /* a layer fused into its producer (fuse.c) was computed by it */
-            if (run && g->nodes[j].fused_into < 0) g->nodes[j].l.type->forward(&g->nodes[j].l, &lio);
-        }
-        /* ... and forward sends kept outputs away once their readers have run */
-        if (!rc && run && pass == CT_PASS_FORWARD && io->train && g->n_off) ct_offload_after_forward(g, j, io->n);
-        if (!head) rc = after(g, hooks, j, pass, &lio, err);
+        /* A checkpointed layer whose output and saved state no backward reads (segments.c) is
+         * not run again, hooks included (ZeRO-3 gathers nothing for it). */
+        bool skipped = pass == CT_PASS_RECOMPUTE && g->nodes[j].seg >= 0 && !g->nodes[j].recomputed;
+        if (!skipped && (rc = forward_layer(g, j, pass, b, input, io, hooks, err))) break;
         if (open >= 0 && segment_closed(g, j) == open) {
             segment_edge(g, open, pass, false);
             open = -1;

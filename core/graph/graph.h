@@ -180,7 +180,12 @@ typedef struct ct_step_io {
 } ct_step_io;
 
 /* Layers [lo, hi) forward in order (pass CT_PASS_FORWARD), or again with CT_PASS_RECOMPUTE. The
- * inputs a range reads (outputs of layers before lo, the model input) must be in place.
+ * inputs a range reads (outputs of layers before lo, the model input) must be in place. The
+ * recompute pass leaves out the layers of checkpointed segments that backward does not need again
+ * (no saved state, an output no backward reads: core/graph/segments.c), hooks and all. Outside
+ * the segments, recompute only layers whose outputs some backward reads: the plan keeps no other
+ * output past its last forward reader (core/graph/lifetime.c), so its bytes may hold another
+ * buffer by then.
  * A chunked LM head (the plan's head_chunk > 0; model.loss.chunk_rows) runs with the loss when the
  * walk reaches the last layer: the loss result, and in train mode also the head's backward (its
  * parameter gradients ACCUMULATED into b->grads, its input's gradient written), between the head's

@@ -28,6 +28,8 @@ typedef struct ct_gnode {
     int seg;                            /* checkpointed segment (index in g->segs), or -1 */
     bool kept;                          /* in a segment, but its output is kept through backward
                                            (the segment's last layer, or read after the segment) */
+    bool recomputed;                    /* in a segment, and its recompute runs it: backward needs
+                                           its output or saved state (ct_graph_mark_recompute) */
     /* The step's schedule (lifetime.c): when backward recomputes this layer (-1: never) and runs
      * its backward, on one time axis with forward (layer j at time j) and the loss (n_nodes). */
     int t_recompute, t_backward;
@@ -42,6 +44,24 @@ typedef struct ct_gnode {
 typedef struct ct_span {
     int lo, hi;
 } ct_span;
+
+/* A buffer to place by lifetime: `size` bytes busy over when[0..n_when). */
+typedef struct ct_lifetime_item {
+    size_t size;
+    ct_span when[2];
+    int n_when;
+    int kind;                           /* the caller's category, for its report */
+    size_t off;                         /* out: offset in the region (64-byte aligned) */
+} ct_lifetime_item;
+
+/* The plan's region placed by lifetime, kept as placed (outputs, saved state and output
+ * gradients: the arena's first `bytes` bytes), so a check can tell which bytes are free at any
+ * moment of the step (test_graph poisons them). */
+typedef struct ct_lifetime_region {
+    ct_lifetime_item *items;
+    int n;
+    size_t bytes;
+} ct_lifetime_region;
 
 /* Activation offload (activation_checkpointing.cpu_checkpointing, offload.c): a kept output of a
  * checkpointed segment that goes to pinned host memory once forward is done with it and comes
@@ -93,6 +113,7 @@ struct ct_graph {
     double seg_started;                 /* profile: ct_now() at the open segment pass's start */
     ct_offload_item *off;               /* kept outputs moved to host memory (offload on, segments) */
     int n_off;
+    ct_lifetime_region placed;          /* the plan's lifetime region as placed (plan.c) */
 
     /* Bound by ct_graph_bind. */
     ct_backend *be;
@@ -120,30 +141,31 @@ bool ct_graph_head_chunkable(const ct_graph *g);
 /* The build steps (build.c calls them in this order). */
 int ct_graph_layout_params(ct_graph *g, ct_err *err);   /* param_specs.c */
 int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *err);   /* segments.c */
+/* segments.c, for plan.c once gn->kept and gn->runs_backward are known: which layers of the
+ * segments their recompute runs (gn->recomputed). alias[j]: the producer layer j runs in place
+ * over, or -1. */
+void ct_graph_mark_recompute(ct_graph *g, const int *alias);
 /* fuse.c: which adjacent layers run as one on g->be (ct_graph_bind calls it). */
 void ct_graph_fuse(ct_graph *g);
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
-/* lifetime.c. The step's schedule: sets every node's t_recompute and t_backward (forward of
- * layer j is at time j, the loss at n_nodes); times run below ct_graph_schedule_end. */
+/* lifetime.c. The step's schedule: sets every node's t_recompute (recomputed layers only) and
+ * t_backward (forward of layer j is at time j, the loss at n_nodes); times run below
+ * ct_graph_schedule_end. ct_segment_entry: when backward enters segment s (its first recompute,
+ * or its last layer's backward when it recomputes nothing). */
 void ct_graph_schedule(ct_graph *g);
 int ct_graph_schedule_end(const ct_graph *g);
+int ct_segment_entry(const ct_graph *g, int s);
 
 void ct_span_touch(ct_span *s, int t);   /* grow s to hold time t (t < 0: no change) */
 bool ct_span_overlap(ct_span a, ct_span b);
 /* When the buffer of owner o is used (every layer j with root[j] == o writes it: o and the layers
  * running in place over it): in forward (writes, reads) and from the loss on (recomputes that
- * write or read it, backwards of its writers and readers). *written: the last forward writer. */
+ * write or read it, backwards that read it: a writer's that reads its output, a reader's that
+ * reads its input; a type that does not say counts as reading). *written: the last forward
+ * writer. */
 void ct_buffer_uses(const ct_graph *g, const int *root, int o, ct_span *fw, ct_span *bw, int *written);
 
-/* A buffer to place by lifetime: `size` bytes busy over when[0..n_when). */
-typedef struct ct_lifetime_item {
-    size_t size;
-    ct_span when[2];
-    int n_when;
-    int kind;                           /* the caller's category, for its report */
-    size_t off;                         /* out: offset in the region (64-byte aligned) */
-} ct_lifetime_item;
 /* Give every item an offset such that items busy at the same time never share a byte; returns
  * the region's size (greedy by size, lowest offset that fits). */
 size_t ct_lifetime_pack(ct_lifetime_item *items, int n);

@@ -72,6 +72,16 @@ enum {
                                            would replay the same draws) */
 };
 
+/* What a type's backward reads of its inputs x[i] (ct_layer_type.backward_reads_input), so the
+ * planner (core/graph/lifetime.c) knows how long an input must live and a checkpointed segment's
+ * recompute (segments.c) whether it must bring the input back. Dy, aux and the parameters are
+ * always read; the output y is backward_reads_output's business. */
+typedef enum ct_bwd_input {
+    CT_BWD_INPUT_UNSAID = 0,            /* the type does not say: taken as read (conservative) */
+    CT_BWD_INPUT_READ,                  /* reads its inputs (linear's dW needs x) */
+    CT_BWD_INPUT_UNREAD,                /* reads none (add, dropout: dy and aux are enough) */
+} ct_bwd_input;
+
 typedef struct ct_layer_type {
     const char *name;                   /* "linear" */
     unsigned flags;                     /* CT_LAYER_* above */
@@ -108,11 +118,14 @@ typedef struct ct_layer_type {
      *   backward, e.g. relu, whose derivative reads the same from y as from x.
      * backward_reads_output: backward reads this layer's own output y, so no later layer may
      *   overwrite it in place.
+     * backward_reads_input: whether backward reads its inputs x (ct_bwd_input above); an input
+     *   no backward reads is free once its last forward reader has run.
      * backward_in_place: backward may write dx[0] over dy (one input, element-wise, each dy[i]
      *   read before dx[i] is written), so the planner may give the input's gradient the output
      *   gradient's bytes. */
     bool (*in_place)(const ct_layer *l);
     bool backward_reads_output;
+    ct_bwd_input backward_reads_input;
     bool backward_in_place;
     /* Optional: whether this layer draws random numbers in train mode, when that depends on its
      * config (attention dropout of 0 draws nothing); it then decides CT_LAYER_RANDOM for it. */
@@ -146,6 +159,11 @@ struct ct_layer {
     bool checkpoint;                    /* "checkpoint": true: recomputed in backward, in a
                                            segment with the marked layers around it (segments.c) */
 };
+
+/* Whether l's backward reads its inputs: all of them unless its type says it reads none. */
+static inline bool ct_layer_backward_reads_input(const ct_layer *l) {
+    return l->type->backward_reads_input != CT_BWD_INPUT_UNREAD;
+}
 
 /* ---- registry (core/graph/layers/registry.c) ---- */
 const ct_layer_type *ct_layer_type_find(const char *name);

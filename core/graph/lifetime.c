@@ -1,9 +1,13 @@
 /* lifetime.c: when the step uses each buffer, and placing buffers by lifetime.
  *
  * The step is one time axis: forward of layer j at time j, the loss at n (n layers), then
- * backward as exec.c walks it (entering a checkpointed segment from above recomputes its layers,
- * each at a time of its own, then each layer's backward). A buffer is busy over one or two closed
- * intervals of that axis; buffers whose intervals never overlap may share bytes. plan.c places the
+ * backward as exec.c walks it (entering a checkpointed segment from above recomputes the layers
+ * of it that backward needs, each at a time of its own, then each layer's backward). A buffer is
+ * busy over one or two closed intervals of that axis, from its first use to its last: a backward
+ * counts as a use only when its type reads that buffer (ct_layer_type.backward_reads_input and
+ * backward_reads_output), so an output read in backward by nobody (a residual branch's, read only
+ * by the add) is free once forward is done with it. Buffers whose intervals never overlap may
+ * share bytes. plan.c places the
  * layers' outputs, saved state and output gradients this way in one region (ct_lifetime_pack),
  * offload.c the device slots of offloaded outputs. */
 #include <limits.h>
@@ -17,12 +21,19 @@ void ct_graph_schedule(ct_graph *g) {
     for (int j = n - 1; j >= 0; j--) {
         ct_gnode *gn = &g->nodes[j];
         if (gn->seg >= 0 && j == g->segs[gn->seg].hi - 1)
-            for (int r = g->segs[gn->seg].lo; r <= j; r++) g->nodes[r].t_recompute = t++;
+            for (int r = g->segs[gn->seg].lo; r <= j; r++)
+                if (g->nodes[r].recomputed) g->nodes[r].t_recompute = t++;
         gn->t_backward = t++;
     }
 }
 
 int ct_graph_schedule_end(const ct_graph *g) { return g->n_nodes ? g->nodes[0].t_backward + 1 : 1; }
+
+int ct_segment_entry(const ct_graph *g, int s) {
+    for (int j = g->segs[s].lo; j < g->segs[s].hi; j++)
+        if (g->nodes[j].t_recompute >= 0) return g->nodes[j].t_recompute;
+    return g->nodes[g->segs[s].hi - 1].t_backward;
+}
 
 void ct_span_touch(ct_span *s, int t) {
     if (t < 0) return;
@@ -31,6 +42,18 @@ void ct_span_touch(ct_span *s, int t) {
 }
 
 bool ct_span_overlap(ct_span a, ct_span b) { return a.lo <= b.hi && b.lo <= a.hi; }
+
+/* Whether layer j's backward reads the buffer it writes (member) or reads as an input (reads).
+ * A producer that may apply the in-place activation over it (fuse_act) reads it too: fuse.c
+ * decides at bind, after the plan, and the fused backward masks with that output. The last
+ * layer's backward reads the loss's gradient, which the loss may write over its output (plan.c). */
+static bool backward_reads(const ct_graph *g, int j, bool member, bool reads) {
+    const ct_gnode *gn = &g->nodes[j];
+    const ct_layer_type *t = gn->l.type;
+    if (!gn->runs_backward) return false;
+    if (member && (t->backward_reads_output || t->fuse_act || j == g->n_nodes - 1)) return true;
+    return reads && ct_layer_backward_reads_input(&gn->l);
+}
 
 void ct_buffer_uses(const ct_graph *g, const int *root, int o, ct_span *fw, ct_span *bw, int *written) {
     int n = g->n_nodes;
@@ -43,9 +66,8 @@ void ct_buffer_uses(const ct_graph *g, const int *root, int o, ct_span *fw, ct_s
         if (!member && !reads) continue;
         if (member) *written = j;
         ct_span_touch(fw, j);
-        ct_span_touch(bw, gn->t_recompute);
-        /* conservative: every reader's and writer's backward, whether or not its type reads it */
-        if (gn->runs_backward) ct_span_touch(bw, gn->t_backward);
+        ct_span_touch(bw, gn->t_recompute);   /* -1 (no change) unless it is recomputed */
+        if (backward_reads(g, j, member, reads)) ct_span_touch(bw, gn->t_backward);
         if (member && j == n - 1) ct_span_touch(bw, n);   /* the loss reads the last output */
     }
 }

@@ -25,9 +25,6 @@
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* When recomputing segment s starts. */
-static int recompute_start(const ct_graph *g, int s) { return g->nodes[g->segs[s].lo].t_recompute; }
-
 /* Where item `it` may leave and come back (see the top of the file); false when it stays. */
 static bool plan_moves(const ct_graph *g, ct_offload_item *it, ct_span fw, ct_span bw) {
     int n = g->n_nodes;
@@ -41,17 +38,17 @@ static bool plan_moves(const ct_graph *g, ct_offload_item *it, ct_span fw, ct_sp
     /* the segment backward is in when the item is first needed, and the one before it */
     int here = -1, mark = n + 1;
     for (int s = 0; s < g->n_segs; s++) {
-        int rs = recompute_start(g, s);
+        int rs = ct_segment_entry(g, s);
         if (rs <= bw.lo && rs > here) here = rs;
     }
     for (int s = 0; s < g->n_segs; s++) {
-        int rs = recompute_start(g, s);
+        int rs = ct_segment_entry(g, s);
         if (here >= 0 && rs < here && rs > mark) mark = rs;
     }
     it->upload_at = bw.lo;
     it->upload_mark = mark < bw.lo ? mark : bw.lo;
     for (int s = 0; s < g->n_segs; s++)   /* does any segment run while it is away? */
-        if (g->segs[s].lo > it->download_at || recompute_start(g, s) < it->upload_mark) return true;
+        if (g->segs[s].lo > it->download_at || ct_segment_entry(g, s) < it->upload_mark) return true;
     return false;
 }
 

@@ -8,7 +8,8 @@
  * over one or two intervals of the step's schedule, and buffers never busy at once share bytes.
  * Activation checkpointing (segments.c): a checkpointed segment's inner outputs and its layers'
  * saved state are busy during its forward and again from its recompute to its backward, so in
- * between their bytes serve other segments' recomputes and the gradients. What leaves a segment
+ * between their bytes serve other segments' recomputes and the gradients; an inner output that
+ * no backward reads is not recomputed, and busy during forward only. What leaves a segment
  * (its last output, an output read by a later layer: a residual crossing the boundary) is busy
  * from its forward to its last backward use, as without checkpointing; with offload (offload.c)
  * only before its download and after its upload. A chunked LM head's output is one chunk of
@@ -206,7 +207,8 @@ static void add_outputs(ct_graph *g, const int *alias, placed *P) {
 }
 
 /* Saved state (aux) lives from its layer's forward to its backward; in a segment, forward's
- * copy is written and never read, and the recompute's lives to the backward. */
+ * copy is written and never read, and the recompute's lives to the backward (a layer with aux is
+ * always recomputed: segments.c). */
 static void add_aux(ct_graph *g, placed *P) {
     for (int j = 0; j < g->n_nodes; j++) {
         ct_gnode *gn = &g->nodes[j];
@@ -300,6 +302,7 @@ void ct_graph_plan_memory(ct_graph *g) {
     decide_head_chunk(g);
     if (g->head_chunk) g->nodes[n - 1].runs_backward = false;
     mark_kept(g, alias);
+    ct_graph_mark_recompute(g, alias);
     ct_graph_schedule(g);
     /* Activation offload: which kept outputs wait in pinned host memory (offload.c) */
     ct_offload_plan(g, alias, &p->host);
@@ -315,6 +318,8 @@ void ct_graph_plan_memory(ct_graph *g) {
     add_grads(g, alias, &P, shares);
     size_t packed = ct_lifetime_pack(P.items, P.n);
     take(&end, packed);
+    free(g->placed.items);
+    g->placed = (ct_lifetime_region){.items = P.items, .n = P.n, .bytes = packed};
     for (int i = 0; i < P.n; i++) *P.field[i] = P.items[i].off;
     for (int k = n - 1; k >= 0; k--)   /* consumers first: a chain of in-place layers */
         if (shares[k] >= 0) g->nodes[k].dy_off = g->nodes[shares[k]].dy_off;
@@ -344,7 +349,7 @@ void ct_graph_plan_memory(ct_graph *g) {
     p->head_chunk = g->head_chunk;
     p->head_rows = g->info.padded_classes ? batch * ct_layer_out_numel(head) / g->info.padded_classes : 0;
     p->head_logits = (size_t)((g->head_chunk ? g->head_chunk : p->head_rows) * g->info.padded_classes) * esz;
-    free(P.items), free(P.field), free(shares), free(alias);
+    free(P.field), free(shares), free(alias);
 }
 
 static void *at_offset(void *arena, size_t off) { return off == CT_NO_OFFSET ? NULL : (char *)arena + off; }

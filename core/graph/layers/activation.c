@@ -43,11 +43,16 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
                          io->dt);
 }
 
+/* The derivative comes from x or from y, as the type's table row says (relu, tanh and sigmoid
+ * from y; gelu and silu from x; leaky_relu from either, by the sign of its slope): the op gets only
+ * that one, so the planner may free the other as the row says (act_backward reads what it is given). */
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const act_cfg *c = l->cfg_data;
+    const void *x = ct_layer_backward_reads_input(l) ? io->x[0] : NULL;
+    const void *y = l->type->backward_reads_output ? io->y : NULL;
     if (io->dx[0])
-        io->be->elt.act_backward(io->be, io->dx[0], io->dy, io->x[0], io->y, io->n * ct_layer_out_numel(l),
-                             c->act, (float)c->alpha, io->dt);
+        io->be->elt.act_backward(io->be, io->dx[0], io->dy, x, y, io->n * ct_layer_out_numel(l), c->act,
+                                 (float)c->alpha, io->dt);
 }
 
 static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }
@@ -65,15 +70,17 @@ static ct_act fusable_act(const ct_layer *l) {
     return c->act == CT_ACT_RELU ? CT_ACT_RELU : CT_ACT_NONE;
 }
 
-#define CT_ACT_LAYER(sym, type_name, field_list)                                                   \
+/* reads_x, reads_y: what the type's backward derives from (see backward). */
+#define CT_ACT_LAYER(sym, type_name, field_list, reads_x, reads_y)                                  \
     const ct_layer_type sym = {.name = type_name, .fields = field_list, .min_inputs = 1,             \
                                .max_inputs = 1, .cfg_size = sizeof(act_cfg), .parse = parse,       \
                                .infer = infer, .forward = forward, .backward = backward,           \
-                               .flops = flops, .in_place = in_place, .backward_reads_output = true, \
-                               .backward_in_place = true, .fusable_act = fusable_act}
-CT_ACT_LAYER(ct_layer_relu, "relu", no_fields);
-CT_ACT_LAYER(ct_layer_leaky_relu, "leaky_relu", leaky_fields);
-CT_ACT_LAYER(ct_layer_gelu, "gelu", gelu_fields);
-CT_ACT_LAYER(ct_layer_silu, "silu", no_fields);
-CT_ACT_LAYER(ct_layer_tanh, "tanh", no_fields);
-CT_ACT_LAYER(ct_layer_sigmoid, "sigmoid", no_fields);
+                               .flops = flops, .in_place = in_place, .backward_reads_output = reads_y, \
+                               .backward_reads_input = reads_x, .backward_in_place = true,         \
+                               .fusable_act = fusable_act}
+CT_ACT_LAYER(ct_layer_relu, "relu", no_fields, CT_BWD_INPUT_UNREAD, true);
+CT_ACT_LAYER(ct_layer_leaky_relu, "leaky_relu", leaky_fields, CT_BWD_INPUT_READ, true);
+CT_ACT_LAYER(ct_layer_gelu, "gelu", gelu_fields, CT_BWD_INPUT_READ, false);
+CT_ACT_LAYER(ct_layer_silu, "silu", no_fields, CT_BWD_INPUT_READ, false);
+CT_ACT_LAYER(ct_layer_tanh, "tanh", no_fields, CT_BWD_INPUT_UNREAD, true);
+CT_ACT_LAYER(ct_layer_sigmoid, "sigmoid", no_fields, CT_BWD_INPUT_UNREAD, true);

@@ -35,4 +35,5 @@ const ct_layer_type ct_layer_add = {
     .name = "add", .fields = fields, .min_inputs = 2, .max_inputs = CT_LAYER_MAX_IN,
     .cfg_size = 0, .parse = parse, .infer = infer, .forward = forward, .backward = backward,
     .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx_i = dy */
 };

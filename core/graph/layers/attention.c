@@ -85,4 +85,5 @@ const ct_layer_type ct_layer_causal_self_attention = {
     .cfg_size = sizeof(attn_cfg), .parse = parse, .infer = infer, .aux_bytes = aux_bytes,
     .forward = forward, .backward = backward, .flops = flops, .backward_reads_output = true,
     .draws_random = draws_random,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* q, k, v to recompute the scores */
 };

@@ -79,4 +79,5 @@ const ct_layer_type ct_layer_batchnorm2d = {
     .cfg_size = sizeof(bn_cfg), .parse = parse, .infer = infer, .params = params,
     .aux_bytes = aux_bytes, .workspace_bytes = workspace_bytes, .forward = forward,
     .backward = backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* x, with the saved batch statistics */
 };

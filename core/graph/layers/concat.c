@@ -79,4 +79,5 @@ const ct_layer_type ct_layer_concat = {
     .name = "concat", .fields = fields, .min_inputs = 2, .max_inputs = CT_LAYER_MAX_IN,
     .cfg_size = sizeof(concat_cfg), .parse = parse, .infer = infer, .forward = forward,
     .backward = backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx_i: columns of dy */
 };

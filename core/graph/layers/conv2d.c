@@ -186,4 +186,5 @@ const ct_layer_type ct_layer_conv2d = {
     .cfg_size = sizeof(conv_cfg), .parse = parse, .infer = infer, .params = params,
     .workspace_bytes = workspace_bytes, .device_scratch_bytes = device_scratch_bytes, .forward = forward, .backward = backward, .flops = flops,
     .fuse_act = fuse_act,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* x (im2col) for dW */
 };

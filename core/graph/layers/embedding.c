@@ -56,4 +56,5 @@ const ct_layer_type ct_layer_embedding = {
     .name = "embedding", .flags = CT_LAYER_TAKES_IDS, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(emb_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops, .id_limit = id_limit,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* the ids, to scatter dy into dW */
 };

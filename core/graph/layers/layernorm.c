@@ -71,4 +71,5 @@ const ct_layer_type ct_layer_layernorm = {
     .cfg_size = sizeof(ln_cfg), .parse = parse, .infer = infer, .params = params,
     .aux_bytes = aux_bytes, .workspace_bytes = workspace_bytes, .forward = forward,
     .backward = backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* x, with the saved mean and 1/std */
 };

@@ -91,4 +91,5 @@ const ct_layer_type ct_layer_linear = {
     .cfg_size = sizeof(linear_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops,
     .forward_rows = forward_rows, .backward_rows = backward_rows,
+    .backward_reads_input = CT_BWD_INPUT_READ,     /* dW = dy^T x */
 };

@@ -100,14 +100,17 @@ const ct_layer_type ct_layer_maxpool2d = {
     .name = "maxpool2d", .fields = max_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pool_cfg), .parse = parse, .infer = infer, .aux_bytes = max_aux_bytes,
     .forward = max_forward, .backward = max_backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dy to the argmax in aux */
 };
 const ct_layer_type ct_layer_avgpool2d = {
     .name = "avgpool2d", .fields = avg_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pool_cfg), .parse = parse, .infer = infer,
     .forward = avg_forward, .backward = avg_backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dy spread over the window */
 };
 const ct_layer_type ct_layer_global_avgpool = {
     .name = "global_avgpool", .fields = global_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pool_cfg), .parse = parse_global, .infer = infer,
     .forward = avg_forward, .backward = avg_backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dy spread over the window */
 };

@@ -68,4 +68,5 @@ const ct_layer_type ct_layer_position_embedding = {
     .name = "position_embedding", .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pos_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops, .in_place = in_place,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx = dy, dW = sum of dy */
 };

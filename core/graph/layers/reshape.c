@@ -79,9 +79,11 @@ const ct_layer_type ct_layer_flatten = {
     .name = "flatten", .fields = flatten_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(reshape_cfg), .parse = parse_flatten, .infer = infer,
     .forward = forward, .backward = backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx = dy */
 };
 const ct_layer_type ct_layer_reshape = {
     .name = "reshape", .fields = reshape_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(reshape_cfg), .parse = parse_reshape, .infer = infer,
     .forward = forward, .backward = backward, .flops = flops,
+    .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx = dy */
 };
