@@ -10,7 +10,7 @@ Run from the repository root after `make data-text`:
 
 --blocks: the number of transformer blocks (the config's repeat; 4 as configured). With 4 blocks the
 4x is out of reach whatever the planner does (docs/BENCHMARKS.md, "Checkpointing and depth");
-from 8 blocks on it holds (6 blocks: 1.04x the memory, 2026-11-27).
+from 7 blocks on it holds (6 blocks: 1.09x the memory, 2026-11-27).
 
 Memory: one short run per setting; the arena is the summary's peak_bytes_by_category.activations
 (what the CPU backend allocated for the graph, the same bytes the GPU would). Time: --pairs runs
