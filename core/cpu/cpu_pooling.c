@@ -49,7 +49,7 @@ static inline bool max_takes(float v, float best) { return (v > best) | (v != v)
  * outputs. After a ReLU the winner's position in a window is random, and the compare-and-branch
  * of the general loop mispredicted often enough to cost as much as the conv GEMMs (perf: 25% of
  * a CNN step). */
-static void maxpool2x2_plane(const float *x, float *y, int32_t *am, const ct_pool2d_geom *g) {
+void ct_cpu_maxpool2x2_plane(const float *x, float *y, int32_t *am, const ct_pool2d_geom *g) {
     int64_t w = g->w;
     for (int64_t oy = 0; oy < g->oh; oy++) {
         const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
@@ -88,7 +88,7 @@ static void maxpool_fwd_range(void *c, int64_t p0, int64_t p1) {
         float *y = k->out + p * g.oh * g.ow;
         int32_t *am = k->argmax ? k->argmax + p * g.oh * g.ow : NULL;
         if (two_by_two) {
-            maxpool2x2_plane(x, y, am, &g);
+            ct_cpu_maxpool2x2_plane(x, y, am, &g);
             continue;
         }
         for (int64_t oy = 0; oy < g.oh; oy++) {
