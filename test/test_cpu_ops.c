@@ -2,7 +2,8 @@
  * against fp64 references, 1 vs 2 threads and the 16-bit rule is in test_ops.c): fp16/bf16 scalar
  * conversions (overflow, subnormals, ties), the bf16 casts bit for bit against them, uint8 casts,
  * dropout's mask statistics, argument forms that must not change a bit (dx aliasing dy,
- * conv2d_backward without dx and db), the summation order of the reductions (pinned bit for bit),
+ * conv2d_backward without dx and db), the fused conv2d + relu + max-pool against the ops apart
+ * (ties, NaN), the summation order of the reductions (pinned bit for bit),
  * each GEMM library against fp64 and oneDNN's under signals, the thread pool under stress,
  * backend creation and memory accounting, upload tickets. */
 #include <check.h>
