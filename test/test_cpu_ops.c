@@ -2,7 +2,8 @@
  * against fp64 references, 1 vs 2 threads and the 16-bit rule is in test_ops.c): fp16/bf16 scalar
  * conversions (overflow, subnormals, ties), the bf16 casts bit for bit against them, uint8 casts,
  * dropout's mask statistics, argument forms that must not change a bit (dx aliasing dy,
- * conv2d_backward without dx and db), the summation order of the reductions (pinned bit for bit),
+ * conv2d_backward without dx and db), the fused conv2d + relu + max-pool against the ops apart
+ * (ties, NaN), the summation order of the reductions (pinned bit for bit),
  * each GEMM library against fp64 and oneDNN's under signals, native bf16 GEMMs where the CPU has
  * them (or the line saying it has not), the thread pool under stress,
  * backend creation and memory accounting, upload tickets. */
@@ -213,6 +214,72 @@ START_TEST(conv2d_backward_dw_only) {
         ck_assert(memcmp(dw, dw_only, (size_t)nw * 4) == 0);
         free(x), free(w), free(dy), free(dw), free(dw_only), free(db), free(dx);
     }
+}
+END_TEST
+
+/* conv2d_act_pool_forward/backward against the ops they fuse (conv2d_act_forward, maxpool2d_forward;
+ * maxpool2d_backward, conv2d_act_backward), bit for bit, fp32 and bf16, 1 and 2 threads. Inputs
+ * and weights are small integers, so the conv's outputs tie often (ties among positive values as
+ * well as the ReLU's zeros); one input element is NaN (windows where NaN meets numbers) and one
+ * channel's bias is NaN (windows of NaN only). 19 images of 9x7: the pool drops the last row and
+ * column. */
+static float *small_ints(int64_t n, uint64_t stream) {
+    float *x = rnd(n, stream, -2.0f, 2.0f);
+    for (int64_t i = 0; i < n; i++) x[i] = floorf(x[i] + 0.5f);
+    return x;
+}
+
+/* A copy of x[n] (fp32) in dt (the same array for fp32). */
+static void *in_dt(ct_backend *be, const float *x, int64_t n, ct_dtype dt) {
+    void *y = malloc((size_t)n * ct_dtype_size(dt));
+    be->elt.cast(be, y, dt, x, CT_F32, n);
+    return y;
+}
+
+START_TEST(conv2d_act_pool_matches_the_ops_apart) {
+    ct_conv2d_geom g = {.n = 19, .c = 3, .h = 9, .w = 7, .oc = 4, .kh = 3, .kw = 3, .stride_h = 1, .stride_w = 1,
+                        .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1, .oh = 9, .ow = 7};
+    ct_pool2d_geom pg = {.n = 19, .c = 4, .h = 9, .w = 7, .kh = 2, .kw = 2, .stride_h = 2, .stride_w = 2,
+                         .oh = 4, .ow = 3};
+    int64_t nx = g.n * g.c * g.h * g.w, nw = g.oc * g.c * g.kh * g.kw, ny = g.n * g.oc * g.oh * g.ow;
+    int64_t np = pg.n * pg.c * pg.oh * pg.ow;
+    float *x32 = small_ints(nx, 300), *w32 = small_ints(nw, 301), *b32 = small_ints(g.oc, 302);
+    float *dy32 = rnd(np, 303, -1, 1);
+    x32[5 * g.c * g.h * g.w + 2 * g.w + 3] = NAN;
+    b32[2] = NAN;
+    ct_dtype dts[] = {CT_F32, CT_BF16};
+    ct_backend *bes[] = {be1, be2};
+    for (int d = 0; d < 2; d++)
+        for (int t = 0; t < 2; t++) {
+            ct_backend *be = bes[t];
+            ct_dtype dt = dts[d];
+            size_t es = ct_dtype_size(dt);
+            void *x = in_dt(be, x32, nx, dt), *w = in_dt(be, w32, nw, dt), *b = in_dt(be, b32, g.oc, dt);
+            void *dy = in_dt(be, dy32, np, dt);
+            void *full = malloc((size_t)ny * es), *dfull = malloc((size_t)ny * es);
+            void *y_apart = malloc((size_t)np * es), *y_fused = malloc((size_t)np * es);
+            int32_t *am_apart = malloc((size_t)np * 4), *am_fused = malloc((size_t)np * 4);
+            be->conv.conv2d_act_forward(be, full, x, w, b, &g, CT_ACT_RELU, dt);
+            be->conv.maxpool2d_forward(be, y_apart, am_apart, full, &pg, dt);
+            be->conv.conv2d_act_pool_forward(be, y_fused, am_fused, x, w, b, &g, CT_ACT_RELU, dt);
+            ck_assert_msg(memcmp(y_apart, y_fused, (size_t)np * es) == 0, "y (%s, %d threads)", ct_dtype_name(dt), t + 1);
+            ck_assert_msg(memcmp(am_apart, am_fused, (size_t)np * 4) == 0, "argmax (%s, %d threads)", ct_dtype_name(dt),
+                          t + 1);
+            float *dw_apart = calloc((size_t)nw, 4), *dw_fused = calloc((size_t)nw, 4);
+            float *db_apart = calloc((size_t)g.oc, 4), *db_fused = calloc((size_t)g.oc, 4);
+            void *dx_apart = malloc((size_t)nx * es), *dx_fused = malloc((size_t)nx * es);
+            be->conv.maxpool2d_backward(be, dfull, dy, am_apart, &pg, dt);
+            be->conv.conv2d_act_backward(be, dx_apart, dw_apart, db_apart, dfull, full, x, w, &g, CT_ACT_RELU, dt);
+            be->conv.conv2d_act_pool_backward(be, dx_fused, dw_fused, db_fused, dy, y_fused, am_fused, x, w, &g,
+                                              CT_ACT_RELU, dt);
+            ck_assert_msg(memcmp(dx_apart, dx_fused, (size_t)nx * es) == 0, "dx (%s, %d threads)", ct_dtype_name(dt), t + 1);
+            ck_assert_msg(memcmp(dw_apart, dw_fused, (size_t)nw * 4) == 0, "dw (%s, %d threads)", ct_dtype_name(dt), t + 1);
+            ck_assert_msg(memcmp(db_apart, db_fused, (size_t)g.oc * 4) == 0, "db (%s, %d threads)", ct_dtype_name(dt), t + 1);
+            free(x), free(w), free(b), free(dy), free(full), free(dfull), free(y_apart), free(y_fused);
+            free(am_apart), free(am_fused), free(dw_apart), free(dw_fused), free(db_apart), free(db_fused);
+            free(dx_apart), free(dx_fused);
+        }
+    free(x32), free(w32), free(b32), free(dy32);
 }
 END_TEST
 
@@ -608,6 +675,7 @@ int main(void) {
     tcase_add_test(tc, dropout_mask_statistics);
     tcase_add_test(tc, act_backward_in_place);
     tcase_add_test(tc, conv2d_backward_dw_only);
+    tcase_add_test(tc, conv2d_act_pool_matches_the_ops_apart);
     tcase_add_test(tc, reduction_order_pinned);
     tcase_add_test(tc, all_finite_every_position);
     tcase_add_test(tc, pool_stress);

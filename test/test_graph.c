@@ -1618,9 +1618,17 @@ static const char *cnn_fuse =
     " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"bias\": false}, {\"type\": \"relu\"},"
     " {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": 6}], \"loss\": {\"type\": \"cross_entropy\"}}";
 
-/* One forward and backward; *acts gets every layer's output after forward (the plan is the same
- * with and without fusion, so the buffers are comparable byte for byte), grads stay in r. */
-static void fuse_step(runner *r, unsigned char **acts, size_t *act_bytes) {
+/* Layer j's output is not written when its max-pool is fused in (the conv, and the relu over its
+ * buffer): the activation stays in the conv's scratch (fuse.c). */
+static bool pooled_away(const ct_graph *g, int j) {
+    int head = g->nodes[j].fused_pool >= 0 ? j : g->nodes[j].fused_into;
+    return head >= 0 && g->nodes[head].fused_pool >= 0 && g->nodes[head].fused_pool != j;
+}
+
+/* One forward and backward; *acts gets every layer's output after forward but those `fused`
+ * keeps in scratch (the plan is the same with and without fusion, so the buffers are comparable
+ * byte for byte), grads stay in r. */
+static void fuse_step(runner *r, const ct_graph *fused, unsigned char **acts, size_t *act_bytes) {
     runner_loss(r);
     const ct_graph *g = r->b.g;
     size_t esz = ct_dtype_size(ct_graph_compute_dtype(g)), total = 0;
@@ -1630,37 +1638,43 @@ static void fuse_step(runner *r, unsigned char **acts, size_t *act_bytes) {
     size_t at = 0;
     for (int j = 0; j < g->n_nodes; j++) {
         size_t b = (size_t)(r->io.n * ct_layer_out_numel(&g->nodes[j].l)) * esz;
-        memcpy(*acts + at, ct_graph_activation(g, j), b);
+        if (!pooled_away(fused, j)) memcpy(*acts + at, ct_graph_activation(g, j), b);
+        else memset(*acts + at, 0, b);
         at += b;
     }
     runner_backward(r, NULL);
 }
 
-/* conv2d + relu run as one pass (fuse.c, the CPU's conv2d_act ops) give the same bits as the two
- * layers run apart (a backend without the fused ops): the loss, every layer's output and every
- * parameter gradient, fused on 1 and 2 threads against unfused on 1, in fp32 and bf16. A fused
- * forward that lost the ReLU, or a backward that lost its mask, fails here. */
-START_TEST(fused_conv_relu_bitwise) {
-    ct_dtype dts[] = {CT_F32, CT_BF16};
-    for (int d = 0; d < 2; d++)
+/* model run fused (the CPU's conv2d_act ops) on 1 and 2 threads against unfused on 1 (a backend
+ * without the fused ops, as CUDA or CTRAIN_CPU_FUSE=0), in each of dts: the same loss, layer
+ * outputs and parameter gradients, bit for bit. want_with[j] and want_pool[j] are the fusion
+ * expected of layer j (fused_with, fused_pool; -1: none). */
+static void expect_fusion_bitwise(const char *model, const ct_dtype *dts, int n_dts, const int *want_with,
+                                  const int *want_pool) {
+    for (int d = 0; d < n_dts; d++)
         for (int threads = 1; threads <= 2; threads++) {
             runner fused, plain;
-            runner_start_on(&fused, cnn_fuse, 19, 11, 0, false, dts[d], threads);
-            runner_start_on(&plain, cnn_fuse, 19, 11, 0, false, dts[d], 1);
+            runner_start_on(&fused, model, 19, 11, 0, false, dts[d], threads);
+            runner_start_on(&plain, model, 19, 11, 0, false, dts[d], 1);
             plain.b.be->conv.conv2d_act_forward = NULL;   /* as CUDA, or CTRAIN_CPU_FUSE=0 */
             plain.b.be->conv.conv2d_act_backward = NULL;
+            plain.b.be->conv.conv2d_act_pool_forward = NULL;
+            plain.b.be->conv.conv2d_act_pool_backward = NULL;
             ct_err err;
             ck_assert_int_eq(ct_graph_bind(plain.b.g, plain.b.be, NULL, &err), CT_OK);
             const ct_gnode *fn = fused.b.g->nodes, *pn = plain.b.g->nodes;
-            ck_assert_int_eq(fn[0].fused_with, 1);
-            ck_assert_int_eq(fn[1].fused_into, 0);
-            ck_assert_int_eq(fn[3].fused_with, 4);
-            ck_assert_int_eq(fn[4].fused_into, 3);
-            for (int j = 0; j < plain.b.g->n_nodes; j++) ck_assert(pn[j].fused_with < 0 && pn[j].fused_into < 0);
+            for (int j = 0; j < fused.b.g->n_nodes; j++) {
+                ck_assert_int_eq(fn[j].fused_with, want_with[j]);
+                ck_assert_int_eq(fn[j].fused_pool, want_pool[j]);
+                if (want_with[j] >= 0) ck_assert_int_eq(fn[want_with[j]].fused_into, j);
+                if (want_pool[j] >= 0) ck_assert_int_eq(fn[want_pool[j]].fused_into, j);
+            }
+            for (int j = 0; j < plain.b.g->n_nodes; j++)
+                ck_assert(pn[j].fused_with < 0 && pn[j].fused_into < 0 && pn[j].fused_pool < 0);
             unsigned char *fa, *pa;
             size_t fb, pb;
-            fuse_step(&fused, &fa, &fb);
-            fuse_step(&plain, &pa, &pb);
+            fuse_step(&fused, fused.b.g, &fa, &fb);
+            fuse_step(&plain, fused.b.g, &pa, &pb);
             ck_assert_int_eq(fb, pb);
             ck_assert_msg(memcmp(&fused.io.loss, &plain.io.loss, sizeof(float)) == 0, "loss %.9g vs %.9g (%s, %d threads)",
                           (double)fused.io.loss, (double)plain.io.loss, ct_dtype_name(dts[d]), threads);
@@ -1677,11 +1691,51 @@ START_TEST(fused_conv_relu_bitwise) {
             runner_stop(&fused);
             runner_stop(&plain);
         }
+}
+
+/* conv2d + relu run as one pass (fuse.c, the CPU's conv2d_act ops) give the same bits as the two
+ * layers run apart: the loss, every layer's output and every parameter gradient, fused on 1 and 2
+ * threads against unfused on 1, in fp32 and bf16. A fused forward that lost the ReLU, or a
+ * backward that lost its mask, fails here. (The first pair's max-pool is fused too.) */
+START_TEST(fused_conv_relu_bitwise) {
+    ct_dtype dts[] = {CT_F32, CT_BF16};
+    int with[] = {1, -1, -1, 4, -1, -1, -1}, pool[] = {2, -1, -1, -1, -1, -1, -1};
+    expect_fusion_bitwise(cnn_fuse, dts, 2, with, pool);
     /* checkpointed layers run one by one in their recompute: not fused */
     runner ck;
     runner_start_ckpt(&ck, cnn_fuse, 4, 11, 1, false);
     for (int j = 0; j < ck.b.g->n_nodes; j++) ck_assert(ck.b.g->nodes[j].seg < 0 || ck.b.g->nodes[j].fused_with < 0);
     runner_stop(&ck);
+}
+END_TEST
+
+/* conv2d + relu + 2x2 max-pool as one pass: both convolutions with their pools, the first over
+ * the model input (no dx) with groups and a bias, its 9x7 output leaving a row and a column the
+ * pool drops; the second with dx and no bias. After a ReLU, windows with tied zeros are common,
+ * so an argmax that broke ties in another order than the pool's scan moves gradients and fails,
+ * as does a pooled output that compared values before rounding them to 16 bits, a backward that
+ * lost the ReLU's mask or put the gradient at another element of the window. Then a 3x3 max-pool
+ * and a 2x2 one over a relu that another layer reads too are left alone. */
+START_TEST(fused_conv_relu_pool_bitwise) {
+    static const char *model =
+        "{\"input\": [2, 9, 7], \"layers\": [{\"type\": \"conv2d\", \"out\": 6, \"kernel\": 3, \"padding\": 1,"
+        " \"groups\": 2}, {\"type\": \"relu\"}, {\"type\": \"maxpool2d\", \"kernel\": 2},"
+        " {\"type\": \"conv2d\", \"out\": 8, \"kernel\": 2, \"padding\": 1, \"bias\": false}, {\"type\": \"relu\"},"
+        " {\"type\": \"maxpool2d\", \"kernel\": 2}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"out\": 5}],"
+        " \"loss\": {\"type\": \"cross_entropy\"}}";
+    ct_dtype dts[] = {CT_F32, CT_BF16, CT_F16};
+    int with[] = {1, -1, -1, 4, -1, -1, -1, -1}, pool[] = {2, -1, -1, 5, -1, -1, -1, -1};
+    expect_fusion_bitwise(model, dts, 3, with, pool);
+
+    static const char *not_pooled =
+        "{\"input\": [2, 8, 8], \"layers\": [{\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1},"
+        " {\"type\": \"relu\"}, {\"type\": \"maxpool2d\", \"kernel\": 3, \"stride\": 2},"
+        " {\"type\": \"conv2d\", \"out\": 4, \"kernel\": 3, \"padding\": 1}, {\"type\": \"relu\", \"name\": \"r2\"},"
+        " {\"type\": \"maxpool2d\", \"kernel\": 2}, {\"type\": \"flatten\"}, {\"type\": \"linear\", \"name\": \"l1\", \"out\": 3},"
+        " {\"type\": \"flatten\", \"inputs\": [\"r2\"]}, {\"type\": \"linear\", \"name\": \"l2\", \"out\": 3},"
+        " {\"type\": \"add\", \"inputs\": [\"l1\", \"l2\"]}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    int with2[] = {1, -1, -1, 4, -1, -1, -1, -1, -1, -1, -1}, pool2[] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    expect_fusion_bitwise(not_pooled, dts, 1, with2, pool2);
 }
 END_TEST
 
@@ -2382,6 +2436,7 @@ int main(void) {
     tcase_add_test(tc, gpt_matches_pytorch);
     tcase_add_test(tc, padded_vocab_loss_in_place);
     tcase_add_test(tc, fused_conv_relu_bitwise);
+    tcase_add_test(tc, fused_conv_relu_pool_bitwise);
     tcase_add_test(tc, chunked_head_matches_whole);
     tcase_add_test(tc, chunked_head_finite_differences);
     tcase_add_test(tc, chunked_head_threads_bitwise);

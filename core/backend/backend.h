@@ -375,6 +375,23 @@ typedef struct ct_backend_conv {
     void (*conv2d_act_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
                                 const void *y, const void *x, const void *w, const ct_conv2d_geom *g,
                                 ct_act act, ct_dtype dt);
+    /* Optional: conv2d_act_forward/backward with the 2x2, stride-2, unpadded max-pool of its
+     * output in the same pass (ph = oh / 2, pw = ow / 2; rows and columns past 2 ph, 2 pw are
+     * dropped, as maxpool2d_forward drops them). The full-size activation is neither written nor
+     * read: per image it stays in the backend's scratch.
+     *   forward:  y [n, oc, ph, pw] and argmax [n, oc, ph, pw] are what maxpool2d_forward writes
+     *             over act(conv(x, w) + bias) stored in dt (16-bit: the values are rounded before
+     *             they are compared, so ties fall where the unfused pool sees them)
+     *   backward: dy [n, oc, ph, pw] is the pool's output gradient, y its output (act's mask: the
+     *             selected element's activation), argmax forward's; the rest as conv2d_backward,
+     *             bitwise what maxpool2d_backward, act_backward, conv2d_backward give in turn.
+     * NULL (CUDA, or CTRAIN_CPU_FUSE=0): the max-pool runs as a layer of its own. */
+    void (*conv2d_act_pool_forward)(ct_backend *be, void *y, int32_t *argmax, const void *x,
+                                    const void *w, const void *bias, const ct_conv2d_geom *g,
+                                    ct_act act, ct_dtype dt);
+    void (*conv2d_act_pool_backward)(ct_backend *be, void *dx, float *dw, float *db, const void *dy,
+                                     const void *y, const int32_t *argmax, const void *x,
+                                     const void *w, const ct_conv2d_geom *g, ct_act act, ct_dtype dt);
 
     /* Pooling. */
     /* argmax[n, c, oh, ow] = iy * w + ix inside the input plane (PyTorch's indices); may be
@@ -504,7 +521,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 9
+#define CT_BACKEND_ABI 10
 struct ct_backend {
     const char *name;            /* "cpu", "cuda" */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

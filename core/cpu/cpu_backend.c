@@ -234,12 +234,14 @@ ct_backend *ct_cpu_backend_create(int threads) {
     ct_cpu_reduce_install(be);
     ct_cpu_dtype_install(be);
     ct_cpu_init_install(be);
-    /* CTRAIN_CPU_FUSE=0: no fused conv + activation, so the graph runs them as two layers (for
-     * comparisons; the results are the same bits either way) */
+    /* CTRAIN_CPU_FUSE=0: no fused conv + activation (+ max-pool), so the graph runs them as
+     * layers of their own (for comparisons; the results are the same bits either way) */
     const char *fuse = getenv("CTRAIN_CPU_FUSE");
     if (fuse && strcmp(fuse, "0") == 0) {
         be->conv.conv2d_act_forward = NULL;
         be->conv.conv2d_act_backward = NULL;
+        be->conv.conv2d_act_pool_forward = NULL;
+        be->conv.conv2d_act_pool_backward = NULL;
     }
     return be;
 }

@@ -191,7 +191,13 @@ typedef struct {
                                     sign is the mask applied to dy; NULL: dy is the conv's own */
     float *dw, *db;
     int64_t blocks;
-    bool relu;                   /* fused ReLU forward: y = ReLU(conv + bias) */
+    bool relu;                   /* fused ReLU: y = ReLU(conv + bias), dy masked by its sign */
+    /* Fused 2x2 max-pool (conv2d_act_pool): y and dy are the pool's [n, oc, oh/2, ow/2]. */
+    int32_t *argmax;             /* forward: the pool's argmax, written; NULL: no pool */
+    const int32_t *cargmax;      /* backward: the same, read; NULL: no pool */
+    const float *y_pool;         /* backward: the pool's output, whose sign is the ReLU's mask */
+    ct_dtype stored;             /* forward: the activation's storage dtype, whose values the
+                                    pool compares */
 } batch_ctx;
 
 static int64_t conv_kg(const ct_conv2d_geom *g) { return g->c / g->groups * g->kh * g->kw; }
@@ -242,22 +248,40 @@ static void bias_relu_line(float *restrict row, int64_t p, const float *bias, bo
         }
 }
 
+/* The fused max-pool over one output plane [oh, ow] (n and c: one plane at a time). */
+static ct_pool2d_geom pool_geom(const ct_conv2d_geom *g) {
+    return (ct_pool2d_geom){.n = 1, .c = 1, .h = g->oh, .w = g->ow, .kh = 2, .kw = 2, .stride_h = 2,
+                            .stride_w = 2, .oh = g->oh / 2, .ow = g->ow / 2};
+}
+
 static void conv_fwd_images(void *ctx, int64_t i0, int64_t i1) {
     batch_ctx *k = ctx;
     const ct_conv2d_geom *g = k->g;
     int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups;
-    float *col = ct_xmalloc((size_t)(kg * p) * sizeof(float));   /* [kg, p] */
+    ct_pool2d_geom pg = pool_geom(g);
+    int64_t pp = pg.oh * pg.ow;
+    bool pool = k->argmax != NULL;
+    /* col [kg, p]; with the pool, the image's full output [oc, p] too: it never leaves here */
+    float *col = ct_xmalloc((size_t)(kg * p + (pool ? g->oc * p : 0)) * sizeof(float));
     for (int64_t i = i0; i < i1; i++) {
         const float *x = k->x + i * g->c * g->h * g->w;
-        float *y = k->y + i * g->oc * p;
+        float *y = pool ? col + kg * p : k->y + i * g->oc * p;
         for (int64_t grp = 0; grp < g->groups; grp++) {
             im2col_serial(col, p, x, g, grp);
             /* y_grp [ocg, p] = w_grp [ocg, kg] col [kg, p] */
             ct_cpu_sgemm(false, false, ocg, p, kg, 1.0f, k->w + grp * ocg * kg, kg, col, p, 0.0f,
                          y + grp * ocg * p, p);
         }
-        if (k->bias || k->relu) /* while the image's output is still in cache */
-            for (int64_t o = 0; o < g->oc; o++) bias_relu_line(y + o * p, p, k->bias ? k->bias + o : NULL, k->relu);
+        /* per channel while the image's output is still in cache: bias and ReLU, then the pool
+         * over the values as the unfused pool would read them back from dt */
+        for (int64_t o = 0; o < g->oc; o++) {
+            float *line = y + o * p;
+            if (k->bias || k->relu) bias_relu_line(line, p, k->bias ? k->bias + o : NULL, k->relu);
+            if (!pool) continue;
+            ct_cpu_round_range(line, p, k->stored);
+            int64_t plane = (i * g->oc + o) * pp;
+            ct_cpu_maxpool2x2_plane(line, k->y + plane, k->argmax + plane, &pg);
+        }
     }
     free(col);
 }
@@ -273,6 +297,14 @@ void ct_cpu_f32_conv2d_act_forward(ct_backend *be, float *y, const float *x, con
     ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
 }
 
+void ct_cpu_f32_conv2d_act_pool_forward(ct_backend *be, float *y, int32_t *argmax, const float *x,
+                                        const float *w, const float *bias, const ct_conv2d_geom *g,
+                                        ct_act act, ct_dtype dt) {
+    batch_ctx c = {.g = g, .y = y, .x = x, .w = w, .bias = bias, .relu = act == CT_ACT_RELU,
+                   .argmax = argmax, .stored = dt};
+    ct_cpu_parallel(ct_cpu_pool_of(be), g->n, 1, conv_fwd_images, &c);
+}
+
 /* out[i] = dy[i] where the ReLU's output y[i] > 0, else 0: the same test and the same floats as
  * the relu layer's backward (cpu_eltwise.c, reading the sign from y); returns out. */
 static const float *relu_mask(float *restrict out, const float *restrict dy, const float *restrict y,
@@ -284,6 +316,35 @@ static const float *relu_mask(float *restrict out, const float *restrict dy, con
     return out;
 }
 
+/* out [planes, p] = the gradient of the conv's output when a 2x2 max-pool followed, from the
+ * pool's dy and y [planes, pp] and argmax: what maxpool2d_backward writes (0 + dy at each window's
+ * argmax, zero elsewhere: -0 becomes +0 there too), masked by the ReLU's sign at the selected
+ * element, which is the pool's output (relu_mask: elsewhere the gradient is zero either way);
+ * returns out. */
+static const float *unpool_mask(float *restrict out, const float *restrict dy, const float *restrict y,
+                                const int32_t *restrict am, int64_t planes, int64_t p, int64_t pp,
+                                bool relu) {
+    memset(out, 0, (size_t)(planes * p) * sizeof(float));
+    for (int64_t c = 0; c < planes; c++)
+        for (int64_t q = 0; q < pp; q++) {
+            float d = 0.0f + dy[c * pp + q];
+            out[c * p + am[c * pp + q]] = !relu || y[c * pp + q] > 0.0f ? d : 0.0f;
+        }
+    return out;
+}
+
+/* Image i's gradient of the conv's output [oc, p]: dy itself, or built in scratch (masked,
+ * [oc, p]) for a fused ReLU and pool. */
+static const float *image_dy(const batch_ctx *k, int64_t i, float *masked) {
+    const ct_conv2d_geom *g = k->g;
+    int64_t p = g->oh * g->ow, pp = (g->oh / 2) * (g->ow / 2);
+    if (k->cargmax)
+        return unpool_mask(masked, k->dy + i * g->oc * pp, k->y_pool + i * g->oc * pp,
+                           k->cargmax + i * g->oc * pp, g->oc, p, pp, k->relu);
+    const float *dy = k->dy + i * g->oc * p;
+    return k->y_act ? relu_mask(masked, dy, k->y_act + i * g->oc * p, g->oc * p) : dy;
+}
+
 /* Blocks [b0, b1) of CONV_DW_IMAGES images: the block's dw and db partials, and dx of its images.
  * Per image, not with the block's images side by side in one GEMM: that measured slower here
  * (the copy of dy into [oc, block * p] cost more than the longer K gained). */
@@ -291,8 +352,8 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
     batch_ctx *k = ctx;
     const ct_conv2d_geom *g = k->g;
     int64_t kg = conv_kg(g), p = g->oh * g->ow, ocg = g->oc / g->groups, in_sz = g->c * g->h * g->w;
-    /* col, dcol [kg, p]; masked [oc, p]: one image's dy through the fused ReLU's mask */
-    int64_t masked_n = k->y_act ? g->oc * p : 0;
+    /* col, dcol [kg, p]; masked [oc, p]: one image's dy through the fused ReLU's mask (image_dy) */
+    int64_t masked_n = k->y_act || k->cargmax ? g->oc * p : 0;
     float *col = ct_xmalloc((size_t)(2 * kg * p + masked_n) * sizeof(float)), *dcol = col + kg * p;
     float *masked = dcol + kg * p;
     for (int64_t b = b0; b < b1; b++) {
@@ -301,8 +362,7 @@ static void conv_bwd_blocks(void *ctx, int64_t b0, int64_t b1) {
         for (int64_t o = 0; bpart && o < g->oc; o++) bpart[o] = 0.0;
         int64_t i_end = (b + 1) * CONV_DW_IMAGES < g->n ? (b + 1) * CONV_DW_IMAGES : g->n;
         for (int64_t i = b * CONV_DW_IMAGES; i < i_end; i++) {
-            const float *dy = k->dy + i * g->oc * p;
-            if (k->y_act) dy = relu_mask(masked, dy, k->y_act + i * g->oc * p, g->oc * p);
+            const float *dy = image_dy(k, i, masked);
             float *dx = k->dx ? k->dx + i * in_sz : NULL;
             if (dx) memset(dx, 0, (size_t)in_sz * sizeof(float));
             for (int64_t o = 0; bpart && o < g->oc; o++) bpart[o] += ct_cpu_sum(dy + o * p, p);
@@ -333,12 +393,13 @@ static void conv_dw_sum(void *ctx, int64_t e0, int64_t e1) {
     }
 }
 
-/* The whole backward; y_act: the fused ReLU's output (its mask), or NULL for a plain conv. */
-static void conv_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
-                          const float *y_act, const float *x, const float *w, const ct_conv2d_geom *g) {
+/* The whole backward; c says where dy comes from (batch_ctx: dy, y_act, relu, cargmax, y_pool)
+ * and holds the rest of the arguments. */
+static void conv_backward(ct_backend *be, batch_ctx c) {
+    const ct_conv2d_geom *g = c.g;
+    float *db = c.db;
     int64_t blocks = ct_cpu_ceil_div(g->n, CONV_DW_IMAGES), wsz = g->oc * conv_kg(g);
-    batch_ctx c = {.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .y_act = y_act, .x = x, .w = w,
-                   .blocks = blocks};
+    c.blocks = blocks;
     c.partial = ct_xmalloc((size_t)(blocks * wsz) * sizeof(float));
     if (db) c.bpartial = ct_xmalloc((size_t)(blocks * g->oc) * sizeof(double));
     ct_cpu_parallel(ct_cpu_pool_of(be), blocks, 1, conv_bwd_blocks, &c);
@@ -354,13 +415,21 @@ static void conv_backward(ct_backend *be, float *dx, float *dw, float *db, const
 
 void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
                                 const float *x, const float *w, const ct_conv2d_geom *g) {
-    conv_backward(be, dx, dw, db, dy, NULL, x, w, g);
+    conv_backward(be, (batch_ctx){.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w});
 }
 
 void ct_cpu_f32_conv2d_act_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
                                     const float *y, const float *x, const float *w,
                                     const ct_conv2d_geom *g, ct_act act) {
-    conv_backward(be, dx, dw, db, dy, act == CT_ACT_RELU ? y : NULL, x, w, g);
+    conv_backward(be, (batch_ctx){.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w,
+                                  .y_act = act == CT_ACT_RELU ? y : NULL});
+}
+
+void ct_cpu_f32_conv2d_act_pool_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy,
+                                         const float *y, const int32_t *argmax, const float *x,
+                                         const float *w, const ct_conv2d_geom *g, ct_act act) {
+    conv_backward(be, (batch_ctx){.g = g, .dx = dx, .dw = dw, .db = db, .dy = dy, .x = x, .w = w,
+                                  .relu = act == CT_ACT_RELU, .cargmax = argmax, .y_pool = y});
 }
 
 void ct_cpu_conv_install(ct_backend *be) {

@@ -94,6 +94,8 @@ static int64_t inner1(int64_t inner) { return inner > 1 ? inner : 1; }
 static int64_t conv_in_numel(const ct_conv2d_geom *g) { return g->c * g->h * g->w; }
 static int64_t conv_w_numel(const ct_conv2d_geom *g) { return g->oc * (g->c / g->groups) * g->kh * g->kw; }
 static int64_t conv_out_numel(const ct_conv2d_geom *g) { return g->n * g->oc * g->oh * g->ow; }
+/* The fused 2x2 max-pool's output (conv2d_act_pool) */
+static int64_t conv_pool_numel(const ct_conv2d_geom *g) { return g->n * g->oc * (g->oh / 2) * (g->ow / 2); }
 static int64_t conv_col_numel(const ct_conv2d_geom *g) {
     return g->c / g->groups * g->kh * g->kw * g->oh * g->ow;
 }
@@ -272,6 +274,17 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
        OUT(dx, g->n * conv_in_numel(g)) IN(dy, conv_out_numel(g)) IN(y, conv_out_numel(g))                             \
        IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)),                                                          \
        ct_cpu_f32_conv2d_act_backward(be, F(dx), dw, db, F(dy), F(y), F(x), F(w), g, act))                             \
+    OP(conv, conv2d_act_pool_forward,                                                                                  \
+       (void *y, int32_t *argmax, const void *x, const void *w, const void *bias, const ct_conv2d_geom *g, ct_act act, \
+        ct_dtype dt),                                                                                                  \
+       OUT(y, conv_pool_numel(g)) IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)) IN(bias, g->oc),               \
+       ct_cpu_f32_conv2d_act_pool_forward(be, F(y), argmax, F(x), F(w), F(bias), g, act, dt))                          \
+    OP(conv, conv2d_act_pool_backward,                                                                                 \
+       (void *dx, float *dw, float *db, const void *dy, const void *y, const int32_t *argmax, const void *x,           \
+        const void *w, const ct_conv2d_geom *g, ct_act act, ct_dtype dt),                                              \
+       OUT(dx, g->n * conv_in_numel(g)) IN(dy, conv_pool_numel(g)) IN(y, conv_pool_numel(g))                           \
+       IN(x, g->n * conv_in_numel(g)) IN(w, conv_w_numel(g)),                                                          \
+       ct_cpu_f32_conv2d_act_pool_backward(be, F(dx), dw, db, F(dy), F(y), argmax, F(x), F(w), g, act))                \
     OP(conv, maxpool2d_forward, (void *y, int32_t *argmax, const void *x, const ct_pool2d_geom *g, ct_dtype dt),       \
        OUT(y, pool_out(g)) IN(x, pool_in(g)),                                                                          \
        ct_cpu_f32_maxpool2d_forward(be, F(y), argmax, F(x), g))                                                        \

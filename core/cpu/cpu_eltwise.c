@@ -260,6 +260,12 @@ static void round_range(void *c, int64_t i0, int64_t i1) {
     }
 }
 
+void ct_cpu_round_range(float *x, int64_t n, ct_dtype dt) {
+    if (dt != CT_F16 && dt != CT_BF16) return;
+    round_ctx c = {x, dt, dt == CT_F16 && cpu_has_f16c()};
+    round_range(&c, 0, n);
+}
+
 static void cpu_round_to(ct_backend *be, float *x, int64_t n, ct_dtype dt) {
     if (dt != CT_F16 && dt != CT_BF16) return;
     round_ctx c = {x, dt, dt == CT_F16 && cpu_has_f16c()};

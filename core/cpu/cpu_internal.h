@@ -88,6 +88,10 @@ void ct_cpu_f32_conv2d_backward(ct_backend *be, float *dx, float *dw, float *db,
 /* conv2d with a fused activation (act: CT_ACT_RELU, or CT_ACT_NONE: the plain conv). */
 void ct_cpu_f32_conv2d_act_forward(ct_backend *be, float *y, const float *x, const float *w, const float *bias, const ct_conv2d_geom *g, ct_act act);
 void ct_cpu_f32_conv2d_act_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy, const float *y, const float *x, const float *w, const ct_conv2d_geom *g, ct_act act);
+/* conv2d + act + the 2x2 stride-2 max-pool of its output (backend.h, conv2d_act_pool_*); forward
+ * compares the activations as stored in dt (rounded to it when 16-bit). */
+void ct_cpu_f32_conv2d_act_pool_forward(ct_backend *be, float *y, int32_t *argmax, const float *x, const float *w, const float *bias, const ct_conv2d_geom *g, ct_act act, ct_dtype dt);
+void ct_cpu_f32_conv2d_act_pool_backward(ct_backend *be, float *dx, float *dw, float *db, const float *dy, const float *y, const int32_t *argmax, const float *x, const float *w, const ct_conv2d_geom *g, ct_act act);
 void ct_cpu_f32_fill(ct_backend *be, float *x, float v, int64_t n);
 void ct_cpu_f32_scale(ct_backend *be, float *x, float s, int64_t n);
 void ct_cpu_f32_axpy(ct_backend *be, float *y, float a, const float *x, int64_t n);
@@ -114,6 +118,14 @@ void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, con
 void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_backward(ct_backend *be, float *dx, const float *dy, const ct_pool2d_geom *g);
+
+/* The 2x2, stride-2, unpadded max-pool of one plane [g->h, g->w] into y [g->oh, g->ow] and its
+ * argmax (iy * w + ix), on the calling thread: maxpool2d_forward's loop for that window, which the
+ * fused conv2d + pool calls on each channel it has just computed (cpu_pooling.c). */
+void ct_cpu_maxpool2x2_plane(const float *x, float *y, int32_t *am, const ct_pool2d_geom *g);
+/* x[0, n) rounded in place to the nearest value of dt (CT_F16, CT_BF16; else nothing), on the
+ * calling thread: the round_to op's loop (cpu_eltwise.c). */
+void ct_cpu_round_range(float *x, int64_t n, ct_dtype dt);
 
 /* y[i] = x[i] converted, for i in [i0, i1), on the calling thread (the cast op's inner loop; F16C
  * where present): for kernels that convert what they just computed. */

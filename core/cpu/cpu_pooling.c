@@ -45,32 +45,49 @@ static window pool_window(const ct_pool2d_geom *g, int64_t oy, int64_t ox) {
 /* take = v > best or v is NaN (NaN propagates, as in torch), without a short-circuit branch */
 static inline bool max_takes(float v, float best) { return (v > best) | (v != v); }
 
+/* take ? v : best, and take ? a : b, through bit masks: a select the compiler cannot turn back
+ * into a branch (it did, once the loop below was no longer inlined into its caller: the pool then
+ * took 2.5 times as long, perf). The bits of v or best are moved unchanged (NaN payloads too). */
+static inline float pick_f(bool take, float v, float best) {
+    uint32_t m = 0u - (uint32_t)take, a, b;
+    memcpy(&a, &v, sizeof a);
+    memcpy(&b, &best, sizeof b);
+    a = (a & m) | (b & ~m);
+    memcpy(&v, &a, sizeof v);
+    return v;
+}
+static inline int32_t pick_i(bool take, int32_t a, int32_t b) {
+    int32_t m = -(int32_t)take;
+    return (a & m) | (b & ~m);
+}
+
 /* 2x2 windows, stride 2, no padding: the common case gets a branch-free loop over a row of
  * outputs. After a ReLU the winner's position in a window is random, and the compare-and-branch
  * of the general loop mispredicted often enough to cost as much as the conv GEMMs (perf: 25% of
  * a CNN step). */
-static void maxpool2x2_plane(const float *x, float *y, int32_t *am, const ct_pool2d_geom *g) {
-    int64_t w = g->w;
-    for (int64_t oy = 0; oy < g->oh; oy++) {
+void ct_cpu_maxpool2x2_plane(const float *x, float *y, int32_t *am, const ct_pool2d_geom *g) {
+    /* geometry in locals: the stores below could alias *g as far as the compiler knows */
+    int64_t w = g->w, oh = g->oh, ow = g->ow;
+    for (int64_t oy = 0; oy < oh; oy++) {
         const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
-        float *yo = y + oy * g->ow;
-        int32_t *ao = am + oy * g->ow, base = (int32_t)(2 * oy * w);
-        for (int64_t ox = 0; ox < g->ow; ox++) {
+        float *yo = y + oy * ow;
+        int32_t *ao = am + oy * ow, base = (int32_t)(2 * oy * w);
+        for (int64_t ox = 0; ox < ow; ox++) {
             float best = r0[2 * ox], v;
             int32_t off = 0;
             bool t;
             v = r0[2 * ox + 1];
             t = max_takes(v, best);
-            best = t ? v : best;
-            off = t ? 1 : off;
+            best = pick_f(t, v, best);
+            off = pick_i(t, 1, off);
             v = r1[2 * ox];
             t = max_takes(v, best);
-            best = t ? v : best;
-            off = t ? (int32_t)w : off;
+            best = pick_f(t, v, best);
+            off = pick_i(t, (int32_t)w, off);
             v = r1[2 * ox + 1];
             t = max_takes(v, best);
-            best = t ? v : best;
-            off = t ? (int32_t)w + 1 : off;
+            best = pick_f(t, v, best);
+            off = pick_i(t, (int32_t)w + 1, off);
             yo[ox] = best;
             ao[ox] = base + (int32_t)(2 * ox) + off;
         }
@@ -88,7 +105,7 @@ static void maxpool_fwd_range(void *c, int64_t p0, int64_t p1) {
         float *y = k->out + p * g.oh * g.ow;
         int32_t *am = k->argmax ? k->argmax + p * g.oh * g.ow : NULL;
         if (two_by_two) {
-            maxpool2x2_plane(x, y, am, &g);
+            ct_cpu_maxpool2x2_plane(x, y, am, &g);
             continue;
         }
         for (int64_t oy = 0; oy < g.oh; oy++) {

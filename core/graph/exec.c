@@ -24,6 +24,13 @@ static void layer_io(const ct_graph *g, int j, ct_pass pass, const ct_exec_bufs 
         io->act = gn->fused_act;
         if (backward) io->dy = g->nodes[gn->fused_with].dy;
     }
+    if (gn->fused_pool >= 0) {   /* and the max-pool after that: the pool's buffers */
+        const ct_gnode *pool = &g->nodes[gn->fused_pool];
+        io->pool = true;
+        io->y = pool->y;
+        io->aux = pool->aux;
+        if (backward) io->dy = pool->dy;
+    }
     for (int s = 0; s < ct_param_layout_layer_specs(&g->layout, j); s++) {
         const ct_param_view *v = &g->layout.views[ct_param_layout_layer_view(&g->layout, j, s)];
         if (v->trainable) {

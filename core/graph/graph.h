@@ -247,9 +247,11 @@ ct_dtype ct_graph_compute_dtype(const ct_graph *g);
 
 /* Inspection (tests, debugging, profilers, generation): layer j's name, its type's name and flags
  * (CT_LAYER_* in layer.h), and its output activation and gradient buffers [build batch, out] in
- * backend memory and the graph's dtype, valid after forward / backward. The last layer's output
- * is often the same buffer as its gradient (plan.c: the loss writes over the logits), so read
- * logits after an eval-mode forward (io->train false), not after a training one. */
+ * backend memory and the graph's dtype, valid after forward / backward (but for what a fused pass
+ * keeps in its scratch: the outputs of a conv2d and its relu whose max-pool is fused in, and their
+ * gradients; core/graph/fuse.c). The last layer's output is often the same buffer as its gradient
+ * (plan.c: the loss writes over the logits), so read logits after an eval-mode forward (io->train
+ * false), not after a training one. */
 const char *ct_graph_layer_name(const ct_graph *g, int layer);
 const char *ct_graph_layer_type(const ct_graph *g, int layer);
 unsigned ct_graph_layer_flags(const ct_graph *g, int layer);

@@ -35,8 +35,9 @@ typedef struct ct_gnode {
     int t_recompute, t_backward;
     /* Fusion (fuse.c, decided at bind): fused_with >= 0 is the in-place activation layer whose
      * work this layer does (fused_act, io->act); fused_into >= 0 is the producer that does this
-     * layer's work, so this one runs only its hooks. -1: none. */
-    int fused_with, fused_into;
+     * layer's work, so this one runs only its hooks. -1: none. fused_pool >= 0: the max-pool
+     * after the activation whose work this layer does too (io->pool); its fused_into is this one. */
+    int fused_with, fused_into, fused_pool;
     ct_act fused_act;
 } ct_gnode;
 
@@ -147,6 +148,9 @@ int ct_graph_segments(ct_graph *g, const ct_config *cfg, long choice, ct_err *er
 void ct_graph_mark_recompute(ct_graph *g, const int *alias);
 /* fuse.c: which adjacent layers run as one on g->be (ct_graph_bind calls it). */
 void ct_graph_fuse(ct_graph *g);
+/* fuse.c: for a max-pool q that a conv + relu before it could compute on some backend (the graph's
+ * shape alone: y_from set, plan.c), that producer's index; else -1. */
+int ct_graph_pool_producer(const ct_graph *g, int q);
 void ct_graph_plan_memory(ct_graph *g);                 /* plan.c */
 
 /* lifetime.c. The step's schedule: sets every node's t_recompute (recomputed layers only) and

@@ -63,6 +63,10 @@ typedef struct ct_layer_io {
                                            only for a type with fuse_act): forward writes
                                            y = act(output); backward's dy is the gradient of
                                            act's output and y holds that output. CT_ACT_NONE: none */
+    bool pool;                          /* a 2x2 max-pool after act is fused too (only with act;
+                                           for a type with fuse_pool): y [n, c, oh/2, ow/2] is the
+                                           pool's output, aux its argmax (int32, as maxpool2d
+                                           saves it) and backward's dy its output gradient */
 } ct_layer_io;
 
 /* Properties of a layer type that the graph and the trainer act on (ct_layer_type.flags). */
@@ -140,6 +144,13 @@ typedef struct ct_layer_type {
      *   the matching backward. */
     ct_act (*fusable_act)(const ct_layer *l);
     bool (*fuse_act)(const ct_layer *l, const ct_backend *be, ct_act act);
+    /* And after the activation, both optional:
+     * fusable_pool: this layer is a 2x2, stride-2, unpadded max-pool a producer may compute.
+     * fuse_pool: whether this layer, with its fused activation, can also max-pool its output that
+     *   way on backend be (io->pool). A type that has the hook may be asked (the memory plan
+     *   keeps the pool's buffers busy over this layer's forward and backward, plan.c). */
+    bool (*fusable_pool)(const ct_layer *l);
+    bool (*fuse_pool)(const ct_layer *l, const ct_backend *be);
 } ct_layer_type;
 
 struct ct_layer {

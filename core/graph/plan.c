@@ -254,6 +254,26 @@ static void add_grads(ct_graph *g, const int *alias, placed *P, int *shares) {
     free(item_of);
 }
 
+/* A max-pool that a conv + relu may compute (fuse.c, decided at bind by the backend) is written
+ * in the conv's forward and read in its backward: its output, saved argmax and output gradient
+ * are kept busy from the one to the other whether fused or not, so the plan does not depend on
+ * the backend. (A pool's gradient item may be a consumer's: shares[] leads to its owner.) */
+static void keep_fusable_pools(ct_graph *g, placed *P, const int *shares) {
+    for (int q = 0; q < g->n_nodes; q++) {
+        int src = ct_graph_pool_producer(g, q);
+        if (src < 0) continue;
+        int grad_owner = q;
+        while (shares[grad_owner] >= 0) grad_owner = shares[grad_owner];
+        const ct_gnode *pool = &g->nodes[q];
+        for (int i = 0; i < P->n; i++) {
+            const size_t *f = P->field[i];
+            if (f != &pool->y_off && f != &pool->aux_off && f != &g->nodes[grad_owner].dy_off) continue;
+            ct_span_touch(&P->items[i].when[0], src);
+            ct_span_touch(&P->items[i].when[0], g->nodes[src].t_backward);
+        }
+    }
+}
+
 /* The breakdown at the step's busiest moment: the bytes of each kind busy then. */
 static void peak_breakdown(const ct_graph *g, const placed *P, ct_act_plan *p) {
     int end = ct_graph_schedule_end(g);
@@ -316,6 +336,7 @@ void ct_graph_plan_memory(ct_graph *g) {
     add_aux(g, &P);
     int *shares = ct_xmalloc(sizeof(int) * (size_t)n);
     add_grads(g, alias, &P, shares);
+    keep_fusable_pools(g, &P, shares);
     size_t packed = ct_lifetime_pack(P.items, P.n);
     take(&end, packed);
     free(g->placed.items);

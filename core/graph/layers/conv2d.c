@@ -119,6 +119,11 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws;                                    /* [kg, p] */
+    if (io->pool) {   /* fuse_pool said the backend has the op */
+        be->conv.conv2d_act_pool_forward(be, io->y, io->aux, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g,
+                                         io->act, dt);
+        return;
+    }
     if (io->act != CT_ACT_NONE) {   /* fuse_act said the backend has the op */
         be->conv.conv2d_act_forward(be, io->y, io->x[0], io->p[0], c->bias ? io->p[1] : NULL, &g, io->act, dt);
         return;
@@ -145,6 +150,11 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
     int64_t kg = d.kg, p = d.p, ocg = d.ocg, in_sz = d.in_sz, out_sz = d.out_sz;
     ct_dtype dt = io->dt;
     void *col = io->ws, *dcol = ct_elem(col, kg * p, dt);  /* [kg, p] each */
+    if (io->pool) {
+        be->conv.conv2d_act_pool_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->y,
+                                          io->aux, io->x[0], io->p[0], &g, io->act, dt);
+        return;
+    }
     if (io->act != CT_ACT_NONE) {
         be->conv.conv2d_act_backward(be, io->dx[0], io->dp[0], c->bias ? io->dp[1] : NULL, io->dy, io->y,
                                      io->x[0], io->p[0], &g, io->act, dt);
@@ -177,6 +187,11 @@ static bool fuse_act(const ct_layer *l, const ct_backend *be, ct_act act) {
     return act == CT_ACT_RELU && be->conv.conv2d_act_forward && be->conv.conv2d_act_backward;
 }
 
+/* And the 2x2 max-pool after that relu, where the backend has that op too (the CPU's). */
+static bool fuse_pool(const ct_layer *l, const ct_backend *be) {
+    return be->conv.conv2d_act_pool_forward && be->conv.conv2d_act_pool_backward;
+}
+
 static double flops(const ct_layer *l) {
     return 2.0 * (double)col_rows(l) * (double)ct_layer_out_numel(l);
 }
@@ -185,6 +200,6 @@ const ct_layer_type ct_layer_conv2d = {
     .name = "conv2d", .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(conv_cfg), .parse = parse, .infer = infer, .params = params,
     .workspace_bytes = workspace_bytes, .device_scratch_bytes = device_scratch_bytes, .forward = forward, .backward = backward, .flops = flops,
-    .fuse_act = fuse_act,
+    .fuse_act = fuse_act, .fuse_pool = fuse_pool,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* x (im2col) for dW */
 };

@@ -91,6 +91,13 @@ static void avg_backward(const ct_layer *l, const ct_layer_io *io) {
     if (io->dx[0]) io->be->conv.avgpool2d_backward(io->be, io->dx[0], io->dy, &g, io->dt);
 }
 
+/* 2x2 windows, stride 2, no padding: a conv2d + relu before it may compute it (core/graph/fuse.c). */
+static bool fusable_pool(const ct_layer *l) {
+    const pool_cfg *c = l->cfg_data;
+    return c->k[0] == 2 && c->k[1] == 2 && c->stride[0] == 2 && c->stride[1] == 2 && c->pad[0] == 0 &&
+           c->pad[1] == 0;
+}
+
 static double flops(const ct_layer *l) {
     const pool_cfg *c = l->cfg_data;
     return (double)ct_layer_out_numel(l) * (double)(c->k[0] * c->k[1]);
@@ -100,6 +107,7 @@ const ct_layer_type ct_layer_maxpool2d = {
     .name = "maxpool2d", .fields = max_fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pool_cfg), .parse = parse, .infer = infer, .aux_bytes = max_aux_bytes,
     .forward = max_forward, .backward = max_backward, .flops = flops,
+    .fusable_pool = fusable_pool,
     .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dy to the argmax in aux */
 };
 const ct_layer_type ct_layer_avgpool2d = {
