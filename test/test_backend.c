@@ -309,6 +309,14 @@ START_TEST(adam_every_kernel) {
          .bias_c1 = 0.2f, .bias_c2 = 0.0199f, .grad_scale = 2.0f, .decoupled = true},
         {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
          .bias_c1 = 1.0f, .bias_c2 = 1.0f, .grad_scale = 1.0f, .decoupled = true},
+        /* a bias correction of exactly 1 (late in training, or none): the vector kernels skip
+         * that division, the baseline divides */
+        {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
+         .bias_c1 = 1.0f, .bias_c2 = 0.0199f, .grad_scale = 0.5f, .decoupled = true},
+        {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.05f,
+         .bias_c1 = 1.0f, .bias_c2 = 1.0f, .grad_scale = 1.0f, .decoupled = false},
+        {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f,
+         .bias_c1 = 0.19f, .bias_c2 = 1.0f, .grad_scale = 1.0f, .decoupled = true},
     };
     const ct_dtype copies[] = {CT_F32 /* none */, CT_F16, CT_BF16};
     float *want[4], *got[4];

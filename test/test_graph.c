@@ -614,7 +614,36 @@ START_TEST(half_graph_matches_f32) {
 }
 END_TEST
 
-/* Hooks fire around every layer, forward in order and backward in reverse. */
+/* No gradient is computed for an output that only the model input fed: flatten before the MLP's
+ * first linear layer runs no backward, so that layer computes no dx (its GEMM would be as large
+ * as the weight gradient's). A parameter-free layer downstream of weights still runs backward,
+ * and a two-input layer with one such input gets dx only for the other; gradients stay right. */
+START_TEST(unwanted_gradients_skipped) {
+    built b;
+    expect_ok(mlp, &b);
+    ck_assert(!b.g->nodes[0].runs_backward);
+    ck_assert_ptr_null(b.g->nodes[0].dy);
+    for (int j = 1; j < 6; j++) ck_assert_msg(b.g->nodes[j].runs_backward, "layer %d", j);
+    unbuild(&b);
+    check_graph_grads("{\"input\": [1, 3, 3], \"layers\": [{\"type\": \"flatten\"},"
+                      " {\"type\": \"linear\", \"out\": 8}, {\"type\": \"relu\"}, {\"type\": \"linear\", \"out\": 4}],"
+                      " \"loss\": {\"type\": \"cross_entropy\"}}", 3, 1e-2, 2e-2);
+    const char *two_inputs =
+        "{\"input\": [6], \"layers\": ["
+        " {\"type\": \"tanh\", \"name\": \"t\"}, {\"type\": \"relu\", \"name\": \"r\"},"
+        " {\"type\": \"linear\", \"name\": \"a\", \"out\": 6, \"inputs\": [\"t\"]}, {\"type\": \"tanh\", \"name\": \"u\"},"
+        " {\"type\": \"add\", \"inputs\": [\"r\", \"u\"]},"
+        " {\"type\": \"linear\", \"out\": 4}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    expect_ok(two_inputs, &b);
+    bool runs[] = {false, false, true, true, true, true};
+    for (int j = 0; j < 6; j++) ck_assert_msg(b.g->nodes[j].runs_backward == runs[j], "layer %d", j);
+    unbuild(&b);
+    check_graph_grads(two_inputs, 3, 1e-2, 2e-2);
+}
+END_TEST
+
+/* Hooks fire around every layer, forward in order and backward in reverse (but for a layer that
+ * runs no backward: the flatten before the first weights, see unwanted_gradients_skipped). */
 typedef struct { int log[64]; int n; } hook_log;
 static int hook_prepare(void *c, int l, ct_pass pass, ct_layer_io *io, ct_err *err) {
     hook_log *h = c;
@@ -636,10 +665,11 @@ START_TEST(hooks_and_accumulation) {
     ct_exec_bufs bufs = runner_bufs(&r);
     ck_assert_int_eq(ct_graph_forward(r.b.g, &bufs, &r.io, &hooks, &err), CT_OK);
     runner_backward(&r, &hooks);
-    ck_assert_int_eq(h.n, 24);
+    ck_assert_int_eq(h.n, 22);
     for (int j = 0; j < 6; j++) {
         ck_assert_int_eq(h.log[2 * j], 100 + j);
         ck_assert_int_eq(h.log[2 * j + 1], 200 + j);
+        if (j == 5) break;   /* layer 0 (flatten) runs no backward */
         ck_assert_int_eq(h.log[12 + 2 * j], 300 + 5 - j);
         ck_assert_int_eq(h.log[13 + 2 * j], 400 + 5 - j);
     }
@@ -2414,6 +2444,7 @@ int main(void) {
     tcase_add_test(tc, norms_on_model_input);
     tcase_add_test(tc, in_place_relu);
     tcase_add_test(tc, hooks_and_accumulation);
+    tcase_add_test(tc, unwanted_gradients_skipped);
     tcase_add_loop_test(tc, half_graph_matches_f32, 0, 2);
     tcase_add_test(tc, ranges_equal_one_pass);
     tcase_add_test(tc, recompute_restores_a_range);

@@ -34,13 +34,18 @@
 
 #include "core/cpu/cpu_internal.h"
 
-/* Tiling. A tile repacks the operand it does not split (A for column tiles, B for row tiles),
- * which measured ~12/edge of the tile's own time (16 tiles of 32 columns: +40% CPU for
- * 128x512x784); so tiles keep an edge of at least MIN_EDGE, carry at least TILE_MACS
- * multiply-adds, and come in powers of two so that 2 or 4 threads share them evenly. */
+/* Tiling. A tile repacks the operand it does not split (A for column tiles, B for row tiles):
+ * neither library lets a caller pack an operand once and share it, so every tile past the first
+ * packs it again. That measured ~12/edge of the tile's own time (16 tiles of 32 columns: +40% CPU
+ * for 128x512x784), so tiles keep an edge of at least MIN_EDGE, carry at least TILE_MACS
+ * multiply-adds, split C along its longer side (the operand repacked is then the smaller one) and
+ * come in powers of two so that 2 or 4 threads share them evenly. At most 4: 8 tiles took 10% more
+ * CPU than 4 for the MLP's first weight gradient (512x784x512, 8 tiles of 104 columns), about 2%
+ * of the MLP's GEMM time at batch 128 and 512 (docs/BENCHMARKS.md, "GEMM tiles and the MLP's
+ * step"), and 4 tiles still give 2 threads two pieces each. */
 #define TILE_MACS (1 << 20)
 #define MIN_EDGE 96
-#define MAX_TILES 8
+#define MAX_TILES 4
 #define TILE_ALIGN 8
 
 /* The entry points ctrain uses, filled once by blas_load and read-only afterwards. */

@@ -19,12 +19,40 @@
 
 #include "core/graph/internal.h"
 
+/* Whether layer j has trainable parameters (its own, or ones tied to an earlier layer's). */
+static bool has_trainable(const ct_graph *g, int j) {
+    for (int s = 0; s < ct_param_layout_layer_specs(&g->layout, j); s++) {
+        int v = ct_param_layout_layer_view(&g->layout, j, s);
+        if (v >= 0 && g->layout.views[v].trainable) return true;
+    }
+    return false;
+}
+
+/* wanted[j]: the gradient of layer j's output leads to a parameter gradient, because layer j or a
+ * layer it reads from (directly or further up) has trainable parameters. An output computed from
+ * the model input alone (a flatten before the first weights) is not: its gradient would be
+ * computed and dropped, and for the MLP's first linear layer that is a GEMM as large as its
+ * weight gradient (batch x 784 x 512, 15% of the step at batch 512, docs/BENCHMARKS.md).
+ * Returns an array of n_nodes flags (free it). */
+static bool *gradient_wanted(const ct_graph *g) {
+    bool *wanted = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
+    for (int j = 0; j < g->n_nodes; j++) {   /* inputs come from earlier layers only */
+        const ct_layer *l = &g->nodes[j].l;
+        wanted[j] = has_trainable(g, j);
+        for (int i = 0; i < l->n_in && !wanted[j]; i++) wanted[j] = l->in_from[i] >= 0 && wanted[l->in_from[i]];
+    }
+    return wanted;
+}
+
 /* Decide, once, where each input gradient goes during backward. Walking layers in reverse, the
  * first consumer of an activation to run writes its gradient straight into the producer's dy; any
  * later one writes to scratch that the executor then adds in. A layer whose output no gradient
- * reaches (a dead end that is not the last layer) is skipped. Returns the scratch floats needed. */
+ * reaches (a dead end that is not the last layer) is skipped, and so is one whose output's
+ * gradient is not wanted (gradient_wanted): its consumers get no dx for it. Returns the scratch
+ * floats needed. */
 static int64_t plan_backward(ct_graph *g, int64_t batch) {
     bool *ready = ct_xcalloc((size_t)g->n_nodes, sizeof(bool));
+    bool *wanted = gradient_wanted(g);
     int64_t need = 0;
     ready[g->n_nodes - 1] = true;
     g->nodes[g->n_nodes - 1].grad_start = -1;   /* written from the loss before the walk */
@@ -35,7 +63,7 @@ static int64_t plan_backward(ct_graph *g, int64_t batch) {
         for (int i = 0; i < gn->l.n_in; i++) {
             int src = gn->l.in_from[i];
             gn->tmp_off[i] = -1;
-            if (src < 0 || !ready[j]) continue;
+            if (src < 0 || !ready[j] || !wanted[src]) continue;
             if (ready[src]) {
                 gn->tmp_off[i] = off;
                 off += batch * ct_layer_in_numel(&gn->l, i);
@@ -46,6 +74,7 @@ static int64_t plan_backward(ct_graph *g, int64_t batch) {
         }
         if (off > need) need = off;
     }
+    free(wanted);
     free(ready);
     return need;
 }
