@@ -135,8 +135,9 @@ has "$T/err" "^ctrain: warning: activation_checkpointing.cpu_checkpointing true:
 "$B" --config "$T/cfg.json.both" --dry-run >/dev/null 2>"$T/err"
 if [ $? -eq 2 ] && grep -q 'number_checkpoints 2 both choose' "$T/err"; then ok "marks and number_checkpoints: exit 2"; else bad "marks and number_checkpoints"; fi
 
-# A byte-level language model on token data: tokens_per_s = samples_per_s * seq_len (both printed
-# rounded to 0.1, hence the tolerance).
+# A byte-level language model on token data: tokens_per_s = samples_per_s * seq_len, both printed
+# rounded to 0.1: the rounding of samples_per_s, 32 times over, and that of tokens_per_s (a relative
+# 1e-4 failed once at about 400 samples/s).
 head -c 20000 README.md >"$T/text.txt"
 "$B" pack --from text "$T/text.txt" --out "$T/tok" >/dev/null 2>"$T/err" || bad "pack --from text"
 cat >"$T/lm.json" <<JSON
@@ -148,7 +149,7 @@ cat >"$T/lm.json" <<JSON
  "train": {"max_steps": 5, "device": "cpu", "run_dir": "$T/lmrun"}}
 JSON
 "$B" --quiet --config "$T/lm.json" --summary "$T/s.json" >/dev/null 2>"$T/err"
-if python3 -c "import json,sys; s=json.load(open('$T/s.json')); sys.exit(0 if s['tokens_per_s'] and abs(s['tokens_per_s'] - 32 * s['samples_per_s']) <= 1e-4 * s['tokens_per_s'] else 1)"; then
+if python3 -c "import json,sys; s=json.load(open('$T/s.json')); sys.exit(0 if s['tokens_per_s'] and abs(s['tokens_per_s'] - 32 * s['samples_per_s']) <= 32 * 0.05 + 0.05 + 1e-6 * s['tokens_per_s'] else 1)"; then
     ok "token model reports tokens_per_s = 32 x samples_per_s"
 else
     bad "tokens_per_s: $(cat "$T/s.json" 2>/dev/null) $(tail -2 "$T/err")"
