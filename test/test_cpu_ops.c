@@ -465,6 +465,15 @@ static void sgemm_ref(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
         }
 }
 
+/* A copy of C0 [m, ldc] to run a GEMM into: where beta is 0 its m x n entries are NaN, since C
+ * must not be read then (a NaN that survives shows it was). */
+static float *gemm_c(const float *c0, int64_t m, int64_t n, int64_t ldc, float beta) {
+    float *c = copyf(c0, m * ldc);
+    for (int64_t i = 0; beta == 0 && i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+    return c;
+}
+
 /* C [m, n] (leading dimension ldc) within tol_rel x scale of the fp64 reference, and its padding
  * columns the bytes of c0's; `what` names the call in the failure. */
 static void expect_gemm(const char *what, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -504,9 +513,7 @@ START_TEST(sgemm_each_library_against_fp64) {
             double *want = malloc((size_t)(m * n) * sizeof(double)), *scale = malloc((size_t)(m * n) * sizeof(double));
             for (int v = 0; v < 2; v++) {
                 float alpha = alphas[v], beta = betas[v];
-                float *c = copyf(c0, m * ldc), *picked = copyf(c0, m * ldc);
-                for (int64_t i = 0; beta == 0 && i < m; i++)   /* C is not read when beta == 0 */
-                    for (int64_t j = 0; j < n; j++) c[i * ldc + j] = picked[i * ldc + j] = NAN;
+                float *c = gemm_c(c0, m, n, ldc, beta), *picked = gemm_c(c0, m, n, ldc, beta);
                 sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, want, scale);
                 ct_cpu_sgemm_with((ct_gemm_lib)lib, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
                 char what[32];
@@ -603,9 +610,7 @@ static void matmul_against_fp64(bool bf16) {
             double *want = malloc((size_t)(m * n) * sizeof(double)), *scale = malloc((size_t)(m * n) * sizeof(double));
             for (int v = 0; v < 2; v++) {
                 float alpha = alphas[v], beta = betas[v];
-                float *c1 = copyf(c0, m * ldc), *c2 = copyf(c0, m * ldc);
-                for (int64_t i = 0; beta == 0 && i < m; i++)   /* C is not read when beta == 0 */
-                    for (int64_t j = 0; j < n; j++) c1[i * ldc + j] = c2[i * ldc + j] = NAN;
+                float *c1 = gemm_c(c0, m, n, ldc, beta), *c2 = gemm_c(c0, m, n, ldc, beta);
                 sgemm_ref(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c0, ldc, want, scale);
                 if (bf16) {
                     ct_cpu_bf16_gemm(be1, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c1, ldc);
