@@ -1356,18 +1356,29 @@ static int gather_after(void *c, int layer, ct_pass pass, const ct_layer_io *io,
     return CT_OK;
 }
 
+/* The owner copy of r's parameters (its 5-initialised store) and its zeroed gradients, the
+ * scratch and bucket; r's own flat parameters and gradients poisoned with NaN. */
+static gather_ctx gather_start(runner *r, size_t np) {
+    ct_param_store_init(r->store, 5);
+    float *owner = malloc(sizeof(float) * np);
+    memcpy(owner, r->params, sizeof(float) * np);
+    gather_ctx g = {.L = ct_graph_layout(r->b.g), .owner = owner, .owner_grads = calloc(np, sizeof(float)),
+                    .scratch = malloc(sizeof(float) * np), .bucket = malloc(sizeof(float) * np)};
+    for (size_t i = 0; i < np; i++) r->params[i] = r->grads[i] = NAN;
+    return g;
+}
+
+static void gather_stop(gather_ctx *g) {
+    free((float *)g->owner), free(g->owner_grads), free(g->scratch), free(g->bucket);
+}
+
 START_TEST(prepare_hook_redirects_parameters) {
     runner r;
     runner_start(&r, seam_model, SEAM_N, 5);
     snapshot want = one_pass(&r);
     const ct_graph_info *in = ct_graph_info_get(r.b.g);
     size_t np = (size_t)in->n_params;
-    ct_param_store_init(r.store, 5);
-    float *owner = malloc(sizeof(float) * np), *owner_grads = calloc(np, sizeof(float));
-    memcpy(owner, r.params, sizeof(float) * np);
-    gather_ctx g = {.L = ct_graph_layout(r.b.g), .owner = owner, .owner_grads = owner_grads,
-                    .scratch = malloc(sizeof(float) * np), .bucket = malloc(sizeof(float) * np)};
-    for (size_t i = 0; i < np; i++) r.params[i] = r.grads[i] = NAN;
+    gather_ctx g = gather_start(&r, np);
     ct_exec_hooks hooks = {.ctx = &g, .prepare = gather_prepare, .after = gather_after};
     ct_exec_bufs b = runner_bufs(&r);
     ct_err err = {0};
@@ -1375,10 +1386,10 @@ START_TEST(prepare_hook_redirects_parameters) {
     ck_assert(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
     ck_assert_int_eq(g.prepared, 2 * SEAM_LAYERS);
     ck_assert_int_eq(g.finished, 2 * SEAM_LAYERS);
-    memcpy(r.grads, owner_grads, sizeof(float) * np);   /* compare the owner's gradients */
+    memcpy(r.grads, g.owner_grads, sizeof(float) * np);   /* compare the owner's gradients */
     expect_same(&r, &want, "parameters gathered by a prepare hook");
     for (size_t i = 0; i < np; i++) ck_assert(isnan(r.params[i]));   /* untouched */
-    free(owner), free(owner_grads), free(g.scratch), free(g.bucket);
+    gather_stop(&g);
     snap_free(&want);
     runner_stop(&r);
 }
@@ -2015,12 +2026,7 @@ START_TEST(chunked_head_hooks) {
     const ct_graph_info *in = ct_graph_info_get(r.b.g);
     snapshot want = one_pass(&r);
     size_t np = (size_t)in->n_params;
-    ct_param_store_init(r.store, 5);
-    float *owner = malloc(sizeof(float) * np), *owner_grads = calloc(np, sizeof(float));
-    memcpy(owner, r.params, sizeof(float) * np);
-    gather_ctx g = {.L = ct_graph_layout(r.b.g), .owner = owner, .owner_grads = owner_grads,
-                    .scratch = malloc(sizeof(float) * np), .bucket = malloc(sizeof(float) * np)};
-    for (size_t i = 0; i < np; i++) r.params[i] = r.grads[i] = NAN;
+    gather_ctx g = gather_start(&r, np);
     ct_exec_hooks hooks = {.ctx = &g, .prepare = gather_prepare, .after = gather_after};
     ct_exec_bufs b = runner_bufs(&r);
     ct_err err = {0};
@@ -2030,9 +2036,9 @@ START_TEST(chunked_head_hooks) {
     /* every layer forward and backward, but the head once */
     ck_assert_int_eq(g.prepared, 2 * in->n_layers - 1);
     ck_assert_int_eq(g.finished, 2 * in->n_layers - 1);
-    memcpy(r.grads, owner_grads, sizeof(float) * np);
+    memcpy(r.grads, g.owner_grads, sizeof(float) * np);
     expect_same(&r, &want, "chunked head between hooks");
-    free(owner), free(owner_grads), free(g.scratch), free(g.bucket);
+    gather_stop(&g);
     snap_free(&want);
     runner_stop(&r);
     free(text);
