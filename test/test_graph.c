@@ -16,6 +16,7 @@
 #include "core/util/json.h"
 #include "core/util/rng.h"
 #include "test/ref_file.h"
+#include "test/model_text.h"
 
 typedef struct {
     ct_config cfg;
@@ -34,13 +35,7 @@ static void build_threads(built *b, const char *text, int64_t batch, ct_dtype dt
     memset(b, 0, sizeof *b);
     b->cfg.pending.number_checkpoints = n_checkpoints;
     b->cfg.pending.cpu_checkpointing = offload;
-    ct_warnings w = {0};
-    b->doc = ct_json_parse(text, strlen(text), "m.json", &w, &b->err);
-    ct_warnings_free(&w);
-    ck_assert_msg(b->doc, "test JSON does not parse: %s", b->err.msg);
-    snprintf(b->cfg.path, sizeof b->cfg.path, "m.json");
-    b->cfg.doc = b->doc;
-    b->cfg.model = ct_json_root(b->doc);
+    model_text(text, &b->cfg, &b->doc);
     b->be = ct_cpu_backend_create(threads);
     b->rc = ct_graph_build(&b->cfg, batch, dt, &b->g, &b->err);
     if (b->rc == CT_OK) ck_assert_int_eq(ct_graph_bind(b->g, b->be, NULL, &b->err), CT_OK);
@@ -1983,11 +1978,7 @@ START_TEST(chunked_head_config) {
     const char *big = "{\"input\": [6], \"layers\": [{\"type\": \"embedding\", \"vocab\": 1000, \"dim\": 8},"
                       " {\"type\": \"linear\", \"out\": 1000}], \"loss\": {\"type\": \"cross_entropy\"}}";
     memset(&b, 0, sizeof b);
-    ct_warnings wn = {0};
-    b.doc = ct_json_parse(big, strlen(big), "m.json", &wn, &b.err);
-    ct_warnings_free(&wn);
-    b.cfg.doc = b.doc;
-    b.cfg.model = ct_json_root(b.doc);
+    model_text(big, &b.cfg, &b.doc);
     ck_assert_int_eq(ct_graph_build(&b.cfg, 2048, CT_F32, &b.g, &b.err), CT_OK);
     const ct_act_plan *p = ct_graph_plan(b.g);
     ck_assert_int_eq(p->head_chunk, (int64_t)((32 << 20) / 4000) / 64 * 64);

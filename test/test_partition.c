@@ -23,6 +23,7 @@
 #include "core/train/partition.h"
 #include "core/util/json.h"
 #include "core/util/rng.h"
+#include "test/model_text.h"
 
 /* ---- the recording communicator ---- */
 
@@ -130,13 +131,7 @@ static void model_open(model *m) {
                                "\"loss\": {\"type\": \"cross_entropy\"}}";
     memset(m, 0, sizeof *m);
     ct_err err = {0};
-    ct_warnings w = {0};
-    m->doc = ct_json_parse(text, strlen(text), "m.json", &w, &err);
-    ct_warnings_free(&w);
-    ck_assert_msg(m->doc, "%s", err.msg);
-    snprintf(m->cfg.path, sizeof m->cfg.path, "m.json");
-    m->cfg.doc = m->doc;
-    m->cfg.model = ct_json_root(m->doc);
+    model_text(text, &m->cfg, &m->doc);
     ck_assert_msg(ct_graph_build(&m->cfg, 2, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
     m->L = ct_graph_layout(m->g);
 }

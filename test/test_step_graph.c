@@ -23,6 +23,7 @@
 #include "core/util/json.h"
 #include "core/util/rng.h"
 #include "core/train/step_capture.h"
+#include "test/model_text.h"
 
 /* ---- the fake capture API: state in the backend copy's impl wrapper ---- */
 
@@ -135,14 +136,8 @@ static void model_build_ckpt(model *m, const char *text, ct_backend *be, long n_
     memset(m, 0, sizeof *m);
     m->cfg.pending.number_checkpoints = n_checkpoints;
     m->cfg.pending.cpu_checkpointing = offload;
-    ct_warnings w = {0};
     ct_err err = {0};
-    m->doc = ct_json_parse(text, strlen(text), "m.json", &w, &err);
-    ct_warnings_free(&w);
-    ck_assert_msg(m->doc, "%s", err.msg);
-    snprintf(m->cfg.path, sizeof m->cfg.path, "m.json");
-    m->cfg.doc = m->doc;
-    m->cfg.model = ct_json_root(m->doc);
+    model_text(text, &m->cfg, &m->doc);
     ck_assert_msg(ct_graph_build(&m->cfg, 8, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(ct_graph_bind(m->g, be, NULL, &err), CT_OK);
     const ct_param_layout *L = ct_graph_layout(m->g);
