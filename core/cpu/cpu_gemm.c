@@ -188,8 +188,8 @@ size_t ct_cpu_backend_reserved_bytes(int threads) {
 }
 
 typedef struct {
-    bool ta, tb, split_rows;
-    int64_t m, n, k, lda, ldb, ldc, tile; /* tile: rows (or columns) of C per tile */
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
     float alpha, beta;
     const float *a, *b;
     float *c;
@@ -198,21 +198,9 @@ typedef struct {
 static void gemm_tiles(void *ctx, int64_t t0, int64_t t1) {
     gemm_job *j = ctx;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t lo = t * j->tile, total = j->split_rows ? j->m : j->n;
-        int64_t hi = lo + j->tile < total ? lo + j->tile : total;
-        const float *a = j->a, *b = j->b;
-        float *c = j->c;
-        int64_t m = j->m, n = j->n;
-        if (j->split_rows) { /* rows lo..hi of op(A) and C */
-            a += j->ta ? lo : lo * j->lda;
-            c += lo * j->ldc;
-            m = hi - lo;
-        } else {             /* columns lo..hi of op(B) and C */
-            b += j->tb ? lo * j->ldb : lo;
-            c += lo;
-            n = hi - lo;
-        }
-        ct_cpu_sgemm(j->ta, j->tb, m, n, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+        ct_gemm_tile tl = ct_cpu_gemm_tile_at(j->ta, j->tb, j->m, j->n, j->k, j->lda, j->ldb, j->ldc, t);
+        ct_cpu_sgemm(j->ta, j->tb, tl.m, tl.n, j->k, j->alpha, j->a + tl.a, j->lda, j->b + tl.b, j->ldb, j->beta,
+                     j->c + tl.c, j->ldc);
     }
 }
 
@@ -226,25 +214,38 @@ static int64_t tile_count(int64_t m, int64_t n, int64_t k) {
     return tiles;
 }
 
-/* Rows (split_rows) or columns of C per tile: from the shape alone. */
+/* Rows (m >= n: C is split by rows) or columns of C per tile: from the shape alone. */
 static int64_t tile_edge(int64_t m, int64_t n, int64_t k) {
     int64_t edge = m >= n ? m : n;
     return ct_cpu_ceil_div(ct_cpu_ceil_div(edge, tile_count(m, n, k)), TILE_ALIGN) * TILE_ALIGN;
 }
 
+int64_t ct_cpu_gemm_tiles(int64_t m, int64_t n, int64_t k) {
+    return ct_cpu_ceil_div(m >= n ? m : n, tile_edge(m, n, k));
+}
+
+ct_gemm_tile ct_cpu_gemm_tile_at(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                 int64_t ldc, int64_t t) {
+    int64_t edge = tile_edge(m, n, k), lo = t * edge, total = m >= n ? m : n;
+    int64_t hi = lo + edge < total ? lo + edge : total;
+    if (m >= n)   /* rows lo..hi of op(A) and C */
+        return (ct_gemm_tile){.m = hi - lo, .n = n, .a = ta ? lo : lo * lda, .b = 0, .c = lo * ldc};
+    /* columns lo..hi of op(B) and C */
+    return (ct_gemm_tile){.m = m, .n = hi - lo, .a = 0, .b = tb ? lo * ldb : lo, .c = lo};
+}
+
 void ct_cpu_gemm_tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n) {
-    int64_t t = tile_edge(m, n, k);
-    *tile_m = m >= n ? (t < m ? t : m) : m;
-    *tile_n = m >= n ? n : (t < n ? t : n);
+    ct_gemm_tile first = ct_cpu_gemm_tile_at(false, false, m, n, k, 0, 0, 0, 0);
+    *tile_m = first.m;
+    *tile_n = first.n;
 }
 
 /* fp32 GEMM: the tiling depends on (m, n, k) only, never on the thread count. */
 static void sgemm_tiled(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                         float beta, float *c, int64_t ldc) {
-    gemm_job j = {ta, tb, m >= n, m, n, k, lda, ldb, ldc, tile_edge(m, n, k), alpha, beta, a, b, c};
-    int64_t tiles = ct_cpu_ceil_div(j.split_rows ? m : n, j.tile);
-    ct_cpu_parallel(ct_cpu_pool_of(be), tiles, 1, gemm_tiles, &j);
+    gemm_job j = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    ct_cpu_parallel(ct_cpu_pool_of(be), ct_cpu_gemm_tiles(m, n, k), 1, gemm_tiles, &j);
 }
 
 /* Rows x cols of a row-major matrix with leading dimension ld, as dense fp32 [rows, cols] in
@@ -319,15 +320,11 @@ typedef struct {
 
 /* Batch items [i0, i1): one single-threaded GEMM each. */
 static void gemm_batch_items(void *ctx, int64_t i0, int64_t i1) {
-    batch_job *j = ctx;
-    for (int64_t i = i0; i < i1; i++) {
-        gemm_job one = j->g;
-        one.a += i * j->sa;
-        one.b += i * j->sb;
-        one.c += i * j->sc;
-        one.tile = one.split_rows ? one.m : one.n;
-        gemm_tiles(&one, 0, 1);
-    }
+    const batch_job *j = ctx;
+    const gemm_job *g = &j->g;
+    for (int64_t i = i0; i < i1; i++)
+        ct_cpu_sgemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, g->a + i * j->sa, g->lda, g->b + i * j->sb, g->ldb,
+                     g->beta, g->c + i * j->sc, g->ldc);
 }
 
 static void cpu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
@@ -343,7 +340,7 @@ static void cpu_gemm_batched(ct_backend *be, bool ta, bool tb, int64_t m, int64_
         return;
     }
     /* small GEMMs (attention heads): the batch items themselves are the parallel work */
-    batch_job j = {{ta, tb, true, m, n, k, lda, ldb, ldc, m, alpha, beta, a, b, c}, sa, sb, sc};
+    batch_job j = {{ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c}, sa, sb, sc};
     ct_cpu_parallel(ct_cpu_pool_of(be), batch, ct_cpu_ceil_div(TILE_MACS, m * n * k), gemm_batch_items, &j);
 }
 

@@ -175,7 +175,16 @@ bool ct_cpu_gemm_lib_loaded(ct_gemm_lib lib);
 void ct_cpu_sgemm_with(ct_gemm_lib lib, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                        float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                        float beta, float *c, int64_t ldc);
-/* Rows and columns of C in each tile of a backend GEMM of this shape (the tiles the pool runs). */
+/* The tiles of a backend GEMM C = op(A) op(B) of this shape, which the pool runs (blocks of rows of
+ * C when m >= n, else of columns; from the shape alone, never the thread count): how many, and
+ * tile t: its block of C is m x n, and its operands start a, b, c elements into A, B, C (leading
+ * dimensions lda, ldb, ldc). ct_cpu_gemm_tile_shape: the first tile's m and n. */
+typedef struct ct_gemm_tile {
+    int64_t m, n, a, b, c;
+} ct_gemm_tile;
+int64_t ct_cpu_gemm_tiles(int64_t m, int64_t n, int64_t k);
+ct_gemm_tile ct_cpu_gemm_tile_at(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                 int64_t ldc, int64_t t);
 void ct_cpu_gemm_tile_shape(int64_t m, int64_t n, int64_t k, int64_t *tile_m, int64_t *tile_n);
 
 /* oneDNN (cpu_onednn.c): loaded when installed (false otherwise; never an error), its version
@@ -195,7 +204,7 @@ void ct_cpu_onednn_leave(const sigset_t *old);
 /* bf16 GEMMs computed as bf16 where the CPU multiplies bf16 natively (cpu_onednn_bf16.c):
  * whether they are (loads oneDNN and checks once), a line for the start of a run saying how or
  * why not, and C = alpha op(A) op(B) + beta C over the pool, A and B bf16, C fp32, in the
- * tiles of ct_cpu_gemm_tile_shape. */
+ * tiles of ct_cpu_gemm_tile_at. */
 bool ct_cpu_bf16_native(void);
 const char *ct_cpu_bf16_note(void);
 void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

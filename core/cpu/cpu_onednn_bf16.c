@@ -13,7 +13,7 @@
  * these instructions, denormal operands and results flushed to zero. So a bf16 run on such a CPU
  * does not give the bits of one on a CPU without it, as a GPU's does not either; the difference is
  * that of two fp32 summation orders (docs/DESIGN-NOTES.md, "bf16 on the CPU"). On one CPU the
- * bits do not depend on the thread count: the tiles are cpu_gemm.c's (ct_cpu_gemm_tile_shape,
+ * bits do not depend on the thread count: the tiles are cpu_gemm.c's (ct_cpu_gemm_tile_at,
  * from the shape alone), each computed by one primitive on one thread.
  *
  * When: ct_cpu_bf16_native() holds when oneDNN loaded, the CPU reports AVX512-BF16 or AMX-BF16
@@ -286,31 +286,21 @@ static bool matmul_ready(void);
 
 typedef struct bf16_job {
     shape_key whole;
-    bool split_rows;
-    int64_t tile;                /* rows (split_rows) or columns of C per tile */
     const char *a, *b;           /* bytes: the element size is the key's */
     float *c;
 } bf16_job;
 
 static void bf16_tiles(void *ctx, int64_t t0, int64_t t1) {
     const bf16_job *j = ctx;
+    const shape_key *w = &j->whole;
+    size_t es = w->f32 ? sizeof(float) : sizeof(uint16_t);
     thread_cache *tc = my_cache();
     for (int64_t t = t0; t < t1; t++) {
-        shape_key k = j->whole;
-        int64_t lo = t * j->tile, total = j->split_rows ? k.m : k.n;
-        int64_t hi = lo + j->tile < total ? lo + j->tile : total;
-        const char *a = j->a, *b = j->b;
-        float *c = j->c;
-        size_t es = k.f32 ? sizeof(float) : sizeof(uint16_t);
-        if (j->split_rows) {   /* rows lo..hi of op(A) and C */
-            a += (size_t)(k.ta ? lo : lo * k.lda) * es;
-            c += lo * k.ldc;
-            k.m = hi - lo;
-        } else {               /* columns lo..hi of op(B) and C */
-            b += (size_t)(k.tb ? lo * k.ldb : lo) * es;
-            c += lo;
-            k.n = hi - lo;
-        }
+        ct_gemm_tile tl = ct_cpu_gemm_tile_at(w->ta, w->tb, w->m, w->n, w->k, w->lda, w->ldb, w->ldc, t);
+        shape_key k = *w;
+        k.m = tl.m, k.n = tl.n;
+        const char *a = j->a + (size_t)tl.a * es, *b = j->b + (size_t)tl.b * es;
+        float *c = j->c + tl.c;
         compiled *e = tc ? lookup(tc, &k) : NULL;
         if (!e || !run(tc, e, a, b, c)) tile_widened(&k, a, b, c);
     }
@@ -319,12 +309,8 @@ static void bf16_tiles(void *ctx, int64_t t0, int64_t t1) {
 static void matmul_tiled(ct_backend *be, bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                          float alpha, const void *a, int64_t lda, const void *b, int64_t ldb, float beta,
                          float *c, int64_t ldc) {
-    int64_t tile_m, tile_n;
-    ct_cpu_gemm_tile_shape(m, n, k, &tile_m, &tile_n);
-    bf16_job j = {{f32, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta}, tile_m < m, tile_m < m ? tile_m : tile_n,
-                  a, b, c};
-    int64_t tiles = ct_cpu_ceil_div(j.split_rows ? m : n, j.tile);
-    ct_cpu_parallel(ct_cpu_pool_of(be), tiles, 1, bf16_tiles, &j);
+    bf16_job j = {{f32, ta, tb, m, n, k, lda, ldb, ldc, alpha, beta}, a, b, c};
+    ct_cpu_parallel(ct_cpu_pool_of(be), ct_cpu_gemm_tiles(m, n, k), 1, bf16_tiles, &j);
 }
 
 void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
