@@ -281,6 +281,13 @@ START_TEST(aio_options_refused) {
     o.threads = 0;
     ck_assert_int_eq(ct_aio_create(&o, &a, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "aio.intra_op_parallelism"), "%s", err.msg);
+    /* the config's aio section: intra_op_parallelism x queue_depth workers */
+    ct_aio_cfg c = {.block_size = 262144, .queue_depth = 3, .intra_op_parallelism = 2, .overlap_events = true};
+    o = ct_aio_from_config(&c);
+    ck_assert_uint_eq(o.block_size, 262144);
+    ck_assert_int_eq(ct_aio_create(&o, &a, &err), CT_OK);
+    ck_assert_int_eq(ct_aio_workers(a), 6);
+    ct_aio_free(a);
 }
 END_TEST
 

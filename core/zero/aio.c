@@ -157,6 +157,12 @@ ct_aio_opts ct_aio_defaults(void) {
     return o;
 }
 
+ct_aio_opts ct_aio_from_config(const ct_aio_cfg *c) {
+    ct_aio_opts o = {.block_size = (size_t)c->block_size, .queue_depth = c->queue_depth,
+                     .threads = c->intra_op_parallelism};
+    return o;
+}
+
 int ct_aio_create(const ct_aio_opts *o, ct_aio **out, ct_err *err) {
     *out = NULL;
     if (o->block_size < CT_AIO_ALIGN || o->block_size % CT_AIO_ALIGN)

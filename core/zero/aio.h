@@ -29,11 +29,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core/config/config.h"
 #include "core/util/common.h"
 
 /* Alignment of O_DIRECT buffers, offsets and lengths: the largest logical block size of the
- * drives in use (4096 B: 4Kn NVMe drives; 512 B drives accept it too). */
-#define CT_AIO_ALIGN 4096
+ * drives in use (4096 B: 4Kn NVMe drives; 512 B drives accept it too). The config checks
+ * aio.block_size against the same number. */
+#define CT_AIO_ALIGN CT_AIO_BLOCK_ALIGN
 
 /* The system calls the engine makes; tests replace them to add delays or faults. Each returns
  * what the system call returns, but -errno instead of -1. NULL members: the real calls. */
@@ -55,6 +57,10 @@ typedef struct ct_aio_opts {
 
 /* DeepSpeed's aio defaults: block 1 MiB, queue depth 8, one thread. */
 ct_aio_opts ct_aio_defaults(void);
+/* The options of the config's "aio" section (sys and cancel NULL). single_submit and
+ * overlap_events change nothing here: every request is its own pread/pwrite, and a worker starts
+ * the next request as soon as its last one completes (docs/config.md). */
+ct_aio_opts ct_aio_from_config(const ct_aio_cfg *c);
 
 typedef struct ct_aio ct_aio;
 
