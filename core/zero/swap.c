@@ -153,9 +153,10 @@ static void remove_stale(const char *nvme_path, ct_warnings *w) {
         ct_err ignored = {0};
         if (ct_fs_lock(lock, &fd, NULL, 0, &ignored) || fd < 0) continue; /* alive, or not ours to judge */
         int64_t freed = 0;
-        int rc = remove_swap_dir(sub, &freed);
+        int rc = remove_swap_dir(sub, &freed), e = errno;
         close(fd);
         char g[32];
+        if (rc != 0 && e == ENOENT) continue; /* another rank removed it first */
         if (rc == 0)
             ct_warnf(w, "NVMe swap: removed %s (%s), left by a run that ended without cleaning up", sub,
                      ct_fmt_bytes((double)freed, g, sizeof g));
