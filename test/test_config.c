@@ -778,7 +778,7 @@ static const err_case err_cases[] = {
      .code = CFG, .at = "a.json:1:77", .has = {"zero_optimization.offload_param.nvme_path: required"}},
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
                  "\"/nvme\", \"buffer_count\": 0}}}", .code = CFG, .at = "a.json:1:121",
-     .has = {"zero_optimization.offload_optimizer.buffer_count: the NVMe swap needs at least 1 host buffer (3 or more "
+     .has = {"zero_optimization.offload_optimizer.buffer_count: the NVMe swap needs at least 1 host buffer (2 or more "
              "overlap its reads and writes with the optimizer step); got 0"}},
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"buffer_count\": -1}}}", .code = CFG,
      .at = "a.json:1:81", .has = {"zero_optimization.offload_optimizer.buffer_count: expected an integer >= 0, got -1"}},

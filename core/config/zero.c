@@ -80,7 +80,7 @@ static int check_nvme(ct_rd *r, const cJSON *blk, const char *path, const ct_off
     if (o->nvme.buffer_count < 1)
         return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(blk, "buffer_count"),
                           ct_rd_join(full, sizeof full, path, "buffer_count"),
-                          "the NVMe swap needs at least 1 host buffer (3 or more overlap its reads and writes "
+                          "the NVMe swap needs at least 1 host buffer (2 or more overlap its reads and writes "
                           "with the optimizer step); got 0");
     return CT_OK;
 }

@@ -15,9 +15,9 @@
  *     ct_swap_end(s, err);                              (every write done, or the first error)
  *
  * with buffer_count host buffers (each one chunk of every array): while the caller works on chunk
- * i, chunk i+1 (and further, as buffers allow) is being read and chunk i-1 written. Three buffers
- * give the whole overlap; two overlap either the read ahead or the write behind at a time; one
- * overlaps nothing. Host memory is buffer_count x K x chunk bytes, and the budget sets the chunk:
+ * i, chunk i-1 is written and chunk i+1 (and further, as buffers allow) read. With two buffers the
+ * write of i-1 and then the read of i+1 share the other buffer; more buffers read further ahead,
+ * which absorbs uneven steps and I/O; one overlaps nothing. Host memory is buffer_count x K x chunk bytes, and the budget sets the chunk:
  * the largest multiple of CT_AIO_ALIGN that fits (at most max_chunk elements).
  *
  * Modes: CT_SWAP_UPDATE reads each chunk and writes it back after release (an optimizer step);
