@@ -891,6 +891,23 @@ START_TEST(prune_only_own_complete_checkpoints) {
     cJSON_AddNumberToObject(longer, "steps_per_print", 7);
     cJSON_AddNumberToObject(longer, "train_micro_batch_size_per_gpu", 8);
     cJSON_AddNumberToObject(train, "new_key", 4); /* only one side has it: not recorded there */
+    /* where and how NVMe offload swaps */
+    cJSON *configs[2] = {own, longer};
+    for (int i = 0; i < 2; i++) {
+        cJSON *aio = cJSON_AddObjectToObject(configs[i], "aio");
+        cJSON_AddNumberToObject(aio, "block_size", i ? 262144 : 1048576);
+        cJSON *oo = cJSON_AddObjectToObject(cJSON_AddObjectToObject(configs[i], "zero_optimization"),
+                                            "offload_optimizer");
+        cJSON_AddStringToObject(oo, "nvme_path", i ? "/nvme1" : "/nvme0");
+        cJSON_AddNumberToObject(oo, "buffer_count", 4 + i);
+        cJSON_AddStringToObject(oo, "device", "cpu");
+    }
+    ck_assert(ct_ckpt_same_experiment(own, longer));
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(longer, "zero_optimization"),
+                                                  "offload_optimizer"), "device", cJSON_CreateString("none"));
+    ck_assert(!ct_ckpt_same_experiment(own, longer)); /* the offload device is compared */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(longer, "zero_optimization"),
+                                                  "offload_optimizer"), "device", cJSON_CreateString("cpu"));
     ck_assert(ct_ckpt_same_experiment(own, longer));
     ck_assert(!ct_ckpt_same_experiment(own, other));
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(longer, "optimizer"), "type",

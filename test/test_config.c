@@ -489,6 +489,32 @@ START_TEST(defaults_in_resolved) {
     const cJSON *train = cJSON_GetObjectItem(c->resolved, "train");
     ck_assert_str_eq(cJSON_GetObjectItem(train, "run_dir")->valuestring, "runs/a");
     ck_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(c->resolved, "zero_optimization"), "offload_optimizer"));
+    /* NVMe offload's keys (DeepSpeed's defaults) and the aio section */
+    const ct_offload_cfg *oo = &c->zero.offload_optimizer, *op = &c->zero.offload_param;
+    ck_assert(oo->device == CT_OFFLOAD_NONE && !oo->pin_memory && oo->nvme.buffer_count == 4 && !oo->nvme.path[0]);
+    ck_assert(op->nvme.buffer_count == 5 && op->nvme.buffer_size == 100000000 && op->nvme.max_in_cpu == 1000000000);
+    ck_assert(c->aio.block_size == 1048576 && c->aio.queue_depth == 8 && c->aio.intra_op_parallelism == 1 &&
+              !c->aio.single_submit && c->aio.overlap_events && !c->aio.use_gds);
+    const cJSON *aio = cJSON_GetObjectItem(c->resolved, "aio");
+    ck_assert_int_eq(cJSON_GetObjectItem(aio, "block_size")->valueint, 1048576);
+    ck_assert_int_eq(cJSON_GetObjectItem(aio, "intra_op_parallelism")->valueint, 1);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(aio, "overlap_events")));
+    const cJSON *ro = cJSON_GetObjectItem(cJSON_GetObjectItem(c->resolved, "zero_optimization"), "offload_optimizer");
+    ck_assert_int_eq(cJSON_GetObjectItem(ro, "buffer_count")->valueint, 4);
+    ck_assert_str_eq(cJSON_GetObjectItem(ro, "nvme_path")->valuestring, "");
+    unload(&l);
+    /* given values; DeepSpeed's older name thread_count */
+    l = load("{\"train_batch_size\": 8, \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, \"thread_count\": 4, \"single_submit\": true, "
+             "\"overlap_events\": false}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"cpu\", \"nvme_path\": \"/local_nvme\", \"buffer_count\": 6}, \"offload_param\": {\"buffer_size\": 1e9, "
+             "\"max_in_cpu\": 0}}}", 1);
+    assert_ok(l);
+    c = l.cfg;
+    ck_assert(c->aio.block_size == 262144 && c->aio.queue_depth == 32 && c->aio.intra_op_parallelism == 4 &&
+              c->aio.single_submit && !c->aio.overlap_events);
+    ck_assert_str_eq(c->zero.offload_optimizer.nvme.path, "/local_nvme");
+    ck_assert_int_eq(c->zero.offload_optimizer.nvme.buffer_count, 6);
+    ck_assert(c->zero.offload_param.nvme.buffer_size == 1000000000 && c->zero.offload_param.nvme.max_in_cpu == 0);
     unload(&l);
     /* Adam with adam_w_mode false is classic L2 Adam; AdamW is always decoupled */
     l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"adam\", \"params\": {\"adam_w_mode\": false}}}", 1);
@@ -740,9 +766,42 @@ static const err_case err_cases[] = {
                  "\"nvme_path\": \"/x\"}}}",
      .code = CFG, .at = "a.json:1:77",
      .has = {"zero_optimization.offload_param.device: NVMe offload is not implemented"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                 "\"/nvme\", \"buffer_count\": 3}}}", .code = CFG, .at = "a.json:1:81",
+     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
+    /* NVMe keys are checked before that refusal */
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}", .code = CFG,
      .at = "a.json:1:81",
-     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
+     .has = {"zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\": the directory on the "
+             "NVMe drive to swap to"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": null}}}",
+     .code = CFG, .at = "a.json:1:77", .has = {"zero_optimization.offload_param.nvme_path: required"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                 "\"/nvme\", \"buffer_count\": 0}}}", .code = CFG, .at = "a.json:1:121",
+     .has = {"zero_optimization.offload_optimizer.buffer_count: the NVMe swap needs at least 1 host buffer (2 or more "
+             "overlap its reads and writes with the optimizer step); got 0"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"buffer_count\": -1}}}", .code = CFG,
+     .at = "a.json:1:81", .has = {"zero_optimization.offload_optimizer.buffer_count: expected an integer >= 0, got -1"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"buffer_size\": 1.5}}}", .code = CFG,
+     .at = "a.json:1:77", .has = {"zero_optimization.offload_param.buffer_size: expected an integer >= 0, got 1.5"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"nvme_path\": 5}}}", .code = CFG,
+     .at = "a.json:1:81", .has = {"zero_optimization.offload_optimizer.nvme_path: expected a string"}},
+    /* --- values: aio --- */
+    {.text = TB8 "\"aio\": {\"block_size\": 1000000}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.block_size: expected a multiple of 4096 bytes (direct I/O moves whole blocks), got 1000000; e.g. "
+             "999424"}},
+    {.text = TB8 "\"aio\": {\"block_size\": 1024}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.block_size: expected an integer 4096..1073741824, got 1024"}},
+    {.text = TB8 "\"aio\": {\"queue_depth\": 0}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.queue_depth: expected an integer 1..1024, got 0"}},
+    {.text = TB8 "\"aio\": {\"thread_count\": 2, \"intra_op_parallelism\": 4}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.thread_count: given twice, also as aio.intra_op_parallelism"}},
+    {.text = TB8 "\"aio\": {\"use_gds\": true}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.use_gds: GPUDirect Storage is not supported by ctrain: swap files are read into host memory; set "
+             "it to false"}},
+    {.text = TB8 "\"aio\": {\"single_submit\": \"yes\"}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.single_submit: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"aio\": [1]}", .code = CFG, .at = "a.json:1:25", .has = {"aio: expected an object, got [1]"}},
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"gpu\"}}}", .code = CFG,
      .at = "a.json:1:81",
      .has = {"zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\", got \"gpu\""}},

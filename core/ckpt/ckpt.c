@@ -83,7 +83,10 @@ static const char *const identity_ignored[] = {
     "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
     "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
     "wall_clock_breakdown", "memory_breakdown", "csv_monitor", "tensorboard", "wandb", "comet",
-    "flops_profiler", "checkpoint",
+    "flops_profiler", "checkpoint", "aio", "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.offload_optimizer.buffer_count", "zero_optimization.offload_param.nvme_path",
+    "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size",
+    "zero_optimization.offload_param.max_in_cpu",
 };
 
 /* Remove the member at a dotted path ("data.transform.on_device") when it is there. */
