@@ -5,11 +5,12 @@
 # OpenBLAS itself is an error message too (linked, its constructor raised SIGINT before main: exit
 # 130 as if interrupted); a run that fits trains.
 # Each run has a watchdog: a hang is a failure here, not a stuck CI.
-# Usage: e2e_limits.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+# Usage: e2e_limits.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
+# installs it).
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 
 # limited OPTION VALUE CODE DESCRIPTION: train the MLP a few steps under ulimit OPTION VALUE (-v

@@ -6,11 +6,12 @@
 #     with data files that do not exist (none is opened);
 #   - every accepted-but-not-implemented setting prints its line at start, in a run and a dry run;
 #   - a token model reports tokens_per_s.
-# Usage: e2e_plan.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+# Usage: e2e_plan.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
+# installs it).
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 
 # plan_vs_peak MODEL PRECISION SKIP: within 5% per category (SKIP: a category not compared).

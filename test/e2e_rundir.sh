@@ -18,12 +18,12 @@
 #    summary survives;
 #  - --summary through a symbolic link (the link stays), into a FIFO and into device nodes made
 #    here (they stay devices; the full one is a message and exit 0).
-# Usage: e2e_rundir.sh BUILD_DIR. Exit 77 when no python3 is found (it generates the data).
+# Usage: e2e_rundir.sh BUILD_DIR. Needs python3 (it generates the data): missing, the test fails.
 set -u
 B=$(cd "$(dirname "${1:-build}/ctrain")" && pwd)/ctrain
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
-[ -n "$PY" ] || { echo "python3 not found"; exit 77; }
+[ -n "$PY" ] || { echo "FAIL missing dependency: python3 (Debian's python3); make deps installs it"; exit 1; }
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 T=$(mktemp -d)
 cleanup() {

@@ -1,11 +1,12 @@
 #!/bin/sh
 # End-to-end training runs on the CPU: Fashion-MNIST MLP and CNN for a few hundred steps, the
 # summary JSON, --dry-run, and the exit codes of bad data, divergence and SIGINT.
-# Usage: e2e_train.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+# Usage: e2e_train.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
+# installs it).
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 # run CODE DESCRIPTION ARGS...: run ctrain --quiet --summary $T/s.json ARGS, check the exit code
 run() {

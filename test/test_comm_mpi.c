@@ -1,6 +1,6 @@
 /* test_comm_mpi.c: the MPI communicator (core/dist/comm_mpi.c, build/libctrain_mpi.so) against
- * sums computed here. Run without mpirun, it runs itself under `mpirun -np 3` (exit 77 when mpirun
- * is not installed); each rank fills its buffers from Philox keyed by its rank, so every rank can
+ * sums computed here. Run without mpirun, it runs itself under `mpirun -np 3` (and fails when mpirun
+ * is not installed: `make deps` installs it); each rank fills its buffers from Philox keyed by its rank, so every rank can
  * compute every other rank's values and hence the exact result of each collective. Three ranks, and
  * a partition of 119 elements (parts 40, 40, 39), so nothing divides evenly. Checked: all-reduce
  * (sum and max, fp32 and int32), reduce-scatter and all-gather of equal parts (in place and not;
@@ -241,8 +241,9 @@ static void check_host(ct_comm *c) {
 /* Not a rank yet: run this program as 3 ranks. */
 static int launch_self(const char *self) {
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
-        printf("mpirun not installed (openmpi-bin): skipped\n");
-        return 77;
+        /* a failure, not a skip: `make deps` installs it (openmpi-bin) */
+        printf("FAIL missing dependency: mpirun (Debian's openmpi-bin); make deps installs it\n");
+        return 1;
     }
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np 3 '%s'", self);
