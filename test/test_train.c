@@ -32,6 +32,7 @@
 #include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
+#include "test/model_text.h"
 #include "test/test_device.h"
 
 static char tmpdir[256];
@@ -853,6 +854,131 @@ START_TEST(sampler_follows_softmax) {
 }
 END_TEST
 
+/* ---- generation: which tokens the model sees ---- */
+
+/* A model of `text` (one sample, fp32, CPU) with its parameters drawn from `seed`, borrowed by a
+ * ct_lm as train.sample_every borrows the trainer's. */
+typedef struct lm_rig {
+    ct_config cfg;
+    ct_json_doc *doc;
+    ct_backend *be;
+    ct_graph *g;
+    ct_param_store *store;
+    float *w;                    /* [n_params] the master, on the host */
+    ct_lm *lm;
+} lm_rig;
+
+static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) {
+    memset(r, 0, sizeof *r);
+    ct_err err = {0};
+    model_text(text, &r->cfg, &r->doc);
+    r->be = ct_cpu_backend_create(1);
+    ck_assert_msg(ct_graph_build(&r->cfg, 1, CT_F32, &r->g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_bind(r->g, r->be, NULL, &err) == CT_OK, "%s", err.msg);
+    const ct_param_layout *L = ct_graph_layout(r->g);
+    ck_assert_int_eq(ct_param_store_create(L, r->be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &r->store, &err), CT_OK);
+    r->w = malloc(sizeof(float) * (size_t)L->n_params);
+    ct_rng g;
+    ct_rng_init(&g, seed, CT_RNG_AUGMENT, 0);
+    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)ct_rng_normal(&g);
+    r->be->mem.copy_h2d(r->be, r->store->master, r->w, sizeof(float) * (size_t)L->n_params);
+    ct_param_store_refresh(r->store);
+    r->lm = ct_lm_borrow(r->be, r->g, r->store);
+    ck_assert_ptr_nonnull(r->lm);
+}
+
+static void lm_rig_close(lm_rig *r) {
+    ct_lm_close(r->lm);
+    ct_param_store_free(r->store);
+    ct_graph_free(r->g);
+    ct_backend_destroy(r->be);
+    ct_json_free(r->doc);
+    free(r->w);
+}
+
+static const float *lm_view(const lm_rig *r, const char *name) {
+    const ct_param_layout *L = ct_graph_layout(r->g);
+    int v = ct_param_layout_find(L, name);
+    ck_assert_msg(v >= 0, "no view %s", name);
+    return r->w + L->views[v].offset;
+}
+
+/* The next-token logits of a model whose logits at a position depend on that position and its
+ * token alone (token and position embeddings, a linear head): computed here from the weights, for
+ * prompts shorter than, as long as and longer than the context. The model sees the LAST T tokens,
+ * left-aligned: the prediction reads the newest token at position min(n, T) - 1. */
+START_TEST(generate_reads_the_newest_tokens) {
+    enum { V = 11, C = 5, T = 6 };
+    lm_rig r;
+    lm_rig_open(&r, "{\"input\": [6], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 11, \"dim\": 5},"
+                    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 6},"
+                    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 11, \"bias\": false}],"
+                    " \"loss\": {\"type\": \"cross_entropy\"}}", 21);
+    ck_assert_int_eq(ct_lm_context(r.lm), T);
+    ck_assert_int_eq(ct_lm_classes(r.lm), V);
+    const float *E = lm_view(&r, "wte.weight"), *P = lm_view(&r, "wpe.weight"), *W = lm_view(&r, "head.weight");
+    int32_t ids[3 * T];
+    ct_rng g;
+    ct_rng_init(&g, 4, CT_RNG_AUGMENT, 1);
+    for (int i = 0; i < 3 * T; i++) ids[i] = (int32_t)ct_rng_below(&g, V);
+    for (int i = 1; i < 3 * T; i++)   /* each token differs from the one before (so ends are told apart) */
+        if (ids[i] == ids[i - 1]) ids[i] = (ids[i] + 1) % V;
+    ct_err err = {0};
+    for (int64_t n = 1; n <= 3 * T; n++) {
+        float got[V];
+        ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, got, &err) == CT_OK, "%s", err.msg);
+        int64_t pos = (n < T ? n : T) - 1;
+        int32_t tok = ids[n - 1];
+        for (int j = 0; j < V; j++) {
+            double want = 0;
+            for (int c = 0; c < C; c++) want += (double)W[j * C + c] * ((double)E[tok * C + c] + P[pos * C + c]);
+            ck_assert_msg(fabs(got[j] - want) <= 1e-5 * (1 + fabs(want)),
+                          "%lld tokens: logit %d is %.7g, want %.7g (token %d at position %lld)", (long long)n, j,
+                          (double)got[j], want, tok, (long long)pos);
+        }
+    }
+    float none[V];
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, ids, 0, none, &err), CT_ERR_RUNTIME);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* With attention every token of the window counts: past the context, changing the oldest token the
+ * model still sees changes the prediction, changing the one just before it changes nothing, and
+ * the prediction equals that of the window alone. */
+START_TEST(generate_window_is_the_last_t_tokens) {
+    enum { V = 13, T = 8 };
+    lm_rig r;
+    lm_rig_open(&r, "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 8},"
+                    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8},"
+                    " {\"type\": \"transformer_block\", \"heads\": 2}, {\"type\": \"layernorm\", \"name\": \"ln_f\"},"
+                    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
+                    " \"loss\": {\"type\": \"cross_entropy\"}}", 22);
+    ct_err err = {0};
+    enum { N = 2 * T + 3 };
+    int32_t ids[N];
+    ct_rng g;
+    ct_rng_init(&g, 5, CT_RNG_AUGMENT, 2);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)ct_rng_below(&g, V);
+    float base[V], alone[V], moved[V];
+    ck_assert_msg(ct_lm_next_logits(r.lm, ids, N, base, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, ids + N - T, T, alone, &err), CT_OK);
+    ck_assert_mem_eq(base, alone, sizeof base);
+    int32_t edited[N];
+    memcpy(edited, ids, sizeof ids);
+    edited[N - T - 1] = (ids[N - T - 1] + 1) % V;   /* just outside the window */
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, edited, N, moved, &err), CT_OK);
+    ck_assert_mem_eq(moved, base, sizeof base);
+    memcpy(edited, ids, sizeof ids);
+    edited[N - T] = (ids[N - T] + 1) % V;           /* the oldest token inside it */
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, edited, N, moved, &err), CT_OK);
+    double diff = 0;
+    for (int j = 0; j < V; j++) diff += fabs(moved[j] - base[j]);
+    ck_assert_msg(diff > 1e-4, "the oldest token of the window changed nothing (%g)", diff);
+    lm_rig_close(&r);
+}
+END_TEST
+
 START_TEST(dry_run_and_summary) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {}}";
     ct_config *cfg = small_run(mlp_json, opt, NULL, NULL, 0);
@@ -1443,6 +1569,11 @@ int main(void) {
     tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
+    /* which tokens generation reads (a case of its own: test/plants runs it alone) */
+    TCase *gen = tcase_create("generate");
+    tcase_add_test(gen, generate_reads_the_newest_tokens);
+    tcase_add_test(gen, generate_window_is_the_last_t_tokens);
+    suite_add_tcase(s, gen);
     /* its own case, so that `make test-cuda` runs it alone on the GPU (CK_RUN_CASE=gpt) */
     TCase *gpt = tcase_create("gpt");
     tcase_set_timeout(gpt, 120);
