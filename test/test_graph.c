@@ -1110,6 +1110,50 @@ static void expect_free_bytes_unread(const char *what, const char *text, long n_
     runner_stop(&a), runner_stop(&p);
 }
 
+/* A mark on the model's last layer: its output holds the loss's gradient once the loss ran, so
+ * the segment stops before it (segments.c). Models whose last layer would be recomputed if it were
+ * in a segment (a tanh under mse: its backward reads its output; a dropout: its mask) and whose
+ * last output the plan would then call free between forward and recompute: exact, the last layer
+ * never recomputed, its bytes never given away while the loss gradient is in them; and a GPT whose
+ * ln_f and tied head are marked like its blocks. */
+START_TEST(checkpointing_leaves_the_last_layer_out) {
+    static const char tanh_last[] =
+        "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"relu\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"gelu\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 6" CK "}, {\"type\": \"tanh\"" CK "}], \"loss\": {\"type\": \"mse\"}}";
+    static const char dropout_last[] =
+        "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"tanh\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 6" CK "}, {\"type\": \"dropout\", \"p\": 0.3" CK "}],"
+        " \"loss\": {\"type\": \"mse\"}}";
+    const char *models[] = {tanh_last, dropout_last}, *names[] = {"tanh last, marked", "dropout last, marked"};
+    for (int i = 0; i < 2; i++) {
+        size_t plain, ckpt;
+        expect_checkpointing_exact(names[i], models[i], 0, &plain, &ckpt);
+        expect_free_bytes_unread(names[i], models[i], 0, false);
+        runner r;
+        runner_start(&r, models[i], 4, 7);
+        int last = ct_graph_info_get(r.b.g)->n_layers - 1;
+        pass_calls c = {0};
+        ct_exec_hooks hooks = {.ctx = &c, .prepare = count_calls};
+        ct_exec_bufs b = runner_bufs(&r);
+        ct_err err = {0};
+        ck_assert(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+        ck_assert(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+        ck_assert_msg(c.calls[CT_PASS_RECOMPUTE][last] == 0, "%s: the last layer recomputed", names[i]);
+        runner_stop(&r);
+    }
+    char *gpt = strdup(CK_GPT(1)), *gpt_marked = malloc(strlen(gpt) + 64), *at = strstr(gpt, "\"ln_f\"}");
+    ck_assert(at);
+    at += strlen("\"ln_f\"");
+    snprintf(gpt_marked, strlen(gpt) + 64, "%.*s" CK "%.*s" CK "}], %s", (int)(at - gpt), gpt,
+             (int)(strstr(at, "}], \"loss\"") - at), at, strstr(at, "\"loss\""));
+    /* wte wpe | ln1 qkv attn proj drop1 res1 ln2 fc1 gelu fc2 drop2 res2 | ln_f | head */
+    expect_recomputes("gpt, ln_f and the head marked", gpt_marked, "00" "111111111110" "1" "0");
+    expect_free_bytes_unread("gpt, ln_f and the head marked", gpt_marked, 0, false);
+    free(gpt), free(gpt_marked);
+}
+END_TEST
+
 START_TEST(freed_bytes_are_never_read) {
     const char *marked[] = {ck_mlp, ck_cnn, CK_GPT(2), ck_linear_add, ck_linear_dropout_add, ck_tanh_add, ck_conv_relu};
     const char *names[] = {"mlp", "cnn", "gpt", "linear -> add", "linear -> dropout -> add", "tanh -> add", "conv relu"};
@@ -2449,6 +2493,7 @@ int main(void) {
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
     tcase_add_test(tc, every_type_says_what_backward_reads);
     tcase_add_test(tc, checkpointing_recomputes_what_backward_reads);
+    tcase_add_test(tc, checkpointing_leaves_the_last_layer_out);
     tcase_add_test(tc, freed_bytes_are_never_read);
     tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
     tcase_add_test(tc, lifetime_pack_never_overlaps);
