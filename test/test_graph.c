@@ -2254,8 +2254,10 @@ START_TEST(hf_gpt2_values_at_their_positions) {
         {"ln_2.weight", "ln2", "weight", C, 0, false}, {"ln_2.bias", "ln2", "bias", C, 0, false},
         {"mlp.c_fc.weight", "fc1", "weight", C, 4 * C, true}, {"mlp.c_fc.bias", "fc1", "bias", 4 * C, 0, false},
         {"mlp.c_proj.weight", "fc2", "weight", 4 * C, C, true}, {"mlp.c_proj.bias", "fc2", "bias", C, 0, false}};
-    const hf_tensor outer[] = {{"wte.weight", "wte.weight", NULL, V, C, false}, {"wpe.weight", "wpe.weight", NULL, T, C, false},
-                               {"ln_f.weight", "ln_f.weight", NULL, C, 0, false}, {"ln_f.bias", "ln_f.bias", NULL, C, 0, false}};
+    const hf_tensor outer[] = {{"wte.weight", "wte.weight", NULL, V, C, false},
+                               {"wpe.weight", "wpe.weight", NULL, T, C, false},
+                               {"ln_f.weight", "ln_f.weight", NULL, C, 0, false},
+                               {"ln_f.bias", "ln_f.bias", NULL, C, 0, false}};
     enum { N = 4 + 12 * BLOCKS };
     char hf_names[N][64], our_names[N][64];
     const hf_tensor *kind[N];
@@ -2294,7 +2296,8 @@ START_TEST(hf_gpt2_values_at_their_positions) {
     const ct_param_layout *L = ct_graph_layout(g.g);
     ct_tensor_map map;
     ck_assert_int_eq(ct_hf_gpt2_map(g.g, &map, &err), CT_OK);
-    float *params = calloc((size_t)L->n_params + 1, sizeof(float)), *buffers = calloc((size_t)L->n_buffers + 1, sizeof(float));
+    float *params = calloc((size_t)L->n_params + 1, sizeof(float));
+    float *buffers = calloc((size_t)L->n_buffers + 1, sizeof(float));
     for (int64_t i = 0; i < L->n_params; i++) params[i] = NAN;   /* whatever is not loaded shows */
     ct_ckpt_tensors ck;
     ct_ckpt_tensors_for(L, NULL, 0, L->n_params, params, buffers, &ck);
@@ -2341,8 +2344,8 @@ START_TEST(hf_gpt2_values_at_their_positions) {
         int64_t numel = ct_shape_numel(&e[t].shape);
         const float *xd = x.entries[k].data ? x.entries[k].data : x.entries[k].from_f32;
         for (int64_t i = 0; i < numel; i++)
-            ck_assert_msg(xd[i] == vals[t][i], "%s [%lld]: exported %g, file %g", want_name, (long long)i, (double)xd[i],
-                          (double)vals[t][i]);
+            ck_assert_msg(xd[i] == vals[t][i], "%s [%lld]: exported %g, file %g", want_name, (long long)i,
+                          (double)xd[i], (double)vals[t][i]);
     }
     ct_mapped_export_free(&x);
     ct_st_close(src);

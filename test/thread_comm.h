@@ -81,9 +81,9 @@ typedef struct tc_rank {
     int in_flight;               /* requests not waited for */
 } tc_rank;
 
-static tc_rank *tc_of(ct_comm *c) { return c->impl; }
+static inline tc_rank *tc_of(ct_comm *c) { return c->impl; }
 
-static tcomm_world *tcomm_world_create(int world) {
+static inline tcomm_world *tcomm_world_create(int world) {
     ck_assert(world >= 1 && world <= TCOMM_MAX_RANKS);
     tcomm_world *w = calloc(1, sizeof *w);
     w->world = world;
@@ -91,13 +91,13 @@ static tcomm_world *tcomm_world_create(int world) {
     return w;
 }
 
-static void tcomm_world_free(tcomm_world *w) {
+static inline void tcomm_world_free(tcomm_world *w) {
     pthread_barrier_destroy(&w->bar);
     free(w);
 }
 
 /* Post this rank's arguments and wait for every rank's; the collectives must match. */
-static void tc_meet(tc_rank *r, const tc_post *mine) {
+static inline void tc_meet(tc_rank *r, const tc_post *mine) {
     tcomm_world *w = r->w;
     w->post[r->rank] = *mine;
     pthread_barrier_wait(&w->bar);
@@ -112,14 +112,14 @@ static void tc_meet(tc_rank *r, const tc_post *mine) {
 }
 
 /* Every rank has read what it needs of the others' buffers. */
-static void tc_leave(tc_rank *r) { pthread_barrier_wait(&r->w->bar); }
+static inline void tc_leave(tc_rank *r) { pthread_barrier_wait(&r->w->bar); }
 
-static float tc_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+static inline float tc_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
 
-static float tc_op(int op, float acc, float x) { return op == CT_REDUCE_MAX ? fmaxf(acc, x) : acc + x; }
+static inline float tc_op(int op, float acc, float x) { return op == CT_REDUCE_MAX ? fmaxf(acc, x) : acc + x; }
 
 /* out[i] = op over ranks q of post[q].src[at_q + i], i < k (F32), at_q = at(q). */
-static void tc_reduce(const tcomm_world *w, float *out, int64_t k, int op, const int64_t *at) {
+static inline void tc_reduce(const tcomm_world *w, float *out, int64_t k, int op, const int64_t *at) {
     for (int64_t i = 0; i < k; i++) {
         float acc = tc_f32(w->post[0].src, at[0] + i);
         for (int q = 1; q < w->world; q++) acc = tc_op(op, acc, tc_f32(w->post[q].src, at[q] + i));
@@ -128,7 +128,7 @@ static void tc_reduce(const tcomm_world *w, float *out, int64_t k, int op, const
 }
 
 /* The result of this rank's collective `p` (the others' posted too), malloc'd; *bytes its size. */
-static void *tc_result(tc_rank *r, const tc_post *p, size_t *bytes) {
+static inline void *tc_result(tc_rank *r, const tc_post *p, size_t *bytes) {
     const tcomm_world *w = r->w;
     int W = w->world, me = r->rank;
     size_t es = ct_dtype_size(p->dt);
@@ -168,7 +168,8 @@ static void *tc_result(tc_rank *r, const tc_post *p, size_t *bytes) {
         out = malloc(*bytes + 1);
         for (int q = 0; q < W; q++) {
             ct_comm_shard(p->n, W, q, &lo, &hi);
-            memcpy((char *)out + (size_t)lo * es, (const char *)w->post[q].src + (size_t)lo * es, (size_t)(hi - lo) * es);
+            memcpy((char *)out + (size_t)lo * es, (const char *)w->post[q].src + (size_t)lo * es,
+                   (size_t)(hi - lo) * es);
         }
         break;
     case TC_AG_RANGE:   /* rank q's part holds its first owned element at part[0] */
@@ -212,7 +213,7 @@ static void *tc_result(tc_rank *r, const tc_post *p, size_t *bytes) {
 }
 
 /* A blocking collective: meet, compute, leave, then write dst. */
-static int tc_blocking(ct_comm *c, const tc_post *p, void *dst) {
+static inline int tc_blocking(ct_comm *c, const tc_post *p, void *dst) {
     tc_rank *r = tc_of(c);
     if ((p->kind == TC_ALL_REDUCE || p->kind == TC_REDUCE_SCATTER || p->kind == TC_RS_SHARDS ||
          p->kind == TC_RS_RANGE) && p->dt != CT_F32)
@@ -221,14 +222,14 @@ static int tc_blocking(ct_comm *c, const tc_post *p, void *dst) {
     size_t bytes = 0;
     void *out = tc_result(r, p, &bytes);
     tc_leave(r);
-    if (bytes) memcpy(dst, out, bytes);
+    if (bytes && dst) memcpy(dst, out, bytes);
     free(out);
     return CT_OK;
 }
 
 /* A non-blocking collective: computed now, delivered at wait; dst poisoned meanwhile, the source
  * kept to check it is left alone (in place: dst is the source, and only dst is checked). */
-static int tc_start(ct_comm *c, const tc_post *p, void *dst, ct_comm_req **req) {
+static inline int tc_start(ct_comm *c, const tc_post *p, void *dst, ct_comm_req **req) {
     tc_rank *r = tc_of(c);
     if (p->kind != TC_AG_RANGE && p->dt != CT_F32)
         ck_abort_msg("thread_comm: %s of dtype %d (reductions are F32 here)", tc_kind_names[p->kind], p->dt);
@@ -268,81 +269,81 @@ static int tc_start(ct_comm *c, const tc_post *p, void *dst, ct_comm_req **req) 
     return CT_OK;
 }
 
-static int tc_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+static inline int tc_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
     tc_post p = {.kind = TC_ALL_REDUCE, .src = buf, .n = n, .dt = dt, .op = op};
     return tc_blocking(c, &p, buf);
 }
-static int tc_reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t npr, ct_dtype dt, ct_reduce_op op,
+static inline int tc_reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t npr, ct_dtype dt, ct_reduce_op op,
                              ct_err *err) {
     tc_post p = {.kind = TC_REDUCE_SCATTER, .src = src, .n = npr, .dt = dt, .op = op};
     return tc_blocking(c, &p, dst);
 }
-static int tc_all_gather(ct_comm *c, void *dst, const void *src, int64_t npr, ct_dtype dt, ct_err *err) {
+static inline int tc_all_gather(ct_comm *c, void *dst, const void *src, int64_t npr, ct_dtype dt, ct_err *err) {
     tc_post p = {.kind = TC_ALL_GATHER, .src = src, .n = npr, .dt = dt};
     return tc_blocking(c, &p, dst);
 }
-static int tc_broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err) {
+static inline int tc_broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct_err *err) {
     if (root < 0 || root >= c->world)
         return ct_errf(err, CT_ERR_RUNTIME, "broadcast from rank %d of a %d-rank communicator", root, c->world);
     tc_post p = {.kind = TC_BROADCAST, .src = buf, .n = n, .dt = dt, .root = root};
     return tc_blocking(c, &p, buf);
 }
-static int tc_rs_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
+static inline int tc_rs_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
     int64_t lo, hi;
     ct_comm_shard(n, c->world, c->rank, &lo, &hi);
     tc_post p = {.kind = TC_RS_SHARDS, .src = buf, .n = n, .dt = dt, .op = op};
     return tc_blocking(c, &p, ct_elem(buf, lo, dt));
 }
-static int tc_ag_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
+static inline int tc_ag_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_err *err) {
     tc_post p = {.kind = TC_AG_SHARDS, .src = buf, .n = n, .dt = dt};
     return tc_blocking(c, &p, buf);
 }
-static int tc_ag_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
+static inline int tc_ag_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
                        ct_err *err) {
     tc_of(c)->gathers++;
     tc_post p = {.kind = TC_AG_RANGE, .src = part, .n = n, .a = a, .b = b, .dt = dt};
     return tc_blocking(c, &p, dst);
 }
-static int tc_rs_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b, ct_dtype dt,
+static inline int tc_rs_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b, ct_dtype dt,
                        ct_err *err) {
     tc_post p = {.kind = TC_RS_RANGE, .src = src, .n = n, .a = a, .b = b, .dt = dt};
     return tc_blocking(c, &p, dst);
 }
-static int tc_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
+static inline int tc_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
     tc_post p = {.kind = TC_HOST, .src = vals, .n = n, .dt = CT_F32, .op = op};
     return tc_blocking(c, &p, vals);
 }
-static int tc_barrier(ct_comm *c, ct_err *err) {
+static inline int tc_barrier(ct_comm *c, ct_err *err) {
     tc_post p = {.kind = TC_BARRIER, .dt = CT_F32};
     return tc_blocking(c, &p, NULL);
 }
 
-static int tc_start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
+static inline int tc_start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
                                ct_err *err) {
     tc_rank *r = tc_of(c);
     if (r->n_log < TCOMM_LOG) r->log[r->n_log++] = buf;
     tc_post p = {.kind = TC_ALL_REDUCE, .src = buf, .n = n, .dt = dt, .op = op};
     return tc_start(c, &p, buf, req);
 }
-static int tc_start_rs_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b, ct_dtype dt,
-                             ct_comm_req **req, ct_err *err) {
+static inline int tc_start_rs_range(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b,
+                                    ct_dtype dt, ct_comm_req **req, ct_err *err) {
     tc_post p = {.kind = TC_RS_RANGE, .src = src, .n = n, .a = a, .b = b, .dt = dt};
     return tc_start(c, &p, dst, req);
 }
-static int tc_start_ag_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
-                             ct_comm_req **req, ct_err *err) {
+static inline int tc_start_ag_range(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b,
+                                    ct_dtype dt, ct_comm_req **req, ct_err *err) {
     tc_of(c)->gathers++;
     tc_post p = {.kind = TC_AG_RANGE, .src = part, .n = n, .a = a, .b = b, .dt = dt};
     return tc_start(c, &p, dst, req);
 }
 
-static int tc_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
+static inline int tc_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
     ck_assert_msg(q != NULL, "thread_comm: test of a NULL request (this communicator never completes at start)");
     *done = true;
     return CT_OK;
 }
 
-static int tc_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
+static inline int tc_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
     tc_rank *r = tc_of(c);
     if (!q) return CT_OK;
     for (size_t i = 0; i < q->bytes; i++)
@@ -360,10 +361,10 @@ static int tc_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
     return CT_OK;
 }
 
-static void tc_destroy(ct_comm *c) { (void)c; }
+static inline void tc_destroy(ct_comm *c) { (void)c; }
 
 /* Rank `rank`'s communicator of world w, over backend be (the CPU backend: host memory). */
-static ct_comm *tcomm_open(tcomm_world *w, int rank, ct_backend *be) {
+static inline ct_comm *tcomm_open(tcomm_world *w, int rank, ct_backend *be) {
     tc_rank *r = calloc(1, sizeof *r);
     r->w = w;
     r->rank = rank;
@@ -379,7 +380,7 @@ static ct_comm *tcomm_open(tcomm_world *w, int rank, ct_backend *be) {
 }
 
 /* Everything this rank started was waited for. */
-static void tcomm_close(ct_comm *c) {
+static inline void tcomm_close(ct_comm *c) {
     tc_rank *r = tc_of(c);
     ck_assert_msg(r->in_flight == 0, "rank %d: %d requests never waited for", r->rank, r->in_flight);
     free(r);
@@ -391,14 +392,14 @@ typedef struct tc_thread {
     void *ctx;
 } tc_thread;
 
-static void *tc_thread_main(void *arg) {
+static inline void *tc_thread_main(void *arg) {
     tc_thread *t = arg;
     t->fn(t->rank, t->ctx);
     return NULL;
 }
 
 /* fn(rank, ctx) for every rank of `world`, each on its own thread; returns when all have. */
-static void tcomm_run(int world, void (*fn)(int rank, void *ctx), void *ctx) {
+static inline void tcomm_run(int world, void (*fn)(int rank, void *ctx), void *ctx) {
     pthread_t th[TCOMM_MAX_RANKS];
     tc_thread args[TCOMM_MAX_RANKS];
     for (int q = 0; q < world; q++) {
