@@ -1529,6 +1529,104 @@ START_TEST(gpt_small_matches_pytorch) {
 }
 END_TEST
 
+/* ---- IDX files of every element type ---- */
+
+enum { IDX_U8 = 0x08, IDX_I8 = 0x09, IDX_I16 = 0x0B, IDX_I32 = 0x0C, IDX_F32 = 0x0D, IDX_F64 = 0x0E };
+
+/* An IDX file of `type` holding vals (as that type: integers truncated, floats rounded), written
+ * big-endian byte by byte as the format says. */
+static void write_idx_typed(const char *path, int type, int nd, const uint32_t *dims, const double *vals, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t head[4 + 4 * 4] = {0, 0, (uint8_t)type, (uint8_t)nd};
+    for (int d = 0; d < nd; d++) put_be32(head + 4 + 4 * d, dims[d]);
+    fwrite(head, 1, 4 + 4 * (size_t)nd, f);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b[8];
+        int len = 0;
+        uint64_t bits = 0;
+        if (type == IDX_U8 || type == IDX_I8) len = 1, bits = (uint8_t)(int64_t)vals[i];
+        else if (type == IDX_I16) len = 2, bits = (uint16_t)(int16_t)vals[i];
+        else if (type == IDX_I32) len = 4, bits = (uint32_t)(int32_t)vals[i];
+        else if (type == IDX_F32) {
+            float v = (float)vals[i];
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            len = 4, bits = u;
+        } else {
+            memcpy(&bits, &vals[i], 8);
+            len = 8;
+        }
+        for (int k = 0; k < len; k++) b[k] = (uint8_t)(bits >> (8 * (len - 1 - k)));
+        fwrite(b, 1, (size_t)len, f);
+    }
+    fclose(f);
+}
+
+/* What the element becomes stored as `type`, as a double. */
+static double idx_stored(int type, double v) {
+    switch (type) {
+    case IDX_I8: return (int8_t)(int64_t)v;
+    case IDX_I16: return (int16_t)(int64_t)v;
+    case IDX_I32: return (int32_t)(int64_t)v;
+    case IDX_F32: return (float)v;
+    default: return v;
+    }
+}
+
+/* Images of every signed and floating element type, holding values across each type's range
+ * (negatives, a high byte set, NaN, infinities, -0, a denormal, the extremes), decoded as
+ * (value - mean) / std; labels stored as int8, int16 (above 255) and int32 (above 65535); a
+ * negative label (int8 0xff, which as uint8 would read 255) is refused naming its record. The
+ * test suite's other IDX files are all uint8. */
+START_TEST(idx_every_element_type) {
+    static const int types[] = {IDX_I8, IDX_I16, IDX_I32, IDX_F32, IDX_F64};
+    static const double vals[5][12] = {
+        {-128, -1, 0, 1, 127, -77, 64, -2, 100, -100, 5, -5},
+        {-32768, -1, 255, 256, 32767, -300, 4660, -4660, 1, 0, -129, 128},
+        {-2147483648.0, -1, 65536, 16777217, 2147483647, -70000, 305419896, -305419896, 256, 0, 1, -256},
+        {-1.5, NAN, INFINITY, -INFINITY, -0.0, 1e-40, 3.4e38, -3.4e38, 0.1, 65504.5, -7.25, 1e-30},
+        {-1.5, NAN, INFINITY, -INFINITY, -0.0, 1e-300, 1e300, 0.1, 123456789.123, -2.5e-8, 7, -7}};
+    uint32_t di[3] = {3, 2, 2}, dl[1] = {3};
+    for (int t = 0; t < 5; t++) {
+        char ip[512], lp[512];
+        snprintf(ip, sizeof ip, "%s/t%d-img", tmpdir, t);
+        snprintf(lp, sizeof lp, "%s/t%d-lab", tmpdir, t);
+        write_idx_typed(ip, types[t], 3, di, vals[t], 12);
+        const int lab_types[] = {IDX_I8, IDX_I16, IDX_I32};
+        const double labs[3][3] = {{3, 0, 127}, {300, 2, 0}, {70000, 1, 65536}};
+        int lt = t % 3;
+        write_idx_typed(lp, lab_types[lt], 1, dl, labs[lt], 3);
+        ct_dataset *ds = NULL;
+        ct_err err = {0};
+        ck_assert_msg(open_train(ip, lp, NULL, &ds, &err) == CT_OK, "type 0x%02x: %s", types[t], err.msg);
+        ck_assert_int_eq(ds->count, 3);
+        ck_assert_int_eq(ds->classes, (int64_t)(lt == 0 ? 128 : lt == 1 ? 301 : 70001));
+        ck_assert_ptr_null(ds->decode_u8);   /* only uint8 files are 8-bit images */
+        for (int i = 0; i < 3; i++) {
+            float x[4];
+            int32_t y = -1;
+            ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+            ck_assert_int_eq(y, (int32_t)labs[lt][i]);
+            for (int j = 0; j < 4; j++) {
+                float want = (float)((idx_stored(types[t], vals[t][4 * i + j]) - 0.5) / 0.25);
+                ck_assert_msg(isnan(want) ? isnan(x[j]) : memcmp(&x[j], &want, 4) == 0,
+                              "type 0x%02x, image %d element %d: %g, want %g", types[t], i, j, (double)x[j],
+                              (double)want);
+            }
+        }
+        ct_dataset_close(ds);
+    }
+    /* a negative label: int8 0xff is -1, refused naming the record (as uint8 it would be 255) */
+    char ip[512], lp[512];
+    snprintf(ip, sizeof ip, "%s/t0-img", tmpdir);
+    snprintf(lp, sizeof lp, "%s/neg-lab", tmpdir);
+    const double neg[3] = {4, -1, 2};
+    write_idx_typed(lp, IDX_I8, 1, dl, neg, 3);
+    expect_open_error(ip, lp, NULL, CT_ERR_DATA, "neg-lab: record 1: label -1 is negative", NULL);
+}
+END_TEST
+
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_train_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
@@ -1569,6 +1667,11 @@ int main(void) {
     tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
+    /* IDX element types (a case of its own: test/plants runs it alone) */
+    TCase *idx = tcase_create("idx");
+    tcase_add_checked_fixture(idx, setup, teardown);
+    tcase_add_test(idx, idx_every_element_type);
+    suite_add_tcase(s, idx);
     /* which tokens generation reads (a case of its own: test/plants runs it alone) */
     TCase *gen = tcase_create("generate");
     tcase_add_test(gen, generate_reads_the_newest_tokens);
