@@ -1826,6 +1826,111 @@ START_TEST(test_jpeg_inputs) {
 }
 END_TEST
 
+/* ---- every form of a container's header (a tcase of its own: test/plants runs it alone) ---- */
+
+/* .npy members in every header version (1: a 2-byte header length; 2 and 3: 4 bytes), in a GNU
+ * tar and in a POSIX ustar tar whose member names need the prefix field (each name field is just
+ * "s.npy" / "s.txt": without the prefix the samples would share one key); every one of each
+ * sample's values, not only the first. The suite's other .npy files are all version 1 in tars
+ * without a prefix. */
+START_TEST(test_webdataset_npy_forms) {
+    wds_row rows[16];
+    int n = make_wds("npy-forms", rows, 16);
+    ck_assert_int_eq(n, 8);
+    char json[1200], path[400];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000001}.tar\", "
+             "\"image\": \"npy\", \"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    snprintf(path, sizeof path, "%s/values.txt", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) {
+        float want[6], x[6];
+        for (int k = 0; k < 6; k++) ck_assert_int_eq(fscanf(f, "%f", &want[k]), 1);
+        int32_t y;
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "sample %d (%s): %s", i, rows[i].key, err.msg);
+        ck_assert_int_eq(y, rows[i].label);
+        for (int k = 0; k < 6; k++)
+            ck_assert_msg(x[k] == want[k], "sample %d (%s) value %d: %.9g, want %.9g", i, rows[i].key, k, (double)x[k],
+                          (double)want[k]);
+    }
+    fclose(f);
+    ct_dataset_close(ds);
+    /* a sample of the ustar shard named in full in an error: its label member made unreadable */
+    make_wds("npy-forms", rows, 16);
+    snprintf(path, sizeof path, "%s/shard-000001.tar", tmp);
+    size_t len;
+    uint8_t *b = read_all(path, &len);
+    ck_assert_int_eq(memcmp(b + 512 * 2 + 257, "ustar", 5), 0);   /* member 2: sample 5's .txt */
+    ck_assert_int_eq(b[512 * 2 + 345], 'd');                       /* its prefix: "deep/5/ddd..." */
+    b[512 * 3] = 'x';                                              /* its label "N\n" -> "x\n" */
+    write_bytes(path, b, len);
+    free(b);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[6];
+    int32_t y;
+    ck_assert_int_eq(ds->decode(ds, 4, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000001.tar: member deep/5/dddd") && strstr(err.msg, "ddd/s.txt (field \"label\")"),
+                  "%s", err.msg);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* uint8 .npy images ('|u1' and '<u1' descr), [1, 4, 4]: normalised like pixels, and stored as
+ * they are for data.transform.on_device. */
+START_TEST(test_webdataset_npy_u8) {
+    wds_row rows[8];
+    int n = make_wds("npy-u8", rows, 8);
+    ck_assert_int_eq(n, 5);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-000000.tar\", \"image\": \"npy\", "
+             "\"label\": \"cls\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->sample_shape.ndim, 3);
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    for (int i = 0; i < n; i++) {
+        float x[16];
+        uint8_t px[16];
+        int32_t y;
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(px[0] + 256 * px[1], rows[i].id);
+        for (int k = 0; k < 16; k++) ck_assert_float_eq_tol(x[k], px[k] / 255.0f, 1e-6f);
+    }
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* A big-endian array and one in Fortran order: refused at decode, naming the member and why. */
+START_TEST(test_webdataset_npy_refused) {
+    wds_row rows[8];
+    make_wds("npy-refused", rows, 8);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-000000.tar\", \"image\": \"npy\", "
+             "\"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[6];
+    int32_t y;
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "member part.0/sample000002.npy (field \"image\")") && strstr(err.msg, "'>f4'"),
+                  "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "sample000003.npy") && strstr(err.msg, "Fortran order"), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_OK);
+    ct_dataset_close(ds);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
@@ -1859,6 +1964,13 @@ int main(void) {
     tcase_add_test(tc, test_tfrecord_errors);
     tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
+    TCase *forms = tcase_create("forms");
+    tcase_add_checked_fixture(forms, setup, teardown);
+    tcase_set_timeout(forms, 30);
+    tcase_add_test(forms, test_webdataset_npy_forms);
+    tcase_add_test(forms, test_webdataset_npy_u8);
+    tcase_add_test(forms, test_webdataset_npy_refused);
+    suite_add_tcase(s, forms);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
