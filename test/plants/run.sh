@@ -16,9 +16,10 @@
 # machine is shared: a plant costs seconds, not the suite's minutes); --full runs the whole CPU
 # suite (test/run_tests.sh) for each instead, as CI would. --list prints every patch's header.
 #
-# Cost on the shared 2-core machine (2026-11-28): the 36 patches with their named tests, 14 min
-# (the first build of the worktree about 2 of them, with ccache); --full, about 6 min a patch,
-# 3.5 hours for all (so not part of `make test`). README.md has each plant's time.
+# Cost on the shared 2-core machine (2026-11-28, ccache warm): the 37 patches with their named
+# tests, 8.5 min (510 s; 2-35 s a plant, 95-111 s for the two run by e2e_gemm_paths); --full,
+# 6.5 min a plant (392 s measured: the suite's 400 s), about 4 hours for all 37, so neither is
+# part of `make test`.
 #
 # Exit 0 when every patch is caught; 1 when any survived or is stale (each named at the end: a
 # plant that rots fails the run); 2 on a usage error (a missing patch, a patch without a tests
@@ -51,6 +52,8 @@ if [ $list -eq 1 ]; then
     for p in "$@"; do printf '%-40s %s\n    tests: %s\n' "$(basename "$p" .patch)" "$(header plant "$p")" "$(header tests "$p")"; done
     exit 0
 fi
+# the tests' Python environment (make deps) lives in the checkout, not in the throwaway worktree
+[ -z "${CT_TEST_VENV:-}" ] && [ -d "$root/.venv" ] && export CT_TEST_VENV="$root/.venv"
 cc=${CC:-cc}
 command -v ccache >/dev/null 2>&1 && [ -z "${CC:-}" ] && cc="ccache cc"
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -109,7 +112,7 @@ for p in "$@"; do
     else
         failed="" notes=""
         if [ $full -eq 1 ]; then
-            failed=$(cd "$wt" && sh test/run_tests.sh build 2>&1 | sed -n 's/^failed: *//p')
+            failed=$(cd "$wt" && sh test/run_tests.sh build 2>&1 | sed -n 's/^failed:/ /p')
         else
             for t in $(header tests "$p"); do
                 r=$(run_test "$t")
