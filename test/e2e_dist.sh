@@ -34,7 +34,8 @@
 #  - ranks started alike or not at all: another ZeRO stage, model width, lr, data limit or data
 #    content on one rank stops every rank with exit 2 naming the ranks and the first key that
 #    differs; two processes with one RANK (1 twice, 0 twice) end with exit 2 naming both; a process
-#    with mpirun's variables set by hand is refused;
+#    with mpirun's variables set by hand is refused; a config asking for pipeline parallelism is
+#    refused under mpirun -np 2 (docs/config.md, "Another kind of training");
 #  - the environment launch's errors: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT, RANK or
 #    MASTER_ADDR missing are config errors (exit 2) naming the variable; a rank whose peers never come
 #    ends after the timeout (exit 1) saying whom it waited for; --world-size 2 without a launcher is
@@ -576,6 +577,13 @@ has "$T/dup0s.err" "is in use by another ctrain run (pid [0-9]*, which holds" "R
 # mpirun numbers its ranks itself; its variables set by hand on a process mpirun did not start
 env_case "OMPI_COMM_WORLD_RANK by hand" 2 'MPI says this process is rank 0 of 1, but mpirun (OMPI_COMM_WORLD_SIZE) says rank 1 of 2' \
     OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1
+
+# a config asking for another kind of training is refused on every rank, not trained as data
+# parallelism (docs/config.md, "Another kind of training: refused")
+$MPIRUN -np 2 "$B" --config "$T/sgd.json" --set pipeline.stages=2 --set train.run_dir=\""$T/pp"\" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 2 ] && ok "pipeline.stages 2 under mpirun -np 2: exit 2" || bad "pipeline.stages 2 under mpirun -np 2: exit $rc, expected 2"
+has "$T/err" "pipeline.stages: pipeline parallelism over 2 stages is not implemented" "pipeline.stages 2: the refusal names the key"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]
