@@ -162,7 +162,8 @@ static void *watch_nccl(void *arg) {
         double since = w->blocking ? w->blocking_since : w->count ? w->ring[w->head].queued : now;
         double waited = what ? now - since : -1, stop_age = ct_watchdog_stop_age(&w->stop, now, since);
         if (ct_watchdog_due(w->timeout_s, waited, stop_age))
-            ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s, w->stop.sig, now - w->stop.seen);
+            ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s, w->stop.sig, now - w->stop.seen,
+                               stop_age >= 0);
     }
     pthread_mutex_unlock(&w->t.mu);
     return NULL;

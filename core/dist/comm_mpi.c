@@ -85,7 +85,7 @@ static void *watch(void *arg) {
         double stop_age = ct_watchdog_stop_age(&w->stop, now, w->since);
         if (ct_watchdog_due(w->timeout_s, waited, stop_age))
             ct_watchdog_expire("MPI", w->what, w->rank, w->world, now - w->since, w->timeout_s, w->stop.sig,
-                               now - w->stop.seen);
+                               now - w->stop.seen, stop_age >= 0);
     }
     pthread_mutex_unlock(&w->t.mu);
     return NULL;

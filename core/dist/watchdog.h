@@ -89,14 +89,17 @@ static inline bool ct_watchdog_due(int timeout_s, double waited, double stop_age
 /* Ends this rank: `lib` ("MPI", "NCCL") `what` has waited `waited` seconds, past timeout_s, or a
  * stop signal stop_sig (0: none) that came stop_ago seconds ago could not be acted on. A blocking
  * call cannot be interrupted, so the process exits itself, without finalising (the launcher ends the
- * others, or their own watchdogs do): exit 1, or 128 + the signal when one asked the rank to stop. */
+ * others, or their own watchdogs do): exit 1, or 128 + the signal when one asked the rank to stop.
+ * stuck: the call was already waiting when the stop came (the loop never got to act on it); else
+ * the stop was acted on and this is a call on the way out (a save on rank 0 longer than the
+ * timeout, say), which only the exit status tells. */
 static inline void ct_watchdog_expire(const char *lib, const char *what, int rank, int world, double waited,
-                                      int timeout_s, int stop_sig, double stop_ago) {
-    if (stop_sig > 0) {
-        const char *name = stop_sig == SIGINT    ? "SIGINT"
-                           : stop_sig == SIGTERM ? "SIGTERM"
-                           : stop_sig == SIGHUP  ? "SIGHUP"
-                                                 : "a stop signal";
+                                      int timeout_s, int stop_sig, double stop_ago, bool stuck) {
+    const char *name = stop_sig == SIGINT    ? "SIGINT"
+                       : stop_sig == SIGTERM ? "SIGTERM"
+                       : stop_sig == SIGHUP  ? "SIGHUP"
+                                             : "a stop signal";
+    if (stop_sig > 0 && stuck) {
         fprintf(stderr, "ctrain: error: rank %d of %d: %s came %.0f s ago, and %s %s has waited %.0f s for the "
                 "other ranks (CTRAIN_COMM_TIMEOUT=%d): the ranks cannot agree on a step to stop after, so this rank "
                 "ends now without saving (exit %d)\n", rank, world, name, stop_ago, lib, what, waited, timeout_s,
@@ -108,8 +111,9 @@ static inline void ct_watchdog_expire(const char *lib, const char *what, int ran
             "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending the job.\n"
             "  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately takes longer between "
             "collectives (a large checkpoint save on rank 0)\n", rank, world, lib, what, waited, timeout_s);
+    if (stop_sig > 0) fprintf(stderr, "  (%s came %.0f s ago: exit %d)\n", name, stop_ago, 128 + stop_sig);
     fflush(stderr);
-    _exit(CT_ERR_RUNTIME);
+    _exit(stop_sig > 0 ? 128 + stop_sig : CT_ERR_RUNTIME);
 }
 
 #endif
