@@ -370,7 +370,7 @@ if [ -n "$victim" ]; then
         ok "one rank killed: every rank ended within $(( $(date +%s) - t0 + 1 )) s"
     fi
 else
-    bad "no rank process of mpirun $mp found"; kill "$mp"
+    bad "no rank process of mpirun $mp found"; tail -n 3 "$T/kill.err"; kill "$mp"
 fi
 wait "$mp" 2>/dev/null
 
@@ -396,7 +396,7 @@ if [ -n "$victim" ]; then
     if ! ends_within "$victim" 100; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
     else ok "the stopped rank, continued, ended too"; fi
 else
-    bad "no rank process of mpirun $mp found"; kill "$mp"
+    bad "no rank process of mpirun $mp found"; tail -n 3 "$T/hang.err"; kill "$mp"
 fi
 wait "$mp" 2>/dev/null
 

@@ -386,6 +386,8 @@ static int req_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
 
 /* Seconds past the timeout the watchdog gives a polled wait, which reports the timeout itself. */
 #define WAIT_SLACK_S 2.0
+/* ... and MPI_Init, whose wait includes the ranks' start-up skew (ct_comm_mpi_create). */
+#define INIT_SLACK_S 30.0
 
 /* Polls the request instead of MPI_Wait, so that this wait, not the watchdog, sees the timeout and
  * the error names the collective (the rank then ends as on any error: without MPI_Finalize, and
@@ -496,8 +498,10 @@ static int join_one(const char *port, bool accept, MPI_Comm *joined) {
 static int join_ranks(ct_comm *c, mpi_impl *m, ct_err *err) {
     char port[MPI_MAX_PORT_NAME] = "", line[CT_RDZV_LINE_MAX];
     MPI_Comm joined = MPI_COMM_NULL;
-    int rc = MPI_Comm_dup(MPI_COMM_SELF, &joined);
-    if (rc == MPI_SUCCESS && c->rank == 0) rc = MPI_Open_port(MPI_INFO_NULL, port);
+    int rc = WATCHED(DOG(c), "joining the ranks", MPI_Comm_dup(MPI_COMM_SELF, &joined));
+    /* a singleton's port comes from the runtime (rank 0's ompi-server): watched as well */
+    if (rc == MPI_SUCCESS && c->rank == 0)
+        rc = WATCHED(DOG(c), "opening an MPI port", MPI_Open_port(MPI_INFO_NULL, port));
     if (rc != MPI_SUCCESS) return failed(c, "open port", rc, err);
     if (c->rank > 0) {
         if ((rc = ct_rdzv_recv(&m->rdzv, line, err))) return rc;
@@ -537,15 +541,18 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, co
     m->rdzv = (ct_rdzv){.to_root = -1};
     int rc = joining ? meet_before_init(&m->rdzv, l, err) : CT_OK;
     int inited = 0, provided = 0, rank = l->rank, world = l->world;
-    /* watched from MPI_Init on: a singleton's init reaches rank 0's ompi-server, mpirun's waits for
-     * every rank */
+    /* watched from MPI_Init on: a singleton's init reaches rank 0's ompi-server, which ends with rank
+     * 0. With INIT_SLACK_S more than a collective: mpirun's init waits for every rank to get there,
+     * and rank 0 comes later than the others by its run directory's checks (mpirun itself ends the
+     * job when a rank dies before). */
     start_watchdog(&m->dog, l);
     MPI_Initialized(&inited);
     /* only the main thread calls MPI (the loader's threads never do) */
-    if (!rc && !inited &&
-        WATCHED(&m->dog, "initialisation (MPI_Init)", MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) !=
-            MPI_SUCCESS)
-        rc = ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed");
+    if (!rc && !inited) {
+        watch_mark_slack(&m->dog, "initialisation (MPI_Init)", INIT_SLACK_S);
+        if (watched_rc(&m->dog, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+            rc = ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed");
+    }
     if (rc) {
         ct_watchdog_stop(&m->dog.t);
         ct_rdzv_close(&m->rdzv);

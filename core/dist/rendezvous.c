@@ -502,6 +502,10 @@ int ct_rdzv_start_server(ct_rdzv *r, char *uri, ct_err *err) {
             rc = ct_errf(err, CT_ERR_RUNTIME, "rank 0: ompi-server gave no address in %.0f s", wait_s);
             break;
         }
+        if (r->stop && *r->stop > 0) {
+            rc = stopped(r, "ompi-server to start", err);
+            break;
+        }
         usleep(20 * 1000);
     }
     unlink(uri_path);
