@@ -77,6 +77,7 @@ static void model_init(model *md, uint64_t seed) {
     t->n_views = 4;
     t->params = md->params;
     t->buffers = md->buffers;
+    t->n_params = NP;
     t->lo = 0;
     t->hi = NP;
     t->n_buffers = NB;
