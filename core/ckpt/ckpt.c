@@ -492,11 +492,12 @@ static bool recover_stale(const char *save_dir, const char *nm) {
     return true;
 }
 
-/* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*" with a pid that is ours or
- * no longer running) are removed before a new save, after recover_stale() had its chance: the new
- * copy (".tmp-") first, then the one moved aside (".old-"). */
+/* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*", and ".del-*" of a keep_last
+ * removal, with a pid that is ours or no longer running) are removed before a new save, after
+ * recover_stale() had its chance: the new copy (".tmp-") first, then the one moved aside
+ * (".old-"). */
 static void remove_stale(const char *save_dir) {
-    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-"};
+    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-", ".del-"};
     for (int pass = 0; pass < CT_ARRAY_LEN(passes); pass++) {
         DIR *d = opendir(save_dir);
         if (!d) return;
@@ -594,6 +595,17 @@ static prune_kind classify(const char *dir, const cJSON *owner) {
     return same ? PRUNE_OWNED : PRUNE_FOREIGN;
 }
 
+/* A checkpoint keep_last removes is first renamed to .del-<tag>-<pid> (atomic): a process killed
+ * while deleting its files leaves no global_step* with a marker and files missing, only scratch
+ * that the next save removes. */
+static void remove_checkpoint(const char *save_dir, const char *path, long step) {
+    char del[CKPT_PATH];
+    if (snprintf(del, sizeof del, "%s/.del-global_step%ld-%ld", save_dir, step, (long)getpid()) >= (int)sizeof del ||
+        rename(path, del) != 0)
+        snprintf(del, sizeof del, "%s", path);
+    ct_fs_remove_tree(del);
+}
+
 void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
                    ct_warnings *warn) {
     int n;
@@ -618,7 +630,7 @@ void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON
             kept++;
             continue;
         }
-        ct_fs_remove_tree(path);
+        remove_checkpoint(save_dir, path, steps[i]);
     }
     free(steps);
 }

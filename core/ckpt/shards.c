@@ -340,7 +340,10 @@ static int open_shards(const char *dir, ct_ckpt_shard_set *s, ct_err *err) {
     for (int r = 0; r < s->world; r++) {
         ct_ckpt_shard *sh = &s->shards[r];
         int rc = ct_fs_join(sh->path, sizeof sh->path, dir, sh->file, err);
-        if (!rc && !(sh->f = ct_st_open(sh->path, err))) rc = err && err->code ? err->code : CT_ERR_DATA;
+        if (!rc && !(sh->f = ct_st_open(sh->path, err))) {
+            rc = err && err->code ? err->code : CT_ERR_DATA;
+            ct_err_append(err, "  (shard %d of the %d that %s lists)", r, s->world, s->index_path);
+        }
         if (!rc) rc = check_shard(s, sh, err);
         if (rc) return rc;
     }
