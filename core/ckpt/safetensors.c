@@ -323,6 +323,7 @@ ct_st_file *ct_st_open(const char *path, ct_err *err) {
         return NULL;
     }
     f->map = map;
+    for (int i = 0; i < f->n_tensors; i++) f->tensors[i].mapped = map != NULL;
     return f;
 }
 
@@ -343,19 +344,30 @@ bool ct_st_read_f32(const ct_st_tensor *t, float *dst, int64_t n) {
     return n == ct_st_numel(t) && ct_st_read_f32_range(t, 0, n, dst);
 }
 
+/* The whole pages of a mapped file's bytes [p, p + len) leave this process's memory (they are read
+ * again from the file, or the page cache, when touched again: the mapping is private and never
+ * written). A reader that streams a large file through a small buffer so stays small itself. */
+static void release_pages(const uint8_t *p, size_t len) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + len) / page * page;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 bool ct_st_read_f32_range(const ct_st_tensor *t, int64_t first, int64_t n, float *dst) {
     if (first < 0 || n < 0 || first > ct_st_numel(t) - n) return false;
+    if (t->ct_dtype != CT_F32 && t->ct_dtype != CT_F16 && t->ct_dtype != CT_BF16) return false;
+    size_t es = t->ct_dtype == CT_F32 ? 4 : 2;
+    const uint8_t *src = t->data + es * (size_t)first;
     if (t->ct_dtype == CT_F32) {
-        memcpy(dst, t->data + 4 * first, (size_t)n * 4);
-        return true;
+        memcpy(dst, src, (size_t)n * 4);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2); /* data may be unaligned */
+            dst[i] = t->ct_dtype == CT_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
+        }
     }
-    if (t->ct_dtype != CT_F16 && t->ct_dtype != CT_BF16) return false;
-    const uint8_t *src = t->data + 2 * first;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2); /* data may be unaligned */
-        dst[i] = t->ct_dtype == CT_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
-    }
+    if (t->mapped) release_pages(src, es * (size_t)n);
     return true;
 }
 

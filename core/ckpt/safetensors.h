@@ -35,6 +35,7 @@ typedef struct ct_st_tensor {
     ct_shape shape;
     uint64_t begin, end;     /* byte range inside the buffer */
     const uint8_t *data;     /* begin..end of the mapped file; may be unaligned */
+    bool mapped;             /* data is in the file's own mapping (ct_st_open), not caller memory */
 } ct_st_tensor;
 
 typedef struct ct_st_file {
@@ -66,7 +67,9 @@ int64_t ct_st_numel(const ct_st_tensor *t);
  * Returns false for other dtypes or a count mismatch. */
 bool ct_st_read_f32(const ct_st_tensor *t, float *dst, int64_t n);
 /* Elements [first, first + n) of the tensor (flat, row-major) into dst as fp32; false for other
- * dtypes or a range outside the tensor. */
+ * dtypes or a range outside the tensor. Of a file opened with ct_st_open, the whole pages read are
+ * then dropped from the process's memory (madvise), so reading a file in pieces never holds more
+ * of it than a piece. */
 bool ct_st_read_f32_range(const ct_st_tensor *t, int64_t first, int64_t n, float *dst);
 
 /* Byte size of a safetensors dtype name, in bits; 0 when unknown. */

@@ -451,15 +451,21 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 
 /* ---- saving ---- */
 
-/* The outcome of every rank, agreed: each adds whether it failed at its own index (collective).
- * *first_failed receives the lowest rank that failed (-1: none). */
+/* Every rank's value, in rank order, on every rank (collective): each puts its own at its index of
+ * a sum. all[world]; exact for integers below 2^53 (CRC-32s, flags, pids). */
+static int each_rank(ct_comm *c, double mine, double *all, ct_err *err) {
+    memset(all, 0, (size_t)c->world * sizeof *all);
+    all[c->rank] = mine;
+    return c->all_reduce_host(c, all, c->world, CT_REDUCE_SUM, err);
+}
+
+/* The outcome of every rank, agreed: *first_failed receives the lowest rank that failed (-1:
+ * none). Collective. */
 static int agree(ct_trainer *t, bool failed, int *first_failed, ct_err *err) {
-    ct_comm *c = t->comm;
-    double *v = ct_xcalloc((size_t)c->world, sizeof *v);
-    v[c->rank] = failed;
-    int rc = c->all_reduce_host(c, v, c->world, CT_REDUCE_SUM, err);
+    double *v = ct_xmalloc((size_t)t->comm->world * sizeof *v);
+    int rc = each_rank(t->comm, failed, v, err);
     *first_failed = -1;
-    for (int r = 0; r < c->world && !rc && *first_failed < 0; r++)
+    for (int r = 0; r < t->comm->world && !rc && *first_failed < 0; r++)
         if (v[r] != 0) *first_failed = r;
     free(v);
     return rc;
@@ -477,9 +483,8 @@ static int save_failed(const ct_trainer *t, const char *name, int rank, const ct
 
 /* Every rank's CRC-32 of its shard, in rank order (collective). */
 static int gather_crcs(ct_comm *c, uint32_t mine, uint32_t *all, ct_err *err) {
-    double *v = ct_xcalloc((size_t)c->world, sizeof *v);
-    v[c->rank] = mine;
-    int rc = c->all_reduce_host(c, v, c->world, CT_REDUCE_SUM, err);
+    double *v = ct_xmalloc((size_t)c->world * sizeof *v);
+    int rc = each_rank(c, mine, v, err);
     for (int r = 0; r < c->world; r++) all[r] = (uint32_t)v[r];
     free(v);
     return rc;
