@@ -13,6 +13,8 @@
 
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/shards.h"
+#include "core/ckpt/source.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
@@ -87,6 +89,37 @@ static void print_state(const char *dir, FILE *out) {
     cJSON_Delete(j);
 }
 
+/* A sharded checkpoint: each rank's file and the range it holds, then the model's tensors. */
+static int info_shards(const char *dir, FILE *out, ct_err *err) {
+    ct_ckpt_source src;
+    ct_err e = {0};
+    if (ct_ckpt_source_open_dir(dir, true, &src, &e)) {
+        fprintf(out, "  %s\n", e.msg);
+        return ct_errf(err, e.code, "%s", e.msg);
+    }
+    const ct_ckpt_shard_set *set = src.shards;
+    fprintf(out, "  shards: %d (ZeRO, one per rank), %lld parameters, optimizer %s (%s)\n", set->world,
+            (long long)set->n_params, set->optimizer, set->slots[0] ? set->slots : "no state");
+    for (int r = 0; r < set->world; r++) {
+        const ct_ckpt_shard *sh = &set->shards[r];
+        fprintf(out, "  %s: [%lld, %lld), %.1f MiB\n", sh->file, (long long)sh->lo, (long long)sh->hi,
+                (double)sh->f->file_size / (1024.0 * 1024.0));
+    }
+    int width = 8;
+    for (int i = 0; i < src.n_tensors; i++) {
+        int l = (int)strlen(src.tensors[i].name);
+        if (l > width) width = l < 60 ? l : 60;
+    }
+    fprintf(out, "  model: %d tensors\n", src.n_tensors);
+    for (int i = 0; i < src.n_tensors; i++) {
+        char shape[128];
+        fprintf(out, "  %-*s  %-5s %s\n", width, src.tensors[i].name, src.tensors[i].dtype,
+                ct_shape_str(&src.tensors[i].shape, shape, sizeof shape));
+    }
+    ct_ckpt_source_close(&src);
+    return CT_OK;
+}
+
 static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
     bool complete = ct_ckpt_is_complete(dir);
     fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
@@ -100,6 +133,13 @@ static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
                        : "  checksums: none recorded (saved before ctrain recorded them; sizes match)\n", n);
     }
     print_state(dir, out);
+    if (ct_ckpt_dir_sharded(dir)) {
+        int src = info_shards(dir, out, err);
+        if (!rc) rc = src;
+        if (!complete && !rc)
+            rc = ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no valid COMPLETE marker)", dir);
+        return rc;
+    }
     static const char *files[] = {"model.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) {
         char path[CLI_PATH];
@@ -199,7 +239,7 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
-    if (ct_fs_exists(marker) || ct_fs_exists(model)) return info_checkpoint(p, stdout, err);
+    if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(p)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }
 
@@ -243,43 +283,51 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     return CT_OK;
 }
 
-/* Entries converting every F32 tensor to dtype; others are copied as they are. */
-static int export_entries(const ct_st_file *f, ct_dtype dtype, ct_st_entry *e, float **owned,
+/* The values of one F32 tensor of the source, asked for in chunks by the writer: an export reads
+ * the shards piece by piece into the writer's one staging buffer, never a whole tensor. */
+typedef struct export_fill {
+    const ct_ckpt_source *src;
+    const ct_ckpt_src_tensor *x;
+} export_fill;
+
+static int fill_from_source(void *ctx, int64_t first, int64_t n, float *dst, ct_err *err) {
+    const export_fill *f = ctx;
+    if (ct_ckpt_source_read(f->src, f->x, first, n, dst)) return CT_OK;
+    return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", f->src->path, f->x->name);
+}
+
+/* Entries converting every F32 tensor to dtype (streamed from the source); others are copied as
+ * they are. */
+static int export_entries(const ct_ckpt_source *src, ct_dtype dtype, ct_st_entry *e, export_fill *fill,
                           ct_err *err) {
-    for (int i = 0; i < f->n_tensors; i++) {
-        const ct_st_tensor *t = &f->tensors[i];
+    for (int i = 0; i < src->n_tensors; i++) {
+        const ct_ckpt_src_tensor *t = &src->tensors[i];
         if (t->ct_dtype < 0)
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, which export cannot "
-                           "write", f->path, t->name, t->dtype);
-        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape,
-                             .data = t->data};
-        if (t->ct_dtype != CT_F32) continue;
-        e[i].dtype = dtype;
-        e[i].data = NULL;
-        if ((uintptr_t)t->data % 4 == 0) {
-            e[i].from_f32 = (const float *)(const void *)t->data;
-        } else { /* foreign file with an unpadded header: copy to aligned memory */
-            int64_t n = ct_st_numel(t);
-            owned[i] = ct_xmalloc((size_t)(n ? n : 1) * 4);
-            ct_st_read_f32(t, owned[i], n);
-            e[i].from_f32 = owned[i];
+                           "write", src->path, t->name, t->dtype);
+        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape};
+        if (t->ct_dtype != CT_F32) {
+            e[i].data = t->st->data;
+            continue;
         }
+        fill[i] = (export_fill){.src = src, .x = t};
+        e[i].dtype = dtype;
+        e[i].fill = fill_from_source;
+        e[i].fill_ctx = &fill[i];
     }
     return CT_OK;
 }
 
-static int export_write(const ct_st_file *f, const export_args *a, const char *src,
-                        ct_err *err) {
-    ct_st_entry *e = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *e);
-    float **owned = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *owned);
-    int rc = export_entries(f, a->dtype, e, owned, err);
+static int export_write(const ct_ckpt_source *src, const export_args *a, const char *dir, ct_err *err) {
+    ct_st_entry *e = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *e);
+    export_fill *fill = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *fill);
+    int rc = export_entries(src, a->dtype, e, fill, err);
     const char *mk[] = {"format", "ctrain_version", "source", "dtype"};
-    const char *mv[] = {"pt", CT_VERSION, src, ct_dtype_safetensors_name(a->dtype)};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype)};
     ct_fs_out out;   /* a temporary file renamed into place (a device is written through) */
     if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
-    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, f->n_tensors, mk, mv, 4, err), err);
-    for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
-    free(owned);
+    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, src->n_tensors, mk, mv, 4, err), err);
+    free(fill);
     free(e);
     return rc;
 }
@@ -305,6 +353,16 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
             return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
                            "export reads; write the export to a new file", out, path);
     }
+    DIR *d = opendir(dir);   /* a sharded checkpoint's files (a hard link to one elsewhere) */
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.' || ct_fs_join(path, sizeof path, dir, de->d_name, NULL) != CT_OK) continue;
+        if (ct_fs_same_file(out, path)) {
+            closedir(d);
+            return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
+                           "export reads; write the export to a new file", out, path);
+        }
+    }
+    if (d) closedir(d);
     ct_err e = {0};
     if (ct_fs_check_output_file(out, &e))
         return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "
@@ -326,7 +384,7 @@ static int checkpoint_graph(const char *dir, ct_config **cfg, ct_graph **g, ct_e
 
 /* --layout hf-gpt2: the checkpoint's tensors in GPT-2's names and layout, through the map of the
  * model its config.json describes. */
-static int export_hf_gpt2(const ct_st_file *f, const export_args *a, const char *dir, int *n_out,
+static int export_hf_gpt2(const ct_ckpt_source *f, const export_args *a, const char *dir, int *n_out,
                           ct_err *err) {
     ct_config *cfg = NULL;
     ct_graph *g = NULL;
@@ -361,24 +419,27 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     export_args a = {0};
     int rc = export_parse(argc, argv, &a, err);
     if (rc) return rc;
-    char dir[CLI_PATH], model[CLI_PATH + 32];
+    char dir[CLI_PATH];
     rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
     if (!rc) rc = export_check_out(a.out, a.checkpoint, dir, err);
     if (rc) return rc;
-    snprintf(model, sizeof model, "%s/model.safetensors", dir);
-    ct_st_file *f = ct_st_open(model, err);
-    if (!f) return err->code;
-    int n = f->n_tensors;
-    rc = a.hf_gpt2 ? export_hf_gpt2(f, &a, dir, &n, err) : export_write(f, &a, dir, err);
+    /* one file set's model.safetensors, or per-rank shards consolidated (each tensor read from the
+     * shards that hold it, in chunks) */
+    ct_ckpt_source src;
+    rc = ct_ckpt_source_open_dir(dir, false, &src, err);
+    if (rc) return rc;
+    int n = src.n_tensors;
+    rc = a.hf_gpt2 ? export_hf_gpt2(&src, &a, dir, &n, err) : export_write(&src, &a, dir, err);
     if (!rc && a.hf_gpt2) {
         printf("exported %d tensors (%s, layout %s) from %s to %s\n", n, ct_dtype_safetensors_name(a.dtype),
                CT_HF_GPT2_LAYOUT, dir, a.out);
     } else if (!rc) {
         uint64_t values = 0;
-        for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
-        printf("exported %d tensors (%llu values, %s) from %s to %s\n", f->n_tensors,
-               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out);
+        for (int i = 0; i < src.n_tensors; i++) values += (uint64_t)ct_shape_numel(&src.tensors[i].shape);
+        printf("exported %d tensors (%llu values, %s) from %s to %s%s\n", src.n_tensors,
+               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out,
+               src.shards ? " (consolidated from the per-rank shards)" : "");
     }
-    ct_st_close(f);
+    ct_ckpt_source_close(&src);
     return rc;
 }

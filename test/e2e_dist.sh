@@ -74,10 +74,18 @@ EOF
 cfg sgd '{"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}' false 50   # 3 buckets of gradients
 cfg adam '{"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}' true 500000000
 
+# weights RUN: the model of run RUN's final checkpoint as one file: its model.safetensors, or for
+# per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
+weights() {
+    _d="$T/$1/checkpoints/global_step20"
+    if [ -f "$_d/model.safetensors" ]; then echo "$_d/model.safetensors"; return; fi
+    "$B" export --checkpoint "$_d" --out "$T/$1.weights.safetensors" >/dev/null 2>"$T/$1.export.err" &&
+        echo "$T/$1.weights.safetensors"
+}
 # close A B TOL: the final checkpoints of runs A and B hold the same weights within TOL (the largest
 # relative error of a tensor, ||a - b|| / ||a||)
 close() {
-    "$PY" - "$T/$1/checkpoints/global_step20/model.safetensors" "$T/$2/checkpoints/global_step20/model.safetensors" "$3" <<'EOF'
+    "$PY" - "$(weights "$1")" "$(weights "$2")" "$3" <<'EOF'
 import json, math, struct, sys
 from array import array
 def load(path):

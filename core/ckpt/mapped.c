@@ -135,9 +135,10 @@ static int check_file(const ct_st_file *f, const ct_ckpt_tensors *t, const ct_te
 int ct_ckpt_init_from_map(const char *file, const ct_ckpt_tensors *t, const ct_tensor_map *m,
                           int *n_loaded, ct_err *err) {
     if (n_loaded) *n_loaded = 0;
+    int64_t first, k;
     for (int i = 0; i < m->n; i++)
         if (m->entries[i].view < 0 || m->entries[i].view >= t->n_views ||
-            !ct_ckpt_view_in_bounds(t, &t->views[m->entries[i].view]))
+            !ct_ckpt_view_part(t, &t->views[m->entries[i].view], &first, &k))
             return ct_errf(err, CT_ERR_RUNTIME, "init_from: %s maps to no view inside the buffers", m->entries[i].name);
     ct_st_file *f = ct_st_open(file, err);
     if (!f) return err && err->code ? err->code : CT_ERR_DATA;
@@ -154,8 +155,14 @@ int ct_ckpt_init_from_map(const char *file, const ct_ckpt_tensors *t, const ct_t
     for (int i = 0; i < m->n; i++) {
         const ct_tmap_entry *e = &m->entries[i];
         if (e->duplicate) continue;
+        /* one view at a time in the model's layout (a transpose needs all of it), then the part of
+         * it this rank holds into t's memory */
+        const ct_param_view *v = &t->views[e->view];
         float *values = read_all(find(f, m, e->name, used));
-        to_view(values, e, &t->views[e->view], ct_ckpt_view_data(t, &t->views[e->view]));
+        float *view = ct_xmalloc((size_t)(v->numel ? v->numel : 1) * sizeof *view);
+        to_view(values, e, v, view);
+        ct_ckpt_put_view(t, v, view);
+        free(view);
         free(values);
         loaded++;
     }
@@ -166,7 +173,7 @@ int ct_ckpt_init_from_map(const char *file, const ct_ckpt_tensors *t, const ct_t
     return CT_OK;
 }
 
-int ct_ckpt_map_export(const ct_st_file *src, const ct_param_view *views, const ct_tensor_map *m,
+int ct_ckpt_map_export(const ct_ckpt_source *src, const ct_param_view *views, const ct_tensor_map *m,
                        ct_dtype dtype, ct_mapped_export *out, ct_err *err) {
     *out = (ct_mapped_export){0};
     out->entries = ct_xcalloc((size_t)m->n + 1, sizeof *out->entries);
@@ -176,15 +183,15 @@ int ct_ckpt_map_export(const ct_st_file *src, const ct_param_view *views, const 
         const ct_tmap_entry *e = &m->entries[i];
         if (e->duplicate) continue;
         const ct_param_view *v = &views[e->view];
-        const ct_st_tensor *x = ct_st_find(src, v->name);
+        const ct_ckpt_src_tensor *x = ct_ckpt_source_find(src, v->name);
         char a[96], b[96];
-        if (!x || !ct_shape_eq(&x->shape, &v->shape) || ct_st_numel(x) != v->numel)
+        if (!x || !ct_shape_eq(&x->shape, &v->shape) || ct_shape_numel(&x->shape) != v->numel)
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" is %s%s, the model of its config needs "
                            "%s (for %s's %s)", src->path, v->name, x ? "of shape " : "missing",
                            x ? ct_shape_str(&x->shape, a, sizeof a) : "",
                            ct_shape_str(&v->shape, b, sizeof b), m->layout, e->name);
         float *values = ct_xmalloc((size_t)(v->numel ? v->numel : 1) * sizeof *values);
-        if (!ct_st_read_f32(x, values, v->numel)) {
+        if (!ct_ckpt_source_read(src, x, 0, v->numel, values)) {
             free(values);
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, expected F32, F16 or BF16",
                            src->path, v->name, x->dtype);

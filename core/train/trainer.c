@@ -112,13 +112,6 @@ static int open_comm(ct_trainer *t, ct_err *err) {
     if (t->opts.launch && t->opts.launch->world == t->cfg->world_size) launch = *t->opts.launch;
     else ct_launch_given(&launch, t->cfg->world_size);
     launch.stop_signal = t->opts.stop_signal;   /* a rank stuck in a wait still ends on a stop signal */
-    /* GPU ranks: a checkpoint of partitioned state is gathered on the host (checkpoint.c), which the
-     * device communicator cannot do yet */
-    int stage = ct_run_plan_zero_stage(t->cfg);
-    if (stage > 0 && strcmp(t->be->name, "cpu") != 0)
-        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d over %d GPU ranks: not implemented yet (the "
-                       "partitioned state's checkpoints are gathered on the host, which NCCL does not do); use stage "
-                       "0 on GPUs, or train.device \"cpu\"", stage, l->world);
     return ct_comm_open(t->be, l, &t->comm, err);
 }
 
