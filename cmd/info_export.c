@@ -31,8 +31,8 @@ static void print_tensors(const ct_st_file *f, FILE *out) {
     }
     for (int i = 0; i < f->n_tensors; i++) {
         const ct_st_tensor *t = &f->tensors[i];
-        char shape[128];
-        fprintf(out, "  %-*s  %-5s %s\n", width, t->name, t->dtype,
+        char shape[128], name[1024];   /* names from the file: control bytes escaped */
+        fprintf(out, "  %-*s  %-5s %s\n", width, ct_printable_name(name, sizeof name, t->name), t->dtype,
                 ct_shape_str(&t->shape, shape, sizeof shape));
     }
 }
@@ -46,8 +46,10 @@ static void print_file_summary(const ct_st_file *f, FILE *out) {
             (unsigned long long)f->header_len);
     if (f->n_meta) {
         fprintf(out, "  metadata:");
+        char key[1024], val[84];
         for (int i = 0; i < f->n_meta; i++)
-            fprintf(out, " %s=%.80s", f->meta_keys[i], f->meta_vals[i]);
+            fprintf(out, " %s=%s", ct_printable_name(key, sizeof key, f->meta_keys[i]),
+                    ct_printable_name(val, sizeof val, f->meta_vals[i]));
         fprintf(out, "\n");
     }
 }

@@ -464,6 +464,46 @@ START_TEST(test_info_refuses_fifo) {
 }
 END_TEST
 
+/* A FIFO as a data file of any format is refused by name at open, at once (it used to block in
+ * open() until a writer came: alarm() turns that into a failure instead of a hung suite). */
+START_TEST(test_data_fifo_refused) {
+    char fifo[300], json[700];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmp);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    static const char *const entries[] = {
+        "{\"format\": \"csv\", \"path\": \"%s\"}", "{\"format\": \"tfrecord\", \"path\": \"%s\"}",
+        "{\"format\": \"webdataset\", \"urls\": \"%s\"}", "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4}",
+        "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", "{\"format\": \"shard\", \"path\": \"%s\"}"};
+    for (int i = 0; i < CT_ARRAY_LEN(entries); i++) {
+        snprintf(json, sizeof json, entries[i], fifo, fifo);
+        ct_dataset *ds = NULL;
+        ct_err err = {0};
+        alarm(5);
+        ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+        alarm(0);
+        ck_assert_msg(strstr(err.msg, fifo) && strstr(err.msg, "a FIFO, not a regular file"), "%s: %s", json, err.msg);
+    }
+}
+END_TEST
+
+/* Names from data files reach a terminal escaped: control bytes (C0, DEL, C1) and invalid UTF-8 as
+ * \xNN, valid UTF-8 kept; a name's newline escaped, a message's kept; a cut at a whole escape. */
+START_TEST(test_printable) {
+    char out[64];
+    const char name[] = "a\x1b[31mb\n\t\x7f\xc2\x9b\xff\xc3\xa9\xe2\x82\xac";
+    ck_assert_str_eq(ct_printable(out, sizeof out, name, sizeof name - 1, CT_PRINT_NAME),
+                     "a\\x1b[31mb\\x0a\\x09\\x7f\\xc2\\x9b\\xff\xc3\xa9\xe2\x82\xac");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "x\ny\tz\x07", 6, CT_PRINT_LINES), "x\ny\tz\\x07");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "nul\0in", 6, CT_PRINT_NAME), "nul\\x00in");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "\xc0\xaf\xed\xa0\x80", 5, CT_PRINT_NAME),   /* overlong, surrogate */
+                     "\\xc0\\xaf\\xed\\xa0\\x80");
+    ck_assert_str_eq(ct_printable(out, 10, "\x1b\x1b\x1b", 3, CT_PRINT_NAME), "\\x1b...");   /* 9 bytes of room */
+    ck_assert_str_eq(ct_printable(out, 13, "\x1b\x1b\x1b", 3, CT_PRINT_NAME), "\\x1b\\x1b\\x1b");
+    ck_assert_str_eq(ct_printable(out, 6, "abcdefgh", 8, CT_PRINT_NAME), "ab...");
+    ck_assert_str_eq(ct_printable(out, 9, "abcdefgh", 8, CT_PRINT_NAME), "abcdefgh");
+}
+END_TEST
+
 /* The value of `key=` in a fingerprint ("" when absent). */
 static const char *fp_field(const char *fp, const char *key, char *out, size_t n) {
     char k[32];
@@ -1406,8 +1446,9 @@ START_TEST(test_webdataset_errors) {
     /* A sample without its label: an error at decode, skipped and counted with skip_corrupt. */
     ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/sample000004\" has no "
-                         "part.0/sample000004.cls member (field \"label\")"), "%s", err.msg);
+    /* its key holds ESC [2J (clear the screen): escaped in the message, so no control byte reaches a terminal */
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/\\x1b[2Jsample000004\" has no "
+                         "part.0/\\x1b[2Jsample000004.cls member (field \"label\")"), "%s", err.msg);
     int64_t skipped, got = skip_corrupt_epoch(ds, 5, 5, &skipped);
     ck_assert_int_eq(got, 14);
     ck_assert_int_eq(skipped, 1);
@@ -1684,7 +1725,8 @@ START_TEST(test_tfrecord_errors) {
                   strstr(err.msg, "feature \"image\" (input): image is 3x3 (HxW), expected 4x4"), "%s", err.msg);
     ck_assert_int_eq(ds->decode(ds, 7, x, &y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 2 (offset") &&
-                  strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name"), "%s", err.msg);
+                  strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name, "
+                         "\\x1b[31mred\\x0a"), "%s", err.msg);   /* a name from the file, escaped */
     int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
     ck_assert_int_eq(got, 6);
     ck_assert_int_eq(skipped, 3);
@@ -1737,6 +1779,78 @@ START_TEST(test_tfrecord_errors) {
     ck_assert_msg(strstr(err.msg, "data.train.shape: expected 1 to 4 positive integers"), "%s", err.msg);
     ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"input\": \"x\"}", &ds, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "data.train.path: missing"), "%s", err.msg);
+}
+END_TEST
+
+/* A bad data CRC in record 0 is a record like any other: the open takes the geometry from the first
+ * record that reads (it used to fail there), decode names record 0 and skip_corrupt skips it; when
+ * every record has one, the open says so. */
+START_TEST(test_tfrecord_bad_first_record) {
+    tfr_row rows[16];
+    make_tfr("png", rows, 16);
+    char json[1200], p[400];
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    snprintf(p, sizeof p, "%s/part-0.tfrecord", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    b[20] ^= 0x10;   /* record 0's data */
+    write_bytes(p, b, len);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 9);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): bad data CRC"), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_OK);
+    ck_assert_int_eq(png_id(x), rows[1].id);
+    int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(skipped, 1);
+    ct_dataset_close(ds);
+    /* every record of the only file bad */
+    for (int r = 0; r < 5; r++) b[tfr_offset(p, r) + 20] ^= r ? 0x10 : 0;
+    write_bytes(p, b, len);
+    free(b);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): bad data CRC") &&
+                  strstr(err.msg, "All 5 records have a bad data CRC"), "%s", err.msg);
+}
+END_TEST
+
+/* A compressed file whose stream inflates to no TFRecord framing (gzip members of zeros: 64 MiB
+ * from 300 KiB) stops at its first record header, naming the file, instead of being inflated whole
+ * into memory first (an 8.5 GB buffer for a 4 MB file). */
+START_TEST(test_tfrecord_gzip_bomb) {
+    enum { MIB = 1 << 20 };
+    uint8_t *zeros = calloc(MIB, 1), *gz = malloc(MIB);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    ck_assert_int_eq(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);   /* gzip */
+    z.next_in = zeros;
+    z.avail_in = MIB;
+    z.next_out = gz;
+    z.avail_out = MIB;
+    ck_assert_int_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t n = MIB - z.avail_out;
+    deflateEnd(&z);
+    char p[400], json[600];
+    snprintf(p, sizeof p, "%s/bomb.tfrecord.gz", tmp);
+    FILE *f = fopen(p, "wb");
+    for (int k = 0; k < 64; k++) ck_assert_uint_eq(fwrite(gz, 1, n, f), n);   /* 64 members */
+    fclose(f);
+    free(zeros);
+    free(gz);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s\"}", p);
+    ct_dataset *ds;
+    ct_err err = {0};
+    double t0 = ct_now();
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "bomb.tfrecord.gz: compressed (gzip or zlib), but what it inflates to is not TFRecord "
+                         "records: record 0 at inflated byte 0 has a bad length CRC (inflating stopped there)"), "%s", err.msg);
+    ck_assert_msg(ct_now() - t0 < 2.0, "took %.2f s: inflated far past the first header", ct_now() - t0);
 }
 END_TEST
 
@@ -1841,6 +1955,8 @@ int main(void) {
     tcase_add_test(tc, test_pack_idx_labels);
     tcase_add_test(tc, test_bench_data_args);
     tcase_add_test(tc, test_info_refuses_fifo);
+    tcase_add_test(tc, test_data_fifo_refused);
+    tcase_add_test(tc, test_printable);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
@@ -1857,6 +1973,8 @@ int main(void) {
     tcase_add_test(tc, test_tfrecord_raw_and_float);
     tcase_add_test(tc, test_tfrecord_index);
     tcase_add_test(tc, test_tfrecord_errors);
+    tcase_add_test(tc, test_tfrecord_bad_first_record);
+    tcase_add_test(tc, test_tfrecord_gzip_bomb);
     tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/util/fs.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/hdf5_info.h"
@@ -446,7 +447,7 @@ int ct_hdf5_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_
     int rc = parse_entry(cfg, entry, path, im, ds->source, sizeof ds->source, &limit, err);
     if (!rc) rc = ct_h5_precheck(ds->source, err);
     if (!rc) {
-        im->fd = open(ds->source, O_RDONLY | O_CLOEXEC);
+        im->fd = ct_fs_open_input(ds->source);   /* checked regular by ct_h5_precheck */
         if (im->fd < 0) rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", ds->source, strerror(errno));
     }
     if (!rc) rc = open_file(im, ds, err);

@@ -720,7 +720,8 @@ static void say(const ct_loader *l, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    l->o.warn_fn(l->o.warn_ctx, line);
+    char shown[4 * sizeof line];   /* a record's error may quote names from the file */
+    l->o.warn_fn(l->o.warn_ctx, ct_printable(shown, sizeof shown, line, strlen(line), CT_PRINT_NAME));
 }
 
 /* skip_corrupt bookkeeping of the batch just taken: count each record once, name the first

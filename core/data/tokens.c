@@ -8,6 +8,7 @@
  * header does not carry one). A token >= the vocabulary size is reported as corrupt data at
  * decode. */
 #include "core/data/tokens.h"
+#include "core/util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +61,7 @@ int ct_tokens_write(const char *path, const uint32_t *tokens, uint64_t n, int wi
         }
     }
     ok &= fclose(f) == 0;
-    if (!ok) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    if (!ok) return ct_fs_write_error(err, path, "write", errno);
     return CT_OK;
 }
 
@@ -218,12 +219,12 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->close = tok_close;
     snprintf(ds->source, sizeof ds->source, "%s", file);
     im->seq_len = seq_len;
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd;
     struct stat st;
-    if (fd < 0) {
-        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
-    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", file);
+    if ((rc = ct_fs_open_regular(file, CT_ERR_DATA, "a tokens file", &fd, err))) {
+        /* a FIFO: refused, not waited on */
+    } else if (fstat(fd, &st) != 0) {
+        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", file, strerror(errno));
     } else {
         im->size = (size_t)st.st_size;
         void *p = im->size ? mmap(NULL, im->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;

@@ -115,7 +115,10 @@ struct ct_metrics {
 };
 
 static void fail_once(ct_metrics *m, const char *path) {
-    if (!m->failed[0]) snprintf(m->failed, sizeof m->failed, "%s: %s", path, strerror(errno ? errno : EIO));
+    if (m->failed[0]) return;
+    ct_err e = {0};   /* a full disk or ulimit -f says so, and what to do */
+    ct_fs_write_error(&e, path, "write", errno ? errno : EIO);
+    snprintf(m->failed, sizeof m->failed, "%.1600s", e.msg);
 }
 
 /* JSON: a number, or null where it is not finite (JSON has no NaN). */
@@ -440,7 +443,7 @@ int ct_metrics_close(ct_metrics *m, ct_err *err) {
     pthread_join(m->thread, NULL);
     int rc = CT_OK;
     if (m->failed[0])
-        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: writing %s failed; later metrics were not written", m->failed);
+        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: later metrics were not written: %s", m->failed);
     else if (m->dropped > 0)
         rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: %ld records dropped (the writer fell behind the training "
                      "steps; the files miss them)", m->dropped);

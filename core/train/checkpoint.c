@@ -94,7 +94,11 @@ void ct_trainer_ckpt_close(ct_trainer *t) {
 }
 
 static void print_warnings(ct_warnings *w) {
-    for (int i = 0; i < w->n; i++) fprintf(stderr, "ctrain: warning: %s\n", w->items[i]);
+    for (int i = 0; i < w->n; i++) {
+        fputs("ctrain: warning: ", stderr);
+        ct_fputs_printable(w->items[i], stderr);   /* they may quote names from files */
+        fputc('\n', stderr);
+    }
     ct_warnings_free(w);
 }
 
