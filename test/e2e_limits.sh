@@ -1,5 +1,5 @@
 #!/bin/sh
-# Resource limits (ulimit -v, -n): a run that does not fit its address-space limit (ulimit -v) fails at start with
+# Resource limits (ulimit -v, -n, -f): a run that does not fit its address-space limit (ulimit -v) fails at start with
 # exit 1 and a message naming the limit, instead of hanging in OpenBLAS's buffer allocation (which
 # retries a failing mmap forever, and made exit hang joining its thread); a limit too small to map
 # OpenBLAS itself is an error message too (linked, its constructor raised SIGINT before main: exit
@@ -36,6 +36,20 @@ has "$T/err" "fmnist_mlp.json: Too many open files" "the message names the confi
 limited -n 6 1 "ulimit -n 6: OpenBLAS cannot be opened: exit 1"
 has "$T/err" "ulimit -n for open files" "the message names the limit"
 limited -v 4000000 0 "ulimit -v 4000000: the run fits and trains"
+# A write past the file-size limit (ulimit -f, in 512-byte blocks in sh): SIGXFSZ used to end the run
+# without a word (exit 153); the write fails instead, the error names the file and the limit, exit 1
+# with the summary. 512 bytes: run_dir/config.json; 50 KiB: the first checkpoint (2.7 MB of weights).
+fsize() {
+    (ulimit -f "$1" && exec timeout -s KILL 60 "$B" --quiet --config configs/fmnist_mlp.json \
+        --set train.max_steps=3 --set data.eval.limit=100 --set train.run_dir="$T/run-f$1") >"$T/out" 2>"$T/err"
+    rc=$?
+    if [ "$rc" -eq 1 ]; then ok "ulimit -f $1: exit 1"; else bad "ulimit -f $1: exit $rc, expected 1"; sed 's/^/     /' "$T/err" | head -4; fi
+    has "$T/err" "$2: write failed: File too large" "ulimit -f $1: the error names $2"
+    has "$T/err" "file-size limit of this process (ulimit -f) is $3 bytes" "ulimit -f $1: and the limit"
+    has "$T/out" '^{"status":"error"' "ulimit -f $1: the summary line is written"
+}
+fsize 1 "run-f1/config.json" 512
+fsize 100 "model.safetensors" 51200
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

@@ -61,9 +61,8 @@ int ct_fs_write_error(ct_err *err, const char *path, const char *op, int e) {
     else if (e == EDQUOT)
         ct_err_append(err, "  Your disk quota there is used up: free space, or write elsewhere.");
     else if (e == EFBIG && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        ct_err_append(err, "  The file-size limit of this process is %llu bytes (ulimit -f %llu, in 1 KiB blocks): "
-                      "raise it (ulimit -f unlimited) and run again.", (unsigned long long)rl.rlim_cur,
-                      (unsigned long long)rl.rlim_cur / 1024);
+        ct_err_append(err, "  The file-size limit of this process (ulimit -f) is %llu bytes: raise it (ulimit -f "
+                      "unlimited) and run again.", (unsigned long long)rl.rlim_cur);
     else if (e == EFBIG)
         ct_err_append(err, "  The file is larger than the file system or the process allows.");
     return CT_ERR_RUNTIME;
