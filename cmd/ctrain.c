@@ -14,6 +14,7 @@
 #include "core/backend/backend.h"
 #include "cmd/commands.h"
 #include "core/ckpt/ckpt.h"
+#include "core/ckpt/owned.h"
 #include "core/dist/launch.h"
 #include "core/util/common.h"
 #include "core/util/fs.h"
@@ -433,10 +434,17 @@ static int save_summary(const ct_summary *s, const char *path, const ct_config *
 
 /* --summary FILE for a run refused before it started (its config did not load), so that a sweep
  * script finds every point it launched, failed ones with their error. The file must not be one of
- * the run's own inputs (the config, --model, --data): those are refused like at a run's start. A
- * summary that cannot be written is said, and the config error's exit code stays. */
+ * the run's own inputs (the config, --model, --data) nor a file ctrain keeps in a run or checkpoint
+ * directory (core/ckpt/owned.h): those are refused like at a run's start. A summary that cannot be
+ * written is said, and the config error's exit code stays. */
 static void save_error_summary(const ct_summary *s, const cli_args *a) {
     if (!a->summary) return;
+    char owned[2 * 4096 + 100];
+    if (ct_owned_output(a->summary, owned, sizeof owned)) {
+        fprintf(stderr, "ctrain: error: --summary %s is %s, which it would replace; the summary is on stdout "
+                "only\n", a->summary, owned);
+        return;
+    }
     const char *inputs[] = {a->config, a->model, a->data};
     for (int i = 0; i < 3; i++)
         if (inputs[i] && ct_fs_same_file(a->summary, inputs[i])) {

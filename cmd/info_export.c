@@ -13,6 +13,7 @@
 
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
@@ -307,6 +308,11 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
             return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
                            "export reads; write the export to a new file", out, path);
     }
+    char why[2 * CLI_PATH + 100];
+    if (ct_owned_output(out, why, sizeof why))   /* a run's latest, config.json, metrics.jsonl, ... */
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s; writing there would replace a file ctrain "
+                       "keeps. Write the export elsewhere (e.g. --out model.safetensors in the current directory)",
+                       out, why);
     ct_err e = {0};
     if (ct_fs_check_output_file(out, &e))
         return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "

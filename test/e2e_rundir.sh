@@ -9,7 +9,8 @@
 #    holder's pid, while eval and --dry-run still work; after kill -9 the lock is gone;
 #  - an unwritable train.save_dir, train.run_dir or --summary exits 2 before any step, and so
 #    does a --summary naming an input (the config, a dataset file through a link) or a file of
-#    ctrain's (in save_dir, run_dir/config.json), for ctrain eval too; the file left intact;
+#    ctrain's (in save_dir, run_dir/config.json), for ctrain eval too; the file left intact; export
+#    --out, plot --out and --summary over another run's latest, config.json or metrics.jsonl too;
 #  - --resume auto over incomplete checkpoints only: exit 3 naming what is damaged; a fresh run
 #    beside them (no --resume) leaves them to keep_last; keep_last applied at the start (a kill between latest and pruning), foreign and
 #    incomplete checkpoints left alone;
@@ -169,6 +170,30 @@ C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --su
 code $? 0 "eval --summary elsewhere" "$T/e4.err"
 status_ok() { grep -q '"status":"ok"' "$1"; }
 if status_ok "$T/e4.json"; then ok "eval --summary written"; else bad "eval --summary not written"; fi
+# Outputs over the files another run keeps (run A's latest, config.json, metrics.jsonl): export
+# --out, plot --out, a run's and eval's --summary, also a run refused at start, exit 2 (export and a
+# summary used to replace them), every file intact
+A="$T/runs/ds_config"
+for f in checkpoints/latest config.json metrics.jsonl; do cp "$A/$f" "$T/orig.$(basename "$f")"; done
+G=$(ls -d "$R"/global_step* | tail -1)
+for f in checkpoints/latest config.json metrics.jsonl; do
+    C export --checkpoint "$G" --out "runs/ds_config/$f" >/dev/null 2>"$T/x.err"
+    code $? 2 "export --out over run A's $f exits 2" "$T/x.err"
+    has "$T/x.err" "export: --out runs/ds_config/$f is the .*$(basename "$f"); writing there would replace a file ctrain keeps" \
+        "export: the message names A's $f"
+done
+C plot runs/ds_config --out runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "plot --out over A's metrics.jsonl exits 2" "$T/x.err"
+C --config expA/ds_config.json --set train.run_dir=runs/o8 --summary runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "a run's --summary over A's metrics.jsonl exits 2" "$T/x.err"
+untrained "$T/x.err" "--summary over A's metrics.jsonl: found before training"
+C --config expA/nope.json --summary runs/ds_config/config.json >/dev/null 2>"$T/x.err"
+code $? 2 "a run refused at start: its --summary over A's config.json is not written" "$T/x.err"
+C eval --config expA/ds_config.json --checkpoint runs/b/checkpoints --summary runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "eval --summary over A's metrics.jsonl exits 2" "$T/x.err"
+for f in checkpoints/latest config.json metrics.jsonl; do
+    if cmp -s "$A/$f" "$T/orig.$(basename "$f")"; then ok "A's $f is intact"; else bad "A's $f was replaced"; fi
+done
 
 # --- --resume auto over incomplete checkpoints only: exit 3 naming the damaged file and how to start
 # fresh deliberately (it started from scratch with exit 0); without --resume the run starts beside
