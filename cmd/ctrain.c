@@ -296,6 +296,29 @@ static void write_all(int fd, const char *buf, size_t len) {
     }
 }
 
+/* The summary line of a process that ends at once (exit_now, on_fatal), written with write(2): on
+ * stdout, and in --summary once a step has finished (the set-up has then checked that the path names
+ * no input of the run, a dataset file it would replace; before that, stdout alone). */
+static void write_summary_now(ct_summary *s, bool stepped) {
+    s->wall_s = ct_now() - g_watch.t0;
+    s->peak_host_bytes = ct_peak_rss_bytes();
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    if (f) {
+        ct_summary_write(s, f);
+        fclose(f);
+    }
+    if (line) write_all(STDOUT_FILENO, line, len);
+    if (line && g_watch.summary_path && stepped) {
+        int fd = open(g_watch.summary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            write_all(fd, line, len);
+            close(fd);
+        }
+    }
+}
+
 /* Exit at once on signal sig: the second SIGINT, or a stop before this process finished a step
  * (the set-up, the first step: nothing trained yet that a checkpoint could keep). The summary is
  * as of the last step (status interrupted). The main thread may be anywhere (inside a step, inside
@@ -320,26 +343,8 @@ static void exit_now(int sig) {
     pthread_mutex_lock(&g_watch.mu);
     snprintf(scratch, sizeof scratch, "%s", g_watch.scratch_dir);
     pthread_mutex_unlock(&g_watch.mu);
-    s.wall_s = ct_now() - g_watch.t0;
-    s.peak_host_bytes = ct_peak_rss_bytes();
-    char *line = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&line, &len);
-    if (f) {
-        ct_summary_write(&s, f);
-        fclose(f);
-    }
     write_all(STDERR_FILENO, msg, strlen(msg));
-    if (line) write_all(STDOUT_FILENO, line, len);
-    /* --summary only once a step has finished: the set-up has then checked that the path names
-     * no input of the run (a dataset file it would replace); before that, stdout alone. */
-    if (line && g_watch.summary_path && stepped) {
-        int fd = open(g_watch.summary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd >= 0) {
-            write_all(fd, line, len);
-            close(fd);
-        }
-    }
+    write_summary_now(&s, stepped);
     if (scratch[0]) ct_fs_remove_tree(scratch);   /* --smoke's, --profile's */
     _exit(128 + sig);
 }
@@ -601,6 +606,15 @@ static void on_fatal(void *ctx, const char *msg) {
     /* past train.memory_limit_gb: the plan and what to change (set at start; read-only since) */
     if (strstr(msg, "out of") && g_watch.oom_note[0]) fprintf(stderr, "%s\n", g_watch.oom_note);
     fflush(NULL);
+    pthread_mutex_lock(&g_watch.mu);
+    bool run = g_watch.t0 > 0 && !g_watch.finished, stepped = g_watch.stepped;
+    ct_summary s = g_watch.last;
+    pthread_mutex_unlock(&g_watch.mu);
+    if (run) {   /* a run's summary line, status error, as for every other way a run ends */
+        snprintf(s.status, sizeof s.status, "error");
+        snprintf(s.error, sizeof s.error, "%.*s", (int)strcspn(msg, "\n"), msg);
+        write_summary_now(&s, stepped);
+    }
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
 

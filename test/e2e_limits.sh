@@ -48,6 +48,33 @@ fsize() {
     has "$T/err" "file-size limit of this process (ulimit -f) is $3 bytes" "ulimit -f $1: and the limit"
     has "$T/out" '^{"status":"error"' "ulimit -f $1: the summary line is written"
 }
+# Memory a data file asks for (a tar member of 3 GiB, sparse here) that the process cannot have:
+# exit 1 naming the file, the member and the bytes, with the summary (it was ct_fatal naming a
+# source line, webdataset.c, and no summary).
+/usr/bin/python3 - "$T/big.tar" <<'EOF'
+import sys, tarfile
+size = 3 << 30
+with open(sys.argv[1], "wb") as f:
+    head = tarfile.TarInfo("s0.png")
+    head.size = size
+    f.write(head.tobuf(tarfile.USTAR_FORMAT))
+    f.seek(512 + size)
+    label = tarfile.TarInfo("s0.cls")
+    label.size = 1
+    f.write(label.tobuf(tarfile.USTAR_FORMAT) + b"1" + bytes(511 + 1024))
+EOF
+cat >"$T/big.json" <<EOF
+{"train_batch_size": 1, "optimizer": {"type": "Adam", "params": {}},
+ "model": {"input": [1, 4, 4], "layers": [{"type": "flatten"}, {"type": "linear", "out": 2}],
+           "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "webdataset", "urls": "big.tar"}}, "train": {"max_steps": 1}}
+EOF
+(ulimit -v 2000000 && exec timeout -s KILL 60 "$B" --quiet --config "$T/big.json" --set train.run_dir="$T/run-big") \
+    >"$T/out" 2>"$T/err"
+eq "a 3 GiB tar member under ulimit -v 2000000: exit 1" "$?" 1
+has "$T/err" "out of host memory: 3221225473 bytes (3.0 GiB) for .*big.tar: member s0.png (3221225472 bytes)" \
+    "the message names the file, the member and the bytes"
+has "$T/out" '^{"status":"error"' "the summary line is written"
 fsize 1 "run-f1/config.json" 512
 fsize 100 "model.safetensors" 51200
 

@@ -307,7 +307,9 @@ static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, 
     if (lf->dims[0] != img->dims[0])
         return ct_errf(err, CT_ERR_DATA, "%s has %lld labels but %s has %lld images", lf->path,
                        (long long)lf->dims[0], img->path, (long long)img->dims[0]);
-    im->labels = ct_xmalloc((size_t)count * sizeof *im->labels);
+    char what[sizeof lf->path + 40];
+    snprintf(what, sizeof what, "%s: %lld labels", lf->path, (long long)count);
+    if (!(im->labels = ct_try_malloc((size_t)count * sizeof *im->labels, what, err))) return CT_ERR_RUNTIME;
     int32_t maxl = 0;
     int64_t at = 0;
     for (int64_t i = 0; i < count; i++) {

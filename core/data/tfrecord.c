@@ -278,8 +278,17 @@ static int scan_file(tfr_impl *im, int k, int64_t limit, ct_err *err) {
         }
         if (rc) break;
         if (n + CT_TFRECORD_TAIL > cap) { /* grows by doubling, but never past twice the largest record */
-            cap = 2 * cap > (size_t)n + CT_TFRECORD_TAIL ? 2 * cap : (size_t)n + CT_TFRECORD_TAIL;
-            buf = ct_xrealloc(buf, cap);
+            size_t want = 2 * cap > (size_t)n + CT_TFRECORD_TAIL ? 2 * cap : (size_t)n + CT_TFRECORD_TAIL;
+            char what[1400];
+            snprintf(what, sizeof what, "%s: record %lld at offset %lld (%llu bytes)", file, (long long)rec,
+                     (long long)off, (unsigned long long)n);
+            uint8_t *more = ct_try_realloc(buf, want, what, err);
+            if (!more) {
+                rc = CT_ERR_RUNTIME;
+                break;
+            }
+            buf = more;
+            cap = want;
         }
         if (fread(buf, 1, (size_t)n + CT_TFRECORD_TAIL, f) != (size_t)n + CT_TFRECORD_TAIL) {
             rc = ct_errf(err, CT_ERR_DATA, "%s: record %lld at offset %lld: cannot read its data", file,
@@ -362,7 +371,11 @@ static int read_record_at(const tfr_impl *im, int64_t i, uint8_t **base, const u
     const tfr_record *r = &im->recs[i];
     const char *file = im->files.paths[r->file];
     size_t total = (size_t)r->len + CT_TFRECORD_FRAMING;
-    uint8_t *b = ct_xmalloc(total);
+    char what[1200 + 40];
+    record_name(im, i, what, sizeof what - 40);
+    strcat(what, " (a buffer for the record)");
+    uint8_t *b = ct_try_malloc(total, what, err);   /* up to 1 GiB, as the file says */
+    if (!b) return CT_ERR_RUNTIME;
     ssize_t got;
     int e = 0;
     if (im->mem && im->mem[r->file]) { /* an inflated compressed file */

@@ -348,7 +348,13 @@ static int read_image(const wds_impl *im, int64_t i, uint8_t **buf, size_t *len,
                        "a non-negative integer in ASCII", file, key, im->label_ext);
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
-    *buf = ct_xmalloc((size_t)s->size + 1);
+    char what[1500];
+    snprintf(what, sizeof what, "%s: member %s.%s (%lld bytes)", file, key, im->image_ext, (long long)s->size);
+    *buf = ct_try_malloc((size_t)s->size + 1, what, err);   /* as large as the tar says, within the file */
+    if (!*buf) {
+        close(fd);
+        return CT_ERR_RUNTIME;
+    }
     *len = (size_t)s->size;
     ssize_t got = ct_fs_read_at(fd, *buf, *len, s->off);
     int e = errno;

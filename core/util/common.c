@@ -91,6 +91,26 @@ void ct_die_oom_at(size_t n, const char *file, int line) {
     ct_fatal("out of host memory allocating %zu bytes (%s:%d)", n, file, line);
 }
 
+static void *try_failed(size_t n, const char *what, ct_err *err) {
+    ct_errf(err, CT_ERR_RUNTIME, "out of host memory: %zu bytes (%.1f GiB) for %s", n, (double)n / (1u << 30), what);
+    return NULL;
+}
+
+void *ct_try_malloc(size_t n, const char *what, ct_err *err) {
+    void *p = malloc(n ? n : 1);
+    return p ? p : try_failed(n, what, err);
+}
+
+void *ct_try_calloc(size_t n, size_t size, const char *what, ct_err *err) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    return p ? p : try_failed(size && n > SIZE_MAX / size ? SIZE_MAX : n * size, what, err);
+}
+
+void *ct_try_realloc(void *p, size_t n, const char *what, ct_err *err) {
+    void *q = realloc(p, n ? n : 1);
+    return q ? q : try_failed(n, what, err);
+}
+
 void *ct_xmalloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) ct_die_oom_at(n, file, line);

@@ -73,6 +73,13 @@ void *ct_xmalloc_at(size_t n, const char *file, int line);
 void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line);
 void *ct_xrealloc_at(void *p, size_t n, const char *file, int line);
 char *ct_xstrdup_at(const char *s, const char *file, int line);
+/* Allocation whose size comes from input (a data file's header, a record's length, the number of
+ * samples): NULL and CT_ERR_RUNTIME "out of host memory: N bytes (X.X GiB) for WHAT" in err instead
+ * of ending the process, so the caller's message names the file and the run writes its summary. */
+void *ct_try_malloc(size_t n, const char *what, ct_err *err);
+void *ct_try_calloc(size_t n, size_t size, const char *what, ct_err *err);
+void *ct_try_realloc(void *p, size_t n, const char *what, ct_err *err);   /* p kept on failure */
+
 /* ct_fatal naming the size and the place: host memory ran out. */
 void ct_die_oom_at(size_t n, const char *file, int line) __attribute__((noreturn));
 #define ct_die_oom(n) ct_die_oom_at((n), __FILE__, __LINE__)
