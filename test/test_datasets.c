@@ -322,7 +322,7 @@ END_TEST
 
 /* Labels that do not fit the model are reported where they are: an empty class folder as such
  * (not as "labels go up to 3" when no image has label 3), an IDX label too large with the labels
- * file and its record (not the images file alone). */
+ * file and its record in the message's first line (not the images file alone). */
 START_TEST(test_labels_named_where_they_are) {
     char root[300], p[400], ip[300], lp[300], data[900];
     ct_err err = {0};
@@ -351,7 +351,11 @@ START_TEST(test_labels_named_where_they_are) {
     char input[40];
     snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
     open_fails(run_config(input, data), CT_ERR_DATA, &err);
-    ck_assert_msg(strstr(err.msg, "labs-idx1-ubyte: record 5 has label 4"), "%s", err.msg);
+    /* in the first line, which the summary's "error" holds (it named the images file alone there) */
+    char first[CT_ERR_MSG];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
+    ck_assert_msg(strstr(first, "labs-idx1-ubyte: record 5 has label 4") && strstr(first, "the model has 3 classes"),
+                  "%s", err.msg);
 }
 END_TEST
 
@@ -938,7 +942,7 @@ START_TEST(test_tokens_llmc) {
     ck_assert_msg(strstr(err.msg, "3026 bytes") && strstr(err.msg, "1000 tokens"), "%s", err.msg);
     write_llmc(file, 20240520, 1, -5, tok, N);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "-5 tokens"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "a token count of -5, below 0") && !strstr(err.msg, "2 x -5"), "%s", err.msg);
     /* Version 2 (llm.c's uint32 tokens) is not read. */
     write_llmc(file, 20240520, 2, N, tok, N);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
@@ -967,6 +971,37 @@ START_TEST(test_tokens_llmc) {
     snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4, \"vocab\": 0}", file);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "data.train.vocab"), "%s", err.msg);
+}
+END_TEST
+
+/* An llm.c shard's vocabulary is the entry's "vocab" (default GPT-2's 50257): larger than the model's
+ * classes it is a config error naming data.train.vocab (it was a data error about the file). */
+START_TEST(test_tokens_llmc_vocab_vs_model) {
+    char file[300], path[400], text[1500];
+    snprintf(file, sizeof file, "%s/shard.bin", tmp);
+    uint16_t tok[200];
+    for (int i = 0; i < 200; i++) tok[i] = (uint16_t)(rand() % 100);
+    write_llmc(file, 20240520, 1, 200, tok, 200);
+    for (int with_vocab = 0; with_vocab < 2; with_vocab++) {
+        snprintf(path, sizeof path, "%s/lm.json", tmp);
+        snprintf(text, sizeof text,
+                 "{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01}},\n"
+                 " \"model\": {\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 100, "
+                 "\"dim\": 8}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 100}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+                 " \"data\": {\"train\": {\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 8%s}},\n"
+                 " \"train\": {\"epochs\": 1, \"device\": \"cpu\", \"run_dir\": \"%s/run\"}}\n",
+                 file, with_vocab ? ", \"vocab\": 500" : "", tmp);
+        write_bytes(path, text, strlen(text));
+        ct_config_opts co = {.path = path, .world_size = 1};
+        ct_config *cfg = NULL;
+        ct_warnings w = {0};
+        ct_err err = {0};
+        ck_assert_msg(ct_config_load(&co, &cfg, &w, &err) == CT_OK, "%s", err.msg);
+        ct_warnings_free(&w);
+        open_fails(cfg, CT_ERR_CONFIG, &err);
+        ck_assert_msg(strstr(err.msg, with_vocab ? "data.train.vocab: 500 (" : "data.train.vocab: 50257 (") &&
+                      strstr(err.msg, "but the model has 100 classes"), "%s", err.msg);
+    }
 }
 END_TEST
 
@@ -1479,6 +1514,35 @@ START_TEST(test_webdataset_errors) {
 END_TEST
 
 
+/* A .npy whose shape multiplies out past what a sample may hold is refused for its size, naming
+ * the shape (it said "1 to 4 dimensions" of a 3-dimensional array); URLs are refused as URLs (an
+ * http:// shard was "No such file"). */
+START_TEST(test_webdataset_npy_size_and_urls) {
+    char cmd[900], json[600];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"import io, sys, tarfile\n"
+             "h = b\\\"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000, 100000), }\\\"\n"
+             "npy = b'\\\\x93NUMPY\\\\x01\\\\x00' + len(h).to_bytes(2, 'little') + h\n"
+             "with tarfile.open(sys.argv[1], 'w', format=tarfile.USTAR_FORMAT) as t:\n"
+             "    for name, data in (('s0.npy', npy), ('s0.txt', b'1')):\n"
+             "        i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\" %s/huge.tar", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/huge.tar\", \"image\": \"npy\", "
+             "\"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "huge.tar: member s0.npy (field \"image\"): .npy shape (100000, 100000, 100000) "
+                         "holds 1e+15 values; a sample holds at most 2^30"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"webdataset\", \"urls\": \"http://example.com/s-{0..3}.tar\"}", &ds, &err),
+                     CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.urls: \"http://example.com/s-{0..3}.tar\" is a URL; ctrain reads local "
+                         "files only"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"path\": [\"a.tfrecord\", \"s3://b/c.tfrecord\"]}",
+                                &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "\"s3://b/c.tfrecord\" is a URL"), "%s", err.msg);
+}
+END_TEST
+
 /* ---- tfrecord: tf.Example records written by test/make_tfrecord.py (framing and protobuf by hand) ---- */
 
 typedef struct tfr_row { int file, record, label, id; } tfr_row;
@@ -1962,6 +2026,7 @@ int main(void) {
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_tokens_llmc);
+    tcase_add_test(tc, test_tokens_llmc_vocab_vs_model);
     tcase_add_test(tc, test_pack_text_split);
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);
@@ -1969,6 +2034,7 @@ int main(void) {
     tcase_add_test(tc, test_webdataset_png);
     tcase_add_test(tc, test_webdataset_npy);
     tcase_add_test(tc, test_webdataset_errors);
+    tcase_add_test(tc, test_webdataset_npy_size_and_urls);
     tcase_add_test(tc, test_tfrecord_png);
     tcase_add_test(tc, test_tfrecord_raw_and_float);
     tcase_add_test(tc, test_tfrecord_index);

@@ -127,7 +127,10 @@ static int check_llmc(ct_dataset *ds, tok_impl *im, uint32_t vocab, ct_err *err)
                        f, version);
     int32_t n = (int32_t)get32(h + 8);
     uint64_t want = CT_LLMC_HEADER + 2 * (uint64_t)(n < 0 ? 0 : n);
-    if (n < 0 || im->size != want)
+    if (n < 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: its llm.c header gives a token count of %d, below 0: a corrupt header "
+                       "(the count is at byte 8)", f, n);
+    if (im->size != want)
         return ct_errf(err, CT_ERR_DATA, "%s: %zu bytes, but its llm.c header gives %d tokens (%u + 2 x %d = "
                        "%llu bytes): truncated or corrupt", f, im->size, n, CT_LLMC_HEADER, n,
                        (unsigned long long)want);
@@ -252,6 +255,7 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->target_shape = ds->sample_shape;
     ds->target_dtype = CT_I32;
     ds->classes = im->vocab;
+    if (im->llmc) ds->classes_key = "vocab";   /* an llm.c header has no vocabulary: the entry's is the config's */
     if (im->llmc)
         snprintf(ds->label_note, sizeof ds->label_note, "%s: llm.c shard, vocabulary of %u tokens from the "
                  "entry's \"vocab\" (default GPT-2's 50257)", file, im->vocab);

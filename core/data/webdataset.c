@@ -411,23 +411,34 @@ static int npy_header(const char *hdr, size_t n, size_t start, size_t hl, const 
         return ct_errf(err, CT_ERR_DATA, "%s: .npy array in Fortran order (expected C order)", what);
     s = strchr(s, '(');
     ct_shape sh = {0};
-    uint64_t numel = 1;
+    double numel = 1;   /* in double: a product of huge dimensions must not wrap */
+    char text[120] = "";
     for (s = s ? s + 1 : NULL; s && *s && *s != ')';) {
         char *end;
         long long v = strtoll(s, &end, 10);
-        if (end == s || v <= 0 || sh.ndim == 4 || (numel *= (uint64_t)v) > (1u << 30))
-            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape not supported (1 to 4 positive dimensions)", what);
+        if (end == s || v <= 0)
+            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape has a dimension that is not a positive integer (\"%.20s\")",
+                           what, s);
+        if (sh.ndim == 4)
+            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape has more than 4 dimensions (ctrain takes 1 to 4)", what);
+        numel *= (double)v;
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s%lld", sh.ndim ? ", " : "", v);
         sh.d[sh.ndim++] = v;
         s = end;
         while (*s == ',' || *s == ' ') s++;
     }
     if (!s || sh.ndim == 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape not supported (1 to 4 positive dimensions)", what);
+        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape %s: expected 1 to 4 positive dimensions", what,
+                       s ? "()" : "unreadable");
+    if (numel > (double)(1u << 30))
+        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape (%s) holds %.3g values; a sample holds at most 2^30 "
+                       "(%u)", what, text, numel, 1u << 30);
     *shape = sh;
     *data = start + hl;
-    if ((n - *data) != numel * (*u8 ? 1 : 4))
+    uint64_t bytes = (uint64_t)numel * (*u8 ? 1 : 4);
+    if ((n - *data) != bytes)
         return ct_errf(err, CT_ERR_DATA, "%s: .npy data is %zu bytes, its header says %llu", what, n - *data,
-                       (unsigned long long)(numel * (*u8 ? 1 : 4)));
+                       (unsigned long long)bytes);
     return CT_OK;
 }
 
