@@ -282,6 +282,13 @@ static void watch_step(void *ctx, long step, double loss) {
     pthread_mutex_unlock(&g_watch.mu);
 }
 
+/* ct_run_opts.on_eval: the copy again, now holding the eval's numbers. */
+static void watch_eval(void *ctx, long step) {
+    pthread_mutex_lock(&g_watch.mu);
+    g_watch.last = *g_watch.live;
+    pthread_mutex_unlock(&g_watch.mu);
+}
+
 static const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal";
 }
@@ -572,6 +579,7 @@ static int run_training(cli_args *a) {
         .oom_note_n = sizeof g_watch.oom_note,
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
+        .on_eval = is_run ? watch_eval : NULL,
         .launch = &a->launch,
         .profile_steps = a->profile_steps,
     };

@@ -55,8 +55,26 @@ static void print_file_summary(const ct_st_file *f, FILE *out) {
     }
 }
 
+/* Whether a file starts as a safetensors file does: an 8-byte header length that fits the file,
+ * then '{'. A file that does not is not described as a damaged safetensors file. */
+static bool looks_like_safetensors(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint8_t h[9];
+    bool got = f && fread(h, 1, sizeof h, f) == sizeof h;
+    long size = got && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f) fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; got && i >= 0; i--) n = n << 8 | h[i];
+    return got && size > 8 && n <= (uint64_t)size - 8 && h[8] == '{';
+}
+
 static int info_file(const char *path, FILE *out, ct_err *err) {
     ct_st_file *f = ct_st_open(path, err);
+    if (!f && err->code == CT_ERR_DATA && !looks_like_safetensors(path))
+        return ct_errf(err, CT_ERR_DATA, "info: %s is not a file ctrain describes: not safetensors (no header length "
+                       "and '{' at its start), nor a TFRecord file (plain or gzip/zlib of records), a WebDataset .tar, "
+                       "an HDF5 file or a ctrain shard. It takes: %s", path,
+                       ct_info_usage + strlen("usage: ctrain info "));
     if (!f) return err->code;
     print_file_summary(f, out);
     print_tensors(f, out);

@@ -24,6 +24,16 @@ limited() {
 limited -v 500000 1 "ulimit -v 500000: exit 1 at start"
 has "$T/err" "of address space but the limit (ulimit -v) is 488.3 MiB" "the message names the limit"
 has "$T/err" "OpenBLAS's GEMM buffers" "the message says where the memory goes"
+# its parts add up to its total (the headroom was left out: 315.6 + 11.4 + 256.0 MiB of "647.0")
+/usr/bin/python3 - "$T/err" <<'EOF' && ok "the message's parts add up to its total" || bad "the parts do not add up: $(head -2 "$T/err")"
+import re, sys
+unit = {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+text = open(sys.argv[1]).read()
+v, u = re.search(r"needs about ([0-9.]+) (KiB|MiB|GiB)", text).groups()
+parts = re.sub(r"\([^)]*\)", "", text.splitlines()[1])   # the parenthesised notes are not parts
+got = sum(float(x) * unit[y] for x, y in re.findall(r"([0-9.]+) (KiB|MiB|GiB)", parts))
+sys.exit(0 if abs(got - float(v) * unit[u]) <= 0.2 else 1)
+EOF
 limited -v 100000 1 "ulimit -v 100000: exit 1, no hang at exit"
 has "$T/err" "out of memory\|failed to map" "the message says what ran out"
 limited -v 50000 1 "ulimit -v 50000: exit 1, not 130 (OpenBLAS is loaded after main, not before)"

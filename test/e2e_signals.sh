@@ -103,6 +103,21 @@ has "$T/int2.json" '"error":"second interrupt: exited without saving after step 
 [ -f "$T/int2/checkpoints/latest" ] && bad "2 x SIGINT: a checkpoint was saved" || ok "2 x SIGINT: nothing saved"
 if grep -q "interrupted by SIGINT after step" "$T/int2.err"; then bad "2 x SIGINT: the run saved and ended normally"; fi
 
+# --- SIGINT twice right after an eval: the summary has that eval's loss (it was null: the copy the
+# second SIGINT prints was made before the step's eval)
+random_csv "$T/eval.csv" 64 64 4 6
+env --default-signal=HUP "$B" --config "$C" --set train.run_dir=\""$T/int3"\" --set train.eval_interval=1 \
+    --set 'data.eval={"format": "csv", "path": "eval.csv"}' >"$T/int3.out" 2>"$T/int3.err" &
+pid=$!
+wait_for "$T/int3.err" "^eval  step 1 " || bad "2 x SIGINT after an eval: no eval line"
+kill -INT $pid
+wait_for "$T/int3.err" "SIGINT: stopping after the current step" || bad "2 x SIGINT after an eval: not acknowledged"
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "2 x SIGINT after an eval: exit 130" || bad "2 x SIGINT after an eval: exit $rc, expected 130"
+has "$T/int3.out" '"eval_loss":[0-9]' "2 x SIGINT after an eval: the summary has the eval loss"
+
 # --- a stop signal before the first step exits at once: here ctrain waits in the set-up to read its
 # config from a FIFO nobody writes (as a slow set-up, inflating a data file, would): 143 at once with
 # one line and the summary (the signal used to be noted for "after the step" and the run waited on)

@@ -205,7 +205,8 @@ static int open_root(ct_rdzv *r, const ct_launch *l, ct_err *err) {
 /* ---- other ranks: reach rank 0 ---- */
 
 /* One connection attempt to any address of host:port, bounded by the deadline: the socket, or -1
- * with the reason in why. */
+ * with the reason in why; -2 when host is a name that does not resolve (no retry changes that; a
+ * resolver that cannot answer now, EAI_AGAIN, is -1 and retried). */
 static int connect_once(const char *host, int port, double deadline, char *why, size_t why_n) {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
@@ -213,7 +214,7 @@ static int connect_once(const char *host, int port, double deadline, char *why, 
     int g = getaddrinfo(host, service, &hints, &list);
     if (g) {
         snprintf(why, why_n, "%s", gai_strerror(g));
-        return -1;
+        return g == EAI_NONAME || g == EAI_FAIL ? -2 : -1;
     }
     int fd = -1;
     for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
@@ -244,6 +245,9 @@ static int open_peer(ct_rdzv *r, const ct_launch *l, ct_err *err) {
     for (;;) {
         r->to_root = connect_once(l->master_addr, port, deadline, why, sizeof why);
         if (r->to_root >= 0) break;
+        if (r->to_root == -2)   /* at once: waiting out the timeout would not make the name resolve */
+            return ct_errf(err, CT_ERR_CONFIG, "rank %d of %d: MASTER_ADDR %s does not resolve (%s): set it to the "
+                           "host name or address of rank 0's host", r->rank, r->world, l->master_addr, why);
         if (ms_left(deadline) == 0)
             return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: could not reach rank 0 at %s port %d for %s (%s).\n  Is "
                            "rank 0 running, and MASTER_ADDR an address of its host that this host can reach?",

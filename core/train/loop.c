@@ -472,6 +472,7 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     ls->last_eval_step = ls->step;
     t->sum->eval_loss = loss;
     t->sum->eval_accuracy = acc;
+    if (t->opts.on_eval) t->opts.on_eval(t->opts.on_step_ctx, ls->step);
     ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
     ct_metrics_eval(t->obs.metrics, &(ct_metric_eval){
         .step = ls->step, .samples = ls->samples, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,

@@ -386,15 +386,17 @@ static int check_address_space(ct_trainer *t, ct_err *err) {
     size_t slack = (size_t)64 << 20;   /* the first step's page tables, stdio, CPU 16-bit scratch */
     size_t need = used + plan + blas + slack;
     if (need <= limit) return CT_OK;
-    char l[32], n[32], u[32], p[32], b[32];
+    char l[32], n[32], u[32], p[32], b[32], s[32];   /* every part of the sum is shown */
     return ct_errf(err, CT_ERR_RUNTIME,
                    "this run needs about %s of address space but the limit (ulimit -v) is %s:\n"
                    "  %s mapped at start (program, data, loaders, threads) + %s memory plan + %s for "
-                   "OpenBLAS's GEMM buffers (128 MiB per thread).\n"
+                   "OpenBLAS's GEMM buffers (128 MiB per thread) + %s headroom (the first step's page tables, "
+                   "stdio, 16-bit scratch).\n"
                    "  Raise the limit (ulimit -v unlimited), use fewer threads (train.threads) or a "
                    "smaller micro-batch.", ct_fmt_bytes((double)need, n, sizeof n),
                    ct_fmt_bytes((double)limit, l, sizeof l), ct_fmt_bytes((double)used, u, sizeof u),
-                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
+                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b),
+                   ct_fmt_bytes((double)slack, s, sizeof s));
 }
 
 /* train.memory_limit_gb in bytes, 0 when not set. */
