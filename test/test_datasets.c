@@ -1044,6 +1044,18 @@ START_TEST(test_pack_text_split) {
     }
     snprintf(file, sizeof file, "%s/tokens.bin", out);
     ck_assert(access(file, F_OK) != 0);
+    /* An input the pack would write over (OUT/train.bin given as a text): exit 2, the file intact
+     * (it was replaced by its own tokens) */
+    snprintf(file, sizeof file, "%s/train.bin", out);
+    size_t before_n, after_n;
+    uint8_t *before = read_all(file, &before_n);
+    char *over[] = {"pack", "--from", "text", file, "--out", out, "--eval-fraction", "0.1"};
+    ck_assert_int_eq(ct_pack_main(8, over, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "would write") && strstr(err.msg, "an input"), "%s", err.msg);
+    uint8_t *after = read_all(file, &after_n);
+    ck_assert(before_n == after_n && !memcmp(before, after, before_n));
+    free(before);
+    free(after);
     /* Bad fractions and a missing input: exit 2 with the value, exit 3 naming the file. */
     const char *bad[] = {"0", "1", "-0.1", "x", "0.5x"};
     for (int i = 0; i < 5; i++) {
