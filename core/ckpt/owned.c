@@ -42,7 +42,7 @@ bool ct_owned_output(const char *path, char *why, size_t n) {
     const char *kind = NULL, *where = dir;
     char shown[2 * PATH_MAX + 2];
     snprintf(shown, sizeof shown, "%s", name);
-    if (holds(dir, CT_CKPT_MARKER) || holds(dir, "model.safetensors")) {
+    if (holds(dir, CT_CKPT_MARKER) || (holds(dir, "model.safetensors") && holds(dir, "state.json"))) {
         kind = "the checkpoint directory";
     } else if ((holds(dir, "latest") || starts(name, "global_step")) && save_dir_name(name)) {
         kind = "the save_dir";

@@ -4,7 +4,8 @@
  * `metrics.jsonl` destroyed them for good).
  *
  * What counts, for an output at PATH in directory DIR (both with links resolved):
- *   - DIR is a checkpoint directory (it holds COMPLETE or model.safetensors): any name;
+ *   - DIR is a checkpoint directory (it holds COMPLETE, or model.safetensors with state.json: an
+ *     export's directory holding a model.safetensors alone is not one): any name;
  *   - DIR is a save_dir (it holds `latest` or a global_step* directory): `latest`, `best`,
  *     `global_step*` and the save protocol's `.tmp-*`, `.old-*`, `latest.tmp-*`;
  *   - DIR is a run directory (it holds ctrain's `.lock` and `config.json`): `.lock`, `config.json`,

@@ -129,6 +129,10 @@ void ct_rd_add_unused(ct_rd *r, const char *path) {
 
 /* x as the shortest text that reads back as x (%.1g to %.17g): 0.999, not 0.99899999999999999911. */
 static void shortest(double x, char *out, size_t n) {
+    if (x == floor(x) && fabs(x) < 1e15) {   /* an integer as one: 1000000000, not 1e+09 */
+        snprintf(out, n, "%.0f", x);
+        return;
+    }
     for (int digits = 1; digits <= 17; digits++) {
         snprintf(out, n, "%.*g", digits, x);
         if (strtod(out, NULL) == x) return;

@@ -83,9 +83,10 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                        "layer's output): set data.%s.%s to the vocabulary %s was tokenized with, at most %lld",
                        which, ds->classes_key, (long long)ds->classes, ds->label_note, (long long)gi->classes,
                        (long long)gi->classes - 1, which, ds->classes_key, ds->source, (long long)gi->classes);
-    else if (gi->classes > 0 && ds->classes > gi->classes && ds->label_note[0])   /* the file and record first */
-        return ct_errf(err, CT_ERR_DATA, "data.%s: %s, but the model has %lld classes (0..%lld, its last layer's "
-                       "output)", which, ds->label_note, (long long)gi->classes, (long long)gi->classes - 1);
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->label_note[0])   /* the file and record too */
+        return ct_errf(err, CT_ERR_DATA, "data.%s (%s): labels go up to %lld (%s), but the model has %lld classes "
+                       "(0..%lld, its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                       ds->label_note, (long long)gi->classes, (long long)gi->classes - 1);
     else if (gi->classes > 0 && ds->classes > gi->classes)
         rc = ct_errf(err, CT_ERR_DATA,
                      "data.%s (%s): labels go up to %lld but the model has %lld classes "
