@@ -15,6 +15,7 @@
 #include "core/ckpt/mapped.h"
 #include "core/ckpt/shards.h"
 #include "core/ckpt/source.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
@@ -33,8 +34,8 @@ static void print_tensors(const ct_st_file *f, FILE *out) {
     }
     for (int i = 0; i < f->n_tensors; i++) {
         const ct_st_tensor *t = &f->tensors[i];
-        char shape[128];
-        fprintf(out, "  %-*s  %-5s %s\n", width, t->name, t->dtype,
+        char shape[128], name[1024];   /* names from the file: control bytes escaped */
+        fprintf(out, "  %-*s  %-5s %s\n", width, ct_printable_name(name, sizeof name, t->name), t->dtype,
                 ct_shape_str(&t->shape, shape, sizeof shape));
     }
 }
@@ -48,14 +49,34 @@ static void print_file_summary(const ct_st_file *f, FILE *out) {
             (unsigned long long)f->header_len);
     if (f->n_meta) {
         fprintf(out, "  metadata:");
+        char key[1024], val[84];
         for (int i = 0; i < f->n_meta; i++)
-            fprintf(out, " %s=%.80s", f->meta_keys[i], f->meta_vals[i]);
+            fprintf(out, " %s=%s", ct_printable_name(key, sizeof key, f->meta_keys[i]),
+                    ct_printable_name(val, sizeof val, f->meta_vals[i]));
         fprintf(out, "\n");
     }
 }
 
+/* Whether a file starts as a safetensors file does: an 8-byte header length that fits the file,
+ * then '{'. A file that does not is not described as a damaged safetensors file. */
+static bool looks_like_safetensors(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint8_t h[9];
+    bool got = f && fread(h, 1, sizeof h, f) == sizeof h;
+    long size = got && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f) fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; got && i >= 0; i--) n = n << 8 | h[i];
+    return got && size > 8 && n <= (uint64_t)size - 8 && h[8] == '{';
+}
+
 static int info_file(const char *path, FILE *out, ct_err *err) {
     ct_st_file *f = ct_st_open(path, err);
+    if (!f && err->code == CT_ERR_DATA && !looks_like_safetensors(path))
+        return ct_errf(err, CT_ERR_DATA, "info: %s is not a file ctrain describes: not safetensors (no header length "
+                       "and '{' at its start), nor a TFRecord file (plain or gzip/zlib of records), a WebDataset .tar, "
+                       "an HDF5 file or a ctrain shard. It takes: %s", path,
+                       ct_info_usage + strlen("usage: ctrain info "));
     if (!f) return err->code;
     print_file_summary(f, out);
     print_tensors(f, out);
@@ -363,6 +384,11 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
         }
     }
     if (d) closedir(d);
+    char why[2 * CLI_PATH + 100];
+    if (ct_owned_output(out, why, sizeof why))   /* a run's latest, config.json, metrics.jsonl, ... */
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s; writing there would replace a file ctrain "
+                       "keeps. Write the export elsewhere (e.g. --out model.safetensors in the current directory)",
+                       out, why);
     ct_err e = {0};
     if (ct_fs_check_output_file(out, &e))
         return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "

@@ -927,24 +927,57 @@ START_TEST(prune_only_own_complete_checkpoints) {
 }
 END_TEST
 
-/* --resume auto with global_step* directories but none complete starts from scratch: it says so
- * in a warning (the CLI prints warnings also under --quiet). */
-START_TEST(resume_auto_warns_when_none_complete) {
+/* --resume auto where checkpoints were saved but none can be loaded stops with CT_ERR_DATA naming
+ * the damaged file and how to start fresh deliberately (it started from scratch with a warning, so
+ * a restart loop quietly began the run again from step 0); a latest that names nothing, with no
+ * global_step* at all, too. Only a save_dir where nothing was ever saved starts fresh. */
+START_TEST(resume_auto_refuses_when_none_loads) {
     model a;
     model_init(&a, 33);
     save(&a, 4, 0);
     save(&a, 8, 0);
     char p[700], dir[1024];
-    for (long s = 4; s <= 8; s += 4) {
-        snprintf(p, sizeof p, "%s/global_step%ld/COMPLETE", save_dir, s);
-        ck_assert_int_eq(unlink(p), 0);
-    }
+    snprintf(p, sizeof p, "%s/global_step8/model.safetensors", save_dir);
+    ck_assert_int_eq(truncate(p, 100), 0);   /* the newest cut short */
+    snprintf(p, sizeof p, "%s/global_step4/COMPLETE", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_ERR_DATA);
+    ck_assert_str_eq(dir, "");
+    ck_assert_msg(strstr(err.msg, "--resume auto: ") && strstr(err.msg, "holds no checkpoint that can be loaded") &&
+                  strstr(err.msg, "global_step8/model.safetensors: 100 bytes, the checkpoint wrote") &&
+                  strstr(err.msg, "To start fresh deliberately, run without --resume"), "%s", err.msg);
+    /* the old ones removed: latest names global_step8, which is gone */
+    snprintf(p, sizeof p, "rm -r %s/global_step4 %s/global_step8", save_dir, save_dir);
+    ck_assert_int_eq(system(p), 0);
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "latest names \"global_step8\", which is not there"), "%s", err.msg);
+    /* nothing ever saved: a fresh start */
+    snprintf(p, sizeof p, "%s/latest", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_str_eq(dir, "");
+    ct_warnings_free(&w);
+}
+END_TEST
+
+/* A latest that cannot be read (a symbolic link loop) is said to be unreadable, with the reason,
+ * not "missing", as the resume falls back to the newest complete checkpoint. */
+START_TEST(resume_auto_latest_unreadable) {
+    model a;
+    model_init(&a, 35);
+    save(&a, 6, 0);
+    char p[700], dir[1024];
+    snprintf(p, sizeof p, "%s/latest", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(symlink("latest", p), 0);   /* latest -> latest */
     ct_warnings w = {0};
     ct_err err = {0};
     ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
-    ck_assert_str_eq(dir, "");
-    ck_assert_msg(warned(&w, "no complete checkpoint; starting from scratch") &&
-                  warned(&w, "global_step8"), "%d warnings", w.n);
+    ck_assert_ptr_nonnull(strstr(dir, "global_step6"));
+    ck_assert_msg(warned(&w, "latest cannot be read: Too many levels of symbolic links; resuming from the newest "
+                         "complete checkpoint"), "%s", w.n ? w.items[0] : "no warning");
     ct_warnings_free(&w);
 }
 END_TEST
@@ -1413,7 +1446,8 @@ int main(void) {
     tcase_add_test(tc, export_and_info);
     tcase_add_test(tc, export_never_overwrites_inputs);
     tcase_add_test(tc, prune_only_own_complete_checkpoints);
-    tcase_add_test(tc, resume_auto_warns_when_none_complete);
+    tcase_add_test(tc, resume_auto_refuses_when_none_loads);
+    tcase_add_test(tc, resume_auto_latest_unreadable);
     tcase_add_test(tc, save_keeps_same_named_foreign_directory);
     tcase_add_test(tc, lock_held_until_holder_dies);
     tcase_add_test(tc, shards_resume_on_any_world);

@@ -233,6 +233,14 @@ START_TEST(bounded_waits) {
     l = launch_of(1, 2, port, 1);
     l.master_addr[0] = '\0';
     ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    /* a MASTER_ADDR that does not resolve: at once, naming it (it waited out the timeout) */
+    l = launch_of(1, 2, port, 30);
+    snprintf(l.master_addr, sizeof l.master_addr, "no-such-host.invalid");
+    t0 = ct_now();
+    ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "MASTER_ADDR no-such-host.invalid does not resolve"), "%s", err.msg);
+    ck_assert_double_lt(ct_now() - t0, 5.0);
+    ct_rdzv_close(&r);
 }
 END_TEST
 

@@ -882,6 +882,7 @@ static void resolve_save_dir(const char *save_dir, char *out, size_t n, ct_warni
     out[0] = 0;
     snprintf(path, sizeof path, "%s/latest", save_dir);
     char *tag = ct_fs_read_small(path, 255, NULL);
+    int e = errno;
     if (tag) {
         tag[strcspn(tag, "\r\n")] = 0;
         char dir[CKPT_PATH];
@@ -895,25 +896,49 @@ static void resolve_save_dir(const char *save_dir, char *out, size_t n, ct_warni
     }
     newest_complete(save_dir, out, n);
     if (out[0] && warn)
-        ct_warnf(warn, "%s/latest %s; resuming from the newest complete checkpoint %s", save_dir,
-                 tag ? "names a missing or incomplete checkpoint" : "is missing", out);
+        ct_warnf(warn, "%s/latest %s%s; resuming from the newest complete checkpoint %s", save_dir,
+                 tag ? "names a missing or incomplete checkpoint" : e == ENOENT ? "is missing" : "cannot be read: ",
+                 tag || e == ENOENT ? "" : strerror(e), out);
     free(tag);
+}
+
+/* --resume auto found nothing to load in save_dir: CT_OK (a fresh start) when nothing was ever
+ * saved there (no latest, no global_step*); else CT_ERR_DATA saying what is damaged: a resume asked
+ * to continue a run must not quietly start it again from step 0. */
+static int nothing_to_resume(const char *save_dir, ct_err *err) {
+    char path[CKPT_PATH], newest[CKPT_PATH];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/latest", save_dir);
+    bool latest = lstat(path, &st) == 0;
+    int k;
+    long *steps = list_steps(save_dir, &k);
+    if (k > 0) snprintf(newest, sizeof newest, "%s/global_step%ld", save_dir, steps[0]);
+    free(steps);
+    if (!latest && k == 0) return CT_OK;
+    ct_err why = {0};
+    if (k > 0) {
+        check_marker(newest, &why);
+    } else {
+        size_t len;
+        char *tag = ct_fs_read_small(path, 255, &len);
+        if (!tag) ct_errf(&why, CT_ERR_DATA, "%s: cannot be read: %s", path, strerror(errno));
+        else ct_errf(&why, CT_ERR_DATA, "%s names \"%.*s\", which is not there", path, (int)strcspn(tag, "\r\n"), tag);
+        free(tag);
+    }
+    ct_errf(err, CT_ERR_DATA, "--resume auto: %s holds no checkpoint that can be loaded%s%s: %s", save_dir,
+            k > 0 ? "; the newest, " : "", k > 0 ? newest : "", why.msg);
+    ct_err_append(err, "  Nothing was loaded and nothing trained. To start fresh deliberately, run without "
+                  "--resume (its checkpoints go beside these, which are never loaded), or move %s aside.", save_dir);
+    return CT_ERR_DATA;
 }
 
 int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
                     ct_warnings *warn, ct_err *err) {
     out[0] = 0;
     if (strcmp(spec, "auto") == 0) {
-        if (save_dir && ct_fs_is_dir(save_dir)) resolve_save_dir(save_dir, out, n, warn);
-        int k = 0;
-        long *steps = out[0] || !save_dir || !warn ? NULL : list_steps(save_dir, &k);
-        if (k > 0)
-            ct_warnf(warn, "--resume auto: %s holds %d global_step* director%s (newest: "
-                     "global_step%ld) but no complete checkpoint; starting from scratch beside "
-                     "them (they are never loaded, and never removed by keep_last)", save_dir, k,
-                     k == 1 ? "y" : "ies", steps[0]);
-        free(steps);
-        return CT_OK;
+        if (!save_dir || !ct_fs_is_dir(save_dir)) return CT_OK;
+        resolve_save_dir(save_dir, out, n, warn);
+        return out[0] ? CT_OK : nothing_to_resume(save_dir, err);
     }
     if (!ct_fs_is_dir(spec))
         return ct_errf(err, CT_ERR_DATA, "%s: no such checkpoint directory", spec);

@@ -210,11 +210,12 @@ int ct_ckpt_commit_shards(const char *save_dir, const char *name, long pid, cons
 void ct_ckpt_abort(const char *save_dir, const char *name, long pid, const ct_ckpt_save_opts *opts);
 
 /* Resolve what to load. spec: "auto" -> <save_dir>/latest, or when latest is missing or names
- * an incomplete checkpoint, the newest complete global_step* (with a warning); none -> out = ""
- * and CT_OK (start fresh; with a warning when global_step* directories exist but none is
- * complete, since the run then starts from scratch beside them). Otherwise spec is a checkpoint directory, or a save_dir holding
- * `latest` (resolved through it). A given spec that holds no complete checkpoint is
- * CT_ERR_DATA naming it. */
+ * an incomplete checkpoint, the newest complete global_step* (with a warning); nothing ever saved
+ * there (no save_dir, no latest, no global_step*) -> out = "" and CT_OK (start fresh); latest or
+ * global_step* directories but none complete -> CT_ERR_DATA naming the damaged file and how to
+ * start fresh deliberately (a resume must not quietly restart a run from step 0). Otherwise spec
+ * is a checkpoint directory, or a save_dir holding `latest` (resolved through it). A given spec
+ * that holds no complete checkpoint is CT_ERR_DATA naming it. */
 int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
                     ct_warnings *warn, ct_err *err);
 

@@ -293,15 +293,12 @@ ct_st_file *ct_st_parse(const void *buf, size_t len, const char *name, ct_err *e
 }
 
 ct_st_file *ct_st_open(const char *path, ct_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd;
+    if (ct_fs_open_regular(path, CT_ERR_DATA, "a safetensors file", &fd, err)) return NULL;   /* a FIFO: refused */
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        ct_errf(err, CT_ERR_DATA, "%s: not a regular file", path);
         return NULL;
     }
     size_t size = (size_t)st.st_size;
@@ -438,8 +435,7 @@ static int st_write_all(st_out *o, const void *p, size_t n, ct_err *err) {
     while (n > 0) {
         ssize_t k = write(o->fd, c, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", o->path,
-                                   k < 0 ? strerror(errno) : "no progress");
+        if (k <= 0) return ct_fs_write_error(err, o->path, "write", k < 0 ? errno : ENOSPC);
         o->crc = crc32(o->crc, c, (uInt)k);
         c += k;
         n -= (size_t)k;
@@ -577,11 +573,11 @@ int ct_st_write_crc(const char *path, const ct_st_entry *entries, int n, const c
         for (int i = 0; i < n && !rc; i++) rc = st_write_entry(&o, ord[i].e, stage, stage_n, err);
         free(stage);
         if (!rc && ct_fs_fsync(o.fd) != 0)
-            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+            rc = ct_fs_write_error(err, path, "fsync", errno);
         struct stat st;   /* a partial file is removed; a device written through is not a file */
         bool regular = fstat(o.fd, &st) == 0 && S_ISREG(st.st_mode);
         if (close(o.fd) != 0 && !rc)
-            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
+            rc = ct_fs_write_error(err, path, "close", errno);
         if (rc && regular) unlink(path);
     }
     if (!rc && crc) *crc = (uint32_t)o.crc;

@@ -281,15 +281,15 @@ static int refused_by_root(const char *line, ct_err *err) {
 }
 
 /* One connection attempt to any address of host:port, bounded by u: the socket, or -1 with the
- * reason in why. */
+ * reason in why; -2 when host is a name that does not resolve. */
 static int connect_once(const char *host, int port, const until *u, char *why, size_t why_n) {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list = NULL;
     int g = getaddrinfo(host, service, &hints, &list);
-    if (g) {
+    if (g) {   /* -2: a name that does not resolve, which no retry changes (EAI_AGAIN is retried) */
         snprintf(why, why_n, "%s", gai_strerror(g));
-        return -1;
+        return g == EAI_NONAME || g == EAI_FAIL ? -2 : -1;
     }
     int fd = -1;
     for (struct addrinfo *a = list; a && fd < 0; a = a->ai_next) {
@@ -384,6 +384,9 @@ static int open_peer(ct_rdzv *r, const ct_launch *l, ct_err *err) {
     for (;;) {
         r->to_root = connect_once(l->master_addr, port, &u, why, sizeof why);
         if (r->to_root >= 0) break;
+        if (r->to_root == -2)   /* at once: waiting out the timeout would not make the name resolve */
+            return ct_errf(err, CT_ERR_CONFIG, "rank %d of %d: MASTER_ADDR %s does not resolve (%s): set it to the "
+                           "host name or address of rank 0's host", r->rank, r->world, l->master_addr, why);
         snprintf(what, sizeof what, "rank 0 at %s port %d", l->master_addr, port);
         if (stop_asked(&u)) return stopped(r, what, err);
         if (ms_left(&u, 200) == 0)

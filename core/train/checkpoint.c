@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
@@ -50,7 +51,11 @@ void ct_trainer_ckpt_close(ct_trainer *t) {
 }
 
 static void print_warnings(ct_warnings *w) {
-    for (int i = 0; i < w->n; i++) fprintf(stderr, "ctrain: warning: %s\n", w->items[i]);
+    for (int i = 0; i < w->n; i++) {
+        fputs("ctrain: warning: ", stderr);
+        ct_fputs_printable(w->items[i], stderr);   /* they may quote names from files */
+        fputc('\n', stderr);
+    }
     ct_warnings_free(w);
 }
 
@@ -64,22 +69,24 @@ static int output_error(const char *what, const char *flag, const ct_err *e, ct_
 }
 
 /* --summary must not replace one of ctrain's own files: a checkpoint's (anything in
- * train.save_dir), run_dir/config.json or run_dir/.lock (the lock lives on its inode). The
- * summary file is then left alone, also on the way out. */
+ * train.save_dir), run_dir/config.json, run_dir/metrics.jsonl or run_dir/.lock (the lock lives on
+ * its inode), nor one another run keeps (core/ckpt/owned.h). The summary file is then left alone,
+ * also on the way out. */
 static int check_summary_path(const ct_trainer *t, ct_err *err) {
     const char *out = t->opts.summary_path;
     const ct_train_cfg *tc = &t->cfg->train;
-    char own[2][4096], where[160] = "";
+    static const char *const own[] = {"config.json", ".lock", "metrics.jsonl"};
+    char where[2 * PATH_MAX + 100] = "";
     if (ct_fs_within(out, tc->save_dir))
         snprintf(where, sizeof where, "inside train.save_dir %.100s, where the checkpoints are",
                  tc->save_dir);
-    snprintf(own[0], sizeof own[0], "%s/config.json", tc->run_dir);
-    snprintf(own[1], sizeof own[1], "%s/.lock", tc->run_dir);
-    for (int i = 0; i < 2 && !where[0]; i++) {
-        char a[PATH_MAX], b[PATH_MAX];
-        if (ct_fs_resolve(out, a, sizeof a) && ct_fs_resolve(own[i], b, sizeof b) && !strcmp(a, b))
-            snprintf(where, sizeof where, "the run directory's %s", i ? ".lock" : "config.json");
+    for (int i = 0; i < CT_ARRAY_LEN(own) && !where[0]; i++) {
+        char a[PATH_MAX], b[PATH_MAX], mine[4200];
+        snprintf(mine, sizeof mine, "%s/%s", tc->run_dir, own[i]);
+        if (ct_fs_resolve(out, a, sizeof a) && ct_fs_resolve(mine, b, sizeof b) && !strcmp(a, b))
+            snprintf(where, sizeof where, "the run directory's %s", own[i]);
     }
+    if (!where[0]) ct_owned_output(out, where, sizeof where);
     if (!where[0]) return CT_OK;
     t->sum->summary_file_refused = true;
     return ct_errf(err, CT_ERR_CONFIG, "--summary %s is %s; the summary would replace a file "

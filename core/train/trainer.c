@@ -79,6 +79,15 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                      "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
                      ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
                      ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->classes_key)   /* the config set them */
+        return ct_errf(err, CT_ERR_CONFIG, "data.%s.%s: %lld (%s), but the model has %lld classes (0..%lld, its last "
+                       "layer's output): set data.%s.%s to the vocabulary %s was tokenized with, at most %lld",
+                       which, ds->classes_key, (long long)ds->classes, ds->label_note, (long long)gi->classes,
+                       (long long)gi->classes - 1, which, ds->classes_key, ds->source, (long long)gi->classes);
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->label_note[0])   /* the file and record too */
+        return ct_errf(err, CT_ERR_DATA, "data.%s (%s): labels go up to %lld (%s), but the model has %lld classes "
+                       "(0..%lld, its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                       ds->label_note, (long long)gi->classes, (long long)gi->classes - 1);
     else if (gi->classes > 0 && ds->classes > gi->classes)
         rc = ct_errf(err, CT_ERR_DATA,
                      "data.%s (%s): labels go up to %lld but the model has %lld classes "
@@ -408,15 +417,17 @@ static int check_address_space(ct_trainer *t, ct_err *err) {
     size_t slack = (size_t)64 << 20;   /* the first step's page tables, stdio, CPU 16-bit scratch */
     size_t need = used + plan + blas + slack;
     if (need <= limit) return CT_OK;
-    char l[32], n[32], u[32], p[32], b[32];
+    char l[32], n[32], u[32], p[32], b[32], s[32];   /* every part of the sum is shown */
     return ct_errf(err, CT_ERR_RUNTIME,
                    "this run needs about %s of address space but the limit (ulimit -v) is %s:\n"
                    "  %s mapped at start (program, data, loaders, threads) + %s memory plan + %s for "
-                   "OpenBLAS's GEMM buffers (128 MiB per thread).\n"
+                   "OpenBLAS's GEMM buffers (128 MiB per thread) + %s headroom (the first step's page tables, "
+                   "stdio, 16-bit scratch).\n"
                    "  Raise the limit (ulimit -v unlimited), use fewer threads (train.threads) or a "
                    "smaller micro-batch.", ct_fmt_bytes((double)need, n, sizeof n),
                    ct_fmt_bytes((double)limit, l, sizeof l), ct_fmt_bytes((double)used, u, sizeof u),
-                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
+                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b),
+                   ct_fmt_bytes((double)slack, s, sizeof s));
 }
 
 /* train.memory_limit_gb in bytes, 0 when not set. */
