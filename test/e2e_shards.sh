@@ -22,18 +22,19 @@
 #  - the host memory of a save: rank 0's peak (the summary's peak_host_bytes) of a 3-rank stage-3 run
 #    and of one process, with a save at the end and without any, within 10% (before the shards every
 #    rank gathered the whole 12 bytes a parameter of master and Adam state to save it).
-# Usage: e2e_shards.sh BUILD_DIR. Exit 77 (skipped) when mpirun is not installed.
+# Usage: e2e_shards.sh BUILD_DIR. Fails, naming it, when mpirun or python3 is missing (make deps
+# installs them).
 set -u
+. test/lib_e2e.sh
 BUILD=${1:-build}
 B=$BUILD/ctrain
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
-[ -n "$PY" ] || { echo "python3 not found"; exit 77; }
-command -v mpirun >/dev/null 2>&1 || { echo "mpirun not installed (openmpi-bin)"; exit 77; }
+[ -n "$PY" ] || missing_dep "python3"
+command -v mpirun >/dev/null 2>&1 || missing_dep "mpirun (Debian's openmpi-bin)"
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 [ -f "$BUILD/libctrain_mpi.so" ] || { echo "FAIL: $BUILD/libctrain_mpi.so missing (make deps, then make)"; exit 1; }
 B=$(cd "$(dirname "$B")" && pwd)/ctrain
-. test/lib_e2e.sh
 scratch_dir
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none   # no CMA in containers without ptrace
