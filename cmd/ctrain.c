@@ -584,7 +584,7 @@ static int run_training(cli_args *a) {
         .profile_steps = a->profile_steps,
     };
     /* no train.run_dir: a directory of its own under runs/<name> (cmd/run_dir.c) */
-    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, &err))) {
+    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, a->launch.rank, &err))) {
         ct_config_free(cfg);
         return refuse_run(&summary, a, is_run, &err, rc);
     }

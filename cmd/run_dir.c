@@ -69,8 +69,8 @@ static int fresh_dir(ct_config *cfg, const char *base, ct_err *err) {
     return ct_errf(err, CT_ERR_CONFIG, "train.run_dir: %s/%s-* all taken; give train.run_dir", base, stamp);
 }
 
-int ct_cli_default_run_dir(ct_config *cfg, const char *resume, ct_err *err) {
-    if (!cfg->train.run_dir_default) return CT_OK;
+int ct_cli_default_run_dir(ct_config *cfg, const char *resume, int rank, ct_err *err) {
+    if (!cfg->train.run_dir_default || rank > 0) return CT_OK;
     char base[1024], latest[1100], old[1100];
     snprintf(base, sizeof base, "%s", cfg->train.run_dir);
     if (resume && strcmp(resume, "auto") == 0) {

@@ -245,6 +245,21 @@ rm "$T/dmg/checkpoints/global_step20/zero_shard_0_of_3.safetensors"
 eq "a missing shard: the resume exits 3" "$?" 3
 has "$T/err" "zero_shard_0_of_3.safetensors: missing" "the refusal names the missing shard"
 
+# no train.run_dir: rank 0 makes the one run directory (runs/<name>/<time>) and every rank writes its
+# shard into it; --resume auto on 2 ranks continues it (before, each rank made a directory of its own
+# and rank 1's shard went into a path rank 0 never made: the save failed)
+mkdir -p "$T/nodir" && cp "$T/c.json" "$T/nodir/c.json"
+(cd "$T/nodir" && ln -sf ../train.csv train.csv && ln -sf ../eval.csv eval.csv &&
+ $MPIRUN -np 2 "$B" --config c.json --set zero_optimization.stage=2 train.max_steps=10 >out 2>err)
+eq "no run_dir, 2 ranks: exit" "$?" 0
+n=$(find "$T/nodir/runs/c" -mindepth 1 -maxdepth 1 -type d | wc -l)
+eq "no run_dir, 2 ranks: one run directory" "$n" 1
+[ -f "$T/nodir/runs/c/latest/checkpoints/global_step10/zero_shard_1_of_2.safetensors" ] &&
+    ok "rank 1's shard is in rank 0's run directory" || bad "rank 1's shard is not in runs/c/latest/checkpoints/global_step10"
+(cd "$T/nodir" && $MPIRUN -np 2 "$B" --config c.json --resume auto --set zero_optimization.stage=2 train.max_steps=20 >out2 2>err2)
+eq "no run_dir, 2 ranks, --resume auto: exit" "$?" 0
+has "$T/nodir/err2" "resuming from runs/c/" "the resume continues rank 0's run directory"
+
 # host memory at a save: rank 0's peak with a save at the end against the same run without one.
 # 1.1 M parameters (13 MB of master and Adam state), so that a whole-state copy would show.
 cat >"$T/big.json" <<EOF

@@ -337,11 +337,11 @@ static int resume(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
     char dir[4096];
     ct_warnings warn = {0};
-    int rc = ct_ckpt_resolve(t->opts.resume, cfg->train.save_dir, dir, sizeof dir, &warn, err);
+    int rc = ct_ckpt_resolve(t->opts.resume, t->ck.save_dir, dir, sizeof dir, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
     if (!dir[0]) {
-        ct_report_line(&t->obs.rep, "resume auto: no checkpoint in %s yet; starting fresh", cfg->train.save_dir);
+        ct_report_line(&t->obs.rep, "resume auto: no checkpoint in %s yet; starting fresh", t->ck.save_dir);
         return CT_OK;
     }
     ct_ckpt_state st;
@@ -485,7 +485,7 @@ static int save_failed(const ct_trainer *t, const char *name, int rank, const ct
         return mine->code ? mine->code : CT_ERR_RUNTIME;
     }
     return ct_errf(err, CT_ERR_RUNTIME, "checkpoint %s/%s was not saved: rank %d of %d failed (its error says "
-                   "why); the previous checkpoint is kept", t->cfg->train.save_dir, name, rank, t->comm->world);
+                   "why); the previous checkpoint is kept", t->ck.save_dir, name, rank, t->comm->world);
 }
 
 /* Every rank's CRC-32 of its shard, in rank order (collective). */
@@ -504,7 +504,7 @@ static int gather_crcs(ct_comm *c, uint32_t mine, uint32_t *all, ct_err *err) {
 static int save_shards(ct_trainer *t, const char *name, const ct_ckpt_state *st, char *out, size_t out_n,
                        ct_err *err) {
     ct_comm *c = t->comm;
-    const char *save_dir = t->cfg->train.save_dir;
+    const char *save_dir = t->ck.save_dir;
     ct_err mine = {0};
     int bad;
     /* 1. rank 0 prepares save_dir and the temporary directory, named by its pid */
@@ -543,9 +543,9 @@ static int save_as(ct_trainer *t, const char *name, const ct_ckpt_state *st, cha
     t->be->queue.sync(t->be);   /* the last update's values are in the buffers */
     if (!ct_ckpt_tensors_whole(&t->ck.ck)) return save_shards(t, name, st, out, out_n, err);
     if (ct_trainer_rank(t) != 0) return CT_OK;   /* rank 0 holds all of it, as every rank does */
-    if (strcmp(name, "best") == 0) return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
+    if (strcmp(name, "best") == 0) return ct_ckpt_save_best(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
     ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
-    return ct_ckpt_save(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, out, out_n, err);
+    return ct_ckpt_save(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, out, out_n, err);
 }
 
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {

@@ -62,6 +62,10 @@ typedef struct ct_trainer_ckpt {
                                     train_batch_size of a checkpoint written before epoch_sample
                                     was recorded) */
     char config_hash[17];        /* of cfg->resolved, recorded in every checkpoint */
+    /* where this run's checkpoints are: train.save_dir, on every rank rank 0's (share_save_dir in
+     * trainer.c): without train.run_dir only rank 0 makes a run directory (cmd/run_dir.c), and
+     * every rank writes its shard into rank 0's save_dir */
+    char save_dir[4096];
     /* ct_dataset_fingerprint of data.train and data.eval as this run opened them ("": no eval
      * set), recorded in every checkpoint and compared with a resumed checkpoint's */
     char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];

@@ -147,8 +147,8 @@ static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *
  * another width) or silently average different runs (another lr, seed, data limit). Before the
  * first collective that depends on them, every rank compares its resolved config and its data's
  * fingerprints with rank 0's, and all stop with CT_ERR_CONFIG naming the ranks and the first key
- * that differs (core/dist/agree.h). Left out: where a rank's outputs go (without train.run_dir,
- * cmd/run_dir.c makes each process a directory of its own; only rank 0 writes). */
+ * that differs (core/dist/agree.h). Left out: where a rank's outputs go (without train.run_dir the
+ * ranks above 0 make no run directory and take rank 0's save_dir: share_save_dir). */
 static int check_ranks_agree(ct_trainer *t, ct_err *err) {
     if (t->comm->world <= 1) return CT_OK;
     static const char *const per_rank[] = {"train.run_dir", "train.save_dir"};
@@ -158,6 +158,18 @@ static int check_ranks_agree(ct_trainer *t, ct_err *err) {
     if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, err);
     if (!rc) rc = ct_comm_agree(t->comm, &l, err);
     ct_agree_free(&l);
+    return rc;
+}
+
+/* Every rank's checkpoints go where rank 0's do: its train.save_dir, sent to the others (which,
+ * without train.run_dir, made no run directory of their own). Collective. */
+static int share_save_dir(ct_trainer *t, ct_err *err) {
+    if (t->comm->world <= 1) return CT_OK;
+    char *dir = NULL;
+    const char *mine = t->ck.save_dir;
+    int rc = ct_agree_send_text(t->comm, 0, mine, strlen(mine) + 1, &dir, err);
+    if (!rc && t->comm->rank != 0) snprintf(t->ck.save_dir, sizeof t->ck.save_dir, "%s", dir);
+    free(dir);
     return rc;
 }
 
@@ -554,6 +566,7 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
+    snprintf(t->ck.save_dir, sizeof t->ck.save_dir, "%s", cfg->train.save_dir);
     ct_train_summary_hparams(summary, cfg);
     /* one rank speaks for the run: the others print only errors */
     ct_report_init(&t->obs.rep, stderr, t->opts.quiet || ct_trainer_rank(t) != 0, cfg->steps_per_print);
@@ -571,6 +584,7 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     int rc = with_ckpt && ct_trainer_rank(t) == 0 ? ct_trainer_rundir_open(t, err) : CT_OK;
     if (!rc) rc = setup(t, err);
     if (!rc) rc = check_ranks_agree(t, err);
+    if (!rc) rc = share_save_dir(t, err);
     if (ct_trainer_rank(t) == 0) print_warnings(t);   /* once per run */
     ct_warnings_free(&t->obs.warn);
     if (!rc) {
