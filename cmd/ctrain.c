@@ -74,11 +74,9 @@ static const char USAGE[] =
     "            saving (a second SIGINT exits 130 at once, without saving).\n";
 
 /* Messages may quote names read from files (a feature, a tar member, a path): they reach the
- * terminal with control bytes escaped (ct_fputs_printable). */
+ * terminal with control bytes escaped, in one write (ct_fputs_printable_line). */
 static void print_line(const char *prefix, const char *msg) {
-    fputs(prefix, stderr);
-    ct_fputs_printable(msg, stderr);
-    fputc('\n', stderr);
+    ct_fputs_printable_line(prefix, msg, stderr);
 }
 
 static void print_error(const char *msg) {

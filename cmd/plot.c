@@ -54,9 +54,7 @@ static int parse(int argc, char **argv, const char *out_opt, const char *usage, 
 
 static void print_warnings(ct_warnings *w) {
     for (int i = 0; i < w->n; i++) {
-        fputs("ctrain: warning: ", stderr);
-        ct_fputs_printable(w->items[i], stderr);
-        fputc('\n', stderr);
+        ct_fputs_printable_line("ctrain: warning: ", w->items[i], stderr);
     }
     ct_warnings_free(w);
 }

@@ -52,9 +52,7 @@ void ct_trainer_ckpt_close(ct_trainer *t) {
 
 static void print_warnings(ct_warnings *w) {
     for (int i = 0; i < w->n; i++) {
-        fputs("ctrain: warning: ", stderr);
-        ct_fputs_printable(w->items[i], stderr);   /* they may quote names from files */
-        fputc('\n', stderr);
+        ct_fputs_printable_line("ctrain: warning: ", w->items[i], stderr);   /* they may quote names from files */
     }
     ct_warnings_free(w);
 }
@@ -334,7 +332,6 @@ static int check_data(ct_trainer *t, const char *which, const ct_dataset *ds, co
 }
 
 static int resume(ct_trainer *t, ct_err *err) {
-    const ct_config *cfg = t->cfg;
     char dir[4096];
     ct_warnings warn = {0};
     int rc = ct_ckpt_resolve(t->opts.resume, t->ck.save_dir, dir, sizeof dir, &warn, err);
@@ -531,7 +528,9 @@ static int save_shards(ct_trainer *t, const char *name, const ct_ckpt_state *st,
     free(crcs);
     if (!cc && bad < 0) cc = agree(t, rc != 0, &bad, err);
     if (cc || bad >= 0) return cc ? cc : save_failed(t, name, bad, &mine, err);
-    snprintf(out, out_n, "%s/%s", save_dir, name);
+    if (snprintf(out, out_n, "%s/%s", save_dir, name) >= (int)out_n)   /* saved; only its name is too long */
+        return ct_errf(err, CT_ERR_RUNTIME, "checkpoint %s in %s: the path is longer than %zu bytes", name, save_dir,
+                       out_n - 1);
     return CT_OK;
 }
 

@@ -200,11 +200,25 @@ char *ct_printable(char *out, size_t n, const char *s, size_t len, int flags) {
     return out;
 }
 
-void ct_fputs_printable(const char *s, FILE *f) {
+void ct_fputs_printable_line(const char *prefix, const char *s, FILE *f) {
     const unsigned char *p = (const unsigned char *)s;
-    size_t len = strlen(s), k;
+    size_t len = strlen(s), pre = strlen(prefix), k, at = pre;
+    /* an escape is at most 4 bytes per byte of s; on an allocation failure, the line unescaped but whole */
+    char *buf = malloc(pre + 4 * len + 2);
+    if (!buf) {
+        fprintf(f, "%s%s\n", prefix, s);
+        return;
+    }
+    memcpy(buf, prefix, pre);
     char piece[8];
-    for (size_t i = 0; i < len; i += k) fwrite(piece, 1, printable_piece(p, i, len, CT_PRINT_LINES, piece, &k), f);
+    for (size_t i = 0; i < len; i += k) {
+        size_t w = printable_piece(p, i, len, CT_PRINT_LINES, piece, &k);
+        memcpy(buf + at, piece, w);
+        at += w;
+    }
+    buf[at++] = '\n';
+    fwrite(buf, 1, at, f);
+    free(buf);
 }
 
 double ct_now(void) {

@@ -103,9 +103,11 @@ enum { CT_PRINT_NAME = 0, CT_PRINT_LINES = 1 };
 char *ct_printable(char *out, size_t n, const char *s, size_t len, int flags);
 /* ct_printable of a NUL-terminated string, as a name (CT_PRINT_NAME). */
 #define ct_printable_name(out, n, s) ct_printable((out), (n), (s), strlen(s), CT_PRINT_NAME)
-/* fputs of s as ct_printable(CT_PRINT_LINES) writes it, however long: how messages that may quote names
- * from files (errors, warnings, report lines) reach the terminal. */
-void ct_fputs_printable(const char *s, FILE *f);
+/* prefix, then s as ct_printable(CT_PRINT_LINES) writes it however long, then '\n', in ONE write: how
+ * messages that may quote names from files (errors, warnings, report lines) reach the terminal. One
+ * write, because stderr is unbuffered and the ranks of a job share it: written piece by piece, two
+ * ranks' errors interleave character by character. */
+void ct_fputs_printable_line(const char *prefix, const char *s, FILE *f);
 
 /* Monotonic seconds. */
 double ct_now(void);
