@@ -17,12 +17,15 @@
 
 /* ---- host staging: a device backend's buffers are copied through host memory ---- */
 
-/* Pairs (device buffer, host buffer in ck, floats) for everything a checkpoint holds: the master
- * of the store's range, the buffers, the optimizer's slots (in ct_optim_slots' order, which is
- * ck's). Under ZeRO ck holds the whole space and the store's range is a part of it. */
+/* Pairs (the store's or optimizer's buffer, its copy in ck, floats) for everything a checkpoint
+ * holds: the master of the store's range, the buffers, the optimizer's slots (in ct_optim_slots'
+ * order, which is ck's). Under ZeRO ck holds the whole space and the store's range is a part of
+ * it. `device`: the buffer is in the device's memory (else host memory: ZeRO-Offload's master and
+ * optimizer state); a pair whose copy is the buffer itself needs no copy. */
 typedef struct ck_pair {
-    float *dev, *host;
+    float *src, *host;
     int64_t n;
+    bool device;
 } ck_pair;
 
 static int ck_pairs(const ct_trainer *t, ck_pair out[2 + CT_CKPT_MAX_SLOTS]) {
@@ -30,12 +33,13 @@ static int ck_pairs(const ct_trainer *t, ck_pair out[2 + CT_CKPT_MAX_SLOTS]) {
     const ct_ckpt_tensors *ck = &t->ck.ck;
     int k = 0;
     int64_t at = p->lo - ck->lo;   /* 0, or this rank's offset in ck's whole space */
-    out[k++] = (ck_pair){p->master, ck->params + at, p->hi - p->lo};
-    if (ck->n_buffers > 0) out[k++] = (ck_pair){p->buffers, ck->buffers, ck->n_buffers};
+    bool dev = ct_backend_separate_memory(t->be);
+    out[k++] = (ck_pair){p->master, ck->params + at, p->hi - p->lo, dev && !p->host_state};
+    if (ck->n_buffers > 0) out[k++] = (ck_pair){p->buffers, ck->buffers, ck->n_buffers, dev};
     const char *names[CT_OPTIM_MAX_SLOTS];
     float *state[CT_OPTIM_MAX_SLOTS];
     int n = ct_optim_slots(t->m.opt, names, state);
-    for (int s = 0; s < n; s++) out[k++] = (ck_pair){state[s], ck->slot[s] + at, p->hi - p->lo};
+    for (int s = 0; s < n; s++) out[k++] = (ck_pair){state[s], ck->slot[s] + at, p->hi - p->lo, dev && !p->host_state};
     return k;
 }
 
@@ -46,7 +50,12 @@ static int ck_to_host(ct_trainer *t, ct_err *err) {
     ck_pair p[2 + CT_CKPT_MAX_SLOTS];
     int k = ck_pairs(t, p);
     t->be->queue.sync(t->be);
-    for (int i = 0; i < k; i++) t->be->mem.copy_d2h(t->be, p[i].host, p[i].dev, (size_t)p[i].n * sizeof(float));
+    for (int i = 0; i < k; i++) {
+        size_t bytes = (size_t)p[i].n * sizeof(float);
+        if (p[i].src == p[i].host) continue;
+        if (p[i].device) t->be->mem.copy_d2h(t->be, p[i].host, p[i].src, bytes);
+        else memcpy(p[i].host, p[i].src, bytes);
+    }
     if (!t->ck.sharded) return CT_OK;
     const ct_ckpt_tensors *ck = &t->ck.ck;
     int64_t n = ck->hi - ck->lo;
@@ -59,36 +68,44 @@ static void ck_to_device(ct_trainer *t) {
     if (!t->ck.staged) return;
     ck_pair p[2 + CT_CKPT_MAX_SLOTS];
     int k = ck_pairs(t, p);
-    for (int i = 0; i < k; i++) t->be->mem.copy_h2d(t->be, p[i].dev, p[i].host, (size_t)p[i].n * sizeof(float));
+    for (int i = 0; i < k; i++) {
+        size_t bytes = (size_t)p[i].n * sizeof(float);
+        if (p[i].src == p[i].host) continue;
+        if (p[i].device) t->be->mem.copy_h2d(t->be, p[i].src, p[i].host, bytes);
+        else memcpy(p[i].src, p[i].host, bytes);
+    }
     t->be->queue.sync(t->be);
 }
 
 /* ck over the store's and the optimizer's buffers; on a device backend over host copies, and
  * under ZeRO over host copies of the whole space (a checkpoint holds every rank's part, so that
- * it resumes on any number of ranks). */
+ * it resumes on any number of ranks). ZeRO-Offload's master and optimizer state are host memory:
+ * one process's ck reads and writes them where they are, and only the buffers are staged. */
 static void ck_setup(ct_trainer *t) {
     ct_param_store *p = t->m.params;
     ct_ckpt_tensors *ck = &t->ck.ck;
     t->ck.sharded = p->lo != 0 || p->hi != p->layout->n_params;
     int64_t lo = t->ck.sharded ? 0 : p->lo, hi = t->ck.sharded ? p->layout->n_params : p->hi;
     ct_ckpt_tensors_for(p->layout, t->m.opt, lo, hi, p->master, p->buffers, ck);
-    if (strcmp(t->be->name, "cpu") == 0 && !t->ck.sharded) return;
+    if (!ct_backend_separate_memory(t->be) && !t->ck.sharded) return;
     t->ck.staged = true;
+    ck->buffers = ct_xcalloc((size_t)ck->n_buffers + 1, sizeof(float));
+    t->ck.staged_state = t->ck.sharded || !p->host_state;
+    if (!t->ck.staged_state) return;
     size_t np = (size_t)(hi - lo) + 1;
     ck->params = ct_xcalloc(np, sizeof(float));
-    ck->buffers = ct_xcalloc((size_t)ck->n_buffers + 1, sizeof(float));
     for (int s = 0; s < ck->n_slots; s++) ck->slot[s] = ct_xcalloc(np, sizeof(float));
 }
 
 void ct_trainer_ckpt_close(ct_trainer *t) {
     ct_ckpt_tensors *ck = &t->ck.ck;
-    if (t->ck.staged) {
+    if (t->ck.staged) free(ck->buffers);
+    if (t->ck.staged_state) {
         free(ck->params);
-        free(ck->buffers);
         for (int s = 0; s < ck->n_slots; s++) free(ck->slot[s]);
     }
     memset(ck, 0, sizeof *ck);
-    t->ck.staged = t->ck.sharded = false;
+    t->ck.staged = t->ck.staged_state = t->ck.sharded = false;
     if (t->ck.locked) close(t->ck.lock_fd); /* the run directory is free again */
     t->ck.locked = false;
 }

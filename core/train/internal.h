@@ -51,10 +51,12 @@ typedef struct ct_trainer_data {
 } ct_trainer_data;
 
 /* Checkpoints (checkpoint.c). ck addresses host memory: the store's and optimizer's buffers on
- * the CPU backend, host staging copies of them on a device backend. */
+ * the CPU backend, host staging copies of them on a device backend; with ZeRO-Offload on one
+ * process the host master and optimizer state themselves (only the buffers are staged). */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
     bool staged;                 /* ck points at staging buffers (device backend, or ZeRO) */
+    bool staged_state;           /* ...its master and optimizer slots too (not the host state itself) */
     bool sharded;                /* ZeRO: ck holds the whole space, the store this rank's part */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
@@ -101,6 +103,8 @@ struct ct_trainer {
     ct_summary *sum;
     double t_open;               /* ct_now() when ct_trainer_open began */
     ct_backend *be;
+    ct_backend *host_be;         /* ZeRO-Offload: the CPU backend that steps the optimizer on the host
+                                    state beside the device (else NULL) */
     ct_comm *comm;               /* where ranks meet (ct_comm_open: one process, or MPI) */
     ct_run_plan plan;            /* the memory plan, made before anything is allocated */
     ct_trainer_model m;
