@@ -15,6 +15,10 @@
 #     partitioned gradients always are. Where the additions are the same (no accumulation, no tied
 #     weight) the weights are the same bits; so they are for offload against no offload on 2 ranks
 #     at stages 2 and 3, whose gradients are partitioned either way;
+#   - stage 3 with both offloads (offload_param too: the parameters in pinned host memory, each
+#     layer's uploaded into the gather buffer before its forward and backward, prefetched within
+#     stage3_prefetch_bucket_size), one process: fp32, bf16, fp16 as above, the 16-bit runs on a
+#     device of 1.2 MiB (the state more than 5x it); throttled copies give the same bits;
 #   - throttled copies (0.2 GB/s, chunks of 20 k elements) give the unthrottled bits: every upload
 #     of the master's chunks and every download of a layer's gradients is waited for before its
 #     buffer is read or written again;
@@ -23,7 +27,7 @@
 #     run without it, bit for bit;
 #   - a resume (10 steps, then 10 more) equals 20 at once, master and Adam state included;
 #     pin_memory false (pageable host state) gives the same bits; Lamb with offload is refused;
-#   - mpirun -np 2 (when installed): stages 1, 2 and 3 with offload on the capped device against
+#   - mpirun -np 2 (when installed): stages 1, 2 and 3 (3 with both offloads) on the capped device against
 #     the plain CPU without offload: stages 2 and 3 in fp16 (with overflow skips) bit for bit,
 #     stage 1 (whose run without offload all-reduces whole gradients and accumulates in the kernels)
 #     in fp32 within 1e-6 (~1e-7 measured).
@@ -128,6 +132,26 @@ r=$(sed 's/.*"skipped_steps":\([0-9]*\).*/\1/' "$T/ref_fp16.json")
 has "$T/ref_fp32.log" "on the CPU backend that is host memory already: nothing moves" \
     "on the plain CPU, offload says nothing moves"
 
+# ---- stage 3 with both offloads: the parameters in host memory too, uploaded layer by layer ----
+Z3="--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
+    --set zero_optimization.stage3_param_persistence_threshold=1000 --set zero_optimization.stage3_prefetch_bucket_size=100000"
+for prec in fp32 bf16 fp16; do
+    case $prec in
+    fp32) P="" cap=$((2 << 20)) ratio=3 ;;
+    bf16) P="--set bf16.enabled=true" cap=$((1200 << 10)) ratio=5 ;;
+    fp16) P="--set fp16.enabled=true --set fp16.initial_scale_power=30" cap=$((1200 << 10)) ratio=5 ;;
+    esac
+    run "z3_$prec" "${cap}B,gbps=1" $P $Z3 || { bad "stage 3 $prec failed: $(tail -3 "$T/z3_$prec.log")"; continue; }
+    d=$(close "ref_$prec" "z3_$prec" 1e-6) && ok "$prec, stage 3 + both offloads: the weights of the run without offload ($d)" ||
+        bad "stage 3 $prec: weights: $d"
+    why=$(check_summary "z3_$prec" $cap $ratio) && ok "stage 3 $prec: device peak under the cap, plan = measured peaks, state in host memory (>= ${ratio}x the cap)" ||
+        bad "stage 3 $prec: $why"
+done
+has "$T/z3_bf16.log" "ZeRO stage 3 with optimizer and parameter offload" "stage 3: the start block says both are offloaded"
+has "$T/z3_bf16.log" "host memory beside it (optimizer and parameter offload): params 842.5 KiB" "stage 3: the host line has the parameters"
+run z3_slow "1200KiB,gbps=0.2" --set bf16.enabled=true $Z3 || bad "stage 3 throttled failed"
+same_bits z3_bf16 z3_slow && ok "stage 3 with both offloads, copies at 0.2 GB/s: the same bits" || bad "stage 3 throttled: bits differ"
+
 # ---- the same bits where the additions are the same: no accumulation, no tied weight ----
 NOACC="--set train_batch_size=4 --set train_micro_batch_size_per_gpu=4 --set gradient_accumulation_steps=1"
 sed 's/, "tie": "wte.weight"//' "$T/gpt.json" >"$T/untied.json" && cp "$T/gpt.json" "$T/tied.json" &&
@@ -175,7 +199,9 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "${1:-build}/libctrain_mpi.so" ]; t
         # magnify that), stages 2 and 3 in fp16 with overflow skips
         A="--set zero_optimization.stage=$st --set train_batch_size=8"
         [ $st = 1 ] || A="$A --set fp16.enabled=true --set fp16.initial_scale_power=30"
+        [ $st = 3 ] && A="$A --set zero_optimization.offload_param.device=cpu"   # both offloads
         $MPI env -u CTRAIN_CAPPED_DEVICE "$B" --config "$T/gpt.json" $A --set zero_optimization.offload_optimizer.device=none \
+            --set zero_optimization.offload_param.device=none \
             --set train.run_dir="$T/np_ref$st" --quiet >"$T/np_ref$st.log" 2>&1 &&
             $MPI -x CTRAIN_CAPPED_DEVICE=6MiB,gbps=2 "$B" --config "$T/gpt.json" $A \
                 --set zero_optimization.stage3_prefetch_bucket_size=0 --set train.run_dir="$T/np_off$st" \
@@ -185,7 +211,7 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "${1:-build}/libctrain_mpi.so" ]; t
             d=$(close "np_ref$st" "np_off$st" 1e-6) && ok "2 ranks, stage 1 + offload, fp32: the weights without offload ($d)" ||
                 bad "2 ranks, stage 1: $d"
         else
-            same_bits "np_ref$st" "np_off$st" && ok "2 ranks, stage $st + offload: the same bits as without offload" ||
+            same_bits "np_ref$st" "np_off$st" && ok "2 ranks, stage $st + offload$([ $st = 3 ] && echo "s of both"): the same bits as without offload" ||
                 bad "2 ranks, stage $st: bits differ ($(close "np_ref$st" "np_off$st" 1))"
         fi
     done

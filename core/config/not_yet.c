@@ -51,8 +51,6 @@ static bool has_checkpoint_mark(const cJSON *v) {
 }
 
 static void collect(const ct_config *cfg, list *l) {
-    static const char *const dev[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
-                                      [CT_OFFLOAD_NVME] = "nvme"};
     const ct_zero_cfg *z = &cfg->zero;
     const char *ny = "accepted, not used yet: this version trains without";
     /* Stages 1 to 3 partition with several ranks (mpirun); one process has nothing to split, unless
@@ -64,13 +62,9 @@ static void collect(const ct_config *cfg, list *l) {
             "stages 1 and 2 split the fp32 master and optimizer state N ways, and stage 3 the parameters and "
             "gradients too", z->stage);
     /* The reader has already switched off what DeepSpeed ignores: optimizer offload at stage 0,
-     * parameter offload below stage 3 (with a warning); NVMe is an error. Optimizer offload is done
-     * (core/train/offload.c; on the CPU backend the trainer says that nothing moves). */
-    if (z->offload_param.device != CT_OFFLOAD_NONE)
-        add(l, "zero_optimization", "zero_optimization.offload_param.device",
-            "zero_optimization.offload_param.device %s: %s parameter offload (every parameter stays on the "
-            "training device); on the CPU backend that is host memory already: nothing moves, and training is "
-            "the same with or without it", dev[z->offload_param.device], ny);
+     * parameter offload below stage 3 (with a warning); NVMe is an error. Optimizer and parameter
+     * offload are done (core/train/offload.c, partition.c); the trainer says what they do once it
+     * knows the device (on the CPU backend nothing moves). */
 
     const ct_pending_cfg *p = &cfg->pending;
     /* Activation checkpointing (layers' "checkpoint", number_checkpoints) and its offload

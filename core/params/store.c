@@ -9,11 +9,16 @@ static size_t fp32_bytes(int64_t n) { return (size_t)(n > 0 ? n : 1) * sizeof(fl
  * copy of a master that lives in host memory. */
 static bool copy_needed(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts,
                         const ct_store_offload *off) {
+    /* parameters offloaded in fp32: the pinned master is them (a pageable one needs a pinned copy) */
+    if (off && off->params) return compute != CT_F32 || !off->pinned;
     return off || compute != CT_F32 || (!(parts & CT_STORE_PART_PARAMS) && (lo != 0 || hi != L->n_params));
 }
 
-/* Offload: the compute copy goes up from staging, except in fp32 from a pinned master. */
-static bool stages(ct_dtype compute, const ct_store_offload *off) { return off && !(compute == CT_F32 && off->pinned); }
+/* Offload: the compute copy goes up from staging, except in fp32 from a pinned master; parameters
+ * in host memory do not go up with the step. */
+static bool stages(ct_dtype compute, const ct_store_offload *off) {
+    return off && !off->params && !(compute == CT_F32 && off->pinned);
+}
 
 static int64_t stage_elems(int64_t lo, int64_t hi, const ct_store_offload *off) {
     int64_t n = off->chunk > 0 && off->chunk < hi - lo ? off->chunk : hi - lo;
@@ -32,7 +37,8 @@ void ct_param_store_plan_in(const ct_param_layout *L, ct_dtype compute, int64_t 
     state[CT_MEM_MASTER] = fp32_bytes(hi - lo);
     dev[CT_MEM_MASTER] += fp32_bytes(L->n_buffers);
     state[CT_MEM_GRADS] = parts & CT_STORE_NO_GRADS ? 0 : fp32_bytes(grads);
-    if (copy_needed(L, compute, lo, hi, parts, off)) dev[CT_MEM_PARAMS] = ct_nbytes(params > 0 ? params : 1, compute);
+    if (copy_needed(L, compute, lo, hi, parts, off))
+        (off && off->params ? host : dev)[CT_MEM_PARAMS] = ct_nbytes(params > 0 ? params : 1, compute);
     if (stages(compute, off)) host[CT_MEM_WORKSPACE] = 2 * ct_nbytes(stage_elems(lo, hi, off), compute);
 }
 
@@ -56,7 +62,7 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
     *s = (ct_param_store){.layout = L, .be = be, .compute = compute, .lo = lo, .hi = hi,
                           .part_grads = parts & CT_STORE_PART_GRADS, .part_params = parts & CT_STORE_PART_PARAMS,
                           .state_at = off ? (ct_mem_place){be, off->host, off->pinned} : ct_mem_device(be),
-                          .host_state = off != NULL};
+                          .host_state = off != NULL, .host_params = off && off->params};
     size_t b[CT_MEM_CAT_COUNT], h[CT_MEM_CAT_COUNT];
     ct_param_store_plan_in(L, compute, lo, hi, parts, off, b, h);
     size_t master = fp32_bytes(hi - lo), buffers = fp32_bytes(L->n_buffers);
@@ -64,7 +70,10 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
     s->master = ct_place_alloc(&s->state_at, master, CT_MEM_MASTER);
     s->buffers = be->mem.alloc(be, buffers, CT_MEM_MASTER);
     s->grads = grads ? ct_place_alloc(&s->state_at, grads, CT_MEM_GRADS) : NULL;
-    s->params = b[CT_MEM_PARAMS] ? be->mem.alloc(be, b[CT_MEM_PARAMS], CT_MEM_PARAMS) : s->master;
+    size_t params = s->host_params ? h[CT_MEM_PARAMS] : b[CT_MEM_PARAMS];
+    if (!params) s->params = s->master;
+    else if (s->host_params) s->params = be->mem.alloc_host_pinned(be, params, CT_MEM_PARAMS);   /* uploads read it */
+    else s->params = be->mem.alloc(be, params, CT_MEM_PARAMS);
     bool staged = stages(compute, off);
     if (off) s->stage_elems = stage_elems(lo, hi, off);
     for (int i = 0; i < 2 && staged; i++)
@@ -83,7 +92,10 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
     ct_place_zero(&s->state_at, s->master, master);
     be->mem.memset0(be, s->buffers, buffers);
     if (s->grads) ct_place_zero(&s->state_at, s->grads, grads);
-    if (b[CT_MEM_PARAMS]) be->mem.memset0(be, s->params, b[CT_MEM_PARAMS]);
+    if (params) {
+        ct_backend *ops = s->host_params ? ct_place_ops(&s->state_at) : be;
+        ops->mem.memset0(ops, s->params, params);
+    }
     *out = s;
     return CT_OK;
 }
@@ -92,7 +104,10 @@ void ct_param_store_free(ct_param_store *s) {
     if (!s) return;
     ct_backend *be = s->be;
     if (s->host_state) ct_param_store_uploads_wait(s);   /* the copies may still read the staging */
-    if (s->params && s->params != s->master) be->mem.free(be, s->params);
+    if (s->params && s->params != s->master) {
+        if (s->host_params) be->mem.free_host_pinned(be, s->params);
+        else be->mem.free(be, s->params);
+    }
     ct_place_free(&s->state_at, s->master);
     if (s->buffers) be->mem.free(be, s->buffers);
     ct_place_free(&s->state_at, s->grads);
@@ -112,6 +127,7 @@ float *ct_param_store_part_grads(const ct_param_store *s) {
 }
 
 void *ct_param_store_stage(ct_param_store *s, int64_t a, int64_t b) {
+    if (s->host_params) return ct_param_store_has_copy(s) ? ct_elem(ct_param_store_part_params(s), a - s->lo, s->compute) : NULL;
     void *buf = s->stage[s->stage_next];
     if (!buf) return NULL;
     uint64_t t = s->stage_ticket[s->stage_next];
@@ -120,6 +136,7 @@ void *ct_param_store_stage(ct_param_store *s, int64_t a, int64_t b) {
 }
 
 void ct_param_store_upload(ct_param_store *s, int64_t a, int64_t b) {
+    if (s->host_params) return;   /* the partition uploads them layer by layer */
     const void *src = s->stage[s->stage_next] ? s->stage[s->stage_next] : (const void *)(s->master + (a - s->lo));
     void *dst = ct_elem(ct_param_store_part_params(s), a - s->lo, s->compute);
     s->last_upload = s->be->queue.upload(s->be, dst, src, ct_nbytes(b - a, s->compute), 0);
@@ -138,6 +155,10 @@ void ct_param_store_refresh(ct_param_store *s) {
         return;
     }
     ct_backend *host = s->state_at.host;
+    if (s->host_params) {   /* a cast in host memory; the partition uploads from there */
+        host->elt.cast(host, ct_param_store_part_params(s), s->compute, s->master, CT_F32, s->hi - s->lo);
+        return;
+    }
     for (int64_t a = s->lo; a < s->hi; a += s->stage_elems) {
         int64_t b = s->hi - a < s->stage_elems ? s->hi : a + s->stage_elems;
         void *buf = ct_param_store_stage(s, a, b);

@@ -42,6 +42,7 @@ typedef struct ct_param_store {
     float *buffers;              /* [n_buffers] (NULL when there are none) */
     ct_mem_place state_at;       /* where master and grads live: be's memory, or host memory */
     bool host_state;             /* ZeRO-Offload: they are in host memory (state_at.host computes) */
+    bool host_params;            /* ...and params too (offload_param: pinned, the part at stage 3) */
     int64_t stage_elems;         /* host_state: elements per upload of the compute copy */
     void *stage[2];              /* host_state: pinned staging of the compute copy; NULL: uploads read
                                     the master itself (fp32, pinned) */
@@ -70,6 +71,10 @@ typedef struct ct_store_offload {
     ct_backend *host;
     bool pinned;
     int64_t chunk;
+    bool params;                 /* offload_param (stage 3: CT_STORE_PART_PARAMS): the compute-dtype
+                                    part in pinned host memory too (the master itself in fp32 when
+                                    that is pinned), which the optimizer's pass writes and the
+                                    partition uploads layer by layer */
 } ct_store_offload;
 /* As ct_param_store_plan and _create; with off, the master and the gradients (which must be
  * partitioned: CT_STORE_PART_GRADS) in host memory, counted in host[] (and the staging buffers,
@@ -83,7 +88,9 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
  * two calls: stage returns where to write it in the compute dtype (a staging buffer, once its last
  * upload has read it), or NULL when the upload reads the master itself (fp32, pinned); upload then
  * queues its copy to the device. uploads_wait returns when every upload has landed (the staging is
- * free and host code may read the device's copy). */
+ * free and host code may read the device's copy). With the parameters in host memory too
+ * (host_params) stage returns their place there (NULL when they are the master) and nothing goes
+ * up: the partition uploads them layer by layer. */
 void *ct_param_store_stage(ct_param_store *s, int64_t a, int64_t b);
 void ct_param_store_upload(ct_param_store *s, int64_t a, int64_t b);
 void ct_param_store_uploads_wait(ct_param_store *s);

@@ -204,6 +204,7 @@ struct ct_partition {
     ct_backend *acc;             /* adds the shares into the part's gradients: be, or with offload the
                                     CPU backend beside it (the store's state_at) */
     void *landing;               /* offload: the slots' landing buffers, pinned */
+    uint64_t last_upload;        /* parameters in host memory, one process: the last gather's upload */
 };
 
 static int key_of(const ct_partition *z, ct_pass pass, int j) { return (int)pass * z->p->layout->n_layers + j; }
@@ -215,8 +216,20 @@ static int gathered_wait(ct_partition *z, gathered *e, ct_err *err) {
         e->req[k] = NULL;
         if (rc) return rc;
     }
-    e->waited = true;
+    e->waited = true;   /* an upload needs no wait: the ops queued after it see its bytes */
     return CT_OK;
+}
+
+/* Parameters in host memory (offload_param) with one process: elements [a, b) of the part go up
+ * into dst, the whole of the gather (a copy on the copy stream, prefetched like a collective).
+ * Several processes gather them with the communicator, which reads the host part (MPI: the CPU's
+ * and the capped device's memory). */
+static bool uploads_params(const ct_partition *z) { return z->p->host_params && z->c->world == 1; }
+
+static uint64_t upload_params(ct_partition *z, void *dst, int64_t a, int64_t b) {
+    const ct_param_store *p = z->p;
+    const void *src = ct_celem(ct_param_store_part_params(p), a - p->lo, p->compute);
+    return z->be->queue.upload(z->be, dst, src, ct_nbytes(b - a, p->compute), 0);
 }
 
 static int queue_pop(ct_partition *z, ct_err *err) {
@@ -226,10 +239,12 @@ static int queue_pop(ct_partition *z, ct_err *err) {
     return rc;
 }
 
-/* Every gathered layer dropped (waited for first: MPI still writes into them). */
+/* Every gathered layer dropped (waited for first: MPI still writes into them, and an upload may
+ * still read the host part the optimizer is about to write). */
 static int queue_clear(ct_partition *z, ct_err *err) {
     int rc = CT_OK;
     while (z->count > 0 && !rc) rc = queue_pop(z, err);
+    if (z->last_upload) z->be->queue.upload_done(z->be, z->last_upload, true);
     return rc;
 }
 
@@ -263,8 +278,13 @@ static int gather_start(ct_partition *z, int key, int64_t at, ct_err *err) {
     for (int k = z->z.first[j]; k < z->z.first[j + 1]; k++) {
         const part_span *sp = &z->z.spans[k];
         if (sp->persist_at >= 0) continue;
-        int rc = z->c->start_all_gather_range(z->c, ct_elem(z->gbuf, at + sp->at, dt), part, L->n_params, sp->a,
-                                              sp->b, dt, &e->req[k - z->z.first[j]], err);
+        void *dst = ct_elem(z->gbuf, at + sp->at, dt);
+        if (uploads_params(z)) {
+            z->last_upload = upload_params(z, dst, sp->a, sp->b);
+            continue;
+        }
+        int rc = z->c->start_all_gather_range(z->c, dst, part, L->n_params, sp->a, sp->b, dt,
+                                              &e->req[k - z->z.first[j]], err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -442,12 +462,16 @@ int ct_partition_refresh(ct_partition *z, ct_err *err) {
     const ct_param_layout *L = z->p->layout;
     void *part = ct_param_store_part_params(z->p);
     int rc = queue_clear(z, err);   /* gathered before the part changed */
+    uint64_t ticket = 0;
     for (int v = 0; v < L->n_views && z->gather && !rc; v++) {
         if (z->z.persist_at[v] < 0) continue;
         const ct_param_view *pv = &L->views[v];
-        rc = z->c->all_gather_range(z->c, ct_elem(z->persist, z->z.persist_at[v], z->p->compute), part,
-                                    L->n_params, pv->offset, pv->offset + pv->numel, z->p->compute, err);
+        void *dst = ct_elem(z->persist, z->z.persist_at[v], z->p->compute);
+        if (uploads_params(z)) ticket = upload_params(z, dst, pv->offset, pv->offset + pv->numel);
+        else rc = z->c->all_gather_range(z->c, dst, part, L->n_params, pv->offset, pv->offset + pv->numel,
+                                         z->p->compute, err);
     }
+    if (ticket) z->be->queue.upload_done(z->be, ticket, true);   /* the host part may change after this */
     return rc;
 }
 

@@ -15,6 +15,11 @@
  * reduce-scatters them to their owners (reduce_scatter_range), which add them to their part's
  * gradients; every micro-batch, as DeepSpeed does. So no rank ever holds the whole gradient.
  *
+ * With the parameters in host memory too (offload_param, the store's host_params) one process's
+ * gathers are uploads of the layer's spans from the host part into the gather buffer (prefetched,
+ * reused and released as the gathers are); several processes' gathers read the host part with
+ * the communicator. The persistent views go up again at every refresh.
+ *
  * ZeRO-Offload (the store's gradients in host memory, store.h): each share is downloaded into a
  * pinned landing buffer of its slot (one process: straight from the scratch as soon as the
  * layer's backward is done, the reduction being the identity) and added to the part's gradients

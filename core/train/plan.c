@@ -32,8 +32,13 @@ int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
     return n >= 1 && n < (double)CT_OFFLOAD_MAX_CHUNK ? (int64_t)n : CT_OFFLOAD_MAX_CHUNK;
 }
 
+bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
+    return ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 && cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
+}
+
 int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
     int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
+    if (ct_run_plan_offload_params(cfg, device)) return 3;
     if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
     return cfg->world_size > 1 ? stage : 0;
 }
@@ -80,7 +85,8 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     int stage = ct_run_plan_zero_stage(cfg, device);
     out->offload = ct_run_plan_offload(cfg, device);
     if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
-    ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg)};
+    ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg),
+                           .params = ct_run_plan_offload_params(cfg, device)};
     ct_param_store_plan_in(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->offload ? &so : NULL, out->bytes,
                            out->host);
     (out->offload ? out->host : out->bytes)[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);

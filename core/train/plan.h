@@ -48,6 +48,11 @@ int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, 
  * already and nothing moves: false. */
 bool ct_run_plan_offload(const ct_config *cfg, bool device);
 
+/* ZeRO-Offload of the parameters too (ZeRO-Infinity's CPU case): offload_param.device "cpu" at
+ * stage 3 with optimizer offload on a device: the compute-dtype parameters of the rank's part live
+ * in pinned host memory, uploaded into the gather buffer layer by layer. */
+bool ct_run_plan_offload_params(const ct_config *cfg, bool device);
+
 /* The elements of the host master each upload of the compute copy carries under ZeRO-Offload
  * (the optimizer steps one such chunk while the last one goes up): sub_group_size, at most
  * CT_OFFLOAD_MAX_CHUNK. */
@@ -58,7 +63,8 @@ int64_t ct_run_plan_offload_chunk(const ct_config *cfg);
  * ranks, 0 otherwise (one process holds everything whatever the stage asks for), except under
  * ZeRO-Offload (device: see ct_run_plan_offload), which takes stage 2's gradient path (each
  * layer's gradients brought down to host memory as backward produces them) at stage 1 and, with
- * one process, at stages 1-3. */
+ * one process, at stages 1-3; with parameter offload too (ct_run_plan_offload_params), stage 3
+ * whatever the number of processes. */
 int ct_run_plan_zero_stage(const ct_config *cfg, bool device);
 
 /* What the parameter store of a ZeRO stage holds of its rank's part only (CT_STORE_PART_*, core/

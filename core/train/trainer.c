@@ -116,15 +116,24 @@ static int check_supported(const ct_config *cfg, bool device, ct_err *err) {
     return CT_OK;
 }
 
-/* offload_optimizer where there is nothing to move: the CPU backend's memory is host memory, and
- * its optimizer step runs on the CPU already. */
-static void warn_offload_on_cpu(ct_trainer *t, bool device) {
+/* Offload where there is nothing to move (the CPU backend's memory is host memory, and its
+ * optimizer step runs on the CPU already), and parameter offload without optimizer offload, which
+ * is not done: warnings. */
+static void warn_offload(ct_trainer *t, bool device) {
     const ct_config *cfg = t->cfg;
-    if (device || cfg->zero.offload_optimizer.device != CT_OFFLOAD_CPU) return;
-    ct_warnf(&t->obs.warn, "zero_optimization.offload_optimizer.device cpu: the fp32 master, gradients and optimizer "
-             "state go to host memory, and on the CPU backend that is host memory already: nothing moves, and training "
-             "is the same with or without it%s (on a GPU, or the capped device of CTRAIN_CAPPED_DEVICE, they move)",
-             cfg->world_size > 1 ? "" : "; one process has nothing to partition and trains as stage 0");
+    const ct_zero_cfg *z = &cfg->zero;
+    if (!device && z->offload_optimizer.device == CT_OFFLOAD_CPU)
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_optimizer.device cpu: the fp32 master, gradients and optimizer "
+                 "state go to host memory, and on the CPU backend that is host memory already: nothing moves, and "
+                 "training is the same with or without it%s (on a GPU, or the capped device of CTRAIN_CAPPED_DEVICE, "
+                 "they move)", cfg->world_size > 1 ? "" : "; one process has nothing to partition and trains as stage 0");
+    if (!device && z->offload_param.device == CT_OFFLOAD_CPU)
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: the parameters go to host memory, and on the "
+                 "CPU backend that is host memory already: nothing moves, and training is the same with or without it");
+    else if (device && z->offload_param.device == CT_OFFLOAD_CPU && !ct_run_plan_offload_params(cfg, device))
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: accepted, not used yet without "
+                 "offload_optimizer: the parameters stay on the device (add \"offload_optimizer\": {\"device\": "
+                 "\"cpu\"}: the optimizer step then writes them in host memory, and they go up layer by layer)");
 }
 
 /* The communicator of this run: the launcher's ranks, or rank 0 of cfg->world_size (a library
@@ -203,8 +212,11 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
     if (p->offload) {
         char h[CT_MEM_CAT_COUNT][32], ht[32];
         for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->host[c], h[c], sizeof h[c]);
-        ct_report_line(r, "host memory beside it (optimizer offload): master %s, grads %s, optimizer %s, staging and "
-                       "landing buffers %s%s%s · all %s%s", h[CT_MEM_MASTER], h[CT_MEM_GRADS], h[CT_MEM_OPTIM],
+        char params[64] = "";
+        if (p->host[CT_MEM_PARAMS]) snprintf(params, sizeof params, "params %s, ", h[CT_MEM_PARAMS]);
+        ct_report_line(r, "host memory beside it (%s offload): %smaster %s, grads %s, optimizer %s, staging and "
+                       "landing buffers %s%s%s · all %s%s", params[0] ? "optimizer and parameter" : "optimizer", params,
+                       h[CT_MEM_MASTER], h[CT_MEM_GRADS], h[CT_MEM_OPTIM],
                        h[CT_MEM_WORKSPACE], p->host[CT_MEM_ACTIVATIONS] ? ", offloaded activations " : "",
                        p->host[CT_MEM_ACTIVATIONS] ? h[CT_MEM_ACTIVATIONS] : "",
                        ct_fmt_bytes((double)p->host_total, ht, sizeof ht), world > 1 ? " per rank" : "");
@@ -232,7 +244,11 @@ static void describe_zero(const ct_config *cfg, bool on_device, char *out, size_
     char per_rank[48] = "", path[64] = "";
     if (cfg->world_size > 1) snprintf(per_rank, sizeof per_rank, ", 1/%d per rank", cfg->world_size);
     if (cfg->zero.stage != stage) snprintf(path, sizeof path, "; stage %d's gradient path", stage);
-    if (ct_run_plan_offload(cfg, on_device))
+    if (ct_run_plan_offload_params(cfg, on_device))
+        snprintf(out, n, " · ZeRO stage 3 with optimizer and parameter offload (fp32 master, gradients and optimizer "
+                 "state in %s host memory, the parameters in pinned host memory%s, uploaded layer by layer; the "
+                 "optimizer step on the CPU)", cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank);
+    else if (ct_run_plan_offload(cfg, on_device))
         snprintf(out, n, " · ZeRO stage %d with optimizer offload (fp32 master, gradients and optimizer state in %s "
                  "host memory%s; the optimizer step on the CPU%s%s)", cfg->zero.stage,
                  cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank, path,
@@ -335,7 +351,8 @@ static int start_host_backend(ct_trainer *t, ct_store_offload *off, ct_err *err)
                        "steps the optimizer in host memory (%d threads): %s", ct_cpu_threads_for(cfg->train.threads),
                        strerror(errno));
     *off = (ct_store_offload){.host = t->host_be, .pinned = cfg->zero.offload_optimizer.pin_memory,
-                              .chunk = ct_run_plan_offload_chunk(cfg)};
+                              .chunk = ct_run_plan_offload_chunk(cfg),
+                              .params = ct_run_plan_offload_params(cfg, offload_device(t))};
     return CT_OK;
 }
 
@@ -536,7 +553,7 @@ static int setup(ct_trainer *t, ct_err *err) {
                                       sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
     if (!rc) rc = check_supported(cfg, offload_device(t), err);
-    if (!rc) warn_offload_on_cpu(t, ct_backend_separate_memory(t->be));
+    if (!rc) warn_offload(t, ct_backend_separate_memory(t->be));
     if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
@@ -701,7 +718,7 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
     warn_not_yet(t);
     ct_plan_target target;
     int rc = ct_run_plan_target(cfg, ct_cuda_available(), &target, err);
-    if (!rc) warn_offload_on_cpu(t, target.device);
+    if (!rc) warn_offload(t, target.device);
     print_warnings(t);
     if (!rc) rc = check_supported(cfg, target.device, err);
     if (!rc) rc = build_graph(t, err);
