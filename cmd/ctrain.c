@@ -552,8 +552,10 @@ static int run_training(cli_args *a) {
 
     /* train_micro_batch_size_per_gpu "auto": chosen from the memory plan (core/train/fit.h) */
     char batch_note[512];
-    bool gpu = strcmp(cfg->train.device, "cpu") != 0 && (strncmp(cfg->train.device, "cuda", 4) == 0 || opts.has_gpu);
-    rc = ct_fit_auto_micro_batch(cfg, gpu, a->device_memory, batch_note, sizeof batch_note, &err);
+    ct_plan_target target;
+    rc = ct_run_plan_target(cfg, opts.has_gpu, &target, &err);
+    if (!rc) rc = ct_fit_auto_micro_batch(cfg, target.device, a->device_memory ? a->device_memory : target.capacity,
+                                          batch_note, sizeof batch_note, &err);
     if (rc) {
         ct_config_free(cfg);
         if (short_dir[0]) ct_fs_remove_tree(short_dir);

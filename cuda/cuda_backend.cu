@@ -102,6 +102,7 @@ static void describe(ct_backend *be, const cudaDeviceProp *prop) {
     snprintf(be->device_desc, sizeof be->device_desc, "%s%.80s, sm_%d%d, %.0f GiB", vendor,
              prop->name, prop->major, prop->minor,
              (double)prop->totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    be->memory_bytes = prop->totalGlobalMem;
 }
 
 static bool init_state(ct_cuda *cu, int device, ct_err *err) {

@@ -76,6 +76,8 @@ typedef struct ct_cuda_alloc {
      * (Without the pool each captured graph owned a private copy of all scratch.) */
     ct_cuda_blocks scratch_pool;
     size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
+    /* Pinned host memory (alloc_host_pinned) by category: mem_stats' host figures. */
+    size_t host_bytes[CT_MEM_CAT_COUNT], host_peak[CT_MEM_CAT_COUNT], host_total, host_peak_total;
     uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
 } ct_cuda_alloc;
 

@@ -21,6 +21,8 @@
  *     - against the row's fp64 reference in the dtypes the row gives reference tolerances for:
  *       |got - want| <= atol + rtol |want| (+ the row's bound for the element, `ref_bound`:
  *       the GEMMs' error bound from k) per element.
+ *   CT_TEST_DEVICE=capped: the CPU's capped device (CTRAIN_CAPPED_DEVICE, or 1 GiB) against the
+ *     CPU backend: every output bit for bit equal (the same kernels, behind its copies);
  *   CT_TEST_DEVICE=cuda[:N]: that backend against the CPU backend on the same inputs and dtype:
  *     every element of every output within |got - cpu| <= rtol (|cpu| + rms), rtol by the
  *     output's storage (fp32 2e-5: sums in another order; fp16 3e-3, bf16 2.4e-2: about three
@@ -536,7 +538,12 @@ static void check_case(report *r, op_case *k, int row_index) {
     double **v = make_values(k, row_index);
     void **h = encode(k, v);
     r->runs++;
-    if (device) {
+    if (device && strcmp(device, "capped") == 0) {   /* the CPU's kernels behind copies: the same bits */
+        void **g = run_on(dev, k, h), **c = run_on(cpu, k, h);
+        for (int i = 0; i < k->nargs; i++)
+            if (is_output(&k->a[i])) compare_arg_bits(r, k, i, g, c, "capped device vs CPU", false);
+        free_bytes(g, k->nargs), free_bytes(c, k->nargs);
+    } else if (device) {
         void **g = run_on(dev, k, h), **c = run_on(cpu, k, h);
         compare_device(r, k, g, c, v);
         free_bytes(g, k->nargs), free_bytes(c, k->nargs);

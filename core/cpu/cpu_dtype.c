@@ -18,13 +18,13 @@
 #include "core/cpu/cpu_internal.h"
 
 /* Scratch slot s with room for n floats (grown on demand, contents not kept; counted as
- * workspace in mem_stats). */
+ * workspace in mem_stats, except on the capped device: ct_cpu_scratch_alloc). */
 float *ct_cpu_scratch(ct_backend *be, int s, int64_t n) {
     ct_cpu *cpu = be->impl;
     size_t need = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
     if (cpu->slot_cap[s] < need) {
         be->mem.free(be, cpu->slot[s]);
-        cpu->slot[s] = be->mem.alloc(be, need, CT_MEM_WORKSPACE);
+        cpu->slot[s] = ct_cpu_scratch_alloc(be, need);
         if (!cpu->slot[s]) ct_die_oom(need);
         cpu->slot_cap[s] = need;
     }

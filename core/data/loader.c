@@ -527,8 +527,8 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
     l->slots = ct_xcalloc((size_t)l->nslots, sizeof *l->slots);
     bool ok = true;
     for (int i = 0; i < l->nslots; i++) {
-        l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1);
-        l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1);
+        l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1, CT_MEM_LOADER);
+        l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1, CT_MEM_LOADER);
         ok &= l->slots[i].in && l->slots[i].tgt;
         if (l->o.skip_corrupt) {
             l->slots[i].skip_idx = ct_xmalloc((size_t)l->o.batch * sizeof *l->slots[i].skip_idx);
@@ -568,7 +568,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     if (l->o.workers <= 0) l->o.workers = (int)online_cores();
     if (l->o.prefetch <= 0) l->o.prefetch = 4;
     l->nslots = l->o.prefetch;
-    bool on_cpu = strcmp(be->name, "cpu") == 0;
+    bool on_cpu = !ct_backend_separate_memory(be);   /* the capped device takes a GPU's uploads */
     l->u8 = o->on_device && ds->decode_u8 && (!on_cpu || o->on_device_cpu);
     l->staged = !on_cpu || l->u8;
     l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * (l->u8 ? 1 : ct_dtype_size(ds->sample_dtype));

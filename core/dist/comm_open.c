@@ -123,7 +123,7 @@ static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *
 
 int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
     *out = NULL;
-    bool gpu = strcmp(be->name, "cpu") != 0;
+    bool gpu = !ct_backend_host_addressable(be);   /* MPI runs on the CPU's and the capped device's memory */
     if (!l || (l->world <= 1 && !(gpu && l->nccl_always))) {
         *out = ct_comm_single(be);
         return CT_OK;

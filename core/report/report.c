@@ -373,6 +373,10 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_num(f, "gpu_mem_used_peak_bytes", s->gpu_mem_used_peak, "%.0f");
     if (s->has_mem_stats) put_by_cat(f, "peak_bytes_by_category", s->peak_by_cat);
     if (s->has_plan) put_by_cat(f, "planned_bytes_by_category", s->planned_by_cat);
+    if (s->has_host_figures) {
+        put_by_cat(f, "peak_host_bytes_by_category", s->peak_host_by_cat);
+        put_by_cat(f, "planned_host_bytes_by_category", s->planned_host_by_cat);
+    }
     if (s->hparams.set) put_hparams(f, &s->hparams);
     if (s->error[0]) {
         fputs(",\"error\":", f);

@@ -31,16 +31,19 @@ static void device_from_host(void *ctx, float *dst, const float *src_host, int64
 }
 
 /* ck over this rank's range of the store's master and buffers and of the optimizer's slots, where
- * they are: nothing is allocated or copied. On the CPU backend they are host memory, written and
- * read in place; on a device backend they are reached through its copies. A run of several ranks
- * under ZeRO holds a part of the space: its checkpoints are per-rank shards. */
+ * they are: nothing is allocated or copied. Host memory (the CPU backend's, or ZeRO-Offload's
+ * master and optimizer state) is written and read in place; a device's memory is reached through
+ * its copies. A run of several ranks under ZeRO holds a part of the space: its checkpoints are
+ * per-rank shards. */
 static void ck_setup(ct_trainer *t) {
     ct_param_store *p = t->m.params;
     ct_ckpt_tensors *ck = &t->ck.ck;
     ct_ckpt_tensors_for(p->layout, t->m.opt, p->lo, p->hi, p->master, p->buffers, ck);
-    if (strcmp(t->be->name, "cpu") == 0) return;
+    if (!ct_backend_separate_memory(t->be)) return;
     t->ck.device = (ct_ckpt_mem){.ctx = t->be, .to_host = device_to_host, .from_host = device_from_host};
-    ck->params_mem = ck->buffers_mem = &t->ck.device;
+    ck->buffers_mem = &t->ck.device;
+    if (p->host_state) return;   /* offload_optimizer: master and optimizer state in host memory */
+    ck->params_mem = &t->ck.device;
     for (int s = 0; s < ck->n_slots; s++) ck->slot_mem[s] = &t->ck.device;
 }
 

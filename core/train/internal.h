@@ -51,7 +51,8 @@ typedef struct ct_trainer_data {
 } ct_trainer_data;
 
 /* Checkpoints (checkpoint.c). ck addresses the store's and the optimizer's own buffers of this
- * rank's range (the whole space, or its ZeRO part, saved as a shard); on a device backend through
+ * rank's range (the whole space, or its ZeRO part, saved as a shard), where they are: host memory
+ * in place (the CPU backend's, or ZeRO-Offload's master and optimizer state), a device's through
  * `device`, its copies. */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
@@ -105,6 +106,8 @@ struct ct_trainer {
     ct_summary *sum;
     double t_open;               /* ct_now() when ct_trainer_open began */
     ct_backend *be;
+    ct_backend *host_be;         /* ZeRO-Offload: the CPU backend that steps the optimizer on the host
+                                    state beside the device (else NULL) */
     ct_comm *comm;               /* where ranks meet (ct_comm_open: one process, or MPI) */
     ct_run_plan plan;            /* the memory plan, made before anything is allocated */
     ct_trainer_model m;

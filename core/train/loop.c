@@ -21,6 +21,7 @@
 
 #include "core/train/generate.h"
 #include "core/train/internal.h"
+#include "core/train/offload.h"
 
 /* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
  * parameter itself and holds the summed gradients of all of them. */
@@ -171,13 +172,12 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
         tg.copy = ct_param_store_part_params(p);
         tg.copy_dt = p->compute;
     }
-    if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss);
-                                  sumsq is NAN when the step did not need the norm */
-        ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
-        *applied = true;
-    } else {
-        *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
-    }
+    /* fp32/bf16: every step updates (a NaN then shows in the loss; sumsq is NAN when the step did
+     * not need the norm); fp16 skips a step whose sum of squares overflowed */
+    *applied = !t->m.amp.scaling || isfinite(sumsq);
+    if (!*applied) ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);   /* the skip's stats */
+    else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, sqrt(sumsq) * grad_scale, st);
+    else ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
     if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
     return share_params(t, err);
 }
