@@ -71,7 +71,14 @@ run() {
     else set -- env CTRAIN_CAPPED_DEVICE="$dev" "$B" "$@"; fi
     "$@" --config "$T/gpt.json" --set train.run_dir="$T/$name" --summary "$T/$name.json" >"$T/$name.log" 2>&1
 }
-model() { echo "$T/$1/checkpoints/global_step${2:-20}/model.safetensors"; }
+# model RUN [STEP]: run RUN's model at STEP (20) as one file: the checkpoint's model.safetensors, or
+# for per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
+model() {
+    _d="$T/$1/checkpoints/global_step${2:-20}"
+    if [ -f "$_d/model.safetensors" ]; then echo "$_d/model.safetensors"; return; fi
+    "$B" export --checkpoint "$_d" --out "$T/$1.${2:-20}.weights.safetensors" >/dev/null 2>"$T/$1.export.err" &&
+        echo "$T/$1.${2:-20}.weights.safetensors"
+}
 # close A B TOL: every tensor of A's and B's models within TOL relative (||a - b|| / ||a||)
 close() {
     "$PY" - "$(model "$1")" "$(model "$2")" "$3" <<'EOF'
@@ -91,7 +98,19 @@ print(f"largest relative difference {err[worst]:.3g} ({worst})")
 sys.exit(0 if err[worst] <= float(sys.argv[3]) else 1)
 EOF
 }
-same_bits() { cmp -s "$(model "$1" "${3:-20}")" "$(model "$2" "${3:-20}")"; }
+# same_bits A B [STEP]: A's and B's models hold the same tensors, byte for byte (an export's
+# metadata names its source, so exports are compared by their tensors)
+same_bits() {
+    "$PY" - "$(model "$1" "${3:-20}")" "$(model "$2" "${3:-20}")" <<'EOF'
+import json, struct, sys
+def load(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
+sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+EOF
+}
 # summary NAME PYTHON-EXPRESSION over s (the summary): true or the failure
 check_summary() {
     "$PY" -c "
