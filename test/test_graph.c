@@ -10,6 +10,7 @@
 
 #include "core/graph/graph.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/graph/internal.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
@@ -2312,6 +2313,69 @@ START_TEST(llama_block_expands) {
 }
 END_TEST
 
+/* The map of Llama's names read off the graph (core/graph/hf_llama.c): q_proj, k_proj, v_proj as
+ * row blocks of the fused qkv, gate_proj and up_proj as the halves of gate_up, lm_head a duplicate
+ * only when tied; other shapes refused naming the layer; the config.json an export writes. */
+START_TEST(hf_llama_map_from_structure) {
+    built a, t;
+    expect_ok(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 2, \"intermediate\": 24}" LLAMA_TAIL, &a);
+    ct_tensor_map m;
+    ct_err err = {0};
+    ck_assert_msg(ct_hf_llama_map(a.g, &m, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(m.n, 1 + 2 * 9 + 2);
+    const ct_param_layout *L = ct_graph_layout(a.g);
+    const ct_tmap_entry *q = map_entry(&m, "model.layers.1.self_attn.q_proj.weight");
+    const ct_tmap_entry *k = map_entry(&m, "model.layers.1.self_attn.k_proj.weight");
+    const ct_tmap_entry *v = map_entry(&m, "model.layers.1.self_attn.v_proj.weight");
+    ck_assert_str_eq(L->views[q->view].name, "qkv.1.weight");
+    ck_assert(q->view == k->view && k->view == v->view);
+    ck_assert(q->row0 == 0 && q->rows == 16 && k->row0 == 16 && k->rows == 8 && v->row0 == 24 && v->rows == 8);
+    const ct_tmap_entry *gate = map_entry(&m, "model.layers.0.mlp.gate_proj.weight");
+    const ct_tmap_entry *up = map_entry(&m, "model.layers.0.mlp.up_proj.weight");
+    ck_assert_str_eq(L->views[up->view].name, "gate_up.0.weight");
+    ck_assert(gate->row0 == 0 && gate->rows == 24 && up->row0 == 24 && up->rows == 24);
+    ck_assert_str_eq(L->views[map_entry(&m, "model.layers.0.self_attn.o_proj.weight")->view].name, "proj.0.weight");
+    ck_assert_str_eq(L->views[map_entry(&m, "model.norm.weight")->view].name, "norm.weight");
+    ck_assert(!map_entry(&m, "lm_head.weight")->duplicate && !map_entry(&m, "lm_head.weight")->transpose);
+    ck_assert_int_eq(m.n_ignored, 2);
+    ck_assert_str_eq(m.ignored[1], "model.layers.1.self_attn.rotary_emb.inv_freq");
+    char *json = ct_hf_llama_config_json(a.g, "bfloat16");
+    cJSON *c = cJSON_Parse(json);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "num_key_value_heads")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "intermediate_size")->valueint, 24);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "max_position_embeddings")->valueint, 8);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(c, "tie_word_embeddings")));
+    ck_assert_str_eq(cJSON_GetObjectItem(c, "torch_dtype")->valuestring, "bfloat16");
+    cJSON_Delete(c);
+    free(json);
+    ct_tensor_map_free(&m);
+    unbuild(&a);
+    /* tied: lm_head an optional copy of the embedding */
+    expect_ok(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 24}]}, {\"type\": \"rmsnorm\"},"
+              " {\"type\": \"linear\", \"out\": 32, \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\":"
+              " {\"type\": \"cross_entropy\"}}", &t);
+    ck_assert_msg(ct_hf_llama_map(t.g, &m, &err) == CT_OK, "%s", err.msg);
+    const ct_tmap_entry *head = map_entry(&m, "lm_head.weight");
+    ck_assert(head->duplicate && head->view == map_entry(&m, "model.embed_tokens.weight")->view);
+    ck_assert(map_entry(&m, "model.layers.0.self_attn.k_proj.weight")->rows == 16);
+    ct_tensor_map_free(&m);
+    unbuild(&t);
+    /* other shapes: refused naming the layer */
+    built g;
+    expect_ok(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2}" GPT_TAIL, &g);
+    ck_assert_int_eq(ct_hf_llama_map(g.g, &m, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "not Llama's shape") && strstr(err.msg, "expected 3 + 6 per block"), "%s", err.msg);
+    unbuild(&g);
+    expect_ok(LLAMA_HEAD "{\"type\": \"rmsnorm\"}, " LIN_NB("qkv", 48, "0.02") ", {\"type\": \"causal_self_attention\","
+              " \"name\": \"sa\", \"heads\": 4}, " LIN_NB("proj", 16, "0.02") ", {\"type\": \"add\", \"inputs\":"
+              " [\"block_input\", \"proj\"]}, {\"type\": \"rmsnorm\"}, " LIN_NB("gu", 48, "0.02") ", {\"type\": \"swiglu\"},"
+              " " LIN_NB("down", 16, "0.02") ", {\"type\": \"add\", \"inputs\": [\"prev\", \"down\"]}" LLAMA_TAIL, &g);
+    ck_assert_int_eq(ct_hf_llama_map(g.g, &m, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "\"sa.0\"") && strstr(err.msg, "rope_theta"), "%s", err.msg);
+    unbuild(&g);
+}
+END_TEST
+
 /* ---- bad input ---- */
 
 START_TEST(bad_layer_types_and_fields) {
@@ -2553,6 +2617,7 @@ int main(void) {
     tcase_add_test(tc, chunked_head_ignored_labels);
     tcase_add_test(tc, transformer_block_expands);
     tcase_add_test(tc, llama_block_expands);
+    tcase_add_test(tc, hf_llama_map_from_structure);
     tcase_add_test(tc, hf_gpt2_map_from_structure);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
