@@ -21,10 +21,14 @@
 # a rope_scaling kind not done, a mixture of experts, a sliding window shorter than the sequence,
 # a missing or extra tensor, a shard the index names but that is missing, no config.json.
 # Usage: sh test/e2e_hf_llama.sh BUILD_DIR. Exit 77 without /usr/bin/python3 (standard library only).
+# CT_E2E_DEVICE (default cpu) runs it on another device and CT_E2E_FP32_TOL (default 1e-5) sets the
+# fp32 tolerances there (test/e2e_cuda_llama.sh).
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
 PY=/usr/bin/python3
+DEVICE=${CT_E2E_DEVICE:-cpu}
+TOL=${CT_E2E_FP32_TOL:-1e-5}
 HFPY=${CT_HF_PYTHON:-.venv/bin/python}
 GEN=test/ref/gen_hf_llama.py
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
@@ -38,8 +42,8 @@ run() {
     name=$1 case=$2
     shift 2
     "$PY" $GEN --config "$case" "$T/$name.json" || bad "gen_hf_llama.py --config $case"
-    "$B" --config "$T/$name.json" --set train.run_dir=\""$T/$name"\" --summary "$T/$name.sum" "$@" \
-        >/dev/null 2>"$T/$name.err"
+    "$B" --config "$T/$name.json" --set train.run_dir=\""$T/$name"\" --set train.device=\""$DEVICE"\" \
+        --summary "$T/$name.sum" "$@" >/dev/null 2>"$T/$name.err"
     rc=$?
 }
 weights() { "$PY" $GEN --weights "$T/hf" "$@" || bad "gen_hf_llama.py --weights $*"; }
@@ -72,7 +76,7 @@ for case in gqa mqa tied; do
     run "$case" $case
     [ $rc -eq 0 ] && ok "$case: init_from the directory: exit 0" || { bad "$case: init_from: exit $rc"; tail -5 "$T/$case.err"; }
     has "$T/$case.err" "(Hugging Face Llama layout): 1[45] of 1[45] tensors loaded" "$case: all tensors loaded"
-    loss_within "$T/$case.sum" $case 1e-5 "$case: eval loss (fp32)"
+    loss_within "$T/$case.sum" $case "$TOL" "$case: eval loss (fp32)"
     run "$case.bf16" $case --set bf16.enabled=true
     loss_within "$T/$case.bf16.sum" $case 1e-2 "$case: eval loss (bf16)"
 
@@ -93,7 +97,7 @@ PYEOF
     # gradients: the SGD step of lr 1024, read back through the export
     run "$case.g" $case --set optimizer.params.lr=1024
     export_to "$case.g" "$case.gx"
-    "$PY" - "$T/$case.x" "$T/$case.gx" "$REF/expect.json" $case <<'PYEOF' && ok "$case: gradients within 1e-5 of the float64 reference" || bad "$case: gradients"
+    "$PY" - "$T/$case.x" "$T/$case.gx" "$REF/expect.json" $case "$TOL" <<'PYEOF' && ok "$case: gradients within $TOL of the float64 reference" || bad "$case: gradients"
 import json, math, sys
 sys.path.insert(0, "test/ref")
 import gen_hf_llama as g
@@ -108,21 +112,22 @@ for name, r in ref.items():
     for j, want in r["at"]:
         err = max(err, abs(grad[j] - want) / r["norm"])
     worst = max(worst, err)
-    if err > 1e-5:
+    if err > float(sys.argv[5]):
         bad.append(name)
 print("     %d tensors, worst relative error %.2g%s" % (len(ref), worst, ", off: %s" % bad[:3] if bad else ""))
 sys.exit(1 if bad or len(ref) != len(step) else 0)
 PYEOF
     if [ $live = yes ]; then
         "$HFPY" $GEN --live $case "$T/$case.x" "$T/$case.gx" "$T/$case.live" >/dev/null 2>"$T/$case.live.err"
-        "$PY" - "$T/$case.live" "$T/$case.sum" <<'PYEOF' && ok "$case: transformers loads the export: loss, logits, gradients" || { bad "$case: transformers"; tail -3 "$T/$case.live.err"; }
+        "$PY" - "$T/$case.live" "$T/$case.sum" "$TOL" <<'PYEOF' && ok "$case: transformers loads the export: loss, logits, gradients" || { bad "$case: transformers"; tail -3 "$T/$case.live.err"; }
 import json, sys
 live, ours = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rel = abs(live["eval_loss_fp32"] - ours["eval_loss"]) / live["eval_loss_fp32"]
 print("     transformers %s on torch %s: loss %.9g (ctrain %.6g, relative %.2g), same logits %s, gradients %.2g"
       % (live["transformers"], live["torch"], live["eval_loss_fp32"], ours["eval_loss"], rel,
          live["same_logits_as_original"], live["grad_worst_rel_l2"]))
-sys.exit(0 if rel < 1e-5 and live["same_logits_as_original"] and live["grad_worst_rel_l2"] < 1e-5 else 1)
+tol = float(sys.argv[3])
+sys.exit(0 if rel < tol and live["same_logits_as_original"] and live["grad_worst_rel_l2"] < tol else 1)
 PYEOF
     fi
 done
