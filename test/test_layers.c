@@ -826,7 +826,7 @@ static const char *const layer_refs[] = {
     "gelu_tanh", "silu", "tanh", "sigmoid", "dropout_eval", "flatten", "reshape", "add", "concat",
     "concat_last", "embedding",
     "position_embedding", "causal_self_attention", "rmsnorm", "swiglu", "causal_self_attention_gqa_rope",
-    "causal_self_attention_mqa_linear"};
+    "causal_self_attention_mqa_linear", "causal_self_attention_dynamic"};
 
 START_TEST(pytorch_layers) {
     ref_layer(layer_refs[_i]);

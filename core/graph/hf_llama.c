@@ -344,6 +344,7 @@ char *ct_hf_llama_config_json(const ct_graph *g, const char *torch_dtype) {
     if (s.scaling) {
         cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", s.scaling);
+        cJSON_AddStringToObject(r, "type", s.scaling);   /* the key transformers before 4.38 reads */
         cJSON_AddNumberToObject(r, "factor", s.factor);
     } else {
         cJSON_AddNullToObject(c, "rope_scaling");

@@ -285,14 +285,17 @@ def llama_layer_cases():
     x = rand(2, 3, 10) * 2
     run_layer("swiglu", {"type": "swiglu"}, [x], lambda xs, p, _: F.silu(xs[0][..., :5]) * xs[0][..., 5:], [])
 
-    def attention(B, T, H, KV, D, theta, factor):
+    def attention(B, T, H, KV, D, theta, factor, dynamic_max=0):
         def rotate_half(t):
             return torch.cat((-t[..., D // 2:], t[..., :D // 2]), -1)
 
         def attend(xs, _p, _b):
             q, k, v = xs[0].view(B, T, H + 2 * KV, D).split([H, KV, KV], dim=2)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))          # [B, heads, T, D]
-            inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D)) / factor
+            base, f = theta, factor
+            if dynamic_max and T > dynamic_max:   # transformers' dynamic NTK: a larger base, no divisor
+                base, f = theta * ((factor * T / dynamic_max) - (factor - 1)) ** (D / (D - 2)), 1.0
+            inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D)) / f
             freqs = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq[None, :]
             emb = torch.cat((freqs, freqs), -1)
             cos, sin = emb.cos(), emb.sin()
@@ -311,6 +314,11 @@ def llama_layer_cases():
     run_layer("causal_self_attention_mqa_linear", {"type": "causal_self_attention", "heads": H, "kv_heads": KV,
                                                    "rope_theta": 500, "rope_scaling": {"type": "linear", "factor": 2}},
               [rand(B, T, (H + 2 * KV) * D)], attention(B, T, H, KV, D, 500.0, 2.0), [])
+    B, T, H, KV, D = 1, 9, 2, 2, 8
+    run_layer("causal_self_attention_dynamic", {"type": "causal_self_attention", "heads": H, "rope_theta": 100,
+                                                "rope_scaling": {"type": "dynamic", "factor": 3,
+                                                                 "max_position_embeddings": 4}},
+              [rand(B, T, (H + 2 * KV) * D)], attention(B, T, H, KV, D, 100.0, 3.0, dynamic_max=4), [])
 
 
 if __name__ == "__main__":
