@@ -133,6 +133,29 @@ PYEOF
 done
 [ $live = yes ] || echo "skip the live checks: transformers is not importable by $HFPY (CT_HF_PYTHON)"
 
+# --- rope_scaling: a model of ctrain's own (no init_from; lr 0) with linear, and dynamic scaling
+# active (16 positions past max_position_embeddings 8), exported: transformers computes its loss
+for kind in '{"type": "linear", "factor": 4}' '{"type": "dynamic", "factor": 2.5, "max_position_embeddings": 8}'; do
+    name=$(echo "$kind" | sed 's/.*"type": "\([a-z]*\)".*/\1/')
+    "$PY" $GEN --config gqa "$T/$name.json" --set model.init_from=null \
+        --set 'model.layers[1].layers[0].rope_scaling='"$kind" --set 'model.layers[1].layers[0].rope_theta=100' \
+        --set 'model.layers[1].layers[0].init_std=0.3'
+    "$B" --config "$T/$name.json" --set train.run_dir=\""$T/$name"\" --set train.device=\""$DEVICE"\" \
+        --summary "$T/$name.sum" >/dev/null 2>"$T/$name.err" || { bad "rope_scaling $name: exit $?"; tail -3 "$T/$name.err"; }
+    export_to "$name" "$name.x"
+    has "$T/$name.x/config.json" "\"rope_type\":.*\"$name\"" "rope_scaling $name: in the export's config.json"
+    [ $live = yes ] || continue
+    "$HFPY" $GEN --live-loss "$T/$name.x" "$T/$name.live" 2>"$T/$name.live.err"
+    "$PY" - "$T/$name.live" "$T/$name.sum" "$TOL" <<'PYEOF' && ok "rope_scaling $name: transformers' loss of the export is ctrain's" || { bad "rope_scaling $name"; tail -3 "$T/$name.live.err"; }
+import json, sys
+live, ours = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rel = abs(live["eval_loss_fp32"] - ours["eval_loss"]) / live["eval_loss_fp32"]
+print("     transformers %.9g (rope_scaling %s), ctrain %.6g, relative %.2g" % (live["eval_loss_fp32"],
+      live["rope_scaling"], ours["eval_loss"], rel))
+sys.exit(0 if rel < float(sys.argv[3]) else 1)
+PYEOF
+done
+
 # --- re-import of an export, and two shards with their index: the same checkpoint
 rm -rf "$T/hf" && cp -r "$T/gqa.x" "$T/hf"
 run r gqa

@@ -345,7 +345,11 @@ char *ct_hf_llama_config_json(const ct_graph *g, const char *torch_dtype) {
         cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", s.scaling);
         cJSON_AddStringToObject(r, "type", s.scaling);   /* the key transformers before 4.38 reads */
-        cJSON_AddNumberToObject(r, "factor", s.factor);
+        /* transformers wants a float ("4.0"), and cJSON prints an integral double as "4" */
+        char factor[64];
+        snprintf(factor, sizeof factor, "%.17g", s.factor);
+        if (!strpbrk(factor, ".eEn")) strcat(factor, ".0");
+        cJSON_AddRawToObject(r, "factor", factor);
     } else {
         cJSON_AddNullToObject(c, "rope_scaling");
     }

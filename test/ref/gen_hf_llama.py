@@ -22,6 +22,9 @@ sequences of 16, RoPE theta 10000, rms_norm_eps 1e-5:
                                  (standard library only) ctrain's config of the case, loading
                                  init_from "hf" (the directory beside OUT.json); --set changes a
                                  key by its dotted path (optimizer.params.lr=1.0)
+  gen_hf_llama.py --live-loss DIR OUT.json
+                                 (transformers) its fp32 eval loss of the model in DIR on eval.bin's
+                                 sequences (rope scaling: ctrain's export of a model trained here)
   gen_hf_llama.py --live CASE DIR CKPT_DIR OUT.json
                                  (transformers) transformers loads DIR (ctrain's export), and
                                  writes OUT.json: its fp32 eval loss, logits identical to those of
@@ -100,10 +103,19 @@ def sequences():
 
 
 def set_path(obj, path, value):
-    keys = path.split(".")
+    """obj at the dotted path ("a.b[1].c") set to value; null removes the key."""
+    import re
+    keys = []
+    for part in path.split("."):
+        m = re.fullmatch(r"([^\[]+)((?:\[\d+\])*)", part)
+        keys.append(m.group(1))
+        keys += [int(i) for i in re.findall(r"\[(\d+)\]", m.group(2))]
     for k in keys[:-1]:
-        obj = obj.setdefault(k, {})
-    obj[keys[-1]] = value
+        obj = obj[k] if isinstance(k, int) else obj.setdefault(k, {})
+    if value is None and not isinstance(keys[-1], int):
+        obj.pop(keys[-1], None)
+    else:
+        obj[keys[-1]] = value
 
 
 def parse_sets(argv):
@@ -353,6 +365,21 @@ def live(argv):
     print(json.dumps(res))
 
 
+def live_loss(argv):
+    """transformers' fp32 eval loss of the model directory DIR (any Llama of vocabulary V on the
+    sequences of eval.bin), and the rope_scaling it read, into OUT.json."""
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    model_dir, out_path = argv
+    m = transformers.LlamaForCausalLM.from_pretrained(model_dir, attn_implementation="eager").float()
+    ids = torch.tensor(sequences())
+    with torch.no_grad():
+        loss = F.cross_entropy(m(ids[:, :-1]).logits.reshape(-1, V), ids[:, 1:].reshape(-1)).item()
+    with open(out_path, "w") as f:
+        json.dump({"eval_loss_fp32": loss, "rope_scaling": m.config.rope_scaling}, f)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--refs":
         write_refs()
@@ -360,6 +387,8 @@ if __name__ == "__main__":
         write_config(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "--live":
         live(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--live-loss":
+        live_loss(sys.argv[2:])
     elif len(sys.argv) > 1:
         write_weights(sys.argv[1:])
     else:
