@@ -88,6 +88,47 @@ static void print_state(const char *dir, FILE *out) {
     cJSON_Delete(j);
 }
 
+/* A Hugging Face model directory (config.json beside model.safetensors or its index, no ctrain
+ * checkpoint marker): what config.json says of the shape, then every weight file. */
+static bool is_hf_dir(const char *dir) {
+    char p[CLI_PATH + 48];
+    snprintf(p, sizeof p, "%s/%s", dir, CT_CKPT_MARKER);
+    if (ct_fs_exists(p)) return false;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (!ct_fs_exists(p)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    bool single = ct_fs_exists(p);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return single || ct_fs_exists(p);
+}
+
+static int info_hf_dir(const char *dir, FILE *out, ct_err *err) {
+    static const char *const keys[] = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                       "num_attention_heads", "num_key_value_heads", "vocab_size", "rope_theta",
+                                       "tie_word_embeddings", "torch_dtype"};
+    char path[CLI_PATH + 48];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = ct_fs_read_small(path, (size_t)1 << 20, NULL);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    fprintf(out, "Hugging Face model directory %s (model.init_from reads it into a model of its shape)\n", dir);
+    fprintf(out, "  config.json:%s", cfg ? "" : " unreadable");
+    for (int i = 0; cfg && i < CT_ARRAY_LEN(keys); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
+        if (!v) continue;
+        char *val = cJSON_PrintUnformatted(v);
+        fprintf(out, " %s %s", keys[i], val);
+        free(val);
+    }
+    fprintf(out, "\n");
+    cJSON_Delete(cfg);
+    char **files = NULL;
+    int n = 0, rc = ct_ckpt_hf_weight_files(dir, &files, &n, err);
+    for (int i = 0; !rc && i < n; i++) rc = info_file(files[i], out, err);
+    ct_ckpt_free_files(files, n);
+    return rc;
+}
+
 static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
     bool complete = ct_ckpt_is_complete(dir);
     fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
@@ -179,7 +220,8 @@ static bool is_shard(const char *p, const struct stat *st) {
 }
 
 const char ct_info_usage[] =
-    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | FILE.tfrecord | FILE.h5";
+    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | HF_MODEL_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | "
+    "FILE.tfrecord | FILE.h5";
 
 int ct_info_main(int argc, char **argv, ct_err *err) {
     if (argc != 2 || argv[1][0] == '-') return ct_errf(err, CT_ERR_CONFIG, "%s", ct_info_usage);
@@ -200,6 +242,7 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
+    if (is_hf_dir(p)) return info_hf_dir(p, stdout, err);
     if (ct_fs_exists(marker) || ct_fs_exists(model)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }

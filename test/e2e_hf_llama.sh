@@ -156,6 +156,12 @@ sys.exit(0 if rel < float(sys.argv[3]) else 1)
 PYEOF
 done
 
+# --- ctrain info on a model directory: config.json's shape, then each weight file
+weights --case tied --shards
+"$B" info "$T/hf" >"$T/info.out" 2>&1 && has "$T/info.out" "config.json: model_type \"llama\" .*num_key_value_heads 2" \
+    "ctrain info on a model directory: its config" || bad "ctrain info: exit $?"
+has "$T/info.out" "model-00002-of-00002.safetensors: safetensors, 10 tensors" "ctrain info: each shard"
+
 # --- re-import of an export, and two shards with their index: the same checkpoint
 rm -rf "$T/hf" && cp -r "$T/gqa.x" "$T/hf"
 run r gqa
