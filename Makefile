@@ -1,4 +1,5 @@
-# ctrain build. `make` builds build/ctrain; `make test` runs every test this machine can run.
+# ctrain build. `make` builds build/ctrain; `make test` runs every test this machine can run (5-8
+# minutes on 2 cores); `make check` the unit tests and the fastest end-to-end runs (under a minute).
 # CUDA=auto compiles the CUDA backend when nvcc is found (PATH or /usr/local/cuda/bin); CUDA=0 does not.
 VERSION   := 0.1.0
 PREFIX    ?= /usr/local
@@ -75,7 +76,8 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps run test tests test-cuda gpu-check install uninstall clean bundle check-deps data-text
+.PHONY: all deps deps-debian deps-test run test check tests test-cuda gpu-check install uninstall clean bundle \
+        check-deps check-deps-test data-text
 all: $(BUILD)/ctrain $(CUDA_LIB) $(MPI_LIB)
 
 # Objects depend on the flags they were built with: switching CUDA=0/auto or CUDA_ARCH rebuilds.
@@ -148,38 +150,64 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(WERROR_FLAG) $< $(BUILD)/libctrain.a -o $@ $(LDLIBS) $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
 
-# deps: the Debian packages the build and the tests use: the compiler (build-essential: gcc, make,
+# deps-debian: the Debian packages the build and the tests use: the compiler (build-essential: gcc, make,
 # libc6-dev, and g++ for nvcc), pkg-config and the libraries, the data set, python3 for the
 # end-to-end scripts, and the packages of the commands they run (timeout from coreutils, mount for
 # a tmpfs, ...: there on any Debian system, listed so that the list is complete).
 # test/check_deps.sh checks that it covers what the Makefile and test/*.sh use. `make deps`
-# installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test and test-cuda
-# call it (through check-deps) when one is missing. libhdf5-dev: the headers that type the libhdf5
+# installs the missing ones, with apt-get's output in $(BUILD)/deps.log; run, test, check and
+# test-cuda call it (through check-deps) when one is missing. libhdf5-dev: the headers that type the libhdf5
 # functions core/data/hdf5_lib.c loads with dlopen (a build without them leaves HDF5 out), and the
-# runtime library it brings; python3-h5py writes the HDF5 test files. libdnnl2 (oneDNN) is
+# runtime library it brings; python3-h5py writes the HDF5 test files; python3-venv makes the tests'
+# Python environment (deps-test, below: Debian's python3 lacks venv without it). libdnnl2 (oneDNN) is
 # optional at run time: the CPU backend loads it with dlopen when present and then gives it the
 # GEMM shapes where it is faster (core/cpu/cpu_onednn.c), and bf16 GEMMs where the CPU has
 # AVX512-BF16 or AMX; libdnnl-dev: the headers that type the matmul entry points
 # core/cpu/cpu_onednn_bf16.c loads (a build without them leaves native bf16 out).
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libhdf5-dev \
             libdnnl2 libdnnl-dev check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
-            python3-h5py \
+            python3-h5py python3-venv \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
-deps:
+
+# deps-test: the Python packages of the tests that Debian 12 lacks (tensorboard, pyarrow), pinned in
+# datasets/requirements-test.txt, in a virtual environment of the project, $(VENV) (git-ignored),
+# made by datasets/venv.sh with Debian's python3 (python3-venv) so that Debian's numpy, h5py and
+# Pillow stay visible in it; pip's output in $(BUILD)/venv.log. The tests run its python
+# (CT_TEST_VENV). `make deps` installs both; run needs only the Debian packages (check-deps), test
+# and check need both (check-deps-test): each installs what is missing first.
+VENV      ?= .venv
+TEST_REQS := datasets/requirements-test.txt
+deps: deps-debian
+	@sh datasets/venv.sh --log $(BUILD)/venv.log $(VENV) $(TEST_REQS)
+
+deps-debian:
 	@sh datasets/deps.sh --log $(BUILD)/deps.log $(DEB_PKGS)
 
-check-deps:
-	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps
+deps-test: check-deps
+	@sh datasets/venv.sh --log $(BUILD)/venv.log $(VENV) $(TEST_REQS)
 
-# run, test and test-cuda install missing packages first, then build in a fresh make (so pkg-config
-# and the libraries it reports are seen), then run: never compiling while apt-get is still installing.
+check-deps:
+	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps-debian
+
+check-deps-test: check-deps
+	@sh datasets/venv.sh --check $(VENV) $(TEST_REQS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps-test
+
+# run, test, check and test-cuda install missing packages first, then build in a fresh make (so
+# pkg-config and the libraries it reports are seen), then run: never compiling while apt-get is
+# still installing.
 run: check-deps
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/ctrain --config configs/fmnist_mlp.json
 
-test: check-deps
+# test: every test (CI runs it: .ci/run); a test that finds something `make deps` installs missing
+# fails, naming it. check: the day-to-day subset (test/run_tests.sh says which).
+test: check-deps-test
 	@$(MAKE) --no-print-directory all tests
-	@sh test/run_tests.sh $(BUILD)
+	@CT_TEST_VENV=$(abspath $(VENV)) sh test/run_tests.sh $(BUILD)
+
+check: check-deps-test
+	@$(MAKE) --no-print-directory all tests
+	@CT_TEST_VENV=$(abspath $(VENV)) sh test/run_tests.sh $(BUILD) quick
 
 tests: $(TEST_BIN)
 

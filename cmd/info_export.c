@@ -13,6 +13,9 @@
 
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/shards.h"
+#include "core/ckpt/source.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/graph/hf_llama.h"
 #include "core/util/fs.h"
@@ -32,8 +35,8 @@ static void print_tensors(const ct_st_file *f, FILE *out) {
     }
     for (int i = 0; i < f->n_tensors; i++) {
         const ct_st_tensor *t = &f->tensors[i];
-        char shape[128];
-        fprintf(out, "  %-*s  %-5s %s\n", width, t->name, t->dtype,
+        char shape[128], name[1024];   /* names from the file: control bytes escaped */
+        fprintf(out, "  %-*s  %-5s %s\n", width, ct_printable_name(name, sizeof name, t->name), t->dtype,
                 ct_shape_str(&t->shape, shape, sizeof shape));
     }
 }
@@ -47,14 +50,34 @@ static void print_file_summary(const ct_st_file *f, FILE *out) {
             (unsigned long long)f->header_len);
     if (f->n_meta) {
         fprintf(out, "  metadata:");
+        char key[1024], val[84];
         for (int i = 0; i < f->n_meta; i++)
-            fprintf(out, " %s=%.80s", f->meta_keys[i], f->meta_vals[i]);
+            fprintf(out, " %s=%s", ct_printable_name(key, sizeof key, f->meta_keys[i]),
+                    ct_printable_name(val, sizeof val, f->meta_vals[i]));
         fprintf(out, "\n");
     }
 }
 
+/* Whether a file starts as a safetensors file does: an 8-byte header length that fits the file,
+ * then '{'. A file that does not is not described as a damaged safetensors file. */
+static bool looks_like_safetensors(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint8_t h[9];
+    bool got = f && fread(h, 1, sizeof h, f) == sizeof h;
+    long size = got && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f) fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; got && i >= 0; i--) n = n << 8 | h[i];
+    return got && size > 8 && n <= (uint64_t)size - 8 && h[8] == '{';
+}
+
 static int info_file(const char *path, FILE *out, ct_err *err) {
     ct_st_file *f = ct_st_open(path, err);
+    if (!f && err->code == CT_ERR_DATA && !looks_like_safetensors(path))
+        return ct_errf(err, CT_ERR_DATA, "info: %s is not a file ctrain describes: not safetensors (no header length "
+                       "and '{' at its start), nor a TFRecord file (plain or gzip/zlib of records), a WebDataset .tar, "
+                       "an HDF5 file or a ctrain shard. It takes: %s", path,
+                       ct_info_usage + strlen("usage: ctrain info "));
     if (!f) return err->code;
     print_file_summary(f, out);
     print_tensors(f, out);
@@ -129,6 +152,37 @@ static int info_hf_dir(const char *dir, FILE *out, ct_err *err) {
     return rc;
 }
 
+/* A sharded checkpoint: each rank's file and the range it holds, then the model's tensors. */
+static int info_shards(const char *dir, FILE *out, ct_err *err) {
+    ct_ckpt_source src;
+    ct_err e = {0};
+    if (ct_ckpt_source_open_dir(dir, true, &src, &e)) {
+        fprintf(out, "  %s\n", e.msg);
+        return ct_errf(err, e.code, "%s", e.msg);
+    }
+    const ct_ckpt_shard_set *set = src.shards;
+    fprintf(out, "  shards: %d (ZeRO, one per rank), %lld parameters, optimizer %s (%s)\n", set->world,
+            (long long)set->n_params, set->optimizer, set->slots[0] ? set->slots : "no state");
+    for (int r = 0; r < set->world; r++) {
+        const ct_ckpt_shard *sh = &set->shards[r];
+        fprintf(out, "  %s: [%lld, %lld), %.1f MiB\n", sh->file, (long long)sh->lo, (long long)sh->hi,
+                (double)sh->f->file_size / (1024.0 * 1024.0));
+    }
+    int width = 8;
+    for (int i = 0; i < src.n_tensors; i++) {
+        int l = (int)strlen(src.tensors[i].name);
+        if (l > width) width = l < 60 ? l : 60;
+    }
+    fprintf(out, "  model: %d tensors\n", src.n_tensors);
+    for (int i = 0; i < src.n_tensors; i++) {
+        char shape[128];
+        fprintf(out, "  %-*s  %-5s %s\n", width, src.tensors[i].name, src.tensors[i].dtype,
+                ct_shape_str(&src.tensors[i].shape, shape, sizeof shape));
+    }
+    ct_ckpt_source_close(&src);
+    return CT_OK;
+}
+
 static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
     bool complete = ct_ckpt_is_complete(dir);
     fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
@@ -142,6 +196,13 @@ static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
                        : "  checksums: none recorded (saved before ctrain recorded them; sizes match)\n", n);
     }
     print_state(dir, out);
+    if (ct_ckpt_dir_sharded(dir)) {
+        int src = info_shards(dir, out, err);
+        if (!rc) rc = src;
+        if (!complete && !rc)
+            rc = ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no valid COMPLETE marker)", dir);
+        return rc;
+    }
     static const char *files[] = {"model.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) {
         char path[CLI_PATH];
@@ -243,7 +304,7 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
     if (is_hf_dir(p)) return info_hf_dir(p, stdout, err);
-    if (ct_fs_exists(marker) || ct_fs_exists(model)) return info_checkpoint(p, stdout, err);
+    if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(p)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }
 
@@ -293,43 +354,51 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     return CT_OK;
 }
 
-/* Entries converting every F32 tensor to dtype; others are copied as they are. */
-static int export_entries(const ct_st_file *f, ct_dtype dtype, ct_st_entry *e, float **owned,
+/* The values of one F32 tensor of the source, asked for in chunks by the writer: an export reads
+ * the shards piece by piece into the writer's one staging buffer, never a whole tensor. */
+typedef struct export_fill {
+    const ct_ckpt_source *src;
+    const ct_ckpt_src_tensor *x;
+} export_fill;
+
+static int fill_from_source(void *ctx, int64_t first, int64_t n, float *dst, ct_err *err) {
+    const export_fill *f = ctx;
+    if (ct_ckpt_source_read(f->src, f->x, first, n, dst)) return CT_OK;
+    return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", f->src->path, f->x->name);
+}
+
+/* Entries converting every F32 tensor to dtype (streamed from the source); others are copied as
+ * they are. */
+static int export_entries(const ct_ckpt_source *src, ct_dtype dtype, ct_st_entry *e, export_fill *fill,
                           ct_err *err) {
-    for (int i = 0; i < f->n_tensors; i++) {
-        const ct_st_tensor *t = &f->tensors[i];
+    for (int i = 0; i < src->n_tensors; i++) {
+        const ct_ckpt_src_tensor *t = &src->tensors[i];
         if (t->ct_dtype < 0)
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, which export cannot "
-                           "write", f->path, t->name, t->dtype);
-        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape,
-                             .data = t->data};
-        if (t->ct_dtype != CT_F32) continue;
-        e[i].dtype = dtype;
-        e[i].data = NULL;
-        if ((uintptr_t)t->data % 4 == 0) {
-            e[i].from_f32 = (const float *)(const void *)t->data;
-        } else { /* foreign file with an unpadded header: copy to aligned memory */
-            int64_t n = ct_st_numel(t);
-            owned[i] = ct_xmalloc((size_t)(n ? n : 1) * 4);
-            ct_st_read_f32(t, owned[i], n);
-            e[i].from_f32 = owned[i];
+                           "write", src->path, t->name, t->dtype);
+        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape};
+        if (t->ct_dtype != CT_F32) {
+            e[i].data = t->st->data;
+            continue;
         }
+        fill[i] = (export_fill){.src = src, .x = t};
+        e[i].dtype = dtype;
+        e[i].fill = fill_from_source;
+        e[i].fill_ctx = &fill[i];
     }
     return CT_OK;
 }
 
-static int export_write(const ct_st_file *f, const export_args *a, const char *src,
-                        ct_err *err) {
-    ct_st_entry *e = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *e);
-    float **owned = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *owned);
-    int rc = export_entries(f, a->dtype, e, owned, err);
+static int export_write(const ct_ckpt_source *src, const export_args *a, const char *dir, ct_err *err) {
+    ct_st_entry *e = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *e);
+    export_fill *fill = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *fill);
+    int rc = export_entries(src, a->dtype, e, fill, err);
     const char *mk[] = {"format", "ctrain_version", "source", "dtype"};
-    const char *mv[] = {"pt", CT_VERSION, src, ct_dtype_safetensors_name(a->dtype)};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype)};
     ct_fs_out out;   /* a temporary file renamed into place (a device is written through) */
     if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
-    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, f->n_tensors, mk, mv, 4, err), err);
-    for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
-    free(owned);
+    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, src->n_tensors, mk, mv, 4, err), err);
+    free(fill);
     free(e);
     return rc;
 }
@@ -355,6 +424,21 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
             return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
                            "export reads; write the export to a new file", out, path);
     }
+    DIR *d = opendir(dir);   /* a sharded checkpoint's files (a hard link to one elsewhere) */
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.' || ct_fs_join(path, sizeof path, dir, de->d_name, NULL) != CT_OK) continue;
+        if (ct_fs_same_file(out, path)) {
+            closedir(d);
+            return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
+                           "export reads; write the export to a new file", out, path);
+        }
+    }
+    if (d) closedir(d);
+    char why[2 * CLI_PATH + 100];
+    if (ct_owned_output(out, why, sizeof why))   /* a run's latest, config.json, metrics.jsonl, ... */
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s; writing there would replace a file ctrain "
+                       "keeps. Write the export elsewhere (e.g. --out model.safetensors in the current directory)",
+                       out, why);
     ct_err e = {0};
     if (ct_fs_check_output_file(out, &e))
         return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "
@@ -396,7 +480,8 @@ static int llama_out_dir(const export_args *a, const char *dir, char *file, size
 /* --layout hf-gpt2 / hf-llama: the checkpoint's tensors in Hugging Face's names and layout,
  * through the map of the model its config.json describes; Llama's directory gets the config.json
  * transformers reads. */
-static int export_hf(const ct_st_file *f, const export_args *a, const char *dir, int *n_out, ct_err *err) {
+static int export_hf(const ct_ckpt_source *f, const export_args *a, const char *dir, int *n_out,
+                     ct_err *err) {
     bool llama = a->layout == LAYOUT_HF_LLAMA;
     const char *name = llama ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT;
     ct_config *cfg = NULL;
@@ -441,24 +526,27 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     export_args a = {0};
     int rc = export_parse(argc, argv, &a, err);
     if (rc) return rc;
-    char dir[CLI_PATH], model[CLI_PATH + 32];
+    char dir[CLI_PATH];
     rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
     if (!rc && a.layout != LAYOUT_HF_LLAMA) rc = export_check_out(a.out, a.checkpoint, dir, err);
     if (rc) return rc;
-    snprintf(model, sizeof model, "%s/model.safetensors", dir);
-    ct_st_file *f = ct_st_open(model, err);
-    if (!f) return err->code;
-    int n = f->n_tensors;
-    rc = a.layout != LAYOUT_CTRAIN ? export_hf(f, &a, dir, &n, err) : export_write(f, &a, dir, err);
+    /* one file set's model.safetensors, or per-rank shards consolidated (each tensor read from the
+     * shards that hold it, in chunks) */
+    ct_ckpt_source src;
+    rc = ct_ckpt_source_open_dir(dir, false, &src, err);
+    if (rc) return rc;
+    int n = src.n_tensors;
+    rc = a.layout != LAYOUT_CTRAIN ? export_hf(&src, &a, dir, &n, err) : export_write(&src, &a, dir, err);
     if (!rc && a.layout != LAYOUT_CTRAIN) {
         printf("exported %d tensors (%s, layout %s) from %s to %s\n", n, ct_dtype_safetensors_name(a.dtype),
                a.layout == LAYOUT_HF_LLAMA ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT, dir, a.out);
     } else if (!rc) {
         uint64_t values = 0;
-        for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
-        printf("exported %d tensors (%llu values, %s) from %s to %s\n", f->n_tensors,
-               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out);
+        for (int i = 0; i < src.n_tensors; i++) values += (uint64_t)ct_shape_numel(&src.tensors[i].shape);
+        printf("exported %d tensors (%llu values, %s) from %s to %s%s\n", src.n_tensors,
+               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out,
+               src.shards ? " (consolidated from the per-rank shards)" : "");
     }
-    ct_st_close(f);
+    ct_ckpt_source_close(&src);
     return rc;
 }

@@ -82,10 +82,19 @@ int ct_cli_default_run_dir(ct_config *cfg, const char *resume, ct_err *err) {
             char path[2200];
             if (target[0] == '/') snprintf(path, sizeof path, "%s", target);
             else snprintf(path, sizeof path, "%s/%s", base, target);
-            if (ct_fs_is_dir(path)) {
+            struct stat st;
+            int found = stat(path, &st), e = errno;
+            if (found == 0 && S_ISDIR(st.st_mode)) {
                 set_dirs(cfg, path);
                 return CT_OK;
             }
+            /* the run it names is gone: continuing "the latest run" from a new one would start it
+             * again from step 0 */
+            return ct_errf(err, CT_ERR_DATA, "--resume auto: %s names %s, which %s: the run to continue is not "
+                           "there.\n  Nothing was trained. To start a fresh run deliberately, run without --resume "
+                           "(a new directory under %s); to continue another, --resume DIR.", latest, target,
+                           found == 0 ? "is not a directory" : e == ENOENT ? "does not exist"
+                           : e == ELOOP ? "is a loop of symbolic links" : strerror(e), base);
         }
         /* the layout before per-run directories: runs/<name> itself holds the run */
         snprintf(old, sizeof old, "%s/config.json", base);

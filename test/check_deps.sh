@@ -4,15 +4,16 @@
 #
 # 1. What is used, found by reading the files (no package tool is run):
 #    * commands: every command a recipe or a $(shell ...) of the Makefile runs ($(CC) as the
-#      compiler driver it names, $(MAKE) as make), and every command test/*.sh and .ci/run run,
+#      compiler driver it names, $(MAKE) as make), and every command test/*.sh, .ci/run and
+#      datasets/venv.sh (the tests' Python environment, which runs after the Debian packages) run,
 #      found by a small shell lexer (quotes, $(...), here-documents, case patterns, functions,
 #      `command -v X`, `exec`/`env`/`timeout`/`nice`/`xargs X`, `trap`/`sh -c` code, VAR=/usr/bin/X);
 #      shell builtins and the functions a script defines (or sources) need no package;
 #    * libraries: -lNAME in the Makefile, and on the lines of test/*.sh that link (LIBS, cc);
 #    * pkg-config modules: the words after `pkg-config --cflags/--libs`;
 #    * paths: /usr/include/... and /usr/share/... in the Makefile, test/*.sh and configs/*.json;
-#    * python modules: what the python code in test/*.sh (-c strings, here-documents) and the
-#      test/*.py and test/ref/*.py files they run import.
+#    * python modules: what the python code in test/*.sh and datasets/venv.sh (-c strings,
+#      here-documents) and the test/*.py and test/ref/*.py files they run import.
 #    Each is looked up in the table below (written with `dpkg -S` on Debian 12), whose package must
 #    be in DEB_PKGS or brought by one that is (the `has` lines: Depends, not Recommends). A name
 #    missing from the table fails, naming the file and line: add it with its package. Packages of
@@ -36,7 +37,9 @@ trap 'rm -rf "$T"' EXIT
 # --- the table: KIND NAME PACKAGE. KIND: cmd, lib (-lNAME), pc (pkg-config module), path (a
 # directory and everything below it), py (python module). PACKAGE @cuda: from the CUDA toolkit or
 # the NVIDIA driver (GPU machines only, not a Debian package); @built: built by the Makefile;
-# @optional: used only when present. "has PACKAGE DEP...": installing PACKAGE installs DEP...
+# @optional: used only when present; @venv: a Python package pinned in
+# datasets/requirements-test.txt, which `make deps` installs into the tests' virtual environment
+# (checked below). "has PACKAGE DEP...": installing PACKAGE installs DEP...
 cat >"$T/table" <<'TABLE'
 cmd cc gcc
 cmd gcc gcc
@@ -122,12 +125,14 @@ path /usr/share/doc base-files
 py numpy python3-numpy
 py PIL python3-pil
 py h5py python3-h5py
-py pyarrow @optional
+py pyarrow @venv
 py torch @optional
-py tensorboard @optional
+py tensorboard @venv
 py transformers @optional
 py tokenizers @optional
 py site python3
+py venv python3-venv
+py ensurepip python3-venv
 has build-essential gcc g++ make libc6-dev dpkg-dev
 has gcc gcc-12 cpp binutils
 has gcc-12 cpp-12 binutils libgcc-12-dev
@@ -400,7 +405,7 @@ END {
         for (c = 1; c <= ncode; c++) lex(code[c], codeline[c])
     }
 }
-' "$T/Makefile.sh" test/*.sh .ci/run >"$T/uses"
+' "$T/Makefile.sh" test/*.sh .ci/run datasets/venv.sh >"$T/uses"
 
 # --- libraries, pkg-config modules, paths, python modules: "KIND NAME FILE LINE"
 pyfiles=$(grep -ho 'test/[A-Za-z0-9_/]*\.py' test/*.sh | sort -u)
@@ -446,7 +451,7 @@ function imports(s,    n, m, i, x) {
         for (j = 1; j <= n; j++) { x = st[j]; sub(/^[ \t]+/, "", x); imports(x) }
     }
 }
-' Makefile test/*.sh configs/*.json $pyfiles >>"$T/uses"
+' Makefile test/*.sh datasets/venv.sh configs/*.json $pyfiles >>"$T/uses"
 
 # --- resolve: every use has a package of DEB_PKGS (or brought by one), a builtin or a function
 resolve() {   # resolve PKGS_FILE [LIST]: messages on stdout; exit 1 on a failure
@@ -514,7 +519,7 @@ resolve() {   # resolve PKGS_FILE [LIST]: messages on stdout; exit 1 on a failur
             }
         }
         if (fails) { printf "check_deps: %d problem(s) with DEB_PKGS\n", fails; exit 1 }
-        printf "check_deps: ok: the %d packages of DEB_PKGS provide the %d commands, %d libraries, %d pkg-config modules, %d paths and %d python modules that the Makefile, test/*.sh and configs/ use\n", \
+        printf "check_deps: ok: the %d packages of DEB_PKGS provide the %d commands, %d libraries, %d pkg-config modules, %d paths and %d python modules that the Makefile, test/*.sh, datasets/venv.sh and configs/ use\n", \
             npk, count["cmd"], count["lib"], count["pc"], count["path"], count["py"]
         unused = ""
         for (i = 1; i <= npk; i++) {
@@ -630,4 +635,87 @@ deps 0 "$T/bin" zlib1g-dev
 [ $rc -eq 2 ] || bad "no dpkg-query: exit $rc, want 2"
 want "not a Debian system" "$T/out" "no dpkg-query"
 [ $fails -eq 0 ] && echo "check_deps: ok: datasets/deps.sh: --check, not root without sudo (exit 2, the command for root), with sudo, a failing apt-get (the log), an unwritable log, no dpkg"
+
+# --- the tests' Python packages: every module the table says comes from the virtual environment
+# (@venv) is pinned in datasets/requirements-test.txt, and every line there is NAME==VERSION
+vfails=0
+for m in $(awk '$1 == "py" && $3 == "@venv" { print $2 }' "$T/table"); do
+    grep -q -i "^$m==" datasets/requirements-test.txt ||
+        { echo "check_deps: FAIL: python module $m (@venv in the table) is not pinned in datasets/requirements-test.txt"; vfails=1; }
+done
+bad_pins=$(grep -v -e '^#' -e '^$' -e '^[A-Za-z0-9_.-]*==[0-9][0-9A-Za-z.]*$' datasets/requirements-test.txt || true)
+[ -z "$bad_pins" ] || { echo "check_deps: FAIL: datasets/requirements-test.txt: not NAME==VERSION: $bad_pins"; vfails=1; }
+
+# --- datasets/venv.sh with a stand-in python ($VENV_PYTHON) whose venv module makes an environment
+# whose python answers `-c ""` and `-m pip install`, each call logged
+mkdir "$T/vpy"
+cat >"$T/vpy/python3" <<'PY3'
+#!/bin/sh
+echo "python3 $*" >>"$FAKE_CALLS"
+case "$1 $2" in
+"-c import venv, ensurepip") [ -z "${FAKE_NOVENV:-}" ] ;;
+"-m venv") for d; do :; done; mkdir -p "$d/bin" && cp "$FAKE_VENV_PY" "$d/bin/python" && chmod +x "$d/bin/python" ;;
+*) exit 9 ;;
+esac
+PY3
+cat >"$T/vpy/venv_python" <<'VPY'
+#!/bin/sh
+echo "env-python $*" >>"$FAKE_CALLS"
+case "$1 $2" in
+"-c ") exit 0 ;;
+"-m pip")
+    echo "Collecting tensorboard==2.17.1"
+    if [ -n "${FAKE_PIPFAIL:-}" ]; then echo "ERROR: No matching distribution found for $FAKE_PIPFAIL"; exit 1; fi
+    echo "Successfully installed tensorboard-2.17.1" ;;
+*) exit 9 ;;
+esac
+VPY
+chmod +x "$T/vpy/python3"
+printf 'tensorboard==2.17.1\npyarrow==17.0.0\n' >"$T/reqs"
+# venv ARGS...: venv.sh ARGS with the stand-in; its output in $T/vout, status in $rc, calls in $T/vcalls
+venv() {
+    : >"$T/vcalls"
+    env VENV_PYTHON="$T/vpy/python3" FAKE_VENV_PY="$T/vpy/venv_python" FAKE_CALLS="$T/vcalls" TMPDIR="$T" \
+        FAKE_NOVENV="${FAKE_NOVENV:-}" FAKE_PIPFAIL="${FAKE_PIPFAIL:-}" "$SH" datasets/venv.sh "$@" >"$T/vout" 2>&1
+    rc=$?
+}
+vbad() { echo "check_deps: FAIL: venv.sh: $1"; sed 's/^/    /' "$T/vout"; vfails=1; }
+venv --check "$T/env" "$T/reqs"
+[ $rc -eq 1 ] || vbad "--check without an environment: exit $rc, want 1"
+grep -q "no environment in $T/env" "$T/vout" || vbad "--check without an environment: not said"
+venv --log "$T/vlog" "$T/env" "$T/reqs"
+[ $rc -eq 0 ] || vbad "making the environment: exit $rc, want 0"
+grep -q -x "python3 -m venv --clear --system-site-packages $T/env" "$T/vcalls" ||
+    vbad "no 'python3 -m venv --clear --system-site-packages DIR' call: $(cat "$T/vcalls")"
+grep -q -x "env-python -m pip install --no-deps --no-input --disable-pip-version-check -r $T/reqs" "$T/vcalls" ||
+    vbad "no 'pip install --no-deps ... -r REQUIREMENTS' call: $(cat "$T/vcalls")"
+cmp -s "$T/reqs" "$T/env/.requirements" || vbad "the environment is not marked with the requirements it has"
+grep -q "Successfully installed" "$T/vlog" || vbad "pip's output is not in the log"
+grep -q -e "Successfully installed" -e "Collecting" "$T/vout" && vbad "pip's output reached the terminal"
+[ "$(wc -l <"$T/vout")" -le 3 ] || vbad "making the environment printed $(wc -l <"$T/vout") lines (at most 3 wanted)"
+venv --check "$T/env" "$T/reqs"
+[ $rc -eq 0 ] && [ ! -s "$T/vout" ] || vbad "--check of a complete environment: exit $rc (want 0, silent)"
+echo "six==1.17.0" >>"$T/reqs"
+venv --check "$T/env" "$T/reqs"
+[ $rc -eq 1 ] || vbad "--check after the requirements changed: exit $rc, want 1"
+venv --log "$T/vlog" "$T/env" "$T/reqs"
+[ $rc -eq 0 ] || vbad "updating the environment: exit $rc, want 0"
+grep -q -e "-m venv" "$T/vcalls" && vbad "updating a working environment made it again"
+grep -q -e "-m pip install" "$T/vcalls" || vbad "updating the environment did not run pip"
+echo "pyarrow==99" >>"$T/reqs"
+FAKE_PIPFAIL=pyarrow==99 venv --log "$T/vlog" "$T/env" "$T/reqs"
+[ $rc -eq 1 ] || vbad "a failing pip: exit $rc, want 1"
+grep -q "output is in $T/vlog" "$T/vout" && grep -q "No matching distribution found for pyarrow==99" "$T/vout" ||
+    vbad "a failing pip: the log's path and its end are not shown"
+venv --check "$T/env" "$T/reqs"
+[ $rc -eq 1 ] || vbad "--check after a failed install: exit $rc, want 1"
+printf '#!/bin/sh\nexit 1\n' >"$T/env/bin/python"
+venv --log "$T/vlog" "$T/env" "$T/reqs"
+grep -q -e "-m venv --clear" "$T/vcalls" || vbad "an environment whose python does not run is not made again"
+FAKE_NOVENV=1 venv --log "$T/vlog" "$T/env2" "$T/reqs"
+[ $rc -eq 2 ] || vbad "no venv module: exit $rc, want 2"
+grep -q "python3-venv" "$T/vout" || vbad "no venv module: python3-venv is not named"
+[ -e "$T/env2" ] && vbad "no venv module: it made something"
+[ $vfails -eq 0 ] && echo "check_deps: ok: the tests' Python packages are pinned; datasets/venv.sh: --check, made, complete, updated, a failing pip (the log), a broken environment made again, no venv module (exit 2)"
+[ $vfails -eq 0 ] || fails=1
 exit $fails

@@ -3,11 +3,12 @@
 # seed, same batches) must reach eval accuracies within 2 points of fp32's; the summary and the
 # step lines carry the loss scale; a forced overflow at the minimum scale exits 4; fp16 and bf16
 # together is a config error.
-# Usage: e2e_amp.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+# Usage: e2e_amp.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
+# installs it).
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 # run CODE NAME DESCRIPTION ARGS...: ctrain --summary $T/NAME.json ARGS; check the exit code
 run() {

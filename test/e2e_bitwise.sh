@@ -10,15 +10,19 @@
 # installed (core/cpu/cpu_gemm.c), picks its kernels (so its summation order) by the instruction
 # set it finds, so recorded hashes of its runs would hold on machines like this one only. Its
 # results do not depend on the thread count either (test_train's 1 vs 2 threads and
-# test/e2e_gemm_paths.sh run with it).
-# Usage: e2e_bitwise.sh BUILD_DIR [--record]. Exit 77 (skipped) when Fashion-MNIST is missing.
+# test/e2e_gemm_paths.sh run with it). And they pin bf16 GEMMs to the widened path
+# (CTRAIN_CPU_BF16=widen): on a CPU with AVX512-BF16 or AMX the native path sums in its own order
+# (core/cpu/cpu_onednn_bf16.c), so its bits are that CPU's; test_ops and e2e_gemm_paths check it
+# against fp64 instead. (CTRAIN_CPU_GEMM=openblas alone turns native off too; widen says so here.)
+# Usage: e2e_bitwise.sh BUILD_DIR [--record]. Fails without Fashion-MNIST (make deps installs it);
+# exit 77 (skipped) on a CPU without AVX2.
 set -u
 B=${1:-build}/ctrain
 REF=test/ref/bitwise/sha256
 D=/usr/share/datasets/fashion-mnist
-[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+[ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "FAIL missing dependency: Fashion-MNIST ($D: Debian's dataset-fashion-mnist); make deps installs it"; exit 1; }
 grep -q avx2 /proc/cpuinfo 2>/dev/null || { echo "no AVX2: the recorded hashes need OpenBLAS's AVX2 kernels"; exit 77; }
-export OPENBLAS_CORETYPE=Haswell CTRAIN_CPU_GEMM=openblas
+export OPENBLAS_CORETYPE=Haswell CTRAIN_CPU_GEMM=openblas CTRAIN_CPU_BF16=widen
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 . test/lib_e2e.sh

@@ -57,6 +57,16 @@ expect 0 "three override forms" -- "$B" --config "$T/c.json" --print-config \
 has "$T/out" '"lr":[[:space:]]*0.25' "--set applied"
 has "$T/out" '"gradient_accumulation_steps":[[:space:]]*4' "--KEY=VALUE applied"
 has "$T/out" '"train_micro_batch_size_per_gpu":[[:space:]]*3' "KEY=VALUE applied"
+# Numbers in messages as a reader writes them: betas lie in [0, 1) (it printed
+# [0, 0.99999999999999978]); 1e999 is a number out of range (it was shown as a string)
+expect 2 "betas [0.9, 1]" -- "$B" --config "$T/c.json" --print-config --set 'optimizer.params.betas=[0.9, 1.0]'
+has "$T/err" "optimizer.params.betas\[1\]: expected a number in \[0, 1), got 1$" "the betas' range reads [0, 1)"
+expect 2 "lr=1e999" -- "$B" --config "$T/c.json" --print-config --set optimizer.params.lr=1e999
+has "$T/err" 'got "1e999": a number out of the range of a double' "1e999 is said to be out of range"
+# info on a file of no kind it describes says so, not "not a valid safetensors file: header length"
+expect 3 "info on a JSON file" -- "$B" info "$T/c.json"
+has "$T/err" "c.json is not a file ctrain describes: not safetensors .*It takes: FILE.safetensors" \
+    "info says what the file is not and what it takes"
 # A misspelt override is refused (a sweep would otherwise train the defaults); in the file it warns.
 expect 2 "--lr=0.1 (not a key) refused" -- "$B" --config "$T/c.json" --print-config --lr=0.1
 has "$T/err" "c.json: --set lr: unknown key; did you mean optimizer.params.lr?" "--lr names the key it meant"

@@ -5,21 +5,21 @@
 # bench-data reads every sample; `ctrain info` lists the datasets; `ctrain pack --from hdf5` gives
 # shards that train to the same losses; a truncated file, a missing dataset and a missing libhdf5
 # exit 3, 3 and 1 naming the file, the dataset and the package; an unknown entry key exits 2.
-# Skipped (77) without h5py or the Fashion-MNIST package.
+# Fails, naming it, without h5py or the Fashion-MNIST package (make deps installs both).
 # Usage: sh test/e2e_hdf5.sh BUILD_DIR
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
-fmnist_or_skip
+need_fmnist
 scratch_dir
-[ -x /usr/bin/python3 ] || { echo "no /usr/bin/python3"; exit 77; }
+[ -x /usr/bin/python3 ] || missing_dep "/usr/bin/python3 (Debian's python3)"
 
 N_TRAIN=6000 N_EVAL=1000
 gen() { # SET OUT LAYOUT COUNT
     /usr/bin/python3 test/make_hdf5.py --idx "$D/$1-images-idx3-ubyte.gz" "$D/$1-labels-idx1-ubyte.gz" "$T/$2" "$3" \
         --count "$4" >"$T/gen" 2>&1
     rc=$?
-    [ $rc -eq 77 ] && { cat "$T/gen"; exit 77; } # no h5py
+    [ $rc -eq 77 ] && missing_dep "h5py for /usr/bin/python3 (Debian's python3-h5py): $(cat "$T/gen")"
     [ $rc -eq 0 ] || { bad "make_hdf5.py $*: $(cat "$T/gen")"; exit 1; }
 }
 gen train train.h5 contiguous $N_TRAIN

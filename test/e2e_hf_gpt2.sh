@@ -11,13 +11,13 @@
 #    prefix and a tied lm_head.weight;
 #  - a missing, an extra and a mis-shaped tensor, a model of another shape (an untied head, an
 #    unpadded vocabulary without loss.classes) and a bad --layout: exit 2 naming the tensor or layer.
-# Usage: sh test/e2e_hf_gpt2.sh BUILD_DIR. Exit 77 without /usr/bin/python3 (standard library only).
+# Usage: sh test/e2e_hf_gpt2.sh BUILD_DIR. Needs /usr/bin/python3 (standard library only).
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
 PY=/usr/bin/python3
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
-[ -x "$PY" ] || { echo "no /usr/bin/python3"; exit 77; }
+[ -x "$PY" ] || missing_dep "/usr/bin/python3 (Debian's python3)"
 scratch_dir
 REF=test/ref/hf_gpt2
 cp "$REF/gpt.json" "$REF/eval.bin" "$T/"

@@ -57,7 +57,15 @@ run() {
     rc=$?
     [ $rc -eq 0 ] || { bad "$n: exit $rc"; tail -3 "$T/$n.err"; }
 }
-final() { find "$T/$1" -path "*global_step$2/model.safetensors"; }
+# final RUN STEP: the run's weights at STEP as one file (a ZeRO run's per-rank shards exported into one)
+final() {
+    f=$(find "$T/$1" -path "*global_step$2/model.safetensors")
+    if [ -z "$f" ]; then
+        f="$T/$1.$2.safetensors"
+        [ -f "$f" ] || "$B" export --checkpoint "$(find "$T/$1" -type d -name "global_step$2")" --out "$f" >/dev/null 2>&1
+    fi
+    echo "$f"
+}
 same() { cmp -s "$(final "$1" 6)" "$(final "$2" 6)" && ok "$3: the same weights bit for bit" || bad "$3: other weights"; }
 # close A B TOL WHAT: the final weights of runs A and B within TOL (largest ||a - b|| / ||a|| of a tensor)
 close() {

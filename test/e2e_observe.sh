@@ -69,7 +69,7 @@ if command -v script >/dev/null 2>&1; then
     else bad "terminal: no redrawn progress line"; tail -c 400 tty.out; fi
     eq "terminal without steps_per_print: no plain step lines" "$(grep -a -c '^step ' tty.out)" 0
 else
-    echo "skip: no script(1) for a pseudo-terminal"
+    bad "missing dependency: script(1) for a pseudo-terminal (Debian's bsdutils; make deps installs it)"
 fi
 
 # --- SIGTERM: the run saves a checkpoint and its metrics are on disk up to that step ---

@@ -3,16 +3,16 @@
 # rows written as Parquet the way Hugging Face datasets stores images (a struct {"bytes": PNG,
 # "path": null} column "image" and an int64 column "label", two files) become ctrain shards that
 # train to the IDX run's losses bit for bit; a missing column exits 2 naming the file and the
-# columns it has. Skipped (77) where pyarrow is missing: Debian 12 has no package for it
-# (pip install pyarrow; CT_PARQUET_PYTHON names a python that has it, /usr/bin/python3 by default).
+# columns it has. Runs the python of the tests' virtual environment (.venv/, or $CT_TEST_VENV),
+# which has pyarrow (Debian 12 has no package for it; `make deps` installs it there); missing, the
+# test fails.
 # Usage: sh test/e2e_parquet.sh BUILD_DIR
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
-PY=${CT_PARQUET_PYTHON:-/usr/bin/python3}
-fmnist_or_skip
+need_fmnist
 scratch_dir
-"$PY" -c 'import pyarrow, h5py, PIL' 2>/dev/null || { echo "pyarrow, h5py or Pillow missing for $PY (Debian 12 has no pyarrow package)"; exit 77; }
+need_venv pyarrow h5py PIL
 
 N=3000
 "$PY" - "$D" "$T" $N <<'PY' || { bad "writing the Parquet files"; exit 1; }

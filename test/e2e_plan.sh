@@ -6,11 +6,12 @@
 #     with data files that do not exist (none is opened);
 #   - every accepted-but-not-implemented setting prints its line at start, in a run and a dry run;
 #   - a token model reports tokens_per_s.
-# Usage: e2e_plan.sh BUILD_DIR. Exit 77 (skipped) when the Fashion-MNIST package is missing.
+# Usage: e2e_plan.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
+# installs it).
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 
 # plan_vs_peak MODEL PRECISION SKIP: within 5% per category (SKIP: a category not compared).
@@ -73,7 +74,8 @@ cat >"$T/notyet.json" <<'JSON'
  "activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true, "partition_activations": true},
  "flops_profiler": {"enabled": true}, "wall_clock_breakdown": true,
  "curriculum_learning": {"enabled": true, "curriculum_type": "vocab", "min_difficulty": 8, "max_difficulty": 16,
-                         "schedule_type": "fixed_linear", "schedule_config": {"total_curriculum_step": 10, "difficulty_step": 8}}}
+                         "schedule_type": "fixed_linear", "schedule_config": {"total_curriculum_step": 10, "difficulty_step": 8}},
+ "eigenvalue": {"enabled": true}, "compile": {"deepcompile": true}}
 JSON
 python3 - "$T/notyet.json" "$T/cfg.json" <<'PY'
 import json, sys
@@ -91,7 +93,7 @@ for mode in run dry; do
     fi
     for key in "zero_optimization.stage 3" "zero_optimization.offload_optimizer.device cpu" \
                "zero_optimization.offload_param.device cpu" \
-               "curriculum_learning.curriculum_type \"vocab\""; do
+               "curriculum_learning.curriculum_type \"vocab\"" "eigenvalue.enabled true" "compile"; do
         has "$T/err" "^ctrain: warning: $key: accepted, not used yet: " "$mode: $key says it is not used yet"
     done
     # checkpointing is done (number_checkpoints 2: two segments recomputed), partitioning a no-op

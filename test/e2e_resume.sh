@@ -11,12 +11,12 @@
 #  - with eval at each epoch's end, a checkpoint of that step holds the eval; the last step is
 #    saved once.
 # Usage: [CT_TEST_SEED=N] e2e_resume.sh BUILD_DIR; N seeds the kill step (printed with it).
-# Exit 77 when no python3 is found (it generates the data).
+# Needs python3 (it generates the data): missing, the test fails.
 set -u
 B=${1:-build}/ctrain
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
-[ -n "$PY" ] || { echo "python3 not found"; exit 77; }
+[ -n "$PY" ] || { echo "FAIL missing dependency: python3 (Debian's python3); make deps installs it"; exit 1; }
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 seed=${CT_TEST_SEED:-$(date +%s)}
 case $seed in ''|*[!0-9]*) echo "FAIL: CT_TEST_SEED must be a non-negative integer, got '$seed'"; exit 1 ;; esac

@@ -4,12 +4,12 @@
 # checkpoint (ct_ckpt_save) and two exports (`ctrain export` as a function: bf16 and fp16), plus
 # the values they must hold; test/ref/read_safetensors.py (stdlib + numpy, and torch.frombuffer
 # when Debian's python3-torch is present) checks them bit for bit.
-# Usage: e2e_safetensors.sh BUILD_DIR. Exit 77 when /usr/bin/python3 or numpy is missing.
+# Usage: e2e_safetensors.sh BUILD_DIR. Fails, naming it, when /usr/bin/python3 or numpy is missing.
 set -u
 BUILD=${1:-build}
 PY=/usr/bin/python3
-[ -x "$PY" ] || { echo "/usr/bin/python3 not found"; exit 77; }
-"$PY" -c "import numpy" 2>/dev/null || { echo "numpy not installed for /usr/bin/python3"; exit 77; }
+[ -x "$PY" ] || { echo "FAIL missing dependency: /usr/bin/python3 (Debian's python3); make deps installs it"; exit 1; }
+"$PY" -c "import numpy" 2>/dev/null || { echo "FAIL missing dependency: numpy for /usr/bin/python3 (Debian's python3-numpy); make deps installs it"; exit 1; }
 [ -f "$BUILD/libctrain.a" ] || { echo "FAIL: $BUILD/libctrain.a missing (run make)"; exit 1; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

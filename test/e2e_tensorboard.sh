@@ -3,15 +3,14 @@
 # DeepSpeed uses (Train/Samples/train_loss, lr, loss_scale under fp16) with one scalar per
 # optimizer step at the global samples, the same values as csv_monitor's files (as float32), and
 # each eval's Eval/Samples/eval_loss and eval_accuracy.
-# Needs Python's tensorboard package (no Debian package exists): $CT_TENSORBOARD_PYTHON, else
-# /usr/bin/python3; exits 77 (skipped) when neither imports it.
+# Needs Python's tensorboard package (Debian has none): the python of the tests' virtual
+# environment (.venv/, or $CT_TEST_VENV), which `make deps` makes; missing, the test fails.
 # Usage: e2e_tensorboard.sh BUILD_DIR
 set -u
 B=${1:-build}/ctrain
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
-PY=${CT_TENSORBOARD_PYTHON:-/usr/bin/python3}
-"$PY" -c "import tensorboard" 2>/dev/null || { echo "python's tensorboard not installed ($PY)"; exit 77; }
 . test/lib_e2e.sh
+need_venv tensorboard
 scratch_dir
 B=$(cd "$(dirname "$B")" && pwd)/ctrain
 cd "$T" || exit 1

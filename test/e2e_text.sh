@@ -90,7 +90,7 @@ if [ -f "$1" ]; then
         bad "training on the licences: $(tail -3 "$T/err")"
     fi
 else
-    echo "skip /usr/share/common-licenses: empty here"
+    bad "missing dependency: /usr/share/common-licenses is empty (Debian's base-files; make deps installs it)"
 fi
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"

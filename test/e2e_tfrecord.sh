@@ -12,9 +12,9 @@
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
-fmnist_or_skip
+need_fmnist
 scratch_dir
-[ -x /usr/bin/python3 ] || { echo "no /usr/bin/python3"; exit 77; }
+[ -x /usr/bin/python3 ] || missing_dep "/usr/bin/python3 (Debian's python3)"
 
 N_TRAIN=6000 N_EVAL=1000
 mkdir "$T/data"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
 scratch_dir
-[ -x /usr/bin/python3 ] || { echo "no /usr/bin/python3"; exit 77; }
+[ -x /usr/bin/python3 ] || missing_dep "/usr/bin/python3 (Debian's python3)"
 
 mkdir "$T/data"
 /usr/bin/python3 test/make_wds.py "$T/data" png || { bad "make_wds.py"; exit 1; }

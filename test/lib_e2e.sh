@@ -1,10 +1,29 @@
 # lib_e2e.sh: helpers shared by the end-to-end scripts (not itself a test); sourced from the repository root
 # (`. test/lib_e2e.sh`). Each check prints "ok   ..." or "FAIL ..."; $fails counts failures.
 fails=0
-# fmnist_or_skip: D is the Fashion-MNIST package's directory; exit 77 (skipped) without it.
-fmnist_or_skip() {
+# A test exits 77 (skipped) only for what `make deps` cannot give (a GPU, a CPU feature, a
+# permission), saying why. What make deps installs (Debian's packages, the tests' Python packages
+# in .venv/) must be there: missing, the test fails naming it.
+# missing_dep WHAT: fail the test (exit 1) for a missing dependency WHAT that make deps installs.
+missing_dep() {
+    echo "FAIL missing dependency: $1; make deps installs it"
+    exit 1
+}
+# need_fmnist: D is the Fashion-MNIST package's directory (dataset-fashion-mnist).
+need_fmnist() {
     D=/usr/share/datasets/fashion-mnist
-    [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "dataset-fashion-mnist not installed"; exit 77; }
+    [ -f "$D/train-images-idx3-ubyte.gz" ] || missing_dep "Fashion-MNIST ($D: Debian's dataset-fashion-mnist)"
+}
+# The tests' virtual environment (make deps-test): CT_TEST_VENV, which `make test` sets, else .venv/
+# in the repository (this file is sourced from the repository root).
+CT_TEST_VENV=${CT_TEST_VENV:-$(pwd)/.venv}
+# need_venv MODULE...: PY is the environment's python, which imports every MODULE.
+need_venv() {
+    PY=$CT_TEST_VENV/bin/python
+    [ -x "$PY" ] || missing_dep "the tests' Python environment $CT_TEST_VENV"
+    for nv_m in "$@"; do
+        "$PY" -c "import $nv_m" 2>/dev/null || missing_dep "python module $nv_m in $CT_TEST_VENV (datasets/requirements-test.txt, or Debian's python3-* packages)"
+    done
 }
 # scratch_dir: T is a new temporary directory, removed when the script exits.
 scratch_dir() {
@@ -40,19 +59,19 @@ random_csv() {
     }' >"$1"
 }
 # licence_tokens CTRAIN DIR: byte tokens of the licence texts every Debian has
-# (/usr/share/common-licenses) in DIR/train.bin and DIR/eval.bin; exits 77 (skipped) without them.
+# (/usr/share/common-licenses, from base-files) in DIR/train.bin and DIR/eval.bin.
 licence_tokens() {
     lt_b=$1 lt_d=$2
     set -- /usr/share/common-licenses/*
-    [ -f "$1" ] || { echo "no /usr/share/common-licenses here"; exit 77; }
+    [ -f "$1" ] || missing_dep "/usr/share/common-licenses (Debian's base-files)"
     sh datasets/text_tokens.sh --ctrain "$lt_b" "$lt_d" "$@" >"$T/log" 2>&1 || { cat "$T/log"; exit 1; }
 }
 
 # ---- a data format trained against the IDX files it was made from (e2e_hdf5.sh, e2e_tfrecord.sh):
 # the same small MLP, 40 steps, the same order settings, so the losses must be equal bit for bit.
-# They use $B, $T (scratch_dir), $D (fmnist_or_skip) and N_TRAIN / N_EVAL.
+# They use $B, $T (scratch_dir), $D (need_fmnist) and N_TRAIN / N_EVAL.
 # vs_idx_entries: IDX_TRAIN and IDX_EVAL, the first $N_TRAIN / $N_EVAL Fashion-MNIST samples as IDX
-# data entries ($D: fmnist_or_skip).
+# data entries ($D: need_fmnist).
 vs_idx_entries() {
     IDX_TRAIN="{\"format\": \"idx\", \"images\": \"$D/train-images-idx3-ubyte.gz\", \"labels\": \"$D/train-labels-idx1-ubyte.gz\", \"limit\": $N_TRAIN}"
     IDX_EVAL="{\"format\": \"idx\", \"images\": \"$D/t10k-images-idx3-ubyte.gz\", \"labels\": \"$D/t10k-labels-idx1-ubyte.gz\", \"limit\": $N_EVAL}"

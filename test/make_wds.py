@@ -4,7 +4,8 @@
     make_wds.py OUT_DIR png      3 shards (pax, GNU and ustar tar formats) of PNG + .cls samples
     make_wds.py OUT_DIR npy      2 shards of float32 .npy [2, 3] + .txt samples
     make_wds.py OUT_DIR npy-f64  like npy, one sample stored as float64 (refused)
-    make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member
+    make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member (its key holds an
+                                 escape sequence, ESC [2J)
     make_wds.py OUT_DIR jpg      like png, with 8x8 RGB JPEG (.jpg) images written by Pillow
 
 Writes OUT_DIR/manifest.txt: one line per sample, "SHARD KEY LABEL ID", where ID is what the
@@ -72,6 +73,8 @@ def main():
                 ident = 300 + 37 * sid  # above 255: both bytes of the PNG id matter
                 label = rng.randrange(5)
                 key = "part.%d/sample%06d" % (s, sid)
+                if mode == "nolabel" and sid == 4:  # the sample without a label: a key with an escape sequence
+                    key = "part.%d/\x1b[2Jsample%06d" % (s, sid)
                 if s < 2 and j == 1:  # a name longer than ustar holds: pax (shard 0), GNU (shard 1)
                     key = "long/" + "x" * 120 + "/s%d" % sid
                 if mode.startswith("npy"):

@@ -1,9 +1,18 @@
 #!/bin/sh
 # Run every test this machine can run: the Check unit tests (build/test/test_*) and the
-# end-to-end scripts (test/e2e_*.sh). Usage: run_tests.sh BUILD_DIR [cuda]
-# A test exiting 77 is reported as skipped, never as passed (in cuda mode: as failed). Ends with "N passed, N failed, N skipped".
+# end-to-end scripts (test/e2e_*.sh). Usage: run_tests.sh BUILD_DIR [cpu|quick|cuda]
+#   cpu (the default; `make test`, CI): all of them, 5-8 minutes on 2 cores;
+#   quick (`make check`): the unit tests and the end-to-end scripts named in QUICK below, which
+#     take a few seconds each: under a minute on 2 cores, for day-to-day work;
+#   cuda (`make test-cuda`): the GPU tests.
+# A test exiting 77 is reported as skipped, never as passed (in cuda mode: as failed). Tests exit
+# 77 only for what `make deps` cannot give (a GPU, a CPU feature, a permission); one that finds
+# something make deps installs missing fails, naming it. Ends with "N passed, N failed, N skipped".
 BUILD=${1:-build}
 MODE=${2:-cpu}
+# the end-to-end scripts of `make check`: a few seconds each on the 2-core machine (the others
+# train for tens of seconds: e2e_amp, e2e_bitwise, e2e_dist, e2e_tiny_lm, ...)
+QUICK="e2e_cli e2e_curriculum e2e_fit e2e_generate e2e_limits e2e_plot e2e_profile e2e_text e2e_token_vocab e2e_webdataset"
 passed=0; failed=0; skipped=0; failures=""
 run_one() {
     name=$1; shift
@@ -25,6 +34,7 @@ run_one() {
     fi
 }
 mkdir -p "$BUILD/test"
+t0=$(date +%s)
 if [ "$MODE" = "cuda" ]; then
     export CT_TEST_CUDA=1
     for t in "$BUILD"/test/test_cuda*; do [ -x "$t" ] && run_one "$(basename "$t")" "$t"; done
@@ -43,11 +53,14 @@ else
         [ -x "$t" ] && run_one "$(basename "$t")" "$t"
     done
     for s in test/e2e_*.sh; do
-        case "$s" in test/e2e_cuda*) continue ;; esac
-        [ -f "$s" ] && run_one "$(basename "$s" .sh)" sh "$s" "$BUILD"
+        name=$(basename "$s" .sh)
+        case "$name" in e2e_cuda*) continue ;; esac
+        if [ "$MODE" = quick ]; then case " $QUICK " in *" $name "*) ;; *) continue ;; esac; fi
+        [ -f "$s" ] && run_one "$name" sh "$s" "$BUILD"
     done
 fi
 echo
+echo "the $MODE tests took $(( $(date +%s) - t0 )) s"
 [ -n "$failures" ] && echo "failed:$failures"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]

@@ -489,6 +489,32 @@ START_TEST(defaults_in_resolved) {
     const cJSON *train = cJSON_GetObjectItem(c->resolved, "train");
     ck_assert_str_eq(cJSON_GetObjectItem(train, "run_dir")->valuestring, "runs/a");
     ck_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(c->resolved, "zero_optimization"), "offload_optimizer"));
+    /* NVMe offload's keys (DeepSpeed's defaults) and the aio section */
+    const ct_offload_cfg *oo = &c->zero.offload_optimizer, *op = &c->zero.offload_param;
+    ck_assert(oo->device == CT_OFFLOAD_NONE && !oo->pin_memory && oo->nvme.buffer_count == 4 && !oo->nvme.path[0]);
+    ck_assert(op->nvme.buffer_count == 5 && op->nvme.buffer_size == 100000000 && op->nvme.max_in_cpu == 1000000000);
+    ck_assert(c->aio.block_size == 1048576 && c->aio.queue_depth == 8 && c->aio.intra_op_parallelism == 1 &&
+              !c->aio.single_submit && c->aio.overlap_events && !c->aio.use_gds);
+    const cJSON *aio = cJSON_GetObjectItem(c->resolved, "aio");
+    ck_assert_int_eq(cJSON_GetObjectItem(aio, "block_size")->valueint, 1048576);
+    ck_assert_int_eq(cJSON_GetObjectItem(aio, "intra_op_parallelism")->valueint, 1);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(aio, "overlap_events")));
+    const cJSON *ro = cJSON_GetObjectItem(cJSON_GetObjectItem(c->resolved, "zero_optimization"), "offload_optimizer");
+    ck_assert_int_eq(cJSON_GetObjectItem(ro, "buffer_count")->valueint, 4);
+    ck_assert_str_eq(cJSON_GetObjectItem(ro, "nvme_path")->valuestring, "");
+    unload(&l);
+    /* given values; DeepSpeed's older name thread_count */
+    l = load("{\"train_batch_size\": 8, \"aio\": {\"block_size\": 262144, \"queue_depth\": 32, \"thread_count\": 4, \"single_submit\": true, "
+             "\"overlap_events\": false}, \"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+             "\"cpu\", \"nvme_path\": \"/local_nvme\", \"buffer_count\": 6}, \"offload_param\": {\"buffer_size\": 1e9, "
+             "\"max_in_cpu\": 0}}}", 1);
+    assert_ok(l);
+    c = l.cfg;
+    ck_assert(c->aio.block_size == 262144 && c->aio.queue_depth == 32 && c->aio.intra_op_parallelism == 4 &&
+              c->aio.single_submit && !c->aio.overlap_events);
+    ck_assert_str_eq(c->zero.offload_optimizer.nvme.path, "/local_nvme");
+    ck_assert_int_eq(c->zero.offload_optimizer.nvme.buffer_count, 6);
+    ck_assert(c->zero.offload_param.nvme.buffer_size == 1000000000 && c->zero.offload_param.nvme.max_in_cpu == 0);
     unload(&l);
     /* Adam with adam_w_mode false is classic L2 Adam; AdamW is always decoupled */
     l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"adam\", \"params\": {\"adam_w_mode\": false}}}", 1);
@@ -728,6 +754,45 @@ static const err_case err_cases[] = {
      .has = {"elasticity.enabled: elastic training is not implemented in ctrain"}},
     {.text = TB8 "\"progressive_layer_drop\": {\"theta\": 0.5}}", .code = CFG,
      .at = "a.json:1:25", .has = {"progressive_layer_drop.enabled: required"}},
+    /* --- another kind of training than ctrain's: refused when on, naming the key and what ctrain
+       does instead (off, they are accepted: other_kinds_off_accepted) --- */
+    {.text = TB8 "\"progressive_layer_drop\": {\"enabled\": true, \"theta\": 0.5}}", .code = CFG,
+     .has = {"progressive_layer_drop.enabled: progressive layer drop", "trains every layer at every step"}},
+    {.text = TB8 "\"progressive_layer_drop\": {\"enabled\": false}}", .set = {"progressive_layer_drop.enabled=true"},
+     .code = CFG, .has = {"progressive_layer_drop.enabled: progressive layer drop"}},
+    {.text = TB8 "\"data_efficiency\": {\"enabled\": true, \"data_routing\": {\"enabled\": true, "
+                 "\"random_ltd\": {\"enabled\": true, \"total_layer_num\": 12}}}}", .code = CFG,
+     .has = {"data_efficiency.data_routing.random_ltd.enabled: random layer-token drop",
+             "sends every token through every layer"}},
+    {.text = TB8 "\"data_efficiency\": {\"data_routing\": 5}}", .code = CFG,
+     .has = {"data_efficiency.data_routing: expected an object, got 5"}},
+    {.text = TB8 "\"quantize_training\": {\"enabled\": true, \"quantize_bits\": {\"start_bits\": 12}}}",
+     .code = CFG, .has = {"quantize_training.enabled: quantization-aware training (MoQ"}},
+    {.text = TB8 "\"compression_training\": {\"sparse_pruning\": {\"shared_parameters\": {\"enabled\": true}}}}",
+     .code = CFG, .has = {"compression_training.sparse_pruning.shared_parameters.enabled: model compression (sparse "
+                          "pruning)", "trains the model uncompressed"}},
+    {.text = TB8 "\"compression_training\": {\"layer_reduction\": {\"enabled\": true, \"keep_number_layer\": 5}}}",
+     .code = CFG, .has = {"compression_training.layer_reduction.enabled: layer reduction"}},
+    {.text = TB8 "\"autotuning\": {\"enabled\": true, \"start_step\": 5}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"autotuning.enabled: DeepSpeed then runs a short profiling experiment", "ctrain has no autotuner"}},
+    {.text = TB8 "\"torch_autocast\": {\"enabled\": true, \"dtype\": \"bfloat16\"}}", .code = CFG,
+     .has = {"torch_autocast.enabled: PyTorch autocast", "\"bf16\": {\"enabled\": true}"}},
+    {.text = TB8 "\"torch_autocast\": {\"enabled\": \"yes\"}}", .code = CFG,
+     .has = {"torch_autocast.enabled: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"pipeline\": {\"stages\": 4, \"partition\": \"best\"}}", .code = CFG, .at = "a.json:1:38",
+     .has = {"pipeline.stages: pipeline parallelism over 4 stages is not implemented in ctrain",
+             "the ranks split the batch"}},
+    {.text = TB8 "\"tensor_parallel\": {\"autotp_size\": 2}}", .code = CFG,
+     .has = {"tensor_parallel.autotp_size: tensor parallelism (AutoTP) over 2 ranks is not implemented"}},
+    {.text = TB8 "\"tensor_parallel\": {\"tp\": {\"tp_size\": 8}}}", .code = CFG,
+     .has = {"tensor_parallel.tp.tp_size: tensor parallelism over 8 ranks"}},
+    {.text = TB8 "\"sequence_parallel_size\": 4}", .code = CFG, .at = "a.json:1:25",
+     .has = {"sequence_parallel_size: sequence parallelism (DeepSpeed-Ulysses) over 4 ranks"}},
+    {.text = TB8 "\"compile\": {\"deepcompile\": true, \"passes\": [\"z3\", \"autotp\"]}}", .code = CFG,
+     .has = {"compile.passes: \"autotp\": tensor parallelism is not implemented in ctrain"}},
+    {.text = TB8 "\"checkpoint\": {\"load_universal\": true}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"checkpoint.load_universal: loading a DeepSpeed universal checkpoint is not implemented",
+             "resume on any number of ranks"}},
 
     /* --- values: zero_optimization --- */
     {.text = "{\"train_batch_size\": 8,\n \"zero_optimization\": {\n   \"stage\": 4}}", .code = CFG, .at = "a.json:3:4",
@@ -740,9 +805,42 @@ static const err_case err_cases[] = {
                  "\"nvme_path\": \"/x\"}}}",
      .code = CFG, .at = "a.json:1:77",
      .has = {"zero_optimization.offload_param.device: NVMe offload is not implemented"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                 "\"/nvme\", \"buffer_count\": 3}}}", .code = CFG, .at = "a.json:1:81",
+     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
+    /* NVMe keys are checked before that refusal */
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}", .code = CFG,
      .at = "a.json:1:81",
-     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
+     .has = {"zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\": the directory on the "
+             "NVMe drive to swap to"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": null}}}",
+     .code = CFG, .at = "a.json:1:77", .has = {"zero_optimization.offload_param.nvme_path: required"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+                 "\"/nvme\", \"buffer_count\": 0}}}", .code = CFG, .at = "a.json:1:121",
+     .has = {"zero_optimization.offload_optimizer.buffer_count: the NVMe swap needs at least 1 host buffer (2 or more "
+             "overlap its reads and writes with the optimizer step); got 0"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"buffer_count\": -1}}}", .code = CFG,
+     .at = "a.json:1:81", .has = {"zero_optimization.offload_optimizer.buffer_count: expected an integer >= 0, got -1"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"buffer_size\": 1.5}}}", .code = CFG,
+     .at = "a.json:1:77", .has = {"zero_optimization.offload_param.buffer_size: expected an integer >= 0, got 1.5"}},
+    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"nvme_path\": 5}}}", .code = CFG,
+     .at = "a.json:1:81", .has = {"zero_optimization.offload_optimizer.nvme_path: expected a string"}},
+    /* --- values: aio --- */
+    {.text = TB8 "\"aio\": {\"block_size\": 1000000}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.block_size: expected a multiple of 4096 bytes (direct I/O moves whole blocks), got 1000000; e.g. "
+             "999424"}},
+    {.text = TB8 "\"aio\": {\"block_size\": 1024}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.block_size: expected an integer 4096..1073741824, got 1024"}},
+    {.text = TB8 "\"aio\": {\"queue_depth\": 0}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.queue_depth: expected an integer 1..1024, got 0"}},
+    {.text = TB8 "\"aio\": {\"thread_count\": 2, \"intra_op_parallelism\": 4}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.thread_count: given twice, also as aio.intra_op_parallelism"}},
+    {.text = TB8 "\"aio\": {\"use_gds\": true}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.use_gds: GPUDirect Storage is not supported by ctrain: swap files are read into host memory; set "
+             "it to false"}},
+    {.text = TB8 "\"aio\": {\"single_submit\": \"yes\"}}", .code = CFG, .at = "a.json:1:33",
+     .has = {"aio.single_submit: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"aio\": [1]}", .code = CFG, .at = "a.json:1:25", .has = {"aio: expected an object, got [1]"}},
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"gpu\"}}}", .code = CFG,
      .at = "a.json:1:81",
      .has = {"zero_optimization.offload_optimizer.device: expected \"none\", \"cpu\" or \"nvme\", got \"gpu\""}},
@@ -992,6 +1090,16 @@ static const not_yet_case not_yet_cases[] = {
      1, "data_efficiency.data_sampling.curriculum_learning.enabled",
      "data_efficiency.data_sampling.curriculum_learning.enabled true: accepted, not used yet: this version trains "
      "without curriculum data sampling", "data_efficiency.data_sampling"},
+    /* switches that cannot change what is trained: a line each (MoQ, which eigenvalues serve, is
+       refused; there is nothing to compile) */
+    {TB8 "\"eigenvalue\": {\"enabled\": true, \"max_iter\": 50}}", 1, "eigenvalue.enabled",
+     "eigenvalue.enabled true: accepted, not used yet: this version trains without Hessian eigenvalues, which "
+     "DeepSpeed computes only to schedule quantize_training (MoQ)", "eigenvalue"},
+    {TB8 "\"compile\": {\"deepcompile\": true, \"offload_opt_states\": true, \"passes\": [\"z3\"]}}", 1, "compile",
+     "compile: accepted, not used yet: this version trains without compiling (ctrain runs its own kernels",
+     "compile"},
+    {TB8 "\"compile\": {\"enabled\": true, \"backend\": \"inductor\", \"kwargs\": {}}}", 1, "compile",
+     "training is the same without it", "compile"},
 };
 
 /* The one "keys read but not used" warning, or "" when there is none. */
@@ -1097,13 +1205,14 @@ START_TEST(not_yet_all_and_max) {
         "   \"schedule_config\": {\"difficulty\": [1, 2, 3], \"max_step\": [5, 10]}},\n"
         " \"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": true,\n"
         "   \"curriculum_metrics\": {}}}},\n"
+        " \"eigenvalue\": {\"enabled\": true}, \"compile\": {\"deepcompile\": true},\n"
         " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 2, \"checkpoint\": true}]}}";
     loaded l = load(all, 1);
     assert_ok(l);
     static const char *const order[] = {
         "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
         "zero_optimization.offload_param.device", "curriculum_learning.curriculum_type",
-        "data_efficiency.data_sampling.curriculum_learning.enabled"};
+        "data_efficiency.data_sampling.curriculum_learning.enabled", "eigenvalue.enabled", "compile"};
     ct_not_yet ny[CT_NOT_YET_MAX];
     int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
     ck_assert_int_eq(n, CT_ARRAY_LEN(order));
@@ -1122,8 +1231,41 @@ START_TEST(not_yet_all_and_max) {
     /* none of these sections is also in the generic warning */
     const char *u = unused_warning(&l);
     static const char *const said[] = {"zero_optimization", "activation_checkpointing", "flops_profiler",
-                                       "curriculum_learning", "data_efficiency"};
+                                       "curriculum_learning", "data_efficiency", "eigenvalue", "compile"};
     for (int i = 0; i < CT_ARRAY_LEN(said); i++) ck_assert_msg(strstr(u, said[i]) == NULL, "said twice: %s", u);
+    unload(&l);
+}
+END_TEST
+
+/* A feature that asks for another kind of training is refused only when on: present and off (enabled
+ * false, one stage, one rank, a pass that does not split the model), every one of them is accepted,
+ * known (no "unknown key"), gives no line of its own, and is listed as read but not used. */
+START_TEST(other_kinds_off_accepted) {
+    loaded l = load(TB8 "\"progressive_layer_drop\": {\"enabled\": false, \"theta\": 0.5},\n"
+                    " \"data_efficiency\": {\"data_routing\": {\"random_ltd\": {\"enabled\": false}}},\n"
+                    " \"quantize_training\": {\"quantize_bits\": {\"start_bits\": 12}},\n"
+                    " \"compression_training\": {\"weight_quantization\": {\"shared_parameters\": {\"enabled\": false}},\n"
+                    "   \"layer_reduction\": {\"enabled\": false}},\n"
+                    " \"autotuning\": {\"enabled\": false}, \"torch_autocast\": {\"enabled\": false, \"dtype\": \"bf16\"},\n"
+                    " \"pipeline\": {\"stages\": \"auto\", \"seed_layers\": false},\n"
+                    " \"tensor_parallel\": {\"autotp_size\": 1, \"tp\": {\"tp_size\": 1}}, \"sequence_parallel_size\": 1,\n"
+                    " \"compile\": {\"deepcompile\": false, \"passes\": [\"z1\"]}, \"eigenvalue\": {\"enabled\": false},\n"
+                    " \"checkpoint\": {\"load_universal\": false}, \"amp\": {\"enabled\": false},\n"
+                    " \"elasticity\": {\"enabled\": false}}", 8);
+    assert_ok(l);
+    ck_assert_int_eq(ct_config_not_yet(l.cfg, NULL, 0), 0);
+    ck_assert_msg(!has_warning(&l, "unknown key"), "a known section warned as unknown");
+    const char *u = unused_warning(&l);
+    static const char *const listed[] = {"progressive_layer_drop", "data_efficiency", "quantize_training",
+                                         "compression_training", "autotuning", "torch_autocast", "pipeline",
+                                         "tensor_parallel", "compile", "eigenvalue", "amp", "elasticity"};
+    for (int i = 0; i < CT_ARRAY_LEN(listed); i++)
+        ck_assert_msg(strstr(u, listed[i]), "%s not listed as read but not used: %s", listed[i], u);
+    unload(&l);
+    /* a misspelt compile key warns with the right one (DeepSpeed's section grows: not an error) */
+    l = load(TB8 "\"compile\": {\"deepcompil\": true}}", 1);
+    assert_ok(l);
+    assert_warn_has(l, "did you mean compile.deepcompile?");
     unload(&l);
 }
 END_TEST
@@ -1193,6 +1335,7 @@ int main(void) {
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));
     tcase_add_test(tc, not_yet_only_when_on);
     tcase_add_test(tc, not_yet_all_and_max);
+    tcase_add_test(tc, other_kinds_off_accepted);
     tcase_add_test(tc, config_check_summary);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -197,9 +197,10 @@ static int open_set(const char *const *files, int n, file_set *fs, ct_err *err) 
 int ct_ckpt_init_from_map_files(const char *const *files, int n_files, const char *what, const ct_ckpt_tensors *t,
                                 const ct_tensor_map *m, int *n_loaded, ct_err *err) {
     if (n_loaded) *n_loaded = 0;
+    int64_t first, k;
     for (int i = 0; i < m->n; i++)
         if (m->entries[i].view < 0 || m->entries[i].view >= t->n_views ||
-            !ct_ckpt_view_in_bounds(t, &t->views[m->entries[i].view]))
+            !ct_ckpt_view_part(t, &t->views[m->entries[i].view], &first, &k))
             return ct_errf(err, CT_ERR_RUNTIME, "init_from: %s maps to no view inside the buffers", m->entries[i].name);
     file_set fs;
     int rc = open_set(files, n_files, &fs, err);
@@ -212,23 +213,26 @@ int ct_ckpt_init_from_map_files(const char *const *files, int n_files, const cha
         close_set(&fs);
         return CT_ERR_CONFIG;
     }
-    /* every view the map fills starts from zeros: rows no entry covers (a padded vocabulary's)
-     * stay zero; row blocks of one view (q, k, v) each fill their own rows */
-    for (int i = 0; i < m->n; i++)
-        if (!m->entries[i].duplicate) {
-            const ct_param_view *v = &t->views[m->entries[i].view];
-            memset(ct_ckpt_view_data(t, v), 0, (size_t)v->numel * sizeof(float));
-        }
+    /* one view at a time in the model's layout (a transpose needs all of it), from zeros (rows no
+     * entry covers, a padded vocabulary's, stay zero) with every row block the map has for it (q,
+     * k and v of a fused projection), then the part of it this rank holds into t's memory */
     int loaded = 0;
-    bool *filled = ct_xcalloc((size_t)t->n_views + 1, 1);   /* a view several entries fill counts once */
+    bool *filled = ct_xcalloc((size_t)t->n_views + 1, 1);
     for (int i = 0; i < m->n; i++) {
         const ct_tmap_entry *e = &m->entries[i];
-        if (e->duplicate) continue;
-        float *values = read_all(find(&fs, m, e->name));
-        to_view(values, e, &t->views[e->view], ct_ckpt_view_data(t, &t->views[e->view]));
-        free(values);
-        loaded += !filled[e->view];
+        if (e->duplicate || filled[e->view]) continue;
+        const ct_param_view *v = &t->views[e->view];
+        float *view = ct_xcalloc((size_t)(v->numel ? v->numel : 1), sizeof *view);
+        for (int j = i; j < m->n; j++) {
+            if (m->entries[j].duplicate || m->entries[j].view != e->view) continue;
+            float *values = read_all(find(&fs, m, m->entries[j].name));
+            to_view(values, &m->entries[j], v, view);
+            free(values);
+        }
+        ct_ckpt_put_view(t, v, view);
+        free(view);
         filled[e->view] = true;
+        loaded++;
     }
     free(filled);
     close_set(&fs);
@@ -242,7 +246,7 @@ int ct_ckpt_init_from_map(const char *file, const ct_ckpt_tensors *t, const ct_t
     return ct_ckpt_init_from_map_files(&file, 1, file, t, m, n_loaded, err);
 }
 
-int ct_ckpt_map_export(const ct_st_file *src, const ct_param_view *views, const ct_tensor_map *m,
+int ct_ckpt_map_export(const ct_ckpt_source *src, const ct_param_view *views, const ct_tensor_map *m,
                        ct_dtype dtype, ct_mapped_export *out, ct_err *err) {
     *out = (ct_mapped_export){0};
     out->entries = ct_xcalloc((size_t)m->n + 1, sizeof *out->entries);
@@ -252,15 +256,15 @@ int ct_ckpt_map_export(const ct_st_file *src, const ct_param_view *views, const 
         const ct_tmap_entry *e = &m->entries[i];
         if (e->duplicate) continue;
         const ct_param_view *v = &views[e->view];
-        const ct_st_tensor *x = ct_st_find(src, v->name);
+        const ct_ckpt_src_tensor *x = ct_ckpt_source_find(src, v->name);
         char a[96], b[96];
-        if (!x || !ct_shape_eq(&x->shape, &v->shape) || ct_st_numel(x) != v->numel)
+        if (!x || !ct_shape_eq(&x->shape, &v->shape) || ct_shape_numel(&x->shape) != v->numel)
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" is %s%s, the model of its config needs "
                            "%s (for %s's %s)", src->path, v->name, x ? "of shape " : "missing",
                            x ? ct_shape_str(&x->shape, a, sizeof a) : "",
                            ct_shape_str(&v->shape, b, sizeof b), m->layout, e->name);
         float *values = ct_xmalloc((size_t)(v->numel ? v->numel : 1) * sizeof *values);
-        if (!ct_st_read_f32(x, values, v->numel)) {
+        if (!ct_ckpt_source_read(src, x, 0, v->numel, values)) {
             free(values);
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, expected F32, F16 or BF16",
                            src->path, v->name, x->dtype);

@@ -7,6 +7,7 @@
 
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/safetensors.h"
+#include "core/ckpt/source.h"
 #include "core/params/tensor_map.h"
 
 /* model.init_from of `file`, written in map's layout, into t; all or nothing. Every entry's
@@ -33,9 +34,9 @@ int ct_ckpt_hf_weight_files(const char *dir, char ***files, int *n, ct_err *err)
 void ct_ckpt_free_files(char **files, int n);
 
 /* The entries to write for an export in map's layout: every entry but the duplicates, named
- * map->write_prefix + its name, its values from src (a file in ctrain's names, such as a
- * checkpoint's model.safetensors, whose tensors have the views' shapes) moved into the file's
- * layout, stored as `dtype`. */
+ * map->write_prefix + its name, its values from src (a checkpoint of either kind, or a file in
+ * ctrain's names, whose tensors have the views' shapes) moved into the file's layout, stored as
+ * `dtype`. */
 typedef struct ct_mapped_export {
     ct_st_entry *entries;        /* [n] for ct_st_write */
     int n;
@@ -45,7 +46,7 @@ typedef struct ct_mapped_export {
 
 /* CT_ERR_DATA naming src and the tensor when one of the views is missing from src or has another
  * shape there (a checkpoint that does not fit its own config). */
-int ct_ckpt_map_export(const ct_st_file *src, const ct_param_view *views, const ct_tensor_map *map,
+int ct_ckpt_map_export(const ct_ckpt_source *src, const ct_param_view *views, const ct_tensor_map *map,
                        ct_dtype dtype, ct_mapped_export *out, ct_err *err);
 void ct_mapped_export_free(ct_mapped_export *x);
 

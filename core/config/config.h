@@ -88,11 +88,33 @@ typedef struct ct_fp16_cfg {
 
 typedef enum { CT_OFFLOAD_NONE = 0, CT_OFFLOAD_CPU, CT_OFFLOAD_NVME } ct_offload_device;
 
+/* An offload block's NVMe keys (core/zero/swap.h; device "nvme" is refused until the trainer
+ * drives the swap: docs/distributed.md, "NVMe offload"). */
+typedef struct ct_nvme_cfg {
+    char path[4096];            /* nvme_path; "" = null */
+    long buffer_count;          /* host buffers of the swap: offload_optimizer 4, offload_param 5 */
+    long buffer_size;           /* offload_param only: elements per buffer, 1e8 */
+    long max_in_cpu;            /* offload_param only: elements kept in host memory, 1e9 */
+} ct_nvme_cfg;
+
 typedef struct ct_offload_cfg {
     ct_offload_device device;
     bool pin_memory;
     double ratio;               /* offload_optimizer only; 1.0 */
+    ct_nvme_cfg nvme;
 } ct_offload_cfg;
+
+/* The top-level "aio" section: the NVMe swap engine's settings (core/zero/aio.h, whose
+ * ct_aio_from_config turns them into its options). */
+#define CT_AIO_BLOCK_ALIGN 4096     /* direct I/O's block: aio.block_size is a multiple of it */
+typedef struct ct_aio_cfg {
+    long block_size;            /* bytes per request, 1048576; a multiple of 4096 */
+    int queue_depth;            /* requests in flight per thread, 8 */
+    int intra_op_parallelism;   /* I/O threads, 1 (DeepSpeed's older name: thread_count) */
+    bool single_submit;         /* false; no effect: each request is its own system call */
+    bool overlap_events;        /* true; no effect: completions never wait for a batch */
+    bool use_gds;               /* false; true is refused (no GPUDirect Storage) */
+} ct_aio_cfg;
 
 typedef struct ct_zero_cfg {
     int stage;                  /* 0..3 */
@@ -145,6 +167,8 @@ typedef struct ct_pending_cfg {
                                    the step lines (core/train/loop.c) */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
+    bool eigenvalue;            /* eigenvalue.enabled: DeepSpeed uses it only for MoQ (refused) */
+    bool compile;               /* compile.enabled or compile.deepcompile: nothing to compile */
 } ct_pending_cfg;
 
 /* A DeepSpeed monitor section (tensorboard, csv_monitor: the same three keys). */
@@ -223,6 +247,7 @@ typedef struct ct_config {
     long steps_per_print;       /* 0 = DeepSpeed's null: ctrain prints per epoch / TTY progress */
     bool wall_clock_breakdown, memory_breakdown;
     ct_zero_cfg zero;
+    ct_aio_cfg aio;
     ct_curriculum_cfg curriculum;
     ct_pending_cfg pending;     /* accepted, not used yet: see ct_config_not_yet() */
     ct_monitor_cfg csv_monitor; /* acted on: core/report/metrics.h */

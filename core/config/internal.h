@@ -42,6 +42,7 @@ typedef struct ct_field {
 #define CT_F_NUM_K(T, k, m, d, lo, hi) {k, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL}
 #define CT_F_LONG_K(T, k, m, d, lo, hi) {k, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL}
 #define CT_F_BOOL_K(T, k, m, d) {k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL}
+#define CT_F_STR_K(T, k, m, d) {k, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d)}
 /* Valid DeepSpeed keys ctrain validates but does not act on. */
 #define CT_C_BOOL(k) {k, NULL, CT_K_BOOL, CT_S_CHECK, 0, 0, 0, 0, 1, NULL}
 #define CT_C_INT(k, lo) {k, NULL, CT_K_INT, CT_S_CHECK, 0, 0, 0, (lo), CT_BIG, NULL}
@@ -128,6 +129,7 @@ int ct_rd_top(ct_rd *r, const cJSON *root);        /* schema.c: all below, in or
 int ct_rd_optimizer(ct_rd *r, const cJSON *root);  /* optimizer.c */
 int ct_rd_scheduler(ct_rd *r, const cJSON *root);  /* optimizer.c (after the optimizer) */
 int ct_rd_zero(ct_rd *r, const cJSON *root);       /* zero.c */
+int ct_rd_aio(ct_rd *r, const cJSON *root);        /* aio.c */
 int ct_rd_ds_sections(ct_rd *r, const cJSON *root); /* ds_sections.c */
 int ct_rd_model(ct_rd *r, const cJSON *root);      /* ctrain_sections.c */
 int ct_rd_data(ct_rd *r, const cJSON *root);
@@ -136,6 +138,7 @@ int ct_rd_train(ct_rd *r, const cJSON *root);
 cJSON *ct_rd_emit_optimizer(const ct_optimizer_cfg *o, const cJSON *in);
 cJSON *ct_rd_emit_scheduler(const ct_scheduler_cfg *s, const cJSON *in);
 cJSON *ct_rd_emit_zero(const ct_zero_cfg *z, const cJSON *in);
+cJSON *ct_rd_emit_aio(const ct_aio_cfg *a, const cJSON *in);
 cJSON *ct_rd_emit_train(const ct_train_cfg *t);
 cJSON *ct_rd_resolved(ct_rd *r, const cJSON *root); /* cfg->resolved, after ct_rd_top and ct_rd_batch */
 /* --- not_yet.c --- */

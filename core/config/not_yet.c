@@ -99,6 +99,16 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "data_efficiency.data_sampling", "data_efficiency.data_sampling.curriculum_learning.enabled",
             "data_efficiency.data_sampling.curriculum_learning.enabled true: %s curriculum data sampling "
             "(batches come from the data loader's shuffle, not by difficulty)", ny);
+    /* Switches that cannot change what is trained here (the features that would are refused when
+     * the config is read, ds_sections.c). */
+    if (p->eigenvalue)
+        add(l, "eigenvalue", "eigenvalue.enabled",
+            "eigenvalue.enabled true: %s Hessian eigenvalues, which DeepSpeed computes only to schedule "
+            "quantize_training (MoQ), not enabled here: training is the same without them", ny);
+    if (p->compile)
+        add(l, "compile", "compile",
+            "compile: %s compiling (ctrain runs its own kernels; there is no PyTorch model for DeepSpeed's "
+            "compiler): training is the same without it", ny);
     /* csv_monitor and tensorboard are written (core/report/metrics.h); wandb is not. */
     if (cfg->wandb)
         add(l, "wandb", "wandb.enabled",

@@ -35,8 +35,10 @@ static const ct_field top_fields[] = {
     CT_U_BOOL("zero_force_ds_cpu_optimizer"), CT_U_STR("communication_data_type"),
     CT_U_STR("seq_parallel_comm_data_type"), CT_U_INT("allgather_size", 0), CT_U_BOOL("fp32_allreduce"),
     CT_U_INT("sequence_parallel_size", 1),
-    /* DeepSpeed sections outside ctrain's scope: listed, not walked */
-    CT_U_ANY("aio"), CT_U_ANY("sparse_attention"), CT_U_ANY("data_efficiency"), CT_U_ANY("data_types"),
+    /* DeepSpeed sections outside ctrain's scope: listed, not walked (ds_sections.c refuses what in
+     * them asks for another kind of training: pipeline stages, tensor or sequence parallelism,
+     * random-LTD, MoQ, compression, autotuning) */
+    CT_U_ANY("sparse_attention"), CT_U_ANY("data_efficiency"), CT_U_ANY("data_types"),
     CT_U_ANY("pipeline"), CT_U_ANY("eigenvalue"), CT_U_ANY("quantize_training"),
     CT_U_ANY("compression_training"), CT_U_ANY("autotuning"), CT_U_ANY("hybrid_engine"),
     CT_U_ANY("tensor_parallel"), CT_U_ANY("nebula"), CT_U_ANY("weight_quantization"), CT_U_ANY("timers"),
@@ -47,7 +49,8 @@ static const char *const top_custom[] = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
     "scheduler", "fp16", "bf16", "bfloat16", "zero_optimization", "model", "data", "train",
     "tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "activation_checkpointing",
-    "flops_profiler", "checkpoint", "amp", "elasticity", "curriculum_learning", "progressive_layer_drop",
+    "flops_profiler", "checkpoint", "amp", "elasticity", "curriculum_learning", "progressive_layer_drop", "aio",
+    "compile", "torch_autocast",
 };
 
 static const ct_section top_sec = {"top level", top_fields, CT_ARRAY_LEN(top_fields), top_custom,
@@ -133,6 +136,7 @@ int ct_rd_top(ct_rd *r, const cJSON *root) {
     if (!rc) rc = ct_rd_optimizer(r, root);
     if (!rc) rc = ct_rd_scheduler(r, root);
     if (!rc) rc = ct_rd_zero(r, root);
+    if (!rc) rc = ct_rd_aio(r, root);
     if (!rc) rc = ct_rd_ds_sections(r, root);
     if (!rc) rc = ct_rd_model(r, root);
     if (!rc) rc = ct_rd_data(r, root);
@@ -184,6 +188,7 @@ cJSON *ct_rd_resolved(ct_rd *r, const cJSON *root) {
     cJSON_Delete(top);
     cJSON_AddItemToObject(out, "zero_optimization",
                           ct_rd_emit_zero(&cfg->zero, cJSON_GetObjectItemCaseSensitive(root, "zero_optimization")));
+    cJSON_AddItemToObject(out, "aio", ct_rd_emit_aio(&cfg->aio, cJSON_GetObjectItemCaseSensitive(root, "aio")));
     cJSON_AddItemToObject(out, "train", ct_rd_emit_train(&cfg->train));
     if (cfg->model) cJSON_AddItemToObject(out, "model", cJSON_Duplicate(cfg->model, 1));
     if (cfg->data) cJSON_AddItemToObject(out, "data", cJSON_Duplicate(cfg->data, 1));

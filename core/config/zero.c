@@ -51,12 +51,16 @@ static const ct_section zero_sec = {"zero_optimization", zero_fields, CT_ARRAY_L
 static const ct_field offload_opt_fields[] = {
     CT_F_BOOL(ct_offload_cfg, pin_memory, false),
     CT_F_NUM(ct_offload_cfg, ratio, 1.0, 0, 1),
-    CT_U_STR("nvme_path"), CT_U_INT("buffer_count", 0), CT_U_BOOL("pipeline_read"), CT_U_BOOL("pipeline_write"),
-    CT_U_BOOL("fast_init"),
+    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, ""),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 4, 0, CT_BIG),
+    CT_U_BOOL("pipeline_read"), CT_U_BOOL("pipeline_write"), CT_U_BOOL("fast_init"),
 };
 static const ct_field offload_param_fields[] = {
     CT_F_BOOL(ct_offload_cfg, pin_memory, false),
-    CT_U_STR("nvme_path"), CT_U_INT("buffer_count", 0), CT_U_INT("buffer_size", 0), CT_U_INT("max_in_cpu", 0),
+    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, ""),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 5, 0, CT_BIG),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_size", nvme.buffer_size, 1e8, 0, CT_BIG),
+    CT_F_LONG_K(ct_offload_cfg, "max_in_cpu", nvme.max_in_cpu, 1e9, 0, CT_BIG),
 };
 static const char *const offload_custom[] = {"device"};
 static const ct_section offload_opt_sec = {"offload_optimizer", offload_opt_fields, CT_ARRAY_LEN(offload_opt_fields),
@@ -65,6 +69,21 @@ static const ct_section offload_param_sec = {"offload_param", offload_param_fiel
                                              offload_custom, 1, true, true, false};
 static const char *const device_names[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
                                            [CT_OFFLOAD_NVME] = "nvme"};
+
+/* device "nvme": what the swap needs from the block's own keys. */
+static int check_nvme(ct_rd *r, const cJSON *blk, const char *path, const ct_offload_cfg *o) {
+    char full[128];
+    if (!o->nvme.path[0])
+        return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(blk, "device"),
+                          ct_rd_join(full, sizeof full, path, "nvme_path"),
+                          "required with device \"nvme\": the directory on the NVMe drive to swap to");
+    if (o->nvme.buffer_count < 1)
+        return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(blk, "buffer_count"),
+                          ct_rd_join(full, sizeof full, path, "buffer_count"),
+                          "the NVMe swap needs at least 1 host buffer (2 or more overlap its reads and writes "
+                          "with the optimizer step); got 0");
+    return CT_OK;
+}
 
 static int read_offload(ct_rd *r, const cJSON *blk, const char *path, const ct_section *sec, ct_offload_cfg *o) {
     char shown[128];
@@ -84,8 +103,13 @@ static int read_offload(ct_rd *r, const cJSON *blk, const char *path, const ct_s
     if (found < 0)
         return ct_rd_fail(r, d, full, "expected \"none\", \"cpu\" or \"nvme\", got %s",
                           ct_rd_show(d, shown, sizeof shown));
-    if (found == CT_OFFLOAD_NVME)
+    if (found == CT_OFFLOAD_NVME) {
+        int rc = check_nvme(r, blk, path, o);
+        if (rc) return rc;
+        /* The swap (core/zero/swap.h) is built, the trainer does not drive it yet: refused here,
+         * after its keys are checked, until it does. */
         return ct_rd_fail(r, d, full, "NVMe offload is not implemented in ctrain; use \"cpu\" (pinned host memory)");
+    }
     o->device = (ct_offload_device)found;
     return CT_OK;
 }

@@ -82,10 +82,10 @@ static void gemm_libs_choose(void) {
                      "names no GEMM library\n  Use auto (the default: per shape), openblas or onednn", want);
     }
     const char *bf16 = getenv("CTRAIN_CPU_BF16");   /* read by cpu_onednn_bf16.c */
-    if (bf16 && *bf16 && strcmp(bf16, "auto") != 0 && strcmp(bf16, "widen") != 0)
+    if (bf16 && *bf16 && strcmp(bf16, "auto") != 0 && strcmp(bf16, "widen") != 0 && strcmp(bf16, "emulate") != 0)
         snprintf(g_blas.error, sizeof g_blas.error, "environment variable CTRAIN_CPU_BF16=\"%.40s\" "
                  "is not a choice\n  Use auto (the default: native bf16 products where the CPU has "
-                 "them) or widen (always fp32)", bf16);
+                 "them), widen (always fp32) or emulate (the native path's arithmetic in C, for tests)", bf16);
     g_blas.onednn = g_blas.forced != CT_GEMM_OPENBLAS && ct_cpu_onednn_load();
     if (g_blas.forced == CT_GEMM_ONEDNN && !g_blas.onednn)
         snprintf(g_blas.error, sizeof g_blas.error, "CTRAIN_CPU_GEMM=onednn, but oneDNN cannot be "

@@ -216,6 +216,13 @@ const char *ct_cpu_bf16_note(void);
 void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                       int64_t ldc);
+/* CTRAIN_CPU_BF16=emulate (cpu_bf16_emulate.c, for tests): the start block's note when it is set,
+ * else NULL; then ct_cpu_bf16_native() holds on any CPU and ct_cpu_bf16_gemm runs
+ * ct_cpu_bf16_gemm_emulated, AVX512-BF16's arithmetic written out in C, in the same tiles. */
+const char *ct_cpu_bf16_emulation(void);
+void ct_cpu_bf16_gemm_emulated(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc);
 /* The same machinery with fp32 operands, on any CPU oneDNN runs on (false: oneDNN not loaded):
  * for the test of the bf16 path's plumbing where bf16 itself cannot run. */
 bool ct_cpu_onednn_matmul_f32(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

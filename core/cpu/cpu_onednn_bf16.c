@@ -19,10 +19,12 @@
  * When: ct_cpu_bf16_native() holds when oneDNN loaded, the CPU reports AVX512-BF16 or AMX-BF16
  * (cpuid), oneDNN makes a bf16 matmul with code generated for it (not its reference loops), and a
  * check GEMM on random values agrees with an fp64 reference. CTRAIN_CPU_BF16=widen turns it off
- * (cpu_gemm.c rejects other values than auto and widen), and so does CTRAIN_CPU_GEMM=openblas
+ * (cpu_gemm.c rejects values other than auto, widen and emulate), and so does CTRAIN_CPU_GEMM=openblas
  * (every product on OpenBLAS: test/e2e_bitwise.sh's recorded hashes hold on any CPU). Debian's oneDNN 2.6 has no bf16 matmul
  * below AVX-512 at all: on this project's 2-core AVX2 machine it is never taken, and nothing here
- * has run yet (docs/BENCHMARKS.md says what is measured where).
+ * has run yet (docs/BENCHMARKS.md says what is measured where). CTRAIN_CPU_BF16=emulate takes
+ * this path on any CPU with the instructions' arithmetic written out in C instead of oneDNN
+ * (cpu_bf16_emulate.c), so that the tests' expectations of it run everywhere.
  *
  * Primitives: creating one generates code for a shape (tens of microseconds to milliseconds), so
  * each thread keeps the primitives of the shapes it ran in a small cache of its own, with its own
@@ -47,17 +49,18 @@
 
 #ifndef CT_HAVE_DNNL_H
 
-bool ct_cpu_bf16_native(void) { return false; }
+/* Native only as the emulation (CTRAIN_CPU_BF16=emulate, cpu_bf16_emulate.c). */
+bool ct_cpu_bf16_native(void) { return ct_cpu_bf16_emulation() != NULL; }
 const char *ct_cpu_bf16_note(void) {
-    return "bf16 is computed in fp32 on the CPU (this ctrain was built without oneDNN's headers, "
-           "libdnnl-dev): 16-bit storage saves memory, not time";
+    const char *emulated = ct_cpu_bf16_emulation();
+    return emulated ? emulated : "bf16 is computed in fp32 on the CPU (this ctrain was built without oneDNN's "
+                                 "headers, libdnnl-dev): 16-bit storage saves memory, not time";
 }
 void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                       int64_t ldc) {
-    (void)be, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b;
-    (void)ldb, (void)beta, (void)c, (void)ldc;
-    abort();   /* never called: ct_cpu_bf16_native() is false */
+    /* called only when ct_cpu_bf16_native(): emulated */
+    ct_cpu_bf16_gemm_emulated(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 bool ct_cpu_onednn_matmul_f32(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
@@ -316,7 +319,10 @@ static void matmul_tiled(ct_backend *be, bool f32, bool ta, bool tb, int64_t m, 
 void ct_cpu_bf16_gemm(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                       int64_t ldc) {
-    matmul_tiled(be, false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (ct_cpu_bf16_emulation())
+        ct_cpu_bf16_gemm_emulated(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        matmul_tiled(be, false, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 bool ct_cpu_onednn_matmul_f32(ct_backend *be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -437,6 +443,12 @@ static bool matmul_ready(void) {
 }
 
 static void bf16_load(void) {
+    const char *emulated = ct_cpu_bf16_emulation();
+    if (emulated) {   /* the native path on any CPU, its arithmetic in C (cpu_bf16_emulate.c) */
+        g_bf.native = true;
+        snprintf(g_bf.note, sizeof g_bf.note, "%s", emulated);
+        return;
+    }
     const char *want = getenv("CTRAIN_CPU_BF16");
     if (want && !strcmp(want, "widen")) {
         snprintf(g_bf.note, sizeof g_bf.note, "bf16 is computed in fp32 on the CPU "

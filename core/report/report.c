@@ -105,10 +105,19 @@ static void clear_progress(ct_report *r) {
 void ct_report_line(ct_report *r, const char *fmt, ...) {
     if (r->quiet) return;
     clear_progress(r);
+    /* a line may quote names from data files: control bytes escaped (ct_fputs_printable) */
+    char stack[2048], *line = stack;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(r->out, fmt, ap);
+    int n = vsnprintf(stack, sizeof stack, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof stack && (line = malloc((size_t)n + 1))) {
+        va_start(ap, fmt);
+        vsnprintf(line, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    ct_fputs_printable(line ? line : stack, r->out);
+    if (line != stack) free(line);
     fputc('\n', r->out);
     fflush(r->out);
     check_stream(r);

@@ -50,12 +50,12 @@ typedef struct ct_trainer_data {
     int epochs_planned;          /* epochs the planned steps touch */
 } ct_trainer_data;
 
-/* Checkpoints (checkpoint.c). ck addresses host memory: the store's and optimizer's buffers on
- * the CPU backend, host staging copies of them on a device backend. */
+/* Checkpoints (checkpoint.c). ck addresses the store's and the optimizer's own buffers of this
+ * rank's range (the whole space, or its ZeRO part, saved as a shard); on a device backend through
+ * `device`, its copies. */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
-    bool staged;                 /* ck points at staging buffers (device backend, or ZeRO) */
-    bool sharded;                /* ZeRO: ck holds the whole space, the store this rank's part */
+    ct_ckpt_mem device;          /* the backend's memory, when it is not host memory */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
     long position_step_samples;  /* > 0: its epoch_sample was derived as epoch_step x this (the

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dist/agree.h"
 #include "core/optim/sched.h"
 #include "core/train/fit.h"
 #include "core/train/generate.h"
@@ -78,6 +79,15 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                      "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
                      ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
                      ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->classes_key)   /* the config set them */
+        return ct_errf(err, CT_ERR_CONFIG, "data.%s.%s: %lld (%s), but the model has %lld classes (0..%lld, its last "
+                       "layer's output): set data.%s.%s to the vocabulary %s was tokenized with, at most %lld",
+                       which, ds->classes_key, (long long)ds->classes, ds->label_note, (long long)gi->classes,
+                       (long long)gi->classes - 1, which, ds->classes_key, ds->source, (long long)gi->classes);
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->label_note[0])   /* the file and record too */
+        return ct_errf(err, CT_ERR_DATA, "data.%s (%s): labels go up to %lld (%s), but the model has %lld classes "
+                       "(0..%lld, its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                       ds->label_note, (long long)gi->classes, (long long)gi->classes - 1);
     else if (gi->classes > 0 && ds->classes > gi->classes)
         rc = ct_errf(err, CT_ERR_DATA,
                      "data.%s (%s): labels go up to %lld but the model has %lld classes "
@@ -106,20 +116,49 @@ static int check_supported(const ct_config *cfg, ct_err *err) {
 /* The communicator of this run: the launcher's ranks, or rank 0 of cfg->world_size (a library
  * caller, --world-size), which ct_comm_open refuses past one process. */
 static int open_comm(ct_trainer *t, ct_err *err) {
-    ct_launch given;
-    const ct_launch *l = t->opts.launch;
-    if (!l || l->world != t->cfg->world_size) {
-        ct_launch_given(&given, t->cfg->world_size);
-        l = &given;
-    }
-    /* GPU ranks: a checkpoint of partitioned state is gathered on the host (checkpoint.c), which the
-     * device communicator cannot do yet */
-    int stage = ct_run_plan_zero_stage(t->cfg);
-    if (stage > 0 && strcmp(t->be->name, "cpu") != 0)
-        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d over %d GPU ranks: not implemented yet (the "
-                       "partitioned state's checkpoints are gathered on the host, which NCCL does not do); use stage "
-                       "0 on GPUs, or train.device \"cpu\"", stage, l->world);
+    ct_launch launch;
+    const ct_launch *l = &launch;
+    if (t->opts.launch && t->opts.launch->world == t->cfg->world_size) launch = *t->opts.launch;
+    else ct_launch_given(&launch, t->cfg->world_size);
+    launch.stop_signal = t->opts.stop_signal;   /* a rank stuck in a wait still ends on a stop signal */
     return ct_comm_open(t->be, l, &t->comm, err);
+}
+
+/* The ranks' data as an item of the ranks' check: files, bytes and sampled content of its
+ * fingerprint, not the modification times (each host's copy of the same files is the same data). */
+static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, ct_err *err) {
+    char fp[CT_DATASET_FINGERPRINT], key[64], value[CT_DATASET_FINGERPRINT];
+    int rc = ct_dataset_fingerprint(ds, fp, err);
+    if (rc) return rc;
+    long long files = 0;
+    unsigned long long bytes = 0;
+    char content[17];
+    if (sscanf(fp, "v1 files=%lld bytes=%llu content=%16[0-9a-f]", &files, &bytes, content) == 3)
+        snprintf(value, sizeof value, "%lld file%s, %llu bytes, content %s", files, files == 1 ? "" : "s", bytes,
+                 content);
+    else
+        snprintf(value, sizeof value, "%s", fp);
+    snprintf(key, sizeof key, "data.%s (its files)", which);
+    ct_agree_add(l, key, value);
+    return CT_OK;
+}
+
+/* Ranks started with different configs or data would fail inside a collective (another ZeRO stage,
+ * another width) or silently average different runs (another lr, seed, data limit). Before the
+ * first collective that depends on them, every rank compares its resolved config and its data's
+ * fingerprints with rank 0's, and all stop with CT_ERR_CONFIG naming the ranks and the first key
+ * that differs (core/dist/agree.h). Left out: where a rank's outputs go (without train.run_dir,
+ * cmd/run_dir.c makes each process a directory of its own; only rank 0 writes). */
+static int check_ranks_agree(ct_trainer *t, ct_err *err) {
+    if (t->comm->world <= 1) return CT_OK;
+    static const char *const per_rank[] = {"train.run_dir", "train.save_dir"};
+    ct_agree_list l = {0};
+    ct_agree_add_json(&l, t->cfg->resolved, per_rank, CT_ARRAY_LEN(per_rank));
+    int rc = add_data_item(&l, "train", t->d.train_ds, err);
+    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, err);
+    if (!rc) rc = ct_comm_agree(t->comm, &l, err);
+    ct_agree_free(&l);
+    return rc;
 }
 
 /* Called once the train loader knows the epoch (the loader rejects an epoch with no full step). */
@@ -378,15 +417,17 @@ static int check_address_space(ct_trainer *t, ct_err *err) {
     size_t slack = (size_t)64 << 20;   /* the first step's page tables, stdio, CPU 16-bit scratch */
     size_t need = used + plan + blas + slack;
     if (need <= limit) return CT_OK;
-    char l[32], n[32], u[32], p[32], b[32];
+    char l[32], n[32], u[32], p[32], b[32], s[32];   /* every part of the sum is shown */
     return ct_errf(err, CT_ERR_RUNTIME,
                    "this run needs about %s of address space but the limit (ulimit -v) is %s:\n"
                    "  %s mapped at start (program, data, loaders, threads) + %s memory plan + %s for "
-                   "OpenBLAS's GEMM buffers (128 MiB per thread).\n"
+                   "OpenBLAS's GEMM buffers (128 MiB per thread) + %s headroom (the first step's page tables, "
+                   "stdio, 16-bit scratch).\n"
                    "  Raise the limit (ulimit -v unlimited), use fewer threads (train.threads) or a "
                    "smaller micro-batch.", ct_fmt_bytes((double)need, n, sizeof n),
                    ct_fmt_bytes((double)limit, l, sizeof l), ct_fmt_bytes((double)used, u, sizeof u),
-                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
+                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b),
+                   ct_fmt_bytes((double)slack, s, sizeof s));
 }
 
 /* train.memory_limit_gb in bytes, 0 when not set. */
@@ -529,6 +570,7 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     /* output paths, the run_dir lock and whose run it holds: checked before the slow set-up */
     int rc = with_ckpt && ct_trainer_rank(t) == 0 ? ct_trainer_rundir_open(t, err) : CT_OK;
     if (!rc) rc = setup(t, err);
+    if (!rc) rc = check_ranks_agree(t, err);
     if (ct_trainer_rank(t) == 0) print_warnings(t);   /* once per run */
     ct_warnings_free(&t->obs.warn);
     if (!rc) {
