@@ -111,20 +111,8 @@ static void print_state(const char *dir, FILE *out) {
     cJSON_Delete(j);
 }
 
-/* A Hugging Face model directory (config.json beside model.safetensors or its index, no ctrain
- * checkpoint marker): what config.json says of the shape, then every weight file. */
-static bool is_hf_dir(const char *dir) {
-    char p[CLI_PATH + 48];
-    snprintf(p, sizeof p, "%s/%s", dir, CT_CKPT_MARKER);
-    if (ct_fs_exists(p)) return false;
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    if (!ct_fs_exists(p)) return false;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    bool single = ct_fs_exists(p);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    return single || ct_fs_exists(p);
-}
-
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir): what config.json says of the shape, then
+ * every weight file. */
 static int info_hf_dir(const char *dir, FILE *out, ct_err *err) {
     static const char *const keys[] = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                                        "num_attention_heads", "num_key_value_heads", "vocab_size", "rope_theta",
@@ -303,7 +291,7 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
-    if (is_hf_dir(p)) return info_hf_dir(p, stdout, err);
+    if (ct_ckpt_is_hf_dir(p)) return info_hf_dir(p, stdout, err);
     if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(p)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }

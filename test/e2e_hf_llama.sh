@@ -14,7 +14,8 @@
 #    norm: fp32 sums of at most a few hundred terms per element;
 #  - `ctrain export --layout hf-llama` gives back the file's tensors bit for bit and a config.json;
 #    re-importing it gives the same checkpoint, byte for byte; so do two shards with their index;
-#  - with transformers (CT_HF_PYTHON, default .venv/bin/python, when it imports transformers):
+#  - with transformers (CT_HF_PYTHON, default the tests' venv $CT_TEST_VENV/bin/python or
+#    .venv/bin/python, when it imports transformers):
 #    LlamaForCausalLM loads the export, its fp32 eval loss is ctrain's within 1e-5, its logits are
 #    the original weights' bit for bit and its gradients ctrain's within 1e-5 (relative L2).
 # Then the refusals, each naming the key or tensor: config.json of another shape, Qwen2's biases,
@@ -29,7 +30,7 @@ B=${1:-build}/ctrain
 PY=/usr/bin/python3
 DEVICE=${CT_E2E_DEVICE:-cpu}
 TOL=${CT_E2E_FP32_TOL:-1e-5}
-HFPY=${CT_HF_PYTHON:-.venv/bin/python}
+HFPY=${CT_HF_PYTHON:-${CT_TEST_VENV:-.venv}/bin/python}
 GEN=test/ref/gen_hf_llama.py
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
 [ -x "$PY" ] || { echo "no /usr/bin/python3"; exit 77; }
@@ -210,7 +211,7 @@ run t gqa
 refused t "another rms_norm_eps" "rms_norm_eps is 1e-06, the model's rmsnorm eps is 1e-05"
 rm "$T/hf/config.json"
 run n gqa
-refused n "no config.json" "a directory without config.json"
+refused n "no config.json" "model.safetensors without config.json"
 
 # --- export refusals
 : >"$T/afile"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckpt/source.h"
 #include "core/util/fs.h"
 
 #define MAX_LINES 12
@@ -361,4 +362,16 @@ int ct_ckpt_hf_weight_files(const char *dir, char ***files, int *n, ct_err *err)
     free(index);
     free(single);
     return rc;
+}
+
+bool ct_ckpt_is_hf_dir(const char *dir) {
+    if (!ct_fs_is_dir(dir) || ct_ckpt_is_complete(dir) || ct_ckpt_dir_sharded(dir)) return false;
+    char *path = joined(dir, "config.json");
+    char *text = ct_fs_read_small(path, (size_t)1 << 20, NULL);
+    free(path);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    bool hf = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cfg, "model_type"));
+    cJSON_Delete(cfg);
+    return hf;
 }

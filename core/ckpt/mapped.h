@@ -31,6 +31,10 @@ int ct_ckpt_init_from_map_files(const char *const *files, int n_files, const cha
  * the caller's to free with ct_ckpt_free_files. CT_ERR_CONFIG naming dir when it has neither, or a
  * file the index names is missing; CT_ERR_DATA for an index that is not JSON with a weight_map. */
 int ct_ckpt_hf_weight_files(const char *dir, char ***files, int *n, ct_err *err);
+/* Whether dir is a Hugging Face model directory: its config.json names a "model_type" (ctrain's
+ * own config.json, in every checkpoint, has no such key) and it is no ctrain checkpoint (no
+ * COMPLETE marker, no per-rank shards). */
+bool ct_ckpt_is_hf_dir(const char *dir);
 void ct_ckpt_free_files(char **files, int n);
 
 /* The entries to write for an export in map's layout: every entry but the duplicates, named

@@ -408,17 +408,13 @@ static int init_from_hf_gpt2(ct_trainer *t, const char *path, bool strict, int *
     return rc;
 }
 
-/* A Hugging Face model directory (config.json, then model.safetensors or its shards with their
- * index): its config.json must describe the model (core/graph/hf_llama.h), then every tensor is
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir: config.json with a model_type, then
+ * model.safetensors or its shards with their index): its config.json must describe the model (core/graph/hf_llama.h), then every tensor is
  * loaded through the map. GPT-2's directories go through GPT-2's map. */
 static int init_from_hf_dir(ct_trainer *t, const char *dir, bool strict, int *n, ct_warnings *warn, const char **what,
                             ct_err *err) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-    if (!ct_fs_exists(cfg_path))
-        return ct_errf(err, CT_ERR_CONFIG, "model.init_from %s: a directory without config.json; give a safetensors "
-                       "file, or a Hugging Face model directory (config.json and model.safetensors, as "
-                       "save_pretrained writes them)", dir);
     ct_json_doc *doc = ct_json_parse_file(cfg_path, warn, err);
     if (!doc) return err->code;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(ct_json_root(doc), "model_type");
@@ -451,6 +447,18 @@ static int init_from_hf_dir(ct_trainer *t, const char *dir, bool strict, int *n,
     return rc;
 }
 
+/* A directory with weights in Hugging Face's file names and no config.json: neither a model
+ * directory (config.json says its shape) nor a ctrain checkpoint (which always has one). */
+static bool weights_without_config(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (!ct_fs_is_dir(dir) || ct_fs_exists(p)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    bool single = ct_fs_exists(p);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return single || ct_fs_exists(p);
+}
+
 /* model.init_from (relative to the config's directory) with model.init_strict (default true). */
 static int init_from(ct_trainer *t, ct_err *err) {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(t->cfg->model, "init_from");
@@ -462,8 +470,12 @@ static int init_from(ct_trainer *t, ct_err *err) {
     int n = 0;
     const char *what = "";
     int rc;
-    if (ct_fs_is_dir(path)) {
+    if (ct_ckpt_is_hf_dir(path)) {
         rc = init_from_hf_dir(t, path, strict, &n, &warn, &what, err);
+    } else if (weights_without_config(path)) {
+        rc = ct_errf(err, CT_ERR_CONFIG, "model.init_from %s: model.safetensors without config.json; a Hugging Face "
+                     "model directory holds both (save_pretrained writes them), a ctrain checkpoint also its "
+                     "COMPLETE marker", path);
     } else if (holds_hf_gpt2(path)) {
         what = " (Hugging Face GPT-2 layout)";
         rc = init_from_hf_gpt2(t, path, strict, &n, &warn, err);
