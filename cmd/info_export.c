@@ -17,6 +17,7 @@
 #include "core/ckpt/source.h"
 #include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
 #include "core/data/hdf5_info.h"
@@ -108,6 +109,35 @@ static void print_state(const char *dir, FILE *out) {
     }
     fprintf(out, "\n");
     cJSON_Delete(j);
+}
+
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir): what config.json says of the shape, then
+ * every weight file. */
+static int info_hf_dir(const char *dir, FILE *out, ct_err *err) {
+    static const char *const keys[] = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                       "num_attention_heads", "num_key_value_heads", "vocab_size", "rope_theta",
+                                       "tie_word_embeddings", "torch_dtype"};
+    char path[CLI_PATH + 48];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = ct_fs_read_small(path, (size_t)1 << 20, NULL);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    fprintf(out, "Hugging Face model directory %s (model.init_from reads it into a model of its shape)\n", dir);
+    fprintf(out, "  config.json:%s", cfg ? "" : " unreadable");
+    for (int i = 0; cfg && i < CT_ARRAY_LEN(keys); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
+        if (!v) continue;
+        char *val = cJSON_PrintUnformatted(v);
+        fprintf(out, " %s %s", keys[i], val);
+        free(val);
+    }
+    fprintf(out, "\n");
+    cJSON_Delete(cfg);
+    char **files = NULL;
+    int n = 0, rc = ct_ckpt_hf_weight_files(dir, &files, &n, err);
+    for (int i = 0; !rc && i < n; i++) rc = info_file(files[i], out, err);
+    ct_ckpt_free_files(files, n);
+    return rc;
 }
 
 /* A sharded checkpoint: each rank's file and the range it holds, then the model's tensors. */
@@ -239,7 +269,8 @@ static bool is_shard(const char *p, const struct stat *st) {
 }
 
 const char ct_info_usage[] =
-    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | FILE.tfrecord | FILE.h5";
+    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | HF_MODEL_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | "
+    "FILE.tfrecord | FILE.h5";
 
 int ct_info_main(int argc, char **argv, ct_err *err) {
     if (argc != 2 || argv[1][0] == '-') return ct_errf(err, CT_ERR_CONFIG, "%s", ct_info_usage);
@@ -260,21 +291,27 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
+    if (ct_ckpt_is_hf_dir(p)) return info_hf_dir(p, stdout, err);
     if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(p)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }
 
 /* ---------------------------------------------------------------- export */
 
+/* --layout: ctrain's own names, GPT-2's (core/graph/hf_gpt2.h: one file) or Llama's
+ * (core/graph/hf_llama.h: a directory transformers loads, config.json and model.safetensors). */
+typedef enum { LAYOUT_CTRAIN, LAYOUT_HF_GPT2, LAYOUT_HF_LLAMA } export_layout;
+
 typedef struct export_args {
     const char *checkpoint, *out;
     ct_dtype dtype;
-    bool hf_gpt2;                /* --layout hf-gpt2: GPT-2's names and layout (core/graph/hf_gpt2.h) */
+    export_layout layout;
 } export_args;
 
 const char ct_export_usage[] =
     "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16] "
-    "[--layout ctrain|hf-gpt2]";
+    "[--layout ctrain|hf-gpt2]\n"
+    "       ctrain export --checkpoint DIR --out OUT_DIR --layout hf-llama [--dtype fp32|fp16|bf16]";
 
 static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     a->dtype = CT_F32;
@@ -289,10 +326,11 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
             else return ct_errf(err, CT_ERR_CONFIG, "export: --dtype: expected fp32, fp16 or bf16, "
                                 "got \"%s\"", v);
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--layout"))) {
-            if (strcmp(v, CT_HF_GPT2_LAYOUT) == 0) a->hf_gpt2 = true;
-            else if (strcmp(v, "ctrain") == 0) a->hf_gpt2 = false;
-            else return ct_errf(err, CT_ERR_CONFIG, "export: --layout: expected ctrain or %s, got \"%s\"",
-                                CT_HF_GPT2_LAYOUT, v);
+            if (strcmp(v, CT_HF_GPT2_LAYOUT) == 0) a->layout = LAYOUT_HF_GPT2;
+            else if (strcmp(v, CT_HF_LLAMA_LAYOUT) == 0) a->layout = LAYOUT_HF_LLAMA;
+            else if (strcmp(v, "ctrain") == 0) a->layout = LAYOUT_CTRAIN;
+            else return ct_errf(err, CT_ERR_CONFIG, "export: --layout: expected ctrain, %s or %s, got \"%s\"",
+                                CT_HF_GPT2_LAYOUT, CT_HF_LLAMA_LAYOUT, v);
         } else {
             return ct_errf(err, CT_ERR_CONFIG, "export: unexpected argument \"%s\"\n%s", argv[i],
                            ct_export_usage);
@@ -408,32 +446,63 @@ static int checkpoint_graph(const char *dir, ct_config **cfg, ct_graph **g, ct_e
     return rc;
 }
 
-/* --layout hf-gpt2: the checkpoint's tensors in GPT-2's names and layout, through the map of the
- * model its config.json describes. */
-static int export_hf_gpt2(const ct_ckpt_source *f, const export_args *a, const char *dir, int *n_out,
-                          ct_err *err) {
+/* The dtype's name in a config.json (torch_dtype). */
+static const char *torch_dtype(ct_dtype dt) {
+    return dt == CT_BF16 ? "bfloat16" : dt == CT_F16 ? "float16" : "float32";
+}
+
+/* --layout hf-llama writes a directory: --out itself must not be a checkpoint's file, and neither
+ * may OUT_DIR/model.safetensors be; then OUT_DIR is made. *file receives the weights' path. */
+static int llama_out_dir(const export_args *a, const char *dir, char *file, size_t n, ct_err *err) {
+    if (ct_fs_exists(a->out) && !ct_fs_is_dir(a->out))
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is a file; --layout %s writes a directory "
+                       "(config.json and model.safetensors), as transformers' save_pretrained does", a->out,
+                       CT_HF_LLAMA_LAYOUT);
+    int rc = export_check_out(a->out, a->checkpoint, dir, err);
+    if (!rc) rc = ct_fs_mkdirs(a->out, err);
+    snprintf(file, n, "%s/model.safetensors", a->out);
+    if (!rc) rc = export_check_out(file, a->checkpoint, dir, err);
+    return rc;
+}
+
+/* --layout hf-gpt2 / hf-llama: the checkpoint's tensors in Hugging Face's names and layout,
+ * through the map of the model its config.json describes; Llama's directory gets the config.json
+ * transformers reads. */
+static int export_hf(const ct_ckpt_source *f, const export_args *a, const char *dir, int *n_out,
+                     ct_err *err) {
+    bool llama = a->layout == LAYOUT_HF_LLAMA;
+    const char *name = llama ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT;
     ct_config *cfg = NULL;
     ct_graph *g = NULL;
     ct_tensor_map map = {0};
     ct_mapped_export x = {0};
+    char file[CLI_PATH + 32];
+    snprintf(file, sizeof file, "%s", a->out);
     int rc = checkpoint_graph(dir, &cfg, &g, err);
-    if (!rc && (rc = ct_hf_gpt2_map(g, &map, err))) {
+    if (!rc && (rc = llama ? ct_hf_llama_map(g, &map, err) : ct_hf_gpt2_map(g, &map, err))) {
         char why[CT_ERR_MSG];
         snprintf(why, sizeof why, "%s", err->msg);
-        rc = ct_errf(err, rc, "export: --layout %s: %s/config.json: %s", CT_HF_GPT2_LAYOUT, dir, why);
+        rc = ct_errf(err, rc, "export: --layout %s: %s/config.json: %s", name, dir, why);
     }
+    if (!rc && llama) rc = llama_out_dir(a, dir, file, sizeof file, err);
     if (!rc) rc = ct_ckpt_map_export(f, ct_graph_layout(g)->views, &map, a->dtype, &x, err);
     const char *mk[] = {"format", "ctrain_version", "source", "dtype", "layout"};
-    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype), CT_HF_GPT2_LAYOUT};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype), name};
     ct_fs_out out;
-    if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
+    if (!rc) rc = ct_fs_out_begin(file, &out, err);
     if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, x.entries, x.n, mk, mv, 5, err), err);
-    if (!rc) {
+    if (!rc && llama) {
+        char *json = ct_hf_llama_config_json(g, torch_dtype(a->dtype)), path[CLI_PATH + 32];
+        snprintf(path, sizeof path, "%s/config.json", a->out);
+        rc = ct_fs_write_atomic(path, json, strlen(json), err);
+        free(json);
+        if (!rc) printf("LlamaForCausalLM.from_pretrained(\"%s\") loads it\n", a->out);
+    } else if (!rc) {
         char hf[512];
         ct_hf_gpt2_config(g, hf, sizeof hf);
-        *n_out = x.n;
         printf("GPT2LMHeadModel loads it with GPT2Config(%s)\n", hf);
     }
+    if (!rc) *n_out = x.n;
     ct_mapped_export_free(&x);
     ct_tensor_map_free(&map);
     ct_graph_free(g);
@@ -447,7 +516,7 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     if (rc) return rc;
     char dir[CLI_PATH];
     rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
-    if (!rc) rc = export_check_out(a.out, a.checkpoint, dir, err);
+    if (!rc && a.layout != LAYOUT_HF_LLAMA) rc = export_check_out(a.out, a.checkpoint, dir, err);
     if (rc) return rc;
     /* one file set's model.safetensors, or per-rank shards consolidated (each tensor read from the
      * shards that hold it, in chunks) */
@@ -455,10 +524,10 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     rc = ct_ckpt_source_open_dir(dir, false, &src, err);
     if (rc) return rc;
     int n = src.n_tensors;
-    rc = a.hf_gpt2 ? export_hf_gpt2(&src, &a, dir, &n, err) : export_write(&src, &a, dir, err);
-    if (!rc && a.hf_gpt2) {
+    rc = a.layout != LAYOUT_CTRAIN ? export_hf(&src, &a, dir, &n, err) : export_write(&src, &a, dir, err);
+    if (!rc && a.layout != LAYOUT_CTRAIN) {
         printf("exported %d tensors (%s, layout %s) from %s to %s\n", n, ct_dtype_safetensors_name(a.dtype),
-               CT_HF_GPT2_LAYOUT, dir, a.out);
+               a.layout == LAYOUT_HF_LLAMA ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT, dir, a.out);
     } else if (!rc) {
         uint64_t values = 0;
         for (int i = 0; i < src.n_tensors; i++) values += (uint64_t)ct_shape_numel(&src.tensors[i].shape);

@@ -248,5 +248,8 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     ct_cuda_loss_install(be);
     ct_cuda_optim_install(be);
     ct_cuda_graph_install(be);
+    ct_cuda_rmsnorm_install(be);
+    ct_cuda_swiglu_install(be);
+    ct_cuda_rope_install(be);
     return be;
 }

@@ -349,6 +349,9 @@ void ct_cuda_attn_install(ct_backend *be);          /* causal attention (cuda_at
 void ct_cuda_loss_install(ct_backend *be);
 void ct_cuda_optim_install(ct_backend *be);
 void ct_cuda_graph_install(ct_backend *be);         /* capture_* (cuda_graph.cu) */
+void ct_cuda_rmsnorm_install(ct_backend *be);       /* rmsnorm_* (cuda_rmsnorm.cu) */
+void ct_cuda_swiglu_install(ct_backend *be);        /* swiglu_* (cuda_swiglu.cu) */
+void ct_cuda_rope_install(ct_backend *be);          /* rope_gqa_* (cuda_rope.cu) */
 
 /* Allocator lifecycle (cuda_mem.cu). */
 void ct_cuda_alloc_init(ct_cuda_alloc *a);

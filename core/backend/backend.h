@@ -94,6 +94,16 @@ static inline size_t ct_conv2d_scratch_bytes(const ct_conv2d_geom *g, size_t es)
                     5 * CT_CONV_SCRATCH_ALIGN);
 }
 
+/* Rotary position embeddings (rope_gqa_forward): the base theta of the frequencies (0: no
+ * rotation), a divisor of every frequency (Hugging Face's "linear" rope_scaling factor; 1: none)
+ * and the position of a sequence's first token (0 in training; a generation step with a KV cache
+ * passes its position). */
+typedef struct ct_rope {
+    double theta;
+    double factor;
+    int64_t pos0;
+} ct_rope;
+
 /* 2-D pooling geometry (NCHW). */
 typedef struct ct_pool2d_geom {
     int64_t n, c, h, w;
@@ -346,6 +356,13 @@ typedef struct ct_backend_elt {
      * so normal draws agree within 2 ulp of float. */
     void (*init_fill)(ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d,
                       uint64_t seed, uint64_t stream);
+    /* SwiGLU (Llama's MLP): each row of x [rows, 2f] holds the gate (columns [0, f)) and the up
+     * projection ([f, 2f)) of one fused linear; y [rows, f] = silu(gate) * up, silu(g) =
+     * g / (1 + exp(-g)). Backward: dx [rows, 2f] written: d gate = dy * up * silu'(gate),
+     * d up = dy * silu(gate). */
+    void (*swiglu_forward)(ct_backend *be, void *y, const void *x, int64_t rows, int64_t f, ct_dtype dt);
+    void (*swiglu_backward)(ct_backend *be, void *dx, const void *dy, const void *x, int64_t rows,
+                            int64_t f, ct_dtype dt);
 
 } ct_backend_elt;
 
@@ -439,6 +456,16 @@ typedef struct ct_backend_norm {
     void (*layernorm_backward)(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
                                const void *x, const void *gamma, const float *save_mean,
                                const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt);
+    /* RMSNorm over the last dimension d of [rows, d] (Llama's): y = x * rstd * gamma with
+     * rstd = 1 / sqrt(mean_j x_j^2 + eps) (the mean in double), saved as save_rstd[rows] (fp32);
+     * gamma may be NULL (no weight). Backward: dgamma[d] (fp32) += sum over rows of
+     * dy * x * rstd (may be NULL); dx = rstd * (g - x * rstd^2 * mean_j(g_j x_j)) with
+     * g = dy * gamma, written (may be NULL). */
+    void (*rmsnorm_forward)(ct_backend *be, void *y, float *save_rstd, const void *x, const void *gamma,
+                            int64_t rows, int64_t d, float eps, ct_dtype dt);
+    void (*rmsnorm_backward)(ct_backend *be, void *dx, float *dgamma, const void *dy, const void *x,
+                             const void *gamma, const float *save_rstd, int64_t rows, int64_t d,
+                             ct_dtype dt);
 
 } ct_backend_norm;
 
@@ -475,6 +502,22 @@ typedef struct ct_backend_attn {
     void (*causal_attention_backward)(ct_backend *be, void *dqkv, const void *dy, const void *qkv,
                                       const void *y, const float *lse, int64_t B, int64_t T, int64_t H,
                                       int64_t D, float p, uint64_t seed, uint64_t stream, ct_dtype dt);
+    /* Rotary position embeddings and grouped-query heads, between a fused projection and
+     * causal_attention_forward: x [B, T, H + 2 KV, D] (dt) holds per token the q of H heads, the k
+     * of KV heads and the v of KV heads (KV divides H); qkv [B, T, 3, H, D] (dt, written) is the
+     * attention's input: q and k rotated, k and v of kv head g serving query heads
+     * g H/KV .. (g + 1) H/KV - 1 (Hugging Face's repeat_kv). Rotation (Hugging Face's half-split
+     * "rotate_half" layout, D even; none when r->theta is 0): element i < D/2 of a head and
+     * element i + D/2 are turned by the angle a = (float)(r->pos0 + t) * f_i, with
+     *   f_i = (float)(1 / (float)pow(theta, (float)(2 i) / (float)D)) / r->factor (fp32 steps),
+     *   y_i = x_i cos a - x_{i+D/2} sin a,   y_{i+D/2} = x_{i+D/2} cos a + x_i sin a,
+     * cos a and sin a of the fp32 angle rounded to fp32 (what transformers computes in fp32).
+     * Backward: dx [B, T, H + 2 KV, D] WRITTEN from dqkv: rotated back by -a and summed over the
+     * H/KV query heads of each kv head in head order, in fp32 with one rounding. */
+    void (*rope_gqa_forward)(ct_backend *be, void *qkv, const void *x, int64_t B, int64_t T, int64_t H,
+                             int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
+    void (*rope_gqa_backward)(ct_backend *be, void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H,
+                              int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
 } ct_backend_attn;
 
 /* ---- losses ---- */
@@ -528,7 +571,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 11
+#define CT_BACKEND_ABI 12
 struct ct_backend {
     const char *name;            /* "cpu", "cuda", "capped" (the CPU's capped device) */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

@@ -45,6 +45,10 @@
         float p, ct_dtype dt), (be, dx, dy, mask, n, p, dt)) \
     XV(elt, init_fill, void, (ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d, \
         uint64_t seed, uint64_t stream), (be, x, first, n, d, seed, stream)) \
+    XV(elt, swiglu_forward, void, (ct_backend *be, void *y, const void *x, int64_t rows, int64_t f, ct_dtype dt), \
+        (be, y, x, rows, f, dt)) \
+    XV(elt, swiglu_backward, void, (ct_backend *be, void *dx, const void *dy, const void *x, int64_t rows, int64_t f, \
+        ct_dtype dt), (be, dx, dy, x, rows, f, dt)) \
     XV(conv, im2col, void, (ct_backend *be, void *col, const void *img, const ct_conv2d_geom *g, int64_t group, \
         ct_dtype dt), (be, col, img, g, group, dt)) \
     XV(conv, col2im, void, (ct_backend *be, void *img, const void *col, const ct_conv2d_geom *g, int64_t group, \
@@ -85,6 +89,11 @@
     XV(norm, layernorm_backward, void, (ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy, \
         const void *x, const void *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d, \
         ct_dtype dt), (be, dx, dgamma, dbeta, dy, x, gamma, save_mean, save_rstd, rows, d, dt)) \
+    XV(norm, rmsnorm_forward, void, (ct_backend *be, void *y, float *save_rstd, const void *x, const void *gamma, \
+        int64_t rows, int64_t d, float eps, ct_dtype dt), (be, y, save_rstd, x, gamma, rows, d, eps, dt)) \
+    XV(norm, rmsnorm_backward, void, (ct_backend *be, void *dx, float *dgamma, const void *dy, const void *x, \
+        const void *gamma, const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt), (be, dx, dgamma, dy, x, \
+        gamma, save_rstd, rows, d, dt)) \
     XV(embed, embedding_forward, void, (ct_backend *be, void *y, const int32_t *ids, const void *table, \
         int64_t n_ids, int64_t dim, ct_dtype dt), (be, y, ids, table, n_ids, dim, dt)) \
     XV(embed, embedding_backward, void, (ct_backend *be, float *dtable, const void *dy, const int32_t *ids, \
@@ -95,6 +104,10 @@
     XV(attn, causal_attention_backward, void, (ct_backend *be, void *dqkv, const void *dy, const void *qkv, \
         const void *y, const float *lse, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, \
         uint64_t stream, ct_dtype dt), (be, dqkv, dy, qkv, y, lse, B, T, H, D, p, seed, stream, dt)) \
+    XV(attn, rope_gqa_forward, void, (ct_backend *be, void *qkv, const void *x, int64_t B, int64_t T, int64_t H, \
+        int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt), (be, qkv, x, B, T, H, KV, D, r, dt)) \
+    XV(attn, rope_gqa_backward, void, (ct_backend *be, void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H, \
+        int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt), (be, dx, dqkv, B, T, H, KV, D, r, dt)) \
     XV(loss, softmax_xent, void, (ct_backend *be, void *dlogits, float *result, const void *logits, \
         const int32_t *labels, int64_t rows, int64_t classes, int64_t ld, float label_smoothing, float grad_scale, \
         ct_dtype dt), (be, dlogits, result, logits, labels, rows, classes, ld, label_smoothing, grad_scale, dt)) \

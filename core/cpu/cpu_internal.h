@@ -124,6 +124,12 @@ void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, fl
 void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d);
 void ct_cpu_f32_causal_attention_forward(ct_backend *be, float *y, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
 void ct_cpu_f32_causal_attention_backward(ct_backend *be, float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
+void ct_cpu_f32_rmsnorm_forward(ct_backend *be, float *y, float *save_rstd, const float *x, const float *gamma, int64_t rows, int64_t d, float eps);
+void ct_cpu_f32_rmsnorm_backward(ct_backend *be, float *dx, float *dgamma, const float *dy, const float *x, const float *gamma, const float *save_rstd, int64_t rows, int64_t d);
+void ct_cpu_f32_swiglu_forward(ct_backend *be, float *y, const float *x, int64_t rows, int64_t f);
+void ct_cpu_f32_swiglu_backward(ct_backend *be, float *dx, const float *dy, const float *x, int64_t rows, int64_t f);
+void ct_cpu_f32_rope_gqa_forward(ct_backend *be, float *qkv, const float *x, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r);
+void ct_cpu_f32_rope_gqa_backward(ct_backend *be, float *dx, const float *dqkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r);
 void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x, const ct_pool2d_geom *g);
 void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);

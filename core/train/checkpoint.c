@@ -13,6 +13,7 @@
 #include "core/ckpt/mapped.h"
 #include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 
@@ -407,6 +408,57 @@ static int init_from_hf_gpt2(ct_trainer *t, const char *path, bool strict, int *
     return rc;
 }
 
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir: config.json with a model_type, then
+ * model.safetensors or its shards with their index): its config.json must describe the model (core/graph/hf_llama.h), then every tensor is
+ * loaded through the map. GPT-2's directories go through GPT-2's map. */
+static int init_from_hf_dir(ct_trainer *t, const char *dir, bool strict, int *n, ct_warnings *warn, const char **what,
+                            ct_err *err) {
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    ct_json_doc *doc = ct_json_parse_file(cfg_path, warn, err);
+    if (!doc) return err->code;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ct_json_root(doc), "model_type");
+    char **files = NULL;
+    int n_files = 0, rc = CT_OK;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "gpt2") == 0) {
+        ct_json_free(doc);
+        char file[4200];
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        *what = " (Hugging Face GPT-2 layout)";
+        return init_from_hf_gpt2(t, file, strict, n, warn, err);
+    }
+    *what = " (Hugging Face Llama layout)";
+    ct_tensor_map map = {0};
+    rc = ct_hf_llama_check_config(t->m.g, doc, warn, err);
+    if (!rc) rc = ct_hf_llama_map(t->m.g, &map, err);
+    if (rc && err->msg[0] && strncmp(err->msg, "the model is not", 16) == 0) {
+        char why[CT_ERR_MSG];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = ct_errf(err, rc, "model.init_from %s holds a Llama in Hugging Face's layout, but %s", dir, why);
+    }
+    if (!rc && !strict)
+        ct_warnf(warn, "model.init_strict false does not apply to a Hugging Face Llama directory: every tensor must "
+                 "match, and all are loaded");
+    if (!rc) rc = ct_ckpt_hf_weight_files(dir, &files, &n_files, err);
+    if (!rc) rc = ct_ckpt_init_from_map_files((const char *const *)files, n_files, dir, &t->ck.ck, &map, n, err);
+    ct_ckpt_free_files(files, n_files);
+    ct_tensor_map_free(&map);
+    ct_json_free(doc);
+    return rc;
+}
+
+/* A directory with weights in Hugging Face's file names and no config.json: neither a model
+ * directory (config.json says its shape) nor a ctrain checkpoint (which always has one). */
+static bool weights_without_config(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (!ct_fs_is_dir(dir) || ct_fs_exists(p)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    bool single = ct_fs_exists(p);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return single || ct_fs_exists(p);
+}
+
 /* model.init_from (relative to the config's directory) with model.init_strict (default true). */
 static int init_from(ct_trainer *t, ct_err *err) {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(t->cfg->model, "init_from");
@@ -416,13 +468,23 @@ static int init_from(ct_trainer *t, ct_err *err) {
     ct_config_resolve_path(t->cfg, file->valuestring, path, sizeof path);
     ct_warnings warn = {0};
     int n = 0;
-    bool hf = holds_hf_gpt2(path);
-    int rc = hf ? init_from_hf_gpt2(t, path, strict, &n, &warn, err)
-                : ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
+    const char *what = "";
+    int rc;
+    if (ct_ckpt_is_hf_dir(path)) {
+        rc = init_from_hf_dir(t, path, strict, &n, &warn, &what, err);
+    } else if (weights_without_config(path)) {
+        rc = ct_errf(err, CT_ERR_CONFIG, "model.init_from %s: model.safetensors without config.json; a Hugging Face "
+                     "model directory holds both (save_pretrained writes them), a ctrain checkpoint also its "
+                     "COMPLETE marker", path);
+    } else if (holds_hf_gpt2(path)) {
+        what = " (Hugging Face GPT-2 layout)";
+        rc = init_from_hf_gpt2(t, path, strict, &n, &warn, err);
+    } else {
+        rc = ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
+    }
     print_warnings(&warn);
     if (rc) return rc;
-    ct_report_line(&t->obs.rep, "init_from %s%s: %d of %d tensors loaded%s", path,
-                   hf ? " (Hugging Face GPT-2 layout)" : "", n, t->ck.ck.n_views,
+    ct_report_line(&t->obs.rep, "init_from %s%s: %d of %d tensors loaded%s", path, what, n, t->ck.ck.n_views,
                    n < t->ck.ck.n_views ? " (init_strict false; the rest keep their initialisation)" : "");
     return CT_OK;
 }
