@@ -90,8 +90,11 @@ int ct_smoke_verify(const struct ct_config *cfg, const struct ct_summary *s, ct_
  * runs/<name>/<UTC yyyymmdd-hhmmss>[-k] made now, with runs/<name>/latest pointing at it, or under
  * --resume auto the run `latest` names (runs/<name> itself when it holds a run of the older
  * layout). Sets train.run_dir, and train.save_dir when that follows it, in cfg and its resolved
- * JSON. CT_ERR_CONFIG when the directory cannot be made. Nothing to do when run_dir was given. */
-int ct_cli_default_run_dir(struct ct_config *cfg, const char *resume, ct_err *err);
+ * JSON. CT_ERR_CONFIG when the directory cannot be made. Nothing to do when run_dir was given.
+ * rank: this process's rank of a data-parallel launch; ranks above 0 make nothing and leave
+ * run_dir at runs/<name> (the trainer gives them rank 0's directory once the ranks have met: each
+ * rank making its own would split one run's checkpoint shards over several directories). */
+int ct_cli_default_run_dir(struct ct_config *cfg, const char *resume, int rank, ct_err *err);
 
 int ct_eval_main(int argc, char **argv, ct_err *err);
 int ct_generate_main(int argc, char **argv, ct_err *err);

@@ -14,6 +14,7 @@
 #include "core/backend/backend.h"
 #include "cmd/commands.h"
 #include "core/ckpt/ckpt.h"
+#include "core/ckpt/owned.h"
 #include "core/dist/launch.h"
 #include "core/util/common.h"
 #include "core/util/fs.h"
@@ -72,13 +73,19 @@ static const char USAGE[] =
     "            4 training diverged, 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP after\n"
     "            saving (a second SIGINT exits 130 at once, without saving).\n";
 
+/* Messages may quote names read from files (a feature, a tar member, a path): they reach the
+ * terminal with control bytes escaped, in one write (ct_fputs_printable_line). */
+static void print_line(const char *prefix, const char *msg) {
+    ct_fputs_printable_line(prefix, msg, stderr);
+}
+
 static void print_error(const char *msg) {
     /* First line after the prefix; following lines as written (already indented by the caller). */
-    fprintf(stderr, "ctrain: error: %s\n", msg);
+    print_line("ctrain: error: ", msg);
 }
 
 static void print_warnings(const ct_warnings *w) {
-    for (int i = 0; i < w->n; i++) fprintf(stderr, "ctrain: warning: %s\n", w->items[i]);
+    for (int i = 0; i < w->n; i++) print_line("ctrain: warning: ", w->items[i]);
 }
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -240,8 +247,12 @@ static int run_subcommand(int (*fn)(int, char **, ct_err *), int argc, char **ar
  * may print and write files. The first signal asks the loop to stop after the current step (it
  * saves a checkpoint and the run exits 128 + the signal: 129 SIGHUP, 130 SIGINT, 143 SIGTERM); a
  * SIGINT after it exits at once, without saving, with one line and the summary as of the last
- * step (status interrupted). SIGHUP is handled like SIGTERM, since a closed terminal leaves nobody
- * to answer, unless it was ignored when ctrain started (nohup): then it stays ignored. */
+ * step (status interrupted). A signal before this process has finished a step (the set-up:
+ * opening, inflating and scanning data files, building the model; or inside the first step) exits
+ * at once the same way, with 128 + the signal: nothing was trained that a checkpoint could keep,
+ * and the set-up has no step after which to stop. SIGHUP is handled like SIGTERM, since a closed
+ * terminal leaves nobody to answer, unless it was ignored when ctrain started (nohup): then it
+ * stays ignored. */
 
 /* The signal that asked the run to stop (0: none); the trainer reads it after every step. */
 static volatile sig_atomic_t g_stop_signal;
@@ -257,6 +268,8 @@ static struct {
     double t0;
     char oom_note[2048];         /* the trainer's plan and choices, printed after an out-of-memory
                                     that ends the process (on_fatal) */
+    char scratch_dir[1024];      /* --smoke's or --profile's temporary directory ("": none), removed
+                                    by an exit at once */
 } g_watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ct_run_opts.on_step: keep a copy of the summary (the trainer updated it before this call). */
@@ -264,6 +277,13 @@ static void watch_step(void *ctx, long step, double loss) {
     pthread_mutex_lock(&g_watch.mu);
     g_watch.last = *g_watch.live;
     g_watch.stepped = true;
+    pthread_mutex_unlock(&g_watch.mu);
+}
+
+/* ct_run_opts.on_eval: the copy again, now holding the eval's numbers. */
+static void watch_eval(void *ctx, long step) {
+    pthread_mutex_lock(&g_watch.mu);
+    g_watch.last = *g_watch.live;
     pthread_mutex_unlock(&g_watch.mu);
 }
 
@@ -281,33 +301,20 @@ static void write_all(int fd, const char *buf, size_t len) {
     }
 }
 
-/* The second SIGINT: the summary as of the last step, then exit without saving. The main thread
- * may be anywhere (inside a step, inside a save), so no exit handler or stdio flush runs: the
- * lines are formatted here and written with write(2), and the process ends with _exit. */
-static void exit_now(void) {
-    pthread_mutex_lock(&g_watch.mu);
-    ct_summary s = g_watch.last;
-    bool stepped = g_watch.stepped;
-    pthread_mutex_unlock(&g_watch.mu);
-    snprintf(s.status, sizeof s.status, "interrupted");
-    if (stepped)
-        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving after step %ld", s.steps);
-    else
-        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving before the run's first step");
-    s.wall_s = ct_now() - g_watch.t0;
-    s.peak_host_bytes = ct_peak_rss_bytes();
+/* The summary line of a process that ends at once (exit_now, on_fatal), written with write(2): on
+ * stdout, and in --summary once a step has finished (the set-up has then checked that the path names
+ * no input of the run, a dataset file it would replace; before that, stdout alone). */
+static void write_summary_now(ct_summary *s, bool stepped) {
+    s->wall_s = ct_now() - g_watch.t0;
+    s->peak_host_bytes = ct_peak_rss_bytes();
     char *line = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&line, &len);
     if (f) {
-        ct_summary_write(&s, f);
+        ct_summary_write(s, f);
         fclose(f);
     }
-    static const char msg[] = "ctrain: second interrupt: exiting now without saving\n";
-    write_all(STDERR_FILENO, msg, sizeof msg - 1);
     if (line) write_all(STDOUT_FILENO, line, len);
-    /* --summary only once a step has finished: the set-up has then checked that the path names
-     * no input of the run (a dataset file it would replace); before that, stdout alone. */
     if (line && g_watch.summary_path && stepped) {
         int fd = open(g_watch.summary_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd >= 0) {
@@ -315,7 +322,36 @@ static void exit_now(void) {
             close(fd);
         }
     }
-    _exit(CT_EXIT_SIGINT);
+}
+
+/* Exit at once on signal sig: the second SIGINT, or a stop before this process finished a step
+ * (the set-up, the first step: nothing trained yet that a checkpoint could keep). The summary is
+ * as of the last step (status interrupted). The main thread may be anywhere (inside a step, inside
+ * a save, inflating a data file), so no exit handler or stdio flush runs: the lines are formatted
+ * here and written with write(2), and the process ends with _exit(128 + sig). */
+static void exit_now(int sig) {
+    pthread_mutex_lock(&g_watch.mu);
+    ct_summary s = g_watch.last;
+    bool stepped = g_watch.stepped;
+    pthread_mutex_unlock(&g_watch.mu);
+    snprintf(s.status, sizeof s.status, "interrupted");
+    char msg[200], scratch[sizeof g_watch.scratch_dir];
+    if (stepped) {   /* the second SIGINT (a first signal after a step stops after the step) */
+        snprintf(s.error, sizeof s.error, "second interrupt: exited without saving after step %ld", s.steps);
+        snprintf(msg, sizeof msg, "ctrain: second interrupt: exiting now without saving\n");
+    } else {
+        snprintf(s.error, sizeof s.error, "%s before the run's first step: exited at once (nothing trained, "
+                 "nothing to save)", signal_name(sig));
+        snprintf(msg, sizeof msg, "ctrain: %s before the run's first step: exiting now (nothing trained yet, "
+                 "nothing to save)\n", signal_name(sig));
+    }
+    pthread_mutex_lock(&g_watch.mu);
+    snprintf(scratch, sizeof scratch, "%s", g_watch.scratch_dir);
+    pthread_mutex_unlock(&g_watch.mu);
+    write_all(STDERR_FILENO, msg, strlen(msg));
+    write_summary_now(&s, stepped);
+    if (scratch[0]) ct_fs_remove_tree(scratch);   /* --smoke's, --profile's */
+    _exit(128 + sig);
 }
 
 static int g_signal_pipe[2] = {-1, -1};
@@ -338,10 +374,14 @@ static void *watch_signals(void *arg) {
         bool finished = g_watch.finished;
         pthread_mutex_unlock(&g_watch.mu);
         if (finished) continue; /* the run is over; main prints the summary and exits */
+        pthread_mutex_lock(&g_watch.mu);
+        bool stepped = g_watch.stepped;
+        pthread_mutex_unlock(&g_watch.mu);
         if (g_stop_signal) {
-            if (sig == SIGINT) exit_now();
+            if (sig == SIGINT) exit_now(sig);
             continue;           /* already stopping */
         }
+        if (!stepped) exit_now(sig);   /* the set-up or the first step: nothing to save yet */
         g_stop_signal = sig;
         if (!g_watch.quiet)     /* at once: the step and the save may take a while */
             fprintf(stderr, "%sctrain: %s: stopping after the current step, saving a checkpoint and exiting %d%s\n",
@@ -404,10 +444,17 @@ static int save_summary(const ct_summary *s, const char *path, const ct_config *
 
 /* --summary FILE for a run refused before it started (its config did not load), so that a sweep
  * script finds every point it launched, failed ones with their error. The file must not be one of
- * the run's own inputs (the config, --model, --data): those are refused like at a run's start. A
- * summary that cannot be written is said, and the config error's exit code stays. */
+ * the run's own inputs (the config, --model, --data) nor a file ctrain keeps in a run or checkpoint
+ * directory (core/ckpt/owned.h): those are refused like at a run's start. A summary that cannot be
+ * written is said, and the config error's exit code stays. */
 static void save_error_summary(const ct_summary *s, const cli_args *a) {
     if (!a->summary) return;
+    char owned[2 * 4096 + 100];
+    if (ct_owned_output(a->summary, owned, sizeof owned)) {
+        fprintf(stderr, "ctrain: error: --summary %s is %s, which it would replace; the summary is on stdout "
+                "only\n", a->summary, owned);
+        return;
+    }
     const char *inputs[] = {a->config, a->model, a->data};
     for (int i = 0; i < 3; i++)
         if (inputs[i] && ct_fs_same_file(a->summary, inputs[i])) {
@@ -476,6 +523,9 @@ static int run_training(cli_args *a) {
     if (!rc && is_run && (a->smoke || a->profile_steps)) {
         long seq_cut_from = 0;
         rc = ct_short_run_prepare(cfg, a->profile_steps, &a->ov, short_dir, sizeof short_dir, &seq_cut_from, &err);
+        pthread_mutex_lock(&g_watch.mu);
+        snprintf(g_watch.scratch_dir, sizeof g_watch.scratch_dir, "%s", short_dir);
+        pthread_mutex_unlock(&g_watch.mu);
         if (!rc && seq_cut_from && !a->quiet && a->launch.rank == 0)
             fprintf(stderr, "smoke: sequences cut from %ld to %d tokens, micro-batch at most 2 (the path, not the "
                     "shapes: --dry-run plans the config's own)\n", seq_cut_from, CT_SMOKE_MAX_SEQ);
@@ -502,8 +552,10 @@ static int run_training(cli_args *a) {
 
     /* train_micro_batch_size_per_gpu "auto": chosen from the memory plan (core/train/fit.h) */
     char batch_note[512];
-    bool gpu = strcmp(cfg->train.device, "cpu") != 0 && (strncmp(cfg->train.device, "cuda", 4) == 0 || opts.has_gpu);
-    rc = ct_fit_auto_micro_batch(cfg, gpu, a->device_memory, batch_note, sizeof batch_note, &err);
+    ct_plan_target target;
+    rc = ct_run_plan_target(cfg, opts.has_gpu, &target, &err);
+    if (!rc) rc = ct_fit_auto_micro_batch(cfg, target.device, a->device_memory ? a->device_memory : target.capacity,
+                                          batch_note, sizeof batch_note, &err);
     if (rc) {
         ct_config_free(cfg);
         if (short_dir[0]) ct_fs_remove_tree(short_dir);
@@ -527,11 +579,12 @@ static int run_training(cli_args *a) {
         .oom_note_n = sizeof g_watch.oom_note,
         .stop_signal = (volatile int *)&g_stop_signal,
         .on_step = is_run ? watch_step : NULL,
+        .on_eval = is_run ? watch_eval : NULL,
         .launch = &a->launch,
         .profile_steps = a->profile_steps,
     };
     /* no train.run_dir: a directory of its own under runs/<name> (cmd/run_dir.c) */
-    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, &err))) {
+    if (is_run && (rc = ct_cli_default_run_dir(cfg, a->resume, a->launch.rank, &err))) {
         ct_config_free(cfg);
         return refuse_run(&summary, a, is_run, &err, rc);
     }
@@ -561,6 +614,15 @@ static void on_fatal(void *ctx, const char *msg) {
     /* past train.memory_limit_gb: the plan and what to change (set at start; read-only since) */
     if (strstr(msg, "out of") && g_watch.oom_note[0]) fprintf(stderr, "%s\n", g_watch.oom_note);
     fflush(NULL);
+    pthread_mutex_lock(&g_watch.mu);
+    bool run = g_watch.t0 > 0 && !g_watch.finished, stepped = g_watch.stepped;
+    ct_summary s = g_watch.last;
+    pthread_mutex_unlock(&g_watch.mu);
+    if (run) {   /* a run's summary line, status error, as for every other way a run ends */
+        snprintf(s.status, sizeof s.status, "error");
+        snprintf(s.error, sizeof s.error, "%.*s", (int)strcspn(msg, "\n"), msg);
+        write_summary_now(&s, stepped);
+    }
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
 
@@ -634,6 +696,10 @@ int main(int argc, char **argv) {
     /* Before any thread exists: OpenBLAS reads this when the CPU backend loads it, and starts no
      * threads of its own (ctrain runs single-threaded GEMMs on its pool; core/cpu/cpu_gemm.c). */
     setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    /* A write past the file-size limit (ulimit -f) raises SIGXFSZ, whose default action kills the
+     * process without a word (exit 153): ignored, the write fails with EFBIG instead, and that
+     * write's error names the file as a full disk's (ENOSPC) does, and the summary is written. */
+    signal(SIGXFSZ, SIG_IGN);
     ct_set_fatal_handler(on_fatal, NULL);
     int rc = run_command(argc, argv);
     fflush(NULL);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckpt/owned.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 
@@ -49,6 +50,12 @@ static int eval_parse(int argc, char **argv, eval_args *a, ct_err *err) {
  * files are checked by the set-up once the data is open. */
 static int check_summary_path(const eval_args *a, ct_summary *s, ct_err *err) {
     if (!a->summary) return CT_OK;
+    char owned[2 * 4096 + 100];   /* a file of a run or a checkpoint (a run's metrics.jsonl, latest) */
+    if (ct_owned_output(a->summary, owned, sizeof owned)) {
+        s->summary_file_refused = true;
+        return ct_errf(err, CT_ERR_CONFIG, "--summary %s is %s; the summary would replace a file ctrain keeps "
+                       "there.\n  Give the summary another path: --summary FILE", a->summary, owned);
+    }
     const char *input = ct_fs_same_file(a->summary, a->config) ? a->config
                         : ct_fs_within(a->summary, a->checkpoint) ? a->checkpoint : NULL;
     if (!input) return CT_OK;

@@ -13,7 +13,11 @@
 
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/shards.h"
+#include "core/ckpt/source.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/util/fs.h"
 #include "core/data/shard.h"
 #include "core/data/hdf5_info.h"
@@ -31,8 +35,8 @@ static void print_tensors(const ct_st_file *f, FILE *out) {
     }
     for (int i = 0; i < f->n_tensors; i++) {
         const ct_st_tensor *t = &f->tensors[i];
-        char shape[128];
-        fprintf(out, "  %-*s  %-5s %s\n", width, t->name, t->dtype,
+        char shape[128], name[1024];   /* names from the file: control bytes escaped */
+        fprintf(out, "  %-*s  %-5s %s\n", width, ct_printable_name(name, sizeof name, t->name), t->dtype,
                 ct_shape_str(&t->shape, shape, sizeof shape));
     }
 }
@@ -46,14 +50,34 @@ static void print_file_summary(const ct_st_file *f, FILE *out) {
             (unsigned long long)f->header_len);
     if (f->n_meta) {
         fprintf(out, "  metadata:");
+        char key[1024], val[84];
         for (int i = 0; i < f->n_meta; i++)
-            fprintf(out, " %s=%.80s", f->meta_keys[i], f->meta_vals[i]);
+            fprintf(out, " %s=%s", ct_printable_name(key, sizeof key, f->meta_keys[i]),
+                    ct_printable_name(val, sizeof val, f->meta_vals[i]));
         fprintf(out, "\n");
     }
 }
 
+/* Whether a file starts as a safetensors file does: an 8-byte header length that fits the file,
+ * then '{'. A file that does not is not described as a damaged safetensors file. */
+static bool looks_like_safetensors(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint8_t h[9];
+    bool got = f && fread(h, 1, sizeof h, f) == sizeof h;
+    long size = got && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f) fclose(f);
+    uint64_t n = 0;
+    for (int i = 7; got && i >= 0; i--) n = n << 8 | h[i];
+    return got && size > 8 && n <= (uint64_t)size - 8 && h[8] == '{';
+}
+
 static int info_file(const char *path, FILE *out, ct_err *err) {
     ct_st_file *f = ct_st_open(path, err);
+    if (!f && err->code == CT_ERR_DATA && !looks_like_safetensors(path))
+        return ct_errf(err, CT_ERR_DATA, "info: %s is not a file ctrain describes: not safetensors (no header length "
+                       "and '{' at its start), nor a TFRecord file (plain or gzip/zlib of records), a WebDataset .tar, "
+                       "an HDF5 file or a ctrain shard. It takes: %s", path,
+                       ct_info_usage + strlen("usage: ctrain info "));
     if (!f) return err->code;
     print_file_summary(f, out);
     print_tensors(f, out);
@@ -87,6 +111,66 @@ static void print_state(const char *dir, FILE *out) {
     cJSON_Delete(j);
 }
 
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir): what config.json says of the shape, then
+ * every weight file. */
+static int info_hf_dir(const char *dir, FILE *out, ct_err *err) {
+    static const char *const keys[] = {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                       "num_attention_heads", "num_key_value_heads", "vocab_size", "rope_theta",
+                                       "tie_word_embeddings", "torch_dtype"};
+    char path[CLI_PATH + 48];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = ct_fs_read_small(path, (size_t)1 << 20, NULL);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    fprintf(out, "Hugging Face model directory %s (model.init_from reads it into a model of its shape)\n", dir);
+    fprintf(out, "  config.json:%s", cfg ? "" : " unreadable");
+    for (int i = 0; cfg && i < CT_ARRAY_LEN(keys); i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i]);
+        if (!v) continue;
+        char *val = cJSON_PrintUnformatted(v);
+        fprintf(out, " %s %s", keys[i], val);
+        free(val);
+    }
+    fprintf(out, "\n");
+    cJSON_Delete(cfg);
+    char **files = NULL;
+    int n = 0, rc = ct_ckpt_hf_weight_files(dir, &files, &n, err);
+    for (int i = 0; !rc && i < n; i++) rc = info_file(files[i], out, err);
+    ct_ckpt_free_files(files, n);
+    return rc;
+}
+
+/* A sharded checkpoint: each rank's file and the range it holds, then the model's tensors. */
+static int info_shards(const char *dir, FILE *out, ct_err *err) {
+    ct_ckpt_source src;
+    ct_err e = {0};
+    if (ct_ckpt_source_open_dir(dir, true, &src, &e)) {
+        fprintf(out, "  %s\n", e.msg);
+        return ct_errf(err, e.code, "%s", e.msg);
+    }
+    const ct_ckpt_shard_set *set = src.shards;
+    fprintf(out, "  shards: %d (ZeRO, one per rank), %lld parameters, optimizer %s (%s)\n", set->world,
+            (long long)set->n_params, set->optimizer, set->slots[0] ? set->slots : "no state");
+    for (int r = 0; r < set->world; r++) {
+        const ct_ckpt_shard *sh = &set->shards[r];
+        fprintf(out, "  %s: [%lld, %lld), %.1f MiB\n", sh->file, (long long)sh->lo, (long long)sh->hi,
+                (double)sh->f->file_size / (1024.0 * 1024.0));
+    }
+    int width = 8;
+    for (int i = 0; i < src.n_tensors; i++) {
+        int l = (int)strlen(src.tensors[i].name);
+        if (l > width) width = l < 60 ? l : 60;
+    }
+    fprintf(out, "  model: %d tensors\n", src.n_tensors);
+    for (int i = 0; i < src.n_tensors; i++) {
+        char shape[128];
+        fprintf(out, "  %-*s  %-5s %s\n", width, src.tensors[i].name, src.tensors[i].dtype,
+                ct_shape_str(&src.tensors[i].shape, shape, sizeof shape));
+    }
+    ct_ckpt_source_close(&src);
+    return CT_OK;
+}
+
 static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
     bool complete = ct_ckpt_is_complete(dir);
     fprintf(out, "checkpoint %s (%s)\n", dir, complete ? "complete" : "INCOMPLETE: never loaded");
@@ -100,6 +184,13 @@ static int info_checkpoint(const char *dir, FILE *out, ct_err *err) {
                        : "  checksums: none recorded (saved before ctrain recorded them; sizes match)\n", n);
     }
     print_state(dir, out);
+    if (ct_ckpt_dir_sharded(dir)) {
+        int src = info_shards(dir, out, err);
+        if (!rc) rc = src;
+        if (!complete && !rc)
+            rc = ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no valid COMPLETE marker)", dir);
+        return rc;
+    }
     static const char *files[] = {"model.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) {
         char path[CLI_PATH];
@@ -178,7 +269,8 @@ static bool is_shard(const char *p, const struct stat *st) {
 }
 
 const char ct_info_usage[] =
-    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | FILE.tfrecord | FILE.h5";
+    "usage: ctrain info FILE.safetensors | CHECKPOINT_DIR | SAVE_DIR | HF_MODEL_DIR | SHARD_FILE | SHARD_DIR | FILE.tar | "
+    "FILE.tfrecord | FILE.h5";
 
 int ct_info_main(int argc, char **argv, ct_err *err) {
     if (argc != 2 || argv[1][0] == '-') return ct_errf(err, CT_ERR_CONFIG, "%s", ct_info_usage);
@@ -199,21 +291,27 @@ int ct_info_main(int argc, char **argv, ct_err *err) {
     char marker[CLI_PATH], model[CLI_PATH];
     snprintf(marker, sizeof marker, "%s/%s", p, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/model.safetensors", p);
-    if (ct_fs_exists(marker) || ct_fs_exists(model)) return info_checkpoint(p, stdout, err);
+    if (ct_ckpt_is_hf_dir(p)) return info_hf_dir(p, stdout, err);
+    if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(p)) return info_checkpoint(p, stdout, err);
     return info_save_dir(p, stdout, err);
 }
 
 /* ---------------------------------------------------------------- export */
 
+/* --layout: ctrain's own names, GPT-2's (core/graph/hf_gpt2.h: one file) or Llama's
+ * (core/graph/hf_llama.h: a directory transformers loads, config.json and model.safetensors). */
+typedef enum { LAYOUT_CTRAIN, LAYOUT_HF_GPT2, LAYOUT_HF_LLAMA } export_layout;
+
 typedef struct export_args {
     const char *checkpoint, *out;
     ct_dtype dtype;
-    bool hf_gpt2;                /* --layout hf-gpt2: GPT-2's names and layout (core/graph/hf_gpt2.h) */
+    export_layout layout;
 } export_args;
 
 const char ct_export_usage[] =
     "usage: ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16] "
-    "[--layout ctrain|hf-gpt2]";
+    "[--layout ctrain|hf-gpt2]\n"
+    "       ctrain export --checkpoint DIR --out OUT_DIR --layout hf-llama [--dtype fp32|fp16|bf16]";
 
 static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     a->dtype = CT_F32;
@@ -228,10 +326,11 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
             else return ct_errf(err, CT_ERR_CONFIG, "export: --dtype: expected fp32, fp16 or bf16, "
                                 "got \"%s\"", v);
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--layout"))) {
-            if (strcmp(v, CT_HF_GPT2_LAYOUT) == 0) a->hf_gpt2 = true;
-            else if (strcmp(v, "ctrain") == 0) a->hf_gpt2 = false;
-            else return ct_errf(err, CT_ERR_CONFIG, "export: --layout: expected ctrain or %s, got \"%s\"",
-                                CT_HF_GPT2_LAYOUT, v);
+            if (strcmp(v, CT_HF_GPT2_LAYOUT) == 0) a->layout = LAYOUT_HF_GPT2;
+            else if (strcmp(v, CT_HF_LLAMA_LAYOUT) == 0) a->layout = LAYOUT_HF_LLAMA;
+            else if (strcmp(v, "ctrain") == 0) a->layout = LAYOUT_CTRAIN;
+            else return ct_errf(err, CT_ERR_CONFIG, "export: --layout: expected ctrain, %s or %s, got \"%s\"",
+                                CT_HF_GPT2_LAYOUT, CT_HF_LLAMA_LAYOUT, v);
         } else {
             return ct_errf(err, CT_ERR_CONFIG, "export: unexpected argument \"%s\"\n%s", argv[i],
                            ct_export_usage);
@@ -243,43 +342,51 @@ static int export_parse(int argc, char **argv, export_args *a, ct_err *err) {
     return CT_OK;
 }
 
-/* Entries converting every F32 tensor to dtype; others are copied as they are. */
-static int export_entries(const ct_st_file *f, ct_dtype dtype, ct_st_entry *e, float **owned,
+/* The values of one F32 tensor of the source, asked for in chunks by the writer: an export reads
+ * the shards piece by piece into the writer's one staging buffer, never a whole tensor. */
+typedef struct export_fill {
+    const ct_ckpt_source *src;
+    const ct_ckpt_src_tensor *x;
+} export_fill;
+
+static int fill_from_source(void *ctx, int64_t first, int64_t n, float *dst, ct_err *err) {
+    const export_fill *f = ctx;
+    if (ct_ckpt_source_read(f->src, f->x, first, n, dst)) return CT_OK;
+    return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", f->src->path, f->x->name);
+}
+
+/* Entries converting every F32 tensor to dtype (streamed from the source); others are copied as
+ * they are. */
+static int export_entries(const ct_ckpt_source *src, ct_dtype dtype, ct_st_entry *e, export_fill *fill,
                           ct_err *err) {
-    for (int i = 0; i < f->n_tensors; i++) {
-        const ct_st_tensor *t = &f->tensors[i];
+    for (int i = 0; i < src->n_tensors; i++) {
+        const ct_ckpt_src_tensor *t = &src->tensors[i];
         if (t->ct_dtype < 0)
             return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" has dtype %s, which export cannot "
-                           "write", f->path, t->name, t->dtype);
-        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape,
-                             .data = t->data};
-        if (t->ct_dtype != CT_F32) continue;
-        e[i].dtype = dtype;
-        e[i].data = NULL;
-        if ((uintptr_t)t->data % 4 == 0) {
-            e[i].from_f32 = (const float *)(const void *)t->data;
-        } else { /* foreign file with an unpadded header: copy to aligned memory */
-            int64_t n = ct_st_numel(t);
-            owned[i] = ct_xmalloc((size_t)(n ? n : 1) * 4);
-            ct_st_read_f32(t, owned[i], n);
-            e[i].from_f32 = owned[i];
+                           "write", src->path, t->name, t->dtype);
+        e[i] = (ct_st_entry){.name = t->name, .dtype = (ct_dtype)t->ct_dtype, .shape = t->shape};
+        if (t->ct_dtype != CT_F32) {
+            e[i].data = t->st->data;
+            continue;
         }
+        fill[i] = (export_fill){.src = src, .x = t};
+        e[i].dtype = dtype;
+        e[i].fill = fill_from_source;
+        e[i].fill_ctx = &fill[i];
     }
     return CT_OK;
 }
 
-static int export_write(const ct_st_file *f, const export_args *a, const char *src,
-                        ct_err *err) {
-    ct_st_entry *e = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *e);
-    float **owned = ct_xcalloc((size_t)f->n_tensors + 1, sizeof *owned);
-    int rc = export_entries(f, a->dtype, e, owned, err);
+static int export_write(const ct_ckpt_source *src, const export_args *a, const char *dir, ct_err *err) {
+    ct_st_entry *e = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *e);
+    export_fill *fill = ct_xcalloc((size_t)src->n_tensors + 1, sizeof *fill);
+    int rc = export_entries(src, a->dtype, e, fill, err);
     const char *mk[] = {"format", "ctrain_version", "source", "dtype"};
-    const char *mv[] = {"pt", CT_VERSION, src, ct_dtype_safetensors_name(a->dtype)};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype)};
     ct_fs_out out;   /* a temporary file renamed into place (a device is written through) */
     if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
-    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, f->n_tensors, mk, mv, 4, err), err);
-    for (int i = 0; i < f->n_tensors; i++) free(owned[i]);
-    free(owned);
+    if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, e, src->n_tensors, mk, mv, 4, err), err);
+    free(fill);
     free(e);
     return rc;
 }
@@ -305,6 +412,21 @@ static int export_check_out(const char *out, const char *spec, const char *dir, 
             return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
                            "export reads; write the export to a new file", out, path);
     }
+    DIR *d = opendir(dir);   /* a sharded checkpoint's files (a hard link to one elsewhere) */
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.' || ct_fs_join(path, sizeof path, dir, de->d_name, NULL) != CT_OK) continue;
+        if (ct_fs_same_file(out, path)) {
+            closedir(d);
+            return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s (the same file), which "
+                           "export reads; write the export to a new file", out, path);
+        }
+    }
+    if (d) closedir(d);
+    char why[2 * CLI_PATH + 100];
+    if (ct_owned_output(out, why, sizeof why))   /* a run's latest, config.json, metrics.jsonl, ... */
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is %s; writing there would replace a file ctrain "
+                       "keeps. Write the export elsewhere (e.g. --out model.safetensors in the current directory)",
+                       out, why);
     ct_err e = {0};
     if (ct_fs_check_output_file(out, &e))
         return ct_errf(err, CT_ERR_CONFIG, "export: --out: %s; give a file in a directory you can "
@@ -324,32 +446,63 @@ static int checkpoint_graph(const char *dir, ct_config **cfg, ct_graph **g, ct_e
     return rc;
 }
 
-/* --layout hf-gpt2: the checkpoint's tensors in GPT-2's names and layout, through the map of the
- * model its config.json describes. */
-static int export_hf_gpt2(const ct_st_file *f, const export_args *a, const char *dir, int *n_out,
-                          ct_err *err) {
+/* The dtype's name in a config.json (torch_dtype). */
+static const char *torch_dtype(ct_dtype dt) {
+    return dt == CT_BF16 ? "bfloat16" : dt == CT_F16 ? "float16" : "float32";
+}
+
+/* --layout hf-llama writes a directory: --out itself must not be a checkpoint's file, and neither
+ * may OUT_DIR/model.safetensors be; then OUT_DIR is made. *file receives the weights' path. */
+static int llama_out_dir(const export_args *a, const char *dir, char *file, size_t n, ct_err *err) {
+    if (ct_fs_exists(a->out) && !ct_fs_is_dir(a->out))
+        return ct_errf(err, CT_ERR_CONFIG, "export: --out %s is a file; --layout %s writes a directory "
+                       "(config.json and model.safetensors), as transformers' save_pretrained does", a->out,
+                       CT_HF_LLAMA_LAYOUT);
+    int rc = export_check_out(a->out, a->checkpoint, dir, err);
+    if (!rc) rc = ct_fs_mkdirs(a->out, err);
+    snprintf(file, n, "%s/model.safetensors", a->out);
+    if (!rc) rc = export_check_out(file, a->checkpoint, dir, err);
+    return rc;
+}
+
+/* --layout hf-gpt2 / hf-llama: the checkpoint's tensors in Hugging Face's names and layout,
+ * through the map of the model its config.json describes; Llama's directory gets the config.json
+ * transformers reads. */
+static int export_hf(const ct_ckpt_source *f, const export_args *a, const char *dir, int *n_out,
+                     ct_err *err) {
+    bool llama = a->layout == LAYOUT_HF_LLAMA;
+    const char *name = llama ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT;
     ct_config *cfg = NULL;
     ct_graph *g = NULL;
     ct_tensor_map map = {0};
     ct_mapped_export x = {0};
+    char file[CLI_PATH + 32];
+    snprintf(file, sizeof file, "%s", a->out);
     int rc = checkpoint_graph(dir, &cfg, &g, err);
-    if (!rc && (rc = ct_hf_gpt2_map(g, &map, err))) {
+    if (!rc && (rc = llama ? ct_hf_llama_map(g, &map, err) : ct_hf_gpt2_map(g, &map, err))) {
         char why[CT_ERR_MSG];
         snprintf(why, sizeof why, "%s", err->msg);
-        rc = ct_errf(err, rc, "export: --layout %s: %s/config.json: %s", CT_HF_GPT2_LAYOUT, dir, why);
+        rc = ct_errf(err, rc, "export: --layout %s: %s/config.json: %s", name, dir, why);
     }
+    if (!rc && llama) rc = llama_out_dir(a, dir, file, sizeof file, err);
     if (!rc) rc = ct_ckpt_map_export(f, ct_graph_layout(g)->views, &map, a->dtype, &x, err);
     const char *mk[] = {"format", "ctrain_version", "source", "dtype", "layout"};
-    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype), CT_HF_GPT2_LAYOUT};
+    const char *mv[] = {"pt", CT_VERSION, dir, ct_dtype_safetensors_name(a->dtype), name};
     ct_fs_out out;
-    if (!rc) rc = ct_fs_out_begin(a->out, &out, err);
+    if (!rc) rc = ct_fs_out_begin(file, &out, err);
     if (!rc) rc = ct_fs_out_commit(&out, ct_st_write(out.write_to, x.entries, x.n, mk, mv, 5, err), err);
-    if (!rc) {
+    if (!rc && llama) {
+        char *json = ct_hf_llama_config_json(g, torch_dtype(a->dtype)), path[CLI_PATH + 32];
+        snprintf(path, sizeof path, "%s/config.json", a->out);
+        rc = ct_fs_write_atomic(path, json, strlen(json), err);
+        free(json);
+        if (!rc) printf("LlamaForCausalLM.from_pretrained(\"%s\") loads it\n", a->out);
+    } else if (!rc) {
         char hf[512];
         ct_hf_gpt2_config(g, hf, sizeof hf);
-        *n_out = x.n;
         printf("GPT2LMHeadModel loads it with GPT2Config(%s)\n", hf);
     }
+    if (!rc) *n_out = x.n;
     ct_mapped_export_free(&x);
     ct_tensor_map_free(&map);
     ct_graph_free(g);
@@ -361,24 +514,27 @@ int ct_export_main(int argc, char **argv, ct_err *err) {
     export_args a = {0};
     int rc = export_parse(argc, argv, &a, err);
     if (rc) return rc;
-    char dir[CLI_PATH], model[CLI_PATH + 32];
+    char dir[CLI_PATH];
     rc = ct_ckpt_resolve(a.checkpoint, NULL, dir, sizeof dir, NULL, err);
-    if (!rc) rc = export_check_out(a.out, a.checkpoint, dir, err);
+    if (!rc && a.layout != LAYOUT_HF_LLAMA) rc = export_check_out(a.out, a.checkpoint, dir, err);
     if (rc) return rc;
-    snprintf(model, sizeof model, "%s/model.safetensors", dir);
-    ct_st_file *f = ct_st_open(model, err);
-    if (!f) return err->code;
-    int n = f->n_tensors;
-    rc = a.hf_gpt2 ? export_hf_gpt2(f, &a, dir, &n, err) : export_write(f, &a, dir, err);
-    if (!rc && a.hf_gpt2) {
+    /* one file set's model.safetensors, or per-rank shards consolidated (each tensor read from the
+     * shards that hold it, in chunks) */
+    ct_ckpt_source src;
+    rc = ct_ckpt_source_open_dir(dir, false, &src, err);
+    if (rc) return rc;
+    int n = src.n_tensors;
+    rc = a.layout != LAYOUT_CTRAIN ? export_hf(&src, &a, dir, &n, err) : export_write(&src, &a, dir, err);
+    if (!rc && a.layout != LAYOUT_CTRAIN) {
         printf("exported %d tensors (%s, layout %s) from %s to %s\n", n, ct_dtype_safetensors_name(a.dtype),
-               CT_HF_GPT2_LAYOUT, dir, a.out);
+               a.layout == LAYOUT_HF_LLAMA ? CT_HF_LLAMA_LAYOUT : CT_HF_GPT2_LAYOUT, dir, a.out);
     } else if (!rc) {
         uint64_t values = 0;
-        for (int i = 0; i < f->n_tensors; i++) values += (uint64_t)ct_st_numel(&f->tensors[i]);
-        printf("exported %d tensors (%llu values, %s) from %s to %s\n", f->n_tensors,
-               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out);
+        for (int i = 0; i < src.n_tensors; i++) values += (uint64_t)ct_shape_numel(&src.tensors[i].shape);
+        printf("exported %d tensors (%llu values, %s) from %s to %s%s\n", src.n_tensors,
+               (unsigned long long)values, ct_dtype_safetensors_name(a.dtype), dir, a.out,
+               src.shards ? " (consolidated from the per-rank shards)" : "");
     }
-    ct_st_close(f);
+    ct_ckpt_source_close(&src);
     return rc;
 }

@@ -107,10 +107,25 @@ static int write_bytes_as_tokens(const char *dir, const char *name, const uint8_
 /* Bytes of the text files, one after another in the order given -> tokens 0..255: OUT/tokens.bin,
  * or with --eval-fraction F OUT/train.bin and OUT/eval.bin, eval holding the last floor(F x bytes)
  * bytes (the end of the last files: a split by position, so the same files give the same split). */
+/* The files pack --from text writes must not be one it reads (an input named OUT/tokens.bin would
+ * be replaced by its own tokens): refused before anything is read. */
+static int check_text_outputs(const pack_args *a, ct_err *err) {
+    static const char *const names[] = {"tokens.bin", "train.bin", "eval.bin"};
+    for (int k = 0; k < CT_ARRAY_LEN(names); k++) {
+        char out[1100];
+        snprintf(out, sizeof out, "%s/%s", a->out, names[k]);
+        for (int f = 0; f < a->n_texts; f++)
+            if (ct_fs_same_file(out, a->texts[f]))
+                return ct_errf(err, CT_ERR_CONFIG, "pack: --out %s would write %s over %s, an input: give another "
+                               "--out", a->out, out, a->texts[f]);
+    }
+    return CT_OK;
+}
+
 static int pack_text(const pack_args *a, ct_err *err) {
     uint8_t *text = NULL, *buf = NULL;
     size_t cap = 0, len = 0, bcap = 0, blen = 0;
-    int rc = CT_OK;
+    int rc = check_text_outputs(a, err);
     for (int f = 0; f < a->n_texts && !rc; f++) {
         rc = ct_read_file(a->texts[f], &buf, &bcap, &blen, err);
         if (rc) break;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckpt/owned.h"
 #include "core/report/plot.h"
 
 const char ct_plot_usage[] = "usage: ctrain plot RUN_DIR... [--out FILE.png] [--size WxH]";
@@ -51,6 +52,21 @@ static int parse(int argc, char **argv, const char *out_opt, const char *usage, 
     return CT_OK;
 }
 
+static void print_warnings(ct_warnings *w) {
+    for (int i = 0; i < w->n; i++) {
+        ct_fputs_printable_line("ctrain: warning: ", w->items[i], stderr);
+    }
+    ct_warnings_free(w);
+}
+
+/* The picture must not replace a file a run keeps (its metrics.jsonl, a checkpoint's). */
+static int check_out(const char *cmd, const char *opt, const char *out, ct_err *err) {
+    char why[2 * 4096 + 100];
+    if (!out || !ct_owned_output(out, why, sizeof why)) return CT_OK;
+    return ct_errf(err, CT_ERR_CONFIG, "%s: %s %s is %s; the picture would replace a file ctrain keeps there. Give "
+                   "another name, e.g. %s curves.png", cmd, opt, out, why, opt);
+}
+
 int ct_plot_main(int argc, char **argv, ct_err *err) {
     plot_args a;
     int rc = parse(argc, argv, "--out", ct_plot_usage, &a, err);
@@ -60,7 +76,10 @@ int ct_plot_main(int argc, char **argv, ct_err *err) {
         else snprintf(def, sizeof def, "curves.png");
         a.out = def;
     }
-    if (!rc) rc = ct_plot_runs(a.dirs, a.n, a.out, a.w, a.h, err);
+    if (!rc) rc = check_out("plot", "--out", a.out, err);
+    ct_warnings warn = {0};
+    if (!rc) rc = ct_plot_runs(a.dirs, a.n, a.out, a.w, a.h, &warn, err);
+    print_warnings(&warn);
     if (!rc) printf("wrote %s (%dx%d, %d run%s)\n", a.out, a.w, a.h, a.n, a.n == 1 ? "" : "s");
     free(a.dirs);
     return rc;
@@ -69,9 +88,12 @@ int ct_plot_main(int argc, char **argv, ct_err *err) {
 int ct_compare_main(int argc, char **argv, ct_err *err) {
     plot_args a;
     int rc = parse(argc, argv, "--plot", ct_compare_usage, &a, err);
-    if (!rc) rc = ct_compare_runs(a.dirs, a.n, stdout, err);
+    if (!rc) rc = check_out("compare", "--plot", a.out, err);
+    ct_warnings warn = {0};
+    if (!rc) rc = ct_compare_runs(a.dirs, a.n, stdout, &warn, err);
+    print_warnings(&warn);
     if (!rc && a.out) {
-        rc = ct_plot_runs(a.dirs, a.n, a.out, a.w, a.h, err);
+        rc = ct_plot_runs(a.dirs, a.n, a.out, a.w, a.h, NULL, err);   /* the warnings were said */
         if (!rc) printf("wrote %s\n", a.out);
     }
     free(a.dirs);

@@ -69,8 +69,8 @@ static int fresh_dir(ct_config *cfg, const char *base, ct_err *err) {
     return ct_errf(err, CT_ERR_CONFIG, "train.run_dir: %s/%s-* all taken; give train.run_dir", base, stamp);
 }
 
-int ct_cli_default_run_dir(ct_config *cfg, const char *resume, ct_err *err) {
-    if (!cfg->train.run_dir_default) return CT_OK;
+int ct_cli_default_run_dir(ct_config *cfg, const char *resume, int rank, ct_err *err) {
+    if (!cfg->train.run_dir_default || rank > 0) return CT_OK;
     char base[1024], latest[1100], old[1100];
     snprintf(base, sizeof base, "%s", cfg->train.run_dir);
     if (resume && strcmp(resume, "auto") == 0) {
@@ -82,10 +82,19 @@ int ct_cli_default_run_dir(ct_config *cfg, const char *resume, ct_err *err) {
             char path[2200];
             if (target[0] == '/') snprintf(path, sizeof path, "%s", target);
             else snprintf(path, sizeof path, "%s/%s", base, target);
-            if (ct_fs_is_dir(path)) {
+            struct stat st;
+            int found = stat(path, &st), e = errno;
+            if (found == 0 && S_ISDIR(st.st_mode)) {
                 set_dirs(cfg, path);
                 return CT_OK;
             }
+            /* the run it names is gone: continuing "the latest run" from a new one would start it
+             * again from step 0 */
+            return ct_errf(err, CT_ERR_DATA, "--resume auto: %s names %s, which %s: the run to continue is not "
+                           "there.\n  Nothing was trained. To start a fresh run deliberately, run without --resume "
+                           "(a new directory under %s); to continue another, --resume DIR.", latest, target,
+                           found == 0 ? "is not a directory" : e == ENOENT ? "does not exist"
+                           : e == ELOOP ? "is a loop of symbolic links" : strerror(e), base);
         }
         /* the layout before per-run directories: runs/<name> itself holds the run */
         snprintf(old, sizeof old, "%s/config.json", base);

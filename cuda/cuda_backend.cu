@@ -102,6 +102,7 @@ static void describe(ct_backend *be, const cudaDeviceProp *prop) {
     snprintf(be->device_desc, sizeof be->device_desc, "%s%.80s, sm_%d%d, %.0f GiB", vendor,
              prop->name, prop->major, prop->minor,
              (double)prop->totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    be->memory_bytes = prop->totalGlobalMem;
 }
 
 static bool init_state(ct_cuda *cu, int device, ct_err *err) {
@@ -247,5 +248,8 @@ extern "C" ct_backend *ct_cuda_backend_create(int device, ct_err *err) {
     ct_cuda_loss_install(be);
     ct_cuda_optim_install(be);
     ct_cuda_graph_install(be);
+    ct_cuda_rmsnorm_install(be);
+    ct_cuda_swiglu_install(be);
+    ct_cuda_rope_install(be);
     return be;
 }

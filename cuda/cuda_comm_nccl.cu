@@ -15,8 +15,11 @@
  * watchdog thread keeps the collectives queued but not finished (an event after each) and ends the
  * process when the oldest has been pending longer than the timeout (CTRAIN_COMM_TIMEOUT), counted
  * from when it was queued or the one before it finished, whichever is later, as the MPI
- * communicator's watchdog does for a blocking call; and the communicator's creation, which waits
- * for every rank to come.
+ * communicator's watchdog does for a blocking call; and every host call that can wait for the other
+ * ranks: the communicator's creation, which waits for every rank to come, each enqueue (NCCL
+ * connects to a peer lazily, inside the first call that needs it), and the end (the stream's last
+ * collectives, ncclCommDestroy). A stop signal the rank cannot act on because it is stuck in one
+ * of these ends it too (watchdog.h).
  *
  * Host values (all_reduce_host, barrier) go through the host communicator given at creation (MPI
  * under mpirun), or, without one (the torchrun-style launch), through NCCL on a small device
@@ -128,9 +131,10 @@ typedef struct nccl_watch {
     int head, count;
     cudaEvent_t spare[PENDING_MAX]; /* events no collective uses now */
     int spare_n;
-    const char *blocking;        /* a blocking NCCL call in progress (the communicator's creation,
-                                    which waits for every rank), NULL when none */
+    const char *blocking;        /* a host call in progress that can wait for the other ranks (the
+                                    communicator's creation, an enqueue, the end), NULL when none */
     double blocking_since;
+    ct_stop_follow stop;         /* the CLI's stop flag */
 } nccl_watch;
 
 /* Drops the finished collectives at the front; called with mu held. */
@@ -153,10 +157,13 @@ static void *watch_nccl(void *arg) {
         ct_watchdog_nap(&w->t);
         if (w->t.stop) break;
         retire_done(w);
-        if (!w->count && !w->blocking) continue;
-        const char *what = w->blocking ? w->blocking : w->ring[w->head].what;
-        double waited = ct_now() - (w->blocking ? w->blocking_since : w->ring[w->head].queued);
-        if (waited >= w->timeout_s) ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s);
+        double now = ct_now();
+        const char *what = w->blocking ? w->blocking : w->count ? w->ring[w->head].what : NULL;
+        double since = w->blocking ? w->blocking_since : w->count ? w->ring[w->head].queued : now;
+        double waited = what ? now - since : -1, stop_age = ct_watchdog_stop_age(&w->stop, now, since);
+        if (ct_watchdog_due(w->timeout_s, waited, stop_age))
+            ct_watchdog_expire("NCCL", what, w->rank, w->world, waited, w->timeout_s, w->stop.sig, now - w->stop.seen,
+                               stop_age >= 0);
     }
     pthread_mutex_unlock(&w->t.mu);
     return NULL;
@@ -169,6 +176,12 @@ static void mark_blocking(nccl_watch *w, const char *what) {
     w->blocking = what;
     w->blocking_since = ct_now();
     pthread_mutex_unlock(&w->t.mu);
+}
+
+/* The result of a host call made under mark_blocking, once it returned. */
+static ncclResult_t blocking_done(nccl_watch *w, ncclResult_t r) {
+    mark_blocking(w, NULL);
+    return r;
 }
 
 /* ---- the communicator ---- */
@@ -235,22 +248,27 @@ static int queued(ct_comm *c, const char *what, ncclResult_t r, ct_err *err) {
     return CT_OK;
 }
 
+/* Queue one NCCL call under the watchdog (the enqueue itself may wait for a peer) and watch it
+ * until it has run on the stream. The comma orders the mark before the call. */
+#define ENQUEUE(c, what, call, err)                                                                \
+    (mark_blocking(&impl_of(c)->watch, (what)), queued((c), (what), blocking_done(&impl_of(c)->watch, (call)), (err)))
+
 static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
     nccl_impl *m = impl_of(c);
-    return queued(c, "all-reduce", m->api.all_reduce(buf, buf, (size_t)n, nccl_type(dt), nccl_op(op), m->comm,
+    return ENQUEUE(c, "all-reduce", m->api.all_reduce(buf, buf, (size_t)n, nccl_type(dt), nccl_op(op), m->comm,
                                                      ct_cuda_stream(c->be)), err);
 }
 
 static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt,
                           ct_reduce_op op, ct_err *err) {
     nccl_impl *m = impl_of(c);
-    return queued(c, "reduce-scatter", m->api.reduce_scatter(src, dst, (size_t)n_per_rank, nccl_type(dt), nccl_op(op),
+    return ENQUEUE(c, "reduce-scatter", m->api.reduce_scatter(src, dst, (size_t)n_per_rank, nccl_type(dt), nccl_op(op),
                                                              m->comm, ct_cuda_stream(c->be)), err);
 }
 
 static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank, ct_dtype dt, ct_err *err) {
     nccl_impl *m = impl_of(c);
-    return queued(c, "all-gather", m->api.all_gather(src, dst, (size_t)n_per_rank, nccl_type(dt), m->comm,
+    return ENQUEUE(c, "all-gather", m->api.all_gather(src, dst, (size_t)n_per_rank, nccl_type(dt), m->comm,
                                                      ct_cuda_stream(c->be)), err);
 }
 
@@ -258,7 +276,7 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     if (root < 0 || root >= c->world)
         return ct_errf(err, CT_ERR_RUNTIME, "broadcast from rank %d of a %d-rank communicator", root, c->world);
     nccl_impl *m = impl_of(c);
-    return queued(c, "broadcast", m->api.broadcast(buf, buf, (size_t)n, nccl_type(dt), root, m->comm,
+    return ENQUEUE(c, "broadcast", m->api.broadcast(buf, buf, (size_t)n, nccl_type(dt), root, m->comm,
                                                    ct_cuda_stream(c->be)), err);
 }
 
@@ -279,6 +297,7 @@ static int grouped_shares(ct_comm *c, const share_call *k, void *recv_at_a, cons
                           const void *own_part, int64_t n, int64_t a, int64_t b, ct_dtype dt, ct_err *err) {
     nccl_impl *m = impl_of(c);
     cudaStream_t s = ct_cuda_stream(c->be);
+    mark_blocking(&m->watch, k->what);   /* the group's calls, and its end, may wait for peers */
     ncclResult_t r = m->api.group_start();
     int64_t plo, phi;
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
@@ -295,7 +314,7 @@ static int grouped_shares(ct_comm *c, const share_call *k, void *recv_at_a, cons
             r = m->api.broadcast(send, recv, (size_t)(hi - lo), nccl_type(dt), root, m->comm, s);
         }
     }
-    ncclResult_t end = m->api.group_end();
+    ncclResult_t end = blocking_done(&m->watch, m->api.group_end());
     return queued(c, k->what, r != ncclSuccess ? r : end, err);
 }
 
@@ -331,9 +350,10 @@ static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_
         int k = n - at < HOST_VALUES_MAX ? n - at : HOST_VALUES_MAX;
         cudaStream_t s = ct_cuda_stream(c->be);
         CT_CUDA_CHECK(cudaMemcpyAsync(m->dev_values, vals + at, (size_t)k * sizeof(double), cudaMemcpyHostToDevice, s));
-        int rc = queued(c, "all-reduce of host values",
-                        m->api.all_reduce(m->dev_values, m->dev_values, (size_t)k, ncclFloat64, nccl_op(op), m->comm, s),
-                        err);
+        int rc = ENQUEUE(c, "all-reduce of host values",
+                         m->api.all_reduce(m->dev_values, m->dev_values, (size_t)k, ncclFloat64, nccl_op(op),
+                                           m->comm, s),
+                         err);
         if (rc) return rc;
         CT_CUDA_CHECK(cudaMemcpyAsync(vals + at, m->dev_values, (size_t)k * sizeof(double), cudaMemcpyDeviceToHost, s));
         CT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -350,15 +370,18 @@ static int barrier(ct_comm *c, ct_err *err) {
 static void destroy(ct_comm *c) {
     nccl_impl *m = impl_of(c);
     nccl_watch *w = &m->watch;
-    ct_watchdog_stop(&w->t);
     if (m->comm) {
-        /* a failed rank does not wait for its peers in a collective destroy */
+        /* still under the watchdog: the stream's last collectives and ncclCommDestroy wait for the
+         * peers; a failed rank does not (ncclCommAbort) */
+        mark_blocking(w, c->failed ? "abort (ncclCommAbort)" : "end (the last collectives, ncclCommDestroy)");
         if (c->failed) m->api.abort(m->comm);
         else {
             (void)cudaStreamSynchronize(ct_cuda_stream(c->be));
             m->api.destroy(m->comm);
         }
+        mark_blocking(w, NULL);
     }
+    ct_watchdog_stop(&w->t);
     for (int i = 0; i < w->count; i++) (void)cudaEventDestroy(w->ring[(w->head + i) % PENDING_MAX].done);
     for (int i = 0; i < w->spare_n; i++) (void)cudaEventDestroy(w->spare[i]);
     if (m->dev_values) (void)cudaFree(m->dev_values);
@@ -373,11 +396,14 @@ static void destroy(ct_comm *c) {
 
 /* Rank `rank` of `world` GPU ranks that share the unique id id_hex (ct_cuda_nccl_unique_id of
  * rank 0, sent over the launch's rendezvous or MPI). host: a communicator for host values (taken
- * over: destroyed with this one), or NULL. timeout_s: the watchdog's bound (0: none). */
-extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(ct_backend *be, int rank, int world,
-                                                                               const char *id_hex, ct_comm *host,
-                                                                               int timeout_s, ct_comm **out,
-                                                                               ct_err *err) {
+ * over: destroyed with this one), or NULL. timeout_s: the watchdog's bound (0: none); stop_signal:
+ * the CLI's stop flag (NULL: none), which ends a rank stuck in a wait (watchdog.h). (Named _open:
+ * the _create of before had no stop flag, and a library that still has only that one is refused by
+ * name, not called with the wrong arguments.) */
+extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_open(ct_backend *be, int rank, int world,
+                                                                             const char *id_hex, ct_comm *host,
+                                                                             int timeout_s, volatile int *stop_signal,
+                                                                             ct_comm **out, ct_err *err) {
     *out = NULL;
     ncclUniqueId id;
     if (!id_from_hex(id_hex, &id)) {
@@ -424,7 +450,8 @@ extern "C" __attribute__((visibility("default"))) int ct_cuda_comm_nccl_create(c
     w->rank = rank;
     w->world = world;
     w->device = ct_cuda_of(be)->device;
-    if (!rc && timeout_s > 0) ct_watchdog_start(&w->t, watch_nccl, w);
+    w->stop.flag = stop_signal;
+    if (!rc && (timeout_s > 0 || stop_signal)) ct_watchdog_start(&w->t, watch_nccl, w);
     if (!rc) {
         mark_blocking(w, "communicator creation (ncclCommInitRank)");
         ncclResult_t r = m->api.init_rank(&m->comm, world, id, rank);

@@ -76,6 +76,8 @@ typedef struct ct_cuda_alloc {
      * (Without the pool each captured graph owned a private copy of all scratch.) */
     ct_cuda_blocks scratch_pool;
     size_t reserved_bytes, peak_reserved_bytes;   /* cudaMalloc'd, live + cached */
+    /* Pinned host memory (alloc_host_pinned) by category: mem_stats' host figures. */
+    size_t host_bytes[CT_MEM_CAT_COUNT], host_peak[CT_MEM_CAT_COUNT], host_total, host_peak_total;
     uint64_t n_cuda_malloc;       /* for tests: the step loop must not raise it */
 } ct_cuda_alloc;
 
@@ -347,6 +349,9 @@ void ct_cuda_attn_install(ct_backend *be);          /* causal attention (cuda_at
 void ct_cuda_loss_install(ct_backend *be);
 void ct_cuda_optim_install(ct_backend *be);
 void ct_cuda_graph_install(ct_backend *be);         /* capture_* (cuda_graph.cu) */
+void ct_cuda_rmsnorm_install(ct_backend *be);       /* rmsnorm_* (cuda_rmsnorm.cu) */
+void ct_cuda_swiglu_install(ct_backend *be);        /* swiglu_* (cuda_swiglu.cu) */
+void ct_cuda_rope_install(ct_backend *be);          /* rope_gqa_* (cuda_rope.cu) */
 
 /* Allocator lifecycle (cuda_mem.cu). */
 void ct_cuda_alloc_init(ct_cuda_alloc *a);

@@ -334,6 +334,9 @@ static void cu_mem_stats(ct_backend *be, ct_mem_stats *out) {
     out->current_total = a->live_bytes + ws;
     out->peak_total = a->peak_live_bytes + ws;
     out->reserved = a->reserved_bytes + ws;
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->host_current[c] = a->host_bytes[c], out->host_peak[c] = a->host_peak[c];
+    out->host_current_total = a->host_total;
+    out->host_peak_total = a->host_peak_total;
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -350,17 +353,46 @@ extern "C" void ct_cuda_get_mem_stats(ct_backend *be, ct_cuda_mem_stats *out) {
 
 /* ---- pinned host memory ---- */
 
-static void *cu_alloc_host_pinned(ct_backend *be, size_t bytes) {
+/* A pinned block carries a 64-byte header with its size and category (the DMA alignment of what
+ * follows stays 64 bytes), for mem_stats' host figures. */
+typedef struct pinned_header {
+    size_t bytes;
+    int cat;
+} pinned_header;
+#define PINNED_HEADER 64
+
+static void count_pinned(ct_cuda_alloc *a, int cat, size_t bytes, bool add) {
+    pthread_mutex_lock(&a->mu);
+    if (add) {
+        a->host_bytes[cat] += bytes, a->host_total += bytes;
+        if (a->host_bytes[cat] > a->host_peak[cat]) a->host_peak[cat] = a->host_bytes[cat];
+        if (a->host_total > a->host_peak_total) a->host_peak_total = a->host_total;
+    } else {
+        a->host_bytes[cat] -= bytes, a->host_total -= bytes;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void *cu_alloc_host_pinned(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+    if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
     void *p = NULL;
-    if (cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault) != cudaSuccess) {
+    if (cudaHostAlloc(&p, PINNED_HEADER + (bytes ? bytes : 64), cudaHostAllocDefault) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
     }
-    return p;
+    pinned_header h = {bytes, (int)cat};
+    memcpy(p, &h, sizeof h);
+    count_pinned(&ct_cuda_of(be)->mem, (int)cat, bytes, true);
+    return (char *)p + PINNED_HEADER;
 }
 
 static void cu_free_host_pinned(ct_backend *be, void *p) {
-    if (p) CT_CUDA_CHECK(cudaFreeHost(p));
+    if (!p) return;
+    char *base = (char *)p - PINNED_HEADER;
+    pinned_header h;
+    memcpy(&h, base, sizeof h);
+    count_pinned(&ct_cuda_of(be)->mem, h.cat, h.bytes, false);
+    CT_CUDA_CHECK(cudaFreeHost(base));
 }
 
 /* ---- copies ---- */

@@ -128,6 +128,8 @@ py h5py python3-h5py
 py pyarrow @venv
 py torch @optional
 py tensorboard @venv
+py transformers @optional
+py tokenizers @optional
 py site python3
 py venv python3-venv
 py ensurepip python3-venv
@@ -151,8 +153,9 @@ for m in abc argparse array ast atexit base64 binascii bisect bz2 calendar codec
          weakref zipfile zlib; do
     echo "py $m python3"
 done >>"$T/table"
-# test/'s own python files, which import each other (make_tfrecord.py uses make_wds.py)
-for f in test/*.py; do
+# test/'s own python files, which import each other (make_tfrecord.py uses make_wds.py; the e2e
+# scripts import test/ref/gen_hf_llama.py's readers)
+for f in test/*.py test/ref/*.py; do
     echo "py $(basename "$f" .py) python3"
 done >>"$T/table"
 

@@ -28,7 +28,14 @@
 #  - the torchrun-style launch without mpirun (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT; the ranks
 #    meet over a TCP rendezvous): 2, 3 and 4 ranks at stages 0, 3 and 1 give the single process's
 #    weights, and so does torchrun itself (python3-torch's, when installed) at stage 2; a rank killed
-#    ends the other within the collective timeout, and no ompi-server outlives the job;
+#    ends the other within the collective timeout, and no ompi-server outlives the job; a rank stuck
+#    inside MPI itself (test/hang_testall.c, preloaded: MPI_Testall never returns) is ended by its
+#    watchdog within the timeout, and a SIGTERM to it ends it with 143 and a line saying why;
+#  - ranks started alike or not at all: another ZeRO stage, model width, lr, data limit or data
+#    content on one rank stops every rank with exit 2 naming the ranks and the first key that
+#    differs; two processes with one RANK (1 twice, 0 twice) end with exit 2 naming both; a process
+#    with mpirun's variables set by hand is refused; a config asking for pipeline parallelism is
+#    refused under mpirun -np 2 (docs/config.md, "Another kind of training");
 #  - the environment launch's errors: WORLD_SIZE=abc, RANK >= WORLD_SIZE, a bad MASTER_PORT, RANK or
 #    MASTER_ADDR missing are config errors (exit 2) naming the variable; a rank whose peers never come
 #    ends after the timeout (exit 1) saying whom it waited for; --world-size 2 without a launcher is
@@ -67,10 +74,18 @@ EOF
 cfg sgd '{"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}' false 50   # 3 buckets of gradients
 cfg adam '{"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}' true 500000000
 
+# weights RUN: the model of run RUN's final checkpoint as one file: its model.safetensors, or for
+# per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
+weights() {
+    _d="$T/$1/checkpoints/global_step20"
+    if [ -f "$_d/model.safetensors" ]; then echo "$_d/model.safetensors"; return; fi
+    "$B" export --checkpoint "$_d" --out "$T/$1.weights.safetensors" >/dev/null 2>"$T/$1.export.err" &&
+        echo "$T/$1.weights.safetensors"
+}
 # close A B TOL: the final checkpoints of runs A and B hold the same weights within TOL (the largest
 # relative error of a tensor, ||a - b|| / ||a||)
 close() {
-    "$PY" - "$T/$1/checkpoints/global_step20/model.safetensors" "$T/$2/checkpoints/global_step20/model.safetensors" "$3" <<'EOF'
+    "$PY" - "$(weights "$1")" "$(weights "$2")" "$3" <<'EOF'
 import json, math, struct, sys
 from array import array
 def load(path):
@@ -364,7 +379,7 @@ if [ -n "$victim" ]; then
         ok "one rank killed: every rank ended within $(( $(date +%s) - t0 + 1 )) s"
     fi
 else
-    bad "no rank process of mpirun $mp found"; kill "$mp"
+    bad "no rank process of mpirun $mp found"; tail -n 3 "$T/kill.err"; kill "$mp"
 fi
 wait "$mp" 2>/dev/null
 
@@ -390,7 +405,7 @@ if [ -n "$victim" ]; then
     if ! ends_within "$victim" 100; then bad "the stopped rank, continued, is still running"; kill -9 "$victim"
     else ok "the stopped rank, continued, ended too"; fi
 else
-    bad "no rank process of mpirun $mp found"; kill "$mp"
+    bad "no rank process of mpirun $mp found"; tail -n 3 "$T/hang.err"; kill "$mp"
 fi
 wait "$mp" 2>/dev/null
 
@@ -429,6 +444,47 @@ fi
 wait "$survivor" 2>/dev/null
 has "$T/envkill0.err" "rank 0 of 2: MPI .* has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=3)" \
     "environment launch, one rank killed: rank 0's message names the collective and CTRAIN_COMM_TIMEOUT"
+
+# a rank stuck inside MPI itself: test/hang_testall.c, preloaded into rank 1 only, makes its
+# MPI_Testall never return after 100 calls (as one hung after a peer died, 1 kill in 15, before every
+# wait was under the watchdog). stuck NAME SIGNAL TIMEOUT1: rank 0 (timeout 2 s) ends on its own
+# watchdog once rank 1 stops answering; then rank 1 (timeout TIMEOUT1) gets SIGNAL (or none) and
+# must end within its timeout and its polled wait's 2 s of slack: exit 1 without a signal, 128 + it
+# with one, and a line saying why.
+mpicc -shared -fPIC -o "$T/hang_testall.so" test/hang_testall.c || bad "mpicc could not build test/hang_testall.c"
+stuck() {
+    name=$1 sig=$2 timeout1=$3
+    PORT=$((PORT + 2))
+    for rank in 1 0; do
+        if [ $rank -eq 1 ]; then pre="LD_PRELOAD=$T/hang_testall.so" tmo=$timeout1; else pre="CT_NO_PRELOAD=1" tmo=2; fi
+        env "$pre" CTRAIN_COMM_TIMEOUT=$tmo WORLD_SIZE=2 RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$B" \
+            --config "$T/sgd.json" --set train.max_steps=100000000 --set train.save_interval=0 \
+            --set train.run_dir=\""$T/$name"\" >"$T/$name$rank.out" 2>"$T/$name$rank.err" &
+        [ $rank -eq 1 ] && victim=$! || survivor=$!
+    done
+    if ends_within "$survivor" 150; then ok "$name: rank 0 ended on its watchdog once rank 1 hung in MPI_Testall"
+    else bad "$name: rank 0 still running after 15 s"; kill -9 "$survivor"; fi
+    wait "$survivor" 2>/dev/null
+    [ "$sig" != - ] && kill -"$sig" "$victim"
+    t0=$(date +%s)
+    if ends_within "$victim" $((10 * timeout1 + 35)); then
+        wait "$victim"
+        rc=$?
+        ok "$name: the stuck rank ended within $(( $(date +%s) - t0 + 1 )) s (timeout $timeout1 s)"
+    else
+        rc=-1
+        bad "$name: the stuck rank is still running $((timeout1 + 3)) s after SIG$sig"; kill -9 "$victim"; wait "$victim"
+    fi
+    echo "$rc"   >"$T/$name.rc"
+}
+stuck hang_alone - 2
+eq "a rank stuck in MPI_Testall ends with exit 1" "$(cat "$T/hang_alone.rc")" 1
+has "$T/hang_alone1.err" "rank 1 of 2: MPI all-reduce (non-blocking) has waited [0-9]* s for the other ranks (CTRAIN_COMM_TIMEOUT=2)" \
+    "the stuck rank's watchdog names the wait and the timeout"
+stuck hang_term TERM 5
+eq "SIGTERM to a rank stuck in MPI_Testall: exit 143" "$(cat "$T/hang_term.rc")" 143
+has "$T/hang_term1.err" "rank 1 of 2: SIGTERM came [0-9]* s ago, and MPI all-reduce (non-blocking) has waited [0-9]* s .*ends now without saving (exit 143)" \
+    "SIGTERM to a stuck rank: the line says why it ends without saving"
 # rank 0's ompi-server (its address file under TMPDIR=$T names it) ends with rank 0
 sleep 0.2
 # ([c]: the grep's own command line, in the list too, does not match)
@@ -466,6 +522,77 @@ rc=$?
 [ $rc -eq 2 ] && ok "stage 3 with train.sample_every refused (exit 2)" || bad "stage 3 with train.sample_every: exit $rc, expected 2"
 has "$T/err" "train.sample_every with zero_optimization.stage 3" "the refusal names both keys"
 [ -e "$T/z3/config.json" ] && bad "a refused run wrote run_dir/config.json" || ok "a refused run wrote no config.json"
+
+# --- ranks started alike, or not at all: every rank compares its resolved config and its data's
+# fingerprint with rank 0's before the first collective that depends on them (core/dist/agree.h).
+# mismatch NAME KEY_TEXT RANK1_ARGS...: rank 0 with the sgd config, rank 1 with RANK1_ARGS (mpirun's
+# two-program form); both exit 2, and the message names the ranks and the first key that differs
+sed 's/"out": 6/"out": 7/' "$T/sgd.json" >"$T/sgd_w7.json"
+mkdir -p "$T/elsewhere" && cp "$T/sgd.json" "$T/elsewhere/sgd.json"
+random_csv "$T/elsewhere/train.csv" 300 13 5 8   # the same name and shape, other numbers
+mismatch() {
+    name=$1 key=$2
+    shift 2
+    $MPIRUN -np 1 "$B" --config "$T/sgd.json" --set train.run_dir=\""$T/$name"\" : \
+        -np 1 "$B" --set train.run_dir=\""$T/$name"\" "$@" >"$T/$name.out" 2>"$T/$name.err"
+    rc=$?
+    [ $rc -eq 2 ] && ok "$name: exit 2" || { bad "$name: exit $rc, expected 2"; tail -3 "$T/$name.err"; }
+    has "$T/$name.err" "^ctrain: error: ranks 0 and 1 were started with different configs or data: $key" \
+        "$name: names the ranks and the key"
+    [ -e "$T/$name/config.json" ] && bad "$name: rank 0 wrote config.json" || ok "$name: nothing written"
+}
+mismatch stage_mismatch "zero_optimization.stage is 0 on rank 0 and 2 on rank 1" --config "$T/sgd.json" \
+    --set zero_optimization.stage=2
+mismatch width_mismatch "model.layers\[0\].out is 6 on rank 0 and 7 on rank 1" --config "$T/sgd_w7.json"
+mismatch lr_mismatch "optimizer.params.lr is 0.05 on rank 0 and 0.1 on rank 1" --config "$T/sgd.json" \
+    --set optimizer.params.lr=0.1
+mismatch limit_mismatch "data.train.limit is absent on rank 0 and 200 on rank 1" --config "$T/sgd.json" \
+    --set data.train.limit=200
+mismatch data_mismatch "data.train (its files) is 1 file, [0-9]* bytes, content [0-9a-f]* on rank 0 and 1 file" \
+    --config "$T/elsewhere/sgd.json"
+
+# two processes that say they are one rank: RANK 1 twice (of 3: rank 0 waits for both), RANK 0
+# twice; every process ends with exit 2 and rank 0's message naming both. (Two RANK=0 with one
+# train.run_dir: the second stops at the run directory's lock first, naming the first's pid.)
+# dup NAME WORLD SAME|OWN RANKS...: the processes, started 0.3 s apart on MASTER_PORT=$PORT, with one
+# run_dir or one each; their exit statuses, once each
+dup() {
+    name=$1 world=$2 dirs=$3 pids=""
+    shift 3
+    for r in "$@"; do
+        dir=$T/$name
+        [ "$dirs" = OWN ] && dir=$T/$name.$r.$(echo "$pids" | wc -w)
+        WORLD_SIZE=$world RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT CTRAIN_COMM_TIMEOUT=3 "$B" \
+            --config "$T/sgd.json" --set train.run_dir=\""$dir"\" >/dev/null 2>>"$T/$name.err" &
+        pids="$pids $!"
+        sleep 0.3
+    done
+    rcs=""
+    for p in $pids; do wait "$p"; rcs="$rcs $?"; done
+    echo "$rcs" | tr ' ' '\n' | sort -u | tr '\n' ' '
+}
+PORT=$((PORT + 2))
+eq "RANK=1 twice: every process exits 2" "$(dup dup1 3 SAME 1 1 0)" " 2 "
+eq "RANK=1 twice: all three say so, naming both processes" \
+    "$(grep -c "two processes say they are RANK=1 of WORLD_SIZE=3: pid [0-9]* on host .* (connected first) and pid [0-9]* on host" "$T/dup1.err")" 3
+PORT=$((PORT + 2))
+eq "RANK=0 twice: both exit 2" "$(dup dup0 2 OWN 0 0)" " 2 "
+eq "RANK=0 twice: both say so" \
+    "$(grep -c "two processes say they are RANK=0 of WORLD_SIZE=2: pid [0-9]* on host .* (listening on port [0-9]*) and pid" "$T/dup0.err")" 2
+PORT=$((PORT + 2))
+eq "RANK=0 twice in one run_dir: the second exits 2 at the lock, the first 1 after the timeout" \
+    "$(dup dup0s 2 SAME 0 0)" " 1 2 "
+has "$T/dup0s.err" "is in use by another ctrain run (pid [0-9]*, which holds" "RANK=0 twice in one run_dir: the lock names the first"
+# mpirun numbers its ranks itself; its variables set by hand on a process mpirun did not start
+env_case "OMPI_COMM_WORLD_RANK by hand" 2 'MPI says this process is rank 0 of 1, but mpirun (OMPI_COMM_WORLD_SIZE) says rank 1 of 2' \
+    OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1
+
+# a config asking for another kind of training is refused on every rank, not trained as data
+# parallelism (docs/config.md, "Another kind of training: refused")
+$MPIRUN -np 2 "$B" --config "$T/sgd.json" --set pipeline.stages=2 --set train.run_dir=\""$T/pp"\" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 2 ] && ok "pipeline.stages 2 under mpirun -np 2: exit 2" || bad "pipeline.stages 2 under mpirun -np 2: exit $rc, expected 2"
+has "$T/err" "pipeline.stages: pipeline parallelism over 2 stages is not implemented" "pipeline.stages 2: the refusal names the key"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -114,7 +114,7 @@ run h unpadded.json
 refused h "a padded vocabulary without loss.classes" "wte.weight: \[256, 64\] in the file, \[320, 64\] expected" "model.loss.classes"
 
 "$B" export --checkpoint "$T/a/checkpoints" --out "$T/y.safetensors" --layout hf-gpt3 >/dev/null 2>"$T/y.err"; rc=$?
-refused y "export --layout hf-gpt3" "expected ctrain or hf-gpt2"
+refused y "export --layout hf-gpt3" "expected ctrain, hf-gpt2 or hf-llama"
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 [ $fails -eq 0 ]

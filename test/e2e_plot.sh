@@ -2,7 +2,8 @@
 # End-to-end: `ctrain plot` on a real run's metrics.jsonl (a small MLP on a random CSV data set,
 # 3 epochs with an eval each): the PNG has the requested size (read from its IHDR chunk), the
 # default name and size, --out; a run directory without metrics.jsonl exits 3, a bad --size 2,
-# a record in the middle that is not JSON 3 naming file and line, a partial last line is skipped;
+# a record in the middle that is not JSON is skipped with a warning naming file and line, a partial
+# last line silently; a resume after a kill inside a metrics write starts on a fresh line;
 # `ctrain compare` of two runs: the table (best eval loss first, each run's lr from its
 # config.json) and, with --plot, their curves.
 # (The pixels themselves are checked by test_plot.)
@@ -48,11 +49,21 @@ eq "--size 10x480: exit" "$?" 2
 has err 'each 64..16384' "a bad size says the limits"
 mkdir bad && { head -3 r/metrics.jsonl; echo 'not json'; tail -2 r/metrics.jsonl; } >bad/metrics.jsonl
 "$B" plot bad >out 2>err
-eq "a corrupt record: exit" "$?" 3
-has err 'bad/metrics.jsonl:4: not a JSON object' "a corrupt record: file and line"
+eq "a corrupt record: skipped, exit" "$?" 0
+has err 'warning: .*bad/metrics.jsonl:4: not a JSON object (metrics.jsonl has one per line); skipped' \
+    "a corrupt record: a warning names the file and line"
 mkdir cut && { cat r/metrics.jsonl; printf '{"type":"train","st'; } >cut/metrics.jsonl
 "$B" plot cut >out 2>err
 eq "a partial last line (a killed run): exit" "$?" 0
+# A run killed inside a metrics write, then resumed: the resume starts on a fresh line, so the part
+# stays one bad line (it glued onto the next record, and plot refused the run)
+cp -r r k && printf '{"type":"train","st' >>k/metrics.jsonl
+"$B" --config run.json --set train.run_dir=k --set train.epochs=4 --resume auto --quiet >/dev/null 2>err ||
+    bad "resumed run: exit $?"
+eq "the cut record is a line of its own" "$(grep -c '^{"type":"train","st$' k/metrics.jsonl)" 1
+"$B" plot k >out 2>err
+eq "plot of the resumed run: exit" "$?" 0
+has err 'k/metrics.jsonl:[0-9]*: not a JSON object .*skipped' "plot of the resumed run: the cut line is named"
 
 # compare: a second run with a larger learning rate; the table best eval loss first, with each
 # run's lr from its config.json; --plot their curves

@@ -9,9 +9,10 @@
 #    holder's pid, while eval and --dry-run still work; after kill -9 the lock is gone;
 #  - an unwritable train.save_dir, train.run_dir or --summary exits 2 before any step, and so
 #    does a --summary naming an input (the config, a dataset file through a link) or a file of
-#    ctrain's (in save_dir, run_dir/config.json), for ctrain eval too; the file left intact;
-#  - --resume auto over incomplete checkpoints only: a warning under --quiet, and they survive
-#    keep_last; keep_last applied at the start (a kill between latest and pruning), foreign and
+#    ctrain's (in save_dir, run_dir/config.json), for ctrain eval too; the file left intact; export
+#    --out, plot --out and --summary over another run's latest, config.json or metrics.jsonl too;
+#  - --resume auto over incomplete checkpoints only: exit 3 naming what is damaged; a fresh run
+#    beside them (no --resume) leaves them to keep_last; keep_last applied at the start (a kill between latest and pruning), foreign and
 #    incomplete checkpoints left alone;
 #  - --summary on a full file system (a 64 KiB tmpfs; skipped when mount is not permitted): a
 #    message on stderr, exit 0 because the final checkpoint is saved, no empty file, and an old
@@ -169,18 +170,49 @@ C eval --config expA/ds_config.json --checkpoint runs/ds_config/checkpoints --su
 code $? 0 "eval --summary elsewhere" "$T/e4.err"
 status_ok() { grep -q '"status":"ok"' "$1"; }
 if status_ok "$T/e4.json"; then ok "eval --summary written"; else bad "eval --summary not written"; fi
+# Outputs over the files another run keeps (run A's latest, config.json, metrics.jsonl): export
+# --out, plot --out, a run's and eval's --summary, also a run refused at start, exit 2 (export and a
+# summary used to replace them), every file intact
+A="$T/runs/ds_config"
+for f in checkpoints/latest config.json metrics.jsonl; do cp "$A/$f" "$T/orig.$(basename "$f")"; done
+G=$(ls -d "$R"/global_step* | tail -1)
+for f in checkpoints/latest config.json metrics.jsonl; do
+    C export --checkpoint "$G" --out "runs/ds_config/$f" >/dev/null 2>"$T/x.err"
+    code $? 2 "export --out over run A's $f exits 2" "$T/x.err"
+    has "$T/x.err" "export: --out runs/ds_config/$f is the .*$(basename "$f"); writing there would replace a file ctrain keeps" \
+        "export: the message names A's $f"
+done
+C plot runs/ds_config --out runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "plot --out over A's metrics.jsonl exits 2" "$T/x.err"
+C --config expA/ds_config.json --set train.run_dir=runs/o8 --summary runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "a run's --summary over A's metrics.jsonl exits 2" "$T/x.err"
+untrained "$T/x.err" "--summary over A's metrics.jsonl: found before training"
+C --config expA/nope.json --summary runs/ds_config/config.json >/dev/null 2>"$T/x.err"
+code $? 2 "a run refused at start: its --summary over A's config.json is not written" "$T/x.err"
+C eval --config expA/ds_config.json --checkpoint runs/b/checkpoints --summary runs/ds_config/metrics.jsonl >/dev/null 2>"$T/x.err"
+code $? 2 "eval --summary over A's metrics.jsonl exits 2" "$T/x.err"
+for f in checkpoints/latest config.json metrics.jsonl; do
+    if cmp -s "$A/$f" "$T/orig.$(basename "$f")"; then ok "A's $f is intact"; else bad "A's $f was replaced"; fi
+done
 
-# --- --resume auto over incomplete checkpoints only: a warning (also with --quiet); they stay
+# --- --resume auto over incomplete checkpoints only: exit 3 naming the damaged file and how to start
+# fresh deliberately (it started from scratch with exit 0); without --resume the run starts beside
+# them, each reported, none removed by keep_last
 C --config expA/ds_config.json --set train.run_dir=runs/inc --quiet >/dev/null 2>"$T/i1.err"
 I="$T/runs/inc/checkpoints"
 for s in 1 3; do cp -r "$I/global_step8" "$I/global_step$s"; rm "$I/global_step$s/COMPLETE"; done
 rm -rf "$I/global_step8" "$I/global_step10" "$I/best" "$I/latest"
 C --config expA/ds_config.json --set train.run_dir=runs/inc --resume auto --quiet >/dev/null 2>"$T/i2.err"
-code $? 0 "--resume auto with only incomplete checkpoints" "$T/i2.err"
-has "$T/i2.err" "warning: --resume auto: .*no complete checkpoint; starting from scratch" "a warning says it starts from scratch (--quiet)"
+code $? 3 "--resume auto with only incomplete checkpoints exits 3" "$T/i2.err"
+has "$T/i2.err" "error: --resume auto: .*checkpoints holds no checkpoint that can be loaded; the newest, .*global_step3: incomplete checkpoint" \
+    "the error names the newest and why it cannot be loaded"
+has "$T/i2.err" "To start fresh deliberately, run without --resume" "and how to start fresh deliberately"
+untrained "$T/i2.err" "--resume auto over incomplete checkpoints did not train"
+C --config expA/ds_config.json --set train.run_dir=runs/inc --quiet >/dev/null 2>"$T/i3.err"
+code $? 0 "without --resume the run starts beside them" "$T/i3.err"
 [ -d "$I/global_step1" ] && [ -d "$I/global_step3" ] && ok "incomplete checkpoints not removed by keep_last" \
     || bad "incomplete checkpoints removed: $(ls "$I")"
-has "$T/i2.err" "global_step3: not a complete checkpoint" "each incomplete checkpoint is reported"
+has "$T/i3.err" "global_step3: not a complete checkpoint" "each incomplete checkpoint is reported"
 
 # --- keep_last at the start: a kill between latest and pruning left too many
 P="$T/runs/ds_config/checkpoints"

@@ -6,7 +6,8 @@
 #  - SIGHUP (the terminal closed) is handled like SIGTERM: finish the step, save, exit 129; under
 #    nohup it stays ignored;
 #  - two SIGINTs: the first is acknowledged at once, the second exits 130 without saving, with one
-#    line saying so and the summary (status interrupted) on stdout and in --summary.
+#    line saying so and the summary (status interrupted) on stdout and in --summary;
+#  - a signal before the first step (the set-up) exits at once with 128 + the signal.
 # Usage: e2e_signals.sh BUILD_DIR
 set -u
 B=${1:-build}/ctrain
@@ -101,6 +102,36 @@ status "$T/int2.json" interrupted "2 x SIGINT: --summary written, status interru
 has "$T/int2.json" '"error":"second interrupt: exited without saving after step [0-9]' "2 x SIGINT: the summary says why"
 [ -f "$T/int2/checkpoints/latest" ] && bad "2 x SIGINT: a checkpoint was saved" || ok "2 x SIGINT: nothing saved"
 if grep -q "interrupted by SIGINT after step" "$T/int2.err"; then bad "2 x SIGINT: the run saved and ended normally"; fi
+
+# --- SIGINT twice right after an eval: the summary has that eval's loss (it was null: the copy the
+# second SIGINT prints was made before the step's eval)
+random_csv "$T/eval.csv" 64 64 4 6
+env --default-signal=HUP "$B" --config "$C" --set train.run_dir=\""$T/int3"\" --set train.eval_interval=1 \
+    --set 'data.eval={"format": "csv", "path": "eval.csv"}' >"$T/int3.out" 2>"$T/int3.err" &
+pid=$!
+wait_for "$T/int3.err" "^eval  step 1 " || bad "2 x SIGINT after an eval: no eval line"
+kill -INT $pid
+wait_for "$T/int3.err" "SIGINT: stopping after the current step" || bad "2 x SIGINT after an eval: not acknowledged"
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "2 x SIGINT after an eval: exit 130" || bad "2 x SIGINT after an eval: exit $rc, expected 130"
+has "$T/int3.out" '"eval_loss":[0-9]' "2 x SIGINT after an eval: the summary has the eval loss"
+
+# --- a stop signal before the first step exits at once: here ctrain waits in the set-up to read its
+# config from a FIFO nobody writes (as a slow set-up, inflating a data file, would): 143 at once with
+# one line and the summary (the signal used to be noted for "after the step" and the run waited on)
+mkfifo "$T/setup.fifo"
+timeout -s KILL 20 "$B" --config "$T/setup.fifo" >"$T/setup.out" 2>"$T/setup.err" &
+pid=$!
+sleep 0.3
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] && ok "SIGTERM in the set-up: exit 143 at once" || bad "SIGTERM in the set-up: exit $rc, expected 143 (137: it hung)"
+has "$T/setup.err" "^ctrain: SIGTERM before the run's first step: exiting now (nothing trained yet, nothing to save)$" \
+    "SIGTERM in the set-up: one line says so"
+status "$T/setup.out" interrupted "SIGTERM in the set-up: summary on stdout, status interrupted"
 
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

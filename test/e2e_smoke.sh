@@ -184,6 +184,12 @@ mkdir -p old && cp run.json train.csv eval.csv old/ && (cd old && "$B" --config 
     --quiet >/dev/null 2>&1 && "$B" --config run.json --set train.max_steps=3 --resume auto >../out4 2>../err4) ||
     bad "older layout: exit $?"
 has err4 "resuming from runs/run/checkpoints/global_step2" "--resume auto continues a run of the older layout"
+# latest naming a run that is gone: --resume auto exits 3 naming it (it started a fresh run)
+rm -rf "$second"
+"$B" --config run.json --set train.max_steps=4 --resume auto --quiet >out5 2>err5
+eq "--resume auto, latest naming a removed run: exit 3" "$?" 3
+has err5 "runs/run/latest names .*, which does not exist: the run to continue is not there" "the error names the link and its target"
+eq "no fresh run directory made" "$(ls -d runs/run/2* | wc -l | tr -d ' ')" 1
 cd .. || exit 1
 
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"

@@ -1,6 +1,7 @@
 #!/bin/sh
 # End-to-end training runs on the CPU: Fashion-MNIST MLP and CNN for a few hundred steps, the
-# summary JSON, --dry-run, and the exit codes of bad data, divergence and SIGINT.
+# summary JSON, --dry-run, and the exit codes of bad data (every record skipped as corrupt too),
+# divergence and SIGINT.
 # Usage: e2e_train.sh BUILD_DIR. Fails, naming it, when the Fashion-MNIST package is missing (make deps
 # installs it).
 set -u
@@ -80,6 +81,28 @@ EOF
 run 3 "truncated IDX file exits 3" --config "$T/bad.json"
 has "$T/err" "train-images.gz: truncated at byte offset" "truncated file named with its offset"
 summary "s['status'] == 'error' and 'truncated' in s.get('error', '')" "summary written on data error"
+
+# data.skip_corrupt with every record corrupt trains nothing: exit 3 naming the data, no checkpoint
+# (it ended "ok", exit 0, train_loss null, with a checkpoint of the initial weights); an eval set
+# whose every record is corrupt has no eval loss: exit 3 too.
+for c in a b; do mkdir -p "$T/junk/$c"; for i in 1 2 3 4; do head -c 300 /dev/urandom >"$T/junk/$c/$i.png"; done; done
+cat >"$T/junk.json" <<EOF
+{"train_batch_size": 4, "optimizer": {"type": "Adam", "params": {}},
+ "model": {"input": [1, 8, 8], "layers": [{"type": "flatten"}, {"type": "linear", "out": 2}],
+           "loss": {"type": "cross_entropy"}},
+ "data": {"train": {"format": "image_folder", "root": "junk", "size": [8, 8], "channels": 1},
+          "skip_corrupt": true},
+ "train": {"max_steps": 6}}
+EOF
+run 3 "skip_corrupt, every record corrupt: exit 3" --config "$T/junk.json"
+has "$T/err" "data.train (.*/junk): every record of epoch 1 was skipped as corrupt" "the message names the data and says why"
+summary "s['status'] == 'error' and s['skipped_records'] == 8" "summary status error, 8 records skipped"
+if ls -d "$T/r$runs/checkpoints/global_step"* >/dev/null 2>&1; then bad "a checkpoint was saved of nothing trained"; else ok "no checkpoint saved"; fi
+run 3 "skip_corrupt, one step of corrupt records: exit 3" --config "$T/junk.json" --set train.max_steps=1
+has "$T/err" "every record read in this run's 1 step was skipped" "the message says the run's steps read nothing"
+run 3 "skip_corrupt, an eval set of corrupt records: exit 3" --config configs/fmnist_mlp.json --set train.max_steps=2 \
+    --set 'data.eval={"format": "image_folder", "root": "'"$T"'/junk", "size": [28, 28], "channels": 1}' --set data.skip_corrupt=true
+has "$T/err" "data.eval (.*junk): every record of the eval set was skipped as corrupt" "the message names the eval set"
 
 # Divergence: NaN loss exits 4 with status diverged.
 run 4 "divergence exits 4" --config configs/fmnist_mlp.json --set optimizer.params.lr=1e30 \

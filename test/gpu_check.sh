@@ -6,7 +6,8 @@
 #   3. every CUDA test and the GPU end-to-end runs (run_tests.sh DIR cuda: a skip is a failure);
 #   4. the benchmarks against PyTorch on the same GPU (bench_gpt2_gpu.py, bench_gpu.py; python3
 #      with a CUDA torch; GPU_CHECK_TORCH_MODES=eager skips torch.compile, which takes minutes;
-#      GPU_CHECK_BENCH, default "gpt2 fmnist ckpt", picks which run; ckpt: bench_ckpt_gpu.py,
+#      GPU_CHECK_BENCH, default "gpt2 smollm fmnist ckpt", picks which run (smollm: a Llama of
+#      SmolLM-135M's shape, its MFU next to GPT-2's); ckpt: bench_ckpt_gpu.py,
 #      activation checkpointing's memory and time on GPT-2 and cpu_checkpointing's cost);
 #   5. compute-sanitizer: memcheck on the op tests, memcheck and racecheck on the attention and
 #      cross-entropy rows, memcheck on a short captured fp16 run;
@@ -85,7 +86,7 @@ sanitize() {
 memcheck() {
     command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer not found"; return 1; }
     bad=0
-    rows=causal_attention_forward,causal_attention_backward,softmax_xent
+    rows=causal_attention_forward,causal_attention_backward,softmax_xent,rope_gqa_forward,rope_gqa_backward,rmsnorm_backward
     CK_FORK=no sanitize memcheck test/test_cuda_ops || bad=1
     CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=$rows sanitize memcheck test/test_ops || bad=1
     CK_FORK=no CT_TEST_DEVICE=cuda CT_TEST_OPS=$rows sanitize racecheck test/test_ops || bad=1
@@ -98,13 +99,18 @@ memcheck() {
 
 bench() {
     python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "python3 has no CUDA torch"; return 1; }
-    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" gpt2 "*)
+    case " ${GPU_CHECK_BENCH:-gpt2 smollm fmnist ckpt} " in *" gpt2 "*)
         python3 bench/bench_gpt2_gpu.py --build . --micro-batch 16 --steps 30 --warmup 5 || return 1 ;;
     esac
-    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" ckpt "*)
+    # a Llama-shaped model (SmolLM-135M's shape, configs/smollm_135m.json): its MFU next to GPT-2's
+    case " ${GPU_CHECK_BENCH:-gpt2 smollm fmnist ckpt} " in *" smollm "*)
+        python3 bench/bench_gpt2_gpu.py --model smollm --build . --micro-batch 8 --steps 20 --warmup 5 \
+            --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}" || return 1 ;;
+    esac
+    case " ${GPU_CHECK_BENCH:-gpt2 smollm fmnist ckpt} " in *" ckpt "*)
         python3 bench/bench_ckpt_gpu.py --build . --m 4 --steps 10 --warmup 3 || return 1 ;;
     esac
-    case " ${GPU_CHECK_BENCH:-gpt2 fmnist ckpt} " in *" fmnist "*)
+    case " ${GPU_CHECK_BENCH:-gpt2 smollm fmnist ckpt} " in *" fmnist "*)
         python3 bench/bench_gpu.py --build . --models mlp,cnn --precisions fp32,bf16 --epochs 2 --workers 4 \
             --modes "${GPU_CHECK_TORCH_MODES:-eager,compile}" || return 1 ;;
     esac

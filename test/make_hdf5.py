@@ -20,6 +20,8 @@ Exits 77 (the tests' "skipped") when h5py is missing.
         u8_lzf    the u8 samples with h5py's LZF filter (refused: a filter ctrain does not decode)
         f64_be    the float64 samples big-endian, chunks [6, 7], shuffle + gzip
         labels_be16 the labels as big-endian int16   labels_u32  the labels as uint32
+    OUT_DIR/userblock.h5 and userblock_v3.h5: u8_contig, u8_gzip and labels after a 512-byte user
+    block (h5py's userblock_size=512), superblock version 0 and 3 (libver "earliest", "latest");
     and OUT_DIR/expect.bin: the u8 samples (20 x 30 bytes), the float32 samples (20 x 24 floats,
     little-endian), the float64 samples (20 x 7 doubles), the labels (20 int64), the targets
     (20 x 2 float32), in that order.
@@ -90,6 +92,12 @@ def small(out):
         f.create_dataset("f64_be", data=f64.astype(">f8"), chunks=(6, 7), shuffle=True, compression="gzip")
         f.create_dataset("labels_be16", data=labels.astype(">i2"))
         f.create_dataset("labels_u32", data=labels.astype("<u4"))
+    # the same samples after a 512-byte user block, with the oldest superblock (version 0) and the newest
+    for name, libver in (("userblock.h5", "earliest"), ("userblock_v3.h5", "latest")):
+        with h5py.File(os.path.join(out, name), "w", userblock_size=512, libver=libver) as f:
+            f.create_dataset("u8_contig", data=u8)
+            f.create_dataset("u8_gzip", data=u8, chunks=(4, 5, 6), compression="gzip", compression_opts=4)
+            f.create_dataset("labels", data=labels)
     with open(os.path.join(out, "expect.bin"), "wb") as e:
         for a in (u8, f32.astype("<f4"), f64.astype("<f8"), labels.astype("<i8"), targets.astype("<f4")):
             e.write(a.tobytes())

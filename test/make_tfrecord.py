@@ -11,7 +11,8 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
     make_tfrecord.py OUT_DIR jpg      like png, with 8x8 RGB JPEG images written by Pillow, and
                                       OUT_DIR/pixels.txt: Pillow's decode of each ([H, W, 3], hex)
     make_tfrecord.py OUT_DIR bad      like png, but file 0 record 2 has a float_list "label", file 1
-                                      record 1 a 3x3 image and file 1 record 2 no "label"
+                                      record 1 a 3x3 image and file 1 record 2 no "label" and a
+                                      feature named "\x1b[31mred\n" (an escape sequence, a newline)
     make_tfrecord.py OUT_DIR values   every value range of every feature type, packed in file 0 and
                                       unpacked in file 1: int64_list "v" [6] (negatives as 10-byte
                                       varints, -2^63, 2^63 - 1, 2^53), float_list "f" [6] (NaN, +-inf,
@@ -156,8 +157,9 @@ def small(out, mode):
                     img = png_gray(3, 3, px[:9])
                 feats = [("id", int64_list([ident])), ("image", bytes_list([img])), ("label", lab),
                          ("name", bytes_list([b"sample%d" % sid]))]
-                if mode == "bad" and (k, r) == (1, 2):
+                if mode == "bad" and (k, r) == (1, 2):  # no label; a feature name with control bytes
                     del feats[2]
+                    feats.append(("\x1b[31mred\n", int64_list([1])))
             records.append(example(feats))
             lines.append("%d %d %d %d" % (k, r, label, ident))
         write_file("%s/part-%d.tfrecord" % (out, k), records,

@@ -12,7 +12,8 @@
     make_wds.py OUT_DIR npy-u8   1 shard of uint8 .npy [1, 4, 4] ('|u1' and '<u1' descr) + .cls
     make_wds.py OUT_DIR npy-refused  1 shard of float32 .npy [2, 3]: sample 2 big-endian ('>f4'),
                                  sample 3 in Fortran order (both refused), the others plain
-    make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member
+    make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member (its key holds an
+                                 escape sequence, ESC [2J)
     make_wds.py OUT_DIR jpg      like png, with 8x8 RGB JPEG (.jpg) images written by Pillow
 
 Writes OUT_DIR/manifest.txt: one line per sample, "SHARD KEY LABEL ID", where ID is what the
@@ -130,6 +131,8 @@ def main():
                 ident = 300 + 37 * sid  # above 255: both bytes of the PNG id matter
                 label = rng.randrange(5)
                 key = "part.%d/sample%06d" % (s, sid)
+                if mode == "nolabel" and sid == 4:  # the sample without a label: a key with an escape sequence
+                    key = "part.%d/\x1b[2Jsample%06d" % (s, sid)
                 if s < 2 and j == 1:  # a name longer than ustar holds: pax (shard 0), GNU (shard 1)
                     key = "long/" + "x" * 120 + "/s%d" % sid
                 if mode.startswith("npy"):

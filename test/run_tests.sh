@@ -52,6 +52,10 @@ else
         case "$t" in *.log) continue ;; esac
         [ -x "$t" ] && run_one "$(basename "$t")" "$t"
     done
+    # the op table and the mixed-precision trainer again on the CPU's capped device (a separate
+    # device in all but its kernels: the op table bit for bit against the CPU)
+    run_one test_ops_on_capped env CT_TEST_DEVICE=capped CTRAIN_CAPPED_DEVICE=4GiB "$BUILD/test/test_ops"
+    run_one test_amp_on_capped env CT_TEST_DEVICE=capped CTRAIN_CAPPED_DEVICE=1GiB,gbps=8 "$BUILD/test/test_amp"
     for s in test/e2e_*.sh; do
         name=$(basename "$s" .sh)
         case "$name" in e2e_cuda*) continue ;; esac

@@ -662,7 +662,8 @@ static Suite *amp_suite(void) {
 }
 
 int main(void) {
-    if (test_device_unusable()) return 77;
+    int unusable = test_device_unusable();
+    if (unusable) return unusable;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_amp_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     SRunner *sr = srunner_create(amp_suite());

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -53,7 +54,7 @@ START_TEST(download_round_trip) {
     float *host = malloc(bytes);
     random_floats(host, n, 1);
     float *dev = be->mem.alloc(be, bytes, CT_MEM_ACTIVATIONS);
-    float *pinned = be->mem.alloc_host_pinned(be, bytes);
+    float *pinned = be->mem.alloc_host_pinned(be, bytes, CT_MEM_WORKSPACE);
     ck_assert(dev && pinned);
     be->mem.copy_h2d(be, dev, host, bytes);
     memset(pinned, 0xAB, bytes);
@@ -92,6 +93,169 @@ START_TEST(download_round_trip) {
     be->mem.free(be, dev2);
     be->mem.free_host_pinned(be, pinned);
     free(host);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* ---- the capped device (core/cpu/cpu_capped.c) ---- */
+
+/* Every op of the table goes through a wrapper that waits for the copies queued before it: an op
+ * installed as the CPU's own function would run while an upload is still writing its input. The
+ * kernel sub-tables are compared slot by slot (a new op without its row in cpu_capped_ops.h shows
+ * up here), and so are the memory and queue entries that touch device memory. */
+START_TEST(capped_wraps_every_op) {
+    ct_backend *cpu = ct_cpu_backend_create(1), *cap = ct_capped_backend_create(1, (size_t)1 << 20, 0);
+    ck_assert(cpu && cap);
+    size_t first = offsetof(ct_backend, blas), n = (sizeof(ct_backend) - first) / sizeof(void *);
+    int wrapped = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *a = NULL, *b = NULL;
+        memcpy(&a, (const char *)cpu + first + i * sizeof(void *), sizeof a);
+        memcpy(&b, (const char *)cap + first + i * sizeof(void *), sizeof b);
+        ck_assert_msg((a == NULL) == (b == NULL), "kernel table entry %zu: NULL on one backend only", i);
+        ck_assert_msg(a == NULL || a != b, "kernel table entry %zu (after blas) runs without waiting for the "
+                      "copies: add its row to core/cpu/cpu_capped_ops.h", i);
+        wrapped += a != NULL;
+    }
+    ck_assert_int_ge(wrapped, 40);
+    ck_assert(cap->mem.free != cpu->mem.free && cap->mem.free_host_pinned != cpu->mem.free_host_pinned);
+    ck_assert(cap->mem.copy_h2d != cpu->mem.copy_h2d && cap->mem.copy_d2h != cpu->mem.copy_d2h &&
+              cap->mem.copy_d2d != cpu->mem.copy_d2d && cap->mem.memset0 != cpu->mem.memset0);
+    ck_assert(cap->queue.sync != cpu->queue.sync && cap->queue.upload != cpu->queue.upload &&
+              cap->queue.download != cpu->queue.download);
+    ck_assert_str_eq(cap->name, "capped");
+    ck_assert_msg(strstr(cap->device_desc, "capped device of 1.0 MiB"), "%s", cap->device_desc);
+    ck_assert(ct_backend_separate_memory(cap) && ct_backend_host_addressable(cap) && ct_backend_cpu_kernels(cap));
+    ck_assert(!ct_backend_separate_memory(cpu) && ct_backend_host_addressable(cpu));
+    ct_backend_destroy(cpu);
+    ct_backend_destroy(cap);
+}
+END_TEST
+
+/* Device memory is a pool of `cap` bytes that fails past it as cudaMalloc does; pinned memory is
+ * host memory, counted apart and never against the cap; train.memory_limit_gb cannot raise it. */
+START_TEST(capped_memory_is_capped) {
+    size_t cap = (size_t)1 << 20;
+    ct_backend *be = ct_capped_backend_create(2, cap, 0);
+    ck_assert_uint_eq(be->memory_bytes, cap);
+    void *a = be->mem.alloc(be, 600 << 10, CT_MEM_PARAMS);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_null(be->mem.alloc(be, 500 << 10, CT_MEM_ACTIVATIONS));   /* 1100 KiB > 1 MiB */
+    void *b = be->mem.alloc(be, 400 << 10, CT_MEM_ACTIVATIONS);
+    ck_assert_ptr_nonnull(b);
+    void *pin = be->mem.alloc_host_pinned(be, 8u << 20, CT_MEM_OPTIM);   /* 8 MiB: host memory */
+    ck_assert_ptr_nonnull(pin);
+    memset(pin, 3, 8u << 20);
+    ct_mem_stats m;
+    be->mem.mem_stats(be, &m);
+    ck_assert_uint_eq(m.current_total, 1000u << 10);
+    ck_assert_uint_eq(m.current[CT_MEM_PARAMS], 600u << 10);
+    ck_assert_uint_eq(m.host_current[CT_MEM_OPTIM], 8u << 20);
+    ck_assert_uint_eq(be->mem.peak_bytes(be), 1000u << 10);
+    ct_cpu_backend_set_limit(be, (size_t)1 << 30);   /* cannot lift the cap */
+    ck_assert_ptr_null(be->mem.alloc(be, 100 << 10, CT_MEM_WORKSPACE));
+    ct_cpu_backend_set_limit(be, 900u << 10);   /* can lower it */
+    be->mem.free(be, b);
+    ck_assert_ptr_null(be->mem.alloc(be, 400 << 10, CT_MEM_WORKSPACE));
+    ck_assert_ptr_nonnull(b = be->mem.alloc(be, 300 << 10, CT_MEM_WORKSPACE));
+    be->mem.free(be, a), be->mem.free(be, b);
+    be->mem.free_host_pinned(be, pin);
+    be->mem.mem_stats(be, &m);
+    ck_assert_uint_eq(m.current_total, 0);
+    ck_assert_uint_eq(m.host_current_total, 0);
+    ck_assert_uint_eq(m.host_peak[CT_MEM_OPTIM], 8u << 20);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* Copies are really in flight, in ticket order, at the bandwidth asked for: a download's
+ * destination read before download_done holds the old bytes, and an upload's source changed before
+ * upload_done changes what lands. Ops queued after a copy see it done: an upload's destination is
+ * ready for the op that reads it, a download's source may be overwritten by the next op. 4 MiB at
+ * 0.01 GB/s take 0.4 s, long enough that the checks made at once see the copy unfinished. */
+START_TEST(capped_copies_are_in_flight) {
+    const int64_t n = 1 << 20;
+    size_t bytes = (size_t)n * sizeof(float);
+    ct_backend *be = ct_capped_backend_create(2, (size_t)64 << 20, 0.01);
+    float *host = malloc(bytes), *dev = be->mem.alloc(be, bytes, CT_MEM_ACTIVATIONS);
+    float *pin = be->mem.alloc_host_pinned(be, bytes, CT_MEM_WORKSPACE);
+    random_floats(host, n, 3);
+    be->mem.copy_h2d(be, dev, host, bytes);
+    memset(pin, 0xAB, bytes);
+
+    /* a download read too early: its last element has not landed */
+    double t0 = ct_now();
+    uint64_t t = be->queue.download(be, pin, dev, bytes, 0);
+    ck_assert(!be->queue.download_done(be, t, false));
+    ck_assert_uint_eq(((uint32_t *)pin)[n - 1], 0xABABABABu);
+    /* the next op may overwrite the source: it waits for the download first */
+    be->mem.memset0(be, dev, bytes);
+    ck_assert(be->queue.download_done(be, t, false));
+    ck_assert_int_eq(memcmp(pin, host, bytes), 0);
+    double secs = ct_now() - t0;
+    ck_assert_msg(secs >= 0.35 && secs < 5, "4 MiB at 0.01 GB/s took %g s", secs);
+
+    /* an upload whose source changes before upload_done: the new bytes land (a wrong result in
+     * the caller that did not wait) */
+    memcpy(pin, host, bytes);
+    t = be->queue.upload(be, dev, pin, bytes, 0);
+    ck_assert(!be->queue.upload_done(be, t, false));
+    pin[n - 1] = 12345.0f;
+    /* an op reading the destination waits: it scales what landed */
+    be->elt.scale(be, dev, 2.0f, n, CT_F32);
+    float got[2];
+    be->mem.copy_d2h(be, got, dev, sizeof(float));
+    be->mem.copy_d2h(be, got + 1, dev + n - 1, sizeof(float));
+    ck_assert(got[0] == 2.0f * host[0]);
+    ck_assert_msg(got[1] == 24690.0f, "the changed source landed: %g", got[1]);
+
+    /* tickets finish in order; sync waits for every copy */
+    uint64_t t1 = be->queue.upload(be, dev, pin, bytes / 4, 0);
+    uint64_t t2 = be->queue.download(be, pin + n / 2, dev, bytes / 4, 0);
+    ck_assert_uint_gt(t2, t1);
+    be->queue.sync(be);
+    ck_assert(be->queue.upload_done(be, t1, false) && be->queue.download_done(be, t2, false));
+    ck_assert_int_eq(memcmp(pin + n / 2, pin, bytes / 4), 0);
+    be->mem.free(be, dev);
+    be->mem.free_host_pinned(be, pin);
+    free(host);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* CTRAIN_CAPPED_DEVICE: what it accepts, and a value it cannot read is a config error naming it. */
+START_TEST(capped_env_values) {
+    size_t cap;
+    double gbps;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_capped_parse("64MiB", &cap, &gbps, &err), CT_OK);
+    ck_assert_uint_eq(cap, (size_t)64 << 20);
+    ck_assert(gbps == 0);
+    ck_assert_int_eq(ct_capped_parse("1.5GiB,gbps=12.5", &cap, &gbps, &err), CT_OK);
+    ck_assert_uint_eq(cap, (size_t)3 << 29);
+    ck_assert(gbps == 12.5);
+    ck_assert_int_eq(ct_capped_parse("65536B", &cap, &gbps, &err), CT_OK);
+    ck_assert_uint_eq(cap, 65536);
+    const char *bad[] = {"", "64", "64MiBx", "-1MiB", "64MiB,", "64MiB,gbps=", "64MiB,gbps=0", "64MiB,gbps=-3",
+                         "64MiB,gbps=2x", "64MiB,speed=2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err = (ct_err){0};
+        ck_assert_msg(ct_capped_parse(bad[i], &cap, &gbps, &err) == CT_ERR_CONFIG, "accepted \"%s\"", bad[i]);
+        ck_assert_msg(strstr(err.msg, "CTRAIN_CAPPED_DEVICE") && strstr(err.msg, "SIZE[,gbps=G]"), "%s", err.msg);
+    }
+    ct_backend *be = NULL;
+    setenv("CTRAIN_CAPPED_DEVICE", "2MiB,gbps=3", 1);
+    ck_assert_int_eq(ct_backend_create("cpu", 1, &be, &err), CT_OK);
+    ck_assert_str_eq(be->name, "capped");
+    ck_assert_uint_eq(be->memory_bytes, (size_t)2 << 20);
+    ck_assert_msg(strstr(be->device_desc, "3 GB/s"), "%s", be->device_desc);
+    ct_backend_destroy(be);
+    setenv("CTRAIN_CAPPED_DEVICE", "lots", 1);
+    ck_assert_int_eq(ct_backend_create("cpu", 1, &be, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "CTRAIN_CAPPED_DEVICE=\"lots\""), "%s", err.msg);
+    unsetenv("CTRAIN_CAPPED_DEVICE");
+    ck_assert_int_eq(ct_backend_create("cpu", 1, &be, &err), CT_OK);
+    ck_assert_str_eq(be->name, "cpu");
     ct_backend_destroy(be);
 }
 END_TEST
@@ -733,6 +897,13 @@ int main(void) {
     tcase_add_test(q, download_round_trip);
     tcase_add_test(q, timer_marks);
     suite_add_tcase(s, q);
+    TCase *cap = tcase_create("capped device");
+    tcase_set_timeout(cap, 30);
+    tcase_add_test(cap, capped_wraps_every_op);
+    tcase_add_test(cap, capped_memory_is_capped);
+    tcase_add_test(cap, capped_copies_are_in_flight);
+    tcase_add_test(cap, capped_env_values);
+    suite_add_tcase(s, cap);
     TCase *init = tcase_create("cpu init_fill");
     tcase_set_timeout(init, 60);
     tcase_add_test(init, init_fill_thread_count);

@@ -3,7 +3,10 @@
  * best/, init_from strict and partial, config diff, export and info; export never writing into a
  * checkpoint or over its input; keep_last removing only complete checkpoints of the run's own
  * experiment (also at the start of a run), never an incomplete or foreign directory; the run
- * directory's lock. */
+ * directory's lock. Per-rank shards (shards.h): saved by W ranks and loaded by parts of M (the
+ * range-intersection reads, also of a file set), only the files of a part's range read, hostile
+ * shard descriptions and indexes refused naming the file (and fuzzed), and tensors in a device's
+ * memory moved through a bounded staging buffer. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +18,8 @@
 #include <unistd.h>
 
 #include "core/ckpt/ckpt.h"
+#include "core/ckpt/shards.h"
+#include "core/dist/comm.h"
 #include "cmd/commands.h"
 #include "core/util/rng.h"
 #include "core/ckpt/safetensors.h"
@@ -77,6 +82,7 @@ static void model_init(model *md, uint64_t seed) {
     t->n_views = 4;
     t->params = md->params;
     t->buffers = md->buffers;
+    t->n_params = NP;
     t->lo = 0;
     t->hi = NP;
     t->n_buffers = NB;
@@ -921,24 +927,57 @@ START_TEST(prune_only_own_complete_checkpoints) {
 }
 END_TEST
 
-/* --resume auto with global_step* directories but none complete starts from scratch: it says so
- * in a warning (the CLI prints warnings also under --quiet). */
-START_TEST(resume_auto_warns_when_none_complete) {
+/* --resume auto where checkpoints were saved but none can be loaded stops with CT_ERR_DATA naming
+ * the damaged file and how to start fresh deliberately (it started from scratch with a warning, so
+ * a restart loop quietly began the run again from step 0); a latest that names nothing, with no
+ * global_step* at all, too. Only a save_dir where nothing was ever saved starts fresh. */
+START_TEST(resume_auto_refuses_when_none_loads) {
     model a;
     model_init(&a, 33);
     save(&a, 4, 0);
     save(&a, 8, 0);
     char p[700], dir[1024];
-    for (long s = 4; s <= 8; s += 4) {
-        snprintf(p, sizeof p, "%s/global_step%ld/COMPLETE", save_dir, s);
-        ck_assert_int_eq(unlink(p), 0);
-    }
+    snprintf(p, sizeof p, "%s/global_step8/model.safetensors", save_dir);
+    ck_assert_int_eq(truncate(p, 100), 0);   /* the newest cut short */
+    snprintf(p, sizeof p, "%s/global_step4/COMPLETE", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_ERR_DATA);
+    ck_assert_str_eq(dir, "");
+    ck_assert_msg(strstr(err.msg, "--resume auto: ") && strstr(err.msg, "holds no checkpoint that can be loaded") &&
+                  strstr(err.msg, "global_step8/model.safetensors: 100 bytes, the checkpoint wrote") &&
+                  strstr(err.msg, "To start fresh deliberately, run without --resume"), "%s", err.msg);
+    /* the old ones removed: latest names global_step8, which is gone */
+    snprintf(p, sizeof p, "rm -r %s/global_step4 %s/global_step8", save_dir, save_dir);
+    ck_assert_int_eq(system(p), 0);
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "latest names \"global_step8\", which is not there"), "%s", err.msg);
+    /* nothing ever saved: a fresh start */
+    snprintf(p, sizeof p, "%s/latest", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
+    ck_assert_str_eq(dir, "");
+    ct_warnings_free(&w);
+}
+END_TEST
+
+/* A latest that cannot be read (a symbolic link loop) is said to be unreadable, with the reason,
+ * not "missing", as the resume falls back to the newest complete checkpoint. */
+START_TEST(resume_auto_latest_unreadable) {
+    model a;
+    model_init(&a, 35);
+    save(&a, 6, 0);
+    char p[700], dir[1024];
+    snprintf(p, sizeof p, "%s/latest", save_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(symlink("latest", p), 0);   /* latest -> latest */
     ct_warnings w = {0};
     ct_err err = {0};
     ck_assert_int_eq(ct_ckpt_resolve("auto", save_dir, dir, sizeof dir, &w, &err), CT_OK);
-    ck_assert_str_eq(dir, "");
-    ck_assert_msg(warned(&w, "no complete checkpoint; starting from scratch") &&
-                  warned(&w, "global_step8"), "%d warnings", w.n);
+    ck_assert_ptr_nonnull(strstr(dir, "global_step6"));
+    ck_assert_msg(warned(&w, "latest cannot be read: Too many levels of symbolic links; resuming from the newest "
+                         "complete checkpoint"), "%s", w.n ? w.items[0] : "no warning");
     ct_warnings_free(&w);
 }
 END_TEST
@@ -1013,6 +1052,378 @@ START_TEST(lock_held_until_holder_dies) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- per-rank shards */
+
+/* The tensors of rank r of `world` over md (ct_comm_shard's partition of its NP parameters). */
+static ct_ckpt_tensors part_of(model *md, int world, int r) {
+    ct_ckpt_tensors t = md->t;
+    ct_comm_shard(NP, world, r, &t.lo, &t.hi);
+    t.params = md->params + t.lo;
+    t.slot[0] = md->m + t.lo;
+    t.slot[1] = md->v + t.lo;
+    return t;
+}
+
+/* <save_dir>/global_step<step> saved by `world` ranks, each writing its part as the trainer's
+ * ranks do (here one after another in one process: the protocol without its collectives). */
+static void save_sharded(model *md, long step, int world) {
+    char tag[CT_CKPT_TAG], tmp[1024];
+    ct_ckpt_tag(step, tag);
+    long pid = (long)getpid();
+    ct_err err = {0};
+    ck_assert_msg(ct_ckpt_begin(save_dir, tag, pid, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ct_ckpt_tmp_dir(save_dir, tag, pid, tmp, sizeof tmp, &err), CT_OK);
+    uint32_t crc[16];
+    for (int r = 0; r < world; r++) {
+        ct_ckpt_tensors t = part_of(md, world, r);
+        ck_assert_msg(ct_ckpt_shard_write(tmp, &t, r, world, &crc[r], &err) == CT_OK, "%s", err.msg);
+    }
+    ct_ckpt_state s = mkstate(step);
+    ck_assert_msg(ct_ckpt_commit_shards(save_dir, tag, pid, &md->t, world, crc, &s, NULL, NULL, NULL, 0, &err) == CT_OK,
+                  "%s", err.msg);
+}
+
+static void nan_fill(model *md) {
+    for (int i = 0; i < NP; i++) md->params[i] = md->m[i] = md->v[i] = NAN;
+    for (int i = 0; i < NB; i++) md->buffers[i] = NAN;
+}
+
+/* Load dir by the parts of `world` ranks into a model that starts as NaN: each part writes its own
+ * range and nothing past it; all parts together give back `want` bit for bit. */
+static void load_by_parts(const char *dir, int world, const model *want) {
+    model b;
+    model_init(&b, 0);
+    nan_fill(&b);
+    for (int r = 0; r < world; r++) {
+        ct_ckpt_tensors t = part_of(&b, world, r);
+        ct_err err = {0};
+        ck_assert_msg(ct_ckpt_load(dir, &t, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+        for (int64_t i = t.hi; i < NP; i++)
+            ck_assert_msg(isnan(b.params[i]) && isnan(b.m[i]) && isnan(b.v[i]),
+                          "rank %d of %d wrote element %lld past its part [%lld, %lld)", r, world, (long long)i,
+                          (long long)t.lo, (long long)t.hi);
+    }
+    ck_assert_msg(models_equal(want, &b), "%s loaded by %d ranks", dir, world);
+}
+
+START_TEST(shards_resume_on_any_world) {
+    model a;
+    model_init(&a, 21);
+    static const int saved_by[] = {2, 3, 7};   /* 7: parts of 4, the last one empty */
+    static const int loaded_by[] = {1, 2, 3, 5};
+    for (int i = 0; i < 3; i++) {
+        save_sharded(&a, 10 * saved_by[i], saved_by[i]);
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/global_step%d", save_dir, 10 * saved_by[i]);
+        ck_assert(ct_ckpt_is_complete(dir));
+        char shard[800];
+        snprintf(shard, sizeof shard, "%s/zero_shard_%d_of_%d.safetensors", dir, saved_by[i] - 1, saved_by[i]);
+        ck_assert_int_eq(access(shard, F_OK), 0);
+        for (int j = 0; j < 4; j++) load_by_parts(dir, loaded_by[j], &a);
+    }
+    /* one file set (a run without ZeRO), loaded by parts: the same range reads */
+    save(&a, 5, 0);
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/global_step5", save_dir);
+    for (int j = 0; j < 4; j++) load_by_parts(dir, loaded_by[j], &a);
+    /* latest names the newest, and resolve and verify take a sharded checkpoint as any other */
+    char buf[64], out[1024];
+    save_sharded(&a, 90, 3);
+    read_latest(buf, sizeof buf);
+    ck_assert_str_eq(buf, "global_step90");
+    resolve_auto(out, sizeof out);
+    ck_assert_ptr_nonnull(strstr(out, "global_step90"));
+    int n = 0;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_ckpt_verify(out, &n, &err), CT_OK);
+    ck_assert_int_eq(n, 5);   /* 3 shards, the index, the buffers */
+}
+END_TEST
+
+/* Overwrite one byte of dir/name at `at` bytes from its end. */
+static void poke_from_end(const char *dir, const char *name, long at, int value) {
+    char p[800];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -at, SEEK_END);
+    fputc(value, f);
+    fclose(f);
+}
+
+/* A part reads (and checks the checksums of) only the shards its range meets. */
+START_TEST(shard_reads_only_its_range) {
+    model a;
+    model_init(&a, 22);
+    save_sharded(&a, 1, 3);   /* [0, 8), [8, 16), [16, 24) */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/global_step1", save_dir);
+    poke_from_end(dir, "zero_shard_2_of_3.safetensors", 1, 0x5a);   /* a flipped byte of its data */
+    model b;
+    model_init(&b, 0);
+    ct_err err = {0};
+    for (int world = 2; world <= 3; world++)
+        for (int r = 0; r < world; r++) {
+            ct_ckpt_tensors t = part_of(&b, world, r);
+            int rc = ct_ckpt_load(dir, &t, CT_CKPT_LOAD_ALL, NULL, NULL, &err);
+            if (t.hi <= 16) {
+                ck_assert_msg(rc == CT_OK, "[%lld, %lld): %s", (long long)t.lo, (long long)t.hi, err.msg);
+                ck_assert(!memcmp(b.params + t.lo, a.params + t.lo, (size_t)(t.hi - t.lo) * sizeof(float)));
+            } else {
+                ck_assert_int_eq(rc, CT_ERR_DATA);
+                ck_assert_msg(strstr(err.msg, "zero_shard_2_of_3.safetensors: checksum mismatch"), "%s", err.msg);
+            }
+        }
+}
+END_TEST
+
+START_TEST(shard_set_range_reads) {
+    model a;
+    model_init(&a, 23);
+    save_sharded(&a, 1, 5);   /* [0, 5), [5, 10), [10, 15), [15, 20), [20, 24) */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/global_step1", save_dir);
+    ct_ckpt_shard_set *set = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_ckpt_shard_set_open(dir, &set, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(set->world, 5);
+    ck_assert_int_eq(set->n_params, NP);
+    ct_rng r;
+    ct_rng_init(&r, 5, 1, 0);
+    const float *want[] = {a.params, a.m, a.v};
+    for (int k = 0; k < 300; k++) {
+        int64_t x = (int64_t)(ct_rng_uniform(&r) * (NP + 1)), y = (int64_t)(ct_rng_uniform(&r) * (NP + 1));
+        int64_t lo = x < y ? x : y, hi = x < y ? y : x;
+        int slot = (int)(ct_rng_uniform(&r) * 3) - 1;
+        float got[NP + 1];
+        ck_assert(ct_ckpt_shard_set_read(set, slot, lo, hi, got));
+        ck_assert_msg(!memcmp(got, want[slot + 1] + lo, (size_t)(hi - lo) * sizeof(float)), "[%lld, %lld) slot %d",
+                      (long long)lo, (long long)hi, slot);
+    }
+    float got[NP + 1];
+    ck_assert(!ct_ckpt_shard_set_read(set, -1, 3, NP + 1, got));
+    ck_assert(!ct_ckpt_shard_set_read(set, -1, 5, 4, got));
+    ck_assert(!ct_ckpt_shard_set_read(set, 2, 0, 4, got));
+    ck_assert(!ct_ckpt_shard_set_read(set, -2, 0, 4, got));
+    ct_ckpt_shard_set_close(set);
+}
+END_TEST
+
+/* The file of rank `rank` of 3 with the description given (range, n_params, world, slots metadata)
+ * and its three tensors of (hi - lo + extra) random values; meta_slots NULL: no description. */
+static void write_shard(const char *dir, int rank, int world, int64_t lo, int64_t hi, int64_t n_params,
+                        const char *meta_slots, int64_t extra) {
+    int64_t k = hi - lo + extra;
+    float *v = ct_xcalloc((size_t)(k > 0 ? k : 1), sizeof *v);
+    fill(v, (int)k, (uint64_t)(lo * 31 + hi));
+    ct_shape shape = ct_shape_make(1, &k);
+    ct_st_entry e[3] = {{.name = "master", .dtype = CT_F32, .shape = shape, .data = v},
+                        {.name = "exp_avg", .dtype = CT_F32, .shape = shape, .data = v},
+                        {.name = "exp_avg_sq", .dtype = CT_F32, .shape = shape, .data = v}};
+    char desc[200], name[CT_SHARDS_NAME], path[800];
+    snprintf(desc, sizeof desc, "{\"rank\": %d, \"world\": %d, \"lo\": %lld, \"hi\": %lld, \"n_params\": %lld}", rank,
+             world, (long long)lo, (long long)hi, (long long)n_params);
+    const char *mk[] = {"slots", CT_SHARD_META}, *mv[] = {meta_slots ? meta_slots : "exp_avg,exp_avg_sq", desc};
+    ct_ckpt_shard_file_name(rank, 3, name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    ct_err err = {0};
+    ck_assert_int_eq(ct_st_write(path, e, 3, mk, mv, meta_slots ? 2 : 1, &err), CT_OK);
+    free(v);
+}
+
+/* ct_ckpt_shard_set_open of dir refuses (CT_ERR_DATA) naming `file` and saying `what`. */
+static void refused(const char *dir, const char *file, const char *what, const char *why) {
+    ct_ckpt_shard_set *set = NULL;
+    ct_err err = {0};
+    int rc = ct_ckpt_shard_set_open(dir, &set, &err);
+    ck_assert_msg(rc == CT_ERR_DATA, "%s: rc %d (%s)", why, rc, err.msg);
+    ck_assert_msg(strstr(err.msg, file) && strstr(err.msg, what), "%s: \"%s\" lacks %s / %s", why, err.msg, file, what);
+    ck_assert_ptr_null(set);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char p[800];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(shard_descriptions_hostile) {
+    model a;
+    model_init(&a, 24);
+    save_sharded(&a, 1, 3);   /* [0, 8), [8, 16), [16, 24) */
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/global_step1", save_dir);
+    char *index = ct_fs_read_small(strcat(strcpy((char[800]){0}, dir), "/shards.json"), 1 << 20, NULL);
+    ck_assert_ptr_nonnull(index);
+    /* the description of each shard against the others and the index */
+    write_shard(dir, 1, 3, 6, 16, NP, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_1_of_3.safetensors", "overlaps [0, 8) of", "overlapping ranges");
+    write_shard(dir, 1, 3, 9, 16, NP, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_1_of_3.safetensors", "leaves elements [8, 9) in no shard", "a gap");
+    write_shard(dir, 1, 3, 8, 16, NP, "exp_avg,exp_avg_sq", 0);
+    write_shard(dir, 2, 3, 16, 23, NP, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "leaving elements [23, 24) in no shard", "a gap at the end");
+    write_shard(dir, 2, 3, 16, 24, NP + 1, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "a shard of 25 parameters", "n_params disagrees");
+    write_shard(dir, 2, 4, 16, 24, NP, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "a shard of 4 ranks", "world disagrees");
+    write_shard(dir, 2, 3, 16, 30, NP, "exp_avg,exp_avg_sq", 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "is not inside [0, 24)", "a range past n_params");
+    write_shard(dir, 2, 3, 16, 24, NP, "exp_avg,exp_avg_sq", 1);
+    refused(dir, "zero_shard_2_of_3.safetensors", "tensor \"master\" is F32 of 9 elements", "a tensor of another size");
+    write_shard(dir, 2, 3, 16, 24, NP, "exp_avg", 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "optimizer slots \"exp_avg\"", "other slots");
+    write_shard(dir, 2, 3, 16, 24, NP, NULL, 0);
+    refused(dir, "zero_shard_2_of_3.safetensors", "no valid shard description", "no description");
+    write_shard(dir, 2, 3, 16, 24, NP, "exp_avg,exp_avg_sq", 0);
+    char p[800];
+    snprintf(p, sizeof p, "%s/zero_shard_0_of_3.safetensors", dir);
+    struct stat st;
+    ck_assert_int_eq(stat(p, &st), 0);
+    ck_assert_int_eq(truncate(p, st.st_size - 3), 0);
+    refused(dir, "zero_shard_0_of_3.safetensors", "", "a truncated shard");
+    ck_assert_int_eq(unlink(p), 0);
+    refused(dir, "zero_shard_0_of_3.safetensors", "cannot open", "a missing shard");
+    write_shard(dir, 0, 3, 0, 8, NP, "exp_avg,exp_avg_sq", 0);
+    ct_ckpt_shard_set *set = NULL;
+    ct_err err = {0};
+    ck_assert_msg(ct_ckpt_shard_set_open(dir, &set, &err) == CT_OK, "%s", err.msg);   /* whole again */
+    ct_ckpt_shard_set_close(set);
+    /* the same refusals through a load and `ctrain info`: exit 3 (CT_ERR_DATA) naming the file */
+    write_shard(dir, 1, 3, 6, 16, NP, "exp_avg,exp_avg_sq", 0);
+    model b;
+    model_init(&b, 0);
+    ck_assert_int_eq(ct_ckpt_load(dir, &b.t, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "zero_shard"), "%s", err.msg);
+    int rc;
+    free(info_text(dir, &rc, &err));
+    ck_assert_int_eq(rc, CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "zero_shard_1_of_3.safetensors"), "%s", err.msg);
+    write_shard(dir, 1, 3, 8, 16, NP, "exp_avg,exp_avg_sq", 0);
+    /* the index */
+    static const struct { const char *text, *what; } bad[] = {
+        {"not json", "not valid JSON"},
+        {"{\"format\": \"other\", \"version\": 1}", "not an index of checkpoint shards"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 2}", "version 2"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 0, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\"}", "\"world\""},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 3, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\", \"slots\": [], \"shards\": [\"a\", \"b\"]}", "an array of 3 file names"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 1, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\", \"slots\": [], \"shards\": [\"../x\"]}", "a file name in the checkpoint directory"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 1, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\", \"slots\": [], \"shards\": [\"a\"], \"views\": [{\"name\": \"w\", \"shape\": [5, 5], "
+         "\"offset\": 0, \"trainable\": true}]}", "outside the parameter space of 24"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 1, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\", \"slots\": [], \"shards\": [\"a\"], \"views\": [{\"name\": \"w\", \"shape\": [-2], "
+         "\"offset\": 0, \"trainable\": true}]}", "not an integer >= 0"},
+        {"{\"format\": \"ctrain_zero_shards\", \"version\": 1, \"world\": 1, \"n_params\": 24, \"n_buffers\": 4, "
+         "\"optimizer\": \"AdamW\", \"slots\": [], \"shards\": [\"a\"], \"views\": [{\"name\": \"w\", \"shape\": [2], "
+         "\"offset\": 0, \"trainable\": true}, {\"name\": \"w\", \"shape\": [2], \"offset\": 2, \"trainable\": true}]}",
+         "names w twice"},
+    };
+    for (int i = 0; i < CT_ARRAY_LEN(bad); i++) {
+        write_text(dir, CT_SHARDS_INDEX, bad[i].text);
+        refused(dir, CT_SHARDS_INDEX, bad[i].what, bad[i].text);
+    }
+    write_text(dir, CT_SHARDS_INDEX, index);
+    /* fuzz: random bytes of the index, and of a shard's header, changed; every outcome is a clean
+     * refusal naming a file of the checkpoint (or, for a harmless change, success) */
+    ct_rng r;
+    ct_rng_init(&r, 99, 2, 0);
+    size_t len = strlen(index);
+    char *text = ct_xmalloc(len + 1);
+    snprintf(p, sizeof p, "%s/zero_shard_1_of_3.safetensors", dir);
+    size_t shard_len = 0;
+    char *shard = ct_fs_read_small(p, 1 << 20, &shard_len);
+    ck_assert_ptr_nonnull(shard);
+    for (int k = 0; k < 600; k++) {
+        bool in_index = k % 2 == 0;
+        char *buf = in_index ? text : ct_xmalloc(shard_len);
+        memcpy(buf, in_index ? index : shard, in_index ? len + 1 : shard_len);
+        size_t n = in_index ? len : shard_len, span = in_index ? len : 8 + 200;
+        for (int m = 1 + (int)(ct_rng_uniform(&r) * 3); m > 0; m--)
+            buf[(size_t)(ct_rng_uniform(&r) * (double)span) % n] = (char)(ct_rng_uniform(&r) * 256);
+        if (ct_rng_uniform(&r) < 0.2) n = (size_t)(ct_rng_uniform(&r) * (double)n);   /* truncated too */
+        FILE *f = fopen(in_index ? strcat(strcpy((char[800]){0}, dir), "/shards.json") : p, "wb");
+        fwrite(buf, 1, n, f);
+        fclose(f);
+        set = NULL;
+        err = (ct_err){0};
+        int got = ct_ckpt_shard_set_open(dir, &set, &err);
+        ck_assert_msg(got == CT_OK || got == CT_ERR_DATA, "fuzz %d: rc %d (%s)", k, got, err.msg);
+        ck_assert_msg(got == CT_OK || strstr(err.msg, ".safetensors") || strstr(err.msg, "shards.json"),
+                      "fuzz %d: %s", k, err.msg);
+        ct_ckpt_shard_set_close(set);
+        if (!in_index) free(buf);
+        write_text(dir, CT_SHARDS_INDEX, index);
+        f = fopen(p, "wb");
+        fwrite(shard, 1, shard_len, f);
+        fclose(f);
+    }
+    free(text);
+    free(shard);
+    free(index);
+}
+END_TEST
+
+/* A "device" for ckpt: host memory reached only through counted copies. */
+typedef struct fake_device {
+    long calls;
+    int64_t most;
+} fake_device;
+
+static void fake_to_host(void *ctx, float *dst, const float *src, int64_t n) {
+    fake_device *d = ctx;
+    d->calls++;
+    if (n > d->most) d->most = n;
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static void fake_from_host(void *ctx, float *dst, const float *src, int64_t n) { fake_to_host(ctx, dst, src, n); }
+
+/* A view of 2.5 M floats: a save and a load through a device's memory go in chunks of at most
+ * CT_CKPT_STAGE_FLOATS through one staging buffer, never a whole copy; the values bit for bit. */
+START_TEST(device_memory_staged_in_chunks) {
+    enum { BIG = 2500000 };
+    ct_param_view views[2] = {mkview("big.weight", 2, 2500, 1000, 0, true), mkview("bn.mean", 1, 3, 0, 0, false)};
+    float *src[4], *dst[4];
+    int64_t sizes[4] = {BIG, 3, BIG, BIG};
+    for (int i = 0; i < 4; i++) {
+        src[i] = ct_xmalloc((size_t)sizes[i] * sizeof(float));
+        dst[i] = ct_xcalloc((size_t)sizes[i], sizeof(float));
+        fill(src[i], (int)sizes[i], 40 + (uint64_t)i);
+    }
+    fake_device dev = {0};
+    ct_ckpt_mem mem = {.ctx = &dev, .to_host = fake_to_host, .from_host = fake_from_host};
+    ct_ckpt_tensors t = {.views = views, .n_views = 2, .n_params = BIG, .lo = 0, .hi = BIG, .params = src[0],
+                         .buffers = src[1], .n_buffers = 3, .n_slots = 2, .slot_name = {"exp_avg", "exp_avg_sq"},
+                         .slot = {src[2], src[3]}, .params_mem = &mem, .buffers_mem = &mem,
+                         .slot_mem = {&mem, &mem}};
+    snprintf(t.optimizer, sizeof t.optimizer, "AdamW");
+    ct_ckpt_state s = mkstate(3);
+    ct_err err = {0};
+    char dir[1024];
+    ck_assert_msg(ct_ckpt_save(save_dir, &t, &s, NULL, NULL, dir, sizeof dir, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_ge(dev.calls, 3 * 3);   /* each of the three big tensors in at least 3 chunks */
+    ck_assert_int_le(dev.most, CT_ST_FILL_FLOATS);
+    dev = (fake_device){0};
+    ct_ckpt_tensors u = t;
+    u.params = dst[0], u.buffers = dst[1], u.slot[0] = dst[2], u.slot[1] = dst[3];
+    ck_assert_msg(ct_ckpt_load(dir, &u, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_ge(dev.calls, 3 * 3);
+    ck_assert_int_le(dev.most, CT_CKPT_STAGE_FLOATS);
+    for (int i = 0; i < 4; i++) ck_assert(!memcmp(src[i], dst[i], (size_t)sizes[i] * sizeof(float)));
+    for (int i = 0; i < 4; i++) {
+        free(src[i]);
+        free(dst[i]);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -1035,9 +1446,15 @@ int main(void) {
     tcase_add_test(tc, export_and_info);
     tcase_add_test(tc, export_never_overwrites_inputs);
     tcase_add_test(tc, prune_only_own_complete_checkpoints);
-    tcase_add_test(tc, resume_auto_warns_when_none_complete);
+    tcase_add_test(tc, resume_auto_refuses_when_none_loads);
+    tcase_add_test(tc, resume_auto_latest_unreadable);
     tcase_add_test(tc, save_keeps_same_named_foreign_directory);
     tcase_add_test(tc, lock_held_until_holder_dies);
+    tcase_add_test(tc, shards_resume_on_any_world);
+    tcase_add_test(tc, shard_reads_only_its_range);
+    tcase_add_test(tc, shard_set_range_reads);
+    tcase_add_test(tc, shard_descriptions_hostile);
+    tcase_add_test(tc, device_memory_staged_in_chunks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

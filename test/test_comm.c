@@ -1,15 +1,20 @@
 /* test_comm.c: the single-process communicator (core/dist/comm.h). Over one rank a reduction is
  * the identity and a scatter or gather a copy; the table is the one MPI and NCCL will fill, so
  * its contract is checked here: in place where the header says so, copies where it does not, and
- * an error for a root that does not exist. Also the ZeRO partition's arithmetic (ct_comm_shard, and
- * ct_comm_shard_range against the owned elements one by one), and the communicator of threads
- * (test/thread_comm.h) that test_partition's ranks meet over, against sums over every rank's values
- * on 1 to 4 ranks. */
+ * an error for a root that does not exist. Also what needs no second process: the ranks' check
+ * that they were started alike (agree.h: the items of a config, their digest, the first key that
+ * differs, text through the host all-reduce) and the watchdogs' decision (watchdog.h: a wait past
+ * the timeout, a stop signal a stuck rank cannot act on). test_comm_mpi runs the check on 3 ranks.
+ * And the ZeRO partition's arithmetic (ct_comm_shard, and ct_comm_shard_range against the owned
+ * elements one by one), and the communicator of threads (test/thread_comm.h) that
+ * test_partition's ranks meet over, against sums over every rank's values on 1 to 4 ranks. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dist/agree.h"
 #include "core/dist/comm.h"
+#include "core/dist/watchdog.h"
 #include "core/util/rng.h"
 #include "test/thread_comm.h"
 
@@ -224,6 +229,134 @@ START_TEST(thread_comm_collectives) {
 }
 END_TEST
 
+/* The leaves of a config, keyed by path, valued by compact JSON; what may differ per rank left out
+ * (and only that: a key that merely starts with the same letters stays). */
+START_TEST(agree_items) {
+    cJSON *doc = cJSON_Parse("{\"lr\": 0.05, \"model\": {\"input\": [13, 2], \"layers\": [{\"out\": 6}, {}]},"
+                             " \"opt\": {}, \"train\": {\"run_dir\": \"r\", \"run_dirs\": 1, \"seed\": \"3\","
+                             " \"run_dir_x\": {\"a\": true}}}");
+    ck_assert_ptr_nonnull(doc);
+    static const char *const skip[] = {"train.run_dir"};
+    ct_agree_list l = {0};
+    ct_agree_add_json(&l, doc, skip, 1);
+    static const char *const want[][2] = {
+        {"lr", "0.05"}, {"model.input[0]", "13"}, {"model.input[1]", "2"}, {"model.layers[0].out", "6"},
+        {"model.layers[1]", "{}"}, {"opt", "{}"}, {"train.run_dirs", "1"}, {"train.seed", "\"3\""},
+        {"train.run_dir_x.a", "true"}};
+    ck_assert_int_eq(l.n, CT_ARRAY_LEN(want));
+    for (int i = 0; i < l.n; i++) {
+        ck_assert_str_eq(l.items[i].key, want[i][0]);
+        ck_assert_str_eq(l.items[i].value, want[i][1]);
+    }
+    ct_agree_free(&l);
+    cJSON_Delete(doc);
+}
+END_TEST
+
+/* Random keys and values: the digest of a list is that of the same items in another order, and
+ * changes with any one value, key, or where a key ends and its value begins; the first difference
+ * is found on either side. */
+START_TEST(agree_digest_and_difference) {
+    enum { N = 200 };
+    ct_rng g;
+    ct_rng_init(&g, 11, CT_RNG_AUGMENT, 3);
+    ct_agree_list a = {0}, b = {0};
+    char key[N][24], val[N][24];
+    for (int i = 0; i < N; i++) {
+        snprintf(key[i], sizeof key[i], "k%d.%08x", i, (unsigned)(ct_rng_uniform(&g) * 4e9));
+        snprintf(val[i], sizeof val[i], "%.9g", ct_rng_normal(&g));
+        ct_agree_add(&a, key[i], val[i]);
+    }
+    for (int i = N - 1; i >= 0; i--) ct_agree_add(&b, key[i], val[i]);   /* the same, reversed */
+    int in_ref, in_mine;
+    ck_assert_uint_eq(ct_agree_digest(&a), ct_agree_digest(&b));
+    ck_assert_uint_lt(ct_agree_digest(&a), 1ull << 52);
+    ck_assert(!ct_agree_first_difference(&a, &b, &in_ref, &in_mine));
+    /* one value changed in the middle of the reversed list */
+    free(b.items[N / 3].value);
+    b.items[N / 3].value = ct_xstrdup("0.5");
+    ck_assert_uint_ne(ct_agree_digest(&a), ct_agree_digest(&b));
+    ck_assert(ct_agree_first_difference(&a, &b, &in_ref, &in_mine));
+    ck_assert_str_eq(a.items[in_ref].key, b.items[N / 3].key);
+    ck_assert_int_eq(in_mine, N / 3);
+    ct_agree_free(&b);
+    /* a key missing: found at its place in the reference; a key only mine has: after all of them */
+    for (int i = 0; i < N; i++)
+        if (i != 150) ct_agree_add(&b, key[i], val[i]);
+    ck_assert(ct_agree_first_difference(&a, &b, &in_ref, &in_mine));
+    ck_assert(in_ref == 150 && in_mine == -1);
+    ck_assert(ct_agree_first_difference(&b, &a, &in_ref, &in_mine));
+    ck_assert(in_ref == -1 && in_mine == 150);
+    ct_agree_free(&b);
+    /* where a key ends and its value begins counts */
+    ct_agree_list c = {0}, d = {0};
+    ct_agree_add(&c, "ab", "c");
+    ct_agree_add(&d, "a", "bc");
+    ck_assert_uint_ne(ct_agree_digest(&c), ct_agree_digest(&d));
+    ct_agree_free(&a), ct_agree_free(&c), ct_agree_free(&d);
+}
+END_TEST
+
+/* Text through the host all-reduce, six bytes to a double: every byte value, lengths that are not a
+ * multiple of six; over one rank the sum is the identity, so what comes back is what went. */
+START_TEST(agree_text) {
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_comm *c = ct_comm_single(be);
+    ct_rng g;
+    ct_rng_init(&g, 12, CT_RNG_AUGMENT, 4);
+    static const size_t lens[] = {0, 1, 5, 6, 7, 1001};
+    for (int k = 0; k < CT_ARRAY_LEN(lens); k++) {
+        char text[1002];
+        for (size_t i = 0; i < lens[k]; i++) text[i] = (char)(1 + (int)(ct_rng_uniform(&g) * 255) % 255);
+        text[lens[k]] = '\0';
+        char *out = NULL;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_agree_send_text(c, 0, text, lens[k], &out, &err), CT_OK);
+        ck_assert_uint_eq(strlen(out), lens[k]);
+        ck_assert_mem_eq(out, text, lens[k]);
+        free(out);
+    }
+    /* one rank agrees with itself */
+    ct_agree_list l = {0};
+    ct_agree_add(&l, "lr", "0.05");
+    ct_err err = {0};
+    ck_assert_int_eq(ct_comm_agree(c, &l, &err), CT_OK);
+    ct_agree_free(&l);
+    ct_comm_destroy(c);
+    ct_backend_destroy(be);
+}
+END_TEST
+
+/* The watchdogs' decision: a call past the timeout ends the rank; a stop signal that came while the
+ * rank was already waiting ends it once the timeout has passed since the signal (60 s when waits are
+ * unbounded); a stop that came before the call began, or no call, never does. */
+START_TEST(watchdog_decision) {
+    static const struct {
+        int timeout;
+        double waited, stop_age;
+        bool due;
+    } cases[] = {
+        {3, 2.9, -1, false}, {3, 3.0, -1, true}, {3, -1, 100, false}, {0, 1e6, -1, false},
+        {3, 1.0, 2.9, false}, {3, 1.0, 3.0, true}, {0, 1e6, 59.5, false}, {0, 1e6, 60.0, true},
+        {0, 0.1, 61, true},
+    };
+    for (int i = 0; i < CT_ARRAY_LEN(cases); i++)
+        ck_assert_msg(ct_watchdog_due(cases[i].timeout, cases[i].waited, cases[i].stop_age) == cases[i].due,
+                      "case %d", i);
+    /* the stop flag as a watchdog follows it */
+    volatile int flag = 0;
+    ct_stop_follow s = {.flag = &flag};
+    ck_assert(ct_watchdog_stop_age(&s, 10.0, 5.0) < 0);           /* no signal */
+    flag = SIGTERM;
+    ck_assert(ct_watchdog_stop_age(&s, 10.0, 5.0) == 0.0);        /* seen now, in a call since 5 */
+    ck_assert(ct_watchdog_stop_age(&s, 12.5, 5.0) == 2.5);
+    ck_assert(ct_watchdog_stop_age(&s, 12.5, 11.0) < 0);          /* the call began after it: moving */
+    ck_assert_int_eq(s.sig, SIGTERM);
+    ct_stop_follow none = {.flag = NULL};
+    ck_assert(ct_watchdog_stop_age(&none, 10.0, 5.0) < 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("comm");
     TCase *tc = tcase_create("single");
@@ -231,6 +364,10 @@ int main(void) {
     tcase_add_test(tc, partition);
     tcase_add_test(tc, shard_range_is_the_owned_part);
     tcase_add_test(tc, thread_comm_collectives);
+    tcase_add_test(tc, agree_items);
+    tcase_add_test(tc, agree_digest_and_difference);
+    tcase_add_test(tc, agree_text);
+    tcase_add_test(tc, watchdog_decision);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -7,14 +7,18 @@
  * bf16 moves bit for bit), broadcast from rank 1 and a root that does not exist, the shard
  * collectives over the ZeRO partition, ZeRO-2/3's range gather and reduce-scatter (blocking and
  * non-blocking, several in flight), the host
- * all-reduce, barrier, and the refusal of an fp16 reduction. Not a Check suite: Check's forked
- * tests and MPI do not mix. */
+ * all-reduce, barrier, and the refusal of an fp16 reduction; and the ranks' check that they were
+ * started alike (agree.h): the same items (in any order) agree, and a value that differs on one
+ * rank, or a key that one rank lacks, stops every rank naming the ranks and the first key, with a
+ * list long enough to take several thousand doubles. Not a Check suite: Check's forked tests and
+ * MPI do not mix. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/dist/agree.h"
 #include "core/dist/comm.h"
 #include "core/dist/launch.h"
 #include "core/util/rng.h"
@@ -238,6 +242,94 @@ static void check_host(ct_comm *c) {
     EXPECT(c->barrier(c, &err) == CT_OK, "barrier: %s", err.msg);
 }
 
+/* A config-like list of n random items, the same on every rank (drawn from one stream). */
+static void agree_list(ct_agree_list *l, int n) {
+    ct_rng g;
+    ct_rng_init(&g, 77, CT_RNG_AUGMENT, 9);
+    for (int i = 0; i < n; i++) {
+        char key[48], val[32];
+        snprintf(key, sizeof key, "section%d.key%08x", i % 7, (unsigned)(ct_rng_uniform(&g) * 4e9));
+        snprintf(val, sizeof val, "%.9g", ct_rng_normal(&g));
+        ct_agree_add(l, key, val);
+    }
+}
+
+/* ct_comm_agree on every rank with lists that rank `who` changes by `change` (none: -1). */
+static int agree_with(ct_comm *c, int n, int who, void (*change)(ct_agree_list *), ct_err *err) {
+    ct_agree_list l = {0};
+    agree_list(&l, n);
+    if (c->rank == who) change(&l);
+    int rc = ct_comm_agree(c, &l, err);
+    ct_agree_free(&l);
+    return rc;
+}
+
+static void set_lr(ct_agree_list *l) {
+    free(l->items[5].key), free(l->items[5].value);
+    l->items[5].key = ct_xstrdup("optimizer.params.lr");
+    l->items[5].value = ct_xstrdup("0.1");
+}
+static void set_lr_ref(ct_agree_list *l) {   /* everyone's item 5, as the ranks that agree have it */
+    free(l->items[5].key), free(l->items[5].value);
+    l->items[5].key = ct_xstrdup("optimizer.params.lr");
+    l->items[5].value = ct_xstrdup("0.05");
+}
+static void reverse(ct_agree_list *l) {
+    for (int i = 0, j = l->n - 1; i < j; i++, j--) {
+        ct_agree_item t = l->items[i];
+        l->items[i] = l->items[j], l->items[j] = t;
+    }
+}
+static void drop_last(ct_agree_list *l) {
+    l->n--;
+    free(l->items[l->n].key), free(l->items[l->n].value);
+}
+static void change_last(ct_agree_list *l) {
+    free(l->items[l->n - 1].value);
+    l->items[l->n - 1].value = ct_xstrdup("\"another\"");
+}
+
+static void check_agree(ct_comm *c) {
+    ct_err err = {0};
+    /* the same items agree, in any order (rank 1 lists them backwards) */
+    EXPECT(agree_with(c, 300, -1, NULL, &err) == CT_OK, "the same lists: %s", err.msg);
+    EXPECT(agree_with(c, 300, 1, reverse, &err) == CT_OK, "the same items in another order: %s", err.msg);
+    /* rank 2 was given another lr: every rank stops; rank 0 and rank 2 say which key and values */
+    ct_agree_list l = {0};
+    agree_list(&l, 300);
+    set_lr_ref(&l);
+    if (c->rank == 2) set_lr(&l);
+    int rc = ct_comm_agree(c, &l, &err);
+    ct_agree_free(&l);
+    EXPECT(rc == CT_ERR_CONFIG, "another lr on rank 2: status %d", rc);
+    if (c->rank != 1)
+        EXPECT(strstr(err.msg, "ranks 0 and 2 were started with different configs or data: optimizer.params.lr is "
+                      "0.05 on rank 0 and 0.1 on rank 2"), "rank %d: %s", c->rank, err.msg);
+    else
+        EXPECT(strstr(err.msg, "rank 1 of 3: stopped before training: rank 2 was started with another config"),
+               "rank 1: %s", err.msg);
+    /* a list of 4000 items (~200 KB of text to send) whose last value differs on rank 1, and whose
+     * last key rank 2 lacks: rank 1 is the first that differs; both are named */
+    rc = agree_with(c, 4000, 1, change_last, &err);
+    EXPECT(rc == CT_ERR_CONFIG, "another last value on rank 1: status %d", rc);
+    if (c->rank != 2)
+        EXPECT(strstr(err.msg, "and \"another\" on rank 1 (the first key that differs)"), "rank %d: %s", c->rank,
+               err.msg);
+    else
+        EXPECT(strstr(err.msg, "rank 1 was started with another config or data than rank 0"), "rank 2: %s", err.msg);
+    ct_agree_list a = {0};
+    agree_list(&a, 4000);
+    if (c->rank == 1) change_last(&a);
+    if (c->rank == 2) drop_last(&a);
+    rc = ct_comm_agree(c, &a, &err);
+    char want[200];
+    snprintf(want, sizeof want, "%s is", a.n ? a.items[3999 < a.n ? 3999 : 0].key : "?");
+    ct_agree_free(&a);
+    EXPECT(rc == CT_ERR_CONFIG && strstr(err.msg, "ranks 1 and 2 differ from rank 0"), "rank %d: %s", c->rank,
+           err.msg);
+    if (c->rank == 0) EXPECT(strstr(err.msg, want), "rank 0 names the last key (%s): %s", want, err.msg);
+}
+
 /* Not a rank yet: run this program as 3 ranks. */
 static int launch_self(const char *self) {
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
@@ -273,6 +365,7 @@ int main(int argc, char **argv) {
     check_ranges(c);
     check_non_blocking(c);
     check_host(c);
+    check_agree(c);
     if (c->rank == 0) printf("%s: %d failure(s) on rank 0\n", argv[0], failures);
     c->failed = failures > 0;   /* a failing rank leaves at once; mpirun ends the rest */
     ct_comm_destroy(c);

@@ -754,6 +754,45 @@ static const err_case err_cases[] = {
      .has = {"elasticity.enabled: elastic training is not implemented in ctrain"}},
     {.text = TB8 "\"progressive_layer_drop\": {\"theta\": 0.5}}", .code = CFG,
      .at = "a.json:1:25", .has = {"progressive_layer_drop.enabled: required"}},
+    /* --- another kind of training than ctrain's: refused when on, naming the key and what ctrain
+       does instead (off, they are accepted: other_kinds_off_accepted) --- */
+    {.text = TB8 "\"progressive_layer_drop\": {\"enabled\": true, \"theta\": 0.5}}", .code = CFG,
+     .has = {"progressive_layer_drop.enabled: progressive layer drop", "trains every layer at every step"}},
+    {.text = TB8 "\"progressive_layer_drop\": {\"enabled\": false}}", .set = {"progressive_layer_drop.enabled=true"},
+     .code = CFG, .has = {"progressive_layer_drop.enabled: progressive layer drop"}},
+    {.text = TB8 "\"data_efficiency\": {\"enabled\": true, \"data_routing\": {\"enabled\": true, "
+                 "\"random_ltd\": {\"enabled\": true, \"total_layer_num\": 12}}}}", .code = CFG,
+     .has = {"data_efficiency.data_routing.random_ltd.enabled: random layer-token drop",
+             "sends every token through every layer"}},
+    {.text = TB8 "\"data_efficiency\": {\"data_routing\": 5}}", .code = CFG,
+     .has = {"data_efficiency.data_routing: expected an object, got 5"}},
+    {.text = TB8 "\"quantize_training\": {\"enabled\": true, \"quantize_bits\": {\"start_bits\": 12}}}",
+     .code = CFG, .has = {"quantize_training.enabled: quantization-aware training (MoQ"}},
+    {.text = TB8 "\"compression_training\": {\"sparse_pruning\": {\"shared_parameters\": {\"enabled\": true}}}}",
+     .code = CFG, .has = {"compression_training.sparse_pruning.shared_parameters.enabled: model compression (sparse "
+                          "pruning)", "trains the model uncompressed"}},
+    {.text = TB8 "\"compression_training\": {\"layer_reduction\": {\"enabled\": true, \"keep_number_layer\": 5}}}",
+     .code = CFG, .has = {"compression_training.layer_reduction.enabled: layer reduction"}},
+    {.text = TB8 "\"autotuning\": {\"enabled\": true, \"start_step\": 5}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"autotuning.enabled: DeepSpeed then runs a short profiling experiment", "ctrain has no autotuner"}},
+    {.text = TB8 "\"torch_autocast\": {\"enabled\": true, \"dtype\": \"bfloat16\"}}", .code = CFG,
+     .has = {"torch_autocast.enabled: PyTorch autocast", "\"bf16\": {\"enabled\": true}"}},
+    {.text = TB8 "\"torch_autocast\": {\"enabled\": \"yes\"}}", .code = CFG,
+     .has = {"torch_autocast.enabled: expected true or false, got \"yes\""}},
+    {.text = TB8 "\"pipeline\": {\"stages\": 4, \"partition\": \"best\"}}", .code = CFG, .at = "a.json:1:38",
+     .has = {"pipeline.stages: pipeline parallelism over 4 stages is not implemented in ctrain",
+             "the ranks split the batch"}},
+    {.text = TB8 "\"tensor_parallel\": {\"autotp_size\": 2}}", .code = CFG,
+     .has = {"tensor_parallel.autotp_size: tensor parallelism (AutoTP) over 2 ranks is not implemented"}},
+    {.text = TB8 "\"tensor_parallel\": {\"tp\": {\"tp_size\": 8}}}", .code = CFG,
+     .has = {"tensor_parallel.tp.tp_size: tensor parallelism over 8 ranks"}},
+    {.text = TB8 "\"sequence_parallel_size\": 4}", .code = CFG, .at = "a.json:1:25",
+     .has = {"sequence_parallel_size: sequence parallelism (DeepSpeed-Ulysses) over 4 ranks"}},
+    {.text = TB8 "\"compile\": {\"deepcompile\": true, \"passes\": [\"z3\", \"autotp\"]}}", .code = CFG,
+     .has = {"compile.passes: \"autotp\": tensor parallelism is not implemented in ctrain"}},
+    {.text = TB8 "\"checkpoint\": {\"load_universal\": true}}", .code = CFG, .at = "a.json:1:40",
+     .has = {"checkpoint.load_universal: loading a DeepSpeed universal checkpoint is not implemented",
+             "resume on any number of ranks"}},
 
     /* --- values: zero_optimization --- */
     {.text = "{\"train_batch_size\": 8,\n \"zero_optimization\": {\n   \"stage\": 4}}", .code = CFG, .at = "a.json:3:4",
@@ -1024,16 +1063,6 @@ static const not_yet_case not_yet_cases[] = {
      "zero_optimization.stage 3: accepted, not used yet", NULL},
     {TB8 "\"zero_optimization\": true}", 1, "zero_optimization.stage", /* the legacy form is stage 1 */
      "zero_optimization.stage 1: accepted, not used yet", NULL},
-    {TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\"}}}",
-     2, "zero_optimization.offload_optimizer.device",
-     "zero_optimization.offload_optimizer.device cpu: accepted, not used yet: this version trains without optimizer "
-     "offload", "zero_optimization"},
-    {TB8 "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 2, /* the deprecated form */
-     "zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.device cpu: accepted", NULL},
-    {TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"max_in_cpu\": 5}}}", 2,
-     "zero_optimization.offload_param.device",
-     "zero_optimization.offload_param.device cpu: accepted, not used yet: this version trains without parameter "
-     "offload", "zero_optimization"},
     /* offload with nothing checkpointed: a line (nothing to offload) */
     {TB8 "\"activation_checkpointing\": {\"cpu_checkpointing\": true}}", 1,
      "activation_checkpointing.cpu_checkpointing",
@@ -1051,6 +1080,16 @@ static const not_yet_case not_yet_cases[] = {
      1, "data_efficiency.data_sampling.curriculum_learning.enabled",
      "data_efficiency.data_sampling.curriculum_learning.enabled true: accepted, not used yet: this version trains "
      "without curriculum data sampling", "data_efficiency.data_sampling"},
+    /* switches that cannot change what is trained: a line each (MoQ, which eigenvalues serve, is
+       refused; there is nothing to compile) */
+    {TB8 "\"eigenvalue\": {\"enabled\": true, \"max_iter\": 50}}", 1, "eigenvalue.enabled",
+     "eigenvalue.enabled true: accepted, not used yet: this version trains without Hessian eigenvalues, which "
+     "DeepSpeed computes only to schedule quantize_training (MoQ)", "eigenvalue"},
+    {TB8 "\"compile\": {\"deepcompile\": true, \"offload_opt_states\": true, \"passes\": [\"z3\"]}}", 1, "compile",
+     "compile: accepted, not used yet: this version trains without compiling (ctrain runs its own kernels",
+     "compile"},
+    {TB8 "\"compile\": {\"enabled\": true, \"backend\": \"inductor\", \"kwargs\": {}}}", 1, "compile",
+     "training is the same without it", "compile"},
 };
 
 /* The one "keys read but not used" warning, or "" when there is none. */
@@ -1095,6 +1134,13 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"zero_optimization\": {\"stage\": 0, \"round_robin_gradients\": true}}", 0,
          "zero_optimization.round_robin_gradients"},
         {TB8 "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", 0, NULL}, /* stage 0 */
+        /* optimizer offload is done (core/train/offload.c); one process then has something to offload,
+           so no stage line either: the trainer says what happens once it knows the device */
+        {TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\"}}}",
+         0, NULL},
+        {TB8 "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 0, NULL}, /* the deprecated form */
+        /* parameter offload too: the trainer says what it does (one process: the stage line stays) */
+        {TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\", \"max_in_cpu\": 5}}}", 1, NULL},
         {TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}", 1, NULL},
         /* profile and synchronize_checkpoint_boundary are acted on (core/graph/exec.c): not listed */
         {TB8 "\"activation_checkpointing\": {\"profile\": true, \"number_checkpoints\": null, "
@@ -1156,13 +1202,13 @@ START_TEST(not_yet_all_and_max) {
         "   \"schedule_config\": {\"difficulty\": [1, 2, 3], \"max_step\": [5, 10]}},\n"
         " \"data_efficiency\": {\"data_sampling\": {\"curriculum_learning\": {\"enabled\": true,\n"
         "   \"curriculum_metrics\": {}}}},\n"
+        " \"eigenvalue\": {\"enabled\": true}, \"compile\": {\"deepcompile\": true},\n"
         " \"model\": {\"input\": [4], \"layers\": [{\"type\": \"linear\", \"out\": 2, \"checkpoint\": true}]}}";
     loaded l = load(all, 1);
     assert_ok(l);
     static const char *const order[] = {
-        "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
-        "zero_optimization.offload_param.device", "curriculum_learning.curriculum_type",
-        "data_efficiency.data_sampling.curriculum_learning.enabled"};
+        "curriculum_learning.curriculum_type", "data_efficiency.data_sampling.curriculum_learning.enabled",
+        "eigenvalue.enabled", "compile"};
     ct_not_yet ny[CT_NOT_YET_MAX];
     int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
     ck_assert_int_eq(n, CT_ARRAY_LEN(order));
@@ -1173,16 +1219,49 @@ START_TEST(not_yet_all_and_max) {
     }
     ct_not_yet two[3];
     memset(two, 0, sizeof two);
-    ck_assert_int_eq(ct_config_not_yet(l.cfg, two, 2), n); /* the count, even past max */
-    ck_assert_str_eq(two[1].path, order[1]);
-    ck_assert_str_eq(two[2].path, "");                        /* nothing past max written */
+    ck_assert_int_eq(ct_config_not_yet(l.cfg, two, 1), n); /* the count, even past max */
+    ck_assert_str_eq(two[0].path, order[0]);
+    ck_assert_str_eq(two[1].path, "");                        /* nothing past max written */
     ck_assert_int_eq(ct_config_not_yet(l.cfg, NULL, 0), n);
     ck_assert_int_eq(ct_config_not_yet(NULL, NULL, 0), 0);
     /* none of these sections is also in the generic warning */
     const char *u = unused_warning(&l);
     static const char *const said[] = {"zero_optimization", "activation_checkpointing", "flops_profiler",
-                                       "curriculum_learning", "data_efficiency"};
+                                       "curriculum_learning", "data_efficiency", "eigenvalue", "compile"};
     for (int i = 0; i < CT_ARRAY_LEN(said); i++) ck_assert_msg(strstr(u, said[i]) == NULL, "said twice: %s", u);
+    unload(&l);
+}
+END_TEST
+
+/* A feature that asks for another kind of training is refused only when on: present and off (enabled
+ * false, one stage, one rank, a pass that does not split the model), every one of them is accepted,
+ * known (no "unknown key"), gives no line of its own, and is listed as read but not used. */
+START_TEST(other_kinds_off_accepted) {
+    loaded l = load(TB8 "\"progressive_layer_drop\": {\"enabled\": false, \"theta\": 0.5},\n"
+                    " \"data_efficiency\": {\"data_routing\": {\"random_ltd\": {\"enabled\": false}}},\n"
+                    " \"quantize_training\": {\"quantize_bits\": {\"start_bits\": 12}},\n"
+                    " \"compression_training\": {\"weight_quantization\": {\"shared_parameters\": {\"enabled\": false}},\n"
+                    "   \"layer_reduction\": {\"enabled\": false}},\n"
+                    " \"autotuning\": {\"enabled\": false}, \"torch_autocast\": {\"enabled\": false, \"dtype\": \"bf16\"},\n"
+                    " \"pipeline\": {\"stages\": \"auto\", \"seed_layers\": false},\n"
+                    " \"tensor_parallel\": {\"autotp_size\": 1, \"tp\": {\"tp_size\": 1}}, \"sequence_parallel_size\": 1,\n"
+                    " \"compile\": {\"deepcompile\": false, \"passes\": [\"z1\"]}, \"eigenvalue\": {\"enabled\": false},\n"
+                    " \"checkpoint\": {\"load_universal\": false}, \"amp\": {\"enabled\": false},\n"
+                    " \"elasticity\": {\"enabled\": false}}", 8);
+    assert_ok(l);
+    ck_assert_int_eq(ct_config_not_yet(l.cfg, NULL, 0), 0);
+    ck_assert_msg(!has_warning(&l, "unknown key"), "a known section warned as unknown");
+    const char *u = unused_warning(&l);
+    static const char *const listed[] = {"progressive_layer_drop", "data_efficiency", "quantize_training",
+                                         "compression_training", "autotuning", "torch_autocast", "pipeline",
+                                         "tensor_parallel", "compile", "eigenvalue", "amp", "elasticity"};
+    for (int i = 0; i < CT_ARRAY_LEN(listed); i++)
+        ck_assert_msg(strstr(u, listed[i]), "%s not listed as read but not used: %s", listed[i], u);
+    unload(&l);
+    /* a misspelt compile key warns with the right one (DeepSpeed's section grows: not an error) */
+    l = load(TB8 "\"compile\": {\"deepcompil\": true}}", 1);
+    assert_ok(l);
+    assert_warn_has(l, "did you mean compile.deepcompile?");
     unload(&l);
 }
 END_TEST
@@ -1252,6 +1331,7 @@ int main(void) {
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));
     tcase_add_test(tc, not_yet_only_when_on);
     tcase_add_test(tc, not_yet_all_and_max);
+    tcase_add_test(tc, other_kinds_off_accepted);
     tcase_add_test(tc, config_check_summary);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

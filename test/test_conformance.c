@@ -6,7 +6,9 @@
  *
  * Accepted where DeepSpeed accepts (with the same derived batch triple), rejected where DeepSpeed
  * rejects, and rejected with a message naming the key where the file needs a feature ctrain does
- * not implement (1-bit / 0-1 optimizers). Every rejection message must start with the file name
+ * not implement (1-bit / 0-1 optimizers) or asks for another kind of training than ctrain's
+ * (progressive layer drop, random-LTD: DeepSpeed accepts these files and trains with layers or
+ * tokens dropped, which ctrain would silently not do). Every rejection message must start with the file name
  * and contain the JSON path. Files whose batch keys are "auto" (filled by HF tooling before
  * DeepSpeed sees them) are accepted with ctrain's "auto" rule: micro-batch
  * CT_CONFIG_DEFAULT_MICRO_BATCH, accumulation 1. */
@@ -73,12 +75,16 @@ static const corpus_case cases[] = {
      ERR("optimizer.type"), ERR("optimizer.type")},
     {"microsoft__DeepSpeedExamples__training_bing_bert_1-bit_lamb_nccl_deepspeed_bsz64k_onebitlamb_config_seq128_nccl.json",
      ERR("optimizer.type"), ERR("optimizer.type")},
-    /* 24 */ {"microsoft__DeepSpeedExamples__training_bing_bert_deepspeed_bsz4k_progressive_layer_drop_config_seq128.json",
-     OK(4096, 16, 256), OK(4096, 16, 32)},
+    /* 24: DeepSpeed accepts (4096 = 16 x 256 at W=1, 16 x 32 at W=8) and drops layers as it trains;
+       ctrain would train every layer: refused naming the switch */
+    {"microsoft__DeepSpeedExamples__training_bing_bert_deepspeed_bsz4k_progressive_layer_drop_config_seq128.json",
+     ERR("progressive_layer_drop.enabled"), ERR("progressive_layer_drop.enabled")},
     /* 25 */ {"microsoft__DeepSpeedExamples__training_bing_bert_deepspeed_bsz64k_lamb_config_seq128.json",
      OK(65536, 64, 1024), OK(65536, 64, 128)},
-    /* 26 */ {"microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json",
-     OK(4, 2, 2), ERR("gradient_accumulation_steps: derived")},
+    /* 26: DeepSpeed accepts at W=1 (GAS 2) and drops tokens (random-LTD), and fails the batch rule at
+       W=8; ctrain refuses random-LTD at both, before the batch rule */
+    {"microsoft__DeepSpeedExamples__training_data_efficiency_gpt_finetuning_config_ds_config_gpt_base_random_ltd.json",
+     ERR("data_efficiency.data_routing.random_ltd.enabled"), ERR("data_efficiency.data_routing.random_ltd.enabled")},
     /* 27 (Hjson) */ {"microsoft__DeepSpeedExamples__training_imagenet_config_ds_fp16_config.json", OK(256, 256, 1), OK(256, 32, 1)},
     /* 28 */ {"microsoft__DeepSpeedExamples__training_imagenet_config_ds_fp16_z1_config.json", OK(256, 256, 1), OK(256, 32, 1)},
     /* 29 (Hjson): a ZeRO fragment without batch keys */
@@ -233,9 +239,20 @@ START_TEST(corpus_details) {
     ct_config_free(cfg);
     /* legacy curriculum: accepted, difficulty_step 4 warned about (as DeepSpeed logs) */
     ck_assert_int_eq(warnings_of(cases[6].file, "difficulty_step: 4 is not a multiple of 8", NULL, NULL), 1);
-    /* prescale + predivide factor */
-    warnings_of(cases[23].file, "", NULL, &cfg);
+    /* prescale + predivide factor (the file's progressive layer drop switched off: refused when on) */
+    const char *no_pld[] = {"progressive_layer_drop.enabled=false"};
+    ct_config_opts pld_off = {.world_size = 1, .overrides = no_pld, .n_overrides = 1};
+    ck_assert_int_eq(warnings_of(cases[23].file, "keys read but not used by ctrain: progressive_layer_drop", &pld_off,
+                                 &cfg), 1);
     ck_assert(cfg->prescale_gradients && cfg->gradient_predivide_factor == 8);
+    ct_config_free(cfg);
+    /* eigenvalue on, quantize_training without "enabled" (DeepSpeed's default: off): accepted, with
+       a line saying the eigenvalues are not computed, which cannot change what is trained */
+    warnings_of(cases[30].file, "", NULL, &cfg);
+    ct_not_yet ny[CT_NOT_YET_MAX];
+    int n = ct_config_not_yet(cfg, ny, CT_NOT_YET_MAX);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(ny[0].path, "eigenvalue.enabled");
     ct_config_free(cfg);
 }
 END_TEST

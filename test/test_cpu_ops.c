@@ -429,12 +429,23 @@ START_TEST(mem_stats_per_category) {
     ck_assert_uint_ge(m.peak[CT_MEM_ACTIVATIONS], m0.current[CT_MEM_ACTIVATIONS] + 6000);
     ck_assert_uint_ge(m.peak_total, m0.current_total + 6024);
     ck_assert_uint_eq(m.current_total - m0.current_total, 1124);
-    /* pinned host memory is the loader's and not counted */
-    void *pin = be2->mem.alloc_host_pinned(be2, 4096);
+    /* pinned host memory is counted apart, in the host figures, by the category asked for */
+    void *pin = be2->mem.alloc_host_pinned(be2, 4096, CT_MEM_LOADER);
+    void *pin2 = be2->mem.alloc_host_pinned(be2, 1000, CT_MEM_OPTIM);
+    ck_assert_uint_eq((uintptr_t)pin % 64, 0);
+    ck_assert_uint_eq((uintptr_t)pin2 % 64, 0);
+    memset(pin, 1, 4096), memset(pin2, 2, 1000);
     ct_mem_stats m2;
     be2->mem.mem_stats(be2, &m2);
     ck_assert_uint_eq(m2.current_total, m.current_total);
+    ck_assert_uint_eq(m2.host_current[CT_MEM_LOADER] - m.host_current[CT_MEM_LOADER], 4096);
+    ck_assert_uint_eq(m2.host_current[CT_MEM_OPTIM] - m.host_current[CT_MEM_OPTIM], 1000);
+    ck_assert_uint_eq(m2.host_current_total - m.host_current_total, 5096);
     be2->mem.free_host_pinned(be2, pin);
+    be2->mem.mem_stats(be2, &m2);
+    ck_assert_uint_eq(m2.host_current_total - m.host_current_total, 1000);
+    ck_assert_uint_ge(m2.host_peak_total, m.host_current_total + 5096);
+    be2->mem.free_host_pinned(be2, pin2);
     be2->mem.free(be2, a), be2->mem.free(be2, b), be2->mem.free(be2, d);
     be2->mem.mem_stats(be2, &m);
     for (int k = 0; k < CT_MEM_CAT_COUNT; k++) ck_assert_uint_eq(m.current[k], m0.current[k]);

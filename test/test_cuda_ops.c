@@ -184,7 +184,7 @@ START_TEST(memory_and_copies) {
     float *h = hrand(n, -1, 1);
     /* pageable and pinned sources, device-to-device, memset */
     float *d = up(h, (size_t)n * 4);
-    float *pin = gpu->mem.alloc_host_pinned(gpu, (size_t)n * 4);
+    float *pin = gpu->mem.alloc_host_pinned(gpu, (size_t)n * 4, CT_MEM_WORKSPACE);
     ck_assert_ptr_nonnull(pin);
     memcpy(pin, h, (size_t)n * 4);
     float *d2 = poison(n);

@@ -47,7 +47,7 @@ START_TEST(download_matches_copy_d2h) {
     float *h = random_floats(n, 1);
     float *d = gpu_upload(h, n);
     gpu->elt.scale(gpu, d, 2.0f, n, CT_F32); /* a producer queued just before the download */
-    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes);
+    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes, CT_MEM_WORKSPACE);
     ck_assert_ptr_nonnull(pinned);
     memset(pinned, 0xFF, bytes);
     uint64_t t = gpu->queue.download(gpu, pinned, d, bytes, 0);
@@ -73,7 +73,7 @@ START_TEST(download_after_mark_and_later_writers) {
     float *src = gpu_upload(h, n), *other = gpu_upload(h, n);
     uint64_t mark = gpu->queue.compute_mark(gpu);
     for (int i = 0; i < 20; i++) gpu->elt.scale(gpu, other, 1.0001f, n, CT_F32);
-    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes);
+    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes, CT_MEM_WORKSPACE);
     uint64_t t = gpu->queue.download(gpu, pinned, src, bytes, mark);
     gpu->elt.fill(gpu, src, -7.0f, n, CT_F32); /* overwrites src: must run after the copy */
     ck_assert(gpu->queue.download_done(gpu, t, true));
@@ -95,8 +95,8 @@ START_TEST(download_tickets_through_the_ring) {
     size_t bytes = (size_t)copies * chunk * sizeof(float);
     float *h = random_floats((int64_t)copies * chunk, 3);
     float *d = gpu_upload(h, (int64_t)copies * chunk);
-    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes);
-    float *up_src = gpu->mem.alloc_host_pinned(gpu, chunk * sizeof(float));
+    float *pinned = gpu->mem.alloc_host_pinned(gpu, bytes, CT_MEM_WORKSPACE);
+    float *up_src = gpu->mem.alloc_host_pinned(gpu, chunk * sizeof(float), CT_MEM_WORKSPACE);
     float *up_dst = gpu->mem.alloc(gpu, chunk * sizeof(float), CT_MEM_ACTIVATIONS);
     memcpy(up_src, h, chunk * sizeof(float));
     memset(pinned, 0, bytes);

@@ -322,7 +322,7 @@ END_TEST
 
 /* Labels that do not fit the model are reported where they are: an empty class folder as such
  * (not as "labels go up to 3" when no image has label 3), an IDX label too large with the labels
- * file and its record (not the images file alone). */
+ * file and its record in the message's first line (not the images file alone). */
 START_TEST(test_labels_named_where_they_are) {
     char root[300], p[400], ip[300], lp[300], data[900];
     ct_err err = {0};
@@ -351,7 +351,11 @@ START_TEST(test_labels_named_where_they_are) {
     char input[40];
     snprintf(input, sizeof input, "[1, %d, %d]", IH, IW);
     open_fails(run_config(input, data), CT_ERR_DATA, &err);
-    ck_assert_msg(strstr(err.msg, "labs-idx1-ubyte: record 5 has label 4"), "%s", err.msg);
+    /* in the first line, which the summary's "error" holds (it named the images file alone there) */
+    char first[CT_ERR_MSG];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(err.msg, "\n"), err.msg);
+    ck_assert_msg(strstr(first, "labs-idx1-ubyte: record 5 has label 4") && strstr(first, "the model has 3 classes"),
+                  "%s", err.msg);
 }
 END_TEST
 
@@ -461,6 +465,46 @@ START_TEST(test_info_refuses_fifo) {
     ck_assert_int_eq(ct_info_main(2, argv, &err), CT_ERR_CONFIG);
     alarm(0);
     ck_assert_msg(strstr(err.msg, fifo) && strstr(err.msg, "not a regular file or directory"), "%s", err.msg);
+}
+END_TEST
+
+/* A FIFO as a data file of any format is refused by name at open, at once (it used to block in
+ * open() until a writer came: alarm() turns that into a failure instead of a hung suite). */
+START_TEST(test_data_fifo_refused) {
+    char fifo[300], json[700];
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmp);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    static const char *const entries[] = {
+        "{\"format\": \"csv\", \"path\": \"%s\"}", "{\"format\": \"tfrecord\", \"path\": \"%s\"}",
+        "{\"format\": \"webdataset\", \"urls\": \"%s\"}", "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4}",
+        "{\"format\": \"idx\", \"images\": \"%s\", \"labels\": \"%s\"}", "{\"format\": \"shard\", \"path\": \"%s\"}"};
+    for (int i = 0; i < CT_ARRAY_LEN(entries); i++) {
+        snprintf(json, sizeof json, entries[i], fifo, fifo);
+        ct_dataset *ds = NULL;
+        ct_err err = {0};
+        alarm(5);
+        ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+        alarm(0);
+        ck_assert_msg(strstr(err.msg, fifo) && strstr(err.msg, "a FIFO, not a regular file"), "%s: %s", json, err.msg);
+    }
+}
+END_TEST
+
+/* Names from data files reach a terminal escaped: control bytes (C0, DEL, C1) and invalid UTF-8 as
+ * \xNN, valid UTF-8 kept; a name's newline escaped, a message's kept; a cut at a whole escape. */
+START_TEST(test_printable) {
+    char out[64];
+    const char name[] = "a\x1b[31mb\n\t\x7f\xc2\x9b\xff\xc3\xa9\xe2\x82\xac";
+    ck_assert_str_eq(ct_printable(out, sizeof out, name, sizeof name - 1, CT_PRINT_NAME),
+                     "a\\x1b[31mb\\x0a\\x09\\x7f\\xc2\\x9b\\xff\xc3\xa9\xe2\x82\xac");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "x\ny\tz\x07", 6, CT_PRINT_LINES), "x\ny\tz\\x07");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "nul\0in", 6, CT_PRINT_NAME), "nul\\x00in");
+    ck_assert_str_eq(ct_printable(out, sizeof out, "\xc0\xaf\xed\xa0\x80", 5, CT_PRINT_NAME),   /* overlong, surrogate */
+                     "\\xc0\\xaf\\xed\\xa0\\x80");
+    ck_assert_str_eq(ct_printable(out, 10, "\x1b\x1b\x1b", 3, CT_PRINT_NAME), "\\x1b...");   /* 9 bytes of room */
+    ck_assert_str_eq(ct_printable(out, 13, "\x1b\x1b\x1b", 3, CT_PRINT_NAME), "\\x1b\\x1b\\x1b");
+    ck_assert_str_eq(ct_printable(out, 6, "abcdefgh", 8, CT_PRINT_NAME), "ab...");
+    ck_assert_str_eq(ct_printable(out, 9, "abcdefgh", 8, CT_PRINT_NAME), "abcdefgh");
 }
 END_TEST
 
@@ -898,7 +942,7 @@ START_TEST(test_tokens_llmc) {
     ck_assert_msg(strstr(err.msg, "3026 bytes") && strstr(err.msg, "1000 tokens"), "%s", err.msg);
     write_llmc(file, 20240520, 1, -5, tok, N);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "-5 tokens"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "a token count of -5, below 0") && !strstr(err.msg, "2 x -5"), "%s", err.msg);
     /* Version 2 (llm.c's uint32 tokens) is not read. */
     write_llmc(file, 20240520, 2, N, tok, N);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
@@ -927,6 +971,37 @@ START_TEST(test_tokens_llmc) {
     snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 4, \"vocab\": 0}", file);
     ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "data.train.vocab"), "%s", err.msg);
+}
+END_TEST
+
+/* An llm.c shard's vocabulary is the entry's "vocab" (default GPT-2's 50257): larger than the model's
+ * classes it is a config error naming data.train.vocab (it was a data error about the file). */
+START_TEST(test_tokens_llmc_vocab_vs_model) {
+    char file[300], path[400], text[1500];
+    snprintf(file, sizeof file, "%s/shard.bin", tmp);
+    uint16_t tok[200];
+    for (int i = 0; i < 200; i++) tok[i] = (uint16_t)(rand() % 100);
+    write_llmc(file, 20240520, 1, 200, tok, 200);
+    for (int with_vocab = 0; with_vocab < 2; with_vocab++) {
+        snprintf(path, sizeof path, "%s/lm.json", tmp);
+        snprintf(text, sizeof text,
+                 "{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.01}},\n"
+                 " \"model\": {\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 100, "
+                 "\"dim\": 8}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 100}], \"loss\": {\"type\": \"cross_entropy\"}},\n"
+                 " \"data\": {\"train\": {\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": 8%s}},\n"
+                 " \"train\": {\"epochs\": 1, \"device\": \"cpu\", \"run_dir\": \"%s/run\"}}\n",
+                 file, with_vocab ? ", \"vocab\": 500" : "", tmp);
+        write_bytes(path, text, strlen(text));
+        ct_config_opts co = {.path = path, .world_size = 1};
+        ct_config *cfg = NULL;
+        ct_warnings w = {0};
+        ct_err err = {0};
+        ck_assert_msg(ct_config_load(&co, &cfg, &w, &err) == CT_OK, "%s", err.msg);
+        ct_warnings_free(&w);
+        open_fails(cfg, CT_ERR_CONFIG, &err);
+        ck_assert_msg(strstr(err.msg, with_vocab ? "data.train.vocab: 500 (" : "data.train.vocab: 50257 (") &&
+                      strstr(err.msg, "but the model has 100 classes"), "%s", err.msg);
+    }
 }
 END_TEST
 
@@ -969,6 +1044,18 @@ START_TEST(test_pack_text_split) {
     }
     snprintf(file, sizeof file, "%s/tokens.bin", out);
     ck_assert(access(file, F_OK) != 0);
+    /* An input the pack would write over (OUT/train.bin given as a text): exit 2, the file intact
+     * (it was replaced by its own tokens) */
+    snprintf(file, sizeof file, "%s/train.bin", out);
+    size_t before_n, after_n;
+    uint8_t *before = read_all(file, &before_n);
+    char *over[] = {"pack", "--from", "text", file, "--out", out, "--eval-fraction", "0.1"};
+    ck_assert_int_eq(ct_pack_main(8, over, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "would write") && strstr(err.msg, "an input"), "%s", err.msg);
+    uint8_t *after = read_all(file, &after_n);
+    ck_assert(before_n == after_n && !memcmp(before, after, before_n));
+    free(before);
+    free(after);
     /* Bad fractions and a missing input: exit 2 with the value, exit 3 naming the file. */
     const char *bad[] = {"0", "1", "-0.1", "x", "0.5x"};
     for (int i = 0; i < 5; i++) {
@@ -1406,8 +1493,9 @@ START_TEST(test_webdataset_errors) {
     /* A sample without its label: an error at decode, skipped and counted with skip_corrupt. */
     ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/sample000004\" has no "
-                         "part.0/sample000004.cls member (field \"label\")"), "%s", err.msg);
+    /* its key holds ESC [2J (clear the screen): escaped in the message, so no control byte reaches a terminal */
+    ck_assert_msg(strstr(err.msg, "shard-000000.tar: sample \"part.0/\\x1b[2Jsample000004\" has no "
+                         "part.0/\\x1b[2Jsample000004.cls member (field \"label\")"), "%s", err.msg);
     int64_t skipped, got = skip_corrupt_epoch(ds, 5, 5, &skipped);
     ck_assert_int_eq(got, 14);
     ck_assert_int_eq(skipped, 1);
@@ -1437,6 +1525,35 @@ START_TEST(test_webdataset_errors) {
 }
 END_TEST
 
+
+/* A .npy whose shape multiplies out past what a sample may hold is refused for its size, naming
+ * the shape (it said "1 to 4 dimensions" of a 3-dimensional array); URLs are refused as URLs (an
+ * http:// shard was "No such file"). */
+START_TEST(test_webdataset_npy_size_and_urls) {
+    char cmd[900], json[600];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"import io, sys, tarfile\n"
+             "h = b\\\"{'descr': '<f4', 'fortran_order': False, 'shape': (100000, 100000, 100000), }\\\"\n"
+             "npy = b'\\\\x93NUMPY\\\\x01\\\\x00' + len(h).to_bytes(2, 'little') + h\n"
+             "with tarfile.open(sys.argv[1], 'w', format=tarfile.USTAR_FORMAT) as t:\n"
+             "    for name, data in (('s0.npy', npy), ('s0.txt', b'1')):\n"
+             "        i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\" %s/huge.tar", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/huge.tar\", \"image\": \"npy\", "
+             "\"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "huge.tar: member s0.npy (field \"image\"): .npy shape (100000, 100000, 100000) "
+                         "holds 1e+15 values; a sample holds at most 2^30"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"webdataset\", \"urls\": \"http://example.com/s-{0..3}.tar\"}", &ds, &err),
+                     CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.urls: \"http://example.com/s-{0..3}.tar\" is a URL; ctrain reads local "
+                         "files only"), "%s", err.msg);
+    ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"path\": [\"a.tfrecord\", \"s3://b/c.tfrecord\"]}",
+                                &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "\"s3://b/c.tfrecord\" is a URL"), "%s", err.msg);
+}
+END_TEST
 
 /* ---- tfrecord: tf.Example records written by test/make_tfrecord.py (framing and protobuf by hand) ---- */
 
@@ -1684,7 +1801,8 @@ START_TEST(test_tfrecord_errors) {
                   strstr(err.msg, "feature \"image\" (input): image is 3x3 (HxW), expected 4x4"), "%s", err.msg);
     ck_assert_int_eq(ds->decode(ds, 7, x, &y, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 2 (offset") &&
-                  strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name"), "%s", err.msg);
+                  strstr(err.msg, "feature \"label\" (label) is missing; the record has: id, image, name, "
+                         "\\x1b[31mred\\x0a"), "%s", err.msg);   /* a name from the file, escaped */
     int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
     ck_assert_int_eq(got, 6);
     ck_assert_int_eq(skipped, 3);
@@ -1737,6 +1855,78 @@ START_TEST(test_tfrecord_errors) {
     ck_assert_msg(strstr(err.msg, "data.train.shape: expected 1 to 4 positive integers"), "%s", err.msg);
     ck_assert_int_eq(open_entry("{\"format\": \"tfrecord\", \"input\": \"x\"}", &ds, &err), CT_ERR_CONFIG);
     ck_assert_msg(strstr(err.msg, "data.train.path: missing"), "%s", err.msg);
+}
+END_TEST
+
+/* A bad data CRC in record 0 is a record like any other: the open takes the geometry from the first
+ * record that reads (it used to fail there), decode names record 0 and skip_corrupt skips it; when
+ * every record has one, the open says so. */
+START_TEST(test_tfrecord_bad_first_record) {
+    tfr_row rows[16];
+    make_tfr("png", rows, 16);
+    char json[1200], p[400];
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\"}", tmp);
+    snprintf(p, sizeof p, "%s/part-0.tfrecord", tmp);
+    size_t len;
+    uint8_t *b = read_all(p, &len);
+    b[20] ^= 0x10;   /* record 0's data */
+    write_bytes(p, b, len);
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, 9);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): bad data CRC"), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_OK);
+    ck_assert_int_eq(png_id(x), rows[1].id);
+    int64_t skipped, got = skip_corrupt_epoch(ds, 3, 5, &skipped);
+    ck_assert_int_eq(got, 8);
+    ck_assert_int_eq(skipped, 1);
+    ct_dataset_close(ds);
+    /* every record of the only file bad */
+    for (int r = 0; r < 5; r++) b[tfr_offset(p, r) + 20] ^= r ? 0x10 : 0;
+    write_bytes(p, b, len);
+    free(b);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-0.tfrecord\"}", tmp);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 0 (offset 0): bad data CRC") &&
+                  strstr(err.msg, "All 5 records have a bad data CRC"), "%s", err.msg);
+}
+END_TEST
+
+/* A compressed file whose stream inflates to no TFRecord framing (gzip members of zeros: 64 MiB
+ * from 300 KiB) stops at its first record header, naming the file, instead of being inflated whole
+ * into memory first (an 8.5 GB buffer for a 4 MB file). */
+START_TEST(test_tfrecord_gzip_bomb) {
+    enum { MIB = 1 << 20 };
+    uint8_t *zeros = calloc(MIB, 1), *gz = malloc(MIB);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    ck_assert_int_eq(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);   /* gzip */
+    z.next_in = zeros;
+    z.avail_in = MIB;
+    z.next_out = gz;
+    z.avail_out = MIB;
+    ck_assert_int_eq(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t n = MIB - z.avail_out;
+    deflateEnd(&z);
+    char p[400], json[600];
+    snprintf(p, sizeof p, "%s/bomb.tfrecord.gz", tmp);
+    FILE *f = fopen(p, "wb");
+    for (int k = 0; k < 64; k++) ck_assert_uint_eq(fwrite(gz, 1, n, f), n);   /* 64 members */
+    fclose(f);
+    free(zeros);
+    free(gz);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s\"}", p);
+    ct_dataset *ds;
+    ct_err err = {0};
+    double t0 = ct_now();
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "bomb.tfrecord.gz: compressed (gzip or zlib), but what it inflates to is not TFRecord "
+                         "records: record 0 at inflated byte 0 has a bad length CRC (inflating stopped there)"), "%s", err.msg);
+    ck_assert_msg(ct_now() - t0 < 2.0, "took %.2f s: inflated far past the first header", ct_now() - t0);
 }
 END_TEST
 
@@ -2060,11 +2250,14 @@ int main(void) {
     tcase_add_test(tc, test_pack_idx_labels);
     tcase_add_test(tc, test_bench_data_args);
     tcase_add_test(tc, test_info_refuses_fifo);
+    tcase_add_test(tc, test_data_fifo_refused);
+    tcase_add_test(tc, test_printable);
     tcase_add_test(tc, test_shard_roundtrip);
     tcase_add_test(tc, test_shard_corruption);
     tcase_add_test(tc, test_idx_huge_header);
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_tokens_llmc);
+    tcase_add_test(tc, test_tokens_llmc_vocab_vs_model);
     tcase_add_test(tc, test_pack_text_split);
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);
@@ -2072,10 +2265,13 @@ int main(void) {
     tcase_add_test(tc, test_webdataset_png);
     tcase_add_test(tc, test_webdataset_npy);
     tcase_add_test(tc, test_webdataset_errors);
+    tcase_add_test(tc, test_webdataset_npy_size_and_urls);
     tcase_add_test(tc, test_tfrecord_png);
     tcase_add_test(tc, test_tfrecord_raw_and_float);
     tcase_add_test(tc, test_tfrecord_index);
     tcase_add_test(tc, test_tfrecord_errors);
+    tcase_add_test(tc, test_tfrecord_bad_first_record);
+    tcase_add_test(tc, test_tfrecord_gzip_bomb);
     tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
     TCase *forms = tcase_create("forms");

@@ -10,13 +10,21 @@
 
 #include "core/backend/backend.h"
 
+/* CT_TEST_DEVICE=capped runs them on the CPU's capped device: train.device "cpu" with
+ * CTRAIN_CAPPED_DEVICE set (run_tests.sh sets both), so this is the train.device to use. */
 static inline const char *test_device(void) {
     const char *d = getenv("CT_TEST_DEVICE");
-    return d && *d ? d : "cpu";
+    return d && *d && strcmp(d, "capped") != 0 ? d : "cpu";
 }
 
-/* 77 (skipped) after one line when a GPU is asked for and none is usable, else 0. */
+/* 77 (skipped) after one line when a GPU is asked for and none is usable, else 0; 1 when the
+ * capped device is asked for without its size. */
 static inline int test_device_unusable(void) {
+    const char *d = getenv("CT_TEST_DEVICE");
+    if (d && strcmp(d, "capped") == 0 && !getenv("CTRAIN_CAPPED_DEVICE")) {
+        printf("CT_TEST_DEVICE=capped needs CTRAIN_CAPPED_DEVICE (the device's size, e.g. 1GiB)\n");
+        return 1;
+    }
     if (strcmp(test_device(), "cpu") == 0 || ct_cuda_available()) return 0;
     printf("CT_TEST_DEVICE=%s but no CUDA device is usable: skipped\n", test_device());
     return 77;

@@ -11,6 +11,7 @@
 #include "core/ckpt/mapped.h"
 #include "core/graph/graph.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/graph/internal.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
@@ -892,6 +893,13 @@ static const char *ck_cnn =
     " {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32," \
     " \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\": {\"type\": \"cross_entropy\"}}"
 
+/* The same with Llama's block: rmsnorm, grouped-query attention with rotary positions, SwiGLU. */
+#define CK_LLAMA(times) \
+    "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 32, \"dim\": 16}," \
+    " {\"type\": \"repeat\", \"times\": " #times ", \"layers\": [{\"type\": \"llama_block\", \"heads\": 4," \
+    " \"kv_heads\": 2, \"intermediate\": 24" CK "}]}, {\"type\": \"rmsnorm\", \"name\": \"norm\"}," \
+    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 32, \"bias\": false}], \"loss\": {\"type\": \"cross_entropy\"}}"
+
 START_TEST(checkpointing_is_exact) {
     size_t plain, ckpt;
     expect_checkpointing_exact("mlp, marked", ck_mlp, 0, &plain, &ckpt);
@@ -900,6 +908,8 @@ START_TEST(checkpointing_is_exact) {
     expect_checkpointing_exact("cnn, marked", ck_cnn, 0, &plain, &ckpt);
     ck_assert(ckpt < plain);
     expect_checkpointing_exact("gpt, every block", CK_GPT(2), 0, &plain, &ckpt);
+    ck_assert(ckpt < plain);
+    expect_checkpointing_exact("llama, every block", CK_LLAMA(3), 0, &plain, &ckpt);
     ck_assert(ckpt < plain);
     /* even segments cut anywhere, residuals crossing their boundaries */
     char *mlp = strip_marks(ck_mlp), *cnn = strip_marks(ck_cnn), *gpt = strip_marks(CK_GPT(2));
@@ -1156,8 +1166,10 @@ START_TEST(checkpointing_leaves_the_last_layer_out) {
 END_TEST
 
 START_TEST(freed_bytes_are_never_read) {
-    const char *marked[] = {ck_mlp, ck_cnn, CK_GPT(2), ck_linear_add, ck_linear_dropout_add, ck_tanh_add, ck_conv_relu};
-    const char *names[] = {"mlp", "cnn", "gpt", "linear -> add", "linear -> dropout -> add", "tanh -> add", "conv relu"};
+    const char *marked[] = {ck_mlp, ck_cnn, CK_GPT(2), ck_linear_add, ck_linear_dropout_add, ck_tanh_add, ck_conv_relu,
+                            CK_LLAMA(2)};
+    const char *names[] = {"mlp", "cnn", "gpt", "linear -> add", "linear -> dropout -> add", "tanh -> add", "conv relu",
+                           "llama"};
     for (int m = 0; m < CT_ARRAY_LEN(marked); m++) {
         char *plain = strip_marks(marked[m]), what[96];
         for (int off = 0; off < 2; off++) {
@@ -2328,10 +2340,10 @@ START_TEST(hf_gpt2_values_at_their_positions) {
             ours[n_ours++] = (ct_st_entry){.name = L->views[v].name, .dtype = CT_F32, .shape = L->views[v].shape,
                                            .data = params + L->views[v].offset};
     ck_assert_msg(ct_st_write(ours_file, ours, n_ours, NULL, NULL, 0, &err) == CT_OK, "%s", err.msg);
-    ct_st_file *src = ct_st_open(ours_file, &err);
-    ck_assert_msg(src, "%s", err.msg);
+    ct_ckpt_source src;
+    ck_assert_msg(ct_ckpt_source_open_file(ours_file, &src, &err) == CT_OK, "%s", err.msg);
     ct_mapped_export x;
-    ck_assert_msg(ct_ckpt_map_export(src, L->views, &map, CT_F32, &x, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_ckpt_map_export(&src, L->views, &map, CT_F32, &x, &err) == CT_OK, "%s", err.msg);
     ck_assert_int_eq(x.n, N);
     for (int t = 0; t < N; t++) {
         int k = -1;
@@ -2348,7 +2360,7 @@ START_TEST(hf_gpt2_values_at_their_positions) {
                           (double)xd[i], (double)vals[t][i]);
     }
     ct_mapped_export_free(&x);
-    ct_st_close(src);
+    ct_ckpt_source_close(&src);
     ct_tensor_map_free(&map);
     unbuild(&g);
     for (int t = 0; t < N; t++) free(vals[t]);
@@ -2406,6 +2418,136 @@ START_TEST(transformer_block_expands) {
     EXPECT_ERROR("{\"input\": [8], \"layers\": [{\"type\": \"transformer_block\", \"heads\": 2}]}",
                  "takes a sequence [T, C]", "put an embedding before it");
     EXPECT_ERROR("{\"input\": [4], \"layers\": [{\"type\": \"transformer_blok\"}]}", "did you mean \"transformer_block\"");
+}
+END_TEST
+
+/* llama_block expands into the layers of the same block written out (every linear normal(0,
+ * 0.02), no biases, rmsnorm weights ones): the same views, initial values, loss and gradients bit
+ * for bit; the whole model's gradients match finite differences. */
+#define LLAMA_HEAD "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 32, \"dim\": 16}," \
+                   " {\"type\": \"repeat\", \"times\": 2, \"layers\": ["
+#define LLAMA_TAIL "]}, {\"type\": \"rmsnorm\", \"name\": \"norm\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 32," \
+                   " \"bias\": false}], \"loss\": {\"type\": \"cross_entropy\"}}"
+#define LIN_NB(name, out, std) "{\"type\": \"linear\", \"name\": \"" name "\", \"out\": " #out ", \"bias\": false," \
+                               " \"init\": {\"type\": \"normal\", \"std\": " std "}}"
+START_TEST(llama_block_expands) {
+    const char *shorthand = LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 2, \"intermediate\": 24,"
+                            " \"rope_theta\": 500, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}" LLAMA_TAIL;
+    const char *written =
+        LLAMA_HEAD "{\"type\": \"rmsnorm\", \"name\": \"ln1\", \"eps\": 1e-6}, " LIN_NB("qkv", 32, "0.02") ","
+        " {\"type\": \"causal_self_attention\", \"name\": \"attn\", \"heads\": 4, \"kv_heads\": 2, \"rope_theta\": 500,"
+        " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}, " LIN_NB("proj", 16, "0.02") ","
+        " {\"type\": \"add\", \"name\": \"res1\", \"inputs\": [\"block_input\", \"proj\"]},"
+        " {\"type\": \"rmsnorm\", \"name\": \"ln2\"}, " LIN_NB("gate_up", 48, "0.02") ", {\"type\": \"swiglu\"},"
+        " " LIN_NB("down", 16, "0.02") ", {\"type\": \"add\", \"name\": \"res2\", \"inputs\": [\"res1\", \"down\"]}" LLAMA_TAIL;
+    runner a, b;
+    runner_start(&a, shorthand, 3, 11);
+    runner_start(&b, written, 3, 11);
+    const ct_param_layout *La = ct_graph_layout(a.b.g), *Lb = ct_graph_layout(b.b.g);
+    ck_assert_int_eq(ct_graph_info_get(a.b.g)->n_layers, ct_graph_info_get(b.b.g)->n_layers);
+    ck_assert_int_eq(La->n_views, Lb->n_views);
+    for (int v = 0; v < La->n_views; v++) {
+        ck_assert_str_eq(La->views[v].name, Lb->views[v].name);
+        ck_assert(ct_shape_eq(&La->views[v].shape, &Lb->views[v].shape));
+    }
+    ck_assert_str_eq(La->views[2].name, "qkv.0.weight");
+    ck_assert_int_eq(La->views[2].shape.d[0], (4 + 2 * 2) * 4);
+    ck_assert(memcmp(a.params, b.params, sizeof(float) * (size_t)La->n_params) == 0);
+    double la = runner_loss(&a), lb = runner_loss(&b);
+    ck_assert_msg(la == lb, "loss %.9g vs %.9g", la, lb);
+    runner_backward(&a, NULL);
+    runner_backward(&b, NULL);
+    ck_assert(memcmp(a.grads, b.grads, sizeof(float) * (size_t)La->n_params) == 0);
+    runner_stop(&a);
+    runner_stop(&b);
+    check_graph_grads(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 1, \"intermediate\": 20}" LLAMA_TAIL,
+                      2, 1e-2, 3e-2);
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4}" LLAMA_TAIL, "(llama_block)",
+                 "missing field \"intermediate\"");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 3, \"intermediate\": 8}" LLAMA_TAIL,
+                 "kv_heads = 3 must divide heads = 4");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 16, \"intermediate\": 8}" LLAMA_TAIL,
+                 "head dim C / heads = 1", "even head dim");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 8, \"kv_head\": 2}" LLAMA_TAIL,
+                 "did you mean \"kv_heads\"");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 8, \"rope_scaling\":"
+                 " {\"type\": \"yarn\", \"factor\": 4}}" LLAMA_TAIL,
+                 "(causal_self_attention)", "rope_scaling.type \"yarn\" is not supported", "\"linear\" and \"dynamic\"");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 8, \"rope_scaling\":"
+                 " {\"type\": \"dynamic\", \"factor\": 4}}" LLAMA_TAIL, "max_position_embeddings");
+    EXPECT_ERROR(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 8, \"rope_scaling\":"
+                 " {\"type\": \"linear\", \"factr\": 4}}" LLAMA_TAIL, "unknown key \"factr\"", "did you mean \"factor\"");
+    EXPECT_ERROR("{\"input\": [5, 20], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 4, \"kv_heads\": 2}]}",
+                 "input is [5, 20]", "[T, 8 D]");
+    EXPECT_ERROR("{\"input\": [5, 24], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 3, \"kv_heads\": 2}]}",
+                 "heads = 3 is not divisible by kv_heads = 2");
+    EXPECT_ERROR("{\"input\": [5, 15], \"layers\": [{\"type\": \"causal_self_attention\", \"heads\": 1, \"rope_theta\": 10}]}",
+                 "head dim 5 is odd");
+    EXPECT_ERROR("{\"input\": [5, 6], \"layers\": [{\"type\": \"swiglu\"}, {\"type\": \"swiglu\"}]}",
+                 "(swiglu)", "input is [5, 3]", "even out");
+}
+END_TEST
+
+/* The map of Llama's names read off the graph (core/graph/hf_llama.c): q_proj, k_proj, v_proj as
+ * row blocks of the fused qkv, gate_proj and up_proj as the halves of gate_up, lm_head a duplicate
+ * only when tied; other shapes refused naming the layer; the config.json an export writes. */
+START_TEST(hf_llama_map_from_structure) {
+    built a, t;
+    expect_ok(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 2, \"intermediate\": 24}" LLAMA_TAIL, &a);
+    ct_tensor_map m;
+    ct_err err = {0};
+    ck_assert_msg(ct_hf_llama_map(a.g, &m, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(m.n, 1 + 2 * 9 + 2);
+    const ct_param_layout *L = ct_graph_layout(a.g);
+    const ct_tmap_entry *q = map_entry(&m, "model.layers.1.self_attn.q_proj.weight");
+    const ct_tmap_entry *k = map_entry(&m, "model.layers.1.self_attn.k_proj.weight");
+    const ct_tmap_entry *v = map_entry(&m, "model.layers.1.self_attn.v_proj.weight");
+    ck_assert_str_eq(L->views[q->view].name, "qkv.1.weight");
+    ck_assert(q->view == k->view && k->view == v->view);
+    ck_assert(q->row0 == 0 && q->rows == 16 && k->row0 == 16 && k->rows == 8 && v->row0 == 24 && v->rows == 8);
+    const ct_tmap_entry *gate = map_entry(&m, "model.layers.0.mlp.gate_proj.weight");
+    const ct_tmap_entry *up = map_entry(&m, "model.layers.0.mlp.up_proj.weight");
+    ck_assert_str_eq(L->views[up->view].name, "gate_up.0.weight");
+    ck_assert(gate->row0 == 0 && gate->rows == 24 && up->row0 == 24 && up->rows == 24);
+    ck_assert_str_eq(L->views[map_entry(&m, "model.layers.0.self_attn.o_proj.weight")->view].name, "proj.0.weight");
+    ck_assert_str_eq(L->views[map_entry(&m, "model.norm.weight")->view].name, "norm.weight");
+    ck_assert(!map_entry(&m, "lm_head.weight")->duplicate && !map_entry(&m, "lm_head.weight")->transpose);
+    ck_assert_int_eq(m.n_ignored, 2);
+    ck_assert_str_eq(m.ignored[1], "model.layers.1.self_attn.rotary_emb.inv_freq");
+    char *json = ct_hf_llama_config_json(a.g, "bfloat16");
+    cJSON *c = cJSON_Parse(json);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "num_key_value_heads")->valueint, 2);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "intermediate_size")->valueint, 24);
+    ck_assert_int_eq(cJSON_GetObjectItem(c, "max_position_embeddings")->valueint, 8);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(c, "tie_word_embeddings")));
+    ck_assert_str_eq(cJSON_GetObjectItem(c, "torch_dtype")->valuestring, "bfloat16");
+    cJSON_Delete(c);
+    free(json);
+    ct_tensor_map_free(&m);
+    unbuild(&a);
+    /* tied: lm_head an optional copy of the embedding */
+    expect_ok(LLAMA_HEAD "{\"type\": \"llama_block\", \"heads\": 4, \"intermediate\": 24}]}, {\"type\": \"rmsnorm\"},"
+              " {\"type\": \"linear\", \"out\": 32, \"bias\": false, \"tie\": \"wte.weight\"}], \"loss\":"
+              " {\"type\": \"cross_entropy\"}}", &t);
+    ck_assert_msg(ct_hf_llama_map(t.g, &m, &err) == CT_OK, "%s", err.msg);
+    const ct_tmap_entry *head = map_entry(&m, "lm_head.weight");
+    ck_assert(head->duplicate && head->view == map_entry(&m, "model.embed_tokens.weight")->view);
+    ck_assert(map_entry(&m, "model.layers.0.self_attn.k_proj.weight")->rows == 16);
+    ct_tensor_map_free(&m);
+    unbuild(&t);
+    /* other shapes: refused naming the layer */
+    built g;
+    expect_ok(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2}" GPT_TAIL, &g);
+    ck_assert_int_eq(ct_hf_llama_map(g.g, &m, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "not Llama's shape") && strstr(err.msg, "expected 3 + 6 per block"), "%s", err.msg);
+    unbuild(&g);
+    expect_ok(LLAMA_HEAD "{\"type\": \"rmsnorm\"}, " LIN_NB("qkv", 48, "0.02") ", {\"type\": \"causal_self_attention\","
+              " \"name\": \"sa\", \"heads\": 4}, " LIN_NB("proj", 16, "0.02") ", {\"type\": \"add\", \"inputs\":"
+              " [\"block_input\", \"proj\"]}, {\"type\": \"rmsnorm\"}, " LIN_NB("gu", 48, "0.02") ", {\"type\": \"swiglu\"},"
+              " " LIN_NB("down", 16, "0.02") ", {\"type\": \"add\", \"inputs\": [\"prev\", \"down\"]}" LLAMA_TAIL, &g);
+    ck_assert_int_eq(ct_hf_llama_map(g.g, &m, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "\"sa.0\"") && strstr(err.msg, "rope_theta"), "%s", err.msg);
+    unbuild(&g);
 }
 END_TEST
 
@@ -2650,6 +2792,8 @@ int main(void) {
     tcase_add_test(tc, chunked_head_hooks);
     tcase_add_test(tc, chunked_head_ignored_labels);
     tcase_add_test(tc, transformer_block_expands);
+    tcase_add_test(tc, llama_block_expands);
+    tcase_add_test(tc, hf_llama_map_from_structure);
     tcase_add_test(tc, hf_gpt2_map_from_structure);
     tcase_add_test(tc, hf_gpt2_values_at_their_positions);
     tcase_add_test(tc, bad_layer_types_and_fields);

@@ -257,6 +257,21 @@ START_TEST(fd_every_layer) {
         fd_check("{\"type\":\"causal_self_attention\",\"heads\":2}", 1, &qkv, CT_F32, n, seed, true, 1e-2, 5e-3);
         fd_check("{\"type\":\"causal_self_attention\",\"heads\":3,\"dropout\":0.3}", 1, &qkv, CT_F32, n, seed,
                  true, 1e-2, 5e-3);
+
+        /* Llama's parts: rmsnorm; swiglu over [gate | up]; attention with rotary positions and
+         * grouped kv heads (2 of 4, then multi-query 1 of 3), plain, with linear scaling and
+         * with dynamic scaling past max_position_embeddings */
+        fd_check("{\"type\":\"rmsnorm\"}", 1, rep == 2 ? &seq : &vec, CT_F32, n, seed, true, 1e-2, 2e-2);
+        ct_shape gate_up = SHAPE(rnd(&r, 1, 3), 2 * f);
+        fd_check("{\"type\":\"swiglu\"}", 1, &gate_up, CT_F32, n, seed, true, 1e-2, 5e-3);
+        ct_shape gqa = SHAPE(rnd(&r, 1, 6), (4 + 2 * 2) * 4), mqa = SHAPE(rnd(&r, 2, 6), (3 + 2) * 6);
+        fd_check("{\"type\":\"causal_self_attention\",\"heads\":4,\"kv_heads\":2,\"rope_theta\":10000}", 1,
+                 &gqa, CT_F32, n, seed, true, 1e-2, 5e-3);
+        fd_check("{\"type\":\"causal_self_attention\",\"heads\":3,\"kv_heads\":1,\"rope_theta\":100,"
+                 "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2}}", 1, &mqa, CT_F32, n, seed, true, 1e-2, 5e-3);
+        fd_check("{\"type\":\"causal_self_attention\",\"heads\":3,\"kv_heads\":1,\"rope_theta\":100,"
+                 "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2,\"max_position_embeddings\":1}}", 1, &mqa,
+                 CT_F32, n, seed, true, 1e-2, 5e-3);
     }
 }
 END_TEST
@@ -575,6 +590,11 @@ static const half_case half_cases[] = {
     {"{\"type\":\"embedding\",\"vocab\":7,\"dim\":6}", 1, {SHAPE(5)}, CT_I32, 3, true, false, false},
     {"{\"type\":\"position_embedding\",\"max_len\":9}", 1, {SHAPE(5, 6)}, CT_F32, 3, false, false, false},
     {"{\"type\":\"causal_self_attention\",\"heads\":2}", 1, {SHAPE(7, 24)}, CT_F32, 3, false, false, false},
+    {"{\"type\":\"causal_self_attention\",\"heads\":4,\"kv_heads\":2,\"rope_theta\":10000}", 1, {SHAPE(9, 64)}, CT_F32,
+     2, false, false, false},
+    {"{\"type\":\"rmsnorm\"}", 1, {SHAPE(3, 10)}, CT_F32, 2, false, false, false},
+    {"{\"type\":\"rmsnorm\",\"eps\":1e-5}", 1, {SHAPE(3, 10)}, CT_F32, 2, false, false, true},
+    {"{\"type\":\"swiglu\"}", 1, {SHAPE(3, 14)}, CT_F32, 2, false, false, false},
 };
 
 static uint16_t half_bits(float v, ct_dtype dt) { return dt == CT_F16 ? ct_f32_to_f16(v) : ct_f32_to_bf16(v); }
@@ -805,7 +825,8 @@ static const char *const layer_refs[] = {
     "global_avgpool", "batchnorm2d", "batchnorm2d_eval", "layernorm", "relu", "leaky_relu", "gelu",
     "gelu_tanh", "silu", "tanh", "sigmoid", "dropout_eval", "flatten", "reshape", "add", "concat",
     "concat_last", "embedding",
-    "position_embedding", "causal_self_attention"};
+    "position_embedding", "causal_self_attention", "rmsnorm", "swiglu", "causal_self_attention_gqa_rope",
+    "causal_self_attention_mqa_linear", "causal_self_attention_dynamic"};
 
 START_TEST(pytorch_layers) {
     ref_layer(layer_refs[_i]);

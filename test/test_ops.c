@@ -21,6 +21,8 @@
  *     - against the row's fp64 reference in the dtypes the row gives reference tolerances for:
  *       |got - want| <= atol + rtol |want| (+ the row's bound for the element, `ref_bound`:
  *       the GEMMs' error bound from k) per element.
+ *   CT_TEST_DEVICE=capped: the CPU's capped device (CTRAIN_CAPPED_DEVICE, or 1 GiB) against the
+ *     CPU backend: every output bit for bit equal (the same kernels, behind its copies);
  *   CT_TEST_DEVICE=cuda[:N]: that backend against the CPU backend on the same inputs and dtype:
  *     every element of every output within |got - cpu| <= rtol (|cpu| + rms), rtol by the
  *     output's storage (fp32 2e-5: sums in another order; fp16 3e-3, bf16 2.4e-2: about three
@@ -536,7 +538,12 @@ static void check_case(report *r, op_case *k, int row_index) {
     double **v = make_values(k, row_index);
     void **h = encode(k, v);
     r->runs++;
-    if (device) {
+    if (device && strcmp(device, "capped") == 0) {   /* the CPU's kernels behind copies: the same bits */
+        void **g = run_on(dev, k, h), **c = run_on(cpu, k, h);
+        for (int i = 0; i < k->nargs; i++)
+            if (is_output(&k->a[i])) compare_arg_bits(r, k, i, g, c, "capped device vs CPU", false);
+        free_bytes(g, k->nargs), free_bytes(c, k->nargs);
+    } else if (device) {
         void **g = run_on(dev, k, h), **c = run_on(cpu, k, h);
         compare_device(r, k, g, c, v);
         free_bytes(g, k->nargs), free_bytes(c, k->nargs);
@@ -1911,6 +1918,186 @@ static void batched_ref(const op_case *k, double **v) {
                     b.d.ldb, (float)S(8) / 10, v[2] + i * b.sc, b.d.ldc);
 }
 
+
+/* ======================================================================================== */
+/* ---- rows: Llama-family blocks (RMSNorm, SwiGLU, rotary positions with grouped-query heads) ---- */
+
+/* rmsnorm: rows d (LN_SHAPES); eps 1e-5 */
+#define RMS_EPS 1e-5f
+static double rms_rstd(const op_case *k, const double *x, int64_t r) {
+    double q = 0;
+    for (int64_t j = 0; j < S(1); j++) q += x[r * S(1) + j] * x[r * S(1) + j];
+    return 1 / sqrt(q / (double)S(1) + RMS_EPS);
+}
+/* forward: y, rstd, x, gamma; variants with the weight and without (gamma NULL) */
+static bool rms_forward_setup(op_case *k) {
+    N(0) = N(2) = S(0) * S(1);
+    N(1) = S(0);
+    N(3) = k->var == 0 ? S(1) : 0;
+    return true;
+}
+static void rms_forward_run(ct_backend *be, const op_case *k, void **p) {
+    be->norm.rmsnorm_forward(be, p[0], p[1], p[2], p[3], S(0), S(1), RMS_EPS, k->dt);
+}
+static void rms_forward_ref(const op_case *k, double **v) {
+    for (int64_t r = 0; r < S(0); r++) {
+        double rs = rms_rstd(k, v[2], r);
+        v[1][r] = rs;
+        for (int64_t j = 0; j < S(1); j++) v[0][r * S(1) + j] = v[2][r * S(1) + j] * rs * (N(3) ? v[3][j] : 1.0);
+    }
+}
+/* backward: dx, dgamma, dy, x, gamma, rstd (the rows', from x); variants: all, the weight's
+ * gradient alone (dx NULL), dx alone (dgamma NULL) */
+static bool rms_backward_setup(op_case *k) {
+    N(0) = k->var == 1 ? 0 : S(0) * S(1);
+    N(1) = k->var == 2 ? 0 : S(1);
+    N(2) = N(3) = S(0) * S(1);
+    N(4) = S(1);
+    N(5) = S(0);
+    return true;
+}
+static void rms_backward_init(const op_case *k, double **v) {
+    for (int64_t r = 0; r < S(0); r++) v[5][r] = rms_rstd(k, v[3], r);
+}
+static void rms_backward_run(ct_backend *be, const op_case *k, void **p) {
+    be->norm.rmsnorm_backward(be, p[0], p[1], p[2], p[3], p[4], p[5], S(0), S(1), k->dt);
+}
+static void rms_backward_ref(const op_case *k, double **v) {
+    int64_t d = S(1);
+    for (int64_t r = 0; r < S(0); r++) {
+        double rs = v[5][r], sgx = 0;
+        for (int64_t j = 0; j < d; j++) sgx += v[2][r * d + j] * v[4][j] * v[3][r * d + j];
+        for (int64_t j = 0; j < d; j++) {
+            int64_t at = r * d + j;
+            if (N(1)) v[1][j] += v[2][at] * v[3][at] * rs;
+            if (N(0)) v[0][at] = rs * (v[2][at] * v[4][j] - v[3][at] * rs * rs * sgx / d);
+        }
+    }
+}
+
+/* swiglu: rows f; x [rows, 2f] = gate | up */
+static const int64_t SWIGLU_SHAPES[][NS] = {{1, 1}, {7, 33}, {33, 7}, {3, 1000}, {300, 64}, {37, 24}, {64, 768}};
+static double silu_d(double g) { return g / (1 + exp(-g)); }
+/* forward: y, x */
+static bool swiglu_forward_setup(op_case *k) {
+    N(0) = S(0) * S(1);
+    N(1) = 2 * S(0) * S(1);
+    return true;
+}
+static void swiglu_forward_run(ct_backend *be, const op_case *k, void **p) {
+    be->elt.swiglu_forward(be, p[0], p[1], S(0), S(1), k->dt);
+}
+static void swiglu_forward_ref(const op_case *k, double **v) {
+    for (int64_t r = 0; r < S(0); r++)
+        for (int64_t j = 0; j < S(1); j++)
+            v[0][r * S(1) + j] = silu_d(v[1][r * 2 * S(1) + j]) * v[1][r * 2 * S(1) + S(1) + j];
+}
+/* backward: dx, dy, x */
+static bool swiglu_backward_setup(op_case *k) {
+    N(0) = N(2) = 2 * S(0) * S(1);
+    N(1) = S(0) * S(1);
+    return true;
+}
+static void swiglu_backward_run(ct_backend *be, const op_case *k, void **p) {
+    be->elt.swiglu_backward(be, p[0], p[1], p[2], S(0), S(1), k->dt);
+}
+static void swiglu_backward_ref(const op_case *k, double **v) {
+    int64_t f = S(1);
+    for (int64_t r = 0; r < S(0); r++)
+        for (int64_t j = 0; j < f; j++) {
+            double g = v[2][r * 2 * f + j], u = v[2][r * 2 * f + f + j], dy = v[1][r * f + j];
+            double s = 1 / (1 + exp(-g));
+            v[0][r * 2 * f + j] = dy * u * s * (1 + g * (1 - s));
+            v[0][r * 2 * f + f + j] = dy * silu_d(g);
+        }
+}
+
+/* rope_gqa: B T H KV D theta factor_x10 pos0. theta 0: no rotation (the grouped heads alone); the
+ * rest 10^4 and 5 * 10^5 (Llama 3's), positions past 4000 (fp32 angles of thousands of radians),
+ * linear scaling, one kv head (multi-query), as many as the heads, head dims of 2 to 128. */
+static const int64_t ROPE_SHAPES[][NS] = {
+    {1, 1, 1, 1, 2, 10000, 10, 0},  {2, 5, 4, 2, 8, 10000, 10, 0},   {1, 33, 3, 1, 16, 10000, 10, 0},
+    {2, 17, 4, 4, 64, 10000, 10, 0}, {1, 6, 2, 1, 128, 500000, 10, 3}, {3, 70, 6, 3, 32, 10000, 40, 0},
+    {2, 130, 8, 2, 64, 10000, 10, 0}, {1, 3, 2, 1, 64, 10000, 10, 4000}, {2, 5, 4, 1, 10, 0, 10, 0},
+    {1, 9, 2, 2, 6, 0, 10, 0},      {1, 40, 2, 1, 128, 10000, 25, 100}};
+static ct_rope rope_args(const op_case *k) {
+    return (ct_rope){.theta = (double)S(5), .factor = (double)S(6) / 10.0, .pos0 = S(7)};
+}
+/* The op's documented fp32 steps for the angle of pair i at position t; cos and sin in double. */
+static void rope_cs(const op_case *k, int64_t t, int64_t i, double *c, double *s) {
+    ct_rope r = rope_args(k);
+    float e = (float)(2 * i) / (float)S(4);
+    float f = 1.0f / (float)pow((double)(float)r.theta, (double)e);
+    if (r.factor != 1.0) f = f / (float)r.factor;
+    float a = (float)(r.pos0 + t) * f;
+    *c = r.theta != 0 ? cos((double)a) : 1.0;
+    *s = r.theta != 0 ? sin((double)a) : 0.0;
+}
+static int64_t rope_in_numel(const op_case *k) { return S(0) * S(1) * (S(2) + 2 * S(3)) * S(4); }
+static int64_t rope_out_numel(const op_case *k) { return S(0) * S(1) * 3 * S(2) * S(4); }
+/* forward: qkv, x */
+static bool rope_forward_setup(op_case *k) {
+    N(0) = rope_out_numel(k);
+    N(1) = rope_in_numel(k);
+    return true;
+}
+static void rope_forward_run(ct_backend *be, const op_case *k, void **p) {
+    ct_rope r = rope_args(k);
+    be->attn.rope_gqa_forward(be, p[0], p[1], S(0), S(1), S(2), S(3), S(4), &r, k->dt);
+}
+/* y[head] = x[src] turned by t's angles (v heads: copied) */
+static void rope_forward_ref(const op_case *k, double **v) {
+    int64_t H = S(2), KV = S(3), D = S(4), half = D / 2, rep = H / KV;
+    for (int64_t bt = 0; bt < S(0) * S(1); bt++) {
+        const double *x = v[1] + bt * (H + 2 * KV) * D;
+        double *y = v[0] + bt * 3 * H * D;
+        for (int64_t which = 0; which < 3; which++)
+            for (int64_t h = 0; h < H; h++) {
+                int64_t src = which == 0 ? h : which == 1 ? H + h / rep : H + KV + h / rep;
+                const double *xs = x + src * D;
+                double *ys = y + (which * H + h) * D;
+                for (int64_t i = 0; i < half; i++) {
+                    double c, s;
+                    rope_cs(k, bt % S(1), i, &c, &s);
+                    if (which == 2) c = 1, s = 0;
+                    ys[i] = xs[i] * c - xs[half + i] * s;
+                    ys[half + i] = xs[half + i] * c + xs[i] * s;
+                }
+            }
+    }
+}
+/* backward: dx, dqkv */
+static bool rope_backward_setup(op_case *k) {
+    N(0) = rope_in_numel(k);
+    N(1) = rope_out_numel(k);
+    return true;
+}
+static void rope_backward_run(ct_backend *be, const op_case *k, void **p) {
+    ct_rope r = rope_args(k);
+    be->attn.rope_gqa_backward(be, p[0], p[1], S(0), S(1), S(2), S(3), S(4), &r, k->dt);
+}
+/* The transpose: every query head's gradient turned back into its source head, summed. */
+static void rope_backward_ref(const op_case *k, double **v) {
+    int64_t H = S(2), KV = S(3), D = S(4), half = D / 2, rep = H / KV;
+    for (int64_t j = 0; j < N(0); j++) v[0][j] = 0;
+    for (int64_t bt = 0; bt < S(0) * S(1); bt++) {
+        double *dx = v[0] + bt * (H + 2 * KV) * D;
+        const double *d = v[1] + bt * 3 * H * D;
+        for (int64_t which = 0; which < 3; which++)
+            for (int64_t h = 0; h < H; h++) {
+                int64_t src = which == 0 ? h : which == 1 ? H + h / rep : H + KV + h / rep;
+                const double *ds = d + (which * H + h) * D;
+                for (int64_t i = 0; i < half; i++) {
+                    double c, s;
+                    rope_cs(k, bt % S(1), i, &c, &s);
+                    if (which == 2) c = 1, s = 0;
+                    dx[src * D + i] += ds[i] * c + ds[half + i] * s;
+                    dx[src * D + half + i] += ds[half + i] * c - ds[i] * s;
+                }
+            }
+    }
+}
+
 /* ======================================================================================== */
 /* ---- the table ---- */
 
@@ -2115,6 +2302,31 @@ static const op_row ROWS[] = {
     {"gemm_batched", D_F32, SHAPES(BATCHED_SHAPES), "ta tb m n k batch padded alpha_x10 beta_x10", NULL,
      {{"a", IN, F32, -1, 1}, {"b", IN, F32, -1, 1}, {"c", ACC, F32, -1, 1}},
      batched_setup, batched_run, NULL, batched_ref, REF_F32(1e-4, 1e-4), .flags = KEEP},
+    /* Llama-family blocks */
+    {"rmsnorm_forward", D_ALL, SHAPES(LN_SHAPES), "rows d", "weight no_weight",
+     {{"y", OUT, DT}, {"rstd", OUT, F32, .ref = TOL(1e-4, 0)}, {"x", IN, DT, -2, 3}, {"gamma", IN, DT, 0.5f, 1.5f}},
+     rms_forward_setup, rms_forward_run, NULL, rms_forward_ref, REF_F32(1e-4, 1e-5)},
+    {"rmsnorm_backward", D_ALL, SHAPES(LN_SHAPES), "rows d", "all dgamma_only dx_only",
+     {{"dx", OUT, DT},
+      {"dgamma", ACC, F32, -1, 1, .ref = TOL(1e-4, 1e-4), .dev = {1e-5, 1e-4, 1e-4}},
+      {"dy", IN, DT, -1, 1},
+      {"x", IN, DT, -2, 3},
+      {"gamma", IN, DT, 0.5f, 1.5f},
+      {"rstd", IN, F32}},
+     rms_backward_setup, rms_backward_run, rms_backward_init, rms_backward_ref, REF_F32(1e-3, 1e-4)},
+    {"swiglu_forward", D_ALL, SHAPES(SWIGLU_SHAPES), "rows f", NULL,
+     {{"y", OUT, DT}, {"x", IN, DT, -6, 6}},
+     swiglu_forward_setup, swiglu_forward_run, NULL, swiglu_forward_ref, REF_F32(1e-5, 1e-6), .flags = SPECIALS},
+    {"swiglu_backward", D_ALL, SHAPES(SWIGLU_SHAPES), "rows f", NULL,
+     /* d gate = dy up silu'(gate), silu' crossing 0 at -1.28: terms of dy's size */
+     {{"dx", OUT, DT, .terms = 2}, {"dy", IN, DT, -1, 1}, {"x", IN, DT, -6, 6}},
+     swiglu_backward_setup, swiglu_backward_run, NULL, swiglu_backward_ref, REF_F32(1e-5, 1e-5), .flags = SPECIALS},
+    {"rope_gqa_forward", D_ALL, SHAPES(ROPE_SHAPES), "B T H KV D theta factor_x10 pos0", NULL,
+     {{"qkv", OUT, DT, .terms = 2}, {"x", IN, DT, -1, 1}},
+     rope_forward_setup, rope_forward_run, NULL, rope_forward_ref, REF_F32(1e-5, 1e-6)},
+    {"rope_gqa_backward", D_ALL, SHAPES(ROPE_SHAPES), "B T H KV D theta factor_x10 pos0", NULL,
+     {{"dx", OUT, DT, .terms = 2}, {"dqkv", IN, DT, -1, 1}},
+     rope_backward_setup, rope_backward_run, NULL, rope_backward_ref, REF_F32(1e-5, 1e-5)},
 };
 
 /* ---- Check glue ---- */

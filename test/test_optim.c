@@ -552,6 +552,91 @@ START_TEST(norm_not_computed_without_clipping) {
 }
 END_TEST
 
+/* ZeRO-Offload's seam: an update in ranges (ct_optim_update_begin, _range over chunks in any
+ * order, _end), with the state in host memory pinned by another backend (the capped device's) and
+ * the 16-bit copy written range by range into a buffer of its own, equals ct_optim_apply over the
+ * whole range bit for bit: master, state, copy, stats, and the next update's bias correction and
+ * schedule step. Lamb refuses a range that cuts a tensor and takes one that does not. */
+static void expect_ranges_equal_whole(ct_opt_type type, const int64_t *cuts, int n_cuts) {
+    ct_backend *be = ct_cpu_backend_create(2), *dev = ct_capped_backend_create(1, (size_t)1 << 20, 0);
+    ct_optimizer_cfg c = stateful_cfg(type);
+    ct_scheduler_cfg warm = no_sched;
+    warm.type = CT_SCHED_WARMUP_LR;
+    warm.warmup_min_lr = 0, warm.warmup_max_lr = 0.01, warm.warmup_num_steps = 3, warm.warmup_type = CT_WARMUP_LINEAR;
+    ct_mem_place host = {dev, be, true};
+    ct_optim *whole = make(&c, &warm, 0.5, be, 0, N_PARAMS), *ranged = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_optim_create_in(&c, &warm, 0.5, be, &host, tensors, n_tensors, 0, N_PARAMS, &ranged, &err), CT_OK);
+    ct_mem_stats m;
+    dev->mem.mem_stats(dev, &m);
+    ck_assert_uint_eq(m.host_current[CT_MEM_OPTIM], ct_optim_state_bytes(ranged));   /* pinned by dev */
+    ck_assert_uint_eq(m.current_total, 0);
+    bufs a = bufs_new(be), b = bufs_new(be);
+    float p[N_PARAMS];
+    uint16_t copy_a[N_PARAMS], copy_b[N_PARAMS];
+    twin_masters(be, &a, &b, p, 90);
+    for (long t = 1; t <= STEPS; t++) {
+        twin_grads(be, &a, &b, 91, t);
+        ct_optim_stats sa, sb;
+        double sumsq = ct_optim_grad_sumsq(whole, a.grads);
+        ct_optim_target ta = {.master = a.master, .grads = a.grads, .copy = copy_a, .copy_dt = CT_BF16};
+        ct_optim_apply(whole, &ta, 0.5f, sqrt(sumsq) * 0.5, &sa);
+        ct_optim_update u;
+        ct_optim_update_begin(ranged, 0.5f, sqrt(sumsq) * 0.5, &u);
+        for (int k = n_cuts - 2; k >= 0; k--) {   /* the last range first: any order */
+            int64_t lo = cuts[k], hi = cuts[k + 1];
+            ct_optim_target tb = {.master = b.master + lo, .grads = b.grads + lo, .copy = copy_b + lo, .copy_dt = CT_BF16};
+            ck_assert(ct_optim_update_range(ranged, &u, &tb, lo, hi));
+        }
+        ct_optim_update_end(ranged, &u, &sb);
+        ck_assert(sa.lr == sb.lr && sa.clip_coef == sb.clip_coef && sa.grad_norm == sb.grad_norm);
+        ck_assert_double_lt(sa.clip_coef, 1.0);
+    }
+    ck_assert_mem_eq(a.master, b.master, sizeof p);
+    ck_assert_mem_eq(copy_a, copy_b, sizeof copy_a);
+    ck_assert(memcmp(a.master, p, sizeof p) != 0);
+    const char *names[CT_OPTIM_MAX_SLOTS];
+    float *sw[CT_OPTIM_MAX_SLOTS], *sr[CT_OPTIM_MAX_SLOTS];
+    int n = ct_optim_slots(whole, names, sw);
+    ck_assert_int_eq(ct_optim_slots(ranged, names, sr), n);
+    for (int s = 0; s < n; s++) ck_assert_mem_eq(sw[s], sr[s], N_PARAMS * sizeof(float));
+    ck_assert_int_eq(ranged->applied, STEPS);
+    bufs_free(be, &a);
+    bufs_free(be, &b);
+    ct_optim_free(whole);
+    ct_optim_free(ranged);
+    dev->mem.mem_stats(dev, &m);
+    ck_assert_uint_eq(m.host_current_total, 0);
+    ct_backend_destroy(dev);
+    ct_backend_destroy(be);
+}
+
+START_TEST(update_in_ranges) {
+    const int64_t cuts[] = {0, 37, 100, 101, 211, 300};   /* inside tensors, at their edges, 1 element */
+    expect_ranges_equal_whole(CT_OPT_ADAMW, cuts, 6);
+    expect_ranges_equal_whole(CT_OPT_ADAM, cuts, 6);
+    expect_ranges_equal_whole(CT_OPT_SGD, cuts, 6);
+    const int64_t whole_tensors[] = {0, 100, 110, 300};
+    expect_ranges_equal_whole(CT_OPT_LAMB, whole_tensors, 4);
+    /* Lamb: a range cutting a tensor is refused and changes nothing */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_optimizer_cfg c = base_cfg(CT_OPT_LAMB);
+    ct_optim *o = make(&c, &no_sched, 0, be, 0, N_PARAMS);
+    bufs b = bufs_new(be);
+    float p[N_PARAMS];
+    twin_masters(be, &b, &b, p, 92);
+    twin_grads(be, &b, &b, 93, 1);
+    ct_optim_update u;
+    ct_optim_update_begin(o, 1.0f, NAN, &u);
+    ct_optim_target t = {.master = b.master, .grads = b.grads};
+    ck_assert(!ct_optim_update_range(o, &u, &t, 0, 50));
+    ck_assert_mem_eq(b.master, p, sizeof p);
+    bufs_free(be, &b);
+    ct_optim_free(o);
+    ct_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(shard_with_external_norm) {
     expect_shard_equals_whole(CT_OPT_ADAMW, 37, 211);   /* cuts two tensors */
     expect_shard_equals_whole(CT_OPT_ADAM, 150, 300);
@@ -589,6 +674,7 @@ int main(void) {
     tcase_add_test(tc, layout);
     tcase_add_test(tc, fused_16bit_copy);
     tcase_add_test(tc, shard_with_external_norm);
+    tcase_add_test(tc, update_in_ranges);
     tcase_add_test(tc, norm_not_computed_without_clipping);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

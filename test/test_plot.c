@@ -70,7 +70,7 @@ START_TEST(plot_draws_each_run) {
     snprintf(out, sizeof out, "%s/two.png", tmp);
     const char *dirs[] = {a, b};
     ct_err err = {0};
-    ck_assert_msg(ct_plot_runs(dirs, 2, out, 700, 500, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ct_plot_runs(dirs, 2, out, 700, 500, NULL, &err) == 0, "%s", err.msg);
     ct_image8 im = {0};
     decode(out, &im);
     ck_assert_int_eq(im.w, 700);
@@ -81,7 +81,7 @@ START_TEST(plot_draws_each_run) {
     ck_assert_msg(count_rgb(&im, 0xffffff) > 700L * 500 / 2, "the background is not mostly white");
     /* one run only: no red at all */
     const char *one[] = {a};
-    ck_assert_msg(ct_plot_runs(one, 1, out, 300, 200, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ct_plot_runs(one, 1, out, 300, 200, NULL, &err) == 0, "%s", err.msg);
     decode(out, &im);
     ck_assert_int_eq(im.w, 300);
     ck_assert_int_eq(count_rgb(&im, 0xd62728), 0);
@@ -96,7 +96,7 @@ START_TEST(plot_edge_series) {
     snprintf(out, sizeof out, "%s/edge.png", tmp);
     make_run("single", 1, 0.001, "", a, sizeof a);   /* one row: no line, still a valid image */
     const char *dirs[] = {a};
-    ck_assert_msg(ct_plot_runs(dirs, 1, out, 200, 150, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ct_plot_runs(dirs, 1, out, 200, 150, NULL, &err) == 0, "%s", err.msg);
     char flat[128];
     snprintf(flat, sizeof flat, "%s/flat", tmp);
     ck_assert_int_eq(ct_fs_mkdirs(flat, NULL), 0);
@@ -106,7 +106,7 @@ START_TEST(plot_edge_series) {
     for (int s = 1; s <= 5; s++) fprintf(f, "{\"type\":\"train\",\"step\":%d,\"loss\":1.5,\"lr\":0.1}\n", s);
     fclose(f);
     const char *fd[] = {flat};
-    ck_assert_msg(ct_plot_runs(fd, 1, out, 200, 150, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ct_plot_runs(fd, 1, out, 200, 150, NULL, &err) == 0, "%s", err.msg);
     ct_image8 im = {0};
     decode(out, &im);
     ck_assert_int_gt(count_rgb(&im, 0x1f77b4), 20);
@@ -125,22 +125,28 @@ START_TEST(plot_bad_input) {
     fputs("not json\n{\"type\":\"train\",\"step\":31,\"loss\":1}\n", f);
     fclose(f);
     const char *dirs[] = {a};
-    ck_assert_int_eq(ct_plot_runs(dirs, 1, out, 200, 150, &err), CT_ERR_DATA);
-    ck_assert_msg(strstr(err.msg, "metrics.jsonl:34:"), "%s", err.msg);   /* 30 train + 3 eval rows, then it */
+    /* a line that is not JSON (a record cut by a kill, a resume writing on after it) is skipped with a
+     * warning naming it; the rows around it are plotted (it used to refuse the run) */
+    ct_warnings warn = {0};
+    ck_assert_msg(ct_plot_runs(dirs, 1, out, 200, 150, &warn, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(warn.n, 1);
+    ck_assert_msg(strstr(warn.items[0], "metrics.jsonl:34: not a JSON object") && strstr(warn.items[0], "skipped"),
+                  "%s", warn.items[0]);   /* 30 train + 3 eval rows, then it */
+    ct_warnings_free(&warn);
     char missing[128];
     snprintf(missing, sizeof missing, "%s/nowhere", tmp);
     const char *md[] = {missing};
     err = (ct_err){0};
-    ck_assert_int_eq(ct_plot_runs(md, 1, out, 200, 150, &err), CT_ERR_DATA);
+    ck_assert_int_eq(ct_plot_runs(md, 1, out, 200, 150, NULL, &err), CT_ERR_DATA);
     ck_assert_msg(strstr(err.msg, "run directory"), "%s", err.msg);
     char good[128];
     make_run("good", 10, 0.001, "", good, sizeof good);
     const char *gd[] = {good};
     err = (ct_err){0};
-    ck_assert_int_eq(ct_plot_runs(gd, 1, "/nonexistent-dir/x.png", 200, 150, &err), CT_ERR_RUNTIME);
+    ck_assert_int_eq(ct_plot_runs(gd, 1, "/nonexistent-dir/x.png", 200, 150, NULL, &err), CT_ERR_RUNTIME);
     ck_assert_msg(strstr(err.msg, "/nonexistent-dir"), "%s", err.msg);
     err = (ct_err){0};
-    ck_assert_int_eq(ct_plot_runs(gd, 1, out, 0, 150, &err), CT_ERR_CONFIG);
+    ck_assert_int_eq(ct_plot_runs(gd, 1, out, 0, 150, NULL, &err), CT_ERR_CONFIG);
 }
 END_TEST
 
@@ -154,7 +160,7 @@ START_TEST(compare_sorts_and_reads_config) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     ct_err err = {0};
-    ck_assert_msg(ct_compare_runs(dirs, 2, f, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ct_compare_runs(dirs, 2, f, NULL, &err) == 0, "%s", err.msg);
     fclose(f);
     const char *fast = strstr(text, "\nfast"), *slow = strstr(text, "\nslow");
     ck_assert_msg(fast && slow && fast < slow, "not sorted by eval loss:\n%s", text);

@@ -1,11 +1,14 @@
 /* test_rendezvous.c: the TCP bootstrap of a torchrun-style launch (core/dist/rendezvous.h), with
  * forked processes as the other ranks on the loopback: lines go both ways once the ranks have met;
- * a connection that is not a ctrain rank is ignored; a rank of another world size, a rank twice,
- * a rank that never comes and a rank 0 that is not there are errors naming what went wrong, each
- * within the timeout; the port is MASTER_PORT, or MASTER_PORT + 1 under torchrun's agent store.
- * (test/e2e_dist.sh trains over it, with MPI joined on top.) */
+ * a connection that is not a ctrain rank is ignored; a rank of another world size or ctrain
+ * version, a rank twice (rank 0 too), a rank that never comes and a rank 0 that is not there are
+ * errors naming what went wrong, each within the timeout, and the processes rank 0 refuses end with
+ * its message; a stop signal ends a wait at once; the port is MASTER_PORT, or MASTER_PORT + 1 under
+ * torchrun's agent store. (test/e2e_dist.sh trains over it, with MPI joined on top.) */
 #include <check.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +42,8 @@ static ct_launch launch_of(int rank, int world, int port, int timeout_s) {
 }
 
 /* A child process that is rank `rank` of `world`: meets rank 0 and reads one line from it, which
- * must be "hello RANK"; exits 0 when it was, 1 when anything failed. delay_ms: waits that long
- * before it starts. */
+ * must be "hello RANK"; exits 0 when it was, 2 when the rendezvous refused it (CT_ERR_CONFIG: rank
+ * 0 said why), 1 when anything else failed. delay_ms: waits that long before it starts. */
 static pid_t spawn_rank(int rank, int world, int port, int delay_ms) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -56,7 +59,7 @@ static pid_t spawn_rank(int rank, int world, int port, int delay_ms) {
     snprintf(want, sizeof want, "hello %d", rank);
     int ok = !rc && strcmp(line, want) == 0;
     ct_rdzv_close(&r);
-    _exit(ok ? 0 : 1);
+    _exit(ok ? 0 : rc == CT_ERR_CONFIG ? 2 : 1);
 }
 
 static int exit_code(pid_t pid) {
@@ -107,26 +110,104 @@ static void root_refuses(int rank, int world, const char *expect) {
     ck_assert_int_ne(ct_rdzv_open(&r, &l, &err), CT_OK);
     ck_assert_msg(strstr(err.msg, expect), "%s", err.msg);
     ct_rdzv_close(&r);
-    ck_assert_int_eq(exit_code(p), 1); /* the child hears that rank 0 closed */
+    ck_assert_int_eq(exit_code(p), 2); /* the child ends with rank 0's refusal */
 }
 
 START_TEST(another_world) {
-    root_refuses(1, 3, "a rank 1 of WORLD_SIZE=3 connected");
+    root_refuses(1, 3, "a rank 1 of WORLD_SIZE=3 (pid ");
 }
 END_TEST
 
 START_TEST(rank_twice) {
-    /* world 3: ranks 1 and 1 */
+    /* world 3: ranks 1 and 1; both processes are named, and both end with rank 0's message */
     int port = free_port();
     pid_t a = spawn_rank(1, 3, port, 0), b = spawn_rank(1, 3, port, 200);
     ct_launch l = launch_of(0, 3, port, 10);
     ct_rdzv r;
     ct_err err = {0};
     ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
-    ck_assert_msg(strstr(err.msg, "a second process says it is RANK=1"), "%s", err.msg);
+    char first[64], second[64];
+    snprintf(first, sizeof first, "pid %d on host ", (int)a);
+    snprintf(second, sizeof second, "(connected first) and pid %d on host ", (int)b);
+    ck_assert_msg(strstr(err.msg, "two processes say they are RANK=1 of WORLD_SIZE=3: ") && strstr(err.msg, first) &&
+                  strstr(err.msg, second) && strstr(err.msg, "needs its own RANK, 0 to 2"), "%s", err.msg);
     ct_rdzv_close(&r);
-    exit_code(a);
-    exit_code(b);
+    ck_assert_int_eq(exit_code(a), 2);
+    ck_assert_int_eq(exit_code(b), 2);
+}
+END_TEST
+
+/* Two processes with RANK=0: the second finds the port taken, asks what holds it, and both end
+ * naming both. */
+START_TEST(root_twice) {
+    int port = free_port();
+    pid_t second = spawn_rank(0, 2, port, 300);
+    ct_launch l = launch_of(0, 2, port, 10);
+    ct_rdzv r;
+    ct_err err = {0};
+    double t0 = ct_now();
+    ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    char want[64];
+    snprintf(want, sizeof want, "(listening on port %d) and pid %d on host ", port, (int)second);
+    ck_assert_msg(strstr(err.msg, "two processes say they are RANK=0 of WORLD_SIZE=2: pid ") && strstr(err.msg, want),
+                  "%s", err.msg);
+    ck_assert_double_lt(ct_now() - t0, 5.0);
+    ct_rdzv_close(&r);
+    ck_assert_int_eq(exit_code(second), 2);
+}
+END_TEST
+
+/* A rendezvous hello of another protocol version: another ctrain, refused by name. */
+START_TEST(another_version) {
+    int port = free_port();
+    pid_t old = fork();
+    if (old == 0) {
+        usleep(100 * 1000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        for (int i = 0; i < 50 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0; i++) usleep(20 * 1000);
+        (void)!write(fd, "ctrain-rendezvous 1 rank 1 world 2\n", 35);
+        usleep(300 * 1000);
+        _exit(0);
+    }
+    ct_launch l = launch_of(0, 2, port, 10);
+    ct_rdzv r;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "a process of another ctrain version connected"), "%s", err.msg);
+    ct_rdzv_close(&r);
+    exit_code(old);
+}
+END_TEST
+
+/* A stop signal (the CLI's flag, set here by a thread after 300 ms) ends a rendezvous that would
+ * wait forever (timeout 0), with 128 + the signal, on rank 0 and on a rank that cannot reach it. */
+static volatile int stop_flag;
+static void *stop_later(void *arg) {
+    (void)arg;
+    usleep(300 * 1000);
+    stop_flag = SIGTERM;
+    return NULL;
+}
+
+START_TEST(stop_ends_waits) {
+    for (int rank = 0; rank < 2; rank++) {
+        int port = free_port();
+        ct_launch l = launch_of(rank, 2, port, 0);
+        l.stop_signal = &stop_flag;
+        stop_flag = 0;
+        pthread_t th;
+        pthread_create(&th, NULL, stop_later, NULL);
+        ct_rdzv r;
+        ct_err err = {0};
+        double t0 = ct_now();
+        ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), 128 + SIGTERM);
+        ck_assert_msg(strstr(err.msg, "stopped by signal 15 while waiting for"), "%s", err.msg);
+        ck_assert_double_lt(ct_now() - t0, 2.0);
+        pthread_join(th, NULL);
+        ct_rdzv_close(&r);
+    }
 }
 END_TEST
 
@@ -152,6 +233,14 @@ START_TEST(bounded_waits) {
     l = launch_of(1, 2, port, 1);
     l.master_addr[0] = '\0';
     ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    /* a MASTER_ADDR that does not resolve: at once, naming it (it waited out the timeout) */
+    l = launch_of(1, 2, port, 30);
+    snprintf(l.master_addr, sizeof l.master_addr, "no-such-host.invalid");
+    t0 = ct_now();
+    ck_assert_int_eq(ct_rdzv_open(&r, &l, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "MASTER_ADDR no-such-host.invalid does not resolve"), "%s", err.msg);
+    ck_assert_double_lt(ct_now() - t0, 5.0);
+    ct_rdzv_close(&r);
 }
 END_TEST
 
@@ -174,6 +263,9 @@ int main(void) {
     tcase_add_test(tc, three_ranks_meet);
     tcase_add_test(tc, another_world);
     tcase_add_test(tc, rank_twice);
+    tcase_add_test(tc, root_twice);
+    tcase_add_test(tc, another_version);
+    tcase_add_test(tc, stop_ends_waits);
     tcase_add_test(tc, bounded_waits);
     tcase_add_test(tc, port_under_torchrun);
     suite_add_tcase(s, tc);

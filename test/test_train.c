@@ -1692,7 +1692,8 @@ int main(void) {
     tcase_add_checked_fixture(gpt, setup, teardown);
     tcase_add_loop_test(gpt, gpt_small_matches_pytorch, 0, 2);
     suite_add_tcase(s, gpt);
-    if (test_device_unusable()) return 77;
+    int unusable = test_device_unusable();
+    if (unusable) return unusable;
     SRunner *sr = srunner_create(s);
     test_device_runner(sr);
     srunner_run_all(sr, CK_NORMAL);

@@ -182,10 +182,15 @@ static int create_cpu(int threads, ct_backend **out, ct_err *err) {
     if (fuse && strcmp(fuse, "0") != 0 && strcmp(fuse, "1") != 0)
         return ct_errf(err, CT_ERR_CONFIG, "environment variable CTRAIN_CPU_FUSE=\"%.40s\": expected 0 (a convolution "
                        "and its ReLU as two passes) or 1 (one pass, the default); or unset it", fuse);
-    int rc = ct_cpu_blas_load(err);
+    /* CTRAIN_CAPPED_DEVICE: the CPU as a device of that size (tests, CI: ZeRO-Offload without a GPU) */
+    bool capped = false;
+    size_t cap = 0;
+    double gbps = 0;
+    int rc = ct_capped_env(&capped, &cap, &gbps, err);
+    if (!rc) rc = ct_cpu_blas_load(err);
     if (rc) return rc;
     int n = ct_cpu_threads_for(threads);
-    ct_backend *be = ct_cpu_backend_create(threads);
+    ct_backend *be = capped ? ct_capped_backend_create(threads, cap, gbps) : ct_cpu_backend_create(threads);
     if (!be) {
         int why = errno;
         return ct_errf(err, CT_ERR_RUNTIME, "cannot start %d CPU worker threads (train.threads %d%s): %s; "
@@ -224,6 +229,22 @@ int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err 
 void ct_backend_destroy(ct_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }
+
+int ct_capped_env(bool *on, size_t *cap, double *gbps, ct_err *err) {
+    const char *v = getenv("CTRAIN_CAPPED_DEVICE");
+    *on = v != NULL;
+    *cap = 0;
+    *gbps = 0;
+    return v ? ct_capped_parse(v, cap, gbps, err) : CT_OK;
+}
+
+bool ct_backend_separate_memory(const ct_backend *be) { return strcmp(be->name, "cpu") != 0; }
+
+bool ct_backend_host_addressable(const ct_backend *be) {
+    return strcmp(be->name, "cpu") == 0 || strcmp(be->name, "capped") == 0;
+}
+
+bool ct_backend_cpu_kernels(const ct_backend *be) { return ct_backend_host_addressable(be); }
 
 const char *ct_mem_cat_name(ct_mem_cat c) {
     static const char *const names[CT_MEM_CAT_COUNT] = {"params", "master", "grads", "optim",

@@ -94,6 +94,16 @@ static inline size_t ct_conv2d_scratch_bytes(const ct_conv2d_geom *g, size_t es)
                     5 * CT_CONV_SCRATCH_ALIGN);
 }
 
+/* Rotary position embeddings (rope_gqa_forward): the base theta of the frequencies (0: no
+ * rotation), a divisor of every frequency (Hugging Face's "linear" rope_scaling factor; 1: none)
+ * and the position of a sequence's first token (0 in training; a generation step with a KV cache
+ * passes its position). */
+typedef struct ct_rope {
+    double theta;
+    double factor;
+    int64_t pos0;
+} ct_rope;
+
 /* 2-D pooling geometry (NCHW). */
 typedef struct ct_pool2d_geom {
     int64_t n, c, h, w;
@@ -149,6 +159,11 @@ typedef struct ct_mem_stats {
     size_t current[CT_MEM_CAT_COUNT], peak[CT_MEM_CAT_COUNT];
     size_t current_total, peak_total;        /* all categories together (peak of the sum) */
     size_t reserved;                         /* device: bytes cudaMalloc'd (live + cached) */
+    /* Pinned host memory (alloc_host_pinned) by the category it was asked for, counted apart:
+     * on a device it is not device memory (ZeRO-Offload's master and optimizer state, the
+     * loader's slots, offloaded activations). */
+    size_t host_current[CT_MEM_CAT_COUNT], host_peak[CT_MEM_CAT_COUNT];
+    size_t host_current_total, host_peak_total;
 } ct_mem_stats;
 
 /* data.transform.on_device: the loader uploads uint8 pixels and the backend normalises (and
@@ -167,7 +182,9 @@ typedef struct ct_backend_mem {
     /* NULL on failure; 64-byte aligned. Bytes are counted under `cat` until freed. */
     void *(*alloc)(ct_backend *be, size_t bytes, ct_mem_cat cat);
     void (*free)(ct_backend *be, void *p);
-    void *(*alloc_host_pinned)(ct_backend *be, size_t bytes); /* CPU: plain aligned memory */
+    /* Page-locked host memory a copy (upload, download) may read or write, 64-byte aligned,
+     * counted under `cat` in mem_stats' host figures (CPU: plain aligned memory); NULL on failure. */
+    void *(*alloc_host_pinned)(ct_backend *be, size_t bytes, ct_mem_cat cat);
     void (*free_host_pinned)(ct_backend *be, void *p);
     /* Synchronous from the caller's view: src_host may be reused when it returns. */
     void (*copy_h2d)(ct_backend *be, void *dst, const void *src_host, size_t bytes);
@@ -339,6 +356,13 @@ typedef struct ct_backend_elt {
      * so normal draws agree within 2 ulp of float. */
     void (*init_fill)(ct_backend *be, float *x, int64_t first, int64_t n, const ct_init_dist *d,
                       uint64_t seed, uint64_t stream);
+    /* SwiGLU (Llama's MLP): each row of x [rows, 2f] holds the gate (columns [0, f)) and the up
+     * projection ([f, 2f)) of one fused linear; y [rows, f] = silu(gate) * up, silu(g) =
+     * g / (1 + exp(-g)). Backward: dx [rows, 2f] written: d gate = dy * up * silu'(gate),
+     * d up = dy * silu(gate). */
+    void (*swiglu_forward)(ct_backend *be, void *y, const void *x, int64_t rows, int64_t f, ct_dtype dt);
+    void (*swiglu_backward)(ct_backend *be, void *dx, const void *dy, const void *x, int64_t rows,
+                            int64_t f, ct_dtype dt);
 
 } ct_backend_elt;
 
@@ -432,6 +456,16 @@ typedef struct ct_backend_norm {
     void (*layernorm_backward)(ct_backend *be, void *dx, float *dgamma, float *dbeta, const void *dy,
                                const void *x, const void *gamma, const float *save_mean,
                                const float *save_rstd, int64_t rows, int64_t d, ct_dtype dt);
+    /* RMSNorm over the last dimension d of [rows, d] (Llama's): y = x * rstd * gamma with
+     * rstd = 1 / sqrt(mean_j x_j^2 + eps) (the mean in double), saved as save_rstd[rows] (fp32);
+     * gamma may be NULL (no weight). Backward: dgamma[d] (fp32) += sum over rows of
+     * dy * x * rstd (may be NULL); dx = rstd * (g - x * rstd^2 * mean_j(g_j x_j)) with
+     * g = dy * gamma, written (may be NULL). */
+    void (*rmsnorm_forward)(ct_backend *be, void *y, float *save_rstd, const void *x, const void *gamma,
+                            int64_t rows, int64_t d, float eps, ct_dtype dt);
+    void (*rmsnorm_backward)(ct_backend *be, void *dx, float *dgamma, const void *dy, const void *x,
+                             const void *gamma, const float *save_rstd, int64_t rows, int64_t d,
+                             ct_dtype dt);
 
 } ct_backend_norm;
 
@@ -468,6 +502,22 @@ typedef struct ct_backend_attn {
     void (*causal_attention_backward)(ct_backend *be, void *dqkv, const void *dy, const void *qkv,
                                       const void *y, const float *lse, int64_t B, int64_t T, int64_t H,
                                       int64_t D, float p, uint64_t seed, uint64_t stream, ct_dtype dt);
+    /* Rotary position embeddings and grouped-query heads, between a fused projection and
+     * causal_attention_forward: x [B, T, H + 2 KV, D] (dt) holds per token the q of H heads, the k
+     * of KV heads and the v of KV heads (KV divides H); qkv [B, T, 3, H, D] (dt, written) is the
+     * attention's input: q and k rotated, k and v of kv head g serving query heads
+     * g H/KV .. (g + 1) H/KV - 1 (Hugging Face's repeat_kv). Rotation (Hugging Face's half-split
+     * "rotate_half" layout, D even; none when r->theta is 0): element i < D/2 of a head and
+     * element i + D/2 are turned by the angle a = (float)(r->pos0 + t) * f_i, with
+     *   f_i = (float)(1 / (float)pow(theta, (float)(2 i) / (float)D)) / r->factor (fp32 steps),
+     *   y_i = x_i cos a - x_{i+D/2} sin a,   y_{i+D/2} = x_{i+D/2} cos a + x_i sin a,
+     * cos a and sin a of the fp32 angle rounded to fp32 (what transformers computes in fp32).
+     * Backward: dx [B, T, H + 2 KV, D] WRITTEN from dqkv: rotated back by -a and summed over the
+     * H/KV query heads of each kv head in head order, in fp32 with one rounding. */
+    void (*rope_gqa_forward)(ct_backend *be, void *qkv, const void *x, int64_t B, int64_t T, int64_t H,
+                             int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
+    void (*rope_gqa_backward)(ct_backend *be, void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H,
+                              int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
 } ct_backend_attn;
 
 /* ---- losses ---- */
@@ -521,13 +571,15 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 10
+#define CT_BACKEND_ABI 12
 struct ct_backend {
-    const char *name;            /* "cpu", "cuda" */
+    const char *name;            /* "cpu", "cuda", "capped" (the CPU's capped device) */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */
     char pci_bus_id[32];         /* a GPU's "0000:3B:00.0" (NVML finds it by this); "" on the CPU */
     void *impl;                  /* backend-private state (thread pool, streams, allocator) */
     int threads;                 /* CPU: worker threads in use */
+    size_t memory_bytes;         /* the device's memory (a GPU's total, the capped device's cap);
+                                    0: host memory, no capacity of its own */
     void (*destroy)(ct_backend *be);
 
     ct_backend_mem mem;
@@ -543,11 +595,41 @@ struct ct_backend {
     ct_backend_optim optim;
 };
 
+/* Where a buffer lives: the device memory of `be`, or host memory beside it, from which `host`
+ * (a CPU backend) computes: pinned by `be` (alloc_host_pinned: its copies may read and write it) or
+ * `host`'s own memory. ZeRO-Offload keeps the fp32 master, the gradients it accumulates and the
+ * optimizer state in host memory (core/params/store.h, core/optim/optim.h). */
+typedef struct ct_mem_place {
+    ct_backend *be;              /* the training device */
+    ct_backend *host;            /* NULL: device memory; else host memory, computed on by host */
+    bool pinned;                 /* host memory: pinned by be, else host's */
+} ct_mem_place;
+
+static inline ct_mem_place ct_mem_device(ct_backend *be) { return (ct_mem_place){be, NULL, false}; }
+/* The backend whose ops read and write the place's memory. */
+static inline ct_backend *ct_place_ops(const ct_mem_place *m) { return m->host ? m->host : m->be; }
+static inline void *ct_place_alloc(const ct_mem_place *m, size_t bytes, ct_mem_cat cat) {
+    if (!m->host) return m->be->mem.alloc(m->be, bytes, cat);
+    return m->pinned ? m->be->mem.alloc_host_pinned(m->be, bytes, cat) : m->host->mem.alloc(m->host, bytes, cat);
+}
+static inline void ct_place_free(const ct_mem_place *m, void *p) {
+    if (!p) return;
+    if (!m->host) m->be->mem.free(m->be, p);
+    else if (m->pinned) m->be->mem.free_host_pinned(m->be, p);
+    else m->host->mem.free(m->host, p);
+}
+static inline void ct_place_zero(const ct_mem_place *m, void *p, size_t bytes) {
+    ct_backend *ops = ct_place_ops(m);
+    ops->mem.memset0(ops, p, bytes);
+}
+
 /* A function the library of backend `be` exports besides its op table (the CUDA library's NCCL
  * communicator: core/dist/comm_open.c), or NULL: none such, or a backend compiled into ctrain. */
 void *ct_backend_symbol(ct_backend *be, const char *name);
 
-/* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). */
+/* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). With the
+ * environment variable CTRAIN_CAPPED_DEVICE set, "cpu" (and "auto" without a GPU) is the capped
+ * device instead (ct_capped_backend_create); a value it cannot read is CT_ERR_CONFIG. */
 int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err);
 /* As ct_backend_create, and for device "auto": when the NVIDIA driver is there but the CUDA
  * backend library is missing or fails to load, the run goes on on the CPU and *notice says why in
@@ -579,6 +661,36 @@ void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes);
  * products run natively (AVX512-BF16/AMX through oneDNN) or in fp32 and why, and that fp16 always
  * computes in fp32 (so that turning on mixed precision on a CPU says what it buys); NULL for fp32. */
 const char *ct_cpu_backend_precision_note(ct_dtype dt);
+
+/* The capped device (core/cpu/cpu_capped.c): the CPU backend behaving as a separate device of
+ * `cap` bytes, the test bed of what a GPU run moves between host and device (ZeRO-Offload).
+ *  - mem.alloc is device memory: its own pool, accounted by category, and NULL past `cap` as
+ *    cudaMalloc fails (peak_bytes and mem_stats report it); alloc_host_pinned is host memory,
+ *    counted in mem_stats' host figures, never against the cap;
+ *  - upload and download are real copies made by one copy thread in ticket order, throttled to
+ *    `gbps` GB/s when > 0, so a copy waited for too late or read too early reads wrong bytes;
+ *  - every op (and copy_h2d/d2h/d2d, memset0, free) first waits for the copies queued before it,
+ *    which keeps backend.h's contract for ops that run on the calling thread;
+ *  - name "capped"; memory_bytes = cap. Its memory stays host-addressable: MPI reaches it.
+ * NULL as ct_cpu_backend_create fails (errno). */
+ct_backend *ct_capped_backend_create(int threads, size_t cap, double gbps);
+/* CTRAIN_CAPPED_DEVICE's value, "SIZE[,gbps=G]": SIZE in bytes or with a unit (64MiB, 1.5GiB,
+ * 512KiB, 2GB), G > 0 in GB/s (absent: copies at memory speed). CT_ERR_CONFIG naming the
+ * variable and the accepted forms. */
+int ct_capped_parse(const char *text, size_t *cap, double *gbps, ct_err *err);
+/* Whether CTRAIN_CAPPED_DEVICE is set (*on), and its size and bandwidth; ct_capped_parse's error
+ * when it cannot be read. What "cpu" means for ct_backend_create, and for a plan made without a
+ * backend (--dry-run, the auto micro-batch). */
+int ct_capped_env(bool *on, size_t *cap, double *gbps, ct_err *err);
+
+/* What a backend's memory is, for the code that moves state between host and device:
+ * separate: not the host's (a GPU, the capped device): copies go through uploads, downloads and
+ * staging; host_addressable: host code may read and write it (the CPU, the capped device), so the
+ * MPI communicator runs on it; cpu_kernels: its ops are the CPU backend's kernels (the CPU, the
+ * capped device). */
+bool ct_backend_separate_memory(const ct_backend *be);
+bool ct_backend_host_addressable(const ct_backend *be);
+bool ct_backend_cpu_kernels(const ct_backend *be);
 
 #ifdef CT_HAVE_CUDA
 /* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table

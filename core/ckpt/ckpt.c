@@ -17,6 +17,9 @@
 #include "core/util/fs.h"
 #include "core/optim/optim.h"
 #include "core/ckpt/safetensors.h"
+#include "core/ckpt/shards.h"
+#include "core/ckpt/source.h"
+#include "core/ckpt/stage.h"
 
 #define CKPT_MODEL "model.safetensors"
 #define CKPT_OPTIM "optimizer.safetensors"
@@ -24,20 +27,17 @@
 #define CKPT_CONFIG "config.json"
 #define CKPT_PATH 4096
 
-/* The tensor files: the marker records the CRC-32 of each, and a load compares it before anything
- * is used (bit k of a mask selects tensor_files[k]: the same bits as CT_CKPT_LOAD_MODEL and
- * CT_CKPT_LOAD_OPTIM). state.json and config.json are text a user may edit; they are checked by
+/* The marker records the CRC-32 of every file but config.json, and a load compares those of the
+ * tensor files it reads (and of a sharded checkpoint's index) before anything is used; state.json's
+ * is only compared to warn: state.json and config.json are text a user may edit, checked by
  * parsing them. */
-static const char *const tensor_files[] = {CKPT_MODEL, CKPT_OPTIM};
-enum { N_TENSOR_FILES = 2 };
-_Static_assert(CT_CKPT_LOAD_MODEL == 1 && CT_CKPT_LOAD_OPTIM == 2, "tensor_files[] order");
 
 /* ---------------------------------------------------------------- tensors and state */
 
 void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
                          float *params, float *buffers, ct_ckpt_tensors *out) {
-    *out = (ct_ckpt_tensors){.views = L->views, .n_views = L->n_views, .lo = lo, .hi = hi,
-                             .params = params, .buffers = buffers, .n_buffers = L->n_buffers};
+    *out = (ct_ckpt_tensors){.views = L->views, .n_views = L->n_views, .n_params = L->n_params, .lo = lo,
+                             .hi = hi, .params = params, .buffers = buffers, .n_buffers = L->n_buffers};
     if (!o) return;
     snprintf(out->optimizer, sizeof out->optimizer, "%s", ct_optim_type_name(o));
     const char *names[CT_OPTIM_MAX_SLOTS];
@@ -153,6 +153,24 @@ bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
     return base && v->offset >= lo && v->numel >= 0 && v->offset + v->numel <= hi &&
            ct_shape_numel(&v->shape) == v->numel;
 }
+
+bool ct_ckpt_view_part(const ct_ckpt_tensors *t, const ct_param_view *v, int64_t *first, int64_t *n) {
+    *first = *n = 0;
+    if (v->numel < 0 || v->offset < 0 || ct_shape_numel(&v->shape) != v->numel) return false;
+    if (!v->trainable) {
+        *n = v->numel;
+        return t->buffers && v->offset + v->numel <= t->n_buffers;
+    }
+    if (v->offset + v->numel > t->n_params) return false;
+    int64_t a = v->offset > t->lo ? v->offset : t->lo, b = v->offset + v->numel < t->hi ? v->offset + v->numel : t->hi;
+    if (b > a) {
+        *first = a - v->offset;
+        *n = b - a;
+    }
+    return *n == 0 || t->params;
+}
+
+bool ct_ckpt_tensors_whole(const ct_ckpt_tensors *t) { return t->lo == 0 && t->hi == t->n_params; }
 
 /* ---------------------------------------------------------------- state.json */
 
@@ -299,29 +317,32 @@ static int fault(const ct_ckpt_save_opts *o, const char *stage, ct_err *err) {
     return CT_OK;
 }
 
+/* model.safetensors: every view by name, straight from t's memory (a device's in chunks through
+ * the writer's one staging buffer). */
 static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *tag, uint32_t *crc,
                        ct_err *err) {
     ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
-    for (int i = 0; i < t->n_views; i++) {
+    ct_ckpt_span *span = ct_xcalloc((size_t)t->n_views + 1, sizeof *span);
+    int rc = CT_OK;
+    for (int i = 0; i < t->n_views && !rc; i++) {
         const ct_param_view *v = &t->views[i];
-        if (!ct_ckpt_view_in_bounds(t, v)) {
-            free(e);
-            return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
-                           v->name);
-        }
-        e[i] = (ct_st_entry){.name = v->name, .dtype = CT_F32, .shape = v->shape,
-                             .data = ct_ckpt_view_data(t, v)};
+        if (!ct_ckpt_view_in_bounds(t, v))
+            rc = ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer", v->name);
+        else
+            ct_ckpt_entry(&e[i], v->name, v->shape, v->trainable ? t->params_mem : t->buffers_mem,
+                          ct_ckpt_view_data(t, v), &span[i]);
     }
     const char *mk[] = {"format", "ctrain_version", "tag"};
     const char *mv[] = {"pt", CT_VERSION, tag};
     char path[CKPT_PATH];
-    int rc = ct_fs_join(path, sizeof path, dir, CKPT_MODEL, err);
+    if (!rc) rc = ct_fs_join(path, sizeof path, dir, CKPT_MODEL, err);
     if (!rc) rc = ct_st_write_crc(path, e, t->n_views, mk, mv, 3, crc, err);
+    free(span);
     free(e);
     return rc;
 }
 
-static void slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
+void ct_ckpt_slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
     buf[0] = 0;
     for (int s = 0; s < t->n_slots; s++)
         snprintf(buf + strlen(buf), n - strlen(buf), "%s%s", s ? "," : "", t->slot_name[s]);
@@ -330,24 +351,25 @@ static void slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
 static int write_optim(const char *dir, const ct_ckpt_tensors *t, uint32_t *crc, ct_err *err) {
     int cap = t->n_views * (t->n_slots ? t->n_slots : 1) + 1, n = 0;
     ct_st_entry *e = ct_xcalloc((size_t)cap, sizeof *e);
+    ct_ckpt_span *span = ct_xcalloc((size_t)cap, sizeof *span);
     char (*names)[160] = ct_xcalloc((size_t)cap, sizeof *names);
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
         if (!v->trainable) continue;
         for (int s = 0; s < t->n_slots; s++, n++) {
             snprintf(names[n], sizeof names[n], "%s.%s", v->name, t->slot_name[s]);
-            e[n] = (ct_st_entry){.name = names[n], .dtype = CT_F32, .shape = v->shape,
-                                 .data = slot_data(t, s, v)};
+            ct_ckpt_entry(&e[n], names[n], v->shape, t->slot_mem[s], slot_data(t, s, v), &span[n]);
         }
     }
     char slots[128];
-    slot_list(t, slots, sizeof slots);
+    ct_ckpt_slot_list(t, slots, sizeof slots);
     const char *mk[] = {"optimizer", "slots", "ctrain_version"};
     const char *mv[] = {t->optimizer, slots, CT_VERSION};
     char path[CKPT_PATH];
     int rc = ct_fs_join(path, sizeof path, dir, CKPT_OPTIM, err);
     if (!rc) rc = ct_st_write_crc(path, e, n, mk, mv, 3, crc, err);
     free(names);
+    free(span);
     free(e);
     return rc;
 }
@@ -383,62 +405,78 @@ static int file_crc(const char *path, uint32_t *out, ct_err *err) {
     return CT_OK;
 }
 
+/* A file the marker lists, and the CRC-32 of its bytes as written (config.json: none). */
+typedef struct marker_file {
+    char name[CT_SHARDS_NAME];
+    bool has_crc;
+    uint32_t crc;
+} marker_file;
+
 /* The marker lists every file with its size, so a truncated file is caught before parsing, and
- * the CRC-32 of each tensor file (computed while writing it), so flipped bytes are caught before
- * a tensor is used; and state.json's, so a resume can say that it changed since (it is text a
- * user may edit: a warning, not a refusal). */
-static int write_marker(const char *dir, const char *tag, const uint32_t crc[N_TENSOR_FILES],
-                        uint32_t state_crc, ct_err *err) {
-    static const char *files[] = {CKPT_MODEL, CKPT_OPTIM, CKPT_STATE, CKPT_CONFIG};
+ * the CRC-32 of each but config.json (computed while writing it), so flipped bytes are caught
+ * before a tensor is used, and a resume can say that state.json changed since (it is text a user
+ * may edit: a warning, not a refusal). */
+static int write_marker(const char *dir, const char *tag, const marker_file *files, int n, ct_err *err) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "tag", tag);
     cJSON *f = cJSON_AddObjectToObject(j, "files");
+    cJSON *c = cJSON_CreateObject();
     int rc = CT_OK;
-    for (int i = 0; i < CT_ARRAY_LEN(files) && !rc; i++) {
+    for (int i = 0; i < n && !rc; i++) {
         char path[CKPT_PATH];
         struct stat st;
-        rc = ct_fs_join(path, sizeof path, dir, files[i], err);
+        rc = ct_fs_join(path, sizeof path, dir, files[i].name, err);
         if (!rc && stat(path, &st) != 0)
             rc = ct_errf(err, CT_ERR_RUNTIME, "%s: %s", path, strerror(errno));
-        if (!rc) cJSON_AddNumberToObject(f, files[i], (double)st.st_size);
-    }
-    cJSON *c = cJSON_AddObjectToObject(j, "crc32");
-    for (int i = 0; i < N_TENSOR_FILES; i++) {
+        if (!rc) cJSON_AddNumberToObject(f, files[i].name, (double)st.st_size);
         char hex[9];
-        snprintf(hex, sizeof hex, "%08" PRIx32, crc[i]);
-        cJSON_AddStringToObject(c, tensor_files[i], hex);
+        snprintf(hex, sizeof hex, "%08" PRIx32, files[i].crc);
+        if (files[i].has_crc) cJSON_AddStringToObject(c, files[i].name, hex);
     }
-    char hex[9];
-    snprintf(hex, sizeof hex, "%08" PRIx32, state_crc);
-    cJSON_AddStringToObject(c, CKPT_STATE, hex);
+    cJSON_AddItemToObject(j, "crc32", c);
     if (!rc) rc = write_json(dir, CT_CKPT_MARKER, j, err);
     cJSON_Delete(j);
+    return rc;
+}
+
+static marker_file with_crc(const char *name, uint32_t crc) {
+    marker_file m = {.has_crc = true, .crc = crc};
+    snprintf(m.name, sizeof m.name, "%s", name);
+    return m;
+}
+
+/* state.json, config.json, the marker listing them after `files` (n of them, written already):
+ * the last steps of every save into the temporary directory dir. */
+static int write_rest(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_state *s, const cJSON *config,
+                      const char *tag, marker_file *files, int n, const ct_ckpt_save_opts *o, ct_err *err) {
+    char state_path[CKPT_PATH];
+    uint32_t state_crc = 0;
+    cJSON *sj = state_to_json(s, t);
+    int rc = write_json(dir, CKPT_STATE, sj, err);
+    cJSON_Delete(sj);
+    if (!rc) rc = ct_fs_join(state_path, sizeof state_path, dir, CKPT_STATE, err);
+    if (!rc) rc = file_crc(state_path, &state_crc, err);   /* a few hundred bytes, just written */
+    if (!rc) rc = fault(o, CKPT_STATE, err);
+    if (!rc) rc = write_json(dir, CKPT_CONFIG, config, err);
+    if (!rc) rc = fault(o, CKPT_CONFIG, err);
+    files[n++] = with_crc(CKPT_STATE, state_crc);
+    files[n] = (marker_file){.name = CKPT_CONFIG};
+    if (!rc) rc = write_marker(dir, tag, files, n + 1, err);
+    if (!rc) rc = fault(o, CT_CKPT_MARKER, err);
+    if (!rc) rc = ct_fs_sync_dir(dir, err);
     return rc;
 }
 
 static int write_all(const char *dir, const ct_ckpt_tensors *t, const ct_ckpt_state *s,
                      const cJSON *config, const char *tag, const ct_ckpt_save_opts *o,
                      ct_err *err) {
-    uint32_t crc[N_TENSOR_FILES], state_crc = 0;
-    char state_path[CKPT_PATH];
+    uint32_t crc[2];
     int rc = write_model(dir, t, tag, &crc[0], err);
     if (!rc) rc = fault(o, CKPT_MODEL, err);
     if (!rc) rc = write_optim(dir, t, &crc[1], err);
     if (!rc) rc = fault(o, CKPT_OPTIM, err);
-    if (!rc) {
-        cJSON *sj = state_to_json(s, t);
-        rc = write_json(dir, CKPT_STATE, sj, err);
-        cJSON_Delete(sj);
-    }
-    if (!rc) rc = ct_fs_join(state_path, sizeof state_path, dir, CKPT_STATE, err);
-    if (!rc) rc = file_crc(state_path, &state_crc, err);   /* a few hundred bytes, just written */
-    if (!rc) rc = fault(o, CKPT_STATE, err);
-    if (!rc) rc = write_json(dir, CKPT_CONFIG, config, err);
-    if (!rc) rc = fault(o, CKPT_CONFIG, err);
-    if (!rc) rc = write_marker(dir, tag, crc, state_crc, err);
-    if (!rc) rc = fault(o, CT_CKPT_MARKER, err);
-    if (!rc) rc = ct_fs_sync_dir(dir, err);
-    return rc;
+    marker_file files[4] = {with_crc(CKPT_MODEL, crc[0]), with_crc(CKPT_OPTIM, crc[1])};
+    return rc ? rc : write_rest(dir, t, s, config, tag, files, 2, o, err);
 }
 
 /* A stale ".tmp-<name>-<pid>" or ".old-<name>-<pid>" whose <name> is missing: a save died between
@@ -457,11 +495,12 @@ static bool recover_stale(const char *save_dir, const char *nm) {
     return true;
 }
 
-/* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*" with a pid that is ours or
- * no longer running) are removed before a new save, after recover_stale() had its chance: the new
- * copy (".tmp-") first, then the one moved aside (".old-"). */
+/* Leftovers of saves that died (".tmp-*", ".old-*", "latest.tmp-*", and ".del-*" of a keep_last
+ * removal, with a pid that is ours or no longer running) are removed before a new save, after
+ * recover_stale() had its chance: the new copy (".tmp-") first, then the one moved aside
+ * (".old-"). */
 static void remove_stale(const char *save_dir) {
-    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-"};
+    static const char *const passes[] = {".tmp-", ".old-", "latest.tmp-", ".del-"};
     for (int pass = 0; pass < CT_ARRAY_LEN(passes); pass++) {
         DIR *d = opendir(save_dir);
         if (!d) return;
@@ -559,6 +598,17 @@ static prune_kind classify(const char *dir, const cJSON *owner) {
     return same ? PRUNE_OWNED : PRUNE_FOREIGN;
 }
 
+/* A checkpoint keep_last removes is first renamed to .del-<tag>-<pid> (atomic): a process killed
+ * while deleting its files leaves no global_step* with a marker and files missing, only scratch
+ * that the next save removes. */
+static void remove_checkpoint(const char *save_dir, const char *path, long step) {
+    char del[CKPT_PATH];
+    if (snprintf(del, sizeof del, "%s/.del-global_step%ld-%ld", save_dir, step, (long)getpid()) >= (int)sizeof del ||
+        rename(path, del) != 0)
+        snprintf(del, sizeof del, "%s", path);
+    ct_fs_remove_tree(del);
+}
+
 void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
                    ct_warnings *warn) {
     int n;
@@ -583,52 +633,104 @@ void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON
             kept++;
             continue;
         }
-        ct_fs_remove_tree(path);
+        remove_checkpoint(save_dir, path, steps[i]);
     }
     free(steps);
 }
 
-static int save_as(const char *save_dir, const char *name, const ct_ckpt_tensors *t,
-                   const ct_ckpt_state *s, const cJSON *config, const ct_ckpt_save_opts *o,
-                   ct_err *err) {
+/* <save_dir>/.tmp-<name>-<pid>: the temporary directory of a save whose (rank 0's) process is pid. */
+int ct_ckpt_tmp_dir(const char *save_dir, const char *name, long pid, char *tmp, size_t n, ct_err *err) {
+    if (snprintf(tmp, n, "%s/.tmp-%s-%ld", save_dir, name, pid) >= (int)n)
+        return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", save_dir);
+    return CT_OK;
+}
+
+int ct_ckpt_begin(const char *save_dir, const char *name, long pid, ct_err *err) {
+    char tmp[CKPT_PATH];
     int rc = ct_fs_mkdirs(save_dir, err);
+    if (!rc) rc = ct_ckpt_tmp_dir(save_dir, name, pid, tmp, sizeof tmp, err);
     if (rc) return rc;
     remove_stale(save_dir);
-    char tmp[CKPT_PATH];
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld", save_dir, name, (long)getpid()) >=
-        (int)sizeof tmp)
-        return ct_errf(err, CT_ERR_RUNTIME, "path too long: %s", save_dir);
     ct_fs_remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create directory: %s", tmp,
-                       strerror(errno));
-    rc = write_all(tmp, t, s, config, name, o, err);
-    if (!rc) rc = install_dir(save_dir, tmp, name, o, err);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create directory: %s", tmp, strerror(errno));
+    return CT_OK;
+}
+
+void ct_ckpt_abort(const char *save_dir, const char *name, long pid, const ct_ckpt_save_opts *o) {
+    char tmp[CKPT_PATH];
     /* A failed save (disk full, ...) frees its space; with a fault hook (tests) the leftovers
      * stay, as after a real crash. */
-    if (rc && !(o && o->fault)) ct_fs_remove_tree(tmp);
+    if (!(o && o->fault) && ct_ckpt_tmp_dir(save_dir, name, pid, tmp, sizeof tmp, NULL) == CT_OK)
+        ct_fs_remove_tree(tmp);
+}
+
+/* The written temporary directory takes its place as <save_dir>/<name>; for a global_step (not
+ * best/) latest is replaced, then keep_last applied. */
+static int finish(const char *save_dir, const char *name, const char *tmp, const ct_ckpt_state *state,
+                  const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n, ct_err *err) {
+    bool step = strcmp(name, "best") != 0;
+    int rc = install_dir(save_dir, tmp, name, opts, err);
+    if (!rc && step && !(opts && opts->skip_latest)) {
+        rc = ct_fs_replace_file(save_dir, "latest", name, strlen(name), err);
+        if (!rc) rc = fault(opts, "latest", err);
+    }
+    if (rc) return rc;
+    if (step && opts) ct_ckpt_prune(save_dir, state->step, opts->keep_last, opts->owner, NULL);
+    if (out_dir) snprintf(out_dir, out_n, "%s/%s", save_dir, name);
+    return CT_OK;
+}
+
+static int save_as(const char *save_dir, const char *name, const ct_ckpt_tensors *t,
+                   const ct_ckpt_state *s, const cJSON *config, const ct_ckpt_save_opts *o,
+                   char *out_dir, size_t out_n, ct_err *err) {
+    long pid = (long)getpid();
+    char tmp[CKPT_PATH];
+    int rc = ct_ckpt_begin(save_dir, name, pid, err);
+    if (!rc) rc = ct_ckpt_tmp_dir(save_dir, name, pid, tmp, sizeof tmp, err);
+    if (rc) return rc;
+    rc = write_all(tmp, t, s, config, name, o, err);
+    if (!rc) rc = finish(save_dir, name, tmp, s, o, out_dir, out_n, err);
+    if (rc) ct_ckpt_abort(save_dir, name, pid, o);
     return rc;
 }
+
+void ct_ckpt_tag(long step, char out[CT_CKPT_TAG]) { snprintf(out, CT_CKPT_TAG, "global_step%ld", step); }
 
 int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
                  const cJSON *config, const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n,
                  ct_err *err) {
-    char tag[64];
-    snprintf(tag, sizeof tag, "global_step%ld", state->step);
-    int rc = save_as(save_dir, tag, t, state, config, opts, err);
-    if (!rc && !(opts && opts->skip_latest)) {
-        rc = ct_fs_replace_file(save_dir, "latest", tag, strlen(tag), err);
-        if (!rc) rc = fault(opts, "latest", err);
-    }
-    if (rc) return rc;
-    if (opts) ct_ckpt_prune(save_dir, state->step, opts->keep_last, opts->owner, NULL);
-    if (out_dir) snprintf(out_dir, out_n, "%s/%s", save_dir, tag);
-    return CT_OK;
+    char tag[CT_CKPT_TAG];
+    ct_ckpt_tag(state->step, tag);
+    return save_as(save_dir, tag, t, state, config, opts, out_dir, out_n, err);
 }
 
 int ct_ckpt_save_best(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
                       const cJSON *config, ct_err *err) {
-    return save_as(save_dir, "best", t, state, config, NULL, err);
+    return save_as(save_dir, "best", t, state, config, NULL, NULL, 0, err);
+}
+
+int ct_ckpt_commit_shards(const char *save_dir, const char *name, long pid, const ct_ckpt_tensors *t, int world,
+                          const uint32_t *crc, const ct_ckpt_state *state, const cJSON *config,
+                          const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n, ct_err *err) {
+    char tmp[CKPT_PATH];
+    uint32_t index_crc[2];
+    marker_file *files = ct_xcalloc((size_t)world + 4, sizeof *files);
+    int rc = ct_ckpt_tmp_dir(save_dir, name, pid, tmp, sizeof tmp, err);
+    if (!rc) rc = ct_ckpt_shard_write_index(tmp, t, world, index_crc, err);
+    for (int r = 0; r < world; r++) {
+        char shard[CT_SHARDS_NAME];
+        ct_ckpt_shard_file_name(r, world, shard);
+        files[r] = with_crc(shard, crc[r]);
+    }
+    files[world] = with_crc(CT_SHARDS_INDEX, index_crc[0]);
+    files[world + 1] = with_crc(CT_SHARDS_BUFFERS, index_crc[1]);
+    if (!rc) rc = fault(opts, CT_SHARDS_INDEX, err);
+    if (!rc) rc = write_rest(tmp, t, state, config, name, files, world + 2, opts, err);
+    if (!rc) rc = finish(save_dir, name, tmp, state, opts, out_dir, out_n, err);
+    if (rc) ct_ckpt_abort(save_dir, name, pid, opts);
+    free(files);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- completeness and resolve */
@@ -638,14 +740,16 @@ static int check_marker(const char *dir, ct_err *err) {
     char path[CKPT_PATH];
     int rc = ct_fs_join(path, sizeof path, dir, CT_CKPT_MARKER, err);
     if (rc) return rc;
-    char *text = ct_fs_read_small(path, 1 << 16, NULL);
+    char *text = ct_fs_read_small(path, 16u << 20, NULL);   /* a sharded one lists every rank's file */
     if (!text)
         return ct_errf(err, CT_ERR_DATA, "%s: incomplete checkpoint (no readable %s marker)", dir,
                        CT_CKPT_MARKER);
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-    if (!cJSON_IsObject(files) || !cJSON_GetObjectItemCaseSensitive(files, CKPT_MODEL))
+    /* one file set (model.safetensors), or per-rank shards (their index) */
+    if (!cJSON_IsObject(files) || (!cJSON_GetObjectItemCaseSensitive(files, CKPT_MODEL) &&
+                                   !cJSON_GetObjectItemCaseSensitive(files, CT_SHARDS_INDEX)))
         rc = ct_errf(err, CT_ERR_DATA, "%s: marker is not valid", path);
     for (const cJSON *f = rc ? NULL : files->child; f && !rc; f = f->next) {
         char fp[CKPT_PATH];
@@ -690,25 +794,24 @@ static void previous_complete(const char *dir, char *out, size_t n) {
     free(steps);
 }
 
-/* Compare the CRC-32 the marker recorded for each tensor file that `which` selects (bits as in
- * tensor_files[]) with the file's bytes now. *n_checked (may be NULL): files compared; 0 when the
- * marker records none (written before checksums were: such a checkpoint is trusted on its sizes,
- * as it was then). A mismatch is CT_ERR_DATA naming the file and the checkpoint to take instead. */
-static int verify_crcs(const char *dir, int which, int *n_checked, ct_err *err) {
+/* Compare the CRC-32 the marker recorded for each of the n files `names` with the file's bytes
+ * now. *n_checked (may be NULL): files compared; 0 when the marker records none (written before
+ * checksums were: such a checkpoint is trusted on its sizes, as it was then). A mismatch is
+ * CT_ERR_DATA naming the file and the checkpoint to take instead. */
+static int verify_crcs(const char *dir, const char *const *names, int n, int *n_checked, ct_err *err) {
     if (n_checked) *n_checked = 0;
     cJSON *m = NULL;
     int rc = read_json_file(dir, CT_CKPT_MARKER, &m, err);
     const cJSON *sums = rc ? NULL : cJSON_GetObjectItemCaseSensitive(m, "crc32");
-    for (int i = 0; i < N_TENSOR_FILES && sums && !rc; i++) {
-        if (!(which & (1 << i))) continue;
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sums, tensor_files[i]);
+    for (int i = 0; i < n && sums && !rc; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(sums, names[i]);
         char path[CKPT_PATH], *end = NULL;
         unsigned long want = cJSON_IsString(v) ? strtoul(v->valuestring, &end, 16) : 0;
         uint32_t have = 0;
-        rc = ct_fs_join(path, sizeof path, dir, tensor_files[i], err);
+        rc = ct_fs_join(path, sizeof path, dir, names[i], err);
         if (!rc && (!end || *end || strlen(v->valuestring) != 8))
             rc = ct_errf(err, CT_ERR_DATA, "%s/%s: marker is not valid (crc32 of %s)", dir,
-                         CT_CKPT_MARKER, tensor_files[i]);
+                         CT_CKPT_MARKER, names[i]);
         if (!rc) rc = file_crc(path, &have, err);
         if (rc) break;
         if (n_checked) ++*n_checked;
@@ -730,10 +833,31 @@ static int verify_crcs(const char *dir, int which, int *n_checked, ct_err *err) 
     return rc;
 }
 
+/* The files of dir's marker whose checksum a load compares: all but state.json and config.json
+ * (text a user may edit). *n receives their number; the caller frees the list. */
+static char **checked_files(const char *dir, int *n) {
+    cJSON *m = NULL;
+    *n = 0;
+    if (read_json_file(dir, CT_CKPT_MARKER, &m, NULL)) return NULL;
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
+    char **names = ct_xcalloc((size_t)cJSON_GetArraySize(files) + 1, sizeof *names);
+    for (const cJSON *f = cJSON_IsObject(files) ? files->child : NULL; f; f = f->next)
+        if (strcmp(f->string, CKPT_STATE) != 0 && strcmp(f->string, CKPT_CONFIG) != 0)
+            names[(*n)++] = ct_xstrdup(f->string);
+    cJSON_Delete(m);
+    return names;
+}
+
 int ct_ckpt_verify(const char *dir, int *n_checked, ct_err *err) {
     if (n_checked) *n_checked = 0;
     int rc = check_marker(dir, err);
-    return rc ? rc : verify_crcs(dir, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_OPTIM, n_checked, err);
+    if (rc) return rc;
+    int n;
+    char **names = checked_files(dir, &n);
+    rc = verify_crcs(dir, (const char *const *)names, n, n_checked, err);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
 }
 
 /* Newest complete global_step* in save_dir into out, or "" when none. */
@@ -758,6 +882,7 @@ static void resolve_save_dir(const char *save_dir, char *out, size_t n, ct_warni
     out[0] = 0;
     snprintf(path, sizeof path, "%s/latest", save_dir);
     char *tag = ct_fs_read_small(path, 255, NULL);
+    int e = errno;
     if (tag) {
         tag[strcspn(tag, "\r\n")] = 0;
         char dir[CKPT_PATH];
@@ -771,25 +896,49 @@ static void resolve_save_dir(const char *save_dir, char *out, size_t n, ct_warni
     }
     newest_complete(save_dir, out, n);
     if (out[0] && warn)
-        ct_warnf(warn, "%s/latest %s; resuming from the newest complete checkpoint %s", save_dir,
-                 tag ? "names a missing or incomplete checkpoint" : "is missing", out);
+        ct_warnf(warn, "%s/latest %s%s; resuming from the newest complete checkpoint %s", save_dir,
+                 tag ? "names a missing or incomplete checkpoint" : e == ENOENT ? "is missing" : "cannot be read: ",
+                 tag || e == ENOENT ? "" : strerror(e), out);
     free(tag);
+}
+
+/* --resume auto found nothing to load in save_dir: CT_OK (a fresh start) when nothing was ever
+ * saved there (no latest, no global_step*); else CT_ERR_DATA saying what is damaged: a resume asked
+ * to continue a run must not quietly start it again from step 0. */
+static int nothing_to_resume(const char *save_dir, ct_err *err) {
+    char path[CKPT_PATH], newest[CKPT_PATH];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/latest", save_dir);
+    bool latest = lstat(path, &st) == 0;
+    int k;
+    long *steps = list_steps(save_dir, &k);
+    if (k > 0) snprintf(newest, sizeof newest, "%s/global_step%ld", save_dir, steps[0]);
+    free(steps);
+    if (!latest && k == 0) return CT_OK;
+    ct_err why = {0};
+    if (k > 0) {
+        check_marker(newest, &why);
+    } else {
+        size_t len;
+        char *tag = ct_fs_read_small(path, 255, &len);
+        if (!tag) ct_errf(&why, CT_ERR_DATA, "%s: cannot be read: %s", path, strerror(errno));
+        else ct_errf(&why, CT_ERR_DATA, "%s names \"%.*s\", which is not there", path, (int)strcspn(tag, "\r\n"), tag);
+        free(tag);
+    }
+    ct_errf(err, CT_ERR_DATA, "--resume auto: %s holds no checkpoint that can be loaded%s%s: %s", save_dir,
+            k > 0 ? "; the newest, " : "", k > 0 ? newest : "", why.msg);
+    ct_err_append(err, "  Nothing was loaded and nothing trained. To start fresh deliberately, run without "
+                  "--resume (its checkpoints go beside these, which are never loaded), or move %s aside.", save_dir);
+    return CT_ERR_DATA;
 }
 
 int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
                     ct_warnings *warn, ct_err *err) {
     out[0] = 0;
     if (strcmp(spec, "auto") == 0) {
-        if (save_dir && ct_fs_is_dir(save_dir)) resolve_save_dir(save_dir, out, n, warn);
-        int k = 0;
-        long *steps = out[0] || !save_dir || !warn ? NULL : list_steps(save_dir, &k);
-        if (k > 0)
-            ct_warnf(warn, "--resume auto: %s holds %d global_step* director%s (newest: "
-                     "global_step%ld) but no complete checkpoint; starting from scratch beside "
-                     "them (they are never loaded, and never removed by keep_last)", save_dir, k,
-                     k == 1 ? "y" : "ies", steps[0]);
-        free(steps);
-        return CT_OK;
+        if (!save_dir || !ct_fs_is_dir(save_dir)) return CT_OK;
+        resolve_save_dir(save_dir, out, n, warn);
+        return out[0] ? CT_OK : nothing_to_resume(save_dir, err);
     }
     if (!ct_fs_is_dir(spec))
         return ct_errf(err, CT_ERR_DATA, "%s: no such checkpoint directory", spec);
@@ -798,7 +947,7 @@ int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
     snprintf(marker, sizeof marker, "%s/%s", spec, CT_CKPT_MARKER);
     snprintf(model, sizeof model, "%s/%s", spec, CKPT_MODEL);
     const char *base = strrchr(spec, '/') ? strrchr(spec, '/') + 1 : spec;
-    if (ct_fs_exists(marker) || ct_fs_exists(model) || tag_step(base) >= 0) {
+    if (ct_fs_exists(marker) || ct_fs_exists(model) || ct_ckpt_dir_sharded(spec) || tag_step(base) >= 0) {
         int rc = check_marker(spec, err);
         if (rc) return rc;
         snprintf(out, n, "%s", spec);
@@ -839,24 +988,24 @@ static bool view_named(const ct_ckpt_tensors *t, const char *name) {
     return false;
 }
 
-/* Match the model's views against a file's tensors. any_dtype: F16/BF16 accepted (init_from).
+/* Match the model's views against a source's tensors. any_dtype: F16/BF16 accepted (init_from).
  * Returns the number of views that match. */
-static int match_views(const ct_st_file *f, const ct_ckpt_tensors *t, bool any_dtype,
+static int match_views(const ct_ckpt_source *src, const ct_ckpt_tensors *t, bool any_dtype,
                        mismatch_list *m, bool *ok) {
     int matched = 0;
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
-        const ct_st_tensor *x = ct_st_find(f, v->name);
+        const ct_ckpt_src_tensor *x = ct_ckpt_source_find(src, v->name);
         char a[96], b[96];
         if (!x) {
             mismatch(m, "%s %s: in the model, not in %s", v->name, ct_shape_str(&v->shape, a, sizeof a),
-                     f->path);
+                     src->path);
         } else if (!ct_shape_eq(&x->shape, &v->shape)) {
             mismatch(m, "%s: %s in %s, %s in the model", v->name, ct_shape_str(&x->shape, a, sizeof a),
-                     f->path, ct_shape_str(&v->shape, b, sizeof b));
+                     src->path, ct_shape_str(&v->shape, b, sizeof b));
         } else if (x->ct_dtype != CT_F32 &&
                    !(any_dtype && (x->ct_dtype == CT_F16 || x->ct_dtype == CT_BF16))) {
-            mismatch(m, "%s: dtype %s in %s, expected F32%s", v->name, x->dtype, f->path,
+            mismatch(m, "%s: dtype %s in %s, expected F32%s", v->name, x->dtype, src->path,
                      any_dtype ? ", F16 or BF16" : "");
         } else {
             matched++;
@@ -864,38 +1013,50 @@ static int match_views(const ct_st_file *f, const ct_ckpt_tensors *t, bool any_d
         }
         ok[i] = false;
     }
-    for (int i = 0; i < f->n_tensors; i++)
-        if (!view_named(t, f->tensors[i].name))
-            mismatch(m, "%s: in %s, not in the model", f->tensors[i].name, f->path);
+    for (int i = 0; i < src->n_tensors; i++)
+        if (!view_named(t, src->tensors[i].name))
+            mismatch(m, "%s: in %s, not in the model", src->tensors[i].name, src->path);
     return matched;
 }
 
-static void copy_views(const ct_st_file *f, const ct_ckpt_tensors *t, const bool *ok) {
+/* Where element `first` of view v is in t's memory, and which memory that is. */
+static float *view_at(const ct_ckpt_tensors *t, const ct_param_view *v, int64_t first, const ct_ckpt_mem **mem) {
+    *mem = v->trainable ? t->params_mem : t->buffers_mem;
+    return v->trainable ? t->params + (v->offset + first - t->lo) : t->buffers + v->offset + first;
+}
+
+/* The part of every view (ok[i], or all when ok is NULL) that t holds, from the source. */
+static int copy_views(const ct_ckpt_source *src, const ct_ckpt_tensors *t, const bool *ok, ct_err *err) {
     for (int i = 0; i < t->n_views; i++) {
         if (ok && !ok[i]) continue;
         const ct_param_view *v = &t->views[i];
-        ct_st_read_f32(ct_st_find(f, v->name), ct_ckpt_view_data(t, v), v->numel);
+        int64_t first, n;
+        const ct_ckpt_mem *mem;
+        ct_ckpt_view_part(t, v, &first, &n);
+        float *dst = view_at(t, v, first, &mem);
+        if (n > 0 && !ct_ckpt_source_load(src, ct_ckpt_source_find(src, v->name), first, n, mem, dst))
+            return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", src->path, v->name);
     }
+    return CT_OK;
 }
 
-static int open_in(const char *dir, const char *name, ct_st_file **out, ct_err *err) {
-    char path[CKPT_PATH];
-    int rc = ct_fs_join(path, sizeof path, dir, name, err);
-    if (rc) return rc;
-    *out = ct_st_open(path, err);
-    return *out ? CT_OK : (err && err->code ? err->code : CT_ERR_DATA);
-}
-
-static int check_model(const ct_st_file *f, const ct_ckpt_tensors *t, const char *dir,
-                       ct_err *err) {
+/* Every view's part must lie inside t's buffers (a caller's error otherwise). */
+static int check_parts(const ct_ckpt_tensors *t, const char *what, ct_err *err) {
+    int64_t first, n;
     for (int i = 0; i < t->n_views; i++)
-        if (!ct_ckpt_view_in_bounds(t, &t->views[i]))
-            return ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer",
-                           t->views[i].name);
+        if (!ct_ckpt_view_part(t, &t->views[i], &first, &n))
+            return ct_errf(err, CT_ERR_RUNTIME, "%s: view \"%s\" lies outside its buffer", what, t->views[i].name);
+    return CT_OK;
+}
+
+static int check_model(const ct_ckpt_source *src, const ct_ckpt_tensors *t, const char *dir,
+                       ct_err *err) {
+    int rc = check_parts(t, "checkpoint", err);
+    if (rc) return rc;
     ct_errf(err, CT_ERR_CONFIG, "checkpoint %s does not fit the model (changed layers?):", dir);
     mismatch_list m = {.err = err};
     bool *ok = ct_xcalloc((size_t)t->n_views + 1, 1);
-    match_views(f, t, false, &m, ok);
+    match_views(src, t, false, &m, ok);
     free(ok);
     if (m.n > 12) ct_err_append(err, "  ... and %d more", m.n - 12);
     if (m.n == 0 && err) *err = (ct_err){0};
@@ -903,12 +1064,12 @@ static int check_model(const ct_st_file *f, const ct_ckpt_tensors *t, const char
 }
 
 /* Optimizer state: same slots as the current optimizer, one F32 tensor per trainable view. */
-static int check_optim(const ct_st_file *f, const ct_ckpt_tensors *t, const char *dir,
+static int check_optim(const ct_ckpt_source *src, const ct_ckpt_tensors *t, const char *dir,
                        ct_err *err) {
     char want[128];
-    slot_list(t, want, sizeof want);
-    const char *have = ct_st_meta(f, "slots");
-    const char *opt = ct_st_meta(f, "optimizer");
+    ct_ckpt_slot_list(t, want, sizeof want);
+    const char *have = ct_ckpt_source_slots(src);
+    const char *opt = ct_ckpt_source_optimizer(src);
     if (!have || strcmp(have, want) != 0)
         return ct_errf(err, CT_ERR_CONFIG,
                        "checkpoint %s holds optimizer state of %s (%s); the config's optimizer %s "
@@ -916,35 +1077,33 @@ static int check_optim(const ct_st_file *f, const ct_ckpt_tensors *t, const char
                        "from the weights only.",
                        dir, opt ? opt : "?", have ? (have[0] ? have : "no state") : "?",
                        t->optimizer, want[0] ? want : "no state");
+    const char *file = src->optim ? src->optim->path : src->path;
     int expect = 0;
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
         if (!v->trainable) continue;
-        for (int s = 0; s < t->n_slots; s++, expect++) {
-            char name[200];
-            snprintf(name, sizeof name, "%s.%s", v->name, t->slot_name[s]);
-            const ct_st_tensor *x = ct_st_find(f, name);
-            if (!x || x->ct_dtype != CT_F32 || !ct_shape_eq(&x->shape, &v->shape))
-                return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" is %s", f->path, name,
-                               x ? "of the wrong dtype or shape" : "missing");
-        }
+        for (int s = 0; s < t->n_slots; s++, expect++)
+            if (!ct_ckpt_source_has_slot(src, v->name, t->slot_name[s], &v->shape))
+                return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s.%s\" is missing, or of the wrong dtype or "
+                               "shape", file, v->name, t->slot_name[s]);
     }
-    if (f->n_tensors != expect)
-        return ct_errf(err, CT_ERR_DATA, "%s: %d tensors, expected %d", f->path, f->n_tensors,
-                       expect);
+    if (src->optim && src->optim->n_tensors != expect)
+        return ct_errf(err, CT_ERR_DATA, "%s: %d tensors, expected %d", file, src->optim->n_tensors, expect);
     return CT_OK;
 }
 
-static void copy_optim(const ct_st_file *f, const ct_ckpt_tensors *t) {
+static int copy_optim(const ct_ckpt_source *src, const ct_ckpt_tensors *t, ct_err *err) {
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
-        if (!v->trainable) continue;
-        for (int s = 0; s < t->n_slots; s++) {
-            char name[200];
-            snprintf(name, sizeof name, "%s.%s", v->name, t->slot_name[s]);
-            ct_st_read_f32(ct_st_find(f, name), slot_data(t, s, v), v->numel);
-        }
+        int64_t first, n;
+        ct_ckpt_view_part(t, v, &first, &n);
+        if (!v->trainable || n == 0) continue;
+        for (int s = 0; s < t->n_slots; s++)
+            if (!ct_ckpt_source_load_slot(src, v->name, t->slot_name[s], first, n, t->slot_mem[s],
+                                          t->slot[s] + (v->offset + first - t->lo)))
+                return ct_errf(err, CT_ERR_DATA, "%s: \"%s.%s\" cannot be read", src->path, v->name, t->slot_name[s]);
     }
+    return CT_OK;
 }
 
 static int read_json_file(const char *dir, const char *name, cJSON **out, ct_err *err) {
@@ -974,18 +1133,44 @@ static bool state_changed(const char *dir) {
     return changed;
 }
 
+/* The tensors of a complete checkpoint, their bytes checked first (a flipped bit can leave a
+ * valid header and plausible values): the files a load of `what` into t's range reads. One file
+ * set: model.safetensors, optimizer.safetensors. Shards: the index, the buffers (the model), and
+ * the shards that hold any of [t->lo, t->hi), opened (and checked to fit together) in between. */
+static int open_checked(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_source *src, ct_err *err) {
+    bool model = what & CT_CKPT_LOAD_MODEL, optim = what & CT_CKPT_LOAD_OPTIM;
+    if (!ct_ckpt_dir_sharded(dir)) {
+        const char *names[2];
+        int n = 0;
+        if (model) names[n++] = CKPT_MODEL;
+        if (optim) names[n++] = CKPT_OPTIM;
+        int rc = verify_crcs(dir, names, n, NULL, err);
+        return rc ? rc : ct_ckpt_source_open_dir(dir, optim, src, err);
+    }
+    const char *head[] = {CT_SHARDS_INDEX, CT_SHARDS_BUFFERS};
+    int rc = verify_crcs(dir, head, model ? 2 : 1, NULL, err);
+    if (!rc) rc = ct_ckpt_source_open_dir(dir, optim, src, err);
+    if (rc) return rc;
+    const ct_ckpt_shard_set *set = src->shards;
+    const char **names = ct_xcalloc((size_t)set->world + 1, sizeof *names);
+    int n = 0;
+    for (int r = 0; r < set->world; r++)
+        if (ct_ckpt_shard_overlaps(&set->shards[r], t->lo, t->hi)) names[n++] = set->shards[r].file;
+    rc = verify_crcs(dir, names, n, NULL, err);
+    free(names);
+    return rc;
+}
+
 int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
                  cJSON **config_out, ct_err *err) {
-    ct_st_file *model = NULL, *optim = NULL;
+    ct_ckpt_source src = {0};
     cJSON *sj = NULL;
     ct_ckpt_state st;
+    bool tensors = what & (CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_OPTIM);
     int rc = check_marker(dir, err);
-    /* the bytes first: a flipped bit can leave a valid header and plausible values */
-    if (!rc) rc = verify_crcs(dir, what & (CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_OPTIM), NULL, err);
-    if (!rc && (what & CT_CKPT_LOAD_MODEL)) rc = open_in(dir, CKPT_MODEL, &model, err);
-    if (!rc && model) rc = check_model(model, t, dir, err);
-    if (!rc && (what & CT_CKPT_LOAD_OPTIM)) rc = open_in(dir, CKPT_OPTIM, &optim, err);
-    if (!rc && optim) rc = check_optim(optim, t, dir, err);
+    if (!rc && tensors) rc = open_checked(dir, t, what, &src, err);
+    if (!rc && (what & CT_CKPT_LOAD_MODEL)) rc = check_model(&src, t, dir, err);
+    if (!rc && (what & CT_CKPT_LOAD_OPTIM)) rc = check_optim(&src, t, dir, err);
     if (!rc && (what & CT_CKPT_LOAD_STATE)) {
         char path[CKPT_PATH];
         rc = read_json_file(dir, CKPT_STATE, &sj, err);
@@ -995,47 +1180,65 @@ int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_st
     }
     if (!rc && config_out) rc = read_json_file(dir, CKPT_CONFIG, config_out, err);
     /* Everything validated: only now touch the caller's buffers. */
-    if (!rc && model) copy_views(model, t, NULL);
-    if (!rc && optim) copy_optim(optim, t);
+    if (!rc && (what & CT_CKPT_LOAD_MODEL)) rc = copy_views(&src, t, NULL, err);
+    if (!rc && (what & CT_CKPT_LOAD_OPTIM)) rc = copy_optim(&src, t, err);
     if (!rc && sj && state) *state = st;
-    ct_st_close(model);
-    ct_st_close(optim);
+    ct_ckpt_source_close(&src);
     cJSON_Delete(sj);
     return rc;
 }
 
 /* ---------------------------------------------------------------- init_from */
 
+/* model.init_from's tensors: a safetensors file, or a checkpoint (a directory of either kind, or
+ * a save_dir: its latest), its model's bytes checked. */
+static int open_init_source(const char *file, const ct_ckpt_tensors *t, ct_ckpt_source *src, ct_err *err) {
+    if (!ct_fs_is_dir(file)) return ct_ckpt_source_open_file(file, src, err);
+    char dir[CKPT_PATH];
+    int rc = ct_ckpt_resolve(file, NULL, dir, sizeof dir, NULL, err);
+    if (!rc) rc = check_marker(dir, err);
+    return rc ? rc : open_checked(dir, t, CT_CKPT_LOAD_MODEL, src, err);
+}
+
 int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, int *n_loaded,
                       ct_warnings *warn, ct_err *err) {
     if (n_loaded) *n_loaded = 0;
-    ct_st_file *f = ct_st_open(file, err);
-    if (!f) return err && err->code ? err->code : CT_ERR_DATA;
-    for (int i = 0; i < t->n_views; i++)
-        if (!ct_ckpt_view_in_bounds(t, &t->views[i])) {
-            ct_st_close(f);
-            return ct_errf(err, CT_ERR_RUNTIME, "init_from: view \"%s\" lies outside its buffer",
-                           t->views[i].name);
-        }
+    int rc = check_parts(t, "init_from", err);
+    ct_ckpt_source src = {0};
+    if (!rc) rc = open_init_source(file, t, &src, err);
+    if (rc) return rc;
     bool *ok = ct_xmalloc((size_t)t->n_views + 1);
     memset(ok, 1, (size_t)t->n_views + 1);
     ct_errf(err, CT_ERR_CONFIG, "model.init_from %s does not match the model%s:", file,
             strict ? " (set \"init_strict\": false to load the matching tensors only)" : "");
     mismatch_list m = {.err = err, .warn = strict ? NULL : warn,
                        .warn_prefix = "model.init_from: "};
-    int matched = match_views(f, t, true, &m, ok);
+    int matched = match_views(&src, t, true, &m, ok);
     if (m.n > 12) ct_err_append(err, "  ... and %d more", m.n - 12);
-    int rc = CT_OK;
     if (strict && m.n) rc = CT_ERR_CONFIG;
     else if (matched == 0 && t->n_views > 0) rc = CT_ERR_CONFIG;
     if (!rc) {
-        copy_views(f, t, ok);
-        if (n_loaded) *n_loaded = matched;
         if (err) *err = (ct_err){0};
+        rc = copy_views(&src, t, ok, err);
+        if (!rc && n_loaded) *n_loaded = matched;
     }
     free(ok);
-    ct_st_close(f);
+    ct_ckpt_source_close(&src);
     return rc;
+}
+
+/* A whole view's values (host memory) into the part of it t holds. */
+static bool from_values(const void *ctx, int64_t first, int64_t k, float *dst) {
+    memcpy(dst, (const float *)ctx + first, (size_t)k * sizeof *dst);
+    return true;
+}
+
+bool ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values) {
+    int64_t first, n;
+    const ct_ckpt_mem *mem;
+    if (!ct_ckpt_view_part(t, v, &first, &n)) return false;
+    float *dst = view_at(t, v, first, &mem);
+    return n == 0 || ct_ckpt_load_into(mem, dst, n, from_values, values + first);
 }
 
 /* ---------------------------------------------------------------- config diff */

@@ -15,9 +15,15 @@
  * beyond keep_last deleted (ct_ckpt_prune: complete ones of the same experiment only). A
  * directory without a valid COMPLETE is never loaded and never deleted.
  *
- * Tensors are addressed through ct_ckpt_tensors: host pointers to named ranges of the flat fp32
- * buffers (the layout's views). (A device backend copies to/from host staging buffers around
- * save/load.) */
+ * A partitioned run (ZeRO stages 1-3 over several ranks) saves per-rank shards instead of the two
+ * tensor files: every rank writes its own part of the master and optimizer state, and rank 0 the
+ * index, the buffers, state.json, config.json and the marker (shards.h; docs/checkpoints.md). A
+ * load reads either kind into any range [lo, hi) of the flat space, so a checkpoint resumes on
+ * any number of ranks.
+ *
+ * Tensors are addressed through ct_ckpt_tensors: pointers to named ranges of the flat fp32
+ * buffers (the layout's views), in host memory or in a device's (ct_ckpt_mem: then moved through
+ * one bounded host staging buffer, never a whole copy). */
 #ifndef CT_CKPT_H
 #define CT_CKPT_H
 
@@ -36,11 +42,23 @@
 
 struct ct_optim;
 
-/* Where the tensors of a run live (host memory). The trainable tensors are held for the range
- * [lo, hi) of the flat parameter space (layout.h): the whole space, or a rank's shard. */
+/* Memory that ckpt cannot read or write in place (a device's): ckpt moves values through a host
+ * staging buffer of at most CT_CKPT_STAGE_FLOATS floats with these copies (synchronous: dst_host
+ * holds the values, src_host may be reused, when they return). */
+typedef struct ct_ckpt_mem {
+    void *ctx;
+    void (*to_host)(void *ctx, float *dst_host, const float *src, int64_t n);
+    void (*from_host)(void *ctx, float *dst, const float *src_host, int64_t n);
+} ct_ckpt_mem;
+#define CT_CKPT_STAGE_FLOATS ((int64_t)1 << 20)
+
+/* Where the tensors of a run live. The trainable tensors are held for the range [lo, hi) of the
+ * flat parameter space (layout.h): the whole space, or a rank's part; a view may lie partly in
+ * it (a part's boundary may cut a tensor): a load fills the elements inside [lo, hi). */
 typedef struct ct_ckpt_tensors {
     const ct_param_view *views;  /* the layout's views: trainable ones in params, others in buffers */
     int n_views;
+    int64_t n_params;            /* the flat space's extent (layout.h), padding included */
     int64_t lo, hi;              /* params[0] and each slot[s][0] are element lo */
     float *params;               /* [hi - lo] fp32 master weights */
     float *buffers;              /* [n_buffers] running statistics (may be NULL when none) */
@@ -51,12 +69,15 @@ typedef struct ct_ckpt_tensors {
     const char *slot_name[CT_CKPT_MAX_SLOTS]; /* "exp_avg", "exp_avg_sq", "momentum_buffer" */
     float *slot[CT_CKPT_MAX_SLOTS];
     char optimizer[32];          /* optimizer type, recorded and checked on load ("AdamW") */
+    /* The memory each pointer is in: NULL for host memory, used in place (the CPU backend, an
+     * offloaded optimizer's pinned state), else a device's. */
+    const ct_ckpt_mem *params_mem, *buffers_mem, *slot_mem[CT_CKPT_MAX_SLOTS];
 } ct_ckpt_tensors;
 
-/* Address the views of a layout over [lo, hi): params and buffers (the caller's host memory) and
- * the state of an optimizer over the same range (ct_optim_slots: its names, and its buffers as
- * the slot pointers, which a caller whose optimizer lives on a device points at host copies).
- * o may be NULL: no optimizer state, as for `ctrain eval`. Nothing is allocated. */
+/* Address the views of a layout over [lo, hi): params and buffers and the state of an optimizer
+ * over the same range (ct_optim_slots: its names, and its buffers as the slot pointers), all in
+ * host memory (a caller whose buffers are a device's sets the *_mem fields). o may be NULL: no
+ * optimizer state, as for `ctrain eval`. Nothing is allocated. */
 void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
                          float *params, float *buffers, ct_ckpt_tensors *out);
 
@@ -64,6 +85,12 @@ void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int
  * buffers t holds (and v's element count agrees with its shape). */
 float *ct_ckpt_view_data(const ct_ckpt_tensors *t, const ct_param_view *v);
 bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v);
+/* The elements of view v that t holds: [*first, *first + *n) of the view (all of a buffer; of a
+ * trainable view its intersection with [lo, hi), maybe none). False when v's shape and count
+ * disagree or it lies outside the flat space. */
+bool ct_ckpt_view_part(const ct_ckpt_tensors *t, const ct_param_view *v, int64_t *first, int64_t *n);
+/* Whether t holds the whole flat space (one process, or ZeRO stage 0), or a rank's part. */
+bool ct_ckpt_tensors_whole(const ct_ckpt_tensors *t);
 
 /* Everything besides tensors that a resume restores. */
 typedef struct ct_ckpt_state {
@@ -155,12 +182,40 @@ void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON
 int ct_ckpt_save_best(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_state *state,
                       const cJSON *config, ct_err *err);
 
+#define CT_CKPT_TAG 32
+/* "global_step<step>": the name of a step's checkpoint directory. */
+void ct_ckpt_tag(long step, char out[CT_CKPT_TAG]);
+
+/* ---- the sharded save of a partitioned run (shards.h): every rank writes its part, rank 0 the
+ * rest. ckpt knows no communicator, so the caller runs the steps with its collectives between:
+ *   1. rank 0: ct_ckpt_begin (save_dir prepared, the temporary directory made)
+ *   2. every rank, once rank 0 says 1 succeeded: ct_ckpt_shard_write into ct_ckpt_tmp_dir
+ *   3. rank 0, once every rank says its shard is written (and its CRC-32): ct_ckpt_commit_shards
+ *      (the index, the buffers, state.json, config.json, the marker; then as ct_ckpt_save: the
+ *      directory renamed into place, latest, keep_last), or ct_ckpt_abort when a rank failed.
+ * The protocol of ct_ckpt_save holds: the checkpoint exists only once the marker, written after
+ * every rank's shard, is in place, so a process killed at any moment of a save, on any rank,
+ * leaves the previous checkpoint and `latest` as they were. name: ct_ckpt_tag's, or "best" (no
+ * latest, no keep_last). pid: rank 0's process id, which names the temporary directory (a later
+ * save removes it once that process is gone). */
+int ct_ckpt_begin(const char *save_dir, const char *name, long pid, ct_err *err);
+/* <save_dir>/.tmp-<name>-<pid> into tmp. */
+int ct_ckpt_tmp_dir(const char *save_dir, const char *name, long pid, char *tmp, size_t n, ct_err *err);
+/* crc[world]: the CRC-32 of every rank's shard, as ct_ckpt_shard_write gave it. */
+int ct_ckpt_commit_shards(const char *save_dir, const char *name, long pid, const ct_ckpt_tensors *t, int world,
+                          const uint32_t *crc, const ct_ckpt_state *state, const cJSON *config,
+                          const ct_ckpt_save_opts *opts, char *out_dir, size_t out_n, ct_err *err);
+/* Remove the temporary directory of a save that failed (kept when opts has a fault hook, as after a
+ * crash). */
+void ct_ckpt_abort(const char *save_dir, const char *name, long pid, const ct_ckpt_save_opts *opts);
+
 /* Resolve what to load. spec: "auto" -> <save_dir>/latest, or when latest is missing or names
- * an incomplete checkpoint, the newest complete global_step* (with a warning); none -> out = ""
- * and CT_OK (start fresh; with a warning when global_step* directories exist but none is
- * complete, since the run then starts from scratch beside them). Otherwise spec is a checkpoint directory, or a save_dir holding
- * `latest` (resolved through it). A given spec that holds no complete checkpoint is
- * CT_ERR_DATA naming it. */
+ * an incomplete checkpoint, the newest complete global_step* (with a warning); nothing ever saved
+ * there (no save_dir, no latest, no global_step*) -> out = "" and CT_OK (start fresh); latest or
+ * global_step* directories but none complete -> CT_ERR_DATA naming the damaged file and how to
+ * start fresh deliberately (a resume must not quietly restart a run from step 0). Otherwise spec
+ * is a checkpoint directory, or a save_dir holding `latest` (resolved through it). A given spec
+ * that holds no complete checkpoint is CT_ERR_DATA naming it. */
 int ct_ckpt_resolve(const char *spec, const char *save_dir, char *out, size_t n,
                     ct_warnings *warn, ct_err *err);
 
@@ -178,13 +233,15 @@ int ct_ckpt_verify(const char *dir, int *n_checked, ct_err *err);
 enum { CT_CKPT_LOAD_MODEL = 1, CT_CKPT_LOAD_OPTIM = 2, CT_CKPT_LOAD_STATE = 4,
        CT_CKPT_LOAD_ALL = 7 };
 
-/* Load a complete checkpoint directory into t (and state, and *config_out when not NULL: the
- * saved config, caller frees with cJSON_Delete). Everything is validated before anything is
- * written into t: first the CRC-32 of the tensor files it reads (as ct_ckpt_verify; a mismatch
- * is CT_ERR_DATA naming the file and the checkpoint to resume from instead), then a tensor
- * missing, extra or of another shape than the model's view is CT_ERR_CONFIG naming the tensor
- * and both shapes; optimizer state for another optimizer is CT_ERR_CONFIG; a corrupt or
- * truncated file is CT_ERR_DATA naming the file. */
+/* Load a complete checkpoint directory (one file set or shards) into t's range (and state, and
+ * *config_out when not NULL: the saved config, caller frees with cJSON_Delete): of every view the
+ * elements inside [t->lo, t->hi), read from the files that hold them and no others. Everything is
+ * validated before anything is written into t: first the CRC-32 of the tensor files it reads (as
+ * ct_ckpt_verify; a mismatch is CT_ERR_DATA naming the file and the checkpoint to resume from
+ * instead), then a tensor missing, extra or of another shape than the model's view is
+ * CT_ERR_CONFIG naming the tensor and both shapes; optimizer state for another optimizer is
+ * CT_ERR_CONFIG; a corrupt or truncated file, or shards that do not fit together, CT_ERR_DATA
+ * naming the file. */
 int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_state *state,
                  cJSON **config_out, ct_err *err);
 
@@ -192,12 +249,19 @@ int ct_ckpt_load(const char *dir, const ct_ckpt_tensors *t, int what, ct_ckpt_st
  * line into buf (empty when equal); returns the number of differences. */
 int ct_ckpt_config_diff(const cJSON *saved, const cJSON *current, char *buf, size_t n);
 
-/* model.init_from: load weights by name from any safetensors file (F32, F16 or BF16) into the
- * params/buffers of t. Mismatches (missing in the file, other shape, unusable dtype, unused in
+/* model.init_from: load weights by name from any safetensors file (F32, F16 or BF16), or from a
+ * checkpoint directory of either kind (or a save_dir: its latest), into the params/buffers of t
+ * (the part of each view inside t's range). Mismatches (missing in the file, other shape, unusable dtype, unused in
  * the model) are listed: strict -> CT_ERR_CONFIG listing them and nothing loaded; not strict ->
  * matching tensors loaded, one warning per mismatch, CT_ERR_CONFIG only when nothing matches.
  * n_loaded (may be NULL) receives the number of tensors loaded. Corrupt file: CT_ERR_DATA. */
 int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, int *n_loaded,
                       ct_warnings *warn, ct_err *err);
+
+/* values[v->numel]: a whole view's values in host memory, of which the part t holds goes into t
+ * (through a staging buffer when t's memory is a device's). False when v lies outside t's space. */
+bool ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values);
+/* The slot names of t, comma-separated ("exp_avg,exp_avg_sq": the files' "slots" metadata). */
+void ct_ckpt_slot_list(const ct_ckpt_tensors *t, char *buf, size_t n);
 
 #endif

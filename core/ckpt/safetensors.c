@@ -293,15 +293,12 @@ ct_st_file *ct_st_parse(const void *buf, size_t len, const char *name, ct_err *e
 }
 
 ct_st_file *ct_st_open(const char *path, ct_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    int fd;
+    if (ct_fs_open_regular(path, CT_ERR_DATA, "a safetensors file", &fd, err)) return NULL;   /* a FIFO: refused */
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
-        ct_errf(err, CT_ERR_DATA, "%s: not a regular file", path);
         return NULL;
     }
     size_t size = (size_t)st.st_size;
@@ -323,6 +320,7 @@ ct_st_file *ct_st_open(const char *path, ct_err *err) {
         return NULL;
     }
     f->map = map;
+    for (int i = 0; i < f->n_tensors; i++) f->tensors[i].mapped = map != NULL;
     return f;
 }
 
@@ -340,17 +338,33 @@ const char *ct_st_meta(const ct_st_file *f, const char *key) {
 int64_t ct_st_numel(const ct_st_tensor *t) { return ct_shape_numel(&t->shape); }
 
 bool ct_st_read_f32(const ct_st_tensor *t, float *dst, int64_t n) {
-    if (n != ct_st_numel(t)) return false;
+    return n == ct_st_numel(t) && ct_st_read_f32_range(t, 0, n, dst);
+}
+
+/* The whole pages of a mapped file's bytes [p, p + len) leave this process's memory (they are read
+ * again from the file, or the page cache, when touched again: the mapping is private and never
+ * written). A reader that streams a large file through a small buffer so stays small itself. */
+static void release_pages(const uint8_t *p, size_t len) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) / page * page, b = ((uintptr_t)p + len) / page * page;
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+bool ct_st_read_f32_range(const ct_st_tensor *t, int64_t first, int64_t n, float *dst) {
+    if (first < 0 || n < 0 || first > ct_st_numel(t) - n) return false;
+    if (t->ct_dtype != CT_F32 && t->ct_dtype != CT_F16 && t->ct_dtype != CT_BF16) return false;
+    size_t es = t->ct_dtype == CT_F32 ? 4 : 2;
+    const uint8_t *src = t->data + es * (size_t)first;
     if (t->ct_dtype == CT_F32) {
-        memcpy(dst, t->data, (size_t)n * 4);
-        return true;
+        memcpy(dst, src, (size_t)n * 4);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2); /* data may be unaligned */
+            dst[i] = t->ct_dtype == CT_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
+        }
     }
-    if (t->ct_dtype != CT_F16 && t->ct_dtype != CT_BF16) return false;
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, t->data + 2 * i, 2); /* data may be unaligned */
-        dst[i] = t->ct_dtype == CT_F16 ? ct_f16_to_f32(h) : ct_bf16_to_f32(h);
-    }
+    if (t->mapped) release_pages(src, es * (size_t)n);
     return true;
 }
 
@@ -421,8 +435,7 @@ static int st_write_all(st_out *o, const void *p, size_t n, ct_err *err) {
     while (n > 0) {
         ssize_t k = write(o->fd, c, n > (1u << 30) ? (1u << 30) : n);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", o->path,
-                                   k < 0 ? strerror(errno) : "no progress");
+        if (k <= 0) return ct_fs_write_error(err, o->path, "write", k < 0 ? errno : ENOSPC);
         o->crc = crc32(o->crc, c, (uInt)k);
         c += k;
         n -= (size_t)k;
@@ -430,22 +443,46 @@ static int st_write_all(st_out *o, const void *p, size_t n, ct_err *err) {
     return CT_OK;
 }
 
-static int st_write_entry(st_out *o, const ct_st_entry *e, ct_err *err) {
-    int64_t n = ct_shape_numel(&e->shape);
-    if (!e->from_f32 || e->dtype == CT_F32)
-        return st_write_all(o, e->from_f32 ? (const void *)e->from_f32 : e->data,
-                            (size_t)n * ct_dtype_size(e->dtype), err);
+/* fp32 values src[k] written as dtype (F32 as they are; F16, BF16 rounded to nearest even). */
+static int st_write_converted(st_out *o, const float *src, int64_t k, ct_dtype dtype, ct_err *err) {
+    if (dtype == CT_F32) return st_write_all(o, src, (size_t)k * 4, err);
     enum { CHUNK = 16384 };
     uint16_t tmp[CHUNK];
-    for (int64_t i = 0; i < n; i += CHUNK) {
-        int64_t k = n - i < CHUNK ? n - i : CHUNK;
-        for (int64_t j = 0; j < k; j++)
-            tmp[j] = e->dtype == CT_F16 ? ct_f32_to_f16(e->from_f32[i + j])
-                                        : ct_f32_to_bf16(e->from_f32[i + j]);
-        int rc = st_write_all(o, tmp, (size_t)k * 2, err);
+    for (int64_t i = 0; i < k; i += CHUNK) {
+        int64_t m = k - i < CHUNK ? k - i : CHUNK;
+        for (int64_t j = 0; j < m; j++)
+            tmp[j] = dtype == CT_F16 ? ct_f32_to_f16(src[i + j]) : ct_f32_to_bf16(src[i + j]);
+        int rc = st_write_all(o, tmp, (size_t)m * 2, err);
         if (rc) return rc;
     }
     return CT_OK;
+}
+
+/* stage: the file's one staging buffer for fill entries, CT_ST_FILL_FLOATS floats (or fewer when
+ * no entry needs them all), allocated by the caller. */
+static int st_write_entry(st_out *o, const ct_st_entry *e, float *stage, int64_t stage_n, ct_err *err) {
+    int64_t n = ct_shape_numel(&e->shape);
+    if (e->fill) {
+        for (int64_t at = 0; at < n; at += stage_n) {
+            int64_t k = n - at < stage_n ? n - at : stage_n;
+            int rc = e->fill(e->fill_ctx, at, k, stage, err);
+            if (!rc) rc = st_write_converted(o, stage, k, e->dtype, err);
+            if (rc) return rc;
+        }
+        return CT_OK;
+    }
+    if (!e->from_f32) return st_write_all(o, e->data, (size_t)n * ct_dtype_size(e->dtype), err);
+    return st_write_converted(o, e->from_f32, n, e->dtype, err);
+}
+
+/* Floats the staging buffer needs: the largest fill entry's, at most CT_ST_FILL_FLOATS. */
+static int64_t st_stage_floats(const ct_st_entry *entries, int n) {
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t k = entries[i].fill ? ct_shape_numel(&entries[i].shape) : 0;
+        if (k > most) most = k;
+    }
+    return most < CT_ST_FILL_FLOATS ? most : CT_ST_FILL_FLOATS;
 }
 
 /* Header JSON for entries in file order, padded with spaces to a multiple of 8. */
@@ -481,7 +518,7 @@ static int st_check_entries(const st_order *ord, int n, ct_err *err) {
         if ((unsigned)e->dtype >= CT_DTYPE_COUNT || e->shape.ndim < 0 || e->shape.ndim > CT_MAX_DIMS)
             return ct_errf(err, CT_ERR_CONFIG, "safetensors writer: tensor \"%s\": bad dtype or rank",
                            e->name);
-        if (e->from_f32 && e->dtype != CT_F32 && e->dtype != CT_F16 && e->dtype != CT_BF16)
+        if ((e->from_f32 || e->fill) && e->dtype != CT_F32 && e->dtype != CT_F16 && e->dtype != CT_BF16)
             return ct_errf(err, CT_ERR_CONFIG,
                            "safetensors writer: tensor \"%s\": fp32 converts only to F32, F16, BF16",
                            e->name);
@@ -531,13 +568,16 @@ int ct_st_write_crc(const char *path, const ct_st_entry *entries, int n, const c
         uint64_t hlen = h.n;
         rc = st_write_all(&o, &hlen, 8, err);
         if (!rc) rc = st_write_all(&o, h.p, h.n, err);
-        for (int i = 0; i < n && !rc; i++) rc = st_write_entry(&o, ord[i].e, err);
+        int64_t stage_n = st_stage_floats(entries, n);
+        float *stage = stage_n > 0 ? ct_xmalloc((size_t)stage_n * sizeof *stage) : NULL;
+        for (int i = 0; i < n && !rc; i++) rc = st_write_entry(&o, ord[i].e, stage, stage_n, err);
+        free(stage);
         if (!rc && ct_fs_fsync(o.fd) != 0)
-            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+            rc = ct_fs_write_error(err, path, "fsync", errno);
         struct stat st;   /* a partial file is removed; a device written through is not a file */
         bool regular = fstat(o.fd, &st) == 0 && S_ISREG(st.st_mode);
         if (close(o.fd) != 0 && !rc)
-            rc = ct_errf(err, CT_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
+            rc = ct_fs_write_error(err, path, "close", errno);
         if (rc && regular) unlink(path);
     }
     if (!rc && crc) *crc = (uint32_t)o.crc;

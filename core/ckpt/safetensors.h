@@ -35,6 +35,7 @@ typedef struct ct_st_tensor {
     ct_shape shape;
     uint64_t begin, end;     /* byte range inside the buffer */
     const uint8_t *data;     /* begin..end of the mapped file; may be unaligned */
+    bool mapped;             /* data is in the file's own mapping (ct_st_open), not caller memory */
 } ct_st_tensor;
 
 typedef struct ct_st_file {
@@ -65,17 +66,33 @@ int64_t ct_st_numel(const ct_st_tensor *t);
 /* Copy a F32, F16 or BF16 tensor into dst as fp32 (n must equal its element count).
  * Returns false for other dtypes or a count mismatch. */
 bool ct_st_read_f32(const ct_st_tensor *t, float *dst, int64_t n);
+/* Elements [first, first + n) of the tensor (flat, row-major) into dst as fp32; false for other
+ * dtypes or a range outside the tensor. Of a file opened with ct_st_open, the whole pages read are
+ * then dropped from the process's memory (madvise), so reading a file in pieces never holds more
+ * of it than a piece. */
+bool ct_st_read_f32_range(const ct_st_tensor *t, int64_t first, int64_t n, float *dst);
 
 /* Byte size of a safetensors dtype name, in bits; 0 when unknown. */
 int ct_st_dtype_bits(const char *name);
 
 /* ---- writer ---- */
+
+/* The most floats a file's staging buffer for fill entries holds (4 MiB). */
+#define CT_ST_FILL_FLOATS ((int64_t)1 << 20)
+
 typedef struct ct_st_entry {
     const char *name;
     ct_dtype dtype;          /* stored dtype */
     ct_shape shape;
     const void *data;        /* numel x dtype size bytes in `dtype`; or NULL and from_f32 set */
     const float *from_f32;   /* when set: fp32 source converted to dtype (F32, F16 or BF16) */
+    /* When set (data and from_f32 NULL): the fp32 values are asked for in chunks, fill writing
+     * elements [first, first + n) of the tensor into dst, and converted as from_f32's are. The
+     * writer stages them in one buffer of at most CT_ST_FILL_FLOATS floats per file, so a tensor
+     * that is not in host memory (a device's, or spread over other files) is written without a
+     * whole copy of it. A non-zero return (err filled) aborts the write. */
+    int (*fill)(void *ctx, int64_t first, int64_t n, float *dst, ct_err *err);
+    void *fill_ctx;
 } ct_st_entry;
 
 /* Write a file at `path` (created or truncated; mode 0644) and fsync it. Metadata: n_meta

@@ -182,6 +182,10 @@ int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *wa
     bool partitions = cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 2;
     if (cfg->zero.stage == 0)
         fprintf(out, "zero       stage 0 (off)\n");
+    else if (cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU && cfg->world_size <= 1)
+        fprintf(out, "zero       stage %d with optimizer offload (one process): on a device (a GPU, the capped device) "
+                     "the fp32 master, gradients and optimizer state in host memory and the step on the CPU; on the "
+                     "CPU backend nothing moves and it trains as stage 0\n", cfg->zero.stage);
     else if (partitions)
         fprintf(out, "zero       stage %d over %d ranks: fp32 master and optimizer state split %d ways%s; offload "
                      "optimizer: %s\n", cfg->zero.stage, cfg->world_size, cfg->world_size,

@@ -167,6 +167,8 @@ typedef struct ct_pending_cfg {
                                    the step lines (core/train/loop.c) */
     bool curriculum;            /* curriculum_learning.enabled (the legacy top-level section) */
     bool data_curriculum;       /* data_efficiency.data_sampling.curriculum_learning.enabled */
+    bool eigenvalue;            /* eigenvalue.enabled: DeepSpeed uses it only for MoQ (refused) */
+    bool compile;               /* compile.enabled or compile.deepcompile: nothing to compile */
 } ct_pending_cfg;
 
 /* A DeepSpeed monitor section (tensorboard, csv_monitor: the same three keys). */

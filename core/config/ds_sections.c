@@ -1,8 +1,12 @@
 /* ds_sections.c: DeepSpeed sections ctrain validates but does not act on (monitors, comms_logger,
  * activation_checkpointing, flops_profiler, checkpoint, legacy curriculum_learning, the curriculum
- * switch of data_efficiency, progressive_layer_drop) and the features it refuses (amp, elasticity).
- * Present sections are listed in the one "keys read but not used" warning, except where
- * ct_config_not_yet() (not_yet.c) gives them a line of their own. */
+ * switch of data_efficiency, compile, eigenvalue) and the features it refuses when they are on,
+ * because they ask for another kind of training than ctrain's: amp, elasticity, progressive layer
+ * drop, random-LTD, quantize_training (MoQ), compression_training, autotuning, torch_autocast,
+ * pipeline, tensor and sequence parallelism, a universal checkpoint load. A refused section that is
+ * present but off (enabled false, one stage, one rank) is accepted. Present sections are listed in
+ * the one "keys read but not used" warning, except where ct_config_not_yet() (not_yet.c) gives them
+ * a line of their own. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -57,31 +61,188 @@ static const ct_field flops_fields[] = {
 static const ct_field ckpt_fields[] = {CT_F_BOOL_K(ct_config, "enabled", checkpoint_enabled, true),
                                        CT_U_STR("tag_validation"), CT_U_BOOL("load_universal"),
                                        CT_U_BOOL("use_node_local_storage"), CT_U_ANY("parallel_write")};
+/* compile (DeepSpeed's CompileConfig: torch.compile's enabled, backend, kwargs until 2025; since,
+ * DeepCompile's switches and passes): ctrain runs its own kernels, with no PyTorch model for a
+ * compiler, so training is the same without it (a line of its own when on, not_yet.c); passes that
+ * make another kind of training (autotp, autosp) are refused below. Unknown keys warn: the section
+ * grows with every DeepSpeed release, and none of it changes what ctrain trains. */
+static const ct_field compile_fields[] = {
+    CT_U_BOOL("enabled"),           CT_U_STR("backend"),          CT_U_ANY("kwargs"),
+    CT_U_BOOL("deepcompile"),       CT_U_BOOL("free_activation"), CT_U_INT("free_activation_threshold", 0),
+    CT_U_BOOL("offload_activation"), CT_U_BOOL("offload_activation_pin_memory"), CT_U_BOOL("offload_opt_states"),
+    CT_U_BOOL("double_buffer"),     CT_U_BOOL("symmetric_memory"), CT_U_BOOL("debug_log"),
+    CT_U_BOOL("offload_parameters"), CT_U_BOOL("sync_before_reduce"), CT_U_BOOL("sync_after_reduce"),
+    CT_U_BOOL("sync_before_allgather"), CT_U_BOOL("sync_after_allgather"), CT_U_BOOL("keep_int_input_tensors"),
+    CT_U_BOOL("keep_all_input_tensors"), CT_U_ANY("passes"),
+};
+/* torch_autocast (DeepSpeed reads enabled, dtype, lower_precision_safe_modules): refused when on. */
+static const ct_field autocast_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("dtype"),
+                                           CT_U_ANY("lower_precision_safe_modules")};
 
 #define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
 static const ct_section ds_sections[] = {
     WHOLE("comet", comet_fields, true),
     WHOLE("comms_logger", comms_fields, true),
     {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
+    WHOLE("compile", compile_fields, false),
+    WHOLE("torch_autocast", autocast_fields, false),
 };
 
-/* Features whose "enabled": true changes what training means: refused rather than ignored. */
-static int refuse_enabled(ct_rd *r, const cJSON *root, const char *name, const char *what) {
-    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, name);
-    if (!ct_rd_given(sec)) return CT_OK;
-    char path[64], shown[128];
-    if (!cJSON_IsObject(sec))
-        return ct_rd_fail(r, sec, name, "expected an object, got %s", ct_rd_show(sec, shown, sizeof shown));
-    const cJSON *en = cJSON_GetObjectItemCaseSensitive(sec, "enabled");
-    snprintf(path, sizeof path, "%s.enabled", name);
-    double x = 0;
-    if (ct_rd_given(en)) {
-        int rc = ct_rd_value(r, en, path, CT_K_BOOL, 0, 1, false, &x);
-        if (rc) return rc;
+/* ------------------------------------------------------------------------------------------ */
+/* Another kind of training: refused when on                                                    */
+
+/* The section at a dotted path below root (NULL when a part is absent); CT_ERR_CONFIG when a part on
+ * the way is not an object, as DeepSpeed fails on it. */
+static int section_at(ct_rd *r, const cJSON *root, const char *path, const cJSON **out) {
+    char part[64], sofar[256] = "", shown[128];
+    const cJSON *node = root;
+    *out = NULL;
+    for (const char *p = path; *p;) {
+        size_t k = strcspn(p, ".");
+        snprintf(part, sizeof part, "%.*s", (int)k, p);
+        size_t used = strlen(sofar);
+        snprintf(sofar + used, sizeof sofar - used, "%s%s", used ? "." : "", part);
+        node = cJSON_GetObjectItemCaseSensitive(node, part);
+        if (!ct_rd_given(node)) return CT_OK;
+        if (!cJSON_IsObject(node))
+            return ct_rd_fail(r, node, sofar, "expected an object, got %s", ct_rd_show(node, shown, sizeof shown));
+        p += k + (p[k] == '.');
     }
-    if (x) return ct_rd_fail(r, en, path, "%s", what);
-    ct_rd_add_unused(r, name);
+    *out = node;
     return CT_OK;
+}
+
+/* A feature DeepSpeed switches on with "<section>.enabled": true, which would make this another
+ * kind of training than ctrain's: what it is, and what ctrain does instead. */
+typedef struct refusal {
+    const char *section;
+    const char *what;
+} refusal;
+
+static const refusal refusals[] = {
+    {"amp", "NVIDIA Apex AMP is not implemented in ctrain; use \"fp16\" or \"bf16\""},
+    {"elasticity", "elastic training is not implemented in ctrain; set the batch keys instead"},
+    {"progressive_layer_drop", "progressive layer drop (DeepSpeed skips transformer layers at random, more as "
+     "training goes on) is not implemented in ctrain, which trains every layer at every step; set it to false"},
+    {"data_efficiency.data_routing.random_ltd", "random layer-token drop (random-LTD: DeepSpeed sends only some "
+     "tokens through the middle layers) is not implemented in ctrain, which sends every token through every "
+     "layer; set it to false"},
+    {"quantize_training", "quantization-aware training (MoQ: DeepSpeed quantizes the weights in the optimizer "
+     "step, to fewer bits as training goes on) is not implemented in ctrain, which keeps them in the precision "
+     "\"fp16\" or \"bf16\" says; set it to false"},
+    {"compression_training.weight_quantization.shared_parameters", "model compression (weight quantization) is "
+     "not implemented in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.activation_quantization.shared_parameters", "model compression (activation "
+     "quantization) is not implemented in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.sparse_pruning.shared_parameters", "model compression (sparse pruning) is not "
+     "implemented in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.row_pruning.shared_parameters", "model compression (row pruning) is not implemented "
+     "in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.head_pruning.shared_parameters", "model compression (head pruning) is not "
+     "implemented in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.channel_pruning.shared_parameters", "model compression (channel pruning) is not "
+     "implemented in ctrain, which trains the model uncompressed; set it to false"},
+    {"compression_training.layer_reduction", "layer reduction (distilling into a model of fewer layers) is not "
+     "implemented in ctrain, which trains the model as given; set it to false"},
+    {"autotuning", "DeepSpeed then runs a short profiling experiment for its autotuner and exits at "
+     "autotuning.end_profile_step; ctrain has no autotuner and trains the config as given (train_micro_batch_"
+     "size_per_gpu \"auto\" takes the largest micro-batch that fits; --dry-run shows what fits); set it to false"},
+    {"torch_autocast", "PyTorch autocast (fp32 weights, chosen layers computed in 16 bits) is not implemented in "
+     "ctrain; its mixed precision is \"bf16\": {\"enabled\": true} or \"fp16\": {\"enabled\": true} (an fp32 "
+     "master copy, every layer in 16 bits); set it to false"},
+};
+
+/* <section>.enabled true: refused; present and off (or without enabled: DeepSpeed's default is
+ * off): listed as read but not used where nothing else lists it. */
+static int refuse_enabled(ct_rd *r, const cJSON *root, const refusal *f) {
+    const cJSON *sec;
+    int rc = section_at(r, root, f->section, &sec);
+    if (rc || !sec) return rc;
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(sec, "enabled");
+    char path[160];
+    snprintf(path, sizeof path, "%s.enabled", f->section);
+    double x = 0;
+    if (ct_rd_given(en) && (rc = ct_rd_value(r, en, path, CT_K_BOOL, 0, 1, false, &x))) return rc;
+    if (x) return ct_rd_fail(r, en, path, "%s", f->what);
+    if (!strchr(f->section, '.')) ct_rd_add_unused(r, f->section);
+    return CT_OK;
+}
+
+/* A count of ranks or stages that asks for model parallelism: more than 1 is refused. */
+typedef struct parallel_key {
+    const char *section, *key, *what, *unit;
+} parallel_key;
+
+static const parallel_key parallel_keys[] = {
+    {"pipeline", "stages", "pipeline parallelism", "stages"},
+    {"tensor_parallel", "autotp_size", "tensor parallelism (AutoTP)", "ranks"},
+    {"tensor_parallel.tp", "tp_size", "tensor parallelism", "ranks"},
+    {"tensor_parallel.tensor_parallel", "tp_size", "tensor parallelism", "ranks"},
+    {"", "sequence_parallel_size", "sequence parallelism (DeepSpeed-Ulysses)", "ranks"},
+};
+
+static int refuse_parallel(ct_rd *r, const cJSON *root, const parallel_key *k) {
+    const cJSON *sec = root;
+    int rc = k->section[0] ? section_at(r, root, k->section, &sec) : CT_OK;
+    if (rc || !sec) return rc;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sec, k->key);
+    if (!cJSON_IsNumber(v) || v->valuedouble <= 1) return CT_OK;   /* "auto", 0, 1: one rank's worth */
+    char path[160];
+    ct_rd_join(path, sizeof path, k->section, k->key);
+    return ct_rd_fail(r, v, path, "%s over %g %s is not implemented in ctrain: every rank holds the whole model "
+                      "and the ranks split the batch (data parallelism, with zero_optimization's stages for "
+                      "memory); remove it or set it to 1", k->what, v->valuedouble, k->unit);
+}
+
+/* compile.passes that make DeepSpeed's compiler split the model across ranks. */
+static int refuse_compile_passes(ct_rd *r, const cJSON *root) {
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "compile");
+    const cJSON *passes = cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "passes") : NULL;
+    for (const cJSON *p = cJSON_IsArray(passes) ? passes->child : NULL; p; p = p->next) {
+        bool tp = cJSON_IsString(p) && !strcmp(p->valuestring, "autotp");
+        bool sp = cJSON_IsString(p) && !strcmp(p->valuestring, "autosp");
+        if (tp || sp)
+            return ct_rd_fail(r, p, "compile.passes", "\"%s\": %s parallelism is not implemented in ctrain: every "
+                              "rank holds the whole model and the ranks split the batch; remove it", p->valuestring,
+                              tp ? "tensor" : "sequence");
+    }
+    return CT_OK;
+}
+
+/* checkpoint.load_universal: loading DeepSpeed's universal checkpoints. */
+static int refuse_universal(ct_rd *r, const cJSON *root) {
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
+    const cJSON *u = cJSON_IsObject(ck) ? cJSON_GetObjectItemCaseSensitive(ck, "load_universal") : NULL;
+    if (!cJSON_IsTrue(u)) return CT_OK;   /* its type was checked with the section */
+    return ct_rd_fail(r, u, "checkpoint.load_universal", "loading a DeepSpeed universal checkpoint is not "
+                      "implemented in ctrain; its own checkpoints resume on any number of ranks as they are "
+                      "(--resume DIR); set it to false");
+}
+
+/* A section whose "enabled": true is stored for a line of its own (not_yet.c). */
+static int read_switch(ct_rd *r, const cJSON *root, const char *name, const char *key, bool *out) {
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, name);
+    const cJSON *en = cJSON_IsObject(sec) ? cJSON_GetObjectItemCaseSensitive(sec, key) : NULL;
+    char path[64];
+    snprintf(path, sizeof path, "%s.%s", name, key);
+    double x = 0;
+    int rc = ct_rd_given(en) ? ct_rd_value(r, en, path, CT_K_BOOL, 0, 1, false, &x) : CT_OK;
+    *out = *out || x;
+    return rc;
+}
+
+/* Everything above, after the sections' own reading. */
+static int refuse_other_kinds(ct_rd *r, const cJSON *root) {
+    int rc = CT_OK;
+    for (int i = 0; i < CT_ARRAY_LEN(refusals) && !rc; i++) rc = refuse_enabled(r, root, &refusals[i]);
+    for (int i = 0; i < CT_ARRAY_LEN(parallel_keys) && !rc; i++) rc = refuse_parallel(r, root, &parallel_keys[i]);
+    if (!rc) rc = refuse_compile_passes(r, root);
+    if (!rc) rc = refuse_universal(r, root);
+    ct_pending_cfg *p = &r->cfg->pending;
+    if (!rc) rc = read_switch(r, root, "eigenvalue", "enabled", &p->eigenvalue);
+    if (!rc) rc = read_switch(r, root, "compile", "enabled", &p->compile);
+    if (!rc) rc = read_switch(r, root, "compile", "deepcompile", &p->compile);
+    return rc;
 }
 
 /* One integer of a fixed_discrete list: curriculum_learning.schedule_config.NAME[i]. */
@@ -268,15 +429,8 @@ int ct_rd_ds_sections(ct_rd *r, const cJSON *root) {
     if (!rc) rc = read_data_curriculum(r, root);
     if (rc) return rc;
     const cJSON *pld = cJSON_GetObjectItemCaseSensitive(root, "progressive_layer_drop");
-    if (ct_rd_given(pld)) {
-        if (!cJSON_IsObject(pld) || !cJSON_GetObjectItemCaseSensitive(pld, "enabled"))
-            return ct_rd_fail(r, pld, "progressive_layer_drop.enabled", "required when the section is present");
-        ct_rd_add_unused(r, "progressive_layer_drop");
-    }
-    rc = refuse_enabled(r, root, "amp", "NVIDIA Apex AMP is not implemented in ctrain; use \"fp16\" or \"bf16\"");
-    if (!rc)
-        rc = refuse_enabled(r, root, "elasticity",
-                            "elastic training is not implemented in ctrain; set the batch keys instead");
-    return rc;
+    if (ct_rd_given(pld) && (!cJSON_IsObject(pld) || !cJSON_GetObjectItemCaseSensitive(pld, "enabled")))
+        return ct_rd_fail(r, pld, "progressive_layer_drop.enabled", "required when the section is present");
+    return refuse_other_kinds(r, root);
 }
 

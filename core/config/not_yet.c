@@ -51,30 +51,20 @@ static bool has_checkpoint_mark(const cJSON *v) {
 }
 
 static void collect(const ct_config *cfg, list *l) {
-    static const char *const dev[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
-                                      [CT_OFFLOAD_NVME] = "nvme"};
     const ct_zero_cfg *z = &cfg->zero;
     const char *ny = "accepted, not used yet: this version trains without";
-    /* Stages 1 to 3 partition with several ranks (mpirun); one process has nothing to split. */
-    if (z->stage >= 1 && cfg->world_size <= 1)
+    /* Stages 1 to 3 partition with several ranks (mpirun); one process has nothing to split, unless
+     * it offloads the optimizer to host memory, which the trainer says once it knows the device. */
+    if (z->stage >= 1 && cfg->world_size <= 1 && z->offload_optimizer.device == CT_OFFLOAD_NONE)
         add(l, "zero_optimization", "zero_optimization.stage",
             "zero_optimization.stage %d: accepted, not used yet: one process has nothing to partition, so it "
             "trains as stage 0 (it holds all optimizer state, gradients and parameters); under mpirun -np N, "
             "stages 1 and 2 split the fp32 master and optimizer state N ways, and stage 3 the parameters and "
             "gradients too", z->stage);
     /* The reader has already switched off what DeepSpeed ignores: optimizer offload at stage 0,
-     * parameter offload below stage 3 (with a warning); NVMe is an error. */
-    if (z->offload_optimizer.device != CT_OFFLOAD_NONE)
-        add(l, "zero_optimization", "zero_optimization.offload_optimizer.device",
-            "zero_optimization.offload_optimizer.device %s: %s optimizer offload (the optimizer state stays "
-            "with the parameters on the training device, and the optimizer step runs there); on the CPU "
-            "backend that is host memory already: nothing moves, and training is the same with or without it",
-            dev[z->offload_optimizer.device], ny);
-    if (z->offload_param.device != CT_OFFLOAD_NONE)
-        add(l, "zero_optimization", "zero_optimization.offload_param.device",
-            "zero_optimization.offload_param.device %s: %s parameter offload (every parameter stays on the "
-            "training device); on the CPU backend that is host memory already: nothing moves, and training is "
-            "the same with or without it", dev[z->offload_param.device], ny);
+     * parameter offload below stage 3 (with a warning); NVMe is an error. Optimizer and parameter
+     * offload are done (core/train/offload.c, partition.c); the trainer says what they do once it
+     * knows the device (on the CPU backend nothing moves). */
 
     const ct_pending_cfg *p = &cfg->pending;
     /* Activation checkpointing (layers' "checkpoint", number_checkpoints) and its offload
@@ -99,6 +89,16 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "data_efficiency.data_sampling", "data_efficiency.data_sampling.curriculum_learning.enabled",
             "data_efficiency.data_sampling.curriculum_learning.enabled true: %s curriculum data sampling "
             "(batches come from the data loader's shuffle, not by difficulty)", ny);
+    /* Switches that cannot change what is trained here (the features that would are refused when
+     * the config is read, ds_sections.c). */
+    if (p->eigenvalue)
+        add(l, "eigenvalue", "eigenvalue.enabled",
+            "eigenvalue.enabled true: %s Hessian eigenvalues, which DeepSpeed computes only to schedule "
+            "quantize_training (MoQ), not enabled here: training is the same without them", ny);
+    if (p->compile)
+        add(l, "compile", "compile",
+            "compile: %s compiling (ctrain runs its own kernels; there is no PyTorch model for DeepSpeed's "
+            "compiler): training is the same without it", ny);
     /* csv_monitor and tensorboard are written (core/report/metrics.h); wandb is not. */
     if (cfg->wandb)
         add(l, "wandb", "wandb.enabled",

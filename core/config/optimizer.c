@@ -71,7 +71,8 @@ static int read_betas(ct_rd *r, const cJSON *params, ct_optimizer_cfg *o) {
     for (int i = 0; i < 2; i++) {
         char path[64];
         snprintf(path, sizeof path, "optimizer.params.betas[%d]", i);
-        int rc = ct_rd_value(r, cJSON_GetArrayItem(b, i), path, CT_K_NUM, 0, 1 - DBL_EPSILON, false, &v[i]);
+        /* [0, 1): the largest double below 1 is the bound, which the message shows as "[0, 1)" */
+        int rc = ct_rd_value(r, cJSON_GetArrayItem(b, i), path, CT_K_NUM, 0, nextafter(1.0, 0.0), false, &v[i]);
         if (rc) return rc;
     }
     o->beta1 = v[0];

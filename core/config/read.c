@@ -127,21 +127,62 @@ void ct_rd_add_unused(ct_rd *r, const char *path) {
     r->unused[r->n_unused++] = ct_xstrdup(path);
 }
 
-/* "an integer 0..3", "a number >= 0", ... */
+/* x as the shortest text that reads back as x (%.1g to %.17g): 0.999, not 0.99899999999999999911. */
+static void shortest(double x, char *out, size_t n) {
+    if (x == floor(x) && fabs(x) < 1e15) {   /* an integer as one: 1000000000, not 1e+09 */
+        snprintf(out, n, "%.0f", x);
+        return;
+    }
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(out, n, "%.*g", digits, x);
+        if (strtod(out, NULL) == x) return;
+    }
+}
+
+/* A bound that is the double next to a short number (1 - 2^-52 next to 1, the largest beta): that
+ * number, with the interval open on that side, "[0, 1)", not "[0, 0.99999999999999978]". */
+static bool open_bound(double x, double toward, char *out, size_t n) {
+    char mine[32];
+    shortest(x, mine, sizeof mine);
+    shortest(nextafter(x, toward), out, n);
+    return strlen(out) < 8 && strlen(mine) >= 16;
+}
+
+/* "an integer 0..3", "a number >= 0", "a number in [0, 1)", ... */
 static const char *describe(ct_kind kind, double lo, double hi, char *buf, size_t n) {
     const char *what = kind == CT_K_INT ? "an integer" : "a number";
     bool has_lo = lo > -1e307, has_hi = hi < (kind == CT_K_INT ? 2147483647.0 : 1e307);
+    char a[32], b[32];
+    bool open_lo = kind == CT_K_NUM && open_bound(lo, -INFINITY, a, sizeof a);
+    bool open_hi = kind == CT_K_NUM && open_bound(hi, INFINITY, b, sizeof b);
+    if (!open_lo) shortest(lo, a, sizeof a);
+    if (!open_hi) shortest(hi, b, sizeof b);
     if (kind == CT_K_NUM && lo == DBL_MIN)
         snprintf(buf, n, "%s > 0", what);
+    else if (has_lo && has_hi && kind == CT_K_INT)
+        snprintf(buf, n, "%s %s..%s", what, a, b);
     else if (has_lo && has_hi)
-        snprintf(buf, n, kind == CT_K_INT ? "%s %.17g..%.17g" : "%s in [%.17g, %.17g]", what, lo, hi);
+        snprintf(buf, n, "%s in %s%s, %s%s", what, open_lo ? "(" : "[", a, b, open_hi ? ")" : "]");
     else if (has_lo)
-        snprintf(buf, n, "%s >= %.17g", what, lo);
+        snprintf(buf, n, "%s %s %s", what, open_lo ? ">" : ">=", a);
     else if (has_hi)
-        snprintf(buf, n, "%s <= %.17g", what, hi);
+        snprintf(buf, n, "%s %s %s", what, open_hi ? "<" : "<=", b);
     else
         snprintf(buf, n, "%s", what);
     return buf;
+}
+
+/* A number that JSON or --set wrote but a double cannot hold (1e999): " (out of the range of a
+ * double, about ±1.8e308)" to say so, else "". */
+static const char *out_of_range(const cJSON *v) {
+    double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (cJSON_IsString(v)) {
+        char *end = NULL;
+        x = strtod(v->valuestring, &end);
+        while (end && isspace((unsigned char)*end)) end++;
+        if (!end || end == v->valuestring || *end) return "";
+    }
+    return isinf(x) ? ": a number out of the range of a double (about ±1.8e308)" : "";
 }
 
 /* pydantic's lax bool words. Returns 0/1, or -1 when the string is not one of them. */
@@ -209,7 +250,7 @@ int ct_rd_value(ct_rd *r, const cJSON *v, const char *path, ct_kind kind, double
         }
         if (ok && kind == CT_K_INT) ok = x == floor(x) && fabs(x) <= CT_BIG;
         if (!ok || x < lo || x > hi) {
-            const char *extra = "";
+            const char *extra = out_of_range(v);
             if (cJSON_IsNumber(v) && kind == CT_K_INT && isfinite(v->valuedouble) &&
                 v->valuedouble != floor(v->valuedouble))
                 extra = " (a number with a fractional part)";

@@ -35,7 +35,9 @@ static const ct_field top_fields[] = {
     CT_U_BOOL("zero_force_ds_cpu_optimizer"), CT_U_STR("communication_data_type"),
     CT_U_STR("seq_parallel_comm_data_type"), CT_U_INT("allgather_size", 0), CT_U_BOOL("fp32_allreduce"),
     CT_U_INT("sequence_parallel_size", 1),
-    /* DeepSpeed sections outside ctrain's scope: listed, not walked */
+    /* DeepSpeed sections outside ctrain's scope: listed, not walked (ds_sections.c refuses what in
+     * them asks for another kind of training: pipeline stages, tensor or sequence parallelism,
+     * random-LTD, MoQ, compression, autotuning) */
     CT_U_ANY("sparse_attention"), CT_U_ANY("data_efficiency"), CT_U_ANY("data_types"),
     CT_U_ANY("pipeline"), CT_U_ANY("eigenvalue"), CT_U_ANY("quantize_training"),
     CT_U_ANY("compression_training"), CT_U_ANY("autotuning"), CT_U_ANY("hybrid_engine"),
@@ -48,6 +50,7 @@ static const char *const top_custom[] = {
     "scheduler", "fp16", "bf16", "bfloat16", "zero_optimization", "model", "data", "train",
     "tensorboard", "csv_monitor", "wandb", "comet", "comms_logger", "activation_checkpointing",
     "flops_profiler", "checkpoint", "amp", "elasticity", "curriculum_learning", "progressive_layer_drop", "aio",
+    "compile", "torch_autocast",
 };
 
 static const ct_section top_sec = {"top level", top_fields, CT_ARRAY_LEN(top_fields), top_custom,

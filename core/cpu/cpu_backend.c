@@ -12,43 +12,67 @@
 
 #include "core/cpu/cpu_internal.h"
 
-/* Pinned memory is plain memory here (the loader's slots; not counted in mem_stats). */
-static void *cpu_alloc_pinned(ct_backend *be, size_t bytes) {
-    /* aligned_alloc wants a multiple of the alignment; 0 bytes still yields a unique pointer */
+/* 64-byte-aligned host memory; 0 bytes still yields a unique pointer (aligned_alloc wants a
+ * multiple of the alignment). */
+static void *aligned_block(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;
     return aligned_alloc(64, rounded ? rounded : 64);
 }
 
-static void cpu_free_pinned(ct_backend *be, void *p) { free(p); }
-
-/* Backend memory carries a 64-byte header with its size and category, for mem_stats. */
+/* Blocks carry a 64-byte header with their size and category, for mem_stats. */
 typedef struct block_header {
     size_t bytes;
     ct_mem_cat cat;
+    bool uncounted;              /* the capped device's 16-bit scratch (ct_cpu_scratch_alloc) */
 } block_header;
 #define HEADER 64
 
-/* false (nothing counted) when adding would pass the limit (ct_cpu_backend_set_limit). */
-static bool count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add) {
+/* false (nothing counted) when adding would pass the limit (ct_cpu_backend_set_limit; the host
+ * counts, pinned memory, have none). */
+static bool count(ct_cpu *cpu, ct_mem_cat cat, size_t bytes, bool add, bool host) {
     ct_mem_stats *m = &cpu->mem;
+    size_t *cur = host ? m->host_current : m->current, *peak = host ? m->host_peak : m->peak;
+    size_t *total = host ? &m->host_current_total : &m->current_total;
+    size_t *peak_total = host ? &m->host_peak_total : &m->peak_total;
     pthread_mutex_lock(&cpu->mem_mu);
-    if (add && cpu->limit && (bytes > cpu->limit || m->current_total > cpu->limit - bytes)) {
+    if (add && !host && cpu->limit && (bytes > cpu->limit || *total > cpu->limit - bytes)) {
         pthread_mutex_unlock(&cpu->mem_mu);
         return false;
     }
     if (add) {
-        m->current[cat] += bytes, m->current_total += bytes;
-        if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];
-        if (m->current_total > m->peak_total) m->peak_total = m->current_total;
+        cur[cat] += bytes, *total += bytes;
+        if (cur[cat] > peak[cat]) peak[cat] = cur[cat];
+        if (*total > *peak_total) *peak_total = *total;
     } else {
-        m->current[cat] -= bytes, m->current_total -= bytes;
+        cur[cat] -= bytes, *total -= bytes;
     }
     pthread_mutex_unlock(&cpu->mem_mu);
     return true;
 }
 
+/* Pinned memory is plain memory here (the loader's slots, offloaded activations, ZeRO-Offload's
+ * host state on the capped device), counted in the host figures of mem_stats. */
+static void *cpu_alloc_pinned(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+    if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
+    char *p = aligned_block(HEADER + bytes);
+    if (!p) return NULL;
+    *(block_header *)p = (block_header){bytes, cat, false};
+    count(be->impl, cat, bytes, true, true);
+    return p + HEADER;
+}
+
+static void cpu_free_pinned(ct_backend *be, void *p) {
+    if (!p) return;
+    char *base = (char *)p - HEADER;
+    block_header h = *(block_header *)base;
+    count(be->impl, h.cat, h.bytes, false, true);
+    free(base);
+}
+
 void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes) {
     ct_cpu *cpu = be->impl;
+    /* the capped device's cap stays the ceiling */
+    if (be->memory_bytes && (bytes == 0 || bytes > be->memory_bytes)) bytes = be->memory_bytes;
     pthread_mutex_lock(&cpu->mem_mu);
     cpu->limit = bytes;
     pthread_mutex_unlock(&cpu->mem_mu);
@@ -63,7 +87,7 @@ void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes) {
 #define HUGE_ALIGN ((size_t)2 << 20)
 
 static void *alloc_block(size_t bytes) {
-    if (bytes < HUGE_MIN) return cpu_alloc_pinned(NULL, bytes);
+    if (bytes < HUGE_MIN) return aligned_block(bytes);
     size_t rounded = (bytes + HUGE_ALIGN - 1) / HUGE_ALIGN * HUGE_ALIGN;
     void *p = aligned_alloc(HUGE_ALIGN, rounded);
 #ifdef MADV_HUGEPAGE
@@ -72,24 +96,36 @@ static void *alloc_block(size_t bytes) {
     return p;
 }
 
-static void *cpu_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
+void *ct_cpu_mem_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat) {
     if ((unsigned)cat >= CT_MEM_CAT_COUNT) cat = CT_MEM_WORKSPACE;
-    if (!count(be->impl, cat, bytes, true)) return NULL;   /* over train.memory_limit_gb */
+    /* over train.memory_limit_gb, or the capped device's cap */
+    if (!count(be->impl, cat, bytes, true, false)) return NULL;
     char *p = alloc_block(HEADER + bytes);
     if (!p) {
-        count(be->impl, cat, bytes, false);
+        count(be->impl, cat, bytes, false, false);
         return NULL;
     }
-    *(block_header *)p = (block_header){bytes, cat};
+    *(block_header *)p = (block_header){bytes, cat, false};
     return p + HEADER;
 }
 
-static void cpu_free(ct_backend *be, void *p) {
+void ct_cpu_mem_free(ct_backend *be, void *p) {
     if (!p) return;
     char *base = (char *)p - HEADER;
     block_header h = *(block_header *)base;
-    count(be->impl, h.cat, h.bytes, false);
+    if (!h.uncounted) count(be->impl, h.cat, h.bytes, false, false);
     free(base);
+}
+
+/* The fp32 copies of 16-bit arguments are how the CPU computes 16-bit ops: on the CPU they are
+ * workspace like any other (counted, under train.memory_limit_gb); on the capped device, which
+ * stands for a GPU that needs no such copies, they are host memory outside its pool. */
+void *ct_cpu_scratch_alloc(ct_backend *be, size_t bytes) {
+    if (!((ct_cpu *)be->impl)->capped) return be->mem.alloc(be, bytes, CT_MEM_WORKSPACE);
+    char *p = alloc_block(HEADER + bytes);
+    if (!p) return NULL;
+    *(block_header *)p = (block_header){bytes, CT_MEM_WORKSPACE, true};
+    return p + HEADER;
 }
 
 static void cpu_mem_stats(ct_backend *be, ct_mem_stats *out) {
@@ -143,7 +179,7 @@ static void cpu_destroy(ct_backend *be) {
     if (!be) return;
     ct_cpu *cpu = be->impl;
     ct_cpu_pool_destroy(cpu->pool);
-    for (int i = 0; i < CT_CPU_SLOTS; i++) cpu_free(be, cpu->slot[i]);
+    for (int i = 0; i < CT_CPU_SLOTS; i++) ct_cpu_mem_free(be, cpu->slot[i]);
     pthread_mutex_destroy(&cpu->mem_mu);
     free(cpu);
     free(be);
@@ -205,8 +241,8 @@ ct_backend *ct_cpu_backend_create(int threads) {
              threads == 1 ? "" : "s", blas ? blas : "OpenBLAS");
 
     be->destroy = cpu_destroy;
-    be->mem.alloc = cpu_alloc;
-    be->mem.free = cpu_free;
+    be->mem.alloc = ct_cpu_mem_alloc;
+    be->mem.free = ct_cpu_mem_free;
     be->mem.alloc_host_pinned = cpu_alloc_pinned;
     be->mem.free_host_pinned = cpu_free_pinned;
     be->mem.mem_stats = cpu_mem_stats;

@@ -18,13 +18,13 @@
 #include "core/cpu/cpu_internal.h"
 
 /* Scratch slot s with room for n floats (grown on demand, contents not kept; counted as
- * workspace in mem_stats). */
+ * workspace in mem_stats, except on the capped device: ct_cpu_scratch_alloc). */
 float *ct_cpu_scratch(ct_backend *be, int s, int64_t n) {
     ct_cpu *cpu = be->impl;
     size_t need = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
     if (cpu->slot_cap[s] < need) {
         be->mem.free(be, cpu->slot[s]);
-        cpu->slot[s] = be->mem.alloc(be, need, CT_MEM_WORKSPACE);
+        cpu->slot[s] = ct_cpu_scratch_alloc(be, need);
         if (!cpu->slot[s]) ct_die_oom(need);
         cpu->slot_cap[s] = need;
     }
@@ -349,7 +349,33 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
        (void *dlogits, float *result, const void *logits, const float *target, int64_t n_rows, int64_t n_cols,         \
         float grad_scale, ct_dtype dt),                                                                                \
        OUT(dlogits, n_rows * n_cols) IN(logits, n_rows * n_cols),                                                      \
-       bce_f32(be, F(dlogits), result, F(logits), target, n_rows, n_cols, grad_scale))
+       bce_f32(be, F(dlogits), result, F(logits), target, n_rows, n_cols, grad_scale))                                 \
+    /* Llama-family blocks: RMSNorm, SwiGLU, rotary positions with grouped-query heads */                              \
+    OP(norm, rmsnorm_forward,                                                                                          \
+       (void *y, float *save_rstd, const void *x, const void *gamma, int64_t rows, int64_t d, float eps, ct_dtype dt), \
+       OUT(y, rows * d) IN(x, rows * d) IN(gamma, d),                                                                  \
+       ct_cpu_f32_rmsnorm_forward(be, F(y), save_rstd, F(x), F(gamma), rows, d, eps))                                  \
+    OP(norm, rmsnorm_backward,                                                                                         \
+       (void *dx, float *dgamma, const void *dy, const void *x, const void *gamma, const float *save_rstd,             \
+        int64_t rows, int64_t d, ct_dtype dt),                                                                         \
+       OUT(dx, rows * d) IN(dy, rows * d) IN(x, rows * d) IN(gamma, d),                                                \
+       ct_cpu_f32_rmsnorm_backward(be, F(dx), dgamma, F(dy), F(x), F(gamma), save_rstd, rows, d))                      \
+    OP(elt, swiglu_forward, (void *y, const void *x, int64_t rows, int64_t f, ct_dtype dt),                            \
+       OUT(y, rows * f) IN(x, rows * 2 * f),                                                                           \
+       ct_cpu_f32_swiglu_forward(be, F(y), F(x), rows, f))                                                             \
+    OP(elt, swiglu_backward, (void *dx, const void *dy, const void *x, int64_t rows, int64_t f, ct_dtype dt),          \
+       OUT(dx, rows * 2 * f) IN(dy, rows * f) IN(x, rows * 2 * f),                                                     \
+       ct_cpu_f32_swiglu_backward(be, F(dx), F(dy), F(x), rows, f))                                                    \
+    OP(attn, rope_gqa_forward,                                                                                         \
+       (void *qkv, const void *x, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r,            \
+        ct_dtype dt),                                                                                                  \
+       OUT(qkv, B * T * 3 * H * D) IN(x, B * T * (H + 2 * KV) * D),                                                    \
+       ct_cpu_f32_rope_gqa_forward(be, F(qkv), F(x), B, T, H, KV, D, r))                                               \
+    OP(attn, rope_gqa_backward,                                                                                        \
+       (void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r,          \
+        ct_dtype dt),                                                                                                  \
+       OUT(dx, B * T * (H + 2 * KV) * D) IN(dqkv, B * T * 3 * H * D),                                                  \
+       ct_cpu_f32_rope_gqa_backward(be, F(dx), F(dqkv), B, T, H, KV, D, r))
 
 /* Each entry becomes cpu_<name>: its arguments as the entry says, the kernel, the outputs
  * rounded back. */

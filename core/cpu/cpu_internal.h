@@ -61,11 +61,21 @@ typedef struct ct_cpu {
     ct_mem_stats mem;             /* per-category bytes of cpu_alloc (cpu_backend.c) */
     size_t limit;                 /* train.memory_limit_gb in bytes: alloc fails past it (0: none) */
     uint64_t copies;              /* upload and download tickets handed out (one sequence) */
+    struct ct_capped *capped;     /* the capped device's state (cpu_capped.c); NULL: the CPU */
     double timer_at[CT_TIMER_MARKS]; /* ct_now() of mark m in slot m % CT_TIMER_MARKS */
     uint64_t timer_last;          /* the newest timing mark handed out */
 } ct_cpu;
 
 static inline ct_cpu_pool *ct_cpu_pool_of(ct_backend *be) { return ((ct_cpu *)be->impl)->pool; }
+
+/* The CPU backend's memory functions, which the capped device keeps (cpu_backend.c): device
+ * memory is cpu_alloc's counted, capped pool, pinned memory its counted host blocks. */
+void *ct_cpu_mem_alloc(ct_backend *be, size_t bytes, ct_mem_cat cat);
+void ct_cpu_mem_free(ct_backend *be, void *p);
+/* A block for ct_cpu_scratch (freed with mem.free): device workspace, or on the capped device
+ * host memory outside its pool (cpu_backend.c says why). NULL when memory runs out. */
+void *ct_cpu_scratch_alloc(ct_backend *be, size_t bytes);
+
 
 static inline int64_t ct_cpu_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -114,6 +124,12 @@ void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, fl
 void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d);
 void ct_cpu_f32_causal_attention_forward(ct_backend *be, float *y, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
 void ct_cpu_f32_causal_attention_backward(ct_backend *be, float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
+void ct_cpu_f32_rmsnorm_forward(ct_backend *be, float *y, float *save_rstd, const float *x, const float *gamma, int64_t rows, int64_t d, float eps);
+void ct_cpu_f32_rmsnorm_backward(ct_backend *be, float *dx, float *dgamma, const float *dy, const float *x, const float *gamma, const float *save_rstd, int64_t rows, int64_t d);
+void ct_cpu_f32_swiglu_forward(ct_backend *be, float *y, const float *x, int64_t rows, int64_t f);
+void ct_cpu_f32_swiglu_backward(ct_backend *be, float *dx, const float *dy, const float *x, int64_t rows, int64_t f);
+void ct_cpu_f32_rope_gqa_forward(ct_backend *be, float *qkv, const float *x, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r);
+void ct_cpu_f32_rope_gqa_backward(ct_backend *be, float *dx, const float *dqkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r);
 void ct_cpu_f32_maxpool2d_forward(ct_backend *be, float *y, int32_t *argmax, const float *x, const ct_pool2d_geom *g);
 void ct_cpu_f32_maxpool2d_backward(ct_backend *be, float *dx, const float *dy, const int32_t *argmax, const ct_pool2d_geom *g);
 void ct_cpu_f32_avgpool2d_forward(ct_backend *be, float *y, const float *x, const ct_pool2d_geom *g);

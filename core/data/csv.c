@@ -154,10 +154,19 @@ static int parse_rows(char *text, csv_parse *p, csv_impl *im, ct_err *err) {
                          (long long)line_no, n, p->cols);
             break;
         }
-        if (p->rows == p->cap) {
-            p->cap = p->cap ? 2 * p->cap : 1024;
-            im->x = ct_xrealloc(im->x, (size_t)p->cap * (size_t)im->features * sizeof(float));
-            im->y = ct_xrealloc(im->y, (size_t)p->cap * sizeof(float));
+        if (p->rows == p->cap) {   /* as many rows as the file has */
+            int64_t cap = p->cap ? 2 * p->cap : 1024;
+            char what[1200];
+            snprintf(what, sizeof what, "%s: the values of %lld rows", p->file, (long long)cap);
+            float *x = ct_try_realloc(im->x, (size_t)cap * (size_t)im->features * sizeof(float), what, err);
+            if (x) im->x = x;
+            float *y = x ? ct_try_realloc(im->y, (size_t)cap * sizeof(float), what, err) : NULL;
+            if (y) im->y = y;
+            if (!x || !y) {
+                rc = CT_ERR_RUNTIME;
+                break;
+            }
+            p->cap = cap;
         }
         float *row = im->x + p->rows * im->features;
         for (int c = 0, k = 0; c < n && rc == CT_OK; c++) {

@@ -24,6 +24,8 @@ struct ct_dataset {
     ct_shape target_shape;       /* per sample; ndim 0 for a class index */
     ct_dtype target_dtype;       /* CT_I32 class index, or CT_F32 */
     int64_t classes;             /* classification: number of classes (0 if not) */
+    const char *classes_key;     /* the entry's key that set classes when the config did, not the
+                                    data (tokens of an llm.c shard: "vocab", or its default); NULL */
     /* [classes] class names in label order when the format has them (image_folder: the class
      * directories), else NULL. Formats that set it also set use_classes. */
     const char *const *class_names;

@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/util/fs.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/hdf5_info.h"
@@ -213,13 +214,20 @@ static int read_labels(h5_impl *im, const char *path, ct_dataset *ds, ct_err *er
     if (k > (1 << 20))
         return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (labels) has shape %s: more than 2^20 targets per sample",
                        path, a->name, shape);
-    uint8_t *raw = ct_xmalloc((size_t)(n * k) * l->elem); /* bounded by what the file stores (check_array) */
+    char what[1400];
+    snprintf(what, sizeof what, "%s: dataset \"%s\" (labels), %lld x %lld values", path, a->name, (long long)n,
+             (long long)k);
+    uint8_t *raw = ct_try_malloc((size_t)(n * k) * l->elem, what, err); /* bounded by what the file stores (check_array) */
+    if (!raw) return CT_ERR_RUNTIME;
     if (!ct_h5_read_rows(l, im->fd, 0, n, raw, why, sizeof why)) {
         free(raw);
         return ct_errf(err, CT_ERR_DATA, "%s: dataset \"%s\" (labels): cannot read it: %s", path, a->name, why);
     }
     if (!classes) {
-        im->targets = ct_xmalloc((size_t)(n * k) * sizeof(float));
+        if (!(im->targets = ct_try_malloc((size_t)(n * k) * sizeof(float), what, err))) {
+            free(raw);
+            return CT_ERR_RUNTIME;
+        }
         for (int64_t j = 0; j < n * k; j++) im->targets[j] = stored_float(raw + (size_t)j * l->elem, l);
         free(raw);
         im->tdim = k;
@@ -230,7 +238,10 @@ static int read_labels(h5_impl *im, const char *path, ct_dataset *ds, ct_err *er
         return CT_OK;
     }
     int64_t top = 0, at = 0;
-    im->labels = ct_xmalloc((size_t)n * sizeof *im->labels);
+    if (!(im->labels = ct_try_malloc((size_t)n * sizeof *im->labels, what, err))) {
+        free(raw);
+        return CT_ERR_RUNTIME;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t v = stored_int(raw + (size_t)i * l->elem, l);
         if (v < 0 || v > INT32_MAX) {
@@ -273,7 +284,11 @@ static const uint8_t *block_of(const ct_dataset *ds, int64_t i) {
         __atomic_sub_fetch(&im->cached, bytes, __ATOMIC_RELAXED);
         return NULL;
     }
-    uint8_t *b = ct_xmalloc(bytes);
+    uint8_t *b = malloc(bytes);
+    if (!b) {   /* no room to cache the block: its samples are read one by one */
+        __atomic_sub_fetch(&im->cached, bytes, __ATOMIC_RELAXED);
+        return NULL;
+    }
     char why[400];
     uint8_t *expected = NULL;
     if (!read_native(im, first, rows, b, why, sizeof why)) { /* the sample alone, so only bad samples fail */
@@ -318,7 +333,10 @@ static int h5_decode(const ct_dataset *ds, int64_t i, void *input, void *target,
     const h5_impl *im = ds->impl;
     int rc = check_index(ds, i, err);
     if (rc) return rc;
-    uint8_t *buf = ct_xmalloc((size_t)im->per * im->img.l.elem);
+    char what[sizeof ds->source + 64];
+    snprintf(what, sizeof what, "%s: sample %lld", ds->source, (long long)i);
+    uint8_t *buf = ct_try_malloc((size_t)im->per * im->img.l.elem, what, err);
+    if (!buf) return CT_ERR_RUNTIME;
     rc = read_sample(ds, i, buf, err);
     float *x = input; /* [channels, plane] */
     for (int64_t c = 0; !rc && c < im->channels; c++) {
@@ -446,7 +464,7 @@ int ct_hdf5_open(const ct_config *cfg, const cJSON *entry, const char *path, ct_
     int rc = parse_entry(cfg, entry, path, im, ds->source, sizeof ds->source, &limit, err);
     if (!rc) rc = ct_h5_precheck(ds->source, err);
     if (!rc) {
-        im->fd = open(ds->source, O_RDONLY | O_CLOEXEC);
+        im->fd = ct_fs_open_input(ds->source);   /* checked regular by ct_h5_precheck */
         if (im->fd < 0) rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", ds->source, strerror(errno));
     }
     if (!rc) rc = open_file(im, ds, err);

@@ -24,35 +24,52 @@ static uint64_t le_uint(const uint8_t *p, int bytes) {
     return v;
 }
 
+/* The superblock is at 0 or, after a user block (h5py's userblock_size), at 512, 1024, 2048, ...
+ * (HDF5 file format specification, "Format Signature and Superblock"): its offset and its first 64
+ * bytes (zero past the end of the file) into sb; -1 when there is none. */
+static int64_t find_superblock(int fd, uint64_t size, uint8_t sb[64]) {
+    for (uint64_t off = 0; off + 8 <= size; off = off ? 2 * off : 512) {
+        ssize_t got = ct_fs_read_at(fd, sb, 64, (int64_t)off);
+        if (got >= 8 && !memcmp(sb, h5_signature, 8)) {
+            if (got < 64) memset(sb + got, 0, 64 - (size_t)got);
+            return (int64_t)off;
+        }
+    }
+    return -1;
+}
+
+int64_t ct_h5_superblock_offset(const char *path) {
+    int fd = ct_fs_open_input(path);
+    if (fd < 0) return -1;
+    struct stat st;
+    uint8_t sb[64];
+    int64_t at = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? find_superblock(fd, (uint64_t)st.st_size, sb) : -1;
+    close(fd);
+    return at;
+}
+
 bool ct_h5_is_file(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ct_fs_open_input(path);
     if (fd < 0) return false;
-    uint8_t sig[8];
-    bool ok = ct_fs_read_at(fd, sig, sizeof sig, 0) == (ssize_t)sizeof sig && !memcmp(sig, h5_signature, 8);
+    struct stat st;
+    uint8_t sb[64];
+    bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && find_superblock(fd, (uint64_t)st.st_size, sb) >= 0;
     close(fd);
     return ok;
 }
 
 int ct_h5_precheck(const char *path, ct_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
+    int fd, rc = ct_fs_open_regular(path, CT_ERR_DATA, "an HDF5 file", &fd, err);   /* a FIFO: refused */
+    if (rc) return rc;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
         close(fd);
-        return ct_errf(err, CT_ERR_DATA, "%s: not a regular file (expected an HDF5 file)", path);
+        return ct_errf(err, ct_err_io(e, CT_ERR_DATA), "%s: cannot stat: %s", path, strerror(e));
     }
     uint64_t size = (uint64_t)st.st_size;
-    /* The superblock is at 0 or, after a user block, at 512, 1024, 2048, ... (HDF5 file format
-     * specification, "Format Signature and Superblock"). */
     uint8_t sb[64];
-    int64_t at = -1;
-    for (uint64_t off = 0; off + 8 <= size && at < 0; off = off ? 2 * off : 512) {
-        ssize_t got = ct_fs_read_at(fd, sb, sizeof sb, (int64_t)off);
-        if (got >= 8 && !memcmp(sb, h5_signature, 8)) {
-            at = (int64_t)off;
-            if (got < (ssize_t)sizeof sb) memset(sb + got, 0, sizeof sb - (size_t)got);
-        }
-    }
+    int64_t at = find_superblock(fd, size, sb);
     close(fd);
     if (at < 0)
         return ct_errf(err, CT_ERR_DATA, "%s: not an HDF5 file (no HDF5 signature \\211HDF\\r\\n\\032\\n at offset "
@@ -73,10 +90,13 @@ int ct_h5_precheck(const char *path, ct_err *err) {
         return ct_errf(err, CT_ERR_DATA, "%s: corrupt HDF5 superblock at offset %lld: %d-byte addresses (2, 4, 8 or "
                        "16 expected)", path, (long long)at, offsets);
     if (offsets == 16) return CT_OK; /* addresses wider than 64 bits: left to libhdf5 */
-    uint64_t base = le_uint(sb + eof_at - 2 * offsets, offsets), eof = le_uint(sb + eof_at, offsets);
-    if (eof > size || base > size - eof)
+    /* The end-of-file address as libhdf5 records it is the file's size, the user block included
+     * (h5py's userblock_size=512: base address 512, end 2800 in a 2800-byte file), not an address
+     * relative to the base: adding the base counted the user block twice. */
+    uint64_t eof = le_uint(sb + eof_at, offsets);
+    if (eof > size)
         return ct_errf(err, CT_ERR_DATA, "%s: truncated: the HDF5 superblock says the file ends at byte %llu, it has "
-                       "%llu bytes (a copy or download cut short?)", path, (unsigned long long)(base + eof),
+                       "%llu bytes (a copy or download cut short?)", path, (unsigned long long)eof,
                        (unsigned long long)size);
     return CT_OK;
 }

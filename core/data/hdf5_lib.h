@@ -95,7 +95,10 @@ void ct_h5_why(const ct_h5 *h5, char *out, size_t n);
  * short, as a copy stopped midway leaves it). CT_ERR_DATA naming the file and what is wrong. */
 int ct_h5_precheck(const char *path, ct_err *err);
 
-/* Whether path starts like an HDF5 file (the signature at offset 0), for `ctrain info`. */
+/* Whether path is an HDF5 file (the signature at offset 0, or after a user block at 512, 1024,
+ * ...), for `ctrain info`. */
 bool ct_h5_is_file(const char *path);
+/* The offset of the superblock (the user block's size: 0 without one), or -1 when it has none. */
+int64_t ct_h5_superblock_offset(const char *path);
 
 #endif

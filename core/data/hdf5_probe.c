@@ -71,11 +71,13 @@ static void root_names(const ct_h5 *h5, hid_t file, char *out, size_t n) {
         char name[MAX_NAME];
         if (h5->H5Lget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, k, name, sizeof name, H5P_DEFAULT) < 0)
             break;
-        if (used + strlen(name) + 8 >= n) { /* room for ", ..." */
+        char shown[4 * MAX_NAME];   /* a name from the file: control bytes escaped */
+        ct_printable_name(shown, sizeof shown, name);
+        if (used + strlen(shown) + 8 >= n) { /* room for ", ..." */
             memcpy(out + used, ", ...", 6);
             return;
         }
-        used += (size_t)sprintf(out + used, "%s%s", used ? ", " : "", name);
+        used += (size_t)snprintf(out + used, n - used, "%s%s", used ? ", " : "", shown);
     }
 }
 
@@ -245,8 +247,10 @@ static int resolve(const ct_h5 *h5, hid_t file, const char *path, const char *na
 /* ---------------- the child: `ctrain info`'s listing ---------------- */
 
 /* One line for the link `name` of the root group. */
-static void info_link(const ct_h5 *h5, hid_t file, const char *name, FILE *out) {
-    hid_t dset = h5->H5Dopen2(file, name, H5P_DEFAULT);
+static void info_link(const ct_h5 *h5, hid_t file, const char *link, FILE *out) {
+    char name[1024];   /* a name from the file: control bytes escaped */
+    ct_printable_name(name, sizeof name, link);
+    hid_t dset = h5->H5Dopen2(file, link, H5P_DEFAULT);
     if (dset < 0) {
         h5->H5Eclear2(H5E_DEFAULT);
         fprintf(out, "    %s: not a dataset (a group or another object)\n", name);
@@ -324,6 +328,24 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
+/* Where libhdf5's chunk addresses start in the file. Before HDF5 1.14.4, H5Dget_chunk_info_by_coord
+ * gave them relative to the base address, without the user block (HDFGroup/hdf5 issue 3003, fixed
+ * by pull request 4236), while H5Dget_offset counts it: so the user block's size, the superblock's
+ * offset, for those versions, and 0 for later ones. */
+static uint64_t chunk_address_base(const ct_h5 *h5, const char *path) {
+    unsigned major = 0, minor = 0, release = 0;
+    h5->H5get_libversion(&major, &minor, &release);
+    bool relative = major < 1 || (major == 1 && (minor < 14 || (minor == 14 && release < 4)));
+    int64_t at = relative ? ct_h5_superblock_offset(path) : 0;
+    return at > 0 ? (uint64_t)at : 0;
+}
+
+/* The layout's written chunks at file addresses (chunk_address_base added). */
+static void absolute_chunks(ct_h5_layout *l, uint64_t base) {
+    for (uint64_t k = 0; base && l->storage == CT_H5_CHUNKED && k < l->nchunks; k++)
+        if (l->chunks[k].addr != CT_H5_UNALLOCATED) l->chunks[k].addr += base;
+}
+
 int ct_h5_probe_serve(const char *path, const char *images, const char *labels, int fd) {
     alarm(PROBE_SECONDS); /* SIGALRM's default action ends the probe: reported like a crash */
     limit_memory();
@@ -345,6 +367,8 @@ int ct_h5_probe_serve(const char *path, const char *images, const char *labels, 
     if (!rc && images) {
         rc = resolve(h5, file, path, images, "images", &l[0], &err);
         if (!rc) rc = resolve(h5, file, path, labels, "labels", &l[1], &err);
+        uint64_t base = rc ? 0 : chunk_address_base(h5, path);
+        for (int k = 0; k < 2 && !rc; k++) absolute_chunks(&l[k], base);
         ct_h5_put_header(&w, rc, rc ? err.msg : "", rc ? 0 : 2);
         for (int k = 0; k < 2 && !rc; k++) ct_h5_put_layout(&w, &l[k]);
     } else if (!rc) {

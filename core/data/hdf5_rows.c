@@ -53,7 +53,13 @@ static bool load_chunk(const ct_h5_layout *l, int fd, const ct_h5_chunk *ch, uin
     /* every stage fits cap: the chunk plus a checksum per fletcher32 stage after deflate */
     size_t cap = (size_t)chunk_bytes + 4 * (size_t)l->nfilters;
     size_t n = (size_t)ch->size;
-    uint8_t *cur = ct_xmalloc(n > cap ? n : cap), *next = ct_xmalloc(cap);
+    uint8_t *cur = malloc(n > cap ? n : cap), *next = malloc(cap);
+    if (!cur || !next) {   /* sizes the file gives: an error naming them, not the end of the process */
+        free(cur);
+        free(next);
+        snprintf(why, why_n, "out of host memory: %zu bytes to undo its filters", (n > cap ? n : cap) + cap);
+        return false;
+    }
     bool ok = pread_all(fd, cur, ch->size, ch->addr, why, why_n);
     for (int k = l->nfilters - 1; ok && k >= 0; k--) {
         if (!(applied >> k & 1)) continue;
@@ -150,9 +156,9 @@ static bool read_chunked(const ct_h5_layout *l, int fd, int64_t first, int64_t r
         if (ch->addr == CT_H5_UNALLOCATED) {
             copy_box(l, lo, hi, NULL, at, l->chunk, dst, want_lo, dst_dims);
         } else {
-            if (!buf) buf = ct_xmalloc((size_t)chunk_bytes);
-            char reason[300];
-            ok = load_chunk(l, fd, ch, chunk_bytes, buf, reason, sizeof reason);
+            if (!buf) buf = malloc((size_t)chunk_bytes);
+            char reason[300] = "out of host memory for the chunk";
+            ok = buf && load_chunk(l, fd, ch, chunk_bytes, buf, reason, sizeof reason);
             if (ok) copy_box(l, lo, hi, buf, at, l->chunk, dst, want_lo, dst_dims);
             else snprintf(why, why_n, "chunk %llu (%llu bytes at byte %llu): %s", (unsigned long long)cell,
                           (unsigned long long)ch->size, (unsigned long long)ch->addr, reason);

@@ -18,6 +18,7 @@
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/transform.h"
+#include "core/util/fs.h"
 
 enum { IDX_U8 = 0x08, IDX_I8 = 0x09, IDX_I16 = 0x0B, IDX_I32 = 0x0C, IDX_F32 = 0x0D, IDX_F64 = 0x0E };
 #define IDX_MAX_DIMS 5
@@ -111,14 +112,21 @@ static int read_exact(gzFile f, const char *path, void *buf, size_t n, uint64_t 
 static int idx_read(const char *path, const char *field, idx_file *out, ct_err *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s", path);
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return ct_errf(err, errno ? ct_err_io(errno, CT_ERR_DATA) : CT_ERR_RUNTIME, "%s: cannot open %s: %s",
-                       field, path, errno ? strerror(errno) : "out of memory");
+    int fd, rc = ct_fs_open_regular(path, CT_ERR_DATA, "an IDX file", &fd, err);   /* a FIFO: refused */
+    if (rc) {
+        char why[CT_ERR_MSG];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "");
+        return ct_errf(err, rc, "%s: %s", field, why);
+    }
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot open %s: out of memory", field, path);
+    }
     gzbuffer(f, 1u << 17);
     uint64_t off = 0;
     uint8_t head[4 + 4 * IDX_MAX_DIMS];
-    int rc = read_exact(f, path, head, 4, &off, "the IDX magic number", err);
+    rc = read_exact(f, path, head, 4, &off, "the IDX magic number", err);
     if (rc) goto fail;
     out->type = head[2];
     out->ndim = head[3];
@@ -299,7 +307,9 @@ static int decode_labels(const idx_file *lf, const idx_file *img, idx_impl *im, 
     if (lf->dims[0] != img->dims[0])
         return ct_errf(err, CT_ERR_DATA, "%s has %lld labels but %s has %lld images", lf->path,
                        (long long)lf->dims[0], img->path, (long long)img->dims[0]);
-    im->labels = ct_xmalloc((size_t)count * sizeof *im->labels);
+    char what[sizeof lf->path + 40];
+    snprintf(what, sizeof what, "%s: %lld labels", lf->path, (long long)count);
+    if (!(im->labels = ct_try_malloc((size_t)count * sizeof *im->labels, what, err))) return CT_ERR_RUNTIME;
     int32_t maxl = 0;
     int64_t at = 0;
     for (int64_t i = 0; i < count; i++) {

@@ -39,6 +39,7 @@ typedef struct jpeg_job {
     ct_image8 *out;              /* NULL: header only */
     int h, w, c;
     const char *refusal;         /* set when the image is valid but not decodable here */
+    size_t out_of_memory;        /* set to the bytes asked when its pixels found no memory */
 } jpeg_job;
 
 /* The part that can longjmp: no locals of this frame are used after a jump (the caller's are). */
@@ -67,7 +68,11 @@ static int run_job(struct jpeg_decompress_struct *cinfo, jpeg_fail *fail, jpeg_j
     size_t need = (size_t)job->h * (size_t)job->w * (size_t)job->c;
     if (im->cap < need) {
         free(im->px);
-        im->px = ct_xmalloc(need);
+        im->cap = 0;
+        if (!(im->px = malloc(need))) {   /* the header's size: an error, not the end of the process */
+            job->out_of_memory = need;
+            return 0;
+        }
         im->cap = need;
     }
     im->h = job->h, im->w = job->w, im->c = job->c;
@@ -100,6 +105,9 @@ static int jpeg_run(jpeg_job *job, const char *name, ct_err *err) {
     jpeg_destroy_decompress(&cinfo);
     if (r < 0) return ct_errf(err, CT_ERR_DATA, "%s: corrupt JPEG: %s", name, fail.msg[0] ? fail.msg : "unknown error");
     if (job->refusal) return ct_errf(err, CT_ERR_DATA, "%s: %s", name, job->refusal);
+    if (job->out_of_memory)
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: out of host memory: %zu bytes for its %dx%d pixels", name,
+                       job->out_of_memory, job->w, job->h);
     return CT_OK;
 }
 

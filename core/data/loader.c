@@ -483,7 +483,13 @@ static void setup_cache(ct_loader *l, ct_warnings *warn) {
         if (warn) ct_warnf(warn, "data.cache: could not allocate %.1f GB; running without a cache", need / 1e9);
         return;
     }
-    l->cstate = ct_xcalloc((size_t)l->ds->count, 1);
+    l->cstate = calloc((size_t)l->ds->count, 1);
+    if (!l->cstate) {
+        free(l->cache);
+        l->cache = NULL;
+        if (warn) ct_warnf(warn, "data.cache: could not allocate its %lld sample marks; running without a cache",
+                           (long long)l->ds->count);
+    }
 }
 
 /* Bytes of one slot's input: the samples, plus one flip byte per sample on the u8 path. */
@@ -521,8 +527,8 @@ static int alloc_buffers(ct_loader *l, ct_err *err) {
     l->slots = ct_xcalloc((size_t)l->nslots, sizeof *l->slots);
     bool ok = true;
     for (int i = 0; i < l->nslots; i++) {
-        l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1);
-        l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1);
+        l->slots[i].in = be->mem.alloc_host_pinned(be, bin ? bin : 1, CT_MEM_LOADER);
+        l->slots[i].tgt = be->mem.alloc_host_pinned(be, btg ? btg : 1, CT_MEM_LOADER);
         ok &= l->slots[i].in && l->slots[i].tgt;
         if (l->o.skip_corrupt) {
             l->slots[i].skip_idx = ct_xmalloc((size_t)l->o.batch * sizeof *l->slots[i].skip_idx);
@@ -562,7 +568,7 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     if (l->o.workers <= 0) l->o.workers = (int)online_cores();
     if (l->o.prefetch <= 0) l->o.prefetch = 4;
     l->nslots = l->o.prefetch;
-    bool on_cpu = strcmp(be->name, "cpu") == 0;
+    bool on_cpu = !ct_backend_separate_memory(be);   /* the capped device takes a GPU's uploads */
     l->u8 = o->on_device && ds->decode_u8 && (!on_cpu || o->on_device_cpu);
     l->staged = !on_cpu || l->u8;
     l->in_bytes = (size_t)ct_shape_numel(&ds->sample_shape) * (l->u8 ? 1 : ct_dtype_size(ds->sample_dtype));
@@ -603,13 +609,18 @@ int ct_loader_init(ct_loader **out, ct_backend *be, const ct_dataset *ds, const 
     l->taken = -1;
     l->perm_epoch[0] = l->perm_epoch[1] = -1;
     l->skip_epoch = -1;
-    if (o->shuffle)
-        for (int k = 0; k < 2; k++) l->perm[k] = ct_xmalloc((size_t)ds->count * sizeof(uint32_t));
-    if (o->skip_corrupt) l->bad = ct_xcalloc((size_t)ds->count, 1);
+    /* sized by the data set: a failure names it (the run writes its summary), not a source line */
+    char what[sizeof ds->source + 80];
+    snprintf(what, sizeof what, "the shuffle order of %s (%lld samples)", ds->source, (long long)ds->count);
+    int rc = CT_OK;
+    for (int k = 0; k < 2 && o->shuffle && !rc; k++)
+        if (!(l->perm[k] = ct_try_malloc((size_t)ds->count * sizeof(uint32_t), what, err))) rc = CT_ERR_RUNTIME;
+    snprintf(what, sizeof what, "data.skip_corrupt's record marks of %s (%lld samples)", ds->source, (long long)ds->count);
+    if (!rc && o->skip_corrupt && !(l->bad = ct_try_calloc((size_t)ds->count, 1, what, err))) rc = CT_ERR_RUNTIME;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv_work, NULL);
     pthread_cond_init(&l->cv_ready, NULL);
-    int rc = alloc_buffers(l, err);
+    if (!rc) rc = alloc_buffers(l, err);
     if (rc) {
         ct_loader_free(l);
         return rc;
@@ -720,7 +731,8 @@ static void say(const ct_loader *l, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    l->o.warn_fn(l->o.warn_ctx, line);
+    char shown[4 * sizeof line];   /* a record's error may quote names from the file */
+    l->o.warn_fn(l->o.warn_ctx, ct_printable(shown, sizeof shown, line, strlen(line), CT_PRINT_NAME));
 }
 
 /* skip_corrupt bookkeeping of the batch just taken: count each record once, name the first

@@ -63,11 +63,27 @@ int ct_pathlist_expand(ct_pathlist *l, const char *pattern, const char *where, c
     return rc;
 }
 
+/* A URL ("http://...", "s3://...", WebDataset's "pipe:cmd"): ctrain reads local files, and a URL
+ * taken for a path would fail as "No such file" without saying why. */
+static bool is_url(const char *s) {
+    if (!strncmp(s, "pipe:", 5)) return true;
+    const char *p = s;
+    while (isalnum((unsigned char)*p) || *p == '+' || *p == '-' || *p == '.') p++;
+    return p > s && isalpha((unsigned char)s[0]) && !strncmp(p, "://", 3);
+}
+
+static int url_refused(const char *where, const char *path, const char *key, const char *url, ct_err *err) {
+    return ct_errf(err, CT_ERR_CONFIG, "%s: %s.%s: \"%.200s\" is a URL; ctrain reads local files only, not URLs "
+                   "or pipes (download the files first, then give their paths or a brace pattern)", where, path,
+                   key, url);
+}
+
 int ct_pathlist_parse(ct_pathlist *l, const ct_config *cfg, const cJSON *entry, const char *path,
                       const char *key, const char *what, const char *example, ct_err *err) {
     char where[1200], resolved[1100];
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, key);
     ct_config_where(cfg, v ? v : entry, where, sizeof where);
+    if (cJSON_IsString(v) && is_url(v->valuestring)) return url_refused(where, path, key, v->valuestring, err);
     if (cJSON_IsString(v) && v->valuestring[0]) {
         ct_config_resolve_path(cfg, v->valuestring, resolved, sizeof resolved);
         return ct_pathlist_expand(l, resolved, where, err);
@@ -81,6 +97,10 @@ int ct_pathlist_parse(ct_pathlist *l, const ct_config *cfg, const cJSON *entry, 
         if (!cJSON_IsString(u) || !u->valuestring[0]) {
             ct_config_where(cfg, u, where, sizeof where);
             return ct_errf(err, CT_ERR_CONFIG, "%s: %s.%s: expected %s (strings)", where, path, key, what);
+        }
+        if (is_url(u->valuestring)) {
+            ct_config_where(cfg, u, where, sizeof where);
+            return url_refused(where, path, key, u->valuestring, err);
         }
         ct_config_resolve_path(cfg, u->valuestring, resolved, sizeof resolved);
         add_path(l, resolved);

@@ -18,7 +18,8 @@ typedef struct ct_pathlist {
 
 /* entry[key] into l (empty at the call). path: "data.train" and what: "paths of .tar shards", for
  * messages; example: a pattern to show. CT_ERR_CONFIG at the key's position when it is missing,
- * not a string or list of strings, or a brace group is malformed. */
+ * not a string or list of strings, a URL ("https://...", "pipe:...": ctrain reads local files), or
+ * a brace group is malformed. */
 int ct_pathlist_parse(ct_pathlist *l, const ct_config *cfg, const cJSON *entry, const char *path,
                       const char *key, const char *what, const char *example, ct_err *err);
 /* Expand one pattern (already resolved) onto the end of l; where: the position, for messages. */

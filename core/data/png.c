@@ -3,6 +3,7 @@
  * libpng reports errors by longjmp. Everything that must be freed after a jump lives in a
  * png_job owned by the caller's frame (png_run), so no local of the function calling setjmp is
  * modified between setjmp and longjmp: the cleanup in png_decode_job reads only the job. */
+#include "core/util/fs.h"
 #include "core/data/pngdec.h"
 
 #include <errno.h>
@@ -299,12 +300,13 @@ void ct_image8_planar(const ct_image8 *img, const float *lut, uint8_t *u8, float
 }
 
 int ct_read_file(const char *path, uint8_t **buf, size_t *cap, size_t *len, ct_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", path, strerror(errno));
+    int fd, rc = ct_fs_open_regular(path, CT_ERR_DATA, NULL, &fd, err);   /* a FIFO: refused, not waited on */
+    if (rc) return rc;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
         close(fd);
-        return ct_errf(err, CT_ERR_DATA, "%s: not a regular file", path);
+        return ct_errf(err, ct_err_io(e, CT_ERR_DATA), "%s: cannot stat: %s", path, strerror(e));
     }
     size_t n = (size_t)st.st_size;
     if (*cap < n + 1) {

@@ -69,7 +69,7 @@ static int start_shard(ct_shard_writer *w, ct_err *err) {
     if (!w->f) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", w->tmp, strerror(errno));
     uint8_t zero[CT_SHARD_HEADER] = {0};
     if (fwrite(zero, 1, sizeof zero, w->f) != sizeof zero)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", w->tmp, strerror(errno));
+        return ct_fs_write_error(err, w->tmp, "write", errno);
     w->data_end = CT_SHARD_HEADER;
     w->n_in_shard = 0;
     return CT_OK;
@@ -94,7 +94,7 @@ static int finish_shard(ct_shard_writer *w, ct_err *err) {
     ok &= fclose(w->f) == 0;
     w->f = NULL;
     if (!ok || rename(w->tmp, w->final) != 0)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", w->final, strerror(errno));
+        return ct_fs_write_error(err, w->final, "write", errno);
     w->shard_no++;
     return CT_OK;
 }
@@ -143,7 +143,7 @@ int ct_shard_write(ct_shard_writer *w, const void *record, int32_t label, ct_err
     }
     size_t n = flags ? (size_t)zn : w->raw_bytes;
     if (fwrite(stored, 1, n, w->f) != n)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", w->tmp, strerror(errno));
+        return ct_fs_write_error(err, w->tmp, "write", errno);
     if (w->n_in_shard == w->cap) {
         w->cap = w->cap ? 2 * w->cap : 1024;
         w->index = ct_xrealloc(w->index, (size_t)w->cap * CT_SHARD_ENTRY);
@@ -272,12 +272,11 @@ static int check_shard(shard_file *f, ct_dataset *ds, shard_impl *im, bool first
 }
 
 static int map_file(shard_file *f, ct_err *err) {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", f->path, strerror(errno));
+    int fd, rc = ct_fs_open_regular(f->path, CT_ERR_DATA, "a shard file", &fd, err);   /* a FIFO: refused */
+    if (rc) return rc;
     struct stat st;
-    int rc = CT_OK;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", f->path);
+    if (fstat(fd, &st) != 0) {
+        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", f->path, strerror(errno));
     } else if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot map: %s", f->path, strerror(errno));

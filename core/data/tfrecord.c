@@ -93,19 +93,49 @@ static bool compressed_magic(const uint8_t *h, size_t n) {
     return n >= 2 && ((h[0] == 0x1f && h[1] == 0x8b) || ((h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 && (h[0] * 256 + h[1]) % 31 == 0));
 }
 
-/* in[0, n) inflated (gzip members one after another, or one zlib stream) into *out (caller frees).
- * CT_ERR_DATA naming the file and the compressed byte where it fails. */
+/* The framing of the bytes inflated so far, walked as they come: every record header that is
+ * complete (its length's CRC, at most MAX_RECORD bytes) is checked at once, so a stream that does not
+ * inflate to TFRecord records (a compression bomb of zeros, another file compressed) stops at its
+ * first bad header instead of being inflated whole first. */
+typedef struct frame_walk {
+    uint64_t next;               /* inflated offset of the next record header */
+    int64_t records;             /* headers checked */
+} frame_walk;
+
+static int walk_frames(const char *file, const uint8_t *buf, size_t len, frame_walk *w, ct_err *err) {
+    while (w->next + CT_TFRECORD_HEAD <= len) {
+        uint64_t n;
+        if (!ct_tfrecord_head_check(buf + w->next, &n))
+            return ct_errf(err, CT_ERR_DATA, "%s: compressed (gzip or zlib), but what it inflates to is not TFRecord "
+                           "records: record %lld at inflated byte %llu has a bad length CRC (inflating stopped there)",
+                           file, (long long)w->records, (unsigned long long)w->next);
+        if (n > MAX_RECORD)
+            return ct_errf(err, CT_ERR_DATA, "%s: compressed (gzip or zlib): record %lld at inflated byte %llu is %llu "
+                           "bytes (at most 1 GiB read; inflating stopped there)", file, (long long)w->records,
+                           (unsigned long long)w->next, (unsigned long long)n);
+        w->next += n + CT_TFRECORD_FRAMING;
+        w->records++;
+    }
+    return CT_OK;
+}
+
+/* in[0, n) inflated (gzip members one after another, or one zlib stream) into *out (caller frees),
+ * the framing checked as the bytes come (walk_frames). CT_ERR_DATA naming the file and the
+ * compressed byte where it fails, or the record whose header is bad; a buffer that cannot grow is
+ * CT_ERR_RUNTIME naming the file and the bytes asked for. */
 static int inflate_all(const char *file, const uint8_t *in, size_t n, uint8_t **out, int64_t *out_len, ct_err *err) {
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 15 + 32) != Z_OK) return ct_errf(err, CT_ERR_RUNTIME, "%s: zlib cannot start", file); /* 32: gzip or zlib */
     size_t cap = n * 4 + 4096, len = 0;
-    uint8_t *buf = ct_xmalloc(cap);
+    uint8_t *buf = malloc(cap);
     z.next_in = (uint8_t *)in;
     z.avail_in = 0;
     size_t fed = 0;
-    int zr = Z_OK;
-    while (true) {
+    int zr = Z_OK, rc = CT_OK;
+    frame_walk w = {0};
+    bool oom = !buf;
+    while (!oom) {
         if (z.avail_in == 0 && fed < n) {
             size_t step = n - fed > (1u << 30) ? (1u << 30) : n - fed;
             z.next_in = (uint8_t *)in + fed;
@@ -113,14 +143,18 @@ static int inflate_all(const char *file, const uint8_t *in, size_t n, uint8_t **
             fed += step;
         }
         if (len == cap) {
+            uint8_t *more = realloc(buf, 2 * cap);
+            if ((oom = !more)) break;
+            buf = more;
             cap *= 2;
-            buf = ct_xrealloc(buf, cap);
         }
-        size_t room = cap - len > (1u << 30) ? (1u << 30) : cap - len;
+        size_t room = cap - len > (1u << 26) ? (1u << 26) : cap - len;   /* 64 MiB at a time: the framing
+                                                                          * is checked between them */
         z.next_out = buf + len;
         z.avail_out = (uInt)room;
         zr = inflate(&z, Z_NO_FLUSH);
         len += room - z.avail_out;
+        if ((rc = walk_frames(file, buf, len, &w, err))) break;
         if (zr == Z_STREAM_END) {
             if (z.avail_in == 0 && fed == n) break;
             if (inflateReset(&z) != Z_OK) break; /* another gzip member follows */
@@ -131,10 +165,19 @@ static int inflate_all(const char *file, const uint8_t *in, size_t n, uint8_t **
     }
     size_t at = (size_t)(z.next_in - in);
     inflateEnd(&z);
-    if (zr != Z_STREAM_END) {
+    if (oom) {
+        size_t asked = buf ? 2 * cap : cap;
         free(buf);
-        return ct_errf(err, CT_ERR_DATA, "%s: compressed (gzip or zlib) and %s at compressed byte %zu of %zu", file,
-                       zr == Z_BUF_ERROR ? "cut short: the stream ends" : "corrupt", at, n);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: compressed (gzip or zlib): out of host memory inflating it (%zu "
+                       "bytes asked, %zu inflated from %zu of its %zu compressed bytes). Decompress it to a file "
+                       "(gunzip) and read that, or give the process more memory.", file, asked, len, at, n);
+    }
+    if (!rc && zr != Z_STREAM_END)
+        rc = ct_errf(err, CT_ERR_DATA, "%s: compressed (gzip or zlib) and %s at compressed byte %zu of %zu", file,
+                     zr == Z_BUF_ERROR ? "cut short: the stream ends" : "corrupt", at, n);
+    if (rc) {
+        free(buf);
+        return rc;
     }
     *out = buf;
     *out_len = (int64_t)len;
@@ -145,8 +188,8 @@ static int inflate_all(const char *file, const uint8_t *in, size_t n, uint8_t **
  * holds, or no compression signature) is left to the readers. */
 static int load_compressed(tfr_impl *im, int k, ct_err *err) {
     const char *file = im->files.paths[k];
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
+    int fd, rc = ct_fs_open_regular(file, CT_ERR_DATA, "a TFRecord file", &fd, err);   /* the first open: a FIFO refused */
+    if (rc) return rc;
     uint8_t head[CT_TFRECORD_HEAD];
     uint64_t n;
     ssize_t got = ct_fs_read_at(fd, head, sizeof head, 0);
@@ -155,7 +198,7 @@ static int load_compressed(tfr_impl *im, int k, ct_err *err) {
         return CT_OK;
     uint8_t *raw = NULL;
     size_t cap = 0, len = 0;
-    int rc = ct_read_file(file, &raw, &cap, &len, err);
+    rc = ct_read_file(file, &raw, &cap, &len, err);
     if (!rc) {
         if (!im->mem) {
             im->mem = ct_xcalloc((size_t)im->files.n, sizeof *im->mem);
@@ -235,8 +278,17 @@ static int scan_file(tfr_impl *im, int k, int64_t limit, ct_err *err) {
         }
         if (rc) break;
         if (n + CT_TFRECORD_TAIL > cap) { /* grows by doubling, but never past twice the largest record */
-            cap = 2 * cap > (size_t)n + CT_TFRECORD_TAIL ? 2 * cap : (size_t)n + CT_TFRECORD_TAIL;
-            buf = ct_xrealloc(buf, cap);
+            size_t want = 2 * cap > (size_t)n + CT_TFRECORD_TAIL ? 2 * cap : (size_t)n + CT_TFRECORD_TAIL;
+            char what[1400];
+            snprintf(what, sizeof what, "%s: record %lld at offset %lld (%llu bytes)", file, (long long)rec,
+                     (long long)off, (unsigned long long)n);
+            uint8_t *more = ct_try_realloc(buf, want, what, err);
+            if (!more) {
+                rc = CT_ERR_RUNTIME;
+                break;
+            }
+            buf = more;
+            cap = want;
         }
         if (fread(buf, 1, (size_t)n + CT_TFRECORD_TAIL, f) != (size_t)n + CT_TFRECORD_TAIL) {
             rc = ct_errf(err, CT_ERR_DATA, "%s: record %lld at offset %lld: cannot read its data", file,
@@ -260,10 +312,15 @@ static int read_index(tfr_impl *im, int k, int64_t limit, ct_err *err) {
     struct stat st;
     if (stat(file, &st) != 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
     if (im->mem && im->mem[k]) st.st_size = (off_t)im->mem_len[k]; /* offsets in the inflated bytes */
-    FILE *f = fopen(index, "r");
-    if (!f) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", index, strerror(errno));
+    int fd, rc = ct_fs_open_regular(index, CT_ERR_DATA, "a tfrecord2idx index file", &fd, err);
+    if (rc) return rc;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot open: %s", index, strerror(errno));
+    }
     char line[256];
-    int rc = CT_OK;
+    rc = CT_OK;
     for (int64_t no = 1; !rc && (limit <= 0 || im->count < limit) && fgets(line, sizeof line, f); no++) {
         long long off, bytes;
         char tail;
@@ -306,12 +363,19 @@ __attribute__((format(printf, 4, 5))) static int record_err(const tfr_impl *im, 
     return ct_errf(err, CT_ERR_DATA, "%s: %s", what, msg);
 }
 
-/* Record i with its framing, CRCs checked, into *base (caller frees); *data = its data. */
-static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint8_t **data, ct_err *err) {
+/* Record i with its framing, CRCs checked, into *base (caller frees); *data = its data. *bad_crc
+ * (may be NULL): the error is the data's CRC, a record data.skip_corrupt may skip. */
+static int read_record_at(const tfr_impl *im, int64_t i, uint8_t **base, const uint8_t **data, bool *bad_crc,
+                          ct_err *err) {
+    if (bad_crc) *bad_crc = false;
     const tfr_record *r = &im->recs[i];
     const char *file = im->files.paths[r->file];
     size_t total = (size_t)r->len + CT_TFRECORD_FRAMING;
-    uint8_t *b = ct_xmalloc(total);
+    char what[1200 + 40];
+    record_name(im, i, what, sizeof what - 40);
+    strcat(what, " (a buffer for the record)");
+    uint8_t *b = ct_try_malloc(total, what, err);   /* up to 1 GiB, as the file says */
+    if (!b) return CT_ERR_RUNTIME;
     ssize_t got;
     int e = 0;
     if (im->mem && im->mem[r->file]) { /* an inflated compressed file */
@@ -341,8 +405,10 @@ static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint
     else if (n != (uint64_t)r->len)
         rc = record_err(im, i, err, "the header says %llu bytes, the index %lld: the index is not this file's",
                         (unsigned long long)n, (long long)r->len);
-    else if (!ct_tfrecord_tail_check(b + CT_TFRECORD_HEAD + n, b + CT_TFRECORD_HEAD, (size_t)n))
+    else if (!ct_tfrecord_tail_check(b + CT_TFRECORD_HEAD + n, b + CT_TFRECORD_HEAD, (size_t)n)) {
         rc = record_err(im, i, err, "bad data CRC (the record is corrupt)");
+        if (bad_crc) *bad_crc = true;
+    }
     if (rc) {
         free(b);
         return rc;
@@ -350,6 +416,10 @@ static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint
     *base = b;
     *data = b + CT_TFRECORD_HEAD;
     return CT_OK;
+}
+
+static int read_record(const tfr_impl *im, int64_t i, uint8_t **base, const uint8_t **data, ct_err *err) {
+    return read_record_at(im, i, base, data, NULL, err);
 }
 
 typedef struct names_ctx {
@@ -360,7 +430,9 @@ typedef struct names_ctx {
 static void add_name(void *ctx, const char *name, size_t len, const ct_tfx_feature *f) {
     names_ctx *c = ctx;
     if (c->used + 8 >= c->n) return;
-    int k = snprintf(c->out + c->used, c->n - c->used, "%s%.*s", c->used ? ", " : "", (int)(len < 64 ? len : 64), name);
+    char shown[80];   /* a name from the file: control bytes escaped */
+    ct_printable(shown, sizeof shown, name, len, CT_PRINT_NAME);
+    int k = snprintf(c->out + c->used, c->n - c->used, "%s%s", c->used ? ", " : "", shown);
     c->used = k < 0 ? c->n : c->used + (size_t)k < c->n ? c->used + (size_t)k : c->n;
 }
 
@@ -592,18 +664,33 @@ static int parse_entry(const ct_config *cfg, const cJSON *entry, const char *pat
     return CT_OK;
 }
 
-/* The input's and label's kinds and the input's shape, from the first record. */
+/* The input's and label's kinds and the input's shape, from the first record whose data CRC holds
+ * (a record before it with a bad one fails at decode, where data.skip_corrupt can skip it; when
+ * every record has one, the first one's error). */
 static int probe_first(ct_dataset *ds, tfr_impl *im, ct_err *err) {
-    uint8_t *base;
+    uint8_t *base = NULL;
     const uint8_t *data;
-    int rc = read_record(im, 0, &base, &data, err);
-    if (rc) return rc;
-    size_t n = (size_t)im->recs[0].len;
+    ct_err first = {0};
+    int64_t i = 0;
+    for (;; i++) {
+        bool bad_crc;
+        int rc = read_record_at(im, i, &base, &data, &bad_crc, err);
+        if (rc == CT_OK) break;
+        if (!bad_crc) return rc;
+        if (i == 0) first = *err;
+        if (i + 1 == im->count) {
+            *err = first;
+            ct_err_append(err, "  All %lld records have a bad data CRC: nothing can be read from them.",
+                          (long long)im->count);
+            return rc;
+        }
+    }
+    size_t n = (size_t)im->recs[i].len;
     char what[1200], shape[96];
-    record_name(im, 0, what, sizeof what);
+    record_name(im, i, what, sizeof what);
     ct_tfx_feature in, lab;
-    rc = find_feature(im, 0, data, n, im->input, "input", &in, err);
-    if (!rc) rc = find_feature(im, 0, data, n, im->label, "label", &lab, err);
+    int rc = find_feature(im, i, data, n, im->input, "input", &in, err);
+    if (!rc) rc = find_feature(im, i, data, n, im->label, "label", &lab, err);
     if (rc) goto done;
     im->in_kind = in.kind;
     shape_text(&im->shape, shape, sizeof shape);
@@ -730,7 +817,7 @@ int ct_tfrecord_open(const ct_config *cfg, const cJSON *entry, const char *path,
 /* ---------------- ctrain info ---------------- */
 
 bool ct_tfrecord_is_file(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ct_fs_open_input(path);
     if (fd < 0) return false;
     uint8_t head[CT_TFRECORD_HEAD], in[4096];
     uint64_t n;
@@ -758,8 +845,9 @@ typedef struct info_ctx {
 
 static void info_feature(void *ctx, const char *name, size_t len, const ct_tfx_feature *f) {
     info_ctx *c = ctx;
-    fprintf(c->out, "    %.*s: %s of %lld", (int)(len < 200 ? len : 200), name, ct_tfx_kind_name(f->kind),
-            (long long)f->count);
+    char shown[240];  /* a name from the file: control bytes escaped */
+    fprintf(c->out, "    %s: %s of %lld", ct_printable(shown, sizeof shown, name, len, CT_PRINT_NAME),
+            ct_tfx_kind_name(f->kind), (long long)f->count);
     if (f->kind == CT_TFX_BYTES && f->count == 1) {
         const uint8_t *p;
         size_t n;

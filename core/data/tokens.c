@@ -8,6 +8,7 @@
  * header does not carry one). A token >= the vocabulary size is reported as corrupt data at
  * decode. */
 #include "core/data/tokens.h"
+#include "core/util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,7 +61,7 @@ int ct_tokens_write(const char *path, const uint32_t *tokens, uint64_t n, int wi
         }
     }
     ok &= fclose(f) == 0;
-    if (!ok) return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+    if (!ok) return ct_fs_write_error(err, path, "write", errno);
     return CT_OK;
 }
 
@@ -126,7 +127,10 @@ static int check_llmc(ct_dataset *ds, tok_impl *im, uint32_t vocab, ct_err *err)
                        f, version);
     int32_t n = (int32_t)get32(h + 8);
     uint64_t want = CT_LLMC_HEADER + 2 * (uint64_t)(n < 0 ? 0 : n);
-    if (n < 0 || im->size != want)
+    if (n < 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: its llm.c header gives a token count of %d, below 0: a corrupt header "
+                       "(the count is at byte 8)", f, n);
+    if (im->size != want)
         return ct_errf(err, CT_ERR_DATA, "%s: %zu bytes, but its llm.c header gives %d tokens (%u + 2 x %d = "
                        "%llu bytes): truncated or corrupt", f, im->size, n, CT_LLMC_HEADER, n,
                        (unsigned long long)want);
@@ -218,12 +222,12 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->close = tok_close;
     snprintf(ds->source, sizeof ds->source, "%s", file);
     im->seq_len = seq_len;
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd;
     struct stat st;
-    if (fd < 0) {
-        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
-    } else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = ct_errf(err, CT_ERR_DATA, "%s: not a regular file", file);
+    if ((rc = ct_fs_open_regular(file, CT_ERR_DATA, "a tokens file", &fd, err))) {
+        /* a FIFO: refused, not waited on */
+    } else if (fstat(fd, &st) != 0) {
+        rc = ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot stat: %s", file, strerror(errno));
     } else {
         im->size = (size_t)st.st_size;
         void *p = im->size ? mmap(NULL, im->size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
@@ -251,6 +255,7 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
     ds->target_shape = ds->sample_shape;
     ds->target_dtype = CT_I32;
     ds->classes = im->vocab;
+    if (im->llmc) ds->classes_key = "vocab";   /* an llm.c header has no vocabulary: the entry's is the config's */
     if (im->llmc)
         snprintf(ds->label_note, sizeof ds->label_note, "%s: llm.c shard, vocabulary of %u tokens from the "
                  "entry's \"vocab\" (default GPT-2's 50257)", file, im->vocab);

@@ -167,6 +167,21 @@ typedef struct index_ctx {
     int64_t limit;               /* stop once a sample past it starts (0: none) */
 } index_ctx;
 
+/* Names from a tar file reach messages through shown(): escaped (ct_printable), so a member name
+ * cannot put control bytes or a line of its own on the terminal. MAX_NAME bytes of name may take 4
+ * each escaped; the messages show the first SHOWN bytes. */
+enum { SHOWN = 400 };
+static const char *shown(const char *name, size_t len, char out[SHOWN]) {
+    return ct_printable(out, SHOWN, name, len, CT_PRINT_NAME);
+}
+
+static int two_members(const char *file, const char *name, const char *ext, ct_err *err) {
+    const char *slash = strrchr(name, '/'), *dot = strchr(slash ? slash + 1 : name, '.');
+    char a[SHOWN], b[SHOWN];
+    return ct_errf(err, CT_ERR_DATA, "%s: member %s: sample \"%s\" has two .%s members", file,
+                   shown(name, strlen(name), a), shown(name, (size_t)(dot - name), b), ext);
+}
+
 /* One regular member: its key and extension, then the image or label of the current sample. */
 static int index_member(void *ctx, int fd, const char *name, int64_t off, int64_t size, bool *stop,
                         ct_err *err) {
@@ -191,15 +206,11 @@ static int index_member(void *ctx, int fd, const char *name, int64_t off, int64_
         s = new_sample(im, shard, name, klen);
     }
     if (strcmp(ext, im->image_ext) == 0) {
-        if (s->size >= 0)
-            return ct_errf(err, CT_ERR_DATA, "%s: member %s: sample \"%s\" has two .%s members", file,
-                           name, im->keys + s->key, ext);
+        if (s->size >= 0) return two_members(file, name, ext, err);
         s->off = off;
         s->size = size;
     } else if (strcmp(ext, im->label_ext) == 0) {
-        if (s->label_state != LABEL_MISSING)
-            return ct_errf(err, CT_ERR_DATA, "%s: member %s: sample \"%s\" has two .%s members", file,
-                           name, im->keys + s->key, ext);
+        if (s->label_state != LABEL_MISSING) return two_members(file, name, ext, err);
         char txt[40] = {0};
         s->label_state = LABEL_BAD;
         if (size < (int64_t)sizeof txt && ct_fs_read_at(fd, txt, (size_t)size, off) == size) {
@@ -223,15 +234,15 @@ typedef int (*tar_visit)(void *ctx, int fd, const char *name, int64_t off, int64
 
 /* One sequential pass over a shard's headers, calling visit for each regular member. */
 static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
+    int fd, rc = ct_fs_open_regular(file, CT_ERR_DATA, "a tar file", &fd, err);   /* a FIFO: refused */
+    if (rc) return rc;
     off_t end_off = lseek(fd, 0, SEEK_END);
     int64_t fsize = end_off < 0 ? 0 : (int64_t)end_off, off = 0;
     char *name = ct_xmalloc(MAX_NAME), *next_name = ct_xmalloc(MAX_NAME), *extra = NULL;
     next_name[0] = '\0';
     int64_t next_size = -1;
     uint8_t h[TAR_BLOCK];
-    int rc = CT_OK;
+    rc = CT_OK;
     bool stop = false;
     while (!rc && !stop) {
         ssize_t got = ct_fs_read_at(fd, h, TAR_BLOCK, off);
@@ -256,16 +267,17 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
             sum += b;
             ssum += (int8_t)b;
         }
-        char shown[101];
-        snprintf(shown, sizeof shown, "%.100s", (const char *)h);
+        char hname[101], hshown[SHOWN], nshown[SHOWN];
+        snprintf(hname, sizeof hname, "%.100s", (const char *)h);
+        shown(hname, strlen(hname), hshown);
         if (!tar_number(h + 148, 8, &stored) || (stored != (int64_t)sum && stored != (int64_t)ssum)) {
             rc = ct_errf(err, CT_ERR_DATA, "%s: bad tar header checksum at offset %lld (member \"%s\"): "
-                         "not a tar file, or corrupt here", file, (long long)off, shown);
+                         "not a tar file, or corrupt here", file, (long long)off, hshown);
             break;
         }
         int64_t size;
         if (!tar_number(h + 124, 12, &size)) {
-            rc = ct_errf(err, CT_ERR_DATA, "%s: member \"%s\" at offset %lld: bad size field", file, shown,
+            rc = ct_errf(err, CT_ERR_DATA, "%s: member \"%s\" at offset %lld: bad size field", file, hshown,
                          (long long)off);
             break;
         }
@@ -274,7 +286,8 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
         int64_t data = off + TAR_BLOCK;
         if (size > fsize - data) {
             rc = ct_errf(err, CT_ERR_DATA, "%s: member \"%s\" truncated: %lld bytes at offset %lld, the "
-                         "file ends after %lld", file, next_name[0] ? next_name : shown, (long long)size,
+                         "file ends after %lld", file, next_name[0] ? shown(next_name, strlen(next_name), nshown) : hshown,
+                         (long long)size,
                          (long long)data, (long long)(fsize - data));
             break;
         }
@@ -300,7 +313,7 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
                                                                      * keeps times there) */
                 snprintf(name, MAX_NAME, "%.155s/%.100s", (const char *)h + 345, (const char *)h);
             } else {
-                snprintf(name, MAX_NAME, "%s", shown);
+                snprintf(name, MAX_NAME, "%s", hname);
             }
             if (type == '0' || type == '\0' || type == '7') rc = visit(ctx, fd, name, data, size, &stop, err);
             else if (type == '1' || type == '2' || type == '3' || type == '4' || type == '5' || type == '6') size = 0;
@@ -321,7 +334,9 @@ static int tar_walk(const char *file, tar_visit visit, void *ctx, ct_err *err) {
 /* Sample i's image member into *buf; errors name the shard, the sample's key and the field. */
 static int read_image(const wds_impl *im, int64_t i, uint8_t **buf, size_t *len, ct_err *err) {
     const wds_sample *s = &im->samples[i];
-    const char *file = im->shards.paths[s->shard], *key = im->keys + s->key;
+    const char *file = im->shards.paths[s->shard];
+    char key[SHOWN];
+    shown(im->keys + s->key, strlen(im->keys + s->key), key);
     if (s->size < 0)
         return ct_errf(err, CT_ERR_DATA, "%s: sample \"%s\" has no %s.%s member (field \"image\")", file,
                        key, key, im->image_ext);
@@ -333,7 +348,13 @@ static int read_image(const wds_impl *im, int64_t i, uint8_t **buf, size_t *len,
                        "a non-negative integer in ASCII", file, key, im->label_ext);
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ct_errf(err, ct_err_io(errno, CT_ERR_DATA), "%s: cannot open: %s", file, strerror(errno));
-    *buf = ct_xmalloc((size_t)s->size + 1);
+    char what[1500];
+    snprintf(what, sizeof what, "%s: member %s.%s (%lld bytes)", file, key, im->image_ext, (long long)s->size);
+    *buf = ct_try_malloc((size_t)s->size + 1, what, err);   /* as large as the tar says, within the file */
+    if (!*buf) {
+        close(fd);
+        return CT_ERR_RUNTIME;
+    }
     *len = (size_t)s->size;
     ssize_t got = ct_fs_read_at(fd, *buf, *len, s->off);
     int e = errno;
@@ -390,23 +411,34 @@ static int npy_header(const char *hdr, size_t n, size_t start, size_t hl, const 
         return ct_errf(err, CT_ERR_DATA, "%s: .npy array in Fortran order (expected C order)", what);
     s = strchr(s, '(');
     ct_shape sh = {0};
-    uint64_t numel = 1;
+    double numel = 1;   /* in double: a product of huge dimensions must not wrap */
+    char text[120] = "";
     for (s = s ? s + 1 : NULL; s && *s && *s != ')';) {
         char *end;
         long long v = strtoll(s, &end, 10);
-        if (end == s || v <= 0 || sh.ndim == 4 || (numel *= (uint64_t)v) > (1u << 30))
-            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape not supported (1 to 4 positive dimensions)", what);
+        if (end == s || v <= 0)
+            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape has a dimension that is not a positive integer (\"%.20s\")",
+                           what, s);
+        if (sh.ndim == 4)
+            return ct_errf(err, CT_ERR_DATA, "%s: .npy shape has more than 4 dimensions (ctrain takes 1 to 4)", what);
+        numel *= (double)v;
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s%lld", sh.ndim ? ", " : "", v);
         sh.d[sh.ndim++] = v;
         s = end;
         while (*s == ',' || *s == ' ') s++;
     }
     if (!s || sh.ndim == 0)
-        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape not supported (1 to 4 positive dimensions)", what);
+        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape %s: expected 1 to 4 positive dimensions", what,
+                       s ? "()" : "unreadable");
+    if (numel > (double)(1u << 30))
+        return ct_errf(err, CT_ERR_DATA, "%s: .npy shape (%s) holds %.3g values; a sample holds at most 2^30 "
+                       "(%u)", what, text, numel, 1u << 30);
     *shape = sh;
     *data = start + hl;
-    if ((n - *data) != numel * (*u8 ? 1 : 4))
+    uint64_t bytes = (uint64_t)numel * (*u8 ? 1 : 4);
+    if ((n - *data) != bytes)
         return ct_errf(err, CT_ERR_DATA, "%s: .npy data is %zu bytes, its header says %llu", what, n - *data,
-                       (unsigned long long)(numel * (*u8 ? 1 : 4)));
+                       (unsigned long long)bytes);
     return CT_OK;
 }
 
@@ -421,9 +453,9 @@ static int decode_as(const ct_dataset *ds, int64_t i, void *input, void *target,
     size_t len = 0;
     int rc = read_image(im, i, &buf, &len, err);
     if (rc) return rc;
-    char what[1400];
-    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
-             im->image_ext);
+    char what[1400], key[SHOWN];
+    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard],
+             shown(im->keys + s->key, strlen(im->keys + s->key), key), im->image_ext);
     if (im->kind == KIND_IMAGE) {
         ct_image8 img = {0};
         rc = ct_image_decode(buf, len, what, im->c, (size_t)1 << 30, &img, err);
@@ -563,9 +595,9 @@ static int probe_first(ct_dataset *ds, wds_impl *im, ct_err *err) {
     int rc = read_image(im, i, &buf, &len, err);
     if (rc) return rc;
     const wds_sample *s = &im->samples[i];
-    char what[1400];
-    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard], im->keys + s->key,
-             im->image_ext);
+    char what[1400], key[SHOWN];
+    snprintf(what, sizeof what, "%s: member %s.%s (field \"image\")", im->shards.paths[s->shard],
+             shown(im->keys + s->key, strlen(im->keys + s->key), key), im->image_ext);
     if (im->kind == KIND_IMAGE) {
         rc = ct_image_info(buf, len, what, &im->h, &im->w, &im->c, err);
         if (!rc && im->c > 4) rc = ct_errf(err, CT_ERR_DATA, "%s: %d channels", what, im->c);
@@ -613,8 +645,10 @@ int ct_webdataset_open(const ct_config *cfg, const cJSON *entry, const char *pat
             }
         ds->classes = top + 1;
         const wds_sample *s = &im->samples[at];
+        char key[SHOWN];
         snprintf(ds->label_note, sizeof ds->label_note, "%s: member %s.%s has label %lld, the largest",
-                 im->shards.paths[s->shard], im->keys + s->key, im->label_ext, (long long)top);
+                 im->shards.paths[s->shard], shown(im->keys + s->key, strlen(im->keys + s->key), key),
+                 im->label_ext, (long long)top);
         bool chw_u8 = im->npy_u8 && im->npy_shape.ndim == 3 && im->npy_shape.d[0] <= 4;
         if (im->kind == KIND_IMAGE || chw_u8) ds->decode_u8 = wds_decode_u8; /* [C, H, W] 8-bit only */
         rc = ct_data_normalize_parse(cfg, im->c, im->mean, im->std, err);
@@ -674,7 +708,7 @@ static int info_member(void *ctx, int fd, const char *name, int64_t off, int64_t
 bool ct_webdataset_is_tar(const char *path) {
     size_t n = strlen(path);
     if (n < 4 || strcasecmp(path + n - 4, ".tar") != 0) return false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ct_fs_open_input(path);
     if (fd < 0) return false;
     uint8_t h[TAR_BLOCK];
     bool ok = ct_fs_read_at(fd, h, TAR_BLOCK, 0) == TAR_BLOCK && (!memcmp(h + 257, "ustar", 5) || all_zero(h));
@@ -690,9 +724,11 @@ int ct_webdataset_info(const char *path, FILE *out, ct_err *err) {
         fprintf(out, "  samples: %lld (members grouped by key)\n", (long long)c->samples);
         fprintf(out, "  members: %lld, %lld bytes of data\n", (long long)c->members, (long long)c->bytes);
         fprintf(out, "  fields (extension: members):");
-        for (int k = 0; k < c->n_ext; k++) fprintf(out, "%s %s: %lld", k ? "," : "", c->ext[k], (long long)c->ext_count[k]);
+        char name[SHOWN];
+        for (int k = 0; k < c->n_ext; k++)
+            fprintf(out, "%s %s: %lld", k ? "," : "", shown(c->ext[k], strlen(c->ext[k]), name), (long long)c->ext_count[k]);
         fprintf(out, "%s\n", c->more_exts ? ", ..." : "");
-        if (c->samples) fprintf(out, "  first sample: %s\n", c->first_key);
+        if (c->samples) fprintf(out, "  first sample: %s\n", shown(c->first_key, strlen(c->first_key), name));
         fprintf(out, "  read it with {\"format\": \"webdataset\", \"urls\": \"%s\", \"image\": EXT, \"label\": EXT}\n",
                 path);
     }

@@ -151,13 +151,14 @@ struct ct_launch;
 /* The communicator of a launch (core/dist/launch.h): the single-process one for a world of 1;
  * for more, MPI from libctrain_mpi.so on host buffers (be must be the CPU backend): mpirun's
  * MPI_COMM_WORLD, or, under a torchrun-style launch (WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT),
- * the ranks joined over a TCP rendezvous (rendezvous.h). --world-size alone is CT_ERR_CONFIG
- * naming the fix (a launcher); a library that cannot be loaded, a rendezvous that fails, or an
- * MPI that disagrees with the launcher about rank or size, is CT_ERR_RUNTIME. */
+ * the ranks joined over a TCP rendezvous (rendezvous.h). --world-size alone, two processes of one
+ * rank, or an MPI that disagrees with the launcher about rank or size, is CT_ERR_CONFIG naming the
+ * fix; a library that cannot be loaded, or a rendezvous that fails otherwise, is CT_ERR_RUNTIME; a
+ * stop signal during the rendezvous is 128 + the signal. */
 int ct_comm_open(ct_backend *be, const struct ct_launch *launch, ct_comm **out, ct_err *err);
 
 /* The version of the table above (and of ct_comm_mpi_create's arguments, ct_launch among them)
  * that libctrain_mpi.so must have been built with. */
-#define CT_COMM_ABI 5
+#define CT_COMM_ABI 6
 
 #endif

@@ -64,27 +64,28 @@ static int too_many(ct_comm *c, const char *what, int64_t n, ct_err *err) {
 
 typedef struct watchdog {
     ct_watchdog_thread t;
-    int timeout_s;               /* 0: no watchdog */
+    int timeout_s;               /* 0: calls are not bounded (a stop signal still is) */
     int rank, world;
-    const char *what;            /* the collective in progress, NULL between collectives */
-    struct timespec since;       /* CLOCK_MONOTONIC: when it began */
+    const char *what;            /* the call in progress, NULL between calls */
+    double since;                /* ct_now(): when it began */
+    double slack;                /* seconds past the timeout before the watchdog acts: a polled wait
+                                    (req_wait) reports its own timeout first, as an error */
+    ct_stop_follow stop;         /* the CLI's stop flag */
 } watchdog;
 
-static double seconds_since(const struct timespec *t) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t->tv_sec) + 1e-9 * (double)(now.tv_nsec - t->tv_nsec);
-}
-
-/* Wakes twice a second; a collective past the timeout ends the process (mpirun ends the rest). */
+/* Wakes twice a second; a call past the timeout, or a stop signal the rank cannot act on, ends the
+ * process (mpirun ends the rest). */
 static void *watch(void *arg) {
     watchdog *w = arg;
     pthread_mutex_lock(&w->t.mu);
     while (!w->t.stop) {
         ct_watchdog_nap(&w->t);
-        if (w->t.stop || !w->what) continue;
-        double waited = seconds_since(&w->since);
-        if (waited >= w->timeout_s) ct_watchdog_expire("MPI", w->what, w->rank, w->world, waited, w->timeout_s);
+        if (w->t.stop) break;
+        double now = ct_now(), waited = w->what ? now - w->since - w->slack : -1;
+        double stop_age = ct_watchdog_stop_age(&w->stop, now, w->since);
+        if (ct_watchdog_due(w->timeout_s, waited, stop_age))
+            ct_watchdog_expire("MPI", w->what, w->rank, w->world, now - w->since, w->timeout_s, w->stop.sig,
+                               now - w->stop.seen, stop_age >= 0);
     }
     pthread_mutex_unlock(&w->t.mu);
     return NULL;
@@ -99,33 +100,35 @@ typedef struct mpi_impl {
     ct_rdzv rdzv;                /* torchrun-style launch: the bootstrap sockets and ompi-server */
 } mpi_impl;
 
-/* The communicator every collective runs on. */
+/* The communicator every collective runs on, and its watchdog. */
 #define COMM(c) (((mpi_impl *)(c)->impl)->comm)
+#define DOG(c) (&((mpi_impl *)(c)->impl)->dog)
 
-/* Around every blocking call: what is in progress (NULL once it returned). */
-static void watch_mark(ct_comm *c, const char *what) {
-    watchdog *w = &((mpi_impl *)c->impl)->dog;
+/* Around every MPI call that can wait for another rank: what is in progress (NULL once it
+ * returned), with `slack` seconds of grace past the timeout. */
+static void watch_mark_slack(watchdog *w, const char *what, double slack) {
     if (!w->t.running) return;
     pthread_mutex_lock(&w->t.mu);
     w->what = what;
-    if (what) clock_gettime(CLOCK_MONOTONIC, &w->since);
+    w->slack = slack;
+    if (what) w->since = ct_now();
     pthread_mutex_unlock(&w->t.mu);
 }
 
-static int watched_rc(ct_comm *c, int rc) {
-    watch_mark(c, NULL);
+static int watched_rc(watchdog *w, int rc) {
+    watch_mark_slack(w, NULL, 0);
     return rc;
 }
 
-/* The status of an MPI call made under the watchdog (the comma orders the mark before the call). */
-#define WATCHED(c, what, call) (watch_mark((c), (what)), watched_rc((c), (call)))
+/* The status of an MPI call made under watchdog w (the comma orders the mark before the call). */
+#define WATCHED(w, what, call) (watch_mark_slack((w), (what), 0), watched_rc((w), (call)))
 
 static int all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_err *err) {
     MPI_Datatype t = mpi_type(dt, true);
     if (t == MPI_DATATYPE_NULL) return no_type(c, "all-reduce", dt, err);
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = WATCHED(c, "all-reduce",
+        int rc = WATCHED(DOG(c), "all-reduce",
                          MPI_Allreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), COMM(c)));
         if (rc != MPI_SUCCESS) return failed(c, "all-reduce", rc, err);
     }
@@ -139,7 +142,7 @@ static int reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n_per_
     if (n_per_rank > INT_MAX) return too_many(c, "reduce-scatter", n_per_rank, err);
     /* MPI's in-place form takes the whole buffer and leaves the result in the rank's first part,
      * which is not this table's layout: a source that is dst goes through MPI's own copy. */
-    int rc = WATCHED(c, "reduce-scatter",
+    int rc = WATCHED(DOG(c), "reduce-scatter",
                      MPI_Reduce_scatter_block(src, dst, (int)n_per_rank, t, mpi_op(op), COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
 }
@@ -150,7 +153,7 @@ static int all_gather(ct_comm *c, void *dst, const void *src, int64_t n_per_rank
     if (t == MPI_DATATYPE_NULL) return no_type(c, "all-gather", dt, err);
     if (n_per_rank > INT_MAX) return too_many(c, "all-gather", n_per_rank, err);
     bool in_place = src == ct_elem(dst, (int64_t)c->rank * n_per_rank, dt);
-    int rc = WATCHED(c, "all-gather", MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst,
+    int rc = WATCHED(DOG(c), "all-gather", MPI_Allgather(in_place ? MPI_IN_PLACE : src, (int)n_per_rank, t, dst,
                                                     (int)n_per_rank, t, COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
 }
@@ -162,7 +165,7 @@ static int broadcast(ct_comm *c, void *buf, int64_t n, ct_dtype dt, int root, ct
     if (t == MPI_DATATYPE_NULL) return no_type(c, "broadcast", dt, err);
     for (int64_t at = 0; at < n; at += INT_MAX) {
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = WATCHED(c, "broadcast", MPI_Bcast(ct_elem(buf, at, dt), k, t, root, COMM(c)));
+        int rc = WATCHED(DOG(c), "broadcast", MPI_Bcast(ct_elem(buf, at, dt), k, t, root, COMM(c)));
         if (rc != MPI_SUCCESS) return failed(c, "broadcast", rc, err);
     }
     return CT_OK;
@@ -198,7 +201,7 @@ static int reduce_scatter_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, 
         m->scratch_bytes = mine;
     }
     /* MPI's in-place form leaves the result at the buffer's start, not at the rank's offset */
-    rc = WATCHED(c, "reduce-scatter",
+    rc = WATCHED(DOG(c), "reduce-scatter",
                  MPI_Reduce_scatter(buf, m->scratch, counts, t, mpi_op(op), COMM(c)));
     if (rc == MPI_SUCCESS && mine) memcpy(ct_elem(buf, displs[c->rank], dt), m->scratch, mine);
     free(counts);
@@ -213,7 +216,7 @@ static int all_gather_shards(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_e
         free(counts);
         return too_many(c, "all-gather", n, err);
     }
-    int rc = WATCHED(c, "all-gather",
+    int rc = WATCHED(DOG(c), "all-gather",
                      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, t, COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
@@ -247,7 +250,7 @@ static int all_gather_range(ct_comm *c, void *dst, const void *part, int64_t n, 
      * from there: MPI wants that said, not two aliased buffers */
     const void *mine = ct_celem(part, lo - plo, dt);
     if (mine == ct_elem(dst, lo - a, dt)) mine = MPI_IN_PLACE;
-    int rc = WATCHED(c, "all-gather", MPI_Allgatherv(mine, counts[c->rank], t, dst, counts, displs, t,
+    int rc = WATCHED(DOG(c), "all-gather", MPI_Allgatherv(mine, counts[c->rank], t, dst, counts, displs, t,
                                                      COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-gather", rc, err);
@@ -263,19 +266,19 @@ static int reduce_scatter_range(ct_comm *c, void *dst, const void *src, int64_t 
         return too_many(c, "reduce-scatter", b - a, err);
     }
     /* the parts are in rank order, so [a, b) is the ranks' shares back to back, as MPI wants */
-    int rc = WATCHED(c, "reduce-scatter", MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c)));
+    int rc = WATCHED(DOG(c), "reduce-scatter", MPI_Reduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c)));
     free(counts);
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "reduce-scatter", rc, err);
 }
 
 static int all_reduce_host(ct_comm *c, double *vals, int n, ct_reduce_op op, ct_err *err) {
-    int rc = WATCHED(c, "all-reduce of host values",
+    int rc = WATCHED(DOG(c), "all-reduce of host values",
                      MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE, mpi_op(op), COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "all-reduce of host values", rc, err);
 }
 
 static int barrier(ct_comm *c, ct_err *err) {
-    int rc = WATCHED(c, "barrier", MPI_Barrier(COMM(c)));
+    int rc = WATCHED(DOG(c), "barrier", MPI_Barrier(COMM(c)));
     return rc == MPI_SUCCESS ? CT_OK : failed(c, "barrier", rc, err);
 }
 
@@ -310,7 +313,7 @@ static void req_free(ct_comm_req *q) {
 /* A start that failed: the parts already started are waited for (MPI wants every request
  * completed), then the error. */
 static int start_failed(ct_comm *c, ct_comm_req *q, int code, ct_err *err) {
-    MPI_Waitall(q->n, q->reqs, MPI_STATUSES_IGNORE);
+    (void)WATCHED(DOG(c), q->what, MPI_Waitall(q->n, q->reqs, MPI_STATUSES_IGNORE));
     int rc = failed(c, q->what, code, err);
     req_free(q);
     return rc;
@@ -326,7 +329,8 @@ static int start_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_re
     for (int i = 0; i < pieces; i++) {
         int64_t at = (int64_t)i * INT_MAX;
         int k = (int)(n - at < INT_MAX ? n - at : INT_MAX);
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op), COMM(c), &q->reqs[i]);
+        int rc = WATCHED(DOG(c), q->what, MPI_Iallreduce(MPI_IN_PLACE, ct_elem(buf, at, dt), k, t, mpi_op(op),
+                                                         COMM(c), &q->reqs[i]));
         if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
     }
     *req = q;
@@ -344,7 +348,7 @@ static int start_reduce_scatter_range(ct_comm *c, void *dst, const void *src, in
         req_free(q);
         return too_many(c, "reduce-scatter", b - a, err);
     }
-    int rc = MPI_Ireduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c), &q->reqs[0]);
+    int rc = WATCHED(DOG(c), q->what, MPI_Ireduce_scatter(src, dst, counts, t, MPI_SUM, COMM(c), &q->reqs[0]));
     if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
     *req = q;
     return CT_OK;
@@ -364,8 +368,8 @@ static int start_all_gather_range(ct_comm *c, void *dst, const void *part, int64
     int64_t plo, phi, lo, hi;
     ct_comm_shard(n, c->world, c->rank, &plo, &phi);
     ct_comm_shard_range(n, c->world, c->rank, a, b, &lo, &hi);
-    int rc = MPI_Iallgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts, displs, t,
-                             COMM(c), &q->reqs[0]);
+    int rc = WATCHED(DOG(c), q->what, MPI_Iallgatherv(ct_celem(part, lo - plo, dt), counts[c->rank], t, dst, counts,
+                                                      displs, t, COMM(c), &q->reqs[0]));
     if (rc != MPI_SUCCESS) return start_failed(c, q, rc, err);
     *req = q;
     return CT_OK;
@@ -374,37 +378,49 @@ static int start_all_gather_range(ct_comm *c, void *dst, const void *part, int64
 static int req_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
     *done = true;
     if (!q) return CT_OK;
-    int flag = 0, rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
+    int flag = 0, rc = WATCHED(DOG(c), q->what, MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE));
     if (rc != MPI_SUCCESS) return failed(c, q->what, rc, err);
     *done = flag != 0;
     return CT_OK;
 }
 
+/* Seconds past the timeout the watchdog gives a polled wait, which reports the timeout itself. */
+#define WAIT_SLACK_S 2.0
+/* ... and MPI_Init, whose wait includes the ranks' start-up skew (ct_comm_mpi_create). */
+#define INIT_SLACK_S 30.0
+
 /* Polls the request instead of MPI_Wait, so that this wait, not the watchdog, sees the timeout and
  * the error names the collective (the rank then ends as on any error: without MPI_Finalize, and
- * mpirun ends the others). A request abandoned on a timeout is not freed: MPI may still write. */
+ * mpirun ends the others). The watchdog still watches the whole wait, a little longer: one
+ * MPI_Testall can itself hang inside OpenMPI once a peer has died (seen under a torchrun-style
+ * launch), and then only the watchdog ends the rank. A request abandoned on a timeout is not freed:
+ * MPI may still write. */
 static int req_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
     if (!q) return CT_OK;
-    int timeout_s = ((mpi_impl *)c->impl)->dog.timeout_s;
-    struct timespec since;
-    clock_gettime(CLOCK_MONOTONIC, &since);
+    watchdog *w = DOG(c);
+    double since = ct_now();
+    watch_mark_slack(w, q->what, WAIT_SLACK_S);
     for (;;) {
         int flag = 0, rc = MPI_Testall(q->n, q->reqs, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
+            watch_mark_slack(w, NULL, 0);
             rc = failed(c, q->what, rc, err);
             req_free(q);
             return rc;
         }
         if (flag) break;
-        double waited = seconds_since(&since);
-        if (timeout_s > 0 && waited >= timeout_s)
+        double waited = ct_now() - since;
+        if (w->timeout_s > 0 && waited >= w->timeout_s) {
+            watch_mark_slack(w, NULL, 0);
             return ct_errf(err, CT_ERR_RUNTIME, "rank %d of %d: MPI %s has waited %.0f s for the other ranks "
                            "(CTRAIN_COMM_TIMEOUT=%d): a rank stopped answering or fell that far behind; ending "
                            "the job.\n  Raise CTRAIN_COMM_TIMEOUT (seconds; 0: no limit) if a rank legitimately "
                            "takes longer between collectives (a large checkpoint save on rank 0)", c->rank,
-                           c->world, q->what, waited, timeout_s);
+                           c->world, q->what, waited, w->timeout_s);
+        }
         sched_yield();   /* oversubscribed ranks (more than cores) get the core while this one waits */
     }
+    watch_mark_slack(w, NULL, 0);
     req_free(q);
     return CT_OK;
 }
@@ -420,10 +436,10 @@ static void destroy(ct_comm *c) {
     if (!c->failed) {
         if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) {
             /* every rank is done with the joined communicator before rank 0 stops the server */
-            (void)WATCHED(c, "barrier at the end", MPI_Barrier(m->comm));
-            MPI_Comm_free(&m->comm);
+            (void)WATCHED(w, "barrier at the end", MPI_Barrier(m->comm));
+            (void)WATCHED(w, "freeing the joined communicator", MPI_Comm_free(&m->comm));
         }
-        (void)WATCHED(c, "finalize", MPI_Finalize());
+        (void)WATCHED(w, "finalize", MPI_Finalize());
     }
     ct_watchdog_stop(&w->t);
     ct_rdzv_close(&m->rdzv);
@@ -437,9 +453,12 @@ __attribute__((visibility("default"))) int ct_comm_mpi_abi(size_t *table_bytes) 
     return CT_COMM_ABI;
 }
 
-static void start_watchdog(watchdog *w, int timeout_s, int rank, int world) {
-    *w = (watchdog){.timeout_s = timeout_s, .rank = rank, .world = world};
-    if (timeout_s > 0) ct_watchdog_start(&w->t, watch, w);
+/* The watchdog of launch l's rank, from before MPI_Init to after MPI_Finalize: it runs when calls are
+ * bounded (CTRAIN_COMM_TIMEOUT > 0) or a stop signal must be able to end a rank stuck in one. */
+static void start_watchdog(watchdog *w, const ct_launch *l) {
+    *w = (watchdog){.timeout_s = l->comm_timeout_s, .rank = l->rank, .world = l->world,
+                    .stop = {.flag = l->stop_signal}};
+    if (w->timeout_s > 0 || w->stop.flag) ct_watchdog_start(&w->t, watch, w);
 }
 
 /* Under a torchrun-style launch: the singletons' rendezvous. Before MPI_Init, rank 0 starts
@@ -455,6 +474,21 @@ static int meet_before_init(ct_rdzv *r, const ct_launch *l, ct_err *err) {
     return rc;
 }
 
+/* One join of the ranks: connect to the port (the joining rank) or accept on it (the ranks joined so
+ * far), then merge the two sides, the joined ones first; *joined becomes the merged communicator.
+ * Every call in it waits for the other side, so the caller runs it under the watchdog. */
+static int join_one(const char *port, bool accept, MPI_Comm *joined) {
+    MPI_Comm inter, merged;
+    int rc = accept ? MPI_Comm_accept(port, MPI_INFO_NULL, 0, *joined, &inter)
+                    : MPI_Comm_connect(port, MPI_INFO_NULL, 0, *joined, &inter);
+    if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, accept ? 0 : 1, &merged);
+    if (rc != MPI_SUCCESS) return rc;
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(joined);
+    *joined = merged;
+    return MPI_SUCCESS;
+}
+
 /* Builds one communicator of the launch's ranks, in RANK order, out of singletons: rank 0 opens
  * an MPI port; ranks join one at a time, in rank order, each connecting to the port while every
  * rank already joined accepts (MPI_Comm_accept is collective over them), and the two sides merge
@@ -463,9 +497,11 @@ static int meet_before_init(ct_rdzv *r, const ct_launch *l, ct_err *err) {
  * the others within the timeout. */
 static int join_ranks(ct_comm *c, mpi_impl *m, ct_err *err) {
     char port[MPI_MAX_PORT_NAME] = "", line[CT_RDZV_LINE_MAX];
-    MPI_Comm joined = MPI_COMM_NULL, inter, merged;
-    int rc = MPI_Comm_dup(MPI_COMM_SELF, &joined);
-    if (rc == MPI_SUCCESS && c->rank == 0) rc = MPI_Open_port(MPI_INFO_NULL, port);
+    MPI_Comm joined = MPI_COMM_NULL;
+    int rc = WATCHED(DOG(c), "joining the ranks", MPI_Comm_dup(MPI_COMM_SELF, &joined));
+    /* a singleton's port comes from the runtime (rank 0's ompi-server): watched as well */
+    if (rc == MPI_SUCCESS && c->rank == 0)
+        rc = WATCHED(DOG(c), "opening an MPI port", MPI_Open_port(MPI_INFO_NULL, port));
     if (rc != MPI_SUCCESS) return failed(c, "open port", rc, err);
     if (c->rank > 0) {
         if ((rc = ct_rdzv_recv(&m->rdzv, line, err))) return rc;
@@ -474,23 +510,15 @@ static int join_ranks(ct_comm *c, mpi_impl *m, ct_err *err) {
             return ct_errf(err, CT_ERR_RUNTIME, "rank %d: rank 0 sent an MPI port name of %zu bytes (MPI allows %d)",
                            c->rank, len, MPI_MAX_PORT_NAME - 1);
         memcpy(port, line, len + 1);
-        rc = WATCHED(c, "connect (joining the ranks)", MPI_Comm_connect(port, MPI_INFO_NULL, 0, joined, &inter));
-        if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, 1, &merged);
+        rc = WATCHED(DOG(c), "connect (joining the ranks)", join_one(port, false, &joined));
         if (rc != MPI_SUCCESS) return failed(c, "connect (joining the ranks)", rc, err);
-        MPI_Comm_free(&inter);
-        MPI_Comm_free(&joined);
-        joined = merged;
     }
     for (int next = c->rank + 1; next < c->world; next++) {
         if (c->rank == 0 && (rc = ct_rdzv_send(&m->rdzv, next, port, err))) return rc;
-        rc = WATCHED(c, "accept (joining the ranks)", MPI_Comm_accept(port, MPI_INFO_NULL, 0, joined, &inter));
-        if (rc == MPI_SUCCESS) rc = MPI_Intercomm_merge(inter, 0, &merged);
+        rc = WATCHED(DOG(c), "accept (joining the ranks)", join_one(port, true, &joined));
         if (rc != MPI_SUCCESS) return failed(c, "accept (joining the ranks)", rc, err);
-        MPI_Comm_free(&inter);
-        MPI_Comm_free(&joined);
-        joined = merged;
     }
-    if (c->rank == 0) MPI_Close_port(port);
+    if (c->rank == 0) (void)WATCHED(DOG(c), "closing the MPI port", MPI_Close_port(port));
     ct_rdzv_close_sockets(&m->rdzv);
     m->comm = joined;
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
@@ -513,11 +541,20 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, co
     m->rdzv = (ct_rdzv){.to_root = -1};
     int rc = joining ? meet_before_init(&m->rdzv, l, err) : CT_OK;
     int inited = 0, provided = 0, rank = l->rank, world = l->world;
+    /* watched from MPI_Init on: a singleton's init reaches rank 0's ompi-server, which ends with rank
+     * 0. With INIT_SLACK_S more than a collective: mpirun's init waits for every rank to get there,
+     * and rank 0 comes later than the others by its run directory's checks (mpirun itself ends the
+     * job when a rank dies before). */
+    start_watchdog(&m->dog, l);
     MPI_Initialized(&inited);
     /* only the main thread calls MPI (the loader's threads never do) */
-    if (!rc && !inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        rc = ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed");
+    if (!rc && !inited) {
+        watch_mark_slack(&m->dog, "initialisation (MPI_Init)", INIT_SLACK_S);
+        if (watched_rc(&m->dog, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+            rc = ct_errf(err, CT_ERR_RUNTIME, "MPI_Init failed");
+    }
     if (rc) {
+        ct_watchdog_stop(&m->dog.t);
         ct_rdzv_close(&m->rdzv);
         free(m);
         return rc;
@@ -537,7 +574,9 @@ __attribute__((visibility("default"))) int ct_comm_mpi_create(ct_backend *be, co
                    .start_reduce_scatter_range = start_reduce_scatter_range,
                    .start_all_gather_range = start_all_gather_range, .test = req_test, .wait = req_wait,
                    .destroy = destroy};
-    start_watchdog(&m->dog, l->comm_timeout_s, rank, world);
+    if (m->dog.t.running) pthread_mutex_lock(&m->dog.t.mu);
+    m->dog.rank = rank, m->dog.world = world;   /* MPI's (check_mpi_rank compares them with the launcher's) */
+    if (m->dog.t.running) pthread_mutex_unlock(&m->dog.t.mu);
     if (joining && (rc = join_ranks(c, m, err))) {
         c->failed = true;
         destroy(c);

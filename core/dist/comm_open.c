@@ -66,25 +66,27 @@ static int load_mpi(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *e
 }
 
 /* MPI's rank and size against the launcher's: a process started with another mpirun's variables
- * would train another world than the one it believes in. */
+ * (or with them set by hand, two processes claiming one rank) would train another world than the
+ * one it believes in. A launch error, as a bad variable is: CT_ERR_CONFIG. (Under mpirun itself two
+ * processes cannot share a rank: mpirun numbers them.) */
 static int check_mpi_rank(const ct_comm *c, const ct_launch *l, ct_err *err) {
     if (c->rank == l->rank && c->world == l->world) return CT_OK;
-    return ct_errf(err, CT_ERR_RUNTIME, "MPI says rank %d of %d but %s says rank %d of %d: the process was "
-                   "not started by the mpirun whose variables it has", c->rank, c->world, ct_launch_name(l),
-                   l->rank, l->world);
+    return ct_errf(err, CT_ERR_CONFIG, "MPI says this process is rank %d of %d, but %s says rank %d of %d: it "
+                   "was not started by the launcher whose variables it has.\n  Start the ranks with mpirun -np %d "
+                   "(or unset the variables)", c->rank, c->world, ct_launch_name(l), l->rank, l->world, l->world);
 }
 
 /* The CUDA library's NCCL entry points (cuda/cuda_comm_nccl.cu). */
 typedef int (*nccl_id_fn)(char *hex, size_t hex_n, ct_err *err);
 typedef int (*nccl_create_fn)(ct_backend *be, int rank, int world, const char *id_hex, ct_comm *host, int timeout_s,
-                              ct_comm **out, ct_err *err);
+                              volatile int *stop_signal, ct_comm **out, ct_err *err);
 
 /* GPU ranks: NCCL on device buffers. Rank 0 makes NCCL's unique id and the others get it over what
  * the launch has: the TCP rendezvous (torchrun's variables: rendezvous.h) or MPI (mpirun: its
  * communicator then stays for host values). One rank (CTRAIN_COMM=nccl) needs neither. */
 static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
     nccl_id_fn unique_id = (nccl_id_fn)ct_backend_symbol(be, "ct_cuda_nccl_unique_id");
-    nccl_create_fn create = (nccl_create_fn)ct_backend_symbol(be, "ct_cuda_comm_nccl_create");
+    nccl_create_fn create = (nccl_create_fn)ct_backend_symbol(be, "ct_cuda_comm_nccl_open");
     if (!unique_id || !create)
         return ct_errf(err, CT_ERR_RUNTIME, "this CUDA backend library has no NCCL communicator: rebuild it "
                        "with this ctrain (make)");
@@ -111,7 +113,7 @@ static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *
     } else {
         rc = unique_id(id, sizeof id, err);
     }
-    if (!rc) rc = create(be, l->rank, l->world, id, host, l->comm_timeout_s, out, err);
+    if (!rc) rc = create(be, l->rank, l->world, id, host, l->comm_timeout_s, l->stop_signal, out, err);
     else if (host) {
         host->failed = true;
         ct_comm_destroy(host);
@@ -121,7 +123,7 @@ static int open_nccl(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *
 
 int ct_comm_open(ct_backend *be, const ct_launch *l, ct_comm **out, ct_err *err) {
     *out = NULL;
-    bool gpu = strcmp(be->name, "cpu") != 0;
+    bool gpu = !ct_backend_host_addressable(be);   /* MPI runs on the CPU's and the capped device's memory */
     if (!l || (l->world <= 1 && !(gpu && l->nccl_always))) {
         *out = ct_comm_single(be);
         return CT_OK;

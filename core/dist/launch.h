@@ -35,6 +35,10 @@ typedef struct ct_launch {
                                     before it ends the job (a rank stopped answering); 0: forever */
     bool nccl_always;            /* CTRAIN_COMM=nccl: the CUDA backend uses NCCL even for one rank
                                     (a GPU check of the NCCL communicator on one GPU) */
+    volatile int *stop_signal;   /* not from the environment: the CLI's stop flag (SIGINT, SIGTERM,
+                                    SIGHUP; the trainer's ct_run_opts.stop_signal), or NULL. The
+                                    communicator's watchdog ends a rank stuck in a wait that a stop
+                                    signal cannot reach (watchdog.h), and the rendezvous stops waiting */
 } ct_launch;
 
 #define CT_COMM_TIMEOUT_DEFAULT 60

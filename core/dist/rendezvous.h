@@ -32,7 +32,11 @@ typedef struct ct_rdzv {
     int timeout_s;               /* bound on every wait, seconds; 0: none (CTRAIN_COMM_TIMEOUT=0) */
     int *peer;                   /* rank 0: peer[r] = the socket of rank r (peer[0] = -1) */
     int to_root;                 /* other ranks: the socket to rank 0 */
+    char **who;                  /* rank 0: who[r] = "pid P on host H" of rank r, for a message
+                                    about a second process that says it is rank r */
     pid_t server;                /* rank 0: the ompi-server it started (0: none) */
+    volatile int *stop;          /* the CLI's stop flag (ct_launch.stop_signal): a stop signal ends a
+                                    wait at once, with 128 + the signal (nothing trained yet) */
 } ct_rdzv;
 
 /* The TCP port the rendezvous listens on: MASTER_PORT, or MASTER_PORT + 1 under torchrun's
@@ -41,12 +45,16 @@ typedef struct ct_rdzv {
 int ct_rdzv_port(const ct_launch *l);
 
 /* Every rank: meet on MASTER_ADDR:port. Rank 0 waits for the world - 1 others (each checked: the
- * same world size, a rank not seen yet); the others connect, retrying until rank 0 listens. */
+ * same world size and ctrain, a rank not seen yet); the others connect, retrying until rank 0
+ * listens. Two processes of one rank are CT_ERR_CONFIG naming both (pid and host), on rank 0 and on
+ * every rank it heard (rank 0 sends them its refusal); a second RANK=0 finds the port taken, asks
+ * what holds it, and ends with the same message. */
 int ct_rdzv_open(ct_rdzv *r, const ct_launch *l, ct_err *err);
 
 /* Rank 0: send one line (no newline in it) to rank `to`. */
 int ct_rdzv_send(ct_rdzv *r, int to, const char *line, ct_err *err);
-/* Other ranks: the next line from rank 0, without its newline, into line[CT_RDZV_LINE_MAX]. */
+/* Other ranks: the next line from rank 0, without its newline, into line[CT_RDZV_LINE_MAX]; rank
+ * 0's refusal of the launch is its error (its code and message). */
 int ct_rdzv_recv(ct_rdzv *r, char *line, ct_err *err);
 /* Every rank: rank 0's line[CT_RDZV_LINE_MAX] (an address, an id) sent to every other rank, which
  * receives it into its own line. */

@@ -408,7 +408,7 @@ int ct_graph_bind(ct_graph *g, ct_backend *be, void *arena, ct_err *err) {
     bool owns = arena == NULL;
     /* the offloaded activations' host copies: pinned memory of the backend that copies them */
     if (g->plan.host && g->host_be != be) {
-        void *host = be->mem.alloc_host_pinned(be, g->plan.host);
+        void *host = be->mem.alloc_host_pinned(be, g->plan.host, CT_MEM_ACTIVATIONS);
         if (!host)
             return ct_errf(err, CT_ERR_RUNTIME, "out of pinned host memory allocating the offloaded "
                            "activations (%.1f MiB for micro-batch %lld; activation_checkpointing."

@@ -53,8 +53,16 @@ static int clip_tensors(const ct_optim_tensor *t, int n, int64_t lo, int64_t hi,
 int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
                     ct_backend *be, const ct_optim_tensor *tensors, int n_tensors, int64_t lo,
                     int64_t hi, ct_optim **out, ct_err *err) {
+    ct_mem_place dev = ct_mem_device(be);
+    return ct_optim_create_in(ocfg, scfg, clip, be, &dev, tensors, n_tensors, lo, hi, out, err);
+}
+
+int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
+                       ct_backend *be, const ct_mem_place *state_at, const ct_optim_tensor *tensors,
+                       int n_tensors, int64_t lo, int64_t hi, ct_optim **out, ct_err *err) {
     *out = NULL;
     ct_optim *o = ct_xcalloc(1, sizeof *o);
+    o->state_at = *state_at;
     o->cfg = *ocfg;
     if (scfg) o->sched = *scfg;
     else o->sched.type = CT_SCHED_NONE;
@@ -76,13 +84,14 @@ int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, 
 
     /* One allocation: m | v (or mom) | Lamb scratch. */
     size_t bytes = ct_optim_state_bytes(o);
-    o->block = bytes ? be->mem.alloc(be, bytes, CT_MEM_OPTIM) : NULL;
+    o->block = bytes ? ct_place_alloc(state_at, bytes, CT_MEM_OPTIM) : NULL;
     if (bytes && !o->block) {
         ct_optim_free(o);
-        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %.1f MiB of optimizer state on %s",
-                       (double)bytes / 1048576.0, be->name);
+        return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %.1f MiB of optimizer state %s%s",
+                       (double)bytes / 1048576.0, state_at->host ? "in host memory beside " : "on ",
+                       state_at->be->name);
     }
-    if (bytes) be->mem.memset0(be, o->block, bytes);
+    if (bytes) ct_place_zero(state_at, o->block, bytes);
     int64_t n16 = round16(hi - lo);
     float *p = o->block;
     if (uses_moments(ocfg->type)) {
@@ -100,7 +109,7 @@ int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, 
 
 void ct_optim_free(ct_optim *o) {
     if (!o) return;
-    if (o->block) o->be->mem.free(o->be, o->block);
+    if (o->block) ct_place_free(&o->state_at, o->block);
     free(o->tensors);
     free(o->runs);
     free(o);
@@ -131,90 +140,107 @@ double ct_optim_next_lr(const ct_optim *o) { return ct_sched_lr(&o->sched, o->cf
 
 /* ---- the three update families; gscale already includes loss scale and clipping ---- */
 
-/* Where the elements of a run at flat offset `offset` start in each target buffer. */
-static float *master_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) { return t->master + (offset - o->lo); }
-static const float *grads_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) { return t->grads + (offset - o->lo); }
+/* The elements [a, b) of one update: the target's pointers are at element a (o->lo for a whole
+ * update). */
+typedef struct span {
+    const ct_optim_target *t;
+    int64_t a, b;
+} span;
+
+static float *master_at(const span *s, int64_t offset) { return s->t->master + (offset - s->a); }
+static const float *grads_at(const span *s, int64_t offset) { return s->t->grads + (offset - s->a); }
 static float *state_at(const ct_optim *o, float *state, int64_t offset) { return state ? state + (offset - o->lo) : NULL; }
-static void *copy_at(const ct_optim *o, const ct_optim_target *t, int64_t offset) {
-    return t->copy ? ct_elem(t->copy, offset - o->lo, t->copy_dt) : NULL;
+static void *copy_at(const span *s, int64_t offset) {
+    return s->t->copy ? ct_elem(s->t->copy, offset - s->a, s->t->copy_dt) : NULL;
 }
 
-static void step_adam(ct_optim *o, const ct_optim_target *tg, double lr, double beta1, double beta2, float gscale) {
+/* Run r cut to the span: false when they do not meet. */
+static bool run_in(const ct_optim_tensor *r, const span *s, int64_t *lo, int64_t *n) {
+    int64_t a = r->offset > s->a ? r->offset : s->a, b = r->offset + r->numel < s->b ? r->offset + r->numel : s->b;
+    *lo = a, *n = b - a;
+    return b > a;
+}
+
+static void step_adam(ct_optim *o, const span *sp, const ct_optim_update *u) {
     const ct_optimizer_cfg *c = &o->cfg;
     double t = (double)(o->applied + 1);
     ct_adam_args a = {
-        .lr = (float)lr,
-        .beta1 = (float)beta1,
-        .beta2 = (float)beta2,
+        .lr = (float)u->lr,
+        .beta1 = (float)u->beta1,
+        .beta2 = (float)u->beta2,
         .eps = (float)c->eps,
-        .bias_c1 = c->bias_correction ? (float)(1.0 - pow(beta1, t)) : 1.0f,
-        .bias_c2 = c->bias_correction ? (float)(1.0 - pow(beta2, t)) : 1.0f,
-        .grad_scale = gscale,
+        .bias_c1 = c->bias_correction ? (float)(1.0 - pow(u->beta1, t)) : 1.0f,
+        .bias_c2 = c->bias_correction ? (float)(1.0 - pow(u->beta2, t)) : 1.0f,
+        .grad_scale = u->gscale,
         .decoupled = c->type == CT_OPT_ADAMW || c->adam_w_mode,
-        .copy_dt = tg->copy_dt,
+        .copy_dt = sp->t->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
+        int64_t at, n;
+        if (!run_in(r, sp, &at, &n)) continue;
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
-        a.copy = copy_at(o, tg, r->offset);
-        o->be->optim.adam_step(o->be, master_at(o, tg, r->offset), grads_at(o, tg, r->offset),
-                               state_at(o, o->m, r->offset), state_at(o, o->v, r->offset), r->numel, &a);
+        a.copy = copy_at(sp, at);
+        o->be->optim.adam_step(o->be, master_at(sp, at), grads_at(sp, at), state_at(o, o->m, at),
+                               state_at(o, o->v, at), n, &a);
     }
 }
 
-static void step_sgd(ct_optim *o, const ct_optim_target *tg, double lr, float gscale) {
+static void step_sgd(ct_optim *o, const span *sp, const ct_optim_update *u) {
     const ct_optimizer_cfg *c = &o->cfg;
     ct_sgd_args a = {
-        .lr = (float)lr,
+        .lr = (float)u->lr,
         .momentum = (float)c->momentum,
         .dampening = (float)c->dampening,
-        .grad_scale = gscale,
+        .grad_scale = u->gscale,
         .nesterov = c->nesterov,
         .first_step = o->applied == 0,
-        .copy_dt = tg->copy_dt,
+        .copy_dt = sp->t->copy_dt,
     };
     for (int i = 0; i < o->n_runs; i++) {
         const ct_optim_tensor *r = &o->runs[i];
+        int64_t at, n;
+        if (!run_in(r, sp, &at, &n)) continue;
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
-        a.copy = copy_at(o, tg, r->offset);
-        o->be->optim.sgd_step(o->be, master_at(o, tg, r->offset), grads_at(o, tg, r->offset),
-                              state_at(o, o->mom, r->offset), r->numel, &a);
+        a.copy = copy_at(sp, at);
+        o->be->optim.sgd_step(o->be, master_at(sp, at), grads_at(sp, at), state_at(o, o->mom, at), n, &a);
     }
 }
 
-/* DeepSpeed's FusedLamb: the direction uses raw moments; bias correction only scales the step. */
-static void step_lamb(ct_optim *o, const ct_optim_target *tg, double lr, double beta1, double beta2,
-                      float gscale) {
+/* DeepSpeed's FusedLamb: the direction uses raw moments; bias correction only scales the step.
+ * Whole tensors only: ct_optim_update_range refuses a span that cuts one. */
+static void step_lamb(ct_optim *o, const span *sp, const ct_optim_update *u) {
     const ct_optimizer_cfg *c = &o->cfg;
     double t = (double)(o->applied + 1);
-    double step_size = lr;
-    if (c->bias_correction) step_size = lr * sqrt(1.0 - pow(beta2, t)) / (1.0 - pow(beta1, t));
+    double step_size = u->lr;
+    if (c->bias_correction) step_size = u->lr * sqrt(1.0 - pow(u->beta2, t)) / (1.0 - pow(u->beta1, t));
     ct_lamb_args a = {
-        .beta1 = (float)beta1,
-        .beta2 = (float)beta2,
+        .beta1 = (float)u->beta1,
+        .beta2 = (float)u->beta2,
         .eps = (float)c->eps,
         .bias_c1 = 1.0f,
         .bias_c2 = 1.0f,
-        .grad_scale = gscale,
+        .grad_scale = u->gscale,
         .eps_inside_sqrt = c->eps_inside_sqrt,
     };
     for (int i = 0; i < o->n_tensors; i++) {
         const ct_optim_tensor *r = &o->tensors[i];
+        int64_t at, n;
+        if (!run_in(r, sp, &at, &n)) continue;
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         double wn = 0, un = 0;
-        float *p = master_at(o, tg, r->offset);
-        o->be->optim.lamb_direction(o->be, o->scratch, p, grads_at(o, tg, r->offset),
-                                    state_at(o, o->m, r->offset), state_at(o, o->v, r->offset),
-                                    r->numel, &a, &wn, &un);
+        float *p = master_at(sp, at);
+        o->be->optim.lamb_direction(o->be, o->scratch, p, grads_at(sp, at), state_at(o, o->m, at),
+                                    state_at(o, o->v, at), n, &a, &wn, &un);
         double trust = 1.0;
         if (wn != 0 && un != 0) {
             trust = wn / un;
             if (trust > c->max_coeff) trust = c->max_coeff;
             if (trust < c->min_coeff) trust = c->min_coeff;
         }
-        o->be->elt.axpy(o->be, p, (float)(-step_size * trust), o->scratch, r->numel, CT_F32);
+        o->be->elt.axpy(o->be, p, (float)(-step_size * trust), o->scratch, n, CT_F32);
         /* the trust ratio needs the whole direction first, so Lamb's copy is a pass of its own */
-        if (tg->copy) o->be->elt.cast(o->be, copy_at(o, tg, r->offset), tg->copy_dt, p, CT_F32, r->numel);
+        if (sp->t->copy) o->be->elt.cast(o->be, copy_at(sp, at), sp->t->copy_dt, p, CT_F32, n);
     }
 }
 
@@ -224,33 +250,54 @@ double ct_optim_grad_sumsq(const ct_optim *o, const float *grads_lo) {
 
 bool ct_optim_needs_norm(const ct_optim *o) { return o->clip > 0; }
 
-void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double norm,
-                    ct_optim_stats *stats) {
+void ct_optim_update_begin(ct_optim *o, float grad_scale, double norm, ct_optim_update *u) {
     double coef = 1.0;
     /* torch.nn.utils.clip_grad_norm_ and DeepSpeed: max_norm / (norm + 1e-6), only when < 1. */
     if (o->clip > 0) {
         double c = o->clip / (norm + 1e-6);
         if (c < 1.0) coef = c;
     }
-    float gscale = (float)(grad_scale * coef);
-
-    double lr = ct_sched_lr(&o->sched, o->cfg.lr, o->sched_t);
-    double beta1 = o->cfg.beta1, beta2 = o->cfg.beta2, b1, b2;
+    *u = (ct_optim_update){.gscale = (float)(grad_scale * coef), .beta1 = o->cfg.beta1, .beta2 = o->cfg.beta2,
+                           .lr = ct_sched_lr(&o->sched, o->cfg.lr, o->sched_t)};
+    double b1, b2;
     /* OneCycle momentum cycling (DeepSpeed cycles only optimizers with betas, never SGD's). */
     if (ct_sched_betas(&o->sched, o->sched_t, &b1, &b2)) {
-        beta1 = b1;
-        beta2 = b2;
+        u->beta1 = b1;
+        u->beta2 = b2;
     }
+    u->stats = (ct_optim_stats){.grad_norm = norm, .clip_coef = coef, .lr = u->lr};
+}
 
+bool ct_optim_update_range(ct_optim *o, const ct_optim_update *u, const ct_optim_target *t, int64_t a, int64_t b) {
+    span sp = {t, a < o->lo ? o->lo : a, b > o->hi ? o->hi : b};
+    if (sp.b <= sp.a) return true;
+    if (o->cfg.type == CT_OPT_LAMB) {   /* its trust ratio needs every tensor whole */
+        for (int i = 0; i < o->n_tensors; i++) {
+            int64_t at, n;
+            if (run_in(&o->tensors[i], &sp, &at, &n) && n != o->tensors[i].numel) return false;
+        }
+    }
     switch (o->cfg.type) {
     case CT_OPT_ADAM:
-    case CT_OPT_ADAMW: step_adam(o, t, lr, beta1, beta2, gscale); break;
-    case CT_OPT_SGD: step_sgd(o, t, lr, gscale); break;
-    case CT_OPT_LAMB: step_lamb(o, t, lr, beta1, beta2, gscale); break;
+    case CT_OPT_ADAMW: step_adam(o, &sp, u); break;
+    case CT_OPT_SGD: step_sgd(o, &sp, u); break;
+    case CT_OPT_LAMB: step_lamb(o, &sp, u); break;
     }
+    return true;
+}
+
+void ct_optim_update_end(ct_optim *o, const ct_optim_update *u, ct_optim_stats *stats) {
     o->applied++;
     o->sched_t++;
-    if (stats) *stats = (ct_optim_stats){.grad_norm = norm, .clip_coef = coef, .lr = lr};
+    if (stats) *stats = u->stats;
+}
+
+void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double norm,
+                    ct_optim_stats *stats) {
+    ct_optim_update u;
+    ct_optim_update_begin(o, grad_scale, norm, &u);
+    ct_optim_update_range(o, &u, t, o->lo, o->hi);
+    ct_optim_update_end(o, &u, stats);
 }
 
 bool ct_optim_apply_finite(ct_optim *o, const ct_optim_target *t, float grad_scale, double sumsq,

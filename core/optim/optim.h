@@ -49,7 +49,9 @@ typedef struct ct_optim {
     ct_optimizer_cfg cfg;
     ct_scheduler_cfg sched;
     double clip;                 /* gradient_clipping; 0 = off */
-    ct_backend *be;
+    ct_backend *be;              /* computes the updates: the training device's, or with
+                                    ZeRO-Offload the CPU backend beside it */
+    ct_mem_place state_at;       /* where the state lives (be's memory unless offloaded) */
 
     int64_t lo, hi;              /* the range of the flat space this optimizer updates */
     void *block;                 /* its state (m, v or mom, Lamb scratch); NULL for plain SGD */
@@ -89,6 +91,11 @@ typedef struct ct_optim_stats {
 int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
                     ct_backend *be, const ct_optim_tensor *tensors, int n_tensors, int64_t lo,
                     int64_t hi, ct_optim **out, ct_err *err);
+/* The same with the state in `state_at` (ZeRO-Offload: host memory, the CPU backend `be`
+ * computing on it and on the master and gradients each update is given). */
+int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
+                       ct_backend *be, const ct_mem_place *state_at, const ct_optim_tensor *tensors,
+                       int n_tensors, int64_t lo, int64_t hi, ct_optim **out, ct_err *err);
 void ct_optim_free(ct_optim *o);
 
 /* Bytes of state for `numel` elements, for the memory plan (before anything is allocated). */
@@ -118,6 +125,23 @@ bool ct_optim_needs_norm(const ct_optim *o);
  * stats then say NAN too. */
 void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double grad_norm,
                     ct_optim_stats *stats);
+/* ct_optim_apply in pieces, for a caller that steps [lo, hi) a range at a time and moves each
+ * range's result on while the next is stepped (ZeRO-Offload: core/train/offload.c). begin fixes
+ * what every range shares (the clip coefficient from the global norm, the LR and betas of the
+ * schedule); update_range steps the elements [a, b) (cut to [lo, hi)), each pointer of t at
+ * element a, giving the bits ct_optim_apply gives them (every update is element-wise, and Lamb's
+ * ranges must hold whole tensors: false, and nothing done, when [a, b) cuts one); end counts the
+ * update (Adam's bias correction, the schedule) and fills stats. Between begin and end the ranges
+ * may come in any order, each once. */
+typedef struct ct_optim_update {
+    double lr, beta1, beta2;
+    float gscale;                /* grad_scale times the clip coefficient */
+    ct_optim_stats stats;
+} ct_optim_update;
+void ct_optim_update_begin(ct_optim *o, float grad_scale, double grad_norm, ct_optim_update *u);
+bool ct_optim_update_range(ct_optim *o, const ct_optim_update *u, const ct_optim_target *t, int64_t a, int64_t b);
+void ct_optim_update_end(ct_optim *o, const ct_optim_update *u, ct_optim_stats *stats);
+
 /* The same update when the global sum of squares of the gradients (over every rank, before
  * grad_scale) is finite; otherwise nothing changes (parameters, state, applied count, schedule),
  * stats get grad_norm NAN and the LR the next update will use, and the result is false: an

@@ -46,12 +46,14 @@ static bool clip(const ct_param_view *v, int64_t lo, int64_t hi, int64_t *a, int
  * its own part and still gets the values of the whole; then the compute copy. */
 void ct_param_store_init(ct_param_store *s, uint64_t seed) {
     const ct_param_layout *L = s->layout;
-    ct_backend *be = s->be;
+    /* the master on the backend that holds it (ZeRO-Offload: the CPU beside the device) */
+    ct_backend *master_ops = ct_place_ops(&s->state_at);
     for (int i = 0; i < L->n_views; i++) {
         const ct_param_view *v = &L->views[i];
         int64_t a = 0, b = v->numel;
         if (v->trainable && !clip(v, s->lo, s->hi, &a, &b)) continue;
         float *dst = v->trainable ? s->master + (v->offset + a - s->lo) : s->buffers + v->offset;
+        ct_backend *be = v->trainable ? master_ops : s->be;
         ct_init_dist d = view_dist(v);
         be->elt.init_fill(be, dst, a, b - a, &d, seed, (uint64_t)i);
     }

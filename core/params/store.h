@@ -12,6 +12,13 @@
  * [lo, hi), element lo at index 0 (in fp32 the partitioned params is the master itself); layers
  * then reach them through scratch buffers the executor's hooks point them at, never directly.
  *
+ * ZeRO-Offload (ct_param_store_create_in with a ct_store_offload): the master and the partitioned
+ * gradients live in host memory (pinned by the device backend, or the host CPU backend's own with
+ * pin_memory false), where the CPU backend `host` initialises them, accumulates into them and steps
+ * them; the device keeps the compute copy (also in fp32: a copy of its own) and the buffers. The
+ * compute copy goes up a chunk at a time through two pinned staging buffers (ct_param_store_stage,
+ * _upload, _uploads_wait), or in fp32 with pinned memory straight from the master.
+ *
  * The optimizer owns only its state and steps the (master, grads, params) range it is given
  * (core/optim/optim.h). Layers get their pointers from the executor, which offsets these buffers
  * by the views; a prepare hook may redirect them (core/graph/graph.h). */
@@ -33,6 +40,15 @@ typedef struct ct_param_store {
                                     part_params: [hi - lo] (== master in fp32) */
     float *grads;                /* [n_params]; part_grads: [hi - lo] */
     float *buffers;              /* [n_buffers] (NULL when there are none) */
+    ct_mem_place state_at;       /* where master and grads live: be's memory, or host memory */
+    bool host_state;             /* ZeRO-Offload: they are in host memory (state_at.host computes) */
+    bool host_params;            /* ...and params too (offload_param: pinned, the part at stage 3) */
+    int64_t stage_elems;         /* host_state: elements per upload of the compute copy */
+    void *stage[2];              /* host_state: pinned staging of the compute copy; NULL: uploads read
+                                    the master itself (fp32, pinned) */
+    uint64_t stage_ticket[2];    /* the last upload from each staging buffer (0: none) */
+    int stage_next;
+    uint64_t last_upload;
 } ct_param_store;
 
 /* Bytes the store allocates per memory category (pure: the planner's numbers). */
@@ -48,6 +64,36 @@ void ct_param_store_plan(const ct_param_layout *L, ct_dtype compute, int64_t lo,
  * CT_ERR_RUNTIME naming the bytes when memory runs out. */
 int ct_param_store_create(const ct_param_layout *L, ct_backend *be, ct_dtype compute, int64_t lo,
                           int64_t hi, unsigned parts, ct_param_store **out, ct_err *err);
+
+/* ZeRO-Offload's host side: the CPU backend that computes on the host state, whether it is pinned
+ * (offload_optimizer.pin_memory), and the elements of each upload of the compute copy. */
+typedef struct ct_store_offload {
+    ct_backend *host;
+    bool pinned;
+    int64_t chunk;
+    bool params;                 /* offload_param (stage 3: CT_STORE_PART_PARAMS): the compute-dtype
+                                    part in pinned host memory too (the master itself in fp32 when
+                                    that is pinned), which the optimizer's pass writes and the
+                                    partition uploads layer by layer */
+} ct_store_offload;
+/* As ct_param_store_plan and _create; with off, the master and the gradients (which must be
+ * partitioned: CT_STORE_PART_GRADS) in host memory, counted in host[] (and the staging buffers,
+ * workspace), the rest in dev[]. host may be NULL without off. */
+void ct_param_store_plan_in(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts,
+                            const ct_store_offload *off, size_t dev[CT_MEM_CAT_COUNT], size_t host[CT_MEM_CAT_COUNT]);
+int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype compute, int64_t lo, int64_t hi,
+                             unsigned parts, const ct_store_offload *off, ct_param_store **out, ct_err *err);
+
+/* ZeRO-Offload: the compute copy of [a, b) (at most stage_elems elements of [lo, hi)) goes up in
+ * two calls: stage returns where to write it in the compute dtype (a staging buffer, once its last
+ * upload has read it), or NULL when the upload reads the master itself (fp32, pinned); upload then
+ * queues its copy to the device. uploads_wait returns when every upload has landed (the staging is
+ * free and host code may read the device's copy). With the parameters in host memory too
+ * (host_params) stage returns their place there (NULL when they are the master) and nothing goes
+ * up: the partition uploads them layer by layer. */
+void *ct_param_store_stage(ct_param_store *s, int64_t a, int64_t b);
+void ct_param_store_upload(ct_param_store *s, int64_t a, int64_t b);
+void ct_param_store_uploads_wait(ct_param_store *s);
 void ct_param_store_free(ct_param_store *s);
 
 /* Parameters and buffers from Philox keyed by (seed, CT_RNG_INIT, view index, element), the
@@ -56,7 +102,8 @@ void ct_param_store_free(ct_param_store *s);
 void ct_param_store_init(ct_param_store *s, uint64_t seed);
 
 /* The compute copy from the master, after the master changed outside the optimizer (a loaded
- * checkpoint, init_from): a cast, or nothing when params is the master. */
+ * checkpoint, init_from): a cast, or nothing when params is the master; with the master in host
+ * memory, cast a chunk at a time into staging and uploaded (waited for). */
 void ct_param_store_refresh(ct_param_store *s);
 
 void ct_param_store_zero_grads(ct_param_store *s);

@@ -3,12 +3,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/report/tfevents.h"
 #include "core/util/fs.h"
@@ -115,7 +118,10 @@ struct ct_metrics {
 };
 
 static void fail_once(ct_metrics *m, const char *path) {
-    if (!m->failed[0]) snprintf(m->failed, sizeof m->failed, "%s: %s", path, strerror(errno ? errno : EIO));
+    if (m->failed[0]) return;
+    ct_err e = {0};   /* a full disk or ulimit -f says so, and what to do */
+    ct_fs_write_error(&e, path, "write", errno ? errno : EIO);
+    snprintf(m->failed, sizeof m->failed, "%.1600s", e.msg);
 }
 
 /* JSON: a number, or null where it is not finite (JSON has no NaN). */
@@ -379,6 +385,18 @@ static int open_tb(ct_metrics *m, const char *dir, bool append, int *removed, ct
     return CT_OK;
 }
 
+/* Whether a file is empty or ends with a newline (false: a partial last line). */
+static bool ends_line(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return true;
+    struct stat st;
+    char last = '\n';
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1)
+        last = '\n';
+    close(fd);
+    return last == '\n';
+}
+
 int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
     *out = NULL;
     ct_metrics *m = ct_xcalloc(1, sizeof *m);
@@ -419,6 +437,9 @@ int ct_metrics_open(const ct_metrics_opts *o, ct_metrics **out, ct_err *err) {
         snprintf(m->jsonl_path, sizeof m->jsonl_path, "%s", o->jsonl_path);
         m->jsonl = fopen(o->jsonl_path, o->append ? "a" : "w");
         if (!m->jsonl) rc = ct_errf(err, CT_ERR_RUNTIME, "%s: %s", o->jsonl_path, strerror(errno));
+        /* a run killed inside a write left a partial last line: a resume starts on a fresh one, so
+         * the part stays one bad line (plot skips it) instead of gluing onto the next record */
+        else if (o->append && !ends_line(o->jsonl_path)) fputc('\n', m->jsonl);
     }
     if (!rc && pthread_create(&m->thread, NULL, writer_main, m) != 0)
         rc = ct_errf(err, CT_ERR_RUNTIME, "cannot start the metrics writer thread");
@@ -440,7 +461,7 @@ int ct_metrics_close(ct_metrics *m, ct_err *err) {
     pthread_join(m->thread, NULL);
     int rc = CT_OK;
     if (m->failed[0])
-        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: writing %s failed; later metrics were not written", m->failed);
+        rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: later metrics were not written: %s", m->failed);
     else if (m->dropped > 0)
         rc = ct_errf(err, CT_ERR_RUNTIME, "metrics: %ld records dropped (the writer fell behind the training "
                      "steps; the files miss them)", m->dropped);

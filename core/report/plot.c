@@ -57,9 +57,10 @@ static void run_name(run *r) {
     snprintf(r->name, sizeof r->name, "%s", slash && slash[1] ? slash + 1 : path);
 }
 
-/* One metrics.jsonl into r. A line that is not JSON is an error unless it is the last one and
- * has no newline yet (the run is still writing it). */
-static int run_read(run *r, ct_err *err) {
+/* One metrics.jsonl into r. A line that is not a JSON object is skipped: the last one when it has
+ * no newline yet (the run is still writing it) silently, any other with a warning naming it (a run
+ * killed inside a write left part of a record, which a resume wrote on after). */
+static int run_read(run *r, ct_warnings *warn, ct_err *err) {
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
     run_name(r);
@@ -71,14 +72,15 @@ static int run_read(run *r, ct_err *err) {
     size_t cap = 0;
     ssize_t len;
     int rc = CT_OK;
+    long skipped = 0, first_bad = 0;
     for (long no = 1; (len = getline(&line, &cap, f)) > 0; no++) {
         bool complete = line[len - 1] == '\n';
         cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
         if (!cJSON_IsObject(o)) {
             cJSON_Delete(o);
             if (!complete) break;
-            rc = ct_errf(err, CT_ERR_DATA, "%s:%ld: not a JSON object (metrics.jsonl has one per line)", path, no);
-            break;
+            if (!skipped++) first_bad = no;
+            continue;
         }
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
         double step = num(o, "step");
@@ -95,18 +97,23 @@ static int run_read(run *r, ct_err *err) {
     }
     free(line);
     fclose(f);
+    char more[64] = "";
+    if (skipped > 1) snprintf(more, sizeof more, ", and %ld more such line%s", skipped - 1, skipped > 2 ? "s" : "");
+    if (skipped)
+        ct_warnf(warn, "%s:%ld: not a JSON object (metrics.jsonl has one per line); skipped%s (a run killed while "
+                 "writing one leaves part of a record)", path, first_bad, more);
     if (!rc && r->s[S_LOSS].n == 0 && r->s[S_EVAL_LOSS].n == 0)
         rc = ct_errf(err, CT_ERR_DATA, "%s: no train or eval rows yet (the run logs one every "
                      "steps_per_print steps)", path);
     return rc;
 }
 
-static int runs_read(const char *const *dirs, int n, run **out, ct_err *err) {
+static int runs_read(const char *const *dirs, int n, run **out, ct_warnings *warn, ct_err *err) {
     run *r = ct_xcalloc((size_t)n, sizeof *r);
     int rc = CT_OK;
     for (int i = 0; i < n && !rc; i++) {
         r[i].dir = dirs[i];
-        rc = run_read(&r[i], err);
+        rc = run_read(&r[i], warn, err);
     }
     if (rc) {
         for (int i = 0; i < n; i++) run_free(&r[i]);
@@ -263,10 +270,11 @@ static void draw(ct_canvas *c, const run *r, int n) {
                    INK);
 }
 
-int ct_plot_runs(const char *const *run_dirs, int n, const char *out, int w, int h, ct_err *err) {
+int ct_plot_runs(const char *const *run_dirs, int n, const char *out, int w, int h, ct_warnings *warn,
+                 ct_err *err) {
     if (n < 1) return ct_errf(err, CT_ERR_CONFIG, "no run directory to plot");
     run *r = NULL;
-    int rc = runs_read(run_dirs, n, &r, err);
+    int rc = runs_read(run_dirs, n, &r, warn, err);
     if (rc) return rc;
     ct_canvas c;
     if (!(rc = ct_fs_check_output_file(out, err)) && !(rc = ct_canvas_init(&c, w, h, err))) {
@@ -330,10 +338,10 @@ static void fmt_num(double v, char *out, size_t n) {
     else snprintf(out, n, "-");
 }
 
-int ct_compare_runs(const char *const *run_dirs, int n, FILE *f, ct_err *err) {
+int ct_compare_runs(const char *const *run_dirs, int n, FILE *f, ct_warnings *warn, ct_err *err) {
     if (n < 1) return ct_errf(err, CT_ERR_CONFIG, "no run directory to compare");
     run *r = NULL;
-    int rc = runs_read(run_dirs, n, &r, err);
+    int rc = runs_read(run_dirs, n, &r, warn, err);
     if (rc) return rc;
     row *rows = ct_xcalloc((size_t)n, sizeof *rows);
     bool all_eval = true, acc = any_rows(r, n, S_ACC);

@@ -9,14 +9,16 @@
 
 /* One PNG of w x h at out: train and eval loss, the eval metric (accuracy, or perplexity for a
  * model without classes) and the learning rate against the step, one colour per run with a
- * legend. CT_ERR_DATA naming the file and line for a metrics.jsonl that is missing or corrupt
- * (a partial last line, from a run still writing, is skipped); CT_ERR_RUNTIME when out cannot be
- * written (checked before drawing). */
-int ct_plot_runs(const char *const *run_dirs, int n, const char *out, int w, int h, ct_err *err);
+ * legend. CT_ERR_DATA naming the file for a metrics.jsonl that is missing or holds no row; a line
+ * that is not JSON is skipped, with a warning into warn (may be NULL) naming the file and line,
+ * unless it is the last one without a newline (a run still writing it); CT_ERR_RUNTIME when out
+ * cannot be written (checked before drawing). */
+int ct_plot_runs(const char *const *run_dirs, int n, const char *out, int w, int h, ct_warnings *warn,
+                 ct_err *err);
 
 /* A table of the runs to f: steps, last train loss, last eval loss and metric, and the
  * hyperparameters of their config.json (lr, batch, micro-batch, precision, optimizer, seed),
  * sorted by eval loss when every run has one. */
-int ct_compare_runs(const char *const *run_dirs, int n, FILE *f, ct_err *err);
+int ct_compare_runs(const char *const *run_dirs, int n, FILE *f, ct_warnings *warn, ct_err *err);
 
 #endif

@@ -105,11 +105,19 @@ static void clear_progress(ct_report *r) {
 void ct_report_line(ct_report *r, const char *fmt, ...) {
     if (r->quiet) return;
     clear_progress(r);
+    /* a line may quote names from data files: control bytes escaped (ct_fputs_printable_line) */
+    char stack[2048], *line = stack;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(r->out, fmt, ap);
+    int n = vsnprintf(stack, sizeof stack, fmt, ap);
     va_end(ap);
-    fputc('\n', r->out);
+    if (n >= (int)sizeof stack && (line = malloc((size_t)n + 1))) {
+        va_start(ap, fmt);
+        vsnprintf(line, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    ct_fputs_printable_line("", line ? line : stack, r->out);
+    if (line != stack) free(line);
     fflush(r->out);
     check_stream(r);
 }
@@ -365,6 +373,10 @@ void ct_summary_write(const ct_summary *s, FILE *f) {
     put_num(f, "gpu_mem_used_peak_bytes", s->gpu_mem_used_peak, "%.0f");
     if (s->has_mem_stats) put_by_cat(f, "peak_bytes_by_category", s->peak_by_cat);
     if (s->has_plan) put_by_cat(f, "planned_bytes_by_category", s->planned_by_cat);
+    if (s->has_host_figures) {
+        put_by_cat(f, "peak_host_bytes_by_category", s->peak_host_by_cat);
+        put_by_cat(f, "planned_host_bytes_by_category", s->planned_host_by_cat);
+    }
     if (s->hparams.set) put_hparams(f, &s->hparams);
     if (s->error[0]) {
         fputs(",\"error\":", f);

@@ -64,6 +64,11 @@ typedef struct ct_summary {
      * to hold against the peaks. */
     size_t planned_by_cat[CT_MEM_CAT_COUNT];
     bool has_plan;
+    /* On a device (a GPU, the capped device): the host memory beside it by category, measured
+     * (pinned allocations, and the pageable host state of offload_optimizer with pin_memory false)
+     * and planned: "peak_host_bytes_by_category", "planned_host_bytes_by_category". */
+    size_t peak_host_by_cat[CT_MEM_CAT_COUNT], planned_host_by_cat[CT_MEM_CAT_COUNT];
+    bool has_host_figures;
     /* --summary names a file the run reads (its config, a dataset file) or one of ctrain's own
      * (a checkpoint's, the run directory's lock): the run was refused and the file must be left
      * alone (the line goes to stdout only). */

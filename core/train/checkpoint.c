@@ -11,90 +11,53 @@
 #include <unistd.h>
 
 #include "core/ckpt/mapped.h"
+#include "core/ckpt/owned.h"
 #include "core/graph/hf_gpt2.h"
+#include "core/graph/hf_llama.h"
 #include "core/train/internal.h"
 #include "core/util/fs.h"
 
-/* ---- host staging: a device backend's buffers are copied through host memory ---- */
+/* ---- the tensors a checkpoint holds: the store's and the optimizer's own buffers ---- */
 
-/* Pairs (device buffer, host buffer in ck, floats) for everything a checkpoint holds: the master
- * of the store's range, the buffers, the optimizer's slots (in ct_optim_slots' order, which is
- * ck's). Under ZeRO ck holds the whole space and the store's range is a part of it. */
-typedef struct ck_pair {
-    float *dev, *host;
-    int64_t n;
-} ck_pair;
-
-static int ck_pairs(const ct_trainer *t, ck_pair out[2 + CT_CKPT_MAX_SLOTS]) {
-    const ct_param_store *p = t->m.params;
-    const ct_ckpt_tensors *ck = &t->ck.ck;
-    int k = 0;
-    int64_t at = p->lo - ck->lo;   /* 0, or this rank's offset in ck's whole space */
-    out[k++] = (ck_pair){p->master, ck->params + at, p->hi - p->lo};
-    if (ck->n_buffers > 0) out[k++] = (ck_pair){p->buffers, ck->buffers, ck->n_buffers};
-    const char *names[CT_OPTIM_MAX_SLOTS];
-    float *state[CT_OPTIM_MAX_SLOTS];
-    int n = ct_optim_slots(t->m.opt, names, state);
-    for (int s = 0; s < n; s++) out[k++] = (ck_pair){state[s], ck->slot[s] + at, p->hi - p->lo};
-    return k;
+/* A device backend's memory, reached through its synchronous copies: ckpt moves a checkpoint's
+ * values through one bounded staging buffer (ckpt.h's ct_ckpt_mem), never a whole copy. */
+static void device_to_host(void *ctx, float *dst_host, const float *src, int64_t n) {
+    ct_backend *be = ctx;
+    be->mem.copy_d2h(be, dst_host, src, (size_t)n * sizeof(float));
 }
 
-/* The staging copies from the store and the optimizer; under ZeRO every rank's part, gathered
- * (collective: every rank calls it at the same point). */
-static int ck_to_host(ct_trainer *t, ct_err *err) {
-    if (!t->ck.staged) return CT_OK;
-    ck_pair p[2 + CT_CKPT_MAX_SLOTS];
-    int k = ck_pairs(t, p);
-    t->be->queue.sync(t->be);
-    for (int i = 0; i < k; i++) t->be->mem.copy_d2h(t->be, p[i].host, p[i].dev, (size_t)p[i].n * sizeof(float));
-    if (!t->ck.sharded) return CT_OK;
-    const ct_ckpt_tensors *ck = &t->ck.ck;
-    int64_t n = ck->hi - ck->lo;
-    int rc = t->comm->all_gather_shards(t->comm, ck->params, n, CT_F32, err);
-    for (int s = 0; s < ck->n_slots && !rc; s++) rc = t->comm->all_gather_shards(t->comm, ck->slot[s], n, CT_F32, err);
-    return rc;
+static void device_from_host(void *ctx, float *dst, const float *src_host, int64_t n) {
+    ct_backend *be = ctx;
+    be->mem.copy_h2d(be, dst, src_host, (size_t)n * sizeof(float));
 }
 
-static void ck_to_device(ct_trainer *t) {
-    if (!t->ck.staged) return;
-    ck_pair p[2 + CT_CKPT_MAX_SLOTS];
-    int k = ck_pairs(t, p);
-    for (int i = 0; i < k; i++) t->be->mem.copy_h2d(t->be, p[i].dev, p[i].host, (size_t)p[i].n * sizeof(float));
-    t->be->queue.sync(t->be);
-}
-
-/* ck over the store's and the optimizer's buffers; on a device backend over host copies, and
- * under ZeRO over host copies of the whole space (a checkpoint holds every rank's part, so that
- * it resumes on any number of ranks). */
+/* ck over this rank's range of the store's master and buffers and of the optimizer's slots, where
+ * they are: nothing is allocated or copied. Host memory (the CPU backend's, or ZeRO-Offload's
+ * master and optimizer state) is written and read in place; a device's memory is reached through
+ * its copies. A run of several ranks under ZeRO holds a part of the space: its checkpoints are
+ * per-rank shards. */
 static void ck_setup(ct_trainer *t) {
     ct_param_store *p = t->m.params;
     ct_ckpt_tensors *ck = &t->ck.ck;
-    t->ck.sharded = p->lo != 0 || p->hi != p->layout->n_params;
-    int64_t lo = t->ck.sharded ? 0 : p->lo, hi = t->ck.sharded ? p->layout->n_params : p->hi;
-    ct_ckpt_tensors_for(p->layout, t->m.opt, lo, hi, p->master, p->buffers, ck);
-    if (strcmp(t->be->name, "cpu") == 0 && !t->ck.sharded) return;
-    t->ck.staged = true;
-    size_t np = (size_t)(hi - lo) + 1;
-    ck->params = ct_xcalloc(np, sizeof(float));
-    ck->buffers = ct_xcalloc((size_t)ck->n_buffers + 1, sizeof(float));
-    for (int s = 0; s < ck->n_slots; s++) ck->slot[s] = ct_xcalloc(np, sizeof(float));
+    ct_ckpt_tensors_for(p->layout, t->m.opt, p->lo, p->hi, p->master, p->buffers, ck);
+    if (!ct_backend_separate_memory(t->be)) return;
+    t->ck.device = (ct_ckpt_mem){.ctx = t->be, .to_host = device_to_host, .from_host = device_from_host};
+    ck->buffers_mem = &t->ck.device;
+    if (p->host_state) return;   /* offload_optimizer: master and optimizer state in host memory */
+    ck->params_mem = &t->ck.device;
+    for (int s = 0; s < ck->n_slots; s++) ck->slot_mem[s] = &t->ck.device;
 }
 
 void ct_trainer_ckpt_close(ct_trainer *t) {
-    ct_ckpt_tensors *ck = &t->ck.ck;
-    if (t->ck.staged) {
-        free(ck->params);
-        free(ck->buffers);
-        for (int s = 0; s < ck->n_slots; s++) free(ck->slot[s]);
-    }
-    memset(ck, 0, sizeof *ck);
-    t->ck.staged = t->ck.sharded = false;
+    memset(&t->ck.ck, 0, sizeof t->ck.ck);
     if (t->ck.locked) close(t->ck.lock_fd); /* the run directory is free again */
     t->ck.locked = false;
 }
 
 static void print_warnings(ct_warnings *w) {
-    for (int i = 0; i < w->n; i++) fprintf(stderr, "ctrain: warning: %s\n", w->items[i]);
+    for (int i = 0; i < w->n; i++) {
+        ct_fputs_printable_line("ctrain: warning: ", w->items[i], stderr);   /* they may quote names from files */
+    }
     ct_warnings_free(w);
 }
 
@@ -108,22 +71,24 @@ static int output_error(const char *what, const char *flag, const ct_err *e, ct_
 }
 
 /* --summary must not replace one of ctrain's own files: a checkpoint's (anything in
- * train.save_dir), run_dir/config.json or run_dir/.lock (the lock lives on its inode). The
- * summary file is then left alone, also on the way out. */
+ * train.save_dir), run_dir/config.json, run_dir/metrics.jsonl or run_dir/.lock (the lock lives on
+ * its inode), nor one another run keeps (core/ckpt/owned.h). The summary file is then left alone,
+ * also on the way out. */
 static int check_summary_path(const ct_trainer *t, ct_err *err) {
     const char *out = t->opts.summary_path;
     const ct_train_cfg *tc = &t->cfg->train;
-    char own[2][4096], where[160] = "";
+    static const char *const own[] = {"config.json", ".lock", "metrics.jsonl"};
+    char where[2 * PATH_MAX + 100] = "";
     if (ct_fs_within(out, tc->save_dir))
         snprintf(where, sizeof where, "inside train.save_dir %.100s, where the checkpoints are",
                  tc->save_dir);
-    snprintf(own[0], sizeof own[0], "%s/config.json", tc->run_dir);
-    snprintf(own[1], sizeof own[1], "%s/.lock", tc->run_dir);
-    for (int i = 0; i < 2 && !where[0]; i++) {
-        char a[PATH_MAX], b[PATH_MAX];
-        if (ct_fs_resolve(out, a, sizeof a) && ct_fs_resolve(own[i], b, sizeof b) && !strcmp(a, b))
-            snprintf(where, sizeof where, "the run directory's %s", i ? ".lock" : "config.json");
+    for (int i = 0; i < CT_ARRAY_LEN(own) && !where[0]; i++) {
+        char a[PATH_MAX], b[PATH_MAX], mine[4200];
+        snprintf(mine, sizeof mine, "%s/%s", tc->run_dir, own[i]);
+        if (ct_fs_resolve(out, a, sizeof a) && ct_fs_resolve(mine, b, sizeof b) && !strcmp(a, b))
+            snprintf(where, sizeof where, "the run directory's %s", own[i]);
     }
+    if (!where[0]) ct_owned_output(out, where, sizeof where);
     if (!where[0]) return CT_OK;
     t->sum->summary_file_refused = true;
     return ct_errf(err, CT_ERR_CONFIG, "--summary %s is %s; the summary would replace a file "
@@ -371,14 +336,13 @@ static int check_data(ct_trainer *t, const char *which, const ct_dataset *ds, co
 }
 
 static int resume(ct_trainer *t, ct_err *err) {
-    const ct_config *cfg = t->cfg;
     char dir[4096];
     ct_warnings warn = {0};
-    int rc = ct_ckpt_resolve(t->opts.resume, cfg->train.save_dir, dir, sizeof dir, &warn, err);
+    int rc = ct_ckpt_resolve(t->opts.resume, t->ck.save_dir, dir, sizeof dir, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
     if (!dir[0]) {
-        ct_report_line(&t->obs.rep, "resume auto: no checkpoint in %s yet; starting fresh", cfg->train.save_dir);
+        ct_report_line(&t->obs.rep, "resume auto: no checkpoint in %s yet; starting fresh", t->ck.save_dir);
         return CT_OK;
     }
     ct_ckpt_state st;
@@ -397,7 +361,6 @@ static int resume(ct_trainer *t, ct_err *err) {
         cJSON_Delete(saved);
         return rc;
     }
-    ck_to_device(t);
     old_position(t, &st, saved);
     t->m.opt->applied = st.applied;
     t->m.opt->sched_t = st.sched_t;
@@ -445,6 +408,57 @@ static int init_from_hf_gpt2(ct_trainer *t, const char *path, bool strict, int *
     return rc;
 }
 
+/* A Hugging Face model directory (ct_ckpt_is_hf_dir: config.json with a model_type, then
+ * model.safetensors or its shards with their index): its config.json must describe the model (core/graph/hf_llama.h), then every tensor is
+ * loaded through the map. GPT-2's directories go through GPT-2's map. */
+static int init_from_hf_dir(ct_trainer *t, const char *dir, bool strict, int *n, ct_warnings *warn, const char **what,
+                            ct_err *err) {
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    ct_json_doc *doc = ct_json_parse_file(cfg_path, warn, err);
+    if (!doc) return err->code;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(ct_json_root(doc), "model_type");
+    char **files = NULL;
+    int n_files = 0, rc = CT_OK;
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "gpt2") == 0) {
+        ct_json_free(doc);
+        char file[4200];
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        *what = " (Hugging Face GPT-2 layout)";
+        return init_from_hf_gpt2(t, file, strict, n, warn, err);
+    }
+    *what = " (Hugging Face Llama layout)";
+    ct_tensor_map map = {0};
+    rc = ct_hf_llama_check_config(t->m.g, doc, warn, err);
+    if (!rc) rc = ct_hf_llama_map(t->m.g, &map, err);
+    if (rc && err->msg[0] && strncmp(err->msg, "the model is not", 16) == 0) {
+        char why[CT_ERR_MSG];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = ct_errf(err, rc, "model.init_from %s holds a Llama in Hugging Face's layout, but %s", dir, why);
+    }
+    if (!rc && !strict)
+        ct_warnf(warn, "model.init_strict false does not apply to a Hugging Face Llama directory: every tensor must "
+                 "match, and all are loaded");
+    if (!rc) rc = ct_ckpt_hf_weight_files(dir, &files, &n_files, err);
+    if (!rc) rc = ct_ckpt_init_from_map_files((const char *const *)files, n_files, dir, &t->ck.ck, &map, n, err);
+    ct_ckpt_free_files(files, n_files);
+    ct_tensor_map_free(&map);
+    ct_json_free(doc);
+    return rc;
+}
+
+/* A directory with weights in Hugging Face's file names and no config.json: neither a model
+ * directory (config.json says its shape) nor a ctrain checkpoint (which always has one). */
+static bool weights_without_config(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (!ct_fs_is_dir(dir) || ct_fs_exists(p)) return false;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    bool single = ct_fs_exists(p);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    return single || ct_fs_exists(p);
+}
+
 /* model.init_from (relative to the config's directory) with model.init_strict (default true). */
 static int init_from(ct_trainer *t, ct_err *err) {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(t->cfg->model, "init_from");
@@ -454,16 +468,23 @@ static int init_from(ct_trainer *t, ct_err *err) {
     ct_config_resolve_path(t->cfg, file->valuestring, path, sizeof path);
     ct_warnings warn = {0};
     int n = 0;
-    int rc = ck_to_host(t, err); /* the seed's initialisation stays where the file has no tensor */
-    if (rc) return rc;
-    bool hf = holds_hf_gpt2(path);
-    rc = hf ? init_from_hf_gpt2(t, path, strict, &n, &warn, err)
-                : ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
+    const char *what = "";
+    int rc;
+    if (ct_ckpt_is_hf_dir(path)) {
+        rc = init_from_hf_dir(t, path, strict, &n, &warn, &what, err);
+    } else if (weights_without_config(path)) {
+        rc = ct_errf(err, CT_ERR_CONFIG, "model.init_from %s: model.safetensors without config.json; a Hugging Face "
+                     "model directory holds both (save_pretrained writes them), a ctrain checkpoint also its "
+                     "COMPLETE marker", path);
+    } else if (holds_hf_gpt2(path)) {
+        what = " (Hugging Face GPT-2 layout)";
+        rc = init_from_hf_gpt2(t, path, strict, &n, &warn, err);
+    } else {
+        rc = ct_ckpt_init_from(path, &t->ck.ck, strict, &n, &warn, err);
+    }
     print_warnings(&warn);
     if (rc) return rc;
-    ck_to_device(t);
-    ct_report_line(&t->obs.rep, "init_from %s%s: %d of %d tensors loaded%s", path,
-                   hf ? " (Hugging Face GPT-2 layout)" : "", n, t->ck.ck.n_views,
+    ct_report_line(&t->obs.rep, "init_from %s%s: %d of %d tensors loaded%s", path, what, n, t->ck.ck.n_views,
                    n < t->ck.ck.n_views ? " (init_strict false; the rest keep their initialisation)" : "");
     return CT_OK;
 }
@@ -499,16 +520,105 @@ int ct_trainer_ckpt_start(ct_trainer *t, ct_err *err) {
 
 /* ---- saving ---- */
 
+/* Every rank's value, in rank order, on every rank (collective): each puts its own at its index of
+ * a sum. all[world]; exact for integers below 2^53 (CRC-32s, flags, pids). */
+static int each_rank(ct_comm *c, double mine, double *all, ct_err *err) {
+    memset(all, 0, (size_t)c->world * sizeof *all);
+    all[c->rank] = mine;
+    return c->all_reduce_host(c, all, c->world, CT_REDUCE_SUM, err);
+}
+
+/* The outcome of every rank, agreed: *first_failed receives the lowest rank that failed (-1:
+ * none). Collective. */
+static int agree(ct_trainer *t, bool failed, int *first_failed, ct_err *err) {
+    double *v = ct_xmalloc((size_t)t->comm->world * sizeof *v);
+    int rc = each_rank(t->comm, failed, v, err);
+    *first_failed = -1;
+    for (int r = 0; r < t->comm->world && !rc && *first_failed < 0; r++)
+        if (v[r] != 0) *first_failed = r;
+    free(v);
+    return rc;
+}
+
+/* A rank's own error when it failed, else one naming the rank that did (which printed why). */
+static int save_failed(const ct_trainer *t, const char *name, int rank, const ct_err *mine, ct_err *err) {
+    if (rank == t->comm->rank) {
+        *err = *mine;
+        return mine->code ? mine->code : CT_ERR_RUNTIME;
+    }
+    return ct_errf(err, CT_ERR_RUNTIME, "checkpoint %s/%s was not saved: rank %d of %d failed (its error says "
+                   "why); the previous checkpoint is kept", t->ck.save_dir, name, rank, t->comm->world);
+}
+
+/* Every rank's CRC-32 of its shard, in rank order (collective). */
+static int gather_crcs(ct_comm *c, uint32_t mine, uint32_t *all, ct_err *err) {
+    double *v = ct_xmalloc((size_t)c->world * sizeof *v);
+    int rc = each_rank(c, mine, v, err);
+    for (int r = 0; r < c->world; r++) all[r] = (uint32_t)v[r];
+    free(v);
+    return rc;
+}
+
+/* ZeRO over several ranks: every rank writes its own part (a shard) into the temporary directory
+ * rank 0 made; rank 0, once every shard is written, the rest and the marker (ckpt.h, "the sharded
+ * save"). Nothing is gathered. Collective; the ranks agree on the outcome of each step, so a
+ * failure on any rank fails the save on all of them, and the previous checkpoint stays. */
+static int save_shards(ct_trainer *t, const char *name, const ct_ckpt_state *st, char *out, size_t out_n,
+                       ct_err *err) {
+    ct_comm *c = t->comm;
+    const char *save_dir = t->ck.save_dir;
+    ct_err mine = {0};
+    int bad;
+    /* 1. rank 0 prepares save_dir and the temporary directory, named by its pid */
+    double pid = c->rank == 0 ? (double)getpid() : 0;
+    int rc = c->rank == 0 ? ct_ckpt_begin(save_dir, name, (long)pid, &mine) : CT_OK;
+    int cc = agree(t, rc != 0, &bad, err);
+    if (!cc) cc = c->all_reduce_host(c, &pid, 1, CT_REDUCE_SUM, err);
+    if (cc || bad >= 0) return cc ? cc : save_failed(t, name, bad, &mine, err);
+    /* 2. every rank its shard; rank 0 learns their checksums */
+    char tmp[4096];
+    uint32_t crc = 0, *crcs = ct_xcalloc((size_t)c->world, sizeof *crcs);
+    rc = ct_ckpt_tmp_dir(save_dir, name, (long)pid, tmp, sizeof tmp, &mine);
+    if (!rc) rc = ct_ckpt_shard_write(tmp, &t->ck.ck, c->rank, c->world, &crc, &mine);
+    cc = agree(t, rc != 0, &bad, err);
+    if (!cc) cc = gather_crcs(c, crc, crcs, err);
+    /* 3. rank 0: the index, the buffers, state.json, config.json, the marker, the rename, latest:
+     * only from here on does the checkpoint count */
+    if (!cc && c->rank == 0 && bad >= 0) ct_ckpt_abort(save_dir, name, (long)pid, NULL);
+    if (!cc && c->rank == 0 && bad < 0) {
+        ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
+        rc = ct_ckpt_commit_shards(save_dir, name, (long)pid, &t->ck.ck, c->world, crcs, st, t->cfg->resolved,
+                                   &o, NULL, 0, &mine);
+    }
+    free(crcs);
+    if (!cc && bad < 0) cc = agree(t, rc != 0, &bad, err);
+    if (cc || bad >= 0) return cc ? cc : save_failed(t, name, bad, &mine, err);
+    if (snprintf(out, out_n, "%s/%s", save_dir, name) >= (int)out_n)   /* saved; only its name is too long */
+        return ct_errf(err, CT_ERR_RUNTIME, "checkpoint %s in %s: the path is longer than %zu bytes", name, save_dir,
+                       out_n - 1);
+    return CT_OK;
+}
+
+/* Save checkpoint `name` (a global_step, or best/) of this run's state: per-rank shards when the
+ * ranks hold parts, else one file set that rank 0 writes. Collective under ZeRO. out: its path
+ * (every rank that saved). */
+static int save_as(ct_trainer *t, const char *name, const ct_ckpt_state *st, char *out, size_t out_n, ct_err *err) {
+    out[0] = 0;
+    t->be->queue.sync(t->be);   /* the last update's values are in the buffers */
+    if (!ct_ckpt_tensors_whole(&t->ck.ck)) return save_shards(t, name, st, out, out_n, err);
+    if (ct_trainer_rank(t) != 0) return CT_OK;   /* rank 0 holds all of it, as every rank does */
+    if (strcmp(name, "best") == 0) return ct_ckpt_save_best(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
+    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
+    return ct_ckpt_save(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, out, out_n, err);
+}
+
 int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
     if (!t->cfg->checkpoint_enabled) return CT_OK;   /* checkpoint.enabled false: a sweep's point */
     double t0 = ct_now();
-    int rc = ck_to_host(t, err);
-    /* rank 0 holds all of it now (gathered under ZeRO, the same on every rank otherwise) */
-    if (rc || ct_trainer_rank(t) != 0) return rc;
-    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
-    char dir[4096];
-    rc = ct_ckpt_save(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, dir, sizeof dir, err);
-    if (rc) return rc;
+    char tag[CT_CKPT_TAG], dir[4096];
+    ct_ckpt_tag(st->step, tag);
+    int rc = save_as(t, tag, st, dir, sizeof dir, err);
+    if (rc || !dir[0]) return rc;
     snprintf(t->ck.last, sizeof t->ck.last, "%s", dir);
     ct_report_line(&t->obs.rep, "saved %s (%.2fs)", dir, ct_now() - t0);
     return CT_OK;
@@ -516,9 +626,8 @@ int ct_trainer_ckpt_save(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
 
 int ct_trainer_ckpt_save_best(ct_trainer *t, const ct_ckpt_state *st, ct_err *err) {
     if (!t->cfg->checkpoint_enabled) return CT_OK;
-    int rc = ck_to_host(t, err);
-    if (rc || ct_trainer_rank(t) != 0) return rc;
-    return ct_ckpt_save_best(t->cfg->train.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
+    char dir[4096];
+    return save_as(t, "best", st, dir, sizeof dir, err);
 }
 
 int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st, ct_err *err) {
@@ -528,10 +637,8 @@ int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st
     int rc = ct_ckpt_resolve(dir, NULL, resolved, sizeof resolved, &warn, err);
     print_warnings(&warn);
     if (rc) return rc;
-    rc = ck_to_host(t, err); /* optimizer slots are not loaded: keep the device's values in the copies */
-    if (!rc) rc = ct_ckpt_load(resolved, &t->ck.ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
+    rc = ct_ckpt_load(resolved, &t->ck.ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
     if (rc) return rc;
-    ck_to_device(t);
     ct_param_store_refresh(t->m.params);   /* the 16-bit copy evaluation reads */
     snprintf(t->ck.last, sizeof t->ck.last, "%s", resolved);
     return CT_OK;

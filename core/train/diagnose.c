@@ -35,10 +35,10 @@ static void gather(const ct_trainer *t, ct_run_measures *m) {
         m->source = t->d.train_ds->source;
     }
     m->precision = t->m.amp.compute == CT_BF16 ? "bf16" : t->m.amp.compute == CT_F16 ? "fp16" : "fp32";
-    m->gpu = t->be && strcmp(t->be->name, "cpu") != 0;
+    m->gpu = t->be && ct_backend_separate_memory(t->be);   /* a GPU, or the capped device */
     if (m->gpu) {
         m->sm = ct_device_sm(t->be->device_desc);
-        m->device_bytes = ct_device_bytes(t->be->device_desc);
+        m->device_bytes = t->be->memory_bytes;
         m->peak_bytes = s->peak_device_bytes;
     }
     if (m->device_bytes && m->peak_bytes) {

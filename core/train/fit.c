@@ -2,6 +2,7 @@
  * choice. */
 #include "core/train/fit.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,41 @@ static size_t plan_peak(void *ctx, long micro) {
 
 static const char *fmt(size_t bytes, char *buf) { return ct_fmt_bytes((double)bytes, buf, 32); }
 
+/* One more suggestion line into out: "  - " (and "or " after the first), the text. */
+static void add_line(char *out, size_t n, size_t *used, const char *fmt_, ...) __attribute__((format(printf, 4, 5)));
+static void add_line(char *out, size_t n, size_t *used, const char *fmt_, ...) {
+    if (*used >= n) return;
+    int w = snprintf(out + *used, n - *used, "%s  - %s", *used ? "\n" : "", *used ? "or " : "");
+    if (w > 0) *used += (size_t)w;
+    if (*used >= n) return;
+    va_list ap;
+    va_start(ap, fmt_);
+    w = vsnprintf(out + *used, n - *used, fmt_, ap);
+    va_end(ap);
+    if (w > 0) *used += (size_t)w;
+}
+
+/* ZeRO-Offload as a suggestion: on a device, a run that does not offload the optimizer, planned
+ * with offload_optimizer "cpu" (at the config's stage, stage 2 when it is 0); a line when that
+ * fits `limit`. */
+static void suggest_offload(const ct_config *cfg, bool device, size_t limit, char *out, size_t n, size_t *used) {
+    if (!device || ct_run_plan_offload(cfg, device)) return;
+    ct_config *c = ct_xmalloc(sizeof *c);
+    *c = *cfg;
+    c->zero.offload_optimizer.device = CT_OFFLOAD_CPU;
+    if (c->zero.stage == 0) c->zero.stage = 2;
+    ct_run_plan p;
+    ct_err err = {0};
+    int rc = ct_fit_plan(c, device, c->micro_batch, CT_SEGMENTS_CONFIG, &p, &err);
+    int stage = c->zero.stage;
+    free(c);
+    char a[32], b[32];
+    if (!rc && p.total <= limit)
+        add_line(out, n, used, "ZeRO-Offload (the fp32 master, gradients and optimizer state in host memory): "
+                 "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": \"cpu\"}} plans %s of "
+                 "device memory and %s of host memory", stage, fmt(p.total, a), fmt(p.host_total, b));
+}
+
 void ct_fit_suggest(const ct_config *cfg, bool device, size_t limit, char *out, size_t n) {
     long per_rank = per_rank_batch(cfg), micro = cfg->micro_batch;
     ct_err err = {0};
@@ -79,21 +115,20 @@ void ct_fit_suggest(const ct_config *cfg, bool device, size_t limit, char *out, 
     char a[32], b[32], l[32];
     size_t used = 0;
     out[0] = '\0';
+    suggest_offload(cfg, device, limit, out, n, &used);
     /* a smaller micro-batch, the config's checkpointing kept */
     long m = ct_fit_largest_micro(per_rank, micro, limit, plan_peak, &as_is);
     if (m > 0)
-        used += (size_t)snprintf(out + used, n - used, "  - micro-batch %ld with gradient accumulation %ld fits in %s "
-                                 "(train_micro_batch_size_per_gpu %ld)", m, per_rank / m,
-                                 fmt(plan_peak(&as_is, m), a), m);
+        add_line(out, n, &used, "micro-batch %ld with gradient accumulation %ld fits in %s (train_micro_batch_size_per_gpu "
+                 "%ld)", m, per_rank / m, fmt(plan_peak(&as_is, m), a), m);
     /* every block checkpointed, at the largest micro-batch that then fits */
     long mb = blocks > 0 ? ct_fit_largest_micro(per_rank, micro, limit, plan_peak, &every) : 0;
-    if (mb > 0 && used < n)
-        used += (size_t)snprintf(out + used, n - used, "%s  - %scheckpoint every block "
-                                 "(activation_checkpointing.number_checkpoints %ld): %s at micro-batch %ld%s",
-                                 used ? "\n" : "", used ? "or " : "", blocks, fmt(plan_peak(&every, mb), a), mb,
-                                 mb == micro ? "" : " with gradient accumulation");
-    if (mb > 0 && mb != micro && used < n)
-        used += (size_t)snprintf(out + used, n - used, " %ld", per_rank / mb);
+    if (mb > 0) {
+        char accum[64] = "";
+        if (mb != micro) snprintf(accum, sizeof accum, " with gradient accumulation %ld", per_rank / mb);
+        add_line(out, n, &used, "checkpoint every block (activation_checkpointing.number_checkpoints %ld): %s at "
+                 "micro-batch %ld%s", blocks, fmt(plan_peak(&every, mb), a), mb, accum);
+    }
     if (used > 0) return;
     /* nothing fits: say what the smallest choice needs, and how much of it is fixed */
     plan_ctx *least = blocks > 0 ? &every : &as_is;

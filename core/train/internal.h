@@ -50,18 +50,23 @@ typedef struct ct_trainer_data {
     int epochs_planned;          /* epochs the planned steps touch */
 } ct_trainer_data;
 
-/* Checkpoints (checkpoint.c). ck addresses host memory: the store's and optimizer's buffers on
- * the CPU backend, host staging copies of them on a device backend. */
+/* Checkpoints (checkpoint.c). ck addresses the store's and the optimizer's own buffers of this
+ * rank's range (the whole space, or its ZeRO part, saved as a shard), where they are: host memory
+ * in place (the CPU backend's, or ZeRO-Offload's master and optimizer state), a device's through
+ * `device`, its copies. */
 typedef struct ct_trainer_ckpt {
     ct_ckpt_tensors ck;
-    bool staged;                 /* ck points at staging buffers (device backend, or ZeRO) */
-    bool sharded;                /* ZeRO: ck holds the whole space, the store this rank's part */
+    ct_ckpt_mem device;          /* the backend's memory, when it is not host memory */
     bool resumed;                /* resume_state holds the checkpoint this run continues */
     ct_ckpt_state resume_state;
     long position_step_samples;  /* > 0: its epoch_sample was derived as epoch_step x this (the
                                     train_batch_size of a checkpoint written before epoch_sample
                                     was recorded) */
     char config_hash[17];        /* of cfg->resolved, recorded in every checkpoint */
+    /* where this run's checkpoints are: train.save_dir, on every rank rank 0's (share_save_dir in
+     * trainer.c): without train.run_dir only rank 0 makes a run directory (cmd/run_dir.c), and
+     * every rank writes its shard into rank 0's save_dir */
+    char save_dir[4096];
     /* ct_dataset_fingerprint of data.train and data.eval as this run opened them ("": no eval
      * set), recorded in every checkpoint and compared with a resumed checkpoint's */
     char train_data[CT_CKPT_FINGERPRINT], eval_data[CT_CKPT_FINGERPRINT];
@@ -101,6 +106,8 @@ struct ct_trainer {
     ct_summary *sum;
     double t_open;               /* ct_now() when ct_trainer_open began */
     ct_backend *be;
+    ct_backend *host_be;         /* ZeRO-Offload: the CPU backend that steps the optimizer on the host
+                                    state beside the device (else NULL) */
     ct_comm *comm;               /* where ranks meet (ct_comm_open: one process, or MPI) */
     ct_run_plan plan;            /* the memory plan, made before anything is allocated */
     ct_trainer_model m;

@@ -21,6 +21,7 @@
 
 #include "core/train/generate.h"
 #include "core/train/internal.h"
+#include "core/train/offload.h"
 
 /* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
  * parameter itself and holds the summed gradients of all of them. */
@@ -69,6 +70,18 @@ static void read_loss_acc(ct_trainer *t, double *sum, double *correct) {
     *correct = acc[1];
 }
 
+/* CT_ERR_DATA for data.<which> whose records were all skipped as corrupt (data.skip_corrupt):
+ * `what` says of what ("of epoch 2", "read in this run's 5 steps"), the first skipped ones named in
+ * warnings. A run that trained on nothing, or an eval of nothing, is not a success. */
+static int all_skipped(const ct_trainer *t, const char *which, const ct_dataset *ds, const ct_loader *l,
+                       const char *what, ct_err *err) {
+    return ct_errf(err, CT_ERR_DATA, "data.%s (%s): every record %s was skipped as corrupt (data.skip_corrupt; "
+                   "%lld distinct records skipped so far, the first ones named above): %s.\n  Fix or replace the "
+                   "data; without data.skip_corrupt the first corrupt record stops the run, naming it.", which,
+                   ds->source, what, (long long)ct_loader_skipped(l),
+                   strcmp(which, "eval") ? "nothing was trained, and nothing is saved" : "there is no eval loss");
+}
+
 /* One pass over the eval set: the eval loader's stream is unshuffled, so every pass (one of its
  * epochs) sees the same batches. */
 int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *err) {
@@ -88,9 +101,10 @@ int ct_trainer_evaluate(ct_trainer *t, double *loss, double *accuracy, ct_err *e
         accumulate_loss(t, t->m.g, (float)b.n);
         n += b.n;
     } while (!b.last_of_epoch);
+    if (n == 0) return all_skipped(t, "eval", t->d.eval_ds, t->d.eval_l, "of the eval set", err);
     double sum, correct;
     read_loss_acc(t, &sum, &correct);
-    *loss = n ? sum / (double)n : NAN;
+    *loss = sum / (double)n;
     /* correct counts labels: one per sample for a classifier, one per position for a sequence */
     int64_t labels = n * ct_shape_numel(&t->m.info->target_shape);
     *accuracy = t->m.info->classes > 0 && labels ? correct / (double)labels : NAN;
@@ -138,6 +152,13 @@ typedef struct loop_state {
     int64_t epoch_s0;            /* samples at that time */
     int64_t epoch_k0;            /* tokens at that time */
     phase_times window;          /* wall_clock_breakdown: this print window's sums so far */
+    /* data.skip_corrupt: samples the steps trained on (all ranks), to refuse a run or an epoch
+     * whose every record was skipped: nothing trained is not a success */
+    int64_t step_trained;        /* in the last step */
+    int64_t epoch_trained;       /* in this epoch's steps made by this process */
+    bool epoch_whole;            /* this process made the epoch's steps from its first sample */
+    int64_t run_trained;         /* in every step of this process */
+    long run_steps;              /* steps this process made */
 } loop_state;
 
 /* The optimizer update of this process's range given the global sum of squares of the
@@ -151,13 +172,12 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
         tg.copy = ct_param_store_part_params(p);
         tg.copy_dt = p->compute;
     }
-    if (!t->m.amp.scaling) {   /* fp32/bf16: every step updates (a NaN then shows in the loss);
-                                  sumsq is NAN when the step did not need the norm */
-        ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
-        *applied = true;
-    } else {
-        *applied = ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);
-    }
+    /* fp32/bf16: every step updates (a NaN then shows in the loss; sumsq is NAN when the step did
+     * not need the norm); fp16 skips a step whose sum of squares overflowed */
+    *applied = !t->m.amp.scaling || isfinite(sumsq);
+    if (!*applied) ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);   /* the skip's stats */
+    else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, sqrt(sumsq) * grad_scale, st);
+    else ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
     if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
     return share_params(t, err);
 }
@@ -307,6 +327,7 @@ static int train_step(ct_trainer *t, loop_state *ls, int64_t n, double *loss, ct
     if (!rc && t->comm->world > 1) rc = t->comm->all_reduce_host(t->comm, &stop, 1, CT_REDUCE_MAX, err);
     if (rc) return rc;
     ls->stop_sig = (int)stop;
+    ls->step_trained = (int64_t)totals[1];
     if (totals[1] == 0) { /* every record of the step skipped as corrupt: no update, no loss */
         *loss = NAN;
         *st = (ct_optim_stats){.grad_norm = NAN, .clip_coef = 1.0, .lr = ct_optim_next_lr(m->opt)};
@@ -451,6 +472,7 @@ static int do_eval(ct_trainer *t, loop_state *ls, bool *stop, ct_err *err) {
     ls->last_eval_step = ls->step;
     t->sum->eval_loss = loss;
     t->sum->eval_accuracy = acc;
+    if (t->opts.on_eval) t->opts.on_eval(t->opts.on_step_ctx, ls->step);
     ct_report_eval(&t->obs.rep, ls->step, ls->epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
     ct_metrics_eval(t->obs.metrics, &(ct_metric_eval){
         .step = ls->step, .samples = ls->samples, .epoch = ls->epoch + 1, .loss = loss, .accuracy = acc,
@@ -591,6 +613,9 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     ls->samples += n;
     ls->tokens += tokens;
     ls->epoch_pos += n;
+    ls->epoch_trained += ls->step_trained;
+    ls->run_trained += ls->step_trained;
+    ls->run_steps++;
     t->sum->steps = ls->step;
     t->sum->train_loss = ls->epoch_loss / (double)ls->epoch_n;
     if (t->obs.on_step) t->obs.on_step(t->obs.on_step_ctx, ls->step, loss);
@@ -621,6 +646,15 @@ static int after_step(ct_trainer *t, loop_state *ls, double loss, const ct_optim
     }
     bool epoch_done = ls->epoch_pos >= ls->epoch_end, last = ls->step >= t->d.total_steps;
     if (epoch_done) report_epoch(t, ls);
+    char what[64];
+    if (epoch_done && ls->epoch_whole && ls->epoch_trained == 0) {
+        snprintf(what, sizeof what, "of epoch %d", ls->epoch + 1);
+        return all_skipped(t, "train", t->d.train_ds, t->d.train_l, what, err);
+    }
+    if (last && ls->run_trained == 0) {
+        snprintf(what, sizeof what, "read in this run's %ld step%s", ls->run_steps, ls->run_steps == 1 ? "" : "s");
+        return all_skipped(t, "train", t->d.train_ds, t->d.train_l, what, err);
+    }
 
     /* A pending stop signal skips the epoch's and the run's end eval (the run stops soon; a
      * resume from the checkpoint it saves makes that eval, see run_epoch), not an interval's. */
@@ -662,6 +696,8 @@ static int run_epoch(ct_trainer *t, loop_state *ls, ct_err *err) {
         ls->epoch_loss = 0;
         ls->epoch_n = 0;
     }
+    ls->epoch_whole = ls->epoch_pos == 0;
+    ls->epoch_trained = 0;
     t->sum->epochs = ls->epoch + 1;
     ls->epoch_t0 = ct_now();
     ls->epoch_s0 = ls->samples;

@@ -26,6 +26,7 @@ typedef struct part_layout {
                                     a rank's part) */
     int64_t *layer_elems;        /* [n_layers]: layer j's place in scratch (aligned; 0: no spans) */
     int64_t all_layer_elems;     /* their sum */
+    int world;
 } part_layout;
 
 static int64_t align_up(int64_t x) { return (x + CT_VIEW_ALIGN - 1) / CT_VIEW_ALIGN * CT_VIEW_ALIGN; }
@@ -48,7 +49,7 @@ static int layer_views(const ct_param_layout *L, int j, int out[CT_LAYER_MAX_PAR
 }
 
 static void part_layout_make(const ct_param_layout *L, double threshold, int world, part_layout *z) {
-    *z = (part_layout){.first = ct_xcalloc((size_t)L->n_layers + 1, sizeof(int)),
+    *z = (part_layout){.world = world, .first = ct_xcalloc((size_t)L->n_layers + 1, sizeof(int)),
                      .persist_at = ct_xmalloc((size_t)(L->n_views ? L->n_views : 1) * sizeof(int64_t))};
     for (int v = 0; v < L->n_views; v++) {
         z->persist_at[v] = -1;
@@ -117,15 +118,32 @@ static int64_t gather_elems(const part_layout *z, const ct_partition_opts *o) {
     return live > z->scratch_elems ? live : z->scratch_elems;
 }
 
+/* The shares a slot receives on the device: none under offload with one process, whose gradients
+ * go down straight from the scratch. */
+static int64_t device_share(const part_layout *z, const ct_partition_opts *o) {
+    return o->offload && z->world == 1 ? 0 : z->share_elems;
+}
+
+/* Offload: each slot's landing buffer for the shares a layer's download brings down. */
+static size_t landing_bytes(const part_layout *z, const ct_partition_opts *o) {
+    return (size_t)grad_slots(o) * (size_t)(z->share_elems + 1) * sizeof(float);
+}
+
 /* Bytes by category of the buffers below; the workspace is the gather buffer (stage 3; 64-byte
- * aligned), then for each gradient slot a layer's gradients (fp32) and this rank's shares. */
+ * aligned), then for each gradient slot a layer's gradients (fp32) and this rank's shares; with
+ * offload, each slot's landing buffer for the shares in pinned host memory (host may be NULL
+ * without offload). */
 static void part_bytes(const part_layout *z, const ct_partition_opts *o, ct_dtype compute, int stage,
-                       size_t bytes[CT_MEM_CAT_COUNT], size_t *grads_at) {
-    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) bytes[c] = 0;
+                       size_t bytes[CT_MEM_CAT_COUNT], size_t host[CT_MEM_CAT_COUNT], size_t *grads_at) {
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) {
+        bytes[c] = 0;
+        if (host) host[c] = 0;
+    }
     if (stage == 3 && z->persist_elems) bytes[CT_MEM_PARAMS] = ct_nbytes(z->persist_elems, compute);
     *grads_at = stage == 3 ? (ct_nbytes(gather_elems(z, o), compute) + 63) / 64 * 64 : 0;
-    bytes[CT_MEM_WORKSPACE] = *grads_at + (size_t)grad_slots(o) * (size_t)(z->scratch_elems + z->share_elems + 1) *
+    bytes[CT_MEM_WORKSPACE] = *grads_at + (size_t)grad_slots(o) * (size_t)(z->scratch_elems + device_share(z, o) + 1) *
                                               sizeof(float);
+    if (o->offload) host[CT_MEM_WORKSPACE] = landing_bytes(z, o);
 }
 
 ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z) {
@@ -136,11 +154,11 @@ ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z) {
 }
 
 void ct_partition_plan(const ct_param_layout *L, ct_dtype compute, int stage, const ct_partition_opts *o, int world,
-                       size_t bytes[CT_MEM_CAT_COUNT]) {
+                       size_t bytes[CT_MEM_CAT_COUNT], size_t host[CT_MEM_CAT_COUNT]) {
     part_layout z;
     size_t grads_at;
     part_layout_make(L, stage == 3 ? o->persistence_threshold : 0, world, &z);
-    part_bytes(&z, o, compute, stage, bytes, &grads_at);
+    part_bytes(&z, o, compute, stage, bytes, host, &grads_at);
     part_layout_free(&z);
 }
 
@@ -150,6 +168,8 @@ typedef struct grad_slot {
     float *share;                /* [share_elems]: this rank's shares of the layer's spans */
     int layer;                   /* whose reductions are in flight; -1: none */
     ct_comm_req *req[CT_LAYER_MAX_PARAMS];
+    float *landing;              /* offload: [share_elems] pinned, the shares downloaded */
+    uint64_t ticket;             /* offload: the last download into landing (0: none queued) */
 } grad_slot;
 
 /* A layer's parameters in the gather buffer, gathered or on their way. */
@@ -181,6 +201,10 @@ struct ct_partition {
     int prev_key;                /* the last gathering (pass, layer) of this walk; -1: none */
     long prefetched, prefetch_used, reused;
     void *persist;               /* [persist_elems] compute: the persistent views, whole (stage 3) */
+    ct_backend *acc;             /* adds the shares into the part's gradients: be, or with offload the
+                                    CPU backend beside it (the store's state_at) */
+    void *landing;               /* offload: the slots' landing buffers, pinned */
+    uint64_t last_upload;        /* parameters in host memory, one process: the last gather's upload */
 };
 
 static int key_of(const ct_partition *z, ct_pass pass, int j) { return (int)pass * z->p->layout->n_layers + j; }
@@ -192,8 +216,20 @@ static int gathered_wait(ct_partition *z, gathered *e, ct_err *err) {
         e->req[k] = NULL;
         if (rc) return rc;
     }
-    e->waited = true;
+    e->waited = true;   /* an upload needs no wait: the ops queued after it see its bytes */
     return CT_OK;
+}
+
+/* Parameters in host memory (offload_param) with one process: elements [a, b) of the part go up
+ * into dst, the whole of the gather (a copy on the copy stream, prefetched like a collective).
+ * Several processes gather them with the communicator, which reads the host part (MPI: the CPU's
+ * and the capped device's memory). */
+static bool uploads_params(const ct_partition *z) { return z->p->host_params && z->c->world == 1; }
+
+static uint64_t upload_params(ct_partition *z, void *dst, int64_t a, int64_t b) {
+    const ct_param_store *p = z->p;
+    const void *src = ct_celem(ct_param_store_part_params(p), a - p->lo, p->compute);
+    return z->be->queue.upload(z->be, dst, src, ct_nbytes(b - a, p->compute), 0);
 }
 
 static int queue_pop(ct_partition *z, ct_err *err) {
@@ -203,10 +239,12 @@ static int queue_pop(ct_partition *z, ct_err *err) {
     return rc;
 }
 
-/* Every gathered layer dropped (waited for first: MPI still writes into them). */
+/* Every gathered layer dropped (waited for first: MPI still writes into them, and an upload may
+ * still read the host part the optimizer is about to write). */
 static int queue_clear(ct_partition *z, ct_err *err) {
     int rc = CT_OK;
     while (z->count > 0 && !rc) rc = queue_pop(z, err);
+    if (z->last_upload) z->be->queue.upload_done(z->be, z->last_upload, true);
     return rc;
 }
 
@@ -240,8 +278,13 @@ static int gather_start(ct_partition *z, int key, int64_t at, ct_err *err) {
     for (int k = z->z.first[j]; k < z->z.first[j + 1]; k++) {
         const part_span *sp = &z->z.spans[k];
         if (sp->persist_at >= 0) continue;
-        int rc = z->c->start_all_gather_range(z->c, ct_elem(z->gbuf, at + sp->at, dt), part, L->n_params, sp->a,
-                                              sp->b, dt, &e->req[k - z->z.first[j]], err);
+        void *dst = ct_elem(z->gbuf, at + sp->at, dt);
+        if (uploads_params(z)) {
+            z->last_upload = upload_params(z, dst, sp->a, sp->b);
+            continue;
+        }
+        int rc = z->c->start_all_gather_range(z->c, dst, part, L->n_params, sp->a, sp->b, dt,
+                                              &e->req[k - z->z.first[j]], err);
         if (rc) return rc;
     }
     return CT_OK;
@@ -318,8 +361,17 @@ static int gather_layer(ct_partition *z, int j, ct_pass pass, int64_t *at, ct_er
     return rc ? rc : z->o.prefetch_elems > 0 ? prefetch(z, key, err) : CT_OK;
 }
 
+/* Offload: the shares of a slot's spans downloaded into its landing buffer. One process (no
+ * reduce-scatter to wait for) queues them as soon as the layer's backward is done; several wait
+ * for each span's reduce-scatter first (MPI writes the share from the host). */
+static void slot_download(ct_partition *z, grad_slot *s, int k, int64_t share_at, int64_t n) {
+    const float *src = z->c->world == 1 ? s->grads + z->z.spans[k].at : s->share + share_at;
+    s->ticket = z->be->queue.download(z->be, s->landing + share_at, src, (size_t)n * sizeof(float), 0);
+}
+
 /* A slot's reductions completed: this rank's shares added to its part's gradients, span by span
- * in order (the order of the additions is that of the blocking form). */
+ * in order (the order of the additions is that of the blocking form). With offload the shares
+ * are added from the landing buffer, in host memory, by the CPU backend beside the device. */
 static int slot_complete(ct_partition *z, grad_slot *s, ct_err *err) {
     if (s->layer < 0) return CT_OK;
     const ct_param_store *p = z->p;
@@ -333,10 +385,20 @@ static int slot_complete(ct_partition *z, grad_slot *s, ct_err *err) {
         if (rc) continue;
         int64_t lo, hi;
         ct_comm_shard_range(n, z->c->world, z->c->rank, z->z.spans[k].a, z->z.spans[k].b, &lo, &hi);
-        if (hi > lo) z->be->elt.axpy(z->be, grads + (lo - p->lo), 1.0f, s->share + share_at, hi - lo, CT_F32);
+        if (s->landing && z->c->world > 1 && hi > lo) slot_download(z, s, k, share_at, hi - lo);
+        share_at += align_up(hi - lo);
+    }
+    if (s->landing && s->ticket) z->be->queue.download_done(z->be, s->ticket, true);
+    const float *shares = s->landing ? s->landing : s->share;
+    share_at = 0;
+    for (int k = first; k < z->z.first[s->layer + 1] && !rc; k++) {
+        int64_t lo, hi;
+        ct_comm_shard_range(n, z->c->world, z->c->rank, z->z.spans[k].a, z->z.spans[k].b, &lo, &hi);
+        if (hi > lo) z->acc->elt.axpy(z->acc, grads + (lo - p->lo), 1.0f, shares + share_at, hi - lo, CT_F32);
         share_at += align_up(hi - lo);
     }
     s->layer = -1;
+    s->ticket = 0;
     return rc;
 }
 
@@ -350,6 +412,7 @@ void ct_partition_free(ct_partition *z) {
     }
     if (z->work) z->be->mem.free(z->be, z->work);
     if (z->persist) z->be->mem.free(z->be, z->persist);
+    if (z->landing) z->be->mem.free_host_pinned(z->be, z->landing);
     part_layout_free(&z->z);
     free(z->next_key);
     free(z);
@@ -363,19 +426,22 @@ int ct_partition_create(ct_param_store *p, ct_comm *c, const ct_partition_opts *
     int stage = p->part_params ? 3 : 2;
     ct_partition *z = ct_xcalloc(1, sizeof *z);
     *z = (ct_partition){.p = p, .c = c, .be = p->be, .gather = p->part_params, .o = *o, .n_slots = grad_slots(o),
-                        .prev_key = -1};
+                        .prev_key = -1, .acc = ct_place_ops(&p->state_at)};
+    z->o.offload = p->host_state;
     z->next_key = ct_xmalloc((size_t)(3 * p->layout->n_layers + 1) * sizeof(int));
     for (int k = 0; k < 3 * p->layout->n_layers; k++) z->next_key[k] = -1;
     for (int i = 0; i < 2; i++) z->slot[i].layer = -1;
     part_layout_make(p->layout, stage == 3 ? o->persistence_threshold : 0, c->world, &z->z);
-    size_t b[CT_MEM_CAT_COUNT], grads_at;
-    part_bytes(&z->z, o, p->compute, stage, b, &grads_at);
+    size_t b[CT_MEM_CAT_COUNT], h[CT_MEM_CAT_COUNT], grads_at;
+    part_bytes(&z->z, &z->o, p->compute, stage, b, h, &grads_at);
     z->work = z->be->mem.alloc(z->be, b[CT_MEM_WORKSPACE], CT_MEM_WORKSPACE);
     if (b[CT_MEM_PARAMS]) z->persist = z->be->mem.alloc(z->be, b[CT_MEM_PARAMS], CT_MEM_PARAMS);
-    if (!z->work || (b[CT_MEM_PARAMS] && !z->persist)) {
+    if (z->o.offload) z->landing = z->be->mem.alloc_host_pinned(z->be, h[CT_MEM_WORKSPACE], CT_MEM_WORKSPACE);
+    if (!z->work || (b[CT_MEM_PARAMS] && !z->persist) || (z->o.offload && !z->landing)) {
         ct_partition_free(z);
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %.1f MiB of ZeRO gather and reduction "
-                       "buffers on %s", (double)(b[CT_MEM_PARAMS] + b[CT_MEM_WORKSPACE]) / 1048576.0, p->be->name);
+                       "buffers on %s%s", (double)(b[CT_MEM_PARAMS] + b[CT_MEM_WORKSPACE]) / 1048576.0, p->be->name,
+                       z->o.offload ? " and their pinned landing buffers in host memory" : "");
     }
     z->be->mem.memset0(z->be, z->work, b[CT_MEM_WORKSPACE]);
     if (z->persist) z->be->mem.memset0(z->be, z->persist, b[CT_MEM_PARAMS]);
@@ -385,7 +451,8 @@ int ct_partition_create(ct_param_store *p, ct_comm *c, const ct_partition_opts *
     for (int i = 0; i < z->n_slots; i++) {
         z->slot[i].grads = f;
         z->slot[i].share = f + z->z.scratch_elems;
-        f += z->z.scratch_elems + z->z.share_elems + 1;
+        f += z->z.scratch_elems + device_share(&z->z, &z->o) + 1;
+        if (z->landing) z->slot[i].landing = (float *)z->landing + (size_t)i * (size_t)(z->z.share_elems + 1);
     }
     *out = z;
     return CT_OK;
@@ -395,12 +462,16 @@ int ct_partition_refresh(ct_partition *z, ct_err *err) {
     const ct_param_layout *L = z->p->layout;
     void *part = ct_param_store_part_params(z->p);
     int rc = queue_clear(z, err);   /* gathered before the part changed */
+    uint64_t ticket = 0;
     for (int v = 0; v < L->n_views && z->gather && !rc; v++) {
         if (z->z.persist_at[v] < 0) continue;
         const ct_param_view *pv = &L->views[v];
-        rc = z->c->all_gather_range(z->c, ct_elem(z->persist, z->z.persist_at[v], z->p->compute), part,
-                                    L->n_params, pv->offset, pv->offset + pv->numel, z->p->compute, err);
+        void *dst = ct_elem(z->persist, z->z.persist_at[v], z->p->compute);
+        if (uploads_params(z)) ticket = upload_params(z, dst, pv->offset, pv->offset + pv->numel);
+        else rc = z->c->all_gather_range(z->c, dst, part, L->n_params, pv->offset, pv->offset + pv->numel,
+                                         z->p->compute, err);
     }
+    if (ticket) z->be->queue.upload_done(z->be, ticket, true);   /* the host part may change after this */
     return rc;
 }
 
@@ -491,11 +562,14 @@ static int part_after(void *ctx, int j, ct_pass pass, const ct_layer_io *io, ct_
         s->layer = j;
         for (int k = first; k < end; k++) {
             const part_span *sp = &z->z.spans[k];
-            int rc = z->c->start_reduce_scatter_range(z->c, s->share + share_at, s->grads + sp->at, n, sp->a, sp->b,
-                                                      CT_F32, &s->req[k - first], err);
-            if (rc) return rc;
             int64_t lo, hi;
             ct_comm_shard_range(n, z->c->world, z->c->rank, sp->a, sp->b, &lo, &hi);
+            /* offload, one process: the reduction is the identity; the gradients go down at once */
+            int rc = s->landing && z->c->world == 1
+                         ? (slot_download(z, s, k, share_at, hi - lo), CT_OK)
+                         : z->c->start_reduce_scatter_range(z->c, s->share + share_at, s->grads + sp->at, n, sp->a,
+                                                            sp->b, CT_F32, &s->req[k - first], err);
+            if (rc) return rc;
             share_at += align_up(hi - lo);
         }
         if (!z->o.overlap) return slot_complete(z, s, err);

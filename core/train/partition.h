@@ -15,6 +15,17 @@
  * reduce-scatters them to their owners (reduce_scatter_range), which add them to their part's
  * gradients; every micro-batch, as DeepSpeed does. So no rank ever holds the whole gradient.
  *
+ * With the parameters in host memory too (offload_param, the store's host_params) one process's
+ * gathers are uploads of the layer's spans from the host part into the gather buffer (prefetched,
+ * reused and released as the gathers are); several processes' gathers read the host part with
+ * the communicator. The persistent views go up again at every refresh.
+ *
+ * ZeRO-Offload (the store's gradients in host memory, store.h): each share is downloaded into a
+ * pinned landing buffer of its slot (one process: straight from the scratch as soon as the
+ * layer's backward is done, the reduction being the identity) and added to the part's gradients
+ * there by the CPU backend beside the device, when the slot completes: with overlap_comm two
+ * layers later, so the download runs during the layer below's backward.
+ *
  * Views of fewer than stage3_param_persistence_threshold elements stay whole on every rank at
  * stage 3 (one packed buffer, gathered again after every update: ct_partition_refresh): no
  * collective per layer for biases and norms. Their gradients take the same reduce-scatter.
@@ -67,6 +78,8 @@ typedef struct ct_partition_opts {
     int64_t max_live_elems;        /* stage3_max_live_parameters */
     int64_t max_reuse_elems;       /* stage3_max_reuse_distance: > 0 keeps a layer's parameters for
                                       its next use when nothing is gathered in between */
+    bool offload;                  /* ZeRO-Offload: the part's gradients are in host memory (the
+                                      store's host_state; ct_partition_create takes it from there) */
 } ct_partition_opts;
 
 ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z);
@@ -74,9 +87,10 @@ ct_partition_opts ct_partition_opts_from(const ct_zero_cfg *z);
 /* Bytes the partition's buffers take per rank of `world`, by category (pure: the memory plan):
  * the persistent views (params, stage 3); the gather buffer (the running layer's parameters and
  * the prefetched ones), the gradient scratch (two layers' with overlap) and the shares received
- * (workspace: like DeepSpeed's buckets, outside ZeRO's per-rank formulas). stage: 2 or 3. */
+ * (workspace: like DeepSpeed's buckets, outside ZeRO's per-rank formulas); with offload, in host[]
+ * (NULL allowed without), the pinned landing buffers the shares are downloaded into. stage: 2 or 3. */
 void ct_partition_plan(const ct_param_layout *L, ct_dtype compute, int stage, const ct_partition_opts *o,
-                       int world, size_t bytes[CT_MEM_CAT_COUNT]);
+                       int world, size_t bytes[CT_MEM_CAT_COUNT], size_t host[CT_MEM_CAT_COUNT]);
 
 /* Over store p (its gradients partitioned; at stage 3 its parameters too) and its communicator.
  * CT_ERR_RUNTIME when memory runs out. */

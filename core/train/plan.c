@@ -11,8 +11,36 @@
 #include "core/params/store.h"
 #include "core/train/partition.h"
 
-int ct_run_plan_zero_stage(const ct_config *cfg) {
-    return cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
+int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err) {
+    const char *d = cfg->train.device[0] ? cfg->train.device : "auto";
+    bool cuda = strncmp(d, "cuda", 4) == 0 || (strcmp(d, "auto") == 0 && has_gpu);
+    *out = (ct_plan_target){.device = cuda, .name = cuda ? "cuda" : "cpu"};
+    if (cuda) return CT_OK;
+    bool capped;
+    double gbps;
+    int rc = ct_capped_env(&capped, &out->capacity, &gbps, err);
+    if (!rc && capped) out->device = true, out->name = "capped";
+    return rc;
+}
+
+bool ct_run_plan_offload(const ct_config *cfg, bool device) {
+    return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU && cfg->zero.stage >= 1;
+}
+
+int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
+    double n = cfg->zero.sub_group_size;
+    return n >= 1 && n < (double)CT_OFFLOAD_MAX_CHUNK ? (int64_t)n : CT_OFFLOAD_MAX_CHUNK;
+}
+
+bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
+    return ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 && cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
+}
+
+int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
+    int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
+    if (ct_run_plan_offload_params(cfg, device)) return 3;
+    if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
+    return cfg->world_size > 1 ? stage : 0;
 }
 
 unsigned ct_run_plan_store_parts(int stage) {
@@ -42,7 +70,8 @@ static size_t loader_bytes(const ct_config *cfg, const ct_graph_info *gi, ct_dty
 
 void ct_run_plan_forward_only(ct_run_plan *p) {
     p->total -= p->bytes[CT_MEM_GRADS] + p->bytes[CT_MEM_OPTIM];
-    p->bytes[CT_MEM_GRADS] = p->bytes[CT_MEM_OPTIM] = 0;
+    p->host_total -= p->host[CT_MEM_GRADS] + p->host[CT_MEM_OPTIM];
+    p->bytes[CT_MEM_GRADS] = p->bytes[CT_MEM_OPTIM] = p->host[CT_MEM_GRADS] = p->host[CT_MEM_OPTIM] = 0;
 }
 
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out) {
@@ -53,20 +82,26 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     out->device = device;
     out->act = *ct_graph_plan(g);
     int64_t lo = 0, hi = L->n_params;
-    int stage = ct_run_plan_zero_stage(cfg);
+    int stage = ct_run_plan_zero_stage(cfg, device);
+    out->offload = ct_run_plan_offload(cfg, device);
     if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
-    ct_param_store_plan(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->bytes);
-    out->bytes[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
+    ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg),
+                           .params = ct_run_plan_offload_params(cfg, device)};
+    ct_param_store_plan_in(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->offload ? &so : NULL, out->bytes,
+                           out->host);
+    (out->offload ? out->host : out->bytes)[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;
     out->bytes[CT_MEM_WORKSPACE] = 4 * sizeof(float) + (device ? out->act.device_scratch : 0);
     out->bytes[CT_MEM_LOADER] = device ? loader_bytes(cfg, gi, compute) : 0;
     if (stage >= 2) {   /* the gradient scratch; stage 3: the gather scratch and persistent views */
-        size_t part[CT_MEM_CAT_COUNT];
+        size_t part[CT_MEM_CAT_COUNT], part_host[CT_MEM_CAT_COUNT];
         ct_partition_opts po = ct_partition_opts_from(&cfg->zero);
-        ct_partition_plan(L, compute, stage, &po, cfg->world_size, part);
-        for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->bytes[c] += part[c];
+        po.offload = out->offload;
+        ct_partition_plan(L, compute, stage, &po, cfg->world_size, part, part_host);
+        for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->bytes[c] += part[c], out->host[c] += part_host[c];
     }
-    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c];
+    if (device) out->host[CT_MEM_ACTIVATIONS] += out->act.host;   /* cpu_checkpointing's pinned copies */
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) out->total += out->bytes[c], out->host_total += out->host[c];
 }

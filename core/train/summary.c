@@ -33,13 +33,24 @@ void ct_train_summary_hparams(ct_summary *s, const ct_config *cfg) {
 static void report_memory(ct_trainer *t, const ct_mem_stats *m) {
     char line[512];
     size_t used = (size_t)snprintf(line, sizeof line, "peak %s memory (MiB):",
-                                   strcmp(t->be->name, "cpu") == 0 ? "host" : "device");
+                                   ct_backend_separate_memory(t->be) ? "device" : "host");
     for (int c = 0; c < CT_MEM_CAT_COUNT && used < sizeof line; c++)
         used += (size_t)snprintf(line + used, sizeof line - used, " %s %.1f", ct_mem_cat_name((ct_mem_cat)c),
                                  (double)m->peak[c] / 1048576.0);
     if (used < sizeof line)
         snprintf(line + used, sizeof line - used, "; all %.1f", (double)m->peak_total / 1048576.0);
     ct_report_line(&t->obs.rep, "%s", line);
+}
+
+/* On a device: the host memory beside it, by category: what the device backend pinned, and what
+ * the CPU backend of ZeRO-Offload holds (the host state when it is not pinned). */
+static void host_figures(ct_trainer *t, const ct_mem_stats *dev) {
+    ct_summary *s = t->sum;
+    ct_mem_stats h = {0};
+    if (t->host_be) t->host_be->mem.mem_stats(t->host_be, &h);
+    for (int c = 0; c < CT_MEM_CAT_COUNT; c++) s->peak_host_by_cat[c] = dev->host_peak[c] + h.peak[c];
+    memcpy(s->planned_host_by_cat, t->plan.host, sizeof s->planned_host_by_cat);
+    s->has_host_figures = true;
 }
 
 void ct_trainer_finish(ct_trainer *t) {
@@ -54,6 +65,7 @@ void ct_trainer_finish(ct_trainer *t) {
         t->be->mem.mem_stats(t->be, &m);
         memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
         s->has_mem_stats = true;
+        if (ct_backend_separate_memory(t->be)) host_figures(t, &m);
         if (t->cfg->memory_breakdown) report_memory(t, &m);
     }
     ct_trainer_diagnose(t);

@@ -44,6 +44,9 @@ typedef struct ct_run_opts {
      * summary there, for the line it prints when a second SIGINT ends the run at once. */
     void (*on_step)(void *ctx, long step, double loss);
     void *on_step_ctx;
+    /* Called after every eval once the summary holds its numbers (with on_step_ctx); NULL: none. The
+     * CLI copies the summary there too, so a second SIGINT after an eval reports its loss. */
+    void (*on_eval)(void *ctx, long step);
     /* Which rank of how many this process is (core/dist/launch.h); NULL: rank 0 of
      * cfg->world_size. Only rank 0 prints, writes the run directory and checkpoints. */
     const struct ct_launch *launch;

@@ -1,10 +1,12 @@
 /* trainer.c: setting up a run (backend, datasets, graph, parameter store, optimizer), the start
  * block with the memory plan, --dry-run, and ct_train_run. The loop itself is in loop.c. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dist/agree.h"
 #include "core/optim/sched.h"
 #include "core/train/fit.h"
 #include "core/train/generate.h"
@@ -78,6 +80,15 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
                      "data.%s (%s): targets are %s %s but the loss needs %s %s", which, ds->source,
                      ct_dtype_name(ds->target_dtype), ct_shape_str(&ds->target_shape, a, sizeof a),
                      ct_dtype_name(gi->target_dtype), ct_shape_str(&gi->target_shape, b, sizeof b));
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->classes_key)   /* the config set them */
+        return ct_errf(err, CT_ERR_CONFIG, "data.%s.%s: %lld (%s), but the model has %lld classes (0..%lld, its last "
+                       "layer's output): set data.%s.%s to the vocabulary %s was tokenized with, at most %lld",
+                       which, ds->classes_key, (long long)ds->classes, ds->label_note, (long long)gi->classes,
+                       (long long)gi->classes - 1, which, ds->classes_key, ds->source, (long long)gi->classes);
+    else if (gi->classes > 0 && ds->classes > gi->classes && ds->label_note[0])   /* the file and record too */
+        return ct_errf(err, CT_ERR_DATA, "data.%s (%s): labels go up to %lld (%s), but the model has %lld classes "
+                       "(0..%lld, its last layer's output)", which, ds->source, (long long)ds->classes - 1,
+                       ds->label_note, (long long)gi->classes, (long long)gi->classes - 1);
     else if (gi->classes > 0 && ds->classes > gi->classes)
         rc = ct_errf(err, CT_ERR_DATA,
                      "data.%s (%s): labels go up to %lld but the model has %lld classes "
@@ -89,37 +100,110 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
     return rc;
 }
 
+/* Whether the run trains on a device where offload_optimizer acts: a GPU or the capped device, and
+ * a run that trains (one that only evaluates has no optimizer to offload). */
+static bool offload_device(const ct_trainer *t) { return !t->opts.forward_only && ct_backend_separate_memory(t->be); }
+static int zero_stage(const ct_trainer *t) { return ct_run_plan_zero_stage(t->cfg, offload_device(t)); }
+static bool offloads(const ct_trainer *t) { return ct_run_plan_offload(t->cfg, offload_device(t)); }
+
 /* Features this version does not have yet: refuse them rather than train something else. A world
- * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU). */
-static int check_supported(const ct_config *cfg, ct_err *err) {
-    if (ct_run_plan_zero_stage(cfg) == 3 && cfg->train.sample_every > 0)
+ * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU).
+ * device: the run trains on a device (a GPU, the capped device), where offload_optimizer acts. */
+static int check_supported(const ct_config *cfg, bool device, ct_err *err) {
+    int stage = ct_run_plan_zero_stage(cfg, device);
+    if (stage == 3 && cfg->train.sample_every > 0)
         return ct_errf(err, CT_ERR_CONFIG, "%s: train.sample_every with zero_optimization.stage 3 over %d "
                        "ranks: the sampler reads whole parameters, which stage 3 partitions; remove "
                        "train.sample_every or use stage 2", cfg->path, cfg->world_size);
-    if (ct_run_plan_zero_stage(cfg) > 0 && cfg->optimizer.type == CT_OPT_LAMB)
+    if (ct_run_plan_offload(cfg, device) && cfg->optimizer.type == CT_OPT_LAMB)
+        return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.offload_optimizer: the offloaded "
+                       "step goes up a chunk of the master at a time, and Lamb's trust ratio needs whole tensors; "
+                       "use Adam or AdamW (DeepSpeed's CPU offload steps Adam too), or no offload");
+    if (stage > 0 && cfg->optimizer.type == CT_OPT_LAMB)
         return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.stage %d over %d ranks: "
                        "Lamb's trust ratio needs whole tensors, and the ranks' parts cut them; use stage 0",
                        cfg->zero.stage, cfg->world_size);
     return CT_OK;
 }
 
+/* Offload where there is nothing to move (the CPU backend's memory is host memory, and its
+ * optimizer step runs on the CPU already), and parameter offload without optimizer offload, which
+ * is not done: warnings. */
+static void warn_offload(ct_trainer *t, bool device) {
+    const ct_config *cfg = t->cfg;
+    const ct_zero_cfg *z = &cfg->zero;
+    if (!device && z->offload_optimizer.device == CT_OFFLOAD_CPU)
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_optimizer.device cpu: the fp32 master, gradients and optimizer "
+                 "state go to host memory, and on the CPU backend that is host memory already: nothing moves, and "
+                 "training is the same with or without it%s (on a GPU, or the capped device of CTRAIN_CAPPED_DEVICE, "
+                 "they move)", cfg->world_size > 1 ? "" : "; one process has nothing to partition and trains as stage 0");
+    if (!device && z->offload_param.device == CT_OFFLOAD_CPU)
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: the parameters go to host memory, and on the "
+                 "CPU backend that is host memory already: nothing moves, and training is the same with or without it");
+    else if (device && z->offload_param.device == CT_OFFLOAD_CPU && !ct_run_plan_offload_params(cfg, device))
+        ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: accepted, not used yet without "
+                 "offload_optimizer: the parameters stay on the device (add \"offload_optimizer\": {\"device\": "
+                 "\"cpu\"}: the optimizer step then writes them in host memory, and they go up layer by layer)");
+}
+
 /* The communicator of this run: the launcher's ranks, or rank 0 of cfg->world_size (a library
  * caller, --world-size), which ct_comm_open refuses past one process. */
 static int open_comm(ct_trainer *t, ct_err *err) {
-    ct_launch given;
-    const ct_launch *l = t->opts.launch;
-    if (!l || l->world != t->cfg->world_size) {
-        ct_launch_given(&given, t->cfg->world_size);
-        l = &given;
-    }
-    /* GPU ranks: a checkpoint of partitioned state is gathered on the host (checkpoint.c), which the
-     * device communicator cannot do yet */
-    int stage = ct_run_plan_zero_stage(t->cfg);
-    if (stage > 0 && strcmp(t->be->name, "cpu") != 0)
-        return ct_errf(err, CT_ERR_CONFIG, "zero_optimization.stage %d over %d GPU ranks: not implemented yet (the "
-                       "partitioned state's checkpoints are gathered on the host, which NCCL does not do); use stage "
-                       "0 on GPUs, or train.device \"cpu\"", stage, l->world);
+    ct_launch launch;
+    const ct_launch *l = &launch;
+    if (t->opts.launch && t->opts.launch->world == t->cfg->world_size) launch = *t->opts.launch;
+    else ct_launch_given(&launch, t->cfg->world_size);
+    launch.stop_signal = t->opts.stop_signal;   /* a rank stuck in a wait still ends on a stop signal */
     return ct_comm_open(t->be, l, &t->comm, err);
+}
+
+/* The ranks' data as an item of the ranks' check: files, bytes and sampled content of its
+ * fingerprint, not the modification times (each host's copy of the same files is the same data). */
+static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, ct_err *err) {
+    char fp[CT_DATASET_FINGERPRINT], key[64], value[CT_DATASET_FINGERPRINT];
+    int rc = ct_dataset_fingerprint(ds, fp, err);
+    if (rc) return rc;
+    long long files = 0;
+    unsigned long long bytes = 0;
+    char content[17];
+    if (sscanf(fp, "v1 files=%lld bytes=%llu content=%16[0-9a-f]", &files, &bytes, content) == 3)
+        snprintf(value, sizeof value, "%lld file%s, %llu bytes, content %s", files, files == 1 ? "" : "s", bytes,
+                 content);
+    else
+        snprintf(value, sizeof value, "%s", fp);
+    snprintf(key, sizeof key, "data.%s (its files)", which);
+    ct_agree_add(l, key, value);
+    return CT_OK;
+}
+
+/* Ranks started with different configs or data would fail inside a collective (another ZeRO stage,
+ * another width) or silently average different runs (another lr, seed, data limit). Before the
+ * first collective that depends on them, every rank compares its resolved config and its data's
+ * fingerprints with rank 0's, and all stop with CT_ERR_CONFIG naming the ranks and the first key
+ * that differs (core/dist/agree.h). Left out: where a rank's outputs go (without train.run_dir the
+ * ranks above 0 make no run directory and take rank 0's save_dir: share_save_dir). */
+static int check_ranks_agree(ct_trainer *t, ct_err *err) {
+    if (t->comm->world <= 1) return CT_OK;
+    static const char *const per_rank[] = {"train.run_dir", "train.save_dir"};
+    ct_agree_list l = {0};
+    ct_agree_add_json(&l, t->cfg->resolved, per_rank, CT_ARRAY_LEN(per_rank));
+    int rc = add_data_item(&l, "train", t->d.train_ds, err);
+    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, err);
+    if (!rc) rc = ct_comm_agree(t->comm, &l, err);
+    ct_agree_free(&l);
+    return rc;
+}
+
+/* Every rank's checkpoints go where rank 0's do: its train.save_dir, sent to the others (which,
+ * without train.run_dir, made no run directory of their own). Collective. */
+static int share_save_dir(ct_trainer *t, ct_err *err) {
+    if (t->comm->world <= 1) return CT_OK;
+    char *dir = NULL;
+    const char *mine = t->ck.save_dir;
+    int rc = ct_agree_send_text(t->comm, 0, mine, strlen(mine) + 1, &dir, err);
+    if (!rc && t->comm->rank != 0) snprintf(t->ck.save_dir, sizeof t->ck.save_dir, "%s", dir);
+    free(dir);
+    return rc;
 }
 
 /* Called once the train loader knows the epoch (the loader rejects an epoch with no full step). */
@@ -175,6 +259,19 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
     if (p->act.offloaded > 0)
         snprintf(ckpt + strlen(ckpt), sizeof ckpt - strlen(ckpt), "; offloaded %d kept output%s to %s of pinned host "
                  "memory", p->act.offloaded, p->act.offloaded == 1 ? "" : "s", ct_fmt_bytes((double)p->act.host, hb, sizeof hb));
+    /* ZeRO-Offload: what sits in host memory beside the device */
+    if (p->offload) {
+        char h[CT_MEM_CAT_COUNT][32], ht[32];
+        for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->host[c], h[c], sizeof h[c]);
+        char params[64] = "";
+        if (p->host[CT_MEM_PARAMS]) snprintf(params, sizeof params, "params %s, ", h[CT_MEM_PARAMS]);
+        ct_report_line(r, "host memory beside it (%s offload): %smaster %s, grads %s, optimizer %s, staging and "
+                       "landing buffers %s%s%s · all %s%s", params[0] ? "optimizer and parameter" : "optimizer", params,
+                       h[CT_MEM_MASTER], h[CT_MEM_GRADS], h[CT_MEM_OPTIM],
+                       h[CT_MEM_WORKSPACE], p->host[CT_MEM_ACTIVATIONS] ? ", offloaded activations " : "",
+                       p->host[CT_MEM_ACTIVATIONS] ? h[CT_MEM_ACTIVATIONS] : "",
+                       ct_fmt_bytes((double)p->host_total, ht, sizeof ht), world > 1 ? " per rank" : "");
+    }
     ct_report_line(r, "activations by lifetime, at the peak: outputs %s, saved for backward %s, gradients %s, fan-out "
                    "%s, input copy %s, layer workspace %s%s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
                    ct_fmt_bytes((double)p->act.aux, a[1], 32), ct_fmt_bytes((double)p->act.grads, a[2], 32),
@@ -191,20 +288,39 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
     }
 }
 
-/* The first lines of a run: version and device, the model, the batch, the memory plan. */
-static void print_model(ct_trainer *t, const char *device, const char *device_desc) {
-    const ct_config *cfg = t->cfg;
-    const ct_graph_info *gi = t->m.info;
-    ct_report *r = &t->obs.rep;
-    char a[48], desc[512];
-    char zero[160] = "";
-    int stage = ct_run_plan_zero_stage(cfg);
-    if (stage > 0)
-        snprintf(zero, sizeof zero, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
+/* The ZeRO part of the first line: " · ZeRO stage 2 (...)", or the offload's. */
+static void describe_zero(const ct_config *cfg, bool on_device, char *out, size_t n) {
+    int stage = ct_run_plan_zero_stage(cfg, on_device);
+    out[0] = '\0';
+    char per_rank[48] = "", path[64] = "";
+    if (cfg->world_size > 1) snprintf(per_rank, sizeof per_rank, ", 1/%d per rank", cfg->world_size);
+    if (cfg->zero.stage != stage) snprintf(path, sizeof path, "; stage %d's gradient path", stage);
+    if (ct_run_plan_offload_params(cfg, on_device))
+        snprintf(out, n, " · ZeRO stage 3 with optimizer and parameter offload (fp32 master, gradients and optimizer "
+                 "state in %s host memory, the parameters in pinned host memory%s, uploaded layer by layer; the "
+                 "optimizer step on the CPU)", cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank);
+    else if (ct_run_plan_offload(cfg, on_device))
+        snprintf(out, n, " · ZeRO stage %d with optimizer offload (fp32 master, gradients and optimizer state in %s "
+                 "host memory%s; the optimizer step on the CPU%s%s)", cfg->zero.stage,
+                 cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank, path,
+                 stage == 3 ? "; parameters gathered layer by layer" : "");
+    else if (stage > 0)
+        snprintf(out, n, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
                  stage == 3   ? "fp32 master, optimizer state, gradients and parameters"
                  : stage == 2 ? "fp32 master, optimizer state and gradients"
                               : "fp32 master and optimizer state",
                  cfg->world_size, stage == 3 ? "; parameters gathered layer by layer" : "");
+}
+
+/* The first lines of a run: version and device, the model, the batch, the memory plan. on_device:
+ * the run trains on a device (a GPU, the capped device). */
+static void print_model(ct_trainer *t, const char *device, const char *device_desc, bool on_device) {
+    const ct_config *cfg = t->cfg;
+    const ct_graph_info *gi = t->m.info;
+    ct_report *r = &t->obs.rep;
+    char a[48], desc[512];
+    char zero[320];
+    describe_zero(cfg, on_device, zero, sizeof zero);
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
                    precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
     ct_graph_describe(t->m.g, desc, sizeof desc);
@@ -216,13 +332,13 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
     const ct_config *cfg = t->cfg;
     const ct_trainer_data *d = &t->d;
     ct_report *r = &t->obs.rep;
-    print_model(t, t->be->name, t->be->device_desc);
+    print_model(t, t->be->name, t->be->device_desc, offload_device(t));
     ct_report_line(r, "batch  %ld = micro %ld × accumulation %ld × world %d · %ld steps/epoch · %ld steps%s",
                    cfg->train_batch_size, cfg->micro_batch, cfg->grad_accum, cfg->world_size,
                    d->steps_per_epoch, d->total_steps, cfg->train.max_steps > 0 ? " (max_steps)" : "");
     if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(r, "       %s", t->opts.batch_note);
     ct_dtype dt = ct_graph_compute_dtype(t->m.g);
-    const char *note = strcmp(t->be->name, "cpu") == 0 ? ct_cpu_backend_precision_note(dt) : NULL;
+    const char *note = ct_backend_cpu_kernels(t->be) ? ct_cpu_backend_precision_note(dt) : NULL;
     if (note) ct_report_line(r, "note   %s", note);
     print_plan(r, plan, dt, cfg->world_size);
     char ev[160] = "no eval set";
@@ -246,7 +362,7 @@ static ct_optim_tensor *optim_tensors(const ct_param_layout *L, int *n) {
 /* Whether this run only evaluates (ctrain eval, the smoke's reload) with nothing partitioned: then it
  * needs no gradients, optimizer state, partition or buckets (ct_run_opts.forward_only). */
 static bool evaluates_only(const ct_trainer *t) {
-    return t->opts.forward_only && ct_run_plan_zero_stage(t->cfg) == 0;
+    return t->opts.forward_only && zero_stage(t) == 0;
 }
 
 /* The parameter store (initialised from the seed), the optimizer over its range, the loss
@@ -269,21 +385,40 @@ static int make_training_state(ct_trainer *t, int stage, ct_err *err) {
         if (z->overlap_comm && t->comm->world > 1) m->hooks = ct_grad_buckets_hooks(m->buckets);
     }
     ct_optim_tensor *tensors = optim_tensors(L, &n);
-    rc = ct_optim_create(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, t->be,
-                         tensors, n, m->params->lo, m->params->hi, &m->opt, err);
+    /* ZeRO-Offload: the state beside the master, in host memory, stepped by the CPU backend */
+    rc = ct_optim_create_in(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, ct_place_ops(&m->params->state_at),
+                            &m->params->state_at, tensors, n, m->params->lo, m->params->hi, &m->opt, err);
     free(tensors);
     return rc;
+}
+
+/* ZeRO-Offload's host side: a CPU backend with the run's threads, which initialises, accumulates
+ * into and steps the state the store and the optimizer keep in host memory. */
+static int start_host_backend(ct_trainer *t, ct_store_offload *off, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    t->host_be = ct_cpu_backend_create(cfg->train.threads);
+    if (!t->host_be)
+        return ct_errf(err, CT_ERR_RUNTIME, "zero_optimization.offload_optimizer: cannot start the CPU backend that "
+                       "steps the optimizer in host memory (%d threads): %s", ct_cpu_threads_for(cfg->train.threads),
+                       strerror(errno));
+    *off = (ct_store_offload){.host = t->host_be, .pinned = cfg->zero.offload_optimizer.pin_memory,
+                              .chunk = ct_run_plan_offload_chunk(cfg),
+                              .params = ct_run_plan_offload_params(cfg, offload_device(t))};
+    return CT_OK;
 }
 
 static int alloc_params(ct_trainer *t, ct_err *err) {
     ct_trainer_model *m = &t->m;
     const ct_param_layout *L = ct_graph_layout(m->g);
     int64_t lo = 0, hi = L->n_params;   /* ZeRO stage 1-3: this rank's part of master and state */
-    int stage = ct_run_plan_zero_stage(t->cfg);
+    int stage = zero_stage(t);
     if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
     bool forward_only = evaluates_only(t);
     unsigned parts = ct_run_plan_store_parts(stage) | (forward_only ? CT_STORE_NO_GRADS : 0);
-    int rc = ct_param_store_create(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, parts, &m->params, err);
+    ct_store_offload off;
+    int rc = offloads(t) ? start_host_backend(t, &off, err) : CT_OK;
+    if (!rc) rc = ct_param_store_create_in(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, parts,
+                                           offloads(t) ? &off : NULL, &m->params, err);
     if (!rc && !forward_only) rc = make_training_state(t, stage, err);
     if (rc) return rc;
     m->loss_acc = t->be->mem.alloc(t->be, 4 * sizeof(float), CT_MEM_WORKSPACE);
@@ -372,41 +507,51 @@ static int build_graph(ct_trainer *t, ct_err *err) {
 static int check_address_space(ct_trainer *t, ct_err *err) {
     size_t limit = ct_address_space_limit();
     if (limit == SIZE_MAX) return CT_OK;
-    bool cpu = strcmp(t->be->name, "cpu") == 0;
-    size_t used = ct_address_space_in_use(), plan = cpu ? t->plan.total : 0;
+    bool cpu = ct_backend_cpu_kernels(t->be);   /* the capped device's memory is host memory too */
+    size_t used = ct_address_space_in_use(), plan = (cpu ? t->plan.total : 0) + t->plan.host_total;
     size_t blas = cpu ? ct_cpu_backend_reserved_bytes(t->be->threads) : 0;
     size_t slack = (size_t)64 << 20;   /* the first step's page tables, stdio, CPU 16-bit scratch */
     size_t need = used + plan + blas + slack;
     if (need <= limit) return CT_OK;
-    char l[32], n[32], u[32], p[32], b[32];
+    char l[32], n[32], u[32], p[32], b[32], s[32];   /* every part of the sum is shown */
     return ct_errf(err, CT_ERR_RUNTIME,
                    "this run needs about %s of address space but the limit (ulimit -v) is %s:\n"
                    "  %s mapped at start (program, data, loaders, threads) + %s memory plan + %s for "
-                   "OpenBLAS's GEMM buffers (128 MiB per thread).\n"
+                   "OpenBLAS's GEMM buffers (128 MiB per thread) + %s headroom (the first step's page tables, "
+                   "stdio, 16-bit scratch).\n"
                    "  Raise the limit (ulimit -v unlimited), use fewer threads (train.threads) or a "
                    "smaller micro-batch.", ct_fmt_bytes((double)need, n, sizeof n),
                    ct_fmt_bytes((double)limit, l, sizeof l), ct_fmt_bytes((double)used, u, sizeof u),
-                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b));
+                   ct_fmt_bytes((double)plan, p, sizeof p), ct_fmt_bytes((double)blas, b, sizeof b),
+                   ct_fmt_bytes((double)slack, s, sizeof s));
 }
 
-/* train.memory_limit_gb in bytes, 0 when not set. */
-static size_t memory_limit(const ct_config *cfg) {
+/* The memory the plan must fit: train.memory_limit_gb, and the device's own memory (a GPU's, the
+ * capped device's cap), the smaller; 0 when neither is known. *what names it for a message. */
+static size_t memory_limit(const ct_trainer *t, char *what, size_t what_n) {
     const char *source;
-    return ct_fit_limit(cfg, 0, &source);
+    size_t cfg_limit = ct_fit_limit(t->cfg, 0, &source), dev = t->be ? t->be->memory_bytes : 0;
+    char b[32];
+    if (dev && (!cfg_limit || dev < cfg_limit)) {
+        if (what) snprintf(what, what_n, "the %s device's memory (%s%s)", t->be->name,
+                           ct_fmt_bytes((double)dev, b, sizeof b),
+                           strcmp(t->be->name, "capped") == 0 ? ", CTRAIN_CAPPED_DEVICE" : "");
+        return dev;
+    }
+    if (what) snprintf(what, what_n, "train.memory_limit_gb %g", t->cfg->train.memory_limit_gb);
+    return cfg_limit;
 }
 
-/* train.memory_limit_gb: a plan over it stops the run before anything is allocated, with the
- * breakdown and what would fit; under it, the CPU backend is capped there too, so what the plan
- * does not foresee fails as a device out of memory would. */
+/* train.memory_limit_gb and the device's memory: a plan over either stops the run before anything
+ * is allocated, with the breakdown and what would fit; under it, the CPU backend is capped at
+ * train.memory_limit_gb too, so what the plan does not foresee fails as a device out of memory
+ * would. */
 static int check_memory_limit(ct_trainer *t, ct_err *err) {
-    size_t limit = memory_limit(t->cfg);
+    char what[128];
+    size_t limit = memory_limit(t, what, sizeof what);
     if (!limit) return CT_OK;
-    if (t->plan.total > limit) {
-        char what[64];
-        snprintf(what, sizeof what, "train.memory_limit_gb %g", t->cfg->train.memory_limit_gb);
-        return ct_fit_over_limit(t->cfg, &t->plan, limit, what, err);
-    }
-    if (strcmp(t->be->name, "cpu") == 0) ct_cpu_backend_set_limit(t->be, limit);
+    if (t->plan.total > limit) return ct_fit_over_limit(t->cfg, &t->plan, limit, what, err);
+    if (ct_backend_cpu_kernels(t->be)) ct_cpu_backend_set_limit(t->be, memory_limit(t, NULL, 0));
     if (t->opts.oom_note && t->opts.oom_note_n)
         ct_fit_oom_note(t->cfg, &t->plan, limit, t->opts.oom_note, t->opts.oom_note_n);
     return CT_OK;
@@ -451,17 +596,17 @@ static const char *rank_device(const ct_trainer *t, char *buf, size_t n) {
  * limits, then the allocations: the arena, the parameter store and the optimizer. */
 static int setup(ct_trainer *t, ct_err *err) {
     const ct_config *cfg = t->cfg;
-    int rc = check_supported(cfg, err);
-    if (rc) return rc;
     open_job jobs[2];
     open_start(&jobs[0], cfg, "train");
     open_start(&jobs[1], cfg, "eval");
     ct_amp_init(&t->m.amp, cfg);
     char notice[CT_ERR_MSG + 64];   /* why "auto" trains on the CPU on a machine with a GPU */
     char device[32];
-    rc = ct_backend_create_noting(rank_device(t, device, sizeof device), cfg->train.threads, &t->be, notice,
-                                  sizeof notice, err);
+    int rc = ct_backend_create_noting(rank_device(t, device, sizeof device), cfg->train.threads, &t->be, notice,
+                                      sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
+    if (!rc) rc = check_supported(cfg, offload_device(t), err);
+    if (!rc) warn_offload(t, ct_backend_separate_memory(t->be));
     if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
     if (!rc) rc = build_graph(t, err);
@@ -469,7 +614,13 @@ static int setup(ct_trainer *t, ct_err *err) {
     if (rc || data_rc) return rc ? rc : data_rc;
     if ((rc = setup_data(t, err))) return rc;
     if ((rc = check_summary_not_input(t, err))) return rc;
-    ct_run_plan_make(cfg, t->m.g, strcmp(t->be->name, "cpu") != 0, &t->plan);
+    if (t->opts.forward_only) {   /* nothing to offload: the plan of the run without it */
+        ct_config c = *cfg;
+        c.zero.offload_optimizer.device = CT_OFFLOAD_NONE;
+        ct_run_plan_make(&c, t->m.g, ct_backend_separate_memory(t->be), &t->plan);
+    } else {
+        ct_run_plan_make(cfg, t->m.g, ct_backend_separate_memory(t->be), &t->plan);
+    }
     if (evaluates_only(t)) ct_run_plan_forward_only(&t->plan);
     if (!rc) rc = check_memory_limit(t, err);
     if (!rc) rc = check_address_space(t, err);
@@ -478,7 +629,7 @@ static int setup(ct_trainer *t, ct_err *err) {
         if (!rc) rc = alloc_params(t, err);
         /* the device out of memory (or the CPU past train.memory_limit_gb) in the plan's
          * allocations: the message says what was being allocated; the plan and what fits follow */
-        if (rc == CT_ERR_RUNTIME) rc = ct_fit_explain_oom(cfg, &t->plan, memory_limit(cfg), err);
+        if (rc == CT_ERR_RUNTIME) rc = ct_fit_explain_oom(cfg, &t->plan, memory_limit(t, NULL, 0), err);
     }
     if (!rc) rc = start_step_runner(t, err);
     if (!rc) rc = ct_curriculum_setup(t, err);
@@ -513,6 +664,7 @@ static ct_trainer *trainer_new(const ct_config *cfg, const ct_run_opts *opts, ct
     t->sum = summary;
     ct_summary_init(summary);
     snprintf(summary->run_dir, sizeof summary->run_dir, "%s", cfg->train.run_dir);
+    snprintf(t->ck.save_dir, sizeof t->ck.save_dir, "%s", cfg->train.save_dir);
     ct_train_summary_hparams(summary, cfg);
     /* one rank speaks for the run: the others print only errors */
     ct_report_init(&t->obs.rep, stderr, t->opts.quiet || ct_trainer_rank(t) != 0, cfg->steps_per_print);
@@ -529,6 +681,8 @@ static int trainer_open(const ct_config *cfg, const ct_run_opts *opts, ct_summar
     /* output paths, the run_dir lock and whose run it holds: checked before the slow set-up */
     int rc = with_ckpt && ct_trainer_rank(t) == 0 ? ct_trainer_rundir_open(t, err) : CT_OK;
     if (!rc) rc = setup(t, err);
+    if (!rc) rc = check_ranks_agree(t, err);
+    if (!rc) rc = share_save_dir(t, err);
     if (ct_trainer_rank(t) == 0) print_warnings(t);   /* once per run */
     ct_warnings_free(&t->obs.warn);
     if (!rc) {
@@ -573,6 +727,7 @@ void ct_trainer_close(ct_trainer *t) {
     ct_comm_destroy(t->comm);
     ct_dataset_close(t->d.train_ds);
     ct_dataset_close(t->d.eval_ds);
+    if (t->host_be) ct_backend_destroy(t->host_be);
     if (t->be) ct_backend_destroy(t->be);
     free(t);
 }
@@ -591,10 +746,13 @@ static void report_row(void *ctx, const char *text) { ct_report_line(ctx, "%s", 
 
 /* --dry-run's table of what fits: for --device-memory, else train.memory_limit_gb, else (on the
  * CPU) the host memory available now; a GPU's memory is not known before its backend starts. */
-static int print_fit_table(ct_trainer *t, bool gpu, ct_err *err) {
+static int print_fit_table(ct_trainer *t, const ct_plan_target *target, ct_err *err) {
     const ct_config *cfg = t->cfg;
     const char *source;
+    bool gpu = target->device;
     size_t limit = ct_fit_limit(cfg, t->opts.device_memory, &source);
+    if (source && !strcmp(source, "--device-memory") && t->opts.device_memory == target->capacity)
+        source = "the capped device, CTRAIN_CAPPED_DEVICE";
     char l[32], head[160];
     if (!limit && !gpu) {
         limit = ct_host_available_bytes();
@@ -614,21 +772,24 @@ static int print_fit_table(ct_trainer *t, bool gpu, ct_err *err) {
 static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
     ct_trainer *t = trainer_new(cfg, opts, summary);
     warn_not_yet(t);
+    ct_plan_target target;
+    int rc = ct_run_plan_target(cfg, ct_cuda_available(), &target, err);
+    if (!rc) warn_offload(t, target.device);
     print_warnings(t);
-    int rc = check_supported(cfg, err);
+    if (!rc) rc = check_supported(cfg, target.device, err);
     if (!rc) rc = build_graph(t, err);
     if (!rc) rc = ct_curriculum_check(cfg, t->m.g, err);
     if (!rc) {
-        bool gpu = strcmp(cfg->train.device, "cpu") != 0 &&
-                   (strncmp(cfg->train.device, "cuda", 4) == 0 || ct_cuda_available());
+        bool gpu = target.device;
+        if (!t->opts.device_memory) t->opts.device_memory = target.capacity;   /* the capped device's */
         ct_run_plan plan;
         ct_run_plan_make(cfg, t->m.g, gpu, &plan);
-        print_model(t, gpu ? "cuda" : "cpu", "planned, not started");
+        print_model(t, target.name, "planned, not started", gpu);
         ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
         if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
         print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
-        rc = print_fit_table(t, gpu, err);
+        rc = print_fit_table(t, &target, err);
         ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                        "allocated or trained");
     }

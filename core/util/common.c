@@ -91,6 +91,26 @@ void ct_die_oom_at(size_t n, const char *file, int line) {
     ct_fatal("out of host memory allocating %zu bytes (%s:%d)", n, file, line);
 }
 
+static void *try_failed(size_t n, const char *what, ct_err *err) {
+    ct_errf(err, CT_ERR_RUNTIME, "out of host memory: %zu bytes (%.1f GiB) for %s", n, (double)n / (1u << 30), what);
+    return NULL;
+}
+
+void *ct_try_malloc(size_t n, const char *what, ct_err *err) {
+    void *p = malloc(n ? n : 1);
+    return p ? p : try_failed(n, what, err);
+}
+
+void *ct_try_calloc(size_t n, size_t size, const char *what, ct_err *err) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    return p ? p : try_failed(size && n > SIZE_MAX / size ? SIZE_MAX : n * size, what, err);
+}
+
+void *ct_try_realloc(void *p, size_t n, const char *what, ct_err *err) {
+    void *q = realloc(p, n ? n : 1);
+    return q ? q : try_failed(n, what, err);
+}
+
 void *ct_xmalloc_at(size_t n, const char *file, int line) {
     void *p = malloc(n ? n : 1);
     if (!p) ct_die_oom_at(n, file, line);
@@ -123,6 +143,82 @@ const char *ct_cli_option_value(int argc, char **argv, int *i, const char *name)
     if (arg[n] == '=') return arg + n + 1;
     if (arg[n] != '\0') return NULL; /* a longer option that starts with name */
     return *i + 1 < argc ? argv[++*i] : "";
+}
+
+/* Bytes of the valid UTF-8 character at s[0..left) that is not a control (2 to 4), or 0. */
+static size_t utf8_printable_len(const unsigned char *s, size_t left) {
+    unsigned c = s[0];
+    size_t k = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!k || k > left) return 0;
+    uint32_t cp = c & (k == 2 ? 0x1f : k == 3 ? 0x0f : 0x07);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[k] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp <= 0x9f) return 0;
+    return k;
+}
+
+/* The text ct_printable writes for the character at p[i..len): into piece (up to 4 bytes, or an
+ * escape), its length returned, *k the input bytes it stands for. */
+static size_t printable_piece(const unsigned char *p, size_t i, size_t len, int flags, char piece[8], size_t *k) {
+    unsigned c = p[i];
+    *k = 1;
+    if ((c >= 0x20 && c < 0x7f) || ((flags & CT_PRINT_LINES) && (c == '\n' || c == '\t'))) {
+        piece[0] = (char)c;
+        return 1;
+    }
+    size_t u = c >= 0x80 ? utf8_printable_len(p + i, len - i) : 0;
+    if (u) {
+        memcpy(piece, p + i, u);
+        *k = u;
+        return u;
+    }
+    return (size_t)snprintf(piece, 8, "\\x%02x", c);
+}
+
+char *ct_printable(char *out, size_t n, const char *s, size_t len, int flags) {
+    if (!n) return out;
+    const unsigned char *p = (const unsigned char *)s;
+    char piece[8];
+    size_t k, total = 0;
+    for (size_t i = 0; i < len; i += k) total += printable_piece(p, i, len, flags, piece, &k);
+    bool cut = total > n - 1;
+    size_t room = cut ? (n > 4 ? n - 4 : 0) : n - 1, at = 0;   /* a cut keeps 3 bytes for "..." */
+    for (size_t i = 0; i < len; i += k) {
+        size_t w = printable_piece(p, i, len, flags, piece, &k);
+        if (at + w > room) break;
+        memcpy(out + at, piece, w);
+        at += w;
+    }
+    if (cut && n > 4) {
+        memcpy(out + at, "...", 3);
+        at += 3;
+    }
+    out[at] = '\0';
+    return out;
+}
+
+void ct_fputs_printable_line(const char *prefix, const char *s, FILE *f) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s), pre = strlen(prefix), k, at = pre;
+    /* an escape is at most 4 bytes per byte of s; on an allocation failure, the line unescaped but whole */
+    char *buf = malloc(pre + 4 * len + 2);
+    if (!buf) {
+        fprintf(f, "%s%s\n", prefix, s);
+        return;
+    }
+    memcpy(buf, prefix, pre);
+    char piece[8];
+    for (size_t i = 0; i < len; i += k) {
+        size_t w = printable_piece(p, i, len, CT_PRINT_LINES, piece, &k);
+        memcpy(buf + at, piece, w);
+        at += w;
+    }
+    buf[at++] = '\n';
+    fwrite(buf, 1, at, f);
+    free(buf);
 }
 
 double ct_now(void) {

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #ifndef CT_VERSION
 #define CT_VERSION "0.0.0"
@@ -71,6 +73,13 @@ void *ct_xmalloc_at(size_t n, const char *file, int line);
 void *ct_xcalloc_at(size_t n, size_t sz, const char *file, int line);
 void *ct_xrealloc_at(void *p, size_t n, const char *file, int line);
 char *ct_xstrdup_at(const char *s, const char *file, int line);
+/* Allocation whose size comes from input (a data file's header, a record's length, the number of
+ * samples): NULL and CT_ERR_RUNTIME "out of host memory: N bytes (X.X GiB) for WHAT" in err instead
+ * of ending the process, so the caller's message names the file and the run writes its summary. */
+void *ct_try_malloc(size_t n, const char *what, ct_err *err);
+void *ct_try_calloc(size_t n, size_t size, const char *what, ct_err *err);
+void *ct_try_realloc(void *p, size_t n, const char *what, ct_err *err);   /* p kept on failure */
+
 /* ct_fatal naming the size and the place: host memory ran out. */
 void ct_die_oom_at(size_t n, const char *file, int line) __attribute__((noreturn));
 #define ct_die_oom(n) ct_die_oom_at((n), __FILE__, __LINE__)
@@ -82,6 +91,23 @@ void ct_die_oom_at(size_t n, const char *file, int line) __attribute__((noreturn
 /* A command-line option with a value, "--name VALUE" or "--name=VALUE": returns the value ("" when
  * it is missing), or NULL when argv[*i] is not this option. Advances *i past a separate value. */
 const char *ct_cli_option_value(int argc, char **argv, int *i, const char *name);
+
+/* Text from outside ctrain (names read from data files, paths, messages quoting them) made safe to
+ * print on a terminal: every byte that is not printable ASCII or part of a valid UTF-8 character
+ * other than a control (ESC and the other C0 controls, DEL, the C1 controls U+0080..U+009F,
+ * invalid or overlong UTF-8) becomes "\xNN", so a name cannot move the cursor, recolour the
+ * terminal or forge a line of its own. s: len bytes (NUL bytes included). CT_PRINT_LINES keeps
+ * '\n' and '\t' (a multi-line message); without it they are escaped too (a name). out receives at
+ * most n bytes with the NUL, cut at a whole escape or character, "..." marking a cut; returns out. */
+enum { CT_PRINT_NAME = 0, CT_PRINT_LINES = 1 };
+char *ct_printable(char *out, size_t n, const char *s, size_t len, int flags);
+/* ct_printable of a NUL-terminated string, as a name (CT_PRINT_NAME). */
+#define ct_printable_name(out, n, s) ct_printable((out), (n), (s), strlen(s), CT_PRINT_NAME)
+/* prefix, then s as ct_printable(CT_PRINT_LINES) writes it however long, then '\n', in ONE write: how
+ * messages that may quote names from files (errors, warnings, report lines) reach the terminal. One
+ * write, because stderr is unbuffered and the ranks of a job share it: written piece by piece, two
+ * ranks' errors interleave character by character. */
+void ct_fputs_printable_line(const char *prefix, const char *s, FILE *f);
 
 /* Monotonic seconds. */
 double ct_now(void);

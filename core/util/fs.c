@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +23,49 @@ ssize_t ct_fs_read_at(int fd, void *buf, size_t n, int64_t off) {
         got += (size_t)r;
     }
     return (ssize_t)got;
+}
+
+int ct_fs_open_input(const char *path) { return open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); }
+
+static const char *file_kind(unsigned mode) {
+    return S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" : S_ISCHR(mode) ? "a character device"
+           : S_ISBLK(mode) ? "a block device" : S_ISDIR(mode) ? "a directory" : "a special file";
+}
+
+int ct_fs_not_regular(ct_err *err, int code, const char *path, unsigned mode, const char *what) {
+    return ct_errf(err, code, "%s: %s, not a regular file%s%s%s: ctrain reads data and weights from regular files "
+                   "only (%s)", path, file_kind(mode), what ? " (expected " : "", what ? what : "", what ? ")" : "",
+                   S_ISFIFO(mode) || S_ISSOCK(mode) ? "a pipe blocks until a writer comes and cannot be read twice"
+                   : S_ISDIR(mode) ? "name a file in it" : "a device has no size");
+}
+
+int ct_fs_open_regular(const char *path, int code, const char *what, int *fd, ct_err *err) {
+    *fd = ct_fs_open_input(path);
+    if (*fd < 0) return ct_errf(err, ct_err_io(errno, code), "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    int rc = CT_OK;
+    if (fstat(*fd, &st) != 0) rc = ct_errf(err, ct_err_io(errno, code), "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = ct_fs_not_regular(err, code, path, st.st_mode, what);
+    if (rc) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+int ct_fs_write_error(ct_err *err, const char *path, const char *op, int e) {
+    ct_errf(err, CT_ERR_RUNTIME, "%s: %s failed: %s", path, op, strerror(e));
+    struct rlimit rl;
+    if (e == ENOSPC)
+        ct_err_append(err, "  The file system holding it is full: free space there, or write elsewhere.");
+    else if (e == EDQUOT)
+        ct_err_append(err, "  Your disk quota there is used up: free space, or write elsewhere.");
+    else if (e == EFBIG && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        ct_err_append(err, "  The file-size limit of this process (ulimit -f) is %llu bytes: raise it (ulimit -f "
+                      "unlimited) and run again.", (unsigned long long)rl.rlim_cur);
+    else if (e == EFBIG)
+        ct_err_append(err, "  The file is larger than the file system or the process allows.");
+    return CT_ERR_RUNTIME;
 }
 
 int ct_fs_join(char *out, size_t n, const char *a, const char *b, ct_err *err) {
@@ -54,17 +98,19 @@ int ct_fs_fsync(int fd) {
     return fsync(fd) == 0 || errno == EINVAL || errno == EROFS ? 0 : -1;
 }
 
-int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err) {
+/* ct_fs_write_sync of `path`, its errors naming `shown` (the file an atomic write replaces, not its
+ * temporary name). */
+static int write_sync_as(const char *path, const char *shown, const void *data, size_t len, ct_err *err) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", path, strerror(errno));
+    if (fd < 0) return ct_errf(err, CT_ERR_RUNTIME, "%s: cannot create: %s", shown, strerror(errno));
     const char *p = data;
     while (len > 0) {
         ssize_t k = write(fd, p, len);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
-            int e = errno;
+            int e = k < 0 ? errno : ENOSPC;   /* no progress: nothing more fits */
             close(fd);
-            return ct_errf(err, CT_ERR_RUNTIME, "%s: write failed: %s", path, strerror(e));
+            return ct_fs_write_error(err, shown, "write", e);
         }
         p += k;
         len -= (size_t)k;
@@ -72,11 +118,14 @@ int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err
     if (ct_fs_fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(e));
+        return ct_fs_write_error(err, shown, "fsync", e);
     }
-    if (close(fd) != 0)
-        return ct_errf(err, CT_ERR_RUNTIME, "%s: close failed: %s", path, strerror(errno));
+    if (close(fd) != 0) return ct_fs_write_error(err, shown, "close", errno);
     return CT_OK;
+}
+
+int ct_fs_write_sync(const char *path, const void *data, size_t len, ct_err *err) {
+    return write_sync_as(path, path, data, len, err);
 }
 
 int ct_fs_sync_dir(const char *path, ct_err *err) {
@@ -218,7 +267,7 @@ int ct_fs_write_atomic(const char *path, const void *data, size_t len, ct_err *e
     ct_fs_out o;
     int rc = ct_fs_out_begin(path, &o, err);
     if (rc) return rc;
-    return ct_fs_out_commit(&o, ct_fs_write_sync(o.write_to, data, len, err), err);
+    return ct_fs_out_commit(&o, write_sync_as(o.write_to, path, data, len, err), err);
 }
 
 int ct_fs_replace_file(const char *dir, const char *name, const void *data, size_t len,

@@ -13,6 +13,21 @@
 /* Read n bytes at offset off of fd (pread, retried on EINTR and short reads): the bytes read, fewer
  * than n only at the end of the file, or -1 with errno set. */
 ssize_t ct_fs_read_at(int fd, void *buf, size_t n, int64_t off);
+/* open(2) of an input (a data file, weights) for reading, with O_NONBLOCK: a FIFO opens at once
+ * instead of blocking until a writer comes (reads of a regular file do not care); the caller then
+ * refuses what fstat says is not a regular file, with ct_fs_not_regular. fd, or -1 with errno. */
+int ct_fs_open_input(const char *path);
+/* ct_fs_open_input and the check: *fd of a regular file and CT_OK, or *fd = -1 and `code` for a
+ * file that is not regular (ct_err_io(errno, code) when it cannot be opened), err naming it. `what`
+ * (may be NULL): what the file should be, for the message ("an HDF5 file"). */
+int ct_fs_open_regular(const char *path, int code, const char *what, int *fd, ct_err *err);
+/* "PATH: not a regular file but a FIFO (...)" as `code`, for an input whose mode is not S_IFREG. */
+int ct_fs_not_regular(ct_err *err, int code, const char *path, unsigned mode, const char *what);
+/* Why a write failed with errno e, as an error naming path and the operation ("write", "fsync"):
+ * a full disk (ENOSPC), a quota (EDQUOT) or the file-size limit (EFBIG: ulimit -f, with its value)
+ * get a line saying so and what to do. CT_ERR_RUNTIME. */
+int ct_fs_write_error(ct_err *err, const char *path, const char *op, int e);
+
 /* a + "/" + b into out; CT_ERR_RUNTIME when it does not fit. */
 int ct_fs_join(char *out, size_t n, const char *a, const char *b, ct_err *err);
 /* mkdir -p (mode 0755). */

@@ -273,11 +273,59 @@ def gpt_small_case():
     write("gpt_small", {"model": model}, arrays)
 
 
+def llama_layer_cases():
+    """Llama's parts from their formulas (transformers' LlamaRMSNorm, LlamaMLP, LlamaAttention with
+    apply_rotary_pos_emb and repeat_kv): RMSNorm, SwiGLU over a fused [gate | up], and causal
+    attention over a fused [q | k | v] of H query and KV kv heads with rotary positions in the
+    half-split (rotate_half) layout; grouped-query (2 of 4, theta 10000) and multi-query with
+    linear scaling (1 of 3, theta 500, factor 2)."""
+    x, w = rand(3, 4, 6), rand(6)
+    run_layer("rmsnorm", {"type": "rmsnorm", "eps": 1e-5}, [x],
+              lambda xs, p, _: xs[0] * torch.rsqrt(xs[0].pow(2).mean(-1, keepdim=True) + 1e-5) * p[0], [w])
+    x = rand(2, 3, 10) * 2
+    run_layer("swiglu", {"type": "swiglu"}, [x], lambda xs, p, _: F.silu(xs[0][..., :5]) * xs[0][..., 5:], [])
+
+    def attention(B, T, H, KV, D, theta, factor, dynamic_max=0):
+        def rotate_half(t):
+            return torch.cat((-t[..., D // 2:], t[..., :D // 2]), -1)
+
+        def attend(xs, _p, _b):
+            q, k, v = xs[0].view(B, T, H + 2 * KV, D).split([H, KV, KV], dim=2)
+            q, k, v = (z.transpose(1, 2) for z in (q, k, v))          # [B, heads, T, D]
+            base, f = theta, factor
+            if dynamic_max and T > dynamic_max:   # transformers' dynamic NTK: a larger base, no divisor
+                base, f = theta * ((factor * T / dynamic_max) - (factor - 1)) ** (D / (D - 2)), 1.0
+            inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D)) / f
+            freqs = torch.arange(T, dtype=torch.float32)[:, None] * inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), -1)
+            cos, sin = emb.cos(), emb.sin()
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            s = q @ k.transpose(-1, -2) / math.sqrt(D)
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+            return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        return attend
+
+    B, T, H, KV, D = 2, 6, 4, 2, 4
+    run_layer("causal_self_attention_gqa_rope", {"type": "causal_self_attention", "heads": H, "kv_heads": KV,
+                                                 "rope_theta": 10000},
+              [rand(B, T, (H + 2 * KV) * D)], attention(B, T, H, KV, D, 10000.0, 1.0), [])
+    B, T, H, KV, D = 2, 7, 3, 1, 6
+    run_layer("causal_self_attention_mqa_linear", {"type": "causal_self_attention", "heads": H, "kv_heads": KV,
+                                                   "rope_theta": 500, "rope_scaling": {"type": "linear", "factor": 2}},
+              [rand(B, T, (H + 2 * KV) * D)], attention(B, T, H, KV, D, 500.0, 2.0), [])
+    B, T, H, KV, D = 1, 9, 2, 2, 8
+    run_layer("causal_self_attention_dynamic", {"type": "causal_self_attention", "heads": H, "rope_theta": 100,
+                                                "rope_scaling": {"type": "dynamic", "factor": 3,
+                                                                 "max_position_embeddings": 4}},
+              [rand(B, T, (H + 2 * KV) * D)], attention(B, T, H, KV, D, 100.0, 3.0, dynamic_max=4), [])
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     # new cases last: each case draws from the seeded generator, so earlier files stay as they were
     for make in (linear_cases, conv_cases, pool_cases, norm_cases, activation_cases, shape_cases, loss_cases,
                  tied_lm_case, position_embedding_case, causal_self_attention_case,
-                 gpt_small_case):
+                 gpt_small_case, llama_layer_cases):
         make()
     print("wrote", len(os.listdir(OUT)), "files to", OUT)

@@ -10,6 +10,7 @@ extern const ct_layer_type ct_layer_linear, ct_layer_conv2d, ct_layer_maxpool2d,
     ct_layer_sigmoid, ct_layer_flatten, ct_layer_reshape, ct_layer_add, ct_layer_concat,
     ct_layer_embedding;
 extern const ct_layer_type ct_layer_position_embedding, ct_layer_causal_self_attention;
+extern const ct_layer_type ct_layer_rmsnorm, ct_layer_swiglu;
 
 static const ct_layer_type *const types[] = {
     &ct_layer_linear,      &ct_layer_conv2d,     &ct_layer_maxpool2d, &ct_layer_avgpool2d,
@@ -18,12 +19,15 @@ static const ct_layer_type *const types[] = {
     &ct_layer_tanh,        &ct_layer_sigmoid,    &ct_layer_flatten,   &ct_layer_reshape,
     &ct_layer_add,         &ct_layer_concat,     &ct_layer_embedding,
     &ct_layer_position_embedding, &ct_layer_causal_self_attention,
+    &ct_layer_rmsnorm,     &ct_layer_swiglu,
 };
 
 int ct_transformer_block_expand(const ct_block_ctx *ctx, const cJSON *node, cJSON **layers, ct_err *err);
+int ct_llama_block_expand(const ct_block_ctx *ctx, const cJSON *node, cJSON **layers, ct_err *err);
 
 static const ct_block_type blocks[] = {
     {"transformer_block", ct_transformer_block_expand},
+    {"llama_block", ct_llama_block_expand},
 };
 
 /* Names in registry order, then the block types and "repeat" (expanded by the graph builder, not
@@ -33,7 +37,8 @@ static const char *const names[] = {
     "dropout", "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "flatten", "reshape",
     "add", "concat", "embedding",
     "position_embedding", "causal_self_attention",
-    "transformer_block", "repeat",
+    "rmsnorm", "swiglu",
+    "transformer_block", "llama_block", "repeat",
 };
 _Static_assert(sizeof names / sizeof names[0] == sizeof types / sizeof types[0] + sizeof blocks / sizeof blocks[0] + 1,
                "names[] lists every registered type, every block type and repeat");
