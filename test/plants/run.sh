@@ -17,7 +17,8 @@
 # suite (test/run_tests.sh) for each instead, as CI would. --list prints every patch's header.
 #
 # Cost on the shared 2-core machine (2026-11-28, ccache warm): the 37 patches with their named
-# tests, 8.5 min (510 s; 2-35 s a plant, 95-111 s for the two run by e2e_gemm_paths); --full,
+# tests, 6-9 min (354 s and 510 s in two campaigns: 2-56 s a plant, 60-111 s for the two run by
+# e2e_gemm_paths, the first plant's build of the worktree mostly ccache hits); --full,
 # 6.5 min a plant (392 s measured: the suite's 400 s), about 4 hours for all 37, so neither is
 # part of `make test`.
 #
