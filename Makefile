@@ -159,14 +159,16 @@ $(BUILD)/test/%: test/%.c $(BUILD)/libctrain.a
 # test-cuda call it (through check-deps) when one is missing. libhdf5-dev: the headers that type the libhdf5
 # functions core/data/hdf5_lib.c loads with dlopen (a build without them leaves HDF5 out), and the
 # runtime library it brings; python3-h5py writes the HDF5 test files; python3-venv makes the tests'
-# Python environment (deps-test, below: Debian's python3 lacks venv without it). libdnnl2 (oneDNN) is
+# Python environment (deps-test, below: Debian's python3 lacks venv without it); python3-torch (1.13,
+# with python3-yaml and python3-requests) runs the transformers of that environment, which
+# test/e2e_hf_llama.sh compares Llama models with, and test/ref/gen_layer_refs.py. libdnnl2 (oneDNN) is
 # optional at run time: the CPU backend loads it with dlopen when present and then gives it the
 # GEMM shapes where it is faster (core/cpu/cpu_onednn.c), and bf16 GEMMs where the CPU has
 # AVX512-BF16 or AMX; libdnnl-dev: the headers that type the matmul entry points
 # core/cpu/cpu_onednn_bf16.c loads (a build without them leaves native bf16 out).
 DEB_PKGS := build-essential pkg-config libcjson-dev libpng-dev libjpeg62-turbo-dev zlib1g-dev libopenblas-dev libhdf5-dev \
             libdnnl2 libdnnl-dev check libsubunit-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist python3 python3-numpy python3-pil \
-            python3-h5py python3-venv \
+            python3-h5py python3-venv python3-torch python3-yaml python3-requests \
             coreutils dash diffutils findutils grep libc-bin mawk mount sed util-linux bsdutils base-files
 
 # deps-test: the Python packages of the tests that Debian 12 lacks (tensorboard, pyarrow), pinned in

@@ -126,10 +126,10 @@ py numpy python3-numpy
 py PIL python3-pil
 py h5py python3-h5py
 py pyarrow @venv
-py torch @optional
+py torch python3-torch
 py tensorboard @venv
-py transformers @optional
-py tokenizers @optional
+py transformers @venv
+py tokenizers @venv
 py site python3
 py venv python3-venv
 py ensurepip python3-venv

@@ -14,7 +14,7 @@
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
-fmnist_or_skip
+need_fmnist
 scratch_dir
 CAP=48MiB
 

@@ -6,15 +6,15 @@
 #    decoded by the tokenizer, give back the texts with the separator between them;
 #  - a Llama trains on them for 3 steps (the vocabulary from the header);
 #  - a file that is not UTF-8 and a tokenizer without an end-of-text token are errors naming them.
-# Usage: sh test/e2e_hf_tokenize.sh BUILD_DIR. Exit 77 when CT_HF_PYTHON (default the tests' venv,
-# $CT_TEST_VENV or .venv)
-# cannot import tokenizers.
+# Usage: sh test/e2e_hf_tokenize.sh BUILD_DIR. Fails, naming it, when CT_HF_PYTHON (default the tests'
+# venv, $CT_TEST_VENV or .venv) cannot import tokenizers (make deps installs it).
 cd "$(dirname "$0")/.." || exit 2
 . test/lib_e2e.sh
 B=${1:-build}/ctrain
 HFPY=${CT_HF_PYTHON:-${CT_TEST_VENV:-.venv}/bin/python}
 [ -x "$B" ] || { echo "FAIL: $B missing (run make)"; exit 1; }
-{ [ -x "$HFPY" ] && "$HFPY" -c "import tokenizers" 2>/dev/null; } || { echo "tokenizers not importable by $HFPY"; exit 77; }
+{ [ -x "$HFPY" ] && "$HFPY" -c "import tokenizers" 2>/dev/null; } ||
+    missing_dep "python module tokenizers in $HFPY (datasets/requirements-test.txt)"
 scratch_dir
 for f in /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0; do cat "$f"; done >"$T/corpus.txt"
 head -c 20000 /usr/share/common-licenses/GPL-3 >"$T/a.txt"
