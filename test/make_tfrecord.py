@@ -13,6 +13,14 @@ encoded here by hand, as TensorFlow's TFRecordWriter and Example.SerializeToStri
     make_tfrecord.py OUT_DIR bad      like png, but file 0 record 2 has a float_list "label", file 1
                                       record 1 a 3x3 image and file 1 record 2 no "label" and a
                                       feature named "\x1b[31mred\n" (an escape sequence, a newline)
+    make_tfrecord.py OUT_DIR values   every value range of every feature type, packed in file 0 and
+                                      unpacked in file 1: int64_list "v" [6] (negatives as 10-byte
+                                      varints, -2^63, 2^63 - 1, 2^53), float_list "f" [6] (NaN, +-inf,
+                                      -0, a denormal, the largest float), int64 "y" (a class) and
+                                      "y2" (like y but -1 in file 0 record 1 and 2^31 in file 1
+                                      record 1), bytes "img" (a PNG, empty in file 1 record 2) and
+                                      "raw" (16 bytes, empty in file 0 record 3); OUT_DIR/values.txt
+                                      holds each record's v (decimal) then f (%.9g)
     make_tfrecord.py --idx IMAGES LABELS OUT_PATTERN FILES [png|raw] [--index] [--count N]
                                       IDX images (gz) and labels (the first N) as FILES TFRecord
                                       files OUT_PATTERN % k (k = 0..FILES-1), in IDX order; with
@@ -163,6 +171,37 @@ def small(out, mode):
             f.write("\n".join(decoded) + "\n")
 
 
+def values(out):
+    """The values mode (see the docstring)."""
+    rng = random.Random(29)
+    lines, vals, sid = [], [], 0
+    for k, n in enumerate([4, 4]):
+        records = []
+        for r in range(n):
+            sid += 1
+            ident = 300 + 37 * sid
+            label = rng.randrange(5)
+            v = [ident, -1, -(1 << 40) - sid, 1 << 53, -(1 << 63), (1 << 63) - 1]
+            f = [float(ident), float("nan"), float("inf"), float("-inf"), -0.0,
+                 [1e-40, 3.4028234663852886e38, -2.5e-3, 1.5][r]]
+            y2 = -1 if (k, r) == (0, 1) else (1 << 31) if (k, r) == (1, 1) else label
+            px = [ident % 256, ident // 256] + [rng.randrange(256) for _ in range(14)]
+            img = b"" if (k, r) == (1, 2) else png_gray(4, 4, px)
+            raw = b"" if (k, r) == (0, 3) else bytes(px)
+            packed = k == 0
+            records.append(example([("v", int64_list(v, packed)), ("f", float_list(f, packed)),
+                                    ("y", int64_list([label], packed)), ("y2", int64_list([y2], packed)),
+                                    ("img", bytes_list([img])), ("raw", bytes_list([raw]))]))
+            lines.append("%d %d %d %d" % (k, r, label, ident))
+            vals.append(" ".join(["%d" % x for x in v] + ["%.9g" % struct.unpack("<f", struct.pack("<f", x))[0]
+                                                          for x in f]))
+        write_file("%s/part-%d.tfrecord" % (out, k), records)
+    with open(out + "/manifest.txt", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(out + "/values.txt", "w") as fh:
+        fh.write("\n".join(vals) + "\n")
+
+
 def read_idx(path):
     with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
         data = f.read()
@@ -199,6 +238,8 @@ def main():
             else:
                 args.append(a)
         from_idx(args[0], args[1], args[2], int(args[3]), args[4] if len(args) > 4 else "raw", index, count)
+    elif sys.argv[2] == "values":
+        values(sys.argv[1])
     else:
         small(sys.argv[1], sys.argv[2])
 

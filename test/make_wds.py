@@ -4,6 +4,14 @@
     make_wds.py OUT_DIR png      3 shards (pax, GNU and ustar tar formats) of PNG + .cls samples
     make_wds.py OUT_DIR npy      2 shards of float32 .npy [2, 3] + .txt samples
     make_wds.py OUT_DIR npy-f64  like npy, one sample stored as float64 (refused)
+    make_wds.py OUT_DIR npy-forms  2 shards of float32 .npy [2, 3] in every header version (1, 2, 3):
+                                 shard 0 GNU tar, shard 1 POSIX ustar whose member names need the
+                                 prefix field (every name's last part is "s.npy" or "s.txt": the
+                                 directory tells the samples apart); OUT_DIR/values.txt holds each
+                                 sample's 6 values (%.9g, exact in float32)
+    make_wds.py OUT_DIR npy-u8   1 shard of uint8 .npy [1, 4, 4] ('|u1' and '<u1' descr) + .cls
+    make_wds.py OUT_DIR npy-refused  1 shard of float32 .npy [2, 3]: sample 2 big-endian ('>f4'),
+                                 sample 3 in Fortran order (both refused), the others plain
     make_wds.py OUT_DIR nolabel  like png, one sample without its .cls member (its key holds an
                                  escape sequence, ESC [2J)
     make_wds.py OUT_DIR jpg      like png, with 8x8 RGB JPEG (.jpg) images written by Pillow
@@ -44,12 +52,59 @@ def jpeg_rgb(rng, h, w):
     return data, Image.open(_io.BytesIO(data)).convert("RGB").tobytes()
 
 
-def npy(values, shape, descr):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, "".join("%d, " % d for d in shape))
-    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
-    fmt = {"<f4": "<%df", "<f8": "<%dd"}[descr] % len(values)
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack(fmt, *values)
+def npy(values, shape, descr, version=1, fortran=False):
+    """A .npy array as numpy writes it: magic, version, the header's length (2 bytes in version 1,
+    4 in versions 2 and 3), the header padded with spaces and a newline to a multiple of 64 bytes,
+    then the data."""
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (
+        descr, "True" if fortran else "False", "".join("%d, " % d for d in shape))
+    start = 10 if version == 1 else 12
+    header += " " * ((64 - (start + len(header) + 1) % 64) % 64) + "\n"
+    fmt = {"<f4": "<%df", ">f4": ">%df", "<f8": "<%dd", "|u1": "%dB", "<u1": "%dB"}[descr] % len(values)
+    length = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + header.encode() + struct.pack(fmt, *values)
+
+
+def f32(v):
+    """v rounded to float32, as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def npy_forms(out, mode):
+    """The npy-forms, npy-u8 and npy-refused modes (see the docstring)."""
+    rng = random.Random(23)
+    lines, values = [], []
+    if mode == "npy-forms":
+        shards = [(tarfile.GNU_FORMAT, [1, 2, 3, 1]), (tarfile.USTAR_FORMAT, [2, 3, 1, 2])]
+    else:
+        shards = [(tarfile.PAX_FORMAT, [1, 1, 1, 1, 1])]
+    sid = 0
+    for s, (fmt, versions) in enumerate(shards):
+        with tarfile.open("%s/shard-%06d.tar" % (out, s), "w", format=fmt) as tar:
+            for j, version in enumerate(versions):
+                sid += 1
+                label = rng.randrange(5)
+                key = "part.%d/sample%06d" % (s, sid)
+                if fmt == tarfile.USTAR_FORMAT:
+                    key = "deep/%d/" % sid + "d" * 100 + "/s"
+                if mode == "npy-u8":
+                    ident = 300 + 37 * sid
+                    px = [ident % 256, ident // 256] + [rng.randrange(256) for _ in range(14)]
+                    add(tar, key + ".npy", npy(px, (1, 4, 4), "|u1" if j % 2 == 0 else "<u1"))
+                    add(tar, key + ".cls", b"%d" % label)
+                else:
+                    ident = 300 + 37 * sid
+                    vals = [f32(float(ident))] + [f32(rng.uniform(-1000, 1000)) for _ in range(5)]
+                    descr = ">f4" if mode == "npy-refused" and sid == 2 else "<f4"
+                    add(tar, key + ".npy", npy(vals, (2, 3), descr, version, fortran=mode == "npy-refused" and sid == 3))
+                    add(tar, key + ".txt", b"%d\n" % label)
+                    values.append(" ".join("%.9g" % v for v in vals))
+                lines.append("%d %s %d %d" % (s, key, label, ident))
+    with open(out + "/manifest.txt", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    if values:
+        with open(out + "/values.txt", "w") as f:
+            f.write("\n".join(values) + "\n")
 
 
 def add(tar, name, data):
@@ -60,6 +115,9 @@ def add(tar, name, data):
 
 def main():
     out, mode = sys.argv[1], sys.argv[2]
+    if mode in ("npy-forms", "npy-u8", "npy-refused"):
+        npy_forms(out, mode)
+        return
     rng = random.Random(19)
     formats = [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]
     shards = 2 if mode.startswith("npy") else 3

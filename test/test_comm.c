@@ -4,7 +4,10 @@
  * an error for a root that does not exist. Also what needs no second process: the ranks' check
  * that they were started alike (agree.h: the items of a config, their digest, the first key that
  * differs, text through the host all-reduce) and the watchdogs' decision (watchdog.h: a wait past
- * the timeout, a stop signal a stuck rank cannot act on). test_comm_mpi runs the check on 3 ranks. */
+ * the timeout, a stop signal a stuck rank cannot act on). test_comm_mpi runs the check on 3 ranks.
+ * And the ZeRO partition's arithmetic (ct_comm_shard, and ct_comm_shard_range against the owned
+ * elements one by one), and the communicator of threads (test/thread_comm.h) that
+ * test_partition's ranks meet over, against sums over every rank's values on 1 to 4 ranks. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "core/dist/comm.h"
 #include "core/dist/watchdog.h"
 #include "core/util/rng.h"
+#include "test/thread_comm.h"
 
 static float *random_floats(ct_backend *be, int64_t n, uint64_t stream) {
     float *x = be->mem.alloc(be, (size_t)n * sizeof(float), CT_MEM_WORKSPACE);
@@ -100,6 +104,128 @@ START_TEST(partition) {
             }
             ck_assert_int_eq(at, n);
         }
+}
+END_TEST
+
+/* The part of a range a rank owns (ct_comm_shard_range, what every range collective and ZeRO-2/3's
+ * reductions use to find their share): element by element, exactly the elements of [a, b) in the
+ * rank's part, for every range of small spaces and world sizes up to 7 (parts that do not divide,
+ * empty last parts); an empty result is lo == hi (anywhere). */
+START_TEST(shard_range_is_the_owned_part) {
+    static const int64_t sizes[] = {1, 5, 13, 24};
+    for (int si = 0; si < (int)(sizeof sizes / sizeof sizes[0]); si++)
+        for (int world = 1; world <= 7; world++)
+            for (int rank = 0; rank < world; rank++) {
+                int64_t n = sizes[si], plo, phi;
+                ct_comm_shard(n, world, rank, &plo, &phi);
+                for (int64_t a = 0; a <= n; a++)
+                    for (int64_t b = a; b <= n; b++) {
+                        int64_t lo, hi, first = -1, count = 0;
+                        ct_comm_shard_range(n, world, rank, a, b, &lo, &hi);
+                        for (int64_t e = a; e < b; e++)
+                            if (e >= plo && e < phi) {
+                                if (first < 0) first = e;
+                                count++;
+                            }
+                        ck_assert_msg(hi - lo == count && (count == 0 || lo == first),
+                                      "n %lld world %d rank %d [%lld, %lld): [%lld, %lld), owns %lld from %lld",
+                                      (long long)n, world, rank, (long long)a, (long long)b, (long long)lo,
+                                      (long long)hi, (long long)count, (long long)first);
+                        ck_assert(lo <= hi && (lo == hi || (lo >= a && hi <= b)));
+                    }
+            }
+}
+END_TEST
+
+/* ---- the communicator of threads (test/thread_comm.h) that test_partition's ranks use ---- */
+
+enum { TN = 119 };   /* parts of 40, 40, 39 over 3 ranks */
+
+/* Rank r's values of buffer `stream`. */
+static void rank_values(float *x, int64_t n, int rank, uint64_t stream) {
+    ct_rng g;
+    ct_rng_init(&g, 100 + (uint64_t)rank, CT_RNG_AUGMENT, stream);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ct_rng_normal(&g);
+}
+
+typedef struct tc_case {
+    tcomm_world *w;
+} tc_case;
+
+/* Each rank checks its results against sums over every rank's values, which it computes itself. */
+static void tc_rank_main(int rank, void *ctx) {
+    tc_case *k = ctx;
+    int W = k->w->world;
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_comm *c = tcomm_open(k->w, rank, be);
+    ct_err err = {0};
+    float mine[TN], other[TN], sum[TN], buf[TN], got[TN];
+    rank_values(mine, TN, rank, 1);
+    for (int64_t i = 0; i < TN; i++) sum[i] = 0;
+    for (int q = 0; q < W; q++) {
+        rank_values(other, TN, q, 1);
+        for (int64_t i = 0; i < TN; i++) sum[i] += other[i];
+    }
+    /* all-reduce, blocking and not (the result only at wait: NaN bytes before) */
+    memcpy(buf, mine, sizeof buf);
+    ck_assert_int_eq(c->all_reduce(c, buf, TN, CT_F32, CT_REDUCE_SUM, &err), CT_OK);
+    for (int64_t i = 0; i < TN; i++) ck_assert_float_eq_tol(buf[i], sum[i], 1e-5);
+    ct_comm_req *q;
+    memcpy(buf, mine, sizeof buf);
+    ck_assert_int_eq(c->start_all_reduce(c, buf, TN, CT_F32, CT_REDUCE_SUM, &q, &err), CT_OK);
+    ck_assert(isnan(buf[0]) && isnan(buf[TN - 1]));
+    ck_assert_int_eq(c->wait(c, q, &err), CT_OK);
+    for (int64_t i = 0; i < TN; i++) ck_assert_float_eq_tol(buf[i], sum[i], 1e-5);
+    /* ranges that cross parts: the reduce-scatter's share, the gather's whole range */
+    int64_t ranges[][2] = {{0, TN}, {3, 50}, {39, 41}, {80, 119}, {10, 11}};
+    for (int r = 0; r < 5; r++) {
+        int64_t a = ranges[r][0], b = ranges[r][1], lo, hi, plo, phi;
+        ct_comm_shard_range(TN, W, rank, a, b, &lo, &hi);
+        ct_comm_shard(TN, W, rank, &plo, &phi);
+        memset(got, 0, sizeof got);
+        ck_assert_int_eq(c->start_reduce_scatter_range(c, got, mine + a, TN, a, b, CT_F32, &q, &err), CT_OK);
+        ck_assert_int_eq(c->wait(c, q, &err), CT_OK);
+        for (int64_t e = lo; e < hi; e++) ck_assert_float_eq_tol(got[e - lo], sum[e], 1e-5);
+        /* every rank's part holds its values of the whole space there */
+        float part[TN];
+        for (int64_t e = plo; e < phi; e++) {
+            rank_values(other, TN, rank, 2);
+            part[e - plo] = other[e];
+        }
+        ck_assert_int_eq(c->all_gather_range(c, got, part, TN, a, b, CT_F32, &err), CT_OK);
+        for (int64_t e = a; e < b; e++) {
+            int owner = 0;
+            for (int o = 0; o < W; o++) {
+                int64_t olo, ohi;
+                ct_comm_shard(TN, W, o, &olo, &ohi);
+                if (e >= olo && e < ohi) owner = o;
+            }
+            rank_values(other, TN, owner, 2);
+            ck_assert_float_eq(got[e - a], other[e]);
+        }
+    }
+    /* host values and the shard collectives */
+    double h[2] = {rank + 0.5, -rank};
+    ck_assert_int_eq(c->all_reduce_host(c, h, 2, CT_REDUCE_MAX, &err), CT_OK);
+    ck_assert(h[0] == W - 0.5 && h[1] == 0);
+    memcpy(buf, mine, sizeof buf);
+    ck_assert_int_eq(c->reduce_scatter_shards(c, buf, TN, CT_F32, CT_REDUCE_SUM, &err), CT_OK);
+    int64_t plo, phi;
+    ct_comm_shard(TN, W, rank, &plo, &phi);
+    for (int64_t e = plo; e < phi; e++) ck_assert_float_eq_tol(buf[e], sum[e], 1e-5);
+    ck_assert_int_eq(c->all_gather_shards(c, buf, TN, CT_F32, &err), CT_OK);
+    for (int64_t e = 0; e < TN; e++) ck_assert_float_eq_tol(buf[e], sum[e], 1e-5);
+    ck_assert_int_eq(c->barrier(c, &err), CT_OK);
+    tcomm_close(c);
+    ct_backend_destroy(be);
+}
+
+START_TEST(thread_comm_collectives) {
+    for (int world = 1; world <= 4; world++) {
+        tc_case k = {tcomm_world_create(world)};
+        tcomm_run(world, tc_rank_main, &k);
+        tcomm_world_free(k.w);
+    }
 }
 END_TEST
 
@@ -236,6 +362,8 @@ int main(void) {
     TCase *tc = tcase_create("single");
     tcase_add_test(tc, one_rank);
     tcase_add_test(tc, partition);
+    tcase_add_test(tc, shard_range_is_the_owned_part);
+    tcase_add_test(tc, thread_comm_collectives);
     tcase_add_test(tc, agree_items);
     tcase_add_test(tc, agree_digest_and_difference);
     tcase_add_test(tc, agree_text);

@@ -2016,6 +2016,225 @@ START_TEST(test_jpeg_inputs) {
 }
 END_TEST
 
+/* ---- every form of a container's header (a tcase of its own: test/plants runs it alone) ---- */
+
+/* .npy members in every header version (1: a 2-byte header length; 2 and 3: 4 bytes), in a GNU
+ * tar and in a POSIX ustar tar whose member names need the prefix field (each name field is just
+ * "s.npy" / "s.txt": without the prefix the samples would share one key); every one of each
+ * sample's values, not only the first. The suite's other .npy files are all version 1 in tars
+ * without a prefix. */
+START_TEST(test_webdataset_npy_forms) {
+    wds_row rows[16];
+    int n = make_wds("npy-forms", rows, 16);
+    ck_assert_int_eq(n, 8);
+    char json[1200], path[400];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-{000000..000001}.tar\", "
+             "\"image\": \"npy\", \"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, n);
+    snprintf(path, sizeof path, "%s/values.txt", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) {
+        float want[6], x[6];
+        for (int k = 0; k < 6; k++) ck_assert_int_eq(fscanf(f, "%f", &want[k]), 1);
+        int32_t y;
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "sample %d (%s): %s", i, rows[i].key, err.msg);
+        ck_assert_int_eq(y, rows[i].label);
+        for (int k = 0; k < 6; k++)
+            ck_assert_msg(x[k] == want[k], "sample %d (%s) value %d: %.9g, want %.9g", i, rows[i].key, k, (double)x[k],
+                          (double)want[k]);
+    }
+    fclose(f);
+    ct_dataset_close(ds);
+    /* a sample of the ustar shard named in full in an error: its label member made unreadable */
+    make_wds("npy-forms", rows, 16);
+    snprintf(path, sizeof path, "%s/shard-000001.tar", tmp);
+    size_t len;
+    uint8_t *b = read_all(path, &len);
+    ck_assert_int_eq(memcmp(b + 512 * 2 + 257, "ustar", 5), 0);   /* member 2: sample 5's .txt */
+    ck_assert_int_eq(b[512 * 2 + 345], 'd');                       /* its prefix: "deep/5/ddd..." */
+    b[512 * 3] = 'x';                                              /* its label "N\n" -> "x\n" */
+    write_bytes(path, b, len);
+    free(b);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[6];
+    int32_t y;
+    ck_assert_int_eq(ds->decode(ds, 4, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "shard-000001.tar: member deep/5/dddd") && strstr(err.msg, "ddd/s.txt (field \"label\")"),
+                  "%s", err.msg);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* uint8 .npy images ('|u1' and '<u1' descr), [1, 4, 4]: normalised like pixels, and stored as
+ * they are for data.transform.on_device. */
+START_TEST(test_webdataset_npy_u8) {
+    wds_row rows[8];
+    int n = make_wds("npy-u8", rows, 8);
+    ck_assert_int_eq(n, 5);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-000000.tar\", \"image\": \"npy\", "
+             "\"label\": \"cls\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->sample_shape.ndim, 3);
+    ck_assert_ptr_nonnull(ds->decode_u8);
+    for (int i = 0; i < n; i++) {
+        float x[16];
+        uint8_t px[16];
+        int32_t y;
+        ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(png_id(x), rows[i].id);
+        ck_assert_int_eq(y, rows[i].label);
+        ck_assert_msg(ds->decode_u8(ds, i, px, &y, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(px[0] + 256 * px[1], rows[i].id);
+        for (int k = 0; k < 16; k++) ck_assert_float_eq_tol(x[k], px[k] / 255.0f, 1e-6f);
+    }
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* A big-endian array and one in Fortran order: refused at decode, naming the member and why. */
+START_TEST(test_webdataset_npy_refused) {
+    wds_row rows[8];
+    make_wds("npy-refused", rows, 8);
+    char json[1200];
+    snprintf(json, sizeof json, "{\"format\": \"webdataset\", \"urls\": \"%s/shard-000000.tar\", \"image\": \"npy\", "
+             "\"label\": \"txt\"}", tmp);
+    ct_dataset *ds;
+    ct_err err = {0};
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    float x[6];
+    int32_t y;
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "member part.0/sample000002.npy (field \"image\")") && strstr(err.msg, "'>f4'"),
+                  "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "sample000003.npy") && strstr(err.msg, "Fortran order"), "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_OK);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* tf.Example features across every value range of their type, packed (file 0) and unpacked
+ * (file 1): int64 inputs that are negative (10-byte varints), -2^63, 2^63 - 1 and 2^53, read as
+ * the float of the signed value; float inputs NaN, +-inf, -0, a denormal and the largest float,
+ * bit for bit; an int64 label of -1 or 2^31 refused naming the record; an empty bytes value as an
+ * image or as raw bytes refused naming the record. The suite's other TFRecord values are small
+ * non-negative integers and ordinary floats. */
+START_TEST(test_tfrecord_value_ranges) {
+    tfr_row rows[16];
+    int n = make_tfr("values", rows, 16);
+    ck_assert_int_eq(n, 8);
+    char json[1200], path[400];
+    ct_dataset *ds;
+    ct_err err = {0};
+    float x[16];
+    int32_t y;
+    long long v[8][6];
+    float f[8][6];
+    snprintf(path, sizeof path, "%s/values.txt", tmp);
+    FILE *vf = fopen(path, "r");
+    ck_assert_ptr_nonnull(vf);
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < 6; k++) ck_assert_int_eq(fscanf(vf, "%lld", &v[i][k]), 1);
+        for (int k = 0; k < 6; k++) {
+            char word[64];
+            ck_assert_int_eq(fscanf(vf, "%63s", word), 1);
+            f[i][k] = strtof(word, NULL);
+        }
+    }
+    fclose(vf);
+    const char *inputs[] = {"v", "f"};
+    for (int in = 0; in < 2; in++) {
+        snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", \"input\": \"%s\", "
+                 "\"label\": \"y\"}", tmp, inputs[in]);
+        ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, n);
+        for (int i = 0; i < n; i++) {
+            ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+            ck_assert_int_eq(y, rows[i].label);
+            for (int k = 0; k < 6; k++) {
+                float want = in == 0 ? (float)v[i][k] : f[i][k];
+                ck_assert_msg(isnan(want) ? isnan(x[k]) : memcmp(&x[k], &want, 4) == 0,
+                              "record %d feature %s value %d: %.9g, want %.9g", i, inputs[in], k, (double)x[k],
+                              (double)want);
+            }
+        }
+        ct_dataset_close(ds);
+    }
+    /* class labels out of range: refused at decode, naming the record and the value */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", \"input\": \"v\", "
+             "\"label\": \"y2\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 0, x, &y, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, 1, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 1") && strstr(err.msg, "-1 is not a class index"), "%s",
+                  err.msg);
+    ck_assert_int_eq(ds->decode(ds, 5, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 1") && strstr(err.msg, "2147483648 is not a class index"),
+                  "%s", err.msg);
+    ct_dataset_close(ds);
+    /* empty bytes: as a PNG, and as raw bytes of a shape */
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", \"input\": \"img\", "
+             "\"label\": \"y\"}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 5, x, &y, &err), CT_OK);
+    ck_assert_int_eq(png_id(x), rows[5].id);
+    ck_assert_int_eq(ds->decode(ds, 6, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-1.tfrecord: record 2") && strstr(err.msg, "\"img\""), "%s", err.msg);
+    ct_dataset_close(ds);
+    snprintf(json, sizeof json, "{\"format\": \"tfrecord\", \"path\": \"%s/part-{0..1}.tfrecord\", \"input\": \"raw\", "
+             "\"label\": \"y\", \"shape\": [1, 4, 4]}", tmp);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->decode(ds, 2, x, &y, &err), CT_OK);
+    ck_assert_int_eq(png_id(x), rows[2].id);
+    ck_assert_int_eq(ds->decode(ds, 3, x, &y, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "part-0.tfrecord: record 3") && strstr(err.msg, "has 0 bytes, expected 16"), "%s",
+                  err.msg);
+    ct_dataset_close(ds);
+}
+END_TEST
+
+/* ctrain token files whose ids need every byte of their width: uint16 ids above 255, uint32 ids
+ * above 65535 and 2^24, up to 2^31 - 1, written and read back window by window. The suite's
+ * other ctrain token files hold ids below 256. */
+START_TEST(test_tokens_every_byte) {
+    char file[300], json[600];
+    snprintf(file, sizeof file, "%s/wide.bin", tmp);
+    static const uint32_t wide[] = {0, 255, 256, 65535, 65536, 70000, 16777215, 16777216, 305419896, 2147483647,
+                                    1, 4096, 2147483646};
+    static const uint32_t narrow[] = {0, 255, 256, 511, 4660, 32768, 65535, 65534, 1, 43981, 7, 65280, 300};
+    enum { N = 13, T = 4 };
+    for (int width = 2; width <= 4; width += 2) {
+        const uint32_t *tok = width == 4 ? wide : narrow;
+        uint32_t vocab = width == 4 ? 2147483648u : 65536u;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_tokens_write(file, tok, N, width, vocab, &err), CT_OK);
+        snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s\", \"seq_len\": %d}", file, T);
+        ct_dataset *ds;
+        ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ds->count, (N - 1) / T);
+        ck_assert_int_eq(ds->classes, (int64_t)vocab);
+        for (int64_t i = 0; i < ds->count; i++) {
+            int32_t x[T], y[T];
+            ck_assert_msg(ds->decode(ds, i, x, y, &err) == CT_OK, "%s", err.msg);
+            for (int t = 0; t < T; t++) {
+                ck_assert_msg(x[t] == (int32_t)tok[i * T + t], "width %d window %lld position %d: %d, want %u", width,
+                              (long long)i, t, x[t], tok[i * T + t]);
+                ck_assert_int_eq(y[t], (int32_t)tok[i * T + t + 1]);
+            }
+        }
+        ct_dataset_close(ds);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
@@ -2055,6 +2274,15 @@ int main(void) {
     tcase_add_test(tc, test_tfrecord_gzip_bomb);
     tcase_add_test(tc, test_jpeg_inputs);
     suite_add_tcase(s, tc);
+    TCase *forms = tcase_create("forms");
+    tcase_add_checked_fixture(forms, setup, teardown);
+    tcase_set_timeout(forms, 30);
+    tcase_add_test(forms, test_webdataset_npy_forms);
+    tcase_add_test(forms, test_webdataset_npy_u8);
+    tcase_add_test(forms, test_webdataset_npy_refused);
+    tcase_add_test(forms, test_tfrecord_value_ranges);
+    tcase_add_test(forms, test_tokens_every_byte);
+    suite_add_tcase(s, forms);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ckpt/mapped.h"
 #include "core/graph/graph.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/graph/hf_llama.h"
@@ -1120,6 +1121,50 @@ static void expect_free_bytes_unread(const char *what, const char *text, long n_
     runner_stop(&a), runner_stop(&p);
 }
 
+/* A mark on the model's last layer: its output holds the loss's gradient once the loss ran, so
+ * the segment stops before it (segments.c). Models whose last layer would be recomputed if it were
+ * in a segment (a tanh under mse: its backward reads its output; a dropout: its mask) and whose
+ * last output the plan would then call free between forward and recompute: exact, the last layer
+ * never recomputed, its bytes never given away while the loss gradient is in them; and a GPT whose
+ * ln_f and tied head are marked like its blocks. */
+START_TEST(checkpointing_leaves_the_last_layer_out) {
+    static const char tanh_last[] =
+        "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"relu\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"gelu\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 6" CK "}, {\"type\": \"tanh\"" CK "}], \"loss\": {\"type\": \"mse\"}}";
+    static const char dropout_last[] =
+        "{\"input\": [12], \"layers\": [{\"type\": \"linear\", \"out\": 16" CK "}, {\"type\": \"tanh\"" CK "},"
+        " {\"type\": \"linear\", \"out\": 6" CK "}, {\"type\": \"dropout\", \"p\": 0.3" CK "}],"
+        " \"loss\": {\"type\": \"mse\"}}";
+    const char *models[] = {tanh_last, dropout_last}, *names[] = {"tanh last, marked", "dropout last, marked"};
+    for (int i = 0; i < 2; i++) {
+        size_t plain, ckpt;
+        expect_checkpointing_exact(names[i], models[i], 0, &plain, &ckpt);
+        expect_free_bytes_unread(names[i], models[i], 0, false);
+        runner r;
+        runner_start(&r, models[i], 4, 7);
+        int last = ct_graph_info_get(r.b.g)->n_layers - 1;
+        pass_calls c = {0};
+        ct_exec_hooks hooks = {.ctx = &c, .prepare = count_calls};
+        ct_exec_bufs b = runner_bufs(&r);
+        ct_err err = {0};
+        ck_assert(ct_graph_forward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+        ck_assert(ct_graph_backward(r.b.g, &b, &r.io, &hooks, &err) == CT_OK);
+        ck_assert_msg(c.calls[CT_PASS_RECOMPUTE][last] == 0, "%s: the last layer recomputed", names[i]);
+        runner_stop(&r);
+    }
+    char *gpt = strdup(CK_GPT(1)), *gpt_marked = malloc(strlen(gpt) + 64), *at = strstr(gpt, "\"ln_f\"}");
+    ck_assert(at);
+    at += strlen("\"ln_f\"");
+    snprintf(gpt_marked, strlen(gpt) + 64, "%.*s" CK "%.*s" CK "}], %s", (int)(at - gpt), gpt,
+             (int)(strstr(at, "}], \"loss\"") - at), at, strstr(at, "\"loss\""));
+    /* wte wpe | ln1 qkv attn proj drop1 res1 ln2 fc1 gelu fc2 drop2 res2 | ln_f | head */
+    expect_recomputes("gpt, ln_f and the head marked", gpt_marked, "00" "111111111110" "1" "0");
+    expect_free_bytes_unread("gpt, ln_f and the head marked", gpt_marked, 0, false);
+    free(gpt), free(gpt_marked);
+}
+END_TEST
+
 START_TEST(freed_bytes_are_never_read) {
     const char *marked[] = {ck_mlp, ck_cnn, CK_GPT(2), ck_linear_add, ck_linear_dropout_add, ck_tanh_add, ck_conv_relu,
                             CK_LLAMA(2)};
@@ -2196,6 +2241,136 @@ START_TEST(hf_gpt2_map_from_structure) {
 }
 END_TEST
 
+/* Values at their places, not only shapes: a GPT-2 file whose every element says where it is
+ * (tensor, row, column) is loaded through the map, checked element by element in ctrain's views
+ * against GPT-2's layout as written here (independently of hf_gpt2.c's table: Conv1D weights are
+ * [in, out], so the view holds their transpose; the vocabulary's padded rows are zero), then
+ * exported back and compared with the file bit for bit. The square attn.c_proj.weight [C, C] is
+ * what a shape check cannot tell from its transpose. */
+typedef struct hf_tensor {
+    const char *hf;              /* after "h.<b>." in a block */
+    const char *ours;            /* ctrain's view: "<ours>.<b>.<suffix>" in a block, else as is */
+    const char *suffix;
+    int64_t rows, cols;          /* as GPT-2 stores it; cols 0: a vector */
+    bool conv1d;
+} hf_tensor;
+
+static float hf_code(int t, int64_t i, int64_t j) { return (float)(t * 4096 + i * 64 + j) / 64.0f; }
+
+START_TEST(hf_gpt2_values_at_their_positions) {
+    enum { C = 16, V = 27, VP = 32, T = 8, BLOCKS = 2 };
+    const hf_tensor block[] = {
+        {"ln_1.weight", "ln1", "weight", C, 0, false}, {"ln_1.bias", "ln1", "bias", C, 0, false},
+        {"attn.c_attn.weight", "qkv", "weight", C, 3 * C, true}, {"attn.c_attn.bias", "qkv", "bias", 3 * C, 0, false},
+        {"attn.c_proj.weight", "proj", "weight", C, C, true}, {"attn.c_proj.bias", "proj", "bias", C, 0, false},
+        {"ln_2.weight", "ln2", "weight", C, 0, false}, {"ln_2.bias", "ln2", "bias", C, 0, false},
+        {"mlp.c_fc.weight", "fc1", "weight", C, 4 * C, true}, {"mlp.c_fc.bias", "fc1", "bias", 4 * C, 0, false},
+        {"mlp.c_proj.weight", "fc2", "weight", 4 * C, C, true}, {"mlp.c_proj.bias", "fc2", "bias", C, 0, false}};
+    const hf_tensor outer[] = {{"wte.weight", "wte.weight", NULL, V, C, false},
+                               {"wpe.weight", "wpe.weight", NULL, T, C, false},
+                               {"ln_f.weight", "ln_f.weight", NULL, C, 0, false},
+                               {"ln_f.bias", "ln_f.bias", NULL, C, 0, false}};
+    enum { N = 4 + 12 * BLOCKS };
+    char hf_names[N][64], our_names[N][64];
+    const hf_tensor *kind[N];
+    for (int t = 0; t < N; t++) {
+        kind[t] = t < 4 ? &outer[t] : &block[(t - 4) % 12];
+        int b = (t - 4) / 12;
+        if (t < 4) {
+            snprintf(hf_names[t], 64, "%s", kind[t]->hf);
+            snprintf(our_names[t], 64, "%s", kind[t]->ours);
+        } else {
+            snprintf(hf_names[t], 64, "h.%d.%s", b, kind[t]->hf);
+            snprintf(our_names[t], 64, "%s.%d.%s", kind[t]->ours, b, kind[t]->suffix);
+        }
+    }
+    /* the file: every element its code */
+    ct_st_entry e[N];
+    float *vals[N];
+    for (int t = 0; t < N; t++) {
+        int64_t r = kind[t]->rows, c = kind[t]->cols ? kind[t]->cols : 1;
+        vals[t] = malloc(sizeof(float) * (size_t)(r * c));
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++) vals[t][i * c + j] = hf_code(t, i, j);
+        e[t] = (ct_st_entry){.name = hf_names[t], .dtype = CT_F32, .data = vals[t],
+                             .shape = kind[t]->cols ? (ct_shape){2, {r, c}} : (ct_shape){1, {r}}};
+    }
+    char dir[] = "/tmp/ct_test_hf_XXXXXX", file[64], ours_file[64], out_file[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/gpt2.safetensors", dir);
+    snprintf(ours_file, sizeof ours_file, "%s/ours.safetensors", dir);
+    snprintf(out_file, sizeof out_file, "%s/export.safetensors", dir);
+    ct_err err = {0};
+    ck_assert_msg(ct_st_write(file, e, N, NULL, NULL, 0, &err) == CT_OK, "%s", err.msg);
+
+    built g;
+    expect_ok(GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2}" GPT_PADDED_TAIL, &g);
+    const ct_param_layout *L = ct_graph_layout(g.g);
+    ct_tensor_map map;
+    ck_assert_int_eq(ct_hf_gpt2_map(g.g, &map, &err), CT_OK);
+    float *params = calloc((size_t)L->n_params + 1, sizeof(float));
+    float *buffers = calloc((size_t)L->n_buffers + 1, sizeof(float));
+    for (int64_t i = 0; i < L->n_params; i++) params[i] = NAN;   /* whatever is not loaded shows */
+    ct_ckpt_tensors ck;
+    ct_ckpt_tensors_for(L, NULL, 0, L->n_params, params, buffers, &ck);
+    int loaded = 0;
+    ck_assert_msg(ct_ckpt_init_from_map(file, &ck, &map, &loaded, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(loaded, N);
+    for (int t = 0; t < N; t++) {
+        int v = ct_param_layout_find(L, our_names[t]);
+        ck_assert_msg(v >= 0, "no view %s", our_names[t]);
+        const ct_param_view *pv = &L->views[v];
+        const float *got = params + pv->offset;
+        int64_t r = kind[t]->rows, c = kind[t]->cols ? kind[t]->cols : 1;
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++) {
+                /* ctrain's linear weight is [out, in]: GPT-2's Conv1D [in, out] transposed */
+                float want = hf_code(t, i, j), at = kind[t]->conv1d ? got[j * r + i] : got[i * c + j];
+                ck_assert_msg(at == want, "%s [%lld, %lld] -> %s: %g, want %g", hf_names[t], (long long)i, (long long)j,
+                              our_names[t], (double)at, (double)want);
+            }
+        if (t == 0)   /* wte's padded rows (27..31) */
+            for (int64_t k = V * C; k < VP * C; k++) ck_assert_msg(got[k] == 0.0f, "wte padding [%lld]", (long long)k);
+    }
+    /* export: ctrain's names in, GPT-2's layout out, bit for bit the file's */
+    ct_st_entry ours[64];
+    int n_ours = 0;
+    for (int v = 0; v < L->n_views; v++)
+        if (L->views[v].trainable)   /* (the tied head reads wte's view: no view of its own) */
+            ours[n_ours++] = (ct_st_entry){.name = L->views[v].name, .dtype = CT_F32, .shape = L->views[v].shape,
+                                           .data = params + L->views[v].offset};
+    ck_assert_msg(ct_st_write(ours_file, ours, n_ours, NULL, NULL, 0, &err) == CT_OK, "%s", err.msg);
+    ct_ckpt_source src;
+    ck_assert_msg(ct_ckpt_source_open_file(ours_file, &src, &err) == CT_OK, "%s", err.msg);
+    ct_mapped_export x;
+    ck_assert_msg(ct_ckpt_map_export(&src, L->views, &map, CT_F32, &x, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(x.n, N);
+    for (int t = 0; t < N; t++) {
+        int k = -1;
+        char want_name[80];
+        snprintf(want_name, sizeof want_name, "transformer.%s", hf_names[t]);
+        for (int i = 0; i < x.n; i++)
+            if (strcmp(x.entries[i].name, want_name) == 0) k = i;
+        ck_assert_msg(k >= 0, "export lacks %s", want_name);
+        ck_assert_msg(ct_shape_eq(&x.entries[k].shape, &e[t].shape), "%s: exported shape differs", want_name);
+        int64_t numel = ct_shape_numel(&e[t].shape);
+        const float *xd = x.entries[k].data ? x.entries[k].data : x.entries[k].from_f32;
+        for (int64_t i = 0; i < numel; i++)
+            ck_assert_msg(xd[i] == vals[t][i], "%s [%lld]: exported %g, file %g", want_name, (long long)i,
+                          (double)xd[i], (double)vals[t][i]);
+    }
+    ct_mapped_export_free(&x);
+    ct_ckpt_source_close(&src);
+    ct_tensor_map_free(&map);
+    unbuild(&g);
+    for (int t = 0; t < N; t++) free(vals[t]);
+    free(params), free(buffers);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(transformer_block_expands) {
     const char *shorthand = GPT_HEAD "{\"type\": \"transformer_block\", \"heads\": 2, \"attn_dropout\": 0.1}" GPT_TAIL;
     const char *written =
@@ -2591,6 +2766,7 @@ int main(void) {
     tcase_add_test(tc, checkpointing_shrinks_the_plan);
     tcase_add_test(tc, every_type_says_what_backward_reads);
     tcase_add_test(tc, checkpointing_recomputes_what_backward_reads);
+    tcase_add_test(tc, checkpointing_leaves_the_last_layer_out);
     tcase_add_test(tc, freed_bytes_are_never_read);
     tcase_add_test(tc, checkpointing_grows_by_kept_outputs);
     tcase_add_test(tc, lifetime_pack_never_overlaps);
@@ -2619,6 +2795,7 @@ int main(void) {
     tcase_add_test(tc, llama_block_expands);
     tcase_add_test(tc, hf_llama_map_from_structure);
     tcase_add_test(tc, hf_gpt2_map_from_structure);
+    tcase_add_test(tc, hf_gpt2_values_at_their_positions);
     tcase_add_test(tc, bad_layer_types_and_fields);
     tcase_add_test(tc, bad_shapes_and_dims);
     tcase_add_test(tc, bad_graph_references);

@@ -1,8 +1,9 @@
 /* test_partition.c: the gradient buckets of ZeRO stages 0-1 (core/train/grad_buckets.h) and the
- * overlap and prefetch of stages 2-3 (core/train/partition.h), driven hook by hook over a
- * recording communicator: the single-process one whose non-blocking forms do their work at start
- * but hand out real requests, so the test sees what is in flight, in which order it started, and
- * when each request is waited for.
+ * overlap and prefetch of stages 2-3 (core/train/partition.h), driven hook by hook over the
+ * communicator of test/thread_comm.h: on one rank, a recording communicator whose non-blocking
+ * forms hand out real requests (the result only at wait), so the test sees what is in flight, in
+ * which order it started, and when each request is waited for; on several, ranks on threads that
+ * meet in every collective, so what ZeRO does across ranks is tested without mpirun.
  *
  * Checked: every bucket's last writer is the lowest layer with a trainable element in it (from
  * the layout, element by element); in an armed backward a bucket starts exactly after its last
@@ -11,8 +12,13 @@
  * every gather it later uses, never holding more gathered elements in flight than
  * stage3_max_live_parameters, each layer pointed at its own parameters; no prefetch with a bucket
  * of 0 or a live limit of one layer; with stage3_max_reuse_distance, the last layer's backward
- * keeps its forward's parameters (one gather fewer); the part's gradients after overlap equal those without it,
- * bit for bit (random gradients from every layer's backward over 3 micro-batches). */
+ * keeps its forward's parameters (one gather fewer); the part's gradients after overlap equal those
+ * without it, bit for bit (random gradients from every layer's backward over 3 micro-batches).
+ * On 2, 3 and 4 ranks (ZeRO parts that do not divide the space, a tied head, ranks short of
+ * micro-batches that walk with hooks only): every rank's part of the gradients is the sum over
+ * ranks of every rank's gradients, bit for bit, at stages 2 and 3 with and without overlap,
+ * prefetch, reuse and persistent small views, every layer reading its whole parameters at stage 3;
+ * stages 0-1's buckets leave the whole sum on every rank. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,95 +30,18 @@
 #include "core/util/json.h"
 #include "core/util/rng.h"
 #include "test/model_text.h"
+#include "test/thread_comm.h"
 
-/* ---- the recording communicator ---- */
+/* ---- the recording communicator: one rank of test/thread_comm.h ---- */
 
-typedef enum { OP_REDUCE, OP_SCATTER, OP_GATHER } op_kind;
+static ct_comm *rec_open(ct_backend *be) { return tcomm_open(tcomm_world_create(1), 0, be); }
 
-struct ct_comm_req {
-    op_kind kind;
-    int64_t elems;
-    const void *buf;             /* the all-reduce's buffer, the gather's destination */
-};
-
-typedef struct recorder {
-    ct_comm *inner;              /* the single-process communicator that does the work */
-    const void *log[256];        /* the all-reduces' buffers, in start order */
-    int n_log;
-    int64_t gather_in_flight, gather_in_flight_max;
-    int in_flight;
-    long gathers;                /* gathers started */
-} recorder;
-
-static recorder *rec_of(ct_comm *c) { return c->impl; }
-
-static ct_comm_req *req_new(recorder *r, op_kind kind, int64_t elems, const void *buf) {
-    ct_comm_req *q = malloc(sizeof *q);
-    *q = (ct_comm_req){kind, elems, buf};
-    r->in_flight++;
-    if (kind == OP_GATHER) {
-        r->gathers++;
-        r->gather_in_flight += elems;
-        if (r->gather_in_flight > r->gather_in_flight_max) r->gather_in_flight_max = r->gather_in_flight;
-    }
-    return q;
-}
-
-static int rec_all_reduce(ct_comm *c, void *buf, int64_t n, ct_dtype dt, ct_reduce_op op, ct_comm_req **req,
-                          ct_err *err) {
-    recorder *r = rec_of(c);
-    if (r->n_log < 256) r->log[r->n_log++] = buf;
-    *req = req_new(r, OP_REDUCE, n, buf);
-    return CT_OK;   /* a sum over one rank */
-}
-
-static int rec_reduce_scatter(ct_comm *c, void *dst, const void *src, int64_t n, int64_t a, int64_t b, ct_dtype dt,
-                              ct_comm_req **req, ct_err *err) {
-    *req = req_new(rec_of(c), OP_SCATTER, b - a, dst);
-    return rec_of(c)->inner->reduce_scatter_range(rec_of(c)->inner, dst, src, n, a, b, dt, err);
-}
-
-static int rec_gather(ct_comm *c, void *dst, const void *part, int64_t n, int64_t a, int64_t b, ct_dtype dt,
-                      ct_comm_req **req, ct_err *err) {
-    *req = req_new(rec_of(c), OP_GATHER, b - a, dst);
-    return rec_of(c)->inner->all_gather_range(rec_of(c)->inner, dst, part, n, a, b, dt, err);
-}
-
-static int rec_test(ct_comm *c, ct_comm_req *q, bool *done, ct_err *err) {
-    ck_assert_ptr_nonnull(q);
-    *done = true;
-    return CT_OK;
-}
-
-static int rec_wait(ct_comm *c, ct_comm_req *q, ct_err *err) {
-    recorder *r = rec_of(c);
-    if (!q) return CT_OK;
-    r->in_flight--;
-    if (q->kind == OP_GATHER) r->gather_in_flight -= q->elems;
-    free(q);
-    return CT_OK;
-}
-
-static ct_comm *rec_open(ct_backend *be) {
-    recorder *r = calloc(1, sizeof *r);
-    r->inner = ct_comm_single(be);
-    ct_comm *c = malloc(sizeof *c);
-    *c = *r->inner;
-    c->impl = r;
-    c->start_all_reduce = rec_all_reduce;
-    c->start_reduce_scatter_range = rec_reduce_scatter;
-    c->start_all_gather_range = rec_gather;
-    c->test = rec_test;
-    c->wait = rec_wait;
-    return c;
-}
+static tc_rank *rec_of(ct_comm *c) { return tc_of(c); }
 
 static void rec_close(ct_comm *c) {
-    recorder *r = rec_of(c);
-    ck_assert_int_eq(r->in_flight, 0);   /* everything started was waited for */
-    ct_comm_destroy(r->inner);
-    free(r);
-    free(c);
+    tcomm_world *w = tc_of(c)->w;
+    tcomm_close(c);   /* everything started was waited for */
+    tcomm_world_free(w);
 }
 
 /* ---- a model ---- */
@@ -182,7 +111,7 @@ START_TEST(buckets_start_after_their_last_writer) {
     ck_assert_int_eq(covered, L->n_params);
     ct_exec_hooks h = ct_grad_buckets_hooks(g);
     ct_err err = {0};
-    recorder *r = rec_of(c);
+    tc_rank *r = rec_of(c);
     for (int armed = 1; armed >= 0; armed--) {
         r->n_log = 0;
         ct_grad_buckets_arm(g, armed);
@@ -353,11 +282,230 @@ START_TEST(overlap_and_prefetch) {
 }
 END_TEST
 
+/* ---- several ranks (threads meeting over test/thread_comm.h) ---- */
+
+/* Rank q's gradient of element e of view v (layer j's spec s) in micro-batch mb: a pure function,
+ * so the test can sum every rank's itself. */
+static float rank_grad(int q, int mb, int j, int v, int64_t e) {
+    uint32_t h = (uint32_t)(q * 7919 + mb * 104729 + j * 1299709 + v * 15485863) ^ (uint32_t)e * 2654435761u;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    return (float)(int)(h % 2001u - 1000u) / 256.0f;
+}
+
+/* Layer j's trainable views (spec order), as the walks write them. */
+static int spec_views(const ct_param_layout *L, int j, int out[CT_LAYER_MAX_PARAMS]) {
+    int k = 0;
+    for (int s = 0; s < ct_param_layout_layer_specs(L, j); s++) {
+        int v = ct_param_layout_layer_view(L, j, s);
+        out[s] = v >= 0 && L->views[v].trainable ? v : -1;
+        k = s + 1;
+    }
+    return k;
+}
+
+typedef struct ranks_run {
+    const model *m;
+    tcomm_world *w;
+    unsigned parts;              /* 0: stages 0-1 (whole gradients, buckets of `bucket`) */
+    ct_partition_opts o;
+    int64_t bucket;
+    int micro[TCOMM_MAX_RANKS];  /* micro-batches each rank runs (the others walk hooks only) */
+    const float *whole;          /* [n_params] the parameters every layer must see */
+    float *grads[TCOMM_MAX_RANKS];   /* each rank's part of the summed gradients after the step */
+    long gathers[TCOMM_MAX_RANKS];
+} ranks_run;
+
+/* One rank's step: micro[0] walks of forward and backward through its hooks (ZeRO-2/3), each
+ * layer checking that it reads the whole parameters and adding its gradients; a walk past the
+ * rank's own micro-batches joins with hooks only. Stages 0-1: its micro-batches' gradients added
+ * into whole gradients, the buckets armed on its last and finished. */
+static void rank_step(int rank, void *ctx) {
+    ranks_run *k = ctx;
+    const ct_param_layout *L = k->m->L;
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_comm *c = tcomm_open(k->w, rank, be);
+    int64_t lo = 0, hi = L->n_params;
+    if (k->parts) ct_comm_shard(L->n_params, c->world, rank, &lo, &hi);
+    ct_param_store *p = NULL;
+    ct_partition *z = NULL;
+    ct_grad_buckets *gb = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_param_store_create(L, be, CT_F32, lo, hi, k->parts, &p, &err), CT_OK);
+    ct_param_store_init(p, 11);
+    ct_exec_hooks h = {0};
+    if (k->parts) {
+        ck_assert_msg(ct_partition_create(p, c, &k->o, &z, &err) == CT_OK, "%s", err.msg);
+        ck_assert_int_eq(ct_partition_refresh(z, &err), CT_OK);
+        h = ct_partition_hooks(z);
+    } else {
+        gb = ct_grad_buckets_create(L, p->grads, k->bucket, c, k->o.overlap);
+        h = ct_grad_buckets_hooks(gb);
+    }
+    int walks = k->parts ? k->micro[0] : k->micro[rank];
+    for (int mb = 0; mb < walks; mb++) {
+        bool own = mb < k->micro[rank];
+        if (gb) ct_grad_buckets_arm(gb, mb == walks - 1);
+        for (int dir = 0; dir < 2; dir++)
+            for (int i = 0; i < L->n_layers; i++) {
+                int j = dir == 0 ? i : L->n_layers - 1 - i;
+                ct_pass pass = dir == 0 ? CT_PASS_FORWARD : CT_PASS_BACKWARD;
+                ct_layer_io io;
+                memset(&io, 0, sizeof io);
+                if (h.prepare) ck_assert_int_eq(h.prepare(h.ctx, j, pass, &io, &err), CT_OK);
+                int views[CT_LAYER_MAX_PARAMS], ns = spec_views(L, j, views);
+                for (int s = 0; s < ns; s++) {
+                    if (views[s] < 0) continue;
+                    const ct_param_view *pv = &L->views[views[s]];
+                    if (k->parts & CT_STORE_PART_PARAMS)
+                        ck_assert_msg(memcmp(io.p[s], k->whole + pv->offset, (size_t)pv->numel * sizeof(float)) == 0,
+                                      "rank %d, layer %d pass %d: %s is not the whole parameter", rank, j, pass,
+                                      pv->name);
+                    if (pass != CT_PASS_BACKWARD || !own) continue;
+                    float *dp = k->parts ? io.dp[s] : p->grads + pv->offset;
+                    for (int64_t e = 0; e < pv->numel; e++) dp[e] += rank_grad(rank, mb, j, views[s], e);
+                }
+                if (h.after) ck_assert_int_eq(h.after(h.ctx, j, pass, &io, &err), CT_OK);
+            }
+    }
+    if (z) ck_assert_int_eq(ct_partition_flush(z, &err), CT_OK);
+    else ck_assert_int_eq(ct_grad_buckets_finish(gb, &err), CT_OK);
+    k->grads[rank] = malloc(sizeof(float) * (size_t)(hi - lo + 1));
+    memcpy(k->grads[rank], ct_param_store_part_grads(p), sizeof(float) * (size_t)(hi - lo));
+    k->gathers[rank] = tc_of(c)->gathers;
+    ct_partition_free(z);
+    ct_grad_buckets_free(gb);
+    ct_param_store_free(p);
+    tcomm_close(c);
+    ct_backend_destroy(be);
+}
+
+/* The summed gradients, added in the order the ranks' step adds them: ZeRO-2/3 per micro-batch,
+ * layer by layer from the top, each a sum over ranks in rank order (a rank past its micro-batches
+ * adds zeros); stages 0-1 each rank's own sum over its micro-batches, then the sum over ranks. */
+static float *expected_grads(const ranks_run *k, int world) {
+    const ct_param_layout *L = k->m->L;
+    float *want = calloc((size_t)L->n_params + 1, sizeof(float));
+    int most = 0;
+    for (int q = 0; q < world; q++) most = k->micro[q] > most ? k->micro[q] : most;
+    float *own = calloc((size_t)(world * L->n_params) + 1, sizeof(float));
+    for (int mb = 0; mb < most; mb++)
+        for (int j = L->n_layers - 1; j >= 0; j--) {
+            int views[CT_LAYER_MAX_PARAMS], ns = spec_views(L, j, views);
+            for (int s = 0; s < ns; s++) {
+                if (views[s] < 0) continue;
+                const ct_param_view *pv = &L->views[views[s]];
+                for (int64_t e = 0; e < pv->numel; e++) {
+                    float sum = 0;
+                    for (int q = 0; q < world; q++) {
+                        float g = mb < k->micro[q] ? rank_grad(q, mb, j, views[s], e) : 0.0f;
+                        sum = q == 0 ? g : sum + g;
+                        own[q * L->n_params + pv->offset + e] += g;
+                    }
+                    if (k->parts) want[pv->offset + e] += sum;
+                }
+            }
+        }
+    if (!k->parts)
+        for (int64_t e = 0; e < L->n_params; e++) {
+            float sum = own[e];
+            for (int q = 1; q < world; q++) sum += own[q * L->n_params + e];
+            want[e] = sum;
+        }
+    free(own);
+    return want;
+}
+
+/* A step over `world` ranks: every rank's part of the gradients is the sum over ranks, bit for
+ * bit, and (ZeRO-3) every layer saw its whole parameters. Returns the gathers rank 0 started. */
+static long step_on_ranks(const model *m, int world, unsigned parts, const ct_partition_opts *o, int64_t bucket,
+                          const int *micro, const char *what) {
+    const ct_param_layout *L = m->L;
+    ranks_run k = {.m = m, .w = tcomm_world_create(world), .parts = parts, .o = *o, .bucket = bucket};
+    memcpy(k.micro, micro, sizeof(int) * (size_t)world);
+    /* the whole parameters, as one process initialises them (a part draws only its elements) */
+    ct_backend *be = ct_cpu_backend_create(1);
+    ct_param_store *whole = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_param_store_create(L, be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &whole, &err), CT_OK);
+    ct_param_store_init(whole, 11);
+    k.whole = whole->master;
+    tcomm_run(world, rank_step, &k);
+    float *want = expected_grads(&k, world);
+    for (int q = 0; q < world; q++) {
+        int64_t lo = 0, hi = L->n_params;
+        if (parts) ct_comm_shard(L->n_params, world, q, &lo, &hi);
+        for (int64_t e = lo; e < hi; e++)
+            ck_assert_msg(k.grads[q][e - lo] == want[e], "%s, %d ranks: rank %d's gradient %lld is %g, the sum %g", what,
+                          world, q, (long long)e, (double)k.grads[q][e - lo], (double)want[e]);
+        free(k.grads[q]);
+    }
+    free(want);
+    ct_param_store_free(whole);
+    ct_backend_destroy(be);
+    tcomm_world_free(k.w);
+    return k.gathers[0];
+}
+
+/* A model with a tied head (its weight is the embedding's: gathered and reduced by both layers). */
+static void tied_model_open(model *m) {
+    static const char text[] = "{\"input\": [5], \"layers\": [{\"type\": \"embedding\", \"name\": \"emb\", \"vocab\": 11, "
+                               "\"dim\": 6}, {\"type\": \"linear\", \"out\": 6}, {\"type\": \"gelu\"}, "
+                               "{\"type\": \"layernorm\"}, {\"type\": \"linear\", \"out\": 11, \"bias\": false, "
+                               "\"tie\": \"emb.weight\"}], \"loss\": {\"type\": \"cross_entropy\"}}";
+    memset(m, 0, sizeof *m);
+    ct_err err = {0};
+    model_text(text, &m->cfg, &m->doc);
+    ck_assert_msg(ct_graph_build(&m->cfg, 2, CT_F32, &m->g, &err) == CT_OK, "%s", err.msg);
+    m->L = ct_graph_layout(m->g);
+}
+
+/* ZeRO-2 and -3 on 2, 3 and 4 ranks (parts that do not divide the space; a span that crosses a
+ * part boundary), overlap or not, prefetch and reuse or not, small views persistent or not, and
+ * ranks short of micro-batches (the last one runs none in the 3-rank step): each rank's part of
+ * the gradients is the sum over ranks of what every rank's layers wrote, and every layer read its
+ * whole parameters. Stages 0-1's buckets: every rank ends with the whole sum. */
+START_TEST(ranks_sum_their_gradients) {
+    model ms[2];
+    model_open(&ms[0]);
+    tied_model_open(&ms[1]);
+    const int64_t big = 1000000;
+    const int micro[][4] = {{2, 2, 2, 2}, {3, 2, 0, 1}};
+    const ct_partition_opts opts[] = {
+        {.persistence_threshold = 0, .overlap = false, .max_live_elems = big},
+        {.persistence_threshold = 0, .overlap = true, .prefetch_elems = big, .max_live_elems = big},
+        {.persistence_threshold = 20, .overlap = true, .prefetch_elems = 100, .max_live_elems = 200,
+         .max_reuse_elems = big}};
+    for (int mi = 0; mi < 2; mi++)
+        for (int world = 2; world <= 4; world++)
+            for (int u = 0; u < 2; u++) {
+                const int *mic = micro[u];
+                if (u == 1 && world != 3) continue;
+                for (int oi = 0; oi < 3; oi++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "model %d, opts %d, micro-batches %d %d %d %d", mi, oi, mic[0], mic[1],
+                             mic[2], mic[3]);
+                    step_on_ranks(&ms[mi], world, CT_STORE_PART_GRADS, &opts[oi], 0, mic, what);
+                    long g3 = step_on_ranks(&ms[mi], world, CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS, &opts[oi], 0,
+                                            mic, what);
+                    ck_assert_int_gt(g3, 0);
+                }
+                for (int overlap = 0; overlap < 2; overlap++) {
+                    ct_partition_opts o = {.overlap = overlap};
+                    step_on_ranks(&ms[mi], world, 0, &o, 37, mic, "stages 0-1, buckets of 37");
+                    step_on_ranks(&ms[mi], world, 0, &o, 0, mic, "stages 0-1, one bucket");
+                }
+            }
+    model_close(&ms[0]);
+    model_close(&ms[1]);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("partition");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, buckets_start_after_their_last_writer);
     tcase_add_test(tc, overlap_and_prefetch);
+    tcase_add_test(tc, ranks_sum_their_gradients);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

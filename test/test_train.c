@@ -32,6 +32,7 @@
 #include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
+#include "test/model_text.h"
 #include "test/test_device.h"
 
 static char tmpdir[256];
@@ -853,6 +854,131 @@ START_TEST(sampler_follows_softmax) {
 }
 END_TEST
 
+/* ---- generation: which tokens the model sees ---- */
+
+/* A model of `text` (one sample, fp32, CPU) with its parameters drawn from `seed`, borrowed by a
+ * ct_lm as train.sample_every borrows the trainer's. */
+typedef struct lm_rig {
+    ct_config cfg;
+    ct_json_doc *doc;
+    ct_backend *be;
+    ct_graph *g;
+    ct_param_store *store;
+    float *w;                    /* [n_params] the master, on the host */
+    ct_lm *lm;
+} lm_rig;
+
+static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) {
+    memset(r, 0, sizeof *r);
+    ct_err err = {0};
+    model_text(text, &r->cfg, &r->doc);
+    r->be = ct_cpu_backend_create(1);
+    ck_assert_msg(ct_graph_build(&r->cfg, 1, CT_F32, &r->g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_bind(r->g, r->be, NULL, &err) == CT_OK, "%s", err.msg);
+    const ct_param_layout *L = ct_graph_layout(r->g);
+    ck_assert_int_eq(ct_param_store_create(L, r->be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &r->store, &err), CT_OK);
+    r->w = malloc(sizeof(float) * (size_t)L->n_params);
+    ct_rng g;
+    ct_rng_init(&g, seed, CT_RNG_AUGMENT, 0);
+    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)ct_rng_normal(&g);
+    r->be->mem.copy_h2d(r->be, r->store->master, r->w, sizeof(float) * (size_t)L->n_params);
+    ct_param_store_refresh(r->store);
+    r->lm = ct_lm_borrow(r->be, r->g, r->store);
+    ck_assert_ptr_nonnull(r->lm);
+}
+
+static void lm_rig_close(lm_rig *r) {
+    ct_lm_close(r->lm);
+    ct_param_store_free(r->store);
+    ct_graph_free(r->g);
+    ct_backend_destroy(r->be);
+    ct_json_free(r->doc);
+    free(r->w);
+}
+
+static const float *lm_view(const lm_rig *r, const char *name) {
+    const ct_param_layout *L = ct_graph_layout(r->g);
+    int v = ct_param_layout_find(L, name);
+    ck_assert_msg(v >= 0, "no view %s", name);
+    return r->w + L->views[v].offset;
+}
+
+/* The next-token logits of a model whose logits at a position depend on that position and its
+ * token alone (token and position embeddings, a linear head): computed here from the weights, for
+ * prompts shorter than, as long as and longer than the context. The model sees the LAST T tokens,
+ * left-aligned: the prediction reads the newest token at position min(n, T) - 1. */
+START_TEST(generate_reads_the_newest_tokens) {
+    enum { V = 11, C = 5, T = 6 };
+    lm_rig r;
+    lm_rig_open(&r, "{\"input\": [6], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 11, \"dim\": 5},"
+                    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 6},"
+                    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 11, \"bias\": false}],"
+                    " \"loss\": {\"type\": \"cross_entropy\"}}", 21);
+    ck_assert_int_eq(ct_lm_context(r.lm), T);
+    ck_assert_int_eq(ct_lm_classes(r.lm), V);
+    const float *E = lm_view(&r, "wte.weight"), *P = lm_view(&r, "wpe.weight"), *W = lm_view(&r, "head.weight");
+    int32_t ids[3 * T];
+    ct_rng g;
+    ct_rng_init(&g, 4, CT_RNG_AUGMENT, 1);
+    for (int i = 0; i < 3 * T; i++) ids[i] = (int32_t)ct_rng_below(&g, V);
+    for (int i = 1; i < 3 * T; i++)   /* each token differs from the one before (so ends are told apart) */
+        if (ids[i] == ids[i - 1]) ids[i] = (ids[i] + 1) % V;
+    ct_err err = {0};
+    for (int64_t n = 1; n <= 3 * T; n++) {
+        float got[V];
+        ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, got, &err) == CT_OK, "%s", err.msg);
+        int64_t pos = (n < T ? n : T) - 1;
+        int32_t tok = ids[n - 1];
+        for (int j = 0; j < V; j++) {
+            double want = 0;
+            for (int c = 0; c < C; c++) want += (double)W[j * C + c] * ((double)E[tok * C + c] + P[pos * C + c]);
+            ck_assert_msg(fabs(got[j] - want) <= 1e-5 * (1 + fabs(want)),
+                          "%lld tokens: logit %d is %.7g, want %.7g (token %d at position %lld)", (long long)n, j,
+                          (double)got[j], want, tok, (long long)pos);
+        }
+    }
+    float none[V];
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, ids, 0, none, &err), CT_ERR_RUNTIME);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* With attention every token of the window counts: past the context, changing the oldest token the
+ * model still sees changes the prediction, changing the one just before it changes nothing, and
+ * the prediction equals that of the window alone. */
+START_TEST(generate_window_is_the_last_t_tokens) {
+    enum { V = 13, T = 8 };
+    lm_rig r;
+    lm_rig_open(&r, "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 8},"
+                    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8},"
+                    " {\"type\": \"transformer_block\", \"heads\": 2}, {\"type\": \"layernorm\", \"name\": \"ln_f\"},"
+                    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
+                    " \"loss\": {\"type\": \"cross_entropy\"}}", 22);
+    ct_err err = {0};
+    enum { N = 2 * T + 3 };
+    int32_t ids[N];
+    ct_rng g;
+    ct_rng_init(&g, 5, CT_RNG_AUGMENT, 2);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)ct_rng_below(&g, V);
+    float base[V], alone[V], moved[V];
+    ck_assert_msg(ct_lm_next_logits(r.lm, ids, N, base, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, ids + N - T, T, alone, &err), CT_OK);
+    ck_assert_mem_eq(base, alone, sizeof base);
+    int32_t edited[N];
+    memcpy(edited, ids, sizeof ids);
+    edited[N - T - 1] = (ids[N - T - 1] + 1) % V;   /* just outside the window */
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, edited, N, moved, &err), CT_OK);
+    ck_assert_mem_eq(moved, base, sizeof base);
+    memcpy(edited, ids, sizeof ids);
+    edited[N - T] = (ids[N - T] + 1) % V;           /* the oldest token inside it */
+    ck_assert_int_eq(ct_lm_next_logits(r.lm, edited, N, moved, &err), CT_OK);
+    double diff = 0;
+    for (int j = 0; j < V; j++) diff += fabs(moved[j] - base[j]);
+    ck_assert_msg(diff > 1e-4, "the oldest token of the window changed nothing (%g)", diff);
+    lm_rig_close(&r);
+}
+END_TEST
+
 START_TEST(dry_run_and_summary) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {}}";
     ct_config *cfg = small_run(mlp_json, opt, NULL, NULL, 0);
@@ -1048,16 +1174,18 @@ static int fit_with(ct_config *cfg, const ct_run_opts *opts, stop_at *s, float *
     return rc;
 }
 
-START_TEST(resume_after_stop_is_bitwise) {
-    /* A run stopped by SIGTERM after step 7 (mid-epoch, between evals) and resumed from its
-     * checkpoint gives the uninterrupted run's losses, weights and eval loss bit for bit. */
+/* A run of `model` stopped by SIGTERM after step 7 (mid-epoch, between evals) and resumed from its
+ * checkpoint gives the uninterrupted run's losses, weights and eval loss bit for bit; `dir` names
+ * its run directory. */
+static void expect_resume_bitwise(const char *model, const char *dir) {
     const char *opt = "{\"type\": \"Adam\", \"params\": {\"lr\": 0.003, \"weight_decay\": 0.01}}";
-    char run_b[300];
-    snprintf(run_b, sizeof run_b, "train.run_dir=\"%s/b\"", tmpdir);
-    const char *sets[] = {"train.epochs=3", "train_micro_batch_size_per_gpu=16", "train.eval_interval=4",
-                          run_b};
-    ct_config *a = small_run(cnn_json, opt, NULL, sets, 3);
-    ct_config *b = small_run(cnn_json, opt, NULL, sets, 4);
+    char run_a[300], run_b[300];
+    snprintf(run_a, sizeof run_a, "train.run_dir=\"%s/%s-whole\"", tmpdir, dir);
+    snprintf(run_b, sizeof run_b, "train.run_dir=\"%s/%s\"", tmpdir, dir);
+    const char *sets_a[] = {"train.epochs=3", "train_micro_batch_size_per_gpu=16", "train.eval_interval=4", run_a};
+    const char *sets[] = {"train.epochs=3", "train_micro_batch_size_per_gpu=16", "train.eval_interval=4", run_b};
+    ct_config *a = small_run(model, opt, NULL, sets_a, 4);
+    ct_config *b = small_run(model, opt, NULL, sets, 4);
     run_result ra = run(a, NULL, NULL, NULL);
     ck_assert_int_eq(ra.rc, CT_OK);
     ck_assert_int_eq(ra.loss.n, 18); /* 200 samples, 32 per step, drop_last: 6 steps x 3 epochs */
@@ -1083,6 +1211,13 @@ START_TEST(resume_after_stop_is_bitwise) {
     free(ra.params);
     ct_config_free(a);
     ct_config_free(b);
+}
+
+/* The CNN; and an MLP with batchnorm and dropout, whose masks are keyed by the micro-step (two
+ * micro-batches a step: a resume that restored the step counter there would draw other masks). */
+START_TEST(resume_after_stop_is_bitwise) {
+    expect_resume_bitwise(cnn_json, "cnn");
+    expect_resume_bitwise(bn_dropout_json, "dropout");
 }
 END_TEST
 
@@ -1403,6 +1538,104 @@ START_TEST(gpt_small_matches_pytorch) {
 }
 END_TEST
 
+/* ---- IDX files of every element type ---- */
+
+enum { IDX_U8 = 0x08, IDX_I8 = 0x09, IDX_I16 = 0x0B, IDX_I32 = 0x0C, IDX_F32 = 0x0D, IDX_F64 = 0x0E };
+
+/* An IDX file of `type` holding vals (as that type: integers truncated, floats rounded), written
+ * big-endian byte by byte as the format says. */
+static void write_idx_typed(const char *path, int type, int nd, const uint32_t *dims, const double *vals, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    uint8_t head[4 + 4 * 4] = {0, 0, (uint8_t)type, (uint8_t)nd};
+    for (int d = 0; d < nd; d++) put_be32(head + 4 + 4 * d, dims[d]);
+    fwrite(head, 1, 4 + 4 * (size_t)nd, f);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b[8];
+        int len = 0;
+        uint64_t bits = 0;
+        if (type == IDX_U8 || type == IDX_I8) len = 1, bits = (uint8_t)(int64_t)vals[i];
+        else if (type == IDX_I16) len = 2, bits = (uint16_t)(int16_t)vals[i];
+        else if (type == IDX_I32) len = 4, bits = (uint32_t)(int32_t)vals[i];
+        else if (type == IDX_F32) {
+            float v = (float)vals[i];
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            len = 4, bits = u;
+        } else {
+            memcpy(&bits, &vals[i], 8);
+            len = 8;
+        }
+        for (int k = 0; k < len; k++) b[k] = (uint8_t)(bits >> (8 * (len - 1 - k)));
+        fwrite(b, 1, (size_t)len, f);
+    }
+    fclose(f);
+}
+
+/* What the element becomes stored as `type`, as a double. */
+static double idx_stored(int type, double v) {
+    switch (type) {
+    case IDX_I8: return (int8_t)(int64_t)v;
+    case IDX_I16: return (int16_t)(int64_t)v;
+    case IDX_I32: return (int32_t)(int64_t)v;
+    case IDX_F32: return (float)v;
+    default: return v;
+    }
+}
+
+/* Images of every signed and floating element type, holding values across each type's range
+ * (negatives, a high byte set, NaN, infinities, -0, a denormal, the extremes), decoded as
+ * (value - mean) / std; labels stored as int8, int16 (above 255) and int32 (above 65535); a
+ * negative label (int8 0xff, which as uint8 would read 255) is refused naming its record. The
+ * test suite's other IDX files are all uint8. */
+START_TEST(idx_every_element_type) {
+    static const int types[] = {IDX_I8, IDX_I16, IDX_I32, IDX_F32, IDX_F64};
+    static const double vals[5][12] = {
+        {-128, -1, 0, 1, 127, -77, 64, -2, 100, -100, 5, -5},
+        {-32768, -1, 255, 256, 32767, -300, 4660, -4660, 1, 0, -129, 128},
+        {-2147483648.0, -1, 65536, 16777217, 2147483647, -70000, 305419896, -305419896, 256, 0, 1, -256},
+        {-1.5, NAN, INFINITY, -INFINITY, -0.0, 1e-40, 3.4e38, -3.4e38, 0.1, 65504.5, -7.25, 1e-30},
+        {-1.5, NAN, INFINITY, -INFINITY, -0.0, 1e-300, 1e300, 0.1, 123456789.123, -2.5e-8, 7, -7}};
+    uint32_t di[3] = {3, 2, 2}, dl[1] = {3};
+    for (int t = 0; t < 5; t++) {
+        char ip[512], lp[512];
+        snprintf(ip, sizeof ip, "%s/t%d-img", tmpdir, t);
+        snprintf(lp, sizeof lp, "%s/t%d-lab", tmpdir, t);
+        write_idx_typed(ip, types[t], 3, di, vals[t], 12);
+        const int lab_types[] = {IDX_I8, IDX_I16, IDX_I32};
+        const double labs[3][3] = {{3, 0, 127}, {300, 2, 0}, {70000, 1, 65536}};
+        int lt = t % 3;
+        write_idx_typed(lp, lab_types[lt], 1, dl, labs[lt], 3);
+        ct_dataset *ds = NULL;
+        ct_err err = {0};
+        ck_assert_msg(open_train(ip, lp, NULL, &ds, &err) == CT_OK, "type 0x%02x: %s", types[t], err.msg);
+        ck_assert_int_eq(ds->count, 3);
+        ck_assert_int_eq(ds->classes, (int64_t)(lt == 0 ? 128 : lt == 1 ? 301 : 70001));
+        ck_assert_ptr_null(ds->decode_u8);   /* only uint8 files are 8-bit images */
+        for (int i = 0; i < 3; i++) {
+            float x[4];
+            int32_t y = -1;
+            ck_assert_msg(ds->decode(ds, i, x, &y, &err) == CT_OK, "%s", err.msg);
+            ck_assert_int_eq(y, (int32_t)labs[lt][i]);
+            for (int j = 0; j < 4; j++) {
+                float want = (float)((idx_stored(types[t], vals[t][4 * i + j]) - 0.5) / 0.25);
+                ck_assert_msg(isnan(want) ? isnan(x[j]) : memcmp(&x[j], &want, 4) == 0,
+                              "type 0x%02x, image %d element %d: %g, want %g", types[t], i, j, (double)x[j],
+                              (double)want);
+            }
+        }
+        ct_dataset_close(ds);
+    }
+    /* a negative label: int8 0xff is -1, refused naming the record (as uint8 it would be 255) */
+    char ip[512], lp[512];
+    snprintf(ip, sizeof ip, "%s/t0-img", tmpdir);
+    snprintf(lp, sizeof lp, "%s/neg-lab", tmpdir);
+    const double neg[3] = {4, -1, 2};
+    write_idx_typed(lp, IDX_I8, 1, dl, neg, 3);
+    expect_open_error(ip, lp, NULL, CT_ERR_DATA, "neg-lab: record 1: label -1 is negative", NULL);
+}
+END_TEST
+
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_train_test_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
@@ -1443,6 +1676,16 @@ int main(void) {
     tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
     suite_add_tcase(s, tc);
+    /* IDX element types (a case of its own: test/plants runs it alone) */
+    TCase *idx = tcase_create("idx");
+    tcase_add_checked_fixture(idx, setup, teardown);
+    tcase_add_test(idx, idx_every_element_type);
+    suite_add_tcase(s, idx);
+    /* which tokens generation reads (a case of its own: test/plants runs it alone) */
+    TCase *gen = tcase_create("generate");
+    tcase_add_test(gen, generate_reads_the_newest_tokens);
+    tcase_add_test(gen, generate_window_is_the_last_t_tokens);
+    suite_add_tcase(s, gen);
     /* its own case, so that `make test-cuda` runs it alone on the GPU (CK_RUN_CASE=gpt) */
     TCase *gpt = tcase_create("gpt");
     tcase_set_timeout(gpt, 120);
