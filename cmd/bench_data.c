@@ -10,6 +10,7 @@
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/device/device.h"
 
 #define BENCH_USAGE "usage: ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]"
 const char ct_bench_data_usage[] = BENCH_USAGE;

@@ -15,6 +15,7 @@
 #include "cmd/commands.h"
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/owned.h"
+#include "core/device/device.h"
 #include "core/dist/launch.h"
 #include "core/util/common.h"
 #include "core/util/fs.h"

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cpu/cpu.h"
+#include "core/device/device.h"
 #include "core/optim/amp.h"
 #include "core/backend/backend.h"
 #include "core/config/config.h"

@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/loader.h"

@@ -11,6 +11,7 @@
 
 #include "core/backend/backend.h"
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/train/fit.h"
 #include "core/train/plan.h"

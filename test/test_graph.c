@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/ckpt/mapped.h"
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/graph/hf_gpt2.h"
 #include "core/graph/hf_llama.h"

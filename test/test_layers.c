@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
 #include "test/ref_file.h"

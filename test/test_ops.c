@@ -64,6 +64,7 @@
 #include <time.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/util/rng.h"
 #include "test/conv_ref.h"

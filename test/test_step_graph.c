@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"

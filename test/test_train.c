@@ -21,9 +21,11 @@
 #include <zlib.h>
 
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/data/tokens.h"
+#include "core/device/device.h"
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"

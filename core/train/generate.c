@@ -1,4 +1,5 @@
 /* generate.c: a trained language model predicting its next token (generate.h). */
+#include "core/device/device.h"
 #include "core/train/generate.h"
 
 #include <math.h>

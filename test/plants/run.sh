@@ -88,6 +88,7 @@ targets() {
         n=${t%%:*}
         case $n in
         test_*) echo "build/test/$n" ;;
+        check_layout) echo all ;;   # the objects whose symbols it reads
         e2e_*) echo all
                # the scripts that run helper programs of build/test (hdf5_probe, fake libraries)
                grep -Eq '(build|BUILD|\$B|\$\{?1\}?)/test/' "$wt/test/$n.sh" 2>/dev/null && echo tests ;;
