@@ -36,7 +36,7 @@ MODULES='
 2  backend  1000
 3  dist     2400
 4  cpu      6000
-4  cuda     6900
+4  cuda     6300
 5  device    400
 6  params    700
 7  graph    6100
