@@ -155,8 +155,8 @@ END_TEST
 /* Every layer type says what its backward reads of its inputs (docs/ADDING.md): one that does not
  * would be planned as reading them (correct, but it keeps memory it need not). */
 START_TEST(every_type_says_what_backward_reads) {
-    const char *const *names;
-    int n = ct_layer_type_names(&names), types = 0;
+    const char *names[CT_LAYER_NAMES_MAX];
+    int n = ct_layer_type_names(names, CT_LAYER_NAMES_MAX), types = 0;
     for (int i = 0; i < n; i++) {
         const ct_layer_type *t = ct_layer_type_find(names[i]);
         if (!t) continue;   /* a block type or repeat */

@@ -104,8 +104,8 @@ void ct_graph_free(ct_graph *g);
 int ct_graph_blocks(const ct_graph *g);
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
-/* Training FLOPs (forward + backward) per sample, for MFU. A transformer (causal attention
- * layers) counts 6·N + 6·L·C·T per token, the convention of the PaLM paper's appendix B as nanoGPT
+/* Training FLOPs (forward + backward) per sample, for MFU. A transformer (layers with a
+ * sequence_mixing hook: causal attention) counts 6·N + 6·L·C·T per token, the convention of the PaLM paper's appendix B as nanoGPT
  * and llm.c use it (N parameters, L attention layers of width C over T positions; causal
  * attention's scores cost half of 12·L·C·T), so MFU compares with theirs; any other model three
  * times its layers' forward FLOPs. */
