@@ -20,6 +20,7 @@
 #include "core/util/common.h"
 #include "core/util/fs.h"
 #include "core/config/config.h"
+#include "core/data/dataset.h"
 #include "core/report/report.h"
 #include "core/train/fit.h"
 #include "core/train/train.h"
@@ -219,7 +220,9 @@ static int cmd_config(int argc, char **argv) {
     }
     ct_warnings warn = {0};
     ct_err err = {0};
-    int rc = ct_config_check(file, world, stdout, &warn, &err);
+    ct_config_opts opts = {.path = file, .world_size = world};
+    opts.formats = ct_dataset_formats(&opts.n_formats);
+    int rc = ct_config_check(&opts, stdout, &warn, &err);
     print_warnings(&warn);
     ct_warnings_free(&warn);
     if (rc) print_error(err.msg);
@@ -500,6 +503,7 @@ static int run_training(cli_args *a) {
         .n_overrides = a->ov.n,
         .world_size = a->world_size,
     };
+    opts.formats = ct_dataset_formats(&opts.n_formats);
     bool is_run = !a->print_config && !a->dry_run;
     if (is_run) watch_start(a);
     /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/ckpt/owned.h"
+#include "core/data/dataset.h"
 #include "core/device/device.h"
 #include "core/train/train.h"
 #include "core/util/fs.h"
@@ -81,6 +82,7 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
     bool gpu = ct_cuda_available(); /* probed once; every GPU the backend builds for has bf16 */
     ct_config_opts co = {.path = a.config, .overrides = a.ov.items, .n_overrides = a.ov.n,
                          .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
+    co.formats = ct_dataset_formats(&co.n_formats);
     ct_warnings warn = {0};
     ct_config *cfg = NULL;
     ct_summary s;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
 #include "core/config/config.h"
 #include "core/util/json.h"
 
@@ -37,6 +38,7 @@ static loaded load_opts(const char *text, int world, const char *const *ovs, int
     loaded l = {0};
     ct_config_opts o = {.path = write_file("a.json", text), .overrides = ovs, .n_overrides = n,
                         .world_size = world, .has_gpu = gpu, .gpu_supports_bf16 = bf16};
+    o.formats = ct_dataset_formats(&o.n_formats);
     l.rc = ct_config_load(&o, &l.cfg, &l.warn, &l.err);
     return l;
 }
@@ -557,6 +559,7 @@ START_TEST(sections_from_files) {
     snprintf(data_path, sizeof data_path, "%s/full.json", tmpdir);
     ct_config_opts o = {.path = write_file("b.json", "{\"train_batch_size\": 8, \"data\": {\"workers\": 1}}"),
                         .data_path = data_path, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err e = {0};
@@ -981,6 +984,7 @@ START_TEST(config_errors) {
     int n = 0;
     while (n < CT_ARRAY_LEN(c->set) && c->set[n]) n++;
     ct_config_opts o = {.path = path, .overrides = c->set, .n_overrides = n, .world_size = c->world ? c->world : 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err e = {0};
@@ -989,7 +993,7 @@ START_TEST(config_errors) {
         char out[4096];
         FILE *f = fmemopen(out, sizeof out, "w");
         ck_assert_ptr_nonnull(f);
-        rc = ct_config_check(path, o.world_size, f, &w, &e);
+        rc = ct_config_check(&o, f, &w, &e);
         fclose(f);
     } else {
         rc = ct_config_load(&o, &cfg, &w, &e);
@@ -1273,7 +1277,7 @@ START_TEST(config_check_summary) {
     FILE *f = fmemopen(buf, sizeof buf, "w");
     ct_warnings w = {0};
     ct_err e = {0};
-    ck_assert_int_eq(ct_config_check(path, 4, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 4}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "64 = micro 8 × accumulation 2 × world 4"), "%s", buf);
     ck_assert_msg(strstr(buf, "micro: derived"), "%s", buf);
@@ -1286,7 +1290,7 @@ START_TEST(config_check_summary) {
     /* in one process: what the file asks for, said to be not used yet, and the line under the heading */
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf, "w");
-    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 1}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "zero       asks for stage 2, offload optimizer: none, offload params: none; not used "
                               "yet"), "%s", buf);
@@ -1298,7 +1302,7 @@ START_TEST(config_check_summary) {
     path = write_file("c.json", "{\"train_batch_size\": 64}");
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf, "w");
-    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 1}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "zero       stage 0 (off)\n"), "%s", buf);
     ck_assert_msg(!strstr(buf, "not used yet"), "%s", buf);

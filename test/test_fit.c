@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
 #include "core/backend/backend.h"
 #include "core/config/config.h"
 #include "core/cpu/cpu.h"
@@ -108,6 +109,7 @@ static ct_config *load_text(const char *name, const char *text, double limit_gb)
     snprintf(set, sizeof set, "train.memory_limit_gb=%.17g", limit_gb);
     const char *sets[] = {set};
     ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = limit_gb > 0 ? 1 : 0, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};

@@ -153,8 +153,9 @@ static const char *sched_summary(const ct_scheduler_cfg *s, double lr, char *buf
     return buf;
 }
 
-int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err) {
-    ct_config_opts opts = {.path = path, .world_size = world_size > 0 ? world_size : 1};
+int ct_config_check(const ct_config_opts *given, FILE *out, ct_warnings *warn, ct_err *err) {
+    ct_config_opts opts = {.path = given->path, .world_size = given->world_size > 0 ? given->world_size : 1,
+                           .formats = given->formats, .n_formats = given->n_formats};
     ct_config *cfg = NULL;
     int rc = ct_config_load(&opts, &cfg, warn, err);
     if (rc) return rc;

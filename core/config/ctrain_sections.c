@@ -49,45 +49,41 @@ int ct_rd_model(ct_rd *r, const cJSON *root) {
     return CT_OK;
 }
 
-/* Dataset entry keys per format (docs/formats.md); "format" and the common keys are always
- * allowed. */
-static const struct {
-    const char *format;
-    const char *keys[6];
-} ds_formats[] = {
-    {"idx", {"images", "labels"}},
-    {"image_folder", {"root", "size", "channels", "resize"}},
-    {"shard", {"path"}},
-    {"tokens", {"path", "seq_len", "vocab"}},
-    {"csv", {"path", "label_column"}},
-    {"webdataset", {"urls", "image", "label"}},
-    {"tfrecord", {"path", "input", "label", "shape", "index"}},
-    {"hdf5", {"path", "images", "labels"}},
-};
+/* The keys every dataset entry takes; the rest are its format's (ct_data_format.keys). */
 static const char *const ds_common[] = {"format", "transform", "limit"};
+#define CT_MAX_FORMATS 32
 
+/* A dataset entry against the formats the caller gave (ct_config_opts.formats, core/data's
+ * formats[]): a known "format", and no key its format does not take. */
 static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
-    char shown[128], fp[96];
+    char shown[128], fp[96], expected[512];
     if (!cJSON_IsObject(e))
         return ct_rd_fail(r, e, path, "expected an object such as {\"format\": \"idx\", ...}, got %s",
                           ct_rd_show(e, shown, sizeof shown));
+    const ct_data_format *formats = r->opts->formats;
+    int n_formats = r->opts->n_formats < CT_MAX_FORMATS ? r->opts->n_formats : CT_MAX_FORMATS;
+    if (!formats) return CT_OK;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "format");
     snprintf(fp, sizeof fp, "%s.format", path);
-    const char *names[CT_ARRAY_LEN(ds_formats)];
-    for (int i = 0; i < CT_ARRAY_LEN(ds_formats); i++) names[i] = ds_formats[i].format;
+    const char *names[CT_MAX_FORMATS];
+    size_t used = 0;
     int k = -1;
-    for (int i = 0; f && cJSON_IsString(f) && i < CT_ARRAY_LEN(ds_formats); i++)
-        if (strcmp(f->valuestring, names[i]) == 0) k = i;
+    for (int i = 0; i < n_formats; i++) {
+        names[i] = formats[i].name;
+        if (used < sizeof expected)
+            used += (size_t)snprintf(expected + used, sizeof expected - used, "%s%s", i ? ", " : "", names[i]);
+        if (f && cJSON_IsString(f) && strcmp(f->valuestring, names[i]) == 0) k = i;
+    }
     if (k < 0) {
-        const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, CT_ARRAY_LEN(names)) : NULL;
-        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got %s%s%s%s",
+        const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, n_formats) : NULL;
+        return ct_rd_fail(r, f ? f : e, fp, "expected one of %s, got %s%s%s%s", expected,
                           ct_rd_show(f, shown, sizeof shown), best ? "; did you mean " : "", best ? best : "",
                           best ? "?" : "");
     }
-    const char *known[CT_ARRAY_LEN(ds_common) + CT_ARRAY_LEN(ds_formats[0].keys)];
+    const char *known[CT_ARRAY_LEN(ds_common) + CT_ARRAY_LEN(formats[0].keys)];
     int n = 0;
     for (int i = 0; i < CT_ARRAY_LEN(ds_common); i++) known[n++] = ds_common[i];
-    for (int i = 0; i < CT_ARRAY_LEN(ds_formats[k].keys) && ds_formats[k].keys[i]; i++) known[n++] = ds_formats[k].keys[i];
+    for (int i = 0; i < CT_ARRAY_LEN(formats[k].keys) && formats[k].keys[i]; i++) known[n++] = formats[k].keys[i];
     return ct_rd_keys(r, e, path, known, n, true);
 }
 
