@@ -21,14 +21,16 @@
 
 /* A device backend's memory, reached through its synchronous copies: ckpt moves a checkpoint's
  * values through one bounded staging buffer (ckpt.h's ct_ckpt_mem), never a whole copy. */
-static void device_to_host(void *ctx, float *dst_host, const float *src, int64_t n) {
+static int device_to_host(void *ctx, const float *base, int64_t at, int64_t n, float *dst_host, ct_err *err) {
     ct_backend *be = ctx;
-    be->mem.copy_d2h(be, dst_host, src, (size_t)n * sizeof(float));
+    be->mem.copy_d2h(be, dst_host, base + at, (size_t)n * sizeof(float));
+    return CT_OK;
 }
 
-static void device_from_host(void *ctx, float *dst, const float *src_host, int64_t n) {
+static int device_from_host(void *ctx, float *base, int64_t at, int64_t n, const float *src_host, ct_err *err) {
     ct_backend *be = ctx;
-    be->mem.copy_h2d(be, dst, src_host, (size_t)n * sizeof(float));
+    be->mem.copy_h2d(be, base + at, src_host, (size_t)n * sizeof(float));
+    return CT_OK;
 }
 
 /* ck over this rank's range of the store's master and buffers and of the optimizer's slots, where
