@@ -80,6 +80,7 @@ static const char *const identity_ignored[] = {
     "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
     "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
     "train.early_stopping", "train.device", "train.threads", "train.cuda_graph", "train.memory_limit_gb",
+    "train.host_memory_limit_gb",
     "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
     "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
     "wall_clock_breakdown", "memory_breakdown", "csv_monitor", "tensorboard", "wandb", "comet",
