@@ -223,8 +223,8 @@ static void suggest_smaller_chunk(const ct_config *cfg, const ct_run_plan *p, si
                       ct_fmt_bytes((double)rest, a, sizeof a));
 }
 
-/* Without NVMe offload: the same run with it, planned, and whether it fits. */
-static void suggest_nvme(const ct_config *cfg, const ct_graph *g, bool device, size_t limit, ct_err *err) {
+/* Without NVMe offload: the same run with it, planned; whether it fits. */
+static bool suggest_nvme(const ct_config *cfg, const ct_graph *g, bool device, size_t limit, ct_err *err) {
     ct_config *c = ct_xmalloc(sizeof *c);
     *c = *cfg;
     c->zero.offload_optimizer.device = CT_OFFLOAD_NVME;
@@ -234,7 +234,8 @@ static void suggest_nvme(const ct_config *cfg, const ct_graph *g, bool device, s
     int stage = c->zero.stage;
     free(c);
     char a[32], b[32];
-    if (host_planned(&q) <= limit)
+    bool fits = host_planned(&q) <= limit;
+    if (fits)
         ct_err_append(err, "  NVMe offload fits: \"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": {\"device\": "
                       "\"nvme\", \"nvme_path\": DIR}} keeps the fp32 master and optimizer state (%s) in files under DIR "
                       "and plans %s of host memory", stage, ct_fmt_bytes((double)q.swap_disk, a, sizeof a),
@@ -242,6 +243,7 @@ static void suggest_nvme(const ct_config *cfg, const ct_graph *g, bool device, s
     else
         ct_err_append(err, "  Even with NVMe offload (the fp32 master and optimizer state in files) the host plan is %s",
                       ct_fmt_bytes((double)host_planned(&q), a, sizeof a));
+    return fits;
 }
 
 int ct_nvme_check_host_limit(const ct_config *cfg, const ct_graph *g, const ct_run_plan *p, ct_err *err) {
@@ -255,6 +257,9 @@ int ct_nvme_check_host_limit(const ct_config *cfg, const ct_graph *g, const ct_r
             strcmp(key, "train.memory_limit_gb") ? cfg->train.host_memory_limit_gb : cfg->train.memory_limit_gb,
             ct_fmt_bytes((double)limit, l, sizeof l), cfg->world_size > 1 ? " per rank" : "", line);
     if (p->nvme) suggest_smaller_chunk(cfg, p, limit, err);
-    else suggest_nvme(cfg, g, p->device, limit, err);
+    else if (!suggest_nvme(cfg, g, p->device, limit, err) && !p->device && !p->offload) {
+        if (err) *err = (ct_err){0};   /* the CPU's plan over memory_limit_gb: the fit's suggestions say more */
+        return CT_OK;
+    }
     return CT_ERR_RUNTIME;
 }

@@ -43,7 +43,9 @@ void ct_nvme_describe(const ct_config *cfg, const ct_run_plan *p, char *out, siz
  * train.memory_limit_gb too, the smaller. Over it: CT_ERR_RUNTIME before anything is allocated,
  * naming the limit and the host plan, and what would fit: NVMe offload (the master and the
  * optimizer state in files, g planned again with it), or with NVMe offload already, a smaller
- * sub_group_size (the swap's buffers). CT_OK without a limit or within it. */
+ * sub_group_size (the swap's buffers). CT_OK without a limit or within it, and on the CPU backend
+ * without offload when NVMe offload would not fit either (the memory limit's own check then
+ * suggests a smaller micro-batch or checkpointing). */
 int ct_nvme_check_host_limit(const ct_config *cfg, const ct_graph *g, const ct_run_plan *p, ct_err *err);
 
 typedef struct ct_nvme ct_nvme;

@@ -658,8 +658,10 @@ static int setup(ct_trainer *t, ct_err *err) {
         ct_run_plan_make(cfg, t->m.g, ct_backend_separate_memory(t->be), &t->plan);
     }
     if (evaluates_only(t)) ct_run_plan_forward_only(&t->plan);
-    if (!rc) rc = check_memory_limit(t, err);
+    /* the host's memory first: on the CPU backend, a state over memory_limit_gb that NVMe offload
+     * would take out of it is said so */
     if (!rc) rc = ct_nvme_check_host_limit(cfg, t->m.g, &t->plan, err);
+    if (!rc) rc = check_memory_limit(t, err);
     if (!rc) rc = check_address_space(t, err);
     if (!rc) {
         rc = ct_graph_bind(t->m.g, t->be, NULL, err);
