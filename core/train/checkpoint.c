@@ -281,10 +281,12 @@ static void old_position(ct_trainer *t, ct_ckpt_state *st, const cJSON *saved) {
 
 _Static_assert(CT_CKPT_FINGERPRINT == CT_DATASET_FINGERPRINT, "a fingerprint fits state.json's field");
 
-/* The fingerprints of this run's data sets, once they are open (a checkpoint records them). */
+/* The fingerprints of this run's data sets, once they are open (a checkpoint records them),
+ * unless the ranks' check (trainer.c) took them already. */
 static int fingerprint_data(ct_trainer *t, ct_err *err) {
-    int rc = ct_dataset_fingerprint(t->d.train_ds, t->ck.train_data, err);
-    if (!rc && t->d.eval_ds) rc = ct_dataset_fingerprint(t->d.eval_ds, t->ck.eval_data, err);
+    int rc = t->ck.train_data[0] ? CT_OK : ct_dataset_fingerprint(t->d.train_ds, t->ck.train_data, err);
+    if (!rc && t->d.eval_ds && !t->ck.eval_data[0])
+        rc = ct_dataset_fingerprint(t->d.eval_ds, t->ck.eval_data, err);
     return rc;
 }
 

@@ -162,9 +162,11 @@ static int open_comm(ct_trainer *t, ct_err *err) {
 }
 
 /* The ranks' data as an item of the ranks' check: files, bytes and sampled content of its
- * fingerprint, not the modification times (each host's copy of the same files is the same data). */
-static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, ct_err *err) {
-    char fp[CT_DATASET_FINGERPRINT], key[64], value[CT_DATASET_FINGERPRINT];
+ * fingerprint, not the modification times (each host's copy of the same files is the same data).
+ * The fingerprint is left in fp (CT_DATASET_FINGERPRINT bytes), where a checkpoint takes it from
+ * instead of reading the files' heads again. */
+static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, char *fp, ct_err *err) {
+    char key[64], value[CT_DATASET_FINGERPRINT];
     int rc = ct_dataset_fingerprint(ds, fp, err);
     if (rc) return rc;
     long long files = 0;
@@ -191,8 +193,8 @@ static int check_ranks_agree(ct_trainer *t, ct_err *err) {
     static const char *const per_rank[] = {"train.run_dir", "train.save_dir"};
     ct_agree_list l = {0};
     ct_agree_add_json(&l, t->cfg->resolved, per_rank, CT_ARRAY_LEN(per_rank));
-    int rc = add_data_item(&l, "train", t->d.train_ds, err);
-    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, err);
+    int rc = add_data_item(&l, "train", t->d.train_ds, t->ck.train_data, err);
+    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, t->ck.eval_data, err);
     if (!rc) rc = ct_comm_agree(t->comm, &l, err);
     ct_agree_free(&l);
     return rc;
