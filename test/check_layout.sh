@@ -45,7 +45,7 @@ MODULES='
 10 data     9100
 11 report   2700
 12 zero     1300
-13 train    5500
+13 train    5800
 14 cmd      2800
 '
 FILE_BUDGET=800
