@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/data/dataset.h"
+#include "core/util/fs.h"
 #include "core/config/config.h"
 #include "core/util/json.h"
 
@@ -1317,6 +1318,47 @@ START_TEST(config_check_summary) {
 }
 END_TEST
 
+/* The keys outside an experiment's identity come from the flags on the rows (a key's
+ * CT_NOT_IDENTITY, a section's, the batch split's): each of them is in docs/checkpoints.md's
+ * list, and what defines an experiment (optimizer, seed, batch size) is not among them. */
+START_TEST(not_identity_is_documented) {
+    loaded l = load_opts(
+        "{\"train_batch_size\": 8, \"steps_per_print\": 5, \"optimizer\": {\"type\": \"SGD\", \"params\": "
+        "{\"lr\": 0.1}}, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}, "
+        "\"offload_param\": {\"device\": \"none\"}}, \"aio\": {}, \"tensorboard\": {}, \"comet\": {}, "
+        "\"train\": {\"epochs\": 1, \"seed\": 3, \"early_stopping\": {\"patience\": 2}}, \"data\": {\"workers\": 1}}",
+        1, NULL, 0, false, false);
+    ck_assert_msg(l.rc == CT_OK, "%s", l.err.msg);
+    char *doc = ct_fs_read_small("docs/checkpoints.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/checkpoints.md: cannot read it (run from the repository root)");
+    const char *list = strstr(doc, "Two configs are the same experiment");
+    ck_assert_ptr_nonnull(list);
+    const char *end = strstr(list, "\n\n-");
+    end = end ? strstr(end + 2, "\n\n") : NULL;
+    ck_assert_ptr_nonnull(end);
+    for (int i = 0; i < l.cfg->n_not_identity; i++) {
+        char quoted[200];
+        snprintf(quoted, sizeof quoted, "`%s`", l.cfg->not_identity[i]);
+        const char *at = strstr(list, quoted);
+        ck_assert_msg(at && at < end, "docs/checkpoints.md's list of keys outside the experiment lacks %s", quoted);
+    }
+    const char *in[] = {"train.run_dir", "train.epochs", "train.cuda_graph", "train_micro_batch_size_per_gpu",
+                        "data.transform.on_device", "aio", "comet", "train.early_stopping",
+                        "zero_optimization.offload_optimizer.nvme_path"};
+    const char *out[] = {"optimizer", "optimizer.params.lr", "train.seed", "train_batch_size", "zero_optimization",
+                         "zero_optimization.offload_optimizer.device", "data"};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < (k ? CT_ARRAY_LEN(out) : CT_ARRAY_LEN(in)); j++) {
+            const char *path = k ? out[j] : in[j];
+            bool found = false;
+            for (int i = 0; i < l.cfg->n_not_identity; i++) found |= strcmp(l.cfg->not_identity[i], path) == 0;
+            ck_assert_msg(found == !k, "%s: %s the experiment's identity", path, k ? "left out of" : "part of");
+        }
+    free(doc);
+    unload(&l);
+}
+END_TEST
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_config_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -1337,6 +1379,7 @@ int main(void) {
     tcase_add_test(tc, hjson_forms_warn);
     tcase_add_test(tc, pydantic_coercion);
     tcase_add_test(tc, defaults_in_resolved);
+    tcase_add_test(tc, not_identity_is_documented);
     tcase_add_test(tc, sections_from_files);
     tcase_add_loop_test(tc, config_errors, 0, CT_ARRAY_LEN(err_cases));
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));

@@ -101,6 +101,8 @@ void ct_config_free(ct_config *cfg) {
     if (cfg->doc) ct_json_free(cfg->doc);
     if (cfg->model_doc) ct_json_free(cfg->model_doc);
     if (cfg->data_doc) ct_json_free(cfg->data_doc);
+    for (int i = 0; i < cfg->n_not_identity; i++) free(cfg->not_identity[i]);
+    free(cfg->not_identity);
     free(cfg);
 }
 

@@ -270,6 +270,12 @@ typedef struct ct_config {
     struct ct_json_doc *doc;    /* the parsed file(s), for positions */
     struct ct_json_doc *model_doc, *data_doc; /* when taken from other files */
     cJSON *retired;             /* nodes replaced after parsing, kept alive so positions stay valid */
+    /* The dotted paths of the keys and sections that do not change what is trained (where
+     * outputs go, how long, how often to evaluate, where and how fast, what is printed), from the
+     * flags on their rows in core/config/: a run may change them and stay the same experiment
+     * (core/ckpt's ct_ckpt_same_experiment). */
+    char **not_identity;
+    int n_not_identity, cap_not_identity;
 } ct_config;
 
 /* One dataset format: its "format" name, the keys its entries take besides format, transform and

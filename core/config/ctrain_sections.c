@@ -88,14 +88,16 @@ static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
 }
 
 static const ct_field data_fields[] = {
-    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
+    CT_C_INT("workers", 0, CT_NOT_IDENTITY), CT_C_INT("prefetch", 1, CT_NOT_IDENTITY), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
     CT_C_BOOL("drop_last"),
-    CT_C_BOOL("cache"),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
+    CT_C_BOOL("cache", CT_NOT_IDENTITY),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
 };
 static const char *const data_custom[] = {"train", "eval"};
-static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false};
+static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false, false};
 
 int ct_rd_data(ct_rd *r, const cJSON *root) {
+    /* where the pixels are normalised (validated by the loader, core/data/transform.c) */
+    ct_rd_not_identity(r, "data.transform.on_device");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "data");
     if (!ct_rd_given(d)) return CT_OK;
     char dummy[1];
@@ -113,25 +115,25 @@ int ct_rd_data(ct_rd *r, const cJSON *root) {
 }
 
 static const ct_field train_fields[] = {
-    CT_F_INT(ct_train_cfg, epochs, 5, 0, 2147483647),
-    CT_F_LONG(ct_train_cfg, max_steps, 0, 0, CT_BIG),
-    CT_F_LONG(ct_train_cfg, eval_interval, 0, 0, CT_BIG),
+    CT_F_INT(ct_train_cfg, epochs, 5, 0, 2147483647, CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, max_steps, 0, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, eval_interval, 0, 0, CT_BIG, CT_NOT_IDENTITY),
     CT_F_LONG(ct_train_cfg, sample_every, 0, 0, CT_BIG),
-    {"seed", NULL, CT_K_INT, CT_S_U64, offsetof(ct_train_cfg, seed), 0, 42, 0, CT_BIG, NULL},
-    CT_F_STR(ct_train_cfg, device, "auto"),
-    CT_F_STR(ct_train_cfg, run_dir, ""),
-    CT_F_STR(ct_train_cfg, save_dir, ""),
-    CT_F_LONG(ct_train_cfg, save_interval, 0, 0, CT_BIG),
-    CT_F_INT(ct_train_cfg, keep_last, 3, 0, 1000000),
-    CT_F_STR(ct_train_cfg, best_metric, "eval_loss"),
-    CT_F_INT(ct_train_cfg, threads, 0, 0, 4096),
-    CT_F_NUM(ct_train_cfg, memory_limit_gb, 0.0, 0, 1e9),
-    CT_F_NUM(ct_train_cfg, host_memory_limit_gb, 0.0, 0, 1e9),
+    CT_ROW("seed", NULL, CT_K_INT, CT_S_U64, offsetof(ct_train_cfg, seed), 0, 42, 0, CT_BIG, NULL),
+    CT_F_STR(ct_train_cfg, device, "auto", CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, run_dir, "", CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, save_dir, "", CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, save_interval, 0, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_INT(ct_train_cfg, keep_last, 3, 0, 1000000, CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, best_metric, "eval_loss", CT_NOT_IDENTITY),
+    CT_F_INT(ct_train_cfg, threads, 0, 0, 4096, CT_NOT_IDENTITY),
+    CT_F_NUM(ct_train_cfg, memory_limit_gb, 0.0, 0, 1e9, CT_NOT_IDENTITY),
+    CT_F_NUM(ct_train_cfg, host_memory_limit_gb, 0.0, 0, 1e9, CT_NOT_IDENTITY),
 };
 static const char *const train_custom[] = {"early_stopping", "cuda_graph"};
 static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom,
                                      CT_ARRAY_LEN(train_custom), true, false,
-                                     false};
+                                     false, false};
 
 typedef struct es_raw {
     char metric[32], mode[8];
@@ -145,7 +147,7 @@ static const ct_field es_fields[] = {
     CT_F_NUM(es_raw, min_delta, 0.0, 0, CT_INF),
 };
 static const ct_section es_sec = {"train.early_stopping", es_fields, CT_ARRAY_LEN(es_fields), NULL, 0, true, false,
-                                  false};
+                                  false, true};
 static const char *const metrics[] = {"eval_loss", "eval_accuracy", "train_loss"};
 
 static int check_metric(ct_rd *r, const cJSON *sec, const char *key, const char *path, const char *val) {
@@ -167,6 +169,7 @@ static bool valid_device(const char *d) {
 
 /* train.cuda_graph: true, false or "auto". */
 static int read_cuda_graph(ct_rd *r, const cJSON *sec, int *out) {
+    ct_rd_not_identity(r, "train.cuda_graph");   /* how fast, not what is trained */
     const cJSON *v = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "cuda_graph") : NULL;
     *out = CT_CUDA_GRAPH_AUTO;
     if (!ct_rd_given(v) || (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0)) return CT_OK;
