@@ -1359,6 +1359,35 @@ START_TEST(not_identity_is_documented) {
 }
 END_TEST
 
+/* Every key of every section table a config with every section reads (cfg->rows, the reader's
+ * rows) is in docs/config.md, in backquotes as its dotted path or its own name: a row added
+ * without its doc row fails here, naming it. */
+START_TEST(every_row_is_documented) {
+    loaded l = load_opts(
+        "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": false}, "
+        "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, \"scheduler\": {\"type\": "
+        "\"WarmupLR\", \"params\": {}}, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": "
+        "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"none\"}}, \"aio\": {}, \"tensorboard\": {}, "
+        "\"csv_monitor\": {}, \"wandb\": {}, \"comet\": {}, \"flops_profiler\": {}, \"checkpoint\": {}, "
+        "\"activation_checkpointing\": {}, \"train\": {\"epochs\": 1, \"early_stopping\": {\"patience\": 2}}, "
+        "\"data\": {\"workers\": 1}}",
+        1, NULL, 0, false, false);
+    ck_assert_msg(l.rc == CT_OK, "%s", l.err.msg);
+    ck_assert_int_gt(l.cfg->n_rows, 100);
+    char *doc = ct_fs_read_small("docs/config.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/config.md: cannot read it (run from the repository root)");
+    for (int i = 0; i < l.cfg->n_rows; i++) {
+        const char *path = l.cfg->rows[i], *dot = strrchr(path, '.');
+        char full[200], own[100];
+        snprintf(full, sizeof full, "`%s`", path);
+        snprintf(own, sizeof own, "`%s`", dot ? dot + 1 : path);
+        ck_assert_msg(strstr(doc, full) || strstr(doc, own), "docs/config.md does not name %s", full);
+    }
+    free(doc);
+    unload(&l);
+}
+END_TEST
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_test_config_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
@@ -1380,6 +1409,7 @@ int main(void) {
     tcase_add_test(tc, pydantic_coercion);
     tcase_add_test(tc, defaults_in_resolved);
     tcase_add_test(tc, not_identity_is_documented);
+    tcase_add_test(tc, every_row_is_documented);
     tcase_add_test(tc, sections_from_files);
     tcase_add_loop_test(tc, config_errors, 0, CT_ARRAY_LEN(err_cases));
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));

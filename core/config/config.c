@@ -103,6 +103,8 @@ void ct_config_free(ct_config *cfg) {
     if (cfg->data_doc) ct_json_free(cfg->data_doc);
     for (int i = 0; i < cfg->n_not_identity; i++) free(cfg->not_identity[i]);
     free(cfg->not_identity);
+    for (int i = 0; i < cfg->n_rows; i++) free(cfg->rows[i]);
+    free(cfg->rows);
     free(cfg);
 }
 

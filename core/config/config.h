@@ -276,6 +276,10 @@ typedef struct ct_config {
      * (core/ckpt's ct_ckpt_same_experiment). */
     char **not_identity;
     int n_not_identity, cap_not_identity;
+    /* The dotted path of every key of every section table the reader used for this config (its
+     * rows, read or defaulted): what the tests check docs/config.md against. */
+    char **rows;
+    int n_rows, cap_rows;
 } ct_config;
 
 /* One dataset format: its "format" name, the keys its entries take besides format, transform and
