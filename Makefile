@@ -104,7 +104,9 @@ $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 # The kernel workbench (bench/kernels/README.md): compiled, never linked, so it keeps up with cuda/.
 BENCH_KERNEL_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard bench/kernels/*.cu))
 bench-kernels: $(if $(NVCC),$(BENCH_KERNEL_OBJ))
-	@$(if $(NVCC),:,echo "bench-kernels: no nvcc (CUDA=0, or none on PATH or in /usr/local/cuda/bin)" >&2; exit 1)
+ifeq ($(NVCC),)
+	@echo "bench-kernels: no nvcc (CUDA=0, or none on PATH or in /usr/local/cuda/bin)" >&2; exit 1
+endif
 
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)

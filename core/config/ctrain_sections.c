@@ -88,12 +88,13 @@ static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
 }
 
 static const ct_field data_fields[] = {
-    CT_C_INT("workers", 0, CT_NOT_IDENTITY), CT_C_INT("prefetch", 1, CT_NOT_IDENTITY), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
-    CT_C_BOOL("drop_last"),
+    CT_C_INT("workers", 0, CT_NOT_IDENTITY), CT_C_INT("prefetch", 1, CT_NOT_IDENTITY), CT_C_BOOL("shuffle"),
+    CT_C_INT("shuffle_buffer", 1),           CT_C_BOOL("drop_last"),
     CT_C_BOOL("cache", CT_NOT_IDENTITY),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
 };
 static const char *const data_custom[] = {"train", "eval"};
-static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false, false};
+static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false,
+                                    false};
 
 int ct_rd_data(ct_rd *r, const cJSON *root) {
     /* where the pixels are normalised (validated by the loader, core/data/transform.c) */

@@ -388,7 +388,8 @@ static int read_monitors(ct_rd *r, const cJSON *root) {
                                   false, true};
     static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
                                    false, true};
-    static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true, true};
+    static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true,
+                                     true};
     static const ct_section flops = {"flops_profiler", flops_fields, CT_ARRAY_LEN(flops_fields), NULL, 0, false,
                                      false, false, true};
     static const ct_section ckpt = {"checkpoint", ckpt_fields, CT_ARRAY_LEN(ckpt_fields), NULL, 0, false, false,

@@ -57,7 +57,8 @@ typedef struct ct_field {
     CT_ROW(k, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
 #define CT_F_LONG_K(T, k, m, d, lo, hi, ...) \
     CT_ROW(k, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
-#define CT_F_BOOL_K(T, k, m, d, ...) CT_ROW(k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL, __VA_ARGS__)
+#define CT_F_BOOL_K(T, k, m, d, ...) \
+    CT_ROW(k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL, __VA_ARGS__)
 #define CT_F_STR_K(T, k, m, d, ...) \
     CT_ROW(k, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d), __VA_ARGS__)
 /* Valid DeepSpeed keys ctrain validates but does not act on. */

@@ -71,7 +71,8 @@ static const ct_field fp16_fields[] = {
     CT_F_BOOL(ct_fp16_cfg, auto_cast, false),
     CT_U_BOOL("fp16_master_weights_and_grads"),
 };
-static const ct_section fp16_sec = {"fp16", fp16_fields, CT_ARRAY_LEN(fp16_fields), NULL, 0, false, false, false, false};
+static const ct_section fp16_sec = {"fp16", fp16_fields, CT_ARRAY_LEN(fp16_fields), NULL, 0, false, false, false,
+                                    false};
 
 typedef struct bf16_cfg {
     bool enabled;
@@ -80,7 +81,8 @@ static const ct_field bf16_fields[] = {
     CT_F_BOOL(bf16_cfg, enabled, false),
     CT_U_BOOL("immediate_grad_update"),
 };
-static const ct_section bf16_sec = {"bf16", bf16_fields, CT_ARRAY_LEN(bf16_fields), NULL, 0, false, false, false, false};
+static const ct_section bf16_sec = {"bf16", bf16_fields, CT_ARRAY_LEN(bf16_fields), NULL, 0, false, false, false,
+                                    false};
 
 /* "auto" precision: the best the device has (bf16, else fp16 on a GPU, else fp32), never a section
  * explicitly disabled; an explicit true elsewhere wins. */
