@@ -21,6 +21,7 @@
 
 #include "core/train/generate.h"
 #include "core/train/internal.h"
+#include "core/train/nvme.h"
 #include "core/train/offload.h"
 
 /* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
@@ -175,9 +176,14 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     /* fp32/bf16: every step updates (a NaN then shows in the loss; sumsq is NAN when the step did
      * not need the norm); fp16 skips a step whose sum of squares overflowed */
     *applied = !t->m.amp.scaling || isfinite(sumsq);
+    double norm = sqrt(sumsq) * grad_scale;
+    /* a skip touches nothing: no pass over the swap files either */
     if (!*applied) ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);   /* the skip's stats */
-    else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, sqrt(sumsq) * grad_scale, st);
-    else ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
+    else if (t->m.nvme) {
+        int rc = ct_offload_apply_swap(t->m.opt, p, ct_nvme_swap(t->m.nvme), grad_scale, norm, st, err);
+        if (rc) return rc;
+    } else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, norm, st);
+    else ct_optim_apply(t->m.opt, &tg, grad_scale, norm, st);
     if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
     return share_params(t, err);
 }
@@ -757,8 +763,8 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     }
     /* the master as initialised, resumed or loaded; from here on every update refreshes the copy
      * (under ZeRO each rank casts its part, and the ranks gather the others') */
-    ct_param_store_refresh(t->m.params);
-    rc = share_params(t, err);
+    rc = ct_trainer_refresh_params(t, err);
+    if (!rc) rc = share_params(t, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
         ct_trainer_finish(t);

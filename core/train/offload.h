@@ -1,5 +1,6 @@
 /* offload.h: ZeRO-Offload's optimizer step (zero_optimization.offload_optimizer.device "cpu" on a
- * device: a GPU, or the capped device).
+ * device: a GPU, or the capped device), and ZeRO-Infinity's with the state in NVMe swap files
+ * (device "nvme", core/train/nvme.h).
  *
  * The parameter store keeps the fp32 master and this rank's gradients in host memory, and the
  * optimizer its state beside them (core/params/store.h, core/optim/optim.h: ct_optim_create_in);
@@ -16,9 +17,18 @@
 
 #include "core/optim/optim.h"
 #include "core/params/store.h"
+#include "core/zero/swap.h"
 
 /* ct_optim_apply over the store's host master (p->host_state), chunk by chunk. An overflowing
  * fp16 step is skipped before it gets here (nothing moves). */
 void ct_offload_apply(ct_optim *o, ct_param_store *p, float grad_scale, double grad_norm, ct_optim_stats *stats);
+
+/* The same with the master and the optimizer's state in swap files (a swapped store, an optimizer
+ * with external state): one UPDATE pass of the swap, whose chunks are read ahead and written behind
+ * while the CPU steps the current one (in pieces of the store's stage_elems, each piece's compute
+ * copy uploaded while the next is stepped). The first I/O error (CT_ERR_RUNTIME naming the file);
+ * the update is counted (Adam's step, the schedule) only when every write landed. */
+int ct_offload_apply_swap(ct_optim *o, ct_param_store *p, ct_swap *s, float grad_scale, double grad_norm,
+                          ct_optim_stats *stats, ct_err *err);
 
 #endif

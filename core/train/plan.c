@@ -9,6 +9,7 @@
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
 #include "core/params/store.h"
+#include "core/train/nvme.h"
 #include "core/train/partition.h"
 
 int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err) {
@@ -24,7 +25,15 @@ int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, 
 }
 
 bool ct_run_plan_offload(const ct_config *cfg, bool device) {
-    return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU && cfg->zero.stage >= 1;
+    if (cfg->zero.stage < 1) return false;
+    /* NVMe offload acts on the CPU backend too: its files take the master and the state out of
+     * host memory, which is the CPU's memory */
+    if (cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME) return true;
+    return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU;
+}
+
+bool ct_run_plan_nvme(const ct_config *cfg, bool device) {
+    return ct_run_plan_offload(cfg, device) && cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME;
 }
 
 int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
@@ -33,14 +42,20 @@ int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
 }
 
 bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
-    return ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 && cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
+    return device && ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 &&
+           cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
+}
+
+int ct_run_plan_partition_stage(const ct_config *cfg) {
+    int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
+    return cfg->world_size > 1 ? stage : 0;
 }
 
 int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
     int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
     if (ct_run_plan_offload_params(cfg, device)) return 3;
     if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
-    return cfg->world_size > 1 ? stage : 0;
+    return ct_run_plan_partition_stage(cfg);
 }
 
 unsigned ct_run_plan_store_parts(int stage) {
@@ -85,11 +100,17 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     int stage = ct_run_plan_zero_stage(cfg, device);
     out->offload = ct_run_plan_offload(cfg, device);
     if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
+    out->nvme = ct_run_plan_nvme(cfg, device);
     ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg),
-                           .params = ct_run_plan_offload_params(cfg, device)};
+                           .params = ct_run_plan_offload_params(cfg, device), .swapped = out->nvme};
     ct_param_store_plan_in(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->offload ? &so : NULL, out->bytes,
                            out->host);
     (out->offload ? out->host : out->bytes)[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
+    if (out->nvme) {   /* the master and the state in swap files: host memory holds their buffers */
+        out->swap_host = out->host[CT_MEM_OPTIM] = ct_nvme_host_bytes(cfg, hi - lo);
+        out->swap_disk = ct_nvme_disk_bytes(cfg, hi - lo);
+        out->swap_elems = hi - lo;
+    }
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;

@@ -28,6 +28,12 @@ typedef struct ct_run_plan {
     size_t host[CT_MEM_CAT_COUNT];
     size_t host_total;
     bool offload;                    /* ZeRO-Offload of the optimizer (ct_run_plan_offload) */
+    /* NVMe offload (ct_run_plan_nvme): the master and optimizer state in swap files, whose buffers
+     * are the host's optimizer bytes (host[CT_MEM_OPTIM]; no master there) */
+    bool nvme;
+    size_t swap_host;                /* the swap's buffers (and one block to align them) */
+    int64_t swap_disk;               /* its files under nvme_path */
+    int64_t swap_elems;              /* the part whose state they hold (rank 0's) */
 } ct_run_plan;
 
 /* What a run of cfg will train on, known without creating its backend (--dry-run, the auto
@@ -42,15 +48,23 @@ typedef struct ct_plan_target {
 } ct_plan_target;
 int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err);
 
-/* ZeRO-Offload of the optimizer: zero_optimization.offload_optimizer.device "cpu" (stage 1-3) on
- * a device (a GPU, the capped device): the fp32 master, the gradients and the optimizer state in
- * host memory, the optimizer step on the CPU. On the CPU backend that memory is host memory
- * already and nothing moves: false. */
+/* ZeRO-Offload of the optimizer: zero_optimization.offload_optimizer.device "cpu" or "nvme" (stage
+ * 1-3) on a device (a GPU, the capped device): the fp32 master, the gradients and the optimizer
+ * state in host memory (or, with "nvme", the master and state in swap files), the optimizer step
+ * on the CPU. On the CPU backend that memory is host memory already and "cpu" moves nothing: false;
+ * "nvme" still takes the master and state out of memory there: true, the CPU's memory standing in
+ * for the device's (the copies are memcpy). */
 bool ct_run_plan_offload(const ct_config *cfg, bool device);
+
+/* NVMe offload of the optimizer (ZeRO-Infinity): offload_optimizer.device "nvme" at stages 1-3, on
+ * any backend: the fp32 master and optimizer state of the rank's part in swap files under
+ * nvme_path (core/train/nvme.h), the rest as ZeRO-Offload's. */
+bool ct_run_plan_nvme(const ct_config *cfg, bool device);
 
 /* ZeRO-Offload of the parameters too (ZeRO-Infinity's CPU case): offload_param.device "cpu" at
  * stage 3 with optimizer offload on a device: the compute-dtype parameters of the rank's part live
- * in pinned host memory, uploaded into the gather buffer layer by layer. */
+ * in pinned host memory, uploaded into the gather buffer layer by layer. On the CPU backend they
+ * are in host memory already: false. */
 bool ct_run_plan_offload_params(const ct_config *cfg, bool device);
 
 /* The elements of the host master each upload of the compute copy carries under ZeRO-Offload
@@ -66,6 +80,8 @@ int64_t ct_run_plan_offload_chunk(const ct_config *cfg);
  * one process, at stages 1-3; with parameter offload too (ct_run_plan_offload_params), stage 3
  * whatever the number of processes. */
 int ct_run_plan_zero_stage(const ct_config *cfg, bool device);
+/* The same without any offload (a run that only evaluates): the stage with several ranks, else 0. */
+int ct_run_plan_partition_stage(const ct_config *cfg);
 
 /* What the parameter store of a ZeRO stage holds of its rank's part only (CT_STORE_PART_*, core/
  * params/store.h): stage 2 the gradients, stage 3 the parameters too. */
