@@ -3,9 +3,10 @@
 # runs on the capped device (CTRAIN_CAPPED_DEVICE set to the capacity the table was made for): a GPT
 # of 2 blocks of width 128 (e2e_offload.sh's, bf16, 3 steps), its table for a 1.6 MiB device beside
 # 12 MiB of host memory (--host-memory), then
-#   - rows run for real: each row the table says fits trains, its summary's planned device and host
-#     totals are the table's figures and its device peak stays under the cap; each row that does not
-#     fit stops at start (exit 1, "the memory plan needs");
+#   - rows run for real (the NVMe rows swapping to a directory of the scratch dir): each row the
+#     table says fits trains, its summary's planned device and host totals are the table's figures
+#     and its device peak stays under the cap; each row that does not fit stops at start (exit 1,
+#     "the memory plan needs");
 #   - the largest model of a device-bound row (stage 2 + optimizer offload: model.layers.2's
 #     "times") trains at its count and stops at start one block above; the largest of the host-bound
 #     row (stage 3 + both offloads) plans within the host memory at its count and past it one above
@@ -18,6 +19,7 @@ B=${1:-build}/ctrain
 . test/lib_e2e.sh
 scratch_dir
 licence_tokens "$B" "$T/tok"
+mkdir -p "$T/swap"   # nvme_path of the NVMe rows
 PY=/usr/bin/python3
 CAP=1600KiB HOST=12MiB
 
@@ -50,7 +52,7 @@ JSON
 table() {
     "$PY" - "$1" <<'EOF'
 import re, sys
-row = re.compile(r"^\s+([0-3])\s+(none|optimizer \+ params|optimizer)\s+stage [0-3]\s+(\d+(?:\.\d)? [KMGT]?i?B)"
+row = re.compile(r"^\s+([0-3])\s+(none|optimizer \+ params|optimizer|nvme \+ params|nvme)\s+stage [0-3]\s+(\d+(?:\.\d)? [KMGT]?i?B)"
                  r"\s+(\d+(?:\.\d)? [KMGT]?i?B)\s+(yes|no)\s+(.*)$")
 for line in open(sys.argv[1]):
     m = row.match(line.rstrip("\n"))
@@ -63,9 +65,12 @@ zero() {
     case $2 in
     none) o=none p=none ;;
     optimizer) o=cpu p=none ;;
-    *) o=cpu p=cpu ;;
+    "optimizer + params") o=cpu p=cpu ;;
+    nvme) o=nvme p=none ;;
+    *) o=nvme p=cpu ;;
     esac
     echo "--set zero_optimization.stage=$1 --set zero_optimization.offload_optimizer.device=$o --set zero_optimization.offload_param.device=$p"
+    [ $o = nvme ] && echo "--set zero_optimization.offload_optimizer.nvme_path=$T/swap"
 }
 # run NAME CAP ARGS...: a run on the capped device of CAP (3 steps), its summary in $T/NAME.json
 run() {
@@ -98,10 +103,12 @@ eq "dry run on the capped device: exit code" "$?" 0
 has "$T/dry.err" "on a device of 1.6 MiB (the capped device, CTRAIN_CAPPED_DEVICE) beside 12.0 MiB of host memory (--host-memory)" \
     "the table names the device and the host memory it is for"
 table "$T/dry.err" >"$T/rows"
-eq "the table's rows" "$(wc -l <"$T/rows" | tr -d ' ')" 8
+eq "the table's rows" "$(wc -l <"$T/rows" | tr -d ' ')" 12
 has "$T/dry.err" "<- this config" "the config's own row is marked"
 has "$T/dry.err" "1  optimizer .*<- cheapest that fits" "the cheapest row that fits is marked (stage 1 with optimizer offload)"
 has "$T/dry.err" "largest model: model.layers.2's \"times\" (2 here)" "the largest-model rule is said"
+has "$T/dry.err" "(nvme: offload_optimizer \"nvme\", the fp32 master and optimizer state in swap files of up to" \
+    "the NVMe rows' swap files are said"
 
 # ---- rows run for real ----
 capb=$(to_bytes $CAP)

@@ -350,25 +350,41 @@ END_TEST
 
 /* ---- ZeRO stage and offload ---- */
 
+/* Every ZeRO test's sub_group_size: an NVMe swap's buffers then hold chunks of this many elements
+ * whatever the model's size, so its rows' plans grow evenly with the blocks as the others' do (a
+ * model under sub_group_size has buffers of its own size, rounded to the disk's blocks). */
+#define SUB_GROUP "zero_optimization.sub_group_size=4096"
+
 /* The overrides that set a row's stage and offload (as a user writes them), plus `extra`. */
 static int row_sets(int stage, ct_fit_offload o, const char **sets, const char *extra) {
-    static char st[4][48];
-    int n = 0;
+    static const char *const dev[] = {[CT_OFFLOAD_NONE] = "\"none\"", [CT_OFFLOAD_CPU] = "\"cpu\"",
+                                      [CT_OFFLOAD_NVME] = "\"nvme\""};
+    static char st[4][48], opt[3][80], par[3][80], nvme_path[128];
+    int n = 0, od = ct_fit_offload_optimizer(o), pd = ct_fit_offload_param(o);
     snprintf(st[stage], sizeof st[stage], "zero_optimization.stage=%d", stage);
+    snprintf(opt[od], sizeof opt[od], "zero_optimization.offload_optimizer.device=%s", dev[od]);
+    snprintf(par[pd], sizeof par[pd], "zero_optimization.offload_param.device=%s", dev[pd]);
+    snprintf(nvme_path, sizeof nvme_path, "zero_optimization.offload_optimizer.nvme_path=\"%s/swap\"", tmpdir);
     sets[n++] = st[stage];
-    sets[n++] = o >= CT_FIT_OFFLOAD_OPTIMIZER ? "zero_optimization.offload_optimizer.device=\"cpu\""
-                                              : "zero_optimization.offload_optimizer.device=\"none\"";
-    sets[n++] = o == CT_FIT_OFFLOAD_BOTH ? "zero_optimization.offload_param.device=\"cpu\""
-                                         : "zero_optimization.offload_param.device=\"none\"";
+    sets[n++] = opt[od];
+    sets[n++] = par[pd];
+    sets[n++] = SUB_GROUP;
+    if (od == CT_OFFLOAD_NVME) sets[n++] = nvme_path;
     if (extra) sets[n++] = extra;
     return n;
+}
+
+/* The MLP for the ZeRO tests: SUB_GROUP and `extra` (NULL: none) over `world` ranks. */
+static ct_config *load_zero_mlp(const char *extra, int world) {
+    const char *sets[] = {SUB_GROUP, extra};
+    return load_mlp_with(sets, extra ? 2 : 1, world);
 }
 
 /* The device plan of the MLP with a row's settings written in its config, `blocks` repeats. */
 static ct_run_plan row_plan(int stage, ct_fit_offload o, int world, long blocks, int64_t *params) {
     char times[64];
     snprintf(times, sizeof times, "model.layers.1.times=%ld", blocks);
-    const char *sets[4];
+    const char *sets[6];
     int n = row_sets(stage, o, sets, times);
     ct_config *c = load_mlp_with(sets, n, world);
     ct_run_plan p;
@@ -388,7 +404,7 @@ static ct_run_plan row_plan(int stage, ct_fit_offload o, int world, long blocks,
  * master, gradients and optimizer state from the device to the host. */
 START_TEST(zero_rows_are_the_runs_plans) {
     for (int world = 1; world <= 2; world++) {
-        ct_config *cfg = load_mlp_with(NULL, 0, world);
+        ct_config *cfg = load_zero_mlp(NULL, world);
         ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
         ct_fit_family fam;
         ct_err err = {0};
@@ -400,22 +416,28 @@ START_TEST(zero_rows_are_the_runs_plans) {
             ck_assert_msg(rows[r].device == p.total && rows[r].host == p.host_total,
                           "world %d, stage %d offload %d: row %zu/%zu, run %zu/%zu", world, rows[r].stage,
                           rows[r].offload, rows[r].device, rows[r].host, p.total, p.host_total);
+            ck_assert_int_eq(rows[r].disk, p.nvme ? p.swap_disk : 0);
+            ck_assert(p.nvme == (rows[r].offload >= CT_FIT_OFFLOAD_NVME));
             ck_assert_int_eq(rows[r].fits, -1);          /* no device memory given */
             ck_assert_int_eq(rows[r].max_blocks, -1);
             ck_assert_str_eq(rows[r].refused, "");
         }
-        /* rows 0, 1, 2: stage 0, stage 1, stage 1 + optimizer offload */
+        /* rows 0, 1, 2, 3: stage 0, stage 1, stage 1 + optimizer offload, stage 1 + NVMe */
         ck_assert_uint_gt(rows[0].device, rows[2].device);
         ck_assert_uint_eq(rows[0].host, 0);
         ck_assert_uint_gt(rows[2].host, 0);
         ck_assert_int_eq(rows[1].runs_stage, world == 1 ? 0 : 1);
         ck_assert_int_eq(rows[2].runs_stage, 2);       /* stage 1 + offload takes stage 2's path */
-        ck_assert_int_eq(rows[7].runs_stage, 3);
+        ck_assert_int_eq(rows[3].runs_stage, 2);
+        ck_assert_int_gt(rows[3].disk, 0);
+        ck_assert_uint_eq(rows[3].device, rows[2].device);   /* the same device memory as offload to host */
+        ck_assert(rows[9].offload == CT_FIT_OFFLOAD_BOTH && rows[11].offload == CT_FIT_OFFLOAD_NVME_PARAMS);
+        ck_assert_int_eq(rows[9].runs_stage, 3);
+        ck_assert_int_eq(rows[11].runs_stage, 3);
         ct_config_free(cfg);
     }
     /* Lamb: the offloaded rows are refused as the run refuses them */
-    const char *lamb[] = {"optimizer.type=\"Lamb\""};
-    ct_config *cfg = load_mlp_with(lamb, 1, 1);
+    ct_config *cfg = load_zero_mlp("optimizer.type=\"Lamb\"", 1);
     ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
     ct_fit_family fam;
     ct_err err = {0};
@@ -439,7 +461,7 @@ START_TEST(largest_model_is_the_largest_that_fits) {
         ct_run_plan dev20 = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, world, 20, NULL);
         ct_run_plan host10 = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, world, 10, NULL);
         ct_fit_memory mem = {dev20.total + 100, host10.host_total * (size_t)world + 100};
-        ct_config *cfg = load_mlp_with(NULL, 0, world);
+        ct_config *cfg = load_zero_mlp(NULL, world);
         ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
         ct_fit_family fam;
         ct_err err = {0};
@@ -478,21 +500,21 @@ END_TEST
  * but not twice do not fit, and the largest model is bound by the host; twice that memory fits. */
 START_TEST(ranks_share_the_host_memory) {
     ct_run_plan two = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, 2, 6, NULL);
-    ct_config *cfg = load_mlp_with(NULL, 0, 2);
+    ct_config *cfg = load_zero_mlp(NULL, 2);
     for (int twice = 0; twice <= 1; twice++) {
         ct_fit_memory mem = {(size_t)1 << 40, twice ? 2 * two.host_total : two.host_total + two.host_total / 2};
         ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
         ct_fit_family fam;
         ct_err err = {0};
         ck_assert_int_eq(ct_fit_zero_rows(cfg, mem, rows, &fam, &err), CT_OK);
-        ck_assert_int_eq(rows[4].stage, 2);
-        ck_assert_int_eq(rows[4].offload, CT_FIT_OFFLOAD_OPTIMIZER);
-        ck_assert_uint_eq(rows[4].host, two.host_total);
-        ck_assert_int_eq(rows[4].fits, twice);
-        ck_assert_int_eq(rows[3].fits, 1);   /* stage 2 without offload needs no host memory */
-        ck_assert_str_eq(rows[4].bound, "host");
-        if (twice) ck_assert_int_ge(rows[4].max_blocks, 6);
-        else ck_assert_int_lt(rows[4].max_blocks, 6);
+        ck_assert_int_eq(rows[5].stage, 2);
+        ck_assert_int_eq(rows[5].offload, CT_FIT_OFFLOAD_OPTIMIZER);
+        ck_assert_uint_eq(rows[5].host, two.host_total);
+        ck_assert_int_eq(rows[5].fits, twice);
+        ck_assert_int_eq(rows[4].fits, 1);   /* stage 2 without offload needs no host memory */
+        ck_assert_str_eq(rows[5].bound, "host");
+        if (twice) ck_assert_int_ge(rows[5].max_blocks, 6);
+        else ck_assert_int_lt(rows[5].max_blocks, 6);
     }
     ct_config_free(cfg);
 }
@@ -501,43 +523,64 @@ END_TEST
 /* The cheapest that fits: the least moved to host memory, then the lowest stage. */
 START_TEST(cheapest_row_that_fits) {
     ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
-    static const int stage[] = {0, 1, 1, 2, 2, 3, 3, 3};
-    static const ct_fit_offload off[] = {0, 0, 1, 0, 1, 0, 1, 2};
+    static const int stage[] = {0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3};
+    static const ct_fit_offload off[] = {
+        CT_FIT_NO_OFFLOAD, CT_FIT_NO_OFFLOAD,        CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_NVME,
+        CT_FIT_NO_OFFLOAD, CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_NVME,      CT_FIT_NO_OFFLOAD,
+        CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_BOTH, CT_FIT_OFFLOAD_NVME, CT_FIT_OFFLOAD_NVME_PARAMS};
     for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) rows[r] = (ct_fit_zero_row){.stage = stage[r], .offload = off[r]};
     ck_assert_int_eq(ct_fit_zero_cheapest(rows), -1);
-    rows[7].fits = rows[4].fits = 1;
-    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 4);      /* optimizer offload at stage 2 before both */
-    rows[6].fits = rows[2].fits = 1;
-    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 2);      /* stage 1 before 2 and 3 */
+    rows[11].fits = rows[10].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 10);     /* NVMe alone before NVMe and the parameters */
+    rows[9].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 9);      /* host memory before NVMe */
+    rows[8].fits = rows[6].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 8);      /* the optimizer to host memory before to NVMe */
     rows[5].fits = 1;
-    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 5);      /* no offload before any offload */
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 5);      /* stage 2 before 3 */
+    rows[2].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 2);
+    rows[7].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 7);      /* no offload before any offload */
     rows[0].fits = -1;                                    /* not known is not fits */
-    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 5);
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 7);
 }
 END_TEST
 
-/* The table's text: the config's row and the cheapest marked; the rule's line. */
+/* The line of `table` that holds `mark`, or NULL. */
+static const char *line_of(const char *table, const char *mark) {
+    const char *line = strstr(table, mark);
+    while (line && line > table && line[-1] != '\n') line--;
+    return line;
+}
+
+/* The table's text: the config's row and the cheapest marked (the config offloading the optimizer
+ * and parameters to host memory, then the optimizer to NVMe); the NVMe note; the rule's line. */
 START_TEST(zero_table_marks_rows) {
-    const char *sets[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"cpu\"",
-                          "zero_optimization.offload_param.device=\"cpu\""};
-    ct_config *cfg = load_mlp_with(sets, 3, 1);
-    ct_run_plan dev = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, 1, 6, NULL);
-    char *table = calloc(1, 8192);
-    ct_err err = {0};
-    ck_assert_int_eq(ct_fit_zero_table(cfg, (ct_fit_memory){dev.total, (size_t)1 << 40}, collect_row, table, &err),
-                     CT_OK);
-    ck_assert_msg(strstr(table, "optimizer + params") && strstr(table, "<- this config"), "%s", table);
-    const char *own = strstr(table, "<- this config"), *line = own;
-    while (line > table && line[-1] != '\n') line--;
-    ck_assert_msg(strncmp(line, "      3  optimizer + params", 27) == 0, "%s", table);
-    const char *cheap = strstr(table, "cheapest that fits");
-    ck_assert_ptr_nonnull(cheap);
-    line = cheap;
-    while (line > table && line[-1] != '\n') line--;
-    ck_assert_msg(strncmp(line, "      1  optimizer ", 18) == 0, "%s", table);
-    ck_assert_msg(strstr(table, "model.layers.1's \"times\" (6 here)"), "%s", table);
-    free(table);
-    ct_config_free(cfg);
+    char nvme_path[128];
+    snprintf(nvme_path, sizeof nvme_path, "zero_optimization.offload_optimizer.nvme_path=\"%s/swap\"", tmpdir);
+    const char *both[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                          "zero_optimization.offload_param.device=\"cpu\"", SUB_GROUP};
+    const char *nvme[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                          nvme_path, SUB_GROUP};
+    const char *own_row[] = {"      3  optimizer + params", "      2  nvme "};
+    for (int k = 0; k < 2; k++) {
+        ct_config *cfg = load_mlp_with(k ? nvme : both, 4, 1);
+        ct_run_plan dev = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, 1, 6, NULL);
+        char *table = calloc(1, 8192);
+        ct_err err = {0};
+        ck_assert_int_eq(ct_fit_zero_table(cfg, (ct_fit_memory){dev.total, (size_t)1 << 40}, collect_row, table, &err),
+                         CT_OK);
+        const char *line = line_of(table, "<- this config");
+        ck_assert_msg(line && strncmp(line, own_row[k], strlen(own_row[k])) == 0, "%s", table);
+        line = line_of(table, "cheapest that fits");
+        ck_assert_msg(line && strncmp(line, "      1  optimizer ", 18) == 0, "%s", table);
+        ck_assert_msg(strstr(table, "model.layers.1's \"times\" (6 here)"), "%s", table);
+        ck_assert_msg(strstr(table, "(nvme: offload_optimizer \"nvme\", the fp32 master and optimizer state in swap files"),
+                      "%s", table);
+        free(table);
+        ct_config_free(cfg);
+    }
 }
 END_TEST
 

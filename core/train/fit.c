@@ -328,25 +328,38 @@ static const struct {
     int stage;
     ct_fit_offload offload;
 } zero_rows[CT_FIT_ZERO_ROWS] = {
-    {0, CT_FIT_NO_OFFLOAD}, {1, CT_FIT_NO_OFFLOAD}, {1, CT_FIT_OFFLOAD_OPTIMIZER}, {2, CT_FIT_NO_OFFLOAD},
-    {2, CT_FIT_OFFLOAD_OPTIMIZER}, {3, CT_FIT_NO_OFFLOAD}, {3, CT_FIT_OFFLOAD_OPTIMIZER}, {3, CT_FIT_OFFLOAD_BOTH},
+    {0, CT_FIT_NO_OFFLOAD},   {1, CT_FIT_NO_OFFLOAD},         {1, CT_FIT_OFFLOAD_OPTIMIZER},
+    {1, CT_FIT_OFFLOAD_NVME}, {2, CT_FIT_NO_OFFLOAD},         {2, CT_FIT_OFFLOAD_OPTIMIZER},
+    {2, CT_FIT_OFFLOAD_NVME}, {3, CT_FIT_NO_OFFLOAD},         {3, CT_FIT_OFFLOAD_OPTIMIZER},
+    {3, CT_FIT_OFFLOAD_BOTH}, {3, CT_FIT_OFFLOAD_NVME},       {3, CT_FIT_OFFLOAD_NVME_PARAMS},
 };
 
+ct_offload_device ct_fit_offload_optimizer(ct_fit_offload o) {
+    return o == CT_FIT_NO_OFFLOAD ? CT_OFFLOAD_NONE : o >= CT_FIT_OFFLOAD_NVME ? CT_OFFLOAD_NVME : CT_OFFLOAD_CPU;
+}
+
+ct_offload_device ct_fit_offload_param(ct_fit_offload o) {
+    return o == CT_FIT_OFFLOAD_BOTH || o == CT_FIT_OFFLOAD_NVME_PARAMS ? CT_OFFLOAD_CPU : CT_OFFLOAD_NONE;
+}
+
+/* The row's settings in c; an NVMe row keeps the config's swap settings (buffer_count, and
+ * nvme_path, which a plan does not read). */
 static void set_zero(ct_config *c, int stage, ct_fit_offload o) {
     c->zero.stage = stage;
     if (c->zero.overlap_comm_by_stage) c->zero.overlap_comm = stage == 3;   /* as the config reader sets it */
-    c->zero.offload_optimizer.device = o >= CT_FIT_OFFLOAD_OPTIMIZER ? CT_OFFLOAD_CPU : CT_OFFLOAD_NONE;
-    c->zero.offload_param.device = o == CT_FIT_OFFLOAD_BOTH ? CT_OFFLOAD_CPU : CT_OFFLOAD_NONE;
+    c->zero.offload_optimizer.device = ct_fit_offload_optimizer(o);
+    c->zero.offload_param.device = ct_fit_offload_param(o);
 }
 
-/* The row the config itself is; -1 when none is (NVMe offload, or offload_param without
- * offload_optimizer, which stays on the device: the optimizer-offload row's plan then). */
+/* The row the config itself is; -1 when none is (offload_param "nvme", which a run refuses).
+ * offload_param without offload_optimizer stays on the device: the row without it then. */
 static int config_row(const ct_config *cfg) {
     const ct_zero_cfg *z = &cfg->zero;
-    if (z->offload_optimizer.device == CT_OFFLOAD_NVME || z->offload_param.device == CT_OFFLOAD_NVME) return -1;
-    ct_fit_offload o = z->offload_optimizer.device != CT_OFFLOAD_CPU ? CT_FIT_NO_OFFLOAD
-                       : z->offload_param.device == CT_OFFLOAD_CPU && z->stage == 3 ? CT_FIT_OFFLOAD_BOTH
-                                                                                    : CT_FIT_OFFLOAD_OPTIMIZER;
+    if (z->offload_param.device == CT_OFFLOAD_NVME) return -1;
+    bool params = z->offload_param.device == CT_OFFLOAD_CPU && z->stage == 3;
+    ct_fit_offload o = z->offload_optimizer.device == CT_OFFLOAD_NVME ? (params ? CT_FIT_OFFLOAD_NVME_PARAMS : CT_FIT_OFFLOAD_NVME)
+                       : z->offload_optimizer.device == CT_OFFLOAD_CPU ? (params ? CT_FIT_OFFLOAD_BOTH : CT_FIT_OFFLOAD_OPTIMIZER)
+                                                                       : CT_FIT_NO_OFFLOAD;
     int stage = z->stage >= 0 && z->stage <= 3 ? z->stage : 0;
     if (stage == 0) o = CT_FIT_NO_OFFLOAD;   /* offload needs a stage: the run does none */
     for (int r = 0; r < CT_FIT_ZERO_ROWS; r++)
@@ -453,13 +466,15 @@ int ct_fit_zero_rows(const ct_config *cfg, ct_fit_memory mem, ct_fit_zero_row ro
         const ct_run_plan *p = &plans[0][r];
         row->device = p->total;
         row->host = p->host_total;
+        row->disk = p->nvme ? p->swap_disk : 0;
         row->fits = !mem.device ? -1
                     : !row->refused[0] && p->total <= mem.device &&
                       (!mem.host || (double)p->host_total * (cfg->world_size > 0 ? cfg->world_size : 1) <= (double)mem.host);
         if (family->layer < 0) continue;
         const ct_run_plan *p1 = &plans[1][r], *p2 = &plans[2][r];
-        if (p2->total - p1->total != p1->total - p->total || p2->host_total - p1->host_total != p1->host_total - p->host_total)
-            family->affine = false;
+        row->estimate = p2->total - p1->total != p1->total - p->total ||
+                        p2->host_total - p1->host_total != p1->host_total - p->host_total;
+        if (row->estimate) family->affine = false;
         if (mem.device && !row->refused[0])
             largest_model(row, mem, cfg->world_size, family->blocks, p, p1, params[0], params[1]);
     }
@@ -477,7 +492,10 @@ int ct_fit_zero_cheapest(const ct_fit_zero_row rows[CT_FIT_ZERO_ROWS]) {
 }
 
 static const char *offload_name(ct_fit_offload o) {
-    return o == CT_FIT_OFFLOAD_BOTH ? "optimizer + params" : o == CT_FIT_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
+    static const char *const names[] = {[CT_FIT_NO_OFFLOAD] = "none", [CT_FIT_OFFLOAD_OPTIMIZER] = "optimizer",
+                                        [CT_FIT_OFFLOAD_BOTH] = "optimizer + params", [CT_FIT_OFFLOAD_NVME] = "nvme",
+                                        [CT_FIT_OFFLOAD_NVME_PARAMS] = "nvme + params"};
+    return names[o];
 }
 
 /* The largest-model cell: "187 blocks, 1.4 G params (device)", "none: 1 block is too big", "-". */
@@ -485,7 +503,8 @@ static void describe_largest(const ct_fit_zero_row *row, char *buf, size_t n) {
     char p[32];
     if (row->max_blocks < 0) snprintf(buf, n, "-");
     else if (row->max_blocks == 0) snprintf(buf, n, "not even 1 block (%s)", row->bound);
-    else snprintf(buf, n, "%ld block%s, %s params (%s%s)", row->max_blocks, row->max_blocks == 1 ? "" : "s",
+    else snprintf(buf, n, "%s%ld block%s, %s params (%s%s)", row->estimate ? "~" : "", row->max_blocks,
+                  row->max_blocks == 1 ? "" : "s",
                   ct_fmt_count((double)row->max_params, p, sizeof p), row->bound,
                   strcmp(row->bound, "repeat") ? "" : "'s limit: more would fit");
 }
@@ -497,7 +516,7 @@ int ct_fit_zero_table(const ct_config *cfg, ct_fit_memory mem, void (*line)(void
     int rc = ct_fit_zero_rows(cfg, mem, rows, &fam, err);
     if (rc) return rc;
     int own = config_row(cfg), cheapest = ct_fit_zero_cheapest(rows);
-    char text[320], runs[32], dev[32], host[32], big[96];
+    char text[512], runs[32], dev[32], host[32], big[96];
     snprintf(text, sizeof text, "  %5s  %-18s %-8s %12s %12s  %-4s  %s", "stage", "offload", "runs as", "device",
              "host", mem.device ? "fits" : "", mem.device && fam.layer >= 0 ?
              "largest model that fits" : "");
@@ -517,7 +536,17 @@ int ct_fit_zero_table(const ct_config *cfg, ct_fit_memory mem, void (*line)(void
     }
     if (cfg->world_size <= 1)
         line(ctx, "  (one process: stages 1-3 without offload have nothing to partition and train as stage 0; "
-                  "with optimizer offload they take stage 2's gradient path)");
+                  "with optimizer offload they take stage 2's gradient path, with parameter offload stage 3's)");
+    int64_t disk = 0;
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) disk = rows[r].disk > disk ? rows[r].disk : disk;
+    if (disk > 0) {
+        char d[32];
+        snprintf(text, sizeof text, "  (nvme: offload_optimizer \"nvme\", the fp32 master and optimizer state in swap "
+                 "files of up to %s per rank under nvme_path, in neither column and not held against a disk here (a "
+                 "run checks the free space at start); host: their buffers and the gradients; + params: "
+                 "offload_param \"cpu\" beside it)", fmt((size_t)disk, d));
+        line(ctx, text);
+    }
     if (!mem.device) {
         line(ctx, "  (the device's memory is not known: --device-memory SIZE says what fits)");
         return CT_OK;
@@ -531,7 +560,8 @@ int ct_fit_zero_table(const ct_config *cfg, ct_fit_memory mem, void (*line)(void
              "micro-batch and checkpointing until the plan passes the device or the host memory; each block adds "
              "the same bytes%s", fam.layer, fam.blocks,
              fam.affine ? " (the plans at n, n + 1 and n + 2 blocks agree)"
-                        : ", which the plans at n, n + 1 and n + 2 blocks do not quite show: an estimate");
+                        : "; ~: the row's plans at n, n + 1 and n + 2 blocks do not grow evenly (a swap's buffers "
+                          "growing with a small model): an estimate from n to n + 1");
     line(ctx, text);
     return CT_OK;
 }
