@@ -161,9 +161,9 @@ EOF
 # ---- another device, the CPU, the options ----
 CTRAIN_CAPPED_DEVICE=16MiB "$B" --config "$T/gpt.json" --dry-run --host-memory 1GiB >/dev/null 2>"$T/dry16.err"
 has "$T/dry16.err" "0  none .*yes .*<- cheapest that fits" "on a 16 MiB device stage 0 without offload is the cheapest that fits"
-env -u CTRAIN_CAPPED_DEVICE "$B" --config "$T/gpt.json" --dry-run >/dev/null 2>"$T/cpu.err"
+(unset CTRAIN_CAPPED_DEVICE; "$B" --config "$T/gpt.json" --dry-run >/dev/null 2>"$T/cpu.err")
 has "$T/cpu.err" "ZeRO stage and offload: planned for a device (--device-memory SIZE" "on the CPU the dry run says how to plan for a device"
-env -u CTRAIN_CAPPED_DEVICE "$B" --config "$T/gpt.json" --dry-run --device-memory 2MiB >/dev/null 2>"$T/dm.err"
+(unset CTRAIN_CAPPED_DEVICE; "$B" --config "$T/gpt.json" --dry-run --device-memory 2MiB >/dev/null 2>"$T/dm.err")
 has "$T/dm.err" "on a device of 2.0 MiB (--device-memory) beside .* (MemAvailable now)" "--device-memory plans the table for a device beside the host's available memory"
 "$B" --config "$T/gpt.json" --host-memory 1GiB >/dev/null 2>"$T/hm.err"
 eq "--host-memory without --dry-run: exit code" "$?" 2

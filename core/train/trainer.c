@@ -886,7 +886,8 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
         if (!rc && device) rc = print_zero_table(t, device_memory, source, err);
         else if (!rc)
             ct_report_line(&t->obs.rep, "ZeRO stage and offload: planned for a device (--device-memory SIZE, a GPU, or "
-                           "the capped device); on the CPU backend offload moves nothing");
+                           "the capped device); on the CPU backend offload to host memory moves nothing (NVMe "
+                           "offload does: the plan above is then the swap's)");
         if (!rc)
             ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                            "allocated or trained");
