@@ -26,7 +26,10 @@
 #   - cpu_checkpointing (4 segments: 2 kept outputs down to pinned host memory and up again; with 2
 #     segments nothing runs while one would be away, and nothing is offloaded) against the same
 #     checkpointing without it: the same bits;
-#   - without offload, a cap below the plan stops the run at start (exit 1) naming offload_optimizer.
+#   - without offload, a cap below the plan stops the run at start (exit 1) naming offload_optimizer;
+#   - --dry-run's table of ZeRO stages and offload plans for the device's own memory (on a GPU its
+#     total, read by opening the CUDA backend and nothing allocated; the stand-in's cap) and, with
+#     --device-memory, for the device it names, its rows the plans the runs above were held to.
 # CT_CUDA_STANDIN=capped runs the same script on the CPU's capped device (CTRAIN_CAPPED_DEVICE=1GiB),
 # to try its logic without a GPU (test/e2e_gpu_check.sh does). Usage: e2e_cuda_offload.sh BUILD_DIR.
 # Exit 77 (skipped) without a GPU or /usr/share/common-licenses.
@@ -192,5 +195,22 @@ run nooff $B16 $NOOFF $(cap $((1600 << 10)))
 eq "without offload under a 1.6 MiB cap: exit code" "$?" 1
 has "$T/nooff.log" "the memory plan needs .* but .* allows 1.6 MiB" "the refusal names the plan and the cap"
 has "$T/nooff.log" '"offload_optimizer": {"device": "cpu"}} plans .* of device memory' "the refusal names offload_optimizer, which fits"
+
+# ---- the dry run's ZeRO table for this device ----
+"$B" --config "$T/gpt.json" --set bf16.enabled=true --dry-run --host-memory 1GiB >/dev/null 2>"$T/dry.err"
+eq "dry run: exit code" "$?" 0
+if [ "$DEV" = cuda ]; then src="cuda: .*"; else src="the capped device, CTRAIN_CAPPED_DEVICE"; fi
+has "$T/dry.err" "ZeRO stage and offload, per rank, .* on a device of .* ($src) beside 1.0 GiB of host memory (--host-memory)" \
+    "the ZeRO table plans for the device's own memory"
+has "$T/dry.err" "^ *0  none .*yes .*<- cheapest that fits" "on the whole device stage 0 without offload fits"
+"$B" --config "$T/gpt.json" --set bf16.enabled=true --dry-run --device-memory 1600KiB --host-memory 1GiB >/dev/null 2>"$T/dry16.err"
+has "$T/dry16.err" "^ *2  optimizer  *stage 2 .*yes .*<- this config" "on 1.6 MiB the config's row (stage 2 + optimizer offload) fits"
+has "$T/dry16.err" "^ *0  none .* no " "on 1.6 MiB stage 0 without offload does not"
+dev=$(sed -n 's/^ *2  optimizer  *stage 2  *\([0-9.]* [KMG]*i*B\) .*/\1/p' "$T/dry16.err")
+planned=$("$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); print(sum(s['planned_bytes_by_category'].values()))" "$T/off_bf16.json" 2>/dev/null)
+want=$("$PY" -c "import sys; b = float(sys.argv[1]); u = 0
+while b >= 1024 and u < 4: b /= 1024; u += 1
+print(('%.1f %s' if u else '%.0f %s') % (b, ['B', 'KiB', 'MiB', 'GiB', 'TiB'][u]))" "${planned:-0}")
+eq "the config's row: the device plan of the bf16 run with offload" "$dev" "$want"
 
 [ $fails -eq 0 ] && echo "all offload checks passed on $DEV$STANDIN" || { echo "$fails failed"; exit 1; }
