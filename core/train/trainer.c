@@ -788,8 +788,8 @@ void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double l
 static void report_row(void *ctx, const char *text) { ct_report_line(ctx, "%s", text); }
 
 /* The device memory --dry-run plans for: --device-memory, else the capped device's size, else a
- * GPU's total as its backend reads it (the backend is opened for that alone: nothing is allocated
- * on it); 0 when none is known. *source names it. */
+ * GPU's total as its backend reads it (the backend is opened for that alone: nothing of the model
+ * is allocated on it); 0 when none is known. *source names it. */
 static size_t dry_run_device_memory(const ct_trainer *t, const ct_plan_target *target, char *source, size_t n) {
     snprintf(source, n, "%s", "");
     if (t->opts.device_memory) {
