@@ -144,6 +144,11 @@ void ct_curriculum_cut(ct_trainer *t, const void *input, const void *target, int
                        const void **input_out, const void **target_out);
 void ct_curriculum_free(ct_trainer *t);
 
+/* What a run of cfg refuses at start (exit 2) on a device or the CPU, before anything is planned
+ * (trainer.c): Lamb with offload or partitioned, stage 3 with the sampler. fit.c's ZeRO table asks
+ * it too, for each row. */
+int ct_train_check_supported(const ct_config *cfg, bool device, ct_err *err);
+
 /* ---- the summary (summary.c) ---- */
 
 /* Set the summary's status and, when err is given, its error field (the message's first line). */
