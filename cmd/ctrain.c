@@ -44,6 +44,9 @@ static const char USAGE[] =
     "                       what fits (micro-batches, checkpointing) and exit (no data opened,\n"
     "                       nothing allocated)\n"
     "  --device-memory SIZE with --dry-run: plan for a device of SIZE (24GiB, 512MiB, 80GB)\n"
+    "                       (default: the capped device's or the GPU's own)\n"
+    "  --host-memory SIZE   with --dry-run: the host memory beside the device for the table\n"
+    "                       of ZeRO stages and offload (default: MemAvailable now)\n"
     "  --device DEV         auto, cpu, cuda or cuda:N (same as --set train.device=DEV)\n"
     "  --seed N             random seed (same as --set train.seed=N)\n"
     "  --resume auto|DIR    resume from the latest checkpoint (or start fresh) or from DIR\n"
@@ -105,6 +108,14 @@ static int launch_from_env(ct_launch *out) {
     return usage_error("%s", err.msg);
 }
 
+/* A size option (--device-memory, --host-memory): "80GB", "512MiB" (ct_parse_bytes). */
+static int parse_size_option(const char *name, const char *v, size_t *out) {
+    char why[256], msg[320];
+    if (!ct_parse_bytes(v, out, why, sizeof why)) return CT_OK;
+    snprintf(msg, sizeof msg, "%s: %s", name, why);
+    return usage_error("%s", msg);
+}
+
 static int parse_world_size(const char *s, int *out) {
     char *end;
     errno = 0;
@@ -125,6 +136,7 @@ typedef struct cli_args {
     int world_size;             /* --world-size N (0: not given; the launcher's then) */
     ct_launch launch;           /* rank and world: the launcher's, or rank 0 of --world-size */
     size_t device_memory;       /* --device-memory, bytes; 0: not given */
+    size_t host_memory;         /* --host-memory, bytes; 0: not given */
 } cli_args;
 
 static int parse_args(int argc, char **argv, cli_args *a) {
@@ -174,11 +186,11 @@ static int parse_args(int argc, char **argv, cli_args *a) {
             int rc = parse_world_size(v, &a->world_size);
             if (rc) return rc;
         } else if ((v = ct_cli_option_value(argc, argv, &i, "--device-memory"))) {
-            char why[256], msg[320];
-            if (ct_parse_bytes(v, &a->device_memory, why, sizeof why)) {
-                snprintf(msg, sizeof msg, "--device-memory: %s", why);
-                return usage_error("%s", msg);
-            }
+            int rc = parse_size_option("--device-memory", v, &a->device_memory);
+            if (rc) return rc;
+        } else if ((v = ct_cli_option_value(argc, argv, &i, "--host-memory"))) {
+            int rc = parse_size_option("--host-memory", v, &a->host_memory);
+            if (rc) return rc;
         } else {
             bool taken;
             ct_err err = {0};
@@ -552,7 +564,8 @@ static int run_training(cli_args *a) {
     char batch_note[512];
     ct_plan_target target;
     rc = ct_run_plan_target(cfg, opts.has_gpu, &target, &err);
-    if (!rc) rc = ct_fit_auto_micro_batch(cfg, target.device, a->device_memory ? a->device_memory : target.capacity,
+    if (!rc) rc = ct_fit_auto_micro_batch(cfg, target.device || a->device_memory,
+                                          a->device_memory ? a->device_memory : target.capacity,
                                           batch_note, sizeof batch_note, &err);
     if (rc) {
         ct_config_free(cfg);
@@ -572,6 +585,7 @@ static int run_training(cli_args *a) {
         .quiet = a->quiet,
         .dry_run = a->dry_run,
         .device_memory = a->device_memory,
+        .host_memory = a->host_memory,
         .batch_note = batch_note,
         .oom_note = g_watch.oom_note,
         .oom_note_n = sizeof g_watch.oom_note,
@@ -723,6 +737,9 @@ static int run_command(int argc, char **argv) {
     if (rc == CT_OK && a.device_memory && !a.dry_run)
         rc = usage_error("%s", "--device-memory plans for another device and needs --dry-run (to cap a run's "
                          "memory, set train.memory_limit_gb)");
+    if (rc == CT_OK && a.host_memory && !a.dry_run)
+        rc = usage_error("%s", "--host-memory says what --dry-run's table of ZeRO stages and offload plans for, "
+                         "and needs --dry-run");
     if (rc == CT_OK && a.world_size) ct_launch_given(&a.launch, a.world_size); /* --world-size wins */
     else if (rc == CT_OK) rc = launch_from_env(&a.launch);
     if (rc == CT_OK) a.world_size = a.launch.world;

@@ -23,6 +23,8 @@ if [ -f "$BUILD/libctrain_mpi.so" ]; then cp "$BUILD/libctrain_mpi.so" "$OUT/lib
 for t in "$BUILD"/test/test_*; do [ -x "$t" ] && cp "$t" "$OUT/test/"; done
 cp "$BUILD"/test/libfake_*.so "$OUT/test/" 2>/dev/null || true   # test_backend's stand-in libraries
 cp test/*.sh "$OUT/test/"
+# the data scripts the end-to-end runs call (licence_tokens: datasets/text_tokens.sh)
+mkdir -p "$OUT/datasets" && cp datasets/*.sh "$OUT/datasets/"
 cp -r test/ref test/conformance configs docs "$OUT/" 2>/dev/null || true
 mv "$OUT/ref" "$OUT/test/ref"; mv "$OUT/conformance" "$OUT/test/conformance"
 cp bench/* "$OUT/bench/" 2>/dev/null || true

@@ -44,8 +44,8 @@ MODULES='
 9  ckpt     3900
 10 data     9100
 11 report   2700
-12 zero     1300
-13 train    5800
+12 zero     2500
+13 train    5300
 14 cmd      2800
 '
 FILE_BUDGET=800

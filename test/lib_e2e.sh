@@ -25,6 +25,20 @@ need_venv() {
         "$PY" -c "import $nv_m" 2>/dev/null || missing_dep "python module $nv_m in $CT_TEST_VENV (datasets/requirements-test.txt, or Debian's python3-* packages)"
     done
 }
+# cuda_or_standin: DEV is the device a GPU script (e2e_cuda_*.sh) trains on: "cuda" (exit 77 without
+# a GPU), or with CT_CUDA_STANDIN=capped "cpu" on the CPU's capped device (CTRAIN_CAPPED_DEVICE
+# exported, 1 GiB unless set), so that the script's own logic can be tried on a machine without a
+# GPU before device time is spent on it (test/e2e_gpu_check.sh). STANDIN is "" or says so.
+cuda_or_standin() {
+    if [ "${CT_CUDA_STANDIN:-}" = capped ]; then
+        DEV=cpu STANDIN=" (stand-in: the capped device)"
+        CTRAIN_CAPPED_DEVICE=${CTRAIN_CAPPED_DEVICE:-1GiB}
+        export CTRAIN_CAPPED_DEVICE
+        return 0
+    fi
+    DEV=cuda STANDIN=""
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { echo "no CUDA device: skipped"; exit 77; }
+}
 # scratch_dir: T is a new temporary directory, removed when the script exits.
 scratch_dir() {
     T=$(mktemp -d)

@@ -1146,7 +1146,7 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"zero_optimization\": {\"stage\": 0, \"round_robin_gradients\": true}}", 0,
          "zero_optimization.round_robin_gradients"},
         {TB8 "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", 0, NULL}, /* stage 0 */
-        /* optimizer offload is done (core/train/offload.c); one process then has something to offload,
+        /* optimizer offload is done (core/zero/offload.c); one process then has something to offload,
            so no stage line either: the trainer says what happens once it knows the device */
         {TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\"}}}",
          0, NULL},

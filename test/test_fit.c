@@ -98,17 +98,16 @@ END_TEST
 
 /* ---- a real model ---- */
 
-/* The config `text`, written to tmpdir/name and loaded (train.memory_limit_gb set when > 0). */
-static ct_config *load_text(const char *name, const char *text, double limit_gb) {
-    char path[128], set[64];
+/* The config `text`, written to tmpdir/name and loaded with the overrides sets[0..n) (KEY=VALUE)
+ * for `world` ranks. */
+static ct_config *load_text_with(const char *name, const char *text, const char *const *sets, int n, int world) {
+    char path[128];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
     fclose(f);
-    snprintf(set, sizeof set, "train.memory_limit_gb=%.17g", limit_gb);
-    const char *sets[] = {set};
-    ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = limit_gb > 0 ? 1 : 0, .world_size = 1};
+    ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = n, .world_size = world};
     o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
@@ -119,12 +118,19 @@ static ct_config *load_text(const char *name, const char *text, double limit_gb)
     return cfg;
 }
 
+/* The config `text`, written to tmpdir/name and loaded (train.memory_limit_gb set when > 0). */
+static ct_config *load_text(const char *name, const char *text, double limit_gb) {
+    char set[64];
+    snprintf(set, sizeof set, "train.memory_limit_gb=%.17g", limit_gb);
+    const char *sets[] = {set};
+    return load_text_with(name, text, sets, limit_gb > 0 ? 1 : 0, 1);
+}
+
 /* An MLP of 6 blocks [linear 256, gelu, linear 128] on 16 features, batch 512 (plans of a few MiB:
  * activations grow with the micro-batch, checkpointing every block drops each block's inner
  * outputs). micro: a number or "\"auto\"". */
-static ct_config *load_mlp(const char *micro, double limit_gb) {
-    char text[2048];
-    snprintf(text, sizeof text,
+static void mlp_text(char *text, size_t n, const char *micro) {
+    snprintf(text, n,
              "{\"train_batch_size\": 512, \"train_micro_batch_size_per_gpu\": %s,\n"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},\n"
              " \"model\": {\"input\": [16], \"loss\": {\"type\": \"cross_entropy\"}, \"layers\": [\n"
@@ -135,7 +141,19 @@ static ct_config *load_mlp(const char *micro, double limit_gb) {
              "   {\"type\": \"linear\", \"name\": \"head\", \"out\": 4}]},\n"
              " \"data\": {\"train\": {\"format\": \"csv\", \"path\": \"none.csv\"}},\n"
              " \"train\": {\"device\": \"cpu\"}}\n", micro);
+}
+
+static ct_config *load_mlp(const char *micro, double limit_gb) {
+    char text[2048];
+    mlp_text(text, sizeof text, micro);
     return load_text("mlp.json", text, limit_gb);
+}
+
+/* The MLP at micro-batch 64 with overrides, for `world` ranks. */
+static ct_config *load_mlp_with(const char *const *sets, int n, int world) {
+    char text[2048];
+    mlp_text(text, sizeof text, "64");
+    return load_text_with("mlp.json", text, sets, n, world);
 }
 
 static size_t plan_total(const ct_config *cfg, long micro, long segments) {
@@ -333,6 +351,242 @@ START_TEST(auto_micro_batch_under_limits) {
 }
 END_TEST
 
+/* ---- ZeRO stage and offload ---- */
+
+/* Every ZeRO test's sub_group_size: an NVMe swap's buffers then hold chunks of this many elements
+ * whatever the model's size, so its rows' plans grow evenly with the blocks as the others' do (a
+ * model under sub_group_size has buffers of its own size, rounded to the disk's blocks). */
+#define SUB_GROUP "zero_optimization.sub_group_size=4096"
+
+/* The overrides that set a row's stage and offload (as a user writes them), plus `extra`. */
+static int row_sets(int stage, ct_fit_offload o, const char **sets, const char *extra) {
+    static const char *const dev[] = {[CT_OFFLOAD_NONE] = "\"none\"", [CT_OFFLOAD_CPU] = "\"cpu\"",
+                                      [CT_OFFLOAD_NVME] = "\"nvme\""};
+    static char st[4][48], opt[3][80], par[3][80], nvme_path[128];
+    int n = 0, od = ct_fit_offload_optimizer(o), pd = ct_fit_offload_param(o);
+    snprintf(st[stage], sizeof st[stage], "zero_optimization.stage=%d", stage);
+    snprintf(opt[od], sizeof opt[od], "zero_optimization.offload_optimizer.device=%s", dev[od]);
+    snprintf(par[pd], sizeof par[pd], "zero_optimization.offload_param.device=%s", dev[pd]);
+    snprintf(nvme_path, sizeof nvme_path, "zero_optimization.offload_optimizer.nvme_path=\"%s/swap\"", tmpdir);
+    sets[n++] = st[stage];
+    sets[n++] = opt[od];
+    sets[n++] = par[pd];
+    sets[n++] = SUB_GROUP;
+    if (od == CT_OFFLOAD_NVME) sets[n++] = nvme_path;
+    if (extra) sets[n++] = extra;
+    return n;
+}
+
+/* The MLP for the ZeRO tests: SUB_GROUP and `extra` (NULL: none) over `world` ranks. */
+static ct_config *load_zero_mlp(const char *extra, int world) {
+    const char *sets[] = {SUB_GROUP, extra};
+    return load_mlp_with(sets, extra ? 2 : 1, world);
+}
+
+/* The device plan of the MLP with a row's settings written in its config, `blocks` repeats. */
+static ct_run_plan row_plan(int stage, ct_fit_offload o, int world, long blocks, int64_t *params) {
+    char times[64];
+    snprintf(times, sizeof times, "model.layers.1.times=%ld", blocks);
+    const char *sets[6];
+    int n = row_sets(stage, o, sets, times);
+    ct_config *c = load_mlp_with(sets, n, world);
+    ct_run_plan p;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fit_plan(c, true, c->micro_batch, CT_SEGMENTS_CONFIG, &p, &err), CT_OK);
+    if (params) {
+        ct_graph *g = NULL;
+        ck_assert_int_eq(ct_graph_build(c, c->micro_batch, CT_F32, &g, &err), CT_OK);
+        *params = ct_graph_info_get(g)->n_param_elems;
+        ct_graph_free(g);
+    }
+    ct_config_free(c);
+    return p;
+}
+
+/* Each row is the plan of the config that says the row's settings itself; offload moves the
+ * master, gradients and optimizer state from the device to the host. */
+START_TEST(zero_rows_are_the_runs_plans) {
+    for (int world = 1; world <= 2; world++) {
+        ct_config *cfg = load_zero_mlp(NULL, world);
+        ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+        ct_fit_family fam;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_fit_zero_rows(cfg, (ct_fit_memory){0, 0}, rows, &fam, &err), CT_OK);
+        ck_assert_int_eq(fam.layer, 1);
+        ck_assert_int_eq(fam.blocks, 6);
+        for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+            ct_run_plan p = row_plan(rows[r].stage, rows[r].offload, world, 6, NULL);
+            ck_assert_msg(rows[r].device == p.total && rows[r].host == p.host_total,
+                          "world %d, stage %d offload %d: row %zu/%zu, run %zu/%zu", world, rows[r].stage,
+                          rows[r].offload, rows[r].device, rows[r].host, p.total, p.host_total);
+            ck_assert_int_eq(rows[r].disk, p.nvme ? p.swap_disk : 0);
+            ck_assert(p.nvme == (rows[r].offload >= CT_FIT_OFFLOAD_NVME));
+            ck_assert_int_eq(rows[r].fits, -1);          /* no device memory given */
+            ck_assert_int_eq(rows[r].max_blocks, -1);
+            ck_assert_str_eq(rows[r].refused, "");
+        }
+        /* rows 0, 1, 2, 3: stage 0, stage 1, stage 1 + optimizer offload, stage 1 + NVMe */
+        ck_assert_uint_gt(rows[0].device, rows[2].device);
+        ck_assert_uint_eq(rows[0].host, 0);
+        ck_assert_uint_gt(rows[2].host, 0);
+        ck_assert_int_eq(rows[1].runs_stage, world == 1 ? 0 : 1);
+        ck_assert_int_eq(rows[2].runs_stage, 2);       /* stage 1 + offload takes stage 2's path */
+        ck_assert_int_eq(rows[3].runs_stage, 2);
+        ck_assert_int_gt(rows[3].disk, 0);
+        ck_assert_uint_eq(rows[3].device, rows[2].device);   /* the same device memory as offload to host */
+        ck_assert(rows[9].offload == CT_FIT_OFFLOAD_BOTH && rows[11].offload == CT_FIT_OFFLOAD_NVME_PARAMS);
+        ck_assert_int_eq(rows[9].runs_stage, 3);
+        ck_assert_int_eq(rows[11].runs_stage, 3);
+        ct_config_free(cfg);
+    }
+    /* Lamb: the offloaded rows are refused as the run refuses them */
+    ct_config *cfg = load_zero_mlp("optimizer.type=\"Lamb\"", 1);
+    ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+    ct_fit_family fam;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_fit_zero_rows(cfg, (ct_fit_memory){(size_t)1 << 40, (size_t)1 << 40}, rows, &fam, &err), CT_OK);
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+        bool off = rows[r].offload != CT_FIT_NO_OFFLOAD;
+        ck_assert_msg(off == (strstr(rows[r].refused, "Lamb") != NULL), "row %d: \"%s\"", r, rows[r].refused);
+        ck_assert_int_eq(rows[r].fits, off ? 0 : 1);
+    }
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* The largest model of each row is the largest repeat count whose own plan (the config with that
+ * count, planned from scratch) fits, found here by trying every count; its bound is the memory
+ * that count + 1 passes. On 1 rank and on 2 (whose host memory the ranks share). */
+START_TEST(largest_model_is_the_largest_that_fits) {
+    for (int world = 1; world <= 2; world++) {
+        /* a device that holds 20 blocks with optimizer offload at stage 2, a host 10 blocks' worth
+         * of its offloaded state: some rows bound by each */
+        ct_run_plan dev20 = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, world, 20, NULL);
+        ct_run_plan host10 = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, world, 10, NULL);
+        ct_fit_memory mem = {dev20.total + 100, host10.host_total * (size_t)world + 100};
+        ct_config *cfg = load_zero_mlp(NULL, world);
+        ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+        ct_fit_family fam;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_fit_zero_rows(cfg, mem, rows, &fam, &err), CT_OK);
+        ck_assert(fam.affine);
+        bool seen_host = false, seen_device = false;
+        for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+            long n = 0;
+            ct_run_plan p;
+            int64_t params = 0, params_n = 0;
+            for (;;) {   /* the first count that does not fit */
+                p = row_plan(rows[r].stage, rows[r].offload, world, n + 1, &params);
+                if (p.total > mem.device || p.host_total * (size_t)world > mem.host) break;
+                n++;
+                params_n = params;
+                ck_assert_int_lt(n, 400);
+            }
+            ck_assert_msg(rows[r].max_blocks == n, "world %d, row %d: %ld blocks, every count tried: %ld", world, r,
+                          rows[r].max_blocks, n);
+            if (n > 0) ck_assert_int_eq(rows[r].max_params, params_n);
+            const char *bound = p.total > mem.device ? "device" : "host";
+            ck_assert_msg(!strcmp(rows[r].bound, bound), "world %d, row %d: bound %s, %s at %ld", world, r,
+                          rows[r].bound, bound, n + 1);
+            seen_host |= !strcmp(bound, "host");
+            seen_device |= !strcmp(bound, "device");
+            /* fits: the configured 6 blocks are within the largest */
+            ck_assert_int_eq(rows[r].fits, n >= 6);
+        }
+        ck_assert(seen_host && seen_device);
+        ct_config_free(cfg);
+    }
+}
+END_TEST
+
+/* The ranks of a world share the host memory: 2 ranks whose offloaded state (per rank) fits it once
+ * but not twice do not fit, and the largest model is bound by the host; twice that memory fits. */
+START_TEST(ranks_share_the_host_memory) {
+    ct_run_plan two = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, 2, 6, NULL);
+    ct_config *cfg = load_zero_mlp(NULL, 2);
+    for (int twice = 0; twice <= 1; twice++) {
+        ct_fit_memory mem = {(size_t)1 << 40, twice ? 2 * two.host_total : two.host_total + two.host_total / 2};
+        ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+        ct_fit_family fam;
+        ct_err err = {0};
+        ck_assert_int_eq(ct_fit_zero_rows(cfg, mem, rows, &fam, &err), CT_OK);
+        ck_assert_int_eq(rows[5].stage, 2);
+        ck_assert_int_eq(rows[5].offload, CT_FIT_OFFLOAD_OPTIMIZER);
+        ck_assert_uint_eq(rows[5].host, two.host_total);
+        ck_assert_int_eq(rows[5].fits, twice);
+        ck_assert_int_eq(rows[4].fits, 1);   /* stage 2 without offload needs no host memory */
+        ck_assert_str_eq(rows[5].bound, "host");
+        if (twice) ck_assert_int_ge(rows[5].max_blocks, 6);
+        else ck_assert_int_lt(rows[5].max_blocks, 6);
+    }
+    ct_config_free(cfg);
+}
+END_TEST
+
+/* The cheapest that fits: the least moved to host memory, then the lowest stage. */
+START_TEST(cheapest_row_that_fits) {
+    ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+    static const int stage[] = {0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3};
+    static const ct_fit_offload off[] = {
+        CT_FIT_NO_OFFLOAD, CT_FIT_NO_OFFLOAD,        CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_NVME,
+        CT_FIT_NO_OFFLOAD, CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_NVME,      CT_FIT_NO_OFFLOAD,
+        CT_FIT_OFFLOAD_OPTIMIZER, CT_FIT_OFFLOAD_BOTH, CT_FIT_OFFLOAD_NVME, CT_FIT_OFFLOAD_NVME_PARAMS};
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) rows[r] = (ct_fit_zero_row){.stage = stage[r], .offload = off[r]};
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), -1);
+    rows[11].fits = rows[10].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 10);     /* NVMe alone before NVMe and the parameters */
+    rows[9].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 9);      /* host memory before NVMe */
+    rows[8].fits = rows[6].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 8);      /* the optimizer to host memory before to NVMe */
+    rows[5].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 5);      /* stage 2 before 3 */
+    rows[2].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 2);
+    rows[7].fits = 1;
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 7);      /* no offload before any offload */
+    rows[0].fits = -1;                                    /* not known is not fits */
+    ck_assert_int_eq(ct_fit_zero_cheapest(rows), 7);
+}
+END_TEST
+
+/* The line of `table` that holds `mark`, or NULL. */
+static const char *line_of(const char *table, const char *mark) {
+    const char *line = strstr(table, mark);
+    while (line && line > table && line[-1] != '\n') line--;
+    return line;
+}
+
+/* The table's text: the config's row and the cheapest marked (the config offloading the optimizer
+ * and parameters to host memory, then the optimizer to NVMe); the NVMe note; the rule's line. */
+START_TEST(zero_table_marks_rows) {
+    char nvme_path[128];
+    snprintf(nvme_path, sizeof nvme_path, "zero_optimization.offload_optimizer.nvme_path=\"%s/swap\"", tmpdir);
+    const char *both[] = {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"cpu\"",
+                          "zero_optimization.offload_param.device=\"cpu\"", SUB_GROUP};
+    const char *nvme[] = {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"nvme\"",
+                          nvme_path, SUB_GROUP};
+    const char *own_row[] = {"      3  optimizer + params", "      2  nvme "};
+    for (int k = 0; k < 2; k++) {
+        ct_config *cfg = load_mlp_with(k ? nvme : both, 4, 1);
+        ct_run_plan dev = row_plan(2, CT_FIT_OFFLOAD_OPTIMIZER, 1, 6, NULL);
+        char *table = calloc(1, 8192);
+        ct_err err = {0};
+        ck_assert_int_eq(ct_fit_zero_table(cfg, (ct_fit_memory){dev.total, (size_t)1 << 40}, collect_row, table, &err),
+                         CT_OK);
+        const char *line = line_of(table, "<- this config");
+        ck_assert_msg(line && strncmp(line, own_row[k], strlen(own_row[k])) == 0, "%s", table);
+        line = line_of(table, "cheapest that fits");
+        ck_assert_msg(line && strncmp(line, "      1  optimizer ", 18) == 0, "%s", table);
+        ck_assert_msg(strstr(table, "model.layers.1's \"times\" (6 here)"), "%s", table);
+        ck_assert_msg(strstr(table, "(nvme: offload_optimizer \"nvme\", the fp32 master and optimizer state in swap files"),
+                      "%s", table);
+        free(table);
+        ct_config_free(cfg);
+    }
+}
+END_TEST
+
 START_TEST(cpu_out_of_memory_explained) {
     ct_config *cfg = load_mlp("512", 0);
     ct_graph *g = NULL;
@@ -370,6 +624,11 @@ static Suite *fit_suite(void) {
     tcase_add_test(tc, suggestions_from_the_plan);
     tcase_add_test(tc, auto_micro_batch_under_limits);
     tcase_add_test(tc, cpu_out_of_memory_explained);
+    tcase_add_test(tc, zero_rows_are_the_runs_plans);
+    tcase_add_test(tc, largest_model_is_the_largest_that_fits);
+    tcase_add_test(tc, ranks_share_the_host_memory);
+    tcase_add_test(tc, cheapest_row_that_fits);
+    tcase_add_test(tc, zero_table_marks_rows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -120,6 +120,9 @@ typedef struct ct_zero_cfg {
     int stage;                  /* 0..3 */
     ct_offload_cfg offload_optimizer, offload_param;
     bool overlap_comm, contiguous_gradients, reduce_scatter;
+    bool overlap_comm_by_stage; /* overlap_comm not given (or "auto"): it follows the stage, true
+                                   at 3 as DeepSpeed's default (what fit.c's rows at other stages
+                                   need to know) */
     double reduce_bucket_size, allgather_bucket_size;
     double prefetch_bucket_size, param_persistence_threshold, max_live_parameters,
         max_reuse_distance, sub_group_size;

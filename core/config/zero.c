@@ -131,13 +131,15 @@ int ct_rd_zero(ct_rd *r, const cJSON *root) {
         read_offload(r, NULL, "", &offload_opt_sec, &z->offload_optimizer);
         read_offload(r, NULL, "", &offload_param_sec, &z->offload_param);
         z->stage = cJSON_IsTrue(sec) ? 1 : 0;
+        z->overlap_comm_by_stage = true;   /* false: the stage-1 default */
         ct_rd_warn(r, sec, "zero_optimization", "the boolean form is deprecated; write {\"stage\": %d}", z->stage);
         return CT_OK;
     }
     int rc = ct_rd_section(r, sec, "zero_optimization", &zero_sec, z);
     if (rc) return rc;
     const cJSON *oc = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "overlap_comm") : NULL;
-    if (!ct_rd_given(oc) || ct_rd_is_auto(oc)) z->overlap_comm = z->stage == 3;
+    z->overlap_comm_by_stage = !ct_rd_given(oc) || ct_rd_is_auto(oc);
+    if (z->overlap_comm_by_stage) z->overlap_comm = z->stage == 3;
     const cJSON *oo = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "offload_optimizer") : NULL;
     const cJSON *op = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "offload_param") : NULL;
     rc = read_offload(r, oo, "zero_optimization.offload_optimizer", &offload_opt_sec, &z->offload_optimizer);

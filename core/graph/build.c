@@ -236,7 +236,7 @@ static int count_blocks(const cJSON *arr, const ct_block_type *bt, int depth) {
         if (strcmp(type->valuestring, bt->name) == 0) n += 1;
         if (strcmp(type->valuestring, "repeat") != 0) continue;
         const cJSON *times = cJSON_GetObjectItemCaseSensitive(it, "times");
-        double t = cJSON_IsNumber(times) && times->valuedouble >= 1 && times->valuedouble <= 10000 ? times->valuedouble : 1;
+        double t = cJSON_IsNumber(times) && times->valuedouble >= 1 && times->valuedouble <= CT_GRAPH_REPEAT_MAX ? times->valuedouble : 1;
         n += t * count_blocks(cJSON_GetObjectItemCaseSensitive(it, "layers"), bt, depth + 1);
     }
     return n > 1e6 ? 1000000 : (int)n;
@@ -301,9 +301,9 @@ static int expand(builder *b, const cJSON *arr, const char *path, const char *su
         if ((rc = ct_model_check_keys(b->cfg, NULL, it, ipath, keys, CT_ARRAY_LEN(keys), b->err))) return rc;
         const cJSON *times = cJSON_GetObjectItemCaseSensitive(it, "times");
         if (!cJSON_IsNumber(times) || times->valuedouble != (double)(int)times->valuedouble ||
-            times->valuedouble < 1 || times->valuedouble > 10000)
-            return model_errf(b, times ? times : it, "%s (repeat): times: expected an integer 1..10000",
-                              ipath);
+            times->valuedouble < 1 || times->valuedouble > CT_GRAPH_REPEAT_MAX)
+            return model_errf(b, times ? times : it, "%s (repeat): times: expected an integer 1..%d",
+                              ipath, CT_GRAPH_REPEAT_MAX);
         if (depth >= MAX_REPEAT_DEPTH)
             return model_errf(b, it, "%s (repeat): nested deeper than %d", ipath, MAX_REPEAT_DEPTH);
         char sub_path[128];

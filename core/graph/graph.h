@@ -102,6 +102,8 @@ void ct_graph_free(ct_graph *g);
 /* Block instances of the model: iterations of a "repeat" and block types (a transformer_block),
  * each counted once; 0 for a model written as plain layers. */
 int ct_graph_blocks(const ct_graph *g);
+/* The largest "times" a "repeat" layer takes. */
+#define CT_GRAPH_REPEAT_MAX 10000
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
 /* Training FLOPs (forward + backward) per sample, for MFU. A transformer (layers with a

@@ -137,7 +137,7 @@ bool ct_optim_needs_norm(const ct_optim *o);
 void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double grad_norm,
                     ct_optim_stats *stats);
 /* ct_optim_apply in pieces, for a caller that steps [lo, hi) a range at a time and moves each
- * range's result on while the next is stepped (ZeRO-Offload: core/train/offload.c). begin fixes
+ * range's result on while the next is stepped (ZeRO-Offload: core/zero/offload.c). begin fixes
  * what every range shares (the clip coefficient from the global norm, the LR and betas of the
  * schedule); update_range steps the elements [a, b) (cut to [lo, hi)), each pointer of t at
  * element a, giving the bits ct_optim_apply gives them (every update is element-wise, and Lamb's

@@ -8,7 +8,7 @@
  *   grads    [n_params] fp32 gradients, accumulated over micro-batches.
  *   buffers  [n_buffers] fp32 non-trainable state (running statistics), always whole.
  *
- * Partitioned (core/train/partition.h): at ZeRO stage 2 grads, at stage 3 params too, hold only
+ * Partitioned (core/zero/partition.h): at ZeRO stage 2 grads, at stage 3 params too, hold only
  * [lo, hi), element lo at index 0 (in fp32 the partitioned params is the master itself); layers
  * then reach them through scratch buffers the executor's hooks point them at, never directly.
  *

@@ -2,6 +2,7 @@
  * choice. */
 #include "core/train/fit.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "core/optim/amp.h"
 #include "core/report/report.h"
+#include "core/train/internal.h"
 
 #define GIB 1073741824.0
 
@@ -317,5 +319,249 @@ int ct_fit_auto_micro_batch(ct_config *cfg, bool device, size_t device_memory, c
     snprintf(note, note_n, "micro-batch \"auto\": %ld × accumulation %ld, the largest micro-batch dividing %ld "
              "whose plan (%s) is within %.0f%% of %s (%s): %s", m, cfg->grad_accum, per_rank,
              fmt(plan_peak(&as_is, m), a), CT_FIT_AUTO_MARGIN * 100, fmt(limit, l), source, fmt(budget, bud));
+    return CT_OK;
+}
+
+/* ---- ZeRO stage and offload ---- */
+
+static const struct {
+    int stage;
+    ct_fit_offload offload;
+} zero_rows[CT_FIT_ZERO_ROWS] = {
+    {0, CT_FIT_NO_OFFLOAD},   {1, CT_FIT_NO_OFFLOAD},         {1, CT_FIT_OFFLOAD_OPTIMIZER},
+    {1, CT_FIT_OFFLOAD_NVME}, {2, CT_FIT_NO_OFFLOAD},         {2, CT_FIT_OFFLOAD_OPTIMIZER},
+    {2, CT_FIT_OFFLOAD_NVME}, {3, CT_FIT_NO_OFFLOAD},         {3, CT_FIT_OFFLOAD_OPTIMIZER},
+    {3, CT_FIT_OFFLOAD_BOTH}, {3, CT_FIT_OFFLOAD_NVME},       {3, CT_FIT_OFFLOAD_NVME_PARAMS},
+};
+
+ct_offload_device ct_fit_offload_optimizer(ct_fit_offload o) {
+    return o == CT_FIT_NO_OFFLOAD ? CT_OFFLOAD_NONE : o >= CT_FIT_OFFLOAD_NVME ? CT_OFFLOAD_NVME : CT_OFFLOAD_CPU;
+}
+
+ct_offload_device ct_fit_offload_param(ct_fit_offload o) {
+    return o == CT_FIT_OFFLOAD_BOTH || o == CT_FIT_OFFLOAD_NVME_PARAMS ? CT_OFFLOAD_CPU : CT_OFFLOAD_NONE;
+}
+
+/* The row's settings in c; an NVMe row keeps the config's swap settings (buffer_count, and
+ * nvme_path, which a plan does not read). */
+static void set_zero(ct_config *c, int stage, ct_fit_offload o) {
+    c->zero.stage = stage;
+    if (c->zero.overlap_comm_by_stage) c->zero.overlap_comm = stage == 3;   /* as the config reader sets it */
+    c->zero.offload_optimizer.device = ct_fit_offload_optimizer(o);
+    c->zero.offload_param.device = ct_fit_offload_param(o);
+}
+
+/* The row the config itself is; -1 when none is (offload_param "nvme", which a run refuses).
+ * offload_param without offload_optimizer stays on the device: the row without it then. */
+static int config_row(const ct_config *cfg) {
+    const ct_zero_cfg *z = &cfg->zero;
+    if (z->offload_param.device == CT_OFFLOAD_NVME) return -1;
+    bool params = z->offload_param.device == CT_OFFLOAD_CPU && z->stage == 3;
+    ct_fit_offload o = z->offload_optimizer.device == CT_OFFLOAD_NVME ? (params ? CT_FIT_OFFLOAD_NVME_PARAMS : CT_FIT_OFFLOAD_NVME)
+                       : z->offload_optimizer.device == CT_OFFLOAD_CPU ? (params ? CT_FIT_OFFLOAD_BOTH : CT_FIT_OFFLOAD_OPTIMIZER)
+                                                                       : CT_FIT_NO_OFFLOAD;
+    int stage = z->stage >= 0 && z->stage <= 3 ? z->stage : 0;
+    if (stage == 0) o = CT_FIT_NO_OFFLOAD;   /* offload needs a stage: the run does none */
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++)
+        if (zero_rows[r].stage == stage && zero_rows[r].offload == o) return r;
+    return -1;
+}
+
+/* The family's repeat layer in `model`: the one top-level layer of type "repeat"; NULL when there
+ * is none or several (which one would grow is then a choice this rule does not make). */
+static cJSON *family_repeat(const cJSON *model, int *index) {
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(model, "layers");
+    cJSON *found = NULL, *l;
+    int i = 0, n = 0;
+    *index = -1;
+    cJSON_ArrayForEach(l, layers) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(l, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "repeat") && n++ == 0) found = l, *index = i;
+        i++;
+    }
+    if (n != 1) *index = -1;
+    return n == 1 ? found : NULL;
+}
+
+/* Every row's plan on a device with the family's repeat at `blocks` (0: as configured), from one
+ * graph (the graph does not depend on the ZeRO settings); params: the model's trainable elements. */
+static int plan_rows(const ct_config *cfg, long blocks, ct_run_plan plans[CT_FIT_ZERO_ROWS], int64_t *params,
+                     ct_err *err) {
+    ct_config *c = ct_xmalloc(sizeof *c);
+    *c = *cfg;
+    cJSON *model = NULL;
+    int index;
+    if (blocks > 0) {
+        model = cJSON_Duplicate(cfg->model, true);
+        cJSON *rep = family_repeat(model, &index);
+        if (rep) cJSON_ReplaceItemInObjectCaseSensitive(rep, "times", cJSON_CreateNumber((double)blocks));
+        c->model = model;
+    }
+    ct_graph *g = NULL;
+    int rc = ct_graph_build_with(c, c->micro_batch, ct_amp_compute_dtype(cfg), 0, CT_SEGMENTS_CONFIG, &g, err);
+    if (!rc) {
+        *params = ct_graph_info_get(g)->n_param_elems;
+        for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+            set_zero(c, zero_rows[r].stage, zero_rows[r].offload);
+            ct_run_plan_make(c, g, true, &plans[r]);
+        }
+    }
+    ct_graph_free(g);
+    cJSON_Delete(model);
+    free(c);
+    return rc;
+}
+
+/* The largest n with base + n × per <= cap (per > 0), as a double; HUGE_VAL when per is 0 or the
+ * cap is not known (0): that memory sets no bound. */
+static double blocks_within(double cap, double base, double per) {
+    if (cap <= 0 || per <= 0) return HUGE_VAL;
+    return floor((cap - base) / per);
+}
+
+/* The family's largest repeat count for one row, from its plans at n and n + 1 blocks. */
+static void largest_model(ct_fit_zero_row *row, ct_fit_memory mem, int world, long n, const ct_run_plan *at_n,
+                          const ct_run_plan *at_n1, int64_t params_n, int64_t params_n1) {
+    double dd = (double)at_n1->total - (double)at_n->total, dh = (double)at_n1->host_total - (double)at_n->host_total;
+    double host_cap = (double)mem.host / (world > 0 ? world : 1);
+    double by_dev = blocks_within((double)mem.device, (double)at_n->total - (double)n * dd, dd);
+    double by_host = blocks_within(mem.host ? host_cap : 0, (double)at_n->host_total - (double)n * dh, dh);
+    double best = by_dev < by_host ? by_dev : by_host;
+    row->bound = by_dev <= by_host ? "device" : "host";
+    if (best >= CT_GRAPH_REPEAT_MAX) best = CT_GRAPH_REPEAT_MAX, row->bound = "repeat";   /* its own limit */
+    row->max_blocks = best < 1 ? 0 : (long)best;
+    row->max_params = params_n + (int64_t)(row->max_blocks - n) * (params_n1 - params_n);
+}
+
+int ct_fit_zero_rows(const ct_config *cfg, ct_fit_memory mem, ct_fit_zero_row rows[CT_FIT_ZERO_ROWS],
+                     ct_fit_family *family, ct_err *err) {
+    ct_run_plan plans[3][CT_FIT_ZERO_ROWS];
+    int64_t params[3] = {0};
+    int rc = plan_rows(cfg, 0, plans[0], &params[0], err);
+    if (rc) return rc;
+    *family = (ct_fit_family){0};
+    cJSON *rep = family_repeat(cfg->model, &family->layer);
+    const cJSON *times = rep ? cJSON_GetObjectItemCaseSensitive(rep, "times") : NULL;
+    family->blocks = cJSON_IsNumber(times) ? (long)times->valuedouble : 0;
+    if (family->blocks < 1) family->layer = -1;
+    /* the plans at n + 1 and n + 2: an error there (a curriculum, a shape the count breaks) only
+     * leaves the largest-model column unknown */
+    ct_err quiet = {0};
+    if (family->layer >= 0 && (plan_rows(cfg, family->blocks + 1, plans[1], &params[1], &quiet) ||
+                               plan_rows(cfg, family->blocks + 2, plans[2], &params[2], &quiet)))
+        family->layer = -1;
+    family->affine = family->layer >= 0;
+    ct_config *c = ct_xmalloc(sizeof *c);
+    *c = *cfg;
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+        ct_fit_zero_row *row = &rows[r];
+        *row = (ct_fit_zero_row){.stage = zero_rows[r].stage, .offload = zero_rows[r].offload, .max_blocks = -1};
+        set_zero(c, row->stage, row->offload);
+        row->runs_stage = ct_run_plan_zero_stage(c, true);
+        ct_err why = {0};
+        if (ct_train_check_supported(c, true, &why)) {
+            size_t cut = strcspn(why.msg, ":");   /* "optimizer Lamb with ...: the reason" */
+            snprintf(row->refused, sizeof row->refused, "%.*s", (int)(cut < 150 ? cut : 150), why.msg);
+        }
+        const ct_run_plan *p = &plans[0][r];
+        row->device = p->total;
+        row->host = p->host_total;
+        row->disk = p->nvme ? p->swap_disk : 0;
+        row->fits = !mem.device ? -1
+                    : !row->refused[0] && p->total <= mem.device &&
+                      (!mem.host || (double)p->host_total * (cfg->world_size > 0 ? cfg->world_size : 1) <= (double)mem.host);
+        if (family->layer < 0) continue;
+        const ct_run_plan *p1 = &plans[1][r], *p2 = &plans[2][r];
+        row->estimate = p2->total - p1->total != p1->total - p->total ||
+                        p2->host_total - p1->host_total != p1->host_total - p->host_total;
+        if (row->estimate) family->affine = false;
+        if (mem.device && !row->refused[0])
+            largest_model(row, mem, cfg->world_size, family->blocks, p, p1, params[0], params[1]);
+    }
+    free(c);
+    return CT_OK;
+}
+
+int ct_fit_zero_cheapest(const ct_fit_zero_row rows[CT_FIT_ZERO_ROWS]) {
+    int best = -1;
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++)
+        if (rows[r].fits == 1 && (best < 0 || rows[r].offload < rows[best].offload ||
+                                  (rows[r].offload == rows[best].offload && rows[r].stage < rows[best].stage)))
+            best = r;
+    return best;
+}
+
+static const char *offload_name(ct_fit_offload o) {
+    static const char *const names[] = {[CT_FIT_NO_OFFLOAD] = "none", [CT_FIT_OFFLOAD_OPTIMIZER] = "optimizer",
+                                        [CT_FIT_OFFLOAD_BOTH] = "optimizer + params", [CT_FIT_OFFLOAD_NVME] = "nvme",
+                                        [CT_FIT_OFFLOAD_NVME_PARAMS] = "nvme + params"};
+    return names[o];
+}
+
+/* The largest-model cell: "187 blocks, 1.4 G params (device)", "none: 1 block is too big", "-". */
+static void describe_largest(const ct_fit_zero_row *row, char *buf, size_t n) {
+    char p[32];
+    if (row->max_blocks < 0) snprintf(buf, n, "-");
+    else if (row->max_blocks == 0) snprintf(buf, n, "not even 1 block (%s)", row->bound);
+    else snprintf(buf, n, "%s%ld block%s, %s params (%s%s)", row->estimate ? "~" : "", row->max_blocks,
+                  row->max_blocks == 1 ? "" : "s",
+                  ct_fmt_count((double)row->max_params, p, sizeof p), row->bound,
+                  strcmp(row->bound, "repeat") ? "" : "'s limit: more would fit");
+}
+
+int ct_fit_zero_table(const ct_config *cfg, ct_fit_memory mem, void (*line)(void *ctx, const char *text), void *ctx,
+                      ct_err *err) {
+    ct_fit_zero_row rows[CT_FIT_ZERO_ROWS];
+    ct_fit_family fam;
+    int rc = ct_fit_zero_rows(cfg, mem, rows, &fam, err);
+    if (rc) return rc;
+    int own = config_row(cfg), cheapest = ct_fit_zero_cheapest(rows);
+    char text[512], runs[32], dev[32], host[32], big[96];
+    snprintf(text, sizeof text, "  %5s  %-18s %-8s %12s %12s  %-4s  %s", "stage", "offload", "runs as", "device",
+             "host", mem.device ? "fits" : "", mem.device && fam.layer >= 0 ?
+             "largest model that fits" : "");
+    line(ctx, text);
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) {
+        const ct_fit_zero_row *row = &rows[r];
+        snprintf(runs, sizeof runs, "stage %d", row->runs_stage);
+        describe_largest(row, big, sizeof big);
+        const char *fits = row->refused[0] ? "no" : row->fits == 1 ? "yes" : row->fits == 0 ? "no" : "";
+        int w = snprintf(text, sizeof text, "  %5d  %-18s %-8s %12s %12s  %-4s  %s", row->stage,
+                         offload_name(row->offload), runs, fmt(row->device, dev), fmt(row->host, host), fits,
+                         row->refused[0] ? row->refused : mem.device && fam.layer >= 0 ? big : "");
+        if (r == own || r == cheapest)
+            snprintf(text + w, sizeof text - (size_t)w, "   <- %s%s%s", r == own ? "this config" : "",
+                     r == own && r == cheapest ? ", " : "", r == cheapest ? "cheapest that fits" : "");
+        line(ctx, text);
+    }
+    if (cfg->world_size <= 1)
+        line(ctx, "  (one process: stages 1-3 without offload have nothing to partition and train as stage 0; "
+                  "with optimizer offload they take stage 2's gradient path, with parameter offload stage 3's)");
+    int64_t disk = 0;
+    for (int r = 0; r < CT_FIT_ZERO_ROWS; r++) disk = rows[r].disk > disk ? rows[r].disk : disk;
+    if (disk > 0) {
+        char d[32];
+        snprintf(text, sizeof text, "  (nvme: offload_optimizer \"nvme\", the fp32 master and optimizer state in swap "
+                 "files of up to %s per rank under nvme_path, in neither column and not held against a disk here (a "
+                 "run checks the free space at start); host: their buffers and the gradients; + params: "
+                 "offload_param \"cpu\" beside it)", fmt((size_t)disk, d));
+        line(ctx, text);
+    }
+    if (!mem.device) {
+        line(ctx, "  (the device's memory is not known: --device-memory SIZE says what fits)");
+        return CT_OK;
+    }
+    if (fam.layer < 0) {
+        line(ctx, "  (largest model: the rule grows the model's one top-level \"repeat\"; this model has none, or "
+                  "several)");
+        return CT_OK;
+    }
+    snprintf(text, sizeof text, "  largest model: model.layers.%d's \"times\" (%ld here) grown at this width, "
+             "micro-batch and checkpointing until the plan passes the device or the host memory; each block adds "
+             "the same bytes%s", fam.layer, fam.blocks,
+             fam.affine ? " (the plans at n, n + 1 and n + 2 blocks agree)"
+                        : "; ~: the row's plans at n, n + 1 and n + 2 blocks do not grow evenly (a swap's buffers "
+                          "growing with a small model): an estimate from n to n + 1");
+    line(ctx, text);
     return CT_OK;
 }

@@ -78,4 +78,84 @@ size_t ct_fit_limit(const ct_config *cfg, size_t device_memory, const char **sou
 int ct_fit_auto_micro_batch(ct_config *cfg, bool device, size_t device_memory, char *note, size_t note_n,
                             ct_err *err);
 
+/* ---- ZeRO stage and offload: what fits a device and its host (--dry-run's second table) ---- */
+
+/* What a row of the table moves out of device memory, in the order the cheapest row is chosen
+ * (the least moved and the fastest path first): nothing; the optimizer to host memory
+ * (offload_optimizer "cpu": the fp32 master, gradients and optimizer state; stages 1-3); the
+ * parameters too (offload_param "cpu", stage 3); the optimizer to NVMe (offload_optimizer "nvme":
+ * the master and optimizer state in swap files under nvme_path, the gradients in host memory); the
+ * parameters to host memory beside that (stage 3). */
+typedef enum ct_fit_offload {
+    CT_FIT_NO_OFFLOAD,
+    CT_FIT_OFFLOAD_OPTIMIZER,
+    CT_FIT_OFFLOAD_BOTH,
+    CT_FIT_OFFLOAD_NVME,
+    CT_FIT_OFFLOAD_NVME_PARAMS,
+} ct_fit_offload;
+
+/* The offload devices a row sets: offload_optimizer's and offload_param's (ct_offload_cfg.device). */
+ct_offload_device ct_fit_offload_optimizer(ct_fit_offload o);
+ct_offload_device ct_fit_offload_param(ct_fit_offload o);
+
+/* The memory the table is for, in bytes; 0: not known. `device` is one device's (each rank has
+ * one); `host` is one machine's, shared by all of cfg->world_size ranks. */
+typedef struct ct_fit_memory {
+    size_t device, host;
+} ct_fit_memory;
+
+/* stage 0; 1 and 2 without offload, with the optimizer's to host memory and to NVMe; 3 without,
+ * with the optimizer's, with both, with the optimizer's to NVMe, and with that and the parameters' */
+#define CT_FIT_ZERO_ROWS 12
+
+/* One row: the config with zero_optimization.stage and the offload devices set as the row says,
+ * everything else (micro-batch, checkpointing, world size, pin_memory) as configured, planned for
+ * a device by ct_run_plan_make: the plan a run with that setting prints and is held to. */
+typedef struct ct_fit_zero_row {
+    int stage;                   /* zero_optimization.stage */
+    ct_fit_offload offload;
+    int runs_stage;              /* the machinery the run runs (ct_run_plan_zero_stage: one process
+                                    without offload trains as stage 0) */
+    char refused[160];           /* not "": the run stops at start (exit 2), and why, shortened */
+    size_t device, host;         /* the plan's device and host totals, per rank */
+    int64_t disk;                /* NVMe rows: the swap files' bytes per rank (counted in neither
+                                    memory, not checked against the disk); else 0 */
+    int fits;                    /* 1: device <= memory.device and world × host <= memory.host (when
+                                    known); 0: not; -1: the device's memory is not known */
+    /* The largest model of the config's family (ct_fit_family): the repeat count whose plan fits,
+     * from the plans at the configured count n and n + 1 (each block adds the same bytes); 0: not
+     * even one block fits; -1: not known (no family, or the device's memory not known). */
+    long max_blocks;
+    int64_t max_params;          /* its trainable elements */
+    const char *bound;           /* what max_blocks + 1 would exceed: "device" or "host" memory, or
+                                    "repeat": CT_GRAPH_REPEAT_MAX, the most a repeat takes */
+    bool estimate;               /* the row's plans at n, n + 1 and n + 2 blocks did not grow by the
+                                    same bytes (an NVMe swap's buffers growing with a small model up
+                                    to sub_group_size): max_blocks extrapolates the first step */
+} ct_fit_zero_row;
+
+/* The model family the largest-model column scales: the model's one top-level "repeat" layer, its
+ * "times" changed, width and everything else kept. */
+typedef struct ct_fit_family {
+    int layer;                   /* index in model.layers; -1: none (no repeat, or several) */
+    long blocks;                 /* its configured times */
+    bool affine;                 /* the plans at n, n + 1 and n + 2 blocks grew by the same bytes in
+                                    every row (the extrapolation is then exact; else see the rows'
+                                    estimate) */
+} ct_fit_family;
+
+/* The rows (in the order above) and the family; rows' max_blocks need memory.device. */
+int ct_fit_zero_rows(const ct_config *cfg, ct_fit_memory memory, ct_fit_zero_row rows[CT_FIT_ZERO_ROWS],
+                     ct_fit_family *family, ct_err *err);
+
+/* The cheapest row that fits, -1 when none does or the device's memory is not known: the least
+ * moved to host memory first (none, then the optimizer, then the parameters too), then the lowest
+ * stage (the least communication). */
+int ct_fit_zero_cheapest(const ct_fit_zero_row rows[CT_FIT_ZERO_ROWS]);
+
+/* --dry-run's table of the rows, one line per row into line(ctx, text), with the config's own row
+ * and the cheapest that fits marked, and lines saying how the largest model was found. */
+int ct_fit_zero_table(const ct_config *cfg, ct_fit_memory memory, void (*line)(void *ctx, const char *text),
+                      void *ctx, ct_err *err);
+
 #endif

@@ -16,8 +16,8 @@
 #include "core/params/store.h"
 #include "core/report/metrics.h"
 #include "core/report/report.h"
-#include "core/train/partition.h"
-#include "core/train/grad_buckets.h"
+#include "core/zero/partition.h"
+#include "core/zero/grad_buckets.h"
 #include "core/train/plan.h"
 #include "core/train/step_capture.h"
 #include "core/train/train.h"
@@ -32,7 +32,7 @@ typedef struct ct_trainer_model {
     ct_scheduler_cfg sched;      /* the config's schedule with "auto" resolved for this run */
     ct_step_runner runner;       /* micro-batch forward + backward, captured when it can be */
     ct_exec_hooks hooks;         /* around every layer of a training step and of evaluation:
-                                    ZeRO-2/3's gathers and reductions (partition.h); else empty */
+                                    ZeRO-2/3's gathers and reductions (core/zero/partition.h); else empty */
     ct_partition *part;          /* ZeRO stages 2 and 3: their buffers and hooks (else NULL) */
     struct ct_nvme *nvme;        /* offload_optimizer "nvme": the master and the optimizer's state
                                     in swap files (nvme.h); else NULL */
@@ -143,6 +143,11 @@ int ct_curriculum_graph(ct_trainer *t, int64_t len, ct_graph **g, ct_step_runner
 void ct_curriculum_cut(ct_trainer *t, const void *input, const void *target, int64_t n, int64_t len,
                        const void **input_out, const void **target_out);
 void ct_curriculum_free(ct_trainer *t);
+
+/* What a run of cfg refuses at start (exit 2) on a device or the CPU, before anything is planned
+ * (trainer.c): Lamb with offload or partitioned, stage 3 with the sampler. fit.c's ZeRO table asks
+ * it too, for each row. */
+int ct_train_check_supported(const ct_config *cfg, bool device, ct_err *err);
 
 /* ---- the summary (summary.c) ---- */
 

@@ -22,14 +22,14 @@
 #include "core/train/generate.h"
 #include "core/train/internal.h"
 #include "core/train/nvme.h"
-#include "core/train/offload.h"
+#include "core/zero/offload.h"
 
 /* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
  * parameter itself and holds the summed gradients of all of them. */
 static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
 
 /* The flat buffers as the executor reads them. ZeRO-2 has no whole gradients, ZeRO-3 no whole
- * parameters either: the partition's hooks point every layer at scratch (partition.h). */
+ * parameters either: the partition's hooks point every layer at scratch (core/zero/partition.h). */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
     const ct_param_store *p = t->m.params;
     return (ct_exec_bufs){.params = p->part_params ? NULL : p->params, .grads = p->part_grads ? NULL : p->grads,
@@ -212,9 +212,9 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    /* the gradients summed over ranks: stages 0-1 all-reduce them in buckets (grad_buckets.h),
+    /* the gradients summed over ranks: stages 0-1 all-reduce them in buckets (core/zero/grad_buckets.h),
      * stages 2 and 3 reduce-scattered every layer's to their owners as backward finished it
-     * (partition.h); either may still be in flight (overlap_comm) */
+     * (core/zero/partition.h); either may still be in flight (overlap_comm) */
     int rc = p->part_grads ? ct_partition_flush(t->m.part, err) : ct_grad_buckets_finish(t->m.buckets, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = NAN;
@@ -257,7 +257,7 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
 
 /* ZeRO-2/3: a micro-batch this rank has no samples for (its slice of a short last step is shorter
  * than rank 0's, or its records were all skipped as corrupt) still joins every layer's gathers and
- * gradient reduce-scatters, with nothing of its own to add (partition.h): the executor walks the layers
+ * gradient reduce-scatters, with nothing of its own to add (core/zero/partition.h): the executor walks the layers
  * calling the hooks only. */
 static int idle_micro(ct_trainer *t, ct_graph *g, const ct_exec_bufs *bufs, const ct_exec_hooks *hooks,
                       ct_err *err) {

@@ -1,7 +1,7 @@
 /* nvme.h: ZeRO-Infinity's NVMe offload of the optimizer (zero_optimization.offload_optimizer.device
  * "nvme"): the trainer's side of the swap of core/zero/swap.h.
  *
- * The run is ZeRO-Offload's (core/train/offload.h: gradients in host memory, the CPU Adam, the
+ * The run is ZeRO-Offload's (core/zero/offload.h: gradients in host memory, the CPU Adam, the
  * compute copy staged up chunk by chunk), except that the fp32 master and the optimizer state of
  * the rank's part [lo, hi) are never whole in host memory: they live in files under nvme_path, one
  * per array (master, then the optimizer's slots: exp_avg and exp_avg_sq for Adam), and host memory

@@ -11,7 +11,7 @@
 #include "core/optim/optim.h"
 #include "core/params/store.h"
 #include "core/train/nvme.h"
-#include "core/train/partition.h"
+#include "core/zero/partition.h"
 
 int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err) {
     const char *d = cfg->train.device[0] ? cfg->train.device : "auto";
@@ -23,44 +23,6 @@ int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, 
     int rc = ct_capped_env(&capped, &out->capacity, &gbps, err);
     if (!rc && capped) out->device = true, out->name = "capped";
     return rc;
-}
-
-bool ct_run_plan_offload(const ct_config *cfg, bool device) {
-    if (cfg->zero.stage < 1) return false;
-    /* NVMe offload acts on the CPU backend too: its files take the master and the state out of
-     * host memory, which is the CPU's memory */
-    if (cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME) return true;
-    return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU;
-}
-
-bool ct_run_plan_nvme(const ct_config *cfg, bool device) {
-    return ct_run_plan_offload(cfg, device) && cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME;
-}
-
-int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
-    double n = cfg->zero.sub_group_size;
-    return n >= 1 && n < (double)CT_OFFLOAD_MAX_CHUNK ? (int64_t)n : CT_OFFLOAD_MAX_CHUNK;
-}
-
-bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
-    return device && ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 &&
-           cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
-}
-
-int ct_run_plan_partition_stage(const ct_config *cfg) {
-    int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
-    return cfg->world_size > 1 ? stage : 0;
-}
-
-int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
-    int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
-    if (ct_run_plan_offload_params(cfg, device)) return 3;
-    if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
-    return ct_run_plan_partition_stage(cfg);
-}
-
-unsigned ct_run_plan_store_parts(int stage) {
-    return stage == 3 ? CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS : stage == 2 ? CT_STORE_PART_GRADS : CT_STORE_WHOLE;
 }
 
 /* The optimizer's state over n elements of the trainable space (Lamb: plus its scratch, as large

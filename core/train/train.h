@@ -30,8 +30,10 @@ typedef struct ct_run_opts {
                                     process; a world of several ranks allocates as for training) */
     bool dry_run;                /* --dry-run: build the model and print its memory plan; open
                                     no data, allocate nothing, do not train */
-    size_t device_memory;        /* --device-memory: plan --dry-run's table for a device of this
+    size_t device_memory;        /* --device-memory: plan --dry-run's tables for a device of this
                                     many bytes (0: the device it would run on) */
+    size_t host_memory;          /* --host-memory: the host memory beside it for --dry-run's ZeRO
+                                    table (0: MemAvailable now) */
     const char *batch_note;      /* printed under the start block's batch line: how an "auto"
                                     micro-batch was chosen (ct_fit_auto_micro_batch); NULL: none */
     char *oom_note;              /* filled at start, when train.memory_limit_gb is set, with the

@@ -115,7 +115,7 @@ static bool offloads(const ct_trainer *t) { return !t->opts.forward_only && ct_r
 /* Features this version does not have yet: refuse them rather than train something else. A world
  * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU).
  * device: the run trains on a device (a GPU, the capped device), where offload_optimizer acts. */
-static int check_supported(const ct_config *cfg, bool device, ct_err *err) {
+int ct_train_check_supported(const ct_config *cfg, bool device, ct_err *err) {
     int stage = ct_run_plan_zero_stage(cfg, device);
     if (stage == 3 && cfg->train.sample_every > 0)
         return ct_errf(err, CT_ERR_CONFIG, "%s: train.sample_every with zero_optimization.stage 3 over %d "
@@ -645,7 +645,7 @@ static int setup(ct_trainer *t, ct_err *err) {
     int rc = ct_backend_create_noting(rank_device(t, device, sizeof device), cfg->train.threads, &t->be, notice,
                                       sizeof notice, err);
     if (!rc && notice[0]) ct_warnf(&t->obs.warn, "%s", notice);
-    if (!rc) rc = check_supported(cfg, offload_device(t), err);
+    if (!rc) rc = ct_train_check_supported(cfg, offload_device(t), err);
     if (!rc) warn_offload(t, ct_backend_separate_memory(t->be));
     if (!rc) rc = open_comm(t, err);
     if (!rc) t->obs.rep.peak_flops = ct_device_peak_flops(t->be->device_desc);
@@ -789,17 +789,40 @@ void ct_trainer_on_step(ct_trainer *t, void (*fn)(void *ctx, long step, double l
 
 static void report_row(void *ctx, const char *text) { ct_report_line(ctx, "%s", text); }
 
-/* --dry-run's table of what fits: for --device-memory, else train.memory_limit_gb, else (on the
- * CPU) the host memory available now; a GPU's memory is not known before its backend starts. */
-static int print_fit_table(ct_trainer *t, const ct_plan_target *target, ct_err *err) {
+/* The device memory --dry-run plans for: --device-memory, else the capped device's size, else a
+ * GPU's total as its backend reads it (the backend is opened for that alone: nothing of the model
+ * is allocated on it); 0 when none is known. *source names it. */
+static size_t dry_run_device_memory(const ct_trainer *t, const ct_plan_target *target, char *source, size_t n) {
+    snprintf(source, n, "%s", "");
+    if (t->opts.device_memory) {
+        snprintf(source, n, "%s", "--device-memory");
+        return t->opts.device_memory;
+    }
+    if (target->capacity) {
+        snprintf(source, n, "%s", "the capped device, CTRAIN_CAPPED_DEVICE");
+        return target->capacity;
+    }
+    if (!target->device || strcmp(target->name, "cuda") != 0 || !ct_cuda_available()) return 0;
+    const char *d = t->cfg->train.device[0] && strcmp(t->cfg->train.device, "auto") ? t->cfg->train.device : "cuda";
+    ct_backend *be = NULL;
+    ct_err err = {0};
+    if (ct_backend_create(d, 1, &be, &err)) return 0;
+    size_t bytes = be->memory_bytes;
+    snprintf(source, n, "%.16s: %.100s", d, be->device_desc);
+    ct_backend_destroy(be);
+    return bytes;
+}
+
+/* --dry-run's table of what fits: for the device memory (above) or train.memory_limit_gb, the
+ * smaller, else (planning for the CPU) the host memory available now. */
+static int print_fit_table(ct_trainer *t, size_t device_memory, const char *device_source, bool device,
+                           ct_err *err) {
     const ct_config *cfg = t->cfg;
     const char *source;
-    bool gpu = target->device;
-    size_t limit = ct_fit_limit(cfg, t->opts.device_memory, &source);
-    if (source && !strcmp(source, "--device-memory") && t->opts.device_memory == target->capacity)
-        source = "the capped device, CTRAIN_CAPPED_DEVICE";
-    char l[32], head[160];
-    if (!limit && !gpu) {
+    size_t limit = ct_fit_limit(cfg, device_memory, &source);
+    if (source && !strcmp(source, "--device-memory")) source = device_source;
+    char l[32], head[320];
+    if (!limit && !device) {
         limit = ct_host_available_bytes();
         source = "host memory available now, MemAvailable";
     }
@@ -809,27 +832,51 @@ static int print_fit_table(ct_trainer *t, const ct_plan_target *target, ct_err *
         snprintf(head, sizeof head, "what the choices need (the GPU's memory is not known before it starts: "
                  "--device-memory SIZE or train.memory_limit_gb says what fits):");
     ct_report_line(&t->obs.rep, "%s", head);
-    return ct_fit_table(cfg, gpu, limit, report_row, &t->obs.rep, err);
+    return ct_fit_table(cfg, device, limit, report_row, &t->obs.rep, err);
+}
+
+/* --dry-run's second table: ZeRO stages and offload on the device beside the host memory
+ * (--host-memory, else MemAvailable now). */
+static int print_zero_table(ct_trainer *t, size_t device_memory, const char *device_source, ct_err *err) {
+    const ct_config *cfg = t->cfg;
+    const char *source;
+    ct_fit_memory mem = {.device = ct_fit_limit(cfg, device_memory, &source), .host = t->opts.host_memory};
+    if (source && !strcmp(source, "--device-memory")) source = device_source;
+    const char *host_source = mem.host ? "--host-memory" : "MemAvailable now";
+    if (!mem.host) mem.host = ct_host_available_bytes();
+    char d[32], h[32], ranks[64] = "";
+    if (cfg->world_size > 1) snprintf(ranks, sizeof ranks, ", shared by the %d ranks", cfg->world_size);
+    if (mem.device)
+        ct_report_line(&t->obs.rep, "ZeRO stage and offload, per rank, at micro-batch %ld with the configured "
+                       "checkpointing, on a device of %s (%s) beside %s of host memory (%s%s):", cfg->micro_batch,
+                       ct_fmt_bytes((double)mem.device, d, sizeof d), source, ct_fmt_bytes((double)mem.host, h, sizeof h),
+                       host_source, ranks);
+    else
+        ct_report_line(&t->obs.rep, "ZeRO stage and offload, per rank, at micro-batch %ld with the configured "
+                       "checkpointing, on a device:", cfg->micro_batch);
+    return ct_fit_zero_table(cfg, mem, report_row, &t->obs.rep, err);
 }
 
 /* --dry-run: the config, the model and its memory plan, from the planner alone: no backend is
- * created, no tensor memory allocated, no data file opened. */
+ * created (on a GPU without --device-memory, only to read its memory), no tensor memory allocated,
+ * no data file opened. --device-memory plans for a device, whatever the config's train.device. */
 static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *summary, ct_err *err) {
     ct_trainer *t = trainer_new(cfg, opts, summary);
     warn_not_yet(t);
     ct_plan_target target;
     int rc = ct_run_plan_target(cfg, ct_cuda_available(), &target, err);
-    if (!rc) warn_offload(t, target.device);
+    bool device = target.device || t->opts.device_memory;
+    if (!rc) warn_offload(t, device);
     print_warnings(t);
-    if (!rc) rc = check_supported(cfg, target.device, err);
+    if (!rc) rc = ct_train_check_supported(cfg, device, err);
     if (!rc) rc = build_graph(t, err);
     if (!rc) rc = ct_curriculum_check(cfg, t->m.g, err);
     if (!rc) {
-        bool gpu = target.device;
-        if (!t->opts.device_memory) t->opts.device_memory = target.capacity;   /* the capped device's */
+        char source[160];
+        size_t device_memory = dry_run_device_memory(t, &target, source, sizeof source);
         ct_run_plan plan;
-        ct_run_plan_make(cfg, t->m.g, gpu, &plan);
-        print_model(t, target.name, "planned, not started", gpu);
+        ct_run_plan_make(cfg, t->m.g, device, &plan);
+        print_model(t, target.device || !device ? target.name : "a device", "planned, not started", device);
         ct_report_line(&t->obs.rep, "batch  %ld = micro %ld × accumulation %ld × world %d", cfg->train_batch_size,
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
         if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
@@ -837,9 +884,15 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
         print_swap(&t->obs.rep, cfg, &plan, NULL);
         /* the swap's directory, as a run checks it (a probe file made and removed) */
         if (plan.nvme) rc = ct_swap_check_dir(cfg->zero.offload_optimizer.nvme.path, plan.swap_disk, CT_NVME_PATH_KEY, err);
-        if (!rc) rc = print_fit_table(t, &target, err);
-        ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
-                       "allocated or trained");
+        if (!rc) rc = print_fit_table(t, device_memory, source, device, err);
+        if (!rc && device) rc = print_zero_table(t, device_memory, source, err);
+        else if (!rc)
+            ct_report_line(&t->obs.rep, "ZeRO stage and offload: planned for a device (--device-memory SIZE, a GPU, or "
+                           "the capped device); on the CPU backend offload to host memory moves nothing (NVMe "
+                           "offload does: the plan above is then the swap's)");
+        if (!rc)
+            ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
+                           "allocated or trained");
     }
     ct_trainer_set_status(t, rc ? "error" : "ok", rc ? err : NULL);
     ct_trainer_finish(t);

@@ -1,5 +1,5 @@
 /* offload.c: ZeRO-Offload's optimizer step, a chunk of the host master at a time (offload.h). */
-#include "core/train/offload.h"
+#include "core/zero/offload.h"
 
 /* Elements [a, b) of the store's range: master, state (NULL: the optimizer's own) and their
  * elements a in host memory, the gradients the store's. Stepped in pieces of stage_elems, each

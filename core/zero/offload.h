@@ -5,15 +5,15 @@
  * The parameter store keeps the fp32 master and this rank's gradients in host memory, and the
  * optimizer its state beside them (core/params/store.h, core/optim/optim.h: ct_optim_create_in);
  * the partition's hooks brought every layer's gradients down and added them there as backward
- * produced them (core/train/partition.h). The step then runs on the CPU backend beside the device
+ * produced them (core/zero/partition.h). The step then runs on the CPU backend beside the device
  * (the SIMD Adam of core/cpu/cpu_adam.c), a chunk of the master at a time (the store's
  * stage_elems: sub_group_size, at most CT_OFFLOAD_MAX_CHUNK): each chunk is stepped, its compute
  * copy written into a pinned staging buffer by the same pass, and its upload queued, so the copy
  * of one chunk overlaps the step of the next; the step returns once every upload has landed (the
  * device's copy is complete for the next forward, and for a gather of it that host code makes).
  * The same update as ct_optim_apply, bit for bit: every update is element-wise. */
-#ifndef CT_TRAIN_OFFLOAD_H
-#define CT_TRAIN_OFFLOAD_H
+#ifndef CT_ZERO_OFFLOAD_H
+#define CT_ZERO_OFFLOAD_H
 
 #include "core/optim/optim.h"
 #include "core/params/store.h"
