@@ -143,8 +143,9 @@ static int cache_on(ct_lm *m, const ct_config *cfg, char *line, size_t n, ct_err
 static void report_speed(const ct_lm *m, long tokens, double secs) {
     int64_t decoded, windows;
     ct_lm_counts(m, &decoded, &windows);
-    fprintf(stderr, "generated %ld tokens in %.2f s (%.1f tokens/s): %lld from the kv cache, %lld by the whole "
-            "window\n", tokens, secs, secs > 0 ? (double)tokens / secs : 0.0, (long long)decoded, (long long)windows);
+    fprintf(stderr, "generated %ld tokens in %.2f s (%.1f tokens/s): %lld from the kv cache, %lld by a "
+            "forward from position 0\n", tokens, secs, secs > 0 ? (double)tokens / secs : 0.0, (long long)decoded,
+            (long long)windows);
 }
 
 static void emit(const int32_t *ids, int64_t n, bool bytes, bool first) {

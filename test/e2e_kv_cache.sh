@@ -5,7 +5,7 @@
 #    2 kv heads of 4, SwiGLU), each trained for a few seconds on the licence texts with a context of
 #    32: greedy and sampled text from a short prompt past three contexts, and from a prompt longer
 #    than the context, is the same with and without the cache; the closing line says the cache
-#    answered the tokens inside the first window and the whole window ran for the rest (the window
+#    answered the tokens inside the first window and a forward of the window ran for the rest (the window
 #    slides: test_train's "generate" case holds the logits themselves);
 #  - the random Llamas of test/ref/gen_hf_llama.py (gqa: 2 kv heads of 4; mqa: 1), loaded with
 #    model.init_from and saved by a one-step run of lr 0: ctrain's greedy tokens from a 3-token
@@ -53,9 +53,10 @@ for model in gpt llama; do
             { bad "$model, $args: [$with] vs [$without]"; cat "$T/with.err"; }
     done
     has "$T/with.err" "kv cache [0-9.]* KiB" "$model: the start line gives the cache's size"
-    # 4 + 100 tokens, a context of 32: the first token and the 72 after the window is full run the
-    # whole window, the 28 between decode one position from the cache
-    has "$T/with.err" "28 from the kv cache, 72 by the whole window" "$model: the cache answered the first window's tokens"
+    # 4 + 100 tokens, a context of 32: the first token (the prompt's fill) and the 72 after the window
+    # is full run a forward from position 0, the 28 between decode one position from the cache
+    has "$T/with.err" "28 from the kv cache, 72 by a forward from position 0" \
+        "$model: the cache answered the first window's tokens"
     has "$T/without.err" "no kv cache (--no-kv-cache)" "$model: --no-kv-cache says so"
     with=$(G --prompt "$long" --tokens 40 --temperature 1 --seed 2 2>/dev/null)
     without=$(G --prompt "$long" --tokens 40 --temperature 1 --seed 2 --no-kv-cache 2>/dev/null)

@@ -868,7 +868,8 @@ typedef struct lm_rig {
     ct_lm *lm;
 } lm_rig;
 
-static void lm_rig_open_dt(lm_rig *r, const char *text, uint64_t seed, ct_dtype dt) {
+/* Weights normal(0, std), every parameter (norm weights too). */
+static void lm_rig_open_dt(lm_rig *r, const char *text, uint64_t seed, ct_dtype dt, double std) {
     memset(r, 0, sizeof *r);
     ct_err err = {0};
     model_text(text, &r->cfg, &r->doc);
@@ -880,14 +881,14 @@ static void lm_rig_open_dt(lm_rig *r, const char *text, uint64_t seed, ct_dtype 
     r->w = malloc(sizeof(float) * (size_t)L->n_params);
     ct_rng g;
     ct_rng_init(&g, seed, CT_RNG_AUGMENT, 0);
-    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)ct_rng_normal(&g);
+    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)(std * ct_rng_normal(&g));
     r->be->mem.copy_h2d(r->be, r->store->master, r->w, sizeof(float) * (size_t)L->n_params);
     ct_param_store_refresh(r->store);
     r->lm = ct_lm_borrow(r->be, r->g, r->store);
     ck_assert_ptr_nonnull(r->lm);
 }
 
-static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) { lm_rig_open_dt(r, text, seed, CT_F32); }
+static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) { lm_rig_open_dt(r, text, seed, CT_F32, 1.0); }
 
 static void lm_rig_close(lm_rig *r) {
     ct_lm_close(r->lm);
@@ -994,29 +995,34 @@ static ct_lm *lm_cached(lm_rig *r) {
 }
 
 /* A GPT-2 block (learned positions, layernorm, gelu MLP, dropout layers that eval mode skips) and
- * a Llama block (rmsnorm, rotary positions, 2 kv heads of 4, SwiGLU), T = 8. */
+ * a Llama block (rmsnorm, rotary positions, 2 kv heads of 4, SwiGLU), T = 40: prompts fill the
+ * cache through the graphs of 16 and 32 positions or the window's. */
 static const char *const kv_models[] = {
-    "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
-    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 8},"
+    "{\"input\": [40], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
+    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 40},"
     " {\"type\": \"repeat\", \"times\": 2, \"layers\": [{\"type\": \"transformer_block\", \"heads\": 2, \"dropout\": 0.1}]},"
     " {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
     " \"loss\": {\"type\": \"cross_entropy\"}}",
-    "{\"input\": [8], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
+    "{\"input\": [40], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
     " {\"type\": \"repeat\", \"times\": 2, \"layers\": [{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 2,"
     " \"intermediate\": 24, \"rope_theta\": 10000}]},"
     " {\"type\": \"rmsnorm\", \"name\": \"norm\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
     " \"loss\": {\"type\": \"cross_entropy\"}}",
 };
-enum { KV_V = 13, KV_T = 8 };
+enum { KV_V = 13, KV_T = 40 };
+/* Weights of 1/sqrt(width): activations of order 1 through the layers, as in a trained model (at
+ * normal(0, 1) every layer multiplies them by about 4, and the rounding of the first layers'
+ * outputs grows with them) */
+#define KV_STD 0.25
 
-/* Every prefix of a sequence longer than twice the context, asked for in order as generation
- * does: the cached logits equal the uncached ones bit for bit where the whole window runs (the
- * first call, and every call past the context, where the window slides), and within 1e-5 of the
- * largest logit where one position was decoded from the cache (sums in another order: one-row
- * matrix products, attention over the cache); and the cache answered every call in between. */
+/* Every prefix of a sequence longer than twice the context, from a prompt of 1, 20 or 40 (= T)
+ * tokens, asked for in order as generation does: the cached logits equal the uncached ones bit for
+ * bit past the context (the window slides and runs whole, as without the cache), and within 1e-5
+ * of the largest logit elsewhere (a prompt's fill through a shorter graph, one-position decodes:
+ * sums in another order); the cache answered every call after the prompt's inside the context. */
 START_TEST(generate_cache_logits_match) {
     lm_rig r;
-    lm_rig_open(&r, kv_models[_i], 31 + (uint64_t)_i);
+    lm_rig_open_dt(&r, kv_models[_i], 31 + (uint64_t)_i, CT_F32, KV_STD);
     ct_lm *c = lm_cached(&r);
     enum { N = 2 * KV_T + 3 };
     int32_t ids[N];
@@ -1025,25 +1031,32 @@ START_TEST(generate_cache_logits_match) {
     for (int i = 0; i < N; i++) ids[i] = (int32_t)ct_rng_below(&g, KV_V);
     ct_err err = {0};
     double worst = 0;
-    for (int64_t n = 1; n <= N; n++) {
-        float want[KV_V], got[KV_V];
-        ck_assert_msg(ct_lm_next_logits(c, ids, n, got, &err) == CT_OK, "%s", err.msg);
-        ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, want, &err) == CT_OK, "%s", err.msg);
-        bool whole = n == 1 || n > KV_T;
-        if (whole) ck_assert_msg(!memcmp(got, want, sizeof got), "%lld tokens: the whole window differs", (long long)n);
-        double big = 0, diff = 0;
-        for (int j = 0; j < KV_V; j++) {
-            big = fmax(big, fabs(want[j]));
-            diff = fmax(diff, fabs((double)got[j] - want[j]));
+    const int64_t prompts[] = {1, 20, KV_T};
+    int64_t decoded = 0, windows = 0, want_decoded = 0, want_windows = 0;
+    for (int p = 0; p < 3; p++) {
+        ct_lm_forget(c);
+        for (int64_t n = prompts[p]; n <= N; n++) {
+            float want[KV_V], got[KV_V];
+            ck_assert_msg(ct_lm_next_logits(c, ids, n, got, &err) == CT_OK, "%s", err.msg);
+            ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, want, &err) == CT_OK, "%s", err.msg);
+            if (n > KV_T)
+                ck_assert_msg(!memcmp(got, want, sizeof got), "%lld tokens: the whole window differs", (long long)n);
+            double big = 0, diff = 0;
+            for (int j = 0; j < KV_V; j++) {
+                big = fmax(big, fabs(want[j]));
+                diff = fmax(diff, fabs((double)got[j] - want[j]));
+            }
+            ck_assert_msg(diff <= 1e-5 * big, "prompt %lld, %lld tokens: cached logits off by %.3g of %.3g",
+                          (long long)prompts[p], (long long)n, diff, big);
+            worst = fmax(worst, diff / big);
         }
-        ck_assert_msg(diff <= 1e-5 * big, "%lld tokens: cached logits off by %.3g of %.3g", (long long)n, diff, big);
-        worst = fmax(worst, diff / big);
+        want_decoded += KV_T - prompts[p];     /* tokens prompt + 1 .. T */
+        want_windows += 1 + (N - KV_T);        /* the prompt, and each past the context */
+        ct_lm_counts(c, &decoded, &windows);
+        ck_assert_int_eq(decoded, want_decoded);
+        ck_assert_int_eq(windows, want_windows);
     }
-    int64_t decoded, windows;
-    ct_lm_counts(c, &decoded, &windows);
-    ck_assert_int_eq(decoded, KV_T - 1);            /* tokens 2 .. T */
-    ck_assert_int_eq(windows, N - (KV_T - 1));      /* the first, and each past the context */
-    fprintf(stderr, "generate_cache_logits_match[%d]: decoded logits within %.2g of the largest\n", _i, worst);
+    fprintf(stderr, "generate_cache_logits_match[%d]: cached logits within %.2g of the largest\n", _i, worst);
     ct_lm_close(c);
     lm_rig_close(&r);
 }
@@ -1057,7 +1070,7 @@ END_TEST
  * boundary of the cumulative softmax, a chance of about V x 1e-5 per token. */
 START_TEST(generate_cache_tokens_match) {
     lm_rig r;
-    lm_rig_open(&r, kv_models[_i], 41 + (uint64_t)_i);
+    lm_rig_open_dt(&r, kv_models[_i], 41 + (uint64_t)_i, CT_F32, KV_STD);
     ct_lm *c = lm_cached(&r);
     enum { N = 3 * KV_T };
     ct_err err = {0};
@@ -1096,7 +1109,7 @@ END_TEST
  * and decoded logits agree with the window's within bf16's rounding of the layers' outputs. */
 START_TEST(generate_cache_bf16) {
     lm_rig r;
-    lm_rig_open_dt(&r, kv_models[1], 51, CT_BF16);
+    lm_rig_open_dt(&r, kv_models[1], 51, CT_BF16, KV_STD);
     ct_lm *c = lm_cached(&r);
     int32_t ids[KV_T];
     for (int i = 0; i < KV_T; i++) ids[i] = (int32_t)((i * 5 + 3) % KV_V);

@@ -159,10 +159,11 @@ typedef struct ct_exec_bufs {
 /* Generation with a key/value cache (core/train/generate.c): a forward in eval mode whose
  * attention layers keep each position's keys and values, so that the next token runs the model
  * over that one position instead of the whole window.
- *   fill:  a forward of the whole window from position 0 (a graph built for the context T = cap):
- *          every layer computes as in any forward, and each attention layer also stores its keys
- *          and values of positions 0 .. T - 1 in its cache (those past the real tokens are
- *          overwritten before any query reads them);
+ *   fill:  a forward from position 0 of the graph built for T <= cap positions (the window, or
+ *          the first positions of a prompt: ct_graph_build_seq): every layer computes as in any
+ *          forward, and each attention layer also stores its keys and values of positions
+ *          0 .. T - 1 in its cache (those past the real tokens are overwritten before any query
+ *          reads them); rotary positions take the base of the window of cap (dynamic scaling);
  *   else:  a forward of the graph built for S new positions (ct_graph_build_seq) at positions
  *          pos0 .. pos0 + S - 1 (pos0 + S <= cap): position tables read their rows pos0 ..;
  *          attention layers store the new keys and values and attend over the cache's rows

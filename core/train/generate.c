@@ -20,6 +20,13 @@
 #include "core/optim/amp.h"
 #include "core/params/store.h"
 
+/* A prompt shorter than the context fills the cache through the graph of the shortest of 16, 32,
+ * 64, ... positions that holds it (left-aligned, as the window is), not of the whole window: a
+ * 10-token prompt to a model of 2048 positions costs 16 positions' work. Powers of two keep the
+ * graphs few (log2 of the context); they are built once, with the cache. */
+#define FILL_MIN 16
+#define LM_FILLS 40
+
 struct ct_lm {
     ct_backend *be;
     ct_graph *g;                 /* built for one sample */
@@ -30,13 +37,14 @@ struct ct_lm {
     void *ids;                   /* [T] backend memory */
     void *row;                   /* [ld] host: one position's logits in the graph's dtype */
     bool borrowed;               /* be, g and store are the caller's */
-    /* the key/value cache (ct_lm_cache): */
-    ct_graph *g1;                /* the model for one new position, on the store and g's arena */
+    /* the key/value cache (ct_lm_cache); its graphs use the store and g's arena: */
+    ct_graph *g1;                /* the model for one new position */
+    ct_graph *fill[LM_FILLS];    /* for the first FILL_MIN << i positions, those shorter than T */
     void **kv;                   /* [layers] each layer's cache, NULL for those without */
     int32_t *cached;             /* [T] the ids the cache holds, from position 0 */
     int64_t n_cached;            /* 0: the cache holds nothing to reuse */
     bool use_cache;
-    int64_t decoded, windows;    /* calls answered by a decode, by the whole window */
+    int64_t decoded, windows;    /* calls answered by a decode, by a forward from position 0 */
 };
 
 static bool is_lm(const ct_graph_info *in) {
@@ -125,23 +133,43 @@ static void cache_free(ct_lm *m) {
     free(m->kv);
     free(m->cached);
     ct_graph_free(m->g1);
+    for (int i = 0; i < LM_FILLS; i++) ct_graph_free(m->fill[i]);
+    memset(m->fill, 0, sizeof m->fill);
     m->kv = NULL, m->cached = NULL, m->g1 = NULL;
     m->n_cached = 0;
     m->use_cache = false;
+}
+
+/* The model for sequences of len positions, on the lm's parameters and (when it fits) g's arena;
+ * NULL with why filled when its parameters are not g's. */
+static int seq_graph(ct_lm *m, const ct_config *cfg, int64_t len, ct_graph **out, char *why, size_t why_n,
+                     ct_err *err) {
+    *out = NULL;
+    ct_graph *g = NULL;
+    int rc = ct_graph_build_seq(cfg, 1, ct_graph_compute_dtype(m->g), len, &g, err);
+    if (!rc && !ct_param_layout_same(ct_graph_layout(g), ct_graph_layout(m->g))) {
+        snprintf(why, why_n, "has parameters that change with the sequence length");
+        ct_graph_free(g);
+        return CT_OK;
+    }
+    bool fits = !rc && ct_graph_plan(g)->total <= ct_graph_plan(m->g)->total;
+    if (!rc) rc = ct_graph_bind(g, m->be, fits ? ct_graph_arena(m->g) : NULL, err);
+    if (rc) ct_graph_free(g);
+    else *out = g;
+    return rc;
 }
 
 int ct_lm_cache(ct_lm *m, const ct_config *cfg, char *why, size_t why_n, ct_err *err) {
     cache_free(m);
     why[0] = 0;
     if (!ct_graph_decodes(m->g, why, why_n)) return CT_OK;
-    int rc = ct_graph_build_seq(cfg, 1, ct_graph_compute_dtype(m->g), 1, &m->g1, err);
-    if (!rc && !ct_param_layout_same(ct_graph_layout(m->g1), ct_graph_layout(m->g))) {
-        snprintf(why, why_n, "its parameters change with the sequence length");
+    int rc = seq_graph(m, cfg, 1, &m->g1, why, why_n, err);
+    for (int i = 0; !rc && m->g1 && i < LM_FILLS && ((int64_t)FILL_MIN << i) < m->T; i++)
+        rc = seq_graph(m, cfg, (int64_t)FILL_MIN << i, &m->fill[i], why, why_n, err);
+    if (!rc && why[0]) {   /* some length's parameters differ: no cache */
         cache_free(m);
         return CT_OK;
     }
-    bool fits = !rc && ct_graph_plan(m->g1)->total <= ct_graph_plan(m->g)->total;
-    if (!rc) rc = ct_graph_bind(m->g1, m->be, fits ? ct_graph_arena(m->g) : NULL, err);
     m->kv = ct_xcalloc((size_t)m->info->n_layers, sizeof(void *));
     for (int j = 0; !rc && j < m->info->n_layers; j++) {
         size_t bytes = ct_graph_layer_kv_bytes(m->g1, j, m->T);
@@ -168,9 +196,9 @@ size_t ct_lm_cache_bytes(const ct_lm *m) {
 
 void ct_lm_forget(ct_lm *m) { m->n_cached = 0; }
 
-void ct_lm_counts(const ct_lm *m, int64_t *decoded, int64_t *windows) {
+void ct_lm_counts(const ct_lm *m, int64_t *decoded, int64_t *forwards) {
     *decoded = m->decoded;
-    *windows = m->windows;
+    *forwards = m->windows;
 }
 
 void ct_lm_close(ct_lm *m) {
@@ -200,8 +228,16 @@ static int forward_logits(ct_lm *m, ct_graph *g, const int32_t *ids, const ct_de
     return CT_OK;
 }
 
+/* The graph a fill of k positions runs: the shortest fill graph that holds them, else the window's. */
+static ct_graph *fill_graph(ct_lm *m, int64_t k) {
+    for (int i = 0; i < LM_FILLS && m->fill[i]; i++)
+        if (((int64_t)FILL_MIN << i) >= k) return m->fill[i];
+    return m->g;
+}
+
 /* The window's logits at position k - 1: a decode of that one position when the cache holds the
- * window's first k - 1 ids, else the whole window (a fill of the cache when there is one). */
+ * window's first k - 1 ids, else a forward from position 0 (with the cache: a fill, through the
+ * shortest graph that holds the k ids; without: the whole window). */
 static int window_logits(ct_lm *m, int64_t k, ct_err *err) {
     ct_backend *be = m->be;
     bool extends = m->use_cache && m->n_cached > 0 && m->n_cached == k - 1 &&
@@ -212,8 +248,9 @@ static int window_logits(ct_lm *m, int64_t k, ct_err *err) {
         be->mem.copy_h2d(be, m->ids, m->window + k - 1, sizeof(int32_t));
         rc = forward_logits(m, m->g1, m->ids, &d, 0, err);
     } else {
-        be->mem.copy_h2d(be, m->ids, m->window, sizeof(int32_t) * (size_t)m->T);
-        rc = forward_logits(m, m->g, m->ids, m->use_cache ? &d : NULL, k - 1, err);
+        ct_graph *g = m->use_cache ? fill_graph(m, k) : m->g;
+        be->mem.copy_h2d(be, m->ids, m->window, sizeof(int32_t) * (size_t)ct_graph_info_get(g)->input_shape.d[0]);
+        rc = forward_logits(m, g, m->ids, m->use_cache ? &d : NULL, k - 1, err);
     }
     m->n_cached = 0;   /* until it is known to hold the window */
     if (!rc && extends) m->decoded++;

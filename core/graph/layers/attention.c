@@ -19,11 +19,12 @@
  * T x T matrix is kept, on any backend.
  *
  * Generation with a key/value cache (io->decode, graph.h): the cache [KV, cap, D] x 2 holds each
- * position's rotated k and its v once per kv head (kv_bytes). A fill forward computes as any
- * forward and then stores positions 0 .. T - 1 (kv_attention_forward with no output); a decode
- * forward of the graph built for new positions rotates them at pos0 .. (rope_gqa_forward's pos0,
- * the base of the whole window's length for dynamic scaling, as the fill used) and attends over
- * the cache with kv_attention_forward. */
+ * position's rotated k and its v once per kv head (kv_bytes). A fill forward (of the window's
+ * graph, or of the graph of a prompt's first positions) computes as any forward and then stores
+ * positions 0 .. T - 1 (kv_attention_forward with no output); a decode forward of the graph built
+ * for new positions rotates them at pos0 .. (rope_gqa_forward's pos0; for dynamic scaling the base
+ * of the whole window's length, as the fill used) and attends over the cache with
+ * kv_attention_forward. */
 #include <math.h>
 #include <string.h>
 
@@ -175,11 +176,12 @@ static float drop_p(const ct_layer *l, const ct_layer_io *io) {
     return io->train ? (float)((const attn_cfg *)l->cfg_data)->p : 0.0f;
 }
 
-/* The attention op's input: x itself, or the rotated, expanded copy in the workspace. */
-static const void *attention_input(const ct_layer *l, const ct_layer_io *io) {
+/* The attention op's input: x itself, or the rotated, expanded copy in the workspace, its tokens at
+ * positions pos0 .. of a sequence of `length` (rope_at). */
+static const void *attention_input(const ct_layer *l, const ct_layer_io *io, int64_t pos0, int64_t length) {
     const attn_cfg *c = l->cfg_data;
     if (!expands(c)) return io->x[0];
-    ct_rope r = rope_of(l);
+    ct_rope r = rope_at(l, pos0, length);
     io->be->attn.rope_gqa_forward(io->be, io->ws, io->x[0], io->n, seq_len(l), c->heads, c->kv_heads, head_dim(l),
                                   &r, io->dt);
     return io->ws;
@@ -195,13 +197,7 @@ static size_t kv_bytes(const ct_layer *l, int64_t batch, int64_t cap, ct_dtype d
 static void decode_forward(const ct_layer *l, const ct_layer_io *io) {
     const attn_cfg *c = l->cfg_data;
     const ct_decode *d = io->decode;
-    const void *qkv = io->x[0];
-    if (expands(c)) {
-        ct_rope r = rope_at(l, d->pos0, d->cap);
-        io->be->attn.rope_gqa_forward(io->be, io->ws, io->x[0], io->n, seq_len(l), c->heads, c->kv_heads, head_dim(l),
-                                      &r, io->dt);
-        qkv = io->ws;
-    }
+    const void *qkv = attention_input(l, io, d->pos0, d->cap);
     io->be->attn.kv_attention_forward(io->be, io->y, d->kv[l->index], qkv, io->n, seq_len(l), d->pos0, d->cap, c->heads,
                                       c->kv_heads, head_dim(l), io->dt);
 }
@@ -213,10 +209,11 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
         decode_forward(l, io);
         return;
     }
-    const void *qkv = attention_input(l, io);
+    /* a fill's positions 0 .. T - 1 of the window of d->cap (dynamic scaling's base is the window's) */
+    const void *qkv = attention_input(l, io, 0, d ? d->cap : seq_len(l));
     io->be->attn.causal_attention_forward(io->be, io->y, io->aux, qkv, io->n, seq_len(l), c->heads, head_dim(l),
                                           drop_p(l, io), io->seed, io->stream, io->dt);
-    if (d)   /* a fill: the window's keys and values into the cache, the output as computed */
+    if (d)   /* a fill: its positions' keys and values into the cache, the output as computed */
         io->be->attn.kv_attention_forward(io->be, NULL, d->kv[l->index], qkv, io->n, seq_len(l), 0, d->cap, c->heads,
                                           c->kv_heads, head_dim(l), io->dt);
 }
@@ -224,7 +221,7 @@ static void forward(const ct_layer *l, const ct_layer_io *io) {
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const attn_cfg *c = l->cfg_data;
     if (!io->dx[0]) return;
-    const void *qkv = attention_input(l, io);
+    const void *qkv = attention_input(l, io, 0, seq_len(l));
     void *dqkv = expands(c) ? (char *)io->ws + expanded_bytes(l, io->n, io->dt) : io->dx[0];
     io->be->attn.causal_attention_backward(io->be, dqkv, io->dy, qkv, io->y, io->aux, io->n, seq_len(l), c->heads,
                                            head_dim(l), drop_p(l, io), io->seed, io->stream, io->dt);
