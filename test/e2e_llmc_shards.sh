@@ -6,6 +6,8 @@
 # take. A small Llama trained 6 steps (shuffled) on:
 #  - the glob "shards/train_*.bin" and the list of the 3 shards: the weights bit for bit those of
 #    the run on the one file (one stream: windows run across the shard boundaries);
+#  - the same on 2 CPU ranks (mpirun, ZeRO-2): each rank's samples of the glob, the checkpoint bit
+#    for bit the 2-rank run's on the one file;
 #  - a resume after a shard's tokens changed (same size): --strict-resume refuses, exit 3, as the
 #    fingerprint covers every shard;
 #  - a glob that matches nothing: exit 3 naming the pattern; a bad header in the middle shard:
@@ -66,6 +68,22 @@ run list '["shards/train_000000.bin", "shards/train_000001.bin", "shards/train_0
 eq "the list's run: exit" "$rc" 0
 cmp -s "$(weights one 6)" "$(weights list 6)" && ok "the list of 3 shards: the one file's weights bit for bit" ||
     bad "the list of 3 shards: other weights"
+
+# 2 CPU ranks (ZeRO-2) reading their samples of the glob: the 2-rank run on the one file, bit for bit
+if command -v mpirun >/dev/null 2>&1; then
+    for d in one glob; do
+        p='"one/tokens.bin"'
+        [ $d = glob ] && p='"shards/train_*.bin"'
+        mpirun --allow-run-as-root --oversubscribe -np 2 "$B" --config base.json --set zero_optimization.stage=2 \
+            --set train.run_dir=\""$T/z$d"\" --set data.train.path="$p" --set data.train.vocab=256 >"z$d.out" 2>"z$d.err" ||
+            { bad "ZeRO-2 on 2 ranks, $d: exit $?"; tail -3 "z$d.err"; }
+    done
+    zw() { find "$T/$1" -path "*global_step6*" -name "*.safetensors" | sort | xargs cat | cksum; }
+    [ -n "$(find "$T/zglob" -path "*global_step6*" -name "*.safetensors")" ] && [ "$(zw zone)" = "$(zw zglob)" ] &&
+        ok "ZeRO-2 on 2 ranks: the glob's checkpoint = the one file's, bit for bit" || bad "ZeRO-2 on 2 ranks: other weights"
+else
+    echo "skip ZeRO on 2 ranks: mpirun not installed"
+fi
 
 # a resume on shards of which one changed (the same size): the fingerprint sees it
 run part '"shards/train_*.bin"' --set train.max_steps=3 --set train.save_interval=3
