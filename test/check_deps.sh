@@ -75,6 +75,7 @@ cmd mountpoint util-linux
 cmd flock util-linux
 cmd setpriv util-linux
 cmd rev util-linux
+cmd unshare util-linux
 cmd script bsdutils
 cmd ps procps
 cmd pgrep procps

@@ -2,7 +2,7 @@
 # check_layout.sh: the module layout, checked from the #include lines.
 #
 # A module is a folder directly below core/ (util, config, backend, cpu, graph, params, optim,
-# ckpt, data, report, train, dist), or cmd/, or cuda/. Every `#include "..."` of every source file
+# ckpt, data, report, dist, zero, train), or cmd/, or cuda/. Every `#include "..."` of every source file
 # in core/, cmd/ and cuda/ (.c, .h, .cu, .cuh) is one edge from the module of the file to the
 # module of the included file. The script prints each module and the modules it includes, and
 # fails (exit 1) when

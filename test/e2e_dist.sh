@@ -124,7 +124,7 @@ mpi_launch() { _n=$1; shift; $MPIRUN -np "$_n" "$@"; }
 PORT=$((20000 + $$ % 20000))
 env_launch() {
     _n=$1; shift
-    PORT=$((PORT + 2))
+    PORT=$(free_port)
     _r=$((_n - 1)) _pids="" _rc=0
     while [ $_r -ge 0 ]; do
         WORLD_SIZE=$_n RANK=$_r LOCAL_RANK=$_r MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$@" &
@@ -134,7 +134,7 @@ env_launch() {
     return $_rc
 }
 # torchrun itself (Debian's python3-torch), through test/torchrun.py
-torchrun_launch() { _n=$1; shift; PORT=$((PORT + 2)); "$PY" test/torchrun.py --nproc_per_node "$_n" --master_port "$PORT" --no_python "$@"; }
+torchrun_launch() { _n=$1; shift; PORT=$(free_port); "$PY" test/torchrun.py --nproc_per_node "$_n" --master_port "$PORT" --no_python "$@"; }
 LAUNCH=mpi_launch
 
 # ranks NAME CONFIG N STAGE [ARGS...]: N ranks ($LAUNCH) with zero_optimization.stage STAGE into
@@ -426,7 +426,7 @@ LAUNCH=mpi_launch
 
 # a rank killed in the middle of an environment launch ends the other within the collective timeout
 # (no mpirun to end it: its watchdog does)
-PORT=$((PORT + 2))
+PORT=$(free_port)
 for rank in 1 0; do
     TMPDIR="$T" CTRAIN_COMM_TIMEOUT=3 WORLD_SIZE=2 RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$B" --config "$T/sgd.json" \
         --set train.max_steps=100000000 --set train.save_interval=0 --set train.run_dir=\""$T/envkill"\" \
@@ -454,7 +454,7 @@ has "$T/envkill0.err" "rank 0 of 2: MPI .* has waited [0-9]* s for the other ran
 mpicc -shared -fPIC -o "$T/hang_testall.so" test/hang_testall.c || bad "mpicc could not build test/hang_testall.c"
 stuck() {
     name=$1 sig=$2 timeout1=$3
-    PORT=$((PORT + 2))
+    PORT=$(free_port)
     for rank in 1 0; do
         if [ $rank -eq 1 ]; then pre="LD_PRELOAD=$T/hang_testall.so" tmo=$timeout1; else pre="CT_NO_PRELOAD=1" tmo=2; fi
         env "$pre" CTRAIN_COMM_TIMEOUT=$tmo WORLD_SIZE=2 RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT "$B" \
@@ -571,15 +571,15 @@ dup() {
     for p in $pids; do wait "$p"; rcs="$rcs $?"; done
     echo "$rcs" | tr ' ' '\n' | sort -u | tr '\n' ' '
 }
-PORT=$((PORT + 2))
+PORT=$(free_port)
 eq "RANK=1 twice: every process exits 2" "$(dup dup1 3 SAME 1 1 0)" " 2 "
 eq "RANK=1 twice: all three say so, naming both processes" \
     "$(grep -c "two processes say they are RANK=1 of WORLD_SIZE=3: pid [0-9]* on host .* (connected first) and pid [0-9]* on host" "$T/dup1.err")" 3
-PORT=$((PORT + 2))
+PORT=$(free_port)
 eq "RANK=0 twice: both exit 2" "$(dup dup0 2 OWN 0 0)" " 2 "
 eq "RANK=0 twice: both say so" \
     "$(grep -c "two processes say they are RANK=0 of WORLD_SIZE=2: pid [0-9]* on host .* (listening on port [0-9]*) and pid" "$T/dup0.err")" 2
-PORT=$((PORT + 2))
+PORT=$(free_port)
 eq "RANK=0 twice in one run_dir: the second exits 2 at the lock, the first 1 after the timeout" \
     "$(dup dup0s 2 SAME 0 0)" " 1 2 "
 has "$T/dup0s.err" "is in use by another ctrain run (pid [0-9]*, which holds" "RANK=0 twice in one run_dir: the lock names the first"

@@ -35,6 +35,7 @@
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
+. test/lib_models.sh
 scratch_dir
 licence_tokens "$B" "$T/tok"
 PY=/usr/bin/python3
@@ -70,46 +71,6 @@ run() {
     if [ "$dev" = cpu ]; then set -- env -u CTRAIN_CAPPED_DEVICE "$B" "$@"
     else set -- env CTRAIN_CAPPED_DEVICE="$dev" "$B" "$@"; fi
     "$@" --config "$T/gpt.json" --set train.run_dir="$T/$name" --summary "$T/$name.json" >"$T/$name.log" 2>&1
-}
-# model RUN [STEP]: run RUN's model at STEP (20) as one file: the checkpoint's model.safetensors, or
-# for per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
-model() {
-    _d="$T/$1/checkpoints/global_step${2:-20}"
-    if [ -f "$_d/model.safetensors" ]; then echo "$_d/model.safetensors"; return; fi
-    "$B" export --checkpoint "$_d" --out "$T/$1.${2:-20}.weights.safetensors" >/dev/null 2>"$T/$1.export.err" &&
-        echo "$T/$1.${2:-20}.weights.safetensors"
-}
-# close A B TOL: every tensor of A's and B's models within TOL relative (||a - b|| / ||a||)
-close() {
-    "$PY" - "$(model "$1")" "$(model "$2")" "$3" <<'EOF'
-import json, math, struct, sys
-from array import array
-def load(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    return {k: array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys()
-err = {k: math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) / max(math.sqrt(sum(x * x for x in a[k])), 1e-30)
-       for k in a}
-worst = max(err, key=err.get)
-print(f"largest relative difference {err[worst]:.3g} ({worst})")
-sys.exit(0 if err[worst] <= float(sys.argv[3]) else 1)
-EOF
-}
-# same_bits A B [STEP]: A's and B's models hold the same tensors, byte for byte (an export's
-# metadata names its source, so exports are compared by their tensors)
-same_bits() {
-    "$PY" - "$(model "$1" "${3:-20}")" "$(model "$2" "${3:-20}")" <<'EOF'
-import json, struct, sys
-def load(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
-            for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
-sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
-EOF
 }
 # summary NAME PYTHON-EXPRESSION over s (the summary): true or the failure
 check_summary() {

@@ -106,3 +106,20 @@ same_loss_as_idx() { # NAME WHAT: NAME's losses equal the IDX run's
         ok "$2: the same train and eval loss as IDX, bit for bit ($(summary_loss "$T/$1.s.json"))" ||
         bad "$2: losses differ: idx $(summary_loss "$T/idx.s.json"), $1 $(summary_loss "$T/$1.s.json")"
 }
+
+# free_port: a TCP port P of 127.0.0.1 that, with P + 1 (torchrun's agent holds P and ctrain then
+# meets on P + 1), nothing listens on now: the kernel's choice, so that tests running at the same
+# time (several suites on one machine) do not pick the same port, as ports derived from the pid did.
+free_port() {
+    /usr/bin/python3 -c '
+import socket
+for _ in range(100):
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    if p >= 65535: a.close(); continue
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", p + 1)); print(p); break
+    except OSError: pass
+    finally: a.close(); b.close()
+'
+}

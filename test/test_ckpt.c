@@ -1376,14 +1376,21 @@ typedef struct fake_device {
     int64_t most;
 } fake_device;
 
-static void fake_to_host(void *ctx, float *dst, const float *src, int64_t n) {
+static int fake_to_host(void *ctx, const float *base, int64_t at, int64_t n, float *dst, ct_err *err) {
     fake_device *d = ctx;
     d->calls++;
     if (n > d->most) d->most = n;
-    memcpy(dst, src, (size_t)n * sizeof *dst);
+    memcpy(dst, base + at, (size_t)n * sizeof *dst);
+    return CT_OK;
 }
 
-static void fake_from_host(void *ctx, float *dst, const float *src, int64_t n) { fake_to_host(ctx, dst, src, n); }
+static int fake_from_host(void *ctx, float *base, int64_t at, int64_t n, const float *src, ct_err *err) {
+    fake_device *d = ctx;
+    d->calls++;
+    if (n > d->most) d->most = n;
+    memcpy(base + at, src, (size_t)n * sizeof *src);
+    return CT_OK;
+}
 
 /* A view of 2.5 M floats: a save and a load through a device's memory go in chunks of at most
  * CT_CKPT_STAGE_FLOATS through one staging buffer, never a whole copy; the values bit for bit. */
@@ -1424,6 +1431,158 @@ START_TEST(device_memory_staged_in_chunks) {
 }
 END_TEST
 
+/* Memory without addresses (an NVMe swap's files): an array reached only by element index, the
+ * pointer NULL; a copy may fail, as an I/O error does, naming its "file". */
+typedef struct indexed_mem {
+    float *values;
+    int64_t n;
+    long calls;
+    int fail;                    /* 1: to_host fails, 2: from_host fails */
+    ct_ckpt_mem mem;
+} indexed_mem;
+
+static int indexed_to_host(void *ctx, const float *base, int64_t at, int64_t n, float *dst, ct_err *err) {
+    indexed_mem *m = ctx;
+    ck_assert_ptr_null(base);
+    ck_assert(at >= 0 && n >= 0 && at + n <= m->n);
+    m->calls++;
+    if (m->fail == 1) return ct_errf(err, CT_ERR_RUNTIME, "/nvme/swap/master.swap: read at %lld: EIO", (long long)at);
+    memcpy(dst, m->values + at, (size_t)n * sizeof *dst);
+    return CT_OK;
+}
+
+static int indexed_from_host(void *ctx, float *base, int64_t at, int64_t n, const float *src, ct_err *err) {
+    indexed_mem *m = ctx;
+    ck_assert_ptr_null(base);
+    ck_assert(at >= 0 && n >= 0 && at + n <= m->n);
+    m->calls++;
+    if (m->fail == 2) return ct_errf(err, CT_ERR_RUNTIME, "/nvme/swap/master.swap: write at %lld: ENOSPC", (long long)at);
+    memcpy(m->values + at, src, (size_t)n * sizeof *src);
+    return CT_OK;
+}
+
+/* t over [t->lo, t->hi) with params and slots in indexed memory over md's arrays (element lo at
+ * index 0); mem[3]: params, exp_avg, exp_avg_sq. */
+static void addressless(model *md, ct_ckpt_tensors *t, indexed_mem mem[3]) {
+    float *arrays[3] = {md->params, md->m, md->v};
+    for (int k = 0; k < 3; k++) {
+        mem[k] = (indexed_mem){.values = arrays[k] + t->lo, .n = t->hi - t->lo};
+        mem[k].mem = (ct_ckpt_mem){.ctx = &mem[k], .to_host = indexed_to_host, .from_host = indexed_from_host};
+    }
+    t->params = t->slot[0] = t->slot[1] = NULL;
+    t->params_mem = &mem[0].mem;
+    t->slot_mem[0] = &mem[1].mem;
+    t->slot_mem[1] = &mem[2].mem;
+}
+
+/* Two safetensors files hold the same tensors, byte for byte (their metadata may differ: a tag). */
+static bool same_tensors(const char *a, const char *b) {
+    ct_err err = {0};
+    ct_st_file *x = ct_st_open(a, &err), *y = ct_st_open(b, &err);
+    bool same = x && y && x->n_tensors == y->n_tensors;
+    for (int i = 0; same && i < x->n_tensors; i++) {
+        const ct_st_tensor *p = &x->tensors[i], *q = ct_st_find(y, p->name);
+        same = q && p->end - p->begin == q->end - q->begin && !memcmp(p->data, q->data, p->end - p->begin);
+    }
+    ct_st_close(x);
+    ct_st_close(y);
+    return same;
+}
+
+/* Tensors with no addresses at all, reached by element index (an NVMe swap's files): a save writes
+ * the files a save from host memory writes, byte for byte, for one file set and per-rank shards;
+ * a load, shards on another world size and init_from fill them; a failing copy ends the save
+ * (nothing installed, latest unchanged) or the load with its own error, naming its file. */
+START_TEST(memory_without_addresses) {
+    model a, b;
+    model_init(&a, 31);
+    save(&a, 1, 0);
+    indexed_mem mem[3];
+    ct_ckpt_tensors t = a.t;
+    addressless(&a, &t, mem);
+    ct_ckpt_state st = mkstate(2);
+    ct_err err = {0};
+    char dir[1024], ref[1024];
+    ck_assert_msg(ct_ckpt_save(save_dir, &t, &st, NULL, NULL, dir, sizeof dir, &err) == CT_OK, "%s", err.msg);
+    ck_assert(mem[0].calls > 0 && mem[1].calls > 0 && mem[2].calls > 0);
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char x[1200], y[1200];
+        snprintf(x, sizeof x, "%s/%s", dir, files[i]);
+        snprintf(y, sizeof y, "%s/global_step1/%s", save_dir, files[i]);
+        ck_assert_msg(same_tensors(x, y), "%s differs from the save from host memory", files[i]);
+    }
+    /* a load into indexed memory, whole and by the parts of 3 ranks */
+    for (int world = 1; world <= 3; world += 2) {
+        model_init(&b, 0);
+        nan_fill(&b);
+        for (int r = 0; r < world; r++) {
+            ct_ckpt_tensors u = part_of(&b, world, r);
+            indexed_mem bm[3];
+            addressless(&b, &u, bm);
+            ck_assert_msg(ct_ckpt_load(dir, &u, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+        }
+        ck_assert_msg(models_equal(&a, &b), "loaded by %d ranks", world);
+    }
+    /* shards written by 2 ranks from indexed memory equal those from host memory; read back by 3 */
+    save_sharded(&a, 3, 2);
+    snprintf(ref, sizeof ref, "%s/global_step3", save_dir);
+    char tag[CT_CKPT_TAG], tmp[1024];
+    ct_ckpt_tag(4, tag);
+    ck_assert_int_eq(ct_ckpt_begin(save_dir, tag, (long)getpid(), &err), CT_OK);
+    ck_assert_int_eq(ct_ckpt_tmp_dir(save_dir, tag, (long)getpid(), tmp, sizeof tmp, &err), CT_OK);
+    uint32_t crc[2];
+    for (int r = 0; r < 2; r++) {
+        ct_ckpt_tensors u = part_of(&a, 2, r);
+        indexed_mem am[3];
+        addressless(&a, &u, am);
+        ck_assert_msg(ct_ckpt_shard_write(tmp, &u, r, 2, &crc[r], &err) == CT_OK, "%s", err.msg);
+        char x[1200], y[1200];
+        snprintf(x, sizeof x, "%s/zero_shard_%d_of_2.safetensors", tmp, r);
+        snprintf(y, sizeof y, "%s/zero_shard_%d_of_2.safetensors", ref, r);
+        ck_assert_msg(same_tensors(x, y), "shard %d differs from the one written from host memory", r);
+    }
+    ct_ckpt_state s4 = mkstate(4);
+    ck_assert_int_eq(ct_ckpt_commit_shards(save_dir, tag, (long)getpid(), &a.t, 2, crc, &s4, NULL, NULL, NULL, 0, &err),
+                     CT_OK);
+    model_init(&b, 0);
+    nan_fill(&b);
+    snprintf(dir, sizeof dir, "%s/global_step4", save_dir);
+    for (int r = 0; r < 3; r++) {
+        ct_ckpt_tensors u = part_of(&b, 3, r);
+        indexed_mem bm[3];
+        addressless(&b, &u, bm);
+        ck_assert_msg(ct_ckpt_load(dir, &u, CT_CKPT_LOAD_ALL, NULL, NULL, &err) == CT_OK, "%s", err.msg);
+    }
+    ck_assert(models_equal(&a, &b));
+    /* init_from: a model file's weights into indexed memory */
+    model_init(&b, 0);
+    ct_ckpt_tensors u = b.t;
+    indexed_mem bm[3];
+    addressless(&b, &u, bm);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/global_step1/model.safetensors", save_dir);
+    int n = 0;
+    ck_assert_msg(ct_ckpt_init_from(path, &u, true, &n, NULL, &err) == CT_OK, "%s", err.msg);
+    ck_assert(n == 4 && !memcmp(a.params, b.params, sizeof a.params));
+    /* a copy that fails: the save ends with its error and installs nothing; so does the load */
+    char before[64], after[64];
+    read_latest(before, sizeof before);
+    mem[1].fail = 1;
+    st = mkstate(5);
+    ck_assert_int_eq(ct_ckpt_save(save_dir, &t, &st, NULL, NULL, dir, sizeof dir, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "/nvme/swap/master.swap: read at"), "%s", err.msg);
+    snprintf(path, sizeof path, "%s/global_step5", save_dir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    read_latest(after, sizeof after);
+    ck_assert_str_eq(before, after);
+    bm[2].fail = 2;
+    snprintf(dir, sizeof dir, "%s/global_step1", save_dir);
+    ck_assert_int_eq(ct_ckpt_load(dir, &u, CT_CKPT_LOAD_ALL, NULL, NULL, &err), CT_ERR_RUNTIME);
+    ck_assert_msg(strstr(err.msg, "/nvme/swap/master.swap: write at"), "%s", err.msg);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ckpt");
     TCase *tc = tcase_create("core");
@@ -1455,6 +1614,7 @@ int main(void) {
     tcase_add_test(tc, shard_set_range_reads);
     tcase_add_test(tc, shard_descriptions_hostile);
     tcase_add_test(tc, device_memory_staged_in_chunks);
+    tcase_add_test(tc, memory_without_addresses);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -476,7 +476,7 @@ START_TEST(defaults_in_resolved) {
     ck_assert(c->zero.stage == 0 && c->zero.reduce_bucket_size == 5e8 && !c->zero.overlap_comm &&
               c->zero.contiguous_gradients && c->zero.sub_group_size == 1e9);
     ck_assert(c->train.epochs == 5 && c->train.seed == 42 && c->train.keep_last == 3 && c->train.max_steps == 0);
-    ck_assert(c->train.memory_limit_gb == 0 && !c->micro_batch_auto);
+    ck_assert(c->train.memory_limit_gb == 0 && c->train.host_memory_limit_gb == 0 && !c->micro_batch_auto);
     ck_assert_str_eq(c->train.device, "auto");
     ck_assert_str_eq(c->train.run_dir, "runs/a");
     ck_assert_str_eq(c->train.save_dir, "runs/a/checkpoints");
@@ -515,6 +515,13 @@ START_TEST(defaults_in_resolved) {
     ck_assert_str_eq(c->zero.offload_optimizer.nvme.path, "/local_nvme");
     ck_assert_int_eq(c->zero.offload_optimizer.nvme.buffer_count, 6);
     ck_assert(c->zero.offload_param.nvme.buffer_size == 1000000000 && c->zero.offload_param.nvme.max_in_cpu == 0);
+    unload(&l);
+    /* device "nvme" (NVMe offload of the optimizer): accepted, and the aio section is then used */
+    l = load("{\"train_batch_size\": 8, \"aio\": {\"queue_depth\": 4}, \"zero_optimization\": {\"stage\": 2, "
+             "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/local_nvme\", \"buffer_count\": 3}}}", 1);
+    assert_ok(l);
+    ck_assert(l.cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME && l.cfg->zero.offload_optimizer.nvme.buffer_count == 3);
+    for (int i = 0; i < l.warn.n; i++) ck_assert_msg(!strstr(l.warn.items[i], "aio"), "%s", l.warn.items[i]);
     unload(&l);
     /* Adam with adam_w_mode false is classic L2 Adam; AdamW is always decoupled */
     l = load("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"adam\", \"params\": {\"adam_w_mode\": false}}}", 1);
@@ -804,11 +811,9 @@ static const err_case err_cases[] = {
     {.text = TB8 "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
                  "\"nvme_path\": \"/x\"}}}",
      .code = CFG, .at = "a.json:1:77",
-     .has = {"zero_optimization.offload_param.device: NVMe offload is not implemented"}},
-    {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
-                 "\"/nvme\", \"buffer_count\": 3}}}", .code = CFG, .at = "a.json:1:81",
-     .has = {"zero_optimization.offload_optimizer.device: NVMe offload is not implemented in ctrain; use \"cpu\""}},
-    /* NVMe keys are checked before that refusal */
+     .has = {"zero_optimization.offload_param.device: \"nvme\" is not supported for parameters: stage 3 reads them "
+             "layer by layer", "use \"cpu\""}},
+    /* the NVMe keys of a block with device "nvme" */
     {.text = TB8 "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}", .code = CFG,
      .at = "a.json:1:81",
      .has = {"zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\": the directory on the "
@@ -960,6 +965,8 @@ static const err_case err_cases[] = {
      .at = "a.json:1:35", .has = {"train.memory_limit_gb: expected a number in [0, 1000000000], got -1"}},
     {.text = TB8 "\"train\": {\"memory_limit_gb\": \"24GiB\"}}", .code = CFG,
      .at = "a.json:1:35", .has = {"train.memory_limit_gb: expected a number", "got \"24GiB\""}},
+    {.text = TB8 "\"train\": {\"host_memory_limit_gb\": -0.5}}", .code = CFG,
+     .at = "a.json:1:35", .has = {"train.host_memory_limit_gb: expected a number in [0, 1000000000], got -0.5"}},
     {.text = TB8 "\"model\": {\"layers\": {\"type\": \"linear\"}}}", .code = CFG,
      .at = "a.json:1:35", .has = {"model.layers: expected an array of layer objects"}},
     {.text = TB8 "\"model\": {\"layers\": [{\"type\": \"relu\"}, 3]}}", .code = CFG,
@@ -1134,7 +1141,7 @@ START_TEST(not_yet_only_when_on) {
         {TB8 "\"zero_optimization\": {\"stage\": 0, \"round_robin_gradients\": true}}", 0,
          "zero_optimization.round_robin_gradients"},
         {TB8 "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", 0, NULL}, /* stage 0 */
-        /* optimizer offload is done (core/train/offload.c); one process then has something to offload,
+        /* optimizer offload is done (core/zero/offload.c); one process then has something to offload,
            so no stage line either: the trainer says what happens once it knows the device */
         {TB8 "\"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\", \"nvme_path\": \"/x\"}}}",
          0, NULL},

@@ -556,7 +556,9 @@ END_TEST
  * order, _end), with the state in host memory pinned by another backend (the capped device's) and
  * the 16-bit copy written range by range into a buffer of its own, equals ct_optim_apply over the
  * whole range bit for bit: master, state, copy, stats, and the next update's bias correction and
- * schedule step. Lamb refuses a range that cuts a tensor and takes one that does not. */
+ * schedule step. Lamb refuses a range that cuts a tensor and takes one that does not. So does an
+ * optimizer with no state of its own (state_at NULL: NVMe offload), given its state range by range
+ * in the target: the caller's arrays hold the whole update's state bit for bit. */
 static void expect_ranges_equal_whole(ct_opt_type type, const int64_t *cuts, int n_cuts) {
     ct_backend *be = ct_cpu_backend_create(2), *dev = ct_capped_backend_create(1, (size_t)1 << 20, 0);
     ct_optimizer_cfg c = stateful_cfg(type);
@@ -571,10 +573,16 @@ static void expect_ranges_equal_whole(ct_opt_type type, const int64_t *cuts, int
     dev->mem.mem_stats(dev, &m);
     ck_assert_uint_eq(m.host_current[CT_MEM_OPTIM], ct_optim_state_bytes(ranged));   /* pinned by dev */
     ck_assert_uint_eq(m.current_total, 0);
-    bufs a = bufs_new(be), b = bufs_new(be);
+    bool external = type != CT_OPT_LAMB;
+    ct_optim *ext = NULL;
+    if (external) ck_assert_int_eq(ct_optim_create_in(&c, &warm, 0.5, be, NULL, tensors, n_tensors, 0, N_PARAMS, &ext, &err),
+                                   CT_OK);
+    float ext_state[CT_OPTIM_MAX_SLOTS][N_PARAMS] = {{0}};
+    bufs a = bufs_new(be), b = bufs_new(be), e = bufs_new(be);
     float p[N_PARAMS];
-    uint16_t copy_a[N_PARAMS], copy_b[N_PARAMS];
+    uint16_t copy_a[N_PARAMS], copy_b[N_PARAMS], copy_e[N_PARAMS];
     twin_masters(be, &a, &b, p, 90);
+    twin_masters(be, &a, &e, p, 90);
     for (long t = 1; t <= STEPS; t++) {
         twin_grads(be, &a, &b, 91, t);
         ct_optim_stats sa, sb;
@@ -589,6 +597,17 @@ static void expect_ranges_equal_whole(ct_opt_type type, const int64_t *cuts, int
             ck_assert(ct_optim_update_range(ranged, &u, &tb, lo, hi));
         }
         ct_optim_update_end(ranged, &u, &sb);
+        if (external) {
+            twin_grads(be, &a, &e, 91, t);
+            ct_optim_update_begin(ext, 0.5f, sqrt(sumsq) * 0.5, &u);
+            for (int k = 0; k < n_cuts - 1; k++) {
+                int64_t lo = cuts[k], hi = cuts[k + 1];
+                ct_optim_target te = {.master = e.master + lo, .grads = e.grads + lo, .copy = copy_e + lo,
+                                      .copy_dt = CT_BF16, .state = {ext_state[0] + lo, ext_state[1] + lo}};
+                ck_assert(ct_optim_update_range(ext, &u, &te, lo, hi));
+            }
+            ct_optim_update_end(ext, &u, NULL);
+        }
         ck_assert(sa.lr == sb.lr && sa.clip_coef == sb.clip_coef && sa.grad_norm == sb.grad_norm);
         ck_assert_double_lt(sa.clip_coef, 1.0);
     }
@@ -601,8 +620,20 @@ static void expect_ranges_equal_whole(ct_opt_type type, const int64_t *cuts, int
     ck_assert_int_eq(ct_optim_slots(ranged, names, sr), n);
     for (int s = 0; s < n; s++) ck_assert_mem_eq(sw[s], sr[s], N_PARAMS * sizeof(float));
     ck_assert_int_eq(ranged->applied, STEPS);
+    if (external) {
+        float *se[CT_OPTIM_MAX_SLOTS];
+        ck_assert_int_eq(ct_optim_slots(ext, names, se), n);
+        for (int s = 0; s < n; s++) {
+            ck_assert_ptr_null(se[s]);   /* nothing of its own: the checkpoint reaches the caller's */
+            ck_assert_mem_eq(sw[s], ext_state[s], N_PARAMS * sizeof(float));
+        }
+        ck_assert_mem_eq(a.master, e.master, sizeof p);
+        ck_assert_mem_eq(copy_a, copy_e, sizeof copy_a);
+        ct_optim_free(ext);
+    }
     bufs_free(be, &a);
     bufs_free(be, &b);
+    bufs_free(be, &e);
     ct_optim_free(whole);
     ct_optim_free(ranged);
     dev->mem.mem_stats(dev, &m);
@@ -631,6 +662,13 @@ START_TEST(update_in_ranges) {
     ct_optim_target t = {.master = b.master, .grads = b.grads};
     ck_assert(!ct_optim_update_range(o, &u, &t, 0, 50));
     ck_assert_mem_eq(b.master, p, sizeof p);
+    /* Lamb with no state of its own (NVMe offload) is refused: its trust ratio needs a scratch */
+    ct_optim *ext = NULL;
+    ct_err err = {0};
+    ck_assert_int_eq(ct_optim_create_in(&c, &no_sched, 0, be, NULL, tensors, n_tensors, 0, N_PARAMS, &ext, &err),
+                     CT_ERR_CONFIG);
+    ck_assert_ptr_null(ext);
+    ck_assert_msg(strstr(err.msg, "Lamb"), "%s", err.msg);
     bufs_free(be, &b);
     ct_optim_free(o);
     ct_backend_destroy(be);

@@ -1,5 +1,5 @@
-/* test_partition.c: the gradient buckets of ZeRO stages 0-1 (core/train/grad_buckets.h) and the
- * overlap and prefetch of stages 2-3 (core/train/partition.h), driven hook by hook over the
+/* test_partition.c: the gradient buckets of ZeRO stages 0-1 (core/zero/grad_buckets.h) and the
+ * overlap and prefetch of stages 2-3 (core/zero/partition.h), driven hook by hook over the
  * communicator of test/thread_comm.h: on one rank, a recording communicator whose non-blocking
  * forms hand out real requests (the result only at wait), so the test sees what is in flight, in
  * which order it started, and when each request is waited for; on several, ranks on threads that
@@ -25,8 +25,8 @@
 
 #include "core/graph/layer.h"
 #include "core/params/store.h"
-#include "core/train/grad_buckets.h"
-#include "core/train/partition.h"
+#include "core/zero/grad_buckets.h"
+#include "core/zero/partition.h"
 #include "core/util/json.h"
 #include "core/util/rng.h"
 #include "test/model_text.h"

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -32,6 +33,7 @@
 #include "core/train/generate.h"
 #include "core/train/train.h"
 #include "core/train/internal.h" /* ct_trainer_evaluate, as cmd/eval.c uses it */
+#include "core/train/nvme.h"
 #include "test/model_text.h"
 #include "test/test_device.h"
 
@@ -1388,6 +1390,86 @@ static void expect_resume_bitwise(const char *model, const char *dir) {
 
 /* The CNN; and an MLP with batchnorm and dropout, whose masks are keyed by the micro-step (two
  * micro-batches a step: a resume that restored the step counter there would draw other masks). */
+/* ---- NVMe offload (core/train/nvme.h) on the CPU backend ---- */
+
+typedef struct swap_watch {
+    ct_trainer *t;
+    ct_aio_counts last;
+    long skipped;                /* the loss scaler's skips so far */
+    int passes, skips;
+    int64_t file_bytes;          /* every array's file */
+} swap_watch;
+
+/* After every step: an applied one read and wrote every file once (one UPDATE pass), a skipped
+ * one (fp16 overflow) touched none of them. */
+static void watch_swap(void *ctx, long step, double loss) {
+    swap_watch *w = ctx;
+    ct_aio_counts now = ct_swap_io_stats(ct_nvme_swap(w->t->m.nvme));
+    int64_t rd = now.bytes_read - w->last.bytes_read, wr = now.bytes_written - w->last.bytes_written;
+    if (step == 1) rd -= w->file_bytes / 3;   /* the compute copy from the master, before the first step */
+    if (w->t->m.amp.skipped > w->skipped) {
+        ck_assert_msg(rd == 0 && wr == 0, "step %ld skipped, yet %lld bytes read and %lld written", step, (long long)rd,
+                      (long long)wr);
+        w->skips++;
+    } else {
+        ck_assert_msg(rd == w->file_bytes && wr == w->file_bytes, "step %ld: %lld bytes read, %lld written, files %lld",
+                      step, (long long)rd, (long long)wr, (long long)w->file_bytes);
+        w->passes++;
+    }
+    w->skipped = w->t->m.amp.skipped;
+    w->last = now;
+}
+
+/* NVMe offload of the optimizer on the CPU backend: the same weights and Adam state, bit for bit,
+ * as the same run without it (one process, no accumulation: the additions are the same), from
+ * swap files that every applied step reads and writes once and every fp16 overflow skip leaves
+ * alone; the files are gone once the trainer is closed. */
+START_TEST(nvme_offload_passes_and_weights) {
+    const char *opt = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1}}";
+    char swap[400], nvme_path[450], run_dir[450];
+    snprintf(swap, sizeof swap, "%s/swap", tmpdir);
+    snprintf(run_dir, sizeof run_dir, "train.run_dir=\"%s/nvme_run\"", tmpdir);
+    ck_assert_int_eq(mkdir(swap, 0755), 0);
+    snprintf(nvme_path, sizeof nvme_path, "zero_optimization.offload_optimizer.nvme_path=\"%s\"", swap);
+    /* no eval set: a best/ checkpoint at the epoch's end would read the files too */
+    const char *plain[] = {"train.max_steps=12", "fp16.enabled=true", "fp16.initial_scale_power=30", "data.eval=null"};
+    const char *nvme[] = {"train.max_steps=12", "fp16.enabled=true", "fp16.initial_scale_power=30",
+                          "zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"nvme\"", nvme_path,
+                          "zero_optimization.sub_group_size=1000", run_dir, "data.eval=null"};
+    ct_config *a = small_run(mlp_json, opt, NULL, plain, 4), *b = small_run(mlp_json, opt, NULL, nvme, 9);
+    run_result ra = run(a, NULL, NULL, NULL);
+    ct_run_opts opts = {.quiet = true};
+    ct_trainer *t = NULL;
+    ct_summary sum;
+    ct_err err = {0};
+    ck_assert_msg(ct_trainer_open(b, &opts, &sum, &t, &err) == CT_OK, "open: %s", err.msg);
+    ck_assert_ptr_nonnull(t->m.nvme);
+    ct_swap *s = ct_nvme_swap(t->m.nvme);
+    ck_assert_int_gt(ct_swap_chunks(s), 2);   /* sub_group_size 1000: a pass of several chunks */
+    swap_watch w = {.t = t, .last = ct_swap_io_stats(s), .file_bytes = ct_nvme_disk_bytes(b, t->m.params->hi - t->m.params->lo)};
+    ct_trainer_on_step(t, watch_swap, &w);
+    ck_assert_msg(ct_trainer_fit(t, &err) == CT_OK, "fit: %s", err.msg);
+    ck_assert_int_gt(w.skips, 0);
+    ck_assert_int_gt(w.passes, 0);
+    ck_assert_int_eq(w.skips, ra.sum.skipped_steps);
+    /* the master and the moments in the files are the run's without NVMe */
+    const ct_param_store *p = ct_trainer_params(t);
+    int64_t n = p->hi - p->lo;
+    ck_assert_int_eq(n, ra.n_params);
+    float *got = malloc((size_t)n * sizeof(float));
+    ck_assert_int_eq(ct_swap_read(s, 0, 0, n, got, &err), CT_OK);
+    ck_assert_msg(!memcmp(got, ra.params, (size_t)n * sizeof(float)), "master differs from the run without NVMe");
+    free(got);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", ct_swap_dir(s));
+    ct_trainer_close(t);
+    ck_assert_int_ne(access(dir, F_OK), 0);   /* removed */
+    free(ra.params);
+    ct_config_free(a);
+    ct_config_free(b);
+}
+END_TEST
+
 START_TEST(resume_after_stop_is_bitwise) {
     expect_resume_bitwise(cnn_json, "cnn");
     expect_resume_bitwise(bn_dropout_json, "dropout");
@@ -1848,6 +1930,7 @@ int main(void) {
     tcase_add_test(tc, early_stopping_on_flat_eval_loss);
     tcase_add_test(tc, eval_uses_running_stats_and_no_dropout);
     tcase_add_test(tc, resume_after_stop_is_bitwise);
+    tcase_add_test(tc, nvme_offload_passes_and_weights);
     suite_add_tcase(s, tc);
     /* IDX element types (a case of its own: test/plants runs it alone) */
     TCase *idx = tcase_create("idx");

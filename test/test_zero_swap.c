@@ -1109,6 +1109,44 @@ END_TEST
 /* ------------------------------------------------------------------------------------------ */
 /* Fuzz: random shapes and passes against an in-memory shadow                                  */
 
+/* Between passes any range of an array is read and written in place, whatever its alignment and
+ * length (one element, a block's edge, more than the buffers hold at once): the elements around a
+ * written range keep their values, and a pass afterwards sees what was written. */
+START_TEST(swap_ranges_read_and_written) {
+    enum { N = 50000 };
+    ct_swap_opts o = opts(3, N, 2, budget_for(3, 2, 2048)); /* 48 KiB of buffers: ranges in pieces */
+    ct_swap *s;
+    ct_err err = {0};
+    ck_assert_msg(ct_swap_open(&o, &s, NULL, &err) == CT_OK, "%s", err.msg);
+    float *shadow[3];
+    for (int i = 0; i < 3; i++) shadow[i] = rnd(N, 60 + (uint64_t)i, false);
+    ck_assert_int_eq(ct_swap_load_host(s, CT_SWAP_ALL, (const float *const *)shadow, &err), CT_OK);
+    static const int64_t ranges[][2] = {{0, 1}, {1, 1}, {1023, 2}, {1024, 1024}, {1000, 30000}, {N - 1, 1},
+                                        {N - 3000, 3000}, {0, N}, {12345, 0}, {4095, 4099}};
+    for (size_t t = 0; t < CT_ARRAY_LEN(ranges); t++) {
+        int k = (int)(t % 3);
+        int64_t at = ranges[t][0], n = ranges[t][1];
+        float *x = rnd(n, 70 + t, false), *y = calloc((size_t)(n ? n : 1), 4);
+        ck_assert_int_eq(ct_swap_read(s, k, at, n, y, &err), CT_OK);
+        ck_assert_msg(!memcmp(y, shadow[k] + at, (size_t)n * 4), "read [%lld, +%lld)", (long long)at, (long long)n);
+        ck_assert_int_eq(ct_swap_write(s, k, at, n, x, &err), CT_OK);
+        memcpy(shadow[k] + at, x, (size_t)n * 4);
+        free(x);
+        free(y);
+    }
+    /* every element, through a pass: the written ranges and everything around them */
+    float *out[3];
+    for (int i = 0; i < 3; i++) out[i] = calloc(N, 4);
+    ck_assert_int_eq(ct_swap_store_host(s, CT_SWAP_ALL, out, &err), CT_OK);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(!memcmp(out[i], shadow[i], N * 4), "array %d", i);
+        free(out[i]);
+        free(shadow[i]);
+    }
+    ck_assert_int_eq(ct_swap_close(s, &err), CT_OK);
+}
+END_TEST
+
 START_TEST(swap_fuzz_against_shadow) {
     ct_rng r;
     ct_rng_init(&r, 99, CT_RNG_INIT, 0);
@@ -1128,6 +1166,20 @@ START_TEST(swap_fuzz_against_shadow) {
         for (int i = 0; i < k; i++) shadow[i] = rnd(n, (uint64_t)(iter * 10 + i), false);
         ck_assert_int_eq(ct_swap_load_host(s, CT_SWAP_ALL, (const float *const *)shadow, &err), CT_OK);
         for (int op = 0; op < 6; op++) {
+            if (ct_rng_below(&r, 4) == 0) { /* between passes: a range read or written, as a checkpoint does */
+                int a = (int)ct_rng_below(&r, (uint32_t)k);
+                int64_t at = ct_rng_below(&r, (uint32_t)n), len = ct_rng_below(&r, (uint32_t)(n - at + 1));
+                float *x = rnd(len, (uint64_t)(1000 + iter * 10 + op), false);
+                if (ct_rng_below(&r, 2)) {
+                    ck_assert_int_eq(ct_swap_write(s, a, at, len, x, &err), CT_OK);
+                    memcpy(shadow[a] + at, x, (size_t)len * 4);
+                } else {
+                    ck_assert_int_eq(ct_swap_read(s, a, at, len, x, &err), CT_OK);
+                    ck_assert(!memcmp(x, shadow[a] + at, (size_t)len * 4));
+                }
+                free(x);
+                continue;
+            }
             unsigned mask = 1 + ct_rng_below(&r, (1u << k) - 1);
             ct_swap_mode mode = (ct_swap_mode)ct_rng_below(&r, 3);
             int64_t stop_after = ct_rng_below(&r, 4) == 0 ? (int64_t)ct_rng_below(&r, (uint32_t)ct_swap_chunks(s)) : -1;
@@ -1184,6 +1236,7 @@ int main(void) {
     tcase_add_test(tc, swap_host_memory_within_budget);
     tcase_add_test(tc, swap_adam_equals_in_memory);
     tcase_add_test(tc, swap_checkpoint_stream_round_trip);
+    tcase_add_test(tc, swap_ranges_read_and_written);
     tcase_add_test(tc, swap_kill9_resume_same_bytes);
     tcase_add_test(tc, swap_reads_ahead_and_writes_behind);
     tcase_add_test(tc, swap_one_buffer_overlaps_nothing);

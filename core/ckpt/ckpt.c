@@ -80,6 +80,7 @@ static const char *const identity_ignored[] = {
     "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
     "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
     "train.early_stopping", "train.device", "train.threads", "train.cuda_graph", "train.memory_limit_gb",
+    "train.host_memory_limit_gb",
     "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
     "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
     "wall_clock_breakdown", "memory_breakdown", "csv_monitor", "tensorboard", "wandb", "comet",
@@ -139,18 +140,10 @@ bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
     return ct_ckpt_experiment_diff(a, b, NULL, 0) == 0;
 }
 
-float *ct_ckpt_view_data(const ct_ckpt_tensors *t, const ct_param_view *v) {
-    return v->trainable ? t->params + (v->offset - t->lo) : t->buffers + v->offset;
-}
-
-static float *slot_data(const ct_ckpt_tensors *t, int s, const ct_param_view *v) {
-    return t->slot[s] + (v->offset - t->lo);
-}
-
 bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
     int64_t lo = v->trainable ? t->lo : 0, hi = v->trainable ? t->hi : t->n_buffers;
-    float *base = v->trainable ? t->params : t->buffers;
-    return base && v->offset >= lo && v->numel >= 0 && v->offset + v->numel <= hi &&
+    bool held = v->trainable ? t->params || t->params_mem : t->buffers != NULL;
+    return held && v->offset >= lo && v->numel >= 0 && v->offset + v->numel <= hi &&
            ct_shape_numel(&v->shape) == v->numel;
 }
 
@@ -167,7 +160,7 @@ bool ct_ckpt_view_part(const ct_ckpt_tensors *t, const ct_param_view *v, int64_t
         *first = a - v->offset;
         *n = b - a;
     }
-    return *n == 0 || t->params;
+    return *n == 0 || t->params || t->params_mem;   /* memory without addresses has no pointer */
 }
 
 bool ct_ckpt_tensors_whole(const ct_ckpt_tensors *t) { return t->lo == 0 && t->hi == t->n_params; }
@@ -322,15 +315,14 @@ static int fault(const ct_ckpt_save_opts *o, const char *stage, ct_err *err) {
 static int write_model(const char *dir, const ct_ckpt_tensors *t, const char *tag, uint32_t *crc,
                        ct_err *err) {
     ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
-    ct_ckpt_span *span = ct_xcalloc((size_t)t->n_views + 1, sizeof *span);
+    ct_ckpt_loc *span = ct_xcalloc((size_t)t->n_views + 1, sizeof *span);
     int rc = CT_OK;
     for (int i = 0; i < t->n_views && !rc; i++) {
         const ct_param_view *v = &t->views[i];
         if (!ct_ckpt_view_in_bounds(t, v))
             rc = ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer", v->name);
         else
-            ct_ckpt_entry(&e[i], v->name, v->shape, v->trainable ? t->params_mem : t->buffers_mem,
-                          ct_ckpt_view_data(t, v), &span[i]);
+            ct_ckpt_entry(&e[i], v->name, v->shape, ct_ckpt_view_loc(t, v, 0), &span[i]);
     }
     const char *mk[] = {"format", "ctrain_version", "tag"};
     const char *mv[] = {"pt", CT_VERSION, tag};
@@ -351,14 +343,14 @@ void ct_ckpt_slot_list(const ct_ckpt_tensors *t, char *buf, size_t n) {
 static int write_optim(const char *dir, const ct_ckpt_tensors *t, uint32_t *crc, ct_err *err) {
     int cap = t->n_views * (t->n_slots ? t->n_slots : 1) + 1, n = 0;
     ct_st_entry *e = ct_xcalloc((size_t)cap, sizeof *e);
-    ct_ckpt_span *span = ct_xcalloc((size_t)cap, sizeof *span);
+    ct_ckpt_loc *span = ct_xcalloc((size_t)cap, sizeof *span);
     char (*names)[160] = ct_xcalloc((size_t)cap, sizeof *names);
     for (int i = 0; i < t->n_views; i++) {
         const ct_param_view *v = &t->views[i];
         if (!v->trainable) continue;
         for (int s = 0; s < t->n_slots; s++, n++) {
             snprintf(names[n], sizeof names[n], "%s.%s", v->name, t->slot_name[s]);
-            ct_ckpt_entry(&e[n], names[n], v->shape, t->slot_mem[s], slot_data(t, s, v), &span[n]);
+            ct_ckpt_entry(&e[n], names[n], v->shape, ct_ckpt_slot_loc(t, s, v, 0), &span[n]);
         }
     }
     char slots[128];
@@ -1019,23 +1011,16 @@ static int match_views(const ct_ckpt_source *src, const ct_ckpt_tensors *t, bool
     return matched;
 }
 
-/* Where element `first` of view v is in t's memory, and which memory that is. */
-static float *view_at(const ct_ckpt_tensors *t, const ct_param_view *v, int64_t first, const ct_ckpt_mem **mem) {
-    *mem = v->trainable ? t->params_mem : t->buffers_mem;
-    return v->trainable ? t->params + (v->offset + first - t->lo) : t->buffers + v->offset + first;
-}
-
 /* The part of every view (ok[i], or all when ok is NULL) that t holds, from the source. */
 static int copy_views(const ct_ckpt_source *src, const ct_ckpt_tensors *t, const bool *ok, ct_err *err) {
     for (int i = 0; i < t->n_views; i++) {
         if (ok && !ok[i]) continue;
         const ct_param_view *v = &t->views[i];
         int64_t first, n;
-        const ct_ckpt_mem *mem;
         ct_ckpt_view_part(t, v, &first, &n);
-        float *dst = view_at(t, v, first, &mem);
-        if (n > 0 && !ct_ckpt_source_load(src, ct_ckpt_source_find(src, v->name), first, n, mem, dst))
-            return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", src->path, v->name);
+        int rc = n > 0 ? ct_ckpt_source_load(src, ct_ckpt_source_find(src, v->name), first, n,
+                                             ct_ckpt_view_loc(t, v, first), err) : CT_OK;
+        if (rc) return rc;
     }
     return CT_OK;
 }
@@ -1098,10 +1083,10 @@ static int copy_optim(const ct_ckpt_source *src, const ct_ckpt_tensors *t, ct_er
         int64_t first, n;
         ct_ckpt_view_part(t, v, &first, &n);
         if (!v->trainable || n == 0) continue;
-        for (int s = 0; s < t->n_slots; s++)
-            if (!ct_ckpt_source_load_slot(src, v->name, t->slot_name[s], first, n, t->slot_mem[s],
-                                          t->slot[s] + (v->offset + first - t->lo)))
-                return ct_errf(err, CT_ERR_DATA, "%s: \"%s.%s\" cannot be read", src->path, v->name, t->slot_name[s]);
+        for (int s = 0; s < t->n_slots; s++) {
+            int rc = ct_ckpt_source_load_slot(src, v->name, t->slot_name[s], first, n, ct_ckpt_slot_loc(t, s, v, first), err);
+            if (rc) return rc;
+        }
     }
     return CT_OK;
 }
@@ -1228,17 +1213,16 @@ int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, i
 }
 
 /* A whole view's values (host memory) into the part of it t holds. */
-static bool from_values(const void *ctx, int64_t first, int64_t k, float *dst) {
+static int from_values(const void *ctx, int64_t first, int64_t k, float *dst, ct_err *err) {
     memcpy(dst, (const float *)ctx + first, (size_t)k * sizeof *dst);
-    return true;
+    return CT_OK;
 }
 
-bool ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values) {
+int ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values, ct_err *err) {
     int64_t first, n;
-    const ct_ckpt_mem *mem;
-    if (!ct_ckpt_view_part(t, v, &first, &n)) return false;
-    float *dst = view_at(t, v, first, &mem);
-    return n == 0 || ct_ckpt_load_into(mem, dst, n, from_values, values + first);
+    if (!ct_ckpt_view_part(t, v, &first, &n))
+        return ct_errf(err, CT_ERR_RUNTIME, "view \"%s\" lies outside its buffer", v->name);
+    return n == 0 ? CT_OK : ct_ckpt_load_into(ct_ckpt_view_loc(t, v, first), n, from_values, values + first, err);
 }
 
 /* ---------------------------------------------------------------- config diff */

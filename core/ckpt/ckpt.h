@@ -22,8 +22,9 @@
  * any number of ranks.
  *
  * Tensors are addressed through ct_ckpt_tensors: pointers to named ranges of the flat fp32
- * buffers (the layout's views), in host memory or in a device's (ct_ckpt_mem: then moved through
- * one bounded host staging buffer, never a whole copy). */
+ * buffers (the layout's views), in host memory or in a device's, or arrays without addresses at
+ * all, such as an NVMe swap's files (ct_ckpt_mem: then moved through one bounded host staging
+ * buffer, never a whole copy). */
 #ifndef CT_CKPT_H
 #define CT_CKPT_H
 
@@ -42,13 +43,17 @@
 
 struct ct_optim;
 
-/* Memory that ckpt cannot read or write in place (a device's): ckpt moves values through a host
- * staging buffer of at most CT_CKPT_STAGE_FLOATS floats with these copies (synchronous: dst_host
- * holds the values, src_host may be reused, when they return). */
+/* Memory that ckpt cannot read or write in place: a device's, or memory with no addresses at all
+ * (an NVMe swap's files, core/zero/swap.h). ckpt moves values through a host staging buffer of at
+ * most CT_CKPT_STAGE_FLOATS floats with these copies, which name a place as (base, at): element
+ * `at` of the array whose element 0 is `base`, the pointer the ct_ckpt_tensors field holds (a
+ * device's memory: base + at; memory without addresses has base NULL and goes by `at` alone).
+ * Synchronous: dst_host holds the values, src_host may be reused, when they return. A failure
+ * (an I/O error, which names the file) is returned and ends the save or the load. */
 typedef struct ct_ckpt_mem {
     void *ctx;
-    void (*to_host)(void *ctx, float *dst_host, const float *src, int64_t n);
-    void (*from_host)(void *ctx, float *dst, const float *src_host, int64_t n);
+    int (*to_host)(void *ctx, const float *base, int64_t at, int64_t n, float *dst_host, ct_err *err);
+    int (*from_host)(void *ctx, float *base, int64_t at, int64_t n, const float *src_host, ct_err *err);
 } ct_ckpt_mem;
 #define CT_CKPT_STAGE_FLOATS ((int64_t)1 << 20)
 
@@ -60,7 +65,7 @@ typedef struct ct_ckpt_tensors {
     int n_views;
     int64_t n_params;            /* the flat space's extent (layout.h), padding included */
     int64_t lo, hi;              /* params[0] and each slot[s][0] are element lo */
-    float *params;               /* [hi - lo] fp32 master weights */
+    float *params;               /* [hi - lo] fp32 master weights (NULL in memory without addresses) */
     float *buffers;              /* [n_buffers] running statistics (may be NULL when none) */
     int64_t n_buffers;
     /* Optimizer state, each [hi - lo] aligned with params: saved as "<view>.<slot name>" for
@@ -81,9 +86,8 @@ typedef struct ct_ckpt_tensors {
 void ct_ckpt_tensors_for(const ct_param_layout *L, const struct ct_optim *o, int64_t lo, int64_t hi,
                          float *params, float *buffers, ct_ckpt_tensors *out);
 
-/* Where view v's values live in t (params or buffers), and whether that range lies inside the
- * buffers t holds (and v's element count agrees with its shape). */
-float *ct_ckpt_view_data(const ct_ckpt_tensors *t, const ct_param_view *v);
+/* Whether view v's range lies inside the buffers t holds (and v's element count agrees with its
+ * shape). */
 bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v);
 /* The elements of view v that t holds: [*first, *first + *n) of the view (all of a buffer; of a
  * trainable view its intersection with [lo, hi), maybe none). False when v's shape and count
@@ -259,8 +263,9 @@ int ct_ckpt_init_from(const char *file, const ct_ckpt_tensors *t, bool strict, i
                       ct_warnings *warn, ct_err *err);
 
 /* values[v->numel]: a whole view's values in host memory, of which the part t holds goes into t
- * (through a staging buffer when t's memory is a device's). False when v lies outside t's space. */
-bool ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values);
+ * (through a staging buffer when t's memory is a device's or has no addresses). CT_ERR_RUNTIME
+ * when v lies outside t's space, or the memory's error. */
+int ct_ckpt_put_view(const ct_ckpt_tensors *t, const ct_param_view *v, const float *values, ct_err *err);
 /* The slot names of t, comma-separated ("exp_avg,exp_avg_sq": the files' "slots" metadata). */
 void ct_ckpt_slot_list(const ct_ckpt_tensors *t, char *buf, size_t n);
 

@@ -217,6 +217,7 @@ int ct_ckpt_init_from_map_files(const char *const *files, int n_files, const cha
     /* one view at a time in the model's layout (a transpose needs all of it), from zeros (rows no
      * entry covers, a padded vocabulary's, stay zero) with every row block the map has for it (q,
      * k and v of a fused projection), then the part of it this rank holds into t's memory */
+    if (err) *err = (ct_err){0};   /* the files match: no mismatch to report */
     int loaded = 0;
     bool *filled = ct_xcalloc((size_t)t->n_views + 1, 1);
     for (int i = 0; i < m->n; i++) {
@@ -230,14 +231,15 @@ int ct_ckpt_init_from_map_files(const char *const *files, int n_files, const cha
             to_view(values, &m->entries[j], v, view);
             free(values);
         }
-        ct_ckpt_put_view(t, v, view);
+        rc = ct_ckpt_put_view(t, v, view, err);
         free(view);
+        if (rc) break;
         filled[e->view] = true;
         loaded++;
     }
     free(filled);
     close_set(&fs);
-    if (err) *err = (ct_err){0};
+    if (rc) return rc;
     if (n_loaded) *n_loaded = loaded;
     return CT_OK;
 }

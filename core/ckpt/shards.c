@@ -27,10 +27,10 @@ int ct_ckpt_shard_write(const char *dir, const ct_ckpt_tensors *t, int rank, int
     int64_t k = t->hi - t->lo;
     ct_shape shape = ct_shape_make(1, &k);
     ct_st_entry e[1 + CT_CKPT_MAX_SLOTS];
-    ct_ckpt_span span[1 + CT_CKPT_MAX_SLOTS];
-    ct_ckpt_entry(&e[0], "master", shape, t->params_mem, t->params, &span[0]);
+    ct_ckpt_loc span[1 + CT_CKPT_MAX_SLOTS];
+    ct_ckpt_entry(&e[0], "master", shape, (ct_ckpt_loc){t->params_mem, t->params, 0}, &span[0]);
     for (int s = 0; s < t->n_slots; s++)
-        ct_ckpt_entry(&e[1 + s], t->slot_name[s], shape, t->slot_mem[s], t->slot[s], &span[1 + s]);
+        ct_ckpt_entry(&e[1 + s], t->slot_name[s], shape, (ct_ckpt_loc){t->slot_mem[s], t->slot[s], 0}, &span[1 + s]);
     char desc[256], slots[128], name[CT_SHARDS_NAME], path[4200];
     snprintf(desc, sizeof desc, "{\"rank\": %d, \"world\": %d, \"lo\": %" PRId64 ", \"hi\": %" PRId64
              ", \"n_params\": %" PRId64 "}", rank, world, t->lo, t->hi, t->n_params);
@@ -74,7 +74,7 @@ static cJSON *index_json(const ct_ckpt_tensors *t, int world) {
 
 static int write_buffers(const char *dir, const ct_ckpt_tensors *t, uint32_t *crc, ct_err *err) {
     ct_st_entry *e = ct_xcalloc((size_t)t->n_views + 1, sizeof *e);
-    ct_ckpt_span *span = ct_xcalloc((size_t)t->n_views + 1, sizeof *span);
+    ct_ckpt_loc *span = ct_xcalloc((size_t)t->n_views + 1, sizeof *span);
     int n = 0, rc = CT_OK;
     for (int i = 0; i < t->n_views && !rc; i++) {
         const ct_param_view *v = &t->views[i];
@@ -82,7 +82,7 @@ static int write_buffers(const char *dir, const ct_ckpt_tensors *t, uint32_t *cr
         if (!ct_ckpt_view_in_bounds(t, v))
             rc = ct_errf(err, CT_ERR_RUNTIME, "checkpoint: view \"%s\" lies outside its buffer", v->name);
         else {
-            ct_ckpt_entry(&e[n], v->name, v->shape, t->buffers_mem, ct_ckpt_view_data(t, v), &span[n]);
+            ct_ckpt_entry(&e[n], v->name, v->shape, ct_ckpt_view_loc(t, v, 0), &span[n]);
             n++;
         }
     }

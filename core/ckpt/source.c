@@ -101,20 +101,24 @@ typedef struct range_read {
     const ct_st_tensor *slot_st; /* a slot in optimizer.safetensors, or */
     int slot;                    /* a slot of shards, at flat offset `offset` */
     int64_t offset, first;
+    const char *view, *slot_name; /* a slot's names, for messages */
 } range_read;
 
-static bool read_at(const void *ctx, int64_t at, int64_t k, float *dst) {
+static int read_at(const void *ctx, int64_t at, int64_t k, float *dst, ct_err *err) {
     const range_read *r = ctx;
-    if (r->x) return ct_ckpt_source_read(r->s, r->x, r->first + at, k, dst);
-    if (r->slot_st) return ct_st_read_f32_range(r->slot_st, r->first + at, k, dst);
-    int64_t a = r->offset + r->first + at;
-    return ct_ckpt_shard_set_read(r->s->shards, r->slot, a, a + k, dst);
+    bool ok;
+    if (r->x) ok = ct_ckpt_source_read(r->s, r->x, r->first + at, k, dst);
+    else if (r->slot_st) ok = ct_st_read_f32_range(r->slot_st, r->first + at, k, dst);
+    else ok = ct_ckpt_shard_set_read(r->s->shards, r->slot, r->offset + r->first + at, r->offset + r->first + at + k, dst);
+    if (ok) return CT_OK;
+    if (r->x) return ct_errf(err, CT_ERR_DATA, "%s: tensor \"%s\" cannot be read", r->s->path, r->x->name);
+    return ct_errf(err, CT_ERR_DATA, "%s: \"%s.%s\" cannot be read", r->s->path, r->view, r->slot_name);
 }
 
-bool ct_ckpt_source_load(const ct_ckpt_source *s, const ct_ckpt_src_tensor *x, int64_t first, int64_t n,
-                         const ct_ckpt_mem *mem, float *dst) {
+int ct_ckpt_source_load(const ct_ckpt_source *s, const ct_ckpt_src_tensor *x, int64_t first, int64_t n,
+                        ct_ckpt_loc dst, ct_err *err) {
     range_read r = {.s = s, .x = x, .first = first};
-    return ct_ckpt_load_into(mem, dst, n, read_at, &r);
+    return ct_ckpt_load_into(dst, n, read_at, &r, err);
 }
 
 const char *ct_ckpt_source_optimizer(const ct_ckpt_source *s) {
@@ -152,9 +156,10 @@ bool ct_ckpt_source_has_slot(const ct_ckpt_source *s, const char *view, const ch
     return ct_shape_eq(&ct_ckpt_shard_set_view(s->shards, view)->shape, shape);
 }
 
-bool ct_ckpt_source_load_slot(const ct_ckpt_source *s, const char *view, const char *slot, int64_t first,
-                              int64_t n, const ct_ckpt_mem *mem, float *dst) {
-    range_read r = {.s = s, .first = first};
-    if (!find_slot(s, view, slot, &r)) return false;
-    return ct_ckpt_load_into(mem, dst, n, read_at, &r);
+int ct_ckpt_source_load_slot(const ct_ckpt_source *s, const char *view, const char *slot, int64_t first,
+                             int64_t n, ct_ckpt_loc dst, ct_err *err) {
+    range_read r = {.s = s, .first = first, .view = view, .slot_name = slot};
+    if (!find_slot(s, view, slot, &r))
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s.%s\" is missing", s->path, view, slot);
+    return ct_ckpt_load_into(dst, n, read_at, &r, err);
 }

@@ -8,6 +8,7 @@
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/safetensors.h"
 #include "core/ckpt/shards.h"
+#include "core/ckpt/stage.h"
 
 /* A model tensor of a source. */
 typedef struct ct_ckpt_src_tensor {
@@ -40,9 +41,10 @@ const ct_ckpt_src_tensor *ct_ckpt_source_find(const ct_ckpt_source *s, const cha
 /* Elements [first, first + n) of model tensor x (flat, row-major) as fp32; false when x's dtype
  * is not F32, F16 or BF16 or the range is outside it. */
 bool ct_ckpt_source_read(const ct_ckpt_source *s, const ct_ckpt_src_tensor *x, int64_t first, int64_t n, float *dst);
-/* The same into dst in memory mem (stage.h: straight, or through one staging buffer). */
-bool ct_ckpt_source_load(const ct_ckpt_source *s, const ct_ckpt_src_tensor *x, int64_t first, int64_t n,
-                         const ct_ckpt_mem *mem, float *dst);
+/* The same into dst (stage.h: straight into host memory, or through one staging buffer).
+ * CT_ERR_DATA naming the tensor that cannot be read, or the memory's error. */
+int ct_ckpt_source_load(const ct_ckpt_source *s, const ct_ckpt_src_tensor *x, int64_t first, int64_t n,
+                        ct_ckpt_loc dst, ct_err *err);
 
 /* The optimizer state (a source opened with it): the optimizer's name and its slots as
  * "exp_avg,exp_avg_sq" (NULL when not recorded). */
@@ -50,8 +52,8 @@ const char *ct_ckpt_source_optimizer(const ct_ckpt_source *s);
 const char *ct_ckpt_source_slots(const ct_ckpt_source *s);
 /* Whether slot `slot` of trainable tensor `view` is there, F32 of shape `shape`. */
 bool ct_ckpt_source_has_slot(const ct_ckpt_source *s, const char *view, const char *slot, const ct_shape *shape);
-/* Elements [first, first + n) of it into dst in memory mem. */
-bool ct_ckpt_source_load_slot(const ct_ckpt_source *s, const char *view, const char *slot, int64_t first,
-                              int64_t n, const ct_ckpt_mem *mem, float *dst);
+/* Elements [first, first + n) of it into dst, as ct_ckpt_source_load. */
+int ct_ckpt_source_load_slot(const ct_ckpt_source *s, const char *view, const char *slot, int64_t first,
+                             int64_t n, ct_ckpt_loc dst, ct_err *err);
 
 #endif

@@ -3,8 +3,8 @@
  *
  * DeepSpeed reads it as a plain dict (unknown keys ignored, no type checks); ctrain checks types
  * and ranges and warns on unknown keys, as for its other plain sections. The section is only used
- * by NVMe offload, which the trainer does not run yet (zero.c refuses device "nvme"), so a
- * present section is still listed among the keys read but not used. */
+ * by NVMe offload of the optimizer (offload_optimizer.device "nvme"); without it a present section
+ * is listed among the keys read but not used. */
 #include <string.h>
 
 #include "core/config/internal.h"
@@ -34,7 +34,8 @@ int ct_rd_aio(ct_rd *r, const cJSON *root) {
         return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(sec, "use_gds"), "aio.use_gds",
                           "GPUDirect Storage is not supported by ctrain: swap files are read into host memory; "
                           "set it to false");
-    ct_rd_add_unused(r, "aio"); /* until NVMe offload runs (zero.c) */
+    /* only NVMe offload of the optimizer (core/train/nvme.h) swaps; zero_optimization was read first */
+    if (r->cfg->zero.offload_optimizer.device != CT_OFFLOAD_NVME) ct_rd_add_unused(r, "aio");
     return CT_OK;
 }
 

@@ -186,6 +186,10 @@ int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *wa
         fprintf(out, "zero       stage %d with optimizer offload (one process): on a device (a GPU, the capped device) "
                      "the fp32 master, gradients and optimizer state in host memory and the step on the CPU; on the "
                      "CPU backend nothing moves and it trains as stage 0\n", cfg->zero.stage);
+    else if (cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME)
+        fprintf(out, "zero       stage %d with optimizer offload to NVMe: the fp32 master and optimizer state in swap "
+                     "files under %s (%ld host buffers), gradients in host memory, the step on the CPU\n",
+                cfg->zero.stage, cfg->zero.offload_optimizer.nvme.path, cfg->zero.offload_optimizer.nvme.buffer_count);
     else if (partitions)
         fprintf(out, "zero       stage %d over %d ranks: fp32 master and optimizer state split %d ways%s; offload "
                      "optimizer: %s\n", cfg->zero.stage, cfg->world_size, cfg->world_size,

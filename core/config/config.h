@@ -219,6 +219,9 @@ typedef struct ct_train_cfg {
     int cuda_graph;             /* CT_CUDA_GRAPH_AUTO (default), _OFF or _ON */
     double memory_limit_gb;     /* usable memory of the device (host memory on the CPU), GiB;
                                    0 = the device's own. A plan above it exits 1 at start */
+    double host_memory_limit_gb; /* usable host memory beside a device (ZeRO-Offload's state, its
+                                   staging, NVMe swap buffers), GiB; 0 = none. On the CPU backend
+                                   host memory is its memory: the smaller of the two limits */
 } ct_train_cfg;
 
 /* train.cuda_graph: "auto" replays captured steps when the backend and model allow it. */

@@ -130,6 +130,7 @@ static const ct_field train_fields[] = {
     CT_F_STR(ct_train_cfg, best_metric, "eval_loss"),
     CT_F_INT(ct_train_cfg, threads, 0, 0, 4096),
     CT_F_NUM(ct_train_cfg, memory_limit_gb, 0.0, 0, 1e9),
+    CT_F_NUM(ct_train_cfg, host_memory_limit_gb, 0.0, 0, 1e9),
 };
 static const char *const train_custom[] = {"early_stopping", "cuda_graph"};
 static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom,

@@ -62,9 +62,10 @@ static void collect(const ct_config *cfg, list *l) {
             "stages 1 and 2 split the fp32 master and optimizer state N ways, and stage 3 the parameters and "
             "gradients too", z->stage);
     /* The reader has already switched off what DeepSpeed ignores: optimizer offload at stage 0,
-     * parameter offload below stage 3 (with a warning); NVMe is an error. Optimizer and parameter
-     * offload are done (core/train/offload.c, partition.c); the trainer says what they do once it
-     * knows the device (on the CPU backend nothing moves). */
+     * parameter offload below stage 3 (with a warning); parameter offload to NVMe is an error.
+     * Optimizer offload (to host memory or NVMe) and parameter offload are done (core/zero/
+     * offload.c, partition.c, core/train/nvme.c); the trainer says what they do once it knows the
+     * device (on the CPU backend nothing moves). */
 
     const ct_pending_cfg *p = &cfg->pending;
     /* Activation checkpointing (layers' "checkpoint", number_checkpoints) and its offload

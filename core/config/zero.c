@@ -106,9 +106,6 @@ static int read_offload(ct_rd *r, const cJSON *blk, const char *path, const ct_s
     if (found == CT_OFFLOAD_NVME) {
         int rc = check_nvme(r, blk, path, o);
         if (rc) return rc;
-        /* The swap (core/zero/swap.h) is built, the trainer does not drive it yet: refused here,
-         * after its keys are checked, until it does. */
-        return ct_rd_fail(r, d, full, "NVMe offload is not implemented in ctrain; use \"cpu\" (pinned host memory)");
     }
     o->device = (ct_offload_device)found;
     return CT_OK;
@@ -182,6 +179,14 @@ int ct_rd_zero(ct_rd *r, const cJSON *root) {
         ct_rd_warn(r, op ? op : sec, "zero_optimization.offload_param",
                    "only used at ZeRO stage 3; ignored at stage %d (as DeepSpeed does)", z->stage);
         z->offload_param.device = CT_OFFLOAD_NONE;
+    }
+    if (z->offload_param.device == CT_OFFLOAD_NVME) {
+        char full[64];
+        return ct_rd_fail(r, cJSON_GetObjectItemCaseSensitive(op, "device"), ct_rd_join(full, sizeof full,
+                          "zero_optimization.offload_param", "device"), "\"nvme\" is not supported for parameters: "
+                          "stage 3 reads them layer by layer in the order of the forward and backward walks, and "
+                          "ctrain's swap streams its files front to back; use \"cpu\" (pinned host memory; "
+                          "offload_optimizer can still be \"nvme\")");
     }
     if (z->offload_optimizer.device != CT_OFFLOAD_NONE && z->stage == 0) {
         ct_rd_warn(r, oo ? oo : sec, "zero_optimization.offload_optimizer",

@@ -61,8 +61,12 @@ int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scf
                        ct_backend *be, const ct_mem_place *state_at, const ct_optim_tensor *tensors,
                        int n_tensors, int64_t lo, int64_t hi, ct_optim **out, ct_err *err) {
     *out = NULL;
+    if (!state_at && ocfg->type == CT_OPT_LAMB)
+        return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb cannot keep its state outside the optimizer (NVMe offload): "
+                       "its trust ratio needs a scratch as large as a tensor; use Adam or AdamW");
     ct_optim *o = ct_xcalloc(1, sizeof *o);
-    o->state_at = *state_at;
+    o->external = state_at == NULL;
+    if (state_at) o->state_at = *state_at;
     o->cfg = *ocfg;
     if (scfg) o->sched = *scfg;
     else o->sched.type = CT_SCHED_NONE;
@@ -82,8 +86,8 @@ int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scf
     o->runs = ct_xmalloc((size_t)(o->n_tensors ? o->n_tensors : 1) * sizeof *o->runs);
     o->n_runs = merge_runs(o->tensors, o->n_tensors, o->runs);
 
-    /* One allocation: m | v (or mom) | Lamb scratch. */
-    size_t bytes = ct_optim_state_bytes(o);
+    /* One allocation: m | v (or mom) | Lamb scratch; none for external state. */
+    size_t bytes = o->external ? 0 : ct_optim_state_bytes(o);
     o->block = bytes ? ct_place_alloc(state_at, bytes, CT_MEM_OPTIM) : NULL;
     if (bytes && !o->block) {
         ct_optim_free(o);
@@ -91,7 +95,11 @@ int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scf
                        (double)bytes / 1048576.0, state_at->host ? "in host memory beside " : "on ",
                        state_at->be->name);
     }
-    if (bytes) ct_place_zero(state_at, o->block, bytes);
+    if (!bytes) {
+        *out = o;
+        return CT_OK;
+    }
+    ct_place_zero(state_at, o->block, bytes);
     int64_t n16 = round16(hi - lo);
     float *p = o->block;
     if (uses_moments(ocfg->type)) {
@@ -123,11 +131,17 @@ size_t ct_optim_state_bytes(const ct_optim *o) {
     return ct_optim_state_bytes_for(o->cfg.type, o->cfg.momentum, o->hi - o->lo) + scratch;
 }
 
-int ct_optim_slots(const ct_optim *o, const char *names[CT_OPTIM_MAX_SLOTS], float *data[CT_OPTIM_MAX_SLOTS]) {
+int ct_optim_slot_names(ct_opt_type type, double momentum, const char *names[CT_OPTIM_MAX_SLOTS]) {
     int k = 0;
-    if (o->m) names[k] = "exp_avg", data[k++] = o->m;
-    if (o->v) names[k] = "exp_avg_sq", data[k++] = o->v;
-    if (o->mom) names[k] = "momentum_buffer", data[k++] = o->mom;
+    if (uses_moments(type)) names[k++] = "exp_avg", names[k++] = "exp_avg_sq";
+    else if (uses_momentum(type, momentum)) names[k++] = "momentum_buffer";
+    return k;
+}
+
+int ct_optim_slots(const ct_optim *o, const char *names[CT_OPTIM_MAX_SLOTS], float *data[CT_OPTIM_MAX_SLOTS]) {
+    int k = ct_optim_slot_names(o->cfg.type, o->cfg.momentum, names);
+    float *own[CT_OPTIM_MAX_SLOTS] = {o->m ? o->m : o->mom, o->v};   /* NULL for external state */
+    for (int i = 0; i < k; i++) data[i] = own[i];
     return k;
 }
 
@@ -149,7 +163,12 @@ typedef struct span {
 
 static float *master_at(const span *s, int64_t offset) { return s->t->master + (offset - s->a); }
 static const float *grads_at(const span *s, int64_t offset) { return s->t->grads + (offset - s->a); }
-static float *state_at(const ct_optim *o, float *state, int64_t offset) { return state ? state + (offset - o->lo) : NULL; }
+/* Slot s of the state (ct_optim_slots' order) at `offset`: the optimizer's own, or the target's. */
+static float *slot_at(const ct_optim *o, const span *sp, int s, int64_t offset) {
+    if (o->external) return sp->t->state[s] ? sp->t->state[s] + (offset - sp->a) : NULL;
+    float *own[CT_OPTIM_MAX_SLOTS] = {o->m ? o->m : o->mom, o->v};
+    return own[s] ? own[s] + (offset - o->lo) : NULL;
+}
 static void *copy_at(const span *s, int64_t offset) {
     return s->t->copy ? ct_elem(s->t->copy, offset - s->a, s->t->copy_dt) : NULL;
 }
@@ -181,8 +200,8 @@ static void step_adam(ct_optim *o, const span *sp, const ct_optim_update *u) {
         if (!run_in(r, sp, &at, &n)) continue;
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         a.copy = copy_at(sp, at);
-        o->be->optim.adam_step(o->be, master_at(sp, at), grads_at(sp, at), state_at(o, o->m, at),
-                               state_at(o, o->v, at), n, &a);
+        o->be->optim.adam_step(o->be, master_at(sp, at), grads_at(sp, at), slot_at(o, sp, 0, at),
+                               slot_at(o, sp, 1, at), n, &a);
     }
 }
 
@@ -203,7 +222,7 @@ static void step_sgd(ct_optim *o, const span *sp, const ct_optim_update *u) {
         if (!run_in(r, sp, &at, &n)) continue;
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         a.copy = copy_at(sp, at);
-        o->be->optim.sgd_step(o->be, master_at(sp, at), grads_at(sp, at), state_at(o, o->mom, at), n, &a);
+        o->be->optim.sgd_step(o->be, master_at(sp, at), grads_at(sp, at), slot_at(o, sp, 0, at), n, &a);
     }
 }
 
@@ -230,8 +249,8 @@ static void step_lamb(ct_optim *o, const span *sp, const ct_optim_update *u) {
         a.weight_decay = r->weight_decay ? (float)c->weight_decay : 0.0f;
         double wn = 0, un = 0;
         float *p = master_at(sp, at);
-        o->be->optim.lamb_direction(o->be, o->scratch, p, grads_at(sp, at), state_at(o, o->m, at),
-                                    state_at(o, o->v, at), n, &a, &wn, &un);
+        o->be->optim.lamb_direction(o->be, o->scratch, p, grads_at(sp, at), slot_at(o, sp, 0, at),
+                                    slot_at(o, sp, 1, at), n, &a, &wn, &un);
         double trust = 1.0;
         if (wn != 0 && un != 0) {
             trust = wn / un;

@@ -52,6 +52,8 @@ typedef struct ct_optim {
     ct_backend *be;              /* computes the updates: the training device's, or with
                                     ZeRO-Offload the CPU backend beside it */
     ct_mem_place state_at;       /* where the state lives (be's memory unless offloaded) */
+    bool external;               /* the caller keeps the state (an NVMe swap's files) and hands each
+                                    update the state of its range (ct_optim_target.state) */
 
     int64_t lo, hi;              /* the range of the flat space this optimizer updates */
     void *block;                 /* its state (m, v or mom, Lamb scratch); NULL for plain SGD */
@@ -68,12 +70,17 @@ typedef struct ct_optim {
     long sched_t;                /* DeepSpeed last_batch_iteration: -1 before the first update */
 } ct_optim;
 
+#define CT_OPTIM_MAX_SLOTS 3   /* state arrays an optimizer keeps at most (ct_optim_slots) */
+
 /* What one update writes and reads, each pointer at element lo of the range (backend memory). */
 typedef struct ct_optim_target {
     float *master;               /* fp32 master weights [hi - lo] */
     const float *grads;          /* fp32 gradients [hi - lo] */
     void *copy;                  /* [hi - lo] compute-dtype copy the same pass writes, or NULL */
     ct_dtype copy_dt;            /* CT_F16, CT_BF16 (or CT_F32 for a separate fp32 copy) */
+    /* An optimizer whose state is external: that state, in ct_optim_slots' order (Adam: exp_avg,
+     * exp_avg_sq; SGD: momentum_buffer), each at element lo like the others. Else unused. */
+    float *state[CT_OPTIM_MAX_SLOTS];
 } ct_optim_target;
 
 /* Result of one step, for the log and the summary. */
@@ -92,7 +99,10 @@ int ct_optim_create(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, 
                     ct_backend *be, const ct_optim_tensor *tensors, int n_tensors, int64_t lo,
                     int64_t hi, ct_optim **out, ct_err *err);
 /* The same with the state in `state_at` (ZeRO-Offload: host memory, the CPU backend `be`
- * computing on it and on the master and gradients each update is given). */
+ * computing on it and on the master and gradients each update is given). state_at NULL: no state
+ * of its own at all (o->external): the caller keeps it (ZeRO-Infinity's NVMe offload, in swap
+ * files) and every update gets its range's state in the target; not for Lamb (CT_ERR_CONFIG),
+ * whose trust ratio needs a scratch as large as a tensor. */
 int ct_optim_create_in(const ct_optimizer_cfg *ocfg, const ct_scheduler_cfg *scfg, double clip,
                        ct_backend *be, const ct_mem_place *state_at, const ct_optim_tensor *tensors,
                        int n_tensors, int64_t lo, int64_t hi, ct_optim **out, ct_err *err);
@@ -104,8 +114,9 @@ size_t ct_optim_state_bytes(const ct_optim *o);
 
 /* The optimizer's state as named slots (checkpoints: "<view>.<name>"), each [hi - lo] from lo,
  * in a fixed order; returns the count (at most CT_OPTIM_MAX_SLOTS). PyTorch's state_dict names. */
-#define CT_OPTIM_MAX_SLOTS 3
 int ct_optim_slots(const ct_optim *o, const char *names[CT_OPTIM_MAX_SLOTS], float *data[CT_OPTIM_MAX_SLOTS]);
+/* The slots' names an optimizer of this type keeps (before one exists: an NVMe swap's arrays). */
+int ct_optim_slot_names(ct_opt_type type, double momentum, const char *names[CT_OPTIM_MAX_SLOTS]);
 /* The optimizer's type as written in checkpoints ("Adam", "AdamW", "SGD", "Lamb"). */
 const char *ct_optim_type_name(const ct_optim *o);
 
@@ -126,7 +137,7 @@ bool ct_optim_needs_norm(const ct_optim *o);
 void ct_optim_apply(ct_optim *o, const ct_optim_target *t, float grad_scale, double grad_norm,
                     ct_optim_stats *stats);
 /* ct_optim_apply in pieces, for a caller that steps [lo, hi) a range at a time and moves each
- * range's result on while the next is stepped (ZeRO-Offload: core/train/offload.c). begin fixes
+ * range's result on while the next is stepped (ZeRO-Offload: core/zero/offload.c). begin fixes
  * what every range shares (the clip coefficient from the global norm, the LR and betas of the
  * schedule); update_range steps the elements [a, b) (cut to [lo, hi)), each pointer of t at
  * element a, giving the bits ct_optim_apply gives them (every update is element-wise, and Lamb's

@@ -46,16 +46,27 @@ static bool clip(const ct_param_view *v, int64_t lo, int64_t hi, int64_t *a, int
  * its own part and still gets the values of the whole; then the compute copy. */
 void ct_param_store_init(ct_param_store *s, uint64_t seed) {
     const ct_param_layout *L = s->layout;
-    /* the master on the backend that holds it (ZeRO-Offload: the CPU beside the device) */
-    ct_backend *master_ops = ct_place_ops(&s->state_at);
     for (int i = 0; i < L->n_views; i++) {
         const ct_param_view *v = &L->views[i];
-        int64_t a = 0, b = v->numel;
-        if (v->trainable && !clip(v, s->lo, s->hi, &a, &b)) continue;
-        float *dst = v->trainable ? s->master + (v->offset + a - s->lo) : s->buffers + v->offset;
-        ct_backend *be = v->trainable ? master_ops : s->be;
+        if (v->trainable) continue;
         ct_init_dist d = view_dist(v);
-        be->elt.init_fill(be, dst, a, b - a, &d, seed, (uint64_t)i);
+        s->be->elt.init_fill(s->be, s->buffers + v->offset, 0, v->numel, &d, seed, (uint64_t)i);
     }
+    if (!s->master) return;   /* swapped: the trainer fills the swap's chunks (init_master) */
+    ct_param_store_init_master(s, seed, s->lo, s->hi, s->master);
     ct_param_store_refresh(s);
+}
+
+void ct_param_store_init_master(const ct_param_store *s, uint64_t seed, int64_t a, int64_t b, float *dst) {
+    const ct_param_layout *L = s->layout;
+    /* the master on the backend that holds it (ZeRO-Offload: the CPU beside the device) */
+    ct_backend *ops = ct_place_ops(&s->state_at);
+    ops->mem.memset0(ops, dst, (size_t)(b - a) * sizeof(float));   /* the padding between views */
+    for (int i = 0; i < L->n_views; i++) {
+        const ct_param_view *v = &L->views[i];
+        int64_t x, y;
+        if (!v->trainable || !clip(v, a, b, &x, &y)) continue;
+        ct_init_dist d = view_dist(v);
+        ops->elt.init_fill(ops, dst + (v->offset + x - a), x, y - x, &d, seed, (uint64_t)i);
+    }
 }

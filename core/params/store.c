@@ -9,15 +9,16 @@ static size_t fp32_bytes(int64_t n) { return (size_t)(n > 0 ? n : 1) * sizeof(fl
  * copy of a master that lives in host memory. */
 static bool copy_needed(const ct_param_layout *L, ct_dtype compute, int64_t lo, int64_t hi, unsigned parts,
                         const ct_store_offload *off) {
-    /* parameters offloaded in fp32: the pinned master is them (a pageable one needs a pinned copy) */
-    if (off && off->params) return compute != CT_F32 || !off->pinned;
+    /* parameters offloaded in fp32: the pinned master is them (a pageable one, or one in swap
+     * files, needs a pinned copy) */
+    if (off && off->params) return compute != CT_F32 || !off->pinned || off->swapped;
     return off || compute != CT_F32 || (!(parts & CT_STORE_PART_PARAMS) && (lo != 0 || hi != L->n_params));
 }
 
-/* Offload: the compute copy goes up from staging, except in fp32 from a pinned master; parameters
- * in host memory do not go up with the step. */
+/* Offload: the compute copy goes up from staging, except in fp32 from a pinned master (a swapped
+ * one is not in memory); parameters in host memory do not go up with the step. */
 static bool stages(ct_dtype compute, const ct_store_offload *off) {
-    return off && !off->params && !(compute == CT_F32 && off->pinned);
+    return off && !off->params && !(compute == CT_F32 && off->pinned && !off->swapped);
 }
 
 static int64_t stage_elems(int64_t lo, int64_t hi, const ct_store_offload *off) {
@@ -34,7 +35,7 @@ void ct_param_store_plan_in(const ct_param_layout *L, ct_dtype compute, int64_t 
     int64_t grads = parts & CT_STORE_PART_GRADS ? hi - lo : L->n_params;
     int64_t params = parts & CT_STORE_PART_PARAMS ? hi - lo : L->n_params;
     size_t *state = off ? host : dev;   /* the master of [lo, hi) and the gradients */
-    state[CT_MEM_MASTER] = fp32_bytes(hi - lo);
+    state[CT_MEM_MASTER] = off && off->swapped ? 0 : fp32_bytes(hi - lo);
     dev[CT_MEM_MASTER] += fp32_bytes(L->n_buffers);
     state[CT_MEM_GRADS] = parts & CT_STORE_NO_GRADS ? 0 : fp32_bytes(grads);
     if (copy_needed(L, compute, lo, hi, parts, off))
@@ -67,7 +68,8 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
     ct_param_store_plan_in(L, compute, lo, hi, parts, off, b, h);
     size_t master = fp32_bytes(hi - lo), buffers = fp32_bytes(L->n_buffers);
     size_t grads = off ? h[CT_MEM_GRADS] : b[CT_MEM_GRADS];
-    s->master = ct_place_alloc(&s->state_at, master, CT_MEM_MASTER);
+    bool swapped = off && off->swapped;
+    s->master = swapped ? NULL : ct_place_alloc(&s->state_at, master, CT_MEM_MASTER);
     s->buffers = be->mem.alloc(be, buffers, CT_MEM_MASTER);
     s->grads = grads ? ct_place_alloc(&s->state_at, grads, CT_MEM_GRADS) : NULL;
     size_t params = s->host_params ? h[CT_MEM_PARAMS] : b[CT_MEM_PARAMS];
@@ -78,7 +80,7 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
     if (off) s->stage_elems = stage_elems(lo, hi, off);
     for (int i = 0; i < 2 && staged; i++)
         s->stage[i] = be->mem.alloc_host_pinned(be, h[CT_MEM_WORKSPACE] / 2, CT_MEM_WORKSPACE);
-    if (!s->master || !s->buffers || (!s->grads && grads) || !s->params || (staged && (!s->stage[0] || !s->stage[1]))) {
+    if ((!s->master && !swapped) || !s->buffers || (!s->grads && grads) || !s->params || (staged && (!s->stage[0] || !s->stage[1]))) {
         size_t total = 0, host_total = 0;
         for (int c = 0; c < CT_MEM_CAT_COUNT; c++) total += b[c], host_total += h[c];
         ct_param_store_free(s);
@@ -89,7 +91,7 @@ int ct_param_store_create_in(const ct_param_layout *L, ct_backend *be, ct_dtype 
         return ct_errf(err, CT_ERR_RUNTIME, "out of memory allocating %.1f MiB of parameters and "
                        "gradients on %s", (double)total / 1048576.0, be->name);
     }
-    ct_place_zero(&s->state_at, s->master, master);
+    if (s->master) ct_place_zero(&s->state_at, s->master, master);
     be->mem.memset0(be, s->buffers, buffers);
     if (s->grads) ct_place_zero(&s->state_at, s->grads, grads);
     if (params) {
@@ -108,9 +110,9 @@ void ct_param_store_free(ct_param_store *s) {
         if (s->host_params) be->mem.free_host_pinned(be, s->params);
         else be->mem.free(be, s->params);
     }
-    ct_place_free(&s->state_at, s->master);
+    if (s->master) ct_place_free(&s->state_at, s->master);
     if (s->buffers) be->mem.free(be, s->buffers);
-    ct_place_free(&s->state_at, s->grads);
+    if (s->grads) ct_place_free(&s->state_at, s->grads);
     for (int i = 0; i < 2; i++)
         if (s->stage[i]) be->mem.free_host_pinned(be, s->stage[i]);
     free(s);
@@ -150,22 +152,30 @@ void ct_param_store_uploads_wait(ct_param_store *s) {
 
 void ct_param_store_refresh(ct_param_store *s) {
     if (!ct_param_store_has_copy(s)) return;
+    if (!s->master) ct_fatal("ct_param_store_refresh: the master is in swap files (refresh it chunk by chunk)");
     if (!s->host_state) {
         s->be->elt.cast(s->be, ct_param_store_part_params(s), s->compute, s->master, CT_F32, s->hi - s->lo);
         return;
     }
+    ct_param_store_refresh_range(s, s->lo, s->hi, s->master);
+    ct_param_store_uploads_wait(s);
+}
+
+void ct_param_store_refresh_range(ct_param_store *s, int64_t a, int64_t b, const float *master_ab) {
+    if (!s->host_state || a < s->lo || b > s->hi) ct_fatal("ct_param_store_refresh_range: [%lld, %lld)", (long long)a, (long long)b);
+    if (!ct_param_store_has_copy(s)) return;
     ct_backend *host = s->state_at.host;
     if (s->host_params) {   /* a cast in host memory; the partition uploads from there */
-        host->elt.cast(host, ct_param_store_part_params(s), s->compute, s->master, CT_F32, s->hi - s->lo);
+        host->elt.cast(host, ct_elem(ct_param_store_part_params(s), a - s->lo, s->compute), s->compute, master_ab,
+                       CT_F32, b - a);
         return;
     }
-    for (int64_t a = s->lo; a < s->hi; a += s->stage_elems) {
-        int64_t b = s->hi - a < s->stage_elems ? s->hi : a + s->stage_elems;
-        void *buf = ct_param_store_stage(s, a, b);
-        if (buf) host->elt.cast(host, buf, s->compute, s->master + (a - s->lo), CT_F32, b - a);
-        ct_param_store_upload(s, a, b);
+    for (int64_t x = a; x < b; x += s->stage_elems) {
+        int64_t y = b - x < s->stage_elems ? b : x + s->stage_elems;
+        void *buf = ct_param_store_stage(s, x, y);
+        if (buf) host->elt.cast(host, buf, s->compute, master_ab + (x - a), CT_F32, y - x);
+        ct_param_store_upload(s, x, y);
     }
-    ct_param_store_uploads_wait(s);
 }
 
 void ct_param_store_zero_grads(ct_param_store *s) {

@@ -8,7 +8,7 @@
  *   grads    [n_params] fp32 gradients, accumulated over micro-batches.
  *   buffers  [n_buffers] fp32 non-trainable state (running statistics), always whole.
  *
- * Partitioned (core/train/partition.h): at ZeRO stage 2 grads, at stage 3 params too, hold only
+ * Partitioned (core/zero/partition.h): at ZeRO stage 2 grads, at stage 3 params too, hold only
  * [lo, hi), element lo at index 0 (in fp32 the partitioned params is the master itself); layers
  * then reach them through scratch buffers the executor's hooks point them at, never directly.
  *
@@ -18,6 +18,11 @@
  * them; the device keeps the compute copy (also in fp32: a copy of its own) and the buffers. The
  * compute copy goes up a chunk at a time through two pinned staging buffers (ct_param_store_stage,
  * _upload, _uploads_wait), or in fp32 with pinned memory straight from the master.
+ *
+ * NVMe offload (ct_store_offload.swapped): the master of [lo, hi) is not in the store at all
+ * (master NULL): it lives in swap files the trainer walks chunk by chunk (core/zero/swap.h), and
+ * the store gives those chunks their initial values (ct_param_store_init_master) and takes the
+ * compute copy from them (ct_param_store_refresh_range); the copy is always one of its own, staged.
  *
  * The optimizer owns only its state and steps the (master, grads, params) range it is given
  * (core/optim/optim.h). Layers get their pointers from the executor, which offsets these buffers
@@ -35,7 +40,7 @@ typedef struct ct_param_store {
     int64_t lo, hi;              /* the master's range */
     bool part_grads;             /* ZeRO-2 and 3: grads is [hi - lo] */
     bool part_params;            /* ZeRO-3: params is [hi - lo] too */
-    float *master;               /* [hi - lo] */
+    float *master;               /* [hi - lo]; NULL when swapped (NVMe offload) */
     void *params;                /* [n_params] in compute (== master when fp32 and whole);
                                     part_params: [hi - lo] (== master in fp32) */
     float *grads;                /* [n_params]; part_grads: [hi - lo] */
@@ -75,6 +80,8 @@ typedef struct ct_store_offload {
                                     part in pinned host memory too (the master itself in fp32 when
                                     that is pinned), which the optimizer's pass writes and the
                                     partition uploads layer by layer */
+    bool swapped;                /* NVMe offload: no master buffer (the trainer's swap files hold
+                                    it); the compute copy a copy of its own in fp32 too */
 } ct_store_offload;
 /* As ct_param_store_plan and _create; with off, the master and the gradients (which must be
  * partitioned: CT_STORE_PART_GRADS) in host memory, counted in host[] (and the staging buffers,
@@ -98,13 +105,24 @@ void ct_param_store_free(ct_param_store *s);
 
 /* Parameters and buffers from Philox keyed by (seed, CT_RNG_INIT, view index, element), the
  * layer's init scheme applied (PyTorch's defaults unless "init" says otherwise): the master of
- * [lo, hi) and the buffers; then the compute copy. Values depend only on the seed and the model. */
+ * [lo, hi) and the buffers; then the compute copy. Values depend only on the seed and the model.
+ * A swapped store (no master) initialises its buffers only: see ct_param_store_init_master. */
 void ct_param_store_init(ct_param_store *s, uint64_t seed);
+/* The initial master of the flat range [a, b) (inside [lo, hi)) into dst[b - a], in the memory of
+ * the backend that computes on the master (ct_place_ops(&s->state_at)): the elements of every
+ * trainable view, drawn as ct_param_store_init draws them, and zeros between views. Any range
+ * gives the values of the whole: a swap's chunks are filled one by one. */
+void ct_param_store_init_master(const ct_param_store *s, uint64_t seed, int64_t a, int64_t b, float *dst);
 
 /* The compute copy from the master, after the master changed outside the optimizer (a loaded
  * checkpoint, init_from): a cast, or nothing when params is the master; with the master in host
  * memory, cast a chunk at a time into staging and uploaded (waited for). */
 void ct_param_store_refresh(ct_param_store *s);
+/* Host state (ZeRO-Offload): the compute copy of [a, b) from master values in host memory
+ * (master_ab: element a), cast into staging and its uploads queued (the caller waits with
+ * ct_param_store_uploads_wait), or with the parameters in host memory cast there. A swapped store
+ * refreshes so, chunk by chunk of its swap. */
+void ct_param_store_refresh_range(ct_param_store *s, int64_t a, int64_t b, const float *master_ab);
 
 void ct_param_store_zero_grads(ct_param_store *s);
 

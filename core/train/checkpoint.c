@@ -15,20 +15,23 @@
 #include "core/graph/hf_gpt2.h"
 #include "core/graph/hf_llama.h"
 #include "core/train/internal.h"
+#include "core/train/nvme.h"
 #include "core/util/fs.h"
 
 /* ---- the tensors a checkpoint holds: the store's and the optimizer's own buffers ---- */
 
 /* A device backend's memory, reached through its synchronous copies: ckpt moves a checkpoint's
  * values through one bounded staging buffer (ckpt.h's ct_ckpt_mem), never a whole copy. */
-static void device_to_host(void *ctx, float *dst_host, const float *src, int64_t n) {
+static int device_to_host(void *ctx, const float *base, int64_t at, int64_t n, float *dst_host, ct_err *err) {
     ct_backend *be = ctx;
-    be->mem.copy_d2h(be, dst_host, src, (size_t)n * sizeof(float));
+    be->mem.copy_d2h(be, dst_host, base + at, (size_t)n * sizeof(float));
+    return CT_OK;
 }
 
-static void device_from_host(void *ctx, float *dst, const float *src_host, int64_t n) {
+static int device_from_host(void *ctx, float *base, int64_t at, int64_t n, const float *src_host, ct_err *err) {
     ct_backend *be = ctx;
-    be->mem.copy_h2d(be, dst, src_host, (size_t)n * sizeof(float));
+    be->mem.copy_h2d(be, base + at, src_host, (size_t)n * sizeof(float));
+    return CT_OK;
 }
 
 /* ck over this rank's range of the store's master and buffers and of the optimizer's slots, where
@@ -40,10 +43,11 @@ static void ck_setup(ct_trainer *t) {
     ct_param_store *p = t->m.params;
     ct_ckpt_tensors *ck = &t->ck.ck;
     ct_ckpt_tensors_for(p->layout, t->m.opt, p->lo, p->hi, p->master, p->buffers, ck);
+    if (t->m.nvme) ct_nvme_ckpt_tensors(t->m.nvme, ck);   /* in swap files, reached by element */
     if (!ct_backend_separate_memory(t->be)) return;
     t->ck.device = (ct_ckpt_mem){.ctx = t->be, .to_host = device_to_host, .from_host = device_from_host};
     ck->buffers_mem = &t->ck.device;
-    if (p->host_state) return;   /* offload_optimizer: master and optimizer state in host memory */
+    if (p->host_state) return;   /* offload_optimizer: master and optimizer state in host memory (or files) */
     ck->params_mem = &t->ck.device;
     for (int s = 0; s < ck->n_slots; s++) ck->slot_mem[s] = &t->ck.device;
 }
@@ -277,10 +281,12 @@ static void old_position(ct_trainer *t, ct_ckpt_state *st, const cJSON *saved) {
 
 _Static_assert(CT_CKPT_FINGERPRINT == CT_DATASET_FINGERPRINT, "a fingerprint fits state.json's field");
 
-/* The fingerprints of this run's data sets, once they are open (a checkpoint records them). */
+/* The fingerprints of this run's data sets, once they are open (a checkpoint records them),
+ * unless the ranks' check (trainer.c) took them already. */
 static int fingerprint_data(ct_trainer *t, ct_err *err) {
-    int rc = ct_dataset_fingerprint(t->d.train_ds, t->ck.train_data, err);
-    if (!rc && t->d.eval_ds) rc = ct_dataset_fingerprint(t->d.eval_ds, t->ck.eval_data, err);
+    int rc = t->ck.train_data[0] ? CT_OK : ct_dataset_fingerprint(t->d.train_ds, t->ck.train_data, err);
+    if (!rc && t->d.eval_ds && !t->ck.eval_data[0])
+        rc = ct_dataset_fingerprint(t->d.eval_ds, t->ck.eval_data, err);
     return rc;
 }
 
@@ -639,7 +645,8 @@ int ct_trainer_ckpt_load_model(ct_trainer *t, const char *dir, ct_ckpt_state *st
     if (rc) return rc;
     rc = ct_ckpt_load(resolved, &t->ck.ck, CT_CKPT_LOAD_MODEL | CT_CKPT_LOAD_STATE, st, NULL, err);
     if (rc) return rc;
-    ct_param_store_refresh(t->m.params);   /* the 16-bit copy evaluation reads */
+    rc = ct_trainer_refresh_params(t, err);   /* the 16-bit copy evaluation reads */
+    if (rc) return rc;
     snprintf(t->ck.last, sizeof t->ck.last, "%s", resolved);
     return CT_OK;
 }

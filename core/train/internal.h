@@ -16,8 +16,8 @@
 #include "core/params/store.h"
 #include "core/report/metrics.h"
 #include "core/report/report.h"
-#include "core/train/partition.h"
-#include "core/train/grad_buckets.h"
+#include "core/zero/partition.h"
+#include "core/zero/grad_buckets.h"
 #include "core/train/plan.h"
 #include "core/train/step_capture.h"
 #include "core/train/train.h"
@@ -32,8 +32,10 @@ typedef struct ct_trainer_model {
     ct_scheduler_cfg sched;      /* the config's schedule with "auto" resolved for this run */
     ct_step_runner runner;       /* micro-batch forward + backward, captured when it can be */
     ct_exec_hooks hooks;         /* around every layer of a training step and of evaluation:
-                                    ZeRO-2/3's gathers and reductions (partition.h); else empty */
+                                    ZeRO-2/3's gathers and reductions (core/zero/partition.h); else empty */
     ct_partition *part;          /* ZeRO stages 2 and 3: their buffers and hooks (else NULL) */
+    struct ct_nvme *nvme;        /* offload_optimizer "nvme": the master and the optimizer's state
+                                    in swap files (nvme.h); else NULL */
     ct_grad_buckets *buckets;    /* stages 0 and 1: the gradient all-reduce's buckets (else NULL) */
     float *loss_acc;             /* [4] backend memory: loss sum and correct count of the micro-
                                     batches so far (weighted by samples), then eval's */
@@ -179,6 +181,12 @@ bool ct_trainer_profiler_step(const ct_trainer *t, long step);
 /* After the profiled step (others: nothing): its table, to output_file or the run's lines. */
 void ct_trainer_profiler_report(ct_trainer *t, long step, int64_t samples, double step_s);
 void ct_trainer_profiler_close(ct_trainer *t);
+
+/* ---- NVMe offload's glue (nvme.c) ---- */
+
+/* The compute copy from the master, wherever it is (ct_param_store_refresh, or the swap's files
+ * chunk by chunk): after the initialiser, a resume, init_from or a load. An I/O error names the file. */
+int ct_trainer_refresh_params(ct_trainer *t, ct_err *err);
 
 /* ---- the loop (loop.c) ---- */
 

@@ -21,14 +21,15 @@
 
 #include "core/train/generate.h"
 #include "core/train/internal.h"
-#include "core/train/offload.h"
+#include "core/train/nvme.h"
+#include "core/zero/offload.h"
 
 /* Whether this rank's master is the whole space (no ZeRO partition): then it updates every
  * parameter itself and holds the summed gradients of all of them. */
 static bool holds_all(const ct_param_store *p) { return p->lo == 0 && p->hi == p->layout->n_params; }
 
 /* The flat buffers as the executor reads them. ZeRO-2 has no whole gradients, ZeRO-3 no whole
- * parameters either: the partition's hooks point every layer at scratch (partition.h). */
+ * parameters either: the partition's hooks point every layer at scratch (core/zero/partition.h). */
 static ct_exec_bufs exec_bufs(const ct_trainer *t) {
     const ct_param_store *p = t->m.params;
     return (ct_exec_bufs){.params = p->part_params ? NULL : p->params, .grads = p->part_grads ? NULL : p->grads,
@@ -175,9 +176,14 @@ static int update(ct_trainer *t, float grad_scale, double sumsq, bool *applied, 
     /* fp32/bf16: every step updates (a NaN then shows in the loss; sumsq is NAN when the step did
      * not need the norm); fp16 skips a step whose sum of squares overflowed */
     *applied = !t->m.amp.scaling || isfinite(sumsq);
+    double norm = sqrt(sumsq) * grad_scale;
+    /* a skip touches nothing: no pass over the swap files either */
     if (!*applied) ct_optim_apply_finite(t->m.opt, &tg, grad_scale, sumsq, st);   /* the skip's stats */
-    else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, sqrt(sumsq) * grad_scale, st);
-    else ct_optim_apply(t->m.opt, &tg, grad_scale, sqrt(sumsq) * grad_scale, st);
+    else if (t->m.nvme) {
+        int rc = ct_offload_apply_swap(t->m.opt, p, ct_nvme_swap(t->m.nvme), grad_scale, norm, st, err);
+        if (rc) return rc;
+    } else if (p->host_state) ct_offload_apply(t->m.opt, p, grad_scale, norm, st);
+    else ct_optim_apply(t->m.opt, &tg, grad_scale, norm, st);
     if (!*applied || (!ct_param_store_has_copy(p) && !p->part_params)) return CT_OK;
     return share_params(t, err);
 }
@@ -206,9 +212,9 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
     ct_amp *a = &t->m.amp;
     ct_param_store *p = t->m.params;
     ct_comm *c = t->comm;
-    /* the gradients summed over ranks: stages 0-1 all-reduce them in buckets (grad_buckets.h),
+    /* the gradients summed over ranks: stages 0-1 all-reduce them in buckets (core/zero/grad_buckets.h),
      * stages 2 and 3 reduce-scattered every layer's to their owners as backward finished it
-     * (partition.h); either may still be in flight (overlap_comm) */
+     * (core/zero/partition.h); either may still be in flight (overlap_comm) */
     int rc = p->part_grads ? ct_partition_flush(t->m.part, err) : ct_grad_buckets_finish(t->m.buckets, err);
     if (rc) return rc;   /* the ranks' micro-batches were weighted by the whole step: a sum */
     double ss = NAN;
@@ -251,7 +257,7 @@ static int apply_update(ct_trainer *t, long step, float grad_scale, bool forward
 
 /* ZeRO-2/3: a micro-batch this rank has no samples for (its slice of a short last step is shorter
  * than rank 0's, or its records were all skipped as corrupt) still joins every layer's gathers and
- * gradient reduce-scatters, with nothing of its own to add (partition.h): the executor walks the layers
+ * gradient reduce-scatters, with nothing of its own to add (core/zero/partition.h): the executor walks the layers
  * calling the hooks only. */
 static int idle_micro(ct_trainer *t, ct_graph *g, const ct_exec_bufs *bufs, const ct_exec_hooks *hooks,
                       ct_err *err) {
@@ -757,8 +763,8 @@ int ct_trainer_fit(ct_trainer *t, ct_err *err) {
     }
     /* the master as initialised, resumed or loaded; from here on every update refreshes the copy
      * (under ZeRO each rank casts its part, and the ranks gather the others') */
-    ct_param_store_refresh(t->m.params);
-    rc = share_params(t, err);
+    rc = ct_trainer_refresh_params(t, err);
+    if (!rc) rc = share_params(t, err);
     if (rc) {
         ct_trainer_set_status(t, "error", err);
         ct_trainer_finish(t);

@@ -9,7 +9,8 @@
 #include "core/optim/amp.h"
 #include "core/optim/optim.h"
 #include "core/params/store.h"
-#include "core/train/partition.h"
+#include "core/train/nvme.h"
+#include "core/zero/partition.h"
 
 int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err) {
     const char *d = cfg->train.device[0] ? cfg->train.device : "auto";
@@ -21,30 +22,6 @@ int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, 
     int rc = ct_capped_env(&capped, &out->capacity, &gbps, err);
     if (!rc && capped) out->device = true, out->name = "capped";
     return rc;
-}
-
-bool ct_run_plan_offload(const ct_config *cfg, bool device) {
-    return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU && cfg->zero.stage >= 1;
-}
-
-int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
-    double n = cfg->zero.sub_group_size;
-    return n >= 1 && n < (double)CT_OFFLOAD_MAX_CHUNK ? (int64_t)n : CT_OFFLOAD_MAX_CHUNK;
-}
-
-bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
-    return ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 && cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
-}
-
-int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
-    int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
-    if (ct_run_plan_offload_params(cfg, device)) return 3;
-    if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
-    return cfg->world_size > 1 ? stage : 0;
-}
-
-unsigned ct_run_plan_store_parts(int stage) {
-    return stage == 3 ? CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS : stage == 2 ? CT_STORE_PART_GRADS : CT_STORE_WHOLE;
 }
 
 /* The optimizer's state over n elements of the trainable space (Lamb: plus its scratch, as large
@@ -85,11 +62,17 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     int stage = ct_run_plan_zero_stage(cfg, device);
     out->offload = ct_run_plan_offload(cfg, device);
     if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
+    out->nvme = ct_run_plan_nvme(cfg, device);
     ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg),
-                           .params = ct_run_plan_offload_params(cfg, device)};
+                           .params = ct_run_plan_offload_params(cfg, device), .swapped = out->nvme};
     ct_param_store_plan_in(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->offload ? &so : NULL, out->bytes,
                            out->host);
     (out->offload ? out->host : out->bytes)[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
+    if (out->nvme) {   /* the master and the state in swap files: host memory holds their buffers */
+        out->swap_host = out->host[CT_MEM_OPTIM] = ct_nvme_host_bytes(cfg, hi - lo);
+        out->swap_disk = ct_nvme_disk_bytes(cfg, hi - lo);
+        out->swap_elems = hi - lo;
+    }
     /* The arena is one allocation, its shared layer workspace included; the trainer's loss
      * accumulator and, on a device, the ops' own scratch are the workspace category's. */
     out->bytes[CT_MEM_ACTIVATIONS] = out->act.total;

@@ -11,6 +11,7 @@
 #include "core/backend/backend.h"
 #include "core/config/config.h"
 #include "core/graph/graph.h"
+#include "core/zero/stage.h"   /* the stage rule: which ZeRO stage and offload a run runs */
 
 typedef struct ct_run_plan {
     size_t bytes[CT_MEM_CAT_COUNT];  /* per category; activations = the graph's whole arena (its
@@ -28,6 +29,12 @@ typedef struct ct_run_plan {
     size_t host[CT_MEM_CAT_COUNT];
     size_t host_total;
     bool offload;                    /* ZeRO-Offload of the optimizer (ct_run_plan_offload) */
+    /* NVMe offload (ct_run_plan_nvme): the master and optimizer state in swap files, whose buffers
+     * are the host's optimizer bytes (host[CT_MEM_OPTIM]; no master there) */
+    bool nvme;
+    size_t swap_host;                /* the swap's buffers (and one block to align them) */
+    int64_t swap_disk;               /* its files under nvme_path */
+    int64_t swap_elems;              /* the part whose state they hold (rank 0's) */
 } ct_run_plan;
 
 /* What a run of cfg will train on, known without creating its backend (--dry-run, the auto
@@ -42,41 +49,12 @@ typedef struct ct_plan_target {
 } ct_plan_target;
 int ct_run_plan_target(const ct_config *cfg, bool has_gpu, ct_plan_target *out, ct_err *err);
 
-/* ZeRO-Offload of the optimizer: zero_optimization.offload_optimizer.device "cpu" (stage 1-3) on
- * a device (a GPU, the capped device): the fp32 master, the gradients and the optimizer state in
- * host memory, the optimizer step on the CPU. On the CPU backend that memory is host memory
- * already and nothing moves: false. */
-bool ct_run_plan_offload(const ct_config *cfg, bool device);
-
-/* ZeRO-Offload of the parameters too (ZeRO-Infinity's CPU case): offload_param.device "cpu" at
- * stage 3 with optimizer offload on a device: the compute-dtype parameters of the rank's part live
- * in pinned host memory, uploaded into the gather buffer layer by layer. */
-bool ct_run_plan_offload_params(const ct_config *cfg, bool device);
-
-/* The elements of the host master each upload of the compute copy carries under ZeRO-Offload
- * (the optimizer steps one such chunk while the last one goes up): sub_group_size, at most
- * CT_OFFLOAD_MAX_CHUNK. */
-#define CT_OFFLOAD_MAX_CHUNK ((int64_t)1 << 22)
-int64_t ct_run_plan_offload_chunk(const ct_config *cfg);
-
-/* The ZeRO stage whose machinery this run runs: zero_optimization.stage 1, 2 or 3 with several
- * ranks, 0 otherwise (one process holds everything whatever the stage asks for), except under
- * ZeRO-Offload (device: see ct_run_plan_offload), which takes stage 2's gradient path (each
- * layer's gradients brought down to host memory as backward produces them) at stage 1 and, with
- * one process, at stages 1-3; with parameter offload too (ct_run_plan_offload_params), stage 3
- * whatever the number of processes. */
-int ct_run_plan_zero_stage(const ct_config *cfg, bool device);
-
-/* What the parameter store of a ZeRO stage holds of its rank's part only (CT_STORE_PART_*, core/
- * params/store.h): stage 2 the gradients, stage 3 the parameters too. */
-unsigned ct_run_plan_store_parts(int stage);
-
 /* device: the backend will be a device (a GPU, the capped device: loader batches then have device
  * copies, and offload_optimizer moves state to host memory). The bytes are per
  * rank: under ZeRO the master and optimizer state of rank 0's part (the largest, ct_comm_shard);
  * the gradients whole at stage 1, rank 0's part at stages 2 and 3; the compute copy whole at
  * stages 1 and 2, rank 0's part at stage 3; at stages 2 and 3 the partition's scratch in the
- * workspace (core/train/partition.h). */
+ * workspace (core/zero/partition.h). */
 void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_run_plan *out);
 
 /* The plan of a run that only evaluates (ct_run_opts.forward_only): p without its gradients and

@@ -65,7 +65,8 @@ void ct_trainer_finish(ct_trainer *t) {
         t->be->mem.mem_stats(t->be, &m);
         memcpy(s->peak_by_cat, m.peak, sizeof s->peak_by_cat);
         s->has_mem_stats = true;
-        if (ct_backend_separate_memory(t->be)) host_figures(t, &m);
+        /* a device, or on the CPU backend NVMe offload's host side (its own CPU backend) */
+        if (ct_backend_separate_memory(t->be) || t->plan.offload) host_figures(t, &m);
         if (t->cfg->memory_breakdown) report_memory(t, &m);
     }
     ct_trainer_diagnose(t);

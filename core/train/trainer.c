@@ -11,6 +11,7 @@
 #include "core/train/fit.h"
 #include "core/train/generate.h"
 #include "core/train/internal.h"
+#include "core/train/nvme.h"
 #include "core/util/fs.h"
 #include "core/util/json.h"
 #include "core/util/limits.h"
@@ -103,8 +104,11 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
 /* Whether the run trains on a device where offload_optimizer acts: a GPU or the capped device, and
  * a run that trains (one that only evaluates has no optimizer to offload). */
 static bool offload_device(const ct_trainer *t) { return !t->opts.forward_only && ct_backend_separate_memory(t->be); }
-static int zero_stage(const ct_trainer *t) { return ct_run_plan_zero_stage(t->cfg, offload_device(t)); }
-static bool offloads(const ct_trainer *t) { return ct_run_plan_offload(t->cfg, offload_device(t)); }
+/* A run that only evaluates offloads nothing (NVMe offload acts on the CPU backend too). */
+static int zero_stage(const ct_trainer *t) {
+    return t->opts.forward_only ? ct_run_plan_partition_stage(t->cfg) : ct_run_plan_zero_stage(t->cfg, offload_device(t));
+}
+static bool offloads(const ct_trainer *t) { return !t->opts.forward_only && ct_run_plan_offload(t->cfg, offload_device(t)); }
 
 /* Features this version does not have yet: refuse them rather than train something else. A world
  * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU).
@@ -158,9 +162,11 @@ static int open_comm(ct_trainer *t, ct_err *err) {
 }
 
 /* The ranks' data as an item of the ranks' check: files, bytes and sampled content of its
- * fingerprint, not the modification times (each host's copy of the same files is the same data). */
-static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, ct_err *err) {
-    char fp[CT_DATASET_FINGERPRINT], key[64], value[CT_DATASET_FINGERPRINT];
+ * fingerprint, not the modification times (each host's copy of the same files is the same data).
+ * The fingerprint is left in fp (CT_DATASET_FINGERPRINT bytes), where a checkpoint takes it from
+ * instead of reading the files' heads again. */
+static int add_data_item(ct_agree_list *l, const char *which, const ct_dataset *ds, char *fp, ct_err *err) {
+    char key[64], value[CT_DATASET_FINGERPRINT];
     int rc = ct_dataset_fingerprint(ds, fp, err);
     if (rc) return rc;
     long long files = 0;
@@ -187,8 +193,8 @@ static int check_ranks_agree(ct_trainer *t, ct_err *err) {
     static const char *const per_rank[] = {"train.run_dir", "train.save_dir"};
     ct_agree_list l = {0};
     ct_agree_add_json(&l, t->cfg->resolved, per_rank, CT_ARRAY_LEN(per_rank));
-    int rc = add_data_item(&l, "train", t->d.train_ds, err);
-    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, err);
+    int rc = add_data_item(&l, "train", t->d.train_ds, t->ck.train_data, err);
+    if (!rc && t->d.eval_ds) rc = add_data_item(&l, "eval", t->d.eval_ds, t->ck.eval_data, err);
     if (!rc) rc = ct_comm_agree(t->comm, &l, err);
     ct_agree_free(&l);
     return rc;
@@ -259,18 +265,27 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
     if (p->act.offloaded > 0)
         snprintf(ckpt + strlen(ckpt), sizeof ckpt - strlen(ckpt), "; offloaded %d kept output%s to %s of pinned host "
                  "memory", p->act.offloaded, p->act.offloaded == 1 ? "" : "s", ct_fmt_bytes((double)p->act.host, hb, sizeof hb));
-    /* ZeRO-Offload: what sits in host memory beside the device */
+    /* ZeRO-Offload: what sits in host memory beside the device (on the CPU backend, NVMe offload's
+     * host side: host memory too, the line says so) */
     if (p->offload) {
-        char h[CT_MEM_CAT_COUNT][32], ht[32];
+        char h[CT_MEM_CAT_COUNT][32], ht[32], state[160];
         for (int c = 0; c < CT_MEM_CAT_COUNT; c++) ct_fmt_bytes((double)p->host[c], h[c], sizeof h[c]);
         char params[64] = "";
         if (p->host[CT_MEM_PARAMS]) snprintf(params, sizeof params, "params %s, ", h[CT_MEM_PARAMS]);
-        ct_report_line(r, "host memory beside it (%s offload): %smaster %s, grads %s, optimizer %s, staging and "
-                       "landing buffers %s%s%s · all %s%s", params[0] ? "optimizer and parameter" : "optimizer", params,
-                       h[CT_MEM_MASTER], h[CT_MEM_GRADS], h[CT_MEM_OPTIM],
-                       h[CT_MEM_WORKSPACE], p->host[CT_MEM_ACTIVATIONS] ? ", offloaded activations " : "",
+        if (p->nvme)   /* the master and the optimizer's state are in swap files: their buffers here */
+            snprintf(state, sizeof state, "grads %s, NVMe swap buffers %s", h[CT_MEM_GRADS], h[CT_MEM_OPTIM]);
+        else
+            snprintf(state, sizeof state, "master %s, grads %s, optimizer %s", h[CT_MEM_MASTER], h[CT_MEM_GRADS],
+                     h[CT_MEM_OPTIM]);
+        char in_all[96] = "";   /* on the CPU backend both lines are host memory */
+        if (!p->device) snprintf(in_all, sizeof in_all, "; %s of host memory in all",
+                                 ct_fmt_bytes((double)(p->total + p->host_total), all, sizeof all));
+        ct_report_line(r, "%s (%s offload%s): %s%s, staging and landing buffers %s%s%s · all %s%s%s",
+                       p->device ? "host memory beside it" : "and for the optimizer", params[0] ? "optimizer and parameter" : "optimizer",
+                       p->nvme ? " to NVMe" : "", params, state, h[CT_MEM_WORKSPACE],
+                       p->host[CT_MEM_ACTIVATIONS] ? ", offloaded activations " : "",
                        p->host[CT_MEM_ACTIVATIONS] ? h[CT_MEM_ACTIVATIONS] : "",
-                       ct_fmt_bytes((double)p->host_total, ht, sizeof ht), world > 1 ? " per rank" : "");
+                       ct_fmt_bytes((double)p->host_total, ht, sizeof ht), world > 1 ? " per rank" : "", in_all);
     }
     ct_report_line(r, "activations by lifetime, at the peak: outputs %s, saved for backward %s, gradients %s, fan-out "
                    "%s, input copy %s, layer workspace %s%s", ct_fmt_bytes((double)p->act.outputs, a[0], 32),
@@ -288,21 +303,36 @@ static void print_plan(ct_report *r, const ct_run_plan *p, ct_dtype dt, int worl
     }
 }
 
+/* NVMe offload: the swap's files and buffers (nvme.h), and once they are open how they are read
+ * and written (direct I/O, or buffered where the file system refuses O_DIRECT: the warning says
+ * what that costs). */
+static void print_swap(ct_report *r, const ct_config *cfg, const ct_run_plan *p, ct_nvme *open) {
+    if (!p->nvme) return;
+    char line[4600];
+    ct_nvme_describe(cfg, p, line, sizeof line);
+    const char *io = !open ? "" : ct_swap_direct(ct_nvme_swap(open)) ? " · direct I/O (O_DIRECT)" : " · buffered I/O";
+    ct_report_line(r, "%s%s", line, io);
+}
+
 /* The ZeRO part of the first line: " · ZeRO stage 2 (...)", or the offload's. */
 static void describe_zero(const ct_config *cfg, bool on_device, char *out, size_t n) {
     int stage = ct_run_plan_zero_stage(cfg, on_device);
     out[0] = '\0';
-    char per_rank[48] = "", path[64] = "";
+    char per_rank[48] = "", path[64] = "", state[4300];
     if (cfg->world_size > 1) snprintf(per_rank, sizeof per_rank, ", 1/%d per rank", cfg->world_size);
     if (cfg->zero.stage != stage) snprintf(path, sizeof path, "; stage %d's gradient path", stage);
+    const char *mem = cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable";
+    if (ct_run_plan_nvme(cfg, on_device))
+        snprintf(state, sizeof state, "fp32 master and optimizer state in NVMe swap files under %s, gradients in %s "
+                 "host memory", cfg->zero.offload_optimizer.nvme.path, mem);
+    else
+        snprintf(state, sizeof state, "fp32 master, gradients and optimizer state in %s host memory", mem);
     if (ct_run_plan_offload_params(cfg, on_device))
-        snprintf(out, n, " · ZeRO stage 3 with optimizer and parameter offload (fp32 master, gradients and optimizer "
-                 "state in %s host memory, the parameters in pinned host memory%s, uploaded layer by layer; the "
-                 "optimizer step on the CPU)", cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank);
+        snprintf(out, n, " · ZeRO stage 3 with optimizer and parameter offload (%s, the parameters in pinned host "
+                 "memory%s, uploaded layer by layer; the optimizer step on the CPU)", state, per_rank);
     else if (ct_run_plan_offload(cfg, on_device))
-        snprintf(out, n, " · ZeRO stage %d with optimizer offload (fp32 master, gradients and optimizer state in %s "
-                 "host memory%s; the optimizer step on the CPU%s%s)", cfg->zero.stage,
-                 cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable", per_rank, path,
+        snprintf(out, n, " · ZeRO stage %d with optimizer offload%s (%s%s; the optimizer step on the CPU%s%s)",
+                 cfg->zero.stage, ct_run_plan_nvme(cfg, on_device) ? " to NVMe" : "", state, per_rank, path,
                  stage == 3 ? "; parameters gathered layer by layer" : "");
     else if (stage > 0)
         snprintf(out, n, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
@@ -319,7 +349,7 @@ static void print_model(ct_trainer *t, const char *device, const char *device_de
     const ct_graph_info *gi = t->m.info;
     ct_report *r = &t->obs.rep;
     char a[48], desc[512];
-    char zero[320];
+    char zero[4600];
     describe_zero(cfg, on_device, zero, sizeof zero);
     ct_report_line(r, "ctrain %s · %s (%s) · %s · %d rank%s%s", CT_VERSION, device, device_desc,
                    precision_name(ct_amp_compute_dtype(cfg)), cfg->world_size, cfg->world_size == 1 ? "" : "s", zero);
@@ -341,6 +371,7 @@ static void print_start(ct_trainer *t, const ct_run_plan *plan) {
     const char *note = ct_backend_cpu_kernels(t->be) ? ct_cpu_backend_precision_note(dt) : NULL;
     if (note) ct_report_line(r, "note   %s", note);
     print_plan(r, plan, dt, cfg->world_size);
+    print_swap(r, cfg, plan, t->m.nvme);
     char ev[160] = "no eval set";
     if (d->eval_ds) snprintf(ev, sizeof ev, "%lld eval samples", (long long)d->eval_ds->count);
     ct_report_line(r, "data   %s: %lld train samples (%s), %s · shuffle %s", d->train_ds->format,
@@ -385,9 +416,11 @@ static int make_training_state(ct_trainer *t, int stage, ct_err *err) {
         if (z->overlap_comm && t->comm->world > 1) m->hooks = ct_grad_buckets_hooks(m->buckets);
     }
     ct_optim_tensor *tensors = optim_tensors(L, &n);
-    /* ZeRO-Offload: the state beside the master, in host memory, stepped by the CPU backend */
+    /* ZeRO-Offload: the state beside the master, in host memory, stepped by the CPU backend; NVMe
+     * offload: in the swap's files, none of it the optimizer's own */
     rc = ct_optim_create_in(&t->cfg->optimizer, &m->sched, t->cfg->gradient_clipping, ct_place_ops(&m->params->state_at),
-                            &m->params->state_at, tensors, n, m->params->lo, m->params->hi, &m->opt, err);
+                            m->nvme ? NULL : &m->params->state_at, tensors, n, m->params->lo, m->params->hi, &m->opt,
+                            err);
     free(tensors);
     return rc;
 }
@@ -403,7 +436,8 @@ static int start_host_backend(ct_trainer *t, ct_store_offload *off, ct_err *err)
                        strerror(errno));
     *off = (ct_store_offload){.host = t->host_be, .pinned = cfg->zero.offload_optimizer.pin_memory,
                               .chunk = ct_run_plan_offload_chunk(cfg),
-                              .params = ct_run_plan_offload_params(cfg, offload_device(t))};
+                              .params = ct_run_plan_offload_params(cfg, offload_device(t)),
+                              .swapped = ct_run_plan_nvme(cfg, offload_device(t))};
     return CT_OK;
 }
 
@@ -417,14 +451,18 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     unsigned parts = ct_run_plan_store_parts(stage) | (forward_only ? CT_STORE_NO_GRADS : 0);
     ct_store_offload off;
     int rc = offloads(t) ? start_host_backend(t, &off, err) : CT_OK;
+    /* NVMe offload: the swap files of this rank's part, before anything else is allocated */
+    if (!rc && offloads(t) && off.swapped)
+        rc = ct_nvme_open(t->cfg, t->be, t->host_be, lo, hi, t->comm->rank, &m->nvme, &t->obs.warn, err);
     if (!rc) rc = ct_param_store_create_in(L, t->be, ct_graph_compute_dtype(m->g), lo, hi, parts,
                                            offloads(t) ? &off : NULL, &m->params, err);
     if (!rc && !forward_only) rc = make_training_state(t, stage, err);
     if (rc) return rc;
     m->loss_acc = t->be->mem.alloc(t->be, 4 * sizeof(float), CT_MEM_WORKSPACE);
     if (!m->loss_acc) return ct_errf(err, CT_ERR_RUNTIME, "out of memory (16 bytes on %s)", t->be->name);
-    if (!t->opts.weights_from_checkpoint) ct_param_store_init(m->params, t->cfg->train.seed);
-    return CT_OK;
+    if (t->opts.weights_from_checkpoint) return CT_OK;
+    ct_param_store_init(m->params, t->cfg->train.seed);   /* a swapped store: its buffers only */
+    return m->nvme ? ct_nvme_init_master(m->nvme, m->params, t->cfg->train.seed, err) : CT_OK;
 }
 
 /* Capture and replay of micro-batches (train.cuda_graph). */
@@ -622,6 +660,9 @@ static int setup(ct_trainer *t, ct_err *err) {
         ct_run_plan_make(cfg, t->m.g, ct_backend_separate_memory(t->be), &t->plan);
     }
     if (evaluates_only(t)) ct_run_plan_forward_only(&t->plan);
+    /* the host's memory first: on the CPU backend, a state over memory_limit_gb that NVMe offload
+     * would take out of it is said so */
+    if (!rc) rc = ct_nvme_check_host_limit(cfg, t->m.g, &t->plan, err);
     if (!rc) rc = check_memory_limit(t, err);
     if (!rc) rc = check_address_space(t, err);
     if (!rc) {
@@ -720,6 +761,8 @@ void ct_trainer_close(ct_trainer *t) {
     ct_lm_close(t->m.sampler);
     if (t->m.loss_acc) t->be->mem.free(t->be, t->m.loss_acc);
     ct_optim_free(t->m.opt);
+    ct_err nvme_err = {0};   /* every rank removes its own swap files on every path; a failure is a warning */
+    if (ct_nvme_close(t->m.nvme, &nvme_err)) ct_fputs_printable_line("ctrain: warning: ", nvme_err.msg, stderr);
     ct_partition_free(t->m.part);
     ct_grad_buckets_free(t->m.buckets);
     ct_param_store_free(t->m.params);
@@ -789,7 +832,10 @@ static int dry_run(const ct_config *cfg, const ct_run_opts *opts, ct_summary *su
                        cfg->micro_batch, cfg->grad_accum, cfg->world_size);
         if (t->opts.batch_note && t->opts.batch_note[0]) ct_report_line(&t->obs.rep, "       %s", t->opts.batch_note);
         print_plan(&t->obs.rep, &plan, ct_graph_compute_dtype(t->m.g), cfg->world_size);
-        rc = print_fit_table(t, &target, err);
+        print_swap(&t->obs.rep, cfg, &plan, NULL);
+        /* the swap's directory, as a run checks it (a probe file made and removed) */
+        if (plan.nvme) rc = ct_swap_check_dir(cfg->zero.offload_optimizer.nvme.path, plan.swap_disk, CT_NVME_PATH_KEY, err);
+        if (!rc) rc = print_fit_table(t, &target, err);
         ct_report_line(&t->obs.rep, "dry run: configuration and model are valid; data not opened, nothing "
                        "allocated or trained");
     }

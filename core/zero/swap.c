@@ -432,6 +432,68 @@ int ct_swap_end(ct_swap *s, ct_err *err) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Any range, between passes                                                                   */
+
+/* The buffers' memory as one bounce buffer (they are contiguous, from slot 0's first array). */
+static char *bounce(const ct_swap *s) { return (char *)s->slots[0].buf[0]; }
+static int64_t bounce_bytes(const ct_swap *s) { return (int64_t)s->host_bytes / CT_AIO_ALIGN * CT_AIO_ALIGN; }
+
+static void check_range(const ct_swap *s, const char *what, int k, int64_t at, int64_t n) {
+    if (s->in_pass || k < 0 || k >= s->n_arrays || at < 0 || n < 0 || at > s->n - n)
+        ct_fatal("%s: %s: array %d, [%lld, +%lld) of %lld%s", what, s->dir, k, (long long)at, (long long)n,
+                 (long long)s->n, s->in_pass ? " during a pass" : "");
+}
+
+/* One synchronous job of the engine: len bytes at off of array k's file, from or into buf. */
+static int io_now(ct_swap *s, bool write, int k, char *buf, int64_t len, int64_t off, ct_err *err) {
+    ct_aio_job j;
+    memset(&j, 0, sizeof j);
+    if (write) ct_aio_write(s->aio, &j, &s->file[k], buf, (size_t)len, off, NULL);
+    else ct_aio_read(s->aio, &j, &s->file[k], buf, (size_t)len, off, NULL);
+    return ct_aio_wait(s->aio, &j, err);
+}
+
+/* The file bytes [lo0, hi0) of array k, widened to whole blocks, go through the bounce buffer in
+ * pieces: into out (a read) or from in (a write), whose byte 0 is the file's byte lo0. */
+static int range_io(ct_swap *s, int k, int64_t lo0, int64_t hi0, char *out, const char *in, ct_err *err) {
+    bool write = in != NULL;
+    int64_t a = lo0 / CT_AIO_ALIGN * CT_AIO_ALIGN, b = ct_aio_round_up(hi0), step = bounce_bytes(s);
+    char *buf = bounce(s);
+    int rc = CT_OK;
+    for (int64_t pa = a; pa < b && !rc; pa += step) {
+        int64_t pb = b - pa < step ? b : pa + step;
+        int64_t lo = lo0 > pa ? lo0 : pa, hi = hi0 < pb ? hi0 : pb;
+        if (!write) {
+            rc = io_now(s, false, k, buf, pb - pa, pa, err);
+            if (!rc) memcpy(out + (lo - lo0), buf + (lo - pa), (size_t)(hi - lo));
+            continue;
+        }
+        /* a block the range only partly covers keeps the bytes around it: read it first */
+        if (lo > pa) rc = io_now(s, false, k, buf, CT_AIO_ALIGN, pa, err);
+        int64_t last = pb - CT_AIO_ALIGN;
+        if (!rc && hi < pb && (last > pa || lo == pa)) rc = io_now(s, false, k, buf + (last - pa), CT_AIO_ALIGN, last, err);
+        if (rc) break;
+        memcpy(buf + (lo - pa), in + (lo - lo0), (size_t)(hi - lo));
+        rc = io_now(s, true, k, buf, pb - pa, pa, err);
+    }
+    return rc;
+}
+
+int ct_swap_read(ct_swap *s, int k, int64_t at, int64_t n, float *dst, ct_err *err) {
+    check_range(s, "ct_swap_read", k, at, n);
+    if (n == 0) return CT_OK;
+    int rc = ct_aio_check_file(&s->file[k], err);
+    return rc ? rc : range_io(s, k, at * (int64_t)sizeof(float), (at + n) * (int64_t)sizeof(float), (char *)dst, NULL, err);
+}
+
+int ct_swap_write(ct_swap *s, int k, int64_t at, int64_t n, const float *src, ct_err *err) {
+    check_range(s, "ct_swap_write", k, at, n);
+    if (n == 0) return CT_OK;
+    int rc = ct_aio_check_file(&s->file[k], err);
+    return rc ? rc : range_io(s, k, at * (int64_t)sizeof(float), (at + n) * (int64_t)sizeof(float), NULL, (const char *)src, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Whole arrays                                                                                */
 
 static int one_pass(ct_swap *s, ct_swap_mode mode, int k, ct_swap_fill_fn fill, ct_swap_drain_fn drain, void *ctx,

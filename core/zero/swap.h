@@ -26,8 +26,11 @@
  * initial state, a resume from a checkpoint). A pass may cover a subset of the arrays (mask bit k:
  * array k; the others' pointers are NULL), e.g. one tensor at a time for a checkpoint file.
  *
+ * Between passes, ct_swap_read and ct_swap_write reach any range of an array (a checkpoint's
+ * tensors, in the order its files hold them).
+ *
  * The files are scratch: they hold the state between steps of one process, never across runs.
- * A checkpoint holds the state (written from a CT_SWAP_READ pass, read back with CT_SWAP_FILL);
+ * A checkpoint holds the state (saved with ct_swap_read, loaded with ct_swap_write or a FILL pass);
  * docs/distributed.md, "NVMe offload", says what the trainer calls where. */
 #ifndef CT_ZERO_SWAP_H
 #define CT_ZERO_SWAP_H
@@ -107,6 +110,15 @@ int ct_swap_release(ct_swap *s, ct_swap_chunk *c, ct_err *err);
 /* Wait for every write of the pass. After it returned CT_OK, the files hold what the pass wrote.
  * Ends a pass that stopped early too (the chunks not reached are unchanged). */
 int ct_swap_end(ct_swap *s, ct_err *err);
+
+/* Elements [at, at + n) of array k, outside a pass, in any order and of any length (a checkpoint
+ * reads and writes the arrays tensor by tensor, in its files' order, not the arrays'). They go
+ * through the swap's own buffers (idle between passes: no host memory of their own), a buffer's
+ * worth at a time; a write that starts or ends inside a block reads that block first, so the
+ * elements around the range keep their values. CT_ERR_RUNTIME naming the file, the operation and
+ * the offset. */
+int ct_swap_read(ct_swap *s, int k, int64_t at, int64_t n, float *dst, ct_err *err);
+int ct_swap_write(ct_swap *s, int k, int64_t at, int64_t n, const float *src, ct_err *err);
 
 /* Whole-array helpers over passes (bounded memory: the swap's own buffers). fill(ctx, k, lo, n,
  * dst) writes elements [lo, lo + n) of array k; drain(ctx, k, lo, n, src) takes them. Each runs

@@ -1,5 +1,5 @@
 /* grad_buckets.c: stage 0-1's gradient buckets, reduced during or after backward (grad_buckets.h). */
-#include "core/train/grad_buckets.h"
+#include "core/zero/grad_buckets.h"
 
 #include <stdlib.h>
 

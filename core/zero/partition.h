@@ -60,8 +60,8 @@
  * order): a rank short of micro-batches walks with ct_step_io.hooks_only. The prefetch decisions
  * depend only on that walk and the config, so every rank starts the same gathers in the same
  * order. */
-#ifndef CT_TRAIN_PARTITION_H
-#define CT_TRAIN_PARTITION_H
+#ifndef CT_ZERO_PARTITION_H
+#define CT_ZERO_PARTITION_H
 
 #include "core/dist/comm.h"
 #include "core/graph/graph.h"

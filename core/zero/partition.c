@@ -1,6 +1,6 @@
 /* partition.c: ZeRO stages 2 and 3 around every layer: stage 3's parameter gathers, both stages'
  * gradient reduce-scatters (partition.h). */
-#include "core/train/partition.h"
+#include "core/zero/partition.h"
 
 #include <stdlib.h>
 

@@ -13,8 +13,8 @@
  * rank holds the summed gradients (before the norm, the overflow check and the update). With
  * gradient accumulation only the last micro-batch's backward reduces: the earlier ones only add
  * into the gradients. */
-#ifndef CT_TRAIN_GRAD_BUCKETS_H
-#define CT_TRAIN_GRAD_BUCKETS_H
+#ifndef CT_ZERO_GRAD_BUCKETS_H
+#define CT_ZERO_GRAD_BUCKETS_H
 
 #include "core/dist/comm.h"
 #include "core/graph/graph.h"
