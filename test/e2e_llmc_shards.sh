@@ -10,6 +10,8 @@
 #    for bit the 2-rank run's on the one file;
 #  - a resume after a shard's tokens changed (same size): --strict-resume refuses, exit 3, as the
 #    fingerprint covers every shard;
+#  - a token id past the model's embedding in the last shard: exit 3 naming that shard, the token
+#    and its byte offset there;
 #  - a glob that matches nothing: exit 3 naming the pattern; a bad header in the middle shard:
 #    exit 3 naming the shard and the byte.
 # Usage: sh test/e2e_llmc_shards.sh BUILD_DIR
@@ -99,6 +101,24 @@ PYEOF
 run part2 '"shards/train_*.bin"' --resume auto --strict-resume
 eq "--strict-resume after a shard changed: exit" "$rc" 3
 has part2.err "train_\*.bin (3 files)) changed since .*content differs" "the error says the shards' content changed"
+
+# an id past the model's embedding (the loader's check): the error names the shard and the offset
+mkdir ids
+"$PY" - ids <<'PYEOF'
+import struct, sys
+for k, n in enumerate((100, 60, 120)):
+    tokens = [(7 * i + k) % 90 for i in range(n)]
+    if k == 2:
+        tokens[10] = 150                    # stream token 170: record 10, position 10 at seq_len 16
+    body = struct.pack("<%dH" % n, *tokens)
+    open("%s/train_%06d.bin" % (sys.argv[1], k), "wb").write(struct.pack("<3i", 20240520, 1, n) + bytes(1012) + body)
+PYEOF
+sed 's/"vocab": 256, "dim": 16/"vocab": 100, "dim": 16/' base.json >ids.json
+"$B" --config ids.json --set train.run_dir=\""$T/ids"\" --set data.train.path='"ids/train_*.bin"' --set data.train.vocab=256 \
+    --set data.shuffle=false >ids.out 2>ids.err
+eq "an id past the embedding in the last shard: exit" "$?" 3
+has ids.err "record 10, position 10 (.*ids/train_000002.bin, token 10, byte offset 1044): token id 150 is outside" \
+    "the error names the shard, the token and its byte offset"
 
 # errors: an empty glob, a bad header in the middle shard
 run empty '"shards/train_*.tok"'

@@ -121,6 +121,16 @@ static const tok_file *file_of(const tok_impl *im, uint64_t g) {
     return &im->files[lo];
 }
 
+/* ds->where, for an entry of several files: the file, and the token's index and byte offset in it. */
+static void tok_where(const ct_dataset *ds, int64_t i, int64_t pos, char *out, size_t n) {
+    const tok_impl *im = ds->impl;
+    uint64_t g = (uint64_t)i * (uint64_t)im->seq_len + (uint64_t)pos;
+    const tok_file *f = file_of(im, g);
+    uint64_t j = g - f->start;
+    snprintf(out, n, "%s, token %llu, byte offset %llu", f->path, (unsigned long long)j,
+             (unsigned long long)(f->data_off + j * (uint64_t)f->width));
+}
+
 static int tok_decode(const ct_dataset *ds, int64_t i, void *input, void *target, ct_err *err) {
     const tok_impl *im = ds->impl;
     if (i < 0 || i >= ds->count)
@@ -359,6 +369,7 @@ int ct_tokens_open(const ct_config *cfg, const cJSON *entry, const char *path, c
         return rc;
     }
     if (limit && limit < ds->count) ds->count = limit;
+    if (im->paths.n > 1) ds->where = tok_where;   /* one file: its name and the record say where */
     ds->sample_shape = (ct_shape){.ndim = 1, .d = {seq_len}};
     ds->sample_dtype = CT_I32;
     ds->target_shape = ds->sample_shape;
