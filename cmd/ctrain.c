@@ -36,6 +36,7 @@ static const char USAGE[] =
     "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
     "       ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--tokens N]\n"
     "                   [--temperature T] [--top-k K] [--seed S] [--config FILE] [--device DEV]\n"
+    "                   [--no-kv-cache]\n"
     "       ctrain plot RUN_DIR... [--out FILE.png] [--size WxH]\n"
     "       ctrain compare RUN_DIR... [--plot FILE.png] [--size WxH]\n"
     "\n"
