@@ -1364,6 +1364,16 @@ START_TEST(config_check_summary) {
                               "process has nothing to partition"), "%s", buf);
     ck_assert_msg(!strstr(buf, "zero       stage 2 over"), "%s", buf); /* not printed as if active */
     ct_warnings_free(&w);
+    /* stage 3 over ranks partitions too (it was printed as "not used yet" before it ran) */
+    path = write_file("c3.json", "{\"train_batch_size\": 64, \"zero_optimization\": {\"stage\": 3}}");
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf, "w");
+    ck_assert_int_eq(ct_config_check(path, 2, f, &w, &e), CT_OK);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "zero       stage 3 over 2 ranks: fp32 master and optimizer state split 2 ways, "
+                              "gradients reduce-scattered, parameters gathered layer by layer"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "not used yet"), "%s", buf);
+    ct_warnings_free(&w);
     /* nothing switched on: no heading */
     path = write_file("c.json", "{\"train_batch_size\": 64}");
     memset(buf, 0, sizeof buf);
