@@ -76,7 +76,8 @@ endif
 TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps deps-debian deps-test run test check tests test-cuda gpu-check install uninstall clean bundle bench-kernels \
+.PHONY: all deps deps-bench deps-debian deps-test run test check tests test-cuda gpu-check install uninstall clean bundle \
+        bench-kernels \
         check-deps check-deps-test data-text
 all: $(BUILD)/ctrain $(CUDA_LIB) $(MPI_LIB)
 
@@ -194,6 +195,14 @@ deps-debian:
 
 deps-test: check-deps
 	@sh datasets/venv.sh --log $(BUILD)/venv.log $(VENV) $(TEST_REQS)
+
+# deps-bench (opt-in; nothing else runs it): PyTorch 2.x in its own environment $(BENCH_VENV)
+# (git-ignored, about 5 GB: PyPI's torch is the CUDA build), for bench/bench_lm.py's comparison on the
+# CPU (--torch-python .venv-bench/bin/python); pinned in datasets/requirements-bench.txt.
+BENCH_VENV  ?= .venv-bench
+BENCH_REQS  := datasets/requirements-bench.txt
+deps-bench: check-deps
+	@sh datasets/venv.sh --log $(BUILD)/venv-bench.log $(BENCH_VENV) $(BENCH_REQS)
 
 check-deps:
 	@sh datasets/deps.sh --check $(DEB_PKGS) >/dev/null 2>&1 || $(MAKE) --no-print-directory deps-debian

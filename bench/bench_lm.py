@@ -13,10 +13,21 @@ no eval) for --warmup + --steps steps and time the last --steps. PyTorch runs in
 per thread setting (torch threads 1 and 2) and its fastest is the baseline; ctrain runs with 1
 and 2 threads (train.threads). One JSON line per measurement, then one with the ratio
 ctrain / PyTorch of the best tokens/s (the transformer issue's target: >= 1.0).
+
+On a shared, loaded machine: --torch-python runs the PyTorch side on another interpreter (the
+PyTorch 2.6 of `make deps-bench`: .venv-bench/bin/python), --attn sdpa gives it
+F.scaled_dot_product_attention (PyTorch 2's fused CPU attention) instead of the explicit masked
+softmax, and --rounds R interleaves R rounds of (PyTorch, ctrain) per thread setting so that a
+change of load hits both. Every line then carries the CPU seconds of the timed steps (all threads:
+PyTorch's process time over its timed loop; ctrain's children's rusage, differenced as its wall
+time is) and the load average before and after, and the last line gives both ratios, of wall
+tokens/s and of tokens per CPU second (the median over rounds of each side's best).
 """
 import argparse
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +40,16 @@ DATA = "datasets/text/train.bin"
 CONFIGS = {"gpt": "configs/tiny_lm.json", "llama": "configs/llama_tiny.json"}
 
 
-def torch_child(model_name, threads, steps, warmup):
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def load():
+    return round(os.getloadavg()[0], 2)
+
+
+def torch_child(model_name, threads, steps, warmup, attn):
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -40,16 +60,16 @@ def torch_child(model_name, threads, steps, warmup):
     raw = np.fromfile(DATA, dtype=np.uint16, offset=32)  # ctrain token file: 32-byte header, uint16
 
     if model_name == "llama":
-        model = build_llama(C, L, H, 2, 400, V, T, 10000.0, 1e-5, flash=False)
+        model = build_llama(C, L, H, 2, 400, V, T, 10000.0, 1e-5, flash=attn == "sdpa")
     else:
-        model = build_gpt(C, L, H, V, T, flash=False)
+        model = build_gpt(C, L, H, V, T, flash=attn == "sdpa")
     opt = adamw_gpt(model, 2e-3)
     rng = np.random.default_rng(0)
     n_win = (len(raw) - 1) // T
-    t0 = None
+    t0 = c0 = None
     for step in range(warmup + steps):
         if step == warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         w = rng.integers(0, n_win, B) * T
         batch = torch.from_numpy(np.stack([raw[i:i + T + 1] for i in w]).astype(np.int64))
         logits = model(batch[:, :-1])
@@ -58,10 +78,11 @@ def torch_child(model_name, threads, steps, warmup):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    dt = time.perf_counter() - t0
-    print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "model": model_name, "threads": threads,
-                      "steps": steps, "s_per_step": dt / steps,
-                      "tokens_per_s": steps * B * T / dt, "loss": float(loss)}))
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"impl": "pytorch", "torch": torch.__version__, "attn": attn, "model": model_name,
+                      "threads": threads, "steps": steps, "s_per_step": dt / steps,
+                      "tokens_per_s": steps * B * T / dt, "cpu_s": cpu, "tokens_per_cpu_s": steps * B * T / cpu,
+                      "loss": float(loss)}))
 
 
 def run_ctrain(model_name, build, threads, steps, warmup):
@@ -69,21 +90,37 @@ def run_ctrain(model_name, build, threads, steps, warmup):
         summary = os.path.join(tmp, "s.json")
 
         def one(n):
+            c0 = children_cpu()
             cmd = [os.path.join(build, "ctrain"), "--quiet", "--config", CONFIGS[model_name],
                    "--set", "train.max_steps=%d" % n, "--set", "train.threads=%d" % threads,
                    "--set", "data.eval=null", "--set", 'train.run_dir="%s/run%d"' % (tmp, n),
                    "--set", "train.device=\"cpu\"", "--summary", summary]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             with open(summary) as f:
-                return json.load(f)
+                s = json.load(f)
+            s["cpu_s"] = children_cpu() - c0
+            return s
 
         # the difference of two runs cancels set-up, the first steps and the final save
+        l0 = load()
         a, b = one(warmup), one(warmup + steps)
-        dt = b["wall_s"] - a["wall_s"]
-        print(json.dumps({"impl": "ctrain", "model": model_name, "threads": threads, "steps": steps,
-                          "s_per_step": dt / steps,
-                          "tokens_per_s": steps * B * T / dt, "loss": b["train_loss"]}))
-        return steps * B * T / dt
+        dt, cpu = b["wall_s"] - a["wall_s"], b["cpu_s"] - a["cpu_s"]
+        line = {"impl": "ctrain", "model": model_name, "threads": threads, "steps": steps, "s_per_step": dt / steps,
+                "tokens_per_s": steps * B * T / dt, "cpu_s": cpu, "tokens_per_cpu_s": steps * B * T / cpu,
+                "loss": b["train_loss"], "load": [l0, load()]}
+        print(json.dumps(line), flush=True)
+        return line
+
+
+def run_torch(a, threads):
+    l0 = load()
+    out = subprocess.run([a.torch_python, __file__, "--child", str(threads), "--steps", str(a.steps),
+                          "--warmup", str(a.warmup), "--model", a.model, "--attn", a.attn], check=True,
+                         capture_output=True, text=True).stdout
+    line = json.loads(out)
+    line["load"] = [l0, load()]
+    print(json.dumps(line), flush=True)
+    return line
 
 
 def main():
@@ -93,22 +130,27 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--child", type=int, default=0)
     ap.add_argument("--model", choices=sorted(CONFIGS), default="gpt")
+    ap.add_argument("--torch-python", default=sys.executable)
+    ap.add_argument("--attn", choices=("masked", "sdpa"), default="masked")
+    ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     if a.child:
-        torch_child(a.model, a.child, a.steps, a.warmup)
+        torch_child(a.model, a.child, a.steps, a.warmup, a.attn)
         return
     if not os.path.exists(DATA):
         sys.exit("bench_lm: %s is missing: run `make data-text` first" % DATA)
-    best_torch = 0.0
-    for threads in (1, 2):
-        out = subprocess.run([sys.executable, __file__, "--child", str(threads), "--steps", str(a.steps),
-                              "--warmup", str(a.warmup), "--model", a.model], check=True, capture_output=True,
-                             text=True).stdout
-        print(out.strip())
-        best_torch = max(best_torch, json.loads(out)["tokens_per_s"])
-    best_ct = max(run_ctrain(a.model, a.build, t, a.steps, a.warmup) for t in (1, 2))
-    print(json.dumps({"ratio_tokens_per_s": best_ct / best_torch, "ctrain": best_ct, "pytorch": best_torch,
-                      "target": 1.0}))
+    best = {"pytorch": [], "ctrain": []}   # per round: each side's best (tokens/s, tokens per CPU s)
+    for _ in range(a.rounds):
+        lines = {"pytorch": [], "ctrain": []}
+        for threads in (1, 2):
+            lines["pytorch"].append(run_torch(a, threads))
+            lines["ctrain"].append(run_ctrain(a.model, a.build, threads, a.steps, a.warmup))
+        for side, ls in lines.items():
+            best[side].append((max(x["tokens_per_s"] for x in ls), max(x["tokens_per_cpu_s"] for x in ls)))
+    med = {side: [statistics.median(r[i] for r in rs) for i in (0, 1)] for side, rs in best.items()}
+    print(json.dumps({"ratio_tokens_per_s": med["ctrain"][0] / med["pytorch"][0],
+                      "ratio_tokens_per_cpu_s": med["ctrain"][1] / med["pytorch"][1],
+                      "ctrain": med["ctrain"], "pytorch": med["pytorch"], "rounds": a.rounds, "target": 1.0}))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "core/ckpt/ckpt.h"
 #include "core/config/config.h"
 #include "core/device/device.h"
+#include "core/report/report.h"
 #include "core/train/generate.h"
 #include "core/util/fs.h"
 
@@ -20,13 +21,14 @@
 
 const char ct_generate_usage[] =
     "usage: ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--config FILE] "
-    "[--tokens N] [--temperature T] [--top-k K] [--seed S] [--device DEV]";
+    "[--tokens N] [--temperature T] [--top-k K] [--seed S] [--device DEV] [--no-kv-cache]";
 
 typedef struct gen_args {
     const char *checkpoint, *config, *prompt, *prompt_ids, *device;
     long tokens, top_k;
     double temperature;
     unsigned long long seed;
+    bool no_cache;
 } gen_args;
 
 static int bad_value(const char *opt, const char *v, const char *want, ct_err *err) {
@@ -44,6 +46,7 @@ static int gen_parse(int argc, char **argv, gen_args *a, ct_err *err) {
         else if ((v = ct_cli_option_value(argc, argv, &i, "--prompt"))) a->prompt = v;
         else if ((v = ct_cli_option_value(argc, argv, &i, "--prompt-ids"))) a->prompt_ids = v;
         else if ((v = ct_cli_option_value(argc, argv, &i, "--device"))) a->device = v;
+        else if (!strcmp(argv[i], "--no-kv-cache")) a->no_cache = true;
         else if ((v = ct_cli_option_value(argc, argv, &i, "--tokens"))) {
             a->tokens = strtol(v, &end, 10);
             if (!*v || *end || errno || a->tokens < 1 || a->tokens > 1000000)
@@ -123,6 +126,29 @@ static int load_config(const gen_args *a, const char *dir, ct_config **cfg, ct_e
     return rc;
 }
 
+/* The key/value cache, and what the start line says of it: its size, or why there is none. */
+static int cache_on(ct_lm *m, const ct_config *cfg, char *line, size_t n, ct_err *err) {
+    char why[160];
+    int rc = ct_lm_cache(m, cfg, why, sizeof why, err);
+    if (rc) return rc;
+    if (!ct_lm_cached(m)) {
+        snprintf(line, n, "no kv cache: the model %s", why);
+        return CT_OK;
+    }
+    char size[32];
+    snprintf(line, n, "kv cache %s", ct_fmt_bytes((double)ct_lm_cache_bytes(m), size, sizeof size));
+    return CT_OK;
+}
+
+/* The closing line: tokens per second, and how many tokens the cache answered. */
+static void report_speed(const ct_lm *m, long tokens, double secs) {
+    int64_t decoded, windows;
+    ct_lm_counts(m, &decoded, &windows);
+    fprintf(stderr, "generated %ld tokens in %.2f s (%.1f tokens/s): %lld from the kv cache, %lld by a "
+            "forward from position 0\n", tokens, secs, secs > 0 ? (double)tokens / secs : 0.0, (long long)decoded,
+            (long long)windows);
+}
+
 static void emit(const int32_t *ids, int64_t n, bool bytes, bool first) {
     for (int64_t i = 0; i < n; i++) {
         if (bytes) putchar(ids[i] ? ids[i] : ' ');   /* never a NUL in text output */
@@ -148,6 +174,8 @@ int ct_generate_main(int argc, char **argv, ct_err *err) {
     if (!rc) rc = ct_lm_open(cfg, dir, &m, &warn, err);
     for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
     ct_warnings_free(&warn);
+    char cache[200] = "no kv cache (--no-kv-cache)";
+    if (!rc && !a.no_cache) rc = cache_on(m, cfg, cache, sizeof cache, err);
     int32_t *ids = NULL;
     int64_t n = 0;
     if (!rc) rc = prompt_ids(&a, ct_lm_classes(m), &ids, &n, a.tokens, err);
@@ -158,12 +186,13 @@ int ct_generate_main(int argc, char **argv, ct_err *err) {
         if (n > T)
             fprintf(stderr, "ctrain: note: the prompt has %lld tokens; the model sees the last %lld (its context)\n",
                     (long long)n, (long long)T);
-        fprintf(stderr, "generate: %s · %s · %ld tokens · temperature %g · top-k %ld · seed %llu\n", dir,
-                ct_lm_device(m), a.tokens, a.temperature, a.top_k, a.seed);
+        fprintf(stderr, "generate: %s · %s · %s · %ld tokens · temperature %g · top-k %ld · seed %llu\n", dir,
+                ct_lm_device(m), cache, a.tokens, a.temperature, a.top_k, a.seed);
         emit(ids, n, bytes, true);
         float *logits = ct_xmalloc(sizeof(float) * (size_t)classes);
         ct_rng rng;
         ct_rng_init(&rng, a.seed, CT_RNG_SAMPLE, 0);
+        double t0 = ct_now();
         for (long t = 0; t < a.tokens && !rc; t++) {
             rc = ct_lm_next_logits(m, ids, n, logits, err);
             if (rc) break;
@@ -173,6 +202,7 @@ int ct_generate_main(int argc, char **argv, ct_err *err) {
         }
         putchar('\n');
         fflush(stdout);
+        if (!rc) report_speed(m, a.tokens, ct_now() - t0);
         free(logits);
     }
     free(ids);

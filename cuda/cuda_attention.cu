@@ -430,10 +430,108 @@ static void cu_attn_backward(ct_backend *be, void *dqkv, const void *dy, const v
     ct_cuda_scratch_free(be, dsum);
 }
 
+/* ---- attention over a key/value cache (kv_attention_forward: generation) ----
+ * k_kv_store: one thread per element of the new tokens' k and v, copied into the caches
+ * K, V [B, KV, cap, D] at rows pos0 + t (from query head g H/KV of qkv, as stored).
+ * k_kv_attend: one CTA of KV_THREADS per (token, query head), over its keys 0 .. pos0 + t in
+ * chunks of KV_CHUNK: thread j of the chunk computes score j (a dot product over d in order), the
+ * chunk's maximum rescales the running sum and output (online softmax), thread 0 adds the chunk's
+ * exponentials in key order, and thread d < D accumulates its output dim over the chunk's keys in
+ * key order. Every sum has a fixed order; no atomics. Decoding reads each cached row once per
+ * query head: memory-bound on the cache, which is small next to the weights a token reads. */
+#define KV_THREADS 128
+#define KV_CHUNK 256
+
+template <typename E>
+__global__ void k_kv_store(E *K, E *V, const E *qkv, int64_t T, int64_t pos0, int64_t cap, int H, int KV, int D,
+                           int64_t n) {
+    GRID_STRIDE(e, n) {
+        int64_t d = e % D, r = e / D, g = r % KV, bt = r / KV, b = bt / T, t = bt % T;
+        const E *src = qkv + bt * 3 * H * D + g * (H / KV) * D + d;
+        int64_t at = ((b * KV + g) * cap + pos0 + t) * D + d;
+        K[at] = src[(int64_t)H * D];
+        V[at] = src[2 * (int64_t)H * D];
+    }
+}
+
+template <typename E>
+__global__ void k_kv_attend(E *y, const E *qkv, const E *K, const E *V, int64_t T, int64_t pos0, int64_t cap, int H,
+                            int KV, int D, float scale) {
+    __shared__ float q[ATT_DMAX];
+    __shared__ float s[KV_CHUNK];
+    __shared__ float wmax[KV_THREADS / 32];
+    __shared__ float total;
+    int64_t row = blockIdx.x, bt = row / H, b = bt / T, t = bt % T;
+    int h = (int)(row % H), g = h / (H / KV);
+    int64_t L = pos0 + t + 1;
+    const E *qr = qkv + bt * 3 * H * D + (int64_t)h * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) q[d] = ct_ld(qr[d]);
+    if (threadIdx.x == 0) total = 0.0f;
+    __syncthreads();
+    const E *Kh = K + (b * KV + g) * cap * D, *Vh = V + (b * KV + g) * cap * D;
+    float m = -INFINITY, acc = 0.0f;
+    for (int64_t j0 = 0; j0 < L; j0 += KV_CHUNK) {
+        int n = (int)(L - j0 < KV_CHUNK ? L - j0 : KV_CHUNK);
+        float cm = -INFINITY;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const E *kr = Kh + (j0 + j) * D;
+            float dot = 0.0f;
+            for (int d = 0; d < D; d++) dot = fmaf(q[d], ct_ld(kr[d]), dot);
+            s[j] = dot * scale;
+            cm = fmaxf(cm, s[j]);
+        }
+        for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = cm;
+        __syncthreads();
+        for (int w = 0; w < KV_THREADS / 32; w++) cm = fmaxf(cm, wmax[w]);
+        float mn = fmaxf(m, cm), corr = expf(m - mn);
+        for (int j = threadIdx.x; j < n; j += blockDim.x) s[j] = expf(s[j] - mn);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float c = 0.0f;
+            for (int j = 0; j < n; j++) c += s[j];
+            total = total * corr + c;
+        }
+        if (threadIdx.x < D) {
+            float a = acc * corr;
+            for (int j = 0; j < n; j++) a = fmaf(s[j], ct_ld(Vh[(j0 + j) * D + threadIdx.x]), a);
+            acc = a;
+        }
+        m = mn;
+        __syncthreads();
+    }
+    if (threadIdx.x < D) y[row * D + threadIdx.x] = ct_st<E>(acc / total);
+}
+
+static void cu_kv_attention_forward(ct_backend *be, void *y, void *kv, const void *qkv, int64_t B, int64_t T,
+                                    int64_t pos0, int64_t cap, int64_t H, int64_t KV, int64_t D, ct_dtype dt) {
+    CT_CUDA_REQUIRE(B >= 0 && T >= 0 && H >= 0 && D >= 0, "kv attention: negative size");
+    if (B == 0 || T == 0 || H == 0) return;
+    CT_CUDA_REQUIRE(D >= 1 && D <= ATT_DMAX, "kv attention: head dim must be 1 .. 128");
+    CT_CUDA_REQUIRE(KV >= 1 && H % KV == 0, "kv attention: kv heads must divide heads");
+    CT_CUDA_REQUIRE(pos0 >= 0 && pos0 + T <= cap, "kv attention: the tokens must fit the cache");
+    CT_CUDA_REQUIRE(B * T * H <= INT32_MAX, "kv attention: more than 2^31 query rows");
+    cudaStream_t st = ct_cuda_stream(be);
+    int64_t n = B * T * KV * D;
+    float scale = (float)(1.0 / sqrt((double)D));
+    CT_DT_DISPATCH(dt, E, {
+        E *K = (E *)kv, *V = K + B * KV * cap * D;
+        k_kv_store<E><<<ct_cuda_grid(be, n, CT_CUDA_THREADS), CT_CUDA_THREADS, 0, st>>>(
+            K, V, (const E *)qkv, T, pos0, cap, (int)H, (int)KV, (int)D, n);
+        CT_CUDA_LAUNCH_CHECK();
+        if (y) {
+            k_kv_attend<E><<<(unsigned)(B * T * H), KV_THREADS, 0, st>>>((E *)y, (const E *)qkv, K, V, T, pos0, cap,
+                                                                          (int)H, (int)KV, (int)D, scale);
+            CT_CUDA_LAUNCH_CHECK();
+        }
+    });
+}
+
 void ct_cuda_attn_install(ct_backend *be) {
     const char *env = getenv("CTRAIN_CUDA_ATTENTION");
     ct_cuda_of(be)->attn_path = env && strcmp(env, "reference") == 0 ? ATTN_REFERENCE : ATTN_AUTO;
     ct_cuda_attn_mma_init();
     be->attn.causal_attention_forward = cu_attn_forward;
     be->attn.causal_attention_backward = cu_attn_backward;
+    be->attn.kv_attention_forward = cu_kv_attention_forward;
 }

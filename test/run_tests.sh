@@ -12,7 +12,7 @@ BUILD=${1:-build}
 MODE=${2:-cpu}
 # the end-to-end scripts of `make check`: a few seconds each on the 2-core machine (the others
 # train for tens of seconds: e2e_amp, e2e_bitwise, e2e_dist, e2e_tiny_lm, ...)
-QUICK="e2e_cli e2e_curriculum e2e_fit e2e_generate e2e_limits e2e_plot e2e_profile e2e_text e2e_token_vocab e2e_webdataset"
+QUICK="e2e_cli e2e_curriculum e2e_fit e2e_generate e2e_limits e2e_llmc_shards e2e_plot e2e_profile e2e_text e2e_token_vocab e2e_webdataset"
 # Check's default of 4 s a test case is a hang detector, not a speed test: on a machine shared with
 # other builds a fast case (test_rng's moments) has run past it. 30 s still ends a hung case.
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-30}

@@ -409,15 +409,15 @@ START_TEST(null_means_not_set) {
 END_TEST
 
 START_TEST(unused_keys_listed_once) {
-    loaded l = load("{\"train_batch_size\": 8, \"comms_logger\": {\"enabled\": false}, \"sparse_attention\": "
-                    "{\"mode\": \"fixed\"}, \"aio\": {\"block_size\": 1048576}, \"zero_optimization\": "
+    loaded l = load("{\"train_batch_size\": 8, \"comms_logger\": {\"enabled\": false}, \"nebula\": "
+                    "{\"enabled\": false}, \"aio\": {\"block_size\": 1048576}, \"zero_optimization\": "
                     "{\"round_robin_gradients\": true}}", 1);
     assert_ok(l);
     int n = 0;
     for (int i = 0; i < l.warn.n; i++)
         if (strstr(l.warn.items[i], "keys read but not used by ctrain: ")) {
             n++;
-            ck_assert(strstr(l.warn.items[i], "comms_logger") && strstr(l.warn.items[i], "sparse_attention") &&
+            ck_assert(strstr(l.warn.items[i], "comms_logger") && strstr(l.warn.items[i], "nebula") &&
                       strstr(l.warn.items[i], "aio") &&
                       strstr(l.warn.items[i], "zero_optimization.round_robin_gradients"));
         }
@@ -1102,6 +1102,10 @@ static const not_yet_case not_yet_cases[] = {
      "compile"},
     {TB8 "\"compile\": {\"enabled\": true, \"backend\": \"inductor\", \"kwargs\": {}}}", 1, "compile",
      "training is the same without it", "compile"},
+    /* DeepSpeed's engine does not read it (the model's own layers do): a line, not the generic list */
+    {TB8 "\"sparse_attention\": {\"mode\": \"fixed\", \"block\": 16}}", 1, "sparse_attention",
+     "sparse_attention: accepted, not used yet: this version trains without block-sparse attention",
+     "sparse_attention"},
 };
 
 /* The one "keys read but not used" warning, or "" when there is none. */
@@ -1110,6 +1114,65 @@ static const char *unused_warning(const loaded *l) {
         if (strstr(l->warn.items[i], "keys read but not used by ctrain: ")) return l->warn.items[i];
     return "";
 }
+
+/* ZeRO++ (stage 3's quantized and hierarchical communication): a line for each key switched on at
+ * stage 3 with several ranks, in the file or by an override, pydantic's lax forms included; none
+ * below stage 3 or in one process (the generic warning, or the stage line, speaks for them). */
+START_TEST(not_yet_zeropp) {
+    static const char *const on =
+        "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true, "
+        "\"zero_quantized_nontrainable_weights\": \"yes\", \"zero_quantized_gradients\": 1, "
+        "\"zero_hpz_partition_size\": 8, \"round_robin_gradients\": true}}";
+    loaded l = load(on, 2);
+    assert_ok(l);
+    static const char *const paths[] = {
+        "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_nontrainable_weights",
+        "zero_optimization.zero_quantized_gradients", "zero_optimization.zero_hpz_partition_size"};
+    ct_not_yet ny[CT_NOT_YET_MAX];
+    int n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
+    ck_assert_int_eq(n, CT_ARRAY_LEN(paths));
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(ny[i].path, paths[i]);
+        ck_assert_msg(strstr(ny[i].text, ": accepted, not used yet: this version trains without ZeRO++"), "%s",
+                      ny[i].text);
+        ck_assert_msg(strstr(unused_warning(&l), paths[i]) == NULL, "said twice: %s", unused_warning(&l));
+    }
+    ck_assert_msg(strstr(ny[3].text, "zero_hpz_partition_size 8: ") && strstr(ny[3].text, "among 8 ranks"), "%s",
+                  ny[3].text);
+    /* the key nothing speaks for stays in the generic warning */
+    ck_assert_msg(strstr(unused_warning(&l), "zero_optimization.round_robin_gradients"), "%s", unused_warning(&l));
+    unload(&l);
+
+    /* switched on by an override only */
+    const char *ov[] = {"zero_optimization.zero_quantized_gradients=true"};
+    l = load_opts("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3}}", 2, ov, 1, false, false);
+    assert_ok(l);
+    n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(ny[0].path, "zero_optimization.zero_quantized_gradients");
+    unload(&l);
+
+    /* off, or an hpZ group of 1 (DeepSpeed's default), or below stage 3, or one process: no ZeRO++ line */
+    static const struct {
+        const char *text;
+        int world;
+    } quiet[] = {
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": false, "
+         "\"zero_quantized_gradients\": \"off\", \"zero_hpz_partition_size\": 1}}", 2},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}", 2},
+        {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}}", 1},
+    };
+    for (int i = 0; i < CT_ARRAY_LEN(quiet); i++) {
+        l = load(quiet[i].text, quiet[i].world);
+        assert_ok(l);
+        n = ct_config_not_yet(l.cfg, ny, CT_NOT_YET_MAX);
+        for (int k = 0; k < n; k++)
+            ck_assert_msg(strstr(ny[k].text, "ZeRO++") == NULL, "case %d: %s", i, ny[k].text);
+        unload(&l);
+    }
+}
+END_TEST
+
 
 START_TEST(not_yet_lines) {
     const not_yet_case *c = &not_yet_cases[_i];
@@ -1306,6 +1369,16 @@ START_TEST(config_check_summary) {
                               "process has nothing to partition"), "%s", buf);
     ck_assert_msg(!strstr(buf, "zero       stage 2 over"), "%s", buf); /* not printed as if active */
     ct_warnings_free(&w);
+    /* stage 3 over ranks partitions too (it was printed as "not used yet" before it ran) */
+    path = write_file("c3.json", "{\"train_batch_size\": 64, \"zero_optimization\": {\"stage\": 3}}");
+    memset(buf, 0, sizeof buf);
+    f = fmemopen(buf, sizeof buf, "w");
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 2}, f, &w, &e), CT_OK);
+    fclose(f);
+    ck_assert_msg(strstr(buf, "zero       stage 3 over 2 ranks: fp32 master and optimizer state split 2 ways, "
+                              "gradients reduce-scattered, parameters gathered layer by layer"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "not used yet"), "%s", buf);
+    ct_warnings_free(&w);
     /* nothing switched on: no heading */
     path = write_file("c.json", "{\"train_batch_size\": 64}");
     memset(buf, 0, sizeof buf);
@@ -1414,6 +1487,7 @@ int main(void) {
     tcase_add_loop_test(tc, config_errors, 0, CT_ARRAY_LEN(err_cases));
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));
     tcase_add_test(tc, not_yet_only_when_on);
+    tcase_add_test(tc, not_yet_zeropp);
     tcase_add_test(tc, not_yet_all_and_max);
     tcase_add_test(tc, other_kinds_off_accepted);
     tcase_add_test(tc, config_check_summary);

@@ -1009,6 +1009,149 @@ START_TEST(test_tokens_llmc_vocab_vs_model) {
 }
 END_TEST
 
+/* Three llm.c shards written out of order (token counts 37, 0 and 50, random tokens) and a file the
+ * glob must not take; shard k's tokens into all[] at its place in name order. Returns the total. */
+static int write_three_shards(const char *dir, uint16_t *all) {
+    static const int counts[3] = {37, 0, 50};
+    int total = 0;
+    for (int k = 2; k >= 0; k--) {   /* newest first: the order on disk must not matter */
+        char f[400];
+        snprintf(f, sizeof f, "%s/fineweb_train_%06d.bin", dir, k);
+        int at = k == 0 ? 0 : k == 1 ? counts[0] : counts[0] + counts[1];
+        for (int i = 0; i < counts[k]; i++) all[at + i] = (uint16_t)(rand() % 1000);
+        write_llmc(f, 20240520, 1, counts[k], all + at, (size_t)counts[k]);
+        total += counts[k];
+    }
+    char val[400];
+    snprintf(val, sizeof val, "%s/fineweb_val_000000.bin", dir);
+    write_llmc(val, 20240520, 1, 5, all, 5);
+    return total;
+}
+
+/* Every window of ds equals the stream `all` cut at i x T: across shard boundaries too. */
+static void windows_are(ct_dataset *ds, const uint16_t *all, int total, int T) {
+    ck_assert_int_eq(ds->count, (total - 1) / T);
+    int32_t x[16], y[16];
+    ct_err err = {0};
+    for (int64_t i = 0; i < ds->count; i++) {
+        ck_assert_msg(ds->decode(ds, i, x, y, &err) == CT_OK, "%s", err.msg);
+        for (int t = 0; t < T; t++) {
+            ck_assert_msg(x[t] == all[i * T + t] && y[t] == all[i * T + t + 1], "window %lld, position %d",
+                          (long long)i, t);
+        }
+    }
+}
+
+/* llm.c shards as one dataset: a glob (its matches in name order, whatever order they were
+ * written in), a list (in the list's order), a brace pattern; the windows run across shard
+ * boundaries; the fingerprint covers every shard; a bad header names its shard and the byte; an
+ * empty glob names the pattern; a token outside the vocabulary names its shard and its offset
+ * there; shards of two kinds or two vocabularies are refused. */
+START_TEST(test_tokens_shards) {
+    enum { T = 8 };
+    char dir[300], json[1500], f0[400], f2[400];
+    snprintf(dir, sizeof dir, "%s/fineweb", tmp);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    uint16_t all[100];
+    srand(4321);
+    int total = write_three_shards(dir, all);
+    snprintf(f0, sizeof f0, "%s/fineweb_train_000000.bin", dir);
+    snprintf(f2, sizeof f2, "%s/fineweb_train_000002.bin", dir);
+    ct_dataset *ds;
+    ct_err err = {0};
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s/fineweb_train_*.bin\", \"seq_len\": %d, "
+             "\"vocab\": 1000}", dir, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    windows_are(ds, all, total, T);
+    ck_assert_msg(strstr(ds->source, "fineweb_train_*.bin (3 files)"), "%s", ds->source);
+    char fp[CT_DATASET_FINGERPRINT], fp2[CT_DATASET_FINGERPRINT], c1[40], c2[40];
+    ck_assert_msg(ct_dataset_fingerprint(ds, fp, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(strstr(fp, "files=3 bytes=") && strstr(fp, "bytes=3246 "), "%s", fp);   /* 3 x 1024 + 2 x 87 */
+    ct_dataset_close(ds);
+    /* the last shard's tokens changed, same size: the content hash changes */
+    uint16_t other[50];
+    for (int i = 0; i < 50; i++) other[i] = (uint16_t)((all[37 + i] + 1) % 1000);
+    write_llmc(f2, 20240520, 1, 50, other, 50);
+    fingerprint_of(json, fp2);
+    ck_assert_str_ne(fp_field(fp, "content", c1, sizeof c1), fp_field(fp2, "content", c2, sizeof c2));
+    write_llmc(f2, 20240520, 1, 50, all + 37, 50);
+    /* a list in its own order: shard 2's tokens, then shard 0's */
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": [\"%s\", \"%s\"], \"seq_len\": %d, "
+             "\"vocab\": 1000}", f2, f0, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    uint16_t swapped[87];
+    memcpy(swapped, all + 37, 50 * sizeof *all);
+    memcpy(swapped + 50, all, 37 * sizeof *all);
+    windows_are(ds, swapped, total, T);
+    ct_dataset_close(ds);
+    /* a brace pattern */
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s/fineweb_train_{000000..000002}.bin\", "
+             "\"seq_len\": %d, \"vocab\": 1000}", dir, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    windows_are(ds, all, total, T);
+    ct_dataset_close(ds);
+    /* a token outside the vocabulary in the last shard: named by its shard and its place there */
+    all[37 + 20] = 1000;
+    write_llmc(f2, 20240520, 1, 50, all + 37, 50);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s/fineweb_train_*.bin\", \"seq_len\": %d, "
+             "\"vocab\": 1000}", dir, T);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    int64_t bad = (37 + 20) / T;
+    ck_assert_int_eq(ds->decode(ds, bad - 1, (int32_t[T]){0}, (int32_t[T]){0}, &err), CT_OK);
+    ck_assert_int_eq(ds->decode(ds, bad, (int32_t[T]){0}, (int32_t[T]){0}, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000002.bin: token 20 (byte offset 1064) is 1000"), "%s", err.msg);
+    ct_dataset_close(ds);
+    /* a bad header in the middle shard: named, with the byte */
+    write_llmc(f2, 20240520, 1, 50, all + 37, 50);
+    char f1[400];
+    snprintf(f1, sizeof f1, "%s/fineweb_train_000001.bin", dir);
+    write_llmc(f1, 20240520, 2, 0, all, 0);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: llm.c version 2 (at byte 4)"), "%s", err.msg);
+    write_llmc(f1, 20240520, 1, 3, all, 2);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: 1028 bytes, but its llm.c header gives 3 tokens (at "
+                         "byte 8"), "%s", err.msg);
+    /* a ctrain token file among llm.c shards */
+    uint32_t few[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0};
+    ck_assert_int_eq(ct_tokens_write(f1, few, 10, 2, 1000, &err), CT_OK);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000001.bin: a ctrain token file, but ") &&
+                  strstr(err.msg, "fineweb_train_000000.bin is an llm.c shard"), "%s", err.msg);
+    /* ctrain token files of two vocabularies */
+    ck_assert_int_eq(ct_tokens_write(f0, few, 10, 2, 1000, &err), CT_OK);
+    ck_assert_int_eq(ct_tokens_write(f2, few, 10, 4, 999, &err), CT_OK);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s/fineweb_train_*.bin\", \"seq_len\": 4}", dir);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "fineweb_train_000002.bin: its header gives a vocabulary of 999, but ") &&
+                  strstr(err.msg, "fineweb_train_000000.bin's gives 1000"), "%s", err.msg);
+    /* ... and of one, widths 2 and 4: one stream */
+    ck_assert_int_eq(ct_tokens_write(f2, few, 10, 4, 1000, &err), CT_OK);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, (30 - 1) / 4);
+    int32_t x4[4], y4[4];
+    ck_assert_int_eq(ds->decode(ds, 6, x4, y4, &err), CT_OK);   /* tokens 24 .. 28: shard 2's 4 .. 8 */
+    ck_assert_int_eq(x4[0], 5);
+    ck_assert_int_eq(y4[3], 9);
+    ct_dataset_close(ds);
+    /* a glob that matches nothing: the pattern named */
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": \"%s/fineweb_tarin_*.bin\", \"seq_len\": 4}", dir);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_DATA);
+    ck_assert_msg(strstr(err.msg, "data.train.path: \"") && strstr(err.msg, "fineweb_tarin_*.bin\" matches no file"),
+                  "%s", err.msg);
+    /* a list whose items are globs, and a bad item */
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": [\"%s/fineweb_train_00000[02].bin\", 3], "
+             "\"seq_len\": 4}", dir);
+    ck_assert_int_eq(open_entry(json, &ds, &err), CT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "data.train.path: expected paths of token files"), "%s", err.msg);
+    snprintf(json, sizeof json, "{\"format\": \"tokens\", \"path\": [\"%s/fineweb_train_00000[02].bin\"], "
+             "\"seq_len\": 4}", dir);
+    ck_assert_msg(open_entry(json, &ds, &err) == CT_OK, "%s", err.msg);
+    ck_assert_int_eq(ds->count, (20 - 1) / 4);
+    ct_dataset_close(ds);
+}
+END_TEST
+
 /* pack --from text with several files and --eval-fraction: train.bin holds the bytes of the files
  * in the order given up to the split, eval.bin the last fraction. */
 START_TEST(test_pack_text_split) {
@@ -2293,6 +2436,7 @@ int main(void) {
     tcase_add_test(tc, test_tokens);
     tcase_add_test(tc, test_tokens_llmc);
     tcase_add_test(tc, test_tokens_llmc_vocab_vs_model);
+    tcase_add_test(tc, test_tokens_shards);
     tcase_add_test(tc, test_pack_text_split);
     tcase_add_test(tc, test_csv);
     tcase_add_test(tc, test_csv_label_named);

@@ -2099,6 +2099,64 @@ static void rope_backward_ref(const op_case *k, double **v) {
     }
 }
 
+/* kv_attention_forward: B T pos0 cap H KV D. One new token at the first position, one after a
+ * cached prefix (grouped heads, multi-query, one head per kv head), several new tokens, a prefill
+ * from position 0 (causal attention alone), caches over 256 rows (the CUDA kernel's chunk) and a
+ * cache filled to its last row; head dims of 1 to 128. Variants: attend (y written), store_only
+ * (y NULL: only the cache rows change). */
+static const int64_t KVATT_SHAPES[][NS] = {
+    {1, 1, 0, 1, 1, 1, 1},   {1, 1, 5, 9, 4, 2, 8},     {2, 3, 4, 8, 4, 1, 16}, {1, 7, 0, 7, 2, 1, 10},
+    {1, 1, 299, 300, 2, 2, 64}, {2, 2, 30, 40, 6, 3, 32}, {1, 1, 10, 16, 4, 4, 128}, {1, 2, 600, 700, 2, 1, 24}};
+static int64_t kvatt_cache_at(const op_case *k, int64_t which, int64_t b, int64_t g, int64_t pos) {
+    return (((which * S(0) + b) * S(5) + g) * S(3) + pos) * S(6);
+}
+/* y, kv, qkv */
+static bool kvatt_setup(op_case *k) {
+    N(0) = k->var == 1 ? 0 : S(0) * S(1) * S(4) * S(6);
+    N(1) = 2 * S(0) * S(5) * S(3) * S(6);
+    N(2) = S(0) * S(1) * 3 * S(4) * S(6);
+    return true;
+}
+static void kvatt_run(ct_backend *be, const op_case *k, void **p) {
+    be->attn.kv_attention_forward(be, p[0], p[1], p[2], S(0), S(1), S(2), S(3), S(4), S(5), S(6), k->dt);
+}
+/* The new rows into the cache (kv head g from query head g H/KV), then each query over rows
+ * 0 .. pos0 + t of its kv head. */
+static void kvatt_ref(const op_case *k, double **v) {
+    int64_t B = S(0), T = S(1), pos0 = S(2), H = S(4), KV = S(5), D = S(6), rep = H / KV;
+    double *kv = v[1], scale = 1 / sqrt((double)D);
+    const double *qkv = v[2];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t g = 0; g < KV; g++)
+                for (int64_t which = 0; which < 2; which++)
+                    for (int64_t d = 0; d < D; d++)
+                        kv[kvatt_cache_at(k, which, b, g, pos0 + t) + d] =
+                            qkv[((b * T + t) * 3 + 1 + which) * H * D + g * rep * D + d];
+    if (!N(0)) return;
+    double *p = malloc(sizeof(double) * (size_t)(pos0 + T));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                int64_t L = pos0 + t + 1, g = h / rep;
+                const double *q = qkv + ((b * T + t) * 3) * H * D + h * D;
+                double m = -INFINITY, l = 0;
+                for (int64_t j = 0; j < L; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += q[d] * kv[kvatt_cache_at(k, 0, b, g, j) + d];
+                    p[j] = dot * scale;
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int64_t j = 0; j < L; j++) l += (p[j] = exp(p[j] - m));
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < L; j++) acc += p[j] / l * kv[kvatt_cache_at(k, 1, b, g, j) + d];
+                    v[0][((b * T + t) * H + h) * D + d] = acc;
+                }
+            }
+    free(p);
+}
+
 /* ======================================================================================== */
 /* ---- the table ---- */
 
@@ -2328,6 +2386,10 @@ static const op_row ROWS[] = {
     {"rope_gqa_backward", D_ALL, SHAPES(ROPE_SHAPES), "B T H KV D theta factor_x10 pos0", NULL,
      {{"dx", OUT, DT, .terms = 2}, {"dqkv", IN, DT, -1, 1}},
      rope_backward_setup, rope_backward_run, NULL, rope_backward_ref, REF_F32(1e-5, 1e-5)},
+    /* the cache's rows are copies (bits on every backend); y as causal attention's */
+    {"kv_attention_forward", D_ALL, SHAPES(KVATT_SHAPES), "B T pos0 cap H KV D", "attend store_only",
+     {{"y", OUT, DT}, {"kv", ACC, DT, -1, 1, .cmp = BITS}, {"qkv", IN, DT, -1, 1}},
+     kvatt_setup, kvatt_run, NULL, kvatt_ref, REF_F32(1e-4, 1e-5), .flags = KEEP},
 };
 
 /* ---- Check glue ---- */

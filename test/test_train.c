@@ -875,24 +875,27 @@ typedef struct lm_rig {
     ct_lm *lm;
 } lm_rig;
 
-static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) {
+/* Weights normal(0, std), every parameter (norm weights too). */
+static void lm_rig_open_dt(lm_rig *r, const char *text, uint64_t seed, ct_dtype dt, double std) {
     memset(r, 0, sizeof *r);
     ct_err err = {0};
     model_text(text, &r->cfg, &r->doc);
     r->be = ct_cpu_backend_create(1);
-    ck_assert_msg(ct_graph_build(&r->cfg, 1, CT_F32, &r->g, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_graph_build(&r->cfg, 1, dt, &r->g, &err) == CT_OK, "%s", err.msg);
     ck_assert_msg(ct_graph_bind(r->g, r->be, NULL, &err) == CT_OK, "%s", err.msg);
     const ct_param_layout *L = ct_graph_layout(r->g);
-    ck_assert_int_eq(ct_param_store_create(L, r->be, CT_F32, 0, L->n_params, CT_STORE_WHOLE, &r->store, &err), CT_OK);
+    ck_assert_int_eq(ct_param_store_create(L, r->be, dt, 0, L->n_params, CT_STORE_WHOLE, &r->store, &err), CT_OK);
     r->w = malloc(sizeof(float) * (size_t)L->n_params);
     ct_rng g;
     ct_rng_init(&g, seed, CT_RNG_AUGMENT, 0);
-    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)ct_rng_normal(&g);
+    for (int64_t i = 0; i < L->n_params; i++) r->w[i] = (float)(std * ct_rng_normal(&g));
     r->be->mem.copy_h2d(r->be, r->store->master, r->w, sizeof(float) * (size_t)L->n_params);
     ct_param_store_refresh(r->store);
     r->lm = ct_lm_borrow(r->be, r->g, r->store);
     ck_assert_ptr_nonnull(r->lm);
 }
+
+static void lm_rig_open(lm_rig *r, const char *text, uint64_t seed) { lm_rig_open_dt(r, text, seed, CT_F32, 1.0); }
 
 static void lm_rig_close(lm_rig *r) {
     ct_lm_close(r->lm);
@@ -982,6 +985,176 @@ START_TEST(generate_window_is_the_last_t_tokens) {
     double diff = 0;
     for (int j = 0; j < V; j++) diff += fabs(moved[j] - base[j]);
     ck_assert_msg(diff > 1e-4, "the oldest token of the window changed nothing (%g)", diff);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* ---- the key/value cache (core/train/generate.c) ----
+ * A second lm over the rig's model with the cache on, against the rig's own without it. */
+static ct_lm *lm_cached(lm_rig *r) {
+    ct_lm *c = ct_lm_borrow(r->be, r->g, r->store);
+    char why[160];
+    ct_err err = {0};
+    ck_assert_ptr_nonnull(c);
+    ck_assert_msg(ct_lm_cache(c, &r->cfg, why, sizeof why, &err) == CT_OK, "%s", err.msg);
+    ck_assert_msg(ct_lm_cached(c), "no cache: %s", why);
+    return c;
+}
+
+/* A GPT-2 block (learned positions, layernorm, gelu MLP, dropout layers that eval mode skips) and
+ * a Llama block (rmsnorm, rotary positions, 2 kv heads of 4, SwiGLU), T = 40: prompts fill the
+ * cache through the graphs of 16 and 32 positions or the window's. */
+static const char *const kv_models[] = {
+    "{\"input\": [40], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
+    " {\"type\": \"position_embedding\", \"name\": \"wpe\", \"max_len\": 40},"
+    " {\"type\": \"repeat\", \"times\": 2, \"layers\": [{\"type\": \"transformer_block\", \"heads\": 2, \"dropout\": 0.1}]},"
+    " {\"type\": \"layernorm\", \"name\": \"ln_f\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}",
+    "{\"input\": [40], \"layers\": [{\"type\": \"embedding\", \"name\": \"wte\", \"vocab\": 13, \"dim\": 16},"
+    " {\"type\": \"repeat\", \"times\": 2, \"layers\": [{\"type\": \"llama_block\", \"heads\": 4, \"kv_heads\": 2,"
+    " \"intermediate\": 24, \"rope_theta\": 10000}]},"
+    " {\"type\": \"rmsnorm\", \"name\": \"norm\"}, {\"type\": \"linear\", \"name\": \"head\", \"out\": 13, \"bias\": false}],"
+    " \"loss\": {\"type\": \"cross_entropy\"}}",
+};
+enum { KV_V = 13, KV_T = 40 };
+/* Weights of 1/sqrt(width): activations of order 1 through the layers, as in a trained model (at
+ * normal(0, 1) every layer multiplies them by about 4, and the rounding of the first layers'
+ * outputs grows with them) */
+#define KV_STD 0.25
+
+/* Every prefix of a sequence longer than twice the context, from a prompt of 1, 20 or 40 (= T)
+ * tokens, asked for in order as generation does: the cached logits equal the uncached ones bit for
+ * bit past the context (the window slides and runs whole, as without the cache), and within 1e-5
+ * of the largest logit elsewhere (a prompt's fill through a shorter graph, one-position decodes:
+ * sums in another order); the cache answered every call after the prompt's inside the context. */
+START_TEST(generate_cache_logits_match) {
+    lm_rig r;
+    lm_rig_open_dt(&r, kv_models[_i], 31 + (uint64_t)_i, CT_F32, KV_STD);
+    ct_lm *c = lm_cached(&r);
+    enum { N = 2 * KV_T + 3 };
+    int32_t ids[N];
+    ct_rng g;
+    ct_rng_init(&g, 8, CT_RNG_AUGMENT, (uint64_t)_i);
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)ct_rng_below(&g, KV_V);
+    ct_err err = {0};
+    double worst = 0;
+    const int64_t prompts[] = {1, 20, KV_T};
+    int64_t decoded = 0, windows = 0, want_decoded = 0, want_windows = 0;
+    for (int p = 0; p < 3; p++) {
+        ct_lm_forget(c);
+        for (int64_t n = prompts[p]; n <= N; n++) {
+            float want[KV_V], got[KV_V];
+            ck_assert_msg(ct_lm_next_logits(c, ids, n, got, &err) == CT_OK, "%s", err.msg);
+            ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, want, &err) == CT_OK, "%s", err.msg);
+            if (n > KV_T)
+                ck_assert_msg(!memcmp(got, want, sizeof got), "%lld tokens: the whole window differs", (long long)n);
+            double big = 0, diff = 0;
+            for (int j = 0; j < KV_V; j++) {
+                big = fmax(big, fabs(want[j]));
+                diff = fmax(diff, fabs((double)got[j] - want[j]));
+            }
+            ck_assert_msg(diff <= 1e-5 * big, "prompt %lld, %lld tokens: cached logits off by %.3g of %.3g",
+                          (long long)prompts[p], (long long)n, diff, big);
+            worst = fmax(worst, diff / big);
+        }
+        want_decoded += KV_T - prompts[p];     /* tokens prompt + 1 .. T */
+        want_windows += 1 + (N - KV_T);        /* the prompt, and each past the context */
+        ct_lm_counts(c, &decoded, &windows);
+        ck_assert_int_eq(decoded, want_decoded);
+        ck_assert_int_eq(windows, want_windows);
+    }
+    fprintf(stderr, "generate_cache_logits_match[%d]: cached logits within %.2g of the largest\n", _i, worst);
+    ct_lm_close(c);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* Generation itself: greedy and sampled (a seeded stream) tokens from a 3-token prompt past twice
+ * the context are the same with and without the cache. Why equal and not merely close: a decoded
+ * position's logits are within 1e-5 of the largest (above); the greedy pick changes only if the two
+ * largest logits are closer than that, which the test measures and requires not to happen (the
+ * smallest gap is printed); a draw changes only if its uniform falls within that distance of a
+ * boundary of the cumulative softmax, a chance of about V x 1e-5 per token. */
+START_TEST(generate_cache_tokens_match) {
+    lm_rig r;
+    lm_rig_open_dt(&r, kv_models[_i], 41 + (uint64_t)_i, CT_F32, KV_STD);
+    ct_lm *c = lm_cached(&r);
+    enum { N = 3 * KV_T };
+    ct_err err = {0};
+    for (int sampled = 0; sampled < 2; sampled++) {
+        int32_t a[N] = {1, 5, 7}, b[N] = {1, 5, 7};
+        ct_rng ra, rb;
+        ct_rng_init(&ra, 99, CT_RNG_SAMPLE, 0);
+        ct_rng_init(&rb, 99, CT_RNG_SAMPLE, 0);
+        double gap = INFINITY;
+        for (int64_t n = 3; n < N; n++) {
+            float la[KV_V], lb[KV_V];
+            ck_assert_msg(ct_lm_next_logits(c, a, n, la, &err) == CT_OK, "%s", err.msg);
+            ck_assert_msg(ct_lm_next_logits(r.lm, b, n, lb, &err) == CT_OK, "%s", err.msg);
+            a[n] = ct_sample_token(la, KV_V, sampled ? 1.0 : 0.0, 0, &ra);
+            b[n] = ct_sample_token(lb, KV_V, sampled ? 1.0 : 0.0, 0, &rb);
+            ck_assert_msg(a[n] == b[n], "%s token %lld: %d with the cache, %d without", sampled ? "sampled" : "greedy",
+                          (long long)n, a[n], b[n]);
+            float top = -INFINITY, second = -INFINITY, big = 0;
+            for (int j = 0; j < KV_V; j++) {
+                big = fmaxf(big, fabsf(lb[j]));
+                if (lb[j] > top) second = top, top = lb[j];
+                else if (lb[j] > second) second = lb[j];
+            }
+            gap = fmin(gap, (top - second) / big);
+        }
+        if (!sampled) ck_assert_msg(gap > 1e-5, "greedy: two logits within 1e-5 (%.3g): equal tokens would be luck", gap);
+        fprintf(stderr, "generate_cache_tokens_match[%d] %s: %d tokens equal, smallest top-2 gap %.2g of the largest\n",
+                _i, sampled ? "sampled" : "greedy", N - 3, gap);
+    }
+    ct_lm_close(c);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* bf16 storage: the cache holds the rotated keys and values as bf16 (stored, never rounded twice),
+ * and decoded logits agree with the window's within bf16's rounding of the layers' outputs. */
+START_TEST(generate_cache_bf16) {
+    lm_rig r;
+    lm_rig_open_dt(&r, kv_models[1], 51, CT_BF16, KV_STD);
+    ct_lm *c = lm_cached(&r);
+    int32_t ids[KV_T];
+    for (int i = 0; i < KV_T; i++) ids[i] = (int32_t)((i * 5 + 3) % KV_V);
+    ct_err err = {0};
+    for (int64_t n = 1; n <= KV_T; n++) {
+        float want[KV_V], got[KV_V];
+        ck_assert_msg(ct_lm_next_logits(c, ids, n, got, &err) == CT_OK, "%s", err.msg);
+        ck_assert_msg(ct_lm_next_logits(r.lm, ids, n, want, &err) == CT_OK, "%s", err.msg);
+        double big = 0, diff = 0;
+        for (int j = 0; j < KV_V; j++) {
+            big = fmax(big, fabs(want[j]));
+            diff = fmax(diff, fabs((double)got[j] - want[j]));
+        }
+        ck_assert_msg(diff <= 3e-2 * big, "%lld tokens: bf16 cached logits off by %.3g of %.3g", (long long)n, diff, big);
+    }
+    ct_lm_close(c);
+    lm_rig_close(&r);
+}
+END_TEST
+
+/* A model whose layers mix positions (a concat of two embeddings: concat does not say it is
+ * per position) gets no cache, saying which layer; generation still runs, on whole windows. */
+START_TEST(generate_cache_refused) {
+    lm_rig r;
+    lm_rig_open(&r, "{\"input\": [6], \"layers\": [{\"type\": \"embedding\", \"name\": \"a\", \"vocab\": 7, \"dim\": 4},"
+                    " {\"type\": \"embedding\", \"name\": \"b\", \"vocab\": 7, \"dim\": 4, \"inputs\": [\"input\"]},"
+                    " {\"type\": \"concat\", \"name\": \"both\", \"inputs\": [\"a\", \"b\"], \"axis\": -1},"
+                    " {\"type\": \"linear\", \"name\": \"head\", \"out\": 7}], \"loss\": {\"type\": \"cross_entropy\"}}", 3);
+    ct_lm *c = ct_lm_borrow(r.be, r.g, r.store);
+    char why[160];
+    ct_err err = {0};
+    ck_assert_int_eq(ct_lm_cache(c, &r.cfg, why, sizeof why, &err), CT_OK);
+    ck_assert(!ct_lm_cached(c));
+    ck_assert_msg(strstr(why, "\"both\" (concat)"), "%s", why);
+    int32_t ids[2] = {1, 2};
+    float got[7];
+    ck_assert_int_eq(ct_lm_next_logits(c, ids, 2, got, &err), CT_OK);
+    ct_lm_close(c);
     lm_rig_close(&r);
 }
 END_TEST
@@ -1773,6 +1946,10 @@ int main(void) {
     TCase *gen = tcase_create("generate");
     tcase_add_test(gen, generate_reads_the_newest_tokens);
     tcase_add_test(gen, generate_window_is_the_last_t_tokens);
+    tcase_add_loop_test(gen, generate_cache_logits_match, 0, 2);
+    tcase_add_loop_test(gen, generate_cache_tokens_match, 0, 2);
+    tcase_add_test(gen, generate_cache_bf16);
+    tcase_add_test(gen, generate_cache_refused);
     suite_add_tcase(s, gen);
     /* its own case, so that `make test-cuda` runs it alone on the GPU (CK_RUN_CASE=gpt) */
     TCase *gpt = tcase_create("gpt");

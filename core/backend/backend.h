@@ -518,6 +518,21 @@ typedef struct ct_backend_attn {
                              int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
     void (*rope_gqa_backward)(ct_backend *be, void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H,
                               int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt);
+    /* Attention of new tokens over a key/value cache (generation: core/train/generate.c). B
+     * sequences whose T new tokens sit at positions pos0 .. pos0 + T - 1 (pos0 + T <= cap); qkv
+     * [B, T, 3, H, D] (dt) is their attention input as causal_attention_forward reads it (q and k
+     * already rotated, k and v repeated over each kv head's H/KV query heads: rope_gqa_forward's
+     * output, or the fused projection itself when KV = H without rotation). kv (dt) holds the
+     * cache: K [B, KV, cap, D], then V [B, KV, cap, D] (one kv head's rows of D contiguous).
+     * First the new tokens' k and v are stored: K[b, g, pos0 + t] = k of query head g H/KV of token
+     * (b, t), V the same from v (copied as stored, no rounding); no other element of kv changes.
+     * Then, unless y is NULL (store only: a prefill whose attention ran as
+     * causal_attention_forward), y [B, T, H, D] (dt) is written:
+     *   y[b,t,h] = sum_{j <= pos0 + t} P_j V[b, g, j],  P = softmax_j (q[b,t,h] . K[b, g, j] / sqrt(D)),
+     * g = h / (H/KV): causal attention whose keys before pos0 come from the cache. No dropout.
+     * Scores, softmax and sums in fp32, one rounding per 16-bit store, deterministic. */
+    void (*kv_attention_forward)(ct_backend *be, void *y, void *kv, const void *qkv, int64_t B, int64_t T,
+                                 int64_t pos0, int64_t cap, int64_t H, int64_t KV, int64_t D, ct_dtype dt);
 } ct_backend_attn;
 
 /* ---- losses ---- */
@@ -571,7 +586,7 @@ typedef struct ct_backend_optim {
  * the dlopen boundary of libctrain_cuda.so, so its layout is versioned: CT_BACKEND_ABI changes
  * whenever a member is added, removed, reordered or changes signature, and a CUDA library built
  * against another version is refused when it is loaded (backend.c). */
-#define CT_BACKEND_ABI 12
+#define CT_BACKEND_ABI 13
 struct ct_backend {
     const char *name;            /* "cpu", "cuda", "capped" (the CPU's capped device) */
     char device_desc[128];       /* "x86-64, 2 threads, OpenBLAS 0.3.21" / "NVIDIA H100 ... sm_90" */

@@ -181,10 +181,12 @@ int ct_config_check(const ct_config_opts *given, FILE *out, ct_warnings *warn, c
     fprintf(out, "optimizer  %s\n", opt_summary(&cfg->optimizer, buf, sizeof buf));
     fprintf(out, "scheduler  %s\n", sched_summary(&cfg->scheduler, cfg->optimizer.lr, buf, sizeof buf));
     if (cfg->gradient_clipping > 0) fprintf(out, "clipping   global norm %g\n", cfg->gradient_clipping);
-    /* ZeRO partitions at stages 1-2 with several ranks (core/train/plan.h); otherwise say what the
-     * file asks for, not what training does. */
+    /* ZeRO partitions at stages 1-3 with several ranks (core/zero/stage.h); one process without
+     * offload has nothing to split: say what the file asks for, not what training does. */
     static const char *const dev[] = {"none", "cpu", "nvme"};
-    bool partitions = cfg->world_size > 1 && cfg->zero.stage >= 1 && cfg->zero.stage <= 2;
+    static const char *const split[] = {"", "", ", gradients reduce-scattered",
+                                        ", gradients reduce-scattered, parameters gathered layer by layer"};
+    bool partitions = cfg->world_size > 1 && cfg->zero.stage >= 1;
     if (cfg->zero.stage == 0)
         fprintf(out, "zero       stage 0 (off)\n");
     else if (cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU && cfg->world_size <= 1)
@@ -198,7 +200,7 @@ int ct_config_check(const ct_config_opts *given, FILE *out, ct_warnings *warn, c
     else if (partitions)
         fprintf(out, "zero       stage %d over %d ranks: fp32 master and optimizer state split %d ways%s; offload "
                      "optimizer: %s\n", cfg->zero.stage, cfg->world_size, cfg->world_size,
-                cfg->zero.stage == 2 ? ", gradients reduce-scattered" : "", dev[cfg->zero.offload_optimizer.device]);
+                split[cfg->zero.stage], dev[cfg->zero.offload_optimizer.device]);
     else
         fprintf(out, "zero       asks for stage %d, offload optimizer: %s, offload params: %s; not used yet, "
                      "trains without ZeRO (below)\n", cfg->zero.stage, dev[cfg->zero.offload_optimizer.device],

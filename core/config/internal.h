@@ -142,6 +142,8 @@ bool ct_rd_is_auto(const cJSON *v);
 /* Where a value came from: file, --set (override origin) or absent (default). */
 ct_source ct_rd_source(const ct_rd *r, const cJSON *v);
 
+/* pydantic's lax bool words ("yes", "off", "t", ...): 0/1, or -1 when the string is not one. */
+int ct_rd_lax_bool(const char *s);
 bool ct_rd_given(const cJSON *v); /* present and not null */
 
 #define CT_INF 1e308

@@ -50,7 +50,53 @@ static bool has_checkpoint_mark(const cJSON *v) {
     return false;
 }
 
+static const cJSON *lookup(const cJSON *root, const char *path);
+
+/* Keys the reader validated (zero.c's CT_U_ rows) and keeps no value of, read back from the
+ * document, overrides applied, as the reader took them (pydantic's lax words and numeric strings). */
+static bool doc_on(const cJSON *root, const char *path) {
+    const cJSON *v = lookup(root, path);
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    if (cJSON_IsString(v)) return ct_rd_lax_bool(v->valuestring) == 1;
+    return cJSON_IsTrue(v);
+}
+
+static double doc_number(const cJSON *root, const char *path) {
+    const cJSON *v = lookup(root, path);
+    if (cJSON_IsNumber(v)) return v->valuedouble;
+    return cJSON_IsString(v) ? strtod(v->valuestring, NULL) : 0;
+}
+
+/* ZeRO++ changes only how stage 3's collectives move bytes between ranks (and, quantized, adds
+ * its rounding): DeepSpeed reads it at stage 3 only, and one process has no collectives. */
+static void collect_zeropp(const ct_config *cfg, const cJSON *root, list *l) {
+    if (cfg->zero.stage != 3 || cfg->world_size <= 1) return;
+    static const struct {
+        const char *path, *what;   /* the path is also the line's `covers`: static, as add() keeps it */
+    } quantized[] = {
+        {"zero_optimization.zero_quantized_weights", "the parameters stage 3 all-gathers"},
+        {"zero_optimization.zero_quantized_nontrainable_weights", "the frozen parameters stage 3 all-gathers"},
+        {"zero_optimization.zero_quantized_gradients", "the gradients stage 3 reduces"},
+    };
+    for (size_t i = 0; i < sizeof quantized / sizeof quantized[0]; i++) {
+        const char *path = quantized[i].path;
+        if (doc_on(root, path))
+            add(l, path, path,
+                "%s true: accepted, not used yet: this version trains without ZeRO++'s quantized communication "
+                "(DeepSpeed sends %s as quantized blocks; ctrain sends them at full precision: more bytes between "
+                "ranks, no quantization error)", path, quantized[i].what);
+    }
+    double hpz = doc_number(root, "zero_optimization.zero_hpz_partition_size");
+    if (hpz > 1)
+        add(l, "zero_optimization.zero_hpz_partition_size", "zero_optimization.zero_hpz_partition_size",
+            "zero_optimization.zero_hpz_partition_size %.0f: accepted, not used yet: this version trains without "
+            "ZeRO++'s hierarchical partitioning (a second copy of the parameters split among %.0f ranks of a node, "
+            "so that backward's all-gathers stay inside it); ctrain's all-gathers span every rank",
+            hpz, hpz);
+}
+
 static void collect(const ct_config *cfg, list *l) {
+    const cJSON *root = cfg->doc ? ct_json_root(cfg->doc) : NULL;
     const ct_zero_cfg *z = &cfg->zero;
     const char *ny = "accepted, not used yet: this version trains without";
     /* Stages 1 to 3 partition with several ranks (mpirun); one process has nothing to split, unless
@@ -100,6 +146,14 @@ static void collect(const ct_config *cfg, list *l) {
         add(l, "compile", "compile",
             "compile: %s compiling (ctrain runs its own kernels; there is no PyTorch model for DeepSpeed's "
             "compiler): training is the same without it", ny);
+    collect_zeropp(cfg, root, l);
+    /* DeepSpeed's engine does not read sparse_attention: it is for the model's own code (its
+     * SparseSelfAttention layers, built from this section). ctrain's attention is its own. */
+    if (cJSON_IsObject(lookup(root, "sparse_attention")))
+        add(l, "sparse_attention", "sparse_attention",
+            "sparse_attention: %s block-sparse attention (DeepSpeed hands this section to the model's own "
+            "SparseSelfAttention layers; ctrain's attention layers are dense: every position attends to every "
+            "earlier one, at dense attention's cost)", ny);
     /* csv_monitor and tensorboard are written (core/report/metrics.h); wandb is not. */
     if (cfg->wandb)
         add(l, "wandb", "wandb.enabled",

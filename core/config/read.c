@@ -185,8 +185,7 @@ static const char *out_of_range(const cJSON *v) {
     return isinf(x) ? ": a number out of the range of a double (about ±1.8e308)" : "";
 }
 
-/* pydantic's lax bool words. Returns 0/1, or -1 when the string is not one of them. */
-static int lax_bool(const char *s) {
+int ct_rd_lax_bool(const char *s) {
     static const char *const no[] = {"0", "off", "f", "false", "n", "no"};
     static const char *const yes[] = {"1", "on", "t", "true", "y", "yes"};
     for (int i = 0; i < CT_ARRAY_LEN(no); i++)
@@ -233,8 +232,8 @@ int ct_rd_value(ct_rd *r, const cJSON *v, const char *path, ct_kind kind, double
             *out = v->valuedouble;
             return CT_OK;
         }
-        if (lax && cJSON_IsString(v) && lax_bool(v->valuestring) >= 0) {
-            *out = lax_bool(v->valuestring);
+        if (lax && cJSON_IsString(v) && ct_rd_lax_bool(v->valuestring) >= 0) {
+            *out = ct_rd_lax_bool(v->valuestring);
             return CT_OK;
         }
         return ct_rd_fail(r, v, path, "expected true or false, got %s", ct_rd_show(v, shown, sizeof shown));

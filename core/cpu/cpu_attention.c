@@ -9,7 +9,13 @@
  * backward recomputes the probabilities from q, k and it, as the GPU kernels do.
  *
  * Layouts: qkv [B, T, 3, H, D] (token (b, t): q of head h at (b T + t) 3HD + h D, k at + HD,
- * v at + 2HD), y and dy [B, T, H, D], lse [B, H, T]. */
+ * v at + 2HD), y and dy [B, T, H, D], lse [B, H, T].
+ *
+ * kv_attention_forward (generation over a key/value cache [B, KV, cap, D] x 2) stores the new
+ * tokens' k and v, then runs one task per (b, t, kv head g): the H/KV query heads of the group
+ * are the rows of one score GEMM against the cache's keys 0 .. pos0 + t, softmax per row as the
+ * forward above does it, and one GEMM with the values, so a token's attention costs what the
+ * cache holds, not the window. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,4 +152,61 @@ void ct_cpu_f32_causal_attention_backward(ct_backend *be, float *dqkv, const flo
     attn_ctx k = ctx_for(T, H, D, p, seed, stream);
     k.dqkv = dqkv, k.dy = dy, k.qkv = qkv, k.yin = y, k.lse_in = lse;
     ct_cpu_parallel(ct_cpu_pool_of(be), B * H, attn_grain(T, D), bwd_range, &k);
+}
+
+/* ---- attention over a key/value cache ---- */
+
+typedef struct {
+    float *y;
+    const float *qkv, *K, *V;    /* K, V: the caches [B, KV, cap, D] */
+    int64_t T, pos0, cap, H, KV, D;
+    float scale;
+} kv_ctx;
+
+/* Tasks (b, t, g): the H/KV query heads of kv head g for token (b, t), rows of one score GEMM
+ * against keys 0 .. pos0 + t, then of one GEMM with the values (y's heads of the group are
+ * contiguous, as their q rows are). */
+static void kv_range(void *ctx, int64_t i0, int64_t i1) {
+    const kv_ctx *c = ctx;
+    int64_t H = c->H, KV = c->KV, D = c->D, rep = H / KV, HD = H * D;
+    float *S = ct_xmalloc((size_t)(rep * (c->pos0 + c->T)) * sizeof(float));
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t g = i % KV, bt = i / KV, b = bt / c->T, t = bt % c->T, L = c->pos0 + t + 1;
+        const float *q = c->qkv + bt * 3 * HD + g * rep * D;
+        size_t head = (size_t)((b * KV + g) * c->cap * D);
+        ct_cpu_sgemm(false, true, rep, L, D, c->scale, q, D, c->K + head, D, 0.0f, S, L);
+        for (int64_t r = 0; r < rep; r++) {
+            float *row = S + r * L, m = -INFINITY, l = 0.0f;
+            for (int64_t j = 0; j < L; j++) m = row[j] > m ? row[j] : m;
+            for (int64_t j = 0; j < L; j++) l += (row[j] = expf(row[j] - m));
+            float inv = 1.0f / l;
+            for (int64_t j = 0; j < L; j++) row[j] *= inv;
+        }
+        ct_cpu_sgemm(false, false, rep, D, L, 1.0f, S, L, c->V + head, D, 0.0f, c->y + bt * HD + g * rep * D, D);
+    }
+    free(S);
+}
+
+void ct_cpu_f32_kv_attention_forward(ct_backend *be, float *y, float *kv, const float *qkv, int64_t B, int64_t T,
+                                     int64_t pos0, int64_t cap, int64_t H, int64_t KV, int64_t D) {
+    if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+    if (KV <= 0 || H % KV || pos0 < 0 || pos0 + T > cap)
+        ct_fatal("kv_attention: %lld heads, %lld kv heads, tokens %lld..%lld of a cache of %lld: kv heads must "
+                 "divide heads and the tokens fit the cache", (long long)H, (long long)KV, (long long)pos0,
+                 (long long)(pos0 + T - 1), (long long)cap);
+    int64_t rep = H / KV, HD = H * D;
+    float *K = kv, *V = kv + B * KV * cap * D;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t g = 0; g < KV; g++) {
+                const float *src = qkv + (b * T + t) * 3 * HD + g * rep * D;
+                size_t at = (size_t)(((b * KV + g) * cap + pos0 + t) * D);
+                memcpy(K + at, src + HD, (size_t)D * sizeof(float));
+                memcpy(V + at, src + 2 * HD, (size_t)D * sizeof(float));
+            }
+    if (!y) return;
+    kv_ctx c = {.y = y, .qkv = qkv, .K = K, .V = V, .T = T, .pos0 = pos0, .cap = cap, .H = H, .KV = KV, .D = D,
+                .scale = (float)(1.0 / sqrt((double)D))};
+    int64_t work = rep * (pos0 + T) * D * 2;
+    ct_cpu_parallel(ct_cpu_pool_of(be), B * T * KV, ct_cpu_ceil_div(CT_CPU_GRAIN, work + 1), kv_range, &c);
 }

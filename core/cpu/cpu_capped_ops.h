@@ -108,6 +108,9 @@
         int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt), (be, qkv, x, B, T, H, KV, D, r, dt)) \
     XV(attn, rope_gqa_backward, void, (ct_backend *be, void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H, \
         int64_t KV, int64_t D, const ct_rope *r, ct_dtype dt), (be, dx, dqkv, B, T, H, KV, D, r, dt)) \
+    XV(attn, kv_attention_forward, void, (ct_backend *be, void *y, void *kv, const void *qkv, int64_t B, int64_t T, \
+        int64_t pos0, int64_t cap, int64_t H, int64_t KV, int64_t D, ct_dtype dt), (be, y, kv, qkv, B, T, pos0, cap, \
+        H, KV, D, dt)) \
     XV(loss, softmax_xent, void, (ct_backend *be, void *dlogits, float *result, const void *logits, \
         const int32_t *labels, int64_t rows, int64_t classes, int64_t ld, float label_smoothing, float grad_scale, \
         ct_dtype dt), (be, dlogits, result, logits, labels, rows, classes, ld, label_smoothing, grad_scale, dt)) \

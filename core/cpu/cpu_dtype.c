@@ -375,7 +375,12 @@ static void normalize_u8_f32(float *y, const uint8_t *x, const uint8_t *flip, co
        (void *dx, const void *dqkv, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, const ct_rope *r,          \
         ct_dtype dt),                                                                                                  \
        OUT(dx, B * T * (H + 2 * KV) * D) IN(dqkv, B * T * 3 * H * D),                                                  \
-       ct_cpu_f32_rope_gqa_backward(be, F(dx), F(dqkv), B, T, H, KV, D, r))
+       ct_cpu_f32_rope_gqa_backward(be, F(dx), F(dqkv), B, T, H, KV, D, r))                                            \
+    OP(attn, kv_attention_forward,                                                                                     \
+       (void *y, void *kv, const void *qkv, int64_t B, int64_t T, int64_t pos0, int64_t cap, int64_t H, int64_t KV,     \
+        int64_t D, ct_dtype dt),                                                                                       \
+       OUT(y, B * T * H * D) INOUT(kv, 2 * B * KV * cap * D) IN(qkv, B * T * 3 * H * D),                               \
+       ct_cpu_f32_kv_attention_forward(be, F(y), F(kv), F(qkv), B, T, pos0, cap, H, KV, D))
 
 /* Each entry becomes cpu_<name>: its arguments as the entry says, the kernel, the outputs
  * rounded back. */

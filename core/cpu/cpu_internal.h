@@ -125,6 +125,7 @@ void ct_cpu_f32_layernorm_forward(ct_backend *be, float *y, float *save_mean, fl
 void ct_cpu_f32_layernorm_backward(ct_backend *be, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x, const float *gamma, const float *save_mean, const float *save_rstd, int64_t rows, int64_t d);
 void ct_cpu_f32_causal_attention_forward(ct_backend *be, float *y, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
 void ct_cpu_f32_causal_attention_backward(ct_backend *be, float *dqkv, const float *dy, const float *qkv, const float *y, const float *lse, int64_t B, int64_t T, int64_t H, int64_t D, float p, uint64_t seed, uint64_t stream);
+void ct_cpu_f32_kv_attention_forward(ct_backend *be, float *y, float *kv, const float *qkv, int64_t B, int64_t T, int64_t pos0, int64_t cap, int64_t H, int64_t KV, int64_t D);
 void ct_cpu_f32_rmsnorm_forward(ct_backend *be, float *y, float *save_rstd, const float *x, const float *gamma, int64_t rows, int64_t d, float eps);
 void ct_cpu_f32_rmsnorm_backward(ct_backend *be, float *dx, float *dgamma, const float *dy, const float *x, const float *gamma, const float *save_rstd, int64_t rows, int64_t d);
 void ct_cpu_f32_swiglu_forward(ct_backend *be, float *y, const float *x, int64_t rows, int64_t f);

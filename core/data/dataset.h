@@ -4,7 +4,8 @@
  * A dataset is: a count, a per-sample shape and dtype for the input and the target, and
  * "decode sample i into these buffers". decode must be thread-safe (called from many workers).
  * Optional: class names, so an eval set's labels can follow the train set's by name; a note on
- * where the labels come from, for messages; the list of its files, for a fingerprint. */
+ * where the labels come from, for messages; the list of its files, for a fingerprint; where a
+ * sample's value is stored, for messages. */
 #ifndef CT_DATASET_H
 #define CT_DATASET_H
 
@@ -54,6 +55,10 @@ struct ct_dataset {
      * shard k (k = 0, 1, ...; -1 after the last shard), for data.shuffle_buffer (order.h). NULL:
      * the samples are one stream. */
     int64_t (*shard_start)(const ct_dataset *ds, int64_t k);
+    /* Where position pos of sample i's input is stored, for messages about a value the format
+     * read but the model refuses ("shards/train_000002.bin, token 10, byte offset 1044"), when
+     * ds->source alone does not say (tokens from several files). NULL: source says it. */
+    void (*where)(const ct_dataset *ds, int64_t i, int64_t pos, char *out, size_t n);
     void (*close)(ct_dataset *ds);
 };
 

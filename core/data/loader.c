@@ -287,11 +287,17 @@ static int check_ids(const ct_loader *l, int64_t idx, const void *in, ct_err *er
     int64_t n = ct_shape_numel(&l->ds->sample_shape);
     for (int64_t t = 0; t < n; t++) {
         if (ids[t] >= 0 && ids[t] < l->o.ids_below) continue;
-        return ct_errf(err, CT_ERR_DATA, "%s: record %lld, position %lld: token id %d is outside the "
+        char at[1200] = "";
+        if (l->ds->where) {
+            at[0] = ' ', at[1] = '(';
+            l->ds->where(l->ds, idx, t, at + 2, sizeof at - 3);
+            strcat(at, ")");
+        }
+        return ct_errf(err, CT_ERR_DATA, "%s: record %lld, position %lld%s: token id %d is outside the "
                        "model's embedding vocabulary of %lld (0..%lld)\n  The data was tokenized with "
                        "another vocabulary than the model's: set the embedding's \"vocab\" to the "
                        "tokenizer's (GPT-2: 50257, or 50304 padded), or re-tokenize the data",
-                       l->ds->source, (long long)idx, (long long)t, ids[t], (long long)l->o.ids_below,
+                       l->ds->source, (long long)idx, (long long)t, at, ids[t], (long long)l->o.ids_below,
                        (long long)l->o.ids_below - 1);
     }
     return CT_OK;

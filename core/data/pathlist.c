@@ -2,8 +2,10 @@
 #include "core/data/pathlist.h"
 
 #include <ctype.h>
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { MAX_PATHS = 1000000 };
 
@@ -105,6 +107,50 @@ int ct_pathlist_parse(ct_pathlist *l, const ct_config *cfg, const cJSON *entry, 
         ct_config_resolve_path(cfg, u->valuestring, resolved, sizeof resolved);
         add_path(l, resolved);
     }
+    return CT_OK;
+}
+
+static int by_bytes(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static bool is_glob(const char *path) { return strpbrk(path, "*?[") && access(path, F_OK) != 0; }
+
+/* The matches of pattern onto the end of out, in byte order. */
+static int glob_onto(ct_pathlist *out, const char *pattern, const char *where, ct_err *err) {
+    glob_t g;
+    int r = glob(pattern, GLOB_NOSORT, NULL, &g);
+    if (r == GLOB_NOMATCH)
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s\" matches no file (a glob: * and ? match within one "
+                       "directory level; a relative path is relative to the config file)", where, pattern);
+    if (r != 0)
+        return ct_errf(err, CT_ERR_DATA, "%s: \"%s\": the glob failed (%s)", where, pattern,
+                       r == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+    int rc = CT_OK;
+    if (g.gl_pathc > (size_t)(MAX_PATHS - out->n))
+        rc = ct_errf(err, CT_ERR_CONFIG, "%s: \"%s\" names more than %d files", where, pattern, MAX_PATHS);
+    else {
+        qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, by_bytes);
+        for (size_t i = 0; i < g.gl_pathc; i++) add_path(out, g.gl_pathv[i]);
+    }
+    globfree(&g);
+    return rc;
+}
+
+int ct_pathlist_glob(ct_pathlist *l, const char *where, ct_err *err) {
+    bool any = false;
+    for (int i = 0; i < l->n && !any; i++) any = is_glob(l->paths[i]);
+    if (!any) return CT_OK;
+    ct_pathlist out = {0};
+    int rc = CT_OK;
+    for (int i = 0; i < l->n && !rc; i++) {
+        if (is_glob(l->paths[i])) rc = glob_onto(&out, l->paths[i], where, err);
+        else add_path(&out, l->paths[i]);
+    }
+    if (rc) {
+        ct_pathlist_free(&out);
+        return rc;
+    }
+    ct_pathlist_free(l);
+    *l = out;
     return CT_OK;
 }
 

@@ -11,7 +11,7 @@ static void layer_io(const ct_graph *g, int j, ct_pass pass, const ct_exec_bufs 
     const ct_gnode *gn = &g->nodes[j];
     *io = (ct_layer_io){.be = g->be, .n = step->n, .dt = g->dt, .y = gn->y, .dy = gn->dy,
                         .aux = gn->aux, .ws = g->ws, .train = step->train,
-                        .recompute = pass == CT_PASS_RECOMPUTE, .seed = step->seed,
+                        .recompute = pass == CT_PASS_RECOMPUTE, .seed = step->seed, .decode = step->decode,
                         .stream = step->step * (uint64_t)g->n_nodes + (uint64_t)j};
     for (int i = 0; i < gn->l.n_in; i++) {
         int src = gn->l.in_from[i];
@@ -75,6 +75,21 @@ static int check_input_dt(const ct_graph *g, const ct_step_io *io, ct_err *err) 
     if (g->info.input_dtype == CT_I32 || io->input_dt == CT_F32 || io->input_dt == g->dt) return CT_OK;
     return ct_errf(err, CT_ERR_RUNTIME, "input in %s, the graph reads f32 or %s",
                    ct_dtype_name(io->input_dt), ct_dtype_name(g->dt));
+}
+
+/* A decode (graph.h, ct_decode) runs in eval mode on a graph that takes one: the whole window
+ * from position 0 (fill), or new positions that fit the cache. */
+static int check_decode(const ct_graph *g, const ct_step_io *io, ct_err *err) {
+    const ct_decode *d = io->decode;
+    if (!d) return CT_OK;
+    char why[200];
+    if (io->train || !ct_graph_decodes(g, why, sizeof why))
+        return ct_errf(err, CT_ERR_RUNTIME, "a decode forward %s", io->train ? "in train mode" : why);
+    int64_t T = g->info.input_shape.d[0];
+    if (d->fill ? T > d->cap : d->pos0 < 0 || d->pos0 + T > d->cap)
+        return ct_errf(err, CT_ERR_RUNTIME, "a decode of %lld positions from %lld%s, with a cache of %lld", (long long)T,
+                       (long long)d->pos0, d->fill ? " (fill)" : "", (long long)d->cap);
+    return CT_OK;
 }
 
 /* A hook's status; a failure without a message gets one naming the layer. */
@@ -263,6 +278,7 @@ int ct_graph_forward_range(ct_graph *g, int lo, int hi, ct_pass pass, const ct_e
     int rc = check_n(g, io, err);
     if (!rc) rc = check_range(g, lo, hi, err);
     if (!rc) rc = check_input_dt(g, io, err);
+    if (!rc) rc = check_decode(g, io, err);
     if (!rc && pass == CT_PASS_BACKWARD) rc = ct_errf(err, CT_ERR_RUNTIME, "forward with the backward pass");
     if (!rc && pass == CT_PASS_RECOMPUTE && !io->train)
         rc = ct_errf(err, CT_ERR_RUNTIME, "recompute of an eval-mode forward (nothing to recompute for)");
@@ -425,6 +441,27 @@ unsigned ct_graph_layer_flags(const ct_graph *g, int j) {
     unsigned f = l->type->flags;
     if (l->type->draws_random) f = l->type->draws_random(l) ? f | CT_LAYER_RANDOM : f & ~(unsigned)CT_LAYER_RANDOM;
     return f;
+}
+bool ct_graph_decodes(const ct_graph *g, char *why, size_t n) {
+    const ct_graph_info *in = &g->info;
+    if (in->input_dtype != CT_I32 || in->input_shape.ndim != 1) {
+        snprintf(why, n, "needs token ids [T] in");
+        return false;
+    }
+    for (int j = 0; j < g->n_nodes; j++) {
+        const ct_layer *l = &g->nodes[j].l;
+        bool kind = l->type->flags & (CT_LAYER_PER_POSITION | CT_LAYER_DECODES);
+        if (!kind || l->out.ndim < 1 || l->out.d[0] != in->input_shape.d[0]) {
+            snprintf(why, n, "cannot run layer \"%s\" (%s) one position at a time", l->name, l->type->name);
+            return false;
+        }
+    }
+    return true;
+}
+size_t ct_graph_layer_kv_bytes(const ct_graph *g, int j, int64_t cap) {
+    if (j < 0 || j >= g->n_nodes) return 0;
+    const ct_layer *l = &g->nodes[j].l;
+    return l->type->kv_bytes ? l->type->kv_bytes(l, g->batch, cap, g->dt) : 0;
 }
 double ct_graph_layer_flops(const ct_graph *g, int j) {
     if (j < 0 || j >= g->n_nodes) return 0.0;

@@ -158,6 +158,28 @@ typedef struct ct_exec_bufs {
     float *buffers;              /* [n_buffers] fp32 running statistics */
 } ct_exec_bufs;
 
+/* Generation with a key/value cache (core/train/generate.c): a forward in eval mode whose
+ * attention layers keep each position's keys and values, so that the next token runs the model
+ * over that one position instead of the whole window.
+ *   fill:  a forward from position 0 of the graph built for T <= cap positions (the window, or
+ *          the first positions of a prompt: ct_graph_build_seq): every layer computes as in any
+ *          forward, and each attention layer also stores its keys and values of positions
+ *          0 .. T - 1 in its cache (those past the real tokens are overwritten before any query
+ *          reads them); rotary positions take the base of the window of cap (dynamic scaling);
+ *   else:  a forward of the graph built for S new positions (ct_graph_build_seq) at positions
+ *          pos0 .. pos0 + S - 1 (pos0 + S <= cap): position tables read their rows pos0 ..;
+ *          attention layers store the new keys and values and attend over the cache's rows
+ *          0 .. pos0 + t.
+ * kv[j] is layer j's cache (ct_graph_layer_kv_bytes(g, j, cap) bytes of backend memory; NULL for
+ * the layers that need none), the same for both graphs. Only graphs for which ct_graph_decodes
+ * holds take a decode. */
+typedef struct ct_decode {
+    bool fill;
+    int64_t pos0;
+    int64_t cap;
+    void *const *kv;
+} ct_decode;
+
 /* One micro-batch. `input` and `target` are in backend memory, n <= build batch. */
 typedef struct ct_step_io {
     const void *input;           /* [n, input_shape] of input_dtype; a float input may be fp32 or
@@ -172,6 +194,7 @@ typedef struct ct_step_io {
     bool hooks_only;             /* walk the layers calling only the hooks: no layer, no loss
                                     (input and target unread). ZeRO-2/3: a rank with no samples
                                     left for a micro-batch still joins every layer's collectives */
+    const ct_decode *decode;     /* generation with a key/value cache (eval mode only); NULL: none */
     bool defer_loss;             /* ct_graph_forward leaves loss/correct in backend memory (read
                                     them with ct_graph_read_loss, or accumulate them on the device
                                     from ct_graph_loss_result): a step can be queued or captured
@@ -224,6 +247,15 @@ const void *ct_graph_logits(ct_graph *g, const ct_exec_bufs *b, int64_t r0, int6
 const float *ct_graph_loss_result(const ct_graph *g);
 /* Fill io->loss and io->correct from the last loss (waits for it). */
 void ct_graph_read_loss(ct_graph *g, ct_step_io *io);
+
+/* Whether the graph can generate with a key/value cache (ct_decode): its input is token ids [T]
+ * and every layer computes each position from that position alone (CT_LAYER_PER_POSITION) or
+ * takes a decode (CT_LAYER_DECODES: attention, position tables), each with the sequence as its
+ * first dimension. false with the reason, naming the first layer that cannot, in why. */
+bool ct_graph_decodes(const ct_graph *g, char *why, size_t n);
+/* Bytes of layer j's key/value cache for positions 0 .. cap - 1 of the graph's build batch, in
+ * its dtype (0: the layer keeps none). */
+size_t ct_graph_layer_kv_bytes(const ct_graph *g, int layer, int64_t cap);
 
 /* True when a training step copies activations to and from host memory (activation offload):
  * such a step makes host calls (copies, marks) that a captured step would not repeat. */

@@ -63,6 +63,8 @@ typedef struct ct_layer_io {
                                            only for a type with fuse_act): forward writes
                                            y = act(output); backward's dy is the gradient of
                                            act's output and y holds that output. CT_ACT_NONE: none */
+    const ct_decode *decode;            /* generation with a key/value cache (graph.h), eval-mode
+                                           forward only: read by CT_LAYER_DECODES types; NULL */
     bool pool;                          /* a 2x2 max-pool after act is fused too (only with act;
                                            for a type with fuse_pool): y [n, c, oh/2, ow/2] is the
                                            pool's output, aux its argmax (int32, as maxpool2d
@@ -74,6 +76,14 @@ enum {
     CT_LAYER_TAKES_IDS = 1u << 0,       /* can read the model input as token ids (CT_I32) */
     CT_LAYER_RANDOM = 1u << 1,          /* draws random numbers in train mode (a captured step
                                            would replay the same draws) */
+    /* Generation with a key/value cache (ct_decode, graph.h) needs one of these two of every layer:
+     * PER_POSITION: in eval mode, output position t is a function of input position t alone
+     *   (whatever the positions around it and its index), so the graph built for one position
+     *   computes it as the graph for the whole window does: linear, norms, element-wise layers;
+     * DECODES: the layer reads io->decode (attention: its key/value cache, kv_bytes; a table of
+     *   positions: its rows from pos0). */
+    CT_LAYER_PER_POSITION = 1u << 2,
+    CT_LAYER_DECODES = 1u << 3,
 };
 
 /* What a type's backward reads of its inputs x[i] (ct_layer_type.backward_reads_input), so the
@@ -138,6 +148,10 @@ typedef struct ct_layer_type {
     /* Optional: whether this layer draws random numbers in train mode, when that depends on its
      * config (attention dropout of 0 draws nothing); it then decides CT_LAYER_RANDOM for it. */
     bool (*draws_random)(const ct_layer *l);
+    /* CT_LAYER_DECODES layers that keep keys and values for generation: the bytes of the cache
+     * of positions 0 .. cap - 1 for `batch` sequences in dtype dt (io->decode->kv[l->index]).
+     * NULL: none. */
+    size_t (*kv_bytes)(const ct_layer *l, int64_t batch, int64_t cap, ct_dtype dt);
     /* CT_LAYER_TAKES_IDS layers: the ids it reads must be below this (an embedding's vocabulary;
      * a larger id reads past its table, which no kernel checks: the loader does, ct_graph_info). */
     int64_t (*id_limit)(const ct_layer *l);

@@ -1,16 +1,32 @@
-/* generate.c: a trained language model predicting its next token (generate.h). */
-#include "core/device/device.h"
+/* generate.c: a trained language model predicting its next token (generate.h).
+ *
+ * The key/value cache: the lm remembers which ids the cache holds (`cached`, from position 0 of
+ * the window). A call whose window is those ids plus one more runs the one-position graph over
+ * the new token (a decode: each attention layer reads the cache and adds the token's keys and
+ * values); any other call (the first, another prompt, a window that slid past the context) runs
+ * the whole window as without a cache, with a fill that stores every position's keys and values.
+ * So the cache is used only where it holds exactly what a full forward would compute, whatever
+ * the caller passes. */
 #include "core/train/generate.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/backend/backend.h"
 #include "core/ckpt/ckpt.h"
+#include "core/device/device.h"
 #include "core/graph/graph.h"
 #include "core/optim/amp.h"
 #include "core/params/store.h"
+
+/* A prompt shorter than the context fills the cache through the graph of the shortest of 16, 32,
+ * 64, ... positions that holds it (left-aligned, as the window is), not of the whole window: a
+ * 10-token prompt to a model of 2048 positions costs 16 positions' work. Powers of two keep the
+ * graphs few (log2 of the context); they are built once, with the cache. */
+#define FILL_MIN 16
+#define LM_FILLS 40
 
 struct ct_lm {
     ct_backend *be;
@@ -22,6 +38,14 @@ struct ct_lm {
     void *ids;                   /* [T] backend memory */
     void *row;                   /* [ld] host: one position's logits in the graph's dtype */
     bool borrowed;               /* be, g and store are the caller's */
+    /* the key/value cache (ct_lm_cache); its graphs use the store and g's arena: */
+    ct_graph *g1;                /* the model for one new position */
+    ct_graph *fill[LM_FILLS];    /* for the first FILL_MIN << i positions, those shorter than T */
+    void **kv;                   /* [layers] each layer's cache, NULL for those without */
+    int32_t *cached;             /* [T] the ids the cache holds, from position 0 */
+    int64_t n_cached;            /* 0: the cache holds nothing to reuse */
+    bool use_cache;
+    int64_t decoded, windows;    /* calls answered by a decode, by a forward from position 0 */
 };
 
 static bool is_lm(const ct_graph_info *in) {
@@ -103,8 +127,84 @@ int ct_lm_open(const ct_config *cfg, const char *checkpoint_dir, ct_lm **out, ct
     return CT_OK;
 }
 
+/* The cache's parts, freed (also after a failed ct_lm_cache). */
+static void cache_free(ct_lm *m) {
+    for (int j = 0; m->kv && j < m->info->n_layers; j++)
+        if (m->kv[j]) m->be->mem.free(m->be, m->kv[j]);
+    free(m->kv);
+    free(m->cached);
+    ct_graph_free(m->g1);
+    for (int i = 0; i < LM_FILLS; i++) ct_graph_free(m->fill[i]);
+    memset(m->fill, 0, sizeof m->fill);
+    m->kv = NULL, m->cached = NULL, m->g1 = NULL;
+    m->n_cached = 0;
+    m->use_cache = false;
+}
+
+/* The model for sequences of len positions, on the lm's parameters and (when it fits) g's arena;
+ * NULL with why filled when its parameters are not g's. */
+static int seq_graph(ct_lm *m, const ct_config *cfg, int64_t len, ct_graph **out, char *why, size_t why_n,
+                     ct_err *err) {
+    *out = NULL;
+    ct_graph *g = NULL;
+    int rc = ct_graph_build_seq(cfg, 1, ct_graph_compute_dtype(m->g), len, &g, err);
+    if (!rc && !ct_param_layout_same(ct_graph_layout(g), ct_graph_layout(m->g))) {
+        snprintf(why, why_n, "has parameters that change with the sequence length");
+        ct_graph_free(g);
+        return CT_OK;
+    }
+    bool fits = !rc && ct_graph_plan(g)->total <= ct_graph_plan(m->g)->total;
+    if (!rc) rc = ct_graph_bind(g, m->be, fits ? ct_graph_arena(m->g) : NULL, err);
+    if (rc) ct_graph_free(g);
+    else *out = g;
+    return rc;
+}
+
+int ct_lm_cache(ct_lm *m, const ct_config *cfg, char *why, size_t why_n, ct_err *err) {
+    cache_free(m);
+    why[0] = 0;
+    if (!ct_graph_decodes(m->g, why, why_n)) return CT_OK;
+    int rc = seq_graph(m, cfg, 1, &m->g1, why, why_n, err);
+    for (int i = 0; !rc && m->g1 && i < LM_FILLS && ((int64_t)FILL_MIN << i) < m->T; i++)
+        rc = seq_graph(m, cfg, (int64_t)FILL_MIN << i, &m->fill[i], why, why_n, err);
+    if (!rc && why[0]) {   /* some length's parameters differ: no cache */
+        cache_free(m);
+        return CT_OK;
+    }
+    m->kv = ct_xcalloc((size_t)m->info->n_layers, sizeof(void *));
+    for (int j = 0; !rc && j < m->info->n_layers; j++) {
+        size_t bytes = ct_graph_layer_kv_bytes(m->g1, j, m->T);
+        if (bytes && !(m->kv[j] = m->be->mem.alloc(m->be, bytes, CT_MEM_ACTIVATIONS)))
+            rc = ct_errf(err, CT_ERR_RUNTIME, "out of memory on %s for the key/value cache of layer \"%s\" (%zu bytes)",
+                         m->be->name, ct_graph_layer_name(m->g, j), bytes);
+    }
+    if (rc) {
+        cache_free(m);
+        return rc;
+    }
+    m->cached = ct_xcalloc((size_t)m->T, sizeof(int32_t));
+    m->use_cache = true;
+    return CT_OK;
+}
+
+bool ct_lm_cached(const ct_lm *m) { return m->use_cache; }
+
+size_t ct_lm_cache_bytes(const ct_lm *m) {
+    size_t total = 0;
+    for (int j = 0; m->kv && j < m->info->n_layers; j++) total += ct_graph_layer_kv_bytes(m->g1, j, m->T);
+    return total;
+}
+
+void ct_lm_forget(ct_lm *m) { m->n_cached = 0; }
+
+void ct_lm_counts(const ct_lm *m, int64_t *decoded, int64_t *forwards) {
+    *decoded = m->decoded;
+    *forwards = m->windows;
+}
+
 void ct_lm_close(ct_lm *m) {
     if (!m) return;
+    cache_free(m);
     if (m->ids) m->be->mem.free(m->be, m->ids);
     if (!m->borrowed) {
         ct_param_store_free(m->store);
@@ -116,23 +216,61 @@ void ct_lm_close(ct_lm *m) {
     free(m);
 }
 
+/* Row `row` of graph g's logits after forward `io` over input `ids` (a chunked head computes just
+ * that row), into m->row. */
+static int forward_logits(ct_lm *m, ct_graph *g, const int32_t *ids, const ct_decode *d, int64_t row, ct_err *err) {
+    ct_exec_bufs b = {.params = m->store->params, .buffers = m->store->buffers};
+    ct_step_io io = {.input = ids, .input_dt = CT_I32, .n = 1, .train = false, .loss_grad_scale = 1.0f, .decode = d};
+    int rc = ct_graph_forward_range(g, 0, m->info->n_layers, CT_PASS_FORWARD, &b, &io, NULL, err);
+    if (rc) return rc;
+    const void *y = ct_graph_logits(g, &b, row, 1, err);
+    if (!y) return CT_ERR_RUNTIME;
+    m->be->mem.copy_d2h(m->be, m->row, y, (size_t)m->ld * ct_dtype_size(ct_graph_compute_dtype(g)));
+    return CT_OK;
+}
+
+/* The graph a fill of k positions runs: the shortest fill graph that holds them, else the window's. */
+static ct_graph *fill_graph(ct_lm *m, int64_t k) {
+    for (int i = 0; i < LM_FILLS && m->fill[i]; i++)
+        if (((int64_t)FILL_MIN << i) >= k) return m->fill[i];
+    return m->g;
+}
+
+/* The window's logits at position k - 1: a decode of that one position when the cache holds the
+ * window's first k - 1 ids, else a forward from position 0 (with the cache: a fill, through the
+ * shortest graph that holds the k ids; without: the whole window). */
+static int window_logits(ct_lm *m, int64_t k, ct_err *err) {
+    ct_backend *be = m->be;
+    bool extends = m->use_cache && m->n_cached > 0 && m->n_cached == k - 1 &&
+                   memcmp(m->cached, m->window, sizeof(int32_t) * (size_t)(k - 1)) == 0;
+    ct_decode d = {.fill = !extends, .pos0 = extends ? k - 1 : 0, .cap = m->T, .kv = m->kv};
+    int rc;
+    if (extends) {
+        be->mem.copy_h2d(be, m->ids, m->window + k - 1, sizeof(int32_t));
+        rc = forward_logits(m, m->g1, m->ids, &d, 0, err);
+    } else {
+        ct_graph *g = m->use_cache ? fill_graph(m, k) : m->g;
+        be->mem.copy_h2d(be, m->ids, m->window, sizeof(int32_t) * (size_t)ct_graph_info_get(g)->input_shape.d[0]);
+        rc = forward_logits(m, g, m->ids, m->use_cache ? &d : NULL, k - 1, err);
+    }
+    m->n_cached = 0;   /* until it is known to hold the window */
+    if (!rc && extends) m->decoded++;
+    else if (!rc) m->windows++;
+    if (!rc && m->use_cache) {
+        memcpy(m->cached, m->window, sizeof(int32_t) * (size_t)k);
+        m->n_cached = k;
+    }
+    return rc;
+}
+
 int ct_lm_next_logits(ct_lm *m, const int32_t *ids, int64_t n, float *logits, ct_err *err) {
     if (n < 1) return ct_errf(err, CT_ERR_RUNTIME, "generate: no token to continue from");
     int64_t k = n < m->T ? n : m->T;   /* the last k tokens, at positions 0..k-1 */
     memset(m->window, 0, sizeof(int32_t) * (size_t)m->T);
     memcpy(m->window, ids + (n - k), sizeof(int32_t) * (size_t)k);
-    ct_backend *be = m->be;
-    be->mem.copy_h2d(be, m->ids, m->window, sizeof(int32_t) * (size_t)m->T);
-    ct_exec_bufs b = {.params = m->store->params, .buffers = m->store->buffers};
-    ct_step_io io = {.input = m->ids, .input_dt = CT_I32, .n = 1, .train = false, .loss_grad_scale = 1.0f};
-    int rc = ct_graph_forward_range(m->g, 0, m->info->n_layers, CT_PASS_FORWARD, &b, &io, NULL, err);
+    int rc = window_logits(m, k, err);
     if (rc) return rc;
     ct_dtype dt = ct_graph_compute_dtype(m->g);
-    size_t es = ct_dtype_size(dt);
-    /* the row of the last token (a chunked head computes just that row) */
-    const void *y = ct_graph_logits(m->g, &b, k - 1, 1, err);
-    if (!y) return CT_ERR_RUNTIME;
-    be->mem.copy_d2h(be, m->row, y, (size_t)m->ld * es);
     for (int64_t j = 0; j < m->classes; j++)
         logits[j] = dt == CT_F32 ? ((const float *)m->row)[j]
                     : dt == CT_BF16 ? ct_bf16_to_f32(((const uint16_t *)m->row)[j])

@@ -72,7 +72,7 @@ static ct_act fusable_act(const ct_layer *l) {
 
 /* reads_x, reads_y: what the type's backward derives from (see backward). */
 #define CT_ACT_LAYER(sym, type_name, field_list, reads_x, reads_y)                                  \
-    const ct_layer_type sym = {.name = type_name, .fields = field_list, .min_inputs = 1,             \
+    const ct_layer_type sym = {.name = type_name, .flags = CT_LAYER_PER_POSITION, .fields = field_list, .min_inputs = 1,             \
                                .max_inputs = 1, .cfg_size = sizeof(act_cfg), .parse = parse,       \
                                .infer = infer, .forward = forward, .backward = backward,           \
                                .flops = flops, .in_place = in_place, .backward_reads_output = reads_y, \

@@ -32,7 +32,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 static double flops(const ct_layer *l) { return (double)(l->n_in - 1) * (double)ct_layer_out_numel(l); }
 
 const ct_layer_type ct_layer_add = {
-    .name = "add", .fields = fields, .min_inputs = 2, .max_inputs = CT_LAYER_MAX_IN,
+    .name = "add", .flags = CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 2, .max_inputs = CT_LAYER_MAX_IN,
     .cfg_size = 0, .parse = parse, .infer = infer, .forward = forward, .backward = backward,
     .flops = flops,
     .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx_i = dy */

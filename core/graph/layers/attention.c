@@ -16,7 +16,15 @@
  * "dropout" drops attention probabilities in train mode, drawn from the (step, layer) stream, so
  * a recomputed forward and the backward see the same drops. aux keeps the rows' log-sum-exp
  * [heads, T] (fp32) only: backward recomputes the scores from q, k and it (ct_backend_attn), so no
- * T x T matrix is kept, on any backend. */
+ * T x T matrix is kept, on any backend.
+ *
+ * Generation with a key/value cache (io->decode, graph.h): the cache [KV, cap, D] x 2 holds each
+ * position's rotated k and its v once per kv head (kv_bytes). A fill forward (of the window's
+ * graph, or of the graph of a prompt's first positions) computes as any forward and then stores
+ * positions 0 .. T - 1 (kv_attention_forward with no output); a decode forward of the graph built
+ * for new positions rotates them at pos0 .. (rope_gqa_forward's pos0; for dynamic scaling the base
+ * of the whole window's length, as the fill used) and attends over the cache with
+ * kv_attention_forward. */
 #include <math.h>
 #include <string.h>
 
@@ -149,43 +157,71 @@ static size_t workspace_bytes(const ct_layer *l, int64_t batch, ct_dtype dt) {
     return expands(l->cfg_data) ? 2 * expanded_bytes(l, batch, dt) : 0;
 }
 
-/* The rotation of this layer's sequences, which start at position 0. Dynamic scaling raises the
- * base when the sequence is longer than max_position_embeddings, transformers' formula (in
- * double, then used by the op as the fp32 base). */
-static ct_rope rope_of(const ct_layer *l) {
+/* The rotation of tokens from position pos0 of sequences of len positions (this layer's own from 0,
+ * or a decode's window). Dynamic scaling raises the base when the sequence is longer than
+ * max_position_embeddings, transformers' formula (in double, then used by the op as the fp32
+ * base). */
+static ct_rope rope_at(const ct_layer *l, int64_t pos0, int64_t length) {
     const attn_cfg *c = l->cfg_data;
-    ct_rope r = {.theta = c->theta, .factor = c->scaling == ROPE_LINEAR ? c->factor : 1.0, .pos0 = 0};
-    double len = (double)seq_len(l), D = (double)head_dim(l);
+    ct_rope r = {.theta = c->theta, .factor = c->scaling == ROPE_LINEAR ? c->factor : 1.0, .pos0 = pos0};
+    double len = (double)length, D = (double)head_dim(l);
     if (c->scaling == ROPE_DYNAMIC && len > (double)c->max_pos)
         r.theta = c->theta * pow(c->factor * len / (double)c->max_pos - (c->factor - 1.0), D / (D - 2.0));
     return r;
 }
+static ct_rope rope_of(const ct_layer *l) { return rope_at(l, 0, seq_len(l)); }
 
 /* The dropout probability of this call: none in eval mode. */
 static float drop_p(const ct_layer *l, const ct_layer_io *io) {
     return io->train ? (float)((const attn_cfg *)l->cfg_data)->p : 0.0f;
 }
 
-/* The attention op's input: x itself, or the rotated, expanded copy in the workspace. */
-static const void *attention_input(const ct_layer *l, const ct_layer_io *io) {
+/* The attention op's input: x itself, or the rotated, expanded copy in the workspace, its tokens at
+ * positions pos0 .. of a sequence of `length` (rope_at). */
+static const void *attention_input(const ct_layer *l, const ct_layer_io *io, int64_t pos0, int64_t length) {
     const attn_cfg *c = l->cfg_data;
     if (!expands(c)) return io->x[0];
-    ct_rope r = rope_of(l);
+    ct_rope r = rope_at(l, pos0, length);
     io->be->attn.rope_gqa_forward(io->be, io->ws, io->x[0], io->n, seq_len(l), c->heads, c->kv_heads, head_dim(l),
                                   &r, io->dt);
     return io->ws;
 }
 
+/* Bytes of the key/value cache: K and V [batch, KV, cap, D] in dt. */
+static size_t kv_bytes(const ct_layer *l, int64_t batch, int64_t cap, ct_dtype dt) {
+    return ct_nbytes(2 * batch * ((const attn_cfg *)l->cfg_data)->kv_heads * cap * head_dim(l), dt);
+}
+
+/* A decode's new positions: rotated from pos0 into the workspace (or x as it is), then stored
+ * in the cache and attended over it. */
+static void decode_forward(const ct_layer *l, const ct_layer_io *io) {
+    const attn_cfg *c = l->cfg_data;
+    const ct_decode *d = io->decode;
+    const void *qkv = attention_input(l, io, d->pos0, d->cap);
+    io->be->attn.kv_attention_forward(io->be, io->y, d->kv[l->index], qkv, io->n, seq_len(l), d->pos0, d->cap, c->heads,
+                                      c->kv_heads, head_dim(l), io->dt);
+}
+
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     const attn_cfg *c = l->cfg_data;
-    io->be->attn.causal_attention_forward(io->be, io->y, io->aux, attention_input(l, io), io->n, seq_len(l), c->heads,
-                                          head_dim(l), drop_p(l, io), io->seed, io->stream, io->dt);
+    const ct_decode *d = io->decode;
+    if (d && !d->fill) {
+        decode_forward(l, io);
+        return;
+    }
+    /* a fill's positions 0 .. T - 1 of the window of d->cap (dynamic scaling's base is the window's) */
+    const void *qkv = attention_input(l, io, 0, d ? d->cap : seq_len(l));
+    io->be->attn.causal_attention_forward(io->be, io->y, io->aux, qkv, io->n, seq_len(l), c->heads, head_dim(l),
+                                          drop_p(l, io), io->seed, io->stream, io->dt);
+    if (d)   /* a fill: its positions' keys and values into the cache, the output as computed */
+        io->be->attn.kv_attention_forward(io->be, NULL, d->kv[l->index], qkv, io->n, seq_len(l), 0, d->cap, c->heads,
+                                          c->kv_heads, head_dim(l), io->dt);
 }
 
 static void backward(const ct_layer *l, const ct_layer_io *io) {
     const attn_cfg *c = l->cfg_data;
     if (!io->dx[0]) return;
-    const void *qkv = attention_input(l, io);
+    const void *qkv = attention_input(l, io, 0, seq_len(l));
     void *dqkv = expands(c) ? (char *)io->ws + expanded_bytes(l, io->n, io->dt) : io->dx[0];
     io->be->attn.causal_attention_backward(io->be, dqkv, io->dy, qkv, io->y, io->aux, io->n, seq_len(l), c->heads,
                                            head_dim(l), drop_p(l, io), io->seed, io->stream, io->dt);
@@ -210,9 +246,10 @@ static double sequence_mixing(const ct_layer *l) { return (double)l->out.d[0] * 
 static bool draws_random(const ct_layer *l) { return ((const attn_cfg *)l->cfg_data)->p > 0; }
 
 const ct_layer_type ct_layer_causal_self_attention = {
-    .name = "causal_self_attention", .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "causal_self_attention", .flags = CT_LAYER_DECODES, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(attn_cfg), .parse = parse, .infer = infer, .aux_bytes = aux_bytes,
     .workspace_bytes = workspace_bytes, .forward = forward, .backward = backward, .flops = flops,
     .sequence_mixing = sequence_mixing, .backward_reads_output = true, .draws_random = draws_random,
+    .kv_bytes = kv_bytes,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* q, k, v to recompute the scores */
 };

@@ -50,7 +50,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }
 
 const ct_layer_type ct_layer_dropout = {
-    .name = "dropout", .flags = CT_LAYER_RANDOM, .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "dropout", .flags = CT_LAYER_RANDOM | CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(dropout_cfg), .parse = parse, .infer = infer, .aux_bytes = aux_bytes,
     .forward = forward, .backward = backward, .flops = flops,
     .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx = dy * mask (aux) */

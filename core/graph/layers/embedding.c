@@ -53,7 +53,7 @@ static double flops(const ct_layer *l) { return 0.0; }
 static int64_t id_limit(const ct_layer *l) { return ((const emb_cfg *)l->cfg_data)->vocab; }
 
 const ct_layer_type ct_layer_embedding = {
-    .name = "embedding", .flags = CT_LAYER_TAKES_IDS, .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "embedding", .flags = CT_LAYER_TAKES_IDS | CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(emb_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops, .id_limit = id_limit,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* the ids, to scatter dy into dW */

@@ -67,7 +67,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 static double flops(const ct_layer *l) { return 8.0 * (double)ct_layer_in_numel(l, 0); }
 
 const ct_layer_type ct_layer_layernorm = {
-    .name = "layernorm", .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "layernorm", .flags = CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(ln_cfg), .parse = parse, .infer = infer, .params = params,
     .aux_bytes = aux_bytes, .workspace_bytes = workspace_bytes, .forward = forward,
     .backward = backward, .flops = flops,

@@ -87,7 +87,7 @@ static double flops(const ct_layer *l) {
 }
 
 const ct_layer_type ct_layer_linear = {
-    .name = "linear", .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "linear", .flags = CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(linear_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops,
     .forward_rows = forward_rows, .backward_rows = backward_rows,

@@ -4,7 +4,9 @@
  * holds the same table (same checkpoint tensor) and reads only its first T rows.
  * Row t of every sample gets row t of the table, and W[0:T] is contiguous, so the sum is one
  * broadcast bias over rows = n, cols = T*C, and its gradient one bias reduction over the batch.
- * Default init normal(0, 0.02) (GPT-2; torch's nn.Embedding default is normal(0, 1)). */
+ * Default init normal(0, 0.02) (GPT-2; torch's nn.Embedding default is normal(0, 1)).
+ * Generation with a key/value cache (io->decode, graph.h): a graph built for new positions from
+ * pos0 adds rows pos0 .. pos0 + T - 1 of the table. */
 #include "core/graph/layer.h"
 
 typedef struct {
@@ -46,8 +48,10 @@ static int params(const ct_layer *l, ct_param_spec *s) {
 
 static void forward(const ct_layer *l, const ct_layer_io *io) {
     int64_t tc = ct_layer_out_numel(l);
+    int64_t row0 = io->decode && !io->decode->fill ? io->decode->pos0 : 0;
+    const void *rows = ct_celem(io->p[0], row0 * l->in[0].d[1], io->dt);
     if (io->y != io->x[0]) io->be->mem.copy_d2d(io->be, io->y, io->x[0], ct_nbytes(io->n * tc, io->dt));
-    io->be->elt.bias_act_forward(io->be, io->y, io->p[0], io->n, tc, 1, CT_ACT_NONE, 0.0f, io->dt);
+    io->be->elt.bias_act_forward(io->be, io->y, rows, io->n, tc, 1, CT_ACT_NONE, 0.0f, io->dt);
 }
 
 /* dx = dy; when the planner ran this layer in place its dx is its dy (plan.c grad_in_place), so
@@ -65,7 +69,7 @@ static double flops(const ct_layer *l) { return (double)ct_layer_out_numel(l); }
 static bool in_place(const ct_layer *l) { return true; }
 
 const ct_layer_type ct_layer_position_embedding = {
-    .name = "position_embedding", .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "position_embedding", .flags = CT_LAYER_DECODES, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(pos_cfg), .parse = parse, .infer = infer, .params = params,
     .forward = forward, .backward = backward, .flops = flops, .in_place = in_place,
     .backward_reads_input = CT_BWD_INPUT_UNREAD,   /* dx = dy, dW = sum of dy */

@@ -57,7 +57,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 static double flops(const ct_layer *l) { return 4.0 * (double)ct_layer_in_numel(l, 0); }
 
 const ct_layer_type ct_layer_rmsnorm = {
-    .name = "rmsnorm", .fields = fields, .min_inputs = 1, .max_inputs = 1,
+    .name = "rmsnorm", .flags = CT_LAYER_PER_POSITION, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(rms_cfg), .parse = parse, .infer = infer, .params = params,
     .aux_bytes = aux_bytes, .forward = forward, .backward = backward, .flops = flops,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* x, with the saved 1/rms */

@@ -33,7 +33,7 @@ static void backward(const ct_layer *l, const ct_layer_io *io) {
 static double flops(const ct_layer *l) { return 2.0 * (double)ct_layer_out_numel(l); }
 
 const ct_layer_type ct_layer_swiglu = {
-    .name = "swiglu", .min_inputs = 1, .max_inputs = 1, .parse = parse, .infer = infer,
+    .name = "swiglu", .flags = CT_LAYER_PER_POSITION, .min_inputs = 1, .max_inputs = 1, .parse = parse, .infer = infer,
     .forward = forward, .backward = backward, .flops = flops,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* gate and up */
 };
