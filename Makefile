@@ -77,6 +77,7 @@ TEST_SRC  := $(sort $(wildcard test/test_*.c))
 TEST_BIN  := $(TEST_SRC:test/%.c=$(BUILD)/test/%)
 
 .PHONY: all deps deps-bench deps-debian deps-test run test check tests test-cuda gpu-check install uninstall clean bundle \
+        bench-kernels \
         check-deps check-deps-test data-text
 all: $(BUILD)/ctrain $(CUDA_LIB) $(MPI_LIB)
 
@@ -100,6 +101,13 @@ $(BUILD)/libctrain.a: $(CORE_OBJ)
 
 $(BUILD)/ctrain: $(BUILD)/cmd/ctrain.o $(BUILD)/libctrain.a
 	$(CC) $(ALL_CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The kernel workbench (bench/kernels/README.md): compiled, never linked, so it keeps up with cuda/.
+BENCH_KERNEL_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard bench/kernels/*.cu))
+bench-kernels: $(if $(NVCC),$(BENCH_KERNEL_OBJ))
+ifeq ($(NVCC),)
+	@echo "bench-kernels: no nvcc (CUDA=0, or none on PATH or in /usr/local/cuda/bin)" >&2; exit 1
+endif
 
 $(BUILD)/libctrain_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-soname,libctrain_cuda.so $^ -o $@ $(CUDA_LIBS)
@@ -219,7 +227,9 @@ check: check-deps-test
 	@$(MAKE) --no-print-directory all tests
 	@CT_TEST_VENV=$(abspath $(VENV)) sh test/run_tests.sh $(BUILD) quick
 
-tests: $(TEST_BIN)
+# with nvcc, the tests' build also compiles the kernel workbench, so a change to cuda/'s headers
+# that breaks it is seen
+tests: $(TEST_BIN) $(if $(NVCC),$(BENCH_KERNEL_OBJ))
 
 test-cuda: check-deps
 	@$(MAKE) --no-print-directory all tests

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/util/common.h"
 #include "core/util/rng.h"

@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/util/rng.h"
 #include "bench/bench_common.h"
 

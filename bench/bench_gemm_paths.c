@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/util/common.h"
 #include "bench/bench_common.h"

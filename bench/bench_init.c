@@ -12,6 +12,7 @@
 
 #include "core/backend/backend.h"
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/params/store.h"
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"

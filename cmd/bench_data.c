@@ -10,6 +10,7 @@
 #include "core/config/config.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
+#include "core/device/device.h"
 
 #define BENCH_USAGE "usage: ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]"
 const char ct_bench_data_usage[] = BENCH_USAGE;
@@ -108,6 +109,7 @@ int ct_bench_data_main(int argc, char **argv, ct_err *err) {
     int rc = parse(argc, argv, &a, err);
     if (rc) return rc;
     ct_config_opts co = {.path = a.config, .world_size = 1};
+    co.formats = ct_dataset_formats(&co.n_formats);
     ct_config *cfg = NULL;
     ct_warnings warn = {0};
     rc = ct_config_load(&co, &cfg, &warn, err);

@@ -15,30 +15,21 @@
 #include "cmd/commands.h"
 #include "core/ckpt/ckpt.h"
 #include "core/ckpt/owned.h"
+#include "core/device/device.h"
 #include "core/dist/launch.h"
 #include "core/util/common.h"
 #include "core/util/fs.h"
 #include "core/config/config.h"
+#include "core/data/dataset.h"
 #include "core/report/report.h"
 #include "core/train/fit.h"
 #include "core/train/train.h"
 #include "core/util/limits.h"
 
+/* --help: the training run's synopsis, then each subcommand's (from its row in commands[] below),
+ * then this. */
+static const char USAGE_RUN[] = "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n";
 static const char USAGE[] =
-    "usage: ctrain --config FILE [options] [KEY=VALUE ...]\n"
-    "       ctrain config check FILE [--world-size N]\n"
-    "       ctrain pack --from image_folder|idx|webdataset|tfrecord|hdf5 SRC --out DIR [--shard-size MB] [--compress]\n"
-    "       ctrain pack --from text FILE... --out DIR [--eval-fraction F]\n"
-    "       ctrain info FILE.safetensors|CHECKPOINT_DIR|SAVE_DIR|SHARD_FILE|SHARD_DIR|FILE.tar|FILE.tfrecord|FILE.h5\n"
-    "       ctrain export --checkpoint DIR --out FILE.safetensors [--dtype fp32|fp16|bf16]\n"
-    "       ctrain eval --config FILE --checkpoint DIR [--set KEY=VALUE ...] [--device DEV] [--seed N]\n"
-    "                   [--quiet] [--summary FILE]\n"
-    "       ctrain bench-data --config FILE [--workers N] [--batches N] [--eval]\n"
-    "       ctrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids I,J,...) [--tokens N]\n"
-    "                   [--temperature T] [--top-k K] [--seed S] [--config FILE] [--device DEV]\n"
-    "                   [--no-kv-cache]\n"
-    "       ctrain plot RUN_DIR... [--out FILE.png] [--size WxH]\n"
-    "       ctrain compare RUN_DIR... [--plot FILE.png] [--size WxH]\n"
     "\n"
     "Train a neural network from a DeepSpeed-style JSON config.\n"
     "\n"
@@ -134,6 +125,8 @@ static int parse_world_size(const char *s, int *out) {
     return CT_OK;
 }
 
+static void print_help(FILE *f);
+
 typedef struct cli_args {
     const char *config, *model, *data, *resume, *summary;
     ct_cli_overrides ov;        /* --set and its other forms, --device, --seed (cmd/overrides.c) */
@@ -150,7 +143,7 @@ static int parse_args(int argc, char **argv, cli_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            fputs(USAGE, stdout);
+            print_help(stdout);
             exit(0);
         } else if (!strcmp(arg, "--version")) {
             print_version();
@@ -212,11 +205,12 @@ static int parse_args(int argc, char **argv, cli_args *a) {
 
 static const char config_usage[] = "usage: ctrain config check FILE [--world-size N]";
 
+/* `ctrain config check`: argv[0] is "config". It prints its own warnings and errors. */
 static int cmd_config(int argc, char **argv) {
-    if (argc < 3 || strcmp(argv[2], "check") != 0) return usage_error("%s", config_usage);
+    if (argc < 2 || strcmp(argv[1], "check") != 0) return usage_error("%s", config_usage);
     const char *file = NULL;
     int world = 0;
-    for (int i = 3; i < argc; i++) {
+    for (int i = 2; i < argc; i++) {
         const char *v;
         if ((v = ct_cli_option_value(argc, argv, &i, "--world-size"))) {
             int rc = parse_world_size(v, &world);
@@ -238,7 +232,9 @@ static int cmd_config(int argc, char **argv) {
     }
     ct_warnings warn = {0};
     ct_err err = {0};
-    int rc = ct_config_check(file, world, stdout, &warn, &err);
+    ct_config_opts opts = {.path = file, .world_size = world};
+    opts.formats = ct_dataset_formats(&opts.n_formats);
+    int rc = ct_config_check(&opts, stdout, &warn, &err);
     print_warnings(&warn);
     ct_warnings_free(&warn);
     if (rc) print_error(err.msg);
@@ -519,6 +515,7 @@ static int run_training(cli_args *a) {
         .n_overrides = a->ov.n,
         .world_size = a->world_size,
     };
+    opts.formats = ct_dataset_formats(&opts.n_formats);
     bool is_run = !a->print_config && !a->dry_run;
     if (is_run) watch_start(a);
     /* Probed once (it loads the driver and the CUDA runtime). Every GPU the CUDA backend is built
@@ -641,19 +638,70 @@ static void on_fatal(void *ctx, const char *msg) {
     _exit(CT_ERR_RUNTIME);   /* as main ends: no library destructors (see main) */
 }
 
-/* The subcommands: name, entry point and usage line; `ctrain NAME --help` prints the line and
- * exits 0. */
-static const struct subcommand {
+/* The subcommands, one row each: dispatch, `ctrain NAME --help` (the usage, exit 0), the synopsis
+ * in `ctrain --help` and the list an unknown command gets all read this table. test/e2e_cli.sh
+ * checks each row against the man page's SYNOPSIS and docs/cli.md. A row has main (reports
+ * through err; run_subcommand prints) or run (prints its own messages). */
+static const struct command {
     const char *name;
-    int (*main)(int argc, char **argv, ct_err *err);   /* NULL: config (cmd_config) */
-    const char *usage;
-} subcommands[] = {
-    {"config", NULL, config_usage},       {"eval", ct_eval_main, ct_eval_usage},
-    {"info", ct_info_main, ct_info_usage}, {"export", ct_export_main, ct_export_usage},
-    {"pack", ct_pack_main, ct_pack_usage}, {"bench-data", ct_bench_data_main, ct_bench_data_usage},
-    {"generate", ct_generate_main, ct_generate_usage}, {"plot", ct_plot_main, ct_plot_usage},
-    {"compare", ct_compare_main, ct_compare_usage},
+    int (*main)(int argc, char **argv, ct_err *err);
+    int (*run)(int argc, char **argv);
+    const char *usage;           /* "usage: ctrain NAME ..." (more forms on lines of their own) */
+} commands[] = {
+    {"config", NULL, cmd_config, config_usage},
+    {"eval", ct_eval_main, NULL, ct_eval_usage},
+    {"info", ct_info_main, NULL, ct_info_usage},
+    {"export", ct_export_main, NULL, ct_export_usage},
+    {"pack", ct_pack_main, NULL, ct_pack_usage},
+    {"bench-data", ct_bench_data_main, NULL, ct_bench_data_usage},
+    {"generate", ct_generate_main, NULL, ct_generate_usage},
+    {"plot", ct_plot_main, NULL, ct_plot_usage},
+    {"compare", ct_compare_main, NULL, ct_compare_usage},
 };
+
+/* One synopsis line of --help: "       " + text, folded at spaces outside brackets ("[--dtype
+ * fp32|fp16]" stays whole) to lines of at most 100 columns, each further line indented deeper. */
+static void print_synopsis_line(const char *text, size_t len, FILE *f) {
+    const size_t width = 100, indent = 7, more = 19;
+    size_t col = indent;
+    fprintf(f, "%*s", (int)indent, "");
+    while (len) {
+        size_t word = 0;
+        for (int depth = 0; word < len && (depth > 0 || text[word] != ' '); word++)
+            depth += (text[word] == '[' || text[word] == '(') - (text[word] == ']' || text[word] == ')');
+        if (col > indent && col + 1 + word > width) {
+            fprintf(f, "\n%*s", (int)more, "");
+            col = more;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(text, 1, word, f);
+        col += word;
+        while (word < len && text[word] == ' ') word++;
+        text += word;
+        len -= word;
+    }
+    fputc('\n', f);
+}
+
+/* A row's usage, each of its forms as a synopsis line ("usage: " and the indents dropped). */
+static void print_synopsis(const char *usage, FILE *f) {
+    while (*usage) {
+        size_t n = strcspn(usage, "\n");
+        const char *line = usage;
+        if (!strncmp(line, "usage: ", 7)) line += 7;
+        while (*line == ' ') line++;
+        print_synopsis_line(line, n - (size_t)(line - usage), f);
+        usage += n + (usage[n] == '\n');
+    }
+}
+
+static void print_help(FILE *f) {
+    fputs(USAGE_RUN, f);
+    for (int i = 0; i < CT_ARRAY_LEN(commands); i++) print_synopsis(commands[i].usage, f);
+    fputs(USAGE, f);
+}
 
 static bool wants_help(int argc, char **argv) {
     for (int i = 2; i < argc; i++)
@@ -663,19 +711,19 @@ static bool wants_help(int argc, char **argv) {
 
 static int run_command(int argc, char **argv) {
     if (argc >= 2 && argv[1][0] != '-' && !ct_cli_is_override(argv[1])) {
-        for (int i = 0; i < CT_ARRAY_LEN(subcommands); i++) {
-            const struct subcommand *c = &subcommands[i];
+        for (int i = 0; i < CT_ARRAY_LEN(commands); i++) {
+            const struct command *c = &commands[i];
             if (strcmp(argv[1], c->name) != 0) continue;
             if (wants_help(argc, argv)) {
                 puts(c->usage);
                 return CT_OK;
             }
-            return c->main ? run_subcommand(c->main, argc - 1, argv + 1) : cmd_config(argc, argv);
+            return c->main ? run_subcommand(c->main, argc - 1, argv + 1) : c->run(argc - 1, argv + 1);
         }
         char what[256];
         int n = snprintf(what, sizeof what, "unknown command \"%.64s\" (commands:", argv[1]);
-        for (int i = 0; i < CT_ARRAY_LEN(subcommands); i++)
-            n += snprintf(what + n, sizeof what - (size_t)n, " %s", subcommands[i].name);
+        for (int i = 0; i < CT_ARRAY_LEN(commands); i++)
+            n += snprintf(what + n, sizeof what - (size_t)n, " %s", commands[i].name);
         snprintf(what + n, sizeof what - (size_t)n, "; or --config FILE to train)");
         return usage_error("%s", what);
     }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "core/ckpt/owned.h"
-#include "core/train/internal.h"
+#include "core/data/dataset.h"
+#include "core/device/device.h"
+#include "core/train/train.h"
 #include "core/util/fs.h"
 
 const char ct_eval_usage[] =
@@ -70,36 +72,6 @@ static int write_summary(const ct_summary *s, const char *path, ct_err *err) {
     return ct_summary_save(s, path, err);
 }
 
-/* Open the trainer without resume or init_from, load the checkpoint's weights, evaluate. */
-static int evaluate(const ct_config *cfg, const eval_args *a, ct_summary *s, ct_err *err) {
-    ct_run_opts ro = {.quiet = a->quiet, .summary_path = a->summary, .weights_from_checkpoint = true,
-                      .forward_only = true};
-    ct_trainer *t = NULL;
-    int rc = ct_trainer_open_bare(cfg, &ro, s, &t, err);
-    if (!rc && !t->d.eval_ds)
-        rc = ct_errf(err, CT_ERR_CONFIG, "%s: data.eval: missing; ctrain eval needs an eval set "
-                     "(e.g. {\"format\": \"idx\", \"images\": ..., \"labels\": ...})", cfg->path);
-    ct_ckpt_state st;
-    if (!rc) rc = ct_trainer_ckpt_load_model(t, a->checkpoint, &st, err);
-    double loss = 0, acc = 0, t0 = ct_now();
-    if (!rc) rc = ct_trainer_evaluate(t, &loss, &acc, err);
-    if (!rc) {
-        ct_trainer_set_status(t, "ok", NULL);
-        s->steps = st.step;
-        s->epochs = st.epoch + (st.epoch_step > 0 ? 1 : 0);
-        s->train_loss = st.train_loss;
-        s->eval_loss = loss;
-        s->eval_accuracy = acc;
-        ct_report_eval(&t->obs.rep, st.step, st.epoch + 1, loss, acc, t->d.eval_ds->count, ct_now() - t0);
-        ct_report_line(&t->obs.rep, "evaluated %s (step %ld) on data.eval", t->ck.last, st.step);
-    } else {
-        ct_trainer_set_status(t, "error", err);
-    }
-    ct_trainer_finish(t);
-    ct_trainer_close(t);
-    return rc;
-}
-
 int ct_eval_main(int argc, char **argv, ct_err *err) {
     eval_args a = {0};
     int rc = eval_parse(argc, argv, &a, err);
@@ -110,6 +82,7 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
     bool gpu = ct_cuda_available(); /* probed once; every GPU the backend builds for has bf16 */
     ct_config_opts co = {.path = a.config, .overrides = a.ov.items, .n_overrides = a.ov.n,
                          .world_size = 1, .has_gpu = gpu, .gpu_supports_bf16 = gpu};
+    co.formats = ct_dataset_formats(&co.n_formats);
     ct_warnings warn = {0};
     ct_config *cfg = NULL;
     ct_summary s;
@@ -118,7 +91,8 @@ int ct_eval_main(int argc, char **argv, ct_err *err) {
     if (!rc) rc = ct_config_load(&co, &cfg, &warn, err);
     for (int i = 0; i < warn.n; i++) fprintf(stderr, "ctrain: warning: %s\n", warn.items[i]);
     ct_warnings_free(&warn);
-    if (!rc) rc = evaluate(cfg, &a, &s, err);
+    ct_run_opts ro = {.quiet = a.quiet, .summary_path = a.summary};
+    if (!rc) rc = ct_train_eval_checkpoint(cfg, &ro, a.checkpoint, &s, err);
     if (rc) snprintf(s.error, sizeof s.error, "%.*s", (int)strcspn(err->msg, "\n"), err->msg);
     ct_err werr = {0};
     int wrc = write_summary(&s, a.summary, &werr);

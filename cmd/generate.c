@@ -12,6 +12,7 @@
 #include "core/backend/backend.h"
 #include "core/ckpt/ckpt.h"
 #include "core/config/config.h"
+#include "core/device/device.h"
 #include "core/report/report.h"
 #include "core/train/generate.h"
 #include "core/util/fs.h"

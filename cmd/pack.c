@@ -13,7 +13,6 @@
 #include "core/util/fs.h"
 #include "core/config/config.h"
 #include "core/data/dataset.h"
-#include "core/data/formats.h"
 #include "core/data/pngdec.h"
 #include "core/data/shard.h"
 #include "core/data/tokens.h"
@@ -226,11 +225,12 @@ static int open_source(const pack_args *a, ct_dataset **ds, uint32_t *enc, ct_er
     } else {
         cJSON_AddStringToObject(e, "root", a->src);
     }
-    int rc = strcmp(a->from, "idx") == 0          ? ct_idx_open(&cfg, e, "pack", ds, err)
-             : strcmp(a->from, "webdataset") == 0 ? ct_webdataset_open(&cfg, e, "pack", ds, err)
-             : strcmp(a->from, "tfrecord") == 0   ? ct_tfrecord_open(&cfg, e, "pack", ds, err)
-             : strcmp(a->from, "hdf5") == 0       ? ct_hdf5_open(&cfg, e, "pack", ds, err)
-                                                  : ct_image_folder_open(&cfg, e, "pack", ds, err);
+    /* the format's opener, from its row (a->from is one of them: pack_parse) */
+    int n_formats, rc = -1;
+    const ct_data_format *formats = ct_dataset_formats(&n_formats);
+    for (int i = 0; i < n_formats && rc < 0; i++)
+        if (strcmp(formats[i].name, a->from) == 0) rc = formats[i].open(&cfg, e, "pack", ds, err);
+    if (rc < 0) rc = ct_errf(err, CT_ERR_CONFIG, "pack: --from %s: no such dataset format", a->from);
     cJSON_Delete(e);
     if (rc) return rc;
     /* Shards hold a class index per record and pixels as bytes, or floats */

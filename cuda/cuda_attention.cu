@@ -32,8 +32,8 @@
  * Every sum runs in a fixed order (sequential loops, butterfly warp reductions), so the results do
  * not depend on the grid or on scheduling. These kernels are plain fp32 FMA on CUDA cores, written
  * to be obviously right: they serve fp32, head dims that are not a multiple of 16 and unaligned
- * buffers. fp16/bf16 run on tensor cores (cuda_attention_mma.cu, cuda_attention_tc.cu; see
- * ATTN_AUTO below for which and how to choose). */
+ * buffers. fp16/bf16 with D of 32, 64 or 128 run on tensor cores (cuda_attention_mma.cu; see
+ * ATTN_AUTO below for how to choose). */
 #include "cuda/cuda_attention.cuh"
 #include "cuda/cuda_dtype.cuh"
 #include "cuda/cuda_internal.h"
@@ -352,11 +352,11 @@ k_attn_dkdv(E *__restrict__ dqkv, const E *__restrict__ dy, const E *__restrict_
 
 /* ---- host side ---- */
 
-/* Which kernels run (CTRAIN_CUDA_ATTENTION, read once at backend creation): by default the
- * fastest that applies: cuda_attention_mma.cu (fp16/bf16, D of 32, 64, 128), then
- * cuda_attention_tc.cu (fp16/bf16, D % 16 == 0), then the kernels of this file. "wmma" skips the
- * first, "reference" both: to compare them, or to rule the fast paths out. */
-enum { ATTN_AUTO = 0, ATTN_WMMA = 1, ATTN_REFERENCE = 2 };
+/* Which kernels run (CTRAIN_CUDA_ATTENTION, read once at backend creation): by default
+ * cuda_attention_mma.cu where it applies (fp16/bf16, D of 32, 64, 128), else the kernels of this
+ * file; "reference" always the kernels of this file: to compare them, or to rule the fast path
+ * out. (The WMMA kernels that sat between the two are in bench/kernels/.) */
+enum { ATTN_AUTO = 0, ATTN_REFERENCE = 2 };
 
 /* The dropout rule's numbers, exactly as dropout_forward computes them (cuda_eltwise.cu). */
 static uint64_t attn_thresh(float p) {
@@ -388,11 +388,6 @@ static void cu_attn_forward(ct_backend *be, void *y, float *lse, const void *qkv
                                  attn_keep_scale(p), key, stream, dt);
         return;
     }
-    if (path != ATTN_REFERENCE && ct_cuda_attn_tc_usable(dt, D, y, qkv, NULL, NULL)) {
-        ct_cuda_attn_tc_forward(ct_cuda_stream(be), y, lse, qkv, B, T, H, D, scale, attn_thresh(p),
-                                attn_keep_scale(p), key, stream, dt);
-        return;
-    }
     dim3 grid((unsigned)((T + FWD_BQ - 1) / FWD_BQ), (unsigned)(B * H));
     CT_DT_DISPATCH(dt, E, {
         k_attn_forward<E><<<grid, ATT_THREADS, 0, ct_cuda_stream(be)>>>(
@@ -421,11 +416,6 @@ static void cu_attn_backward(ct_backend *be, void *dqkv, const void *dy, const v
         if (path == ATTN_AUTO && ct_cuda_attn_mma_usable(dt, D, dqkv, dy, qkv, y)) {
             ct_cuda_attn_mma_backward(st, dqkv, dy, qkv, lse, dsum, B, T, H, D, scale, thresh,
                                       keep_scale, key, stream, dt);
-            break;
-        }
-        if (path != ATTN_REFERENCE && ct_cuda_attn_tc_usable(dt, D, dqkv, dy, qkv, y)) {
-            ct_cuda_attn_tc_backward(st, dqkv, dy, qkv, lse, dsum, B, T, H, D, scale, thresh,
-                                     keep_scale, key, stream, dt);
             break;
         }
         k_attn_dq<E><<<grid_q, ATT_THREADS, 0, st>>>((E *)dqkv, (const E *)dy, (const E *)qkv, lse,
@@ -539,10 +529,7 @@ static void cu_kv_attention_forward(ct_backend *be, void *y, void *kv, const voi
 
 void ct_cuda_attn_install(ct_backend *be) {
     const char *env = getenv("CTRAIN_CUDA_ATTENTION");
-    ct_cuda_of(be)->attn_path = !env ? ATTN_AUTO : strcmp(env, "reference") == 0 ? ATTN_REFERENCE
-                                : strcmp(env, "wmma") == 0                       ? ATTN_WMMA
-                                                                                 : ATTN_AUTO;
-    ct_cuda_attn_tc_init();
+    ct_cuda_of(be)->attn_path = env && strcmp(env, "reference") == 0 ? ATTN_REFERENCE : ATTN_AUTO;
     ct_cuda_attn_mma_init();
     be->attn.causal_attention_forward = cu_attn_forward;
     be->attn.causal_attention_backward = cu_attn_backward;

@@ -558,10 +558,13 @@ static size_t fwd_smem(int D) { return (size_t)5 * MMA_ROWS * (D + 8) * 2; }
 static size_t dq_smem(int D) { return (size_t)6 * MMA_ROWS * (D + 8) * 2; }
 static size_t dkdv_smem(int D) { return (size_t)6 * MMA_ROWS * (D + 8) * 2 + 4 * MMA_ROWS * sizeof(float); }
 
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 bool ct_cuda_attn_mma_usable(ct_dtype dt, int64_t D, const void *a, const void *b, const void *c,
                              const void *d) {
+    if (dt != CT_F16 && dt != CT_BF16) return false;
     if (D != 32 && D != 64 && D != 128) return false;
-    return ct_cuda_attn_tc_usable(dt, D, a, b, c, d);
+    return aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
 }
 
 template <typename E, int D> static void allow_smem(void) {

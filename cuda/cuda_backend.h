@@ -1,7 +1,8 @@
 /* cuda_backend.h: the CUDA backend's entry points (C linkage; included by C and CUDA code).
  *
- * Compiled only when nvcc exists (the build defines CT_HAVE_CUDA). core/backend/backend.h declares the
- * first two as well; the declarations here match them exactly. */
+ * Compiled only when nvcc exists (the build defines CT_HAVE_CUDA). ctrain itself never links
+ * them: core/device/device.c finds ct_cuda_backend_abi, ct_cuda_probe and ct_cuda_backend_create
+ * in the library with dlsym (ct_cuda_lib, core/device/device.h). */
 #ifndef CT_CUDA_BACKEND_H
 #define CT_CUDA_BACKEND_H
 
@@ -15,8 +16,8 @@
 extern "C" {
 #endif
 
-/* CT_BACKEND_ABI and sizeof(ct_backend) as this library was compiled: the loader (core/backend/
- * backend.c) refuses a library whose op table does not match the executable's. */
+/* CT_BACKEND_ABI and sizeof(ct_backend) as this library was compiled: the loader (core/device/
+ * device.c) refuses a library whose op table does not match the executable's. */
 int ct_cuda_backend_abi(size_t *table_bytes);
 
 /* True when the CUDA runtime finds a driver and at least one device. Never aborts: any error

@@ -148,7 +148,7 @@ typedef struct ct_cuda {
     void *lt_workspace;           /* cuBLASLt workspace, allocated once */
     size_t lt_workspace_bytes;
     bool tf32;                    /* TF32 tensor cores for fp32 GEMMs (off unless asked) */
-    int attn_path;                /* CTRAIN_CUDA_ATTENTION: 0 fastest that applies, 1 wmma, 2 reference */
+    int attn_path;                /* CTRAIN_CUDA_ATTENTION: 0 fastest that applies, 2 reference */
     ct_cuda_gemm_plan plans[CT_CUDA_GEMM_CACHE];
     uint64_t plan_clock;
     void *host_scratch;           /* pinned, CT_CUDA_HOST_SCRATCH bytes: reduction results */

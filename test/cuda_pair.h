@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
+#include "core/device/device.h"
 
 /* Create both on `device` ("cuda", "cuda:N", or "capped": the CPU's capped device of
  * CTRAIN_CAPPED_DEVICE, 1 GiB when unset). Returns 0; or 77 after printing "no CUDA device:

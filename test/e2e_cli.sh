@@ -33,11 +33,22 @@ for sub in plot compare; do
     has "$T/err" "at least one run directory" "$sub asks for a run directory"
 done
 expect 2 "unknown command" -- "$B" frobnicate
-has "$T/err" "commands: config eval info export pack bench-data generate plot compare" "an unknown command lists the commands"
-for sub in config eval info export pack bench-data generate plot compare; do
+has "$T/err" "unknown command \"frobnicate\" (commands: config eval " "an unknown command lists the commands"
+# The list comes from cmd/ctrain.c's commands[]; every row has its usage, its synopsis in --help,
+# its SYNOPSIS entry in the man page and its entry under docs/cli.md's "Subcommands".
+subs=$(sed -n 's/.*(commands: \([^;]*\);.*/\1/p' "$T/err")
+[ -n "$subs" ] || bad "the unknown command's message lists no commands"
+"$B" --help > "$T/help" 2>&1
+for sub in $subs; do
     expect 0 "$sub --help exits 0" -- "$B" $sub --help
     has "$T/out" "^usage: ctrain $sub" "$sub --help prints its usage on stdout"
+    grep -q "^       ctrain $sub" "$T/help" || bad "ctrain --help lacks the synopsis of $sub"
+    mansub=$(printf '%s' "$sub" | sed 's/-/\\\\-/g')
+    grep -q "^\.B ctrain $mansub" docs/ctrain.1 || bad "the man page's SYNOPSIS lacks ctrain $sub"
+    sed -n '/^## Subcommands/,/^## [^S]/p' docs/cli.md | grep -q "^- \`ctrain $sub" ||
+        bad "docs/cli.md's Subcommands lack ctrain $sub"
 done
+ok "every command has its usage, its synopsis in --help and the man page, and its entry in docs/cli.md"
 expect 0 "-h after other arguments" -- "$B" export --checkpoint x -h
 expect 2 "missing config file" -- "$B" --config "$T/nope.json" --print-config
 has "$T/err" "nope.json" "missing config names the path"

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
+#include "core/cpu/cpu.h"
+#include "core/device/device.h"
 #include "core/optim/amp.h"
 #include "core/backend/backend.h"
 #include "core/config/config.h"
@@ -245,6 +248,7 @@ static void write_text(const char *path, const char *text) {
 
 static ct_config *load_config(const char *path, const char *const *sets, int n_sets) {
     ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = n_sets, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};

@@ -24,7 +24,9 @@
 #include <unistd.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
+#include "core/device/device.h"
 #include "core/util/rng.h"
 #include "test/test_paths.h"
 

@@ -133,6 +133,28 @@ static cJSON *mkconfig(double lr) {
     return c;
 }
 
+/* A config as a run holds it, whose resolved JSON is `resolved` (taken over): the keys outside
+ * its experiment come from the flags on core/config/'s rows, as they do for a run (a loaded
+ * config that reads the sections they are in). */
+static ct_config *owner_of(cJSON *resolved) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/owner.json", tmpdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": "
+          "{\"device\": \"cpu\"}}}", f);
+    fclose(f);
+    ct_config_opts o = {.path = path, .world_size = 1};
+    ct_config *cfg = NULL;
+    ct_warnings w = {0};
+    ct_err err = {0};
+    ck_assert_msg(ct_config_load(&o, &cfg, &w, &err) == CT_OK, "%s", err.msg);
+    ct_warnings_free(&w);
+    cJSON_Delete(cfg->resolved);
+    cfg->resolved = resolved;
+    return cfg;
+}
+
 static void save(const model *md, long step, int keep_last) {
     ct_ckpt_state s = mkstate(step);
     cJSON *c = mkconfig(1e-3);
@@ -865,12 +887,13 @@ START_TEST(prune_only_own_complete_checkpoints) {
     fclose(fp);
     /* killed after latest moved to global_step40, before keep_last 2 was applied */
     st = mkstate(40);
-    ct_ckpt_save_opts o = {.keep_last = 2, .owner = own, .fault = fail_at, .fault_ctx = "latest"};
+    ct_config *own_cfg = owner_of(own);
+    ct_ckpt_save_opts o = {.keep_last = 2, .owner = own_cfg, .fault = fail_at, .fault_ctx = "latest"};
     ck_assert_int_eq(ct_ckpt_save(save_dir, &a.t, &st, own, &o, NULL, 0, &err), CT_ERR_RUNTIME);
     for (long s = 10; s <= 40; s += 10) ck_assert(exists_step(s));
     /* the next run's start */
     ct_warnings w = {0};
-    ct_ckpt_prune(save_dir, 40, 2, own, &w);
+    ct_ckpt_prune(save_dir, 40, 2, own_cfg, &w);
     ck_assert(exists_step(40) && exists_step(30));
     ck_assert(!exists_step(20) && !exists_step(10));
     ck_assert(exists_step(15) && exists_step(5) && exists_step(1));
@@ -891,6 +914,7 @@ START_TEST(prune_only_own_complete_checkpoints) {
     ck_assert(exists_step(15) && exists_step(1));
     /* the identity ignores run length, outputs and logging, not hyperparameters */
     cJSON *longer = mkconfig(1e-3);
+    ct_config *longer_cfg = owner_of(longer);
     cJSON *train = cJSON_GetObjectItem(longer, "train");
     cJSON_ReplaceItemInObject(train, "epochs", cJSON_CreateNumber(9));
     cJSON_AddStringToObject(train, "run_dir", "elsewhere");
@@ -908,21 +932,21 @@ START_TEST(prune_only_own_complete_checkpoints) {
         cJSON_AddNumberToObject(oo, "buffer_count", 4 + i);
         cJSON_AddStringToObject(oo, "device", "cpu");
     }
-    ck_assert(ct_ckpt_same_experiment(own, longer));
+    ck_assert(ct_ckpt_same_experiment(longer, own_cfg));
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(longer, "zero_optimization"),
                                                   "offload_optimizer"), "device", cJSON_CreateString("none"));
-    ck_assert(!ct_ckpt_same_experiment(own, longer)); /* the offload device is compared */
+    ck_assert(!ct_ckpt_same_experiment(longer, own_cfg)); /* the offload device is compared */
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cJSON_GetObjectItem(longer, "zero_optimization"),
                                                   "offload_optimizer"), "device", cJSON_CreateString("cpu"));
-    ck_assert(ct_ckpt_same_experiment(own, longer));
-    ck_assert(!ct_ckpt_same_experiment(own, other));
+    ck_assert(ct_ckpt_same_experiment(longer, own_cfg));
+    ck_assert(!ct_ckpt_same_experiment(other, own_cfg));
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(longer, "optimizer"), "type",
                               cJSON_CreateString("SGD"));
     char diff[256];
-    ck_assert_int_eq(ct_ckpt_experiment_diff(own, longer, diff, sizeof diff), 1);
+    ck_assert_int_eq(ct_ckpt_experiment_diff(own, longer_cfg, diff, sizeof diff), 1);
     ck_assert_str_eq(diff, "optimizer.type: \"AdamW\" -> \"SGD\"");
-    cJSON_Delete(longer);
-    cJSON_Delete(own);
+    ct_config_free(longer_cfg);
+    ct_config_free(own_cfg);
     cJSON_Delete(other);
 }
 END_TEST

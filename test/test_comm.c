@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/dist/agree.h"
 #include "core/dist/comm.h"
 #include "core/dist/watchdog.h"

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/cpu/cpu.h"
 #include "core/dist/agree.h"
 #include "core/dist/comm.h"
 #include "core/dist/launch.h"

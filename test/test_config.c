@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
+#include "core/util/fs.h"
 #include "core/config/config.h"
 #include "core/util/json.h"
 
@@ -37,6 +39,7 @@ static loaded load_opts(const char *text, int world, const char *const *ovs, int
     loaded l = {0};
     ct_config_opts o = {.path = write_file("a.json", text), .overrides = ovs, .n_overrides = n,
                         .world_size = world, .has_gpu = gpu, .gpu_supports_bf16 = bf16};
+    o.formats = ct_dataset_formats(&o.n_formats);
     l.rc = ct_config_load(&o, &l.cfg, &l.warn, &l.err);
     return l;
 }
@@ -564,6 +567,7 @@ START_TEST(sections_from_files) {
     snprintf(data_path, sizeof data_path, "%s/full.json", tmpdir);
     ct_config_opts o = {.path = write_file("b.json", "{\"train_batch_size\": 8, \"data\": {\"workers\": 1}}"),
                         .data_path = data_path, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err e = {0};
@@ -988,6 +992,7 @@ START_TEST(config_errors) {
     int n = 0;
     while (n < CT_ARRAY_LEN(c->set) && c->set[n]) n++;
     ct_config_opts o = {.path = path, .overrides = c->set, .n_overrides = n, .world_size = c->world ? c->world : 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err e = {0};
@@ -996,7 +1001,7 @@ START_TEST(config_errors) {
         char out[4096];
         FILE *f = fmemopen(out, sizeof out, "w");
         ck_assert_ptr_nonnull(f);
-        rc = ct_config_check(path, o.world_size, f, &w, &e);
+        rc = ct_config_check(&o, f, &w, &e);
         fclose(f);
     } else {
         rc = ct_config_load(&o, &cfg, &w, &e);
@@ -1343,7 +1348,7 @@ START_TEST(config_check_summary) {
     FILE *f = fmemopen(buf, sizeof buf, "w");
     ct_warnings w = {0};
     ct_err e = {0};
-    ck_assert_int_eq(ct_config_check(path, 4, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 4}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "64 = micro 8 × accumulation 2 × world 4"), "%s", buf);
     ck_assert_msg(strstr(buf, "micro: derived"), "%s", buf);
@@ -1356,7 +1361,7 @@ START_TEST(config_check_summary) {
     /* in one process: what the file asks for, said to be not used yet, and the line under the heading */
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf, "w");
-    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 1}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "zero       asks for stage 2, offload optimizer: none, offload params: none; not used "
                               "yet"), "%s", buf);
@@ -1368,7 +1373,7 @@ START_TEST(config_check_summary) {
     path = write_file("c3.json", "{\"train_batch_size\": 64, \"zero_optimization\": {\"stage\": 3}}");
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf, "w");
-    ck_assert_int_eq(ct_config_check(path, 2, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 2}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "zero       stage 3 over 2 ranks: fp32 master and optimizer state split 2 ways, "
                               "gradients reduce-scattered, parameters gathered layer by layer"), "%s", buf);
@@ -1378,11 +1383,81 @@ START_TEST(config_check_summary) {
     path = write_file("c.json", "{\"train_batch_size\": 64}");
     memset(buf, 0, sizeof buf);
     f = fmemopen(buf, sizeof buf, "w");
-    ck_assert_int_eq(ct_config_check(path, 1, f, &w, &e), CT_OK);
+    ck_assert_int_eq(ct_config_check(&(ct_config_opts){.path = path, .world_size = 1}, f, &w, &e), CT_OK);
     fclose(f);
     ck_assert_msg(strstr(buf, "zero       stage 0 (off)\n"), "%s", buf);
     ck_assert_msg(!strstr(buf, "not used yet"), "%s", buf);
     ct_warnings_free(&w);
+}
+END_TEST
+
+/* The keys outside an experiment's identity come from the flags on the rows (a key's
+ * CT_NOT_IDENTITY, a section's, the batch split's): each of them is in docs/checkpoints.md's
+ * list, and what defines an experiment (optimizer, seed, batch size) is not among them. */
+START_TEST(not_identity_is_documented) {
+    loaded l = load_opts(
+        "{\"train_batch_size\": 8, \"steps_per_print\": 5, \"optimizer\": {\"type\": \"SGD\", \"params\": "
+        "{\"lr\": 0.1}}, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": {\"device\": \"cpu\"}, "
+        "\"offload_param\": {\"device\": \"none\"}}, \"aio\": {}, \"tensorboard\": {}, \"comet\": {}, "
+        "\"train\": {\"epochs\": 1, \"seed\": 3, \"early_stopping\": {\"patience\": 2}}, \"data\": {\"workers\": 1}}",
+        1, NULL, 0, false, false);
+    ck_assert_msg(l.rc == CT_OK, "%s", l.err.msg);
+    char *doc = ct_fs_read_small("docs/checkpoints.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/checkpoints.md: cannot read it (run from the repository root)");
+    const char *list = strstr(doc, "Two configs are the same experiment");
+    ck_assert_ptr_nonnull(list);
+    const char *end = strstr(list, "\n\n-");
+    end = end ? strstr(end + 2, "\n\n") : NULL;
+    ck_assert_ptr_nonnull(end);
+    for (int i = 0; i < l.cfg->n_not_identity; i++) {
+        char quoted[200];
+        snprintf(quoted, sizeof quoted, "`%s`", l.cfg->not_identity[i]);
+        const char *at = strstr(list, quoted);
+        ck_assert_msg(at && at < end, "docs/checkpoints.md's list of keys outside the experiment lacks %s", quoted);
+    }
+    const char *in[] = {"train.run_dir", "train.epochs", "train.cuda_graph", "train_micro_batch_size_per_gpu",
+                        "data.transform.on_device", "aio", "comet", "train.early_stopping",
+                        "zero_optimization.offload_optimizer.nvme_path"};
+    const char *out[] = {"optimizer", "optimizer.params.lr", "train.seed", "train_batch_size", "zero_optimization",
+                         "zero_optimization.offload_optimizer.device", "data"};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < (k ? CT_ARRAY_LEN(out) : CT_ARRAY_LEN(in)); j++) {
+            const char *path = k ? out[j] : in[j];
+            bool found = false;
+            for (int i = 0; i < l.cfg->n_not_identity; i++) found |= strcmp(l.cfg->not_identity[i], path) == 0;
+            ck_assert_msg(found == !k, "%s: %s the experiment's identity", path, k ? "left out of" : "part of");
+        }
+    free(doc);
+    unload(&l);
+}
+END_TEST
+
+/* Every key of every section table a config with every section reads (cfg->rows, the reader's
+ * rows) is in docs/config.md, in backquotes as its dotted path or its own name: a row added
+ * without its doc row fails here, naming it. */
+START_TEST(every_row_is_documented) {
+    loaded l = load_opts(
+        "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": false}, "
+        "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, \"scheduler\": {\"type\": "
+        "\"WarmupLR\", \"params\": {}}, \"zero_optimization\": {\"stage\": 1, \"offload_optimizer\": "
+        "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"none\"}}, \"aio\": {}, \"tensorboard\": {}, "
+        "\"csv_monitor\": {}, \"wandb\": {}, \"comet\": {}, \"flops_profiler\": {}, \"checkpoint\": {}, "
+        "\"activation_checkpointing\": {}, \"train\": {\"epochs\": 1, \"early_stopping\": {\"patience\": 2}}, "
+        "\"data\": {\"workers\": 1}}",
+        1, NULL, 0, false, false);
+    ck_assert_msg(l.rc == CT_OK, "%s", l.err.msg);
+    ck_assert_int_gt(l.cfg->n_rows, 100);
+    char *doc = ct_fs_read_small("docs/config.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/config.md: cannot read it (run from the repository root)");
+    for (int i = 0; i < l.cfg->n_rows; i++) {
+        const char *path = l.cfg->rows[i], *dot = strrchr(path, '.');
+        char full[200], own[100];
+        snprintf(full, sizeof full, "`%s`", path);
+        snprintf(own, sizeof own, "`%s`", dot ? dot + 1 : path);
+        ck_assert_msg(strstr(doc, full) || strstr(doc, own), "docs/config.md does not name %s", full);
+    }
+    free(doc);
+    unload(&l);
 }
 END_TEST
 
@@ -1406,6 +1481,8 @@ int main(void) {
     tcase_add_test(tc, hjson_forms_warn);
     tcase_add_test(tc, pydantic_coercion);
     tcase_add_test(tc, defaults_in_resolved);
+    tcase_add_test(tc, not_identity_is_documented);
+    tcase_add_test(tc, every_row_is_documented);
     tcase_add_test(tc, sections_from_files);
     tcase_add_loop_test(tc, config_errors, 0, CT_ARRAY_LEN(err_cases));
     tcase_add_loop_test(tc, not_yet_lines, 0, CT_ARRAY_LEN(not_yet_cases));

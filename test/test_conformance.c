@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/data/dataset.h"
 #include "core/config/config.h"
 
 /* The corpus: a copy inside the repository when there is one, else the shared checkout beside it. */
@@ -120,6 +121,7 @@ static void check_one(const corpus_case *c, int world, const outcome *want) {
     char path[1024];
     corpus_path(c->file, path, sizeof path);
     ct_config_opts o = {.path = path, .world_size = world};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err e = {0};
@@ -175,6 +177,7 @@ static int warnings_of(const char *file, const char *needle, ct_config_opts *o_i
     char path[1024];
     corpus_path(file, path, sizeof path);
     ct_config_opts o = o_in ? *o_in : (ct_config_opts){.world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     o.path = path;
     ct_config *cfg = NULL;
     ct_warnings w = {0};

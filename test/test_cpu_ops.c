@@ -16,7 +16,9 @@
 #include <sys/time.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
+#include "core/device/device.h"
 #include "core/util/rng.h"
 
 static ct_backend *be1, *be2; /* 1 and 2 worker threads */

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/backend/backend.h"
+#include "core/device/device.h"
 #include "core/util/rng.h"
 #include "test/conv_ref.h"
 #include "test/cuda_pair.h"

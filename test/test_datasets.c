@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/data/dataset.h"
 #include "core/data/formats.h"
 #include "core/data/loader.h"
@@ -25,6 +26,7 @@
 #include "core/data/tokens.h"
 #include "core/data/tfrecord.h"
 #include "core/data/webdataset.h"
+#include "core/util/fs.h"
 #include "core/util/tfrecord.h"
 #include "core/train/internal.h"
 #include "core/train/train.h"
@@ -255,6 +257,7 @@ static ct_config *run_config(const char *input, const char *data_json) {
              input, data_json, tmp);
     write_bytes(path, text, strlen(text));
     ct_config_opts co = {.path = path, .world_size = 1};
+    co.formats = ct_dataset_formats(&co.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};
@@ -993,6 +996,7 @@ START_TEST(test_tokens_llmc_vocab_vs_model) {
                  file, with_vocab ? ", \"vocab\": 500" : "", tmp);
         write_bytes(path, text, strlen(text));
         ct_config_opts co = {.path = path, .world_size = 1};
+        co.formats = ct_dataset_formats(&co.n_formats);
         ct_config *cfg = NULL;
         ct_warnings w = {0};
         ct_err err = {0};
@@ -2378,11 +2382,42 @@ START_TEST(test_tokens_every_byte) {
 }
 END_TEST
 
+/* Every format row (core/data/formats.def) has its "## name" section in docs/formats.md and its
+ * row "| `name` | ..." in the table there, naming each of its entry keys; and a config naming an
+ * unknown format or a key the format does not take is refused with the registry's names. */
+START_TEST(every_format_is_documented) {
+    int n;
+    const ct_data_format *formats = ct_dataset_formats(&n);
+    char *doc = ct_fs_read_small("docs/formats.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/formats.md: cannot read it (run from the repository root)");
+    for (int i = 0; i < n; i++) {
+        const char *name = formats[i].name;
+        char heading[96], row[96];
+        snprintf(heading, sizeof heading, "\n## %s", name);
+        snprintf(row, sizeof row, "\n| `%s` |", name);
+        const char *h = strstr(doc, heading);
+        ck_assert_msg(h && (h[strlen(heading)] == ' ' || h[strlen(heading)] == '\n'),
+                      "docs/formats.md has no section \"## %s\"", name);
+        const char *r = strstr(doc, row);
+        ck_assert_msg(r != NULL, "docs/formats.md's table has no row for %s", name);
+        size_t len = strcspn(r + 1, "\n");
+        for (int k = 0; k < CT_ARRAY_LEN(formats[i].keys) && formats[i].keys[k]; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "`%s`", formats[i].keys[k]);
+            const char *at = strstr(r + 1, key);
+            ck_assert_msg(at && at < r + 1 + len, "docs/formats.md's row of %s lacks its key %s", name, key);
+        }
+    }
+    free(doc);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("datasets");
     TCase *tc = tcase_create("datasets");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, every_format_is_documented);
     tcase_add_test(tc, test_image_folder);
     tcase_add_test(tc, test_image_folder_errors);
     tcase_add_test(tc, test_image_folder_rgb);

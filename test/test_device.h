@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/backend/backend.h"
+#include "core/device/device.h"
 
 /* CT_TEST_DEVICE=capped runs them on the CPU's capped device: train.device "cpu" with
  * CTRAIN_CAPPED_DEVICE set (run_tests.sh sets both), so this is the train.device to use. */

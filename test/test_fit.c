@@ -9,8 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
 #include "core/backend/backend.h"
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/train/fit.h"
 #include "core/train/plan.h"
@@ -106,6 +108,7 @@ static ct_config *load_text_with(const char *name, const char *text, const char 
     fputs(text, f);
     fclose(f);
     ct_config_opts o = {.path = path, .overrides = sets, .n_overrides = n, .world_size = world};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};

@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
 #include "test/ref_file.h"
+#include "core/util/fs.h"
 #include "core/util/rng.h"
 
 /* ---------------------------------------------------------------- harness ---- */
@@ -739,8 +741,8 @@ END_TEST
 
 /* Every registered type is in the 16-bit table (so a new type without a case fails here). */
 START_TEST(every_type_has_half_case) {
-    const char *const *names;
-    int n = ct_layer_type_names(&names);
+    const char *names[CT_LAYER_NAMES_MAX];
+    int n = ct_layer_type_names(names, CT_LAYER_NAMES_MAX);
     for (int i = 0; i < n; i++) {
         if (!ct_layer_type_find(names[i])) continue;   /* repeat and block types expand into layers */
         char key[64];
@@ -855,8 +857,8 @@ END_TEST
 
 /* Every registered type has a PyTorch reference (so a new type without one fails here). */
 START_TEST(every_type_has_reference) {
-    const char *const *names;
-    int n = ct_layer_type_names(&names);
+    const char *names[CT_LAYER_NAMES_MAX];
+    int n = ct_layer_type_names(names, CT_LAYER_NAMES_MAX);
     for (int i = 0; i < n; i++) {
         if (!ct_layer_type_find(names[i])) continue;   /* repeat and block types expand into layers */
         bool found = false;
@@ -864,6 +866,49 @@ START_TEST(every_type_has_reference) {
             found = strncmp(layer_refs[j], names[i], strlen(names[i])) == 0;
         ck_assert_msg(found, "layer type %s has no file in test/ref/layers", names[i]);
     }
+}
+END_TEST
+
+/* name is one of the comma-separated names of a "### " heading line, or a table row "| `name` |". */
+static bool doc_line_names(const char *line, size_t len, const char *name) {
+    size_t k = strlen(name);
+    if (len > 4 && !strncmp(line, "### ", 4)) {
+        for (const char *p = line + 4; p < line + len;) {
+            size_t w = strcspn(p, ",\n");
+            if (w == k && !strncmp(p, name, k)) return true;
+            p += w + 1;
+            while (*p == ' ') p++;
+        }
+        return false;
+    }
+    return len > k + 5 && !strncmp(line, "| `", 3) && !strncmp(line + 3, name, k) && !strncmp(line + 3 + k, "` |", 3);
+}
+
+/* Every name a "type" may take (the registry's, all of them fitting CT_LAYER_NAMES_MAX) has its
+ * section in docs/model.md: a layer type a "### " heading or an activation table row under
+ * "## Layer types", a block type and repeat their example `{"type": "NAME"`. */
+START_TEST(every_type_has_doc_section) {
+    const char *names[CT_LAYER_NAMES_MAX];
+    int n = ct_layer_type_names(names, CT_LAYER_NAMES_MAX);
+    ck_assert_int_lt(n, CT_LAYER_NAMES_MAX);
+    char *doc = ct_fs_read_small("docs/model.md", 1 << 20, NULL);
+    ck_assert_msg(doc != NULL, "docs/model.md: cannot read it (run from the repository root)");
+    const char *types = strstr(doc, "\n## Layer types\n");
+    ck_assert_ptr_nonnull(types);
+    const char *end = strstr(types + 1, "\n## ");
+    for (int i = 0; i < n; i++) {
+        bool found = false;
+        if (ct_layer_type_find(names[i])) {
+            for (const char *line = types + 1; !found && line && line < end; line = strchr(line, '\n'), line += !!line)
+                found = doc_line_names(line, strcspn(line, "\n"), names[i]);
+        } else {
+            char example[96];
+            snprintf(example, sizeof example, "{\"type\": \"%s\"", names[i]);
+            found = strstr(doc, example) != NULL;
+        }
+        ck_assert_msg(found, "docs/model.md has no section for the type \"%s\"", names[i]);
+    }
+    free(doc);
 }
 END_TEST
 
@@ -882,6 +927,7 @@ int main(void) {
     tcase_add_loop_test(tc, pytorch_layers, 0, CT_ARRAY_LEN(layer_refs));
     tcase_add_loop_test(tc, pytorch_losses, 0, CT_ARRAY_LEN(loss_refs));
     tcase_add_test(tc, every_type_has_reference);
+    tcase_add_test(tc, every_type_has_doc_section);
     tcase_add_loop_test(tc, half_storage_matches_fp32, 0, 2 * CT_ARRAY_LEN(half_cases));
     tcase_add_test(tc, every_type_has_half_case);
     suite_add_tcase(s, tc);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/data/loader.h"
 #include "core/util/rng.h"
 

@@ -64,6 +64,7 @@
 #include <time.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/cpu_internal.h"
 #include "core/util/rng.h"
 #include "test/conv_ref.h"
@@ -1322,8 +1323,8 @@ static void ln_backward_ref(const op_case *k, double **v) {
 
 /* T = 1, T and D that are no multiple of a tile or vector width, the largest head dim, and a case
  * big enough (T^2 D above the CPU's grain) to be cut between threads. */
-/* D a multiple of 16 takes the GPU's tensor-core kernels for fp16/bf16 (tiles of 64 rows: T of
- * 70, 130 and 200 cross tile edges and leave partial tiles); the other D the CUDA-core ones. */
+/* D of 32, 64 and 128 take the GPU's tensor-core kernels for fp16/bf16 (tiles of 64 rows: T of
+ * 130 and 200 cross tile edges and leave partial tiles); the other D the CUDA-core ones. */
 static const int64_t ATTN_SHAPES[][NS] = {{1, 1, 1, 1},   {2, 5, 2, 3},    {1, 33, 3, 8},
                                           {2, 17, 1, 64}, {1, 6, 2, 128},  {3, 70, 2, 16},
                                           {2, 130, 1, 32}, {1, 200, 2, 64}};

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
 #include "core/optim/sched.h"

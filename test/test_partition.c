@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
 #include "core/zero/grad_buckets.h"

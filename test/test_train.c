@@ -22,9 +22,11 @@
 #include <zlib.h>
 
 #include "core/config/config.h"
+#include "core/cpu/cpu.h"
 #include "core/data/dataset.h"
 #include "core/data/loader.h"
 #include "core/data/tokens.h"
+#include "core/device/device.h"
 #include "core/graph/graph.h"
 #include "core/optim/optim.h"
 #include "core/util/rng.h"
@@ -105,6 +107,7 @@ static ct_config *load_config(const char *path, const char *const *sets, int n_s
     ck_assert_int_lt(n_sets, 15);
     for (int i = 0; i < n_sets; i++) all[i + 1] = sets[i];
     ct_config_opts o = {.path = path, .overrides = all, .n_overrides = n_sets + 1, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     ct_err err = {0};
@@ -388,6 +391,7 @@ static int open_train(const char *images, const char *labels, const char *extra,
     write_text(path, text);
     /* The config loader checks data-entry keys too; either layer may report a config error. */
     ct_config_opts o = {.path = path, .world_size = 1};
+    o.formats = ct_dataset_formats(&o.n_formats);
     ct_config *cfg = NULL;
     ct_warnings w = {0};
     *ds = NULL;
@@ -497,6 +501,7 @@ START_TEST(dataset_format_errors) {
                  "\"path\": \"x.csv\"}}}", mlp_json, fmts[i]);
         write_text(path, text);
         ct_config_opts o = {.path = path, .world_size = 1};
+        o.formats = ct_dataset_formats(&o.n_formats);
         ct_config *cfg = NULL;
         ct_warnings w = {0};
         ct_err err = {0};

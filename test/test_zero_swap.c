@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/util/fs.h"
 #include "core/util/rng.h"
 #include "core/zero/aio.h"

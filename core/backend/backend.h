@@ -642,61 +642,8 @@ static inline void ct_place_zero(const ct_mem_place *m, void *p, size_t bytes) {
  * communicator: core/dist/comm_open.c), or NULL: none such, or a backend compiled into ctrain. */
 void *ct_backend_symbol(ct_backend *be, const char *name);
 
-/* Create a backend by name: "cpu" or "cuda[:N]". threads: CPU workers (0 = all cores). With the
- * environment variable CTRAIN_CAPPED_DEVICE set, "cpu" (and "auto" without a GPU) is the capped
- * device instead (ct_capped_backend_create); a value it cannot read is CT_ERR_CONFIG. */
-int ct_backend_create(const char *device, int threads, ct_backend **out, ct_err *err);
-/* As ct_backend_create, and for device "auto": when the NVIDIA driver is there but the CUDA
- * backend library is missing or fails to load, the run goes on on the CPU and *notice says why in
- * one line, with the loader's own reason (dlerror) whole; "" otherwise. */
-int ct_backend_create_noting(const char *device, int threads, ct_backend **out, char *notice,
-                             size_t notice_n, ct_err *err);
+/* Free a backend made by ct_backend_create (core/device/device.h) or a backend's own create. */
 void ct_backend_destroy(ct_backend *be);
-/* True when a CUDA device is usable (driver present, device count > 0). */
-bool ct_cuda_available(void);
-
-/* The CPU backend, always compiled in. threads: pool workers and OpenBLAS threads (0 = online
- * cores). Returns NULL when threads cannot be started or OpenBLAS cannot be loaded
- * (ct_cpu_blas_load first to say why), with errno saying why. */
-ct_backend *ct_cpu_backend_create(int threads);
-/* Load OpenBLAS (dlopen, once per process; the CPU backend's GEMMs need it) and keep it at one
- * thread. CT_ERR_RUNTIME saying what is missing. ct_cpu_backend_create calls it too. */
-int ct_cpu_blas_load(ct_err *err);
-/* The thread count ct_cpu_backend_create starts for a train.threads setting (0: online cores). */
-int ct_cpu_threads_for(int threads);
-/* Address space the CPU backend with `threads` workers maps besides its allocations: OpenBLAS
- * gives every thread that calls a GEMM (the pool's workers and the calling thread) a buffer of
- * its own on first use, and retries forever when that mmap fails, so a run checks it against
- * ulimit -v at start (core/train/trainer.c). */
-size_t ct_cpu_backend_reserved_bytes(int threads);
-/* Cap the CPU backend's memory (train.memory_limit_gb): an alloc that would take its bytes in use
- * past `bytes` returns NULL, as a device out of memory does. 0: no cap. */
-void ct_cpu_backend_set_limit(ct_backend *be, size_t bytes);
-/* A line for the start of a run that computes in dt on the CPU backend: whether its bf16 matrix
- * products run natively (AVX512-BF16/AMX through oneDNN) or in fp32 and why, and that fp16 always
- * computes in fp32 (so that turning on mixed precision on a CPU says what it buys); NULL for fp32. */
-const char *ct_cpu_backend_precision_note(ct_dtype dt);
-
-/* The capped device (core/cpu/cpu_capped.c): the CPU backend behaving as a separate device of
- * `cap` bytes, the test bed of what a GPU run moves between host and device (ZeRO-Offload).
- *  - mem.alloc is device memory: its own pool, accounted by category, and NULL past `cap` as
- *    cudaMalloc fails (peak_bytes and mem_stats report it); alloc_host_pinned is host memory,
- *    counted in mem_stats' host figures, never against the cap;
- *  - upload and download are real copies made by one copy thread in ticket order, throttled to
- *    `gbps` GB/s when > 0, so a copy waited for too late or read too early reads wrong bytes;
- *  - every op (and copy_h2d/d2h/d2d, memset0, free) first waits for the copies queued before it,
- *    which keeps backend.h's contract for ops that run on the calling thread;
- *  - name "capped"; memory_bytes = cap. Its memory stays host-addressable: MPI reaches it.
- * NULL as ct_cpu_backend_create fails (errno). */
-ct_backend *ct_capped_backend_create(int threads, size_t cap, double gbps);
-/* CTRAIN_CAPPED_DEVICE's value, "SIZE[,gbps=G]": SIZE in bytes or with a unit (64MiB, 1.5GiB,
- * 512KiB, 2GB), G > 0 in GB/s (absent: copies at memory speed). CT_ERR_CONFIG naming the
- * variable and the accepted forms. */
-int ct_capped_parse(const char *text, size_t *cap, double *gbps, ct_err *err);
-/* Whether CTRAIN_CAPPED_DEVICE is set (*on), and its size and bandwidth; ct_capped_parse's error
- * when it cannot be read. What "cpu" means for ct_backend_create, and for a plan made without a
- * backend (--dry-run, the auto micro-batch). */
-int ct_capped_env(bool *on, size_t *cap, double *gbps, ct_err *err);
 
 /* What a backend's memory is, for the code that moves state between host and device:
  * separate: not the host's (a GPU, the capped device): copies go through uploads, downloads and
@@ -706,19 +653,5 @@ int ct_capped_env(bool *on, size_t *cap, double *gbps, ct_err *err);
 bool ct_backend_separate_memory(const ct_backend *be);
 bool ct_backend_host_addressable(const ct_backend *be);
 bool ct_backend_cpu_kernels(const ct_backend *be);
-
-#ifdef CT_HAVE_CUDA
-/* Open a CUDA backend library (libctrain_cuda.so) and check that it was built for this op table
- * (CT_BACKEND_ABI and sizeof(ct_backend)); a mismatch is CT_ERR_RUNTIME naming both versions. */
-typedef struct ct_cuda_lib {
-    bool (*probe)(void);
-    ct_backend *(*create)(int device, ct_err *err);
-} ct_cuda_lib;
-int ct_cuda_lib_open(const char *path, ct_cuda_lib *out, ct_err *err);
-
-/* Provided by cuda/ when the binary is built with nvcc. */
-bool ct_cuda_probe(void);                                   /* driver present and >= 1 device */
-ct_backend *ct_cuda_backend_create(int device, ct_err *err); /* NULL with err filled on failure */
-#endif
 
 #endif

@@ -71,25 +71,6 @@ void ct_ckpt_config_hash(const cJSON *resolved, char out[17]) {
     snprintf(out, 17, "%016" PRIx64, h);
 }
 
-/* Keys that do not change what is trained, so a run may change them and stay the same
- * experiment: where the outputs go, how long to train and how often to evaluate (a resume may
- * extend a run), where and how fast it runs (the micro-batch: accumulation gives the same
- * train_batch_size steps on a smaller device), what it prints. Everything else (model, data,
- * optimizer, scheduler, train_batch_size, precision, seed, ...) defines the experiment. */
-static const char *const identity_ignored[] = {
-    "train.run_dir", "train.save_dir", "train.save_interval", "train.keep_last",
-    "train.epochs", "train.max_steps", "train.eval_interval", "train.best_metric",
-    "train.early_stopping", "train.device", "train.threads", "train.cuda_graph", "train.memory_limit_gb",
-    "train.host_memory_limit_gb",
-    "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "data.workers",
-    "data.prefetch", "data.cache", "data.transform.on_device", "steps_per_print",
-    "wall_clock_breakdown", "memory_breakdown", "csv_monitor", "tensorboard", "wandb", "comet",
-    "flops_profiler", "checkpoint", "aio", "zero_optimization.offload_optimizer.nvme_path",
-    "zero_optimization.offload_optimizer.buffer_count", "zero_optimization.offload_param.nvme_path",
-    "zero_optimization.offload_param.buffer_count", "zero_optimization.offload_param.buffer_size",
-    "zero_optimization.offload_param.max_in_cpu",
-};
-
 /* Remove the member at a dotted path ("data.transform.on_device") when it is there. */
 static void delete_path(cJSON *root, const char *path) {
     char part[64];
@@ -102,10 +83,11 @@ static void delete_path(cJSON *root, const char *path) {
     if (cJSON_IsObject(root)) cJSON_DeleteItemFromObjectCaseSensitive(root, path);
 }
 
-/* The experiment a resolved config describes: a copy without identity_ignored. */
-static cJSON *config_identity(const cJSON *resolved) {
+/* The experiment a resolved config describes: a copy without the keys outside cfg's identity
+ * (cfg->not_identity), the same ones for both sides of a comparison. */
+static cJSON *config_identity(const cJSON *resolved, const ct_config *cfg) {
     cJSON *c = resolved ? cJSON_Duplicate(resolved, 1) : cJSON_CreateNull();
-    for (int i = 0; i < CT_ARRAY_LEN(identity_ignored); i++) delete_path(c, identity_ignored[i]);
+    for (int i = 0; i < cfg->n_not_identity; i++) delete_path(c, cfg->not_identity[i]);
     return c;
 }
 
@@ -126,8 +108,8 @@ static void keep_common(cJSON *a, cJSON *b) {
     }
 }
 
-int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n) {
-    cJSON *ia = config_identity(a), *ib = config_identity(b);
+int ct_ckpt_experiment_diff(const cJSON *saved, const ct_config *cfg, char *buf, size_t n) {
+    cJSON *ia = config_identity(saved, cfg), *ib = config_identity(cfg->resolved, cfg);
     keep_common(ia, ib);
     char none[1];
     int k = ct_ckpt_config_diff(ia, ib, buf ? buf : none, buf ? n : sizeof none);
@@ -136,8 +118,8 @@ int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n)
     return k;
 }
 
-bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b) {
-    return ct_ckpt_experiment_diff(a, b, NULL, 0) == 0;
+bool ct_ckpt_same_experiment(const cJSON *saved, const ct_config *cfg) {
+    return ct_ckpt_experiment_diff(saved, cfg, NULL, 0) == 0;
 }
 
 bool ct_ckpt_view_in_bounds(const ct_ckpt_tensors *t, const ct_param_view *v) {
@@ -580,7 +562,7 @@ typedef enum { PRUNE_OWNED, PRUNE_INCOMPLETE, PRUNE_FOREIGN } prune_kind;
 
 /* What keep_last may do with dir: count and remove it only when it is a complete checkpoint of
  * owner's experiment. */
-static prune_kind classify(const char *dir, const cJSON *owner) {
+static prune_kind classify(const char *dir, const ct_config *owner) {
     if (!ct_ckpt_is_complete(dir)) return PRUNE_INCOMPLETE;
     if (!owner) return PRUNE_OWNED;
     cJSON *saved = NULL;
@@ -601,7 +583,7 @@ static void remove_checkpoint(const char *save_dir, const char *path, long step)
     ct_fs_remove_tree(del);
 }
 
-void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
+void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const ct_config *owner,
                    ct_warnings *warn) {
     int n;
     long *steps = list_steps(save_dir, &n);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/util/common.h"
+#include "core/config/config.h"
 #include "core/params/layout.h"
 
 #define CT_CKPT_MARKER "COMPLETE"
@@ -139,24 +140,22 @@ void ct_ckpt_state_init(ct_ckpt_state *s);
 /* FNV-1a 64 of the compact JSON text, as 16 hex digits. */
 void ct_ckpt_config_hash(const cJSON *resolved, char out[17]);
 
-/* Whether two resolved configs describe the same experiment: equal but for the keys that say
- * only where the outputs go, how long to train, how often to evaluate, where and how fast to run
- * and what to print (train.run_dir, save_dir, save_interval, keep_last, epochs, max_steps,
- * eval_interval, best_metric, early_stopping, device, threads, cuda_graph;
- * train_micro_batch_size_per_gpu, gradient_accumulation_steps; data.workers, prefetch, cache,
- * transform.on_device; steps_per_print, wall_clock_breakdown, memory_breakdown), and for keys
+/* Whether a saved resolved config (a checkpoint's or run directory's config.json) describes the
+ * experiment of cfg: equal to cfg->resolved but for the keys that say only where the outputs go,
+ * how long to train, how often to evaluate, where and how fast to run and what to print
+ * (cfg->not_identity: the flags on their rows in core/config/, docs/checkpoints.md), and for keys
  * only one of them has (not recorded by the ctrain version that wrote the other). Key order does
  * not matter. */
-bool ct_ckpt_same_experiment(const cJSON *a, const cJSON *b);
-/* The differences that make them two experiments, one "path: old -> new" per line into buf (as
- * ct_ckpt_config_diff); returns their number (0: the same experiment). */
-int ct_ckpt_experiment_diff(const cJSON *a, const cJSON *b, char *buf, size_t n);
+bool ct_ckpt_same_experiment(const cJSON *saved, const ct_config *cfg);
+/* The differences that make them two experiments, one "path: saved -> cfg's" per line into buf
+ * (as ct_ckpt_config_diff); returns their number (0: the same experiment). */
+int ct_ckpt_experiment_diff(const cJSON *saved, const ct_config *cfg, char *buf, size_t n);
 
 typedef struct ct_ckpt_save_opts {
     int keep_last;               /* keep this many global_step* (the new one included); 0 = all */
-    /* The run's resolved config: keep_last counts and removes only complete checkpoints whose
-     * config.json is the same experiment (ct_ckpt_same_experiment). NULL: every complete one. */
-    const cJSON *owner;
+    /* The run's config: keep_last counts and removes only complete checkpoints whose config.json
+     * is the same experiment (ct_ckpt_same_experiment). NULL: every complete one. */
+    const ct_config *owner;
     bool skip_latest;            /* do not update latest (best/ uses this) */
     /* Test hook: called after each stage ("model.safetensors", "optimizer.safetensors",
      * "state.json", "config.json", "COMPLETE", "rename", "latest"); non-zero aborts the save
@@ -179,7 +178,7 @@ int ct_ckpt_save(const char *save_dir, const ct_ckpt_tensors *t, const ct_ckpt_s
  * back) are never removed. A global_step* without a valid marker (an interrupted copy, another
  * tool's checkpoint such as DeepSpeed's, which shares the names) or of another experiment is
  * never removed; with warn, each one gets a warning saying so. keep_last <= 0: nothing removed. */
-void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const cJSON *owner,
+void ct_ckpt_prune(const char *save_dir, long anchor, int keep_last, const ct_config *owner,
                    ct_warnings *warn);
 
 /* Save the same content as <save_dir>/best, replacing the previous best atomically. */

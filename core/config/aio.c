@@ -12,13 +12,13 @@
 static const ct_field aio_fields[] = {
     CT_F_LONG(ct_aio_cfg, block_size, 1048576, CT_AIO_BLOCK_ALIGN, 1 << 30),
     CT_F_INT(ct_aio_cfg, queue_depth, 8, 1, 1024),
-    {"intra_op_parallelism", "thread_count", CT_K_INT, CT_S_INT, offsetof(ct_aio_cfg, intra_op_parallelism), 0, 1, 1,
-     256, NULL},
+    CT_ROW("intra_op_parallelism", "thread_count", CT_K_INT, CT_S_INT, offsetof(ct_aio_cfg, intra_op_parallelism), 0, 1,
+           1, 256, NULL),
     CT_F_BOOL(ct_aio_cfg, single_submit, false),
     CT_F_BOOL(ct_aio_cfg, overlap_events, true),
     CT_F_BOOL(ct_aio_cfg, use_gds, false),
 };
-static const ct_section aio_sec = {"aio", aio_fields, CT_ARRAY_LEN(aio_fields), NULL, 0, false, false, false};
+static const ct_section aio_sec = {"aio", aio_fields, CT_ARRAY_LEN(aio_fields), NULL, 0, false, false, false, true};
 
 int ct_rd_aio(ct_rd *r, const cJSON *root) {
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "aio");

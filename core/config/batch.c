@@ -25,6 +25,7 @@ typedef struct bval {
     bool given, is_auto;
     long v;
     ct_source src;
+    bool not_identity;    /* ct_field.not_identity: the split of the batch, not the batch */
 } bval;
 
 #define CT_BATCH_MAX 1000000000000L /* 1e12: larger values are typos; keeps every product in range */
@@ -149,9 +150,10 @@ int ct_rd_batch(ct_rd *r, const cJSON *root) {
     ct_config *cfg = r->cfg;
     long w = cfg->world_size;
     bval bv[3] = {{.key = "train_batch_size"},
-                  {.key = "train_micro_batch_size_per_gpu"},
-                  {.key = "gradient_accumulation_steps"}};
+                  {.key = "train_micro_batch_size_per_gpu", .not_identity = true},
+                  {.key = "gradient_accumulation_steps", .not_identity = true}};
     for (int i = 0; i < 3; i++) {
+        if (bv[i].not_identity) ct_rd_not_identity(r, bv[i].key);
         int rc = read_one(r, root, &bv[i]);
         if (rc) return rc;
     }

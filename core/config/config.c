@@ -101,6 +101,10 @@ void ct_config_free(ct_config *cfg) {
     if (cfg->doc) ct_json_free(cfg->doc);
     if (cfg->model_doc) ct_json_free(cfg->model_doc);
     if (cfg->data_doc) ct_json_free(cfg->data_doc);
+    for (int i = 0; i < cfg->n_not_identity; i++) free(cfg->not_identity[i]);
+    free(cfg->not_identity);
+    for (int i = 0; i < cfg->n_rows; i++) free(cfg->rows[i]);
+    free(cfg->rows);
     free(cfg);
 }
 
@@ -153,8 +157,9 @@ static const char *sched_summary(const ct_scheduler_cfg *s, double lr, char *buf
     return buf;
 }
 
-int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err) {
-    ct_config_opts opts = {.path = path, .world_size = world_size > 0 ? world_size : 1};
+int ct_config_check(const ct_config_opts *given, FILE *out, ct_warnings *warn, ct_err *err) {
+    ct_config_opts opts = {.path = given->path, .world_size = given->world_size > 0 ? given->world_size : 1,
+                           .formats = given->formats, .n_formats = given->n_formats};
     ct_config *cfg = NULL;
     int rc = ct_config_load(&opts, &cfg, warn, err);
     if (rc) return rc;

@@ -273,7 +273,29 @@ typedef struct ct_config {
     struct ct_json_doc *doc;    /* the parsed file(s), for positions */
     struct ct_json_doc *model_doc, *data_doc; /* when taken from other files */
     cJSON *retired;             /* nodes replaced after parsing, kept alive so positions stay valid */
+    /* The dotted paths of the keys and sections that do not change what is trained (where
+     * outputs go, how long, how often to evaluate, where and how fast, what is printed), from the
+     * flags on their rows in core/config/: a run may change them and stay the same experiment
+     * (core/ckpt's ct_ckpt_same_experiment). */
+    char **not_identity;
+    int n_not_identity, cap_not_identity;
+    /* The dotted path of every key of every section table the reader used for this config (its
+     * rows, read or defaulted): what the tests check docs/config.md against. */
+    char **rows;
+    int n_rows, cap_rows;
 } ct_config;
+
+/* One dataset format: its "format" name, the keys its entries take besides format, transform and
+ * limit, and its opener. The rows are core/data's formats[] (core/data/formats.def); the config
+ * reader checks data.train and data.eval against the rows it is given (ct_config_opts.formats)
+ * and never calls an opener. */
+struct ct_dataset;
+typedef struct ct_data_format {
+    const char *name;
+    const char *keys[7];
+    int (*open)(const ct_config *cfg, const cJSON *entry, const char *path, struct ct_dataset **out,
+                ct_err *err);
+} ct_data_format;
 
 /* Inputs of ct_config_load(): the file and what the command line adds. */
 typedef struct ct_config_opts {
@@ -285,6 +307,12 @@ typedef struct ct_config_opts {
     int world_size;             /* data-parallel ranks (1 unless launched by mpirun or given) */
     bool has_gpu;               /* for "auto" precision: bf16 where supported, fp16 on other GPUs */
     bool gpu_supports_bf16;
+    /* The dataset formats (ct_dataset_formats, core/data/dataset.h) that data.train and
+     * data.eval are checked against: a known "format" and only its keys. NULL: the entries are
+     * checked for being objects only (a caller that never opens data: the tests of other
+     * sections). */
+    const ct_data_format *formats;
+    int n_formats;
 } ct_config_opts;
 
 int ct_config_load(const ct_config_opts *opts, ct_config **out, ct_warnings *warn, ct_err *err);
@@ -319,11 +347,12 @@ typedef struct ct_not_yet {
  * ct_config_load() leaves out what these lines already say. */
 int ct_config_not_yet(const ct_config *cfg, ct_not_yet *out, int max);
 
-/* `ctrain config check FILE [--world-size N]`: load FILE (no overrides, no GPU assumed) and print
+/* `ctrain config check FILE [--world-size N]`: load opts->path (opts->world_size, opts->formats;
+ * no overrides, no GPU assumed) and print
  * a short summary to `out`: batch triple with sources, precision, optimizer, scheduler, the ZeRO
  * stage asked for, and under "accepted, not used yet:" the lines of ct_config_not_yet().
  * Returns CT_OK or the load error (err filled; warnings in warn). */
-int ct_config_check(const char *path, int world_size, FILE *out, ct_warnings *warn, ct_err *err);
+int ct_config_check(const ct_config_opts *opts, FILE *out, ct_warnings *warn, ct_err *err);
 
 /* "file", "--set", "derived", "default", "auto": for messages. */
 const char *ct_source_name(ct_source s);

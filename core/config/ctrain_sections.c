@@ -49,57 +49,56 @@ int ct_rd_model(ct_rd *r, const cJSON *root) {
     return CT_OK;
 }
 
-/* Dataset entry keys per format (docs/formats.md); "format" and the common keys are always
- * allowed. */
-static const struct {
-    const char *format;
-    const char *keys[6];
-} ds_formats[] = {
-    {"idx", {"images", "labels"}},
-    {"image_folder", {"root", "size", "channels", "resize"}},
-    {"shard", {"path"}},
-    {"tokens", {"path", "seq_len", "vocab"}},
-    {"csv", {"path", "label_column"}},
-    {"webdataset", {"urls", "image", "label"}},
-    {"tfrecord", {"path", "input", "label", "shape", "index"}},
-    {"hdf5", {"path", "images", "labels"}},
-};
+/* The keys every dataset entry takes; the rest are its format's (ct_data_format.keys). */
 static const char *const ds_common[] = {"format", "transform", "limit"};
+#define CT_MAX_FORMATS 32
 
+/* A dataset entry against the formats the caller gave (ct_config_opts.formats, core/data's
+ * formats[]): a known "format", and no key its format does not take. */
 static int read_dataset(ct_rd *r, const cJSON *e, const char *path) {
-    char shown[128], fp[96];
+    char shown[128], fp[96], expected[512];
     if (!cJSON_IsObject(e))
         return ct_rd_fail(r, e, path, "expected an object such as {\"format\": \"idx\", ...}, got %s",
                           ct_rd_show(e, shown, sizeof shown));
+    const ct_data_format *formats = r->opts->formats;
+    int n_formats = r->opts->n_formats < CT_MAX_FORMATS ? r->opts->n_formats : CT_MAX_FORMATS;
+    if (!formats) return CT_OK;
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "format");
     snprintf(fp, sizeof fp, "%s.format", path);
-    const char *names[CT_ARRAY_LEN(ds_formats)];
-    for (int i = 0; i < CT_ARRAY_LEN(ds_formats); i++) names[i] = ds_formats[i].format;
+    const char *names[CT_MAX_FORMATS];
+    size_t used = 0;
     int k = -1;
-    for (int i = 0; f && cJSON_IsString(f) && i < CT_ARRAY_LEN(ds_formats); i++)
-        if (strcmp(f->valuestring, names[i]) == 0) k = i;
+    for (int i = 0; i < n_formats; i++) {
+        names[i] = formats[i].name;
+        if (used < sizeof expected)
+            used += (size_t)snprintf(expected + used, sizeof expected - used, "%s%s", i ? ", " : "", names[i]);
+        if (f && cJSON_IsString(f) && strcmp(f->valuestring, names[i]) == 0) k = i;
+    }
     if (k < 0) {
-        const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, CT_ARRAY_LEN(names)) : NULL;
-        return ct_rd_fail(r, f ? f : e, fp, "expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got %s%s%s%s",
+        const char *best = f && cJSON_IsString(f) ? ct_suggest(f->valuestring, names, n_formats) : NULL;
+        return ct_rd_fail(r, f ? f : e, fp, "expected one of %s, got %s%s%s%s", expected,
                           ct_rd_show(f, shown, sizeof shown), best ? "; did you mean " : "", best ? best : "",
                           best ? "?" : "");
     }
-    const char *known[CT_ARRAY_LEN(ds_common) + CT_ARRAY_LEN(ds_formats[0].keys)];
+    const char *known[CT_ARRAY_LEN(ds_common) + CT_ARRAY_LEN(formats[0].keys)];
     int n = 0;
     for (int i = 0; i < CT_ARRAY_LEN(ds_common); i++) known[n++] = ds_common[i];
-    for (int i = 0; i < CT_ARRAY_LEN(ds_formats[k].keys) && ds_formats[k].keys[i]; i++) known[n++] = ds_formats[k].keys[i];
+    for (int i = 0; i < CT_ARRAY_LEN(formats[k].keys) && formats[k].keys[i]; i++) known[n++] = formats[k].keys[i];
     return ct_rd_keys(r, e, path, known, n, true);
 }
 
 static const ct_field data_fields[] = {
-    CT_C_INT("workers", 0), CT_C_INT("prefetch", 1), CT_C_BOOL("shuffle"), CT_C_INT("shuffle_buffer", 1),
-    CT_C_BOOL("drop_last"),
-    CT_C_BOOL("cache"),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
+    CT_C_INT("workers", 0, CT_NOT_IDENTITY), CT_C_INT("prefetch", 1, CT_NOT_IDENTITY), CT_C_BOOL("shuffle"),
+    CT_C_INT("shuffle_buffer", 1),           CT_C_BOOL("drop_last"),
+    CT_C_BOOL("cache", CT_NOT_IDENTITY),     CT_C_BOOL("skip_corrupt"), CT_C_ANY("transform"),
 };
 static const char *const data_custom[] = {"train", "eval"};
-static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false};
+static const ct_section data_sec = {"data", data_fields, CT_ARRAY_LEN(data_fields), data_custom, 2, true, false, false,
+                                    false};
 
 int ct_rd_data(ct_rd *r, const cJSON *root) {
+    /* where the pixels are normalised (validated by the loader, core/data/transform.c) */
+    ct_rd_not_identity(r, "data.transform.on_device");
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "data");
     if (!ct_rd_given(d)) return CT_OK;
     char dummy[1];
@@ -117,25 +116,25 @@ int ct_rd_data(ct_rd *r, const cJSON *root) {
 }
 
 static const ct_field train_fields[] = {
-    CT_F_INT(ct_train_cfg, epochs, 5, 0, 2147483647),
-    CT_F_LONG(ct_train_cfg, max_steps, 0, 0, CT_BIG),
-    CT_F_LONG(ct_train_cfg, eval_interval, 0, 0, CT_BIG),
+    CT_F_INT(ct_train_cfg, epochs, 5, 0, 2147483647, CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, max_steps, 0, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, eval_interval, 0, 0, CT_BIG, CT_NOT_IDENTITY),
     CT_F_LONG(ct_train_cfg, sample_every, 0, 0, CT_BIG),
-    {"seed", NULL, CT_K_INT, CT_S_U64, offsetof(ct_train_cfg, seed), 0, 42, 0, CT_BIG, NULL},
-    CT_F_STR(ct_train_cfg, device, "auto"),
-    CT_F_STR(ct_train_cfg, run_dir, ""),
-    CT_F_STR(ct_train_cfg, save_dir, ""),
-    CT_F_LONG(ct_train_cfg, save_interval, 0, 0, CT_BIG),
-    CT_F_INT(ct_train_cfg, keep_last, 3, 0, 1000000),
-    CT_F_STR(ct_train_cfg, best_metric, "eval_loss"),
-    CT_F_INT(ct_train_cfg, threads, 0, 0, 4096),
-    CT_F_NUM(ct_train_cfg, memory_limit_gb, 0.0, 0, 1e9),
-    CT_F_NUM(ct_train_cfg, host_memory_limit_gb, 0.0, 0, 1e9),
+    CT_ROW("seed", NULL, CT_K_INT, CT_S_U64, offsetof(ct_train_cfg, seed), 0, 42, 0, CT_BIG, NULL),
+    CT_F_STR(ct_train_cfg, device, "auto", CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, run_dir, "", CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, save_dir, "", CT_NOT_IDENTITY),
+    CT_F_LONG(ct_train_cfg, save_interval, 0, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_INT(ct_train_cfg, keep_last, 3, 0, 1000000, CT_NOT_IDENTITY),
+    CT_F_STR(ct_train_cfg, best_metric, "eval_loss", CT_NOT_IDENTITY),
+    CT_F_INT(ct_train_cfg, threads, 0, 0, 4096, CT_NOT_IDENTITY),
+    CT_F_NUM(ct_train_cfg, memory_limit_gb, 0.0, 0, 1e9, CT_NOT_IDENTITY),
+    CT_F_NUM(ct_train_cfg, host_memory_limit_gb, 0.0, 0, 1e9, CT_NOT_IDENTITY),
 };
 static const char *const train_custom[] = {"early_stopping", "cuda_graph"};
 static const ct_section train_sec = {"train", train_fields, CT_ARRAY_LEN(train_fields), train_custom,
                                      CT_ARRAY_LEN(train_custom), true, false,
-                                     false};
+                                     false, false};
 
 typedef struct es_raw {
     char metric[32], mode[8];
@@ -149,7 +148,7 @@ static const ct_field es_fields[] = {
     CT_F_NUM(es_raw, min_delta, 0.0, 0, CT_INF),
 };
 static const ct_section es_sec = {"train.early_stopping", es_fields, CT_ARRAY_LEN(es_fields), NULL, 0, true, false,
-                                  false};
+                                  false, true};
 static const char *const metrics[] = {"eval_loss", "eval_accuracy", "train_loss"};
 
 static int check_metric(ct_rd *r, const cJSON *sec, const char *key, const char *path, const char *val) {
@@ -171,6 +170,7 @@ static bool valid_device(const char *d) {
 
 /* train.cuda_graph: true, false or "auto". */
 static int read_cuda_graph(ct_rd *r, const cJSON *sec, int *out) {
+    ct_rd_not_identity(r, "train.cuda_graph");   /* how fast, not what is trained */
     const cJSON *v = ct_rd_given(sec) ? cJSON_GetObjectItemCaseSensitive(sec, "cuda_graph") : NULL;
     *out = CT_CUDA_GRAPH_AUTO;
     if (!ct_rd_given(v) || (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0)) return CT_OK;

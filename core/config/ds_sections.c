@@ -79,11 +79,11 @@ static const ct_field compile_fields[] = {
 static const ct_field autocast_fields[] = {CT_U_BOOL("enabled"), CT_U_STR("dtype"),
                                            CT_U_ANY("lower_precision_safe_modules")};
 
-#define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true}
+#define WHOLE(name, f, strict) {name, f, CT_ARRAY_LEN(f), NULL, 0, strict, strict, true, false}
 static const ct_section ds_sections[] = {
-    WHOLE("comet", comet_fields, true),
+    {"comet", comet_fields, CT_ARRAY_LEN(comet_fields), NULL, 0, true, true, true, true},   /* a monitor */
     WHOLE("comms_logger", comms_fields, true),
-    {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false},   /* used */
+    {"activation_checkpointing", ac_fields, CT_ARRAY_LEN(ac_fields), NULL, 0, false, false, false, false},   /* used */
     WHOLE("compile", compile_fields, false),
     WHOLE("torch_autocast", autocast_fields, false),
 };
@@ -385,14 +385,15 @@ static int read_data_curriculum(ct_rd *r, const cJSON *root) {
 /* The monitors, each into its own part of the config. Pydantic sections: strict and lax. */
 static int read_monitors(ct_rd *r, const cJSON *root) {
     static const ct_section tb = {"tensorboard", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
-                                  false};
+                                  false, true};
     static const ct_section csv = {"csv_monitor", monitor_fields, CT_ARRAY_LEN(monitor_fields), NULL, 0, true, true,
-                                   false};
-    static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true};
+                                   false, true};
+    static const ct_section wandb = {"wandb", wandb_fields, CT_ARRAY_LEN(wandb_fields), NULL, 0, true, true, true,
+                                     true};
     static const ct_section flops = {"flops_profiler", flops_fields, CT_ARRAY_LEN(flops_fields), NULL, 0, false,
-                                     false, false};
+                                     false, false, true};
     static const ct_section ckpt = {"checkpoint", ckpt_fields, CT_ARRAY_LEN(ckpt_fields), NULL, 0, false, false,
-                                    false};
+                                    false, true};
     const ct_section *secs[] = {&tb, &csv, &wandb, &flops, &ckpt};
     void *dst[] = {&r->cfg->tensorboard, &r->cfg->csv_monitor, r->cfg, &r->cfg->flops_profiler, r->cfg};
     for (int i = 0; i < CT_ARRAY_LEN(secs); i++) {

@@ -29,32 +29,50 @@ typedef struct ct_field {
     size_t cap;         /* CT_S_STR: buffer size */
     double def, lo, hi; /* default and inclusive range (numbers), default (bools) */
     const char *sdef;   /* CT_S_STR default */
+    /* The key does not change what is trained (where outputs go, how long, how often to
+     * evaluate, where and how fast it runs, what it prints): a resumed run may change it and stay
+     * the same experiment (ct_config.not_identity, core/ckpt's ct_ckpt_same_experiment). */
+    bool not_identity;
 } ct_field;
 
-#define CT_F_BOOL(T, m, d) {#m, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL}
-#define CT_F_INT(T, m, d, lo, hi) {#m, NULL, CT_K_INT, CT_S_INT, offsetof(T, m), 0, (d), (lo), (hi), NULL}
-#define CT_F_LONG(T, m, d, lo, hi) {#m, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL}
-#define CT_F_NUM(T, m, d, lo, hi) {#m, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL}
+/* The rows, one macro per kind. Each takes flags after its own arguments: CT_NOT_IDENTITY. */
+#define CT_NOT_IDENTITY .not_identity = true
+#define CT_ROW(k, a, kind_, store_, off_, cap_, d, lo_, hi_, sd, ...) \
+    {.key = (k), .alias = (a), .kind = (kind_), .store = (store_), .off = (off_), .cap = (cap_), .def = (d), \
+     .lo = (lo_), .hi = (hi_), .sdef = (sd), __VA_ARGS__}
+#define CT_F_BOOL(T, m, d, ...) CT_ROW(#m, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL, __VA_ARGS__)
+#define CT_F_INT(T, m, d, lo, hi, ...) \
+    CT_ROW(#m, NULL, CT_K_INT, CT_S_INT, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
+#define CT_F_LONG(T, m, d, lo, hi, ...) \
+    CT_ROW(#m, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
+#define CT_F_NUM(T, m, d, lo, hi, ...) \
+    CT_ROW(#m, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
 /* An integer-valued key stored as double (bucket sizes can exceed int). */
-#define CT_F_INTD(T, m, d, alias) {#m, alias, CT_K_INT, CT_S_DBL, offsetof(T, m), 0, (d), 0, CT_BIG, NULL}
-#define CT_F_STR(T, m, d) {#m, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d)}
+#define CT_F_INTD(T, m, d, alias, ...) \
+    CT_ROW(#m, alias, CT_K_INT, CT_S_DBL, offsetof(T, m), 0, (d), 0, CT_BIG, NULL, __VA_ARGS__)
+#define CT_F_STR(T, m, d, ...) \
+    CT_ROW(#m, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d), __VA_ARGS__)
 /* Keys whose JSON name differs from the struct member. */
-#define CT_F_NUM_K(T, k, m, d, lo, hi) {k, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL}
-#define CT_F_LONG_K(T, k, m, d, lo, hi) {k, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL}
-#define CT_F_BOOL_K(T, k, m, d) {k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL}
-#define CT_F_STR_K(T, k, m, d) {k, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d)}
+#define CT_F_NUM_K(T, k, m, d, lo, hi, ...) \
+    CT_ROW(k, NULL, CT_K_NUM, CT_S_DBL, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
+#define CT_F_LONG_K(T, k, m, d, lo, hi, ...) \
+    CT_ROW(k, NULL, CT_K_INT, CT_S_LONG, offsetof(T, m), 0, (d), (lo), (hi), NULL, __VA_ARGS__)
+#define CT_F_BOOL_K(T, k, m, d, ...) \
+    CT_ROW(k, NULL, CT_K_BOOL, CT_S_BOOL, offsetof(T, m), 0, (d), 0, 1, NULL, __VA_ARGS__)
+#define CT_F_STR_K(T, k, m, d, ...) \
+    CT_ROW(k, NULL, CT_K_STR, CT_S_STR, offsetof(T, m), sizeof(((T *)0)->m), 0, 0, 0, (d), __VA_ARGS__)
 /* Valid DeepSpeed keys ctrain validates but does not act on. */
-#define CT_C_BOOL(k) {k, NULL, CT_K_BOOL, CT_S_CHECK, 0, 0, 0, 0, 1, NULL}
-#define CT_C_INT(k, lo) {k, NULL, CT_K_INT, CT_S_CHECK, 0, 0, 0, (lo), CT_BIG, NULL}
-#define CT_C_STR(k) {k, NULL, CT_K_STR, CT_S_CHECK, 0, 0, 0, 0, 0, NULL}
-#define CT_C_ANY(k) {k, NULL, CT_K_ANY, CT_S_CHECK, 0, 0, 0, 0, 0, NULL}
-#define CT_U_BOOL(k) {k, NULL, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL}
-#define CT_U_INT(k, lo) {k, NULL, CT_K_INT, CT_S_NONE, 0, 0, 0, (lo), CT_BIG, NULL}
-#define CT_U_INT_A(k, a) {k, a, CT_K_INT, CT_S_NONE, 0, 0, 0, 0, CT_BIG, NULL}
-#define CT_U_BOOL_A(k, a) {k, a, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL}
-#define CT_U_NUM(k) {k, NULL, CT_K_NUM, CT_S_NONE, 0, 0, 0, -1e308, 1e308, NULL}
-#define CT_U_STR(k) {k, NULL, CT_K_STR, CT_S_NONE, 0, 0, 0, 0, 0, NULL}
-#define CT_U_ANY(k) {k, NULL, CT_K_ANY, CT_S_NONE, 0, 0, 0, 0, 0, NULL}
+#define CT_C_BOOL(k, ...) CT_ROW(k, NULL, CT_K_BOOL, CT_S_CHECK, 0, 0, 0, 0, 1, NULL, __VA_ARGS__)
+#define CT_C_INT(k, lo, ...) CT_ROW(k, NULL, CT_K_INT, CT_S_CHECK, 0, 0, 0, (lo), CT_BIG, NULL, __VA_ARGS__)
+#define CT_C_STR(k, ...) CT_ROW(k, NULL, CT_K_STR, CT_S_CHECK, 0, 0, 0, 0, 0, NULL, __VA_ARGS__)
+#define CT_C_ANY(k, ...) CT_ROW(k, NULL, CT_K_ANY, CT_S_CHECK, 0, 0, 0, 0, 0, NULL, __VA_ARGS__)
+#define CT_U_BOOL(k, ...) CT_ROW(k, NULL, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL, __VA_ARGS__)
+#define CT_U_INT(k, lo, ...) CT_ROW(k, NULL, CT_K_INT, CT_S_NONE, 0, 0, 0, (lo), CT_BIG, NULL, __VA_ARGS__)
+#define CT_U_INT_A(k, a, ...) CT_ROW(k, a, CT_K_INT, CT_S_NONE, 0, 0, 0, 0, CT_BIG, NULL, __VA_ARGS__)
+#define CT_U_BOOL_A(k, a, ...) CT_ROW(k, a, CT_K_BOOL, CT_S_NONE, 0, 0, 0, 0, 1, NULL, __VA_ARGS__)
+#define CT_U_NUM(k, ...) CT_ROW(k, NULL, CT_K_NUM, CT_S_NONE, 0, 0, 0, -1e308, 1e308, NULL, __VA_ARGS__)
+#define CT_U_STR(k, ...) CT_ROW(k, NULL, CT_K_STR, CT_S_NONE, 0, 0, 0, 0, 0, NULL, __VA_ARGS__)
+#define CT_U_ANY(k, ...) CT_ROW(k, NULL, CT_K_ANY, CT_S_NONE, 0, 0, 0, 0, 0, NULL, __VA_ARGS__)
 
 typedef struct ct_section {
     const char *name;           /* for messages only */
@@ -65,6 +83,7 @@ typedef struct ct_section {
     bool strict;                /* unknown key: error (else warning) */
     bool lax;                   /* pydantic "lax" coercion: numeric strings, "yes"/"off" bools */
     bool whole;                 /* the caller lists the whole section as unused, not its keys */
+    bool not_identity;          /* none of it changes what is trained (ct_field.not_identity) */
 } ct_section;
 
 /* A section table read so far, kept for suggesting a key of any section (ct_rd_check_overrides). */
@@ -92,6 +111,10 @@ typedef struct ct_rd {
 } ct_rd;
 
 /* --- read.c: generic reading --- */
+/* path (a key or section a caller's own code reads, without a row) is not part of the
+ * experiment's identity (ct_field.not_identity): added to cfg->not_identity. The rows' flags
+ * are added by ct_rd_section. */
+void ct_rd_not_identity(ct_rd *r, const char *path);
 /* Fill dst with defaults, then read obj (may be NULL) at JSON path `path`. */
 int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst);
 /* The resolved section: every stored field's value, plus unused keys present in `in` verbatim. */

@@ -45,12 +45,12 @@ static const char *const opt_param_custom[] = {"betas", "max_grad_norm"};
 
 static const ct_section opt_secs[] = {
     [CT_OPT_ADAM] = {"optimizer.params", adam_fields, CT_ARRAY_LEN(adam_fields), opt_param_custom, 2, false, false,
-                     false},
+                     false, false},
     [CT_OPT_ADAMW] = {"optimizer.params", adam_fields, CT_ARRAY_LEN(adam_fields), opt_param_custom, 2, false,
-                      false, false},
-    [CT_OPT_SGD] = {"optimizer.params", sgd_fields, CT_ARRAY_LEN(sgd_fields), NULL, 0, false, false, false},
+                      false, false, false},
+    [CT_OPT_SGD] = {"optimizer.params", sgd_fields, CT_ARRAY_LEN(sgd_fields), NULL, 0, false, false, false, false},
     [CT_OPT_LAMB] = {"optimizer.params", lamb_fields, CT_ARRAY_LEN(lamb_fields), opt_param_custom, 2, false, false,
-                     false},
+                     false, false},
 };
 static const char *const opt_names[] = {[CT_OPT_ADAM] = "Adam", [CT_OPT_ADAMW] = "AdamW", [CT_OPT_SGD] = "SGD",
                                         [CT_OPT_LAMB] = "Lamb"};
@@ -189,17 +189,17 @@ static const ct_field range_test_fields[] = {
 static const char *const warmup_custom[] = {"warmup_type"};
 
 static const ct_section sched_secs[] = {
-    [CT_SCHED_NONE] = {"scheduler.params", NULL, 0, NULL, 0, false, false, false},
+    [CT_SCHED_NONE] = {"scheduler.params", NULL, 0, NULL, 0, false, false, false, false},
     [CT_SCHED_WARMUP_LR] = {"scheduler.params", warmup_lr_fields, CT_ARRAY_LEN(warmup_lr_fields), warmup_custom, 1,
-                            false, false, false},
+                            false, false, false, false},
     [CT_SCHED_WARMUP_DECAY_LR] = {"scheduler.params", warmup_decay_fields, CT_ARRAY_LEN(warmup_decay_fields),
-                                  warmup_custom, 1, false, false, false},
+                                  warmup_custom, 1, false, false, false, false},
     [CT_SCHED_WARMUP_COSINE_LR] = {"scheduler.params", warmup_cosine_fields, CT_ARRAY_LEN(warmup_cosine_fields),
-                                   warmup_custom, 1, false, false, false},
+                                   warmup_custom, 1, false, false, false, false},
     [CT_SCHED_ONE_CYCLE] = {"scheduler.params", one_cycle_fields, CT_ARRAY_LEN(one_cycle_fields), NULL, 0, false,
-                            false, false},
+                            false, false, false},
     [CT_SCHED_LR_RANGE_TEST] = {"scheduler.params", range_test_fields, CT_ARRAY_LEN(range_test_fields), NULL, 0,
-                                false, false, false},
+                                false, false, false, false},
 };
 static const char *const sched_names[] = {
     [CT_SCHED_NONE] = "none",          [CT_SCHED_WARMUP_LR] = "WarmupLR",  [CT_SCHED_WARMUP_DECAY_LR] = "WarmupDecayLR",

@@ -398,8 +398,36 @@ static void remember_section(ct_rd *r, const char *path, const ct_section *sec) 
     r->seen[r->n_seen++].sec = sec;
 }
 
+/* Add path to a list of paths once. */
+static void add_path(char ***list, int *n, int *cap, const char *path) {
+    for (int i = 0; i < *n; i++)
+        if (strcmp((*list)[i], path) == 0) return;
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 32;
+        *list = ct_xrealloc(*list, (size_t)*cap * sizeof **list);
+    }
+    (*list)[(*n)++] = ct_xstrdup(path);
+}
+
+void ct_rd_not_identity(ct_rd *r, const char *path) {
+    add_path(&r->cfg->not_identity, &r->cfg->n_not_identity, &r->cfg->cap_not_identity, path);
+}
+
+/* The section's rows into cfg->rows, and its flags: the whole section, or its flagged keys,
+ * outside the identity. */
+static void section_rows(ct_rd *r, const char *path, const ct_section *sec) {
+    char full[512];
+    if (sec->not_identity) ct_rd_not_identity(r, path);
+    for (int i = 0; i < sec->n_fields; i++) {
+        ct_rd_join(full, sizeof full, path, sec->fields[i].key);
+        add_path(&r->cfg->rows, &r->cfg->n_rows, &r->cfg->cap_rows, full);
+        if (sec->fields[i].not_identity && !sec->not_identity) ct_rd_not_identity(r, full);
+    }
+}
+
 int ct_rd_section(ct_rd *r, const cJSON *obj, const char *path, const ct_section *sec, void *dst) {
     remember_section(r, path, sec);
+    section_rows(r, path, sec);
     for (int i = 0; i < sec->n_fields; i++) store(&sec->fields[i], dst, sec->fields[i].def, sec->fields[i].sdef);
     if (!obj || cJSON_IsNull(obj)) return CT_OK;
     char shown[128], full[512];

@@ -25,9 +25,9 @@ static const ct_field top_fields[] = {
     CT_F_NUM(ct_config, gradient_clipping, 0.0, 0, CT_INF),
     CT_F_BOOL(ct_config, prescale_gradients, false),
     CT_F_NUM(ct_config, gradient_predivide_factor, 1.0, DBL_MIN, CT_INF),
-    CT_F_LONG(ct_config, steps_per_print, 0, 0, CT_BIG),
-    CT_F_BOOL(ct_config, wall_clock_breakdown, false),
-    CT_F_BOOL(ct_config, memory_breakdown, false),
+    CT_F_LONG(ct_config, steps_per_print, 0, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_BOOL(ct_config, wall_clock_breakdown, false, CT_NOT_IDENTITY),
+    CT_F_BOOL(ct_config, memory_breakdown, false, CT_NOT_IDENTITY),
     /* DeepSpeed keys ctrain checks but does not act on */
     CT_U_BOOL("sparse_gradients"), CT_U_BOOL("disable_allgather"), CT_U_BOOL("dump_state"),
     CT_U_BOOL("dataloader_drop_last"), CT_U_INT("vocabulary_size", 0), CT_U_BOOL("graph_harvesting"),
@@ -54,7 +54,7 @@ static const char *const top_custom[] = {
 };
 
 static const ct_section top_sec = {"top level", top_fields, CT_ARRAY_LEN(top_fields), top_custom,
-                                   CT_ARRAY_LEN(top_custom), false, false, false};
+                                   CT_ARRAY_LEN(top_custom), false, false, false, false};
 
 
 /* ------------------------------------------------------------------------------------------ */
@@ -71,7 +71,8 @@ static const ct_field fp16_fields[] = {
     CT_F_BOOL(ct_fp16_cfg, auto_cast, false),
     CT_U_BOOL("fp16_master_weights_and_grads"),
 };
-static const ct_section fp16_sec = {"fp16", fp16_fields, CT_ARRAY_LEN(fp16_fields), NULL, 0, false, false, false};
+static const ct_section fp16_sec = {"fp16", fp16_fields, CT_ARRAY_LEN(fp16_fields), NULL, 0, false, false, false,
+                                    false};
 
 typedef struct bf16_cfg {
     bool enabled;
@@ -80,7 +81,8 @@ static const ct_field bf16_fields[] = {
     CT_F_BOOL(bf16_cfg, enabled, false),
     CT_U_BOOL("immediate_grad_update"),
 };
-static const ct_section bf16_sec = {"bf16", bf16_fields, CT_ARRAY_LEN(bf16_fields), NULL, 0, false, false, false};
+static const ct_section bf16_sec = {"bf16", bf16_fields, CT_ARRAY_LEN(bf16_fields), NULL, 0, false, false, false,
+                                    false};
 
 /* "auto" precision: the best the device has (bf16, else fp16 on a GPU, else fp32), never a section
  * explicitly disabled; an explicit true elsewhere wins. */

@@ -28,8 +28,8 @@ static const ct_field zero_fields[] = {
     CT_F_INTD(ct_zero_cfg, param_persistence_threshold, 1e5, "stage3_param_persistence_threshold"),
     CT_F_INTD(ct_zero_cfg, max_live_parameters, 1e9, "stage3_max_live_parameters"),
     CT_F_INTD(ct_zero_cfg, max_reuse_distance, 1e9, "stage3_max_reuse_distance"),
-    {"gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save", CT_K_BOOL, CT_S_BOOL,
-     offsetof(ct_zero_cfg, gather_16bit_weights_on_model_save), 0, 0, 0, 1, NULL},
+    CT_ROW("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save", CT_K_BOOL, CT_S_BOOL,
+           offsetof(ct_zero_cfg, gather_16bit_weights_on_model_save), 0, 0, 0, 1, NULL),
     CT_U_BOOL("use_multi_rank_bucket_allreduce"), CT_U_BOOL("allgather_partitions"),
     CT_U_BOOL("load_from_fp32_weights"), CT_U_BOOL("elastic_checkpoint"),
     CT_U_INT_A("model_persistence_threshold", "stage3_model_persistence_threshold"),
@@ -46,27 +46,27 @@ static const ct_field zero_fields[] = {
 static const char *const zero_custom[] = {"offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param",
                                           "stage3_gather_fp16_weights_on_model_save"};
 static const ct_section zero_sec = {"zero_optimization", zero_fields, CT_ARRAY_LEN(zero_fields), zero_custom,
-                                    CT_ARRAY_LEN(zero_custom), true, true, false};
+                                    CT_ARRAY_LEN(zero_custom), true, true, false, false};
 
 static const ct_field offload_opt_fields[] = {
     CT_F_BOOL(ct_offload_cfg, pin_memory, false),
     CT_F_NUM(ct_offload_cfg, ratio, 1.0, 0, 1),
-    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, ""),
-    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 4, 0, CT_BIG),
+    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, "", CT_NOT_IDENTITY),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 4, 0, CT_BIG, CT_NOT_IDENTITY),
     CT_U_BOOL("pipeline_read"), CT_U_BOOL("pipeline_write"), CT_U_BOOL("fast_init"),
 };
 static const ct_field offload_param_fields[] = {
     CT_F_BOOL(ct_offload_cfg, pin_memory, false),
-    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, ""),
-    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 5, 0, CT_BIG),
-    CT_F_LONG_K(ct_offload_cfg, "buffer_size", nvme.buffer_size, 1e8, 0, CT_BIG),
-    CT_F_LONG_K(ct_offload_cfg, "max_in_cpu", nvme.max_in_cpu, 1e9, 0, CT_BIG),
+    CT_F_STR_K(ct_offload_cfg, "nvme_path", nvme.path, "", CT_NOT_IDENTITY),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_count", nvme.buffer_count, 5, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_LONG_K(ct_offload_cfg, "buffer_size", nvme.buffer_size, 1e8, 0, CT_BIG, CT_NOT_IDENTITY),
+    CT_F_LONG_K(ct_offload_cfg, "max_in_cpu", nvme.max_in_cpu, 1e9, 0, CT_BIG, CT_NOT_IDENTITY),
 };
 static const char *const offload_custom[] = {"device"};
 static const ct_section offload_opt_sec = {"offload_optimizer", offload_opt_fields, CT_ARRAY_LEN(offload_opt_fields),
-                                           offload_custom, 1, true, true, false};
+                                           offload_custom, 1, true, true, false, false};
 static const ct_section offload_param_sec = {"offload_param", offload_param_fields, CT_ARRAY_LEN(offload_param_fields),
-                                             offload_custom, 1, true, true, false};
+                                             offload_custom, 1, true, true, false, false};
 static const char *const device_names[] = {[CT_OFFLOAD_NONE] = "none", [CT_OFFLOAD_CPU] = "cpu",
                                            [CT_OFFLOAD_NVME] = "nvme"};
 

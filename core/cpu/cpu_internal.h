@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/backend/backend.h"
+#include "core/cpu/cpu.h"
 
 /* The build is -O2, where gcc 12 runs its vectoriser with the "very cheap" cost model: a loop
  * whose trip count is not a known multiple of the vector width stays scalar, which is every loop

@@ -11,21 +11,19 @@
 
 #include "core/data/formats.h"
 
-/* Every format by its "format" name (docs/formats.md); a new one is one line here, its opener in
- * formats.h, and its entry keys in core/config/ctrain_sections.c (docs/ADDING.md). */
-static const struct {
-    const char *name;
-    int (*open)(const ct_config *, const cJSON *, const char *, ct_dataset **, ct_err *);
-} formats[] = {
-    {"idx", ct_idx_open},
-    {"image_folder", ct_image_folder_open},
-    {"shard", ct_shard_open},
-    {"tokens", ct_tokens_open},
-    {"csv", ct_csv_open},
-    {"webdataset", ct_webdataset_open},
-    {"tfrecord", ct_tfrecord_open},
-    {"hdf5", ct_hdf5_open},
+static void list_names(const char *const *names, int64_t count, char *out, size_t n);
+
+/* Every format, from its row in formats.def: name, entry keys, opener (docs/formats.md). */
+static const ct_data_format formats[] = {
+#define CT_FORMAT(name, ...) {#name, {__VA_ARGS__}, ct_##name##_open},
+#include "core/data/formats.def"
+#undef CT_FORMAT
 };
+
+const ct_data_format *ct_dataset_formats(int *n) {
+    *n = CT_ARRAY_LEN(formats);
+    return formats;
+}
 
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err) {
     *out = NULL;
@@ -38,27 +36,20 @@ int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, c
         return ct_errf(err, CT_ERR_CONFIG, "%s: %s: expected an object with \"format\" and its files",
                        where, path);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(entry, "format");
+    const char *names[CT_ARRAY_LEN(formats)];
+    for (int i = 0; i < CT_ARRAY_LEN(formats); i++) names[i] = formats[i].name;
+    char expected[256];
+    list_names(names, CT_ARRAY_LEN(names), expected, sizeof expected);
     if (!fmt)
-        return ct_errf(err, CT_ERR_CONFIG,
-                       "%s: %s.format: missing (expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5)",
-                       where, path);
+        return ct_errf(err, CT_ERR_CONFIG, "%s: %s.format: missing (expected one of %s)", where, path, expected);
     ct_config_where(cfg, fmt, where, sizeof where);
     if (!cJSON_IsString(fmt))
         return ct_errf(err, CT_ERR_CONFIG, "%s: %s.format: expected a string such as \"idx\"", where, path);
-    const char *names[CT_ARRAY_LEN(formats)];
-    for (int i = 0; i < CT_ARRAY_LEN(formats); i++) {
-        names[i] = formats[i].name;
-        if (strcmp(fmt->valuestring, formats[i].name) != 0) continue;
-        if (!formats[i].open)
-            return ct_errf(err, CT_ERR_CONFIG,
-                           "%s: %s.format: format \"%s\" is not implemented yet (available now: idx)",
-                           where, path, fmt->valuestring);
-        return formats[i].open(cfg, entry, path, out, err);
-    }
+    for (int i = 0; i < CT_ARRAY_LEN(formats); i++)
+        if (strcmp(fmt->valuestring, formats[i].name) == 0) return formats[i].open(cfg, entry, path, out, err);
     const char *s = ct_suggest(fmt->valuestring, names, CT_ARRAY_LEN(formats));
-    ct_errf(err, CT_ERR_CONFIG,
-            "%s: %s.format: expected one of idx, image_folder, shard, tokens, csv, webdataset, tfrecord, hdf5, got \"%s\"", where,
-            path, fmt->valuestring);
+    ct_errf(err, CT_ERR_CONFIG, "%s: %s.format: expected one of %s, got \"%s\"", where, path, expected,
+            fmt->valuestring);
     if (s) ct_err_append(err, "did you mean \"%s\"?", s);
     return CT_ERR_CONFIG;
 }

@@ -65,6 +65,9 @@ struct ct_dataset {
 /* Open data.train or data.eval (`which` = "train" | "eval"). Returns CT_OK and *out == NULL when
  * the section has no such entry. Errors: config (CT_ERR_CONFIG) or data (CT_ERR_DATA). */
 int ct_dataset_open(const ct_config *cfg, const char *which, ct_dataset **out, ct_err *err);
+/* The formats (formats.def), for ct_config_opts.formats: whoever loads a config whose data it
+ * will open passes them, so that a bad entry is a config error before anything starts. */
+const ct_data_format *ct_dataset_formats(int *n);
 void ct_dataset_close(ct_dataset *ds);
 
 /* Give ds (data.<which>) the labels of ref (data.<ref_which>) by class name, so that an eval set

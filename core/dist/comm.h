@@ -2,12 +2,13 @@
  *
  * The trainer calls these where ranks meet: the gradient reduction at the accumulation boundary,
  * the global gradient norm and overflow flag (one sum of squares), the all-gather of parameters
- * a shard update wrote, and the loss average. Today the only implementation is the single-process
- * one (every collective over one rank: a copy or nothing); MPI (host buffers) and NCCL (device
- * buffers, inside libctrain_cuda.so) implementations fill the same table. The MPI one
- * (comm_mpi.c, host buffers: the CPU backend) is built into build/libctrain_mpi.so, which
- * ct_comm_open loads only when mpirun launched the process, so a run of one process never maps
- * libmpi; NCCL is not written yet.
+ * a shard update wrote, and the loss average. Three implementations fill the table: one process
+ * (ct_comm_single: every collective over one rank, a copy or nothing); MPI (comm_mpi.c, on
+ * host-addressable buffers: the CPU backend, the capped device), built into
+ * build/libctrain_mpi.so, which ct_comm_open loads only for a world above 1, so a run of one
+ * process never maps libmpi; NCCL (cuda/cuda_comm_nccl.cu, on device buffers, inside
+ * libctrain_cuda.so, found through ct_backend_symbol). Tests run several ranks as threads of one
+ * process (test/thread_comm.h).
  *
  * Buffers are in the memory of the backend the communicator was created for; element counts are
  * per rank where said. Every call returns CT_OK or an error (CT_ERR_RUNTIME naming the collective)

@@ -191,8 +191,8 @@ static int add_layer(builder *b, const cJSON *node, const char *path, const char
     if (name) snprintf(l->name, sizeof l->name, "%s%s", name->valuestring, suffix);
     else snprintf(l->name, sizeof l->name, "%s%d", type->valuestring, l->index);
     if (!l->type) {
-        const char *const *names;
-        int n = ct_layer_type_names(&names);
+        const char *names[CT_LAYER_NAMES_MAX];
+        int n = ct_layer_type_names(names, CT_LAYER_NAMES_MAX);
         const char *near = ct_suggest(type->valuestring, names, n);
         char hint[160] = "";
         if (near) snprintf(hint, sizeof hint, "; did you mean \"%s\"?", near);
@@ -521,10 +521,10 @@ const ct_graph_info *ct_graph_info_get(const ct_graph *g) { return &g->info; }
 const ct_param_layout *ct_graph_layout(const ct_graph *g) { return &g->layout; }
 
 double ct_graph_train_flops_per_sample(const ct_graph *g) {
-    double lct = 0;   /* sum over attention layers of C·T */
+    double lct = 0;   /* sum over the layers that mix positions (attention) of C·T */
     for (int i = 0; i < g->n_nodes; i++) {
         const ct_layer *l = &g->nodes[i].l;
-        if (strcmp(l->type->name, "causal_self_attention") == 0) lct += (double)l->out.d[0] * (double)l->out.d[1];
+        if (l->type->sequence_mixing) lct += l->type->sequence_mixing(l);
     }
     if (lct == 0) return 3.0 * g->info.flops_per_sample;
     double tokens = (double)ct_shape_numel(&g->info.input_shape);

@@ -106,11 +106,11 @@ int ct_graph_blocks(const ct_graph *g);
 #define CT_GRAPH_REPEAT_MAX 10000
 
 const ct_graph_info *ct_graph_info_get(const ct_graph *g);
-/* Training FLOPs (forward + backward) per sample, for MFU. A transformer (causal attention
- * layers) counts 6·N + 6·L·C·T per token, the convention of the PaLM paper's appendix B as nanoGPT
- * and llm.c use it (N parameters, L attention layers of width C over T positions; causal
- * attention's scores cost half of 12·L·C·T), so MFU compares with theirs; any other model three
- * times its layers' forward FLOPs. */
+/* Training FLOPs (forward + backward) per sample, for MFU. A transformer (layers with a
+ * sequence_mixing hook: causal attention) counts 6·N + 6·L·C·T per token, the convention of the
+ * PaLM paper's appendix B as nanoGPT and llm.c use it (N parameters, L attention layers of width C
+ * over T positions; causal attention's scores cost half of 12·L·C·T), so MFU compares with
+ * theirs; any other model three times its layers' forward FLOPs. */
 double ct_graph_train_flops_per_sample(const ct_graph *g);
 const ct_param_layout *ct_graph_layout(const ct_graph *g);
 const ct_act_plan *ct_graph_plan(const ct_graph *g);

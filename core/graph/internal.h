@@ -57,7 +57,7 @@ typedef struct ct_lifetime_item {
 
 /* The plan's region placed by lifetime, kept as placed (outputs, saved state and output
  * gradients: the arena's first `bytes` bytes), so a check can tell which bytes are free at any
- * moment of the step (test_graph poisons them). */
+ * moment of the step (test_graph_memory poisons them). */
 typedef struct ct_lifetime_region {
     ct_lifetime_item *items;
     int n;

@@ -127,6 +127,10 @@ typedef struct ct_layer_type {
     void (*backward_rows)(const ct_layer *l, const ct_layer_io *io, int64_t rows);
     /* Forward FLOPs per sample (multiply-add = 2). */
     double (*flops)(const ct_layer *l);
+    /* Optional, for a layer that mixes positions along a sequence (causal attention): C·T, its
+     * width times the positions it attends over. A model with such a layer counts its training
+     * FLOPs per token as 6·N + 6·ΣC·T (ct_graph_train_flops_per_sample), not 3 x forward. */
+    double (*sequence_mixing)(const ct_layer *l);
     /* Memory planning hints (both optional):
      * in_place: this layer may write its output over its input (y == x) and still compute its
      *   backward, e.g. relu, whose derivative reads the same from y as from x.
@@ -208,8 +212,11 @@ typedef struct ct_block_type {
     int (*expand)(const ct_block_ctx *ctx, const cJSON *node, cJSON **layers, ct_err *err);
 } ct_block_type;
 const ct_block_type *ct_block_type_find(const char *name);
-/* All registered type names (for suggestions and docs); returns the count. */
-int ct_layer_type_names(const char *const **names);
+/* The names a "type" may take, derived from the registry's tables: the layer types, the block
+ * types, then "repeat" (for "did you mean" and the tests). Fills at most max and returns how many
+ * (test_layers' every_type_has_doc_section checks that all fit in CT_LAYER_NAMES_MAX). */
+#define CT_LAYER_NAMES_MAX 64
+int ct_layer_type_names(const char **names, int max);
 
 /* ---- messages and field readers (core/graph/layers/fields.c) ----
  * Errors are CT_ERR_CONFIG and read `FILE:L:C: model.layers[3] "fc2" (linear): <text>`.

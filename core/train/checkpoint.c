@@ -159,7 +159,7 @@ static int refuse_other_run(const ct_trainer *t, const char *record, const lock_
     const ct_config *cfg = t->cfg;
     char mine[PATH_MAX], diff[1500];
     config_file(cfg, mine, sizeof mine);
-    int n = ct_ckpt_experiment_diff(saved, cfg->resolved, diff, sizeof diff);
+    int n = ct_ckpt_experiment_diff(saved, cfg, diff, sizeof diff);
     ct_errf(err, CT_ERR_CONFIG, "train.run_dir %s holds the checkpoints of another config (newest "
             "%s): %s, made from %s, differs from this run's %s in %d setting%s:", cfg->train.run_dir,
             newest, record, last->config[0] ? last->config : "a config file not recorded", mine, n,
@@ -198,7 +198,7 @@ static int check_owner(ct_trainer *t, const lock_note *last, ct_err *err) {
         last = &unknown;
     }
     int rc = CT_OK;
-    if (saved && !ct_ckpt_same_experiment(saved, cfg->resolved))
+    if (saved && !ct_ckpt_same_experiment(saved, cfg))
         rc = refuse_other_run(t, record, last, saved, newest, err);
     else if (!resume)
         ct_warnf(&t->obs.warn, "%s holds checkpoints of this config up to %s; this run starts from "
@@ -508,7 +508,7 @@ static void start_prune(ct_trainer *t) {
     if (dir[0] && sscanf(base ? base + 1 : dir, "global_step%ld", &anchor) != 1) anchor = -1;
     if (t->ck.resumed && t->ck.resume_state.step < anchor) anchor = t->ck.resume_state.step;
     ct_warnings w = {0};
-    ct_ckpt_prune(tc->save_dir, anchor, tc->keep_last, t->cfg->resolved, &w);
+    ct_ckpt_prune(tc->save_dir, anchor, tc->keep_last, t->cfg, &w);
     print_warnings(&w);
 }
 
@@ -592,7 +592,7 @@ static int save_shards(ct_trainer *t, const char *name, const ct_ckpt_state *st,
      * only from here on does the checkpoint count */
     if (!cc && c->rank == 0 && bad >= 0) ct_ckpt_abort(save_dir, name, (long)pid, NULL);
     if (!cc && c->rank == 0 && bad < 0) {
-        ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
+        ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg};
         rc = ct_ckpt_commit_shards(save_dir, name, (long)pid, &t->ck.ck, c->world, crcs, st, t->cfg->resolved,
                                    &o, NULL, 0, &mine);
     }
@@ -614,7 +614,7 @@ static int save_as(ct_trainer *t, const char *name, const ct_ckpt_state *st, cha
     if (!ct_ckpt_tensors_whole(&t->ck.ck)) return save_shards(t, name, st, out, out_n, err);
     if (ct_trainer_rank(t) != 0) return CT_OK;   /* rank 0 holds all of it, as every rank does */
     if (strcmp(name, "best") == 0) return ct_ckpt_save_best(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, err);
-    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg->resolved};
+    ct_ckpt_save_opts o = {.keep_last = t->cfg->train.keep_last, .owner = t->cfg};
     return ct_ckpt_save(t->ck.save_dir, &t->ck.ck, st, t->cfg->resolved, &o, out, out_n, err);
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/backend/backend.h"
 #include "core/ckpt/ckpt.h"
+#include "core/device/device.h"
 #include "core/graph/graph.h"
 #include "core/optim/amp.h"
 #include "core/params/store.h"

@@ -1,5 +1,6 @@
 /* plan.c: the memory plan of a run (plan.h), from the same size functions the allocations use:
  * the parameter store's, the optimizer's, the graph's arena and the loader's. */
+#include "core/device/device.h"
 #include "core/train/plan.h"
 
 #include <string.h>

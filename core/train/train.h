@@ -84,6 +84,12 @@ ct_backend *ct_trainer_backend(ct_trainer *t);
  * set, accuracy also when not a classifier). For --smoke: the checkpoint a run saved, read back. */
 int ct_train_load_eval(const ct_config *cfg, const char *dir, long *step, double *loss, double *accuracy,
                        ct_err *err);
+/* `ctrain eval`: a fresh trainer on cfg (opts: quiet, summary_path; no resume, no init_from), the
+ * model weights of checkpoint dir, one pass over data.eval, reported as a run reports an eval.
+ * Fills summary (the checkpoint's steps, epochs and train loss; the eval loss and accuracy; the
+ * status). CT_ERR_CONFIG when the config has no data.eval. */
+int ct_train_eval_checkpoint(const ct_config *cfg, const ct_run_opts *opts, const char *dir,
+                             ct_summary *summary, ct_err *err);
 /* The summary's "hparams" from the resolved config (after the auto micro-batch is chosen). */
 void ct_train_summary_hparams(ct_summary *s, const ct_config *cfg);
 /* Called after every optimizer step with its 1-based number and mean loss. */

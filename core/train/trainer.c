@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
+#include "core/device/device.h"
 #include "core/dist/agree.h"
 #include "core/optim/sched.h"
 #include "core/train/fit.h"

@@ -23,8 +23,8 @@
 typedef struct ct_grad_buckets ct_grad_buckets;
 
 /* Buckets of bucket_elems (0, or more than the space: one) over the n_params fp32 gradients
- * `grads` of layout L (backend memory: host memory on the CPU backend, the only one of several
- * ranks today). overlap: start them during backward. */
+ * `grads` of layout L, in the memory of the backend c was made for (host memory for MPI, device
+ * memory for NCCL). overlap: start them during backward. */
 ct_grad_buckets *ct_grad_buckets_create(const ct_param_layout *L, float *grads, int64_t bucket_elems, ct_comm *c,
                                         bool overlap);
 void ct_grad_buckets_free(ct_grad_buckets *b);

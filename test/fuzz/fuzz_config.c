@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/data/dataset.h"
 #include "core/config/config.h"
 
 static void check(int ok) {
@@ -17,6 +18,7 @@ static void check(int ok) {
 
 static void load_once(const char *path, int world, const char *const *ovs, int n_ovs) {
     ct_config_opts opts = {.path = path, .overrides = ovs, .n_overrides = n_ovs, .world_size = world};
+    opts.formats = ct_dataset_formats(&opts.n_formats);
     ct_config *cfg = NULL;
     ct_warnings warn = {0};
     ct_err err = {0};

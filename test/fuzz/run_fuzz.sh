@@ -22,9 +22,9 @@ case $target in
 fuzz_json) default_srcs="core/util/common.c core/util/json.c" ;;
 fuzz_safetensors) default_srcs="core/util/common.c core/util/tensor.c core/ckpt/safetensors.c" ;;
 fuzz_png) default_srcs="core/util/common.c core/data/png.c" ;;
-fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset | fuzz_tfrecord | fuzz_hdf5) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c core/util/crc32c.c core/util/tfrecord.c core/util/rng.c
+# fuzz_config: the config reader checks data entries against core/data's format rows.
+fuzz_idx | fuzz_shard | fuzz_tokens | fuzz_webdataset | fuzz_tfrecord | fuzz_hdf5 | fuzz_config) default_srcs="core/util/common.c core/util/json.c core/util/tensor.c core/util/fs.c core/util/crc32c.c core/util/tfrecord.c core/util/rng.c
     $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c $(ls core/data/*.c | grep -v loader.c | tr '\n' ' ')" ;;
-fuzz_config) default_srcs="core/util/common.c core/util/json.c $(ls core/config/*.c | tr '\n' ' ') core/optim/sched.c" ;;
 *) default_srcs=$(find core -name '*.c') ;;
 esac
 srcs=${FUZZ_SRCS:-$default_srcs}

@@ -10,7 +10,7 @@
 #
 # A patch starts with a header that git apply skips, above its diff:
 #   # plant: what the bug is
-#   # tests: test_graph test_train:generate e2e_generate
+#   # tests: test_graph_memory test_train:generate e2e_generate
 # naming the tests that must catch it: build/test/NAME, NAME:CASE (Check's CK_RUN_CASE=CASE of
 # build/test/NAME), or test/NAME.sh (e2e_*, check_*). By default a plant runs just those (the
 # machine is shared: a plant costs seconds, not the suite's minutes); --full runs the whole CPU
@@ -88,6 +88,7 @@ targets() {
         n=${t%%:*}
         case $n in
         test_*) echo "build/test/$n" ;;
+        check_layout) echo all ;;   # the objects whose symbols it reads
         e2e_*) echo all
                # the scripts that run helper programs of build/test (hdf5_probe, fake libraries)
                grep -Eq '(build|BUILD|\$B|\$\{?1\}?)/test/' "$wt/test/$n.sh" 2>/dev/null && echo tests ;;

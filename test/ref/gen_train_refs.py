@@ -6,8 +6,8 @@ Writes test/ref/train/:
   <model>_images.idx, <model>_labels.idx   the training data (IDX, f32 images, u8 labels)
   <model>_init.json                        initial weights by ctrain view name
   cases/<case>.json                        a complete ctrain config for the case
-  expect.json                              per case: the loss of each of 3 optimizer steps and the
-                                           final weights
+  expect.json                              per case, one a line: the loss of each of 3 optimizer
+                                           steps and the final weights
 Numbers are written with 9 significant digits (float32 round-trips; the files stay small).
 
 The test loads the config, overwrites ctrain's initialised parameters with <model>_init.json
@@ -223,6 +223,12 @@ def make_optimizer(opt, model):
 
 # ---- files ----
 
+def write_one_case_a_line(cases, f):
+    """A JSON object with one case a line, so a regenerated case is a one-line diff."""
+    lines = [json.dumps(name) + ":" + json.dumps(case, separators=(",", ":")) for name, case in cases.items()]
+    f.write("{\n" + ",\n".join(lines) + "\n}\n")
+
+
 def write_idx(path, tensor, code):
     dims = list(tensor.shape)
     with open(path, "wb") as f:
@@ -340,7 +346,7 @@ def main():
         expect[name] = {"model": model_name, "losses": [short(x) for x in losses],
                         "final": {n: w["data"] for n, w in final.items()}}
     with open(os.path.join(OUT, "expect.json"), "w") as f:
-        json.dump(expect, f, separators=(",", ":"))
+        write_one_case_a_line(expect, f)
     print(f"wrote {len(cases)} cases to {OUT}")
 
 

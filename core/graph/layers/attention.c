@@ -240,12 +240,16 @@ static double flops(const ct_layer *l) {
     return 2.0 * 2.0 * T * (T + 1.0) / 2.0 * (double)l->out.d[1] + rope;
 }
 
+/* C·T for the 6·N + 6·ΣC·T count of a transformer's training FLOPs (layer.h). */
+static double sequence_mixing(const ct_layer *l) { return (double)l->out.d[0] * (double)l->out.d[1]; }
+
 static bool draws_random(const ct_layer *l) { return ((const attn_cfg *)l->cfg_data)->p > 0; }
 
 const ct_layer_type ct_layer_causal_self_attention = {
     .name = "causal_self_attention", .flags = CT_LAYER_DECODES, .fields = fields, .min_inputs = 1, .max_inputs = 1,
     .cfg_size = sizeof(attn_cfg), .parse = parse, .infer = infer, .aux_bytes = aux_bytes,
     .workspace_bytes = workspace_bytes, .forward = forward, .backward = backward, .flops = flops,
-    .backward_reads_output = true, .draws_random = draws_random, .kv_bytes = kv_bytes,
+    .sequence_mixing = sequence_mixing, .backward_reads_output = true, .draws_random = draws_random,
+    .kv_bytes = kv_bytes,
     .backward_reads_input = CT_BWD_INPUT_READ,     /* q, k, v to recompute the scores */
 };

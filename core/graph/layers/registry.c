@@ -1,5 +1,6 @@
-/* registry.c: every layer type and block type, by name. A new type is one file plus one line
- * here. */
+/* registry.c: every layer type and block type, by name. A new layer type is its file plus two
+ * lines here (its extern declaration and its pointer in types[]); a block type its file plus its
+ * expand declaration and its row in blocks[]. Every list of names is derived from these tables. */
 #include <string.h>
 
 #include "core/graph/layer.h"
@@ -30,18 +31,6 @@ static const ct_block_type blocks[] = {
     {"llama_block", ct_llama_block_expand},
 };
 
-/* Names in registry order, then the block types and "repeat" (expanded by the graph builder, not
- * layers): the candidates of "did you mean". */
-static const char *const names[] = {
-    "linear", "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm2d", "layernorm",
-    "dropout", "relu", "leaky_relu", "gelu", "silu", "tanh", "sigmoid", "flatten", "reshape",
-    "add", "concat", "embedding",
-    "position_embedding", "causal_self_attention",
-    "rmsnorm", "swiglu",
-    "transformer_block", "llama_block", "repeat",
-};
-_Static_assert(sizeof names / sizeof names[0] == sizeof types / sizeof types[0] + sizeof blocks / sizeof blocks[0] + 1,
-               "names[] lists every registered type, every block type and repeat");
 
 const ct_layer_type *ct_layer_type_find(const char *name) {
     for (int i = 0; i < CT_ARRAY_LEN(types); i++)
@@ -55,7 +44,11 @@ const ct_block_type *ct_block_type_find(const char *name) {
     return NULL;
 }
 
-int ct_layer_type_names(const char *const **out) {
-    *out = names;
-    return CT_ARRAY_LEN(names);
+/* "repeat" is the graph builder's own (build.c), neither a layer nor a block type. */
+int ct_layer_type_names(const char **names, int max) {
+    int n = 0;
+    for (int i = 0; i < CT_ARRAY_LEN(types) && n < max; i++) names[n++] = types[i]->name;
+    for (int i = 0; i < CT_ARRAY_LEN(blocks) && n < max; i++) names[n++] = blocks[i].name;
+    if (n < max) names[n++] = "repeat";
+    return n;
 }

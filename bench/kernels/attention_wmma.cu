@@ -1,7 +1,8 @@
-/* cuda_attention_tc.cu: causal attention on tensor cores, for 16-bit storage (fp16, bf16) and head
- * dims that are a multiple of 16 (GPT-2's 64, up to 128). cuda_attention.cu chooses it and keeps
- * the CUDA-core kernels for fp32, odd head dims and unaligned buffers; the layouts, the dropout rule
- * and the results' meaning are the ones that file describes.
+/* attention_wmma.cu (workbench: bench/kernels/README.md says why it left cuda/): causal attention
+ * on tensor cores through WMMA, for 16-bit storage (fp16, bf16) and head dims that are a multiple
+ * of 16 up to 128. It was cuda/cuda_attention_tc.cu, chosen by cuda/cuda_attention.cu between the
+ * mma.sync kernels (cuda_attention_mma.cu) and the CUDA-core ones; the layouts, the dropout rule
+ * and the results' meaning are the ones cuda/cuda_attention.cu describes.
  *
  * The products run through WMMA fragments (16x16x16, fp32 accumulation); everything between them
  * (scale, causal mask, online softmax in base 2, dropout, dS) is fp32 on CUDA cores, on tiles kept
@@ -29,6 +30,21 @@
 #include "cuda/cuda_dtype.cuh"
 
 using namespace nvcuda;
+
+/* True when the tensor-core kernels take this call: fp16/bf16, D a multiple of 16 up to 128, and
+ * every buffer given (NULL: not used) 16-byte aligned (the tile loads are 16-byte copies). */
+bool ct_cuda_attn_tc_usable(ct_dtype dt, int64_t D, const void *a, const void *b, const void *c,
+                            const void *d);
+/* Allows the kernels their shared memory (over 48 KiB); once, at backend creation. */
+void ct_cuda_attn_tc_init(void);
+void ct_cuda_attn_tc_forward(cudaStream_t st, void *y, float *lse, const void *qkv, int64_t B,
+                             int64_t T, int64_t H, int64_t D, float scale, uint64_t thresh,
+                             float keep_scale, uint64_t key, uint64_t stream, ct_dtype dt);
+/* dq, dk, dv into dqkv; dsum[bh T + t] = dy_t . y_t computed by the caller. */
+void ct_cuda_attn_tc_backward(cudaStream_t st, void *dqkv, const void *dy, const void *qkv,
+                              const float *lse, const float *dsum, int64_t B, int64_t T, int64_t H,
+                              int64_t D, float scale, uint64_t thresh, float keep_scale, uint64_t key,
+                              uint64_t stream, ct_dtype dt);
 
 #define TC_ROWS 64                    /* rows of a CTA's tile and of the tiles it walks */
 #define TC_WARPS 4

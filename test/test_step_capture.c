@@ -1,5 +1,5 @@
-/* test_step_graph.c: the capture/replay bookkeeping of core/train/step_capture.c, on the CPU backend
- * with a fake capture API (the CPU has none; the CUDA one needs a GPU and runs in
+/* test_step_capture.c: the capture/replay bookkeeping of core/train/step_capture.c, on the CPU
+ * backend with a fake capture API (the CPU has none; the CUDA one needs a GPU and runs in
  * e2e_cuda_train.sh). The fake "capture" lets the ops run (a real capture only records them)
  * and remembers the step; its "replay" runs the remembered step again, so results stay
  * checkable:
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu/cpu.h"
 #include "core/graph/graph.h"
 #include "core/graph/layer.h"
 #include "core/params/store.h"
@@ -403,7 +404,7 @@ START_TEST(failing_hook_stops_the_step) {
 END_TEST
 
 int main(void) {
-    Suite *s = suite_create("step_graph");
+    Suite *s = suite_create("step_capture");
     TCase *tc = tcase_create("runner");
     tcase_add_test(tc, capture_then_replay_matches_direct);
     tcase_add_test(tc, failed_capture_retried_then_off);
