@@ -36,6 +36,7 @@
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
+. test/lib_models.sh
 cuda_or_standin
 scratch_dir
 licence_tokens "$B" "$T/tok"
@@ -50,17 +51,7 @@ cat >"$T/gpt.json" <<JSON
   "gradient_clipping": 0.5,
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
                         "sub_group_size": 100000},
-  "model": {
-    "input": [32],
-    "layers": [
-      {"type": "embedding", "name": "wte", "vocab": 256, "dim": 128, "init": {"type": "normal", "std": 0.02}},
-      {"type": "position_embedding", "name": "wpe", "max_len": 32},
-      {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 4, "bias": false}]},
-      {"type": "layernorm", "name": "ln_f"},
-      {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}
-    ],
-    "loss": {"type": "cross_entropy"}
-  },
+  "model": $(offload_gpt_model),
   "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}, "shuffle": true},
   "train": {"max_steps": 20, "seed": 7, "device": "$DEV", "threads": 2}
 }
@@ -77,29 +68,10 @@ run() {
 }
 # cap BYTES: the overrides that cap a run at BYTES (train.memory_limit_gb)
 cap() { echo "--set train.memory_limit_gb=$("$PY" -c "print(repr($1 / 2**30))")"; }
-weights() { echo "$T/$1/checkpoints/global_step${2:-20}/model.safetensors"; }
-# close A B TOL: every tensor of A's and B's models within TOL relative (||a - b|| / ||a||)
-close() {
-    "$PY" - "$(weights "$1")" "$(weights "$2")" "$3" <<'EOF'
-import json, math, struct, sys
-from array import array
-def load(path):   # the checkpoint's model: the fp32 master
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    head = {k: v for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
-    assert all(v["dtype"] == "F32" for v in head.values()), path
-    return {k: array("f", b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in head.items()}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys()
-err = {k: math.sqrt(sum((x - y) ** 2 for x, y in zip(a[k], b[k]))) / max(math.sqrt(sum(x * x for x in a[k])), 1e-30)
-       for k in a}
-worst = max(err, key=err.get)
-print(f"largest relative difference {err[worst]:.3g} ({worst})")
-sys.exit(0 if err[worst] <= float(sys.argv[3]) else 1)
-EOF
-}
-same_bits() {
-    if cmp -s "$(weights "$2" "${4:-20}")" "$(weights "$3" "${4:-20}")"; then ok "$1: the same bits"
+# expect_same_bits WHAT A B [STEP]: ok when A's and B's models are the same bits (lib_models' same_bits),
+# else bad with how far apart they are
+expect_same_bits() {
+    if same_bits "$2" "$3" "${4:-20}"; then ok "$1: the same bits"
     else bad "$1: the bits differ ($(close "$2" "$3" 1))"; fi
 }
 # check_summary NAME CAP: the device peak under CAP, the device plan = the peaks per category, the
@@ -169,24 +141,24 @@ has "$T/off_bf16.log" "ZeRO stage 2 with optimizer offload" "the start block say
 B16="--set bf16.enabled=true"
 # shellcheck disable=SC2086
 run chunks $B16 --set zero_optimization.sub_group_size=20000 && run one_chunk $B16 --set zero_optimization.sub_group_size=100000000 &&
-    same_bits "chunks of 20 k elements against one chunk" chunks one_chunk || bad "chunk runs failed: $(tail -2 "$T/chunks.log")"
+    expect_same_bits "chunks of 20 k elements against one chunk" chunks one_chunk || bad "chunk runs failed: $(tail -2 "$T/chunks.log")"
 # shellcheck disable=SC2086
 run overlap_off $B16 --set zero_optimization.overlap_comm=false && run overlap_on $B16 --set zero_optimization.overlap_comm=true &&
-    same_bits "overlap_comm off against on" overlap_off overlap_on || bad "overlap runs failed: $(tail -2 "$T/overlap_on.log")"
+    expect_same_bits "overlap_comm off against on" overlap_off overlap_on || bad "overlap runs failed: $(tail -2 "$T/overlap_on.log")"
 # shellcheck disable=SC2086
-run prefetch0 $B16 $Z3 --set zero_optimization.stage3_prefetch_bucket_size=0 && same_bits "stage 3: prefetch off against 100 k elements ahead" prefetch0 z3_bf16 ||
+run prefetch0 $B16 $Z3 --set zero_optimization.stage3_prefetch_bucket_size=0 && expect_same_bits "stage 3: prefetch off against 100 k elements ahead" prefetch0 z3_bf16 ||
     bad "stage 3 prefetch runs failed: $(tail -2 "$T/prefetch0.log")"
 # shellcheck disable=SC2086
-run pageable $B16 --set zero_optimization.offload_optimizer.pin_memory=false && same_bits "pin_memory false (pageable host state) against pinned" pageable off_bf16 ||
+run pageable $B16 --set zero_optimization.offload_optimizer.pin_memory=false && expect_same_bits "pin_memory false (pageable host state) against pinned" pageable off_bf16 ||
     bad "pageable run failed: $(tail -2 "$T/pageable.log")"
 has "$T/pageable.log" "in pageable host memory" "pin_memory false: the start block says pageable"
 # shellcheck disable=SC2086
-{ run half $B16 --set train.max_steps=10 && run half $B16 --resume auto; } && same_bits "a resume with offload (10 + 10 steps against 20)" half off_bf16 ||
+{ run half $B16 --set train.max_steps=10 && run half $B16 --resume auto; } && expect_same_bits "a resume with offload (10 + 10 steps against 20)" half off_bf16 ||
     bad "resume failed: $(tail -2 "$T/half.log")"
 CK="--set bf16.enabled=true --set activation_checkpointing.number_checkpoints=4"
 # shellcheck disable=SC2086
 run ckpt $CK $NOOFF && run ckpt_cpu $CK $NOOFF --set activation_checkpointing.cpu_checkpointing=true &&
-    same_bits "cpu_checkpointing against the same checkpointing on the device" ckpt ckpt_cpu || bad "checkpointing runs failed: $(tail -2 "$T/ckpt_cpu.log")"
+    expect_same_bits "cpu_checkpointing against the same checkpointing on the device" ckpt ckpt_cpu || bad "checkpointing runs failed: $(tail -2 "$T/ckpt_cpu.log")"
 has "$T/ckpt_cpu.log" "offloaded .* kept output" "cpu_checkpointing: the kept outputs are offloaded"
 
 # ---- without offload: stopped at start with the plan and what fits ----

@@ -17,6 +17,7 @@
 set -u
 B=${1:-build}/ctrain
 . test/lib_e2e.sh
+. test/lib_models.sh
 scratch_dir
 licence_tokens "$B" "$T/tok"
 mkdir -p "$T/swap"   # nvme_path of the NVMe rows
@@ -31,17 +32,7 @@ cat >"$T/gpt.json" <<JSON
   "bf16": {"enabled": true},
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "sub_group_size": 100000,
                         "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 100000},
-  "model": {
-    "input": [32],
-    "layers": [
-      {"type": "embedding", "name": "wte", "vocab": 256, "dim": 128, "init": {"type": "normal", "std": 0.02}},
-      {"type": "position_embedding", "name": "wpe", "max_len": 32},
-      {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 4, "bias": false}]},
-      {"type": "layernorm", "name": "ln_f"},
-      {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}
-    ],
-    "loss": {"type": "cross_entropy"}
-  },
+  "model": $(offload_gpt_model),
   "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}},
   "checkpoint": {"enabled": false},
   "train": {"max_steps": 3, "seed": 7, "device": "cpu", "threads": 1}

@@ -48,17 +48,7 @@ cat >"$T/gpt.json" <<JSON
   "gradient_clipping": 0.5,
   "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
                         "sub_group_size": 100000},
-  "model": {
-    "input": [32],
-    "layers": [
-      {"type": "embedding", "name": "wte", "vocab": 256, "dim": 128, "init": {"type": "normal", "std": 0.02}},
-      {"type": "position_embedding", "name": "wpe", "max_len": 32},
-      {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 4, "bias": false}]},
-      {"type": "layernorm", "name": "ln_f"},
-      {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}
-    ],
-    "loss": {"type": "cross_entropy"}
-  },
+  "model": $(offload_gpt_model),
   "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}, "shuffle": true},
   "train": {"max_steps": 20, "seed": 7, "device": "cpu", "threads": 2}
 }

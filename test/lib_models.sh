@@ -1,6 +1,25 @@
-# lib_models.sh: comparing the models of runs (not itself a test), for the offload scripts
-# (e2e_offload.sh, e2e_nvme.sh); sourced after lib_e2e.sh, from the repository root. A run NAME is
-# $T/NAME (its train.run_dir); $B is ctrain and $PY a python3.
+# lib_models.sh: the offload scripts' model, and comparing the models of runs (not itself a test),
+# for e2e_offload.sh, e2e_nvme.sh, e2e_fit_offload.sh and e2e_cuda_offload.sh; sourced after
+# lib_e2e.sh, from the repository root. A run NAME is $T/NAME (its train.run_dir); $B is ctrain
+# and $PY a python3.
+# offload_gpt_model: the offload scripts' GPT as a config's "model" value: 431 k parameters, 2 blocks
+# of width 128 with 4 heads, no linear biases, a head tied to the 256-token embedding, sequence 32
+# (its data: licence_tokens' byte tokens)
+offload_gpt_model() {
+    cat <<'JSON'
+{
+    "input": [32],
+    "layers": [
+      {"type": "embedding", "name": "wte", "vocab": 256, "dim": 128, "init": {"type": "normal", "std": 0.02}},
+      {"type": "position_embedding", "name": "wpe", "max_len": 32},
+      {"type": "repeat", "times": 2, "layers": [{"type": "transformer_block", "heads": 4, "bias": false}]},
+      {"type": "layernorm", "name": "ln_f"},
+      {"type": "linear", "name": "head", "out": 256, "bias": false, "tie": "wte.weight"}
+    ],
+    "loss": {"type": "cross_entropy"}
+  }
+JSON
+}
 # model RUN [STEP]: run RUN's model at STEP (20) as one file: the checkpoint's model.safetensors, or
 # for per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
 model() {
