@@ -92,7 +92,7 @@ static void add_line(char *out, size_t n, size_t *used, const char *fmt_, ...) {
  * with offload_optimizer "cpu" (at the config's stage, stage 2 when it is 0); a line when that
  * fits `limit`. */
 static void suggest_offload(const ct_config *cfg, bool device, size_t limit, char *out, size_t n, size_t *used) {
-    if (!device || ct_run_plan_offload(cfg, device)) return;
+    if (!device || ct_zero_offload(cfg, device)) return;
     ct_config *c = ct_xmalloc(sizeof *c);
     *c = *cfg;
     c->zero.offload_optimizer.device = CT_OFFLOAD_CPU;
@@ -457,7 +457,7 @@ int ct_fit_zero_rows(const ct_config *cfg, ct_fit_memory mem, ct_fit_zero_row ro
         ct_fit_zero_row *row = &rows[r];
         *row = (ct_fit_zero_row){.stage = zero_rows[r].stage, .offload = zero_rows[r].offload, .max_blocks = -1};
         set_zero(c, row->stage, row->offload);
-        row->runs_stage = ct_run_plan_zero_stage(c, true);
+        row->runs_stage = ct_zero_stage(c, true);
         ct_err why = {0};
         if (ct_train_check_supported(c, true, &why)) {
             size_t cut = strcspn(why.msg, ":");   /* "optimizer Lamb with ...: the reason" */

@@ -114,7 +114,7 @@ typedef struct ct_fit_memory {
 typedef struct ct_fit_zero_row {
     int stage;                   /* zero_optimization.stage */
     ct_fit_offload offload;
-    int runs_stage;              /* the machinery the run runs (ct_run_plan_zero_stage: one process
+    int runs_stage;              /* the machinery the run runs (ct_zero_stage: one process
                                     without offload trains as stage 0) */
     char refused[160];           /* not "": the run stops at start (exit 2), and why, shortened */
     size_t device, host;         /* the plan's device and host totals, per rank */

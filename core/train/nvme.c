@@ -31,7 +31,7 @@ static int array_names(const ct_config *cfg, const char **names) {
 
 void ct_nvme_swap_opts(const ct_config *cfg, int64_t n, int rank, const char **names, ct_swap_opts *out) {
     int k = array_names(cfg, names);
-    int64_t chunk = ct_run_plan_offload_chunk(cfg);
+    int64_t chunk = ct_zero_offload_chunk(cfg);
     if (chunk > n) chunk = n > 0 ? n : 1;
     int buffers = (int)cfg->zero.offload_optimizer.nvme.buffer_count;
     /* the budget: buffer_count buffers of one chunk of every array, and one block to align them

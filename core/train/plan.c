@@ -60,13 +60,13 @@ void ct_run_plan_make(const ct_config *cfg, const ct_graph *g, bool device, ct_r
     out->device = device;
     out->act = *ct_graph_plan(g);
     int64_t lo = 0, hi = L->n_params;
-    int stage = ct_run_plan_zero_stage(cfg, device);
-    out->offload = ct_run_plan_offload(cfg, device);
+    int stage = ct_zero_stage(cfg, device);
+    out->offload = ct_zero_offload(cfg, device);
     if (stage > 0) ct_comm_shard(L->n_params, cfg->world_size, 0, &lo, &hi);
-    out->nvme = ct_run_plan_nvme(cfg, device);
-    ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_run_plan_offload_chunk(cfg),
-                           .params = ct_run_plan_offload_params(cfg, device), .swapped = out->nvme};
-    ct_param_store_plan_in(L, compute, lo, hi, ct_run_plan_store_parts(stage), out->offload ? &so : NULL, out->bytes,
+    out->nvme = ct_zero_nvme(cfg, device);
+    ct_store_offload so = {.pinned = cfg->zero.offload_optimizer.pin_memory, .chunk = ct_zero_offload_chunk(cfg),
+                           .params = ct_zero_offload_params(cfg, device), .swapped = out->nvme};
+    ct_param_store_plan_in(L, compute, lo, hi, ct_zero_store_parts(stage), out->offload ? &so : NULL, out->bytes,
                            out->host);
     (out->offload ? out->host : out->bytes)[CT_MEM_OPTIM] = optimizer_bytes(cfg, L, hi - lo);
     if (out->nvme) {   /* the master and the state in swap files: host memory holds their buffers */

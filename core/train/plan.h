@@ -28,8 +28,8 @@ typedef struct ct_run_plan {
      * loader's pinned slots. */
     size_t host[CT_MEM_CAT_COUNT];
     size_t host_total;
-    bool offload;                    /* ZeRO-Offload of the optimizer (ct_run_plan_offload) */
-    /* NVMe offload (ct_run_plan_nvme): the master and optimizer state in swap files, whose buffers
+    bool offload;                    /* ZeRO-Offload of the optimizer (ct_zero_offload) */
+    /* NVMe offload (ct_zero_nvme): the master and optimizer state in swap files, whose buffers
      * are the host's optimizer bytes (host[CT_MEM_OPTIM]; no master there) */
     bool nvme;
     size_t swap_host;                /* the swap's buffers (and one block to align them) */

@@ -108,20 +108,20 @@ static int check_dataset(const ct_trainer *t, const ct_dataset *ds, const char *
 static bool offload_device(const ct_trainer *t) { return !t->opts.forward_only && ct_backend_separate_memory(t->be); }
 /* A run that only evaluates offloads nothing (NVMe offload acts on the CPU backend too). */
 static int zero_stage(const ct_trainer *t) {
-    return t->opts.forward_only ? ct_run_plan_partition_stage(t->cfg) : ct_run_plan_zero_stage(t->cfg, offload_device(t));
+    return t->opts.forward_only ? ct_zero_partition_stage(t->cfg) : ct_zero_stage(t->cfg, offload_device(t));
 }
-static bool offloads(const ct_trainer *t) { return !t->opts.forward_only && ct_run_plan_offload(t->cfg, offload_device(t)); }
+static bool offloads(const ct_trainer *t) { return !t->opts.forward_only && ct_zero_offload(t->cfg, offload_device(t)); }
 
 /* Features this version does not have yet: refuse them rather than train something else. A world
  * of several ranks is checked where the communicator opens (ct_comm_open: mpirun, the CPU).
  * device: the run trains on a device (a GPU, the capped device), where offload_optimizer acts. */
 int ct_train_check_supported(const ct_config *cfg, bool device, ct_err *err) {
-    int stage = ct_run_plan_zero_stage(cfg, device);
+    int stage = ct_zero_stage(cfg, device);
     if (stage == 3 && cfg->train.sample_every > 0)
         return ct_errf(err, CT_ERR_CONFIG, "%s: train.sample_every with zero_optimization.stage 3 over %d "
                        "ranks: the sampler reads whole parameters, which stage 3 partitions; remove "
                        "train.sample_every or use stage 2", cfg->path, cfg->world_size);
-    if (ct_run_plan_offload(cfg, device) && cfg->optimizer.type == CT_OPT_LAMB)
+    if (ct_zero_offload(cfg, device) && cfg->optimizer.type == CT_OPT_LAMB)
         return ct_errf(err, CT_ERR_CONFIG, "optimizer Lamb with zero_optimization.offload_optimizer: the offloaded "
                        "step goes up a chunk of the master at a time, and Lamb's trust ratio needs whole tensors; "
                        "use Adam or AdamW (DeepSpeed's CPU offload steps Adam too), or no offload");
@@ -146,7 +146,7 @@ static void warn_offload(ct_trainer *t, bool device) {
     if (!device && z->offload_param.device == CT_OFFLOAD_CPU)
         ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: the parameters go to host memory, and on the "
                  "CPU backend that is host memory already: nothing moves, and training is the same with or without it");
-    else if (device && z->offload_param.device == CT_OFFLOAD_CPU && !ct_run_plan_offload_params(cfg, device))
+    else if (device && z->offload_param.device == CT_OFFLOAD_CPU && !ct_zero_offload_params(cfg, device))
         ct_warnf(&t->obs.warn, "zero_optimization.offload_param.device cpu: accepted, not used yet without "
                  "offload_optimizer: the parameters stay on the device (add \"offload_optimizer\": {\"device\": "
                  "\"cpu\"}: the optimizer step then writes them in host memory, and they go up layer by layer)");
@@ -318,23 +318,23 @@ static void print_swap(ct_report *r, const ct_config *cfg, const ct_run_plan *p,
 
 /* The ZeRO part of the first line: " · ZeRO stage 2 (...)", or the offload's. */
 static void describe_zero(const ct_config *cfg, bool on_device, char *out, size_t n) {
-    int stage = ct_run_plan_zero_stage(cfg, on_device);
+    int stage = ct_zero_stage(cfg, on_device);
     out[0] = '\0';
     char per_rank[48] = "", path[64] = "", state[4300];
     if (cfg->world_size > 1) snprintf(per_rank, sizeof per_rank, ", 1/%d per rank", cfg->world_size);
     if (cfg->zero.stage != stage) snprintf(path, sizeof path, "; stage %d's gradient path", stage);
     const char *mem = cfg->zero.offload_optimizer.pin_memory ? "pinned" : "pageable";
-    if (ct_run_plan_nvme(cfg, on_device))
+    if (ct_zero_nvme(cfg, on_device))
         snprintf(state, sizeof state, "fp32 master and optimizer state in NVMe swap files under %s, gradients in %s "
                  "host memory", cfg->zero.offload_optimizer.nvme.path, mem);
     else
         snprintf(state, sizeof state, "fp32 master, gradients and optimizer state in %s host memory", mem);
-    if (ct_run_plan_offload_params(cfg, on_device))
+    if (ct_zero_offload_params(cfg, on_device))
         snprintf(out, n, " · ZeRO stage 3 with optimizer and parameter offload (%s, the parameters in pinned host "
                  "memory%s, uploaded layer by layer; the optimizer step on the CPU)", state, per_rank);
-    else if (ct_run_plan_offload(cfg, on_device))
+    else if (ct_zero_offload(cfg, on_device))
         snprintf(out, n, " · ZeRO stage %d with optimizer offload%s (%s%s; the optimizer step on the CPU%s%s)",
-                 cfg->zero.stage, ct_run_plan_nvme(cfg, on_device) ? " to NVMe" : "", state, per_rank, path,
+                 cfg->zero.stage, ct_zero_nvme(cfg, on_device) ? " to NVMe" : "", state, per_rank, path,
                  stage == 3 ? "; parameters gathered layer by layer" : "");
     else if (stage > 0)
         snprintf(out, n, " · ZeRO stage %d (%s partitioned: 1/%d per rank%s)", stage,
@@ -437,9 +437,9 @@ static int start_host_backend(ct_trainer *t, ct_store_offload *off, ct_err *err)
                        "steps the optimizer in host memory (%d threads): %s", ct_cpu_threads_for(cfg->train.threads),
                        strerror(errno));
     *off = (ct_store_offload){.host = t->host_be, .pinned = cfg->zero.offload_optimizer.pin_memory,
-                              .chunk = ct_run_plan_offload_chunk(cfg),
-                              .params = ct_run_plan_offload_params(cfg, offload_device(t)),
-                              .swapped = ct_run_plan_nvme(cfg, offload_device(t))};
+                              .chunk = ct_zero_offload_chunk(cfg),
+                              .params = ct_zero_offload_params(cfg, offload_device(t)),
+                              .swapped = ct_zero_nvme(cfg, offload_device(t))};
     return CT_OK;
 }
 
@@ -450,7 +450,7 @@ static int alloc_params(ct_trainer *t, ct_err *err) {
     int stage = zero_stage(t);
     if (stage > 0) ct_comm_shard(L->n_params, t->comm->world, t->comm->rank, &lo, &hi);
     bool forward_only = evaluates_only(t);
-    unsigned parts = ct_run_plan_store_parts(stage) | (forward_only ? CT_STORE_NO_GRADS : 0);
+    unsigned parts = ct_zero_store_parts(stage) | (forward_only ? CT_STORE_NO_GRADS : 0);
     ct_store_offload off;
     int rc = offloads(t) ? start_host_backend(t, &off, err) : CT_OK;
     /* NVMe offload: the swap files of this rank's part, before anything else is allocated */

@@ -3,7 +3,7 @@
 
 #include "core/params/store.h"
 
-bool ct_run_plan_offload(const ct_config *cfg, bool device) {
+bool ct_zero_offload(const ct_config *cfg, bool device) {
     if (cfg->zero.stage < 1) return false;
     /* NVMe offload acts on the CPU backend too: its files take the master and the state out of
      * host memory, which is the CPU's memory */
@@ -11,32 +11,32 @@ bool ct_run_plan_offload(const ct_config *cfg, bool device) {
     return device && cfg->zero.offload_optimizer.device == CT_OFFLOAD_CPU;
 }
 
-bool ct_run_plan_nvme(const ct_config *cfg, bool device) {
-    return ct_run_plan_offload(cfg, device) && cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME;
+bool ct_zero_nvme(const ct_config *cfg, bool device) {
+    return ct_zero_offload(cfg, device) && cfg->zero.offload_optimizer.device == CT_OFFLOAD_NVME;
 }
 
-int64_t ct_run_plan_offload_chunk(const ct_config *cfg) {
+int64_t ct_zero_offload_chunk(const ct_config *cfg) {
     double n = cfg->zero.sub_group_size;
     return n >= 1 && n < (double)CT_OFFLOAD_MAX_CHUNK ? (int64_t)n : CT_OFFLOAD_MAX_CHUNK;
 }
 
-bool ct_run_plan_offload_params(const ct_config *cfg, bool device) {
-    return device && ct_run_plan_offload(cfg, device) && cfg->zero.stage == 3 &&
+bool ct_zero_offload_params(const ct_config *cfg, bool device) {
+    return device && ct_zero_offload(cfg, device) && cfg->zero.stage == 3 &&
            cfg->zero.offload_param.device == CT_OFFLOAD_CPU;
 }
 
-int ct_run_plan_partition_stage(const ct_config *cfg) {
+int ct_zero_partition_stage(const ct_config *cfg) {
     int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
     return cfg->world_size > 1 ? stage : 0;
 }
 
-int ct_run_plan_zero_stage(const ct_config *cfg, bool device) {
+int ct_zero_stage(const ct_config *cfg, bool device) {
     int stage = cfg->zero.stage >= 1 && cfg->zero.stage <= 3 ? cfg->zero.stage : 0;
-    if (ct_run_plan_offload_params(cfg, device)) return 3;
-    if (ct_run_plan_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
-    return ct_run_plan_partition_stage(cfg);
+    if (ct_zero_offload_params(cfg, device)) return 3;
+    if (ct_zero_offload(cfg, device)) return cfg->world_size <= 1 || stage < 2 ? 2 : stage;
+    return ct_zero_partition_stage(cfg);
 }
 
-unsigned ct_run_plan_store_parts(int stage) {
+unsigned ct_zero_store_parts(int stage) {
     return stage == 3 ? CT_STORE_PART_GRADS | CT_STORE_PART_PARAMS : stage == 2 ? CT_STORE_PART_GRADS : CT_STORE_WHOLE;
 }
