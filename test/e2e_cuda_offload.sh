@@ -43,19 +43,7 @@ licence_tokens "$B" "$T/tok"
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
-cat >"$T/gpt.json" <<JSON
-{
-  "train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
-                        "sub_group_size": 100000},
-  "model": $(offload_gpt_model),
-  "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}, "shuffle": true},
-  "train": {"max_steps": 20, "seed": 7, "device": "$DEV", "threads": 2}
-}
-JSON
+offload_gpt_config "$DEV" >"$T/gpt.json"
 NOOFF="--set zero_optimization.offload_optimizer.device=none"
 Z3="--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu
     --set zero_optimization.stage3_param_persistence_threshold=1000 --set zero_optimization.stage3_prefetch_bucket_size=100000"

@@ -40,19 +40,7 @@ scratch_dir
 licence_tokens "$B" "$T/tok"
 PY=/usr/bin/python3
 
-cat >"$T/gpt.json" <<JSON
-{
-  "train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5}},
-  "gradient_clipping": 0.5,
-  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
-                        "sub_group_size": 100000},
-  "model": $(offload_gpt_model),
-  "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}, "shuffle": true},
-  "train": {"max_steps": 20, "seed": 7, "device": "cpu", "threads": 2}
-}
-JSON
+offload_gpt_config cpu >"$T/gpt.json"
 
 # run NAME DEVICE [ARGS]: DEVICE "cpu", or a CTRAIN_CAPPED_DEVICE value
 run() {

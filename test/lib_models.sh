@@ -20,6 +20,24 @@ offload_gpt_model() {
   }
 JSON
 }
+# offload_gpt_config DEVICE: e2e_offload's and e2e_cuda_offload's config of that GPT on train.device
+# DEVICE: AdamW, micro-batch 1 x accumulation 4, clipping 0.5, stage 2 with offload_optimizer "cpu"
+# (pinned), sub_group_size 100 k, 20 steps on licence_tokens' $T/tok/train.bin
+offload_gpt_config() {
+    cat <<JSON
+{
+  "train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5}},
+  "gradient_clipping": 0.5,
+  "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                        "sub_group_size": 100000},
+  "model": $(offload_gpt_model),
+  "data": {"train": {"format": "tokens", "path": "$T/tok/train.bin", "seq_len": 32}, "shuffle": true},
+  "train": {"max_steps": 20, "seed": 7, "device": "$1", "threads": 2}
+}
+JSON
+}
 # model RUN [STEP]: run RUN's model at STEP (20) as one file: the checkpoint's model.safetensors, or
 # for per-rank shards (ZeRO stages 1-3 on several ranks) their consolidation by `ctrain export`
 model() {
